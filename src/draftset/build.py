@@ -1,0 +1,470 @@
+"""The build job: read → normalize → render & mask → encode → write → account.
+
+The main process reads and normalizes (cheap, sequential, deterministic) and hands batches to
+worker processes that render, mask and encode (the expensive part). Results come back in
+submission order through a bounded window, so memory stays flat and the output is identical for
+any worker count. Workers are started with ``spawn``: the Rust tokenizer's thread pool does not
+survive ``fork``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from draftset import __version__, reasons
+from draftset.account import Accounting
+from draftset.encode import EncodedRow, LengthRules, apply_length_rules, encode_plans, encode_pretokenized
+from draftset.normalize import normalize
+from draftset.read import Source, count_rows, describe_inputs, iter_raw_rows
+from draftset.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
+from draftset.render import ConversationPlan, TurnMode, plan_conversation
+from draftset.template import ChatTemplate, TemplateSpec
+from draftset.write import (
+    DatasetWriter,
+    draft_vocab,
+    finalize_output,
+    prepare_output,
+    sha256_file,
+    write_token_freq,
+)
+
+BATCH_ROWS = 64
+
+
+@dataclass
+class BuildOptions:
+    sources: list[Source]
+    tokenizer: str
+    out: Path
+    chat_template_path: str | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    eot_tokens: tuple[str, ...] = ()
+    max_length: int = 4096
+    truncation: str = "drop"
+    min_supervised_tokens: int = 1
+    turns: TurnMode = "all"
+    seed: int = 0
+    max_samples: int | None = None
+    workers: int = 0  # 0 = all cores
+    draft_vocab_size: int | None = None
+    target_vocab_size: int | None = None
+    placeholders: tuple[str, ...] = reasons.DEFAULT_PLACEHOLDERS
+    overwrite: bool = False
+
+    def template_spec(self) -> TemplateSpec:
+        text = None
+        if self.chat_template_path:
+            text = Path(self.chat_template_path).read_text(encoding="utf-8")
+        return TemplateSpec(self.tokenizer, text, dict(self.template_kwargs), self.eot_tokens)
+
+    def length_rules(self) -> LengthRules:
+        return LengthRules(self.max_length, self.truncation, self.min_supervised_tokens)  # type: ignore[arg-type]
+
+
+@dataclass
+class BuildResult:
+    out: Path
+    accounting: Accounting
+    manifest: dict[str, Any]
+    notes: list[str]
+    seconds: float
+
+
+# --- the per-process render/mask/encode step --------------------------------------------------
+@dataclass(slots=True)
+class ItemResult:
+    """Everything the main process needs to know about one input row."""
+
+    item: Normalized
+    rows: list[EncodedRow] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
+    plan_stats: ConversationPlan | None = None
+
+
+class Processor:
+    """Render & mask & encode; one per process, built from picklable settings."""
+
+    def __init__(
+        self,
+        spec: TemplateSpec,
+        rules: LengthRules,
+        mode: TurnMode,
+        placeholders: tuple[str, ...],
+        vocab_size: int,
+    ) -> None:
+        self.template = ChatTemplate(spec)
+        self.rules = rules
+        self.mode = mode
+        self.placeholders = placeholders
+        self.vocab_size = vocab_size
+
+    def process(self, batch: list[Normalized]) -> list[ItemResult]:
+        results = [ItemResult(item) for item in batch]
+        plans = []
+        owners = []
+        for res in results:
+            item = res.item
+            if isinstance(item, Conversation):
+                cplan = plan_conversation(self.template, item, self.mode, self.placeholders)
+                res.rejects.extend(cplan.rejects)
+                res.plan_stats = ConversationPlan(
+                    context_turns=cplan.context_turns,
+                    trailing_turns_trimmed=cplan.trailing_turns_trimmed,
+                )
+                for rp in cplan.rows:
+                    plans.append(rp)
+                    owners.append(res)
+            elif isinstance(item, PreTokenized):
+                out = encode_pretokenized(item, self.rules, self.vocab_size)
+                (res.rows if isinstance(out, EncodedRow) else res.rejects).append(out)  # type: ignore[arg-type]
+        for rp, (ids, mask), res in zip(plans, encode_plans(self.template.backend, plans), owners, strict=True):
+            out = apply_length_rules(rp.source, rp.row, rp.id, ids, mask, self.rules)
+            if isinstance(out, EncodedRow):
+                res.rows.append(out)
+                assert res.plan_stats is not None
+                res.plan_stats.rows.append(rp)  # keep supervised-turn counts; segments dropped below
+            else:
+                res.rejects.append(out)
+        for res in results:  # segments are big and the main process does not need them
+            if res.plan_stats is not None:
+                for rp in res.plan_stats.rows:
+                    rp.segments = []
+        return results
+
+
+_WORKER: Processor | None = None
+
+
+def _init_worker(*args: Any) -> None:
+    global _WORKER
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _WORKER = Processor(*args)
+
+
+def _work(batch: list[Normalized]) -> list[ItemResult]:
+    assert _WORKER is not None
+    return _WORKER.process(batch)
+
+
+# --- sampling -----------------------------------------------------------------------------------
+def _quotas(sources: list[Source], available: dict[str, int], max_samples: int | None) -> dict[str, int]:
+    """Rows to take from each source: explicit counts first, the rest split by weight."""
+    quotas: dict[str, int] = {}
+    for s in sources:
+        if s.count is not None:
+            quotas[s.name] = min(s.count, available[s.name])
+    rest = [s for s in sources if s.count is None]
+    if max_samples is None:
+        for s in rest:
+            quotas[s.name] = available[s.name]
+        return quotas
+    budget = max(0, max_samples - sum(quotas.values()))
+    weights = [s.weight if s.weight is not None else 1.0 for s in rest]
+    total_w = sum(weights)
+    if not rest or total_w <= 0:
+        return quotas
+    # largest remainder, then cap at what each source has and hand leftovers on in order
+    raw = [budget * w / total_w for w in weights]
+    take = [int(x) for x in raw]
+    leftover = budget - sum(take)
+    for i in sorted(range(len(rest)), key=lambda i: (-(raw[i] - take[i]), i))[:leftover]:
+        take[i] += 1
+    spill = 0
+    for i, s in enumerate(rest):
+        take[i] = take[i] + spill
+        spill = max(0, take[i] - available[s.name])
+        take[i] = min(take[i], available[s.name])
+    for i, s in enumerate(rest):
+        if spill <= 0:
+            break
+        extra = min(spill, available[s.name] - take[i])
+        take[i] += extra
+        spill -= extra
+    for i, s in enumerate(rest):
+        quotas[s.name] = take[i]
+    return quotas
+
+
+def _selection(name: str, available: int, quota: int, seed: int) -> np.ndarray | None:
+    """Boolean mask of the rows taken from one source (None = all), seeded per source name."""
+    if quota >= available:
+        return None
+    rng = random.Random(f"{seed}:{name}")
+    chosen = np.zeros(available, dtype=bool)
+    chosen[rng.sample(range(available), quota)] = True
+    return chosen
+
+
+# --- the stream -----------------------------------------------------------------------------------
+class _IdRegistry:
+    """Keeps output ids unique across the run with 8-byte digests (bounded memory)."""
+
+    def __init__(self) -> None:
+        self._seen: set[bytes] = set()
+
+    def claim(self, candidate: str) -> bool:
+        key = hashlib.blake2b(candidate.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
+
+
+def _unique_id(item: Normalized, registry: _IdRegistry) -> Normalized:
+    """Give a colliding id its source prefix; reject when even that is taken."""
+    if isinstance(item, Reject):
+        return item
+    if registry.claim(item.id):
+        return item
+    prefixed = f"{item.source}:{item.id}"
+    if registry.claim(prefixed):
+        item.id = prefixed
+        return item
+    return Reject(item.source, item.row, item.id, reasons.DUPLICATE_ID, f"id {item.id!r} already used in this run")
+
+
+def iter_items(
+    sources: list[Source],
+    selections: dict[str, np.ndarray | None],
+    acct: Accounting,
+) -> Iterator[Normalized]:
+    registry = _IdRegistry()
+    for src in sources:
+        chosen = selections[src.name]
+        counts = acct[src.name]
+        for raw in iter_raw_rows(src):
+            if chosen is not None and not chosen[raw.row]:
+                counts.sampled_out += 1
+                continue
+            counts.read += 1
+            item: Normalized = raw.reject if raw.reject is not None else normalize(raw, src.format, src.fields)
+            yield _unique_id(item, registry)
+
+
+def _batched(items: Iterator[Normalized], size: int) -> Iterator[list[Normalized]]:
+    batch: list[Normalized] = []
+    for it in items:
+        batch.append(it)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _ordered_results(
+    batches: Iterator[list[Normalized]], processor_args: tuple, workers: int
+) -> Iterator[list[ItemResult]]:
+    """Results in submission order, at most a few batches in flight."""
+    if workers <= 1:
+        proc = Processor(*processor_args)
+        for b in batches:
+            yield proc.process(b)
+        return
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=processor_args) as ex:
+        window: deque = deque()
+        for b in batches:
+            window.append(ex.submit(_work, b))
+            if len(window) >= 3 * workers:
+                yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
+
+
+class _JsonlSink:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.lines = 0
+
+    def write(self, obj: dict[str, Any]) -> None:
+        self.f.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        self.lines += 1
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def run_build(
+    opts: BuildOptions,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> BuildResult:
+    """Run the whole job; raises on usage errors, returns counts (invariant already checked)."""
+    t0 = time.monotonic()
+    spec = opts.template_spec()
+    template = ChatTemplate(spec)  # load once here: fail fast, fingerprint, vocab size
+    vocab_size = template.vocab_size(opts.target_vocab_size)
+    names = [s.name for s in opts.sources]
+    acct = Accounting(names)
+    available = {s.name: count_rows(s) for s in opts.sources}
+    for s in opts.sources:
+        acct[s.name].available = available[s.name]
+    quotas = _quotas(opts.sources, available, opts.max_samples)
+    selections = {s.name: _selection(s.name, available[s.name], quotas[s.name], opts.seed) for s in opts.sources}
+    total = sum(quotas.values())
+    workers = opts.workers or os.cpu_count() or 1
+
+    tmp = prepare_output(opts.out, opts.overwrite)
+    notes: list[str] = []
+    try:
+        writer = DatasetWriter(tmp, vocab_size)
+        rejects = _JsonlSink(tmp / "rejects.jsonl")
+        prompts = _JsonlSink(tmp / "prompts.jsonl")
+        args = (spec, opts.length_rules(), opts.turns, opts.placeholders, vocab_size)
+        done = 0
+        batches = _batched(iter_items(opts.sources, selections, acct), BATCH_ROWS)
+        for results in _ordered_results(batches, args, workers):
+            for res in results:
+                _account(res, acct, writer, rejects, prompts)
+            done += len(results)
+            if on_progress:
+                on_progress(done, total)
+        shards = writer.close()
+        rejects.close()
+        prompts.close()
+        note = write_token_freq(tmp, writer.token_freq)
+        if note:
+            notes.append(note)
+        vocab_files: list[Path] = [tmp / "token_freq.npy"]
+        if (tmp / "token_freq.pt").exists():
+            vocab_files.append(tmp / "token_freq.pt")
+        if opts.draft_vocab_size:
+            d2t, t2d = draft_vocab(writer.token_freq, opts.draft_vocab_size, vocab_size)
+            np.save(tmp / f"d2t-{opts.draft_vocab_size}.npy", d2t)
+            np.save(tmp / f"t2d-{opts.draft_vocab_size}.npy", t2d)
+            vocab_files += [tmp / f"d2t-{opts.draft_vocab_size}.npy", tmp / f"t2d-{opts.draft_vocab_size}.npy"]
+        errors = acct.balance_errors()
+        if errors:
+            raise AccountingError("accounting does not balance: " + "; ".join(errors))
+        manifest = _manifest(opts, template, vocab_size, acct, writer, shards, vocab_files, tmp)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        finalize_output(tmp, opts.out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return BuildResult(opts.out, acct, manifest, notes, time.monotonic() - t0)
+
+
+class AccountingError(Exception):
+    """read != written + rejected + needs_generation: a bug, never a success."""
+
+
+def _account(
+    res: ItemResult,
+    acct: Accounting,
+    writer: DatasetWriter,
+    rejects: _JsonlSink,
+    prompts: _JsonlSink,
+) -> None:
+    item = res.item
+    counts = acct[item.source]
+    if isinstance(item, Reject):
+        counts.rejected[item.reason] += 1
+        counts.row_rejects[item.reason] += 1
+        rejects.write(item.to_json())
+        return
+    if isinstance(item, PromptOnly):
+        counts.needs_generation += 1
+        line: dict[str, Any] = {"id": item.id, "messages": item.messages}
+        if item.tools:
+            line["tools"] = item.tools
+        line["metadata"] = {"source": item.source, "row": item.row}
+        prompts.write(line)
+        return
+    for r in res.rejects:
+        counts.row_rejects[r.reason] += 1
+        rejects.write(r.to_json())
+    if res.rows:
+        counts.written += 1
+        counts.rows_out += len(res.rows)
+        writer.write(res.rows)
+        for r in res.rows:
+            counts.tokens += int(r.input_ids.shape[0])
+            counts.supervised_tokens += int(r.loss_mask.sum(dtype=np.int64))
+            counts.truncated += int(r.truncated)
+    else:
+        counts.rejected[res.rejects[0].reason] += 1
+    if res.plan_stats is not None:
+        counts.context_turns.update(res.plan_stats.context_turns)
+        counts.trailing_turns_trimmed += res.plan_stats.trailing_turns_trimmed
+        counts.supervised_turns += sum(rp.supervised_turns for rp in res.plan_stats.rows)
+
+
+def _manifest(
+    opts: BuildOptions,
+    template: ChatTemplate,
+    vocab_size: int,
+    acct: Accounting,
+    writer: DatasetWriter,
+    shards: list[Path],
+    vocab_files: list[Path],
+    folder: Path,
+) -> dict[str, Any]:
+    options = {
+        "turns": opts.turns,
+        "max_length": opts.max_length,
+        "truncation": opts.truncation,
+        "min_supervised_tokens": opts.min_supervised_tokens,
+        "seed": opts.seed,
+        "max_samples": opts.max_samples,
+        "draft_vocab_size": opts.draft_vocab_size,
+        "target_vocab_size": opts.target_vocab_size,
+        "placeholders": list(opts.placeholders),
+        "eot_tokens": list(opts.eot_tokens),
+        "chat_template_path": opts.chat_template_path,
+    }
+    files = {p.name: sha256_file(p) for p in [*shards, *vocab_files]}
+    for extra in ("rejects.jsonl", "prompts.jsonl", "dataset_info.json", "state.json"):
+        files[extra] = sha256_file(folder / extra)
+    return {
+        "draftset_version": __version__,
+        "format": "draftset/1",
+        "inputs": [
+            {
+                "name": s.name,
+                "path": str(s.path),
+                "format_override": s.format,
+                "fields": s.fields,
+                "weight": s.weight,
+                "count": s.count,
+                "files": describe_inputs(s),
+            }
+            for s in opts.sources
+        ],
+        "tokenizer": {
+            "path": opts.tokenizer,
+            "fingerprint": template.fingerprint(),
+            "vocab_size": vocab_size,
+            "tokenizer_size": len(template.tokenizer),
+        },
+        "template": {
+            "text": template.template_text,
+            "sha256": template.template_fingerprint(),
+            "kwargs": template.template_kwargs,
+            "eot_tokens": list(template.eot_tokens),
+        },
+        "options": options,
+        "counts": acct.to_json(),
+        "totals": {
+            "rows": writer.rows,
+            "tokens": writer.tokens,
+            "supervised_tokens": writer.supervised_tokens,
+            "truncated": writer.truncated,
+        },
+        "files": files,
+    }

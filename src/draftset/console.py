@@ -1,0 +1,111 @@
+"""Terminal output: progress bars with rate and ETA, and the end-of-run summary table."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from draftset.build import BuildResult
+
+out = Console()
+err = Console(stderr=True)
+
+
+@contextmanager
+def progress_bar(label: str, enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
+    """Yields ``update(done, total)``; rows/s and ETA shown on stderr when enabled."""
+    if not enabled:
+        yield lambda done, total: None
+        return
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err,
+        transient=False,
+    )
+    task = progress.add_task(label, total=None, rate="")
+
+    def update(done: int, total: int) -> None:
+        speed = progress.tasks[0].speed
+        rate = f"{speed:,.0f} rows/s" if speed else ""
+        progress.update(task, completed=done, total=total, rate=rate)
+
+    with progress:
+        yield update
+
+
+def _fmt(n: int) -> str:
+    return f"{n:,}"
+
+
+def print_build_summary(result: BuildResult, console: Console | None = None) -> None:
+    """One screen: per-source accounting, reasons, tokens, notes, hints."""
+    console = console or out
+    acct = result.accounting
+    table = Table(title=f"draftset build → {result.out}", title_justify="left")
+    for col in ("source", "read", "written", "rejected", "needs gen", "rows out", "truncated", "tokens", "supervised"):
+        table.add_column(col, justify="left" if col == "source" else "right")
+    rows = [*acct.sources.items(), ("TOTAL", acct.total())]
+    for i, (name, c) in enumerate(rows):
+        if i == len(rows) - 1:
+            table.add_section()
+        table.add_row(
+            name,
+            _fmt(c.read),
+            _fmt(c.written),
+            _fmt(c.rejected_total),
+            _fmt(c.needs_generation),
+            _fmt(c.rows_out),
+            _fmt(c.truncated),
+            _fmt(c.tokens),
+            _fmt(c.supervised_tokens),
+        )
+    console.print(table)
+    total = acct.total()
+    if total.sampled_out:
+        console.print(f"sampled out (not selected by --max-samples / weights / counts): {_fmt(total.sampled_out)}")
+    if total.row_rejects:
+        reasons = ", ".join(f"{k}={_fmt(v)}" for k, v in total.row_rejects.most_common())
+        console.print(f"rejects by reason: {reasons}  (details: {result.out}/rejects.jsonl)")
+    if total.context_turns:
+        ctx = ", ".join(f"{k}={_fmt(v)}" for k, v in total.context_turns.most_common())
+        console.print(f"assistant turns kept as context only: {ctx}")
+    if total.context_turns.get("history_render_differs"):
+        console.print(
+            "hint: the template renders some history turns differently from how the model generated"
+            " them (e.g. reasoning stripped); --turns each supervises every turn in its own row"
+        )
+    if total.needs_generation:
+        console.print(
+            f"{_fmt(total.needs_generation)} prompt-only rows queued in {result.out}/prompts.jsonl"
+            " (answer them with `draftset generate`)"
+        )
+    rate = total.read / result.seconds if result.seconds > 0 else 0.0
+    console.print(
+        f"accounting balanced: read = written + rejected + needs_generation for every source;"
+        f" {result.seconds:.1f}s, {rate:,.0f} rows/s"
+    )
+    for note in result.notes:
+        console.print(f"note: {note}")
+    sys.stdout.flush()

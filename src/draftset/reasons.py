@@ -1,0 +1,90 @@
+"""Stable reason codes.
+
+Row-level codes end up in ``rejects.jsonl`` (``reason``) and in the manifest counts; turn-level
+codes explain why an assistant turn was kept as context only (not supervised). Codes are part of
+the output format: never rename one, only add.
+"""
+
+from __future__ import annotations
+
+# --- row rejects: reading -------------------------------------------------------------------
+INVALID_JSON = "invalid_json"  # a line / document that does not parse as JSON
+INVALID_UTF8 = "invalid_utf8"  # bytes that are not UTF-8
+NOT_AN_OBJECT = "not_an_object"  # a JSON value that is not an object (row must be a dict)
+
+# --- row rejects: normalizing ---------------------------------------------------------------
+UNKNOWN_FORMAT = "unknown_format"  # no known shape matches the row's keys
+UNKNOWN_ROLE = "unknown_role"  # a role name not in the documented table (never guessed)
+EMPTY_CONVERSATION = "empty_conversation"  # no messages at all
+INVALID_CONTENT = "invalid_content"  # wrong types (content not str/parts, role not str, ...)
+UNSUPPORTED_CONTENT = "unsupported_content"  # e.g. image/audio parts in a text-only pipeline
+INVALID_TOOL_CALL = "invalid_tool_call"  # tool call without a name, arguments not JSON, ...
+INVALID_TOOLS = "invalid_tools"  # `tools` not a list / JSON list of schemas
+INVALID_PRETOKENIZED = "invalid_pretokenized"  # input_ids/loss_mask malformed
+UNDESIRABLE_EXAMPLE = "undesirable_example"  # preference / KTO rows marked bad (label false)
+DUPLICATE_ID = "duplicate_id"  # an id already used in this run, even after source prefixing
+
+# --- row rejects: render & mask / encode -------------------------------------------------
+TEMPLATE_ERROR = "template_error"  # the chat template raised (message is the template's own)
+NO_SUPERVISED_TURN = "no_supervised_turn"  # every assistant turn is context only
+TOO_LONG = "too_long"  # longer than --max-length with --truncation drop
+TOO_FEW_SUPERVISED_TOKENS = "too_few_supervised_tokens"  # below --min-supervised-tokens
+
+# --- row rejects: mixture (dedup / decontamination) ----------------------------------------
+DUPLICATE = "duplicate"
+NEAR_DUPLICATE = "near_duplicate"
+CONTAMINATED = "contaminated"
+
+# --- outcomes that are not rejects ----------------------------------------------------------
+NEEDS_GENERATION = "needs_generation"  # prompt-only: written to prompts.jsonl
+
+# --- turn-level: why an assistant turn is context only -------------------------------------
+TURN_NOT_GENERABLE = "not_generable"  # render(0..j) does not start with render(0..j-1, gen=True)
+TURN_NO_END_OF_TURN = "no_end_of_turn"  # no end-of-turn token after the generation prompt
+TURN_HISTORY_RENDER_DIFFERS = "history_render_differs"  # full render shows it differently
+TURN_PLACEHOLDER = "placeholder_answer"  # "OK.", "", whitespace: never supervised
+TURN_NOT_LAST = "not_last_turn"  # --turns last: earlier turns are context by request
+
+ROW_REJECT_REASONS = frozenset(
+    {
+        INVALID_JSON,
+        INVALID_UTF8,
+        NOT_AN_OBJECT,
+        UNKNOWN_FORMAT,
+        UNKNOWN_ROLE,
+        EMPTY_CONVERSATION,
+        INVALID_CONTENT,
+        UNSUPPORTED_CONTENT,
+        INVALID_TOOL_CALL,
+        INVALID_TOOLS,
+        INVALID_PRETOKENIZED,
+        UNDESIRABLE_EXAMPLE,
+        DUPLICATE_ID,
+        TEMPLATE_ERROR,
+        NO_SUPERVISED_TURN,
+        TOO_LONG,
+        TOO_FEW_SUPERVISED_TOKENS,
+        DUPLICATE,
+        NEAR_DUPLICATE,
+        CONTAMINATED,
+    }
+)
+
+TURN_CONTEXT_REASONS = frozenset(
+    {
+        TURN_NOT_GENERABLE,
+        TURN_NO_END_OF_TURN,
+        TURN_HISTORY_RENDER_DIFFERS,
+        TURN_PLACEHOLDER,
+        TURN_NOT_LAST,
+    }
+)
+
+DEFAULT_PLACEHOLDERS: tuple[str, ...] = ("OK.", "OK")
+"""Answers never supervised (besides empty / whitespace-only ones, always placeholders)."""
+
+
+def is_placeholder(text: str, placeholders: tuple[str, ...] = DEFAULT_PLACEHOLDERS) -> bool:
+    """True for an answer that is empty, whitespace only, or a known dummy answer."""
+    stripped = text.strip()
+    return stripped == "" or stripped in placeholders

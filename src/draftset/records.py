@@ -1,0 +1,98 @@
+"""The values that flow between stages.
+
+Every input row becomes exactly one of: a `Conversation` (goes on to render & mask), a
+`PromptOnly` (queued for generation, never trained on), a `PreTokenized` row (validated and
+passed through) or a `Reject` (written to rejects.jsonl with a stable reason code). Accounting
+counts these outcomes, so nothing can leave the stream without being counted.
+
+Normalized message schema (OpenAI chat form, what HF chat templates expect):
+
+- ``role``: one of ``system``, ``user``, ``assistant``, ``tool``;
+- ``content``: always a ``str`` (``""`` allowed);
+- assistant only, optional: ``reasoning_content`` (str, present only when the row had reasoning),
+  ``tool_calls``: ``[{"type": "function", "function": {"name": str, "arguments": dict}}]`` (an
+  ``"id"`` key is kept when the source had one);
+- tool only, optional: ``tool_call_id`` (str), ``name`` (str).
+
+``tools`` is ``None`` or a list of ``{"type": "function", "function": {...}}`` schemas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, Any]
+
+
+@dataclass(slots=True)
+class RawRow:
+    """One row as read from a source file, before any interpretation.
+
+    ``data`` is the parsed JSON object (or Arrow row as a dict); when the row could not even be
+    parsed, ``data`` is None and ``reject`` says why.
+    """
+
+    source: str
+    row: int
+    data: dict[str, Any] | None
+    reject: Reject | None = None
+
+
+@dataclass(slots=True)
+class Conversation:
+    """A normalized chat that has at least one assistant turn."""
+
+    id: str
+    source: str
+    row: int
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
+    # free-form facts carried along (e.g. thinking mode, server token ids from `generate`)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class PromptOnly:
+    """A chat with no assistant answer yet: goes to prompts.jsonl, never into training."""
+
+    id: str
+    source: str
+    row: int
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class PreTokenized:
+    """A row that already carries ``input_ids`` and ``loss_mask`` (validated, passed through)."""
+
+    id: str
+    source: str
+    row: int
+    input_ids: list[int]
+    loss_mask: list[int]
+
+
+@dataclass(slots=True)
+class Reject:
+    """A row that cannot be used, with a stable reason code (see `reasons`)."""
+
+    source: str
+    row: int
+    id: str | None
+    reason: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "row": self.row,
+            "id": self.id,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+
+Normalized = Conversation | PromptOnly | PreTokenized | Reject

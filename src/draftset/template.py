@@ -1,0 +1,212 @@
+"""The target model's tokenizer and chat template, loaded once per process.
+
+Rendering goes through `transformers`' own `apply_chat_template` (its sandboxed Jinja), exactly
+as a serving stack renders prompts; nothing here knows any particular model. The end-of-turn
+tokens are found by probing the template (the first special token it writes after an assistant
+answer) plus the tokenizer's EOS and ``generation_config.json``'s stop ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from draftset.records import Message
+
+_PROBE = "DRAFTSET_PROBE_ANSWER_7f3a"
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
+
+
+class TokenizerError(Exception):
+    """The tokenizer or template cannot be loaded (a usage error: exit code 2)."""
+
+
+@dataclass(slots=True)
+class TemplateSpec:
+    """Everything needed to re-create the exact renderer in another process (or in `verify`)."""
+
+    tokenizer: str
+    chat_template: str | None = None  # the template text; None = the tokenizer's own
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    eot_tokens: tuple[str, ...] = ()  # extra end-of-turn tokens given by the user
+
+
+def _resolve_tokenizer_path(name: str) -> str:
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise TokenizerError(f"tokenizer path is not a folder: {name}")
+        return str(path)
+    if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True", "YES", "yes"):
+        raise TokenizerError(f"tokenizer folder not found and HF_HUB_OFFLINE is set: {name}")
+    return name  # a hub id; from_pretrained downloads it
+
+
+class ChatTemplate:
+    """A loaded tokenizer + chat template + options, with the render primitives mask derivation needs."""
+
+    def __init__(self, spec: TemplateSpec) -> None:
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        try:
+            from transformers import AutoTokenizer
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.set_verbosity_error()
+            path = _resolve_tokenizer_path(spec.tokenizer)
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+        except TokenizerError:
+            raise
+        except Exception as exc:  # any loader failure is one clear line for the user
+            raise TokenizerError(f"cannot load tokenizer {spec.tokenizer!r}: {exc}") from exc
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            raise TokenizerError(f"tokenizer {spec.tokenizer!r} has no fast (Rust) backend")
+        self.spec = spec
+        self.backend = backend
+        self.path = Path(path) if Path(path).is_dir() else None
+        self.template_text: str = spec.chat_template or self._own_template()
+        self.template_kwargs = dict(spec.template_kwargs)
+        self.special_tokens = frozenset(
+            str(tok) for tok in self.tokenizer.added_tokens_decoder.values() if tok.special
+        )
+        self.eot_tokens: tuple[str, ...] = self._end_of_turn_tokens(spec.eot_tokens)
+        if not self.eot_tokens:
+            raise TokenizerError(
+                "no end-of-turn token found for this template; pass --eot-token (e.g. '<|im_end|>')"
+            )
+        self.eot_ids = frozenset(
+            self.tokenizer.convert_tokens_to_ids(tok) for tok in self.eot_tokens
+        )
+
+    # --- rendering ---------------------------------------------------------------------------
+    def render(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+    ) -> str:
+        """Text the serving stack would build for these messages (raises on template errors)."""
+        text = self.tokenizer.apply_chat_template(
+            messages,
+            tools=tools,
+            chat_template=self.template_text,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+            **self.template_kwargs,
+        )
+        if not isinstance(text, str):  # batched output shapes differ between versions
+            text = text[0]
+        return text
+
+    def find_end_of_turn(self, text: str, start: int = 0) -> int:
+        """Index just past the first end-of-turn token at or after ``start``, or -1."""
+        best = -1
+        for tok in self.eot_tokens:
+            i = text.find(tok, start)
+            if i >= 0 and (best < 0 or i + len(tok) < best):
+                best = i + len(tok)
+        return best
+
+    # --- identity ----------------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        """sha256 over the tokenizer's files (or its vocabulary when no folder is known)."""
+        h = hashlib.sha256()
+        if self.path is not None:
+            for name in _TOKENIZER_FILES:
+                f = self.path / name
+                if f.exists():
+                    h.update(name.encode())
+                    h.update(hashlib.sha256(f.read_bytes()).digest())
+        else:
+            h.update(self.backend.to_str().encode())
+        return h.hexdigest()
+
+    def template_fingerprint(self) -> str:
+        return hashlib.sha256(self.template_text.encode()).hexdigest()
+
+    def vocab_size(self, override: int | None = None) -> int:
+        """Target model vocabulary size: config.json's `vocab_size` (may exceed the tokenizer's)."""
+        if override is not None:
+            return override
+        n = len(self.tokenizer)
+        if self.path is not None and (self.path / "config.json").exists():
+            try:
+                cfg = json.loads((self.path / "config.json").read_text())
+                cfg = cfg.get("text_config", cfg)
+                n = max(n, int(cfg["vocab_size"]))
+            except (ValueError, KeyError, TypeError):
+                pass
+        return n
+
+    # --- internals ---------------------------------------------------------------------------
+    def _own_template(self) -> str:
+        tmpl = getattr(self.tokenizer, "chat_template", None)
+        if isinstance(tmpl, dict):  # named templates: use the default one
+            tmpl = tmpl.get("default")
+        if not tmpl:
+            raise TokenizerError(
+                f"tokenizer {self.spec.tokenizer!r} has no chat template; pass --chat-template FILE"
+            )
+        return str(tmpl)
+
+    def _end_of_turn_tokens(self, extra: tuple[str, ...]) -> tuple[str, ...]:
+        found: list[str] = []
+
+        def add(tok: str | None) -> None:
+            if tok and tok not in found:
+                found.append(tok)
+
+        for tok in extra:
+            if tok not in self.tokenizer.get_vocab():
+                raise TokenizerError(f"--eot-token {tok!r} is not a token of this tokenizer")
+            add(tok)
+        probes = (
+            [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _PROBE}],
+            [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": _PROBE},
+                {"role": "user", "content": "Again"},
+                {"role": "assistant", "content": "Sure"},
+            ],
+        )
+        for messages in probes:
+            try:
+                text = self.render(messages)
+            except Exception:
+                continue
+            i = text.find(_PROBE)
+            if i < 0:
+                continue
+            suffix = text[i + len(_PROBE) :]
+            for tok in self.backend.encode(suffix, add_special_tokens=False).tokens:
+                if tok in self.special_tokens:
+                    add(tok)
+                    break
+        add(getattr(self.tokenizer, "eos_token", None))
+        for tok_id in self._generation_config_eos_ids():
+            add(self.tokenizer.convert_ids_to_tokens(tok_id))
+        return tuple(found)
+
+    def _generation_config_eos_ids(self) -> list[int]:
+        if self.path is None or not (self.path / "generation_config.json").exists():
+            return []
+        try:
+            cfg = json.loads((self.path / "generation_config.json").read_text())
+        except ValueError:
+            return []
+        ids = cfg.get("eos_token_id")
+        if isinstance(ids, int):
+            return [ids]
+        return [i for i in ids or [] if isinstance(i, int)]
