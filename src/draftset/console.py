@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -22,8 +23,14 @@ from rich.table import Table
 if TYPE_CHECKING:
     from draftset.build import BuildResult
 
-out = Console()
-err = Console(stderr=True)
+def _console(stderr: bool = False) -> Console:
+    """Rich console; when not a terminal (logs, CI) use a width that fits the summary table."""
+    probe = Console(stderr=stderr)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=140)
+
+
+out = _console()
+err = _console(stderr=True)
 
 
 @contextmanager
@@ -63,7 +70,7 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
     """One screen: per-source accounting, reasons, tokens, notes, hints."""
     console = console or out
     acct = result.accounting
-    table = Table(title=f"draftset build → {result.out}", title_justify="left")
+    table = Table(title=f"draftset build → {escape(str(result.out))}", title_justify="left")
     for col in ("source", "read", "written", "rejected", "needs gen", "rows out", "truncated", "tokens", "supervised"):
         table.add_column(col, justify="left" if col == "source" else "right")
     rows = [*acct.sources.items(), ("TOTAL", acct.total())]
@@ -87,7 +94,7 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
         console.print(f"sampled out (not selected by --max-samples / weights / counts): {_fmt(total.sampled_out)}")
     if total.row_rejects:
         reasons = ", ".join(f"{k}={_fmt(v)}" for k, v in total.row_rejects.most_common())
-        console.print(f"rejects by reason: {reasons}  (details: {result.out}/rejects.jsonl)")
+        console.print(f"rejects by reason: {reasons}  (details: {escape(str(result.out))}/rejects.jsonl)")
     if total.context_turns:
         ctx = ", ".join(f"{k}={_fmt(v)}" for k, v in total.context_turns.most_common())
         console.print(f"assistant turns kept as context only: {ctx}")
@@ -98,7 +105,7 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
         )
     if total.needs_generation:
         console.print(
-            f"{_fmt(total.needs_generation)} prompt-only rows queued in {result.out}/prompts.jsonl"
+            f"{_fmt(total.needs_generation)} prompt-only rows queued in {escape(str(result.out))}/prompts.jsonl"
             " (answer them with `draftset generate`)"
         )
     rate = total.read / result.seconds if result.seconds > 0 else 0.0
@@ -107,5 +114,5 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
         f" {result.seconds:.1f}s, {rate:,.0f} rows/s"
     )
     for note in result.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {escape(note)}")
     sys.stdout.flush()

@@ -8,6 +8,7 @@ command line override the recipe.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,7 @@ def load_recipe(path: Path) -> dict[str, Any]:
         if bad:
             raise RecipeError(f"recipe {path}: sources[{i}] unknown keys {sorted(bad)}")
         p = Path(entry["path"])
-        p = p if p.is_absolute() else base / p
+        p = p if p.is_absolute() else Path(os.path.normpath(base / p))
         sources.append(
             Source(
                 name=str(entry.get("name") or source_name(p)),
@@ -140,8 +141,8 @@ def load_recipe(path: Path) -> dict[str, Any]:
     out["sources"] = sources
     for key in ("tokenizer", "chat_template", "out"):
         value = out.get(key)
-        if value and (base / value).exists() and not Path(value).is_absolute():
-            out[key] = str(base / value)
-        elif key == "out" and value and not Path(value).is_absolute():
-            out[key] = str(base / value)
+        if not value or Path(value).is_absolute():
+            continue
+        if key == "out" or (base / value).exists():  # a hub id stays as it is
+            out[key] = os.path.normpath(base / value)
     return out
