@@ -22,7 +22,9 @@ SAMPLE_RECIPE = REPO / "examples" / "recipe.yaml"
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+    )
     return path
 
 
@@ -43,7 +45,13 @@ def sample_options(out: Path, **kw) -> BuildOptions:
 
 
 def chat(i: int, answer: str = "Fine, thanks.") -> dict:
-    return {"id": f"c{i}", "messages": [{"role": "user", "content": f"Question {i}?"}, {"role": "assistant", "content": answer}]}
+    return {
+        "id": f"c{i}",
+        "messages": [
+            {"role": "user", "content": f"Question {i}?"},
+            {"role": "assistant", "content": answer},
+        ],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +62,9 @@ def sample_build(tmp_path_factory):
 
 def test_sample_accounting_is_exact(sample_build):
     per = sample_build.accounting.to_json()["per_source"]
-    assert {k: (v["read"], v["written"], v["rejected"], v["needs_generation"]) for k, v in per.items()} == {
+    assert {
+        k: (v["read"], v["written"], v["rejected"], v["needs_generation"]) for k, v in per.items()
+    } == {
         "chat_messages": (8, 7, 1, 0),  # chat-006 answers "OK." only: placeholder, never supervised
         "sharegpt_conversations": (4, 3, 1, 0),  # sg-4 has role 'narrator'
         "alpaca": (4, 3, 0, 1),  # empty output: prompt-only
@@ -148,14 +158,23 @@ def test_sample_draft_vocab_files(sample_build):
     d2t = np.load(out / "d2t-64.npy")
     t2d = np.load(out / "t2d-64.npy")
     freq = np.load(out / "token_freq.npy")
-    ref_d2t, ref_t2d = reference_vocab_mapping({int(i): int(freq[i]) for i in np.nonzero(freq)[0]}, 64, len(freq))
+    ref_d2t, ref_t2d = reference_vocab_mapping(
+        {int(i): int(freq[i]) for i in np.nonzero(freq)[0]}, 64, len(freq)
+    )
     assert (d2t == ref_d2t).all() and (t2d == ref_t2d).all()
 
 
 def test_builds_are_byte_identical_across_worker_counts(tmp_path):
     a = run_build(sample_options(tmp_path / "a", workers=1))
     b = run_build(sample_options(tmp_path / "b", workers=2))
-    for name in ("data-00000-of-00001.arrow", "state.json", "dataset_info.json", "rejects.jsonl", "prompts.jsonl", "token_freq.npy"):
+    for name in (
+        "data-00000-of-00001.arrow",
+        "state.json",
+        "dataset_info.json",
+        "rejects.jsonl",
+        "prompts.jsonl",
+        "token_freq.npy",
+    ):
         assert (a.out / name).read_bytes() == (b.out / name).read_bytes(), name
     ma, mb = (json.loads((x.out / "manifest.json").read_text()) for x in (a, b))
     assert ma["files"] == mb["files"] and ma["counts"] == mb["counts"]
@@ -166,12 +185,36 @@ def test_existing_output_is_refused_without_overwrite(tmp_path, capsys):
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
-    code = main(["build", str(src), "--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(out), "--workers", "1"])
+    code = main(
+        [
+            "build",
+            str(src),
+            "--tokenizer",
+            str(qwen3_tokenizer_dir()),
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "exists" in err[0] and "--overwrite" in err[0]
     assert (out / "keep.txt").read_text() == "mine"
-    code = main(["build", str(src), "--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(out), "--workers", "1", "--overwrite", "--no-progress"])
+    code = main(
+        [
+            "build",
+            str(src),
+            "--tokenizer",
+            str(qwen3_tokenizer_dir()),
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+            "--overwrite",
+            "--no-progress",
+        ]
+    )
     assert code == 0 and not (out / "keep.txt").exists() and (out / "manifest.json").exists()
 
 
@@ -201,7 +244,19 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, capsys, args, needle):
 
 def test_nothing_written_exits_1(tmp_path, capsys):
     src = write_jsonl(tmp_path / "a.jsonl", [chat(1, "OK."), {"messages": []}])
-    code = main(["build", str(src), "--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(tmp_path / "o"), "--workers", "1", "--no-progress"])
+    code = main(
+        [
+            "build",
+            str(src),
+            "--tokenizer",
+            str(qwen3_tokenizer_dir()),
+            "--out",
+            str(tmp_path / "o"),
+            "--workers",
+            "1",
+            "--no-progress",
+        ]
+    )
     assert code == 1
     assert "no rows written" in capsys.readouterr().err
 
@@ -210,15 +265,25 @@ def test_length_rules_drop_truncate_and_min_supervised(tmp_path):
     long_answer = "word " * 300
     src = write_jsonl(tmp_path / "a.jsonl", [chat(1, long_answer), chat(2, "Short.")])
     tok = str(qwen3_tokenizer_dir())
-    drop = run_build(BuildOptions([Source("a", src)], tok, tmp_path / "d", max_length=64, workers=1))
+    drop = run_build(
+        BuildOptions([Source("a", src)], tok, tmp_path / "d", max_length=64, workers=1)
+    )
     assert drop.accounting["a"].rejected == {"too_long": 1}
-    cut = run_build(BuildOptions([Source("a", src)], tok, tmp_path / "t", max_length=64, truncation="truncate", workers=1))
+    cut = run_build(
+        BuildOptions(
+            [Source("a", src)], tok, tmp_path / "t", max_length=64, truncation="truncate", workers=1
+        )
+    )
     assert cut.accounting["a"].written == 2 and cut.accounting["a"].truncated == 1
     rows = read_rows(cut.out)
     assert rows[0]["seq_len"] == 64 and rows[0]["loss_mask"][-1] == 1  # cut inside the answer
     assert json.loads((cut.out / "manifest.json").read_text())["totals"]["truncated"] == 1
-    strict = run_build(BuildOptions([Source("a", src)], tok, tmp_path / "m", min_supervised_tokens=10, workers=1))
-    assert strict.accounting["a"].rejected == {"too_few_supervised_tokens": 1}  # "Short.<|im_end|>" is 3 tokens
+    strict = run_build(
+        BuildOptions([Source("a", src)], tok, tmp_path / "m", min_supervised_tokens=10, workers=1)
+    )
+    assert strict.accounting["a"].rejected == {
+        "too_few_supervised_tokens": 1
+    }  # "Short.<|im_end|>" is 3 tokens
 
 
 def test_each_mode_counts_by_conversation(tmp_path):
@@ -232,7 +297,11 @@ def test_each_mode_counts_by_conversation(tmp_path):
         ],
     }
     src = write_jsonl(tmp_path / "a.jsonl", [conv, chat(2)])
-    res = run_build(BuildOptions([Source("a", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", turns="each", workers=1))
+    res = run_build(
+        BuildOptions(
+            [Source("a", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", turns="each", workers=1
+        )
+    )
     c = res.accounting["a"]
     assert (c.read, c.written, c.rows_out, c.supervised_turns) == (2, 2, 3, 3)
     assert [r["id"] for r in read_rows(res.out)] == ["m#0", "m#1", "c2#0"]
@@ -248,7 +317,9 @@ def test_sampling_is_seeded_and_split_by_weight(tmp_path):
 
     def run(out: str, seed: int):
         srcs = [Source("a", a, weight=1.0), Source("b", b, weight=3.0)]
-        return run_build(BuildOptions(srcs, tok, tmp_path / out, max_samples=20, seed=seed, workers=1))
+        return run_build(
+            BuildOptions(srcs, tok, tmp_path / out, max_samples=20, seed=seed, workers=1)
+        )
 
     r1, r2, r3 = run("x", 0), run("y", 0), run("z", 1)
     assert (r1.accounting["a"].read, r1.accounting["b"].read) == (5, 15)
@@ -260,7 +331,11 @@ def test_sampling_is_seeded_and_split_by_weight(tmp_path):
 def test_colliding_ids_get_a_source_prefix(tmp_path):
     a = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
     b = write_jsonl(tmp_path / "b.jsonl", [chat(1), chat(1)])
-    res = run_build(BuildOptions([Source("a", a), Source("b", b)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1))
+    res = run_build(
+        BuildOptions(
+            [Source("a", a), Source("b", b)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1
+        )
+    )
     assert [r["id"] for r in read_rows(res.out)] == ["c1", "b:c1"]
     assert res.accounting["b"].rejected == {"duplicate_id": 1}
 
@@ -271,9 +346,13 @@ def test_pretokenized_rows_pass_through(tmp_path):
         {"id": "p2", "input_ids": [1, 999999999], "loss_mask": [0, 1]},
     ]
     src = write_jsonl(tmp_path / "p.jsonl", rows)
-    res = run_build(BuildOptions([Source("p", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1))
+    res = run_build(
+        BuildOptions([Source("p", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1)
+    )
     out = read_rows(res.out)
-    assert [(r["id"], r["input_ids"], r["loss_mask"]) for r in out] == [("p1", [1, 2, 3, 4], [0, 0, 1, 1])]
+    assert [(r["id"], r["input_ids"], r["loss_mask"]) for r in out] == [
+        ("p1", [1, 2, 3, 4], [0, 0, 1, 1])
+    ]
     assert res.accounting["p"].rejected == {"invalid_pretokenized": 1}
 
 
@@ -298,7 +377,9 @@ def test_every_shared_sample_file_is_accounted_for(tmp_path):
     data = shared_data_dir()
     if data is None:
         pytest.skip("../shared/data is absent (set DRAFTSET_SHARED_DATA to run this test)")
-    files = sorted(p for p in data.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".gz"))
+    files = sorted(
+        p for p in data.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".gz")
+    )
     sources = [Source(f"{p.parent.name}/{p.name}", p) for p in files]
     res = run_build(BuildOptions(sources, str(qwen3_tokenizer_dir()), tmp_path / "o", workers=2))
     assert res.accounting.balance_errors() == []
@@ -308,3 +389,95 @@ def test_every_shared_sample_file_is_accounted_for(tmp_path):
     per = res.accounting.sources
     assert per["prompts/arena_hard_v2.0_question.jsonl"].needs_generation == 750
     assert per["sharegpt/fastchat_dummy_conversation.json"].written == 500
+
+
+def test_row_template_kwargs_recorded_by_generate_win(tmp_path):
+    """A row answered with thinking off is rendered with thinking off, whatever the run default."""
+    row = chat(1, "Four.")
+    row["metadata"] = {"chat_template_kwargs": {"enable_thinking": False}}
+    src = write_jsonl(tmp_path / "a.jsonl", [row, chat(2, "Five.")])
+    res = run_build(
+        BuildOptions(
+            [Source("a", src)],
+            str(qwen3_tokenizer_dir()),
+            tmp_path / "o",
+            chat_template_path=str(trl_template("qwen3_6")),
+            workers=1,
+        )
+    )
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()))
+    sup = [
+        tok.decode([i for i, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m])
+        for r in read_rows(res.out)
+    ]
+    assert sup == ["Four.<|im_end|>", "\n</think>\n\nFive.<|im_end|>"]
+
+
+def test_server_token_ids_are_kept_when_they_spell_the_generation(tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()))
+    # a legal but non-canonical tokenization of the answer, as a sampling model may emit it
+    odd = tok.convert_tokens_to_ids(["F", "ine", ".", "<|im_end|>"])
+    assert tok.decode(odd) == "Fine.<|im_end|>"
+    canonical = tok("Fine.<|im_end|>", add_special_tokens=False).input_ids
+    assert odd != canonical
+    good = chat(1, "Fine.")
+    good["metadata"] = {
+        "chat_template_kwargs": {"enable_thinking": False},
+        "token_ids": {"turns": [{"message": 1, "prompt": None, "completion": odd[:-1]}]},  # no EOT
+    }
+    bad = chat(2, "Fine.")
+    bad["metadata"] = {
+        "chat_template_kwargs": {"enable_thinking": False},
+        "token_ids": {
+            "turns": [{"message": 1, "completion": tok.convert_tokens_to_ids(["No", "."])}]
+        },
+    }
+    src = write_jsonl(tmp_path / "a.jsonl", [good, bad])
+    res = run_build(
+        BuildOptions(
+            [Source("a", src)],
+            str(qwen3_tokenizer_dir()),
+            tmp_path / "o",
+            chat_template_path=str(trl_template("qwen3_6")),
+            workers=1,
+        )
+    )
+    rows = read_rows(res.out)
+    sup = [[i for i, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m] for r in rows]
+    assert sup == [odd, canonical]
+    c = res.accounting["a"]
+    assert (c.server_ids_used, c.server_ids_mismatch) == (1, 1)
+
+
+def test_target_vocab_size_comes_from_config_json(tmp_path):
+    import shutil
+
+    tok = tmp_path / "tok"
+    shutil.copytree(qwen3_tokenizer_dir(), tok)
+    (tok / "config.json").write_text(json.dumps({"vocab_size": 151936}))
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    res = run_build(
+        BuildOptions([Source("a", src)], str(tok), tmp_path / "o", draft_vocab_size=32, workers=1)
+    )
+    assert np.load(res.out / "token_freq.npy").shape == (151936,)
+    assert np.load(res.out / "t2d-32.npy").shape == (151936,)
+    manifest = json.loads((res.out / "manifest.json").read_text())
+    assert (manifest["tokenizer"]["vocab_size"], manifest["tokenizer"]["tokenizer_size"]) == (
+        151936,
+        151669,
+    )
+    # without config.json: --target-vocab-size, else the tokenizer's own length
+    res2 = run_build(
+        BuildOptions(
+            [Source("a", src)],
+            str(qwen3_tokenizer_dir()),
+            tmp_path / "p",
+            target_vocab_size=160000,
+            workers=1,
+        )
+    )
+    assert np.load(res2.out / "token_freq.npy").shape == (160000,)

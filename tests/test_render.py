@@ -46,12 +46,22 @@ CASES = {
     "multi": ([U("Hi"), A("Hello!"), U("Name a color."), A("Blue.")], None),
     "system": ([{"role": "system", "content": "You are terse."}, U("Hi"), A("Hey.")], None),
     "tools": (
-        [U("Weather in Paris?"), A("", tool_calls=[CALL]), {"role": "tool", "content": '{"temp": 21}'}, A("It is 21C.")],
+        [
+            U("Weather in Paris?"),
+            A("", tool_calls=[CALL]),
+            {"role": "tool", "content": '{"temp": 21}'},
+            A("It is 21C."),
+        ],
         TOOLS,
     ),
     "reasoning_last": ([U("2+2?"), A("4", reasoning_content="Add two and two.")], None),
     "reasoning_history": (
-        [U("2+2?"), A("4", reasoning_content="Add."), U("3+3?"), A("6", reasoning_content="Add again.")],
+        [
+            U("2+2?"),
+            A("4", reasoning_content="Add."),
+            U("3+3?"),
+            A("6", reasoning_content="Add again."),
+        ],
         None,
     ),
     "unicode": ([U("你好 👋🏽 Ünïcödé?"), A("こんにちは 🌸 — ça va")], None),
@@ -70,7 +80,8 @@ GOLDEN = {
         "system": (["Hey.<|im_end|>"], {}),
         "tools": (
             [
-                '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>',
+                '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+                "</tool_call><|im_end|>",
                 "It is 21C.<|im_end|>",
             ],
             {},
@@ -140,7 +151,13 @@ GOLDEN = {
         "single": (["4<|eot_id|>"], {}),
         "multi": (["Hello!<|eot_id|>", "Blue.<|eot_id|>"], {}),
         "system": (["Hey.<|eot_id|>"], {}),
-        "tools": (['{"name": "get_weather", "parameters": {"city": "Paris"}}<|eot_id|>', "It is 21C.<|eot_id|>"], {}),
+        "tools": (
+            [
+                '{"name": "get_weather", "parameters": {"city": "Paris"}}<|eot_id|>',
+                "It is 21C.<|eot_id|>",
+            ],
+            {},
+        ),
         "reasoning_last": (["4<|eot_id|>"], {}),
         "reasoning_history": (["4<|eot_id|>", "6<|eot_id|>"], {}),
         "unicode": (["こんにちは 🌸 — ça va<|eot_id|>"], {}),
@@ -177,7 +194,9 @@ def supervised_runs(tmpl: ChatTemplate, ids: np.ndarray, mask: np.ndarray) -> li
 PARAMS = [(key, case) for key in GOLDEN for case in CASES]
 
 
-@pytest.mark.parametrize(("key", "case"), PARAMS, ids=[f"{k[1]}{'-nothink' if k[2] else ''}-{c}" for k, c in PARAMS])
+@pytest.mark.parametrize(
+    ("key", "case"), PARAMS, ids=[f"{k[1]}{'-nothink' if k[2] else ''}-{c}" for k, c in PARAMS]
+)
 def test_golden_masks(key, case):
     tmpl = template(*key)
     messages, tools = CASES[case]
@@ -210,7 +229,9 @@ def test_segments_never_straddle_the_prefill_edge():
     first = int(np.argmax(mask))
     assert tmpl.tokenizer.convert_ids_to_tokens(int(ids[first - 1])) == "Ċ"  # prompt ends "\n"
     assert tmpl.tokenizer.convert_ids_to_tokens(int(ids[first])) == "Ċ"  # generation starts "\n"
-    joint = tmpl.backend.encode("".join(s for s, _ in plan.rows[0].segments), add_special_tokens=False).ids
+    joint = tmpl.backend.encode(
+        "".join(s for s, _ in plan.rows[0].segments), add_special_tokens=False
+    ).ids
     assert joint != ids.tolist()  # one joint encoding would merge "\n\n" into one token
 
 
@@ -237,7 +258,9 @@ def test_last_mode_supervises_only_the_final_turn():
 
 def test_trailing_user_turn_is_trimmed_and_counted():
     tmpl = template("qwen3", "qwen2_5", False)
-    plan = plan_conversation(tmpl, Conversation("c", "s", 0, [U("a"), A("b"), U("dangling")]), "all")
+    plan = plan_conversation(
+        tmpl, Conversation("c", "s", 0, [U("a"), A("b"), U("dangling")]), "all"
+    )
     assert plan.trailing_turns_trimmed == 1
     assert "dangling" not in "".join(s for s, _ in plan.rows[0].segments)
 
@@ -245,8 +268,12 @@ def test_trailing_user_turn_is_trimmed_and_counted():
 def test_template_error_rejects_the_conversation_with_its_own_message():
     tmpl = template("qwen3", "qwen3_6", False)
     # no user turn at all: Qwen3.6 raises "No user query found in messages."
-    plan = plan_conversation(tmpl, Conversation("c", "s", 0, [{"role": "system", "content": "x"}, A("y")]), "all")
-    assert [(r.reason, r.message) for r in plan.rejects] == [("template_error", "No user query found in messages.")]
+    plan = plan_conversation(
+        tmpl, Conversation("c", "s", 0, [{"role": "system", "content": "x"}, A("y")]), "all"
+    )
+    assert [(r.reason, r.message) for r in plan.rejects] == [
+        ("template_error", "No user query found in messages.")
+    ]
 
 
 def test_each_mode_rejects_only_the_failing_turn():

@@ -13,7 +13,9 @@ from conftest import REPO, qwen3_tokenizer_dir
 from draftset.build import BuildOptions, run_build
 from draftset.recipe import load_recipe
 
-torch = pytest.importorskip("torch", reason="torch is installed by scripts/test.sh (torch==2.13.0 CPU)")
+torch = pytest.importorskip(
+    "torch", reason="torch is installed by scripts/test.sh (torch==2.13.0 CPU)"
+)
 spec_data = pytest.importorskip(
     "speculators.train.data", reason="speculators 0.9.0 is installed by scripts/test.sh"
 )
@@ -25,7 +27,9 @@ def built(tmp_path_factory):
     recipe = load_recipe(REPO / "examples" / "recipe.yaml")
     out = tmp_path_factory.mktemp("spec") / "set"
     return run_build(
-        BuildOptions(recipe["sources"], str(qwen3_tokenizer_dir()), out, workers=1, draft_vocab_size=256)
+        BuildOptions(
+            recipe["sources"], str(qwen3_tokenizer_dir()), out, workers=1, draft_vocab_size=256
+        )
     ).out
 
 

@@ -29,6 +29,8 @@ class SourceCounts:
     trailing_turns_trimmed: int = 0
     tokens: int = 0
     supervised_tokens: int = 0
+    server_ids_used: int = 0  # generations tokenized by the generation server itself
+    server_ids_mismatch: int = 0  # server ids that did not spell the generation: re-encoded
 
     @property
     def rejected_total(self) -> int:
@@ -42,7 +44,9 @@ class SourceCounts:
                 f" + needs_generation {self.needs_generation}"
             )
         if self.available != self.read + self.sampled_out:
-            return f"available {self.available} != read {self.read} + sampled_out {self.sampled_out}"
+            return (
+                f"available {self.available} != read {self.read} + sampled_out {self.sampled_out}"
+            )
         return None
 
     def to_json(self) -> dict[str, Any]:
@@ -62,6 +66,8 @@ class SourceCounts:
             "trailing_turns_trimmed": self.trailing_turns_trimmed,
             "tokens": self.tokens,
             "supervised_tokens": self.supervised_tokens,
+            "server_ids_used": self.server_ids_used,
+            "server_ids_mismatch": self.server_ids_mismatch,
         }
 
 
@@ -89,6 +95,8 @@ class Accounting:
                 "trailing_turns_trimmed",
                 "tokens",
                 "supervised_tokens",
+                "server_ids_used",
+                "server_ids_mismatch",
             ):
                 setattr(t, name, getattr(t, name) + getattr(c, name))
             t.rejected.update(c.rejected)

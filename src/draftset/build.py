@@ -27,7 +27,13 @@ import numpy as np
 
 from draftset import __version__, reasons
 from draftset.account import Accounting
-from draftset.encode import EncodedRow, LengthRules, apply_length_rules, encode_plans, encode_pretokenized
+from draftset.encode import (
+    EncodedRow,
+    LengthRules,
+    apply_length_rules,
+    encode_plans,
+    encode_pretokenized,
+)
 from draftset.normalize import normalize
 from draftset.read import Source, count_rows, describe_inputs, iter_raw_rows
 from draftset.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
@@ -124,6 +130,8 @@ class Processor:
                 res.plan_stats = ConversationPlan(
                     context_turns=cplan.context_turns,
                     trailing_turns_trimmed=cplan.trailing_turns_trimmed,
+                    server_ids_used=cplan.server_ids_used,
+                    server_ids_mismatch=cplan.server_ids_mismatch,
                 )
                 for rp in cplan.rows:
                     plans.append(rp)
@@ -131,18 +139,22 @@ class Processor:
             elif isinstance(item, PreTokenized):
                 out = encode_pretokenized(item, self.rules, self.vocab_size)
                 (res.rows if isinstance(out, EncodedRow) else res.rejects).append(out)  # type: ignore[arg-type]
-        for rp, (ids, mask), res in zip(plans, encode_plans(self.template.backend, plans), owners, strict=True):
+        for rp, (ids, mask), res in zip(
+            plans, encode_plans(self.template.backend, plans), owners, strict=True
+        ):
             out = apply_length_rules(rp.source, rp.row, rp.id, ids, mask, self.rules)
             if isinstance(out, EncodedRow):
                 res.rows.append(out)
                 assert res.plan_stats is not None
-                res.plan_stats.rows.append(rp)  # keep supervised-turn counts; segments dropped below
+                res.plan_stats.rows.append(
+                    rp
+                )  # keep supervised-turn counts; segments dropped below
             else:
                 res.rejects.append(out)
         for res in results:  # segments are big and the main process does not need them
             if res.plan_stats is not None:
                 for rp in res.plan_stats.rows:
-                    rp.segments = []
+                    rp.segments, rp.server_ids, rp.turn_of_segment = [], {}, {}
         return results
 
 
@@ -161,7 +173,9 @@ def _work(batch: list[Normalized]) -> list[ItemResult]:
 
 
 # --- sampling -----------------------------------------------------------------------------------
-def _quotas(sources: list[Source], available: dict[str, int], max_samples: int | None) -> dict[str, int]:
+def _quotas(
+    sources: list[Source], available: dict[str, int], max_samples: int | None
+) -> dict[str, int]:
     """Rows to take from each source: explicit counts first, the rest split by weight."""
     quotas: dict[str, int] = {}
     for s in sources:
@@ -234,7 +248,13 @@ def _unique_id(item: Normalized, registry: _IdRegistry) -> Normalized:
     if registry.claim(prefixed):
         item.id = prefixed
         return item
-    return Reject(item.source, item.row, item.id, reasons.DUPLICATE_ID, f"id {item.id!r} already used in this run")
+    return Reject(
+        item.source,
+        item.row,
+        item.id,
+        reasons.DUPLICATE_ID,
+        f"id {item.id!r} already used in this run",
+    )
 
 
 def iter_items(
@@ -251,7 +271,9 @@ def iter_items(
                 counts.sampled_out += 1
                 continue
             counts.read += 1
-            item: Normalized = raw.reject if raw.reject is not None else normalize(raw, src.format, src.fields)
+            item: Normalized = (
+                raw.reject if raw.reject is not None else normalize(raw, src.format, src.fields)
+            )
             yield _unique_id(item, registry)
 
 
@@ -276,7 +298,9 @@ def _ordered_results(
             yield proc.process(b)
         return
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=processor_args) as ex:
+    with ProcessPoolExecutor(
+        workers, mp_context=ctx, initializer=_init_worker, initargs=processor_args
+    ) as ex:
         window: deque = deque()
         for b in batches:
             window.append(ex.submit(_work, b))
@@ -315,7 +339,10 @@ def run_build(
     for s in opts.sources:
         acct[s.name].available = available[s.name]
     quotas = _quotas(opts.sources, available, opts.max_samples)
-    selections = {s.name: _selection(s.name, available[s.name], quotas[s.name], opts.seed) for s in opts.sources}
+    selections = {
+        s.name: _selection(s.name, available[s.name], quotas[s.name], opts.seed)
+        for s in opts.sources
+    }
     total = sum(quotas.values())
     workers = opts.workers or os.cpu_count() or 1
 
@@ -347,12 +374,17 @@ def run_build(
             d2t, t2d = draft_vocab(writer.token_freq, opts.draft_vocab_size, vocab_size)
             np.save(tmp / f"d2t-{opts.draft_vocab_size}.npy", d2t)
             np.save(tmp / f"t2d-{opts.draft_vocab_size}.npy", t2d)
-            vocab_files += [tmp / f"d2t-{opts.draft_vocab_size}.npy", tmp / f"t2d-{opts.draft_vocab_size}.npy"]
+            vocab_files += [
+                tmp / f"d2t-{opts.draft_vocab_size}.npy",
+                tmp / f"t2d-{opts.draft_vocab_size}.npy",
+            ]
         errors = acct.balance_errors()
         if errors:
             raise AccountingError("accounting does not balance: " + "; ".join(errors))
         manifest = _manifest(opts, template, vocab_size, acct, writer, shards, vocab_files, tmp)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (tmp / "manifest.json").write_text(
+            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         finalize_output(tmp, opts.out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -403,6 +435,8 @@ def _account(
         counts.context_turns.update(res.plan_stats.context_turns)
         counts.trailing_turns_trimmed += res.plan_stats.trailing_turns_trimmed
         counts.supervised_turns += sum(rp.supervised_turns for rp in res.plan_stats.rows)
+        counts.server_ids_used += res.plan_stats.server_ids_used
+        counts.server_ids_mismatch += res.plan_stats.server_ids_mismatch
 
 
 def _manifest(

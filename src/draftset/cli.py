@@ -41,43 +41,88 @@ RECIPE.yaml argument reads everything from a recipe (command-line options overri
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="draftset", description="Verified training sets for speculative-decoding drafters.")
+    p = _Parser(
+        prog="draftset", description="Verified training sets for speculative-decoding drafters."
+    )
     p.add_argument("--version", action="version", version=f"draftset {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     b = sub.add_parser(
-        "build", help="tokenize and mask chat data into a training set", description=BUILD_HELP,
+        "build",
+        help="tokenize and mask chat data into a training set",
+        description=BUILD_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     b.add_argument("inputs", nargs="+", metavar="SOURCE|RECIPE.yaml")
     b.add_argument("--tokenizer", help="tokenizer folder (or hub id when online)")
     b.add_argument("--out", help="output folder (refused if it exists, unless --overwrite)")
     b.add_argument("--chat-template", help="Jinja file overriding the tokenizer's template")
-    b.add_argument("--template-kwargs", help="JSON object passed to the template, e.g. '{\"enable_thinking\": false}'")
-    b.add_argument("--format", choices=["messages", "sharegpt", "alpaca", "prompt", "pretokenized"],
-                   help="force the row shape of the command-line sources (default: detected per row)")
-    b.add_argument("--field", action="append", metavar="CANONICAL=COLUMN",
-                   help="map a column to a canonical field, e.g. instruction=text (repeatable)")
-    b.add_argument("--turns", choices=["all", "last", "each"], help="which assistant turns to supervise (default all)")
+    b.add_argument(
+        "--template-kwargs",
+        help="JSON object passed to the template, e.g. '{\"enable_thinking\": false}'",
+    )
+    b.add_argument(
+        "--format",
+        choices=["messages", "sharegpt", "alpaca", "prompt", "pretokenized"],
+        help="force the row shape of the command-line sources (default: detected per row)",
+    )
+    b.add_argument(
+        "--field",
+        action="append",
+        metavar="CANONICAL=COLUMN",
+        help="map a column to a canonical field, e.g. instruction=text (repeatable)",
+    )
+    b.add_argument(
+        "--turns",
+        choices=["all", "last", "each"],
+        help="which assistant turns to supervise (default all)",
+    )
     b.add_argument("--max-length", type=int, help="max tokens per row (default 4096)")
-    b.add_argument("--truncation", choices=["drop", "truncate"], help="over-long rows: reject or cut (default drop)")
+    b.add_argument(
+        "--truncation",
+        choices=["drop", "truncate"],
+        help="over-long rows: reject or cut (default drop)",
+    )
     b.add_argument("--min-supervised-tokens", type=int, help="reject rows with fewer (default 1)")
-    b.add_argument("--max-samples", type=int, help="total rows to take, split over sources by weight")
+    b.add_argument(
+        "--max-samples", type=int, help="total rows to take, split over sources by weight"
+    )
     b.add_argument("--seed", type=int, help="seed of the sampling (default 0)")
     b.add_argument("--workers", type=int, help="processes (default: all cores)")
-    b.add_argument("--draft-vocab-size", type=int, help="also write d2t-N.npy / t2d-N.npy (EAGLE-3)")
-    b.add_argument("--target-vocab-size", type=int, help="target vocabulary when the tokenizer folder has no config.json")
-    b.add_argument("--eot-token", action="append", help="extra end-of-turn token (default: probed from the template)")
-    b.add_argument("--placeholder", action="append",
-                   help="answer text never supervised (default: 'OK.', 'OK'; empty answers always)")
-    b.add_argument("--overwrite", action="store_true", default=None, help="replace an existing output folder")
+    b.add_argument(
+        "--draft-vocab-size", type=int, help="also write d2t-N.npy / t2d-N.npy (EAGLE-3)"
+    )
+    b.add_argument(
+        "--target-vocab-size",
+        type=int,
+        help="target vocabulary when the tokenizer folder has no config.json",
+    )
+    b.add_argument(
+        "--eot-token",
+        action="append",
+        help="extra end-of-turn token (default: probed from the template)",
+    )
+    b.add_argument(
+        "--placeholder",
+        action="append",
+        help="answer text never supervised (default: 'OK.', 'OK'; empty answers always)",
+    )
+    b.add_argument(
+        "--overwrite", action="store_true", default=None, help="replace an existing output folder"
+    )
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
 def _build_options(args: argparse.Namespace) -> Any:
     from draftset.build import BuildOptions
-    from draftset.recipe import load_recipe, parse_fields, parse_json_object, parse_source_arg, unique_names
+    from draftset.recipe import (
+        load_recipe,
+        parse_fields,
+        parse_json_object,
+        parse_source_arg,
+        unique_names,
+    )
 
     recipe: dict[str, Any] = {}
     inputs = list(args.inputs)

@@ -23,6 +23,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     from draftset.build import BuildResult
 
+
 def _console(stderr: bool = False) -> Console:
     """Rich console; when not a terminal (logs, CI) use a width that fits the summary table."""
     probe = Console(stderr=stderr)
@@ -71,7 +72,17 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
     console = console or out
     acct = result.accounting
     table = Table(title=f"draftset build → {escape(str(result.out))}", title_justify="left")
-    for col in ("source", "read", "written", "rejected", "needs gen", "rows out", "truncated", "tokens", "supervised"):
+    for col in (
+        "source",
+        "read",
+        "written",
+        "rejected",
+        "needs gen",
+        "rows out",
+        "truncated",
+        "tokens",
+        "supervised",
+    ):
         table.add_column(col, justify="left" if col == "source" else "right")
     rows = [*acct.sources.items(), ("TOTAL", acct.total())]
     for i, (name, c) in enumerate(rows):
@@ -91,10 +102,15 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
     console.print(table)
     total = acct.total()
     if total.sampled_out:
-        console.print(f"sampled out (not selected by --max-samples / weights / counts): {_fmt(total.sampled_out)}")
+        console.print(
+            "sampled out (not selected by --max-samples / weights / counts):"
+            f" {_fmt(total.sampled_out)}"
+        )
     if total.row_rejects:
         reasons = ", ".join(f"{k}={_fmt(v)}" for k, v in total.row_rejects.most_common())
-        console.print(f"rejects by reason: {reasons}  (details: {escape(str(result.out))}/rejects.jsonl)")
+        console.print(
+            f"rejects by reason: {reasons}  (details: {escape(str(result.out))}/rejects.jsonl)"
+        )
     if total.context_turns:
         ctx = ", ".join(f"{k}={_fmt(v)}" for k, v in total.context_turns.most_common())
         console.print(f"assistant turns kept as context only: {ctx}")
@@ -105,7 +121,8 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
         )
     if total.needs_generation:
         console.print(
-            f"{_fmt(total.needs_generation)} prompt-only rows queued in {escape(str(result.out))}/prompts.jsonl"
+            f"{_fmt(total.needs_generation)} prompt-only rows queued in"
+            f" {escape(str(result.out))}/prompts.jsonl"
             " (answer them with `draftset generate`)"
         )
     rate = total.read / result.seconds if result.seconds > 0 else 0.0

@@ -42,7 +42,12 @@ class LengthRules:
 
 def encode_plans(backend, plans: list[RowPlan]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Token ids and mask for each plan; one batched tokenizer call for all segments."""
-    texts = [text for plan in plans for text, _ in plan.segments]
+    texts = [
+        text
+        for plan in plans
+        for i, (text, _) in enumerate(plan.segments)
+        if i not in plan.server_ids
+    ]
     encodings = backend.encode_batch(texts, add_special_tokens=False) if texts else []
     out: list[tuple[np.ndarray, np.ndarray]] = []
     k = 0
@@ -50,9 +55,12 @@ def encode_plans(backend, plans: list[RowPlan]) -> list[tuple[np.ndarray, np.nda
         ids_parts: list[list[int]] = []
         lengths: list[int] = []
         flags: list[int] = []
-        for _, supervised in plan.segments:
-            ids = encodings[k].ids
-            k += 1
+        for i, (_, supervised) in enumerate(plan.segments):
+            if i in plan.server_ids:  # the server's own tokens for this generation
+                ids = plan.server_ids[i]
+            else:
+                ids = encodings[k].ids
+                k += 1
             ids_parts.append(ids)
             lengths.append(len(ids))
             flags.append(1 if supervised else 0)
@@ -103,7 +111,9 @@ def apply_length_rules(
     return EncodedRow(row_id, source, row, input_ids, loss_mask, truncated)
 
 
-def encode_pretokenized(row: PreTokenized, rules: LengthRules, vocab_size: int) -> EncodedRow | Reject:
+def encode_pretokenized(
+    row: PreTokenized, rules: LengthRules, vocab_size: int
+) -> EncodedRow | Reject:
     """Pass a pre-tokenized row through the same validation and length rules."""
     ids = np.asarray(row.input_ids, dtype=np.int64)
     if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
@@ -115,6 +125,4 @@ def encode_pretokenized(row: PreTokenized, rules: LengthRules, vocab_size: int) 
             f"token id outside the vocabulary [0, {vocab_size})",
         )
     mask = np.asarray(row.loss_mask, dtype=np.int8)
-    return apply_length_rules(
-        row.source, row.row, row.id, ids.astype(np.int32), mask, rules
-    )
+    return apply_length_rules(row.source, row.row, row.id, ids.astype(np.int32), mask, rules)

@@ -75,9 +75,13 @@ def parse_source_arg(arg: str, fmt: str | None, fields: dict[str, str] | None) -
             else:
                 raise ValueError
         except ValueError:
-            raise RecipeError(f"bad source option {part!r} in {arg!r} (use weight=W or count=N)") from None
+            raise RecipeError(
+                f"bad source option {part!r} in {arg!r} (use weight=W or count=N)"
+            ) from None
     path = Path(path_text)
-    return Source(name=source_name(path), path=path, format=fmt, fields=fields, weight=weight, count=count)
+    return Source(
+        name=source_name(path), path=path, format=fmt, fields=fields, weight=weight, count=count
+    )
 
 
 def parse_fields(pairs: list[str] | None) -> dict[str, str] | None:

@@ -34,6 +34,10 @@ class RowPlan:
     segments: list[tuple[str, bool]]
     # every supervised segment ends with an end-of-turn token by construction
     supervised_turns: int = 0
+    # segment index -> token ids the server returned for that generation (used as they are)
+    server_ids: dict[int, list[int]] = field(default_factory=dict)
+    # segment index -> index of the assistant message it is the generation of
+    turn_of_segment: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -44,6 +48,8 @@ class ConversationPlan:
     rejects: list[Reject] = field(default_factory=list)
     context_turns: Counter[str] = field(default_factory=Counter)
     trailing_turns_trimmed: int = 0
+    server_ids_used: int = 0  # generations whose tokens came from the server
+    server_ids_mismatch: int = 0  # server ids that did not decode to the generation: re-encoded
 
 
 @dataclass(slots=True)
@@ -70,17 +76,45 @@ def _template_reject(conv: Conversation, exc: Exception, row_id: str | None = No
     return Reject(conv.source, conv.row, row_id or conv.id, reasons.TEMPLATE_ERROR, text)
 
 
+def row_template_kwargs(conv: Conversation) -> dict | None:
+    """Template options a row was generated with (recorded by `draftset generate`)."""
+    recorded = conv.meta.get("metadata")
+    kwargs = recorded.get("chat_template_kwargs") if isinstance(recorded, dict) else None
+    return kwargs if isinstance(kwargs, dict) and kwargs else None
+
+
+def _server_completion_ids(conv: Conversation) -> dict[int, list[int]]:
+    """message index -> completion token ids, when the generation server returned them."""
+    recorded = conv.meta.get("metadata")
+    turns = (recorded.get("token_ids") or {}).get("turns") if isinstance(recorded, dict) else None
+    out: dict[int, list[int]] = {}
+    for t in turns or []:
+        ids = t.get("completion") if isinstance(t, dict) else None
+        if (
+            isinstance(t.get("message"), int)
+            and isinstance(ids, list)
+            and all(type(i) is int for i in ids)
+        ):
+            out[t["message"]] = ids
+    return out
+
+
 def derive_turn(
     tmpl: ChatTemplate,
     messages: list[Message],
     tools: list | None,
     j: int,
     full_render: str | None = None,
+    row_kwargs: dict | None = None,
 ) -> _Turn:
     """P and G for assistant message j (raises on template errors)."""
     turn = _Turn(index=j)
-    prompt = tmpl.render(messages[:j], tools, add_generation_prompt=True)
-    full = full_render if full_render is not None else tmpl.render(messages[: j + 1], tools)
+    prompt = tmpl.render(messages[:j], tools, add_generation_prompt=True, row_kwargs=row_kwargs)
+    full = (
+        full_render
+        if full_render is not None
+        else tmpl.render(messages[: j + 1], tools, row_kwargs=row_kwargs)
+    )
     turn.prompt = prompt
     if not full.startswith(prompt):
         turn.reason = reasons.TURN_NOT_GENERABLE
@@ -95,18 +129,24 @@ def derive_turn(
     return turn
 
 
-def segments_for(text: str, spans: list[tuple[int, int]]) -> list[tuple[str, bool]]:
-    """Split ``text`` into (piece, supervised) segments at sorted, disjoint ``spans``."""
-    out: list[tuple[str, bool]] = []
+def make_row(
+    conv: Conversation, row_id: str, text: str, spans: list[tuple[int, int, int]]
+) -> RowPlan:
+    """Split ``text`` into (piece, supervised) segments at sorted, disjoint ``spans``.
+
+    Each span is (start, end, message index); the row remembers which segment is which turn.
+    """
+    row = RowPlan(row_id, conv.source, conv.row, [], len(spans))
     pos = 0
-    for start, end in spans:
+    for start, end, message_index in spans:
         if start > pos:
-            out.append((text[pos:start], False))
-        out.append((text[start:end], True))
+            row.segments.append((text[pos:start], False))
+        row.turn_of_segment[len(row.segments)] = message_index
+        row.segments.append((text[start:end], True))
         pos = end
     if pos < len(text):
-        out.append((text[pos:], False))
-    return out
+        row.segments.append((text[pos:], False))
+    return row
 
 
 def plan_conversation(
@@ -127,7 +167,38 @@ def plan_conversation(
         _plan_each(tmpl, conv, messages, assistant_idx, placeholders, plan)
     else:
         _plan_whole(tmpl, conv, messages, assistant_idx, mode, placeholders, plan)
+    server = _server_completion_ids(conv)
+    if server:
+        _attach_server_ids(tmpl, plan, server)
     return plan
+
+
+def _attach_server_ids(
+    tmpl: ChatTemplate, plan: ConversationPlan, server: dict[int, list[int]]
+) -> None:
+    """Use the server's own completion tokens for a generation when they spell exactly it.
+
+    The server's ids may stop before the end-of-turn token (some servers drop the stop token):
+    then it is appended. Ids that decode to anything else are not trusted: the generation is
+    re-encoded from text and the mismatch counted.
+    """
+    for row in plan.rows:
+        for seg_index, message_index in row.turn_of_segment.items():
+            ids = server.get(message_index)
+            if ids is None:
+                continue
+            text = row.segments[seg_index][0]
+            decoded = tmpl.tokenizer.decode(ids, skip_special_tokens=False)
+            if decoded == text:
+                row.server_ids[seg_index] = list(ids)
+            elif tmpl.find_end_of_turn(text) == len(text) and text.startswith(decoded):
+                tail = tmpl.backend.encode(text[len(decoded) :], add_special_tokens=False).ids
+                if len(tail) == 1 and tail[0] in tmpl.eot_ids:
+                    row.server_ids[seg_index] = [*ids, tail[0]]
+            if seg_index in row.server_ids:
+                plan.server_ids_used += 1
+            else:
+                plan.server_ids_mismatch += 1
 
 
 def _plan_whole(
@@ -140,9 +211,10 @@ def _plan_whole(
     plan: ConversationPlan,
 ) -> None:
     """`all` and `last`: one row, the full render, supervised where it equals the generation."""
+    row_kwargs = row_template_kwargs(conv)
     try:
-        full = tmpl.render(messages, conv.tools)
-        spans: list[tuple[int, int]] = []
+        full = tmpl.render(messages, conv.tools, row_kwargs=row_kwargs)
+        spans: list[tuple[int, int, int]] = []
         for j in assistant_idx:
             if mode == "last" and j != assistant_idx[-1]:
                 plan.context_turns[reasons.TURN_NOT_LAST] += 1
@@ -151,12 +223,12 @@ def _plan_whole(
                 plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
                 continue
             is_last = j == assistant_idx[-1]
-            turn = derive_turn(tmpl, messages, conv.tools, j, full if is_last else None)
+            turn = derive_turn(tmpl, messages, conv.tools, j, full if is_last else None, row_kwargs)
             if turn.reason is None:
                 assert turn.prompt is not None and turn.generation is not None
                 start = len(turn.prompt)
                 if full.startswith(turn.prompt) and full.startswith(turn.generation, start):
-                    spans.append((start, start + len(turn.generation)))
+                    spans.append((start, start + len(turn.generation), j))
                     continue
                 turn.reason = reasons.TURN_HISTORY_RENDER_DIFFERS
             plan.context_turns[turn.reason] += 1
@@ -175,9 +247,7 @@ def _plan_whole(
             )
         )
         return
-    plan.rows.append(
-        RowPlan(conv.id, conv.source, conv.row, segments_for(full, spans), len(spans))
-    )
+    plan.rows.append(make_row(conv, conv.id, full, spans))
 
 
 def _plan_each(
@@ -189,14 +259,15 @@ def _plan_each(
     plan: ConversationPlan,
 ) -> None:
     """`each`: one row per assistant turn j, rendered as the server sees it at that step."""
+    row_kwargs = row_template_kwargs(conv)
     for k, j in enumerate(assistant_idx):
         row_id = f"{conv.id}#{k}"
         if _is_placeholder_turn(messages[j], placeholders):
             plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
             continue
         try:
-            full = tmpl.render(messages[: j + 1], conv.tools)
-            turn = derive_turn(tmpl, messages, conv.tools, j, full)
+            full = tmpl.render(messages[: j + 1], conv.tools, row_kwargs=row_kwargs)
+            turn = derive_turn(tmpl, messages, conv.tools, j, full, row_kwargs)
         except Exception as exc:
             plan.rejects.append(_template_reject(conv, exc, row_id))
             continue
@@ -205,8 +276,7 @@ def _plan_each(
             continue
         assert turn.prompt is not None and turn.generation is not None
         start = len(turn.prompt)
-        spans = [(start, start + len(turn.generation))]
-        plan.rows.append(RowPlan(row_id, conv.source, conv.row, segments_for(full, spans), 1))
+        plan.rows.append(make_row(conv, row_id, full, [(start, start + len(turn.generation), j)]))
     if not plan.rows and not plan.rejects:
         why = ", ".join(f"{k}={v}" for k, v in sorted(plan.context_turns.items()))
         plan.rejects.append(

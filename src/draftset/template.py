@@ -55,7 +55,7 @@ def _resolve_tokenizer_path(name: str) -> str:
 
 
 class ChatTemplate:
-    """A loaded tokenizer + chat template + options, with the render primitives mask derivation needs."""
+    """Tokenizer + chat template + options: the render primitives mask derivation needs."""
 
     def __init__(self, spec: TemplateSpec) -> None:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -96,15 +96,21 @@ class ChatTemplate:
         messages: list[Message],
         tools: list[dict[str, Any]] | None = None,
         add_generation_prompt: bool = False,
+        row_kwargs: dict[str, Any] | None = None,
     ) -> str:
-        """Text the serving stack would build for these messages (raises on template errors)."""
+        """Text the serving stack would build for these messages (raises on template errors).
+
+        ``row_kwargs`` (the template options a row was generated with, recorded by `generate`)
+        override the run's ``--template-kwargs``.
+        """
+        kwargs = self.template_kwargs if not row_kwargs else {**self.template_kwargs, **row_kwargs}
         text = self.tokenizer.apply_chat_template(
             messages,
             tools=tools,
             chat_template=self.template_text,
             add_generation_prompt=add_generation_prompt,
             tokenize=False,
-            **self.template_kwargs,
+            **kwargs,
         )
         if not isinstance(text, str):  # batched output shapes differ between versions
             text = text[0]

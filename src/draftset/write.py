@@ -186,7 +186,8 @@ class DatasetWriter:
             "_fingerprint": fingerprint,
             "_format_columns": None,
             "_format_kwargs": {},
-            "_format_type": "torch",  # what speculators' own prepare step sets; its loader relies on it
+            # what speculators' own prepare step sets; its loader relies on it
+            "_format_type": "torch",
             "_output_all_columns": False,
             "_split": None,
         }
@@ -220,7 +221,8 @@ def draft_vocab(
     """
     if draft_vocab_size > target_vocab_size:
         raise ValueError(
-            f"--draft-vocab-size {draft_vocab_size} exceeds the target vocabulary {target_vocab_size}"
+            f"--draft-vocab-size {draft_vocab_size} exceeds the target vocabulary"
+            f" {target_vocab_size}"
         )
     seen = np.nonzero(token_freq)[0]
     order = np.lexsort((seen, -token_freq[seen]))  # by count desc, then id asc
