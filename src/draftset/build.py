@@ -111,8 +111,9 @@ class Processor:
         mode: TurnMode,
         placeholders: tuple[str, ...],
         vocab_size: int,
+        template: ChatTemplate | None = None,
     ) -> None:
-        self.template = ChatTemplate(spec)
+        self.template = template or ChatTemplate(spec)
         self.rules = rules
         self.mode = mode
         self.placeholders = placeholders
@@ -277,6 +278,26 @@ def iter_items(
             yield _unique_id(item, registry)
 
 
+def plan_selection(
+    sources: list[Source], max_samples: int | None, seed: int
+) -> tuple[dict[str, int], dict[str, np.ndarray | None]]:
+    """Rows available per source and the seeded selection of rows each source contributes."""
+    available = {s.name: count_rows(s) for s in sources}
+    quotas = _quotas(sources, available, max_samples)
+    selections = {
+        s.name: _selection(s.name, available[s.name], quotas[s.name], seed) for s in sources
+    }
+    return available, selections
+
+
+def iter_selected_items(
+    sources: list[Source], max_samples: int | None, seed: int
+) -> Iterator[Normalized]:
+    """Every selected input row as build reads it: same sampling, normalization and ids."""
+    _, selections = plan_selection(sources, max_samples, seed)
+    yield from iter_items(sources, selections, Accounting([s.name for s in sources]))
+
+
 def _batched(items: Iterator[Normalized], size: int) -> Iterator[list[Normalized]]:
     batch: list[Normalized] = []
     for it in items:
@@ -289,11 +310,14 @@ def _batched(items: Iterator[Normalized], size: int) -> Iterator[list[Normalized
 
 
 def _ordered_results(
-    batches: Iterator[list[Normalized]], processor_args: tuple, workers: int
+    batches: Iterator[list[Normalized]],
+    processor_args: tuple,
+    workers: int,
+    template: ChatTemplate,
 ) -> Iterator[list[ItemResult]]:
     """Results in submission order, at most a few batches in flight."""
-    if workers <= 1:
-        proc = Processor(*processor_args)
+    if workers <= 1:  # in-process, reusing the template the main process already loaded
+        proc = Processor(*processor_args, template=template)
         for b in batches:
             yield proc.process(b)
         return
@@ -335,15 +359,12 @@ def run_build(
     vocab_size = template.vocab_size(opts.target_vocab_size)
     names = [s.name for s in opts.sources]
     acct = Accounting(names)
-    available = {s.name: count_rows(s) for s in opts.sources}
+    available, selections = plan_selection(opts.sources, opts.max_samples, opts.seed)
     for s in opts.sources:
         acct[s.name].available = available[s.name]
-    quotas = _quotas(opts.sources, available, opts.max_samples)
-    selections = {
-        s.name: _selection(s.name, available[s.name], quotas[s.name], opts.seed)
-        for s in opts.sources
-    }
-    total = sum(quotas.values())
+    total = sum(
+        available[name] if sel is None else int(sel.sum()) for name, sel in selections.items()
+    )
     workers = opts.workers or os.cpu_count() or 1
 
     tmp = prepare_output(opts.out, opts.overwrite)
@@ -355,7 +376,7 @@ def run_build(
         args = (spec, opts.length_rules(), opts.turns, opts.placeholders, vocab_size)
         done = 0
         batches = _batched(iter_items(opts.sources, selections, acct), BATCH_ROWS)
-        for results in _ordered_results(batches, args, workers):
+        for results in _ordered_results(batches, args, workers, template):
             for res in results:
                 _account(res, acct, writer, rejects, prompts)
             done += len(results)

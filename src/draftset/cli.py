@@ -111,6 +111,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", default=None, help="replace an existing output folder"
     )
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.set_defaults(handler=cmd_build)
+
+    from draftset import generate, report, show, verify
+
+    for module in (verify, show, report, generate):
+        module.register_cli(sub)
     return p
 
 
@@ -198,6 +204,13 @@ def cmd_build(args: argparse.Namespace) -> int:
     if total.rows_out == 0 and total.needs_generation == 0:
         print(f"draftset: no rows written to {result.out} (see rejects.jsonl)", file=sys.stderr)
         return EXIT_FAIL
+    from draftset.verify import fast_checks, print_results
+
+    checks = fast_checks(result.out)
+    print_results(checks)
+    if any(c.failed for c in checks):
+        return EXIT_FAIL
+    print(f"next: draftset verify {result.out}   (re-derives every mask from the sources)")
     return EXIT_OK
 
 
@@ -211,8 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
-        handler = {"build": cmd_build}[args.command]
-        return handler(args)
+        return int(args.handler(args))
     except (UsageError, SourceError, RecipeError, TokenizerError, OutputExistsError) as exc:
         print(f"draftset: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

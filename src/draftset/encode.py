@@ -10,6 +10,7 @@ tokenizer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from typing import Literal
 
 import numpy as np
@@ -64,9 +65,7 @@ def encode_plans(backend, plans: list[RowPlan]) -> list[tuple[np.ndarray, np.nda
             ids_parts.append(ids)
             lengths.append(len(ids))
             flags.append(1 if supervised else 0)
-        input_ids = np.fromiter(
-            (i for part in ids_parts for i in part), dtype=np.int32, count=sum(lengths)
-        )
+        input_ids = np.fromiter(chain.from_iterable(ids_parts), dtype=np.int32, count=sum(lengths))
         loss_mask = np.repeat(np.asarray(flags, dtype=np.int8), lengths)
         out.append((input_ids, loss_mask))
     return out

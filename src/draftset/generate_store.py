@@ -86,7 +86,7 @@ def _parse(line: bytes) -> dict[str, Any] | None:
 
 
 def drop_ids(path: Path, ids: set[str]) -> int:
-    """Rewrite ``path`` without the lines of ``ids`` (atomically, by rename); returns lines dropped."""
+    """Rewrite ``path`` without the lines of ``ids`` (atomically, by rename); returns the count."""
     if not path.exists() or not ids:
         return 0
     tmp = path.with_name(path.name + ".tmp")

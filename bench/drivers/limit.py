@@ -1,0 +1,85 @@
+"""The limit: render every conversation with the real template, batch-encode it, nothing else.
+
+No masks, no span derivation, no writing: the cost that cannot be avoided. Runs in draftset's
+own venv (transformers renders with the same sandboxed Jinja draftset uses; the Rust tokenizer's
+``encode_batch`` uses all cores). Prints one JSON line: rows, tokens, phase times.
+
+usage: python limit.py DATA.jsonl TOKENIZER_DIR [BATCH]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+ROLES = {
+    "system": "system",
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+}
+
+
+def main() -> None:
+    t0 = time.perf_counter()
+    data, tok_dir = sys.argv[1], sys.argv[2]
+    batch_size = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    backend = tok.backend_tokenizer
+    t_ready = time.perf_counter()
+    rows = tokens = 0
+    render_s = encode_s = 0.0
+
+    def flush(texts: list[str]) -> int:
+        nonlocal encode_s
+        t = time.perf_counter()
+        n = sum(len(e.ids) for e in backend.encode_batch(texts, add_special_tokens=False))
+        encode_s += time.perf_counter() - t
+        return n
+
+    texts: list[str] = []
+    with open(data, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            turns = row.get("conversations") or row.get("messages")
+            messages = [
+                {
+                    "role": ROLES[t.get("from", t.get("role"))],
+                    "content": t.get("value", t.get("content")),
+                }
+                for t in turns
+            ]
+            t = time.perf_counter()
+            texts.append(tok.apply_chat_template(messages, tokenize=False))
+            render_s += time.perf_counter() - t
+            rows += 1
+            if len(texts) >= batch_size:
+                tokens += flush(texts)
+                texts = []
+    if texts:
+        tokens += flush(texts)
+    t_end = time.perf_counter()
+    print(
+        json.dumps(
+            {
+                "rows": rows,
+                "tokens": tokens,
+                "startup_s": t_ready - t0,
+                "render_s": render_s,
+                "encode_s": encode_s,
+                "work_s": t_end - t_ready,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

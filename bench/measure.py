@@ -1,0 +1,185 @@
+"""Run one command as its own process and measure it: wall time and peak memory of its tree.
+
+Memory is sampled from /proc every ``interval`` seconds over the process and all its
+descendants (workers, pools, helpers): the peak of the summed PSS (``smaps_rollup``: shared
+pages split between the processes sharing them, so forked workers are not double-counted)
+and the peak of the summed RSS (double-counts shared pages; what ``ps`` adds up).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Measured:
+    seconds: float
+    peak_pss: int  # bytes, peak of the sum over the tree
+    peak_rss: int  # bytes, peak of the sum over the tree
+    max_procs: int  # most processes seen in the tree at once
+    cpu_seconds: float  # user + system of the tree (reaped descendants)
+    other_busy_cores: float  # mean cores kept busy by everything else on the machine
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # the command name may hold spaces and parentheses: fields follow the last ')'
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        kids.setdefault(ppid, []).append(int(entry.name))
+    return kids
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants alive now."""
+    kids = _children_map()
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, ()))
+    return out
+
+
+def _rollup(pid: int) -> tuple[int, int]:
+    """(PSS, RSS) of one process in bytes; (0, 0) when it is gone."""
+    pss = rss = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    pss = int(line.split()[1]) * 1024
+                elif line.startswith(b"Rss:"):
+                    rss = int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return pss, rss
+
+
+class TreeSampler:
+    """Samples a process tree's summed PSS/RSS in a background thread until stopped."""
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.peak_pss = 0
+        self.peak_rss = 0
+        self.max_procs = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TreeSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def sample(self) -> None:
+        pids = tree(self.pid)
+        pss = rss = 0
+        for p in pids:
+            a, b = _rollup(p)
+            pss += a
+            rss += b
+        self.peak_pss = max(self.peak_pss, pss)
+        self.peak_rss = max(self.peak_rss, rss)
+        self.max_procs = max(self.max_procs, len(pids))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+
+def run_measured(
+    cmd: list[str],
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float | None = None,
+    interval: float = 0.05,
+) -> Measured:
+    """Run ``cmd`` to completion; wall time from spawn to exit, memory of its whole tree."""
+    full_env = {**os.environ, **(env or {})}
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    self0 = resource.getrusage(resource.RUSAGE_SELF)
+    busy0 = _busy_jiffies()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd,
+        env=full_env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with TreeSampler(proc.pid, interval) as sampler:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+    seconds = time.perf_counter() - t0
+    busy1 = _busy_jiffies()
+    kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    self1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
+    own = (self1.ru_utime + self1.ru_stime) - (self0.ru_utime + self0.ru_stime)
+    machine = (busy1 - busy0) / os.sysconf("SC_CLK_TCK")
+    others = max(0.0, (machine - cpu - own) / seconds)
+    return Measured(
+        seconds,
+        sampler.peak_pss,
+        sampler.peak_rss,
+        sampler.max_procs,
+        cpu,
+        others,
+        proc.returncode,
+        out,
+        err,
+    )
+
+
+def _busy_jiffies() -> int:
+    with open("/proc/stat") as f:
+        parts = [int(x) for x in f.readline().split()[1:]]
+    return sum(parts[:8]) - parts[3] - parts[4]  # all but idle and iowait (guest is in user)
+
+
+def load_average() -> tuple[float, float, float]:
+    with open("/proc/loadavg") as f:
+        a, b, c = f.read().split()[:3]
+    return float(a), float(b), float(c)
+
+
+def busy_cores(seconds: float = 1.0) -> float:
+    """Cores kept busy by *all* processes over ``seconds`` (from /proc/stat): the noise level."""
+
+    def snap() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            parts = [int(x) for x in f.readline().split()[1:]]
+        idle = parts[3] + parts[4]
+        return sum(parts), idle
+
+    t1, i1 = snap()
+    time.sleep(seconds)
+    t2, i2 = snap()
+    total = t2 - t1
+    return (os.cpu_count() or 1) * (1 - (i2 - i1) / total) if total else 0.0

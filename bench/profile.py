@@ -1,0 +1,116 @@
+"""Where a draftset build spends its time, per stage, from py-spy samples.
+
+    python bench/profile.py --rows 2000 --workers 1     # needs py-spy (pip install py-spy)
+
+Runs ``draftset build`` under ``py-spy record --idle --subprocesses --format raw`` on the
+benchmark data and attributes every sample of each process's main thread to the deepest stage
+found on its stack (read+normalize, render (Jinja), span derivation, encode, Arrow write,
+accounting, ...). With ``--idle`` a thread waiting (on the Rust tokenizer's pool, on a worker's
+result) is still sampled, so the shares are shares of wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import data as bench_data
+import peers
+from run import draftset_cli, qwen3_tokenizer
+
+# (substring of a frame "function (file:line)", stage); the deepest match on a stack wins.
+STAGES: list[tuple[str, str]] = [
+    ("_find_and_load", "imports"),
+    ("ChatTemplate.__init__", "tokenizer + template load"),
+    ("count_rows", "count rows (pre-pass)"),
+    ("iter_items", "read + normalize"),
+    ("iter_raw_rows", "read (file, JSON parse)"),
+    ("(draftset/normalize.py", "normalize"),
+    ("_unique_id", "normalize"),
+    ("Processor.process", "span derivation"),
+    ("(draftset/render.py", "span derivation"),
+    ("ChatTemplate.render", "render (Jinja)"),
+    ("_render_compiled", "render (Jinja)"),
+    ("render_reference", "render (Jinja)"),
+    ("encode_plans", "encode (Rust encode_batch + ids/mask assembly)"),
+    ("apply_length_rules", "length rules"),
+    ("_account", "accounting"),
+    ("(draftset/write.py", "Arrow write"),
+    ("write_token_freq", "token_freq (torch import + save)"),
+    ("_manifest", "manifest + file hashes"),
+    ("_ordered_results", "pipeline (submit/wait/unpickle)"),
+    ("_process_worker", "worker: wait for work / pickle"),
+]
+
+
+def classify(frames: list[str]) -> str:
+    stage = "startup / other"
+    for frame in frames:
+        for needle, name in STAGES:
+            if needle in frame and not (name == "imports" and stage != "startup / other"):
+                stage = name
+    return stage
+
+
+def parse(raw: Path, rate: int) -> dict[str, Counter[str]]:
+    """Seconds per stage, per process role (main / worker), main threads only."""
+    out: dict[str, Counter[str]] = defaultdict(Counter)
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        procs = [f for f in frames if f.startswith("process ")]
+        body = [f for f in frames if not f.startswith(("process ", "thread "))]
+        role = "worker" if len(procs) > 1 else "main"
+        is_main_thread = any(
+            f.startswith("<module> (draftset") or f.startswith("_process_worker") for f in body
+        ) or (role == "worker" and any("spawn_main" in f for f in body))
+        if not is_main_thread:
+            continue
+        out[role][classify(body)] += int(count) / rate
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--rows", type=int, default=2000)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--data", type=Path, help="JSONL to build (default: the synthetic rows)")
+    p.add_argument("--rate", type=int, default=200, help="samples per second")
+    p.add_argument("--raw", type=Path, help="keep py-spy's raw samples here")
+    args = p.parse_args()
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        raise SystemExit("py-spy not found: pip install py-spy")
+    tok = qwen3_tokenizer()
+    data = args.data or bench_data.cached_synthetic(args.rows, tok, peers.CACHE)
+    with tempfile.TemporaryDirectory(dir=peers.CACHE) as tmp:
+        raw = args.raw or Path(tmp) / "raw.txt"
+        cmd = [spy, "record", "--idle", "--threads", "--subprocesses", "--format", "raw"]
+        cmd += ["--rate", str(args.rate), "-o", str(raw), "--"]
+        cmd += [str(draftset_cli()), "build", str(data), "--tokenizer", str(tok)]
+        cmd += ["--out", str(Path(tmp) / "out"), "--workers", str(args.workers), "--no-progress"]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stages = parse(raw, args.rate)
+    print(f"draftset build --workers {args.workers}, {data.name}: seconds of main-thread wall time")
+    for role, counter in sorted(stages.items()):
+        total = sum(counter.values())
+        print(f"\n{role} process{'es (summed)' if role == 'worker' else ''}: {total:.1f} s")
+        print("| stage | seconds | share |\n|---|---|---|")
+        for stage, sec in counter.most_common():
+            print(f"| {stage} | {sec:.2f} | {sec / total:.1%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

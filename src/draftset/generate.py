@@ -1,0 +1,769 @@
+"""`draftset generate`: the target model answers the prompts, through OpenAI-compatible servers.
+
+A drafter learns to predict its target model, so its training answers should come from that
+model. This job reads anything `build` reads (including `build`'s own ``prompts.jsonl``), asks
+one or more servers (vLLM, SGLang, ``transformers serve``) for every assistant turn, and writes
+one OpenAI-messages conversation per line that `build` reads as is.
+
+Every input row ends as exactly one output line or one error line (``OUT`` ->
+``OUT.errors.jsonl``), and the job is crash-safe: lines are appended whole, and a rerun of the
+same command skips the row ids already present in either file (a torn last line left by
+``kill -9`` is cut away first). See docs/generate.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from draftset import reasons
+from draftset.generate_dialog import (
+    STOP_LENGTH,
+    STOP_NOTHING,
+    STOP_TOOL_MISMATCH,
+    Dialog,
+    Job,
+    run_dialog,
+)
+from draftset.generate_http import (
+    Completion,
+    Endpoint,
+    EndpointPool,
+    FinalError,
+    NoEndpoint,
+    RetriesExhausted,
+    RetryPolicy,
+    TransientError,
+    base_url,
+    complete,
+    list_models,
+    make_clients,
+)
+from draftset.generate_store import LineWriter, StoreError, drop_ids, errors_path, recover
+from draftset.normalize import normalize
+from draftset.read import Source, SourceError, count_rows, iter_raw_rows
+from draftset.records import PreTokenized, PromptOnly, Reject
+
+# --- error reason codes (errors file `reason`; part of the format: never rename, only add) ---
+LENGTH = STOP_LENGTH  # an answer hit max_tokens (finish_reason "length"); kept with --keep-length
+TOOL_MISMATCH = STOP_TOOL_MISMATCH  # the model's tool calls differ from the recorded ones
+NOTHING_TO_GENERATE = STOP_NOTHING  # no user turn (or tool result) to answer
+HTTP_4XX = "http_4xx"  # the server refused the request (4xx other than 429): not retried
+RETRIES_EXHAUSTED = "retries_exhausted"  # 429 / 5xx / timeouts / connection errors, every try
+INVALID_RESPONSE = "invalid_response"  # every try got a 200 whose body is not a completion
+PRETOKENIZED = "pretokenized"  # input_ids rows carry no text to send
+# input rows that `normalize` rejects keep its own code (reasons.UNKNOWN_FORMAT, ...), and
+# reasons.DUPLICATE_ID marks a row whose id is already used in this run.
+
+GENERATE_REASONS = frozenset(
+    {
+        LENGTH,
+        TOOL_MISMATCH,
+        NOTHING_TO_GENERATE,
+        HTTP_4XX,
+        RETRIES_EXHAUSTED,
+        INVALID_RESPONSE,
+        PRETOKENIZED,
+    }
+)
+RETRYABLE_REASONS = frozenset({RETRIES_EXHAUSTED, INVALID_RESPONSE})
+"""Error lines that ``--retry-errors`` removes so their rows are tried again."""
+
+WRITTEN = "written"  # outcome of a row that went to the output file
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
+RESERVED_BODY_KEYS = frozenset(
+    {"model", "messages", "tools", "chat_template_kwargs", "stream", "n"}
+)
+
+
+class GenerateUsageError(Exception):
+    """Unusable arguments: one line on stderr, exit code 2."""
+
+
+class Unreachable(Exception):
+    """No endpoint could be used at all: exit code 1, nothing was done."""
+
+
+@dataclass
+class GenerateOptions:
+    sources: list[Source]
+    endpoints: list[str]
+    out: Path
+    model: str | None = None
+    api_key: str | None = None
+    concurrency: int = 16  # per endpoint
+    request_timeout: float = 600.0
+    max_retries: int = 6
+    backoff_base: float = 0.5
+    backoff_cap: float = 30.0
+    health_interval: float = 5.0
+    give_up_after: float = 600.0
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    thinking: str = "on"  # on | off | mix:F
+    keep_length: bool = False
+    return_token_ids: bool = False
+    retry_errors: bool = False
+
+    def sampling(self) -> dict[str, Any]:
+        """Every generation option sent with each request (recorded in each row's metadata)."""
+        out = {k: getattr(self, k) for k in SAMPLING_FLAGS if getattr(self, k) is not None}
+        out.update(self.extra_body)
+        return out
+
+    def thinking_for(self, row_id: str) -> bool:
+        """Thinking on or off for one row; ``mix:F`` draws it from the seed and the row id, so a
+        resumed run makes the same choice for the same row."""
+        if self.thinking in ("on", "off"):
+            return self.thinking == "on"
+        fraction = float(self.thinking.partition(":")[2])
+        return random.Random(f"{self.seed or 0}:{row_id}").random() < fraction
+
+
+@dataclass
+class GenerateResult:
+    out: Path
+    errors: Path
+    model: str = ""
+    total_rows: int = 0
+    skipped: int = 0  # already in the output / errors file when the run started
+    torn_bytes: int = 0  # torn tail cut from the files at start
+    outcomes: Counter[str] = field(default_factory=Counter)  # WRITTEN or an error reason
+    requests: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    aborted: str | None = None  # why the run stopped before the end (resume to finish)
+    endpoints: dict[str, int] = field(default_factory=dict)  # requests per endpoint
+
+    @property
+    def done(self) -> int:
+        return sum(self.outcomes.values())
+
+
+ProgressFn = Callable[[GenerateResult], None]
+
+
+# --- input ---------------------------------------------------------------------------------
+class _Ids:
+    """Row ids seen in this run, as 8-byte digests (bounded memory for millions of rows)."""
+
+    def __init__(self) -> None:
+        self._seen: set[bytes] = set()
+
+    @staticmethod
+    def key(row_id: str) -> bytes:
+        return hashlib.blake2b(row_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+    def claim(self, row_id: str) -> bool:
+        k = self.key(row_id)
+        if k in self._seen:
+            return False
+        self._seen.add(k)
+        return True
+
+
+def _unique(candidate: str | None, source: str, row: int, ids: _Ids) -> tuple[str, bool]:
+    """(resume key, True when it is the row's own id or its source-prefixed form)."""
+    if candidate is not None:
+        for option in (candidate, f"{source}:{candidate}"):
+            if ids.claim(option):
+                return option, True
+    fallback = f"{source}:{row}" if candidate is None else f"{source}:{row}#duplicate"
+    while not ids.claim(fallback):
+        fallback += "+"
+    return fallback, candidate is None
+
+
+def iter_inputs(sources: list[Source]) -> Iterator[Job | dict[str, Any]]:
+    """Jobs to answer, or error lines for rows that cannot be answered, in input order."""
+    ids = _Ids()
+    for src in sources:
+        for raw in iter_raw_rows(src):
+            item = raw.reject if raw.reject is not None else normalize(raw, src.format, src.fields)
+            key, own = _unique(item.id, item.source, item.row, ids)
+            if isinstance(item, Reject):
+                yield _error_line(key, item.source, item.row, item.reason, item.message)
+            elif not own:
+                msg = f"id {item.id!r} already used in this run"
+                yield _error_line(key, item.source, item.row, reasons.DUPLICATE_ID, msg)
+            elif isinstance(item, PreTokenized):
+                msg = "a pre-tokenized row has no messages to send"
+                yield _error_line(key, item.source, item.row, PRETOKENIZED, msg)
+            else:
+                meta = item.meta.get("metadata")
+                origin = (
+                    meta if isinstance(meta, dict) else {"source": item.source, "row": item.row}
+                )
+                prompt_only = isinstance(item, PromptOnly)
+                yield Job(
+                    key, item.source, item.row, item.messages, item.tools, prompt_only, origin
+                )
+
+
+def _error_line(
+    row_id: str, source: str, row: int, reason: str, message: str, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "id": row_id,
+        "reason": reason,
+        "message": message,
+        "source": source,
+        "row": row,
+        **extra,
+    }
+
+
+# --- one row ---------------------------------------------------------------------------------
+class _Runner:
+    """Shared state of a run: the pool, the files, the counters."""
+
+    def __init__(self, opts: GenerateOptions, pool: EndpointPool, result: GenerateResult) -> None:
+        self.opts = opts
+        self.pool = pool
+        self.result = result
+        self.policy = RetryPolicy(
+            opts.max_retries, opts.backoff_base, opts.backoff_cap, opts.request_timeout
+        )
+        self.sampling = opts.sampling()
+        self.rng = random.Random()
+        self.out = LineWriter(opts.out)
+        self.errors = LineWriter(errors_path(opts.out))
+        self.progress: ProgressFn | None = None
+
+    def kwargs_for(self, job: Job) -> tuple[dict[str, Any], bool]:
+        thinking = self.opts.thinking_for(job.id)
+        return {**self.opts.chat_template_kwargs, "enable_thinking": thinking}, thinking
+
+    def body(
+        self, messages: list[dict[str, Any]], job: Job, kwargs: dict[str, Any]
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.pool.model, "messages": messages}
+        if job.tools:
+            body["tools"] = job.tools
+        body.update(self.sampling)
+        body["chat_template_kwargs"] = kwargs
+        if self.opts.return_token_ids:
+            body["return_token_ids"] = True
+        return body
+
+    async def ask(
+        self, messages: list[dict[str, Any]], job: Job, kwargs: dict[str, Any]
+    ) -> Completion:
+        try:
+            comp = await complete(
+                self.pool, self.body(messages, job, kwargs), self.policy, self.rng
+            )
+        except RetriesExhausted as exc:
+            self._count(exc.attempts)
+            raise
+        self._count(comp.attempts, comp)
+        return comp
+
+    def _count(self, attempts: int, comp: Completion | None = None) -> None:
+        r = self.result
+        r.requests += attempts
+        r.retries += attempts - 1
+        if comp is not None:
+            r.prompt_tokens += comp.usage.get("prompt_tokens", 0)
+            r.completion_tokens += comp.usage.get("completion_tokens", 0)
+            r.endpoints[comp.endpoint] = r.endpoints.get(comp.endpoint, 0) + 1
+
+    async def answer(self, job: Job) -> None:
+        """Answer one row and write its one line (output or error). `NoEndpoint` propagates:
+        that row is left for the next run."""
+        kwargs, thinking = self.kwargs_for(job)
+        try:
+            dialog = await run_dialog(job, lambda msgs: self.ask(msgs, job, kwargs))
+        except FinalError as exc:
+            self.fail(
+                _error_line(job.id, job.source, job.row, HTTP_4XX, str(exc), status=exc.status)
+            )
+            return
+        except RetriesExhausted as exc:
+            reason = INVALID_RESPONSE if exc.last.kind == "invalid_response" else RETRIES_EXHAUSTED
+            extra = {"error_kind": exc.last.kind, "attempts": exc.attempts}
+            self.fail(_error_line(job.id, job.source, job.row, reason, str(exc), **extra))
+            return
+        if dialog.stop and not (dialog.stop == LENGTH and self.opts.keep_length):
+            extra: dict[str, Any] = {"answers": len(dialog.completions)}
+            if dialog.stop == TOOL_MISMATCH:
+                extra["messages"] = dialog.messages  # what the model did, to inspect
+            self.fail(
+                _error_line(job.id, job.source, job.row, dialog.stop, dialog.stop_message, **extra)
+            )
+            return
+        self.out.write(self.record(job, dialog, kwargs, thinking))
+        self.result.outcomes[WRITTEN] += 1
+        self._tick()
+
+    def fail(self, line: dict[str, Any]) -> None:
+        self.errors.write(line)
+        self.result.outcomes[line["reason"]] += 1
+        self._tick()
+
+    def _tick(self) -> None:
+        if self.progress:
+            self.progress(self.result)
+
+    def record(self, job: Job, d: Dialog, kwargs: dict[str, Any], thinking: bool) -> dict[str, Any]:
+        last = d.completions[-1]
+        usage: Counter[str] = Counter()
+        for c in d.completions:
+            usage.update(c.usage)
+        meta: dict[str, Any] = {
+            "model": last.model or self.pool.model,
+            "endpoint": last.endpoint,
+            "finish_reason": last.finish_reason,
+            "usage": dict(usage),
+            "sampling": self.sampling,
+            "thinking": "on" if thinking else "off",
+            "chat_template_kwargs": kwargs,
+            "answers": len(d.completions),
+            "origin": job.origin,
+        }
+        if d.stop == LENGTH:
+            meta["truncated"] = True
+        token_ids = [
+            {"message": idx, "prompt": c.prompt_token_ids, "completion": c.completion_token_ids}
+            for idx, c in zip(d.answer_index, d.completions, strict=True)
+            if c.prompt_token_ids is not None or c.completion_token_ids is not None
+        ]
+        if token_ids:
+            meta["token_ids"] = {"turns": token_ids}
+        line: dict[str, Any] = {"id": job.id, "messages": d.messages}
+        if job.tools:
+            line["tools"] = job.tools
+        line["metadata"] = meta
+        return line
+
+
+# --- the run ---------------------------------------------------------------------------------
+async def _open_pool(opts: GenerateOptions) -> EndpointPool:
+    """Clients for every endpoint, checked against ``--model`` on ``/v1/models``."""
+    eps = [
+        Endpoint(base_url(u), make_clients(opts.concurrency, opts.api_key), opts.concurrency)
+        for u in opts.endpoints
+    ]
+    timeout = min(opts.request_timeout, 30.0)
+    answers = await asyncio.gather(
+        *(list_models(ep, timeout) for ep in eps), return_exceptions=True
+    )
+    up = []
+    for ep, models in zip(eps, answers, strict=True):
+        if isinstance(models, TransientError):
+            continue
+        if isinstance(models, BaseException):
+            raise models
+        ep.served_models = models
+        up.append(ep)
+    if not up:
+        details = "; ".join(f"{ep.url}: {err}" for ep, err in zip(eps, answers, strict=True))
+        await _close_clients(eps)
+        raise Unreachable(f"no endpoint answered GET /v1/models ({details})")
+    try:
+        model = _served_model(opts.model, up)
+    except GenerateUsageError:
+        await _close_clients(eps)
+        raise
+    pool = EndpointPool(eps, model, opts.health_interval, opts.give_up_after)
+    for ep in eps:
+        if ep not in up:
+            pool.mark_down(ep)
+    return pool
+
+
+async def _close_clients(eps: list[Endpoint]) -> None:
+    for ep in eps:
+        await ep.aclose()
+
+
+def _served_model(wanted: str | None, up: list[Endpoint]) -> str:
+    """The model every reachable endpoint must serve: ``--model``, or the one they all serve."""
+    if wanted is not None:
+        for ep in up:
+            if wanted not in ep.served_models:
+                raise GenerateUsageError(
+                    f"{ep.url} serves {ep.served_models}, not --model {wanted!r}"
+                )
+        return wanted
+    names = {tuple(ep.served_models) for ep in up}
+    if len(names) != 1 or len(up[0].served_models) != 1:
+        listing = ", ".join(f"{ep.url}: {ep.served_models}" for ep in up)
+        raise GenerateUsageError(
+            f"endpoints do not serve exactly one common model ({listing}); pass --model"
+        )
+    return up[0].served_models[0]
+
+
+def _resume(opts: GenerateOptions, result: GenerateResult) -> set[bytes]:
+    """Keys of the rows already done (in either file), after cutting torn tails."""
+    errs = errors_path(opts.out)
+    if opts.retry_errors and errs.exists():
+        found = recover(errs)
+        if any(found.reasons.get(r) for r in RETRYABLE_REASONS):
+            drop_ids(errs, _ids_with_reasons(errs, RETRYABLE_REASONS))
+    done: set[bytes] = set()
+    for path in (opts.out, errs):
+        found = recover(path)
+        result.torn_bytes += found.torn_bytes
+        done.update(_Ids.key(i) for i in found.ids)
+    return done
+
+
+def _ids_with_reasons(path: Path, wanted: frozenset[str]) -> set[str]:
+    ids = set()
+    with path.open("rb") as f:
+        for line in f:
+            obj = json.loads(line)
+            if obj.get("reason") in wanted:
+                ids.add(obj["id"])
+    return ids
+
+
+async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None) -> GenerateResult:
+    """Answer every row not done yet; returns counts (``aborted`` set when it had to stop)."""
+    t0 = time.monotonic()
+    result = GenerateResult(opts.out, errors_path(opts.out))
+    result.total_rows = sum(count_rows(s) for s in opts.sources)
+    done = _resume(opts, result)
+    pool = await _open_pool(opts)
+    result.model = pool.model
+    runner = _Runner(opts, pool, result)
+    runner.progress = progress
+    try:
+        await _drive(runner, opts, done)
+    except NoEndpoint as exc:
+        result.aborted = str(exc)
+    finally:
+        runner.out.close()
+        runner.errors.close()
+        await pool.close()
+        result.seconds = time.monotonic() - t0
+    return result
+
+
+async def _drive(runner: _Runner, opts: GenerateOptions, done: set[bytes]) -> None:
+    """Feed jobs to a fixed set of workers through a small queue (memory stays bounded)."""
+    workers = opts.concurrency * len(opts.endpoints)
+    queue: asyncio.Queue[Job | None] = asyncio.Queue(maxsize=2 * workers)
+    result = runner.result
+
+    async def worker() -> None:
+        while (job := await queue.get()) is not None:
+            await runner.answer(job)
+
+    tasks = [asyncio.create_task(worker()) for _ in range(workers)]
+    try:
+        for item in iter_inputs(opts.sources):
+            key = item.id if isinstance(item, Job) else item["id"]
+            if _Ids.key(key) in done:
+                result.skipped += 1
+                continue
+            if isinstance(item, dict):
+                runner.fail(item)
+                continue
+            await _put(queue, item, tasks)
+        for _ in tasks:
+            await _put(queue, None, tasks)
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _put(
+    queue: asyncio.Queue[Job | None], item: Job | None, tasks: list[asyncio.Task[None]]
+) -> None:
+    """Queue an item, but surface a worker's failure (e.g. `NoEndpoint`) instead of blocking."""
+    while True:
+        failed = next((t for t in tasks if t.done() and not t.cancelled() and t.exception()), None)
+        if failed is not None:
+            raise failed.exception()  # type: ignore[misc]
+        try:
+            async with asyncio.timeout(0.5):
+                await queue.put(item)
+            return
+        except TimeoutError:
+            continue
+
+
+# --- command line ---------------------------------------------------------------------------
+GENERATE_HELP = """\
+Have the target model answer prompts through OpenAI-compatible servers (vLLM, SGLang,
+transformers serve), turn by turn, crash-safe: rerun the same command to resume.
+
+SOURCE is anything `draftset build` reads, e.g. its DIR/prompts.jsonl. Rows that already have
+answers keep their system/user turns and get every assistant turn regenerated. Output: one
+conversation per line in OUT, errors with a reason code in OUT.errors.jsonl (see docs/generate.md).
+"""
+
+
+def register_cli(subparsers: Any) -> None:
+    """Add the ``generate`` subcommand (argparse) to ``draftset``'s subparsers."""
+    g = subparsers.add_parser(
+        "generate",
+        help="answer prompts with the target model through OpenAI-compatible servers",
+        description=GENERATE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g.add_argument("inputs", nargs="+", metavar="SOURCE")
+    g.add_argument(
+        "--endpoint",
+        action="append",
+        required=True,
+        metavar="URL",
+        help="server base URL, e.g. http://127.0.0.1:8000/v1 (repeatable)",
+    )
+    g.add_argument("--out", required=True, help="output JSONL (errors go to OUT.errors.jsonl)")
+    g.add_argument("--model", help="served model name (default: the one /v1/models lists)")
+    g.add_argument("--api-key", help="bearer token sent to the endpoints")
+    g.add_argument(
+        "--format",
+        choices=["messages", "sharegpt", "alpaca", "prompt"],
+        help="force the row shape (default: detected per row)",
+    )
+    g.add_argument(
+        "--field", action="append", metavar="CANONICAL=COLUMN", help="map a column (repeatable)"
+    )
+    g.add_argument(
+        "--concurrency", type=int, default=16, help="requests in flight per endpoint (default 16)"
+    )
+    g.add_argument(
+        "--request-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="whole-request deadline (default 600)",
+    )
+    g.add_argument(
+        "--max-retries", type=int, default=6, help="retries of a failed request (default 6)"
+    )
+    g.add_argument(
+        "--backoff",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="base of the exponential backoff with jitter (default 0.5)",
+    )
+    g.add_argument(
+        "--backoff-cap",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="longest backoff (default 30)",
+    )
+    g.add_argument(
+        "--health-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how often an ejected endpoint is probed (default 5)",
+    )
+    g.add_argument(
+        "--give-up-after",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="stop (exit 1, resumable) when no endpoint is healthy this long (default 600)",
+    )
+    g.add_argument("--temperature", type=float)
+    g.add_argument("--top-p", type=float)
+    g.add_argument("--top-k", type=int)
+    g.add_argument("--max-tokens", type=int)
+    g.add_argument("--seed", type=int, help="sent with each request; also seeds --thinking mix:F")
+    g.add_argument("--extra-body", metavar="JSON", help="JSON object merged into each request body")
+    g.add_argument(
+        "--chat-template-kwargs", metavar="JSON", help="JSON object sent as chat_template_kwargs"
+    )
+    g.add_argument(
+        "--thinking",
+        metavar="on|off|mix:F",
+        help="enable_thinking per row; mix:F turns it on for a seeded fraction F (default on)",
+    )
+    g.add_argument(
+        "--return-token-ids",
+        action="store_true",
+        help="ask for token ids (vLLM return_token_ids) and keep them in metadata",
+    )
+    g.add_argument(
+        "--keep-length",
+        action="store_true",
+        help="keep answers cut at max_tokens in the output (flagged), not in the errors file",
+    )
+    g.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help=f"retry rows whose error is {' / '.join(sorted(RETRYABLE_REASONS))}",
+    )
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.set_defaults(handler=cmd_generate)
+
+
+def options_from_args(args: argparse.Namespace) -> GenerateOptions:
+    """Validated options; raises `GenerateUsageError` with a one-line message."""
+    from draftset.recipe import RecipeError, parse_fields, source_name, unique_names
+
+    try:
+        fields = parse_fields(args.field)
+    except RecipeError as exc:
+        raise GenerateUsageError(str(exc)) from None
+    sources = unique_names(
+        [Source(source_name(Path(p)), Path(p), args.format, fields) for p in args.inputs]
+    )
+    for s in sources:
+        if not s.path.exists():
+            raise GenerateUsageError(f"source not found: {s.path}")
+    extra = _json_object(args.extra_body, "--extra-body")
+    clash = sorted(RESERVED_BODY_KEYS & extra.keys())
+    if clash:
+        raise GenerateUsageError(f"--extra-body may not set {clash}: use the dedicated options")
+    kwargs = _json_object(args.chat_template_kwargs, "--chat-template-kwargs")
+    thinking = _thinking(args.thinking, kwargs)
+    out = Path(args.out)
+    if out.is_dir():
+        raise GenerateUsageError(f"--out {out} is a folder; give a .jsonl file")
+    opts = GenerateOptions(
+        sources=sources,
+        endpoints=list(args.endpoint),
+        out=out,
+        model=args.model,
+        api_key=args.api_key,
+        concurrency=args.concurrency,
+        request_timeout=args.request_timeout,
+        max_retries=args.max_retries,
+        backoff_base=args.backoff,
+        backoff_cap=args.backoff_cap,
+        health_interval=args.health_interval,
+        give_up_after=args.give_up_after,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        extra_body=extra,
+        chat_template_kwargs=kwargs,
+        thinking=thinking,
+        keep_length=args.keep_length,
+        return_token_ids=args.return_token_ids,
+        retry_errors=args.retry_errors,
+    )
+    _check_numbers(opts)
+    return opts
+
+
+def _json_object(text: str | None, what: str) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise GenerateUsageError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise GenerateUsageError(f"{what} must be a JSON object")
+    return obj
+
+
+def _thinking(flag: str | None, kwargs: dict[str, Any]) -> str:
+    """``on`` / ``off`` / ``mix:F``; ``enable_thinking`` in the template kwargs counts as a flag."""
+    if "enable_thinking" in kwargs:
+        given = "on" if kwargs.pop("enable_thinking") else "off"
+        if flag is not None and flag != given:
+            raise GenerateUsageError(
+                f"--thinking {flag} contradicts enable_thinking in --chat-template-kwargs"
+            )
+        return given
+    flag = flag or "on"
+    if flag in ("on", "off"):
+        return flag
+    kind, _, value = flag.partition(":")
+    try:
+        fraction = float(value)
+    except ValueError:
+        fraction = -1.0
+    if kind != "mix" or not 0.0 <= fraction <= 1.0:
+        raise GenerateUsageError(
+            f"--thinking must be on, off or mix:F with 0 <= F <= 1, not {flag!r}"
+        )
+    return flag
+
+
+def _check_numbers(o: GenerateOptions) -> None:
+    if o.concurrency < 1 or o.max_retries < 0:
+        raise GenerateUsageError("--concurrency must be >= 1 and --max-retries >= 0")
+    if min(o.request_timeout, o.health_interval, o.give_up_after) <= 0 or o.backoff_base < 0:
+        raise GenerateUsageError("timeouts and intervals must be > 0, --backoff >= 0")
+    if o.max_tokens is not None and o.max_tokens < 1:
+        raise GenerateUsageError("--max-tokens must be >= 1")
+    for url in o.endpoints:
+        if not url.startswith(("http://", "https://")):
+            raise GenerateUsageError(f"--endpoint {url!r} is not an http(s) URL")
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Run the job from parsed arguments; 0 done (errors counted), 1 could not run, 2 bad args."""
+    from draftset.generate_console import print_summary, progress
+
+    try:
+        opts = options_from_args(args)
+        show = not args.no_progress and sys.stderr.isatty()
+        with progress(enabled=show) as update:
+            result = asyncio.run(run_generate(opts, update))
+    except (GenerateUsageError, SourceError, StoreError) as exc:
+        print(f"draftset: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Unreachable as exc:
+        print(f"draftset: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except KeyboardInterrupt:
+        print("draftset: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    print_summary(result)
+    if result.aborted:
+        print(
+            f"draftset: stopped early: {result.aborted}; rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"draftset: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m draftset.generate ARGS`` == ``draftset generate ARGS`` (used by tests)."""
+    parser = _Parser(prog="draftset")
+    register_cli(parser.add_subparsers(dest="command", required=True, parser_class=_Parser))
+    args = parser.parse_args(["generate", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.handler(args))
+
+
+main_for_tests = main
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""A tiny OpenAI-compatible server on 127.0.0.1 that injects faults on request.
+
+Standard library only (asyncio, hand-written HTTP/1.1 with keep-alive), so tests need nothing
+heavy. Answers are deterministic: they depend only on the request's messages, so an
+interrupted-and-resumed run must produce the same set of lines as an uninterrupted one.
+
+Faults are asked for inside the first user message, e.g. ``"hello [500x2]"``: the first two
+attempts of each turn of that row fail with HTTP 500, the third succeeds. Directives:
+
+- ``[500xN]`` / ``[429xN]`` / ``[slowxN]`` / ``[dropxN]`` / ``[badjsonxN]`` / ``[badshapexN]``:
+  the first N attempts get a 500, a 429 with ``Retry-After``, a response slower than
+  ``slow_seconds``, a connection closed without response, a 200 with malformed JSON, a 200 JSON
+  without ``choices``;
+- ``[length]``: every answer has ``finish_reason: "length"``; ``[400]``: always HTTP 400;
+- ``[call:NAME]``: the model calls tool NAME whenever the last message is not a tool result;
+- ``[reasoningfield]``: reasoning is returned as ``reasoning`` instead of ``reasoning_content``.
+
+Run ``python tests/fault_server.py --port 0`` to serve from another process (prints the URL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+MODEL = "fault-model"
+_DIRECTIVE = re.compile(r"\[(500|429|slow|drop|badjson|badshape)x(\d+)\]")
+_CALL = re.compile(r"\[call:(\w+)\]")
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+    404: "Not Found",
+}
+
+
+@dataclass
+class FaultServer:
+    """Serve in a background thread: ``with FaultServer() as srv: srv.url``."""
+
+    latency: float = 0.0  # seconds before every completion
+    slow_seconds: float = 5.0  # how long a [slow] response takes
+    retry_after: str = "1"
+    model: str = MODEL
+    down: bool = False  # answer 503 to everything (health checks included)
+    port: int = 0
+    requests: list[dict[str, Any]] = field(default_factory=list)  # completion bodies received
+    attempts: Counter[tuple[str, int]] = field(default_factory=Counter)
+    completions: int = 0  # 200 completions sent
+
+    def __post_init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> FaultServer:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        server = loop.run_until_complete(self.start())
+        self._ready.set()
+        loop.run_forever()
+        server.close()
+        tasks = asyncio.all_tasks(loop)  # open connections: end them before the loop closes
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            loop.run_until_complete(asyncio.wait(tasks))
+        loop.close()
+
+    async def start(self) -> asyncio.Server:
+        server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        self.port = server.sockets[0].getsockname()[1]
+        return server
+
+    # --- HTTP ---------------------------------------------------------------------------------
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                method, path, headers = _parse_head(head)
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                reply = await self._route(method, path, body)
+                if reply is None:  # drop the connection without an answer
+                    break
+                writer.write(reply)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()  # also on cancellation at shutdown
+
+    async def _route(self, method: str, path: str, body: bytes) -> bytes | None:
+        if self.down:
+            return _response(503, {"error": "down"})
+        if method == "GET" and path.rstrip("/") == "/v1/models":
+            return _response(
+                200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+            )
+        if method == "POST" and path.rstrip("/") == "/v1/chat/completions":
+            return await self._complete(json.loads(body))
+        return _response(404, {"error": f"no route {method} {path}"})
+
+    async def _complete(self, req: dict[str, Any]) -> bytes | None:
+        self.requests.append(req)
+        msgs = req["messages"]
+        first = next(m["content"] for m in msgs if m["role"] == "user")
+        turn = sum(1 for m in msgs if m["role"] == "assistant")
+        key = (first, turn)
+        self.attempts[key] += 1
+        attempt = self.attempts[key]
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if req.get("model") != self.model:
+            return _response(404, {"error": f"model {req.get('model')!r} not served"})
+        if "[400]" in first:
+            return _response(400, {"error": "bad request (injected)"})
+        for kind, n in _DIRECTIVE.findall(first):
+            if attempt <= int(n):
+                return await self._fault(kind)
+        self.completions += 1
+        return _response(200, _completion(req, first, turn))
+
+    async def _fault(self, kind: str) -> bytes | None:
+        if kind == "500":
+            return _response(500, {"error": "injected 500"})
+        if kind == "429":
+            return _response(429, {"error": "slow down"}, {"Retry-After": self.retry_after})
+        if kind == "slow":
+            await asyncio.sleep(self.slow_seconds)
+            return _response(500, {"error": "too late"})
+        if kind == "badjson":
+            return _raw(200, b'{"choices": [{"message": {"content": "trunc')
+        if kind == "badshape":
+            return _response(200, {"object": "chat.completion", "data": []})
+        return None  # drop
+
+
+def _completion(req: dict[str, Any], first: str, turn: int) -> dict[str, Any]:
+    msgs = req["messages"]
+    last = msgs[-1]
+    history = " | ".join(m["content"][:20] for m in msgs if m["role"] == "assistant")
+    message: dict[str, Any] = {"role": "assistant"}
+    finish = "length" if "[length]" in first else "stop"
+    call = _CALL.search(first)
+    if call and last["role"] != "tool":
+        message["content"] = None
+        args = json.dumps({"turn": turn})
+        message["tool_calls"] = [
+            {
+                "id": f"call_{turn}",
+                "type": "function",
+                "function": {"name": call.group(1), "arguments": args},
+            }
+        ]
+        finish = "tool_calls"
+    else:
+        tail = f" after tool {last['content']}" if last["role"] == "tool" else ""
+        message["content"] = f"answer {turn} to {last['content'][:40]!r}{tail} (history: {history})"
+    kwargs = req.get("chat_template_kwargs") or {}
+    if kwargs.get("enable_thinking", True):
+        field_name = "reasoning" if "[reasoningfield]" in first else "reasoning_content"
+        message[field_name] = f"thinking about turn {turn}"
+    text = message.get("content") or ""
+    out: dict[str, Any] = {
+        "id": f"cmpl-{turn}",
+        "object": "chat.completion",
+        "model": req["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {
+            "prompt_tokens": 3 * len(msgs),
+            "completion_tokens": len(text.split()),
+            "total_tokens": 3 * len(msgs) + len(text.split()),
+        },
+    }
+    if req.get("return_token_ids"):
+        out["prompt_token_ids"] = list(range(3 * len(msgs)))
+        out["choices"][0]["token_ids"] = list(range(100, 100 + len(text.split())))
+    return out
+
+
+def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            k, v = line.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    return method, path, headers
+
+
+def _response(status: int, obj: Any, headers: dict[str, str] | None = None) -> bytes:
+    return _raw(status, json.dumps(obj).encode(), headers)
+
+
+def _raw(status: int, body: bytes, headers: dict[str, str] | None = None) -> bytes:
+    lines = [
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+    ]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+async def _serve_forever(srv: FaultServer) -> None:
+    server = await srv.start()
+    print(srv.url, flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--latency", type=float, default=0.0)
+    a = ap.parse_args()
+    asyncio.run(_serve_forever(FaultServer(latency=a.latency, port=a.port)))

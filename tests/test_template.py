@@ -1,0 +1,87 @@
+"""The fast render path equals transformers' public apply_chat_template, output and errors."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import llama32_tokenizer_dir, qwen3_tokenizer_dir, shared_data_dir, trl_template
+from test_render import CASES, TOOLS
+
+from draftset.normalize import normalize
+from draftset.read import Source, iter_raw_rows, list_files
+from draftset.records import Conversation, PromptOnly
+from draftset.template import ChatTemplate, TemplateSpec, TokenizerError
+
+SETUPS = [
+    ("qwen3", "qwen2_5", {}),
+    ("qwen3", "qwen3", {}),
+    ("qwen3", "qwen3_6", {}),
+    ("qwen3", "qwen3_6", {"enable_thinking": False}),
+    ("qwen3", "gptoss", {}),
+    ("llama", "llama3_1", {}),
+]
+_CACHE: dict = {}
+
+
+def template(tok: str, name: str, kwargs: dict) -> ChatTemplate:
+    key = (tok, name, tuple(kwargs.items()))
+    if key not in _CACHE:
+        d = qwen3_tokenizer_dir() if tok == "qwen3" else llama32_tokenizer_dir()
+        spec = TemplateSpec(
+            str(d),
+            trl_template(name).read_text(),
+            dict(kwargs),
+            ("<|im_end|>",) if tok == "qwen3" else (),
+        )
+        _CACHE[key] = ChatTemplate(spec)
+    return _CACHE[key]
+
+
+def outcome(fn, *args, **kw):
+    try:
+        return ("ok", fn(*args, **kw))
+    except Exception as exc:  # the error message must be the same too
+        return ("error", f"{type(exc).__name__}: {exc}")
+
+
+def assert_same(t: ChatTemplate, messages, tools, row_kwargs=None):
+    for k in range(1, len(messages) + 1):
+        for gen in (False, True):
+            fast = outcome(t.render, messages[:k], tools, gen, row_kwargs)
+            ref = outcome(t.render_reference, messages[:k], tools, gen, row_kwargs)
+            assert fast == ref, (k, gen)
+
+
+@pytest.mark.parametrize(
+    ("tok", "name", "kwargs"), SETUPS, ids=[f"{s[1]}{'-nothink' if s[2] else ''}" for s in SETUPS]
+)
+def test_fast_render_equals_reference_on_golden_cases(tok, name, kwargs):
+    t = template(tok, name, kwargs)
+    assert t._compiled is not None
+    for messages, tools in CASES.values():
+        assert_same(t, messages, tools)
+    assert_same(t, CASES["tools"][0], TOOLS, row_kwargs={"enable_thinking": False})
+
+
+@pytest.mark.parametrize(
+    ("tok", "name", "kwargs"), SETUPS[1:3] + SETUPS[5:], ids=["qwen3", "qwen3_6", "llama3_1"]
+)
+def test_fast_render_equals_reference_on_shared_samples(tok, name, kwargs):
+    data = shared_data_dir()
+    if data is None:
+        pytest.skip("../shared/data is absent (set DRAFTSET_SHARED_DATA to run this test)")
+    t = template(tok, name, kwargs)
+    checked = 0
+    for sub in ("openai_messages", "sharegpt", "tool_calling", "reasoning", "multilingual"):
+        for path in list_files(data / sub):
+            src = Source(path.name, path)
+            for raw in iter_raw_rows(src):
+                item = normalize(raw) if raw.reject is None else raw.reject
+                if isinstance(item, Conversation | PromptOnly) and raw.row % 7 == 0:
+                    assert_same(t, item.messages[:6], item.tools)
+                    checked += 1
+    assert checked > 100
+
+
+def test_missing_template_is_a_usage_error():
+    with pytest.raises(TokenizerError, match="no chat template"):
+        ChatTemplate(TemplateSpec(str(llama32_tokenizer_dir())))

@@ -1,0 +1,548 @@
+"""`draftset verify`: good sets pass; every kind of corruption fails naming exactly its check.
+
+Sets are built once per module with the real Qwen3 tokenizer. Each corruption works on a copy.
+A corrupted Arrow file always trips `file_hashes`; to prove the content check fires on its own,
+the copy is then "resealed" (token_freq, d2t/t2d, manifest counts and hashes recomputed, as a
+careful forger would) and verify must still fail, naming exactly the expected checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import REPO, llama32_tokenizer_dir, qwen3_tokenizer_dir
+from tokenizers import Tokenizer
+
+from draftset.build import BuildOptions, run_build
+from draftset.read import Source
+from draftset.recipe import load_recipe
+from draftset.verify import fast_checks, main, run_verify
+from draftset.write import arrow_schema, draft_vocab
+
+LONG = (
+    "Rivers carry sediment from mountains to the sea, slowly building deltas where the water "
+    "slows down and drops the sand, silt and clay it has carried for hundreds of kilometres."
+)
+ROWS = [
+    {
+        "id": "sys",
+        "messages": [
+            {"role": "system", "content": "You are a careful geography tutor."},
+            {"role": "user", "content": "How are river deltas formed?"},
+            {"role": "assistant", "content": LONG},
+        ],
+    },
+    {
+        "id": "ph",
+        "messages": [
+            {"role": "user", "content": "Ready?"},
+            {"role": "assistant", "content": "OK."},
+            {"role": "user", "content": "Explain deltas."},
+            {"role": "assistant", "content": LONG},
+        ],
+    },
+    {
+        "id": "tool",
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                },
+            }
+        ],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                    }
+                ],
+            },
+            {"role": "tool", "content": '{"temp": 21}'},
+            {
+                "role": "assistant",
+                "content": "It is 21 degrees Celsius and sunny in Paris right now,"
+                " a pleasant spring day for a walk.",
+            },
+        ],
+    },
+    {
+        "id": "think",
+        "messages": [
+            {"role": "user", "content": "What is 17 * 3?"},
+            {
+                "role": "assistant",
+                "content": "17 * 3 = 51.",
+                "reasoning_content": "17 * 3 is 10 * 3 + 7 * 3 = 30 + 21 = 51.",
+            },
+        ],
+    },
+    {
+        "id": "xss",
+        "messages": [
+            {"role": "user", "content": "Print <script>alert(1)</script> please"},
+            {
+                "role": "assistant",
+                "content": "Here it is, as plain text: <script>alert(1)</script>"
+                " — it will not run here.",
+            },
+        ],
+    },
+    {"id": "p1", "messages": [{"role": "user", "content": "Write a poem."}]},
+    {
+        "id": "bad",
+        "messages": [{"role": "wizard", "content": "?"}, {"role": "assistant", "content": "!"}],
+    },
+    {
+        "id": "multi",
+        "messages": [
+            {"role": "user", "content": "Name a colour."},
+            {
+                "role": "assistant",
+                "content": "Blue, like a clear summer sky over the ocean on a calm day.",
+            },
+            {"role": "user", "content": "Another?"},
+            {
+                "role": "assistant",
+                "content": "Green, like fresh grass after the rain in early spring.",
+            },
+        ],
+    },
+]
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return Tokenizer.from_file(str(qwen3_tokenizer_dir() / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    """Good sets: inline data in three turn modes (one truncating) and the bundled sample."""
+    root = tmp_path_factory.mktemp("verify")
+    src = write_jsonl(root / "chats.jsonl", ROWS)
+    tokdir = str(qwen3_tokenizer_dir())
+
+    def build(name: str, **kw) -> Path:
+        opts = BuildOptions([Source("chats", src)], tokdir, root / name, workers=1, **kw)
+        return run_build(opts).out
+
+    recipe = load_recipe(REPO / "examples" / "recipe.yaml")
+    sample = run_build(
+        BuildOptions(recipe["sources"], tokdir, root / "sample", workers=1, draft_vocab_size=64)
+    ).out
+    return {
+        "all": build("all", draft_vocab_size=32),
+        "each": build("each", turns="each"),
+        "last_truncate": build("last", turns="last", truncation="truncate", max_length=40),
+        "sample": sample,
+    }
+
+
+def failed(results) -> set[str]:
+    return {r.name for r in results if r.status == "fail"}
+
+
+def by_name(results) -> dict:
+    return {r.name: r for r in results}
+
+
+def verify(folder: Path, **kw):
+    kw.setdefault("speculators", False)  # its import costs seconds; covered once below
+    return run_verify(folder, **kw)
+
+
+# --- helpers that corrupt a copy -----------------------------------------------------------------
+def copy_set(src: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "set"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def read_rows(folder: Path) -> list[dict]:
+    with pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "rb") as f:
+        return pa.ipc.open_stream(f).read_all().to_pylist()
+
+
+def write_rows(folder: Path, rows: list[dict]) -> None:
+    for r in rows:
+        r["seq_len"] = len(r["input_ids"])
+    table = pa.Table.from_pylist(rows, schema=arrow_schema())
+    with (
+        pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "wb") as sink,
+        pa.ipc.new_stream(sink, table.schema) as w,
+    ):
+        w.write_table(table)
+
+
+def manifest(folder: Path) -> dict:
+    return json.loads((folder / "manifest.json").read_text())
+
+
+def save_manifest(folder: Path, m: dict) -> None:
+    (folder / "manifest.json").write_text(json.dumps(m, indent=2, ensure_ascii=False))
+
+
+def reseal(folder: Path) -> None:
+    """Recompute vocabulary files, manifest row/token counts and file hashes from the data."""
+    m = manifest(folder)
+    rows = read_rows(folder)
+    vocab = m["tokenizer"]["vocab_size"]
+    freq = np.zeros(vocab, dtype=np.int64)
+    per: dict[str, dict[str, int]] = {}
+    for r in rows:
+        ids, mask = np.asarray(r["input_ids"]), np.asarray(r["loss_mask"], dtype=bool)
+        np.add.at(freq, ids[mask], 1)
+        c = per.setdefault(r["source"], {"rows_out": 0, "tokens": 0, "supervised_tokens": 0})
+        c["rows_out"] += 1
+        c["tokens"] += len(ids)
+        c["supervised_tokens"] += int(mask.sum())
+    np.save(folder / "token_freq.npy", freq)
+    if (folder / "token_freq.pt").exists():
+        import torch
+
+        torch.save({int(i): int(freq[i]) for i in np.nonzero(freq)[0]}, folder / "token_freq.pt")
+    n = m["options"]["draft_vocab_size"]
+    if n:
+        d2t, t2d = draft_vocab(freq, n, vocab)
+        np.save(folder / f"d2t-{n}.npy", d2t)
+        np.save(folder / f"t2d-{n}.npy", t2d)
+    for name, c in m["counts"]["per_source"].items():
+        c.update(per.get(name, {"rows_out": 0, "tokens": 0, "supervised_tokens": 0}))
+    m["totals"].update(
+        rows=len(rows),
+        tokens=sum(c["tokens"] for c in per.values()),
+        supervised_tokens=sum(c["supervised_tokens"] for c in per.values()),
+    )
+    m["files"] = {
+        name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in m["files"]
+    }
+    save_manifest(folder, m)
+
+
+def find_row(rows: list[dict], rid: str) -> dict:
+    return next(r for r in rows if r["id"] == rid)
+
+
+def find_subsequence(ids: list[int], sub: list[int]) -> int:
+    for i in range(len(ids) - len(sub) + 1):
+        if ids[i : i + len(sub)] == sub:
+            return i
+    raise AssertionError(f"{sub} not in row")
+
+
+# --- good sets -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["all", "each", "last_truncate", "sample"])
+def test_good_sets_pass_every_check(built, name):
+    results = verify(built[name])
+    assert failed(results) == set(), [r.to_json() for r in results if r.failed]
+    names = {r.name for r in results}
+    assert names >= {
+        "structure",
+        "file_hashes",
+        "accounting",
+        "token_freq",
+        "draft_vocab",
+        "drafter_fitness",
+        "tokenizer",
+        "template",
+        "sources",
+        "row_identity",
+        "mask_fidelity",
+        "leakage",
+        "truncation",
+    }
+    mf = by_name(results)["mask_fidelity"]
+    assert (
+        mf.details["full"] and mf.details["rows_checked"] == manifest(built[name])["totals"]["rows"]
+    )
+
+
+def test_truncating_build_is_counted(built):
+    m = manifest(built["last_truncate"])
+    assert m["totals"]["truncated"] > 0
+    assert (
+        "rows end inside an answer" in by_name(verify(built["last_truncate"]))["truncation"].summary
+    )
+
+
+def test_fast_checks_pass_and_need_no_sources(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    m["inputs"][0]["path"] = str(tmp_path / "gone.jsonl")
+    m["tokenizer"]["path"] = str(tmp_path / "no-tokenizer")
+    save_manifest(folder, m)
+    results = fast_checks(folder)
+    assert [r.name for r in results] == [
+        "structure",
+        "file_hashes",
+        "accounting",
+        "token_freq",
+        "draft_vocab",
+        "drafter_fitness",
+    ]
+    assert failed(results) == set()
+
+
+def test_sampled_mask_check_is_seeded(built):
+    a = by_name(verify(built["sample"], sample=5, seed=3))["mask_fidelity"]
+    assert a.status == "pass" and a.details == {"rows_checked": 5, "full": False}
+    assert "a seeded sample of 5 of 14 rows" in a.summary
+
+
+def test_speculators_loader_is_run_or_skipped_with_a_reason(built):
+    r = by_name(run_verify(built["sample"]))["speculators_load"]
+    assert r.status in ("pass", "skip")
+    if r.status == "skip":
+        assert "speculators not installed" in r.summary
+    else:
+        assert "14 rows" in r.summary
+
+
+# --- corruptions ---------------------------------------------------------------------------------
+def test_flipped_mask_bits_fail_mask_fidelity(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    row = find_row(rows, "sys")
+    first = row["loss_mask"].index(1)
+    row["loss_mask"][first] = 0  # the answer's first token is no longer supervised
+    write_rows(folder, rows)
+    assert {"file_hashes", "mask_fidelity"} <= failed(verify(folder))
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}
+    assert by_name(results)["mask_fidelity"].examples == ["sys"]
+
+
+def test_supervised_user_text_is_named(built, tmp_path, tok):
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    row = find_row(rows, "sys")
+    at = find_subsequence(
+        row["input_ids"], tok.encode(" river deltas", add_special_tokens=False).ids
+    )
+    row["loss_mask"][at] = 1
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}
+    assert any(
+        "user text is supervised" in m
+        for m in by_name(results)["mask_fidelity"].details["messages"]
+    )
+
+
+def test_dropped_row_fails_accounting_and_identity(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    write_rows(folder, [r for r in rows if r["id"] != "tool"])
+    assert "file_hashes" in failed(verify(folder))
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"accounting", "row_identity"}
+    assert by_name(results)["row_identity"].examples == ["tool"]
+
+
+def test_swapped_row_contents_fail_mask_fidelity(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    a, b = find_row(rows, "sys"), find_row(rows, "think")
+    for key in ("input_ids", "loss_mask"):
+        a[key], b[key] = b[key], a[key]
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}
+    assert set(by_name(results)["mask_fidelity"].examples) == {"sys", "think"}
+
+
+def test_swapped_row_order_fails_row_identity(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    rows[0], rows[1] = rows[1], rows[0]
+    write_rows(folder, rows)
+    assert failed(verify(folder)) == {"file_hashes", "row_identity"}
+    reseal(folder)
+    assert failed(verify(folder)) == {"row_identity"}
+
+
+def test_supervised_placeholder_fails_leakage(built, tmp_path, tok):
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    row = find_row(rows, "ph")
+    eot = tok.token_to_id("<|im_end|>")
+    ok = tok.encode("OK.", add_special_tokens=False).ids
+    at = find_subsequence(row["input_ids"], [*ok, eot])
+    for i in range(at, at + len(ok) + 1):
+        row["loss_mask"][i] = 1
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity", "leakage"}
+    leak = by_name(results)["leakage"]
+    assert leak.examples == ["ph"] and "placeholder" in leak.summary
+
+
+def test_placeholder_list_is_configurable(built):
+    # a real, supervised answer: declaring it a placeholder makes the set leak
+    text = "Green, like fresh grass after the rain in early spring."
+    results = verify(built["all"], placeholders=("OK.", "OK", text))
+    assert failed(results) == {"leakage"}
+    assert by_name(results)["leakage"].examples == ["multi"]
+
+
+def test_truncated_answer_fails_truncation_and_mask(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    row = find_row(rows, "sys")
+    cut = len(row["input_ids"]) - 5  # inside the answer, before its end-of-turn token
+    row["input_ids"], row["loss_mask"] = row["input_ids"][:cut], row["loss_mask"][:cut]
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity", "truncation"}
+    assert by_name(results)["truncation"].examples == ["sys"]
+
+
+def test_edited_token_freq_fails_token_freq(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    freq = np.load(folder / "token_freq.npy")
+    freq[int(np.argmax(freq))] += 1
+    np.save(folder / "token_freq.npy", freq)
+    assert failed(verify(folder)) == {"file_hashes", "token_freq"}
+    m = manifest(folder)
+    m["files"]["token_freq.npy"] = hashlib.sha256(
+        (folder / "token_freq.npy").read_bytes()
+    ).hexdigest()
+    save_manifest(folder, m)
+    assert failed(verify(folder)) == {"token_freq"}
+
+
+def test_inconsistent_draft_vocab_fails(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    t2d = np.load(folder / "t2d-32.npy")
+    t2d[np.nonzero(t2d)[0][0]] = False
+    np.save(folder / "t2d-32.npy", t2d)
+    m = manifest(folder)
+    m["files"]["t2d-32.npy"] = hashlib.sha256((folder / "t2d-32.npy").read_bytes()).hexdigest()
+    save_manifest(folder, m)
+    assert failed(verify(folder)) == {"draft_vocab"}
+
+
+def test_tampered_hash_fails_file_hashes(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    m["files"]["rejects.jsonl"] = "0" * 64
+    save_manifest(folder, m)
+    results = verify(folder)
+    assert failed(results) == {"file_hashes"}
+    assert by_name(results)["file_hashes"].examples == ["rejects.jsonl"]
+
+
+def test_malformed_reject_line_fails_accounting(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    with (folder / "rejects.jsonl").open("a") as f:
+        f.write('{"source": "chats", "row": 99}\n')
+    m = manifest(folder)
+    m["files"]["rejects.jsonl"] = hashlib.sha256(
+        (folder / "rejects.jsonl").read_bytes()
+    ).hexdigest()
+    save_manifest(folder, m)
+    assert failed(verify(folder)) == {"accounting", "row_identity"}
+
+
+def test_changed_or_missing_source_fails_sources(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    src = tmp_path / "chats.jsonl"
+    shutil.copy(manifest(folder)["inputs"][0]["path"], src)
+    m = manifest(folder)
+    m["inputs"][0]["path"] = m["inputs"][0]["files"][0]["path"] = str(src)
+    save_manifest(folder, m)
+    assert failed(verify(folder)) == set()  # the same bytes elsewhere are fine
+    src.write_text(src.read_text().replace("Paris", "Lyon"))
+    results = verify(folder)
+    assert failed(results) == {"sources"}
+    assert by_name(results)["mask_fidelity"].status == "skip"
+    src.unlink()
+    assert failed(verify(folder)) == {"sources"}
+    assert main([str(folder)]) == 1
+
+
+def test_wrong_tokenizer_fingerprint_fails_tokenizer(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    m["tokenizer"]["fingerprint"] = "f" * 64
+    save_manifest(folder, m)
+    assert failed(verify(folder)) == {"tokenizer"}
+
+
+def test_other_tokenizer_fails_tokenizer(built):
+    results = verify(built["all"], tokenizer=str(llama32_tokenizer_dir()))
+    assert "tokenizer" in failed(results)
+
+
+def test_tampered_template_fails_template(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    m["template"]["sha256"] = "0" * 64
+    save_manifest(folder, m)
+    assert failed(verify(folder)) == {"template"}
+
+
+# --- command line --------------------------------------------------------------------------------
+def test_cli_failure_names_check_count_and_ids(built, tmp_path, capsys):
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    m["files"]["prompts.jsonl"] = "0" * 64
+    save_manifest(folder, m)
+    out_json = tmp_path / "v.json"
+    assert main([str(folder), "--json", str(out_json), "--sample", "2"]) == 1
+    text = capsys.readouterr().out
+    assert "FAIL file_hashes" in text and "count 1" in text and "prompts.jsonl" in text
+    data = json.loads(out_json.read_text())
+    assert data["passed"] is False
+    assert {c["name"] for c in data["checks"] if c["status"] == "fail"} == {"file_hashes"}
+
+
+def test_cli_passes_with_exit_0(built, capsys):
+    assert main([str(built["each"]), "--fast"]) == 0
+    assert "verify passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["/nonexistent/dir"], "not found"),
+        (["EMPTY"], "not a draftset output"),
+        (["GOOD", "--sample", "0"], "--sample"),
+        (["GOOD", "--block-size", "1"], "--block-size"),
+        (["GOOD", "--tokenizer", "/nonexistent/tok"], "tokenizer"),
+        (["GOOD", "--bogus"], "unrecognized"),
+    ],
+)
+def test_cli_usage_errors_exit_2(built, tmp_path, capsys, args, needle):
+    argv = [
+        str(built["all"]) if a == "GOOD" else str(tmp_path) if a == "EMPTY" else a for a in args
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
