@@ -208,7 +208,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     checks = fast_checks(result.out)
     print_results(checks)
-    if any(c.failed for c in checks):
+    # drafter fitness is advice for DFlash training, not an integrity failure of the build
+    if any(c.failed for c in checks if c.name != "drafter_fitness"):
         return EXIT_FAIL
     print(f"next: draftset verify {result.out}   (re-derives every mask from the sources)")
     return EXIT_OK
