@@ -85,3 +85,31 @@ def test_fast_render_equals_reference_on_shared_samples(tok, name, kwargs):
 def test_missing_template_is_a_usage_error():
     with pytest.raises(TokenizerError, match="no chat template"):
         ChatTemplate(TemplateSpec(str(llama32_tokenizer_dir())))
+
+
+@pytest.mark.parametrize(
+    ("tok", "name", "kwargs"), SETUPS, ids=[s[1] + str(bool(s[2])) for s in SETUPS]
+)
+def test_worker_renderer_from_kit_plans_and_encodes_identically(tok, name, kwargs):
+    """Workers rebuild the renderer from a pickled kit; their rows must be the same rows."""
+    import pickle
+
+    from draftset.encode import encode_plans
+    from draftset.render import plan_conversation
+    from draftset.template import Renderer
+
+    full = template(tok, name, kwargs)
+    light = Renderer.from_kit(pickle.loads(pickle.dumps(full.kit())))
+    assert light is not None and light.eot_ids == full.eot_ids
+    for case, (messages, tools) in CASES.items():
+        for mode in ("all", "each"):
+            conv = Conversation(case, "s", 0, messages, tools)
+            a, b = plan_conversation(full, conv, mode), plan_conversation(light, conv, mode)
+            assert [r.segments for r in a.rows] == [r.segments for r in b.rows]
+            assert [(r.reason, r.message) for r in a.rejects] == [
+                (r.reason, r.message) for r in b.rejects
+            ]
+            ea, eb = encode_plans(full.backend, a.rows), encode_plans(light.backend, b.rows)
+            assert all(
+                (x[0] == y[0]).all() and (x[1] == y[1]).all() for x, y in zip(ea, eb, strict=True)
+            )

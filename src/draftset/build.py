@@ -19,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from draftset.normalize import normalize
 from draftset.read import Source, count_rows, describe_inputs, iter_raw_rows
 from draftset.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
 from draftset.render import ConversationPlan, TurnMode, plan_conversation
-from draftset.template import ChatTemplate, TemplateSpec
+from draftset.template import ChatTemplate, Renderer, RenderKit, TemplateSpec
 from draftset.write import (
     DatasetWriter,
     draft_vocab,
@@ -107,13 +108,16 @@ class Processor:
     def __init__(
         self,
         spec: TemplateSpec,
+        kit: RenderKit | None,
         rules: LengthRules,
         mode: TurnMode,
         placeholders: tuple[str, ...],
         vocab_size: int,
-        template: ChatTemplate | None = None,
+        template: Renderer | None = None,
     ) -> None:
-        self.template = template or ChatTemplate(spec)
+        # workers rebuild the main process's renderer from its kit (no AutoTokenizer import);
+        # only when transformers' internals moved do they load the full tokenizer themselves
+        self.template = template or (kit and Renderer.from_kit(kit)) or ChatTemplate(spec)
         self.rules = rules
         self.mode = mode
         self.placeholders = placeholders
@@ -152,7 +156,9 @@ class Processor:
                 )  # keep supervised-turn counts; segments dropped below
             else:
                 res.rejects.append(out)
-        for res in results:  # segments are big and the main process does not need them
+        for res in results:  # texts are big and the main process does not need them back
+            if isinstance(res.item, Conversation):
+                res.item = Conversation(res.item.id, res.item.source, res.item.row, [])
             if res.plan_stats is not None:
                 for rp in res.plan_stats.rows:
                     rp.segments, rp.server_ids, rp.turn_of_segment = [], {}, {}
@@ -309,29 +315,44 @@ def _batched(items: Iterator[Normalized], size: int) -> Iterator[list[Normalized
         yield batch
 
 
-def _ordered_results(
-    batches: Iterator[list[Normalized]],
-    processor_args: tuple,
-    workers: int,
-    template: ChatTemplate,
-) -> Iterator[list[ItemResult]]:
-    """Results in submission order, at most a few batches in flight."""
-    if workers <= 1:  # in-process, reusing the template the main process already loaded
-        proc = Processor(*processor_args, template=template)
-        for b in batches:
-            yield proc.process(b)
+def _ping() -> bool:
+    return _WORKER is not None
+
+
+@contextmanager
+def _executor(processor_args: tuple, workers: int) -> Iterator[ProcessPoolExecutor | None]:
+    """Worker processes, started at once so they load while the main process reads sources."""
+    if workers <= 1:
+        yield None
         return
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(
         workers, mp_context=ctx, initializer=_init_worker, initargs=processor_args
     ) as ex:
-        window: deque = deque()
+        for _ in range(workers):  # each submit starts one more process (spawn is lazy)
+            ex.submit(_ping)
+        yield ex
+
+
+def _ordered_results(
+    batches: Iterator[list[Normalized]],
+    executor: ProcessPoolExecutor | None,
+    workers: int,
+    inline: Callable[[], Processor],
+) -> Iterator[list[ItemResult]]:
+    """Results in submission order, at most a few batches in flight."""
+    if executor is None:  # in-process, reusing the template the main process already loaded
+        proc = inline()
         for b in batches:
-            window.append(ex.submit(_work, b))
-            if len(window) >= 3 * workers:
-                yield window.popleft().result()
-        while window:
+            yield proc.process(b)
+        return
+    window: deque = deque()
+    for b in batches:
+        window.append(executor.submit(_work, b))
+        if len(window) >= 3 * workers:
             yield window.popleft().result()
+    while window:
+        yield window.popleft().result()
 
 
 class _JsonlSink:
@@ -357,6 +378,23 @@ def run_build(
     spec = opts.template_spec()
     template = ChatTemplate(spec)  # load once here: fail fast, fingerprint, vocab size
     vocab_size = template.vocab_size(opts.target_vocab_size)
+    workers = opts.workers or os.cpu_count() or 1
+    kit = template.kit() if workers > 1 else None
+    args = (spec, kit, opts.length_rules(), opts.turns, opts.placeholders, vocab_size)
+    with _executor(args, workers) as executor:
+        return _run(opts, template, vocab_size, args, executor, workers, on_progress, t0)
+
+
+def _run(
+    opts: BuildOptions,
+    template: ChatTemplate,
+    vocab_size: int,
+    args: tuple,
+    executor: ProcessPoolExecutor | None,
+    workers: int,
+    on_progress: Callable[[int, int], None] | None,
+    t0: float,
+) -> BuildResult:
     names = [s.name for s in opts.sources]
     acct = Accounting(names)
     available, selections = plan_selection(opts.sources, opts.max_samples, opts.seed)
@@ -365,18 +403,16 @@ def run_build(
     total = sum(
         available[name] if sel is None else int(sel.sum()) for name, sel in selections.items()
     )
-    workers = opts.workers or os.cpu_count() or 1
-
     tmp = prepare_output(opts.out, opts.overwrite)
     notes: list[str] = []
     try:
         writer = DatasetWriter(tmp, vocab_size)
         rejects = _JsonlSink(tmp / "rejects.jsonl")
         prompts = _JsonlSink(tmp / "prompts.jsonl")
-        args = (spec, opts.length_rules(), opts.turns, opts.placeholders, vocab_size)
         done = 0
         batches = _batched(iter_items(opts.sources, selections, acct), BATCH_ROWS)
-        for results in _ordered_results(batches, args, workers, template):
+        inline = lambda: Processor(*args, template=template)  # noqa: E731
+        for results in _ordered_results(batches, executor, workers, inline):
             for res in results:
                 _account(res, acct, writer, rejects, prompts)
             done += len(results)

@@ -19,7 +19,7 @@ from typing import Literal
 
 from draftset import reasons
 from draftset.records import Conversation, Message, Reject
-from draftset.template import ChatTemplate
+from draftset.template import Renderer
 
 TurnMode = Literal["all", "last", "each"]
 
@@ -100,7 +100,7 @@ def _server_completion_ids(conv: Conversation) -> dict[int, list[int]]:
 
 
 def derive_turn(
-    tmpl: ChatTemplate,
+    tmpl: Renderer,
     messages: list[Message],
     tools: list | None,
     j: int,
@@ -150,7 +150,7 @@ def make_row(
 
 
 def plan_conversation(
-    tmpl: ChatTemplate,
+    tmpl: Renderer,
     conv: Conversation,
     mode: TurnMode = "all",
     placeholders: tuple[str, ...] = reasons.DEFAULT_PLACEHOLDERS,
@@ -174,7 +174,7 @@ def plan_conversation(
 
 
 def _attach_server_ids(
-    tmpl: ChatTemplate, plan: ConversationPlan, server: dict[int, list[int]]
+    tmpl: Renderer, plan: ConversationPlan, server: dict[int, list[int]]
 ) -> None:
     """Use the server's own completion tokens for a generation when they spell exactly it.
 
@@ -188,7 +188,7 @@ def _attach_server_ids(
             if ids is None:
                 continue
             text = row.segments[seg_index][0]
-            decoded = tmpl.tokenizer.decode(ids, skip_special_tokens=False)
+            decoded = tmpl.decode(ids)
             if decoded == text:
                 row.server_ids[seg_index] = list(ids)
             elif tmpl.find_end_of_turn(text) == len(text) and text.startswith(decoded):
@@ -202,7 +202,7 @@ def _attach_server_ids(
 
 
 def _plan_whole(
-    tmpl: ChatTemplate,
+    tmpl: Renderer,
     conv: Conversation,
     messages: list[Message],
     assistant_idx: list[int],
@@ -251,7 +251,7 @@ def _plan_whole(
 
 
 def _plan_each(
-    tmpl: ChatTemplate,
+    tmpl: Renderer,
     conv: Conversation,
     messages: list[Message],
     assistant_idx: list[int],

@@ -63,7 +63,105 @@ def _compile(template_text: str) -> Any:
     return _compile_jinja_template(template_text)
 
 
-class ChatTemplate:
+@dataclass(frozen=True, slots=True)
+class RenderKit:
+    """What a worker process needs to render and encode exactly like the main process.
+
+    Picklable and cheap to load: the live tokenizer serialized as tokenizer.json text, the
+    template text, and the keyword arguments `apply_chat_template` would pass. Workers built
+    from it never import `AutoTokenizer` (which pulls torch when installed), so they start in
+    about a second.
+    """
+
+    template_text: str
+    base_kwargs: dict[str, Any]
+    tokenizer_json: str
+    eot_tokens: tuple[str, ...]
+
+
+class Renderer:
+    """Render (transformers' compiled sandboxed template) + encode + find end-of-turn tokens."""
+
+    backend: Any
+    template_text: str
+    eot_tokens: tuple[str, ...]
+    eot_ids: frozenset[int]
+    _compiled: Any
+    _base_kwargs: dict[str, Any]
+
+    @classmethod
+    def from_kit(cls, kit: RenderKit) -> Renderer | None:
+        """A light renderer, or None when transformers' compiled-template helper is missing."""
+        compiled = _compile(kit.template_text)
+        if compiled is None:
+            return None
+        from tokenizers import Tokenizer
+
+        r = cls.__new__(cls)
+        r.backend = Tokenizer.from_str(kit.tokenizer_json)
+        r.template_text = kit.template_text
+        r.eot_tokens = kit.eot_tokens
+        r.eot_ids = frozenset(r.backend.token_to_id(t) for t in kit.eot_tokens)
+        r._compiled = compiled
+        r._base_kwargs = kit.base_kwargs
+        return r
+
+    def render(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        row_kwargs: dict[str, Any] | None = None,
+    ) -> str:
+        """Text the serving stack would build for these messages (raises on template errors).
+
+        ``row_kwargs`` (the template options a row was generated with, recorded by `generate`)
+        override the run's ``--template-kwargs``.
+        """
+        return self._render_compiled(messages, tools, add_generation_prompt, row_kwargs)
+
+    def _render_compiled(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+        row_kwargs: dict[str, Any] | None,
+    ) -> str:
+        """Fast path: the same compiled sandboxed template, without the per-call wrapper work.
+
+        `apply_chat_template` copies every message into plain JSON types, drops None values and
+        aliases reasoning fields on each call. Normalized messages are already plain JSON (no
+        None values), so only the aliasing is repeated here. Tested equal to `render_reference`
+        on the golden conversations and the shared samples.
+        """
+        chat = [
+            {"thinking": m["reasoning_content"], **m} if "reasoning_content" in m else m
+            for m in messages
+        ]
+        kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
+        return self._compiled.render(
+            messages=chat,
+            tools=tools,
+            documents=None,
+            add_generation_prompt=add_generation_prompt,
+            **kwargs,
+        )
+
+    def find_end_of_turn(self, text: str, start: int = 0) -> int:
+        """Index just past the first end-of-turn token at or after ``start``, or -1."""
+        best = -1
+        for tok in self.eot_tokens:
+            i = text.find(tok, start)
+            if i >= 0 and (best < 0 or i + len(tok) < best):
+                best = i + len(tok)
+        return best
+
+    def decode(self, ids: list[int]) -> str:
+        """Token ids back to text, special tokens kept, no clean-up of spaces."""
+        return str(self.backend.decode(ids, skip_special_tokens=False))
+
+
+class ChatTemplate(Renderer):
     """Tokenizer + chat template + options: the render primitives mask derivation needs."""
 
     def __init__(self, spec: TemplateSpec, fast: bool = True) -> None:
@@ -109,14 +207,15 @@ class ChatTemplate:
         add_generation_prompt: bool = False,
         row_kwargs: dict[str, Any] | None = None,
     ) -> str:
-        """Text the serving stack would build for these messages (raises on template errors).
-
-        ``row_kwargs`` (the template options a row was generated with, recorded by `generate`)
-        override the run's ``--template-kwargs``.
-        """
         if self._compiled is not None:
             return self._render_compiled(messages, tools, add_generation_prompt, row_kwargs)
         return self.render_reference(messages, tools, add_generation_prompt, row_kwargs)
+
+    def kit(self) -> RenderKit:
+        """Everything a worker needs to render and encode exactly like this object."""
+        return RenderKit(
+            self.template_text, dict(self._base_kwargs), self.backend.to_str(), self.eot_tokens
+        )
 
     def render_reference(
         self,
@@ -138,43 +237,6 @@ class ChatTemplate:
         if not isinstance(text, str):  # batched output shapes differ between versions
             text = text[0]
         return text
-
-    def _render_compiled(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]] | None,
-        add_generation_prompt: bool,
-        row_kwargs: dict[str, Any] | None,
-    ) -> str:
-        """Fast path: the same compiled sandboxed template, without the per-call wrapper work.
-
-        `apply_chat_template` copies every message into plain JSON types, drops None values and
-        aliases reasoning fields on each call. Normalized messages are already plain JSON (no
-        None values), so only the aliasing is repeated here. Tested equal to `render_reference`
-        on the golden conversations and the shared samples.
-        """
-        chat = [
-            {"thinking": m["reasoning_content"], **m} if "reasoning_content" in m else m
-            for m in messages
-        ]
-        kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
-        assert self._compiled is not None
-        return self._compiled.render(
-            messages=chat,
-            tools=tools,
-            documents=None,
-            add_generation_prompt=add_generation_prompt,
-            **kwargs,
-        )
-
-    def find_end_of_turn(self, text: str, start: int = 0) -> int:
-        """Index just past the first end-of-turn token at or after ``start``, or -1."""
-        best = -1
-        for tok in self.eot_tokens:
-            i = text.find(tok, start)
-            if i >= 0 and (best < 0 or i + len(tok) < best):
-                best = i + len(tok)
-        return best
 
     # --- identity ----------------------------------------------------------------------------
     def fingerprint(self) -> str:
