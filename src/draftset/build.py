@@ -9,11 +9,9 @@ survive ``fork``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing
 import os
-import random
 import shutil
 import time
 from collections import deque
@@ -35,8 +33,14 @@ from draftset.encode import (
     encode_plans,
     encode_pretokenized,
 )
-from draftset.normalize import normalize
-from draftset.read import Source, count_rows, describe_inputs, iter_raw_rows
+from draftset.mix import (
+    SelectionSpec,
+    benchmark_files,
+    iter_selected_items,
+    plan_selection,
+    selection_total,
+)
+from draftset.read import Source, describe_inputs
 from draftset.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
 from draftset.render import ConversationPlan, TurnMode, plan_conversation
 from draftset.template import ChatTemplate, Renderer, RenderKit, TemplateSpec
@@ -71,6 +75,22 @@ class BuildOptions:
     target_vocab_size: int | None = None
     placeholders: tuple[str, ...] = reasons.DEFAULT_PLACEHOLDERS
     overwrite: bool = False
+    dedup: str = "exact"  # exact | near | none
+    near_dup_threshold: float = 0.8
+    decontaminate: list[str] = field(default_factory=list)
+    mix: dict[str, Any] | None = None
+
+    def selection_spec(self) -> SelectionSpec:
+        return SelectionSpec(
+            sources=self.sources,
+            max_samples=self.max_samples,
+            seed=self.seed,
+            dedup=self.dedup,
+            near_dup_threshold=self.near_dup_threshold,
+            decontaminate=list(self.decontaminate),
+            mix=self.mix,
+            template_kwargs=dict(self.template_kwargs),
+        )
 
     def template_spec(self) -> TemplateSpec:
         text = None
@@ -180,130 +200,6 @@ def _work(batch: list[Normalized]) -> list[ItemResult]:
 
 
 # --- sampling -----------------------------------------------------------------------------------
-def _quotas(
-    sources: list[Source], available: dict[str, int], max_samples: int | None
-) -> dict[str, int]:
-    """Rows to take from each source: explicit counts first, the rest split by weight."""
-    quotas: dict[str, int] = {}
-    for s in sources:
-        if s.count is not None:
-            quotas[s.name] = min(s.count, available[s.name])
-    rest = [s for s in sources if s.count is None]
-    if max_samples is None:
-        for s in rest:
-            quotas[s.name] = available[s.name]
-        return quotas
-    budget = max(0, max_samples - sum(quotas.values()))
-    weights = [s.weight if s.weight is not None else 1.0 for s in rest]
-    total_w = sum(weights)
-    if not rest or total_w <= 0:
-        return quotas
-    # largest remainder, then cap at what each source has and hand leftovers on in order
-    raw = [budget * w / total_w for w in weights]
-    take = [int(x) for x in raw]
-    leftover = budget - sum(take)
-    for i in sorted(range(len(rest)), key=lambda i: (-(raw[i] - take[i]), i))[:leftover]:
-        take[i] += 1
-    spill = 0
-    for i, s in enumerate(rest):
-        take[i] = take[i] + spill
-        spill = max(0, take[i] - available[s.name])
-        take[i] = min(take[i], available[s.name])
-    for i, s in enumerate(rest):
-        if spill <= 0:
-            break
-        extra = min(spill, available[s.name] - take[i])
-        take[i] += extra
-        spill -= extra
-    for i, s in enumerate(rest):
-        quotas[s.name] = take[i]
-    return quotas
-
-
-def _selection(name: str, available: int, quota: int, seed: int) -> np.ndarray | None:
-    """Boolean mask of the rows taken from one source (None = all), seeded per source name."""
-    if quota >= available:
-        return None
-    rng = random.Random(f"{seed}:{name}")
-    chosen = np.zeros(available, dtype=bool)
-    chosen[rng.sample(range(available), quota)] = True
-    return chosen
-
-
-# --- the stream -----------------------------------------------------------------------------------
-class _IdRegistry:
-    """Keeps output ids unique across the run with 8-byte digests (bounded memory)."""
-
-    def __init__(self) -> None:
-        self._seen: set[bytes] = set()
-
-    def claim(self, candidate: str) -> bool:
-        key = hashlib.blake2b(candidate.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-        if key in self._seen:
-            return False
-        self._seen.add(key)
-        return True
-
-
-def _unique_id(item: Normalized, registry: _IdRegistry) -> Normalized:
-    """Give a colliding id its source prefix; reject when even that is taken."""
-    if isinstance(item, Reject):
-        return item
-    if registry.claim(item.id):
-        return item
-    prefixed = f"{item.source}:{item.id}"
-    if registry.claim(prefixed):
-        item.id = prefixed
-        return item
-    return Reject(
-        item.source,
-        item.row,
-        item.id,
-        reasons.DUPLICATE_ID,
-        f"id {item.id!r} already used in this run",
-    )
-
-
-def iter_items(
-    sources: list[Source],
-    selections: dict[str, np.ndarray | None],
-    acct: Accounting,
-) -> Iterator[Normalized]:
-    registry = _IdRegistry()
-    for src in sources:
-        chosen = selections[src.name]
-        counts = acct[src.name]
-        for raw in iter_raw_rows(src):
-            if chosen is not None and not chosen[raw.row]:
-                counts.sampled_out += 1
-                continue
-            counts.read += 1
-            item: Normalized = (
-                raw.reject if raw.reject is not None else normalize(raw, src.format, src.fields)
-            )
-            yield _unique_id(item, registry)
-
-
-def plan_selection(
-    sources: list[Source], max_samples: int | None, seed: int
-) -> tuple[dict[str, int], dict[str, np.ndarray | None]]:
-    """Rows available per source and the seeded selection of rows each source contributes."""
-    available = {s.name: count_rows(s) for s in sources}
-    quotas = _quotas(sources, available, max_samples)
-    selections = {
-        s.name: _selection(s.name, available[s.name], quotas[s.name], seed) for s in sources
-    }
-    return available, selections
-
-
-def iter_selected_items(
-    sources: list[Source], max_samples: int | None, seed: int
-) -> Iterator[Normalized]:
-    """Every selected input row as build reads it: same sampling, normalization and ids."""
-    _, selections = plan_selection(sources, max_samples, seed)
-    yield from iter_items(sources, selections, Accounting([s.name for s in sources]))
-
-
 def _batched(items: Iterator[Normalized], size: int) -> Iterator[list[Normalized]]:
     batch: list[Normalized] = []
     for it in items:
@@ -397,12 +293,10 @@ def _run(
 ) -> BuildResult:
     names = [s.name for s in opts.sources]
     acct = Accounting(names)
-    available, selections = plan_selection(opts.sources, opts.max_samples, opts.seed)
-    for s in opts.sources:
-        acct[s.name].available = available[s.name]
-    total = sum(
-        available[name] if sel is None else int(sel.sum()) for name, sel in selections.items()
-    )
+    selection = opts.selection_spec()
+    plan = None if selection.mix else plan_selection(opts.sources, opts.max_samples, opts.seed)
+    total = selection_total(plan) if plan else 0
+    mixture: dict[str, Any] = {}
     tmp = prepare_output(opts.out, opts.overwrite)
     notes: list[str] = []
     try:
@@ -410,14 +304,15 @@ def _run(
         rejects = _JsonlSink(tmp / "rejects.jsonl")
         prompts = _JsonlSink(tmp / "prompts.jsonl")
         done = 0
-        batches = _batched(iter_items(opts.sources, selections, acct), BATCH_ROWS)
+        items = iter_selected_items(selection, acct, mixture, plan)
+        batches = _batched(items, BATCH_ROWS)
         inline = lambda: Processor(*args, template=template)  # noqa: E731
         for results in _ordered_results(batches, executor, workers, inline):
             for res in results:
                 _account(res, acct, writer, rejects, prompts)
             done += len(results)
             if on_progress:
-                on_progress(done, total)
+                on_progress(done, total or done)
         shards = writer.close()
         rejects.close()
         prompts.close()
@@ -439,6 +334,9 @@ def _run(
         if errors:
             raise AccountingError("accounting does not balance: " + "; ".join(errors))
         manifest = _manifest(opts, template, vocab_size, acct, writer, shards, vocab_files, tmp)
+        manifest["selection"] = selection.to_json()
+        manifest["selection"]["decontaminate"] = benchmark_files(selection)
+        manifest["mixture"] = mixture
         (tmp / "manifest.json").write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
@@ -533,6 +431,7 @@ def _manifest(
                 "fields": s.fields,
                 "weight": s.weight,
                 "count": s.count,
+                "preset": s.preset,
                 "files": describe_inputs(s),
             }
             for s in opts.sources

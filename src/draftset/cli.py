@@ -110,6 +110,26 @@ def _build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--overwrite", action="store_true", default=None, help="replace an existing output folder"
     )
+    b.add_argument(
+        "--preset",
+        help="column layout of a known public set for the command-line sources "
+        "(openorca, ultrachat-200k, xlam-function-calling-60k, ...; see docs/mixtures.md)",
+    )
+    b.add_argument(
+        "--dedup",
+        choices=["exact", "near", "none"],
+        help="drop duplicates: exact content hash (default), + MinHash near-duplicates, or none",
+    )
+    b.add_argument(
+        "--near-dup-threshold", type=float, help="Jaccard threshold for --dedup near (0.8)"
+    )
+    b.add_argument(
+        "--decontaminate",
+        action="append",
+        metavar="FILE",
+        help="benchmark prompts (any readable file, or .txt one per line); rows sharing a "
+        "13-word n-gram with one are removed (repeatable)",
+    )
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(handler=cmd_build)
 
@@ -139,7 +159,7 @@ def _build_options(args: argparse.Namespace) -> Any:
             raise UsageError(f"recipe {inputs[0]} lists no sources")
     else:
         fields = parse_fields(args.field)
-        sources = [parse_source_arg(a, args.format, fields) for a in inputs]
+        sources = [parse_source_arg(a, args.format, fields, args.preset) for a in inputs]
     sources = unique_names(sources)
     for s in sources:
         if not s.path.exists():
@@ -181,7 +201,24 @@ def _build_options(args: argparse.Namespace) -> Any:
         target_vocab_size=pick("target_vocab_size", None),
         placeholders=tuple(args.placeholder or recipe.get("placeholders") or ("OK.", "OK")),
         overwrite=bool(pick("overwrite", False)),
+        dedup=pick("dedup", "exact"),
+        near_dup_threshold=float(pick("near_dup_threshold", 0.8)),
+        decontaminate=list(args.decontaminate or recipe.get("decontaminate") or []),
+        mix=recipe.get("mix"),
     )
+    for bench in opts.decontaminate:
+        if not Path(bench).exists():
+            raise UsageError(f"--decontaminate file not found: {bench}")
+    if opts.dedup not in ("exact", "near", "none"):
+        raise UsageError(f"dedup must be exact, near or none, not {opts.dedup!r}")
+    for s in sources:
+        if s.preset:
+            from draftset.presets import UnknownPresetError, apply_preset
+
+            try:
+                apply_preset(s.preset)
+            except UnknownPresetError as exc:
+                raise UsageError(str(exc).strip("'\"")) from None
     if opts.truncation not in ("drop", "truncate"):
         raise UsageError(f"truncation must be drop or truncate, not {opts.truncation!r}")
     if opts.turns not in ("all", "last", "each"):
@@ -234,7 +271,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:
         from draftset.build import AccountingError
+        from draftset.modes import MixError
 
+        if isinstance(exc, MixError):  # a mix target the data cannot meet: fix the recipe
+            print(f"draftset: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         if isinstance(exc, AccountingError):
             print(f"draftset: {exc}", file=sys.stderr)
             return EXIT_FAIL

@@ -55,6 +55,7 @@ class Source:
     fields: dict[str, str] | None = None
     weight: float | None = None
     count: int | None = None
+    preset: str | None = None  # a known public set's layout (see presets.py)
 
 
 class SourceError(Exception):

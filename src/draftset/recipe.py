@@ -39,9 +39,13 @@ RECIPE_KEYS = {
     "eot_tokens",
     "placeholders",
     "overwrite",
+    "dedup",
+    "near_dup_threshold",
+    "decontaminate",
+    "mix",
     "sources",
 }
-SOURCE_KEYS = {"path", "name", "weight", "count", "format", "fields"}
+SOURCE_KEYS = {"path", "name", "weight", "count", "format", "fields", "preset"}
 _SUFFIXES = re.compile(r"(\.(jsonl|json|parquet|arrow|gz|zst))+$")
 
 
@@ -61,7 +65,9 @@ def unique_names(sources: list[Source]) -> list[Source]:
     return sources
 
 
-def parse_source_arg(arg: str, fmt: str | None, fields: dict[str, str] | None) -> Source:
+def parse_source_arg(
+    arg: str, fmt: str | None, fields: dict[str, str] | None, preset: str | None = None
+) -> Source:
     """``PATH``, ``PATH@weight=2`` or ``PATH@count=500`` from the command line."""
     path_text, _, opts = arg.partition("@")
     weight = count = None
@@ -80,7 +86,13 @@ def parse_source_arg(arg: str, fmt: str | None, fields: dict[str, str] | None) -
             ) from None
     path = Path(path_text)
     return Source(
-        name=source_name(path), path=path, format=fmt, fields=fields, weight=weight, count=count
+        name=source_name(path),
+        path=path,
+        format=fmt,
+        fields=fields,
+        weight=weight,
+        count=count,
+        preset=preset,
     )
 
 
@@ -140,9 +152,16 @@ def load_recipe(path: Path) -> dict[str, Any]:
                 fields=entry.get("fields"),
                 weight=entry.get("weight"),
                 count=entry.get("count"),
+                preset=entry.get("preset"),
             )
         )
     out["sources"] = sources
+    bench = data.get("decontaminate") or []
+    bench = [bench] if isinstance(bench, str) else bench
+    out["decontaminate"] = [str(p if Path(p).is_absolute() else base / p) for p in bench]
+    mix = data.get("mix")
+    if mix is not None and (not isinstance(mix, dict) or set(mix) - {"modes", "sources"}):
+        raise RecipeError(f"recipe {path}: mix takes `modes` and/or `sources` share mappings")
     for key in ("tokenizer", "chat_template", "out"):
         value = out.get(key)
         if not value or Path(value).is_absolute():

@@ -7,7 +7,8 @@ goes the other way: it decodes the row's tokens, splits them into maximal superv
 compares each decoded run, and its character offset in the decoded row, with the generations it
 renders itself from the source row (P = render(turns<j, generation prompt), F = render(turns<=j),
 G = F after P up to and including the first end-of-turn token). Reading and normalizing sources
-(and the id assignment of `build.iter_items`) is shared with build: that is reading, not masking.
+(and the selection, ids and filters of `mix.iter_selected_items`) are shared with build: that
+is reading, not masking.
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ def manifest_sources(out: OutputSet) -> list[Source]:
             fields=i.get("fields"),
             weight=i.get("weight"),
             count=i.get("count"),
+            preset=i.get("preset"),
         )
         for i in out.manifest.get("inputs") or []
     ]
@@ -164,14 +166,23 @@ def check_sources(out: OutputSet) -> CheckResult:
 
 
 def iter_source_items(out: OutputSet) -> Iterator[Normalized]:
-    """Every input row as build read it: same seeded selection, same normalization, same ids."""
-    from draftset import build  # reading + id assignment only; never build's masking code
+    """Every input row as build read it: same selection, normalization, ids and filters."""
+    from draftset import mix  # reading, ids and filters only; never build's masking code
 
-    sources = manifest_sources(out)
     opts = out.options
-    yield from build.iter_selected_items(
-        sources, opts.get("max_samples"), int(opts.get("seed") or 0)
+    sel = out.manifest.get("selection") or {}
+    spec = mix.SelectionSpec(
+        sources=manifest_sources(out),
+        max_samples=opts.get("max_samples"),
+        seed=int(opts.get("seed") or 0),
+        dedup=sel.get("dedup", "exact"),
+        near_dup_threshold=float(sel.get("near_dup_threshold", 0.8)),
+        decontaminate=[d["path"] for d in sel.get("decontaminate") or []],
+        decontaminate_ngram=int(sel.get("decontaminate_ngram", 13)),
+        mix=sel.get("mix"),
+        template_kwargs=dict((out.manifest.get("template") or {}).get("kwargs") or {}),
     )
+    yield from mix.iter_selected_items(spec)
 
 
 # --- expected generations, derived from renders --------------------------------------------------
