@@ -139,6 +139,11 @@ def test_mode_mix_meets_targets_and_verifies(tmp_path):
     manifest = json.loads((res.out / "manifest.json").read_text())
     assert manifest["mixture"]["mix"]["total"] == 12
     assert_verifies(res.out)
+    from draftset.report import build_report
+
+    html = build_report(res.out)
+    assert "<h2>Mixture</h2>" in html and "Mix: 12 rows" in html
+    assert "<td>thinking</td><td>6.0</td><td>6</td><td>6</td><td>10</td>" in html
     again = run_build(
         BuildOptions(
             [Source("a", src)],

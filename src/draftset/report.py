@@ -164,6 +164,43 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _mixture_section(mixture: dict[str, Any]) -> str:
+    """Dedup (per pair of sources), decontamination (per benchmark), mix requested vs achieved."""
+    html = ["<h2>Mixture</h2>"]
+    for d in mixture.get("dedup") or []:
+        kind = "near duplicates" if "threshold" in d else "exact duplicates"
+        pairs = [[p["kept_source"], p["removed_source"], f"{p['count']:,}"] for p in d["pairs"]]
+        html.append(f"<h3>{_e(kind)}: {int(d.get('removed_total') or 0):,} removed</h3>")
+        if pairs:
+            html.append(_table(["kept in source", "removed from source", "rows"], pairs))
+    dc = mixture.get("decontamination")
+    if dc:
+        html.append(
+            f"<h3>Decontamination ({_e(dc.get('n'))}-gram, scope {_e(dc.get('scope'))}):"
+            f" {int(dc.get('removed_total') or 0):,} removed</h3>"
+        )
+        by_bench = sorted((dc.get("removed_by_benchmark") or {}).items())
+        if by_bench:
+            html.append(_table(["benchmark", "rows removed"], [[k, f"{v:,}"] for k, v in by_bench]))
+    mix = mixture.get("mix")
+    if mix:
+        rows = [
+            [
+                line.get("kind"),
+                line.get("key"),
+                "" if line.get("requested") is None else f"{line['requested']:.1f}",
+                "" if line.get("target") is None else line["target"],
+                line.get("achieved"),
+                line.get("available"),
+            ]
+            for line in mix.get("lines") or []
+            if line.get("kind") in ("source", "mode")
+        ]
+        html.append(f"<h3>Mix: {int(mix.get('total') or 0):,} rows</h3>")
+        html.append(_table(["kind", "key", "requested", "target", "achieved", "available"], rows))
+    return "".join(html)
+
+
 def _example_html(out: OutputSet, decode: Any, index: int) -> str:
     r = out.row(index)
     ids = [int(i) for i in r["input_ids"]]
@@ -282,6 +319,9 @@ def build_report(
         + "<p>Prompt-only rows queued for generation:"
         + f" {int(total.get('needs_generation') or 0):,}</p>"
     )
+    mixture = m.get("mixture") or {}
+    if mixture:
+        sec.append(_mixture_section(mixture))
     sec.append(
         "<h2>Lengths</h2>"
         + histogram_svg(stats.seq_len, "sequence length (tokens per row)")
