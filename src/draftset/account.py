@@ -71,6 +71,24 @@ class SourceCounts:
         }
 
 
+# The per-source summary table (terminal summary and HTML report): header, key in to_json().
+SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("read", "read"),
+    ("written", "written"),
+    ("rejected", "rejected"),
+    ("needs gen", "needs_generation"),
+    ("rows out", "rows_out"),
+    ("truncated", "truncated"),
+    ("tokens", "tokens"),
+    ("supervised", "supervised_tokens"),
+)
+
+
+def summary_row(counts: dict[str, Any]) -> list[int]:
+    """One source's numbers in `SUMMARY_COLUMNS` order, from its `to_json()` form."""
+    return [int(counts.get(key) or 0) for _, key in SUMMARY_COLUMNS]
+
+
 class Accounting:
     """Counters for every source of a run, in source order."""
 

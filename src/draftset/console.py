@@ -20,6 +20,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from draftset.account import SUMMARY_COLUMNS, summary_row
+
 if TYPE_CHECKING:
     from draftset.build import BuildResult
 
@@ -72,33 +74,14 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
     console = console or out
     acct = result.accounting
     table = Table(title=f"draftset build → {escape(str(result.out))}", title_justify="left")
-    for col in (
-        "source",
-        "read",
-        "written",
-        "rejected",
-        "needs gen",
-        "rows out",
-        "truncated",
-        "tokens",
-        "supervised",
-    ):
-        table.add_column(col, justify="left" if col == "source" else "right")
+    table.add_column("source", justify="left")
+    for header, _ in SUMMARY_COLUMNS:
+        table.add_column(header, justify="right")
     rows = [*acct.sources.items(), ("TOTAL", acct.total())]
     for i, (name, c) in enumerate(rows):
         if i == len(rows) - 1:
             table.add_section()
-        table.add_row(
-            name,
-            _fmt(c.read),
-            _fmt(c.written),
-            _fmt(c.rejected_total),
-            _fmt(c.needs_generation),
-            _fmt(c.rows_out),
-            _fmt(c.truncated),
-            _fmt(c.tokens),
-            _fmt(c.supervised_tokens),
-        )
+        table.add_row(name, *(_fmt(n) for n in summary_row(c.to_json())))
     console.print(table)
     total = acct.total()
     if total.sampled_out:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from draftset.account import SUMMARY_COLUMNS, summary_row
 from draftset.verify_data import (
     NotADraftsetError,
     OutputSet,
@@ -270,34 +271,11 @@ def build_report(
         + "</tbody></table><p class=muted>Full verification (sources, masks,"
         " leakage): <code>draftset verify DIR</code>.</p>"
     )
-    src_rows = [
-        [
-            name,
-            c.get("read"),
-            c.get("written"),
-            c.get("rejected"),
-            c.get("needs_generation"),
-            c.get("rows_out"),
-            c.get("truncated"),
-            c.get("tokens"),
-            c.get("supervised_tokens"),
-        ]
-        for name, c in counts.items()
-    ]
+    src_rows = [[name, *(f"{n:,}" for n in summary_row(c))] for name, c in counts.items()]
     sec.append(
         "<h2>Composition by source</h2>"
         + _table(
-            [
-                "source",
-                "read",
-                "written",
-                "rejected",
-                "needs gen",
-                "rows out",
-                "truncated",
-                "tokens",
-                "supervised",
-            ],
+            ["source", *(header for header, _ in SUMMARY_COLUMNS)],
             src_rows,
         )
         + bars_svg([(n, int(c.get("rows_out") or 0)) for n, c in counts.items()], "rows by source")
