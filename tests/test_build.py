@@ -485,3 +485,23 @@ def test_target_vocab_size_comes_from_config_json(tmp_path):
         )
     )
     assert np.load(res2.out / "token_freq.npy").shape == (160000,)
+
+
+def test_a_bug_on_one_row_rejects_that_row_and_the_run_goes_on(tmp_path, monkeypatch):
+    import draftset.build as build_mod
+
+    real = build_mod.plan_conversation
+
+    def flaky(tmpl, conv, *a, **k):
+        if conv.id == "c2":
+            raise RuntimeError("boom")
+        return real(tmpl, conv, *a, **k)
+
+    monkeypatch.setattr(build_mod, "plan_conversation", flaky)
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1), chat(2, "Other."), chat(3, "Third.")])
+    res = run_build(
+        BuildOptions([Source("a", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1)
+    )
+    assert [r["id"] for r in read_rows(res.out)] == ["c1", "c3"]
+    (line,) = [json.loads(x) for x in (res.out / "rejects.jsonl").read_text().splitlines()]
+    assert line["reason"] == "internal_error" and "RuntimeError: boom" in line["message"]

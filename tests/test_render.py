@@ -289,3 +289,28 @@ def test_eot_tokens_are_probed_from_the_template():
     assert template("qwen3", "qwen3_6", False).eot_tokens == ("<|im_end|>",)
     # Llama-3.1 template ends turns with <|eot_id|>; the tokenizer's EOS is <|end_of_text|>
     assert template("llama", "llama3_1", False).eot_tokens == ("<|eot_id|>", "<|end_of_text|>")
+
+
+def test_generation_tags_are_cross_checked_not_trusted():
+    """Templates with {% generation %} tags: the prefix rule decides, the tags are compared."""
+    llama = ChatTemplate(
+        TemplateSpec(str(llama32_tokenizer_dir()), trl_template("llama3_training").read_text())
+    )
+    qwen = ChatTemplate(
+        TemplateSpec(str(qwen3_tokenizer_dir()), trl_template("qwen2_5_training").read_text())
+    )
+    messages = CASES["multi"][0]
+    # Llama-3 training tags mark exactly the generations
+    plan = plan_conversation(llama, Conversation("x", "s", 0, messages))
+    assert (plan.generation_tags_agree, plan.generation_tags_disagree) == (1, 0)
+    # Qwen2.5 training tags also cover the newline before the answer and after <|im_end|>,
+    # tokens the model never generates: counted as disagreement, masks follow serving
+    text, spans = qwen.generation_tag_spans(messages, None)
+    assert [text[a:b] for a, b in spans] == ["\nHello!<|im_end|>\n", "\nBlue.<|im_end|>\n"]
+    plan = plan_conversation(qwen, Conversation("x", "s", 0, messages))
+    assert (plan.generation_tags_agree, plan.generation_tags_disagree) == (0, 1)
+    assert [s for s, sup in plan.rows[0].segments if sup] == ["Hello!<|im_end|>", "Blue.<|im_end|>"]
+    # templates without tags are not cross-checked
+    plain = template("qwen3", "qwen2_5", False)
+    plan = plan_conversation(plain, Conversation("x", "s", 0, messages))
+    assert (plan.generation_tags_agree, plan.generation_tags_disagree) == (0, 0)

@@ -31,6 +31,8 @@ class SourceCounts:
     supervised_tokens: int = 0
     server_ids_used: int = 0  # generations tokenized by the generation server itself
     server_ids_mismatch: int = 0  # server ids that did not spell the generation: re-encoded
+    generation_tags_agree: int = 0  # rows whose {% generation %} tags mark the derived spans
+    generation_tags_disagree: int = 0  # rows where they mark something else
 
     @property
     def rejected_total(self) -> int:
@@ -68,6 +70,8 @@ class SourceCounts:
             "supervised_tokens": self.supervised_tokens,
             "server_ids_used": self.server_ids_used,
             "server_ids_mismatch": self.server_ids_mismatch,
+            "generation_tags_agree": self.generation_tags_agree,
+            "generation_tags_disagree": self.generation_tags_disagree,
         }
 
 
@@ -115,6 +119,8 @@ class Accounting:
                 "supervised_tokens",
                 "server_ids_used",
                 "server_ids_mismatch",
+                "generation_tags_agree",
+                "generation_tags_disagree",
             ):
                 setattr(t, name, getattr(t, name) + getattr(c, name))
             t.rejected.update(c.rejected)

@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import shutil
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -150,13 +151,19 @@ class Processor:
         for res in results:
             item = res.item
             if isinstance(item, Conversation):
-                cplan = plan_conversation(self.template, item, self.mode, self.placeholders)
+                try:
+                    cplan = plan_conversation(self.template, item, self.mode, self.placeholders)
+                except Exception as exc:  # never let one row end a long run: reject it, loudly
+                    res.rejects.append(_internal_error(item, exc))
+                    continue
                 res.rejects.extend(cplan.rejects)
                 res.plan_stats = ConversationPlan(
                     context_turns=cplan.context_turns,
                     trailing_turns_trimmed=cplan.trailing_turns_trimmed,
                     server_ids_used=cplan.server_ids_used,
                     server_ids_mismatch=cplan.server_ids_mismatch,
+                    generation_tags_agree=cplan.generation_tags_agree,
+                    generation_tags_disagree=cplan.generation_tags_disagree,
                 )
                 for rp in cplan.rows:
                     plans.append(rp)
@@ -183,6 +190,18 @@ class Processor:
                 for rp in res.plan_stats.rows:
                     rp.segments, rp.server_ids, rp.turn_of_segment = [], {}, {}
         return results
+
+
+def _internal_error(item: Conversation, exc: Exception) -> Reject:
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    return Reject(
+        item.source,
+        item.row,
+        item.id,
+        reasons.INTERNAL_ERROR,
+        f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno};"
+        " please report it)",
+    )
 
 
 _WORKER: Processor | None = None
@@ -392,6 +411,8 @@ def _account(
         counts.supervised_turns += sum(rp.supervised_turns for rp in res.plan_stats.rows)
         counts.server_ids_used += res.plan_stats.server_ids_used
         counts.server_ids_mismatch += res.plan_stats.server_ids_mismatch
+        counts.generation_tags_agree += res.plan_stats.generation_tags_agree
+        counts.generation_tags_disagree += res.plan_stats.generation_tags_disagree
 
 
 def _manifest(

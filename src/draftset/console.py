@@ -102,6 +102,12 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
             "hint: the template renders some history turns differently from how the model generated"
             " them (e.g. reasoning stripped); --turns each supervises every turn in its own row"
         )
+    if total.generation_tags_disagree:
+        console.print(
+            f"note: the template's {{% generation %}} tags mark something other than what the"
+            f" model generates on {_fmt(total.generation_tags_disagree)} rows (agree on"
+            f" {_fmt(total.generation_tags_agree)}); masks follow serving, not the tags"
+        )
     if total.needs_generation:
         console.print(
             f"{_fmt(total.needs_generation)} prompt-only rows queued in"

@@ -29,6 +29,7 @@ TEMPLATE_ERROR = "template_error"  # the chat template raised (message is the te
 NO_SUPERVISED_TURN = "no_supervised_turn"  # every assistant turn is context only
 TOO_LONG = "too_long"  # longer than --max-length with --truncation drop
 TOO_FEW_SUPERVISED_TOKENS = "too_few_supervised_tokens"  # below --min-supervised-tokens
+INTERNAL_ERROR = "internal_error"  # a bug met on this row: the row is rejected, the run goes on
 
 # --- row rejects: mixture (dedup / decontamination) ----------------------------------------
 DUPLICATE = "duplicate"
@@ -64,6 +65,7 @@ ROW_REJECT_REASONS = frozenset(
         NO_SUPERVISED_TURN,
         TOO_LONG,
         TOO_FEW_SUPERVISED_TOKENS,
+        INTERNAL_ERROR,
         DUPLICATE,
         NEAR_DUPLICATE,
         CONTAMINATED,

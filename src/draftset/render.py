@@ -48,6 +48,9 @@ class ConversationPlan:
     rejects: list[Reject] = field(default_factory=list)
     context_turns: Counter[str] = field(default_factory=Counter)
     trailing_turns_trimmed: int = 0
+    # templates with {% generation %} tags: does what they mark equal the derived spans?
+    generation_tags_agree: int = 0
+    generation_tags_disagree: int = 0
     server_ids_used: int = 0  # generations whose tokens came from the server
     server_ids_mismatch: int = 0  # server ids that did not decode to the generation: re-encoded
 
@@ -248,6 +251,35 @@ def _plan_whole(
         )
         return
     plan.rows.append(make_row(conv, conv.id, full, spans))
+    if mode == "all" and tmpl.has_generation_tags:
+        _cross_check_tags(tmpl, conv, messages, full, spans, row_kwargs, plan)
+
+
+def _cross_check_tags(
+    tmpl: Renderer,
+    conv: Conversation,
+    messages: list[Message],
+    full: str,
+    spans: list[tuple[int, int, int]],
+    row_kwargs: dict | None,
+    plan: ConversationPlan,
+) -> None:
+    """Count whether the template's own tags mark exactly the spans the prefix rule derived.
+
+    Tags are written by hand and often cover a separator after the end-of-turn token, or
+    history turns the template renders differently: the prefix rule stays the authority, and
+    the manifest says how often the tags agree.
+    """
+    try:
+        tagged_text, tagged = tmpl.generation_tag_spans(messages, conv.tools, row_kwargs)
+    except Exception:
+        plan.generation_tags_disagree += 1
+        return
+    derived = [(a, b) for a, b, _ in spans]
+    if tagged_text == full and tagged == derived:
+        plan.generation_tags_agree += 1
+    else:
+        plan.generation_tags_disagree += 1
 
 
 def _plan_each(

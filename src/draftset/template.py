@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from draftset.records import Message
 
 _PROBE = "DRAFTSET_PROBE_ANSWER_7f3a"
+_GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 _TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -155,6 +157,33 @@ class Renderer:
             if i >= 0 and (best < 0 or i + len(tok) < best):
                 best = i + len(tok)
         return best
+
+    @property
+    def has_generation_tags(self) -> bool:
+        """The template marks assistant output with ``{% generation %}`` blocks."""
+        return bool(_GENERATION_TAG.search(self.template_text))
+
+    def generation_tag_spans(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        row_kwargs: dict[str, Any] | None = None,
+    ) -> tuple[str, list[tuple[int, int]]]:
+        """The full render and the character spans its ``{% generation %}`` blocks cover.
+
+        Only used to cross-check the prefix rule on templates that have such tags.
+        """
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
+        rendered, indices = render_jinja_template(
+            conversations=[messages],
+            tools=tools,
+            chat_template=self.template_text,
+            return_assistant_tokens_mask=True,
+            **kwargs,
+        )
+        return rendered[0], [(int(a), int(b)) for a, b in indices[0] if b > a]
 
     def decode(self, ids: list[int]) -> str:
         """Token ids back to text, special tokens kept, no clean-up of spaces."""
