@@ -44,7 +44,15 @@ from draftset.mix import (
 from draftset.read import Source, describe_inputs
 from draftset.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
 from draftset.render import ConversationPlan, TurnMode, plan_conversation
-from draftset.template import ChatTemplate, Renderer, RenderKit, TemplateSpec
+from draftset.template import (
+    ChatTemplate,
+    Renderer,
+    RenderKit,
+    TemplateInfo,
+    TemplateSpec,
+    describe_template,
+    load_template_info_isolated,
+)
 from draftset.write import (
     DatasetWriter,
     draft_vocab,
@@ -291,25 +299,31 @@ def run_build(
     """Run the whole job; raises on usage errors, returns counts (invariant already checked)."""
     t0 = time.monotonic()
     spec = opts.template_spec()
-    template = ChatTemplate(spec)  # load once here: fail fast, fingerprint, vocab size
-    vocab_size = template.vocab_size(opts.target_vocab_size)
     workers = opts.workers or os.cpu_count() or 1
-    kit = template.kit() if workers > 1 else None
-    args = (spec, kit, opts.length_rules(), opts.turns, opts.placeholders, vocab_size)
+    template: Renderer | None = None
+    if workers > 1:
+        # load once in a child process (fail fast, fingerprint, vocab size): the main process
+        # neither renders nor imports torch through AutoTokenizer; workers render from the kit
+        info = load_template_info_isolated(spec, opts.target_vocab_size)
+    else:
+        template = ChatTemplate(spec)
+        info = describe_template(template, opts.target_vocab_size)
+    args = (spec, info.kit, opts.length_rules(), opts.turns, opts.placeholders, info.vocab_size)
     with _executor(args, workers) as executor:
-        return _run(opts, template, vocab_size, args, executor, workers, on_progress, t0)
+        return _run(opts, template, info, args, executor, workers, on_progress, t0)
 
 
 def _run(
     opts: BuildOptions,
-    template: ChatTemplate,
-    vocab_size: int,
+    template: Renderer | None,
+    info: TemplateInfo,
     args: tuple,
     executor: ProcessPoolExecutor | None,
     workers: int,
     on_progress: Callable[[int, int], None] | None,
     t0: float,
 ) -> BuildResult:
+    vocab_size = info.vocab_size
     names = [s.name for s in opts.sources]
     acct = Accounting(names)
     selection = opts.selection_spec()
@@ -352,7 +366,7 @@ def _run(
         errors = acct.balance_errors()
         if errors:
             raise AccountingError("accounting does not balance: " + "; ".join(errors))
-        manifest = _manifest(opts, template, vocab_size, acct, writer, shards, vocab_files, tmp)
+        manifest = _manifest(opts, info, acct, writer, shards, vocab_files, tmp)
         manifest["selection"] = selection.to_json()
         manifest["selection"]["decontaminate"] = benchmark_files(selection)
         manifest["mixture"] = mixture
@@ -417,8 +431,7 @@ def _account(
 
 def _manifest(
     opts: BuildOptions,
-    template: ChatTemplate,
-    vocab_size: int,
+    info: TemplateInfo,
     acct: Accounting,
     writer: DatasetWriter,
     shards: list[Path],
@@ -459,15 +472,15 @@ def _manifest(
         ],
         "tokenizer": {
             "path": opts.tokenizer,
-            "fingerprint": template.fingerprint(),
-            "vocab_size": vocab_size,
-            "tokenizer_size": len(template.tokenizer),
+            "fingerprint": info.fingerprint,
+            "vocab_size": info.vocab_size,
+            "tokenizer_size": info.tokenizer_size,
         },
         "template": {
-            "text": template.template_text,
-            "sha256": template.template_fingerprint(),
-            "kwargs": template.template_kwargs,
-            "eot_tokens": list(template.eot_tokens),
+            "text": info.kit.template_text,
+            "sha256": info.template_sha256,
+            "kwargs": info.template_kwargs,
+            "eot_tokens": list(info.kit.eot_tokens),
         },
         "options": options,
         "counts": acct.to_json(),

@@ -190,6 +190,49 @@ class Renderer:
         return str(self.backend.decode(ids, skip_special_tokens=False))
 
 
+@dataclass(frozen=True, slots=True)
+class TemplateInfo:
+    """A loaded template's kit plus the facts the manifest records about it."""
+
+    kit: RenderKit
+    fingerprint: str
+    template_sha256: str
+    template_kwargs: dict[str, Any]
+    vocab_size: int
+    tokenizer_size: int
+
+
+def load_template_info(spec: TemplateSpec, target_vocab_size: int | None = None) -> TemplateInfo:
+    """Load the tokenizer and template (raises `TokenizerError`) and describe them."""
+    return describe_template(ChatTemplate(spec), target_vocab_size)
+
+
+def describe_template(t: ChatTemplate, target_vocab_size: int | None = None) -> TemplateInfo:
+    """The kit and manifest facts of a loaded template."""
+    return TemplateInfo(
+        kit=t.kit(),
+        fingerprint=t.fingerprint(),
+        template_sha256=t.template_fingerprint(),
+        template_kwargs=dict(t.template_kwargs),
+        vocab_size=t.vocab_size(target_vocab_size),
+        tokenizer_size=len(t.tokenizer),
+    )
+
+
+def load_template_info_isolated(
+    spec: TemplateSpec, target_vocab_size: int | None = None
+) -> TemplateInfo:
+    """`load_template_info` in a short-lived child process.
+
+    `AutoTokenizer` imports torch when it is installed (~300 MB that never goes away); the
+    build's main process only needs the kit, so it stays small for the whole run.
+    """
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(load_template_info, (spec, target_vocab_size))
+
+
 class ChatTemplate(Renderer):
     """Tokenizer + chat template + options: the render primitives mask derivation needs."""
 
