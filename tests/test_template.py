@@ -113,3 +113,29 @@ def test_worker_renderer_from_kit_plans_and_encodes_identically(tok, name, kwarg
             assert all(
                 (x[0] == y[0]).all() and (x[1] == y[1]).all() for x, y in zip(ea, eb, strict=True)
             )
+
+
+def test_encode_batch_fast_gives_the_same_ids_as_encode_batch():
+    """encode.py uses encode_batch_fast (no offsets): it must not change a single id."""
+    texts = []
+    for tok, name, kwargs in SETUPS:
+        t = template(tok, name, kwargs)
+        for messages, tools in CASES.values():
+            texts.append((t, t.render(messages, tools)))
+    texts += [
+        (template("qwen3", "qwen3", {}), x)
+        for x in ("", " ", "\r\n\tx", "a" * 5000, "日本語🌸\u2028")
+    ]
+    data = shared_data_dir()
+    if data is not None:
+        qwen = template("qwen3", "qwen3", {})
+        for path in list_files(data / "openai_messages")[:3]:
+            for raw in iter_raw_rows(Source(path.name, path)):
+                item = normalize(raw) if raw.reject is None else None
+                if isinstance(item, Conversation):
+                    texts.append((qwen, qwen.render(item.messages, item.tools)))
+    for t, text in texts:
+        slow = t.backend.encode_batch([text], add_special_tokens=False)[0].ids
+        fast = t.backend.encode_batch_fast([text], add_special_tokens=False)[0].ids
+        assert slow == fast
+    assert len(texts) > 50

@@ -3,15 +3,16 @@
 Each segment is encoded on its own (``add_special_tokens=False``: the template already wrote
 BOS and friends) and the pieces are concatenated. That is how serving tokenizes: the server
 encodes the prompt, the model emits the generation token by token, so no token crosses the
-prompt/generation edge. All segments of a batch go through one `encode_batch` call of the Rust
-tokenizer.
+prompt/generation edge. All segments of a batch go through one batched call of the Rust
+tokenizer: `encode_batch_fast`, which skips the character offsets draftset never reads (same
+ids, tested against `encode_batch`; ~1.7x faster).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -41,6 +42,11 @@ class LengthRules:
     min_supervised_tokens: int = 1
 
 
+def _encode_batch(backend: Any) -> Any:
+    """The batched encoder without offsets (tokenizers >= 0.20), else the plain one."""
+    return getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+
+
 def encode_plans(backend, plans: list[RowPlan]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Token ids and mask for each plan; one batched tokenizer call for all segments."""
     texts = [
@@ -49,7 +55,7 @@ def encode_plans(backend, plans: list[RowPlan]) -> list[tuple[np.ndarray, np.nda
         for i, (text, _) in enumerate(plan.segments)
         if i not in plan.server_ids
     ]
-    encodings = backend.encode_batch(texts, add_special_tokens=False) if texts else []
+    encodings = _encode_batch(backend)(texts, add_special_tokens=False) if texts else []
     out: list[tuple[np.ndarray, np.ndarray]] = []
     k = 0
     for plan in plans:
