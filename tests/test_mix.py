@@ -209,3 +209,39 @@ def test_unknown_preset_and_infeasible_mix_are_usage_errors(tmp_path, capsys):
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "5 rows" in err[0]
+
+
+class _FakeHubSplit(list):
+    _fingerprint = "fake-fingerprint"
+
+
+def test_preset_without_a_path_reads_its_hub_id_when_online(tmp_path, monkeypatch):
+    """No network in tests: datasets.load_dataset is replaced, the plumbing is real."""
+    datasets = pytest.importorskip("datasets")
+    calls = []
+    rows = [
+        json.loads(x) for x in (REPO / "tests/data/presets/openorca.jsonl").read_text().splitlines()
+    ]
+
+    def fake_load_dataset(name, config=None, split=None):
+        calls.append((name, config, split))
+        return _FakeHubSplit(rows)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"out: {tmp_path / 'out'}\nsources:\n  - {{preset: openorca}}\n")
+    argv = ["build", str(recipe), "--tokenizer", str(qwen3_tokenizer_dir()), "--workers", "1"]
+    assert main([*argv, "--no-progress"]) == 0
+    assert calls and all(c == ("Open-Orca/OpenOrca", None, "train") for c in calls)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["inputs"][0]["path"] == "hf:Open-Orca/OpenOrca@train"
+    assert manifest["inputs"][0]["files"][0]["format"] == "hub"
+    assert len(read_rows(tmp_path / "out")) == manifest["counts"]["total"]["rows_out"] > 0
+
+
+def test_hub_source_offline_is_one_clear_line(tmp_path, capsys):
+    argv = ["build", "hf:Open-Orca/OpenOrca", "--preset", "openorca", "--out", str(tmp_path / "o")]
+    assert main([*argv, "--tokenizer", str(qwen3_tokenizer_dir()), "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "HF_HUB_OFFLINE" in err[0]

@@ -142,6 +142,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _build_options(args: argparse.Namespace) -> Any:
     from draftset.build import BuildOptions
+    from draftset.read import HUB_PREFIX
     from draftset.recipe import (
         load_recipe,
         parse_fields,
@@ -162,7 +163,7 @@ def _build_options(args: argparse.Namespace) -> Any:
         sources = [parse_source_arg(a, args.format, fields, args.preset) for a in inputs]
     sources = unique_names(sources)
     for s in sources:
-        if not s.path.exists():
+        if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise UsageError(f"source not found: {s.path}")
 
     def pick(name: str, default: Any) -> Any:

@@ -407,12 +407,51 @@ def _count_file_rows(path: Path, source: Source) -> int:
 # --- public API --------------------------------------------------------------------------------
 
 
+# --- hub sources ----------------------------------------------------------------------------------
+HUB_PREFIX = "hf:"  # hf:ID[:CONFIG][@SPLIT]; no "//": Path() would fold it
+
+
+def hub_ref(source: Source) -> tuple[str, str | None, str] | None:
+    """``(dataset id, config, split)`` for a ``hf:ID[:CONFIG][@SPLIT]`` source, else None."""
+    text = str(source.path)
+    if not text.startswith(HUB_PREFIX):
+        return None
+    rest, _, split = text[len(HUB_PREFIX) :].partition("@")
+    dataset, _, config = rest.partition(":")
+    return dataset, config or None, split or "train"
+
+
+def _hub_dataset(source: Source) -> Any:
+    """The hub split through `datasets` (online only; imported lazily, not a dependency)."""
+    ref = hub_ref(source)
+    assert ref is not None
+    dataset, config, split = ref
+    if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True", "YES", "yes"):
+        raise SourceError(
+            f"{source.path}: a hub dataset needs the network, and HF_HUB_OFFLINE is set"
+        )
+    try:
+        import datasets
+    except ImportError:
+        raise SourceError(
+            f"{source.path}: reading hub datasets needs `pip install datasets`"
+        ) from None
+    try:
+        return datasets.load_dataset(dataset, config, split=split)
+    except Exception as exc:  # any hub failure is one clear line
+        raise SourceError(f"{source.path}: cannot load from the hub: {exc}") from exc
+
+
 def iter_raw_rows(source: Source) -> Iterator[RawRow]:
     """All rows of a source, in file order, numbered from 0 across its files.
 
     Never raises for a bad row (it carries a `Reject`); raises `SourceError` naming the file when
     the file itself cannot be read.
     """
+    if hub_ref(source) is not None:
+        for row, value in enumerate(_hub_dataset(source)):
+            yield _raw_row(source.name, row, value)
+        return
     row = 0
     for path in list_files(Path(source.path)):
         try:
@@ -447,6 +486,8 @@ def _json_type(value: Any) -> str:
 def count_rows(source: Source) -> int:
     """Number of rows `iter_raw_rows` yields, as cheaply as possible (no JSON parsing for JSONL,
     metadata for Parquet); used for seeded sampling before the main pass."""
+    if hub_ref(source) is not None:
+        return len(_hub_dataset(source))
     total = 0
     for path in list_files(Path(source.path)):
         try:
@@ -472,6 +513,10 @@ def describe_inputs(source: Source) -> list[dict[str, Any]]:
     with format ``hf_dataset``.
     """
     out: list[dict[str, Any]] = []
+    if hub_ref(source) is not None:
+        ds = _hub_dataset(source)
+        fingerprint = getattr(ds, "_fingerprint", None)
+        return [{"path": str(source.path), "sha256": fingerprint, "bytes": None, "format": "hub"}]
     for path in list_files(Path(source.path)):
         if path.is_dir():
             files = [(f, "hf_dataset") for f in hf_arrow_files(path)]

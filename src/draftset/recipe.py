@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from draftset.read import Source
+from draftset.read import HUB_PREFIX, Source
 
 
 class RecipeError(Exception):
@@ -118,6 +118,18 @@ def parse_json_object(text: str, what: str) -> dict[str, Any]:
     return obj
 
 
+def preset_hub_path(name: str) -> str:
+    """``hf:ID[:CONFIG]@SPLIT`` of a preset's public set (read from the hub, online only)."""
+    from draftset.presets import UnknownPresetError, apply_preset
+
+    try:
+        preset = apply_preset(name)
+    except UnknownPresetError as exc:
+        raise RecipeError(str(exc).strip("'\"")) from None
+    config = f":{preset.hub_config}" if preset.hub_config else ""
+    return f"{HUB_PREFIX}{preset.hub_id}{config}@{preset.hub_split}"
+
+
 def load_recipe(path: Path) -> dict[str, Any]:
     """Read a recipe, validate its keys, resolve its paths; returns plain option values."""
     try:
@@ -137,13 +149,16 @@ def load_recipe(path: Path) -> dict[str, Any]:
     for i, entry in enumerate(data.get("sources") or []):
         if isinstance(entry, str):
             entry = {"path": entry}
+        if isinstance(entry, dict) and "path" not in entry and entry.get("preset"):
+            entry = {**entry, "path": preset_hub_path(str(entry["preset"]))}
         if not isinstance(entry, dict) or "path" not in entry:
-            raise RecipeError(f"recipe {path}: sources[{i}] needs a path")
+            raise RecipeError(f"recipe {path}: sources[{i}] needs a path (or a preset)")
         bad = set(entry) - SOURCE_KEYS
         if bad:
             raise RecipeError(f"recipe {path}: sources[{i}] unknown keys {sorted(bad)}")
         p = Path(entry["path"])
-        p = p if p.is_absolute() else Path(os.path.normpath(base / p))
+        if not str(entry["path"]).startswith(HUB_PREFIX) and not p.is_absolute():
+            p = Path(os.path.normpath(base / p))
         sources.append(
             Source(
                 name=str(entry.get("name") or source_name(p)),
