@@ -22,7 +22,6 @@ prompt (``4 * num_perm`` bytes) to verify candidates.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import unicodedata
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from draftset import reasons
+from draftset.digests import DigestTable, digest64
 from draftset.records import Conversation, Normalized, PromptOnly, Reject
 
 _WS = re.compile(r"\s+")
@@ -66,10 +66,6 @@ def content_key(item: Conversation | PromptOnly) -> str:
     if item.tools:
         key += _TURN + "t:" + _canonical_json(item.tools)
     return key
-
-
-def _digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
 
 
 class _Kept:
@@ -127,7 +123,7 @@ class ExactDeduper:
     """Drops rows whose normalized content equals an earlier row's (first one kept)."""
 
     def __init__(self) -> None:
-        self._seen: dict[bytes, int] = {}
+        self._seen = DigestTable()
         self._kept = _Kept()
         self.counters = _Counters("exact")
 
@@ -136,10 +132,10 @@ class ExactDeduper:
         if not isinstance(item, Conversation | PromptOnly):
             return None
         self.counters.checked[item.source] += 1
-        key = _digest(("p" if isinstance(item, PromptOnly) else "c") + content_key(item))
+        key = digest64(("p" if isinstance(item, PromptOnly) else "c") + content_key(item))
         k = self._seen.get(key)
         if k is None:
-            self._seen[key] = self._kept.add(item)
+            self._seen.put(key, self._kept.add(item))
             return None
         kept_id, kept_source, kept_row = self._kept.describe(k)
         self.counters.removed[item.source] += 1

@@ -13,7 +13,6 @@ never becomes the "kept" copy its clean duplicates are reported against.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -24,6 +23,7 @@ import numpy as np
 
 from draftset import reasons
 from draftset.account import Accounting
+from draftset.digests import DigestTable, digest64
 from draftset.normalize import normalize
 from draftset.read import Source, count_rows, iter_raw_rows
 from draftset.records import Conversation, Normalized, PreTokenized, Reject
@@ -115,17 +115,13 @@ def plan_selection(
 
 # --- ids ------------------------------------------------------------------------------------------
 class _IdRegistry:
-    """Keeps output ids unique across the run with 8-byte digests (bounded memory)."""
+    """Keeps output ids unique across the run with 8-byte digests (~32 bytes a row)."""
 
     def __init__(self) -> None:
-        self._seen: set[bytes] = set()
+        self._seen = DigestTable()
 
     def claim(self, candidate: str) -> bool:
-        key = hashlib.blake2b(candidate.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-        if key in self._seen:
-            return False
-        self._seen.add(key)
-        return True
+        return self._seen.add(digest64(candidate))
 
 
 def _unique_id(item: Normalized, registry: _IdRegistry) -> Normalized:

@@ -53,7 +53,7 @@ def load_decoder(out: OutputSet, tokenizer: str | None = None) -> tuple[Decoder,
 
 
 def find_row(out: OutputSet, row: int | None, row_id: str | None) -> int:
-    if out.table is None:
+    if not out.readable:
         raise ShowError(out.read_error or "no Arrow data")
     n = out.num_rows
     if row_id is not None:

@@ -49,7 +49,7 @@ class VerifyUsageError(Exception):
 
 def _fast(out: OutputSet, block_size: int) -> list[CheckResult]:
     stats = row_stats(out, block_size)
-    ids = out.ids() if out.table is not None and "id" in out.table.column_names else None
+    ids = out.ids() if out.readable and "id" in out.column_names else None
     return [
         check_structure(out),
         check_file_hashes(out),
@@ -177,7 +177,7 @@ def check_speculators_load(out: OutputSet) -> CheckResult:
     problems: list[str] = []
     if count != n:
         problems.append(f"loaded {count} rows, the set has {n}")
-    if out.table is not None and lengths != out.table.column("seq_len").to_pylist():
+    if out.readable and lengths != out.column("seq_len"):
         problems.append("seq_len read by the loader differs from the data")
     if n:
         try:

@@ -95,18 +95,39 @@ class Problems:
 
 @dataclass
 class OutputSet:
-    """A built folder: its manifest, state and all rows as one memory-mapped Arrow table."""
+    """A built folder: its manifest, state and rows.
+
+    Checks that scan every row stream the shards batch by batch (`iter_batches`), so memory
+    stays flat however big the set is. Random access (`row`, `table`) memory-maps the shards on
+    first use.
+    """
 
     folder: Path
     manifest: dict[str, Any]
     state: dict[str, Any]
     data_files: list[Path]
-    table: pa.Table | None  # None when the shards cannot be read (structure check says why)
+    schema: pa.Schema | None  # None when the shards cannot be read (structure check says why)
     read_error: str | None = None
+    num_rows: int = 0
+    _table: pa.Table | None = field(default=None, repr=False)
 
     @property
-    def num_rows(self) -> int:
-        return 0 if self.table is None else self.table.num_rows
+    def readable(self) -> bool:
+        return self.schema is not None and self.read_error is None
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self.schema.names) if self.schema is not None else []
+
+    @property
+    def table(self) -> pa.Table | None:
+        """All rows as one memory-mapped table (random access); None when unreadable."""
+        if self._table is None and self.readable:
+            tables = [
+                pa.ipc.open_stream(pa.memory_map(str(p), "r")).read_all() for p in self.data_files
+            ]
+            self._table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        return self._table
 
     @property
     def options(self) -> dict[str, Any]:
@@ -118,8 +139,9 @@ class OutputSet:
 
     def row(self, index: int) -> dict[str, Any]:
         """One row as plain Python values + numpy arrays (ids int64, mask int8)."""
-        assert self.table is not None
-        r = self.table.slice(index, 1).to_pylist()[0]
+        table = self.table
+        assert table is not None
+        r = table.slice(index, 1).to_pylist()[0]
         return {
             "index": index,
             "id": r.get("id"),
@@ -129,15 +151,26 @@ class OutputSet:
             "seq_len": r.get("seq_len"),
         }
 
+    def record_batches(self) -> Iterator[pa.RecordBatch]:
+        """The shards' record batches, read one at a time (never the whole set in memory)."""
+        if self._table is not None:
+            yield from self._table.to_batches()
+            return
+        for path in self.data_files:
+            with pa.OSFile(str(path), "rb") as f:
+                yield from pa.ipc.open_stream(f)
+
+    def column(self, name: str) -> list[Any]:
+        """One column as a Python list (ids, sources, seq_len), streamed."""
+        if name not in self.column_names:
+            return []
+        return [v for rb in self.record_batches() for v in rb.column(name).to_pylist()]
+
     def ids(self) -> list[str | None]:
-        assert self.table is not None
-        return self.table.column("id").to_pylist() if "id" in self.table.column_names else []
+        return self.column("id")
 
     def sources(self) -> list[str | None]:
-        assert self.table is not None
-        return (
-            self.table.column("source").to_pylist() if "source" in self.table.column_names else []
-        )
+        return self.column("source")
 
 
 def open_output(folder: Path) -> OutputSet:
@@ -171,21 +204,23 @@ def open_output(folder: Path) -> OutputSet:
     if not names:
         names = sorted(p.name for p in folder.glob("data-*.arrow"))
     data_files = [folder / str(n) for n in names]
-    table: pa.Table | None = None
-    error: str | None = None
+    out = OutputSet(folder, manifest, state, data_files, None)
+    if not data_files:
+        out.read_error = "no data files"
+        return out
+    # one streaming pass: every shard readable, one schema, the row count
     try:
-        tables = []
         for path in data_files:
-            source = pa.memory_map(str(path), "r")
-            tables.append(pa.ipc.open_stream(source).read_all())
-        if tables:
-            table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        else:
-            error = "no data files"
+            with pa.OSFile(str(path), "rb") as f:
+                reader = pa.ipc.open_stream(f)
+                if out.schema is None:
+                    out.schema = reader.schema
+                elif not reader.schema.equals(out.schema):
+                    raise pa.ArrowInvalid(f"{path.name} has another schema than the first shard")
+                out.num_rows += sum(rb.num_rows for rb in reader)
     except (OSError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        error = f"cannot read Arrow data: {exc}"
-        table = None
-    return OutputSet(folder, manifest, state, data_files, table, error)
+        out.read_error = f"cannot read Arrow data: {exc}"
+    return out
 
 
 @dataclass
@@ -205,9 +240,9 @@ class Batch:
 
 def iter_batches(out: OutputSet) -> Iterator[Batch]:
     """Record batches of the set as numpy arrays (requires the required columns to exist)."""
-    assert out.table is not None
+    assert out.readable
     start = 0
-    for rb in out.table.to_batches():
+    for rb in out.record_batches():
         ids_col = rb.column("input_ids")
         mask_col = rb.column("loss_mask")
         lengths = pc.list_value_length(ids_col).fill_null(0).to_numpy().astype(np.int64)
@@ -286,7 +321,7 @@ def row_stats(out: OutputSet, block_size: int = 16) -> RowStats:
     cols: dict[str, list[np.ndarray]] = {
         k: [] for k in ("seq_len", "supervised", "runs", "pairs", "anchors", "full_blocks")
     }
-    if out.table is not None and _has_columns(out.table):
+    if out.readable and _has_columns(out):
         for b in iter_batches(out):
             if b.tokens.size != b.mask.size or not np.array_equal(b.lengths, b.mask_lengths):
                 b = _trim_to_common(b)
@@ -306,8 +341,8 @@ def row_stats(out: OutputSet, block_size: int = 16) -> RowStats:
     return RowStats(token_freq=freq, **joined)
 
 
-def _has_columns(table: pa.Table) -> bool:
-    return all(c in table.column_names for c in REQUIRED_COLUMNS)
+def _has_columns(out: OutputSet) -> bool:
+    return all(c in out.column_names for c in REQUIRED_COLUMNS)
 
 
 def _trim_to_common(b: Batch) -> Batch:

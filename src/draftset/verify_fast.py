@@ -46,10 +46,10 @@ def check_structure(out: OutputSet) -> CheckResult:
     p = Problems()
     if out.state.get("_format_type") != "torch":
         p.add("state.json _format_type is not 'torch' (speculators' loader relies on it)")
-    if out.table is None:
+    if not out.readable or out.schema is None:
         p.add(out.read_error or "no Arrow data")
         return p.result("structure", "")
-    schema = out.table.schema
+    schema = out.schema
     for name, dtype in REQUIRED_COLUMNS.items():
         if name not in schema.names:
             p.add(f"missing column {name}")
@@ -136,7 +136,7 @@ def check_accounting(out: OutputSet, stats: RowStats | None = None) -> CheckResu
     rows_by: Counter[str] = Counter()
     tok_by: Counter[str] = Counter()
     sup_by: Counter[str] = Counter()
-    if out.table is not None and all(c in out.table.column_names for c in REQUIRED_COLUMNS):
+    if out.readable and all(c in out.column_names for c in REQUIRED_COLUMNS):
         for b in iter_batches(out):
             mlen = np.minimum(b.lengths, b.mask_lengths)
             cs = np.concatenate([[0], np.cumsum(b.mask == 1)])

@@ -657,7 +657,7 @@ def check_truncation(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
     eot = np.asarray(sorted(tmpl.eot_ids), dtype=np.int64)
     per_source: Counter[str] = Counter()
     examples: list[str] = []
-    if out.table is not None:
+    if out.readable:
         for b in iter_batches(out):
             if b.tokens.size != b.mask.size:
                 continue
