@@ -13,7 +13,7 @@ import resource
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -28,6 +28,12 @@ class Measured:
     returncode: int
     stdout: str
     stderr: str
+    # (seconds since start, PSS, RSS, processes), about one sample per second
+    timeline: list[tuple[float, int, int, int]] = field(default_factory=list)
+
+    def peak_at(self) -> float:
+        """Seconds after start when the summed PSS peaked (from the timeline)."""
+        return max(self.timeline, key=lambda s: s[1])[0] if self.timeline else 0.0
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -46,14 +52,38 @@ def _children_map() -> dict[int, list[int]]:
     return kids
 
 
+def _children(pid: int) -> list[int] | None:
+    """Direct children from /proc/PID/task/*/children (None when the kernel lacks the file)."""
+    kids: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids += [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended
+            return None
+        except OSError:
+            continue
+    return kids
+
+
 def tree(pid: int) -> list[int]:
     """``pid`` and all its descendants alive now."""
-    kids = _children_map()
+    kids_of = None
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
         out.append(p)
-        todo.extend(kids.get(p, ()))
+        kids = _children(p) if kids_of is None else None
+        if kids is None:  # no children files: one scan of /proc for the whole tree
+            kids_of = kids_of or _children_map()
+            kids = kids_of.get(p, [])
+        todo.extend(kids)
     return out
 
 
@@ -81,6 +111,9 @@ class TreeSampler:
         self.peak_pss = 0
         self.peak_rss = 0
         self.max_procs = 0
+        self.timeline: list[tuple[float, int, int, int]] = []
+        self._t0 = time.perf_counter()
+        self._last_kept = -1.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -99,6 +132,10 @@ class TreeSampler:
             a, b = _rollup(p)
             pss += a
             rss += b
+        now = time.perf_counter() - self._t0
+        if pss > self.peak_pss or now - self._last_kept >= 1.0:  # keep peaks and ~1/s
+            self.timeline.append((round(now, 2), pss, rss, len(pids)))
+            self._last_kept = now
         self.peak_pss = max(self.peak_pss, pss)
         self.peak_rss = max(self.peak_rss, rss)
         self.max_procs = max(self.max_procs, len(pids))
@@ -154,6 +191,7 @@ def run_measured(
         proc.returncode,
         out,
         err,
+        sampler.timeline,
     )
 
 

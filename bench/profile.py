@@ -30,6 +30,7 @@ from run import draftset_cli, qwen3_tokenizer
 STAGES: list[tuple[str, str]] = [
     ("_find_and_load", "imports"),
     ("ChatTemplate.__init__", "tokenizer + template load"),
+    ("Renderer.from_kit", "tokenizer + template load"),
     ("count_rows", "count rows (pre-pass)"),
     ("iter_items", "read + normalize"),
     ("iter_raw_rows", "read (file, JSON parse)"),
@@ -48,6 +49,8 @@ STAGES: list[tuple[str, str]] = [
     ("_manifest", "manifest + file hashes"),
     ("_ordered_results", "pipeline (submit/wait/unpickle)"),
     ("_process_worker", "worker: wait for work / pickle"),
+    ("_init_worker", "worker start-up (imports, tokenizer)"),
+    ("fast_checks", "post-build fast checks (verify)"),
 ]
 
 
@@ -87,6 +90,11 @@ def main() -> int:
     p.add_argument("--data", type=Path, help="JSONL to build (default: the synthetic rows)")
     p.add_argument("--rate", type=int, default=200, help="samples per second")
     p.add_argument("--raw", type=Path, help="keep py-spy's raw samples here")
+    p.add_argument(
+        "--cpu",
+        action="store_true",
+        help="on-CPU samples only (no --idle): where each process burns CPU, not where it waits",
+    )
     args = p.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
@@ -95,14 +103,16 @@ def main() -> int:
     data = args.data or bench_data.cached_synthetic(args.rows, tok, peers.CACHE)
     with tempfile.TemporaryDirectory(dir=peers.CACHE) as tmp:
         raw = args.raw or Path(tmp) / "raw.txt"
-        cmd = [spy, "record", "--idle", "--threads", "--subprocesses", "--format", "raw"]
+        cmd = [spy, "record", "--threads", "--subprocesses", "--format", "raw"]
+        cmd += [] if args.cpu else ["--idle"]
         cmd += ["--rate", str(args.rate), "-o", str(raw), "--"]
         cmd += [str(draftset_cli()), "build", str(data), "--tokenizer", str(tok)]
         cmd += ["--out", str(Path(tmp) / "out"), "--workers", str(args.workers), "--no-progress"]
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         stages = parse(raw, args.rate)
-    print(f"draftset build --workers {args.workers}, {data.name}: seconds of main-thread wall time")
+    what = "on-CPU seconds" if args.cpu else "seconds of wall time"
+    print(f"draftset build --workers {args.workers}, {data.name}: main threads, {what}")
     for role, counter in sorted(stages.items()):
         total = sum(counter.values())
         print(f"\n{role} process{'es (summed)' if role == 'worker' else ''}: {total:.1f} s")

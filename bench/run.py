@@ -43,6 +43,7 @@ EOT = "<|im_end|>"
 
 RUN_NAMES = (
     "limit",
+    "limit-fast",
     "draftset-w1",
     "draftset-w2",
     "speculators-regex",
@@ -91,7 +92,16 @@ def machine_facts() -> dict[str, Any]:
             versions[pkg] = version(pkg)
         except Exception:
             versions[pkg] = "-"
+    import subprocess
+
+    def git(*a: str) -> str:
+        r = subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True)
+        return r.stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no", "src")
     return {
+        "git": git("rev-parse", "--short", "HEAD")
+        + (" + uncommitted src changes" if dirty else ""),
         "nproc": os.cpu_count(),
         "cpu": cpu,
         "ram_gib": round(mem_kb / 1024**2, 1),
@@ -155,6 +165,8 @@ class RunResult:
             "peak_rss": [m.peak_rss for m in self.measured],
             "max_procs": [m.max_procs for m in self.measured],
             "other_busy_cores": [m.other_busy_cores for m in self.measured],
+            "pss_peak_at_s": [m.peak_at() for m in self.measured],
+            "timeline": [m.timeline for m in self.measured],
             "noise_before": self.noise,
             "info": self.info,
             "output": self.stats.to_json() if self.stats else None,
@@ -188,11 +200,18 @@ def make_plans(
         out = work / name
         env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(work / f"hf-{name}"), "TQDM_DISABLE": "1"}
         env["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
-        if name == "limit":
+        if name in ("limit", "limit-fast"):
             cmd = [sys.executable, str(DRIVERS / "limit.py"), str(data), str(tok)]
+            cmd += ["--fast"] if name == "limit-fast" else []
             plans.append(Plan(name, "limit", os.cpu_count() or 1, cmd, out, env))
         elif name.startswith("draftset-w"):
-            w = int(name.removeprefix("draftset-w"))
+            # "draftset-w2:KEY=VALUE,KEY2=VALUE2" runs the build with extra environment variables
+            base, _, extra = name.partition(":")
+            w = int(base.removeprefix("draftset-w"))
+            for kv in filter(None, extra.split(",")):
+                key, _, value = kv.partition("=")
+                env[key] = value
+            out = work / base
             cmd = [str(draftset_cli()), "build", str(data), "--tokenizer", str(tok)]
             cmd += ["--out", str(out), "--workers", str(w), "--max-length", str(max_len)]
             cmd += ["--no-progress", "--overwrite"]
@@ -274,8 +293,42 @@ def execute(
 
 
 # --- reporting ------------------------------------------------------------------------------
+def results_from_json(report: dict[str, Any]) -> list[RunResult]:
+    """Rebuild the runs of a saved compare report (to print its table again)."""
+    out = []
+    for d in report["results"]:
+        r = RunResult(d["name"], d["workers"], d["rows_in"], noise=d["noise_before"])
+        r.info, r.match, r.error = d["info"], d["ids_match_real_template"], d["error"]
+        for i, sec in enumerate(d["seconds"]):
+            r.measured.append(
+                Measured(
+                    sec,
+                    d["peak_pss"][i],
+                    d["peak_rss"][i],
+                    d["max_procs"][i],
+                    d["cpu_seconds"][i],
+                    d["other_busy_cores"][i],
+                    0,
+                    "",
+                    "",
+                )
+            )
+        if d["output"]:
+            o = d["output"]
+            r.stats = outputs.OutputStats(
+                o["rows"],
+                o["tokens"],
+                o["supervised"],
+                o["eot_rows"],
+                o["ids_dtype"],
+                o["mask_dtype"],
+            )
+        out.append(r)
+    return out
+
+
 def _fmt_gib(b: int) -> str:
-    return f"{b / GIB:.2f}"
+    return f"{b / GIB:.3f}"
 
 
 def table(results: list[RunResult]) -> str:
@@ -288,12 +341,12 @@ def table(results: list[RunResult]) -> str:
     head = (
         "| run | workers | wall s | rows/s | tokens/s | peak PSS GiB | peak RSS GiB (sum) "
         "| rows out | supervised | EOT supervised | ids = real template | /limit | /fastest peer "
-        "| /fastest real-template peer |"
+        "| /fastest real-template peer | CPU s | other load (cores) |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         if not r.measured:
-            lines.append(f"| {r.name} | {r.workers} | failed: {(r.error or '')[:80]} |" + " |" * 11)
+            lines.append(f"| {r.name} | {r.workers} | failed: {(r.error or '')[:80]} |" + " |" * 13)
             continue
         st = r.stats
         rows_out = f"{st.rows:,}" if st else f"{r.info.get('rows', '-'):,}"
@@ -310,7 +363,8 @@ def table(results: list[RunResult]) -> str:
             f"| {r.name} | {r.workers} | {r.seconds:.1f} | {r.rows_per_s:,.0f} "
             f"| {r.tokens_per_s:,.0f} | {_fmt_gib(r.peak_pss)} | {_fmt_gib(r.peak_rss)} "
             f"| {rows_out} | {sup} | {eot} | {match} | {ratio(limit)} | {ratio(fastest)} "
-            f"| {ratio(fastest_real)} |"
+            f"| {ratio(fastest_real)} | {statistics.median(m.cpu_seconds for m in r.measured):.0f} "
+            f"| {statistics.mean(m.other_busy_cores for m in r.measured):.1f} |"
         )
     return "\n".join(lines)
 
@@ -340,7 +394,7 @@ def verdicts(results: list[RunResult]) -> list[str]:
         if name in by:
             pss, rss = by[name].peak_pss, by[name].peak_rss
             out.append(
-                f"{name} peak memory: PSS {pss / GIB:.2f} GiB, RSS sum {rss / GIB:.2f} GiB "
+                f"{name} peak memory: PSS {pss / GIB:.3f} GiB, RSS sum {rss / GIB:.3f} GiB "
                 f"(target < 1 GiB): {'MET' if max(pss, rss) < GIB else 'MISSED'}"
             )
     return out
@@ -399,13 +453,24 @@ def mean_tokens(path: Path, tok: Path, sample: int = 500) -> float:
 
 
 # --- modes --------------------------------------------------------------------------------------
+def _split_runs(spec: str) -> list[str]:
+    """'limit,draftset-w2:A=1,B=2+specforge' → runs; a ',' inside a ':' env list stays."""
+    names: list[str] = []
+    for part in spec.replace("+", ",").split(","):
+        if "=" in part and ":" not in part and names and ":" in names[-1]:
+            names[-1] += "," + part
+        elif part:
+            names.append(part)
+    return names
+
+
 def compare(args: argparse.Namespace, tok: Path, work: Path) -> dict[str, Any]:
     data, desc = prepare_data(args, tok, args.rows)
     with open(data, encoding="utf-8") as f:
         rows = sum(1 for _ in f)
-    names = args.only.split(",") if args.only else list(RUN_NAMES)
+    names = _split_runs(args.only) if args.only else list(RUN_NAMES)
     if args.no_peers:
-        names = [n for n in names if n in ("limit", "draftset-w1", "draftset-w2")]
+        names = [n for n in names if n.startswith(("limit", "draftset"))]
     if args.no_generation_template and "speculators-generation" in names:
         names.remove("speculators-generation")
     plans = make_plans(names, data, tok, work, args.peer_workers, args.max_length)
@@ -453,18 +518,23 @@ def scale(args: argparse.Namespace, tok: Path, work: Path) -> dict[str, Any]:
             print(f"{size:>9,} rows: failed: {res.error}")
             continue
         rows_out.append(res)
+        m = res.measured[-1]
         print(
             f"{size:>9,} rows: {res.seconds:8.1f} s  {res.rows_per_s:6,.0f} rows/s  "
-            f"peak PSS {res.peak_pss / GIB:.3f} GiB  peak RSS(sum) {res.peak_rss / GIB:.3f} GiB"
+            f"peak PSS {res.peak_pss / GIB:.3f} GiB (at {m.peak_at():.0f} s)  "
+            f"peak RSS(sum) {res.peak_rss / GIB:.3f} GiB"
         )
     verdict = ""
     if len(rows_out) == len(sizes):
         pss = [r.peak_pss for r in rows_out]
-        growth = max(pss) / min(pss) - 1
-        flat = growth <= 0.10 and max(max(pss), max(r.peak_rss for r in rows_out)) < GIB
+        rss = [r.peak_rss for r in rows_out]
+        rss_growth = max(rss) / min(rss) - 1
+        pss_growth = max(pss) / min(pss) - 1
+        flat = rss_growth <= 0.10 and max(rss) < GIB
         verdict = (
-            f"peak PSS spread {growth:.1%} from N to 16N (target: within 10%, under 1 GiB): "
-            f"{'MET' if flat else 'MISSED'}"
+            f"peak summed RSS spread {rss_growth:.1%} from N to 16N, max {max(rss) / GIB:.3f} GiB "
+            f"(target: within 10%, under 1 GiB): {'MET' if flat else 'MISSED'}; "
+            f"peak PSS spread {pss_growth:.1%}, max {max(pss) / GIB:.3f} GiB"
         )
         print(verdict)
     return {
@@ -489,7 +559,11 @@ def main(argv: list[str] | None = None) -> int:
         const=str(REPO.parent / "shared" / "data"),
         help="use the real chats in ../shared/data (or the given folder), cycled to --rows",
     )
-    p.add_argument("--only", help=f"comma-separated runs, from: {', '.join(RUN_NAMES)}")
+    p.add_argument(
+        "--only",
+        help=f"runs, separated by '+' or ',', from: {', '.join(RUN_NAMES)}; "
+        "'draftset-w2:KEY=VALUE' adds environment variables to a build",
+    )
     p.add_argument("--no-peers", action="store_true", help="only the limit and draftset")
     p.add_argument(
         "--no-generation-template",
@@ -507,7 +581,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale-workers", type=int, default=2)
     p.add_argument("--keep", action="store_true", help="keep the outputs under the cache folder")
     p.add_argument("--json", type=Path, help="also write all measurements to this file")
+    p.add_argument("--report", type=Path, help="print the table of a saved compare JSON and exit")
     args = p.parse_args(argv)
+    if args.report:
+        results = results_from_json(json.loads(args.report.read_text()))
+        print(table(results))
+        print()
+        print("\n".join(verdicts(results)))
+        return 0
 
     tok = qwen3_tokenizer()
     work = (
@@ -519,7 +600,8 @@ def main(argv: list[str] | None = None) -> int:
     facts = machine_facts()
     print(
         f"machine: {facts['nproc']} cores, {facts['cpu']}, {facts['ram_gib']} GiB, "
-        f"Python {facts['python']}; " + ", ".join(f"{k} {v}" for k, v in facts["versions"].items())
+        f"Python {facts['python']}, draftset at {facts['git']}; "
+        + ", ".join(f"{k} {v}" for k, v in facts["versions"].items())
     )
     t0 = time.time()
     try:
