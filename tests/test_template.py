@@ -139,3 +139,11 @@ def test_encode_batch_fast_gives_the_same_ids_as_encode_batch():
         fast = t.backend.encode_batch_fast([text], add_special_tokens=False)[0].ids
         assert slow == fast
     assert len(texts) > 50
+
+
+def test_without_the_compiled_helper_render_falls_back_to_apply_chat_template():
+    spec = TemplateSpec(str(qwen3_tokenizer_dir()), trl_template("qwen3_6").read_text())
+    slow = ChatTemplate(spec, fast=False)
+    assert slow._compiled is None
+    messages, tools = CASES["tools"]
+    assert slow.render(messages, tools) == template("qwen3", "qwen3_6", {}).render(messages, tools)

@@ -120,7 +120,18 @@ class Renderer:
         ``row_kwargs`` (the template options a row was generated with, recorded by `generate`)
         override the run's ``--template-kwargs``.
         """
+        if self._compiled is None:  # only a full ChatTemplate (fast=False) lacks it
+            return self.render_reference(messages, tools, add_generation_prompt, row_kwargs)
         return self._render_compiled(messages, tools, add_generation_prompt, row_kwargs)
+
+    def render_reference(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        row_kwargs: dict[str, Any] | None = None,
+    ) -> str:
+        raise NotImplementedError("the reference path needs the full tokenizer (ChatTemplate)")
 
     def _render_compiled(
         self,
@@ -272,17 +283,6 @@ class ChatTemplate(Renderer):
         )
 
     # --- rendering ---------------------------------------------------------------------------
-    def render(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = False,
-        row_kwargs: dict[str, Any] | None = None,
-    ) -> str:
-        if self._compiled is not None:
-            return self._render_compiled(messages, tools, add_generation_prompt, row_kwargs)
-        return self.render_reference(messages, tools, add_generation_prompt, row_kwargs)
-
     def kit(self) -> RenderKit:
         """Everything a worker needs to render and encode exactly like this object."""
         return RenderKit(
