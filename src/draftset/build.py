@@ -41,7 +41,7 @@ from draftset.mix import (
     plan_selection,
     selection_total,
 )
-from draftset.read import Source, describe_inputs
+from draftset.read import Source, describe_inputs, sha256_file
 from draftset.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
 from draftset.render import ConversationPlan, TurnMode, plan_conversation
 from draftset.template import (
@@ -58,7 +58,6 @@ from draftset.write import (
     draft_vocab,
     finalize_output,
     prepare_output,
-    sha256_file,
     write_token_freq,
 )
 

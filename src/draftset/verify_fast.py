@@ -6,15 +6,14 @@ and take seconds on a big set, so `build` runs them before it reports success.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from draftset import reasons
+from draftset.read import sha256_file
 from draftset.verify_data import (
     REQUIRED_COLUMNS,
     CheckResult,
@@ -30,14 +29,6 @@ MAX_NO_PAIR_FRACTION = 0.25
 tokens (such a row gives a multi-step drafter, EAGLE-3 TTT or DFlash, nothing to chain)."""
 
 REJECT_KEYS = {"source", "row", "id", "reason", "message"}
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # --- 1. structure ---------------------------------------------------------------------------------
@@ -256,7 +247,7 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
         path = out.folder / name
         if "/" in name or name.startswith(".") or not path.is_file():
             p.add("listed file missing", name)
-        elif _sha256(path) != digest:
+        elif sha256_file(path) != digest:
             p.add("sha256 differs from the manifest", name)
     return p.result("file_hashes", f"{len(files)} files match their manifest sha256")
 

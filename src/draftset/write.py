@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from draftset.encode import EncodedRow
+from draftset.read import sha256_file
 
 ROWS_PER_BATCH = 1000
 SHARD_BYTES = 500 * 1024 * 1024  # datasets' default max_shard_size
@@ -73,14 +74,6 @@ def finalize_output(tmp: Path, out: Path) -> None:
         tmp.rename(out)
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 class DatasetWriter:
     """Streams EncodedRows into Arrow IPC shards in the save_to_disk layout."""
 
@@ -98,7 +91,6 @@ class DatasetWriter:
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._sink: Any = None
         self._shard_bytes = 0
-        self._hash = hashlib.sha256()  # over all rows' ids/tokens/masks, in order
 
     def write(self, rows: Iterable[EncodedRow]) -> None:
         for r in rows:
