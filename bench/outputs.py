@@ -129,8 +129,8 @@ def output_files(kind: str, out: Path, driver_info: dict[str, Any]) -> list[Path
     return []
 
 
-def reference_hashes(data: Path, tokenizer_dir: Path, sample: int) -> set[bytes]:
-    """Id hashes of the first ``sample`` conversations rendered with the real template."""
+def reference_ids(data: Path, tokenizer_dir: Path, sample: int) -> list[list[int]]:
+    """Token ids of the first ``sample`` conversations rendered with the real template."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
@@ -142,5 +142,9 @@ def reference_hashes(data: Path, tokenizer_dir: Path, sample: int) -> set[bytes]
             turns = json.loads(line)["conversations"]
             messages = [{"role": ROLES[t["from"]], "content": t["value"]} for t in turns]
             texts.append(tok.apply_chat_template(messages, tokenize=False))
-    encs = tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
-    return {_digest(np.asarray(e.ids, dtype=np.int64)) for e in encs}
+    return [e.ids for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+
+def reference_hashes(ids: list[list[int]]) -> set[bytes]:
+    """Order-free fingerprints of reference id sequences (to find them among output rows)."""
+    return {_digest(np.asarray(x, dtype=np.int64)) for x in ids}

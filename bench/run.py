@@ -435,23 +435,6 @@ def head_file(src: Path, rows: int) -> Path:
     return dst
 
 
-def mean_tokens(path: Path, tok: Path, sample: int = 500) -> float:
-    """Mean rendered length (real template) over the first ``sample`` rows."""
-    from transformers import AutoTokenizer
-
-    t = AutoTokenizer.from_pretrained(str(tok))
-    texts = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if len(texts) >= sample:
-                break
-            turns = json.loads(line)["conversations"]
-            msgs = [{"role": outputs.ROLES[x["from"]], "content": x["value"]} for x in turns]
-            texts.append(t.apply_chat_template(msgs, tokenize=False))
-    encs = t.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
-    return statistics.mean(len(e.ids) for e in encs)
-
-
 # --- modes --------------------------------------------------------------------------------------
 def _split_runs(spec: str) -> list[str]:
     """'limit,draftset-w2:A=1,B=2+specforge' → runs; a ',' inside a ':' env list stays."""
@@ -477,8 +460,9 @@ def compare(args: argparse.Namespace, tok: Path, work: Path) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     eot_id = AutoTokenizer.from_pretrained(str(tok)).convert_tokens_to_ids(EOT)
-    reference = outputs.reference_hashes(data, tok, min(args.check_rows, rows))
-    mean = mean_tokens(data, tok)
+    ids = outputs.reference_ids(data, tok, max(min(args.check_rows, rows), 500))
+    reference = outputs.reference_hashes(ids[: min(args.check_rows, rows)])
+    mean = statistics.mean(len(x) for x in ids[:500])  # mean rendered length, first 500 rows
     print(f"data: {data} ({desc}; mean {mean:.0f} tokens/row over the first 500)")
     results = execute(plans, rows, args.repeat, args.timeout, eot_id, reference, args.keep)
     print()
