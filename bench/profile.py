@@ -49,7 +49,7 @@ STAGES: list[tuple[str, str]] = [
     ("_manifest", "manifest + file hashes"),
     ("_ordered_results", "pipeline (submit/wait/unpickle)"),
     ("_process_worker", "worker: wait for work / pickle"),
-    ("_init_worker", "worker start-up (imports, tokenizer)"),
+    ("init_worker", "worker start-up (imports, tokenizer)"),
     ("fast_checks", "post-build fast checks (verify)"),
 ]
 

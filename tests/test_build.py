@@ -488,16 +488,16 @@ def test_target_vocab_size_comes_from_config_json(tmp_path):
 
 
 def test_a_bug_on_one_row_rejects_that_row_and_the_run_goes_on(tmp_path, monkeypatch):
-    import draftset.build as build_mod
+    import draftset.work as work_mod
 
-    real = build_mod.plan_conversation
+    real = work_mod.plan_conversation
 
     def flaky(tmpl, conv, *a, **k):
         if conv.id == "c2":
             raise RuntimeError("boom")
         return real(tmpl, conv, *a, **k)
 
-    monkeypatch.setattr(build_mod, "plan_conversation", flaky)
+    monkeypatch.setattr(work_mod, "plan_conversation", flaky)
     src = write_jsonl(tmp_path / "a.jsonl", [chat(1), chat(2, "Other."), chat(3, "Third.")])
     res = run_build(
         BuildOptions([Source("a", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1)
@@ -505,3 +505,43 @@ def test_a_bug_on_one_row_rejects_that_row_and_the_run_goes_on(tmp_path, monkeyp
     assert [r["id"] for r in read_rows(res.out)] == ["c1", "c3"]
     (line,) = [json.loads(x) for x in (res.out / "rejects.jsonl").read_text().splitlines()]
     assert line["reason"] == "internal_error" and "RuntimeError: boom" in line["message"]
+
+
+def test_worker_build_writes_and_checks_token_freq_pt_through_the_helper(tmp_path):
+    torch = pytest.importorskip("torch")
+    res = run_build(sample_options(tmp_path / "o", workers=2))
+    npy = np.load(res.out / "token_freq.npy")
+    assert torch.load(res.out / "token_freq.pt", weights_only=True) == {
+        int(i): int(npy[i]) for i in np.nonzero(npy)[0]
+    }
+    checks = {c.name: c for c in res.checks}
+    assert checks["token_freq"].status == "pass"
+    assert "not compared" not in checks["token_freq"].summary
+    assert not [c.name for c in res.checks if c.failed]
+
+
+def test_read_ahead_stops_at_its_text_budget(monkeypatch):
+    import draftset.build as build_mod
+    from draftset.records import Conversation
+
+    def conv(i: int) -> Conversation:
+        msgs = [{"role": "user", "content": "q" * 100}, {"role": "assistant", "content": "a" * 900}]
+        return Conversation(f"c{i}", "s", i, msgs)
+
+    monkeypatch.setattr(build_mod, "READ_AHEAD_CHARS", 5_000)
+    batches = iter([[conv(i)] for i in range(100)])
+    ahead = build_mod._read_ahead(batches, lambda: False)
+    assert len(ahead) == 5  # 1,000 characters a batch
+    assert next(batches)[0].id == "c5"  # the rest stays unread
+    assert build_mod._read_ahead(iter([[conv(0)]]), lambda: True) == []  # loaded: no read-ahead
+
+
+def test_a_template_that_fails_to_load_in_the_helper_ends_the_run_cleanly(tmp_path):
+    from draftset.template import TokenizerError
+
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(i) for i in range(300)])
+    opts = BuildOptions([Source("a", src)], str(tmp_path / "missing"), tmp_path / "o", workers=2)
+    with pytest.raises(TokenizerError, match="missing"):
+        run_build(opts)  # the waiting workers are released, nothing hangs
+    assert not (tmp_path / "o").exists()
+    assert not list(tmp_path.glob("o*"))  # no temporary folder left behind either

@@ -6,12 +6,15 @@ import importlib.util
 import unicodedata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from draftset import reasons
 from draftset.dedup import (
     ExactDeduper,
     NearDeduper,
     canonical_text,
+    canonical_text_reference,
     make_dedupers,
     shingles,
 )
@@ -37,6 +40,30 @@ def test_canonical_text_folds_unicode_case_and_whitespace() -> None:
     assert canonical_text("ＨＥＬＬＯ　Ｗｏｒｌｄ１２３") == "hello world123"  # full-width
     assert canonical_text("Straße") == canonical_text("STRASSE")  # casefold, not lower
     assert canonical_text("  a\n\n b  ") == "a b"
+
+
+def _code_points(start: int, stop: int) -> str:
+    stop = min(stop, 0x110000)
+    return "".join(chr(c) for c in range(start, stop) if not 0xD800 <= c <= 0xDFFF)
+
+
+def test_canonical_text_equals_reference_on_every_code_point() -> None:
+    """The fast path (is_normalized + split/join) against the regex definition."""
+    for start in range(0, 0x110000, 97):  # every code point, next to 96 others
+        block = _code_points(start, start + 97)
+        for text in (block, " " + block + "  ", block[::-1], "a" + " \t".join(block) + "b"):
+            assert canonical_text(text) == canonical_text_reference(text), hex(start)
+    spaces = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+    assert len(spaces) > 20  # Unicode whitespace beyond ASCII, incl. \x1c-\x1f and U+3000
+    for ws in spaces:
+        for text in (ws, f"a{ws}b", f"{ws}a{ws}{ws}b{ws}", f"x{ws}\u0301y"):
+            assert canonical_text(text) == canonical_text_reference(text), hex(ord(ws))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60))
+def test_canonical_text_equals_reference_property(text: str) -> None:
+    assert canonical_text(text) == canonical_text_reference(text)
 
 
 def test_exact_variants_are_duplicates_first_kept() -> None:

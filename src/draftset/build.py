@@ -14,12 +14,12 @@ import multiprocessing
 import os
 import shutil
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +28,7 @@ import numpy as np
 from draftset import __version__, reasons
 from draftset.account import Accounting
 from draftset.encode import (
-    EncodedRow,
     LengthRules,
-    apply_length_rules,
-    encode_plans,
-    encode_pretokenized,
 )
 from draftset.mix import (
     SelectionSpec,
@@ -42,22 +38,27 @@ from draftset.mix import (
     selection_total,
 )
 from draftset.read import Source, describe_inputs, sha256_file
-from draftset.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
-from draftset.render import ConversationPlan, TurnMode, plan_conversation
+from draftset.records import Conversation, Normalized, PromptOnly, Reject
+from draftset.render import TurnMode
+from draftset.sidecar import Sidecar, SidecarError
 from draftset.template import (
     ChatTemplate,
     Renderer,
-    RenderKit,
     TemplateInfo,
     TemplateSpec,
+    TokenizerError,
     describe_template,
-    load_template_info_isolated,
+    load_template_info_lean,
 )
+from draftset.verify_data import CheckResult
+from draftset.work import ItemResult, Processor, init_worker, process_batch, worker_ready
 from draftset.write import (
     DatasetWriter,
     draft_vocab,
     finalize_output,
+    load_token_freq_pt,
     prepare_output,
+    save_token_freq_pt,
     write_token_freq,
 )
 
@@ -117,112 +118,7 @@ class BuildResult:
     manifest: dict[str, Any]
     notes: list[str]
     seconds: float
-
-
-# --- the per-process render/mask/encode step --------------------------------------------------
-@dataclass(slots=True)
-class ItemResult:
-    """Everything the main process needs to know about one input row."""
-
-    item: Normalized
-    rows: list[EncodedRow] = field(default_factory=list)
-    rejects: list[Reject] = field(default_factory=list)
-    plan_stats: ConversationPlan | None = None
-
-
-class Processor:
-    """Render & mask & encode; one per process, built from picklable settings."""
-
-    def __init__(
-        self,
-        spec: TemplateSpec,
-        kit: RenderKit | None,
-        rules: LengthRules,
-        mode: TurnMode,
-        placeholders: tuple[str, ...],
-        vocab_size: int,
-        template: Renderer | None = None,
-    ) -> None:
-        # workers rebuild the main process's renderer from its kit (no AutoTokenizer import);
-        # only when transformers' internals moved do they load the full tokenizer themselves
-        self.template = template or (kit and Renderer.from_kit(kit)) or ChatTemplate(spec)
-        self.rules = rules
-        self.mode = mode
-        self.placeholders = placeholders
-        self.vocab_size = vocab_size
-
-    def process(self, batch: list[Normalized]) -> list[ItemResult]:
-        results = [ItemResult(item) for item in batch]
-        plans = []
-        owners = []
-        for res in results:
-            item = res.item
-            if isinstance(item, Conversation):
-                try:
-                    cplan = plan_conversation(self.template, item, self.mode, self.placeholders)
-                except Exception as exc:  # never let one row end a long run: reject it, loudly
-                    res.rejects.append(_internal_error(item, exc))
-                    continue
-                res.rejects.extend(cplan.rejects)
-                res.plan_stats = ConversationPlan(
-                    context_turns=cplan.context_turns,
-                    trailing_turns_trimmed=cplan.trailing_turns_trimmed,
-                    server_ids_used=cplan.server_ids_used,
-                    server_ids_mismatch=cplan.server_ids_mismatch,
-                    generation_tags_agree=cplan.generation_tags_agree,
-                    generation_tags_disagree=cplan.generation_tags_disagree,
-                )
-                for rp in cplan.rows:
-                    plans.append(rp)
-                    owners.append(res)
-            elif isinstance(item, PreTokenized):
-                out = encode_pretokenized(item, self.rules, self.vocab_size)
-                (res.rows if isinstance(out, EncodedRow) else res.rejects).append(out)  # type: ignore[arg-type]
-        for rp, (ids, mask), res in zip(
-            plans, encode_plans(self.template.backend, plans), owners, strict=True
-        ):
-            out = apply_length_rules(rp.source, rp.row, rp.id, ids, mask, self.rules)
-            if isinstance(out, EncodedRow):
-                res.rows.append(out)
-                assert res.plan_stats is not None
-                res.plan_stats.rows.append(
-                    rp
-                )  # keep supervised-turn counts; segments dropped below
-            else:
-                res.rejects.append(out)
-        for res in results:  # texts are big and the main process does not need them back
-            if isinstance(res.item, Conversation):
-                res.item = Conversation(res.item.id, res.item.source, res.item.row, [])
-            if res.plan_stats is not None:
-                for rp in res.plan_stats.rows:
-                    rp.segments, rp.server_ids, rp.turn_of_segment = [], {}, {}
-        return results
-
-
-def _internal_error(item: Conversation, exc: Exception) -> Reject:
-    where = traceback.extract_tb(exc.__traceback__)[-1]
-    return Reject(
-        item.source,
-        item.row,
-        item.id,
-        reasons.INTERNAL_ERROR,
-        f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno};"
-        " please report it)",
-    )
-
-
-_WORKER: Processor | None = None
-
-
-def _init_worker(*args: Any) -> None:
-    global _WORKER
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    _WORKER = Processor(*args)
-
-
-def _work(batch: list[Normalized]) -> list[ItemResult]:
-    assert _WORKER is not None
-    return _WORKER.process(batch)
+    checks: list[CheckResult] = field(default_factory=list)  # verify's fast checks, after
 
 
 # --- sampling -----------------------------------------------------------------------------------
@@ -237,23 +133,32 @@ def _batched(items: Iterator[Normalized], size: int) -> Iterator[list[Normalized
         yield batch
 
 
-def _ping() -> bool:
-    return _WORKER is not None
-
-
 @contextmanager
-def _executor(processor_args: tuple, workers: int) -> Iterator[ProcessPoolExecutor | None]:
-    """Worker processes, started at once so they load while the main process reads sources."""
-    if workers <= 1:
-        yield None
-        return
+def _executor(workers: int) -> Iterator[tuple[ProcessPoolExecutor, Any]]:
+    """Worker processes, started at once; each waits for its kit on the returned queue.
+
+    Whatever happens, every worker is given something (a kit or None) before shutdown, so a
+    failed template load never leaves a worker blocked.
+    """
     ctx = multiprocessing.get_context("spawn")
+    kits = ctx.Queue()
+    fed = 0
+
+    def feed(args: tuple | None) -> None:
+        nonlocal fed
+        for _ in range(workers - fed):
+            kits.put(args)
+        fed = workers
+
     with ProcessPoolExecutor(
-        workers, mp_context=ctx, initializer=_init_worker, initargs=processor_args
+        workers, mp_context=ctx, initializer=init_worker, initargs=(kits,)
     ) as ex:
         for _ in range(workers):  # each submit starts one more process (spawn is lazy)
-            ex.submit(_ping)
-        yield ex
+            ex.submit(worker_ready)
+        try:
+            yield ex, feed
+        finally:
+            feed(None)
 
 
 def _ordered_results(
@@ -270,7 +175,7 @@ def _ordered_results(
         return
     window: deque = deque()
     for b in batches:
-        window.append(executor.submit(_work, b))
+        window.append(executor.submit(process_batch, b))
         if len(window) >= 3 * workers:
             yield window.popleft().result()
     while window:
@@ -295,34 +200,92 @@ def run_build(
     opts: BuildOptions,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> BuildResult:
-    """Run the whole job; raises on usage errors, returns counts (invariant already checked)."""
+    """Run the whole job, then verify's fast checks on the output.
+
+    Raises on usage errors; returns counts (invariant already checked) and the checks.
+    """
     t0 = time.monotonic()
     spec = opts.template_spec()
     workers = opts.workers or os.cpu_count() or 1
-    template: Renderer | None = None
-    if workers > 1:
-        # load once in a child process (fail fast, fingerprint, vocab size): the main process
-        # neither renders nor imports torch through AutoTokenizer; workers render from the kit
-        info = load_template_info_isolated(spec, opts.target_vocab_size)
-    else:
+    if workers <= 1:
         template = ChatTemplate(spec)
         info = describe_template(template, opts.target_vocab_size)
-    args = (spec, info.kit, opts.length_rules(), opts.turns, opts.placeholders, info.vocab_size)
-    with _executor(args, workers) as executor:
-        return _run(opts, template, info, args, executor, workers, on_progress, t0)
+        stage = _Stage(opts, lambda: info, lambda: True, None, template, None)
+        return _run(stage, on_progress, t0)
+    # The template loads once, in the helper process (fail fast, fingerprint, vocab size),
+    # while the workers start and the main process reads ahead: the main process neither
+    # renders nor imports torch through AutoTokenizer, and workers render from the kit.
+    with Sidecar() as side, _executor(workers) as (executor, feed):
+        pending = side.submit(load_template_info_lean, spec, opts.target_vocab_size)
+
+        def loaded() -> TemplateInfo:
+            try:
+                info = side.result(pending, f"loading tokenizer {spec.tokenizer!r}")
+            except SidecarError as exc:
+                raise TokenizerError(str(exc)) from exc
+            feed(_processor_args(opts, spec, info))
+            return info
+
+        stage = _Stage(opts, loaded, pending.done, executor, None, side)
+        return _run(stage, on_progress, t0)
 
 
-def _run(
-    opts: BuildOptions,
-    template: Renderer | None,
-    info: TemplateInfo,
-    args: tuple,
-    executor: ProcessPoolExecutor | None,
-    workers: int,
-    on_progress: Callable[[int, int], None] | None,
-    t0: float,
-) -> BuildResult:
-    vocab_size = info.vocab_size
+def _processor_args(opts: BuildOptions, spec: TemplateSpec, info: TemplateInfo) -> tuple:
+    return (spec, info.kit, opts.length_rules(), opts.turns, opts.placeholders, info.vocab_size)
+
+
+@dataclass
+class _Stage:
+    """How this build renders: in-process (template) or in workers fed by the helper."""
+
+    opts: BuildOptions
+    loaded: Callable[[], TemplateInfo]  # waits for the template (and feeds the workers)
+    ready: Callable[[], bool]  # has it loaded yet? (read ahead until then)
+    executor: ProcessPoolExecutor | None
+    template: Renderer | None
+    side: Sidecar | None
+
+    def save_pt(self) -> Callable[[Path, np.ndarray, np.ndarray], bool] | None:
+        side = self.side
+        if side is None:
+            return None
+        return lambda *a: side.call("writing token_freq.pt", save_token_freq_pt, *a)
+
+    def load_pt(self) -> Callable[[Path], dict[int, int] | None] | None:
+        side = self.side
+        if side is None:
+            return None
+        return lambda path: side.call("reading token_freq.pt", load_token_freq_pt, path)
+
+
+# rows read and normalized while the template loads (the loader is single-threaded, so one
+# core would sit idle), bounded by their text size
+READ_AHEAD_CHARS = 16_000_000
+
+
+def _read_ahead(batches: Iterator[list[Normalized]], ready: Callable[[], bool]) -> list:
+    ahead: list[list[Normalized]] = []
+    chars = 0
+    while chars < READ_AHEAD_CHARS and not ready():
+        batch = next(batches, None)
+        if batch is None:
+            break
+        ahead.append(batch)
+        chars += sum(_text_size(it) for it in batch)
+    return ahead
+
+
+def _text_size(item: Normalized) -> int:
+    if isinstance(item, Conversation | PromptOnly):
+        return sum(
+            len(m.get("content") or "") + len(m.get("reasoning_content") or "")
+            for m in item.messages
+        )
+    return 0
+
+
+def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: float) -> BuildResult:
+    opts = stage.opts
     names = [s.name for s in opts.sources]
     acct = Accounting(names)
     selection = opts.selection_spec()
@@ -332,23 +295,30 @@ def _run(
     tmp = prepare_output(opts.out, opts.overwrite)
     notes: list[str] = []
     try:
+        items = iter_selected_items(selection, acct, mixture, plan)
+        batches = _batched(items, BATCH_ROWS)
+        ahead = _read_ahead(batches, stage.ready)
+        info = stage.loaded()
+        vocab_size = info.vocab_size
         writer = DatasetWriter(tmp, vocab_size)
         rejects = _JsonlSink(tmp / "rejects.jsonl")
         prompts = _JsonlSink(tmp / "prompts.jsonl")
         done = 0
-        items = iter_selected_items(selection, acct, mixture, plan)
-        batches = _batched(items, BATCH_ROWS)
-        inline = lambda: Processor(*args, template=template)  # noqa: E731
-        for results in _ordered_results(batches, executor, workers, inline):
+        args = _processor_args(opts, opts.template_spec(), info)
+        inline = lambda: Processor(*args, template=stage.template)  # noqa: E731
+        workers = opts.workers or os.cpu_count() or 1
+        for results in _ordered_results(chain(ahead, batches), stage.executor, workers, inline):
             for res in results:
                 _account(res, acct, writer, rejects, prompts)
             done += len(results)
             if on_progress:
                 on_progress(done, total or done)
+        if stage.executor is not None:
+            stage.executor.shutdown()  # all work is back: the workers' memory goes now
         shards = writer.close()
         rejects.close()
         prompts.close()
-        note = write_token_freq(tmp, writer.token_freq)
+        note = write_token_freq(tmp, writer.token_freq, stage.save_pt())
         if note:
             notes.append(note)
         vocab_files: list[Path] = [tmp / "token_freq.npy"]
@@ -376,7 +346,13 @@ def _run(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return BuildResult(opts.out, acct, manifest, notes, time.monotonic() - t0)
+    seconds = time.monotonic() - t0
+    checks = []
+    if writer.rows or acct.total().needs_generation:
+        from draftset.verify import fast_checks
+
+        checks = fast_checks(opts.out, load_pt=stage.load_pt())
+    return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
 
 
 class AccountingError(Exception):

@@ -242,9 +242,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     if total.rows_out == 0 and total.needs_generation == 0:
         print(f"draftset: no rows written to {result.out} (see rejects.jsonl)", file=sys.stderr)
         return EXIT_FAIL
-    from draftset.verify import fast_checks, print_results
+    from draftset.verify import print_results
 
-    checks = fast_checks(result.out)
+    checks = result.checks
     print_results(checks)
     # drafter fitness is advice for DFlash training, not an integrity failure of the build
     if any(c.failed for c in checks if c.name != "drafter_fitness"):
@@ -273,11 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         from draftset.build import AccountingError
         from draftset.modes import MixError
+        from draftset.sidecar import SidecarError
 
         if isinstance(exc, MixError):  # a mix target the data cannot meet: fix the recipe
             print(f"draftset: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        if isinstance(exc, AccountingError):
+        if isinstance(exc, AccountingError | SidecarError):
             print(f"draftset: {exc}", file=sys.stderr)
             return EXIT_FAIL
         raise

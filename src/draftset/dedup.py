@@ -42,7 +42,20 @@ _TURN = "\x1e"  # between turns
 
 
 def canonical_text(text: str) -> str:
-    """NFKC, casefold, whitespace runs -> one space, stripped (the dedup comparison form)."""
+    """NFKC, casefold, whitespace runs -> one space, stripped (the dedup comparison form).
+
+    Equal to `canonical_text_reference` for every string (tested on every code point and
+    with hypothesis), ~2.5x faster: it runs on every turn of every row in the main process.
+    ``str.split()`` and regex ``\\s`` both use Python's ``str.isspace`` definition of
+    whitespace, and most texts are already NFKC (checked much faster than normalized).
+    """
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    return " ".join(text.casefold().split())
+
+
+def canonical_text_reference(text: str) -> str:
+    """The plain definition `canonical_text` must equal."""
     return _WS.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
 
 

@@ -230,18 +230,19 @@ def describe_template(t: ChatTemplate, target_vocab_size: int | None = None) -> 
     )
 
 
-def load_template_info_isolated(
+def load_template_info_lean(
     spec: TemplateSpec, target_vocab_size: int | None = None
 ) -> TemplateInfo:
-    """`load_template_info` in a short-lived child process.
+    """`load_template_info` for a helper process that stays alive: the tokenizer is dropped.
 
-    `AutoTokenizer` imports torch when it is installed (~300 MB that never goes away); the
-    build's main process only needs the kit, so it stays small for the whole run.
+    The build's helper (sidecar.py) loads the template once, hands the kit to the main
+    process and keeps only what it needs later (torch, for token_freq.pt).
     """
-    import multiprocessing
+    from draftset.sidecar import release_memory
 
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(load_template_info, (spec, target_vocab_size))
+    info = load_template_info(spec, target_vocab_size)
+    release_memory()
+    return info
 
 
 class ChatTemplate(Renderer):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,26 +48,33 @@ class VerifyUsageError(Exception):
     """Unusable arguments (exit code 2)."""
 
 
-def _fast(out: OutputSet, block_size: int) -> list[CheckResult]:
+def _fast(
+    out: OutputSet, block_size: int, load_pt: Callable[[Path], dict[int, int] | None] | None = None
+) -> list[CheckResult]:
     stats = row_stats(out, block_size)
     ids = out.ids() if out.readable and "id" in out.column_names else None
     return [
         check_structure(out),
         check_file_hashes(out),
         check_accounting(out, stats),
-        check_token_freq(out, stats),
+        check_token_freq(out, stats, load_pt),
         check_draft_vocab(out, stats),
         check_drafter_fitness(out, stats, block_size, ids),
     ]
 
 
-def fast_checks(out_dir: Path | str, block_size: int = DEFAULT_BLOCK_SIZE) -> list[CheckResult]:
+def fast_checks(
+    out_dir: Path | str,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    load_pt: Callable[[Path], dict[int, int] | None] | None = None,
+) -> list[CheckResult]:
     """Structure, file hashes, accounting, token_freq recount, d2t/t2d, drafter fitness.
 
     No sources and no tokenizer needed; vectorized, seconds on a big set. Raises
-    NotADraftsetError when ``out_dir`` is not a draftset output.
+    NotADraftsetError when ``out_dir`` is not a draftset output. ``load_pt``: see
+    `check_token_freq`.
     """
-    return _fast(open_output(Path(out_dir)), block_size)
+    return _fast(open_output(Path(out_dir)), block_size, load_pt)
 
 
 def run_verify(

@@ -7,6 +7,8 @@ and take seconds on a big set, so `build` runs them before it reports success.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,6 +16,7 @@ import pyarrow as pa
 
 from draftset import reasons
 from draftset.read import sha256_file
+from draftset.sidecar import SidecarError
 from draftset.verify_data import (
     REQUIRED_COLUMNS,
     CheckResult,
@@ -23,6 +26,7 @@ from draftset.verify_data import (
     iter_batches,
     read_jsonl,
 )
+from draftset.write import load_token_freq_pt
 
 MAX_NO_PAIR_FRACTION = 0.25
 """drafter_fitness fails when more than this fraction of rows has no two consecutive supervised
@@ -253,8 +257,13 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
 
 
 # --- 7. vocabulary files ------------------------------------------------------------------------
-def check_token_freq(out: OutputSet, stats: RowStats) -> CheckResult:
-    """token_freq.npy (and .pt when torch imports) equal a recount of supervised tokens."""
+def check_token_freq(
+    out: OutputSet, stats: RowStats, load_pt: Callable[[Path], dict[int, int] | None] | None = None
+) -> CheckResult:
+    """token_freq.npy (and .pt when torch imports) equal a recount of supervised tokens.
+
+    ``load_pt`` reads token_freq.pt elsewhere (the build's helper process); default: here.
+    """
     p = Problems()
     notes: list[str] = []
     vocab = out.vocab_size
@@ -287,18 +296,18 @@ def check_token_freq(out: OutputSet, stats: RowStats) -> CheckResult:
     pt = out.folder / "token_freq.pt"
     if pt.is_file():
         try:
-            import torch
-        except ImportError:
-            notes.append("token_freq.pt not compared: torch is not installed")
+            data = (load_pt or load_token_freq_pt)(pt)
+        except SidecarError:
+            raise
+        except Exception as exc:  # a corrupt pickle is a failed check, not a crash
+            p.add(f"token_freq.pt unreadable: {type(exc).__name__}", "token_freq.pt")
         else:
-            try:
-                data = torch.load(pt, weights_only=True)
+            if data is None:
+                notes.append("token_freq.pt not compared: torch is not installed")
+            else:
                 want = {int(i): int(recount[i]) for i in np.nonzero(recount)[0]}
-                got = {int(k): int(v) for k, v in dict(data).items() if int(v) != 0}
-                if got != want:
+                if {k: v for k, v in data.items() if v != 0} != want:
                     p.add("token_freq.pt differs from the recount", "token_freq.pt")
-            except Exception as exc:  # a corrupt pickle is a failed check, not a crash
-                p.add(f"token_freq.pt unreadable: {type(exc).__name__}", "token_freq.pt")
     else:
         notes.append("token_freq.pt absent (written only when torch was installed at build time)")
     total = int(recount.sum())

@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -191,16 +191,46 @@ def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def write_token_freq(folder: Path, token_freq: np.ndarray) -> str | None:
-    """token_freq.npy always; token_freq.pt (dict[int, int]) when torch imports. Returns a note."""
+TORCH_MISSING = "token_freq.pt skipped: torch is not installed (pip install 'draftset[torch]')"
+
+
+def write_token_freq(
+    folder: Path,
+    token_freq: np.ndarray,
+    save_pt: Callable[[Path, np.ndarray, np.ndarray], bool] | None = None,
+) -> str | None:
+    """token_freq.npy always; token_freq.pt (dict[int, int]) when torch imports. Returns a note.
+
+    ``save_pt`` runs `save_token_freq_pt` elsewhere (the build's helper process, which has
+    torch imported already); by default it runs here.
+    """
     np.save(folder / "token_freq.npy", token_freq.astype(np.int64))
+    ids = np.nonzero(token_freq)[0].astype(np.int64)
+    saved = (save_pt or save_token_freq_pt)(folder / "token_freq.pt", ids, token_freq[ids])
+    return None if saved else TORCH_MISSING
+
+
+def save_token_freq_pt(path: Path, ids: np.ndarray, counts: np.ndarray) -> bool:
+    """``torch.save`` of {id: count} (what speculators reads); False when torch is missing."""
     try:
         import torch  # optional extra: only for the .pt file speculators reads
     except ImportError:
-        return "token_freq.pt skipped: torch is not installed (pip install 'draftset[torch]')"
-    nz = np.nonzero(token_freq)[0]
-    torch.save({int(i): int(token_freq[i]) for i in nz}, folder / "token_freq.pt")
-    return None
+        return False
+    torch.save(dict(zip(ids.tolist(), counts.tolist(), strict=True)), path)
+    return True
+
+
+def load_token_freq_pt(path: Path) -> dict[int, int] | None:
+    """``torch.load(weights_only=True)`` of token_freq.pt; None when torch is missing.
+
+    Raises on an unreadable file (the check reports it).
+    """
+    try:
+        import torch
+    except ImportError:
+        return None
+    data = torch.load(path, weights_only=True)
+    return {int(k): int(v) for k, v in dict(data).items()}
 
 
 def draft_vocab(

@@ -1,0 +1,73 @@
+"""One helper process for the work that imports torch, so a build's main process never does.
+
+`AutoTokenizer` imports torch when it is installed (~3 s, ~220 MB that stay), and so do
+``torch.save`` / ``torch.load`` of ``token_freq.pt``. A build with worker processes runs all of
+them in one spawn child, in this order: load the template (while the workers start and the main
+process reads ahead), drop the tokenizer, wait idle, write ``token_freq.pt`` at the end and read
+it back for the post-build check. torch is imported once per build, off the critical path.
+
+A child that dies (killed, out of memory) raises `SidecarError` in the caller, never hangs it.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from types import TracebackType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class SidecarError(Exception):
+    """The helper process died (the job's own exceptions are re-raised as they are)."""
+
+
+class Sidecar:
+    """A single spawn-started helper process; jobs run one after another, state is kept."""
+
+    def __init__(self) -> None:
+        self._ex = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        return self._ex.submit(fn, *args)
+
+    def result(self, future: Future[T], what: str) -> T:
+        """The job's result; its exception as it is; `SidecarError` when the process died."""
+        try:
+            return future.result()
+        except BrokenProcessPool as exc:
+            raise SidecarError(
+                f"the helper process died while {what} (killed, or out of memory?)"
+            ) from exc
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
+        return self.result(self.submit(fn, *args), what)
+
+    def close(self) -> None:
+        self._ex.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Sidecar:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def release_memory() -> None:
+    """Give freed heap pages back to the OS (glibc keeps them otherwise: ~70 MB here)."""
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the pages stay, nothing breaks
+        pass
