@@ -23,9 +23,8 @@ def test_jobs_run_in_one_process_in_order():
 
 
 def test_a_dying_helper_raises_instead_of_hanging():
-    with Sidecar() as side:
-        with pytest.raises(SidecarError, match="died while exiting on purpose"):
-            side.call("exiting on purpose", os._exit, 3)
+    with Sidecar() as side, pytest.raises(SidecarError, match="died while exiting on purpose"):
+        side.call("exiting on purpose", os._exit, 3)
 
 
 def test_job_exceptions_come_back_as_they_are():
