@@ -520,7 +520,9 @@ def test_worker_build_writes_and_checks_token_freq_pt_through_the_helper(tmp_pat
     assert not [c.name for c in res.checks if c.failed]
 
 
-def test_read_ahead_stops_at_its_text_budget(monkeypatch):
+def test_read_ahead_stops_at_its_budget_and_keeps_order(monkeypatch):
+    import pickle
+
     import draftset.build as build_mod
     from draftset.records import Conversation
 
@@ -528,10 +530,11 @@ def test_read_ahead_stops_at_its_text_budget(monkeypatch):
         msgs = [{"role": "user", "content": "q" * 100}, {"role": "assistant", "content": "a" * 900}]
         return Conversation(f"c{i}", "s", i, msgs)
 
-    monkeypatch.setattr(build_mod, "READ_AHEAD_CHARS", 5_000)
+    size = len(pickle.dumps([conv(0)], protocol=pickle.HIGHEST_PROTOCOL))
+    monkeypatch.setattr(build_mod, "READ_AHEAD_BYTES", 5 * size - 1)
     batches = iter([[conv(i)] for i in range(100)])
     ahead = build_mod._read_ahead(batches, lambda: False)
-    assert len(ahead) == 5  # 1,000 characters a batch
+    assert [pickle.loads(b)[0] for b in ahead] == [conv(i) for i in range(5)]
     assert next(batches)[0].id == "c5"  # the rest stays unread
     assert build_mod._read_ahead(iter([[conv(0)]]), lambda: True) == []  # loaded: no read-ahead
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from conftest import qwen3_tokenizer_dir
 
-from draftset.sidecar import Sidecar, SidecarError
-from draftset.template import TemplateSpec, load_template_info, load_template_info_lean
+from draftset.sidecar import Sidecar, SidecarError, release_memory
+from draftset.template import TemplateSpec, load_template_info
 from draftset.write import load_token_freq_pt, save_token_freq_pt
 
 
@@ -32,10 +32,11 @@ def test_job_exceptions_come_back_as_they_are():
         side.call("parsing", int, "not a number")
 
 
-def test_lean_load_equals_the_plain_load_and_the_pt_round_trips(tmp_path):
+def test_load_release_and_pt_round_trip_in_the_helper(tmp_path):
     spec = TemplateSpec(str(qwen3_tokenizer_dir()))
     with Sidecar() as side:
-        lean = side.call("loading", load_template_info_lean, spec, None)
+        loaded = side.call("loading", load_template_info, spec, None)
+        side.call("releasing", release_memory)
         ids = np.array([3, 7, 151643], dtype=np.int64)
         counts = np.array([5, 1, 9], dtype=np.int64)
         assert side.call("writing", save_token_freq_pt, tmp_path / "f.pt", ids, counts)
@@ -44,7 +45,7 @@ def test_lean_load_equals_the_plain_load_and_the_pt_round_trips(tmp_path):
             7: 1,
             151643: 9,
         }
-    assert lean == load_template_info(spec)
+    assert loaded == load_template_info(spec)
     assert load_token_freq_pt(tmp_path / "f.pt") == {3: 5, 7: 1, 151643: 9}  # and here
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import pickle
 import shutil
 import time
 from collections import deque
@@ -38,9 +39,9 @@ from draftset.mix import (
     selection_total,
 )
 from draftset.read import Source, describe_inputs, sha256_file
-from draftset.records import Conversation, Normalized, PromptOnly, Reject
+from draftset.records import Normalized, PromptOnly, Reject
 from draftset.render import TurnMode
-from draftset.sidecar import Sidecar, SidecarError
+from draftset.sidecar import Sidecar, SidecarError, release_memory
 from draftset.template import (
     ChatTemplate,
     Renderer,
@@ -48,7 +49,7 @@ from draftset.template import (
     TemplateSpec,
     TokenizerError,
     describe_template,
-    load_template_info_lean,
+    load_template_info,
 )
 from draftset.verify_data import CheckResult
 from draftset.work import ItemResult, Processor, init_worker, process_batch, worker_ready
@@ -162,7 +163,7 @@ def _executor(workers: int) -> Iterator[tuple[ProcessPoolExecutor, Any]]:
 
 
 def _ordered_results(
-    batches: Iterator[list[Normalized]],
+    batches: Iterator[list[Normalized] | bytes],
     executor: ProcessPoolExecutor | None,
     workers: int,
     inline: Callable[[], Processor],
@@ -171,7 +172,7 @@ def _ordered_results(
     if executor is None:  # in-process, reusing the template the main process already loaded
         proc = inline()
         for b in batches:
-            yield proc.process(b)
+            yield proc.process(pickle.loads(b) if isinstance(b, bytes) else b)
         return
     window: deque = deque()
     for b in batches:
@@ -216,7 +217,8 @@ def run_build(
     # while the workers start and the main process reads ahead: the main process neither
     # renders nor imports torch through AutoTokenizer, and workers render from the kit.
     with Sidecar() as side, _executor(workers) as (executor, feed):
-        pending = side.submit(load_template_info_lean, spec, opts.target_vocab_size)
+        pending = side.submit(load_template_info, spec, opts.target_vocab_size)
+        side.submit(release_memory)  # then drop the tokenizer's pages, off the critical path
 
         def loaded() -> TemplateInfo:
             try:
@@ -258,30 +260,21 @@ class _Stage:
         return lambda path: side.call("reading token_freq.pt", load_token_freq_pt, path)
 
 
-# rows read and normalized while the template loads (the loader is single-threaded, so one
-# core would sit idle), bounded by their text size
-READ_AHEAD_CHARS = 16_000_000
+# Rows read, normalized and pickled for the workers while the template loads (the loader is
+# one thread, so a core would sit idle); pickles are ~3x smaller than the live objects.
+READ_AHEAD_BYTES = 64_000_000
 
 
-def _read_ahead(batches: Iterator[list[Normalized]], ready: Callable[[], bool]) -> list:
-    ahead: list[list[Normalized]] = []
-    chars = 0
-    while chars < READ_AHEAD_CHARS and not ready():
+def _read_ahead(batches: Iterator[list[Normalized]], ready: Callable[[], bool]) -> list[bytes]:
+    ahead: list[bytes] = []
+    size = 0
+    while size < READ_AHEAD_BYTES and not ready():
         batch = next(batches, None)
         if batch is None:
             break
-        ahead.append(batch)
-        chars += sum(_text_size(it) for it in batch)
+        ahead.append(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
+        size += len(ahead[-1])
     return ahead
-
-
-def _text_size(item: Normalized) -> int:
-    if isinstance(item, Conversation | PromptOnly):
-        return sum(
-            len(m.get("content") or "") + len(m.get("reasoning_content") or "")
-            for m in item.messages
-        )
-    return 0
 
 
 def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: float) -> BuildResult:
@@ -313,8 +306,8 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
             done += len(results)
             if on_progress:
                 on_progress(done, total or done)
-        if stage.executor is not None:
-            stage.executor.shutdown()  # all work is back: the workers' memory goes now
+        if stage.executor is not None:  # all work is back: the workers exit now
+            stage.executor.shutdown(wait=False)
         shards = writer.close()
         rejects.close()
         prompts.close()

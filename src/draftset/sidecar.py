@@ -2,9 +2,10 @@
 
 `AutoTokenizer` imports torch when it is installed (~3 s, ~220 MB that stay), and so do
 ``torch.save`` / ``torch.load`` of ``token_freq.pt``. A build with worker processes runs all of
-them in one spawn child, in this order: load the template (while the workers start and the main
-process reads ahead), drop the tokenizer, wait idle, write ``token_freq.pt`` at the end and read
-it back for the post-build check. torch is imported once per build, off the critical path.
+them in one spawn child, one job after another: load the template (while the workers start and
+the main process reads ahead), drop the tokenizer's memory (`release_memory`, after the kit is
+on its way), wait idle (~280 MB), write ``token_freq.pt`` at the end and read it back for the
+post-build check. torch is imported once per build, off the critical path.
 
 A child that dies (killed, out of memory) raises `SidecarError` in the caller, never hangs it.
 """
@@ -47,8 +48,8 @@ class Sidecar:
     def call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
         return self.result(self.submit(fn, *args), what)
 
-    def close(self) -> None:
-        self._ex.shutdown(wait=True, cancel_futures=True)
+    def close(self, wait: bool = True) -> None:
+        self._ex.shutdown(wait=wait, cancel_futures=True)
 
     def __enter__(self) -> Sidecar:
         return self
@@ -59,7 +60,8 @@ class Sidecar:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        # after a success, the caller goes on while the child exits (torch's teardown is slow)
+        self.close(wait=exc_type is not None)
 
 
 def release_memory() -> None:

@@ -7,6 +7,7 @@ each worker is ~35 MB smaller, which matters with a whole process tree under 1 G
 from __future__ import annotations
 
 import os
+import pickle
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,13 @@ from draftset.encode import (
 )
 from draftset.records import Conversation, Normalized, PreTokenized, Reject
 from draftset.render import ConversationPlan, TurnMode, plan_conversation
-from draftset.template import ChatTemplate, Renderer, RenderKit, TemplateSpec
+from draftset.template import (
+    ChatTemplate,
+    Renderer,
+    RenderKit,
+    TemplateSpec,
+    import_template_compiler,
+)
 
 
 @dataclass(slots=True)
@@ -126,14 +133,16 @@ def init_worker(kits: Any) -> None:
     """
     global _WORKER
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import_template_compiler()
     args = kits.get()
     if args is not None:
         _WORKER = Processor(*args)
 
 
-def process_batch(batch: list[Normalized]) -> list[ItemResult]:
+def process_batch(batch: list[Normalized] | bytes) -> list[ItemResult]:
+    """One batch; ``bytes`` is a batch the main process pickled while reading ahead."""
     assert _WORKER is not None
-    return _WORKER.process(batch)
+    return _WORKER.process(pickle.loads(batch) if isinstance(batch, bytes) else batch)
 
 
 def worker_ready() -> bool:
