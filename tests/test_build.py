@@ -536,7 +536,10 @@ def test_read_ahead_stops_at_its_budget_and_keeps_order(monkeypatch):
     ahead = build_mod._read_ahead(batches, lambda: False)
     assert [pickle.loads(b)[0] for b in ahead] == [conv(i) for i in range(5)]
     assert next(batches)[0].id == "c5"  # the rest stays unread
-    assert build_mod._read_ahead(iter([[conv(0)]]), lambda: True) == []  # loaded: no read-ahead
+    assert not build_mod._read_ahead(iter([[conv(0)]]), lambda: True)  # loaded: no read-ahead
+    drained = build_mod._drain(ahead)
+    next(drained)
+    assert len(ahead) == 4  # a batch handed over is no longer held by the read-ahead
 
 
 def test_a_template_that_fails_to_load_in_the_helper_ends_the_run_cleanly(tmp_path):

@@ -265,8 +265,8 @@ class _Stage:
 READ_AHEAD_BYTES = 64_000_000
 
 
-def _read_ahead(batches: Iterator[list[Normalized]], ready: Callable[[], bool]) -> list[bytes]:
-    ahead: list[bytes] = []
+def _read_ahead(batches: Iterator[list[Normalized]], ready: Callable[[], bool]) -> deque[bytes]:
+    ahead: deque[bytes] = deque()
     size = 0
     while size < READ_AHEAD_BYTES and not ready():
         batch = next(batches, None)
@@ -275,6 +275,19 @@ def _read_ahead(batches: Iterator[list[Normalized]], ready: Callable[[], bool]) 
         ahead.append(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
         size += len(ahead[-1])
     return ahead
+
+
+def _drain(ahead: deque[bytes]) -> Iterator[bytes]:
+    """The read-ahead batches, each let go once handed over (not kept for the whole run).
+
+    Once all are handed over, their heap pages go back to the OS (up to 64 MB that glibc would
+    otherwise keep for the rest of the run).
+    """
+    if not ahead:
+        return
+    while ahead:
+        yield ahead.popleft()
+    release_memory()
 
 
 def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: float) -> BuildResult:
@@ -300,7 +313,8 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         args = _processor_args(opts, opts.template_spec(), info)
         inline = lambda: Processor(*args, template=stage.template)  # noqa: E731
         workers = opts.workers or os.cpu_count() or 1
-        for results in _ordered_results(chain(ahead, batches), stage.executor, workers, inline):
+        stream = chain(_drain(ahead), batches)
+        for results in _ordered_results(stream, stage.executor, workers, inline):
             for res in results:
                 _account(res, acct, writer, rejects, prompts)
             done += len(results)
