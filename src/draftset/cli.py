@@ -88,7 +88,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "--max-samples", type=int, help="total rows to take, split over sources by weight"
     )
     b.add_argument("--seed", type=int, help="seed of the sampling (default 0)")
-    b.add_argument("--workers", type=int, help="processes (default: all cores)")
+    b.add_argument(
+        "--workers",
+        type=int,
+        help="render/encode processes (default: all cores; output is identical for any N)",
+    )
     b.add_argument(
         "--draft-vocab-size", type=int, help="also write d2t-N.npy / t2d-N.npy (EAGLE-3)"
     )
