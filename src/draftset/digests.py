@@ -2,8 +2,8 @@
 
 Unique ids and exact dedup remember one digest per row. As Python ``set``/``dict`` entries
 that costs ~100-150 bytes a row (0.5 GB at a million rows for both), which breaks the flat-
-memory promise; here it is 16 bytes a slot at most half full: open addressing with linear
-probing over two numpy arrays, doubled when half full.
+memory promise; here it is 16 bytes a slot (8 for a set) at most half full: open addressing
+with linear probing over numpy arrays, doubled when half full.
 """
 
 from __future__ import annotations
@@ -24,12 +24,15 @@ def digest64(text: str) -> int:
 
 
 class DigestTable:
-    """Map 64-bit digests (see `digest64`) to non-negative ints."""
+    """Map 64-bit digests (see `digest64`) to non-negative ints, or hold them as a set.
+
+    A table only ever used through `add` (a set) has no value array: 8 bytes a slot.
+    """
 
     def __init__(self, capacity: int = 1024) -> None:
         size = 1 << max(4, (capacity * 2 - 1).bit_length())
         self._keys = np.zeros(size, dtype=np.uint64)
-        self._values = np.zeros(size, dtype=np.int64)
+        self._values: np.ndarray | None = None  # allocated by the first `put`
         self._count = 0
 
     def __len__(self) -> int:
@@ -47,11 +50,16 @@ class DigestTable:
             i = (i + 1) & mask
 
     def get(self, key: int) -> int | None:
+        """The value put for ``key`` (0 for a key only added), or None."""
         i = self._slot(key)
-        return int(self._values[i]) if self._keys[i] != _EMPTY else None
+        if self._keys[i] == _EMPTY:
+            return None
+        return int(self._values[i]) if self._values is not None else 0
 
     def put(self, key: int, value: int) -> None:
         """Insert or overwrite."""
+        if self._values is None:
+            self._values = np.zeros(self._keys.size, dtype=np.int64)
         i = self._slot(key)
         if self._keys[i] == _EMPTY:
             self._count += 1
@@ -72,10 +80,20 @@ class DigestTable:
         return True
 
     def _grow(self) -> None:
+        """Double, re-inserting in chunks (no million-entry Python lists on the way)."""
         keys, values = self._keys, self._values
-        used = keys != _EMPTY
+        where = np.flatnonzero(keys != _EMPTY)
         self._keys = np.zeros(keys.size * 2, dtype=np.uint64)
-        self._values = np.zeros(keys.size * 2, dtype=np.int64)
+        self._values = None if values is None else np.zeros(keys.size * 2, dtype=np.int64)
         self._count = 0
-        for k, v in zip(keys[used].tolist(), values[used].tolist(), strict=True):
-            self.put(k, v)
+        for start in range(0, where.size, _GROW_CHUNK):
+            chunk = where[start : start + _GROW_CHUNK]
+            if values is None:
+                for k in keys[chunk].tolist():
+                    self.add(k)
+            else:
+                for k, v in zip(keys[chunk].tolist(), values[chunk].tolist(), strict=True):
+                    self.put(k, v)
+
+
+_GROW_CHUNK = 1 << 16
