@@ -52,7 +52,7 @@ from draftset.template import (
     load_template_info,
 )
 from draftset.verify_data import CheckResult
-from draftset.work import ItemResult, Processor, init_worker, process_batch, worker_ready
+from draftset.work import ItemResult, Processor, init_worker, process_batch, unpack, worker_ready
 from draftset.write import (
     DatasetWriter,
     draft_vocab,
@@ -172,7 +172,7 @@ def _ordered_results(
     if executor is None:  # in-process, reusing the template the main process already loaded
         proc = inline()
         for b in batches:
-            yield proc.process(pickle.loads(b) if isinstance(b, bytes) else b)
+            yield proc.process(unpack(b))
         return
     window: deque = deque()
     for b in batches:
@@ -211,7 +211,7 @@ def run_build(
     if workers <= 1:
         template = ChatTemplate(spec)
         info = describe_template(template, opts.target_vocab_size)
-        stage = _Stage(opts, lambda: info, lambda: True, None, template, None)
+        stage = _Stage(opts, spec, 1, lambda: info, lambda: True, None, template, None)
         return _run(stage, on_progress, t0)
     # The template loads once, in the helper process (fail fast, fingerprint, vocab size),
     # while the workers start and the main process reads ahead: the main process neither
@@ -228,7 +228,7 @@ def run_build(
             feed(_processor_args(opts, spec, info))
             return info
 
-        stage = _Stage(opts, loaded, pending.done, executor, None, side)
+        stage = _Stage(opts, spec, workers, loaded, pending.done, executor, None, side)
         return _run(stage, on_progress, t0)
 
 
@@ -241,6 +241,8 @@ class _Stage:
     """How this build renders: in-process (template) or in workers fed by the helper."""
 
     opts: BuildOptions
+    spec: TemplateSpec
+    workers: int
     loaded: Callable[[], TemplateInfo]  # waits for the template (and feeds the workers)
     ready: Callable[[], bool]  # has it loaded yet? (read ahead until then)
     executor: ProcessPoolExecutor | None
@@ -310,11 +312,10 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         rejects = _JsonlSink(tmp / "rejects.jsonl")
         prompts = _JsonlSink(tmp / "prompts.jsonl")
         done = 0
-        args = _processor_args(opts, opts.template_spec(), info)
+        args = _processor_args(opts, stage.spec, info)
         inline = lambda: Processor(*args, template=stage.template)  # noqa: E731
-        workers = opts.workers or os.cpu_count() or 1
         stream = chain(_drain(ahead), batches)
-        for results in _ordered_results(stream, stage.executor, workers, inline):
+        for results in _ordered_results(stream, stage.executor, stage.workers, inline):
             for res in results:
                 _account(res, acct, writer, rejects, prompts)
             done += len(results)

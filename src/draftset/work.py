@@ -139,10 +139,14 @@ def init_worker(kits: Any) -> None:
         _WORKER = Processor(*args)
 
 
+def unpack(batch: list[Normalized] | bytes) -> list[Normalized]:
+    """A batch as rows; ``bytes`` is a batch the main process pickled while reading ahead."""
+    return pickle.loads(batch) if isinstance(batch, bytes) else batch
+
+
 def process_batch(batch: list[Normalized] | bytes) -> list[ItemResult]:
-    """One batch; ``bytes`` is a batch the main process pickled while reading ahead."""
     assert _WORKER is not None
-    return _WORKER.process(pickle.loads(batch) if isinstance(batch, bytes) else batch)
+    return _WORKER.process(unpack(batch))
 
 
 def worker_ready() -> bool:
