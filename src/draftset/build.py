@@ -249,17 +249,12 @@ class _Stage:
     template: Renderer | None
     side: Sidecar | None
 
-    def save_pt(self) -> Callable[[Path, np.ndarray, np.ndarray], bool] | None:
+    def in_helper(self, what: str, fn: Callable[..., Any]) -> Callable[..., Any] | None:
+        """``fn`` run in the helper process (which has torch), or None: run it here."""
         side = self.side
         if side is None:
             return None
-        return lambda *a: side.call("writing token_freq.pt", save_token_freq_pt, *a)
-
-    def load_pt(self) -> Callable[[Path], dict[int, int] | None] | None:
-        side = self.side
-        if side is None:
-            return None
-        return lambda path: side.call("reading token_freq.pt", load_token_freq_pt, path)
+        return lambda *args: side.call(what, fn, *args)
 
 
 # Rows read, normalized and pickled for the workers while the template loads (the loader is
@@ -326,7 +321,9 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         shards = writer.close()
         rejects.close()
         prompts.close()
-        note = write_token_freq(tmp, writer.token_freq, stage.save_pt())
+        note = write_token_freq(
+            tmp, writer.token_freq, stage.in_helper("writing token_freq.pt", save_token_freq_pt)
+        )
         if note:
             notes.append(note)
         vocab_files: list[Path] = [tmp / "token_freq.npy"]
@@ -359,7 +356,9 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
     if writer.rows or acct.total().needs_generation:
         from draftset.verify import fast_checks
 
-        checks = fast_checks(opts.out, load_pt=stage.load_pt())
+        checks = fast_checks(
+            opts.out, load_pt=stage.in_helper("reading token_freq.pt", load_token_freq_pt)
+        )
     return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
 
 
