@@ -93,7 +93,10 @@ def derive_stop_tokens(tmpl: ChatTemplate, extra: tuple[str, ...] = ()) -> tuple
     cfg_file = tmpl.path / "generation_config.json" if tmpl.path is not None else None
     ids: Any = None
     if cfg_file is not None and cfg_file.is_file():
-        ids = json.loads(cfg_file.read_text(encoding="utf-8")).get("eos_token_id")
+        try:
+            ids = json.loads(cfg_file.read_text(encoding="utf-8")).get("eos_token_id")
+        except (ValueError, AttributeError) as exc:
+            raise TokenizerError(f"{cfg_file} is not a JSON object: {exc}") from exc
     if ids is not None:
         for i in [ids] if isinstance(ids, int) else ids:
             add(tok.convert_ids_to_tokens(int(i)))
