@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from draftset import reasons
-from draftset.normalize import FORMATS, ROLE_TABLE, detect_format, normalize
+from draftset.normalize import FORMATS, ROLE_TABLE, as_template_reads, detect_format, normalize
 from draftset.read import Source, iter_raw_rows, list_files
 from draftset.records import Conversation, PreTokenized, PromptOnly, RawRow, Reject
 
@@ -382,6 +382,19 @@ def test_unterminated_think():
 def test_think_in_content_kept_when_reasoning_key_present():
     row = {"messages": [user("q"), assistant("<think>x</think>a", reasoning_content="r")]}
     assert norm(row).messages[1] == assistant("<think>x</think>a", reasoning_content="r")
+
+
+def test_moved_think_is_given_back_to_templates_that_do_not_render_reasoning():
+    written = "\n<think>\nplan\n</think>\n\n answer"
+    out = norm({"system": "S", "messages": [user("q"), assistant(written)]})
+    assert out.messages[2] == assistant(" answer", reasoning_content="plan")
+    assert out.meta["inline_reasoning"] == {2: written}  # index after the inserted system turn
+    assert as_template_reads(out.messages, out.meta, renders_reasoning=True) == out.messages
+    back = as_template_reads(out.messages, out.meta, renders_reasoning=False)
+    assert back[2] == assistant(written) and back[:2] == out.messages[:2]
+    parts = as_template_reads(out.messages, out.meta, content_parts=True, renders_reasoning=False)
+    assert parts[2]["content"] == [{"type": "text", "text": written}]
+    assert "inline_reasoning" not in norm({"messages": [user("q"), assistant("a")]}).meta
 
 
 def test_think_only_in_assistant_turns():

@@ -318,6 +318,9 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
                 on_progress(done, total or done)
         if stage.executor is not None:  # all work is back: the workers exit now
             stage.executor.shutdown(wait=False)
+        note = _no_end_of_turn_note(acct, opts, info)
+        if note:
+            notes.append(note)
         shards = writer.close()
         rejects.close()
         prompts.close()
@@ -360,6 +363,19 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
             opts.out, load_pt=stage.in_helper("reading token_freq.pt", load_token_freq_pt)
         )
     return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
+
+
+def _no_end_of_turn_note(acct: Accounting, opts: BuildOptions, info: TemplateInfo) -> str:
+    """Once per run: the template writes no stop token after some answers (GLM-4.5's serving
+    template after any answer, Gemma-4 after tool calls), so those turns stay context."""
+    n = acct.total().context_turns.get(reasons.TURN_NO_END_OF_TURN, 0)
+    if not n:
+        return ""
+    name = Path(opts.chat_template_path).name if opts.chat_template_path else opts.tokenizer
+    return (
+        f"{n:,} assistant turns are context only: template {name} writes none of the stop"
+        f" tokens ({', '.join(info.kit.eot_tokens)}) after them (no_end_of_turn)"
+    )
 
 
 class AccountingError(Exception):

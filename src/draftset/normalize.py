@@ -4,7 +4,9 @@ Every row becomes exactly one of `Conversation`, `PromptOnly`, `PreTokenized` or
 `normalize` never raises on bad data (each problem is a `Reject` with a stable code from
 `reasons` and a message naming the turn / key at fault). Text is kept byte-for-byte: the only
 rewrite is moving a leading ``<think>...</think>`` block of an assistant turn into
-``reasoning_content``. Data is never run through Jinja. See docs/formats.md.
+``reasoning_content``, and the original content is kept in ``meta["inline_reasoning"]``: a
+template that does not render ``reasoning_content`` before the answer gets it back unchanged
+(`as_template_reads`). Data is never run through Jinja. See docs/formats.md.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from draftset.records import (
     RawRow,
     Reject,
 )
+from draftset.template import as_content_parts
 
 FORMATS = ("messages", "sharegpt", "alpaca", "prompt", "pretokenized")
 """Row shapes `detect_format` returns and `normalize(fmt=...)` accepts."""
@@ -90,6 +93,35 @@ CONTENT_TEXT_KEYS = ("answer", "text", "content")
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
+INLINE_REASONING = "inline_reasoning"
+"""``Conversation.meta`` key: message index -> assistant content as the row wrote it, for turns
+whose leading ``<think>…</think>`` was moved to ``reasoning_content``."""
+
+
+def as_template_reads(
+    messages: list[Message],
+    meta: dict[str, Any],
+    content_parts: bool = False,
+    renders_reasoning: bool = True,
+) -> list[Message]:
+    """The messages a template is given (docs/semantics.md, one rule for build and verify).
+
+    Inline reasoning stays moved only when the template renders ``reasoning_content`` before
+    the answer (``renders_reasoning``, probed once per template); otherwise the turn gets its
+    content back exactly as written, so normalization never changes what the template
+    renders. Templates that read content only as a list of parts (``content_parts``) get the
+    text as one text part.
+    """
+    inline = meta.get(INLINE_REASONING) if not renders_reasoning else None
+    out = messages
+    if inline:
+        out = list(messages)
+        for i, original in inline.items():
+            if i < len(out):
+                msg = {k: v for k, v in out[i].items() if k != "reasoning_content"}
+                msg["content"] = original
+                out[i] = msg
+    return as_content_parts(out) if content_parts else out
 
 
 class _Bad(Exception):
@@ -277,6 +309,9 @@ def _messages(
             raise _Bad(reasons.INVALID_CONTENT, f"'system' is {_type(system)}, not a string")
         if messages[0]["role"] != "system":
             messages.insert(0, {"role": "system", "content": system})
+            inline = meta.get(INLINE_REASONING)
+            if inline:  # keys are message indices
+                meta[INLINE_REASONING] = {i + 1: text for i, text in inline.items()}
     return messages
 
 
@@ -437,9 +472,12 @@ def _assistant(i: int, turn: dict[str, Any], content: Any, meta: dict[str, Any])
             raise _Bad(reasons.INVALID_CONTENT, f"turn {i}: reasoning given twice, differently")
         reasoning = part_reasoning
     if not reasoning:
+        original = text
         text, reasoning, unterminated = _split_think(text)
         if unterminated:
             meta["reasoning_unterminated"] = True
+        if text != original:
+            meta.setdefault(INLINE_REASONING, {})[i] = original
     calls = (calls or []) + _message_calls(i, turn)
     msg: Message = {"role": "assistant", "content": text}
     if reasoning:

@@ -29,6 +29,7 @@ TEMPLATE_ERROR = "template_error"  # the chat template raised (message is the te
 NO_SUPERVISED_TURN = "no_supervised_turn"  # every assistant turn is context only
 TOO_LONG = "too_long"  # longer than --max-length with --truncation drop
 TOO_FEW_SUPERVISED_TOKENS = "too_few_supervised_tokens"  # below --min-supervised-tokens
+TEMPLATE_DROPS_CONTENT = "template_drops_content"  # a generation lacks its message's text
 INTERNAL_ERROR = "internal_error"  # a bug met on this row: the row is rejected, the run goes on
 
 # --- row rejects: mixture (dedup / decontamination) ----------------------------------------
@@ -45,6 +46,7 @@ TURN_NO_END_OF_TURN = "no_end_of_turn"  # no end-of-turn token after the generat
 TURN_HISTORY_RENDER_DIFFERS = "history_render_differs"  # full render shows it differently
 TURN_PLACEHOLDER = "placeholder_answer"  # "OK.", "", whitespace: never supervised
 TURN_NOT_LAST = "not_last_turn"  # --turns last: earlier turns are context by request
+TURN_NO_PROMPT = "no_prompt"  # the first message: nothing before it to generate from
 
 ROW_REJECT_REASONS = frozenset(
     {
@@ -65,6 +67,7 @@ ROW_REJECT_REASONS = frozenset(
         NO_SUPERVISED_TURN,
         TOO_LONG,
         TOO_FEW_SUPERVISED_TOKENS,
+        TEMPLATE_DROPS_CONTENT,
         INTERNAL_ERROR,
         DUPLICATE,
         NEAR_DUPLICATE,
@@ -79,6 +82,7 @@ TURN_CONTEXT_REASONS = frozenset(
         TURN_HISTORY_RENDER_DIFFERS,
         TURN_PLACEHOLDER,
         TURN_NOT_LAST,
+        TURN_NO_PROMPT,
     }
 )
 
@@ -90,3 +94,19 @@ def is_placeholder(text: str, placeholders: tuple[str, ...] = DEFAULT_PLACEHOLDE
     """True for an answer that is empty, whitespace only, or a known dummy answer."""
     stripped = text.strip()
     return stripped == "" or stripped in placeholders
+
+
+def answer_text(msg: dict) -> str:
+    """The answer a turn gives, without template markup: its reasoning and content, each
+    stripped, joined by a newline (whitespace-only reasoning is no reasoning)."""
+    parts = [str(msg.get("reasoning_content") or "").strip(), str(msg.get("content") or "").strip()]
+    return "\n".join(x for x in parts if x)
+
+
+def is_placeholder_answer(msg: dict, placeholders: tuple[str, ...] = DEFAULT_PLACEHOLDERS) -> bool:
+    """The one definition build and verify share: an assistant turn without tool calls whose
+    answer text (`answer_text`) is empty or a known dummy answer is never supervised."""
+    if msg.get("tool_calls"):
+        return False
+    text = answer_text(msg)
+    return text == "" or text in placeholders

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from draftset import reasons
+from draftset.normalize import as_template_reads
 from draftset.records import Conversation, Message, Reject
 from draftset.template import Renderer
 
@@ -67,10 +68,27 @@ class _Turn:
 
 
 def _is_placeholder_turn(msg: Message, placeholders: tuple[str, ...]) -> bool:
-    return (
-        not msg.get("tool_calls")
-        and not msg.get("reasoning_content")
-        and reasons.is_placeholder(msg.get("content") or "", placeholders)
+    return reasons.is_placeholder_answer(msg, placeholders)
+
+
+def drops_content(msg: Message, generation: str) -> bool:
+    """The template rendered this turn without its text or the name of a tool it calls (string
+    content given to a template that reads only lists of parts, tool calls given to a template
+    without tool support): supervising it would teach markup alone."""
+    text = str(msg.get("content") or "").strip()
+    if text and text not in generation:
+        return True
+    return any(c["function"]["name"] not in generation for c in msg.get("tool_calls") or ())
+
+
+def _drops_reject(conv: Conversation, j: int, row_id: str | None = None) -> Reject:
+    return Reject(
+        conv.source,
+        conv.row,
+        row_id or conv.id,
+        reasons.TEMPLATE_DROPS_CONTENT,
+        f"the template's render of assistant message {j} does not contain its text"
+        " (or the name of a tool it calls)",
     )
 
 
@@ -166,10 +184,12 @@ def plan_conversation(
     if last + 1 < len(messages):  # turns after the last answer teach nothing: drop, but count
         plan.trailing_turns_trimmed = len(messages) - last - 1
         messages = messages[: last + 1]
+    # what the template is given: inline reasoning and content shape as it reads them
+    shown = as_template_reads(messages, conv.meta, tmpl.content_parts, tmpl.renders_reasoning)
     if mode == "each":
-        _plan_each(tmpl, conv, messages, assistant_idx, placeholders, plan)
+        _plan_each(tmpl, conv, shown, messages, assistant_idx, placeholders, plan)
     else:
-        _plan_whole(tmpl, conv, messages, assistant_idx, mode, placeholders, plan)
+        _plan_whole(tmpl, conv, shown, messages, assistant_idx, mode, placeholders, plan)
     server = _server_completion_ids(conv)
     if server:
         _attach_server_ids(tmpl, plan, server)
@@ -208,12 +228,17 @@ def _plan_whole(
     tmpl: Renderer,
     conv: Conversation,
     messages: list[Message],
+    originals: list[Message],
     assistant_idx: list[int],
     mode: TurnMode,
     placeholders: tuple[str, ...],
     plan: ConversationPlan,
 ) -> None:
-    """`all` and `last`: one row, the full render, supervised where it equals the generation."""
+    """`all` and `last`: one row, the full render, supervised where it equals the generation.
+
+    ``messages`` are rendered; ``originals`` (the normalized messages) decide placeholders and
+    hold the text each generation must contain.
+    """
     row_kwargs = row_template_kwargs(conv)
     try:
         full = tmpl.render(messages, conv.tools, row_kwargs=row_kwargs)
@@ -222,7 +247,10 @@ def _plan_whole(
             if mode == "last" and j != assistant_idx[-1]:
                 plan.context_turns[reasons.TURN_NOT_LAST] += 1
                 continue
-            if _is_placeholder_turn(messages[j], placeholders):
+            if j == 0:  # nothing before it: no prompt it could have been generated from
+                plan.context_turns[reasons.TURN_NO_PROMPT] += 1
+                continue
+            if _is_placeholder_turn(originals[j], placeholders):
                 plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
                 continue
             is_last = j == assistant_idx[-1]
@@ -231,6 +259,9 @@ def _plan_whole(
                 assert turn.prompt is not None and turn.generation is not None
                 start = len(turn.prompt)
                 if full.startswith(turn.prompt) and full.startswith(turn.generation, start):
+                    if drops_content(originals[j], turn.generation):
+                        plan.rejects.append(_drops_reject(conv, j))
+                        return
                     spans.append((start, start + len(turn.generation), j))
                     continue
                 turn.reason = reasons.TURN_HISTORY_RENDER_DIFFERS
@@ -286,6 +317,7 @@ def _plan_each(
     tmpl: Renderer,
     conv: Conversation,
     messages: list[Message],
+    originals: list[Message],
     assistant_idx: list[int],
     placeholders: tuple[str, ...],
     plan: ConversationPlan,
@@ -294,7 +326,10 @@ def _plan_each(
     row_kwargs = row_template_kwargs(conv)
     for k, j in enumerate(assistant_idx):
         row_id = f"{conv.id}#{k}"
-        if _is_placeholder_turn(messages[j], placeholders):
+        if j == 0:
+            plan.context_turns[reasons.TURN_NO_PROMPT] += 1
+            continue
+        if _is_placeholder_turn(originals[j], placeholders):
             plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
             continue
         try:
@@ -307,6 +342,9 @@ def _plan_each(
             plan.context_turns[turn.reason] += 1
             continue
         assert turn.prompt is not None and turn.generation is not None
+        if drops_content(originals[j], turn.generation):
+            plan.rejects.append(_drops_reject(conv, j, row_id))
+            continue
         start = len(turn.prompt)
         plan.rows.append(make_row(conv, row_id, full, [(start, start + len(turn.generation), j)]))
     if not plan.rows and not plan.rejects:

@@ -2,8 +2,12 @@
 
 Rendering goes through `transformers`' own `apply_chat_template` (its sandboxed Jinja), exactly
 as a serving stack renders prompts; nothing here knows any particular model. The end-of-turn
-tokens are found by probing the template (the first special token it writes after an assistant
-answer) plus the tokenizer's EOS and ``generation_config.json``'s stop ids.
+tokens are the tokens the server stops on: ``generation_config.json``'s ``eos_token_id`` (what
+vLLM and SGLang read) plus the tokenizer's EOS; only when the folder has no
+``generation_config.json`` are they probed from the template (the first special token it writes
+after an assistant answer). Two more facts are probed once per template: whether it reads
+message content as a list of parts, and whether it renders ``reasoning_content`` before the
+answer (docs/semantics.md).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any
 from draftset.records import Message
 
 _PROBE = "DRAFTSET_PROBE_ANSWER_7f3a"
+_PROBE_REASONING = "DRAFTSET_PROBE_REASONING_7f3a"
+_PROBE_USER = "DRAFTSET_PROBE_USER_7f3a"
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 _TOKENIZER_FILES = (
     "tokenizer.json",
@@ -86,6 +92,8 @@ class RenderKit:
     base_kwargs: dict[str, Any]
     tokenizer_json: str
     eot_tokens: tuple[str, ...]
+    content_parts: bool = False  # the template reads content as a list of typed parts
+    renders_reasoning: bool = True  # ... and renders reasoning_content before the answer
 
 
 class Renderer:
@@ -95,6 +103,8 @@ class Renderer:
     template_text: str
     eot_tokens: tuple[str, ...]
     eot_ids: frozenset[int]
+    content_parts: bool = False
+    renders_reasoning: bool = True
     _compiled: Any
     _base_kwargs: dict[str, Any]
 
@@ -111,6 +121,8 @@ class Renderer:
         r.template_text = kit.template_text
         r.eot_tokens = kit.eot_tokens
         r.eot_ids = frozenset(r.backend.token_to_id(t) for t in kit.eot_tokens)
+        r.content_parts = kit.content_parts
+        r.renders_reasoning = kit.renders_reasoning
         r._compiled = compiled
         r._base_kwargs = kit.base_kwargs
         return r
@@ -266,6 +278,8 @@ class ChatTemplate(Renderer):
         self.special_tokens = frozenset(
             str(tok) for tok in self.tokenizer.added_tokens_decoder.values() if tok.special
         )
+        self.content_parts = probe_content_parts(self.render)
+        self.renders_reasoning = probe_renders_reasoning(self.render, self.content_parts)
         self.eot_tokens: tuple[str, ...] = self._end_of_turn_tokens(spec.eot_tokens)
         if not self.eot_tokens:
             raise TokenizerError(
@@ -279,7 +293,12 @@ class ChatTemplate(Renderer):
     def kit(self) -> RenderKit:
         """Everything a worker needs to render and encode exactly like this object."""
         return RenderKit(
-            self.template_text, dict(self._base_kwargs), self.backend.to_str(), self.eot_tokens
+            self.template_text,
+            dict(self._base_kwargs),
+            self.backend.to_str(),
+            self.eot_tokens,
+            self.content_parts,
+            self.renders_reasoning,
         )
 
     def render_reference(
@@ -356,6 +375,12 @@ class ChatTemplate(Renderer):
             if tok not in self.tokenizer.get_vocab():
                 raise TokenizerError(f"--eot-token {tok!r} is not a token of this tokenizer")
             add(tok)
+        stop_ids = self._generation_config_eos_ids()
+        if stop_ids is not None:  # what the server stops on: no probing (docs/semantics.md)
+            for tok_id in stop_ids:
+                add(self.tokenizer.convert_ids_to_tokens(tok_id))
+            add(getattr(self.tokenizer, "eos_token", None))
+            return tuple(found)
         probes = (
             [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _PROBE}],
             [
@@ -367,7 +392,7 @@ class ChatTemplate(Renderer):
         )
         for messages in probes:
             try:
-                text = self.render(messages)
+                text = self.render(as_content_parts(messages) if self.content_parts else messages)
             except Exception:
                 continue
             i = text.find(_PROBE)
@@ -379,18 +404,70 @@ class ChatTemplate(Renderer):
                     add(tok)
                     break
         add(getattr(self.tokenizer, "eos_token", None))
-        for tok_id in self._generation_config_eos_ids():
-            add(self.tokenizer.convert_ids_to_tokens(tok_id))
         return tuple(found)
 
-    def _generation_config_eos_ids(self) -> list[int]:
-        if self.path is None or not (self.path / "generation_config.json").exists():
-            return []
-        try:
-            cfg = json.loads((self.path / "generation_config.json").read_text())
-        except ValueError:
-            return []
-        ids = cfg.get("eos_token_id")
-        if isinstance(ids, int):
-            return [ids]
-        return [i for i in ids or [] if isinstance(i, int)]
+    def _generation_config_eos_ids(self) -> list[int] | None:
+        """``eos_token_id`` of ``generation_config.json`` (int or list); None when absent."""
+        if self.path is None:
+            return None
+        return generation_config_stop_ids(self.path, len(self.tokenizer))
+
+
+def generation_config_stop_ids(folder: Path, n_tokens: int) -> list[int] | None:
+    """The ids a server stops on per the folder's ``generation_config.json``, else None.
+
+    A file that does not parse, or holds no valid id, raises `TokenizerError`: guessing the
+    stop tokens instead would silently change every mask.
+    """
+    f = folder / "generation_config.json"
+    if not f.is_file():
+        return None
+    try:
+        cfg = json.loads(f.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TokenizerError(f"{f} is not valid JSON: {exc}") from exc
+    ids = cfg.get("eos_token_id") if isinstance(cfg, dict) else None
+    if ids is None:
+        return None
+    ids = [ids] if isinstance(ids, int) else ids
+    if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < n_tokens for i in ids):
+        raise TokenizerError(f"{f}: eos_token_id {ids!r} is not a token id or a list of them")
+    return ids
+
+
+# --- per-template probes (docs/semantics.md): how the template reads messages ------------------
+def as_content_parts(messages: list[Message]) -> list[Message]:
+    """String content as one text part, for templates that only read lists of parts."""
+    return [
+        {**m, "content": [{"type": "text", "text": m["content"]}]}
+        if m.get("role") != "tool" and isinstance(m.get("content"), str) and m["content"]
+        else m
+        for m in messages
+    ]
+
+
+def probe_content_parts(render: Any) -> bool:
+    """True when the template renders string content as nothing but a text part as its text
+    (SmolVLM, Idefics3, LLaVA-NeXT): then content is passed as parts."""
+    msgs: list[Message] = [{"role": "user", "content": _PROBE_USER}]
+    try:
+        if _PROBE_USER in render(msgs, None, True):
+            return False
+        return _PROBE_USER in render(as_content_parts(msgs), None, True)
+    except Exception:
+        return False
+
+
+def probe_renders_reasoning(render: Any, content_parts: bool = False) -> bool:
+    """True when the template renders an answer's ``reasoning_content`` before its content, in
+    that turn: only then is inline ``<think>…</think>`` reasoning moved there."""
+    msgs: list[Message] = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": _PROBE, "reasoning_content": _PROBE_REASONING},
+    ]
+    try:
+        text = render(as_content_parts(msgs) if content_parts else msgs)
+    except Exception:
+        return False
+    i = text.find(_PROBE_REASONING)
+    return 0 <= i < text.find(_PROBE)

@@ -26,9 +26,17 @@ from typing import Any
 import numpy as np
 
 from draftset import reasons
+from draftset.normalize import as_template_reads
 from draftset.read import Source, SourceError, describe_inputs
 from draftset.records import Conversation, Message, Normalized, PreTokenized, PromptOnly, Reject
-from draftset.template import ChatTemplate, TemplateSpec, TokenizerError
+from draftset.template import (
+    ChatTemplate,
+    TemplateSpec,
+    TokenizerError,
+    as_content_parts,
+    probe_content_parts,
+    probe_renders_reasoning,
+)
 from draftset.verify_data import (
     CheckResult,
     OutputSet,
@@ -57,11 +65,85 @@ def load_template(manifest: dict[str, Any], tokenizer: str | None) -> ChatTempla
         raise TokenizerError("the manifest names no tokenizer; pass --tokenizer")
     text = str(t.get("text") or "")
     kwargs = dict(t.get("kwargs") or {})
-    eot = tuple(t.get("eot_tokens") or ())
-    key = (tok, text, json.dumps(kwargs, sort_keys=True), eot)
+    # only the user's own --eot-token extras: verify derives the stop tokens itself
+    extra = tuple((manifest.get("options") or {}).get("eot_tokens") or ())
+    key = (tok, text, json.dumps(kwargs, sort_keys=True), extra)
     if key not in _TEMPLATES:
-        _TEMPLATES[key] = ChatTemplate(TemplateSpec(tok, text or None, kwargs, eot))
+        tmpl = ChatTemplate(TemplateSpec(tok, text or None, kwargs, extra))
+        _TEMPLATES[key] = tmpl
+        tmpl.verify_stops = derive_stop_tokens(tmpl, extra)  # type: ignore[attr-defined]
     return _TEMPLATES[key]
+
+
+# --- stop tokens and message shape, derived here (not from build's list) -------------------------
+_STOP_PROBE = "DRAFTSET_VERIFY_PROBE_1c9e"
+
+
+def derive_stop_tokens(tmpl: ChatTemplate, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The tokens a server stops on, from the tokenizer's own files: ``generation_config.json``
+    ``eos_token_id`` (int or list) and the tokenizer's EOS; without that file, the first special
+    token the template writes after an answer (public `apply_chat_template`) and the EOS."""
+    tok = tmpl.tokenizer
+    found: list[str] = list(extra)
+
+    def add(t: Any) -> None:
+        if isinstance(t, str) and t and t not in found:
+            found.append(t)
+
+    cfg_file = tmpl.path / "generation_config.json" if tmpl.path is not None else None
+    ids: Any = None
+    if cfg_file is not None and cfg_file.is_file():
+        try:
+            ids = json.loads(cfg_file.read_text(encoding="utf-8")).get("eos_token_id")
+        except (ValueError, AttributeError) as exc:
+            raise TokenizerError(f"{cfg_file} is not a JSON object: {exc}") from exc
+    if ids is not None:
+        for i in [ids] if isinstance(ids, int) else ids:
+            add(tok.convert_ids_to_tokens(int(i)))
+    else:
+        special = {str(t) for t in tok.added_tokens_decoder.values() if t.special}
+        parts, _ = _shape(tmpl)
+        for msgs in (
+            [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _STOP_PROBE}],
+            [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": _STOP_PROBE},
+                {"role": "user", "content": "More"},
+                {"role": "assistant", "content": "Yes"},
+            ],
+        ):
+            try:
+                text = tmpl.render_reference(as_content_parts(msgs) if parts else msgs)
+            except Exception:
+                continue
+            at = text.find(_STOP_PROBE)
+            if at < 0:
+                continue
+            after = tok.tokenize(text[at + len(_STOP_PROBE) :], add_special_tokens=False)
+            add(next((t for t in after if t in special), None))
+    add(tok.eos_token)
+    return tuple(found)
+
+
+def _stops(tmpl: ChatTemplate) -> tuple[str, ...]:
+    stops = getattr(tmpl, "verify_stops", None)
+    if stops is None:
+        stops = tmpl.verify_stops = derive_stop_tokens(tmpl)  # type: ignore[attr-defined]
+    return stops
+
+
+def _stop_ids(tmpl: ChatTemplate) -> frozenset[int]:
+    return frozenset(int(tmpl.tokenizer.convert_tokens_to_ids(t)) for t in _stops(tmpl))
+
+
+def _shape(tmpl: ChatTemplate) -> tuple[bool, bool]:
+    """(content as parts, renders reasoning): the per-template probes, through the public path."""
+    shape = getattr(tmpl, "verify_shape", None)
+    if shape is None:
+        parts = probe_content_parts(tmpl.render_reference)
+        shape = (parts, probe_renders_reasoning(tmpl.render_reference, parts))
+        tmpl.verify_shape = shape  # type: ignore[attr-defined]
+    return shape
 
 
 def check_tokenizer(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
@@ -81,6 +163,13 @@ def check_tokenizer(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
             "vocabulary size differs from the manifest",
             "tokenizer",
             f"{vocab} != {rec.get('vocab_size')}",
+        )
+    recorded = set((out.manifest.get("template") or {}).get("eot_tokens") or ())
+    if recorded and recorded != set(_stops(tmpl)):
+        p.add(
+            "the manifest's end-of-turn tokens differ from the tokenizer files' stop tokens",
+            "tokenizer",
+            f"{sorted(recorded)} != {sorted(_stops(tmpl))}",
         )
     return p.result(
         "tokenizer", f"fingerprint {fp[:16]}… and vocab size {vocab} match the manifest"
@@ -195,26 +284,16 @@ class Expected:
     context: Counter[str] = field(default_factory=Counter)
 
 
-def answer_text(msg: Message) -> str:
-    """The answer a turn gives, without template markup or end-of-turn token: its reasoning and
-    content, stripped, joined by a newline (tool calls make an answer non-empty)."""
-    parts = [str(msg.get("reasoning_content") or "").strip(), str(msg.get("content") or "").strip()]
-    return "\n".join(x for x in parts if x)
-
-
-def is_placeholder_answer(msg: Message, placeholders: tuple[str, ...]) -> bool:
-    if msg.get("tool_calls"):
-        return False
-    text = answer_text(msg)
-    return text == "" or text in placeholders
+answer_text = reasons.answer_text
+is_placeholder_answer = reasons.is_placeholder_answer
 
 
 def _generation(tmpl: ChatTemplate, prompt: str, full: str) -> tuple[str | None, str | None]:
-    """(generation, context reason): F after P up to and including the first end-of-turn token."""
+    """(generation, context reason): F after P up to and including the first stop token."""
     if not full.startswith(prompt):
         return None, reasons.TURN_NOT_GENERABLE
     best = -1
-    for tok in tmpl.eot_tokens:
+    for tok in _stops(tmpl):
         i = full.find(tok, len(prompt))
         if i >= 0 and (best < 0 or i + len(tok) < best):
             best = i + len(tok)
@@ -238,15 +317,20 @@ def expected_rows(
     def render(messages: list, generation_prompt: bool = False) -> str:
         return tmpl.render_reference(messages, conv.tools, generation_prompt, row_kwargs)
 
-    msgs = conv.messages
-    asst = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
-    msgs = msgs[: asst[-1] + 1]
+    originals = conv.messages
+    asst = [i for i, m in enumerate(originals) if m["role"] == "assistant"]
+    originals = originals[: asst[-1] + 1]
+    parts, renders_reasoning = _shape(tmpl)
+    msgs = as_template_reads(originals, conv.meta, parts, renders_reasoning)
     context: Counter[str] = Counter()
     rows: list[tuple[str, Expected]] = []
     if mode == "each":
         error = None
         for k, j in enumerate(asst):
-            if is_placeholder_answer(msgs[j], placeholders):
+            if j == 0:
+                context[reasons.TURN_NO_PROMPT] += 1
+                continue
+            if is_placeholder_answer(originals[j], placeholders):
                 context[reasons.TURN_PLACEHOLDER] += 1
                 continue
             try:
@@ -259,6 +343,9 @@ def expected_rows(
             if gen is None:
                 context[str(why)] += 1
                 continue
+            if not _holds_text(originals[j], gen):
+                error = error or DROPS_CONTENT
+                continue
             rows.append((f"{conv.id}#{k}", Expected(full, [(len(prompt), gen, j)])))
         return rows, context, error
     try:
@@ -268,7 +355,10 @@ def expected_rows(
             if mode == "last" and j != asst[-1]:
                 context[reasons.TURN_NOT_LAST] += 1
                 continue
-            if is_placeholder_answer(msgs[j], placeholders):
+            if j == 0:
+                context[reasons.TURN_NO_PROMPT] += 1
+                continue
+            if is_placeholder_answer(originals[j], placeholders):
                 context[reasons.TURN_PLACEHOLDER] += 1
                 continue
             prompt = render(msgs[:j], True)
@@ -277,6 +367,8 @@ def expected_rows(
             if gen is None:
                 context[str(why)] += 1
             elif whole.startswith(prompt) and whole.startswith(gen, len(prompt)):
+                if not _holds_text(originals[j], gen):
+                    return [], context, DROPS_CONTENT
                 gens.append((len(prompt), gen, j))
             else:
                 context[reasons.TURN_HISTORY_RENDER_DIFFERS] += 1
@@ -285,6 +377,16 @@ def expected_rows(
     if gens:
         rows.append((conv.id, Expected(whole, gens)))
     return rows, context, None
+
+
+DROPS_CONTENT = "the template's render of an assistant turn does not contain its text or tools"
+
+
+def _holds_text(msg: Message, generation: str) -> bool:
+    """The generation holds the turn's content and the names of the tools it calls."""
+    text = str(msg.get("content") or "").strip()
+    names = [str((c.get("function") or {}).get("name")) for c in msg.get("tool_calls") or ()]
+    return (not text or text in generation) and all(n in generation for n in names)
 
 
 def _first_line(exc: Exception) -> str:
@@ -352,7 +454,7 @@ def compare_row(
         s_tok, e_tok = runs[i]
         hit = by_start.get(start)
         if hit is not None and run == hit[0]:
-            if int(ids[e_tok - 1]) not in tmpl.eot_ids:
+            if int(ids[e_tok - 1]) not in _stop_ids(tmpl):
                 v.mask.append(f"run of turn {hit[1]} does not end with an end-of-turn token")
             matched.add(start)
             _leak(v, conv, hit[1], run, tmpl, ids[s_tok:e_tok], placeholders)
@@ -404,7 +506,7 @@ def _short(text: str, n: int = 60) -> str:
 def _decoded_answer(tmpl: ChatTemplate, run_ids: np.ndarray) -> str:
     """A run's answer text from its tokens alone: special tokens and think tags dropped."""
     text = tmpl.backend.decode([int(i) for i in run_ids], skip_special_tokens=True)
-    for tok in tmpl.eot_tokens:
+    for tok in _stops(tmpl):
         text = text.replace(tok, "")
     return _THINK_TAGS.sub("", text).strip()
 
@@ -613,6 +715,8 @@ def _check_rejection(
         p.add("rejected as no_supervised_turn but has a supervisable turn", conv.id)
     if reasons.TEMPLATE_ERROR in reasons_given and error is None and expected:
         p.add("rejected as template_error but the template renders", conv.id)
+    if reasons.TEMPLATE_DROPS_CONTENT in reasons_given and error != DROPS_CONTENT:
+        p.add("rejected as template_drops_content but every generation holds its text", conv.id)
 
 
 def _compare_pretokenized(
@@ -654,7 +758,7 @@ def _compare_context_counts(p: Problems, out: OutputSet, got: dict[str, Counter[
 def check_truncation(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
     """Rows whose last supervised run lacks the end-of-turn token, against the manifest."""
     p = Problems()
-    eot = np.asarray(sorted(tmpl.eot_ids), dtype=np.int64)
+    eot = np.asarray(sorted(_stop_ids(tmpl)), dtype=np.int64)
     per_source: Counter[str] = Counter()
     examples: list[str] = []
     if out.readable:
