@@ -521,6 +521,8 @@ def test_unreadable_entries_in_a_folder_raise_naming_them(tmp_path):
     os.mkfifo(folder / "c.jsonl")  # opening it would block the run forever
     with pytest.raises(SourceError, match=r"c\.jsonl: cannot read: not a regular file"):
         list_files(folder)
+    with pytest.raises(SourceError, match=r"c\.jsonl: cannot read: not a regular file"):
+        list_files(folder / "c.jsonl")  # given directly: refused, never opened (would block)
 
 
 def test_an_unlistable_subfolder_raises(tmp_path, monkeypatch):

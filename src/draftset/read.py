@@ -157,8 +157,8 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
             raise SourceError(f"{path}: cannot read: dangling symbolic link")
         raise SourceError(f"{path}: no such file or directory")
     if not path.is_dir():
+        _check_readable(path)  # first: sniffing a FIFO's compression would block
         _kind(path)
-        _check_readable(path)
         return [path], []
     if is_hf_dataset_dir(path):
         return [path], []
