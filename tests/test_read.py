@@ -484,9 +484,12 @@ def test_zstd_skippable_and_checksummed_frames_still_read(tmp_path):
     assert datas(read_all(path)) == big
 
 
-def test_arrow_stream_cut_at_a_batch_boundary_raises(tmp_path):
+@pytest.mark.parametrize("zeros_at_end", [False, True])
+def test_arrow_stream_cut_at_a_batch_boundary_raises(tmp_path, zeros_at_end):
     path = tmp_path / "a.arrow"
-    write_ipc(path, TABLE_ROWS, stream=True, chunk=500)
+    # a last batch whose body ends in zero bytes looks like the legacy 4-byte marker
+    rows = [{"n": 0}] * 1000 if zeros_at_end else TABLE_ROWS
+    write_ipc(path, rows, stream=True, chunk=500)
     data = path.read_bytes()
     assert data.endswith(b"\xff\xff\xff\xff\x00\x00\x00\x00")
     path.write_bytes(data[:-8])  # a valid stream of whole batches, without its end marker

@@ -432,14 +432,34 @@ def _arrow_batches(path: Path) -> Iterator[pa.RecordBatch]:
             for i in range(reader.num_record_batches):
                 yield reader.get_batch(i)
         else:
-            size = source.size()
-            source.seek(max(size - 4, 0))
-            if size < 8 or source.read(4) != b"\x00\x00\x00\x00":
-                # every writer closes a stream with this marker; a file cut at a batch boundary
-                # would otherwise read as a shorter valid stream
-                raise pa.ArrowInvalid("truncated Arrow stream: no end-of-stream marker")
+            source.seek(0)
+            _check_arrow_stream(source)
             source.seek(0)
             yield from pa.ipc.open_stream(source)
+
+
+_ARROW_EOS = (b"\xff\xff\xff\xff\x00\x00\x00\x00", b"\x00\x00\x00\x00")  # current, legacy
+
+
+def _check_arrow_stream(source: pa.MemoryMappedFile) -> None:
+    """Raise when an Arrow IPC stream does not end with its end-of-stream marker.
+
+    Every writer closes a stream with that marker; a file cut exactly between two batches would
+    otherwise read as a shorter valid stream. The messages are walked (zero-copy on the memory
+    map) to find where the last one ends: the bytes after it must be the marker (a batch body
+    may itself end in zero padding, so the file's last bytes alone prove nothing).
+    """
+    size = source.size()
+    reader = pa.ipc.MessageReader.open_stream(source)
+    end = 0
+    while True:
+        try:
+            reader.read_next_message()
+        except StopIteration:
+            break
+        end = source.tell()
+    if bytes(source.read_at(size - end, end)) not in _ARROW_EOS:
+        raise pa.ArrowInvalid("truncated Arrow stream: no end-of-stream marker")
 
 
 def _rows_of_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
