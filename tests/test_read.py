@@ -458,3 +458,119 @@ def test_property_arbitrary_bytes_never_raise(data):
     assert len(values) == sum(1 for line in lines if line.strip())
     for value in values:
         assert not isinstance(value, Exception)
+
+
+# --- never lose rows silently (issue 10) ------------------------------------------------------
+
+
+def test_truncated_zstd_raises_naming_the_file(tmp_path):
+    rows = [{"i": i, "pad": "x" * 60} for i in range(2000)]
+    comp = zstandard.ZstdCompressor(write_checksum=False).compress(jsonl_bytes(rows))
+    for cut in (len(comp) // 3, len(comp) - 1, 7):  # mid-block, last byte, inside the header
+        path = write(tmp_path, f"cut{cut}.jsonl.zst", comp[:cut])
+        with pytest.raises(SourceError, match=rf"cut{cut}\.jsonl\.zst: cannot read: truncated"):
+            count_rows(Source("s", path))
+        with pytest.raises(SourceError, match=rf"cut{cut}\.jsonl\.zst"):
+            list(iter_raw_rows(Source("s", path)))
+
+
+def test_zstd_skippable_and_checksummed_frames_still_read(tmp_path):
+    comp = zstandard.ZstdCompressor(write_checksum=True, write_content_size=False)
+    skippable = (0x184D2A53).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"abc"
+    data = skippable + comp.compress(jsonl_bytes(ROWS[:1])) + comp.compress(jsonl_bytes(ROWS[1:]))
+    assert datas(read_all(write(tmp_path, "a.jsonl.zst", data))) == ROWS
+    big = [{"i": i, "t": "y" * (i % 300)} for i in range(5000)]  # several blocks
+    path = write(tmp_path, "b.jsonl.zst", comp.compress(jsonl_bytes(big)))
+    assert datas(read_all(path)) == big
+
+
+@pytest.mark.parametrize("zeros_at_end", [False, True])
+def test_arrow_stream_cut_at_a_batch_boundary_raises(tmp_path, zeros_at_end):
+    path = tmp_path / "a.arrow"
+    # a last batch whose body ends in zero bytes looks like the legacy 4-byte marker
+    rows = [{"n": 0}] * 1000 if zeros_at_end else TABLE_ROWS
+    write_ipc(path, rows, stream=True, chunk=500)
+    data = path.read_bytes()
+    assert data.endswith(b"\xff\xff\xff\xff\x00\x00\x00\x00")
+    path.write_bytes(data[:-8])  # a valid stream of whole batches, without its end marker
+    with pytest.raises(SourceError, match=r"a\.arrow: cannot read: truncated Arrow stream"):
+        count_rows(Source("s", path))
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow-file", "arrow-stream"])
+def test_truncated_table_files_raise(tmp_path, kind):
+    if kind == "parquet":
+        path = tmp_path / "a.parquet"
+        pq.write_table(pa.Table.from_pylist(TABLE_ROWS), path, row_group_size=500)
+    else:
+        path = tmp_path / "a.arrow"
+        write_ipc(path, TABLE_ROWS, stream=kind == "arrow-stream", chunk=500)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(SourceError, match=r"a\.(parquet|arrow): cannot read"):
+        count_rows(Source("s", path))
+        list(iter_raw_rows(Source("s", path)))
+
+
+def test_unreadable_entries_in_a_folder_raise_naming_them(tmp_path):
+    import os
+
+    folder = tmp_path / "src"
+    write(folder, "a.jsonl", jsonl_bytes(ROWS))
+    (folder / "b.jsonl").symlink_to(folder / "gone.jsonl")  # dangling
+    with pytest.raises(SourceError, match=r"b\.jsonl: cannot read: dangling symbolic link"):
+        list_files(folder)
+    (folder / "b.jsonl").unlink()
+    os.mkfifo(folder / "c.jsonl")  # opening it would block the run forever
+    with pytest.raises(SourceError, match=r"c\.jsonl: cannot read: not a regular file"):
+        list_files(folder)
+    with pytest.raises(SourceError, match=r"c\.jsonl: cannot read: not a regular file"):
+        list_files(folder / "c.jsonl")  # given directly: refused, never opened (would block)
+
+
+def test_an_unlistable_subfolder_raises(tmp_path, monkeypatch):
+    import os
+
+    folder = tmp_path / "src"
+    write(folder, "a.jsonl", jsonl_bytes(ROWS))
+    write(folder / "sub", "b.jsonl", jsonl_bytes(ROWS))
+    real = os.scandir
+
+    def scandir(path="."):  # root ignores permissions: refuse the listing as the OS would
+        if Path(path).name == "sub":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(SourceError, match=r"sub: cannot read folder: Permission denied"):
+        list_files(folder)
+
+
+def test_a_file_that_vanishes_before_it_is_read_raises(tmp_path):
+    folder = tmp_path / "src"
+    write(folder, "a.jsonl", jsonl_bytes(ROWS))
+    b = write(folder, "b.jsonl", jsonl_bytes(ROWS))
+    src = Source("s", folder)
+    assert count_rows(src) == 6
+    rows = iter_raw_rows(src)
+    next(rows)  # the folder was listed with b.jsonl in it
+    b.unlink()
+    with pytest.raises(SourceError, match=r"b\.jsonl: cannot read"):
+        list(rows)
+
+
+def test_files_skipped_on_purpose_are_listed(tmp_path):
+    folder = tmp_path / "src"
+    write(folder, "a.jsonl", jsonl_bytes(ROWS))
+    write(folder, "README.md", b"x")
+    write(folder, ".hidden.jsonl", jsonl_bytes(ROWS))
+    write(folder / ".git", "config", b"x")
+    write(folder / "sub", "notes.csv", b"x")
+    files, skipped = read.scan_source(folder)
+    assert files == [folder / "a.jsonl"]
+    assert skipped == [
+        {"path": ".git", "why": "hidden"},
+        {"path": ".hidden.jsonl", "why": "hidden"},
+        {"path": "README.md", "why": "unsupported type"},
+        {"path": "sub/notes.csv", "why": "unsupported type"},
+    ]

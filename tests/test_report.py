@@ -61,6 +61,7 @@ def report(tmp_path_factory) -> Path:
             root / "out",
             workers=1,
             draft_vocab_size=16,
+            target_vocab_size=151936,
         )
     ).out
     path = root / "report.html"

@@ -28,7 +28,12 @@ def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("spec") / "set"
     return run_build(
         BuildOptions(
-            recipe["sources"], str(qwen3_tokenizer_dir()), out, workers=1, draft_vocab_size=256
+            recipe["sources"],
+            str(qwen3_tokenizer_dir()),
+            out,
+            workers=1,
+            draft_vocab_size=256,
+            target_vocab_size=151936,
         )
     ).out
 

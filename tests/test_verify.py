@@ -148,10 +148,17 @@ def built(tmp_path_factory) -> dict[str, Path]:
 
     recipe = load_recipe(REPO / "examples" / "recipe.yaml")
     sample = run_build(
-        BuildOptions(recipe["sources"], tokdir, root / "sample", workers=1, draft_vocab_size=64)
+        BuildOptions(
+            recipe["sources"],
+            tokdir,
+            root / "sample",
+            workers=1,
+            draft_vocab_size=64,
+            target_vocab_size=151936,  # Qwen3's config.json (the tokenizer folder has none)
+        )
     ).out
     return {
-        "all": build("all", draft_vocab_size=32),
+        "all": build("all", draft_vocab_size=32, target_vocab_size=151936),
         "each": build("each", turns="each"),
         "last_truncate": build("last", turns="last", truncation="truncate", max_length=40),
         "sample": sample,
@@ -446,6 +453,21 @@ def test_inconsistent_draft_vocab_fails(built, tmp_path):
     m["files"]["t2d-32.npy"] = hashlib.sha256((folder / "t2d-32.npy").read_bytes()).hexdigest()
     save_manifest(folder, m)
     assert failed(verify(folder)) == {"draft_vocab"}
+
+
+def test_t2d_of_the_tokenizer_length_fails_draft_vocab(built, tmp_path):
+    # a set whose vocabulary files use len(tokenizer) (151,669) instead of the target model's
+    # 151,936 (recorded as --target-vocab-size): speculators' train would stop on t2d's shape
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    assert m["options"]["target_vocab_size"] == 151936
+    m["tokenizer"]["vocab_size"] = m["tokenizer"]["tokenizer_size"]
+    save_manifest(folder, m)
+    reseal(folder)  # token_freq, d2t/t2d and hashes consistent with the wrong size
+    assert np.load(folder / "t2d-32.npy").shape == (151669,)
+    checks = {c.name: c for c in fast_checks(folder)}
+    assert checks["draft_vocab"].failed
+    assert "expected bool[151936]" in checks["draft_vocab"].summary
 
 
 def test_tampered_hash_fails_file_hashes(built, tmp_path):

@@ -9,6 +9,7 @@ survive ``fork``.
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 import os
@@ -38,7 +39,8 @@ from draftset.mix import (
     plan_selection,
     selection_total,
 )
-from draftset.read import Source, describe_inputs, sha256_file
+from draftset.preflight import check_build
+from draftset.read import HUB_PREFIX, Source, describe_inputs, scan_source, sha256_file
 from draftset.records import Normalized, PromptOnly, Reject
 from draftset.render import TurnMode
 from draftset.sidecar import Sidecar, SidecarError, release_memory
@@ -89,6 +91,7 @@ class BuildOptions:
     near_dup_threshold: float = 0.8
     decontaminate: list[str] = field(default_factory=list)
     mix: dict[str, Any] | None = None
+    given_paths: dict[str, Any] | None = None  # paths as the user gave them (set by preflight)
 
     def selection_spec(self) -> SelectionSpec:
         return SelectionSpec(
@@ -120,6 +123,7 @@ class BuildResult:
     notes: list[str]
     seconds: float
     checks: list[CheckResult] = field(default_factory=list)  # verify's fast checks, after
+    finalized: bool = True  # False: no row to write, so no folder was created (or replaced)
 
 
 # --- sampling -----------------------------------------------------------------------------------
@@ -206,6 +210,7 @@ def run_build(
     Raises on usage errors; returns counts (invariant already checked) and the checks.
     """
     t0 = time.monotonic()
+    opts = check_build(opts)  # before any work: output path, template file, options
     spec = opts.template_spec()
     workers = opts.workers or os.cpu_count() or 1
     if workers <= 1:
@@ -295,8 +300,14 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
     plan = None if selection.mix else plan_selection(opts.sources, opts.max_samples, opts.seed)
     total = selection_total(plan) if plan else 0
     mixture: dict[str, Any] = {}
-    tmp = prepare_output(opts.out, opts.overwrite)
-    notes: list[str] = []
+    skipped = {s.name: _skipped_files(s) for s in opts.sources}
+    notes = [_skipped_note(name, entries) for name, entries in skipped.items() if entries]
+    made = [d for d in (opts.out.absolute(), *opts.out.absolute().parents) if not d.exists()][1:]
+    try:
+        tmp = prepare_output(opts.out, opts.overwrite)
+    except OSError as exc:
+        _remove_empty(made)
+        raise OutputWriteError(f"cannot create {opts.out}: {exc.strerror or exc}") from exc
     try:
         items = iter_selected_items(selection, acct, mixture, plan)
         batches = _batched(items, BATCH_ROWS)
@@ -343,7 +354,13 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         errors = acct.balance_errors()
         if errors:
             raise AccountingError("accounting does not balance: " + "; ".join(errors))
-        manifest = _manifest(opts, info, acct, writer, shards, vocab_files, tmp)
+        if not writer.rows and not acct.total().needs_generation:  # nothing to keep: no folder
+            notes += _first_rejects(tmp / "rejects.jsonl")
+            shutil.rmtree(tmp)
+            _remove_empty(made)
+            seconds = time.monotonic() - t0
+            return BuildResult(opts.out, acct, {}, notes, seconds, finalized=False)
+        manifest = _manifest(opts, info, acct, writer, shards, vocab_files, tmp, skipped)
         manifest["selection"] = selection.to_json()
         manifest["selection"]["decontaminate"] = benchmark_files(selection)
         manifest["mixture"] = mixture
@@ -351,8 +368,15 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
         finalize_output(tmp, opts.out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(made)
+        if _is_disk_error(exc):
+            raise OutputWriteError(f"cannot write {opts.out}: {exc.strerror or exc}") from exc
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(made)
         raise
     seconds = time.monotonic() - t0
     checks = []
@@ -380,6 +404,55 @@ def _no_end_of_turn_note(acct: Accounting, opts: BuildOptions, info: TemplateInf
 
 class AccountingError(Exception):
     """read != written + rejected + needs_generation: a bug, never a success."""
+
+
+class OutputWriteError(Exception):
+    """The output could not be written (disk full, quota, read-only): exit 1, nothing left."""
+
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
+
+
+def _is_disk_error(exc: OSError) -> bool:
+    # pyarrow's IO errors carry the OS message but not always the errno
+    return exc.errno in _DISK_ERRNOS or "No space left on device" in str(exc)
+
+
+def _skipped_files(source: Source) -> list[dict[str, str]]:
+    """Entries of a source folder skipped on purpose (hidden, unsupported type)."""
+    if str(source.path).startswith(HUB_PREFIX):
+        return []
+    return scan_source(source.path)[1]
+
+
+def _skipped_note(name: str, entries: list[dict[str, str]]) -> str:
+    shown = ", ".join(f"{e['path']} ({e['why']})" for e in entries[:5])
+    more = f" and {len(entries) - 5} more" if len(entries) > 5 else ""
+    return (
+        f"source {name}: {len(entries)} entries skipped on purpose: {shown}{more}"
+        " (all listed in manifest.json)"
+    )
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the parent folders this run created (deepest first), if still empty."""
+    for d in folders:
+        try:
+            d.rmdir()
+        except OSError:
+            return
+
+
+def _first_rejects(path: Path, n: int = 3) -> list[str]:
+    """The first reject messages, shown when no folder is kept to read them from."""
+    notes = []
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            notes.append(f"reject {r.get('id') or r.get('row')}: {r['reason']}: {r['message']}")
+            if len(notes) >= n:
+                break
+    return notes
 
 
 def _account(
@@ -435,7 +508,9 @@ def _manifest(
     shards: list[Path],
     vocab_files: list[Path],
     folder: Path,
+    skipped: dict[str, list[dict[str, str]]] | None = None,
 ) -> dict[str, Any]:
+    given = opts.given_paths or {}
     options = {
         "turns": opts.turns,
         "max_length": opts.max_length,
@@ -448,6 +523,7 @@ def _manifest(
         "placeholders": list(opts.placeholders),
         "eot_tokens": list(opts.eot_tokens),
         "chat_template_path": opts.chat_template_path,
+        "chat_template_path_as_given": given.get("chat_template", opts.chat_template_path),
     }
     files = {p.name: sha256_file(p) for p in [*shards, *vocab_files]}
     for extra in ("rejects.jsonl", "prompts.jsonl", "dataset_info.json", "state.json"):
@@ -459,17 +535,20 @@ def _manifest(
             {
                 "name": s.name,
                 "path": str(s.path),
+                "path_as_given": (given.get("sources") or [str(x.path) for x in opts.sources])[i],
                 "format_override": s.format,
                 "fields": s.fields,
                 "weight": s.weight,
                 "count": s.count,
                 "preset": s.preset,
                 "files": describe_inputs(s),
+                "skipped": (skipped or {}).get(s.name, []),
             }
-            for s in opts.sources
+            for i, s in enumerate(opts.sources)
         ],
         "tokenizer": {
             "path": opts.tokenizer,
+            "path_as_given": given.get("tokenizer", opts.tokenizer),
             "fingerprint": info.fingerprint,
             "vocab_size": info.vocab_size,
             "tokenizer_size": info.tokenizer_size,

@@ -242,9 +242,12 @@ def cmd_build(args: argparse.Namespace) -> int:
     with progress_bar("build", enabled=show) as update:
         result = run_build(opts, on_progress=update)
     print_build_summary(result)
-    total = result.accounting.total()
-    if total.rows_out == 0 and total.needs_generation == 0:
-        print(f"draftset: no rows written to {result.out} (see rejects.jsonl)", file=sys.stderr)
+    if not result.finalized:
+        print(
+            f"draftset: no rows written: nothing was created at {result.out}"
+            " (rejects above, by reason)",
+            file=sys.stderr,
+        )
         return EXIT_FAIL
     from draftset.verify import print_results
 
@@ -259,6 +262,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    from draftset.preflight import PreflightError
     from draftset.read import SourceError
     from draftset.recipe import RecipeError
     from draftset.template import TokenizerError
@@ -268,21 +272,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         return int(args.handler(args))
-    except (UsageError, SourceError, RecipeError, TokenizerError, OutputExistsError) as exc:
+    except (
+        UsageError,
+        SourceError,
+        RecipeError,
+        TokenizerError,
+        OutputExistsError,
+        PreflightError,
+    ) as exc:
         print(f"draftset: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("draftset: interrupted; nothing was finalized", file=sys.stderr)
         return 130
     except Exception as exc:
-        from draftset.build import AccountingError
+        from draftset.build import AccountingError, OutputWriteError
         from draftset.modes import MixError
         from draftset.sidecar import SidecarError
 
         if isinstance(exc, MixError):  # a mix target the data cannot meet: fix the recipe
             print(f"draftset: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        if isinstance(exc, AccountingError | SidecarError):
+        if isinstance(exc, AccountingError | SidecarError | OutputWriteError):
             print(f"draftset: {exc}", file=sys.stderr)
             return EXIT_FAIL
         raise

@@ -91,9 +91,8 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
         )
     if total.row_rejects:
         reasons = ", ".join(f"{k}={_fmt(v)}" for k, v in total.row_rejects.most_common())
-        console.print(
-            f"rejects by reason: {reasons}  (details: {escape(str(result.out))}/rejects.jsonl)"
-        )
+        where = f"  (details: {escape(str(result.out))}/rejects.jsonl)" if result.finalized else ""
+        console.print(f"rejects by reason: {reasons}{where}")
     if total.context_turns:
         ctx = ", ".join(f"{k}={_fmt(v)}" for k, v in total.context_turns.most_common())
         console.print(f"assistant turns kept as context only: {ctx}")

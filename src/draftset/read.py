@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,8 +79,8 @@ def is_hf_dataset_dir(path: Path) -> bool:
     return (path / "state.json").is_file() and any(path.glob("*.arrow"))
 
 
-def _kind(path: Path) -> tuple[str, str | None]:
-    """(container kind, compression) from the file name, sniffing compression magic bytes."""
+def _name_kind(path: Path) -> tuple[str, str | None] | None:
+    """(container kind, compression from the name) of a supported file name, else None."""
     name = path.name.lower()
     compression = None
     for suffix, comp in _COMPRESSIONS.items():
@@ -88,13 +89,24 @@ def _kind(path: Path) -> tuple[str, str | None]:
             break
     suffix = os.path.splitext(name)[1]
     if suffix in _TEXT_KINDS:
-        return _TEXT_KINDS[suffix], compression or _sniff_compression(path)
+        return _TEXT_KINDS[suffix], compression
     if suffix in _BINARY_KINDS and compression is None:
         return _BINARY_KINDS[suffix], None
-    raise SourceError(
-        f"{path}: unsupported file type (expected .jsonl, .json, .parquet, .arrow, "
-        "optionally .gz/.zst for JSON)"
-    )
+    return None
+
+
+def _kind(path: Path) -> tuple[str, str | None]:
+    """(container kind, compression) from the file name, sniffing compression magic bytes."""
+    found = _name_kind(path)
+    if found is None:
+        raise SourceError(
+            f"{path}: unsupported file type (expected .jsonl, .json, .parquet, .arrow, "
+            "optionally .gz/.zst for JSON)"
+        )
+    kind, compression = found
+    if kind in _TEXT_KINDS.values():
+        return kind, compression or _sniff_compression(path)
+    return kind, None
 
 
 def _sniff_compression(path: Path) -> str | None:
@@ -111,12 +123,77 @@ def _sniff_compression(path: Path) -> str | None:
     return None
 
 
-def _is_supported(path: Path) -> bool:
+def _check_readable(path: Path) -> None:
+    """Raise `SourceError` for a data file that cannot be read: dangling symlink, not a regular
+    file (a FIFO would block the run), or refused by the OS. Never skipped silently."""
     try:
+        st = path.stat()
+    except OSError as exc:
+        what = "dangling symbolic link" if path.is_symlink() else exc.strerror or str(exc)
+        raise SourceError(f"{path}: cannot read: {what}") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise SourceError(f"{path}: cannot read: not a regular file")
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _walk_error(exc: OSError) -> None:
+    raise SourceError(f"{exc.filename}: cannot read folder: {exc.strerror or exc}") from exc
+
+
+def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
+    """The files of a source (see `list_files`) and the entries skipped on purpose.
+
+    Skipped entries are ``{"path": relative path, "why": ...}``: hidden entries (not descended
+    into), files of an unsupported type, symlinked folders (not followed). A file with a
+    supported name that cannot be read, or a folder that cannot be listed, raises `SourceError`.
+    """
+    path = Path(path)
+    if not path.exists():
+        if path.is_symlink():
+            raise SourceError(f"{path}: cannot read: dangling symbolic link")
+        raise SourceError(f"{path}: no such file or directory")
+    if not path.is_dir():
+        _check_readable(path)  # first: sniffing a FIFO's compression would block
         _kind(path)
-    except SourceError:
-        return False
-    return True
+        return [path], []
+    if is_hf_dataset_dir(path):
+        return [path], []
+    found: list[Path] = []
+    skipped: list[dict[str, str]] = []
+
+    def skip(p: Path, why: str) -> None:
+        skipped.append({"path": p.relative_to(path).as_posix(), "why": why})
+
+    for dirpath, dirnames, filenames in os.walk(path, onerror=_walk_error):
+        here = Path(dirpath)
+        keep = []
+        for d in dirnames:
+            if d.startswith("."):
+                skip(here / d, "hidden")
+            elif (here / d).is_symlink():
+                skip(here / d, "symlinked folder (not followed)")
+            elif is_hf_dataset_dir(here / d):
+                found.append(here / d)
+            else:
+                keep.append(d)
+        dirnames[:] = keep
+        for f in filenames:
+            if f.startswith("."):
+                skip(here / f, "hidden")
+            elif _name_kind(here / f) is None:
+                skip(here / f, "unsupported type")
+            else:
+                _check_readable(here / f)
+                found.append(here / f)
+    if not found:
+        raise SourceError(f"{path}: folder holds no supported data files")
+    found.sort(key=lambda p: p.relative_to(path).parts)
+    skipped.sort(key=lambda e: e["path"].split("/"))
+    return found, skipped
 
 
 def list_files(path: Path) -> list[Path]:
@@ -125,35 +202,10 @@ def list_files(path: Path) -> list[Path]:
     A file is returned as is (if its type is supported); a ``save_to_disk`` folder is one entry;
     any other folder is searched recursively for supported files and ``save_to_disk`` folders,
     sorted by relative path (component-wise). Hidden entries (``.name``) and unsupported files
-    (README, ...) inside a folder are skipped.
+    (README, ...) inside a folder are skipped (`scan_source` lists them); a data file that
+    cannot be read is an error, never skipped.
     """
-    path = Path(path)
-    if not path.exists():
-        raise SourceError(f"{path}: no such file or directory")
-    if path.is_file():
-        _kind(path)
-        return [path]
-    if is_hf_dataset_dir(path):
-        return [path]
-    found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(path):
-        here = Path(dirpath)
-        keep = []
-        for d in dirnames:
-            if d.startswith("."):
-                continue
-            if is_hf_dataset_dir(here / d):
-                found.append(here / d)
-            else:
-                keep.append(d)
-        dirnames[:] = keep
-        found.extend(
-            here / f for f in filenames if not f.startswith(".") and _is_supported(here / f)
-        )
-    if not found:
-        raise SourceError(f"{path}: folder holds no supported data files")
-    found.sort(key=lambda p: p.relative_to(path).parts)
-    return found
+    return scan_source(path)[0]
 
 
 def hf_arrow_files(folder: Path) -> list[Path]:
@@ -192,9 +244,58 @@ def _open_bytes(path: Path, compression: str | None) -> IO[bytes]:
     if compression == "gz":
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
     if compression == "zst":
+        _check_zstd_frames(raw, path)
         dctx = zstandard.ZstdDecompressor()
         return dctx.stream_reader(raw, read_across_frames=True, closefd=True)  # type: ignore[return-value]
     return raw
+
+
+_ZSTD_SKIPPABLE = range(0x184D2A50, 0x184D2A60)
+
+
+def _check_zstd_frames(raw: IO[bytes], path: Path) -> None:
+    """Walk the zstd frame and block headers (seeking over block bodies) and raise
+    `ZstdError` when the file ends inside a frame.
+
+    zstandard's stream reader returns a truncated file as a shorter valid stream (no error), so
+    the rows after the cut would be lost silently. Corruption *inside* a block is still caught by
+    the decompressor (and by the frame checksum when present). Leaves ``raw`` at offset 0.
+    """
+    size = os.fstat(raw.fileno()).st_size
+
+    def need(n: int) -> bytes:
+        data = raw.read(n)
+        if len(data) < n:
+            raise zstandard.ZstdError(f"truncated zstd data (file ends at byte {size})")
+        return data
+
+    raw.seek(0)
+    while raw.tell() < size:
+        magic = int.from_bytes(need(4), "little")
+        if magic in _ZSTD_SKIPPABLE:
+            raw.seek(int.from_bytes(need(4), "little"), os.SEEK_CUR)
+            if raw.tell() > size:
+                need(1)
+            continue
+        if magic != 0xFD2FB528:
+            raise zstandard.ZstdError(f"not zstd data at byte {raw.tell() - 4}")
+        fhd = need(1)[0]
+        fcs_flag, single, checksum, dict_flag = fhd >> 6, (fhd >> 5) & 1, (fhd >> 2) & 1, fhd & 3
+        header = (0 if single else 1) + (0, 1, 2, 4)[dict_flag]
+        header += (1 if single else 0, 2, 4, 8)[fcs_flag]
+        need(header)
+        last = False
+        while not last:
+            bh = int.from_bytes(need(3), "little")
+            last, btype, bsize = bool(bh & 1), (bh >> 1) & 3, bh >> 3
+            if btype == 3:
+                raise zstandard.ZstdError(f"corrupt zstd block header at byte {raw.tell() - 3}")
+            raw.seek(1 if btype == 1 else bsize, os.SEEK_CUR)
+            if raw.tell() > size:
+                need(1)
+        if checksum:
+            need(4)
+    raw.seek(0)
 
 
 def _iter_lines(stream: IO[bytes]) -> Iterator[bytes]:
@@ -332,7 +433,33 @@ def _arrow_batches(path: Path) -> Iterator[pa.RecordBatch]:
                 yield reader.get_batch(i)
         else:
             source.seek(0)
+            _check_arrow_stream(source)
+            source.seek(0)
             yield from pa.ipc.open_stream(source)
+
+
+_ARROW_EOS = (b"\xff\xff\xff\xff\x00\x00\x00\x00", b"\x00\x00\x00\x00")  # current, legacy
+
+
+def _check_arrow_stream(source: pa.MemoryMappedFile) -> None:
+    """Raise when an Arrow IPC stream does not end with its end-of-stream marker.
+
+    Every writer closes a stream with that marker; a file cut exactly between two batches would
+    otherwise read as a shorter valid stream. The messages are walked (zero-copy on the memory
+    map) to find where the last one ends: the bytes after it must be the marker (a batch body
+    may itself end in zero padding, so the file's last bytes alone prove nothing).
+    """
+    size = source.size()
+    reader = pa.ipc.MessageReader.open_stream(source)
+    end = 0
+    while True:
+        try:
+            reader.read_next_message()
+        except StopIteration:
+            break
+        end = source.tell()
+    if bytes(source.read_at(size - end, end)) not in _ARROW_EOS:
+        raise pa.ArrowInvalid("truncated Arrow stream: no end-of-stream marker")
 
 
 def _rows_of_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, Any]]:

@@ -220,6 +220,22 @@ class Renderer:
         return str(self.backend.decode(ids, skip_special_tokens=False))
 
 
+def config_vocab_size(tokenizer: str) -> int | None:
+    """``vocab_size`` of ``config.json`` (or its ``text_config``) in a tokenizer folder, else None.
+
+    The target model's vocabulary: it may exceed the tokenizer's length (Qwen3: 151,936 vs
+    151,669), and EAGLE-3's ``t2d`` must have exactly this length.
+    """
+    path = Path(tokenizer).expanduser() / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+        cfg = cfg.get("text_config", cfg)
+        n = int(cfg["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return n if n > 0 else None
+
+
 @dataclass(frozen=True, slots=True)
 class TemplateInfo:
     """A loaded template's kit plus the facts the manifest records about it."""
@@ -273,7 +289,11 @@ class ChatTemplate(Renderer):
         self.path = Path(path) if Path(path).is_dir() else None
         self.template_text: str = spec.chat_template or self._own_template()
         self.template_kwargs = dict(spec.template_kwargs)
-        self._compiled = _compile(self.template_text) if fast else None
+        try:
+            self._compiled = _compile(self.template_text) if fast else None
+        except Exception as exc:  # a Jinja syntax error is one line, not a traceback
+            msg = f"line {getattr(exc, 'lineno', '?')}: {getattr(exc, 'message', exc)}"
+            raise TokenizerError(f"chat template does not compile: {msg}") from exc
         self._base_kwargs = {**self.tokenizer.special_tokens_map, **self.template_kwargs}
         self.special_tokens = frozenset(
             str(tok) for tok in self.tokenizer.added_tokens_decoder.values() if tok.special
@@ -344,14 +364,8 @@ class ChatTemplate(Renderer):
         if override is not None:
             return override
         n = len(self.tokenizer)
-        if self.path is not None and (self.path / "config.json").exists():
-            try:
-                cfg = json.loads((self.path / "config.json").read_text())
-                cfg = cfg.get("text_config", cfg)
-                n = max(n, int(cfg["vocab_size"]))
-            except (ValueError, KeyError, TypeError):
-                pass
-        return n
+        configured = config_vocab_size(str(self.path)) if self.path is not None else None
+        return n if configured is None else max(n, configured)
 
     # --- internals ---------------------------------------------------------------------------
     def _own_template(self) -> str:

@@ -359,6 +359,11 @@ def check_draft_vocab(out: OutputSet, stats: RowStats) -> CheckResult:
         return CheckResult(
             "draft_vocab", "skip", "skipped: no d2t/t2d files (built without --draft-vocab-size)"
         )
+    # t2d must have the target model's vocabulary size (speculators' train stops otherwise):
+    # --target-vocab-size when it was given, else the manifest's (config.json) vocab_size
+    target = int(out.options.get("target_vocab_size") or vocab)
+    if target != vocab or vocab < 1:
+        p.add(f"manifest vocab_size {vocab} is not the target vocabulary size {target}", "manifest")
     for n in sorted(sizes):
         d2t_path, t2d_path = out.folder / f"d2t-{n}.npy", out.folder / f"t2d-{n}.npy"
         if not d2t_path.is_file() or not t2d_path.is_file():
@@ -373,8 +378,12 @@ def check_draft_vocab(out: OutputSet, stats: RowStats) -> CheckResult:
         if d2t.shape != (n,) or d2t.dtype != np.int64:
             p.add(f"d2t-{n} is {d2t.dtype}{list(d2t.shape)}, expected int64[{n}]", f"d2t-{n}")
             continue
-        if t2d.dtype != np.bool_ or t2d.shape != (vocab,):
-            p.add(f"t2d-{n} is {t2d.dtype}{list(t2d.shape)}, expected bool[{vocab}]", f"t2d-{n}")
+        if t2d.dtype != np.bool_ or t2d.shape != (target,):
+            p.add(
+                f"t2d-{n} is {t2d.dtype}{list(t2d.shape)}, expected bool[{target}]"
+                " (the target vocabulary size)",
+                f"t2d-{n}",
+            )
             continue
         ids = d2t + np.arange(n, dtype=np.int64)
         if not np.array_equal(ids, np.nonzero(t2d)[0]):

@@ -64,8 +64,19 @@ def prepare_output(out: Path, overwrite: bool) -> Path:
 
 
 def finalize_output(tmp: Path, out: Path) -> None:
-    """Atomically put the finished folder in place (replacing an old one)."""
+    """Atomically put the finished folder in place (replacing an old one).
+
+    The folder being replaced is checked again (the run may have taken hours): only an empty
+    folder or a draftset output is ever removed.
+    """
     if out.exists():
+        from draftset.preflight import replaceable
+
+        if not replaceable(out):
+            raise OutputExistsError(
+                f"{out} changed during the build and is no longer empty or a draftset output;"
+                " it was left as it is"
+            )
         old = out.parent / f".{out.name}.draftset-old-{os.getpid()}"
         out.rename(old)
         tmp.rename(out)
