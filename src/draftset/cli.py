@@ -137,9 +137,9 @@ def _build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(handler=cmd_build)
 
-    from draftset import generate, report, show, verify
+    from draftset import generate, report, run, show, verify
 
-    for module in (verify, show, report, generate):
+    for module in (verify, show, report, generate, run):
         module.register_cli(sub)
     return p
 
