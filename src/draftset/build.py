@@ -36,6 +36,7 @@ from draftset.hygiene import (
     all_placeholder_answers,
     lacks_reasoning,
     row_kwargs_key,
+    trains_empty_think,
 )
 from draftset.mix import (
     SelectionSpec,
@@ -323,7 +324,11 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         args = _processor_args(opts, stage.spec, info)
         inline = lambda: Processor(*args, template=stage.template)  # noqa: E731
         stream = chain(_drain(ahead), batches)
-        facts.probe = EmptyThinkProbe(info.kit.template_text, info.kit.base_kwargs)
+        facts.probe = EmptyThinkProbe(
+            info.kit.template_text,
+            info.kit.base_kwargs,
+            stage.in_helper("probing the template for empty think blocks", trains_empty_think),
+        )
         for results in _ordered_results(stream, stage.executor, stage.workers, inline):
             for res in results:
                 _account(res, acct, writer, rejects, prompts)

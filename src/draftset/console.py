@@ -112,7 +112,7 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
         console.print(
             f"{_fmt(total.needs_generation)} prompt-only rows queued in"
             f" {escape(str(result.out))}/prompts.jsonl"
-            " (answer them with `draftset generate`)"
+            " (answer them with `draftset generate`, or the whole round trip with `draftset run`)"
         )
     if total.placeholder_rows:
         console.print(

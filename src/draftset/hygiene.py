@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from draftset import reasons
@@ -55,36 +55,42 @@ def row_kwargs_key(item: Conversation) -> str:
 class EmptyThinkProbe:
     """Does the template train an answer without reasoning as an empty think block?
 
-    Renders ``user, assistant`` with and without reasoning and compares the generations: the
-    template "thinks" when the generation with reasoning, minus the reasoning text, equals the
-    generation without it (same wrapper, nothing inside) and that wrapper is not blank.
-    Answered once per distinct set of row template options.
+    Answered once per distinct set of row template options (see `trains_empty_think`).
+    ``call`` runs the probe elsewhere (build's helper process, so the main process never
+    imports transformers); None runs it here.
     """
 
-    def __init__(self, template_text: str, base_kwargs: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        template_text: str,
+        base_kwargs: Mapping[str, Any],
+        call: Callable[..., bool] | None = None,
+    ) -> None:
         self.template_text = template_text
         self.base_kwargs = dict(base_kwargs)
+        self.call = call or trains_empty_think
         self._cache: dict[str, bool] = {}
-        self._compiled: Any = None
 
     def thinks(self, row_kwargs_json: str = "{}") -> bool:
         if row_kwargs_json not in self._cache:
-            try:
-                self._cache[row_kwargs_json] = self._probe(json.loads(row_kwargs_json))
-            except Exception:  # a template that cannot render the probe: say nothing
-                self._cache[row_kwargs_json] = False
+            kwargs = {**self.base_kwargs, **json.loads(row_kwargs_json)}
+            self._cache[row_kwargs_json] = bool(self.call(self.template_text, kwargs))
         return self._cache[row_kwargs_json]
 
-    def _probe(self, row_kwargs: dict[str, Any]) -> bool:
-        from draftset.template import _compile
 
-        if self._compiled is None:
-            self._compiled = _compile(self.template_text)
-        kwargs = {**self.base_kwargs, **row_kwargs}
+def trains_empty_think(template_text: str, kwargs: dict[str, Any]) -> bool:
+    """Render ``user, assistant`` with and without reasoning and compare the generations: the
+    template "thinks" when the generation with reasoning, minus the reasoning text, equals the
+    generation without it (same wrapper, nothing inside) and that wrapper is not blank. A
+    template that cannot render the probe says False."""
+    from draftset.template import _compile
+
+    try:
+        compiled = _compile(template_text)
 
         def render(msgs: list[dict[str, Any]], gen: bool) -> str:
             return str(
-                self._compiled.render(
+                compiled.render(
                     messages=msgs, tools=None, documents=None, add_generation_prompt=gen, **kwargs
                 )
             )
@@ -94,12 +100,14 @@ class EmptyThinkProbe:
         with_r = {**plain, "reasoning_content": _REASONING, "thinking": _REASONING}
         prompt = render([user], True)
         full_plain, full_r = render([user, plain], False), render([user, with_r], False)
-        if not (full_plain.startswith(prompt) and full_r.startswith(prompt)):
-            return False
-        gen_plain, gen_r = full_plain[len(prompt) :], full_r[len(prompt) :]
-        if _REASONING not in gen_r or _ANSWER not in gen_plain:
-            return False
-        wrapper = gen_plain[: gen_plain.index(_ANSWER)]
-        squash = re.compile(r"\s+")
-        same = squash.sub("", gen_r.replace(_REASONING, "")) == squash.sub("", gen_plain)
-        return same and bool(wrapper.strip())
+    except Exception:
+        return False
+    if not (full_plain.startswith(prompt) and full_r.startswith(prompt)):
+        return False
+    gen_plain, gen_r = full_plain[len(prompt) :], full_r[len(prompt) :]
+    if _REASONING not in gen_r or _ANSWER not in gen_plain:
+        return False
+    wrapper = gen_plain[: gen_plain.index(_ANSWER)]
+    squash = re.compile(r"\s+")
+    same = squash.sub("", gen_r.replace(_REASONING, "")) == squash.sub("", gen_plain)
+    return same and bool(wrapper.strip())

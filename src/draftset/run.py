@@ -322,6 +322,7 @@ def _clean(opts: RunOptions, data: dict[str, Any]) -> None:
     if _our_output(opts):
         shutil.rmtree(opts.build.out)
     report = _report_path(opts.build.out)
+    report.with_name(f".{report.name}.tmp").unlink(missing_ok=True)
     if report.exists() and data.get("report"):
         report.unlink()
 
@@ -649,7 +650,11 @@ def _verify(opts: RunOptions, work: Path, say: Callable[[str], None]) -> bool:
 def _report(opts: RunOptions, say: Callable[[str], None]) -> Path:
     from draftset.report import write_report
 
-    path = write_report(opts.build.out, _report_path(opts.build.out))
+    path = _report_path(opts.build.out)
+    tmp = path.with_name(f".{path.name}.tmp")
+    write_report(opts.build.out, tmp)  # then renamed: a killed run leaves no half report
+    _maybe_die("report")
+    os.replace(tmp, path)
     say(f"report: {path}")
     return path
 
@@ -686,7 +691,6 @@ def run(opts: RunOptions, say: Callable[[str], None] | None = None) -> RunResult
                 _maybe_die("verify")
             else:
                 facts = {"report": str(_report(opts, say))}
-                _maybe_die("report")
         finally:
             state.add_seconds(stage, time.monotonic() - t0)
         state.finish(stage, **facts)
