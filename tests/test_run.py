@@ -405,3 +405,72 @@ def test_run_against_real_transformers_serve(tmp_path: Path, qwen3_dir: Path) ->
         "padded": "".join(tg.CHAIN) + "<|im_end|>",
     }
     assert set(_table(out).column("source").to_pylist()) == {"mine"}
+
+
+def test_overlay_replaces_rows_by_id_and_keeps_the_rest(tmp_path: Path) -> None:
+    from draftset.overlay import Overlay
+    from draftset.records import Conversation, PromptOnly, Reject
+
+    answers = _rows(
+        tmp_path / "a.jsonl",
+        [
+            {
+                "id": "p",
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "hello", "reasoning_content": "r"},
+                ],
+                "metadata": {"chat_template_kwargs": {"enable_thinking": True}},
+            }
+        ],
+    )
+    errors = _rows(tmp_path / "e.jsonl", [{"id": "q", "reason": "http_4xx", "message": "no"}])
+    with (tmp_path / "a.jsonl").open("a") as f:
+        f.write('{"id": "torn", "messa')  # a torn last line is not an answer
+    ov = Overlay([answers, errors, tmp_path / "missing.jsonl"])
+    user = [{"role": "user", "content": "hi"}]
+    got = ov.apply(PromptOnly("p", "src", 3, user))
+    assert isinstance(got, Conversation) and (got.id, got.source, got.row) == ("p", "src", 3)
+    assert got.messages[-1]["content"] == "hello"
+    assert got.meta["metadata"]["chat_template_kwargs"] == {"enable_thinking": True}
+    rej = ov.apply(PromptOnly("q", "src", 4, user))
+    assert isinstance(rej, Reject) and (rej.reason, rej.source, rej.row) == ("http_4xx", "src", 4)
+    same = PromptOnly("other", "src", 5, user)
+    assert ov.apply(same) is same and ov.apply(PromptOnly("torn", "s", 6, user)).id == "torn"
+    kept = Reject("src", 7, "p", "duplicate", "dup")  # rejects are never replaced
+    assert ov.apply(kept) is kept
+    ov.close()
+
+
+@pytest.mark.parametrize(
+    ("regenerate", "expected"),
+    [
+        ("missing", [None, "placeholder_answer", "prompt_only", None]),
+        ("missing_reasoning", ["missing_reasoning", "placeholder_answer", "prompt_only", None]),
+        ("all", ["regenerate_all", "placeholder_answer", "prompt_only", "regenerate_all"]),
+    ],
+)
+def test_which_rows_are_sent(regenerate: str, expected: list[str | None]) -> None:
+    from draftset.build import BuildOptions
+    from draftset.records import Conversation, PromptOnly
+
+    class Thinks:
+        def thinks(self, _kwargs: str = "{}") -> bool:
+            return True
+
+    user = {"role": "user", "content": "q"}
+    rows = [
+        Conversation("bare", "s", 0, [user, {"role": "assistant", "content": "a"}]),
+        Conversation("pad", "s", 1, [user, {"role": "assistant", "content": "OK."}, user]),
+        PromptOnly("p", "s", 2, [user]),
+        Conversation(
+            "reasoned",
+            "s",
+            3,
+            [user, {"role": "assistant", "content": "a", "reasoning_content": "r"}],
+        ),
+    ]
+    b = BuildOptions(sources=[], tokenizer="t", out=Path("o"))
+    got = [run_mod._needs_answer(r, b, regenerate, Thinks()) for r in rows]  # type: ignore[arg-type]
+    assert [why for why, _ in got] == expected
+    assert got[1][1] == [user, user]  # the placeholder turn is dropped: a prompt again
