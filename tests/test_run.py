@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -178,13 +180,29 @@ def _rejects(out: Path) -> dict[str, dict[str, Any]]:
     return {x["id"]: x for x in map(json.loads, lines)}
 
 
-def test_run_answers_rejoin_their_rows(tmp_path: Path, qwen3_dir: Path) -> None:
+@dataclass
+class _RoundTrip:
+    tmp: Path
+    srv: FaultServer
+    result: run_mod.RunResult
+    requests: list[dict[str, Any]]  # what the reference run sent
+
+
+@pytest.fixture(scope="module")
+def round_trip(tmp_path_factory: pytest.TempPathFactory, qwen3_dir: Path) -> Iterator[_RoundTrip]:
+    """One uninterrupted run (one worker, so a kill never leaves a request in flight): the
+    reference of the crash test and the subject of the rejoin test."""
+    tmp = tmp_path_factory.mktemp("run")
     with FaultServer() as srv:
-        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
-        result = _run(recipe)
-        sent = [m["content"] for r in srv.requests for m in r["messages"] if m["role"] == "user"]
+        result = _run(_recipe(tmp, qwen3_dir, srv.url, "ref", concurrency=1))
+        yield _RoundTrip(tmp, srv, result, list(srv.requests))
+
+
+def test_run_answers_rejoin_their_rows(round_trip: _RoundTrip, qwen3_dir: Path) -> None:
+    result = round_trip.result
+    sent = [m["content"] for r in round_trip.requests for m in r["messages"] if m["role"] == "user"]
     assert result.passed
-    out = tmp_path / "recipe-out"
+    out = round_trip.tmp / "ref-out"
     t = _table(out)
     source_of = dict(zip(t.column("id").to_pylist(), t.column("source").to_pylist(), strict=True))
     # original ids and the user's own sources, in input order
@@ -242,23 +260,24 @@ def _child(recipe: Path, kill_at: str | None) -> subprocess.CompletedProcess[str
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_kill_in_each_stage_then_rerun_gives_the_same_set(tmp_path: Path, qwen3_dir: Path) -> None:
-    with FaultServer() as srv:
-        ref = _recipe(tmp_path, qwen3_dir, srv.url, "ref", concurrency=1)
-        assert _run(ref).passed
-        ref_requests = len(srv.requests)
-        srv.attempts.clear()
-        crash = _recipe(tmp_path, qwen3_dir, srv.url, "crash", concurrency=1)
-        for stage in run_mod.STAGES:
-            proc = _child(crash, stage)
-            assert proc.returncode == -9, (stage, proc.returncode, proc.stderr[-2000:])
-        proc = _child(crash, None)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert "already done" in proc.stdout
-        # answered rows were never requested again (one worker: nothing in flight at the kill)
-        assert len(srv.requests) - ref_requests == ref_requests
-        assert max(srv.attempts.values()) == 1
-    a, b = tmp_path / "ref-out", tmp_path / "crash-out"
+def test_kill_in_each_stage_then_rerun_gives_the_same_set(
+    round_trip: _RoundTrip, tmp_path: Path, qwen3_dir: Path
+) -> None:
+    srv = round_trip.srv
+    assert round_trip.result.passed
+    before = len(srv.requests)
+    srv.attempts.clear()
+    crash = _recipe(tmp_path, qwen3_dir, srv.url, "crash", concurrency=1)
+    for stage in run_mod.STAGES:
+        proc = _child(crash, stage)
+        assert proc.returncode == -9, (stage, proc.returncode, proc.stderr[-2000:])
+    proc = _child(crash, None)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "already done" in proc.stdout
+    # answered rows were never requested again (one worker: nothing in flight at the kill)
+    assert len(srv.requests) - before == len(round_trip.requests)
+    assert max(srv.attempts.values()) == 1
+    a, b = round_trip.tmp / "ref-out", tmp_path / "crash-out"
     shards = sorted(p.name for p in a.glob("*.arrow"))
     assert shards and shards == sorted(p.name for p in b.glob("*.arrow"))
     for name in [*shards, "rejects.jsonl", "token_freq.npy"]:
