@@ -687,8 +687,8 @@ def run(opts: RunOptions, say: Callable[[str], None] | None = None) -> RunResult
                 _build(opts, state, work, say)
                 facts = {}
             elif stage == "verify":
+                _maybe_die("verify")  # (the crash test's kill: the stage begun, not recorded)
                 facts = {"verified": _verify(opts, work, say)}
-                _maybe_die("verify")
             else:
                 facts = {"report": str(_report(opts, say))}
         finally:
