@@ -668,6 +668,9 @@ def run(opts: RunOptions, say: Callable[[str], None] | None = None) -> RunResult
     """
     say = say or (lambda text: print(text, flush=True))
     _check_generate(opts.generate)
+    from draftset.template import _resolve_tokenizer_path
+
+    _resolve_tokenizer_path(opts.build.tokenizer)  # a missing folder: exit 2 before any work
     settings = settings_of(opts)
     state, resumed = _open_state(opts, settings)
     work = opts.work_dir
