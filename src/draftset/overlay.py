@@ -8,8 +8,8 @@ answer (normalized like any source row, keeping the row's own source, row number
 becomes a reject with the error's reason. Everything else passes unchanged, so per-source
 counts, mix shares and rejects speak of the user's sources.
 
-Bounded memory: the index holds 16 bytes per answered row (id digest -> file and offset); a
-line is read back from disk when its row comes by.
+Bounded memory: the index holds an 8-byte id digest and an 8-byte file/offset per answered row
+(a half-full table: ~32-64 bytes a row); a line is read back from disk when its row comes by.
 """
 
 from __future__ import annotations
