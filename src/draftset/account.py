@@ -33,6 +33,8 @@ class SourceCounts:
     server_ids_mismatch: int = 0  # server ids that did not spell the generation: re-encoded
     generation_tags_agree: int = 0  # rows whose {% generation %} tags mark the derived spans
     generation_tags_disagree: int = 0  # rows where they mark something else
+    placeholder_rows: int = 0  # rejected no_supervised_turn: every answer a placeholder
+    empty_think_rows: int = 0  # written rows trained as empty think blocks (thinking template)
 
     @property
     def rejected_total(self) -> int:
@@ -72,6 +74,8 @@ class SourceCounts:
             "server_ids_mismatch": self.server_ids_mismatch,
             "generation_tags_agree": self.generation_tags_agree,
             "generation_tags_disagree": self.generation_tags_disagree,
+            "placeholder_rows": self.placeholder_rows,
+            "empty_think_rows": self.empty_think_rows,
         }
 
 
@@ -121,6 +125,8 @@ class Accounting:
                 "server_ids_mismatch",
                 "generation_tags_agree",
                 "generation_tags_disagree",
+                "placeholder_rows",
+                "empty_think_rows",
             ):
                 setattr(t, name, getattr(t, name) + getattr(c, name))
             t.rejected.update(c.rejected)

@@ -32,16 +32,24 @@ from draftset.account import Accounting
 from draftset.encode import (
     LengthRules,
 )
+from draftset.hygiene import (
+    EmptyThinkProbe,
+    all_placeholder_answers,
+    lacks_reasoning,
+    row_kwargs_key,
+    trains_empty_think,
+)
 from draftset.mix import (
     SelectionSpec,
     benchmark_files,
     iter_selected_items,
+    overlay_files,
     plan_selection,
     selection_total,
 )
 from draftset.preflight import check_build
 from draftset.read import HUB_PREFIX, Source, describe_inputs, scan_source, sha256_file
-from draftset.records import Normalized, PromptOnly, Reject
+from draftset.records import Conversation, Normalized, PromptOnly, Reject
 from draftset.render import TurnMode
 from draftset.sidecar import Sidecar, SidecarError, release_memory
 from draftset.template import (
@@ -92,6 +100,10 @@ class BuildOptions:
     decontaminate: list[str] = field(default_factory=list)
     mix: dict[str, Any] | None = None
     given_paths: dict[str, Any] | None = None  # paths as the user gave them (set by preflight)
+    # `draftset run`: answer / error files that replace selected rows by id (overlay.py), and
+    # what the run did, recorded in the manifest's `run` section
+    overlay: list[str] = field(default_factory=list)
+    run_info: dict[str, Any] | None = None
 
     def selection_spec(self) -> SelectionSpec:
         return SelectionSpec(
@@ -103,6 +115,7 @@ class BuildOptions:
             decontaminate=list(self.decontaminate),
             mix=self.mix,
             template_kwargs=dict(self.template_kwargs),
+            overlay=list(self.overlay),
         )
 
     def template_spec(self) -> TemplateSpec:
@@ -309,7 +322,8 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         _remove_empty(made)
         raise OutputWriteError(f"cannot create {opts.out}: {exc.strerror or exc}") from exc
     try:
-        items = iter_selected_items(selection, acct, mixture, plan)
+        facts = _RowFacts(opts)
+        items = facts.tag(iter_selected_items(selection, acct, mixture, plan))
         batches = _batched(items, BATCH_ROWS)
         ahead = _read_ahead(batches, stage.ready)
         info = stage.loaded()
@@ -321,9 +335,15 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         args = _processor_args(opts, stage.spec, info)
         inline = lambda: Processor(*args, template=stage.template)  # noqa: E731
         stream = chain(_drain(ahead), batches)
+        facts.probe = EmptyThinkProbe(
+            info.kit.template_text,
+            info.kit.base_kwargs,
+            stage.in_helper("probing the template for empty think blocks", trains_empty_think),
+        )
         for results in _ordered_results(stream, stage.executor, stage.workers, inline):
             for res in results:
                 _account(res, acct, writer, rejects, prompts)
+                facts.count(res, acct)
             done += len(results)
             if on_progress:
                 on_progress(done, total or done)
@@ -363,6 +383,10 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         manifest = _manifest(opts, info, acct, writer, shards, vocab_files, tmp, skipped)
         manifest["selection"] = selection.to_json()
         manifest["selection"]["decontaminate"] = benchmark_files(selection)
+        if selection.overlay:
+            manifest["selection"]["overlay"] = overlay_files(selection)
+        if opts.run_info is not None:
+            manifest["run"] = opts.run_info
         manifest["mixture"] = mixture
         (tmp / "manifest.json").write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
@@ -400,6 +424,36 @@ def _no_end_of_turn_note(acct: Accounting, opts: BuildOptions, info: TemplateInf
         f"{n:,} assistant turns are context only: template {name} writes none of the stop"
         f" tokens ({', '.join(info.kit.eot_tokens)}) after them (no_end_of_turn)"
     )
+
+
+class _RowFacts:
+    """Placeholder-only and no-reasoning rows, noted as they stream in (workers get stripped
+    items back) and counted once their outcome is known: for the summary's hints."""
+
+    def __init__(self, opts: BuildOptions) -> None:
+        self.opts = opts
+        self.noted: dict[tuple[str, int], str] = {}  # (source, row) -> fact; bounded by the window
+        self.probe: EmptyThinkProbe | None = None
+
+    def tag(self, items: Iterator[Normalized]) -> Iterator[Normalized]:
+        for it in items:
+            if isinstance(it, Conversation):
+                if all_placeholder_answers(it, self.opts.placeholders):
+                    self.noted[(it.source, it.row)] = "placeholder"
+                elif lacks_reasoning(it, self.opts.template_kwargs):
+                    self.noted[(it.source, it.row)] = row_kwargs_key(it)
+            yield it
+
+    def count(self, res: ItemResult, acct: Accounting) -> None:
+        fact = self.noted.pop((res.item.source, res.item.row), None)
+        if fact is None or isinstance(res.item, Reject):
+            return
+        counts = acct[res.item.source]
+        if fact == "placeholder":
+            if not res.rows and any(r.reason == reasons.NO_SUPERVISED_TURN for r in res.rejects):
+                counts.placeholder_rows += 1
+        elif res.rows and self.probe is not None and self.probe.thinks(fact):
+            counts.empty_think_rows += 1
 
 
 class AccountingError(Exception):

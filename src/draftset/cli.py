@@ -32,7 +32,8 @@ fully accounted training set (HF save_to_disk folder read as-is by speculators).
 
 Supervised tokens are exactly what the target model generates at serving time for an
 assistant turn: reasoning, content, tool-call markup and the end-of-turn token. Prompt-only
-rows are never given answers: they go to DIR/prompts.jsonl for `draftset generate`.
+rows are never given answers: they go to DIR/prompts.jsonl for `draftset generate`
+(`draftset run RECIPE.yaml` does the whole round trip: answers, build, verify, report).
 
 SOURCE is a file (.jsonl .json .parquet .arrow, optionally .gz/.zst), a folder of them,
 or an HF save_to_disk folder; PATH@weight=W or PATH@count=N mixes sources. A single
@@ -137,9 +138,9 @@ def _build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(handler=cmd_build)
 
-    from draftset import generate, report, show, verify
+    from draftset import generate, report, run, show, verify
 
-    for module in (verify, show, report, generate):
+    for module in (verify, show, report, generate, run):
         module.register_cli(sub)
     return p
 

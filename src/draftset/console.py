@@ -111,7 +111,19 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
         console.print(
             f"{_fmt(total.needs_generation)} prompt-only rows queued in"
             f" {escape(str(result.out))}/prompts.jsonl"
-            " (answer them with `draftset generate`)"
+            " (answer them with `draftset generate`, or the whole round trip with `draftset run`)"
+        )
+    if total.placeholder_rows:
+        console.print(
+            f"{_fmt(total.placeholder_rows)} rows whose every answer is a placeholder"
+            ' ("OK.", empty) were rejected no_supervised_turn; `draftset run` has the target'
+            " model answer them instead"
+        )
+    if total.empty_think_rows:
+        console.print(
+            f"note: {_fmt(total.empty_think_rows)} rows have answers without reasoning, trained"
+            " as empty think blocks under this thinking template; `draftset run` with"
+            " `regenerate: missing_reasoning` has the target model answer them with reasoning"
         )
     rate = total.read / result.seconds if result.seconds > 0 else 0.0
     console.print(

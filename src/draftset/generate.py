@@ -343,6 +343,8 @@ class _Runner:
         }
         if d.stop == LENGTH:
             meta["truncated"] = True
+        if d.ends_at_tool_call:
+            meta["ends_at_tool_call"] = True
         token_ids = [
             {"message": idx, "prompt": c.prompt_token_ids, "completion": c.completion_token_ids}
             for idx, c in zip(d.answer_index, d.completions, strict=True)

@@ -8,8 +8,11 @@ also gets one after a trailing user turn or trailing tool results.
 
 Tool calls: when the model calls the same functions, in the same order, as the recorded
 assistant turn, the recorded tool results are replayed (re-keyed to the model's call ids) and
-the conversation goes on. Otherwise there is no result to give the model, and the conversation
-stops with ``tool_mismatch``.
+the conversation goes on. When the model calls a tool where the row holds no recorded result
+(a prompt, or a recorded answer without tool calls), the conversation ends after that
+assistant turn (``ends_at_tool_call``): the tool-call turn is what a drafter of an agentic
+model must learn. Otherwise (the model called other tools, or none where the recorded turn
+did) the recorded results cannot follow, and the conversation stops with ``tool_mismatch``.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Dialog:
     answer_index: list[int] = field(default_factory=list)  # message index of each answer
     stop: str | None = None  # a STOP_* code when the conversation could not be finished
     stop_message: str = ""
+    ends_at_tool_call: bool = False  # ended after a tool call that has no recorded result
 
 
 def answer_points(job: Job) -> int:
@@ -108,6 +112,9 @@ async def run_dialog(job: Job, ask: Ask) -> Dialog:
         if comp.finish_reason == "length":
             d.stop = STOP_LENGTH
             d.stop_message = f"answer {len(d.completions)} was cut at max_tokens"
+            return d
+        if _names(comp.message) and not _names(recorded):
+            d.ends_at_tool_call = True  # no result to give the model: the row ends here
             return d
         problem = _tool_problem(recorded, comp.message)
         if problem:

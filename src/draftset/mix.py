@@ -42,11 +42,15 @@ class SelectionSpec:
     decontaminate_ngram: int = 13
     mix: dict[str, Any] | None = None  # {"modes": {mode: share}, "sources": {name: share}}
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # for thinking-off detection
+    # `draftset run`: answer / error files by row id that replace selected rows (overlay.py)
+    overlay: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("sources")
         out.pop("template_kwargs")
+        if not out["overlay"]:
+            out.pop("overlay")
         return out
 
 
@@ -251,6 +255,25 @@ def iter_selected_items(
     select are counted as sampled out.
     """
     acct = acct or Accounting([s.name for s in spec.sources])
+    if spec.overlay:  # after selection: answers rejoin their rows by id
+        from draftset.overlay import Overlay
+
+        overlay = Overlay(spec.overlay)
+        try:
+            for item in _selected(spec, acct, report, plan):
+                yield overlay.apply(item)
+        finally:
+            overlay.close()
+    else:
+        yield from _selected(spec, acct, report, plan)
+
+
+def _selected(
+    spec: SelectionSpec,
+    acct: Accounting,
+    report: dict[str, Any] | None,
+    plan: tuple[dict[str, int], dict[str, np.ndarray | None]] | None,
+) -> Iterator[Normalized]:
     filters = Filters(spec)
     if spec.mix is None:
         available, selections = plan or plan_selection(spec.sources, spec.max_samples, spec.seed)
@@ -287,3 +310,13 @@ def benchmark_files(spec: SelectionSpec) -> list[dict[str, Any]]:
     from draftset.read import sha256_file
 
     return [{"path": p, "sha256": sha256_file(Path(p))} for p in spec.decontaminate]
+
+
+def overlay_files(spec: SelectionSpec) -> list[dict[str, Any]]:
+    """`run`'s answer / error files with their hashes, for the manifest (verify re-reads them)."""
+    from draftset.read import sha256_file
+
+    return [
+        {"path": p, "sha256": sha256_file(Path(p)) if Path(p).exists() else None}
+        for p in spec.overlay
+    ]

@@ -37,6 +37,15 @@ DUPLICATE = "duplicate"
 NEAR_DUPLICATE = "near_duplicate"
 CONTAMINATED = "contaminated"
 
+# --- row rejects: generation in `draftset run` (same codes as `generate`'s errors file) -------
+GEN_LENGTH = "length"  # an answer hit max_tokens
+GEN_TOOL_MISMATCH = "tool_mismatch"  # the model's tool calls differ from the recorded ones
+GEN_NOTHING = "nothing_to_generate"  # no user turn or tool result to answer
+GEN_HTTP_4XX = "http_4xx"  # the server refused the request
+GEN_RETRIES_EXHAUSTED = "retries_exhausted"  # 429 / 5xx / timeouts on every try
+GEN_INVALID_RESPONSE = "invalid_response"  # every try got a body that is not a completion
+GEN_PRETOKENIZED = "pretokenized"  # no text to send
+
 # --- outcomes that are not rejects ----------------------------------------------------------
 NEEDS_GENERATION = "needs_generation"  # prompt-only: written to prompts.jsonl
 
@@ -72,6 +81,13 @@ ROW_REJECT_REASONS = frozenset(
         DUPLICATE,
         NEAR_DUPLICATE,
         CONTAMINATED,
+        GEN_LENGTH,
+        GEN_TOOL_MISMATCH,
+        GEN_NOTHING,
+        GEN_HTTP_4XX,
+        GEN_RETRIES_EXHAUSTED,
+        GEN_INVALID_RESPONSE,
+        GEN_PRETOKENIZED,
     }
 )
 

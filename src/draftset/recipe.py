@@ -44,6 +44,7 @@ RECIPE_KEYS = {
     "decontaminate",
     "mix",
     "sources",
+    "generate",  # `draftset run` only (build ignores it); checked by run.generate_settings
 }
 SOURCE_KEYS = {"path", "name", "weight", "count", "format", "fields", "preset"}
 _SUFFIXES = re.compile(r"(\.(jsonl|json|parquet|arrow|gz|zst))+$")

@@ -202,6 +202,43 @@ def _mixture_section(mixture: dict[str, Any]) -> str:
     return "".join(html)
 
 
+def _hygiene_html(total: dict[str, Any]) -> str:
+    """Rows a training run would learn the wrong thing from, and how to fix them."""
+    out = []
+    if total.get("placeholder_rows"):
+        out.append(
+            f"<p>{int(total['placeholder_rows']):,} rows whose every answer is a placeholder"
+            " (&quot;OK.&quot;, empty) were rejected <code>no_supervised_turn</code>:"
+            " <code>draftset run</code> has the target model answer them.</p>"
+        )
+    if total.get("empty_think_rows"):
+        out.append(
+            f"<p><b>{int(total['empty_think_rows']):,} rows are trained as empty think"
+            " blocks</b>: their answers have no reasoning and this template thinks, so the"
+            " drafter learns that the model skips thinking. Regenerate them with"
+            " <code>regenerate: missing_reasoning</code> in the recipe's"
+            " <code>generate:</code> section (<code>draftset run</code>).</p>"
+        )
+    return "".join(out)
+
+
+def _run_section(run: dict[str, Any]) -> str:
+    """`draftset run`: what the target model answered and what became of it."""
+    queued = run.get("queued") or {}
+    errors = run.get("generation_errors") or {}
+    rows = [
+        ["model", run.get("model")],
+        ["regenerate", run.get("regenerate")],
+        ["rows sent for an answer", ", ".join(f"{k}={v:,}" for k, v in queued.items()) or "0"],
+        ["answered", f"{int(run.get('answered') or 0):,}"],
+        ["generation errors (rejects)", ", ".join(f"{k}={v:,}" for k, v in errors.items()) or "0"],
+        ["prompts too long to send (never sent)", f"{int(run.get('too_long_prompts') or 0):,}"],
+        ["ends_at_tool_call", f"{int(run.get('ends_at_tool_call') or 0):,}"],
+        ["work folder (answers)", run.get("work")],
+    ]
+    return "<h2>Answers from the target (draftset run)</h2>" + _table(["", ""], rows)
+
+
 def _example_html(out: OutputSet, decode: Any, index: int) -> str:
     r = out.row(index)
     ids = [int(i) for i in r["input_ids"]]
@@ -296,7 +333,10 @@ def build_report(
         )
         + "<p>Prompt-only rows queued for generation:"
         + f" {int(total.get('needs_generation') or 0):,}</p>"
+        + _hygiene_html(total)
     )
+    if m.get("run"):
+        sec.append(_run_section(m["run"]))
     mixture = m.get("mixture") or {}
     if mixture:
         sec.append(_mixture_section(mixture))

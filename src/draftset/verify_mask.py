@@ -27,7 +27,7 @@ import numpy as np
 
 from draftset import reasons
 from draftset.normalize import as_template_reads
-from draftset.read import Source, SourceError, describe_inputs
+from draftset.read import Source, SourceError, describe_inputs, sha256_file
 from draftset.records import Conversation, Message, Normalized, PreTokenized, PromptOnly, Reject
 from draftset.template import (
     ChatTemplate,
@@ -251,6 +251,16 @@ def check_sources(out: OutputSet) -> CheckResult:
         elif got != want:
             changed = [g[0] for g, w in zip(got, want, strict=True) if g != w]
             p.add("source sha256 changed", src.name, f"{src.name}: {', '.join(changed)}")
+    for answers in (out.manifest.get("selection") or {}).get("overlay") or []:  # `draftset run`
+        n_files += 1
+        path = Path(answers["path"])
+        if answers.get("sha256") is None:
+            if path.exists():
+                p.add("answers file changed", str(path), f"{path}: exists now")
+        elif not path.is_file():
+            p.add("answers file missing", str(path), f"{path} not found (the run's work folder)")
+        elif sha256_file(path) != answers["sha256"]:
+            p.add("answers file changed", str(path), f"{path}: sha256 differs")
     return p.result("sources", f"{n_files} input files unchanged (sha256)")
 
 
@@ -270,6 +280,7 @@ def iter_source_items(out: OutputSet) -> Iterator[Normalized]:
         decontaminate_ngram=int(sel.get("decontaminate_ngram", 13)),
         mix=sel.get("mix"),
         template_kwargs=dict((out.manifest.get("template") or {}).get("kwargs") or {}),
+        overlay=[d["path"] for d in sel.get("overlay") or []],
     )
     yield from mix.iter_selected_items(spec)
 
