@@ -665,3 +665,16 @@ def test_mask_shifted_by_one_position_fails_mask_fidelity(built, tmp_path, shift
     assert failed(results) == {"mask_fidelity", "truncation"}
     assert by_name(results)["mask_fidelity"].examples == ["sys"]
     assert by_name(results)["truncation"].examples == ["sys"]
+
+
+# --- stray files ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["data-00001-of-00002.arrow", "cache-0123abcd.arrow"])
+def test_stray_arrow_file_fails_file_hashes(built, tmp_path, name):
+    """A shard state.json does not list is not loaded, yet looks like part of the set."""
+    folder = copy_set(built["all"], tmp_path)
+    shutil.copy(folder / "data-00000-of-00001.arrow", folder / name)
+    results = verify(folder)
+    assert failed(results) == {"file_hashes"}
+    fh = by_name(results)["file_hashes"]
+    assert fh.examples == [name] and "not listed in state.json" in fh.summary
+    assert failed(fast_checks(folder)) == {"file_hashes"}  # build's own check sees it too
