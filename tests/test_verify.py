@@ -678,3 +678,60 @@ def test_stray_arrow_file_fails_file_hashes(built, tmp_path, name):
     fh = by_name(results)["file_hashes"]
     assert fh.examples == [name] and "not listed in state.json" in fh.summary
     assert failed(fast_checks(folder)) == {"file_hashes"}  # build's own check sees it too
+
+
+# --- the record of the last full run (verify.json) -----------------------------------------------
+def test_full_verify_records_its_result_and_the_record_never_trips_verify(
+    built, tmp_path, capsys, monkeypatch
+):
+    import draftset.verify as v
+
+    skip = v.CheckResult("speculators_load", "skip", "skipped: not under test here")
+    monkeypatch.setattr(v, "check_speculators_load", lambda out: skip)  # seconds of imports
+    folder = copy_set(built["each"], tmp_path)
+    (folder / "verify.json").unlink(missing_ok=True)
+    assert main([str(folder), "--fast"]) == 0
+    assert not (folder / "verify.json").exists()  # fast checks are not a full verify
+    assert main([str(folder), "--sample", "2"]) == 0
+    assert "recorded in" in capsys.readouterr().out
+    record = json.loads((folder / "verify.json").read_text())
+    assert record["format"] == "draftset-verify/1" and record["passed"] is True
+    assert record["options"]["sample"] == 2
+    m = manifest(folder)
+    assert record["files"] == {
+        "manifest.json": hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest(),
+        **m["files"],
+    }
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]  # no temp left
+    # a second run with the record present still passes, and fast checks ignore it
+    assert failed(verify(folder)) == set()
+    assert failed(fast_checks(folder)) == set()
+
+
+def test_unwritable_folder_is_a_visible_skip(built, tmp_path, monkeypatch):
+    import draftset.verify as v
+
+    def refuse(*a, **k):
+        raise PermissionError("read-only file system")
+
+    monkeypatch.setattr(v, "write_record", refuse)
+    results = verify(copy_set(built["each"], tmp_path), sample=1)
+    rec = by_name(results)["verify_record"]
+    assert rec.status == "skip" and "read-only file system" in rec.summary
+    assert failed(results) == set()
+
+
+def test_overwrite_replaces_a_verified_set_and_its_record(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    verify(folder, sample=1)
+    assert (folder / "verify.json").is_file()
+    opts = BuildOptions(
+        [Source("chats", Path(manifest(folder)["inputs"][0]["path"]))],
+        str(qwen3_tokenizer_dir()),
+        folder,
+        workers=1,
+        overwrite=True,
+    )
+    run_build(opts)
+    assert not (folder / "verify.json").exists()  # the old set's record went with it
+    assert failed(fast_checks(folder)) == set()
