@@ -15,6 +15,7 @@ from conftest import qwen3_tokenizer_dir
 from draftset.build import BuildOptions, run_build
 from draftset.read import Source
 from draftset.report import build_report, coverage_curve, main
+from draftset.show import UNSAFE
 from draftset.verify import run_verify
 
 EVIL = "<script>alert(1)</script>"
@@ -37,6 +38,16 @@ ROWS = [
         ],
     },
     {"id": "z", "messages": [{"role": "wizard", "content": "?"}]},
+    {
+        "id": "ctl\x1b]0;id\x07",
+        "messages": [
+            {"role": "user", "content": "Echo \x1b[2J\x1b]52;c;ZXZpbA==\x07 and \u202eevil\u202c"},
+            {
+                "role": "assistant",
+                "content": "Echo: \x1b[2J\x1b]52;c;ZXZpbA==\x07 bell\x07 \x9b31m \u202eevil\u202c",
+            },
+        ],
+    },
 ]
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [
@@ -89,6 +100,15 @@ def test_report_is_self_contained_and_escaped(report):
     ):
         assert section in page
     assert page.count("<svg") >= 5 and "<mark>" in page
+
+
+def test_report_escapes_control_and_bidi_characters(report):
+    page = report.read_text(encoding="utf-8")
+    raw = sorted({c for c in page if UNSAFE.match(c)} - {"\n"})
+    assert raw == []  # no ESC, BEL, C1, bidi override reaches the file
+    assert '<span class="ctl">\\x1b</span>]52;c;' in page  # example row: escapes highlighted
+    assert '<span class="ctl">\\u202e</span>evil' in page
+    assert "ctl\\x1b]0;id\\x07" in page  # ids, in headings and tables
 
 
 def test_coverage_curve_is_cumulative():

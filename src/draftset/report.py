@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from draftset.account import SUMMARY_COLUMNS, summary_row
+from draftset.show import visible, visible_parts
 from draftset.verify_data import (
     NotADraftsetError,
     OutputSet,
@@ -38,11 +39,23 @@ td:first-child,th:first-child{text-align:left}.pass{color:#127a12}.fail{color:#b
 .skip{color:#8a6d00}pre.row{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:10px;
 border:1px solid #ddd;font:12.5px/1.4 ui-monospace,monospace}mark{background:#9be39b;color:#000}
 .muted{color:#666}svg{background:#fff;border:1px solid #eee;margin:4px 0}
+.ctl{color:#b00020;font-weight:bold}
 """
 
 
 def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """HTML-escaped, with control and bidi characters as visible escapes (`\\x1b`, `\\u202e`):
+    a bidi override would reorder the page's text, and ESC sequences reach a terminal that
+    prints the file."""
+    return html.escape(visible(str(value)), quote=True)
+
+
+def _e_row(text: str) -> str:
+    """Dataset text of an example row: like `_e`, escapes highlighted (class ctl)."""
+    return "".join(
+        f'<span class="ctl">{html.escape(part)}</span>' if escaped else html.escape(part)
+        for part, escaped in visible_parts(text)
+    )
 
 
 def histogram_svg(
@@ -270,10 +283,10 @@ def _example_html(out: OutputSet, decode: Any, index: int) -> str:
     parts: list[str] = []
     pos = 0
     for s, e in supervised_runs(mask):
-        parts.append(_e(decode(ids[pos:s])))
-        parts.append(f"<mark>{_e(decode(ids[s:e]))}</mark>")
+        parts.append(_e_row(decode(ids[pos:s])))
+        parts.append(f"<mark>{_e_row(decode(ids[s:e]))}</mark>")
         pos = e
-    parts.append(_e(decode(ids[pos:])))
+    parts.append(_e_row(decode(ids[pos:])))
     head = (
         f"{r['id']} — source {r['source']}, {len(ids)} tokens, {int((mask == 1).sum())} supervised"
     )

@@ -24,6 +24,7 @@ from rich.markup import escape
 
 from draftset import reasons
 from draftset.read import sha256_file
+from draftset.show import visible
 from draftset.template import TokenizerError
 from draftset.verify_data import (
     VERIFY_RECORD,
@@ -329,15 +330,15 @@ def print_results(results: list[CheckResult], console: Console | None = None) ->
     style = {"pass": "green", "fail": "bold red", "skip": "yellow"}
     for r in results:
         label = r.status.upper()
-        line = f"[{style[r.status]}]{label:4}[/] {r.name}: {escape(r.summary)}"
+        line = f"[{style[r.status]}]{label:4}[/] {r.name}: {escape(visible(r.summary))}"
         if r.failed:
             line += f" [bold](count {r.count:,})[/]"
             if r.examples:
-                line += " e.g. " + escape(", ".join(r.examples))
+                line += " e.g. " + escape(visible(", ".join(r.examples)))
         console.print(line)
         if r.failed:
             for msg in r.details.get("messages", []):
-                console.print(f"       {escape(str(msg))}")
+                console.print(f"       {escape(visible(str(msg)))}")
     failed = [r.name for r in results if r.failed]
     if failed:
         console.print(f"[bold red]verify failed[/]: {', '.join(failed)}")
