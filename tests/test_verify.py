@@ -735,3 +735,20 @@ def test_overwrite_replaces_a_verified_set_and_its_record(built, tmp_path):
     run_build(opts)
     assert not (folder / "verify.json").exists()  # the old set's record went with it
     assert failed(fast_checks(folder)) == set()
+
+
+def test_printed_results_escape_control_characters_from_ids():
+    """Row ids and messages come from the data: printed as escapes, never raw."""
+    import io
+
+    from rich.console import Console
+
+    from draftset.verify import CheckResult, print_results
+
+    bad = "row\x1b]0;title\x07\u202e"
+    res = CheckResult("mask_fidelity", "fail", "x", 1, [bad], {"messages": [f"{bad}: run"]})
+    f = io.StringIO()
+    print_results([res], Console(file=f, width=200))
+    out = f.getvalue()
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert out.count("row\\x1b]0;title\\x07\\u202e") == 2
