@@ -620,23 +620,30 @@ def read_ids(folder: Path) -> list[str]:
     return [r["id"] for r in read_rows(folder)]
 
 
-def replace_supervised_token(row: dict, tok: Tokenizer, old: str, new: str) -> None:
-    """Swap one supervised token for another of the same length in characters."""
+def replace_supervised_token(
+    row: dict, tok: Tokenizer, old: str, new: str, supervised: bool = True
+) -> None:
+    """Swap one (supervised, or context) token for another of the same length in characters."""
     (a,) = tok.encode(old, add_special_tokens=False).ids
     (b,) = tok.encode(new, add_special_tokens=False).ids
     assert len(old) == len(new) and a != b
-    at = next(i for i, t in enumerate(row["input_ids"]) if t == a and row["loss_mask"][i] == 1)
+    mask = row["loss_mask"]
+    at = next(i for i, t in enumerate(row["input_ids"]) if t == a and mask[i] == int(supervised))
     row["input_ids"][at] = b
 
 
-def test_same_length_token_swap_fails_mask_fidelity(built, tmp_path, tok):
-    """One supervised token replaced by another of the same length: same token count, same
-    character count, hashes resealed. Only a content comparison can catch it."""
+@pytest.mark.parametrize(
+    ("old", "new", "supervised"), [(" sand", " clay", True), (" formed", " shaped", False)]
+)
+def test_same_length_token_swap_fails_mask_fidelity(built, tmp_path, tok, old, new, supervised):
+    """One token replaced by another of the same length — in the answer, or in the user's
+    question (context): same token count, same character count, hashes resealed. Only a content
+    comparison can catch it."""
     folder = copy_set(built["all"], tmp_path)
     rows = read_rows(folder)
-    replace_supervised_token(find_row(rows, "sys"), tok, " sand", " clay")
+    replace_supervised_token(find_row(rows, "sys"), tok, old, new, supervised)
     write_rows(folder, rows)
-    assert {"file_hashes", "token_freq", "mask_fidelity"} <= failed(verify(folder))
+    assert {"file_hashes", "mask_fidelity"} <= failed(verify(folder))
     reseal(folder)
     results = verify(folder)
     assert failed(results) == {"mask_fidelity"}
