@@ -3,7 +3,7 @@
 Dataset text is shown through `rich.text.Text` (never parsed as markup), so a row holding
 `[bold]` or `<script>` prints as itself, and control characters from the data (ESC/OSC
 sequences, BEL, C1 controls, bidi overrides) are never written to the terminal: they are shown
-escaped (`\x1b`, `\u202e`). Without colours (piped, `NO_COLOR`) supervised runs are wrapped in
+escaped (`\\x1b`, `\\u202e`). Without colours (piped, `NO_COLOR`) supervised runs are wrapped in
 `⟦…⟧` so a mask stays readable in a log. Decoding needs the tokenizer: the manifest's path, or
 `--tokenizer`; only the fast Rust tokenizer file is loaded.
 """
@@ -43,7 +43,7 @@ Decoder = Callable[[list[int]], str]
 
 
 def escape_char(ch: str) -> str:
-    """`\x1b`, `\u202e`, `\U000e0001`: a character as a visible escape."""
+    """`\\x1b`, `\\u202e`, `\\U000e0001`: a character as a visible escape."""
     o = ord(ch)
     return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
 
