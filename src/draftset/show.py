@@ -214,7 +214,10 @@ def show(
 def register_cli(subparsers: Any) -> None:
     """Add `draftset show` to a subparsers object (handler(args) -> exit code)."""
     p = subparsers.add_parser(
-        "show", help="print one training row with its supervised tokens highlighted"
+        "show",
+        help="print one training row with its supervised tokens highlighted",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("dir", metavar="DIR", help="a folder written by `draftset build`")
     which = p.add_mutually_exclusive_group(required=True)

@@ -4,7 +4,8 @@ Exit codes: 0 every check passed (skips allowed, always printed with their reaso
 failed (each failure names the check, its count and up to 5 example row ids), 2 unusable
 arguments (one line on stderr). The checks and their thresholds are documented in
 docs/verify.md. `fast_checks` is the subset that needs neither sources nor tokenizer; build runs
-it before reporting success.
+it before reporting success. A full run (not --fast) records its result, its time and the sha256
+of the set's files in DIR/verify.json, which `draftset report` shows (or marks stale).
 """
 
 from __future__ import annotations
