@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import REPO, llama32_tokenizer_dir, qwen3_tokenizer_dir
+from conftest import REPO, llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
 from tokenizers import Tokenizer
+from unicode_torture import PIECES, torture_rows
 
 from draftset.build import BuildOptions, run_build
 from draftset.read import Source
@@ -568,3 +569,215 @@ def test_cli_usage_errors_exit_2(built, tmp_path, capsys, args, needle):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
+
+
+# --- text the tokenizer normalizes (issue 10) ----------------------------------------------------
+@pytest.fixture(scope="module")
+def torture(tmp_path_factory) -> dict[str, Path]:
+    """The Unicode torture set built with Qwen3 (NFC normalizer) and Llama-3.2 (none)."""
+    root = tmp_path_factory.mktemp("torture")
+    src = write_jsonl(root / "unicode.jsonl", torture_rows())
+
+    def build(name: str, tokdir: Path, **kw) -> Path:
+        return run_build(BuildOptions([Source("u", src)], str(tokdir), root / name, **kw)).out
+
+    return {
+        "qwen": build("qwen", qwen3_tokenizer_dir(), workers=1),
+        "qwen_each_cut": build(
+            "qwen_each_cut",
+            qwen3_tokenizer_dir(),
+            workers=1,
+            turns="each",
+            truncation="truncate",
+            max_length=120,
+        ),
+        "llama": build(
+            "llama",
+            llama32_tokenizer_dir(),
+            workers=1,
+            chat_template_path=str(trl_template("llama3_2")),
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["qwen", "qwen_each_cut", "llama"])
+def test_unicode_torture_set_passes(torture, name):
+    folder = torture[name]
+    results = verify(folder)
+    assert failed(results) == set(), [r.to_json() for r in results if r.failed]
+    mf = by_name(results)["mask_fidelity"]
+    rows = manifest(folder)["totals"]["rows"]
+    assert mf.details["full"] and mf.details["rows_checked"] == rows
+    ids = read_ids(folder)
+    base = {i.split("#")[0] for i in ids}
+    wanted = {f"u-{k}" for k in PIECES} | {"u-lone-mark", "u-marks-only", "u-mark-at-end"}
+    if name != "qwen_each_cut":  # the cut build drops rows too long to hold an answer
+        assert wanted <= base, wanted - base
+
+
+def test_torture_set_really_is_normalized_by_qwen(torture, tok):
+    """The Qwen rows decode to NFC text that differs from the source: the test has teeth."""
+    row = find_row(read_rows(torture["qwen"]), "u-singletons")
+    text = tok.decode(row["input_ids"], skip_special_tokens=False)
+    assert "\u03a9 ohm" in text and "\u2126" not in text  # OHM SIGN came back as OMEGA
+    row = find_row(read_rows(torture["llama"]), "u-singletons")
+    llama = Tokenizer.from_file(str(llama32_tokenizer_dir() / "tokenizer.json"))
+    assert "\u2126 ohm" in llama.decode(row["input_ids"], skip_special_tokens=False)
+
+
+def test_replaced_token_in_normalized_row_still_fails(torture, tmp_path, tok):
+    folder = copy_set(torture["qwen"], tmp_path)
+    rows = read_rows(folder)
+    row = find_row(rows, "u-singletons")
+    replace_supervised_token(row, tok, " more", " less")
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}
+    assert by_name(results)["mask_fidelity"].examples == ["u-singletons"]
+
+
+# --- content, not lengths: same-length corruptions -----------------------------------------------
+def read_ids(folder: Path) -> list[str]:
+    return [r["id"] for r in read_rows(folder)]
+
+
+def replace_supervised_token(
+    row: dict, tok: Tokenizer, old: str, new: str, supervised: bool = True
+) -> None:
+    """Swap one (supervised, or context) token for another of the same length in characters."""
+    (a,) = tok.encode(old, add_special_tokens=False).ids
+    (b,) = tok.encode(new, add_special_tokens=False).ids
+    assert len(old) == len(new) and a != b
+    mask = row["loss_mask"]
+    at = next(i for i, t in enumerate(row["input_ids"]) if t == a and mask[i] == int(supervised))
+    row["input_ids"][at] = b
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "supervised"), [(" sand", " clay", True), (" formed", " shaped", False)]
+)
+def test_same_length_token_swap_fails_mask_fidelity(built, tmp_path, tok, old, new, supervised):
+    """One token replaced by another of the same length — in the answer, or in the user's
+    question (context): same token count, same character count, hashes resealed. Only a content
+    comparison can catch it."""
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    replace_supervised_token(find_row(rows, "sys"), tok, old, new, supervised)
+    write_rows(folder, rows)
+    assert {"file_hashes", "mask_fidelity"} <= failed(verify(folder))
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}
+    mf = by_name(results)["mask_fidelity"]
+    assert mf.examples == ["sys"] and mf.count >= 1
+
+
+@pytest.mark.parametrize("shift", [1, -1])
+def test_mask_shifted_by_one_position_fails_mask_fidelity(built, tmp_path, shift):
+    """The answer's supervised run moved one token right or left: as many supervised tokens,
+    every one of them a real token of the row, but not the tokens the model generates."""
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    row = find_row(rows, "sys")
+    mask = row["loss_mask"]
+    ones = [i for i, m in enumerate(mask) if m == 1]
+    assert ones == list(range(ones[0], ones[-1] + 1))  # one run
+    row["loss_mask"] = [0] * len(mask)
+    for i in ones:
+        row["loss_mask"][i + shift] = 1
+    assert sum(row["loss_mask"]) == len(ones)
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    # the run no longer ends with <|im_end|>, so it also reads as a truncated answer
+    assert failed(results) == {"mask_fidelity", "truncation"}
+    assert by_name(results)["mask_fidelity"].examples == ["sys"]
+    assert by_name(results)["truncation"].examples == ["sys"]
+
+
+# --- stray files ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["data-00001-of-00002.arrow", "cache-0123abcd.arrow"])
+def test_stray_arrow_file_fails_file_hashes(built, tmp_path, name):
+    """A shard state.json does not list is not loaded, yet looks like part of the set."""
+    folder = copy_set(built["all"], tmp_path)
+    shutil.copy(folder / "data-00000-of-00001.arrow", folder / name)
+    results = verify(folder)
+    assert failed(results) == {"file_hashes"}
+    fh = by_name(results)["file_hashes"]
+    assert fh.examples == [name] and "not listed in state.json" in fh.summary
+    assert failed(fast_checks(folder)) == {"file_hashes"}  # build's own check sees it too
+
+
+# --- the record of the last full run (verify.json) -----------------------------------------------
+def test_full_verify_records_its_result_and_the_record_never_trips_verify(
+    built, tmp_path, capsys, monkeypatch
+):
+    import draftset.verify as v
+
+    skip = v.CheckResult("speculators_load", "skip", "skipped: not under test here")
+    monkeypatch.setattr(v, "check_speculators_load", lambda out: skip)  # seconds of imports
+    folder = copy_set(built["each"], tmp_path)
+    (folder / "verify.json").unlink(missing_ok=True)
+    assert main([str(folder), "--fast"]) == 0
+    assert not (folder / "verify.json").exists()  # fast checks are not a full verify
+    assert main([str(folder), "--sample", "2"]) == 0
+    assert "recorded in" in capsys.readouterr().out
+    record = json.loads((folder / "verify.json").read_text())
+    assert record["format"] == "draftset-verify/1" and record["passed"] is True
+    assert record["options"]["sample"] == 2
+    m = manifest(folder)
+    assert record["files"] == {
+        "manifest.json": hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest(),
+        **m["files"],
+    }
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]  # no temp left
+    # a second run with the record present still passes, and fast checks ignore it
+    assert failed(verify(folder)) == set()
+    assert failed(fast_checks(folder)) == set()
+
+
+def test_unwritable_folder_is_a_visible_skip(built, tmp_path, monkeypatch):
+    import draftset.verify as v
+
+    def refuse(*a, **k):
+        raise PermissionError("read-only file system")
+
+    monkeypatch.setattr(v, "write_record", refuse)
+    results = verify(copy_set(built["each"], tmp_path), sample=1)
+    rec = by_name(results)["verify_record"]
+    assert rec.status == "skip" and "read-only file system" in rec.summary
+    assert failed(results) == set()
+
+
+def test_overwrite_replaces_a_verified_set_and_its_record(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    verify(folder, sample=1)
+    assert (folder / "verify.json").is_file()
+    opts = BuildOptions(
+        [Source("chats", Path(manifest(folder)["inputs"][0]["path"]))],
+        str(qwen3_tokenizer_dir()),
+        folder,
+        workers=1,
+        overwrite=True,
+    )
+    run_build(opts)
+    assert not (folder / "verify.json").exists()  # the old set's record went with it
+    assert failed(fast_checks(folder)) == set()
+
+
+def test_printed_results_escape_control_characters_from_ids():
+    """Row ids and messages come from the data: printed as escapes, never raw."""
+    import io
+
+    from rich.console import Console
+
+    from draftset.verify import CheckResult, print_results
+
+    bad = "row\x1b]0;title\x07\u202e"
+    res = CheckResult("mask_fidelity", "fail", "x", 1, [bad], {"messages": [f"{bad}: run"]})
+    f = io.StringIO()
+    print_results([res], Console(file=f, width=200))
+    out = f.getvalue()
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert out.count("row\\x1b]0;title\\x07\\u202e") == 2

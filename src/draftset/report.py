@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from draftset.account import SUMMARY_COLUMNS, summary_row
+from draftset.show import visible, visible_parts
 from draftset.verify_data import (
     NotADraftsetError,
     OutputSet,
@@ -38,11 +39,23 @@ td:first-child,th:first-child{text-align:left}.pass{color:#127a12}.fail{color:#b
 .skip{color:#8a6d00}pre.row{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:10px;
 border:1px solid #ddd;font:12.5px/1.4 ui-monospace,monospace}mark{background:#9be39b;color:#000}
 .muted{color:#666}svg{background:#fff;border:1px solid #eee;margin:4px 0}
+.ctl{color:#b00020;font-weight:bold}
 """
 
 
 def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """HTML-escaped, with control and bidi characters as visible escapes (`\\x1b`, `\\u202e`):
+    a bidi override would reorder the page's text, and ESC sequences reach a terminal that
+    prints the file."""
+    return html.escape(visible(str(value)), quote=True)
+
+
+def _e_row(text: str) -> str:
+    """Dataset text of an example row: like `_e`, escapes highlighted (class ctl)."""
+    return "".join(
+        f'<span class="ctl">{html.escape(part)}</span>' if escaped else html.escape(part)
+        for part, escaped in visible_parts(text)
+    )
 
 
 def histogram_svg(
@@ -238,6 +251,66 @@ def _run_section(run: dict[str, Any]) -> str:
     ]
     return "<h2>Answers from the target (draftset run)</h2>" + _table(["", ""], rows)
 
+def _checks_table(checks: list[dict[str, Any]]) -> str:
+    """Check results (as in verify.json) as a table: status, count, summary, example ids."""
+    rows = []
+    for c in checks:
+        status = str(c.get("status"))
+        summary = _e(c.get("summary"))
+        if c.get("examples"):
+            summary += f" (e.g. {_e(', '.join(str(x) for x in c['examples']))})"
+        count = f"{int(c.get('count') or 0):,}" if status == "fail" else ""
+        rows.append(
+            f'<tr><td>{_e(c.get("name"))}</td><td class="{_e(status)}">{_e(status)}</td>'
+            f'<td>{count}</td><td style="text-align:left">{summary}</td></tr>'
+        )
+    return (
+        "<table><thead><tr><th>check</th><th>status</th><th>count</th><th>summary</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _verification_section(rec: Any, fast: list[Any]) -> str:
+    """The last full `verify` (from verify.json: current, stale or absent) and the fast checks
+    run now. A failed, stale or missing full verify is said first, in words."""
+    html = ["<h2>Verification</h2>"]
+    data = rec.record
+    if rec.error:
+        html.append(
+            f'<p class="fail">The last full verify cannot be read ({_e(rec.error)}): only the'
+            " fast checks below ran. Run <code>draftset verify DIR</code>.</p>"
+        )
+    elif data is None:
+        html.append(
+            '<p class="skip">Only the fast checks ran: no full <code>draftset verify</code>'
+            " result is recorded for this set (sources, tokenizer, template, row identity,"
+            " mask fidelity, leakage and truncation are not checked here). Run"
+            " <code>draftset verify DIR</code>; this report then shows its result.</p>"
+        )
+    else:
+        checks = data.get("checks") or []
+        failed = [str(c.get("name")) for c in checks if c.get("status") == "fail"]
+        skipped = [str(c.get("name")) for c in checks if c.get("status") == "skip"]
+        when = f"{_e(data.get('time'))} (draftset {_e(data.get('draftset_version'))})"
+        if failed:
+            verdict = f'<span class="fail">FAILED</span>: {_e(", ".join(failed))}'
+        else:
+            verdict = '<span class="pass">passed</span>' + (
+                f" (skipped: {_e(', '.join(skipped))})" if skipped else ""
+            )
+        if rec.stale:
+            html.append(
+                f'<p class="fail">STALE: the last full verify ({when}) checked other files'
+                f" than the set holds now — changed since: {_e(', '.join(rec.changed))}."
+                " Its result below no longer applies; run <code>draftset verify DIR</code>"
+                " again.</p>"
+            )
+        html.append(f"<p>Last full verify, {when}: {verdict}.</p>")
+        html.append(_checks_table(checks))
+    html.append("<h3>Fast checks (run now by this report)</h3>")
+    html.append(_checks_table([c.to_json() for c in fast]))
+    return "".join(html)
+
 
 def _example_html(out: OutputSet, decode: Any, index: int) -> str:
     r = out.row(index)
@@ -246,10 +319,10 @@ def _example_html(out: OutputSet, decode: Any, index: int) -> str:
     parts: list[str] = []
     pos = 0
     for s, e in supervised_runs(mask):
-        parts.append(_e(decode(ids[pos:s])))
-        parts.append(f"<mark>{_e(decode(ids[s:e]))}</mark>")
+        parts.append(_e_row(decode(ids[pos:s])))
+        parts.append(f"<mark>{_e_row(decode(ids[s:e]))}</mark>")
         pos = e
-    parts.append(_e(decode(ids[pos:])))
+    parts.append(_e_row(decode(ids[pos:])))
     head = (
         f"{r['id']} — source {r['source']}, {len(ids)} tokens, {int((mask == 1).sum())} supervised"
     )
@@ -264,7 +337,7 @@ def build_report(
     seed: int = 0,
 ) -> str:
     """The report page as a string."""
-    from draftset.verify import fast_checks
+    from draftset.verify import fast_checks, read_record
 
     out = open_output(Path(folder))
     stats: RowStats = row_stats(out, block_size)
@@ -294,20 +367,8 @@ def build_report(
             ],
         )
     )
-    checks = fast_checks(out.folder, block_size)
-    sec.append(
-        "<h2>Fast checks</h2><table><thead><tr><th>check</th><th>status</th>"
-        "<th>summary</th></tr></thead><tbody>"
-        + "".join(
-            f'<tr><td>{_e(c.name)}</td><td class="{_e(c.status)}">{_e(c.status)}</td>'
-            f'<td style="text-align:left">{_e(c.summary)}'
-            + (f" (e.g. {_e(', '.join(c.examples))})" if c.examples else "")
-            + "</td></tr>"
-            for c in checks
-        )
-        + "</tbody></table><p class=muted>Full verification (sources, masks,"
-        " leakage): <code>draftset verify DIR</code>.</p>"
-    )
+    checks = fast_checks(out, block_size)
+    sec.append(_verification_section(read_record(out), checks))
     src_rows = [[name, *(f"{n:,}" for n in summary_row(c))] for name, c in counts.items()]
     sec.append(
         "<h2>Composition by source</h2>"

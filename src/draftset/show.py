@@ -1,13 +1,17 @@
 """`draftset show DIR --row N | --id ID`: one training row in the terminal, mask highlighted.
 
 Dataset text is shown through `rich.text.Text` (never parsed as markup), so a row holding
-`[bold]` or `<script>` prints as itself. Decoding needs the tokenizer: the manifest's path, or
+`[bold]` or `<script>` prints as itself, and control characters from the data (ESC/OSC
+sequences, BEL, C1 controls, bidi overrides) are never written to the terminal: they are shown
+escaped (`\\x1b`, `\\u202e`). Without colours (piped, `NO_COLOR`) supervised runs are wrapped in
+`⟦…⟧` so a mask stays readable in a log. Decoding needs the tokenizer: the manifest's path, or
 `--tokenizer`; only the fast Rust tokenizer file is loaded.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,8 +28,51 @@ from draftset.verify_data import NotADraftsetError, OutputSet, open_output, supe
 SUPERVISED_STYLE = "bold black on green3"
 TOKEN_STYLES = ("", "on grey23")  # alternate backgrounds mark token boundaries
 SUPERVISED_TOKEN_STYLES = ("bold black on green3", "bold black on dark_sea_green2")
+ESCAPE_STYLE = "bold red"  # an escaped control character (added to the segment's style)
+MARK_OPEN, MARK_CLOSE = "\u27e6", "\u27e7"  # ⟦ ⟧ around supervised runs without colours
+TOKEN_SEP = "\u00a6"  # ¦ between tokens of --tokens without colours
+
+UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f"  # C0 (but tab, newline), DEL, C1: ESC, BEL, CSI, OSC ...
+    "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # bidi marks, embeddings, overrides
+    "\u2028\u2029]"  # line and paragraph separators
+)
+"""Characters from the data never written raw to a terminal (nor into the HTML report)."""
 
 Decoder = Callable[[list[int]], str]
+
+
+def escape_char(ch: str) -> str:
+    """`\\x1b`, `\\u202e`, `\\U000e0001`: a character as a visible escape."""
+    o = ord(ch)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def visible_parts(text: str, extra: str = "") -> list[tuple[str, bool]]:
+    """``text`` as (chunk, escaped) parts: control and bidi characters (and any character of
+    ``extra``, e.g. the plain-mode markers) become visible escapes, flagged True."""
+    pattern = UNSAFE if not extra else re.compile(f"{UNSAFE.pattern}|[{re.escape(extra)}]")
+    parts: list[tuple[str, bool]] = []
+    pos = 0
+    for m in pattern.finditer(text):
+        if m.start() > pos:
+            parts.append((text[pos : m.start()], False))
+        parts.append((escape_char(m.group()), True))
+        pos = m.end()
+    if pos < len(text):
+        parts.append((text[pos:], False))
+    return parts
+
+
+def visible(text: str) -> str:
+    """``text`` with control and bidi characters escaped (for one-line messages)."""
+    return "".join(chunk for chunk, _ in visible_parts(text))
+
+
+def _append(text: Text, chunk: str, style: str, plain: bool) -> None:
+    """Append data to ``text`` with its controls escaped (and, plain, the markers too)."""
+    for part, escaped in visible_parts(chunk, MARK_OPEN + MARK_CLOSE + TOKEN_SEP if plain else ""):
+        text.append(part, style=f"{style} {ESCAPE_STYLE}".strip() if escaped else style)
 
 
 class ShowError(Exception):
@@ -88,29 +135,47 @@ def row_facts(r: dict[str, Any], eot: set[int], block_size: int = 16) -> dict[st
 
 
 def render_row(
-    r: dict[str, Any], decode: Decoder, eot: set[int], tokens: bool = False, block_size: int = 16
+    r: dict[str, Any],
+    decode: Decoder,
+    eot: set[int],
+    tokens: bool = False,
+    block_size: int = 16,
+    plain: bool = False,
 ) -> tuple[Table, Text]:
-    """The facts table and the highlighted text of one row."""
+    """The facts table and the highlighted text of one row; ``plain`` (no colours) also marks
+    supervised runs with ⟦…⟧ and, with ``tokens``, token boundaries with ¦."""
     facts = row_facts(r, eot, block_size)
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
     for k, v in facts.items():
-        table.add_row(k, Text(str(v)))
+        table.add_row(k, Text(visible(str(v))))
     ids = [int(i) for i in r["input_ids"]]
     mask = r["loss_mask"]
     text = Text()
     if tokens:
         for i, tok in enumerate(ids):
-            styles = SUPERVISED_TOKEN_STYLES if mask[i] == 1 else TOKEN_STYLES
-            text.append(decode([tok]), style=styles[i % 2])
+            sup = mask[i] == 1
+            if plain:
+                if sup and (i == 0 or mask[i - 1] != 1):
+                    text.append(MARK_OPEN)
+                elif i:
+                    text.append(TOKEN_SEP)
+            styles = SUPERVISED_TOKEN_STYLES if sup else TOKEN_STYLES
+            _append(text, decode([tok]), styles[i % 2], plain)
+            if plain and sup and (i + 1 == len(ids) or mask[i + 1] != 1):
+                text.append(MARK_CLOSE)
         return table, text
     pos = 0
     for s, e in supervised_runs(mask):
-        text.append(decode(ids[pos:s]))
-        text.append(decode(ids[s:e]), style=SUPERVISED_STYLE)
+        _append(text, decode(ids[pos:s]), "", plain)
+        if plain:
+            text.append(MARK_OPEN)
+        _append(text, decode(ids[s:e]), SUPERVISED_STYLE, plain)
+        if plain:
+            text.append(MARK_CLOSE)
         pos = e
-    text.append(decode(ids[pos:]))
+    _append(text, decode(ids[pos:]), "", plain)
     return table, text
 
 
@@ -128,21 +193,31 @@ def show(
     index = find_row(out, row, row_id)
     decode, eot = load_decoder(out, tokenizer)
     r = out.row(index)
-    table, text = render_row(r, decode, eot, tokens, block_size)
     console = console or Console()
+    plain = console.no_color or console.color_system is None
+    table, text = render_row(r, decode, eot, tokens, block_size, plain)
     console.print(table)
     legend = Text()
-    legend.append("supervised (loss_mask = 1)", style=SUPERVISED_STYLE)
-    if tokens:
-        legend.append("  token boundaries: alternating backgrounds", style="dim")
+    if plain:
+        legend.append(f"supervised (loss_mask = 1): {MARK_OPEN}...{MARK_CLOSE}")
+        if tokens:
+            legend.append(f"  token boundaries: {TOKEN_SEP}")
+    else:
+        legend.append("supervised (loss_mask = 1)", style=SUPERVISED_STYLE)
+        if tokens:
+            legend.append("  token boundaries: alternating backgrounds", style="dim")
+    legend.append("  control characters: escaped (\\x1b, \\u202e)", style="dim")
     console.print(legend)
-    console.print(Panel(text, title=Text(str(r["id"])), title_align="left"))
+    console.print(Panel(text, title=Text(visible(str(r["id"]))), title_align="left"))
 
 
 def register_cli(subparsers: Any) -> None:
     """Add `draftset show` to a subparsers object (handler(args) -> exit code)."""
     p = subparsers.add_parser(
-        "show", help="print one training row with its supervised tokens highlighted"
+        "show",
+        help="print one training row with its supervised tokens highlighted",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("dir", metavar="DIR", help="a folder written by `draftset build`")
     which = p.add_mutually_exclusive_group(required=True)

@@ -4,15 +4,19 @@ Exit codes: 0 every check passed (skips allowed, always printed with their reaso
 failed (each failure names the check, its count and up to 5 example row ids), 2 unusable
 arguments (one line on stderr). The checks and their thresholds are documented in
 docs/verify.md. `fast_checks` is the subset that needs neither sources nor tokenizer; build runs
-it before reporting success.
+it before reporting success. A full run (not --fast) records its result, its time and the sha256
+of the set's files in DIR/verify.json, which `draftset report` shows (or marks stale).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +24,17 @@ from rich.console import Console
 from rich.markup import escape
 
 from draftset import reasons
+from draftset.read import sha256_file
+from draftset.show import visible
 from draftset.template import TokenizerError
-from draftset.verify_data import CheckResult, NotADraftsetError, OutputSet, open_output, row_stats
+from draftset.verify_data import (
+    VERIFY_RECORD,
+    CheckResult,
+    NotADraftsetError,
+    OutputSet,
+    open_output,
+    row_stats,
+)
 from draftset.verify_fast import (
     check_accounting,
     check_draft_vocab,
@@ -35,13 +48,18 @@ DEFAULT_BLOCK_SIZE = 16
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 __all__ = [
+    "VERIFY_RECORD",
     "CheckResult",
+    "RecordStatus",
     "fast_checks",
     "main",
     "print_results",
+    "read_record",
     "register_cli",
     "run_verify",
+    "write_record",
 ]
+RECORD_FORMAT = "draftset-verify/1"
 
 
 class VerifyUsageError(Exception):
@@ -64,7 +82,7 @@ def _fast(
 
 
 def fast_checks(
-    out_dir: Path | str,
+    out_dir: Path | str | OutputSet,
     block_size: int = DEFAULT_BLOCK_SIZE,
     load_pt: Callable[[Path], dict[int, int] | None] | None = None,
 ) -> list[CheckResult]:
@@ -72,9 +90,10 @@ def fast_checks(
 
     No sources and no tokenizer needed; vectorized, seconds on a big set. Raises
     NotADraftsetError when ``out_dir`` is not a draftset output. ``load_pt``: see
-    `check_token_freq`.
+    `check_token_freq`. Never writes the verify record (only a full run does).
     """
-    return _fast(open_output(Path(out_dir)), block_size, load_pt)
+    out = out_dir if isinstance(out_dir, OutputSet) else open_output(Path(out_dir))
+    return _fast(out, block_size, load_pt)
 
 
 def run_verify(
@@ -85,9 +104,14 @@ def run_verify(
     block_size: int = DEFAULT_BLOCK_SIZE,
     placeholders: tuple[str, ...] | None = None,
     speculators: bool = True,
+    record: bool = True,
 ) -> list[CheckResult]:
     """All checks. ``tokenizer`` overrides the manifest's path (a bad one raises TokenizerError);
-    ``sample`` mask-checks that many seeded rows (default: all rows of sets up to 20,000)."""
+    ``sample`` mask-checks that many seeded rows (default: all rows of sets up to 20,000).
+
+    ``record``: write the result beside the set (`verify.json`, see `write_record`) so `report`
+    can show it; a folder that cannot be written adds a `verify_record` skip saying so.
+    """
     from draftset.verify_mask import (
         check_sources,
         check_template,
@@ -140,7 +164,97 @@ def run_verify(
         )
     if speculators:
         results.append(check_speculators_load(out))
+    if record:
+        options = {
+            "tokenizer": tokenizer,
+            "sample": sample,
+            "seed": seed,
+            "block_size": block_size,
+            "placeholders": list(placeholders),
+        }
+        try:
+            write_record(out, results, options)
+        except OSError as exc:
+            msg = f"result not recorded: cannot write {out.folder / VERIFY_RECORD}: {exc}"
+            results.append(CheckResult("verify_record", "skip", msg))
     return results
+
+
+# --- the record of the last full run -------------------------------------------------------------
+def set_digests(out: OutputSet) -> dict[str, str]:
+    """sha256 of manifest.json and of every file the manifest lists that exists (the digests
+    the file_hashes check computed are reused: a big set is hashed once)."""
+    digests = {"manifest.json": sha256_file(out.folder / "manifest.json")}
+    for name in sorted(out.manifest.get("files") or {}):
+        path = out.folder / name
+        if name in out.sha256:
+            digests[name] = out.sha256[name]
+        elif "/" not in name and not name.startswith(".") and path.is_file():
+            digests[name] = out.sha256[name] = sha256_file(path)
+    return digests
+
+
+def write_record(
+    out: OutputSet, results: list[CheckResult], options: dict[str, Any] | None = None
+) -> Path:
+    """Write `verify.json` beside the set: when, which draftset, the options, every check and
+    the sha256 of the set's files as verified. Atomic (a reader never sees half a file); not
+    one of the set's files, so it never trips verify's own checks."""
+    from draftset import __version__
+
+    path = out.folder / VERIFY_RECORD
+    data = {
+        "format": RECORD_FORMAT,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "draftset_version": __version__,
+        "passed": not any(r.failed for r in results),
+        "options": options or {},
+        "checks": [r.to_json() for r in results],
+        "files": set_digests(out),
+    }
+    tmp = out.folder / f".{VERIFY_RECORD}.tmp-{os.getpid()}"
+    try:
+        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+@dataclass
+class RecordStatus:
+    """What `report` says about the last full verify: absent, unreadable, stale or current."""
+
+    record: dict[str, Any] | None
+    error: str | None = None  # the record exists but cannot be used
+    changed: list[str] = field(default_factory=list)  # files whose sha256 differs since then
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.changed)
+
+
+def read_record(out: OutputSet) -> RecordStatus:
+    """The last full verify of this set and whether the set's files still have the hashes it
+    verified (call after the fast checks on the same ``out``, to reuse their digests)."""
+    path = out.folder / VERIFY_RECORD
+    if not path.is_file():
+        return RecordStatus(None)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:
+        return RecordStatus(None, f"{VERIFY_RECORD} unreadable: {exc}")
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != RECORD_FORMAT
+        or not isinstance(data.get("files"), dict)
+        or not isinstance(data.get("checks"), list)
+    ):
+        return RecordStatus(None, f"{VERIFY_RECORD} is not a draftset verify record")
+    now = set_digests(out)
+    then: dict[str, Any] = data["files"]
+    changed = sorted(n for n in set(now) | set(then) if now.get(n) != then.get(n))
+    return RecordStatus(data, None, changed)
 
 
 # --- 9. loadable by speculators ------------------------------------------------------------------
@@ -217,15 +331,15 @@ def print_results(results: list[CheckResult], console: Console | None = None) ->
     style = {"pass": "green", "fail": "bold red", "skip": "yellow"}
     for r in results:
         label = r.status.upper()
-        line = f"[{style[r.status]}]{label:4}[/] {r.name}: {escape(r.summary)}"
+        line = f"[{style[r.status]}]{label:4}[/] {r.name}: {escape(visible(r.summary))}"
         if r.failed:
             line += f" [bold](count {r.count:,})[/]"
             if r.examples:
-                line += " e.g. " + escape(", ".join(r.examples))
+                line += " e.g. " + escape(visible(", ".join(r.examples)))
         console.print(line)
         if r.failed:
             for msg in r.details.get("messages", []):
-                console.print(f"       {escape(str(msg))}")
+                console.print(f"       {escape(visible(str(msg)))}")
     failed = [r.name for r in results if r.failed]
     if failed:
         console.print(f"[bold red]verify failed[/]: {', '.join(failed)}")
@@ -291,6 +405,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     except (NotADraftsetError, TokenizerError) as exc:
         return _usage(str(exc))
     print_results(results)
+    if not args.fast and not any(r.name == "verify_record" for r in results):
+        print(f"result recorded in {Path(args.dir) / VERIFY_RECORD} (shown by `draftset report`)")
     if args.json:
         Path(args.json).write_text(
             json.dumps(

@@ -27,6 +27,8 @@ REQUIRED_COLUMNS: dict[str, pa.DataType] = {
     "seq_len": pa.int64(),
 }
 MAX_EXAMPLES = 5
+VERIFY_RECORD = "verify.json"
+"""The result of the last full `verify`, written beside the set (not one of the set's files)."""
 
 
 class NotADraftsetError(Exception):
@@ -110,6 +112,8 @@ class OutputSet:
     read_error: str | None = None
     num_rows: int = 0
     _table: pa.Table | None = field(default=None, repr=False)
+    sha256: dict[str, str] = field(default_factory=dict, repr=False)
+    """Digests of files hashed by the file_hashes check (reused: a big set is hashed once)."""
 
     @property
     def readable(self) -> bool:

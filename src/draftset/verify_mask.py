@@ -449,6 +449,7 @@ def compare_row(
     if text != whole:
         v.mask.append("a supervised run boundary splits a character")
         return v
+    text, pieces, exp = in_normal_form(tmpl, text, pieces, exp)
     cut_allowed = options.get("truncation") == "truncate" and len(ids) == int(
         options.get("max_length") or -1
     )
@@ -489,6 +490,31 @@ def compare_row(
             continue  # cut off by truncation
         v.mask.append(f"assistant turn {j} should be supervised but is not: {_short(gen)}")
     return v
+
+
+def in_normal_form(
+    tmpl: ChatTemplate, text: str, pieces: list[tuple[int, int, str]], exp: Expected
+) -> tuple[str, list[tuple[int, int, str]], Expected]:
+    """The decoded row (with its runs) and its expectation in the tokenizer's normalized form.
+
+    A tokenizer with a normalizer (Qwen's NFC) encodes the normalized text, so its tokens decode
+    to that form (U+2126 OHM SIGN comes back as U+03A9): text is compared after applying that
+    same normalizer to both sides, and offsets are counted in normalized characters (the length
+    of the normalized prefix). Without a normalizer everything is compared raw, and so is a
+    row whose decoded text already equals (or, cut, starts) its expectation: equal raw text
+    means equal normalized text, and most rows need no normalizer call at all.
+    """
+    normalizer = getattr(tmpl.backend, "normalizer", None)
+    if normalizer is None or exp.text.startswith(text.rstrip("\ufffd")):
+        return text, pieces, exp
+    norm = normalizer.normalize_str
+
+    def at(s: str, i: int) -> int:
+        return len(norm(s[:i]))
+
+    pieces = [(at(text, s), at(text, e), norm(run)) for s, e, run in pieces]
+    gens = [(at(exp.text, s), norm(gen), j) for s, gen, j in exp.gens]
+    return norm(text), pieces, Expected(norm(exp.text), gens, exp.context)
 
 
 def _classify(start: int, end: int, run: str, exp: Expected, conv: Conversation) -> str:
