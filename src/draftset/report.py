@@ -251,6 +251,7 @@ def _run_section(run: dict[str, Any]) -> str:
     ]
     return "<h2>Answers from the target (draftset run)</h2>" + _table(["", ""], rows)
 
+
 def _checks_table(checks: list[dict[str, Any]]) -> str:
     """Check results (as in verify.json) as a table: status, count, summary, example ids."""
     rows = []
