@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -635,11 +636,10 @@ def _wait_for_port(
         if proc.poll() is not None:
             pytest.fail(f"transformers serve exited: {log.read_text(errors='replace')[-2000:]}")
         try:
-            import httpx
-
-            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
             pass
         time.sleep(0.2)
     pytest.fail("transformers serve did not start in time")

@@ -663,14 +663,27 @@ def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
 
 
 async def _drive(runner: _Runner, opts: GenerateOptions, done: set[bytes]) -> None:
-    """Feed jobs to a fixed set of workers through a small queue (memory stays bounded)."""
+    """Feed jobs to a fixed set of workers through a small queue (memory stays bounded).
+
+    A worker that fails (e.g. `NoEndpoint`) cancels the feeding loop, which then raises that
+    failure: no polling of the workers per row (that cost grew with the concurrency)."""
     workers = opts.concurrency * len(opts.endpoints)
     queue: asyncio.Queue[Job | None] = asyncio.Queue(maxsize=2 * workers)
     result = runner.result
+    feeder = asyncio.current_task()
+    failures: list[BaseException] = []
 
     async def worker() -> None:
-        while (job := await queue.get()) is not None:
-            await runner.answer(job)
+        try:
+            while (job := await queue.get()) is not None:
+                await runner.answer(job)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            if not failures and feeder is not None:
+                feeder.cancel()
+            failures.append(exc)
+            raise
 
     tasks = [asyncio.create_task(worker()) for _ in range(workers)]
     try:
@@ -682,30 +695,21 @@ async def _drive(runner: _Runner, opts: GenerateOptions, done: set[bytes]) -> No
             if isinstance(item, dict):
                 runner.fail(item)
                 continue
-            await _put(queue, item, tasks)
+            await queue.put(item)
         for _ in tasks:
-            await _put(queue, None, tasks)
+            await queue.put(None)
         await asyncio.gather(*tasks)
+    except asyncio.CancelledError:
+        if failures:  # cancelled by a failing worker, not from outside
+            cur = asyncio.current_task()
+            if cur is not None:
+                cur.uncancel()
+            raise failures[0] from None
+        raise
     finally:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _put(
-    queue: asyncio.Queue[Job | None], item: Job | None, tasks: list[asyncio.Task[None]]
-) -> None:
-    """Queue an item, but surface a worker's failure (e.g. `NoEndpoint`) instead of blocking."""
-    while True:
-        failed = next((t for t in tasks if t.done() and not t.cancelled() and t.exception()), None)
-        if failed is not None:
-            raise failed.exception()  # type: ignore[misc]
-        try:
-            async with asyncio.timeout(0.5):
-                await queue.put(item)
-            return
-        except TimeoutError:
-            continue
 
 
 # --- command line ---------------------------------------------------------------------------

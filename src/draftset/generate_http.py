@@ -208,6 +208,7 @@ class EndpointPool:
         self._checkers: dict[str, asyncio.Task[None]] = {}
         self._all_down_since: float | None = None
         self._rr = 0
+        self._waiting = 0  # acquire() calls waiting on the condition
         self.closed = False
 
     async def acquire(self) -> Endpoint:
@@ -228,11 +229,14 @@ class EndpointPool:
                     if down > self.give_up_after:
                         limit = f"--give-up-after {self.give_up_after:g}"
                         raise NoEndpoint(f"no endpoint healthy for {down:.0f}s ({limit})")
+                self._waiting += 1
                 try:
                     async with asyncio.timeout(self.health_interval):
                         await self._changed.wait()
                 except TimeoutError:
                     pass
+                finally:
+                    self._waiting -= 1
 
     def _pick(self) -> Endpoint | None:
         free = [
@@ -261,7 +265,7 @@ class EndpointPool:
             ep.failures += 1
             if ep.healthy and ep.failures >= FAILURES_BEFORE_CHECK:
                 self._check(ep, eject_first=False)
-        if self._changed._waiters:  # type: ignore[attr-defined]
+        if self._waiting:  # wake waiters only when there are some (the lock costs per request)
             async with self._changed:
                 self._changed.notify_all()
 
