@@ -856,3 +856,15 @@ def test_preset_and_field_mapping_as_in_build(tmp_path: Path, server: FaultServe
     assert generate(code, out2, server.url, extra=extra) == 0
     assert by_id(out2)["c1"]["messages"][0] == {"role": "user", "content": "Write a loop."}
     assert generate(src, tmp_path / "o3.jsonl", server.url, extra=["--preset", "nope"]) == 2
+    # a build recipe: its sources with their own preset / format / fields
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "tokenizer: unused\nout: unused\nsources:\n"
+        "  - {path: orca.jsonl, preset: openorca}\n"
+        "  - {path: code.jsonl, format: alpaca, fields: {instruction: task}}\n"
+    )
+    out4 = tmp_path / "o4.jsonl"
+    assert generate(recipe, out4, server.url) == 0
+    lines = by_id(out4)
+    assert lines["o1"]["messages"][0]["content"] == "You are terse."
+    assert lines["c1"]["messages"][0]["content"] == "Write a loop."

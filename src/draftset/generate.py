@@ -717,7 +717,9 @@ GENERATE_HELP = """\
 Have the target model answer prompts through OpenAI-compatible servers (vLLM, SGLang,
 transformers serve), turn by turn, crash-safe: rerun the same command to resume.
 
-SOURCE is anything `draftset build` reads, e.g. its DIR/prompts.jsonl. Rows that already have
+SOURCE is anything `draftset build` reads, e.g. its DIR/prompts.jsonl, or a build recipe
+(its sources with their format, fields and preset). The API key is read from DRAFTSET_API_KEY
+or OPENAI_API_KEY unless --api-key is given. Rows that already have
 answers keep their system/user turns and get every assistant turn regenerated. Output: one
 conversation per line in OUT, errors with a reason code in OUT.errors.jsonl (see docs/generate.md).
 """
@@ -852,17 +854,22 @@ def register_cli(subparsers: Any) -> None:
 
 def options_from_args(args: argparse.Namespace) -> GenerateOptions:
     """Validated options; raises `GenerateUsageError` with a one-line message."""
+    from draftset.read import HUB_PREFIX
     from draftset.recipe import RecipeError, parse_fields, source_name, unique_names
 
     try:
         fields = parse_fields(args.field)
+        if len(args.inputs) == 1 and args.inputs[0].endswith((".yaml", ".yml")):
+            sources = _recipe_sources(Path(args.inputs[0]), args)
+        else:
+            sources = [
+                Source(source_name(Path(p)), Path(p), args.format, fields) for p in args.inputs
+            ]
     except RecipeError as exc:
         raise GenerateUsageError(str(exc)) from None
-    sources = unique_names(
-        [Source(source_name(Path(p)), Path(p), args.format, fields) for p in args.inputs]
-    )
+    sources = unique_names(sources)
     for s in sources:
-        if not s.path.exists():
+        if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise GenerateUsageError(f"source not found: {s.path}")
     if args.preset:
         from draftset.presets import UnknownPresetError, apply_preset
@@ -911,6 +918,31 @@ def options_from_args(args: argparse.Namespace) -> GenerateOptions:
     )
     _check_numbers(opts)
     return opts
+
+
+def _recipe_sources(path: Path, args: argparse.Namespace) -> list[Source]:
+    """The sources of a `build` recipe, each with its own format, fields and preset. Selection
+    (weights, counts, max_samples, mix, dedup, decontamination) is build's: generate answers
+    every row, and says so when the recipe selects."""
+    from draftset.recipe import load_recipe
+
+    if args.format or args.field or args.preset:
+        raise GenerateUsageError(
+            "with a recipe, give format / fields / preset per source in the recipe"
+        )
+    recipe = load_recipe(path)
+    sources: list[Source] = recipe.get("sources") or []
+    if not sources:
+        raise GenerateUsageError(f"recipe {path} lists no sources")
+    selects = [k for k in ("max_samples", "mix", "decontaminate") if recipe.get(k)]
+    selects += ["weight/count"] if any(s.weight or s.count for s in sources) else []
+    if selects:
+        print(
+            f"draftset: note: generate answers every row of the recipe's sources; its "
+            f"selection ({', '.join(selects)}) applies when the set is built",
+            file=sys.stderr,
+        )
+    return sources
 
 
 def _json_object(text: str | None, what: str) -> dict[str, Any]:
