@@ -62,6 +62,7 @@ class FaultServer:
     retry_after: str = "1"
     model: str = MODEL
     down: bool = False  # answer 503 to everything (health checks included)
+    close_after_reply: bool = False  # close every connection after one reply (no header says so)
     down_after: int | None = None  # go down after this many 200 completions (no timer races)
     port: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)  # completion bodies received
@@ -125,6 +126,9 @@ class FaultServer:
                     break
                 writer.write(reply)
                 await writer.drain()
+                if self.close_after_reply:
+                    await asyncio.sleep(0.01)
+                    break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
         finally:

@@ -688,6 +688,17 @@ def test_read_response_never_inflates_past_the_limit() -> None:
     assert info.value.decoded
 
 
+def test_keep_alive_connection_closed_by_the_server_is_replaced(tmp_path: Path) -> None:
+    """A server that closes idle keep-alive connections: the next request opens a new one,
+    without counting a failure or a retry."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(8)])
+    out = tmp_path / "o.jsonl"
+    with FaultServer(close_after_reply=True) as srv:
+        assert generate(src, out, srv.url, extra=["--concurrency", "1", "--max-retries", "0"]) == 0
+        assert set(srv.attempts.values()) == {1}
+    assert len(by_id(out)) == 8
+
+
 def test_second_run_on_the_same_out_exits_2_at_once(tmp_path: Path) -> None:
     rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(60)]
     src = write_rows(tmp_path / "in.jsonl", rows)
