@@ -340,7 +340,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_endpoints_least_loaded_down_and_readmitted(tmp_path: Path) -> None:
+def test_endpoints_least_loaded_down_and_readmitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     dead = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
     src = write_rows(
         tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(120)]
@@ -355,6 +357,7 @@ def test_endpoints_least_loaded_down_and_readmitted(tmp_path: Path) -> None:
         assert len(by_id(out)) == 120
         assert a.completions > 0 and b.completions > 0  # b was re-admitted once healthy
         assert a.completions + b.completions == 120
+    assert "taken out of rotation" in capsys.readouterr().out
 
 
 def test_all_endpoints_unreachable_exits_1(tmp_path: Path) -> None:
@@ -786,7 +789,9 @@ def test_redact_authorization_echoes() -> None:
     assert "abc.def" not in out and "k1" not in out and "Zm9v" not in out and "sk-zz" not in out
 
 
-def test_one_failing_prompt_keeps_the_only_endpoint(tmp_path: Path) -> None:
+def test_one_failing_prompt_keeps_the_only_endpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A prompt the server answers with 500 every time is that row's error; the endpoint passes
     its health check and keeps serving (before: taken out, the run gave up with exit 1)."""
     rows = [{"id": "bad", "prompt": "cannot handle [500x99]"}]
@@ -800,6 +805,7 @@ def test_one_failing_prompt_keeps_the_only_endpoint(tmp_path: Path) -> None:
         assert time.monotonic() - t0 < 4
         assert srv.attempts[("cannot handle [500x99]", 0)] == 7
     assert len(by_id(out)) == 20
+    assert "taken out of rotation" not in capsys.readouterr().out
     assert by_id(tmp_path / "o.errors.jsonl")["bad"]["reason"] == "retries_exhausted"
 
 

@@ -192,6 +192,7 @@ class GenerateResult:
     seconds: float = 0.0
     aborted: str | None = None  # why the run stopped before the end (resume to finish)
     endpoints: dict[str, int] = field(default_factory=dict)  # requests per endpoint
+    ejections: dict[str, int] = field(default_factory=dict)  # times each endpoint was taken out
 
     @property
     def done(self) -> int:
@@ -551,6 +552,7 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
             runner.out.close()
             runner.errors.close()
             await pool.close()
+            result.ejections = {ep.url: ep.ejections for ep in pool.endpoints if ep.ejections}
             result.seconds = time.monotonic() - t0
     return result
 
