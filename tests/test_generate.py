@@ -855,6 +855,7 @@ def test_out_that_generate_did_not_write_is_refused_even_with_restart(
     assert generate(src, mine, server.url) == 2
     assert generate(src, mine, server.url, extra=["--restart"]) == 2
     assert mine.read_bytes() == before and not server.requests
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "mine.jsonl"]
 
 
 def test_preset_and_field_mapping_as_in_build(tmp_path: Path, server: FaultServer) -> None:

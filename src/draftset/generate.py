@@ -527,6 +527,7 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
     model unless ``opts.restart``."""
     t0 = time.monotonic()
     result = GenerateResult(opts.out, errors_path(opts.out))
+    _previous_run(opts)  # a file generate did not write is refused before a lock file is made
     with RunLock(opts.out):
         previous = _previous_run(opts)
         pool = await _open_pool(opts)
