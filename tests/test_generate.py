@@ -702,6 +702,34 @@ def test_keep_alive_connection_closed_by_the_server_is_replaced(tmp_path: Path) 
     assert len(by_id(out)) == 8
 
 
+@pytest.mark.parametrize(
+    ("raw", "body", "keep"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi", b"hi", True),
+        (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi", b"hi", False),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nhi", b"hi", False),
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", b"x", True),
+        (b"HTTP/1.1 200 OK\r\n\r\nuntil the end", b"until the end", False),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"3;x=y\r\nabc\r\n2\r\nde\r\n0\r\nTrailer: 1\r\n\r\n",
+            b"abcde",
+            True,
+        ),
+    ],
+)
+def test_read_response_framing(raw: bytes, body: bytes, keep: bool) -> None:
+    import asyncio
+
+    from draftset.generate_wire import _Conn, read_response
+
+    conn = _Conn()
+    conn.buf += raw
+    conn.eof = True  # everything has arrived
+    resp, reusable = asyncio.run(read_response(conn, 1 << 20))
+    assert (resp.status, resp.body, reusable) == (200, body, keep)
+
+
 def test_second_run_on_the_same_out_exits_2_at_once(tmp_path: Path) -> None:
     rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(60)]
     src = write_rows(tmp_path / "in.jsonl", rows)
