@@ -857,6 +857,7 @@ def test_resume_refuses_other_settings_or_model_and_restart(
             (["--temperature", "0.6", "--thinking", "off"], "thinking 'on' -> 'off'"),
             (["--temperature", "0.6", "--chat-template-kwargs", '{"x": 1}'], "x"),
             (["--temperature", "0.6", "--top-p", "0.9"], "top_p None -> 0.9"),
+            (["--temperature", "0.6", "--format", "prompt"], "inputs.in.format None -> 'prompt'"),
         ]:
             assert generate(src, out, srv.url, extra=extra) == 2
             err = capsys.readouterr().err
@@ -868,6 +869,12 @@ def test_resume_refuses_other_settings_or_model_and_restart(
         lines = read_lines(out)
         assert len(lines) == 5
         assert {x["metadata"]["sampling"]["temperature"] for x in lines} == {0.7}
+        # another source added on a resume is not a change: only its rows are asked for
+        more = write_rows(tmp_path / "more.jsonl", [{"id": "m0", "prompt": "more"}])
+        asked = len(srv.requests)
+        args = [str(src), str(more), "--out", str(out), "--endpoint", srv.url, *FAST]
+        assert main([*args, "--temperature", "0.7"]) == 0
+        assert len(srv.requests) == asked + 1 and len(read_lines(out)) == 6
     with FaultServer(model="another-model") as other:
         assert generate(src, out, other.url, extra=["--temperature", "0.7"]) == 2
         assert "model 'fault-model' -> 'another-model'" in capsys.readouterr().err

@@ -161,10 +161,14 @@ class GenerateOptions:
             "thinking": self.thinking,
             "keep_length": self.keep_length,
             "return_token_ids": self.return_token_ids,
-            "inputs": [
-                {"format": s.format, "fields": s.fields, "preset": getattr(s, "preset", None)}
+            "inputs": {
+                s.name: {
+                    "format": s.format,
+                    "fields": s.fields,
+                    "preset": getattr(s, "preset", None),
+                }
                 for s in self.sources
-            ],
+            },
         }
 
     def thinking_for(self, row_id: str) -> bool:
@@ -628,9 +632,14 @@ def _check_and_record(
             changes.append(f"model weights {old_root!r} -> {root!r}")
         old = previous.get("settings")
         if old is not None:
-            new = settings
-            if previous.get("legacy"):
-                new = {k: settings[k] for k in old}
+            old = dict(old)
+            new = {k: v for k, v in settings.items() if k in old or not previous.get("legacy")}
+            # a source read another way is a change; a source added or left out is not
+            old_inputs, new_inputs = old.pop("inputs", None) or {}, new.pop("inputs", {})
+            if isinstance(old_inputs, dict):
+                shared = old_inputs.keys() & new_inputs.keys()
+                old["inputs"] = {k: old_inputs[k] for k in shared}
+                new["inputs"] = {k: new_inputs[k] for k in shared}
             changes += _differences(old, new)
         if changes:
             raise GenerateUsageError(
