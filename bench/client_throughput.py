@@ -6,6 +6,8 @@ each get a core. Every client runs as its own process from a driver in bench/dri
 same single-turn prompts (one request per row) with the same ``max_tokens``:
 
 - ``draftset``: ``run_generate`` (what ``draftset generate`` runs), ``--concurrency C``;
+- ``baseline`` (with ``--baseline-src DIR``): the same driver importing draftset from another
+  checkout's ``src`` (e.g. a copy of main's), so before/after share one run on a noisy machine;
 - ``speculators``: speculators 0.9.0 ``regenerate-responses`` (aiohttp, C worker tasks), the
   installed package's own function; it runs from the project's venv (0.9.0 is installed there
   ``--no-deps``, plus aiohttp and loguru) because 0.7.0.2, the bench venv's version, has no
@@ -21,8 +23,9 @@ median and the spread. Before every run the load from other processes is sampled
 and during the run it is computed from /proc/stat minus the client's and the server's CPU: on a
 shared 2-core machine, read it before believing a ratio.
 
-    .venv/bin/python bench/client_throughput.py [--rows 2000] [--concurrency 8 64 128]
-        [--repeat 3] [--clients draftset speculators specforge] [--json FILE]
+    .venv/bin/python bench/client_throughput.py [--rows 2000] [--concurrency 8 64 256]
+        [--repeat 3] [--clients draftset speculators specforge] [--baseline-src DIR]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -51,11 +54,13 @@ MAX_TOKENS = 64
 RUN_TIMEOUT = 600.0
 CLIENTS = {
     "draftset": "client_draftset.py",
+    "baseline": "client_draftset.py",
     "speculators": "client_speculators.py",
     "specforge": "client_specforge_repro.py",
 }
 LABELS = {
     "draftset": "draftset generate",
+    "baseline": "draftset generate (baseline src)",
     "speculators": "speculators 0.9.0 regenerate-responses",
     "specforge": "SpecForge regenerate_train_data.py (repro)",
 }
@@ -110,7 +115,9 @@ def tokenizer_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
 
 
-def run_client(client: str, c: int, tmp: Path, prompts: dict[str, Path]) -> dict[str, Any]:
+def run_client(
+    client: str, c: int, tmp: Path, prompts: dict[str, Path], baseline: Path | None = None
+) -> dict[str, Any]:
     other_before = busy_cores(1.0)  # nothing of ours runs now: everything busy is other load
     load1 = load_average()[0]
     server, url = start_server()
@@ -119,13 +126,15 @@ def run_client(client: str, c: int, tmp: Path, prompts: dict[str, Path]) -> dict
         stale.unlink()
     target = {
         "draftset": [str(prompts["messages"]), str(out), url],
+        "baseline": [str(prompts["messages"]), str(out), url],
         "speculators": [str(prompts["messages"]), str(out), url + "/chat/completions"],
         "specforge": [str(prompts["conversations"]), str(out), url.split("//")[1][: -len("/v1")]],
     }[client]
     cmd = [str(VENV_PY), str(DRIVERS / CLIENTS[client]), *target, str(c), str(MAX_TOKENS)]
     try:
         s0 = cpu_of(server.pid)
-        m = run_measured(cmd, cwd=tmp, timeout=RUN_TIMEOUT, interval=0.5)
+        env = {"PYTHONPATH": str(baseline)} if client == "baseline" and baseline else None
+        m = run_measured(cmd, env=env, cwd=tmp, timeout=RUN_TIMEOUT, interval=0.5)
         server_cpu = cpu_of(server.pid) - s0
     finally:
         stop(server)
@@ -206,12 +215,21 @@ def summarize(records: list[dict[str, Any]], rows: int, repeat: int) -> Table:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2000)
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[8, 64, 128])
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[8, 64, 256])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--clients", nargs="+", choices=list(CLIENTS), default=list(CLIENTS))
     ap.add_argument("--json", type=Path, help="write every run's measurements here")
+    ap.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="also run the draftset client from this src folder (client 'baseline')",
+    )
     ap.add_argument("--report", type=Path, help="print the table of a saved --json again")
     args = ap.parse_args()
+    if args.baseline_src and "baseline" not in args.clients:
+        args.clients = ["baseline", *args.clients]
+    if "baseline" in args.clients and not args.baseline_src:
+        ap.error("client 'baseline' needs --baseline-src DIR")
     console = Console(width=200)
     if args.report:
         saved = json.loads(args.report.read_text())
@@ -227,7 +245,7 @@ def main() -> None:
         for rnd in range(args.repeat):
             for c in args.concurrency:
                 for client in args.clients:
-                    rec = run_client(client, c, tmp, prompts)
+                    rec = run_client(client, c, tmp, prompts, args.baseline_src)
                     records.append(rec)
                     got = f"{rec['rps']:,.0f} req/s" if "rps" in rec else "FAILED"
                     console.print(

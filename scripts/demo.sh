@@ -13,7 +13,7 @@ PORT=${DEMO_PORT:-8765}
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 50); do  # wait until it answers
-  .venv/bin/python -c "import httpx; httpx.get('http://127.0.0.1:$PORT/v1/models').raise_for_status()" 2>/dev/null && break
+  .venv/bin/python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/v1/models', timeout=2)" 2>/dev/null && break
   sleep 0.2
 done
 # select -> answer (stand-in) -> build -> verify -> report; rerun the same line to resume

@@ -13,7 +13,14 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
   without ``choices``;
 - ``[length]``: every answer has ``finish_reason: "length"``; ``[400]``: always HTTP 400;
 - ``[call:NAME]``: the model calls tool NAME whenever the last message is not a tool result;
-- ``[reasoningfield]``: reasoning is returned as ``reasoning`` instead of ``reasoning_content``.
+- ``[reasoningfield]``: reasoning is returned as ``reasoning`` instead of ``reasoning_content``;
+- ``[huge]``: a 200 whose body is ``huge_bytes`` long; ``[gzipbomb]``: a 200 of ~64 KiB, gzip
+  encoded, that inflates to ``bomb_bytes``; ``[gzip]`` / ``[chunked]``: a normal answer, gzip
+  encoded / sent in chunks;
+- ``[surrogate]``: an answer whose content is the JSON escape of a lone surrogate (``\\ud800``);
+- ``[echoauth]``: HTTP 401 whose body echoes the request's ``Authorization`` header.
+
+Every request's headers are kept in ``headers`` (lower-case names).
 
 Run ``python tests/fault_server.py --port 0`` to serve from another process (prints the URL).
 """
@@ -22,19 +29,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import re
 import threading
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 MODEL = "fault-model"
 _DIRECTIVE = re.compile(r"\[(500|429|slow|drop|badjson|badshape)x(\d+)\]")
+_BOMBS: dict[int, bytes] = {}
 _CALL = re.compile(r"\[call:(\w+)\]")
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
     429: "Too Many Requests",
     500: "Internal Server Error",
     503: "Service Unavailable",
@@ -51,10 +62,15 @@ class FaultServer:
     retry_after: str = "1"
     model: str = MODEL
     down: bool = False  # answer 503 to everything (health checks included)
+    close_after_reply: bool = False  # close every connection after one reply (no header says so)
+    down_after: int | None = None  # go down after this many 200 completions (no timer races)
     port: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)  # completion bodies received
     attempts: Counter[tuple[str, int]] = field(default_factory=Counter)
     completions: int = 0  # 200 completions sent
+    huge_bytes: int = 2 * 1024 * 1024
+    bomb_bytes: int = 256 * 1024 * 1024
+    headers: list[dict[str, str]] = field(default_factory=list)  # of every request
 
     def __post_init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -104,17 +120,23 @@ class FaultServer:
                 head = await reader.readuntil(b"\r\n\r\n")
                 method, path, headers = _parse_head(head)
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                reply = await self._route(method, path, body)
+                self.headers.append(headers)
+                reply = await self._route(method, path, body, headers)
                 if reply is None:  # drop the connection without an answer
                     break
                 writer.write(reply)
                 await writer.drain()
+                if self.close_after_reply:
+                    await asyncio.sleep(0.01)
+                    break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
         finally:
             writer.close()  # also on cancellation at shutdown
 
-    async def _route(self, method: str, path: str, body: bytes) -> bytes | None:
+    async def _route(
+        self, method: str, path: str, body: bytes, headers: dict[str, str]
+    ) -> bytes | None:
         if self.down:
             return _response(503, {"error": "down"})
         if method == "GET" and path.rstrip("/") == "/v1/models":
@@ -122,10 +144,10 @@ class FaultServer:
                 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
             )
         if method == "POST" and path.rstrip("/") == "/v1/chat/completions":
-            return await self._complete(json.loads(body))
+            return await self._complete(json.loads(body), headers)
         return _response(404, {"error": f"no route {method} {path}"})
 
-    async def _complete(self, req: dict[str, Any]) -> bytes | None:
+    async def _complete(self, req: dict[str, Any], headers: dict[str, str]) -> bytes | None:
         self.requests.append(req)
         msgs = req["messages"]
         first = next(m["content"] for m in msgs if m["role"] == "user")
@@ -139,11 +161,33 @@ class FaultServer:
             return _response(404, {"error": f"model {req.get('model')!r} not served"})
         if "[400]" in first:
             return _response(400, {"error": "bad request (injected)"})
+        if "[echoauth]" in first:
+            echo = {
+                "error": "unauthorized",
+                "headers": {"authorization": headers.get("authorization")},
+            }
+            return _response(401, echo)
+        if "[huge]" in first:
+            return _raw(200, b" " * self.huge_bytes)
+        if "[gzipbomb]" in first:
+            return _raw(200, _bomb(self.bomb_bytes), {"Content-Encoding": "gzip"})
         for kind, n in _DIRECTIVE.findall(first):
             if attempt <= int(n):
                 return await self._fault(kind)
         self.completions += 1
-        return _response(200, _completion(req, first, turn))
+        reply = _completion(req, first, turn)
+        if "[surrogate]" in first:
+            text = json.dumps(reply).replace("answer ", "answer \\ud800 ", 1)
+            return _raw(200, text.encode())
+        if "[gzip]" in first:
+            return _raw(
+                200, gzip.compress(json.dumps(reply).encode()), {"Content-Encoding": "gzip"}
+            )
+        if "[chunked]" in first:
+            return _chunked(json.dumps(reply).encode())
+        if self.down_after is not None and self.completions >= self.down_after:
+            self.down, self.down_after = True, None  # once: the test brings it back up
+        return _response(200, reply)
 
     async def _fault(self, kind: str) -> bytes | None:
         if kind == "500":
@@ -226,6 +270,25 @@ def _raw(status: int, body: bytes, headers: dict[str, str] | None = None) -> byt
     ]
     lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def _bomb(size: int) -> bytes:
+    """``size`` spaces (rounded up to 1 MiB), gzip-compressed to about size / 1000 bytes."""
+    if size not in _BOMBS:
+        comp = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        block = b" " * (1 << 20)
+        body = b"".join(comp.compress(block) for _ in range(-(-size >> 20))) + comp.flush()
+        _BOMBS[size] = body
+    return _BOMBS[size]
+
+
+def _chunked(body: bytes) -> bytes:
+    head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    out = bytearray(head.encode())
+    for i in range(0, len(body), 7):
+        part = body[i : i + 7]
+        out += b"%x;ext=1\r\n" % len(part) + part + b"\r\n"
+    return bytes(out + b"0\r\nX-Trailer: 1\r\n\r\n")
 
 
 async def _serve_forever(srv: FaultServer) -> None:

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -344,7 +345,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_endpoints_least_loaded_down_and_readmitted(tmp_path: Path) -> None:
+def test_endpoints_least_loaded_down_and_readmitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     dead = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
     src = write_rows(
         tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(120)]
@@ -359,6 +362,7 @@ def test_endpoints_least_loaded_down_and_readmitted(tmp_path: Path) -> None:
         assert len(by_id(out)) == 120
         assert a.completions > 0 and b.completions > 0  # b was re-admitted once healthy
         assert a.completions + b.completions == 120
+    assert "taken out of rotation" in capsys.readouterr().out
 
 
 def test_all_endpoints_unreachable_exits_1(tmp_path: Path) -> None:
@@ -371,10 +375,7 @@ def test_all_endpoints_unreachable_exits_1(tmp_path: Path) -> None:
 def test_run_stops_resumably_when_every_endpoint_stays_down(tmp_path: Path) -> None:
     src = write_rows(tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(40)])
     out = tmp_path / "o.jsonl"
-    with FaultServer(latency=0.05) as srv:
-        import threading
-
-        threading.Timer(0.3, lambda: setattr(srv, "down", True)).start()
+    with FaultServer(latency=0.05, down_after=10) as srv:
         rc = generate(src, out, srv.url, extra=["--concurrency", "2", "--give-up-after", "0.5"])
         assert rc == 1
         done = len(read_lines(out)) + len(read_lines(tmp_path / "o.errors.jsonl"))
@@ -643,11 +644,285 @@ def _wait_for_port(
         if proc.poll() is not None:
             pytest.fail(f"transformers serve exited: {log.read_text(errors='replace')[-2000:]}")
         try:
-            import httpx
-
-            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
             pass
         time.sleep(0.2)
     pytest.fail("transformers serve did not start in time")
+
+
+# --- issue 10: bounded responses, one writer, valid UTF-8, credentials, endpoint health ---------
+def test_response_size_cap_and_gzip_bomb_are_row_errors(tmp_path: Path) -> None:
+    rows = [
+        {"id": "ok", "prompt": "hello"},
+        {"id": "huge", "prompt": "big body [huge]"},
+        {"id": "bomb", "prompt": "small gzip body, 256 MiB inflated [gzipbomb]"},
+        {"id": "gzip", "prompt": "a normal gzip answer [gzip]"},
+        {"id": "chunked", "prompt": "a chunked answer [chunked]"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer() as srv:
+        rc = generate(src, out, srv.url, extra=["--max-response-bytes", str(1 << 20)])
+        assert rc == 0
+        assert srv.attempts[(rows[2]["prompt"], 0)] == 1  # too large: final, never retried
+    written, errors = by_id(out), by_id(tmp_path / "o.errors.jsonl")
+    assert set(written) == {"ok", "gzip", "chunked"}
+    assert written["gzip"]["messages"][-1]["content"].startswith("answer 0 to")
+    assert {k: v["reason"] for k, v in errors.items()} == {
+        "huge": "response_too_large",
+        "bomb": "response_too_large",
+    }
+    assert "decompresses to more than 1,048,576 bytes" in errors["bomb"]["message"]
+    assert "--max-response-bytes" in errors["huge"]["message"]
+
+
+def test_read_response_never_inflates_past_the_limit() -> None:
+    """The decoder is handed at most limit + 1 output bytes, whatever the gzip body holds."""
+    import asyncio
+
+    from fault_server import _bomb
+
+    from draftset.generate_wire import BodyTooLarge, _Conn, read_response
+
+    body = _bomb(64 << 20)
+    conn = _Conn()
+    head = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(body)
+    conn.buf += head + body
+    with pytest.raises(BodyTooLarge) as info:
+        asyncio.run(read_response(conn, 1 << 20))
+    assert info.value.decoded
+
+
+def test_keep_alive_connection_closed_by_the_server_is_replaced(tmp_path: Path) -> None:
+    """A server that closes idle keep-alive connections: the next request opens a new one,
+    without counting a failure or a retry."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(8)])
+    out = tmp_path / "o.jsonl"
+    with FaultServer(close_after_reply=True) as srv:
+        assert generate(src, out, srv.url, extra=["--concurrency", "1", "--max-retries", "0"]) == 0
+        assert set(srv.attempts.values()) == {1}
+    assert len(by_id(out)) == 8
+
+
+@pytest.mark.parametrize(
+    ("raw", "body", "keep"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi", b"hi", True),
+        (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi", b"hi", False),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nhi", b"hi", False),
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", b"x", True),
+        (b"HTTP/1.1 200 OK\r\n\r\nuntil the end", b"until the end", False),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"3;x=y\r\nabc\r\n2\r\nde\r\n0\r\nTrailer: 1\r\n\r\n",
+            b"abcde",
+            True,
+        ),
+    ],
+)
+def test_read_response_framing(raw: bytes, body: bytes, keep: bool) -> None:
+    import asyncio
+
+    from draftset.generate_wire import _Conn, read_response
+
+    conn = _Conn()
+    conn.buf += raw
+    conn.eof = True  # everything has arrived
+    resp, reusable = asyncio.run(read_response(conn, 1 << 20))
+    assert (resp.status, resp.body, reusable) == (200, body, keep)
+
+
+def test_second_run_on_the_same_out_exits_2_at_once(tmp_path: Path) -> None:
+    rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(60)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer(latency=0.05) as srv:
+        proc = _child(src, out, srv.url)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (not out.exists() or not out.read_bytes()):
+            time.sleep(0.01)
+        asked = len(srv.requests)
+        t0 = time.monotonic()
+        assert generate(src, out, srv.url) == 2
+        assert time.monotonic() - t0 < 5
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()
+        assert len(srv.requests) - asked <= 60  # the refused run sent nothing of its own
+        assert len(srv.requests) == 60
+    assert set(by_id(out)) == {f"r{i}" for i in range(60)}  # each row exactly once
+
+
+def test_lone_surrogate_in_an_answer_is_an_error_never_written(tmp_path: Path) -> None:
+    from draftset.read import Source, iter_raw_rows
+
+    rows = [{"id": "ok", "prompt": "hello"}, {"id": "bad", "prompt": "half a pair [surrogate]"}]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer() as srv:
+        assert generate(src, out, srv.url, extra=["--max-retries", "1"]) == 0
+    out.read_bytes().decode("utf-8")  # strict: the file is valid UTF-8
+    errors = by_id(tmp_path / "o.errors.jsonl")
+    assert errors["bad"]["reason"] == "invalid_response"
+    assert "surrogate" in errors["bad"]["message"]
+    assert set(by_id(out)) == {"ok"}
+    assert all(raw.reject is None for raw in iter_raw_rows(Source("o", out)))  # build reads it
+
+
+def test_api_key_from_the_environment_redacted_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "sk-test-0123456789abcdef"
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("DRAFTSET_API_KEY", secret)
+    rows = [{"id": "ok", "prompt": "hello"}, {"id": "echo", "prompt": "who am I [echoauth]"}]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer() as srv:
+        url = srv.url.replace("http://", "http://alice:hunter2pw@")
+        assert generate(src, out, url) == 0
+        assert {h.get("authorization") for h in srv.headers} == {f"Bearer {secret}"}
+    files = (
+        out.read_text()
+        + (tmp_path / "o.errors.jsonl").read_text()
+        + out.with_name("o.run.json").read_text()
+    )
+    printed = capsys.readouterr()
+    for text in (files, printed.out, printed.err):
+        assert secret not in text and "hunter2pw" not in text and "alice" not in text
+    errors = by_id(tmp_path / "o.errors.jsonl")
+    assert errors["echo"]["status"] == 401 and "[redacted]" in errors["echo"]["message"]
+    assert by_id(out)["ok"]["metadata"]["endpoint"] == srv.url
+    # without a key, user:password@ in the URL is sent as Basic auth (and never shown)
+    monkeypatch.delenv("DRAFTSET_API_KEY")
+    monkeypatch.setenv("OPENAI_API_KEY", "")
+    with FaultServer() as srv:
+        url = srv.url.replace("http://", "http://alice:hunter2pw@")
+        assert generate(src, tmp_path / "basic.jsonl", url) == 0
+        assert {h.get("authorization") for h in srv.headers} == {"Basic YWxpY2U6aHVudGVyMnB3"}
+
+
+def test_api_key_environment_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    from draftset.generate import api_key_from_env
+
+    monkeypatch.delenv("DRAFTSET_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "from-openai")
+    assert api_key_from_env() == "from-openai"
+    monkeypatch.setenv("DRAFTSET_API_KEY", "from-draftset")
+    assert api_key_from_env() == "from-draftset"
+
+
+def test_redact_authorization_echoes() -> None:
+    from draftset.generate_http import redact
+
+    text = '{"authorization": "Bearer abc.def", "x-api-key": "k1"} Authorization: Basic Zm9v'
+    out = redact(text + " token sk-zz", ("sk-zz",))
+    assert "abc.def" not in out and "k1" not in out and "Zm9v" not in out and "sk-zz" not in out
+
+
+def test_one_failing_prompt_keeps_the_only_endpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A prompt the server answers with 500 every time is that row's error; the endpoint passes
+    its health check and keeps serving (before: taken out, the run gave up with exit 1)."""
+    rows = [{"id": "bad", "prompt": "cannot handle [500x99]"}]
+    rows += [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(20)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    extra = ["--concurrency", "1", "--health-interval", "5", "--give-up-after", "0.5"]
+    with FaultServer() as srv:
+        t0 = time.monotonic()
+        assert generate(src, out, srv.url, extra=extra) == 0
+        assert time.monotonic() - t0 < 4
+        assert srv.attempts[("cannot handle [500x99]", 0)] == 7
+    assert len(by_id(out)) == 20
+    assert "taken out of rotation" not in capsys.readouterr().out
+    assert by_id(tmp_path / "o.errors.jsonl")["bad"]["reason"] == "retries_exhausted"
+
+
+# --- issue 12: resume refuses other settings; presets -------------------------------------------
+def test_resume_refuses_other_settings_or_model_and_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(5)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer() as srv:
+        assert generate(src, out, srv.url, extra=["--temperature", "0.6"]) == 0
+        run = json.loads((tmp_path / "o.run.json").read_text())
+        assert run["model"] == "fault-model" and run["reported_models"] == ["fault-model"]
+        assert run["settings"]["sampling"] == {"temperature": 0.6}
+        before = out.read_bytes()
+        asked = len(srv.requests)
+        capsys.readouterr()
+        for extra, named in [
+            (["--temperature", "0.7"], "temperature 0.6 -> 0.7"),
+            (["--temperature", "0.6", "--thinking", "off"], "thinking 'on' -> 'off'"),
+            (["--temperature", "0.6", "--chat-template-kwargs", '{"x": 1}'], "x"),
+            (["--temperature", "0.6", "--top-p", "0.9"], "top_p None -> 0.9"),
+            (["--temperature", "0.6", "--format", "prompt"], "inputs.in.format None -> 'prompt'"),
+        ]:
+            assert generate(src, out, srv.url, extra=extra) == 2
+            err = capsys.readouterr().err
+            assert named in err and "--restart" in err, err
+        assert out.read_bytes() == before and len(srv.requests) == asked
+        # --restart: the previous answers go (they are ours), the new settings apply
+        assert generate(src, out, srv.url, extra=["--temperature", "0.7", "--restart"]) == 0
+        assert "removed the previous run's" in capsys.readouterr().err
+        lines = read_lines(out)
+        assert len(lines) == 5
+        assert {x["metadata"]["sampling"]["temperature"] for x in lines} == {0.7}
+        # another source added on a resume is not a change: only its rows are asked for
+        more = write_rows(tmp_path / "more.jsonl", [{"id": "m0", "prompt": "more"}])
+        asked = len(srv.requests)
+        args = [str(src), str(more), "--out", str(out), "--endpoint", srv.url, *FAST]
+        assert main([*args, "--temperature", "0.7"]) == 0
+        assert len(srv.requests) == asked + 1 and len(read_lines(out)) == 6
+    with FaultServer(model="another-model") as other:
+        assert generate(src, out, other.url, extra=["--temperature", "0.7"]) == 2
+        assert "model 'fault-model' -> 'another-model'" in capsys.readouterr().err
+        assert not other.requests
+
+
+def test_out_that_generate_did_not_write_is_refused_even_with_restart(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    mine = write_rows(tmp_path / "mine.jsonl", [{"id": "a", "text": "my own data"}])
+    before = mine.read_bytes()
+    assert generate(src, mine, server.url) == 2
+    assert generate(src, mine, server.url, extra=["--restart"]) == 2
+    assert mine.read_bytes() == before and not server.requests
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "mine.jsonl"]
+
+
+def test_preset_and_field_mapping_as_in_build(tmp_path: Path, server: FaultServer) -> None:
+    orca = [
+        {"id": "o1", "system_prompt": "You are terse.", "question": "Why?", "response": "OLD"},
+    ]
+    src = write_rows(tmp_path / "orca.jsonl", orca)
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url, extra=["--preset", "openorca"]) == 0
+    msgs = by_id(out)["o1"]["messages"]
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant"]
+    assert msgs[0]["content"] == "You are terse." and "OLD" not in msgs[2]["content"]
+    code = write_rows(tmp_path / "code.jsonl", [{"id": "c1", "task": "Write a loop."}])
+    out2 = tmp_path / "o2.jsonl"
+    extra = ["--format", "alpaca", "--field", "instruction=task"]
+    assert generate(code, out2, server.url, extra=extra) == 0
+    assert by_id(out2)["c1"]["messages"][0] == {"role": "user", "content": "Write a loop."}
+    assert generate(src, tmp_path / "o3.jsonl", server.url, extra=["--preset", "nope"]) == 2
+    # a build recipe: its sources with their own preset / format / fields
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "tokenizer: unused\nout: unused\nsources:\n"
+        "  - {path: orca.jsonl, preset: openorca}\n"
+        "  - {path: code.jsonl, format: alpaca, fields: {instruction: task}}\n"
+    )
+    out4 = tmp_path / "o4.jsonl"
+    assert generate(recipe, out4, server.url) == 0
+    lines = by_id(out4)
+    assert lines["o1"]["messages"][0]["content"] == "You are terse."
+    assert lines["c1"]["messages"][0]["content"] == "Write a loop."

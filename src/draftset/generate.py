@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import random
 import sys
 import time
@@ -36,6 +37,8 @@ from draftset.generate_dialog import (
     run_dialog,
 )
 from draftset.generate_http import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    RESPONSE_TOO_LARGE,
     Completion,
     Endpoint,
     EndpointPool,
@@ -44,13 +47,24 @@ from draftset.generate_http import (
     RetriesExhausted,
     RetryPolicy,
     TransientError,
-    base_url,
     complete,
     list_models,
-    make_clients,
+    make_endpoint,
 )
-from draftset.generate_store import LineWriter, StoreError, drop_ids, errors_path, recover
-from draftset.normalize import normalize
+from draftset.generate_store import (
+    LineWriter,
+    RunLock,
+    StoreError,
+    drop_ids,
+    errors_path,
+    first_line,
+    read_run,
+    recover,
+    run_path,
+    write_run,
+)
+from draftset.generate_wire import redact_url
+from draftset.normalize import FORMATS, normalize
 from draftset.read import Source, SourceError, count_rows, iter_raw_rows
 from draftset.records import PreTokenized, PromptOnly, Reject
 
@@ -62,6 +76,8 @@ HTTP_4XX = "http_4xx"  # the server refused the request (4xx other than 429): no
 RETRIES_EXHAUSTED = "retries_exhausted"  # 429 / 5xx / timeouts / connection errors, every try
 INVALID_RESPONSE = "invalid_response"  # every try got a 200 whose body is not a completion
 PRETOKENIZED = "pretokenized"  # input_ids rows carry no text to send
+# RESPONSE_TOO_LARGE = "response_too_large": a response body (or its gzip/deflate decoding) over
+# --max-response-bytes; not retried, the connection is closed having read at most that much.
 # input rows that `normalize` rejects keep its own code (reasons.UNKNOWN_FORMAT, ...), and
 # reasons.DUPLICATE_ID marks a row whose id is already used in this run.
 
@@ -74,6 +90,7 @@ GENERATE_REASONS = frozenset(
         RETRIES_EXHAUSTED,
         INVALID_RESPONSE,
         PRETOKENIZED,
+        RESPONSE_TOO_LARGE,
     }
 )
 RETRYABLE_REASONS = frozenset({RETRIES_EXHAUSTED, INVALID_RESPONSE})
@@ -82,6 +99,9 @@ RETRYABLE_REASONS = frozenset({RETRIES_EXHAUSTED, INVALID_RESPONSE})
 WRITTEN = "written"  # outcome of a row that went to the output file
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+API_KEY_ENV = ("DRAFTSET_API_KEY", "OPENAI_API_KEY")
+"""Environment variables read, in this order, for the API key when ``--api-key`` is not given."""
 
 SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
 RESERVED_BODY_KEYS = frozenset(
@@ -122,12 +142,34 @@ class GenerateOptions:
     keep_length: bool = False
     return_token_ids: bool = False
     retry_errors: bool = False
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    restart: bool = False  # discard the previous run's answers (only files generate wrote)
 
     def sampling(self) -> dict[str, Any]:
         """Every generation option sent with each request (recorded in each row's metadata)."""
         out = {k: getattr(self, k) for k in SAMPLING_FLAGS if getattr(self, k) is not None}
         out.update(self.extra_body)
         return out
+
+    def settings(self) -> dict[str, Any]:
+        """What a resumed run must share with the run that began the answers file: sampling,
+        template options, thinking, how length cut-offs and token ids are kept, and how the
+        inputs are read (the model is added once the endpoints name it)."""
+        return {
+            "sampling": self.sampling(),
+            "chat_template_kwargs": self.chat_template_kwargs,
+            "thinking": self.thinking,
+            "keep_length": self.keep_length,
+            "return_token_ids": self.return_token_ids,
+            "inputs": {
+                s.name: {
+                    "format": s.format,
+                    "fields": s.fields,
+                    "preset": getattr(s, "preset", None),
+                }
+                for s in self.sources
+            },
+        }
 
     def thinking_for(self, row_id: str) -> bool:
         """Thinking on or off for one row; ``mix:F`` draws it from the seed and the row id, so a
@@ -154,6 +196,7 @@ class GenerateResult:
     seconds: float = 0.0
     aborted: str | None = None  # why the run stopped before the end (resume to finish)
     endpoints: dict[str, int] = field(default_factory=dict)  # requests per endpoint
+    ejections: dict[str, int] = field(default_factory=dict)  # times each endpoint was taken out
 
     @property
     def done(self) -> int:
@@ -194,12 +237,26 @@ def _unique(candidate: str | None, source: str, row: int, ids: _Ids) -> tuple[st
     return fallback, candidate is None
 
 
+def _normalizer(src: Source) -> Callable[[Any], Any]:
+    """`build`'s normalization of one source: its preset (columns, transform), else its format
+    and field mapping."""
+    if getattr(src, "preset", None):
+        from draftset.presets import apply_preset, normalize_with_preset
+
+        preset = apply_preset(src.preset)  # type: ignore[arg-type]
+        return lambda raw: normalize_with_preset(preset, raw)
+    return lambda raw: (
+        raw.reject if raw.reject is not None else normalize(raw, src.format, src.fields)
+    )
+
+
 def iter_inputs(sources: list[Source]) -> Iterator[Job | dict[str, Any]]:
     """Jobs to answer, or error lines for rows that cannot be answered, in input order."""
     ids = _Ids()
     for src in sources:
+        norm = _normalizer(src)
         for raw in iter_raw_rows(src):
-            item = raw.reject if raw.reject is not None else normalize(raw, src.format, src.fields)
+            item = norm(raw)
             key, own = _unique(item.id, item.source, item.row, ids)
             if isinstance(item, Reject):
                 yield _error_line(key, item.source, item.row, item.reason, item.message)
@@ -247,8 +304,9 @@ class _Runner:
         self.sampling = opts.sampling()
         self.rng = random.Random()
         self.out = LineWriter(opts.out)
-        self.errors = LineWriter(errors_path(opts.out))
+        self.errors = LineWriter(errors_path(opts.out), ascii_fallback=True)
         self.progress: ProgressFn | None = None
+        self.run_file: dict[str, Any] | None = None  # rewritten when a new model name is reported
 
     def kwargs_for(self, job: Job) -> tuple[dict[str, Any], bool]:
         thinking = self.opts.thinking_for(job.id)
@@ -295,6 +353,9 @@ class _Runner:
         try:
             dialog = await run_dialog(job, lambda msgs: self.ask(msgs, job, kwargs))
         except FinalError as exc:
+            if exc.kind == RESPONSE_TOO_LARGE:
+                self.fail(_error_line(job.id, job.source, job.row, RESPONSE_TOO_LARGE, str(exc)))
+                return
             self.fail(
                 _error_line(job.id, job.source, job.row, HTTP_4XX, str(exc), status=exc.status)
             )
@@ -312,9 +373,23 @@ class _Runner:
                 _error_line(job.id, job.source, job.row, dialog.stop, dialog.stop_message, **extra)
             )
             return
-        self.out.write(self.record(job, dialog, kwargs, thinking))
+        line = self.record(job, dialog, kwargs, thinking)
+        try:
+            self.out.write(line)
+        except UnicodeEncodeError:  # parse_completion refuses such text; never write it anyway
+            msg = "the answer holds text that is not valid Unicode (a lone surrogate)"
+            self.fail(_error_line(job.id, job.source, job.row, INVALID_RESPONSE, msg))
+            return
+        self._note_model(line["metadata"]["model"])
         self.result.outcomes[WRITTEN] += 1
         self._tick()
+
+    def _note_model(self, reported: str) -> None:
+        """Keep every model name the server reported in its answers in the run file."""
+        run = self.run_file
+        if run is not None and reported not in run["reported_models"]:
+            run["reported_models"].append(reported)
+            write_run(self.opts.out, run)
 
     def fail(self, line: dict[str, Any]) -> None:
         self.errors.write(line)
@@ -362,9 +437,9 @@ class _Runner:
 # --- the run ---------------------------------------------------------------------------------
 async def _open_pool(opts: GenerateOptions) -> EndpointPool:
     """Clients for every endpoint, checked against ``--model`` on ``/v1/models``."""
+    api_key = opts.api_key or api_key_from_env()
     eps = [
-        Endpoint(base_url(u), make_clients(opts.concurrency, opts.api_key), opts.concurrency)
-        for u in opts.endpoints
+        make_endpoint(u, opts.concurrency, api_key, opts.max_response_bytes) for u in opts.endpoints
     ]
     timeout = min(opts.request_timeout, 30.0)
     answers = await asyncio.gather(
@@ -442,37 +517,187 @@ def _ids_with_reasons(path: Path, wanted: frozenset[str]) -> set[str]:
     return ids
 
 
+def api_key_from_env() -> str | None:
+    """The API key from ``DRAFTSET_API_KEY`` or ``OPENAI_API_KEY`` (None when neither is set)."""
+    for name in API_KEY_ENV:
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
+
+
 async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None) -> GenerateResult:
-    """Answer every row not done yet; returns counts (``aborted`` set when it had to stop)."""
+    """Answer every row not done yet; returns counts (``aborted`` set when it had to stop).
+
+    Holds ``OUT``'s lock for the whole run (`StoreError` at once when another run holds it),
+    and refuses (`GenerateUsageError`) to resume answers made with other settings or another
+    model unless ``opts.restart``."""
     t0 = time.monotonic()
     result = GenerateResult(opts.out, errors_path(opts.out))
-    result.total_rows = sum(count_rows(s) for s in opts.sources)
-    done = _resume(opts, result)
-    pool = await _open_pool(opts)
-    result.model = pool.model
-    runner = _Runner(opts, pool, result)
-    runner.progress = progress
-    try:
-        await _drive(runner, opts, done)
-    except NoEndpoint as exc:
-        result.aborted = str(exc)
-    finally:
-        runner.out.close()
-        runner.errors.close()
-        await pool.close()
-        result.seconds = time.monotonic() - t0
+    _previous_run(opts)  # a file generate did not write is refused before a lock file is made
+    with RunLock(opts.out):
+        previous = _previous_run(opts)
+        pool = await _open_pool(opts)
+        try:
+            if opts.restart:
+                _remove_previous(opts.out)
+                previous = None
+            run_file = _check_and_record(opts, pool, previous)
+            result.total_rows = sum(count_rows(s) for s in opts.sources)
+            done = _resume(opts, result)
+        except BaseException:
+            await pool.close()
+            raise
+        result.model = pool.model
+        runner = _Runner(opts, pool, result)
+        runner.run_file = run_file
+        runner.progress = progress
+        try:
+            await _drive(runner, opts, done)
+        except NoEndpoint as exc:
+            result.aborted = str(exc)
+        finally:
+            runner.out.close()
+            runner.errors.close()
+            await pool.close()
+            result.ejections = {ep.url: ep.ejections for ep in pool.endpoints if ep.ejections}
+            result.seconds = time.monotonic() - t0
     return result
 
 
+def _previous_run(opts: GenerateOptions) -> dict[str, Any] | None:
+    """What the answers file beside ``opts.out`` was generated with (None: nothing to resume).
+
+    Refuses (`GenerateUsageError`) a file that `generate` did not write, also with --restart.
+    """
+    out, errs = opts.out, errors_path(opts.out)
+    present = [p for p in (out, errs) if p.exists() and p.stat().st_size > 0]
+    run = read_run(out)
+    if present and run is None:
+        run = _legacy_run(out, errs)  # answers of a draftset before the run file, or not ours
+    return run if present else None
+
+
+def _remove_previous(out: Path) -> None:
+    """``--restart``: remove the previous run's output, errors and run file (checked to be
+    `generate`'s by `_previous_run`), saying so on stderr."""
+    removed = [p for p in (out, errors_path(out), run_path(out)) if p.exists()]
+    for p in removed:
+        p.unlink()
+    if removed:
+        names = ", ".join(str(p) for p in removed)
+        print(f"draftset: --restart: removed the previous run's {names}", file=sys.stderr)
+
+
+def _legacy_run(out: Path, errs: Path) -> dict[str, Any]:
+    """Settings read back from the first output line of a file without a run file; a file whose
+    lines are not `generate`'s is refused (never appended to, never removed)."""
+    try:
+        first = first_line(out)
+        first_error = first_line(errs)
+    except OSError as exc:
+        raise GenerateUsageError(f"cannot read {out}: {exc}") from None
+    meta = (first or {}).get("metadata")
+    ours_out = first is None or (
+        isinstance(meta, dict) and isinstance(meta.get("sampling"), dict) and "answers" in meta
+    )
+    ours_err = first_error is None or isinstance(first_error.get("reason"), str)
+    if not (ours_out and ours_err) or (first is None and first_error is None):
+        raise GenerateUsageError(
+            f"{out} exists and was not written by draftset generate "
+            f"(no {run_path(out).name}); choose another --out"
+        )
+    if not isinstance(meta, dict):
+        return {"legacy": True, "settings": None, "model": None}
+    kwargs = dict(meta.get("chat_template_kwargs") or {})
+    kwargs.pop("enable_thinking", None)
+    return {
+        "legacy": True,
+        "settings": {"sampling": meta.get("sampling"), "chat_template_kwargs": kwargs},
+        "model": meta.get("model"),
+    }
+
+
+def _check_and_record(
+    opts: GenerateOptions, pool: EndpointPool, previous: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Refuse to resume answers made with other settings or another model; write the run file."""
+    settings = opts.settings()
+    root = next((ep.model_roots.get(pool.model) for ep in pool.endpoints if ep.model_roots), None)
+    reported: list[str] = []
+    if previous is not None:
+        changes = []
+        old_model = previous.get("model")
+        if old_model is not None and old_model != pool.model:
+            changes.append(f"model {old_model!r} -> {pool.model!r}")
+        old_root = previous.get("model_root")
+        if old_root and root and old_root != root:
+            changes.append(f"model weights {old_root!r} -> {root!r}")
+        old = previous.get("settings")
+        if old is not None:
+            old = dict(old)
+            new = {k: v for k, v in settings.items() if k in old or not previous.get("legacy")}
+            # a source read another way is a change; a source added or left out is not
+            old_inputs, new_inputs = old.pop("inputs", None) or {}, new.pop("inputs", {})
+            if isinstance(old_inputs, dict):
+                shared = old_inputs.keys() & new_inputs.keys()
+                old["inputs"] = {k: old_inputs[k] for k in shared}
+                new["inputs"] = {k: new_inputs[k] for k in shared}
+            changes += _differences(old, new)
+        if changes:
+            raise GenerateUsageError(
+                f"{opts.out} holds answers generated with other settings: {'; '.join(changes)}. "
+                "Rerun with the same settings to resume, or add --restart to discard them"
+            )
+        reported = list(previous.get("reported_models") or [])
+    run = {
+        "model": pool.model,
+        "model_root": root,
+        "reported_models": reported,
+        "settings": settings,
+        "endpoints": [ep.url for ep in pool.endpoints],
+    }
+    write_run(opts.out, run)
+    return run
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """``name old -> new`` for every setting that changed (nested keys joined with dots; the
+    sampling options named by themselves, as on the command line)."""
+    out = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        name = key if key == "sampling" or not prefix else f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, "" if key == "sampling" else f"{name}.")
+        else:
+            out.append(f"{name} {a!r} -> {b!r}")
+    return out
+
+
 async def _drive(runner: _Runner, opts: GenerateOptions, done: set[bytes]) -> None:
-    """Feed jobs to a fixed set of workers through a small queue (memory stays bounded)."""
+    """Feed jobs to a fixed set of workers through a small queue (memory stays bounded).
+
+    A worker that fails (e.g. `NoEndpoint`) cancels the feeding loop, which then raises that
+    failure: no polling of the workers per row (that cost grew with the concurrency)."""
     workers = opts.concurrency * len(opts.endpoints)
     queue: asyncio.Queue[Job | None] = asyncio.Queue(maxsize=2 * workers)
     result = runner.result
+    feeder = asyncio.current_task()
+    failures: list[BaseException] = []
 
     async def worker() -> None:
-        while (job := await queue.get()) is not None:
-            await runner.answer(job)
+        try:
+            while (job := await queue.get()) is not None:
+                await runner.answer(job)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            if not failures and feeder is not None:
+                feeder.cancel()
+            failures.append(exc)
+            raise
 
     tasks = [asyncio.create_task(worker()) for _ in range(workers)]
     try:
@@ -484,30 +709,21 @@ async def _drive(runner: _Runner, opts: GenerateOptions, done: set[bytes]) -> No
             if isinstance(item, dict):
                 runner.fail(item)
                 continue
-            await _put(queue, item, tasks)
+            await queue.put(item)
         for _ in tasks:
-            await _put(queue, None, tasks)
+            await queue.put(None)
         await asyncio.gather(*tasks)
+    except asyncio.CancelledError:
+        if failures:  # cancelled by a failing worker, not from outside
+            cur = asyncio.current_task()
+            if cur is not None:
+                cur.uncancel()
+            raise failures[0] from None
+        raise
     finally:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _put(
-    queue: asyncio.Queue[Job | None], item: Job | None, tasks: list[asyncio.Task[None]]
-) -> None:
-    """Queue an item, but surface a worker's failure (e.g. `NoEndpoint`) instead of blocking."""
-    while True:
-        failed = next((t for t in tasks if t.done() and not t.cancelled() and t.exception()), None)
-        if failed is not None:
-            raise failed.exception()  # type: ignore[misc]
-        try:
-            async with asyncio.timeout(0.5):
-                await queue.put(item)
-            return
-        except TimeoutError:
-            continue
 
 
 # --- command line ---------------------------------------------------------------------------
@@ -515,7 +731,9 @@ GENERATE_HELP = """\
 Have the target model answer prompts through OpenAI-compatible servers (vLLM, SGLang,
 transformers serve), turn by turn, crash-safe: rerun the same command to resume.
 
-SOURCE is anything `draftset build` reads, e.g. its DIR/prompts.jsonl. Rows that already have
+SOURCE is anything `draftset build` reads, e.g. its DIR/prompts.jsonl, or a build recipe
+(its sources with their format, fields and preset). The API key is read from DRAFTSET_API_KEY
+or OPENAI_API_KEY unless --api-key is given. Rows that already have
 answers keep their system/user turns and get every assistant turn regenerated. Output: one
 conversation per line in OUT, errors with a reason code in OUT.errors.jsonl (see docs/generate.md).
 """
@@ -539,14 +757,26 @@ def register_cli(subparsers: Any) -> None:
     )
     g.add_argument("--out", required=True, help="output JSONL (errors go to OUT.errors.jsonl)")
     g.add_argument("--model", help="served model name (default: the one /v1/models lists)")
-    g.add_argument("--api-key", help="bearer token sent to the endpoints")
     g.add_argument(
-        "--format",
-        choices=["messages", "sharegpt", "alpaca", "prompt"],
-        help="force the row shape (default: detected per row)",
+        "--api-key",
+        help="bearer token sent to the endpoints; better set DRAFTSET_API_KEY or OPENAI_API_KEY "
+        "(read when this is not given) so it stays out of the shell history and process list",
     )
     g.add_argument(
-        "--field", action="append", metavar="CANONICAL=COLUMN", help="map a column (repeatable)"
+        "--format",
+        choices=list(FORMATS),
+        help="force the row shape, as for build (default: detected per row)",
+    )
+    g.add_argument(
+        "--field",
+        action="append",
+        metavar="CANONICAL=COLUMN",
+        help="map a column to a canonical field, as for build, e.g. instruction=text (repeatable)",
+    )
+    g.add_argument(
+        "--preset",
+        help="column layout of a known public set, as for build (openorca, ultrachat-200k, "
+        "xlam-function-calling-60k, ...; see docs/mixtures.md)",
     )
     g.add_argument(
         "--concurrency", type=int, default=16, help="requests in flight per endpoint (default 16)"
@@ -618,24 +848,52 @@ def register_cli(subparsers: Any) -> None:
         action="store_true",
         help=f"retry rows whose error is {' / '.join(sorted(RETRYABLE_REASONS))}",
     )
+    g.add_argument(
+        "--max-response-bytes",
+        type=int,
+        default=DEFAULT_MAX_RESPONSE_BYTES,
+        metavar="N",
+        help="largest response body, also after gzip/deflate decoding; a larger one is that "
+        f"row's error response_too_large (default {DEFAULT_MAX_RESPONSE_BYTES:,} = 32 MiB)",
+    )
+    g.add_argument(
+        "--restart",
+        action="store_true",
+        help="discard the answers of an earlier run on this --out (its output, errors and run "
+        "file only; refused for a file draftset did not write) instead of resuming",
+    )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.set_defaults(handler=cmd_generate)
 
 
 def options_from_args(args: argparse.Namespace) -> GenerateOptions:
     """Validated options; raises `GenerateUsageError` with a one-line message."""
+    from draftset.read import HUB_PREFIX
     from draftset.recipe import RecipeError, parse_fields, source_name, unique_names
 
     try:
         fields = parse_fields(args.field)
+        if len(args.inputs) == 1 and args.inputs[0].endswith((".yaml", ".yml")):
+            sources = _recipe_sources(Path(args.inputs[0]), args)
+        else:
+            sources = [
+                Source(source_name(Path(p)), Path(p), args.format, fields) for p in args.inputs
+            ]
     except RecipeError as exc:
         raise GenerateUsageError(str(exc)) from None
-    sources = unique_names(
-        [Source(source_name(Path(p)), Path(p), args.format, fields) for p in args.inputs]
-    )
+    sources = unique_names(sources)
     for s in sources:
-        if not s.path.exists():
+        if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise GenerateUsageError(f"source not found: {s.path}")
+    if args.preset:
+        from draftset.presets import UnknownPresetError, apply_preset
+
+        try:
+            apply_preset(args.preset)
+        except UnknownPresetError as exc:
+            raise GenerateUsageError(str(exc)) from None
+        for s in sources:
+            s.preset = args.preset
     extra = _json_object(args.extra_body, "--extra-body")
     clash = sorted(RESERVED_BODY_KEYS & extra.keys())
     if clash:
@@ -650,7 +908,7 @@ def options_from_args(args: argparse.Namespace) -> GenerateOptions:
         endpoints=list(args.endpoint),
         out=out,
         model=args.model,
-        api_key=args.api_key,
+        api_key=args.api_key or api_key_from_env(),
         concurrency=args.concurrency,
         request_timeout=args.request_timeout,
         max_retries=args.max_retries,
@@ -669,9 +927,36 @@ def options_from_args(args: argparse.Namespace) -> GenerateOptions:
         keep_length=args.keep_length,
         return_token_ids=args.return_token_ids,
         retry_errors=args.retry_errors,
+        max_response_bytes=args.max_response_bytes,
+        restart=args.restart,
     )
     _check_numbers(opts)
     return opts
+
+
+def _recipe_sources(path: Path, args: argparse.Namespace) -> list[Source]:
+    """The sources of a `build` recipe, each with its own format, fields and preset. Selection
+    (weights, counts, max_samples, mix, dedup, decontamination) is build's: generate answers
+    every row, and says so when the recipe selects."""
+    from draftset.recipe import load_recipe
+
+    if args.format or args.field or args.preset:
+        raise GenerateUsageError(
+            "with a recipe, give format / fields / preset per source in the recipe"
+        )
+    recipe = load_recipe(path)
+    sources: list[Source] = recipe.get("sources") or []
+    if not sources:
+        raise GenerateUsageError(f"recipe {path} lists no sources")
+    selects = [k for k in ("max_samples", "mix", "decontaminate") if recipe.get(k)]
+    selects += ["weight/count"] if any(s.weight or s.count for s in sources) else []
+    if selects:
+        print(
+            f"draftset: note: generate answers every row of the recipe's sources; its "
+            f"selection ({', '.join(selects)}) applies when the set is built",
+            file=sys.stderr,
+        )
+    return sources
 
 
 def _json_object(text: str | None, what: str) -> dict[str, Any]:
@@ -717,9 +1002,11 @@ def _check_numbers(o: GenerateOptions) -> None:
         raise GenerateUsageError("timeouts and intervals must be > 0, --backoff >= 0")
     if o.max_tokens is not None and o.max_tokens < 1:
         raise GenerateUsageError("--max-tokens must be >= 1")
+    if o.max_response_bytes < 1024:
+        raise GenerateUsageError("--max-response-bytes must be >= 1024")
     for url in o.endpoints:
         if not url.startswith(("http://", "https://")):
-            raise GenerateUsageError(f"--endpoint {url!r} is not an http(s) URL")
+            raise GenerateUsageError(f"--endpoint {redact_url(url)!r} is not an http(s) URL")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

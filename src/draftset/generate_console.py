@@ -94,6 +94,11 @@ def print_summary(r: GenerateResult, console: Console | None = None) -> None:
         console.print(
             "answers per endpoint: " + ", ".join(f"{u}={n:,}" for u, n in r.endpoints.items())
         )
+    if r.ejections:
+        console.print(
+            "taken out of rotation (health check failed): "
+            + ", ".join(f"{u} {n}x" for u, n in r.ejections.items())
+        )
     if r.torn_bytes:
         console.print(f"cut a torn last line ({r.torn_bytes} bytes) left by an earlier crash")
     errors = sum(n for k, n in r.outcomes.items() if k != WRITTEN)

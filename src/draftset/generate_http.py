@@ -14,18 +14,23 @@ import asyncio
 import email.utils
 import json
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+from draftset.generate_wire import BodyTooLarge, Client, Response, WireError, parse_target
+from draftset.read import _has_lone_surrogate
 
-FAILURES_BEFORE_EJECT = 3
-"""Consecutive transient failures after which an endpoint is taken out and health-checked."""
+FAILURES_BEFORE_CHECK = 3
+"""Consecutive transient failures after which an endpoint is health-checked at once (and taken
+out only if the check fails too): one prompt the server cannot handle must not take it out."""
+FAILURES_BEFORE_EJECT = FAILURES_BEFORE_CHECK  # the old name
 
-CONNECTIONS_PER_CLIENT = 8
-"""httpx's connection pool scans all its connections on every request; several small pools
-(one per 8 connections) keep that cost flat (measured here: ~2.5x the req/s at concurrency 128)."""
+DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+"""Largest response body accepted, as received and after gzip/deflate decoding."""
+
+RESPONSE_TOO_LARGE = "response_too_large"
 
 MAX_RETRY_AFTER = 300.0
 """A server's Retry-After is honoured up to this many seconds."""
@@ -91,25 +96,20 @@ class Completion:
 class Endpoint:
     """One server: its client, load and health."""
 
-    url: str  # base URL ending in /v1
-    clients: list[httpx.AsyncClient]
+    url: str  # base URL ending in /v1, without user:password@ (shown in metadata and messages)
+    client: Client
     concurrency: int
     in_flight: int = 0
     healthy: bool = True
     failures: int = 0  # consecutive transient failures
     requests: int = 0
+    checks: int = 0  # health checks after failures (and at re-admission)
+    ejections: int = 0  # times taken out of rotation
     served_models: list[str] = field(default_factory=list)
-    _next: int = 0
-
-    @property
-    def client(self) -> httpx.AsyncClient:
-        """The next of the endpoint's connection pools, in turn."""
-        self._next = (self._next + 1) % len(self.clients)
-        return self.clients[self._next]
+    model_roots: dict[str, str] = field(default_factory=dict)  # id -> "root" (vLLM: weights path)
 
     async def aclose(self) -> None:
-        for c in self.clients:
-            await c.aclose()
+        await self.client.aclose()
 
 
 def base_url(url: str) -> str:
@@ -121,37 +121,77 @@ def base_url(url: str) -> str:
     return url if url.endswith("/v1") else url + "/v1"
 
 
-def make_clients(concurrency: int, api_key: str | None) -> list[httpx.AsyncClient]:
-    """Connection pools for ``concurrency`` requests in flight (see CONNECTIONS_PER_CLIENT)."""
+def make_endpoint(
+    url: str,
+    concurrency: int,
+    api_key: str | None,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+) -> Endpoint:
+    """An endpoint for ``url`` (any of the forms `base_url` takes; ``user:pass@`` becomes Basic
+    auth unless an API key is given, and is never shown)."""
+    target = parse_target(base_url(url))
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    n = -(-concurrency // CONNECTIONS_PER_CLIENT)
-    size = -(-concurrency // n) + 1
-    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-    # the whole-request deadline is enforced with asyncio.timeout; httpx's own is a backstop
-    timeout = httpx.Timeout(None, connect=30.0)
-    return [httpx.AsyncClient(limits=limits, headers=headers, timeout=timeout) for _ in range(n)]
+    secrets = [api_key] if api_key else []
+    if target.basic_auth:
+        secrets += _url_secrets(url)
+    client = Client(target, headers, max_response_bytes)
+    client.secrets = tuple(s for s in secrets if s)
+    return Endpoint(target.display, client, concurrency)
+
+
+def _url_secrets(url: str) -> list[str]:
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    return [x for x in (parts.password, unquote(parts.password or "")) if x]
+
+
+_AUTH_ECHO = re.compile(
+    r"""(?i)(authorization|api[-_]?key|x-api-key|bearer)(["']?\s*[:=]?\s*["']?\s*(?:bearer\s+|basic\s+)?)"""
+    r"""[^\s"',;}\]]+"""
+)
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` without the given secrets and without echoed ``Authorization``/API-key values
+    (error bodies of some proxies echo the request headers)."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return _AUTH_ECHO.sub(lambda m: m.group(1) + m.group(2) + "[redacted]", text)
 
 
 async def list_models(ep: Endpoint, timeout: float) -> list[str]:
     """Model ids served by ``ep`` (``GET /v1/models``); raises `TransientError` when down."""
     try:
         async with asyncio.timeout(timeout):
-            resp = await ep.client.get(ep.url + "/models")
+            resp = await ep.client.request("GET", "/models")
     except TimeoutError:
         raise TransientError("timeout", f"GET /models timed out after {timeout:g}s") from None
-    except httpx.HTTPError as exc:
-        raise TransientError("connect", f"GET /models: {_describe(exc)}") from None
-    if resp.status_code != 200:
-        raise TransientError(f"http_{resp.status_code}", f"GET /models: HTTP {resp.status_code}")
+    except WireError as exc:
+        raise TransientError("connect", f"GET /models: {exc}") from None
+    except BodyTooLarge as exc:
+        raise TransientError("invalid_response", f"GET /models: {exc}") from None
+    if resp.status != 200:
+        raise TransientError(f"http_{resp.status}", f"GET /models: HTTP {resp.status}")
     try:
-        data = resp.json()["data"]
-        return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        data = json.loads(resp.body)["data"]
+        models = [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
     except (ValueError, KeyError, TypeError):
         raise TransientError("invalid_response", "GET /models: not an OpenAI model list") from None
+    ep.model_roots = {m["id"]: m["root"] for m in models if isinstance(m.get("root"), str)}
+    return [m["id"] for m in models]
 
 
 class EndpointPool:
-    """Least-loaded routing over healthy endpoints, with ejection and re-admission."""
+    """Least-loaded routing over healthy endpoints, with health checks, ejection, re-admission.
+
+    Endpoint health is told apart from a failing request: after `FAILURES_BEFORE_CHECK`
+    consecutive failures an endpoint pauses for an immediate ``/v1/models`` check; it is taken
+    out only when that check fails (then probed every ``health_interval`` until it serves the
+    model again). So a prompt the server answers with 500 every time ends as that row's error
+    while the endpoint keeps serving the other rows.
+    """
 
     def __init__(
         self,
@@ -168,10 +208,16 @@ class EndpointPool:
         self._checkers: dict[str, asyncio.Task[None]] = {}
         self._all_down_since: float | None = None
         self._rr = 0
+        self._waiting = 0  # acquire() calls waiting on the condition
         self.closed = False
 
     async def acquire(self) -> Endpoint:
         """Wait for a free slot on a healthy endpoint; the least loaded one wins."""
+        if len(self.endpoints) == 1:  # the common case, without the condition's lock
+            ep = self.endpoints[0]
+            if ep.healthy and ep.in_flight < ep.concurrency and ep.url not in self._checkers:
+                ep.in_flight += 1
+                return ep
         async with self._changed:
             while True:
                 ep = self._pick()
@@ -183,16 +229,25 @@ class EndpointPool:
                     if down > self.give_up_after:
                         limit = f"--give-up-after {self.give_up_after:g}"
                         raise NoEndpoint(f"no endpoint healthy for {down:.0f}s ({limit})")
+                self._waiting += 1
                 try:
                     async with asyncio.timeout(self.health_interval):
                         await self._changed.wait()
                 except TimeoutError:
                     pass
+                finally:
+                    self._waiting -= 1
 
     def _pick(self) -> Endpoint | None:
-        free = [e for e in self.endpoints if e.healthy and e.in_flight < e.concurrency]
+        free = [
+            e
+            for e in self.endpoints
+            if e.healthy and e.in_flight < e.concurrency and e.url not in self._checkers
+        ]
         if not free:
             return None
+        if len(free) == 1:
+            return free[0]
         self._rr += 1
         n = len(free)
         # least relative load; ties rotate so equal endpoints share the work
@@ -203,45 +258,68 @@ class EndpointPool:
 
     async def release(self, ep: Endpoint, ok: bool | None) -> None:
         """Give the slot back; ``ok`` False counts a transient failure, None is neutral."""
-        async with self._changed:
-            ep.in_flight -= 1
-            if ok:
-                ep.failures = 0
-            elif ok is False:
-                ep.failures += 1
-                if ep.healthy and ep.failures >= FAILURES_BEFORE_EJECT:
-                    self._eject(ep)
-            self._changed.notify_all()
+        ep.in_flight -= 1
+        if ok:
+            ep.failures = 0
+        elif ok is False:
+            ep.failures += 1
+            if ep.healthy and ep.failures >= FAILURES_BEFORE_CHECK:
+                self._check(ep, eject_first=False)
+        if self._waiting:  # wake waiters only when there are some (the lock costs per request)
+            async with self._changed:
+                self._changed.notify_all()
+
+    def _check(self, ep: Endpoint, eject_first: bool) -> None:
+        """Start the health check of ``ep`` (unless one runs): paused meanwhile."""
+        if eject_first:
+            self._eject(ep)
+        if ep.url not in self._checkers and not self.closed:
+            self._checkers[ep.url] = asyncio.get_running_loop().create_task(
+                self._probe(ep, first_now=not eject_first)
+            )
 
     def _eject(self, ep: Endpoint) -> None:
+        if ep.healthy:
+            ep.ejections += 1
         ep.healthy = False
-        if not any(e.healthy for e in self.endpoints):
+        if not any(e.healthy for e in self.endpoints) and self._all_down_since is None:
             self._all_down_since = time.monotonic()
-        if ep.url not in self._checkers and not self.closed:
-            self._checkers[ep.url] = asyncio.get_running_loop().create_task(self._probe(ep))
 
     def mark_down(self, ep: Endpoint) -> None:
         """Take an endpoint out from the start (unreachable at launch)."""
-        self._eject(ep)
+        self._check(ep, eject_first=True)
 
-    async def _probe(self, ep: Endpoint) -> None:
-        """Health-check an ejected endpoint until it serves the model again."""
+    async def _probe(self, ep: Endpoint, first_now: bool) -> None:
+        """Health-check ``ep`` (at once after failures, else after ``health_interval``) until it
+        serves the model again; a failed immediate check takes it out of rotation."""
         try:
+            wait = 0.0 if first_now else self.health_interval
             while not self.closed:
-                await asyncio.sleep(self.health_interval)
+                await asyncio.sleep(wait)
+                wait = self.health_interval
+                ep.checks += 1
                 try:
                     models = await list_models(ep, timeout=max(self.health_interval, 5.0))
+                    up = self.model in models
                 except TransientError:
-                    continue
-                if self.model in models:
+                    up = False
+                if up:
                     async with self._changed:
                         ep.healthy = True
                         ep.failures = 0
                         self._all_down_since = None
+                        self._checkers.pop(ep.url, None)
                         self._changed.notify_all()
                     return
+                async with self._changed:
+                    self._eject(ep)
+                    self._changed.notify_all()
         finally:
-            self._checkers.pop(ep.url, None)
+            if self._checkers.get(ep.url) is asyncio.current_task():
+                self._checkers.pop(ep.url, None)
+            if not self.closed:
+                async with self._changed:
+                    self._changed.notify_all()
 
     async def close(self) -> None:
         self.closed = True
@@ -272,8 +350,9 @@ async def complete(
             wait = policy.backoff(attempt, rng)
             if exc.retry_after is not None:
                 wait = max(wait, exc.retry_after)
-        except FinalError:
-            ok = True  # the server is fine; the request is not
+        except FinalError as exc:
+            # the server is fine; the request is not (a too-large body says nothing either way)
+            ok = None if exc.kind == RESPONSE_TOO_LARGE else True
             raise
         finally:
             ep.requests += 1
@@ -283,37 +362,45 @@ async def complete(
 
 
 async def _post(ep: Endpoint, payload: bytes, timeout: float) -> Completion:
+    secrets: tuple[str, ...] = ep.client.secrets
     try:
         async with asyncio.timeout(timeout):
-            resp = await ep.client.post(
-                ep.url + "/chat/completions",
-                content=payload,
-                headers={"Content-Type": "application/json"},
-            )
+            resp = await ep.client.request("POST", "/chat/completions", payload)
     except TimeoutError:
         raise TransientError("timeout", f"no complete response within {timeout:g}s") from None
-    except httpx.HTTPError as exc:
-        raise TransientError("connect", _describe(exc)) from None
-    status = resp.status_code
+    except WireError as exc:
+        raise TransientError(exc.kind, redact(str(exc), secrets)) from None
+    except BodyTooLarge as exc:
+        raise FinalError(RESPONSE_TOO_LARGE, str(exc)) from None
+    status = resp.status
+    if status == 200:
+        return parse_completion(resp.body, ep.url)
+    text = f"HTTP {status}: {_snippet(resp, secrets)}"
     if status == 429:
-        raise TransientError("http_429", f"HTTP 429: {_snippet(resp)}", _retry_after(resp))
+        raise TransientError("http_429", text, _retry_after(resp))
     if status >= 500:
-        raise TransientError(
-            f"http_{status}", f"HTTP {status}: {_snippet(resp)}", _retry_after(resp)
-        )
+        raise TransientError(f"http_{status}", text, _retry_after(resp))
     if status >= 400:
-        raise FinalError(f"http_{status}", f"HTTP {status}: {_snippet(resp)}", status)
-    if status != 200:
-        raise TransientError("invalid_response", f"unexpected HTTP {status}")
-    return parse_completion(resp.content, ep.url)
+        raise FinalError(f"http_{status}", text, status)
+    raise TransientError("invalid_response", f"unexpected HTTP {status}")
 
 
 def parse_completion(content: bytes, endpoint: str) -> Completion:
-    """The kept parts of a 200 body; `TransientError` ``invalid_response`` if it is not one."""
+    """The kept parts of a 200 body; `TransientError` ``invalid_response`` if it is not one.
+
+    Text that cannot be written as UTF-8 is refused here, never written: a body that is not
+    UTF-8, or a ``\\uD800``-style escape of a lone surrogate (a server that cut a UTF-16 pair).
+    """
     try:
-        data = json.loads(content)
+        data = json.loads(content.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise TransientError("invalid_response", f"body is not UTF-8 (byte {exc.start})") from None
     except ValueError as exc:
         raise TransientError("invalid_response", f"body is not JSON: {exc}") from None
+    if (b"\\ud" in content or b"\\uD" in content) and _has_lone_surrogate(data):
+        raise TransientError(
+            "invalid_response", "body holds a lone UTF-16 surrogate (\\uD800-\\uDFFF escape)"
+        )
     try:
         choice = data["choices"][0]
         msg = choice["message"]
@@ -386,9 +473,9 @@ def _ids(value: Any) -> list[int] | None:
     return None
 
 
-def _retry_after(resp: httpx.Response) -> float | None:
+def _retry_after(resp: Response) -> float | None:
     """Seconds from a ``Retry-After`` header (delta-seconds or HTTP date), capped."""
-    value = resp.headers.get("retry-after")
+    value = resp.header("retry-after")
     if not value:
         return None
     try:
@@ -402,10 +489,8 @@ def _retry_after(resp: httpx.Response) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
-def _snippet(resp: httpx.Response, limit: int = 300) -> str:
-    text = resp.text.strip().replace("\n", " ")
+def _snippet(resp: Response, secrets: tuple[str, ...] = (), limit: int = 300) -> str:
+    """The start of an error body, one line, redacted (kept in the errors file)."""
+    text = redact(resp.body[: 4 * limit].decode("utf-8", "replace"), secrets)
+    text = text.strip().replace("\n", " ")
     return text[:limit] + ("..." if len(text) > limit else "")
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
