@@ -281,6 +281,8 @@ _WORK_FILES = (
     "answers.jsonl",
     "answers.errors.jsonl",
     "answers.errors.jsonl.tmp",
+    "answers.run.json",  # generate's record of its settings and model
+    "answers.lock",  # generate's lock (held only while it runs)
     "verify.json",
 )
 
