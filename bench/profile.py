@@ -100,6 +100,7 @@ def main() -> int:
     if not Path(spy).exists():
         raise SystemExit("py-spy not found: pip install py-spy")
     tok = qwen3_tokenizer()
+    peers.CACHE.mkdir(parents=True, exist_ok=True)  # a fresh machine has no cache folder yet
     data = args.data or bench_data.cached_synthetic(args.rows, tok, peers.CACHE)
     with tempfile.TemporaryDirectory(dir=peers.CACHE) as tmp:
         raw = args.raw or Path(tmp) / "raw.txt"

@@ -1,7 +1,7 @@
 """Benchmark draftset against the tokenizer's own speed (the limit) and against the peers.
 
     python bench/run.py --rows 10000            # limit, draftset w1/w2, speculators, SpecForge
-    python bench/run.py --rows 2000 --only limit,draftset-w2
+    python bench/run.py --rows 10000 --only limit,limit-fast,draftset-w2 --repeat 3  # quick check
     python bench/run.py --data my.jsonl         # supplied ShareGPT/messages files
     python bench/run.py --shared                # real chats from ../shared/data, cycled to --rows
     python bench/run.py --scale --rows 20000    # build at N, 4N, 16N: time and peak memory per N
@@ -575,6 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     tok = qwen3_tokenizer()
+    peers.CACHE.mkdir(parents=True, exist_ok=True)  # a fresh machine has no cache folder yet
     work = (
         Path(tempfile.mkdtemp(prefix="runs-", dir=peers.CACHE))
         if not args.keep
