@@ -407,6 +407,12 @@ def verdicts(results: list[RunResult]) -> list[str]:
         )
     if w2 and fast:
         out.append(f"draftset w2 / limit-fast = {w2.rows_per_s / fast.rows_per_s:.2f}x")
+    if limit:  # on a loaded machine the CPU a tree burns is steadier than its wall time
+        cpu = statistics.median(m.cpu_seconds for m in limit.measured)
+        for r in (w1, w2):
+            if r:
+                mine = statistics.median(m.cpu_seconds for m in r.measured)
+                out.append(f"CPU seconds {r.name} / limit = {mine / cpu:.2f}x (medians)")
     if w1 and limit:
         x = w1.rows_per_s / limit.rows_per_s
         out.append(
