@@ -376,3 +376,196 @@ def write_rows(rows: Iterator[Row], path: Path) -> Path:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return path
+
+
+# --- the users' mix: code explanation, chat, agentic tool traces, reasoning --------------------
+MIX_VERSION = "1"
+MIX_MAX_TOKENS = 4000  # rendered with the run's template; max length is 4096
+MIX_KINDS = (("code", 0.30), ("chat", 0.25), ("agent", 0.25), ("reasoning", 0.20))
+MIX_SYSTEM_SHARE = 0.20
+
+_MIX_SYSTEMS = (
+    "You are a senior software engineer. Explain code precisely and point out bugs.",
+    "You are a helpful assistant. Answer concisely and correctly.",
+    "You are an autonomous coding agent. Use the tools when they help; report what you found.",
+)
+
+
+def _tool(name: str, doc: str, **params: str) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": doc,
+            "parameters": {
+                "type": "object",
+                "properties": {k: {"type": "string", "description": v} for k, v in params.items()},
+                "required": list(params),
+            },
+        },
+    }
+
+
+# Two fixed tool sets, as in real agent data: every row of a source carries the same schemas.
+_TOOLSETS = (
+    [
+        _tool("read_file", "Read a file of the repository.", path="Path from the repository root"),
+        _tool("run_tests", "Run the test suite, or one test file.", target="Test path or 'all'"),
+        _tool("search_code", "Search the repository for a pattern.", pattern="A regex"),
+        _tool(
+            "edit_file", "Replace text in a file.", path="File", old="Exact text", new="New text"
+        ),
+    ],
+    [
+        _tool("web_search", "Search the web.", query="What to search for"),
+        _tool("get_weather", "Current weather for a city.", city="City name", unit="c or f"),
+        _tool("calculator", "Evaluate an arithmetic expression.", expression="The expression"),
+    ],
+)
+
+
+def _long_code(rng: random.Random, blocks: int) -> str:
+    body = [_code(rng).split("\n")[1:-1] for _ in range(blocks)]
+    return "```python\n" + "\n\n".join("\n".join(b) for b in body) + "\n```"
+
+
+class _MixPool:
+    """Pieces with exact token counts, for sizing rows to a token budget."""
+
+    def __init__(self, rng: random.Random, backend: Any, size: int) -> None:
+        self.pieces = [_piece(rng) for _ in range(size)]
+        self.codes = [_long_code(rng, rng.randrange(2, 8)) for _ in range(size // 8)]
+        self.questions = [_question(rng) for _ in range(size // 4)]
+
+        def count(texts: list[str]) -> list[int]:
+            return [len(e.ids) for e in backend.encode_batch(texts, add_special_tokens=False)]
+
+        self.p_tokens = count(self.pieces)
+        self.c_tokens = count(self.codes)
+
+    def text(self, rng: random.Random, budget: int) -> str:
+        parts: list[str] = []
+        left = budget
+        for _ in range(48):
+            i = rng.randrange(len(self.pieces))
+            if self.p_tokens[i] <= left:
+                parts.append(self.pieces[i])
+                left -= self.p_tokens[i]
+            elif left < 40:
+                break
+        return "\n\n".join(parts) or self.pieces[0]
+
+    def code(self, rng: random.Random, budget: int) -> str:
+        fits = [i for i in rng.sample(range(len(self.codes)), 16) if self.c_tokens[i] <= budget]
+        return self.codes[fits[0]] if fits else _code(rng)
+
+
+def _mix_conversation(
+    rng: random.Random, pool: _MixPool, kind: str, budget: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    msgs: list[dict[str, Any]] = []
+    tools = None
+    if kind == "code":
+        k = rng.choice((1, 1, 2, 3))
+        share = budget // (2 * k)
+        for step in range(k):
+            if step == 0:
+                q = rng.choice(("Explain what this code does:", "Why is this slow?", "Review:"))
+                msgs.append({"role": "user", "content": q + "\n\n" + pool.code(rng, share)})
+            else:
+                msgs.append({"role": "user", "content": rng.choice(pool.questions)})
+            msgs.append({"role": "assistant", "content": pool.text(rng, share)})
+    elif kind == "chat":
+        k = rng.choice((2, 3, 4, 5))
+        for _ in range(k):
+            msgs.append({"role": "user", "content": rng.choice(pool.questions)})
+            msgs.append({"role": "assistant", "content": pool.text(rng, budget // k)})
+    elif kind == "reasoning":
+        k = rng.choice((1, 1, 2))
+        for _ in range(k):
+            msgs.append({"role": "user", "content": rng.choice(pool.questions)})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": pool.text(rng, budget // (3 * k)),
+                    "reasoning_content": pool.text(rng, 2 * budget // (3 * k)),
+                }
+            )
+    else:  # agent: one user task, then tool calls with their results, then the answer
+        tools = _TOOLSETS[rng.randrange(len(_TOOLSETS))]
+        steps = rng.choice((1, 2, 3, 4))
+        share = budget // (2 * steps + 1)
+        msgs.append({"role": "user", "content": rng.choice(pool.questions)})
+        for _ in range(steps):
+            fn = rng.choice(tools)["function"]
+            args = {
+                p: rng.choice(_NOUNS) + "_" + str(rng.randrange(99))
+                for p in fn["parameters"]["required"]
+            }
+            call = {"type": "function", "function": {"name": fn["name"], "arguments": args}}
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "reasoning_content": pool.text(rng, share // 3),
+                    "tool_calls": [call],
+                }
+            )
+            result = {"ok": True, "output": pool.text(rng, share)}
+            msgs.append({"role": "tool", "content": json.dumps(result, ensure_ascii=False)})
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": pool.text(rng, share),
+                "reasoning_content": pool.text(rng, share // 3),
+            }
+        )
+    if rng.random() < MIX_SYSTEM_SHARE:
+        sys_prompt = _MIX_SYSTEMS[2 if kind == "agent" else rng.randrange(2)]
+        msgs.insert(0, {"role": "system", "content": sys_prompt})
+    return msgs, tools
+
+
+def generate_mix(rows: int, tokenizer_dir: Path, template: str, seed: int = 0) -> Iterator[Row]:
+    """OpenAI-messages rows mirroring users' data, each at most MIX_MAX_TOKENS rendered tokens.
+
+    Lengths are drawn from 300 to 3,900 tokens; a row rendered (with the run's template) longer
+    than MIX_MAX_TOKENS is drawn again with a smaller budget, so no row is over --max-length.
+    """
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    backend = tok.backend_tokenizer
+    rng = random.Random(f"draftset-bench-mix:{seed}")
+    pool = _MixPool(rng, backend, size=2000)
+    names = [k for k, _ in MIX_KINDS]
+    weights = [w for _, w in MIX_KINDS]
+    for i in range(rows):
+        kind = rng.choices(names, weights)[0]
+        budget = int(rng.triangular(300, 3900, 2200))
+        while True:
+            msgs, tools = _mix_conversation(rng, pool, kind, budget)
+            text = tok.apply_chat_template(
+                msgs, tools=tools, chat_template=template, tokenize=False
+            )
+            if len(backend.encode(text, add_special_tokens=False).ids) <= MIX_MAX_TOKENS:
+                break
+            budget = int(budget * 0.8)
+        row: Row = {"id": f"mix-{seed}-{i:07d}", "kind": kind, "messages": msgs}
+        if tools:
+            row["tools"] = tools
+        yield row
+
+
+def cached_mix(rows: int, tokenizer_dir: Path, template: str, cache: Path, seed: int = 0) -> Path:
+    """The mix, generated once per (rows, seed, tokenizer, template) into the cache."""
+    ident = f"{MIX_VERSION}:{rows}:{seed}:{tokenizer_dir}:{template}"
+    key = hashlib.sha256(ident.encode()).hexdigest()[:10]
+    path = cache / "data" / f"mix-{rows}-seed{seed}-{key}.jsonl"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part")
+    write_rows(generate_mix(rows, tokenizer_dir, template, seed), tmp)
+    tmp.rename(path)
+    return path

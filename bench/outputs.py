@@ -129,8 +129,13 @@ def output_files(kind: str, out: Path, driver_info: dict[str, Any]) -> list[Path
     return []
 
 
-def reference_ids(data: Path, tokenizer_dir: Path, sample: int) -> list[list[int]]:
-    """Token ids of the first ``sample`` conversations rendered with the real template."""
+def reference_ids(
+    data: Path, tokenizer_dir: Path, sample: int, template: str | None = None
+) -> list[list[int]]:
+    """Token ids of the first ``sample`` conversations rendered with the real template.
+
+    ``template``: the run's chat template text (default: the tokenizer's own).
+    """
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
@@ -139,9 +144,18 @@ def reference_ids(data: Path, tokenizer_dir: Path, sample: int) -> list[list[int
         for line in f:
             if len(texts) >= sample:
                 break
-            turns = json.loads(line)["conversations"]
-            messages = [{"role": ROLES[t["from"]], "content": t["value"]} for t in turns]
-            texts.append(tok.apply_chat_template(messages, tokenize=False))
+            row = json.loads(line)
+            if "messages" in row:
+                messages = row["messages"]
+            else:
+                messages = [
+                    {"role": ROLES[t["from"]], "content": t["value"]} for t in row["conversations"]
+                ]
+            texts.append(
+                tok.apply_chat_template(
+                    messages, tools=row.get("tools"), chat_template=template, tokenize=False
+                )
+            )
     return [e.ids for e in tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)]
 
 

@@ -1,6 +1,7 @@
 """Where a draftset build spends its time, per stage, from py-spy samples.
 
     python bench/profile.py --rows 2000 --workers 1     # needs py-spy (pip install py-spy)
+    python bench/profile.py --rows 1000 --workers 2 --cpu --data mix --template qwen3_6
 
 Runs ``draftset build`` under ``py-spy record --idle --subprocesses --format raw`` on the
 benchmark data and attributes every sample of each process's main thread to the deepest stage
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import data as bench_data
 import peers
-from run import draftset_cli, qwen3_tokenizer
+from run import draftset_cli, qwen3_tokenizer, resolve_template
 
 # (substring of a frame "function (file:line)", stage); the deepest match on a stack wins.
 STAGES: list[tuple[str, str]] = [
@@ -87,7 +88,10 @@ def main() -> int:
     )
     p.add_argument("--rows", type=int, default=2000)
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--data", type=Path, help="JSONL to build (default: the synthetic rows)")
+    p.add_argument(
+        "--data", help="JSONL to build, or 'mix' (as bench/run.py; default: the synthetic rows)"
+    )
+    p.add_argument("--template", help="trl template name or file (as bench/run.py)")
     p.add_argument("--rate", type=int, default=200, help="samples per second")
     p.add_argument("--raw", type=Path, help="keep py-spy's raw samples here")
     p.add_argument(
@@ -100,7 +104,18 @@ def main() -> int:
     if not Path(spy).exists():
         raise SystemExit("py-spy not found: pip install py-spy")
     tok = qwen3_tokenizer()
-    data = args.data or bench_data.cached_synthetic(args.rows, tok, peers.CACHE)
+    peers.CACHE.mkdir(parents=True, exist_ok=True)  # a fresh machine has no cache folder yet
+    template = resolve_template(args.template) if args.template else None
+    if args.data == "mix":
+        text = template.read_text() if template else None
+        if text is None:
+            from run import _own_template
+
+            text = _own_template(tok)
+        data = bench_data.cached_mix(args.rows, tok, text, peers.CACHE)
+    else:
+        data = Path(args.data) if args.data else None
+        data = data or bench_data.cached_synthetic(args.rows, tok, peers.CACHE)
     with tempfile.TemporaryDirectory(dir=peers.CACHE) as tmp:
         raw = args.raw or Path(tmp) / "raw.txt"
         cmd = [spy, "record", "--threads", "--subprocesses", "--format", "raw"]
@@ -108,6 +123,7 @@ def main() -> int:
         cmd += ["--rate", str(args.rate), "-o", str(raw), "--"]
         cmd += [str(draftset_cli()), "build", str(data), "--tokenizer", str(tok)]
         cmd += ["--out", str(Path(tmp) / "out"), "--workers", str(args.workers), "--no-progress"]
+        cmd += ["--chat-template", str(template)] if template else []
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         stages = parse(raw, args.rate)

@@ -24,6 +24,8 @@ if [ "${1:-}" = "test" ]; then
   # pin older datasets/transformers and pull CUDA builds, so install it bare plus what it imports
   "${PIP[@]}" --no-deps "speculators==0.9.0" "hs-connectors==0.9.0"
   "${PIP[@]}" openai psutil safetensors
+  # the sampling profiler bench/profile.py runs draftset under (never imported by draftset)
+  "${PIP[@]}" "py-spy==0.4.3"
   # headless Chromium opens the HTML report in a test (Debian package; needs root)
   if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

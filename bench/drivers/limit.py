@@ -5,9 +5,11 @@ own venv (transformers renders with the same sandboxed Jinja draftset uses; the 
 ``encode_batch`` uses all cores). Prints one JSON line: rows, tokens, phase times.
 
 With ``--fast`` it encodes with ``encode_batch_fast`` (same ids, no character offsets: the
-cheapest batch encode the Rust tokenizer offers).
+cheapest batch encode the Rust tokenizer offers). ``--template FILE`` renders with that chat
+template instead of the tokenizer's own. Rows are ShareGPT (``conversations``) or OpenAI
+``messages`` (with ``tools``, ``tool_calls``, ``reasoning_content``: passed as they are).
 
-usage: python limit.py DATA.jsonl TOKENIZER_DIR [BATCH] [--fast]
+usage: python limit.py DATA.jsonl TOKENIZER_DIR [BATCH] [--fast] [--template FILE]
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ def main() -> None:
     t0 = time.perf_counter()
     fast = "--fast" in sys.argv
     argv = [a for a in sys.argv[1:] if a != "--fast"]
+    template = None
+    if "--template" in argv:
+        i = argv.index("--template")
+        with open(argv[i + 1], encoding="utf-8") as f:
+            template = f.read()
+        del argv[i : i + 2]
     data, tok_dir = argv[0], argv[1]
     batch_size = int(argv[2]) if len(argv) > 2 else 1000
     from transformers import AutoTokenizer
@@ -55,16 +63,18 @@ def main() -> None:
     with open(data, encoding="utf-8") as f:
         for line in f:
             row = json.loads(line)
-            turns = row.get("conversations") or row.get("messages")
-            messages = [
-                {
-                    "role": ROLES[t.get("from", t.get("role"))],
-                    "content": t.get("value", t.get("content")),
-                }
-                for t in turns
-            ]
+            if "messages" in row:
+                messages = row["messages"]
+            else:
+                messages = [
+                    {"role": ROLES[t["from"]], "content": t["value"]} for t in row["conversations"]
+                ]
             t = time.perf_counter()
-            texts.append(tok.apply_chat_template(messages, tokenize=False))
+            texts.append(
+                tok.apply_chat_template(
+                    messages, tools=row.get("tools"), chat_template=template, tokenize=False
+                )
+            )
             render_s += time.perf_counter() - t
             rows += 1
             if len(texts) >= batch_size:

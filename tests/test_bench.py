@@ -1,0 +1,53 @@
+"""The benchmark scripts themselves: they must run on a fresh machine and their data must be
+what docs/benchmarks.md says it is (the figures are only as good as the data behind them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_quick_check_runs_on_a_fresh_machine(tmp_path):
+    """`bench/run.py --only limit` with no cache folder yet (issue 13, item 4)."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "fresh")}
+    out = tmp_path / "result.json"
+    cmd = [sys.executable, str(REPO / "bench" / "run.py"), "--rows", "12", "--only", "limit"]
+    cmd += ["--check-rows", "12", "--json", str(out)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads(out.read_text())
+    (limit,) = report["results"]
+    assert limit["name"] == "limit" and limit["error"] is None
+    assert limit["info"]["rows"] == 12
+
+
+def test_mix_rows_are_the_users_mix():
+    """`--data mix`: every kind present, tool traces well-formed, no row over 4,000 tokens."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import data as bench_data
+    from conftest import qwen3_tokenizer_dir, trl_template
+
+    from draftset.template import ChatTemplate, TemplateSpec
+
+    text = trl_template("qwen3_6").read_text()
+    rows = list(bench_data.generate_mix(60, qwen3_tokenizer_dir(), text, seed=3))
+    assert rows == list(bench_data.generate_mix(60, qwen3_tokenizer_dir(), text, seed=3))
+    assert {r["kind"] for r in rows} == {k for k, _ in bench_data.MIX_KINDS}
+    assert 0 < sum(r["messages"][0]["role"] == "system" for r in rows) < 30
+    tmpl = ChatTemplate(TemplateSpec(str(qwen3_tokenizer_dir()), text))
+    for r in rows:
+        msgs = r["messages"]
+        assert msgs[-1]["role"] == "assistant"
+        rendered = tmpl.render(msgs, r.get("tools"))
+        assert len(tmpl.backend.encode(rendered, add_special_tokens=False).ids) <= 4000
+        if r["kind"] == "agent":
+            assert r["tools"] and any(m.get("tool_calls") for m in msgs)
+            for i, m in enumerate(msgs):
+                if m.get("tool_calls"):
+                    assert msgs[i + 1]["role"] == "tool"
+        if r["kind"] == "reasoning":
+            assert all(m.get("reasoning_content") for m in msgs if m["role"] == "assistant")
