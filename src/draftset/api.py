@@ -15,7 +15,7 @@ import dataclasses
 import json as _json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -155,8 +155,9 @@ def build_options(
     if not out_dir:
         raise UsageError("--out is required (or `out:` in the recipe)")
     kwargs = conf.get("template_kwargs") or {}
-    if isinstance(template_kwargs, str):
-        kwargs = parse_json_object(template_kwargs, "--template-kwargs") if template_kwargs else {}
+    if isinstance(template_kwargs, str):  # the command line's JSON text ("" = not given)
+        if template_kwargs:
+            kwargs = parse_json_object(template_kwargs, "--template-kwargs")
     elif template_kwargs is not None:
         kwargs = dict(template_kwargs)
     template = pick("chat_template", chat_template, None)
@@ -286,6 +287,7 @@ class VerifyResult:
     checks: list[CheckResult]
     recorded: Path | None = None  # verify.json written beside the set (full runs)
     fast: bool = False
+    dir_as_given: str | None = field(default=None, repr=False)  # for to_json, as the CLI wrote
 
     @property
     def ok(self) -> bool:
@@ -305,7 +307,7 @@ class VerifyResult:
     def to_json(self) -> dict[str, Any]:
         """What ``draftset verify --json FILE`` writes."""
         return {
-            "dir": str(self.dir),
+            "dir": self.dir_as_given or str(self.dir),
             "passed": self.ok,
             "checks": [c.to_json() for c in self.checks],
         }
@@ -350,7 +352,7 @@ def verify(
     recorded = None
     if not fast and not any(c.name == "verify_record" for c in checks):
         recorded = Path(dir) / VERIFY_RECORD
-    result = VerifyResult(Path(dir), checks, recorded, fast)
+    result = VerifyResult(Path(dir), checks, recorded, fast, str(dir))
     if json:
         Path(json).write_text(
             _json.dumps(result.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
