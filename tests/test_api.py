@@ -124,7 +124,8 @@ def test_api_build_equals_cli_build_byte_for_byte_and_prints_nothing(src, tmp_pa
 
 
 def test_verify_names_the_failing_check_of_a_corrupted_set(src, tmp_path, capsys):
-    out = api.build(sources=[src], tokenizer=str(qwen3_tokenizer_dir()), out=tmp_path / "o").out
+    tok = str(qwen3_tokenizer_dir())
+    out = api.build(sources=[src], tokenizer=tok, out=tmp_path / "o", workers=1).out
     with (out / "rejects.jsonl").open("a", encoding="utf-8") as f:
         f.write('{"source": "chats", "row": 99, "id": "x", "reason": "r", "message": "m"}\n')
     result = api.verify(out, fast=True, json=tmp_path / "checks.json")
