@@ -27,11 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from draftset import __version__, reasons
+from draftset import __version__, defaults, reasons
 from draftset.account import Accounting
 from draftset.encode import (
     LengthRules,
 )
+from draftset.errors import RunError
 from draftset.hygiene import (
     EmptyThinkProbe,
     all_placeholder_answers,
@@ -74,6 +75,8 @@ from draftset.write import (
 )
 
 BATCH_ROWS = 64
+ADVISORY_CHECKS = frozenset({"drafter_fitness"})
+"""Fast checks that advise (DFlash fitness) and do not fail a build."""
 
 
 @dataclass
@@ -84,19 +87,19 @@ class BuildOptions:
     chat_template_path: str | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     eot_tokens: tuple[str, ...] = ()
-    max_length: int = 4096
-    truncation: str = "drop"
-    min_supervised_tokens: int = 1
-    turns: TurnMode = "all"
-    seed: int = 0
+    max_length: int = defaults.MAX_LENGTH
+    truncation: str = defaults.TRUNCATION
+    min_supervised_tokens: int = defaults.MIN_SUPERVISED_TOKENS
+    turns: TurnMode = defaults.TURNS
+    seed: int = defaults.SEED
     max_samples: int | None = None
-    workers: int = 0  # 0 = all cores
+    workers: int = defaults.WORKERS  # 0 = all cores
     draft_vocab_size: int | None = None
     target_vocab_size: int | None = None
     placeholders: tuple[str, ...] = reasons.DEFAULT_PLACEHOLDERS
     overwrite: bool = False
-    dedup: str = "exact"  # exact | near | none
-    near_dup_threshold: float = 0.8
+    dedup: str = defaults.DEDUP  # exact | near | none
+    near_dup_threshold: float = defaults.NEAR_DUP_THRESHOLD
     decontaminate: list[str] = field(default_factory=list)
     mix: dict[str, Any] | None = None
     given_paths: dict[str, Any] | None = None  # paths as the user gave them (set by preflight)
@@ -137,6 +140,35 @@ class BuildResult:
     seconds: float
     checks: list[CheckResult] = field(default_factory=list)  # verify's fast checks, after
     finalized: bool = True  # False: no row to write, so no folder was created (or replaced)
+
+    @property
+    def ok(self) -> bool:
+        """What `draftset build` exits 0 on: a set was written and its fast checks pass
+        (drafter fitness is advice for DFlash training, not an integrity failure)."""
+        return self.finalized and not any(
+            c.failed for c in self.checks if c.name not in ADVISORY_CHECKS
+        )
+
+    @property
+    def counts(self) -> dict[str, Any]:
+        """The run's totals, as in the manifest's ``counts.total`` (read, written, rejected...)."""
+        return self.accounting.to_json()["total"]
+
+    @property
+    def per_source(self) -> dict[str, dict[str, Any]]:
+        """The same counts per source (the manifest's ``counts.per_source``)."""
+        return self.accounting.to_json()["per_source"]
+
+    @property
+    def rows(self) -> int:
+        """Rows in the set (several per input row with ``turns="each"``)."""
+        return self.accounting.total().rows_out
+
+    def row(self, index: int) -> dict[str, Any]:
+        """One row of the written set: id, source, input_ids, loss_mask (numpy), seq_len."""
+        from draftset.verify_data import open_output
+
+        return open_output(self.out).row(index)
 
 
 # --- sampling -----------------------------------------------------------------------------------
@@ -456,11 +488,11 @@ class _RowFacts:
             counts.empty_think_rows += 1
 
 
-class AccountingError(Exception):
+class AccountingError(RunError):
     """read != written + rejected + needs_generation: a bug, never a success."""
 
 
-class OutputWriteError(Exception):
+class OutputWriteError(RunError):
     """The output could not be written (disk full, quota, read-only): exit 1, nothing left."""
 
 

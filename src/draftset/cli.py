@@ -1,4 +1,4 @@
-"""Command line: a thin layer over the stage functions.
+"""Command line: a thin layer over `draftset.api` (options parsed into its keyword arguments).
 
 Exit codes: 0 success, 1 the job ran but failed (a check, the accounting, nothing written),
 2 unusable arguments (one line on stderr, no traceback).
@@ -9,16 +9,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
-from draftset import __version__
+from draftset import __version__, defaults
+from draftset.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, DraftsetError, UsageError
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """Bad arguments or unusable inputs: printed as one line, exit code 2."""
+__all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_arguments", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -78,7 +74,9 @@ def _build_parser() -> argparse.ArgumentParser:
         choices=["all", "last", "each"],
         help="which assistant turns to supervise (default all)",
     )
-    b.add_argument("--max-length", type=int, help="max tokens per row (default 4096)")
+    b.add_argument(
+        "--max-length", type=int, help=f"max tokens per row (default {defaults.MAX_LENGTH})"
+    )
     b.add_argument(
         "--truncation",
         choices=["drop", "truncate"],
@@ -145,103 +143,45 @@ def _build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _build_options(args: argparse.Namespace) -> Any:
-    from draftset.build import BuildOptions
-    from draftset.read import HUB_PREFIX
-    from draftset.recipe import (
-        load_recipe,
-        parse_fields,
-        parse_json_object,
-        parse_source_arg,
-        unique_names,
-    )
-
-    recipe: dict[str, Any] = {}
+def build_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """`draftset build`'s parsed options as `draftset.api.build`'s keyword arguments (the
+    command is this mapping and nothing else: both run `api.build`)."""
     inputs = list(args.inputs)
-    if len(inputs) == 1 and inputs[0].endswith((".yaml", ".yml")):
-        recipe = load_recipe(Path(inputs[0]))
-        sources = recipe.get("sources") or []
-        if not sources:
-            raise UsageError(f"recipe {inputs[0]} lists no sources")
-    else:
-        fields = parse_fields(args.field)
-        sources = [parse_source_arg(a, args.format, fields, args.preset) for a in inputs]
-    sources = unique_names(sources)
-    for s in sources:
-        if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
-            raise UsageError(f"source not found: {s.path}")
-
-    def pick(name: str, default: Any) -> Any:
-        value = getattr(args, name, None)
-        if value is not None:
-            return value
-        return recipe.get(name, default)
-
-    tokenizer = pick("tokenizer", None)
-    out = pick("out", None)
-    if not tokenizer:
-        raise UsageError("--tokenizer is required (or `tokenizer:` in the recipe)")
-    if not out:
-        raise UsageError("--out is required (or `out:` in the recipe)")
-    kwargs = recipe.get("template_kwargs") or {}
-    if args.template_kwargs:
-        kwargs = parse_json_object(args.template_kwargs, "--template-kwargs")
-    template = pick("chat_template", None)
-    if template and not Path(template).is_file():
-        raise UsageError(f"chat template file not found: {template}")
-    opts = BuildOptions(
-        sources=sources,
-        tokenizer=str(tokenizer),
-        out=Path(out),
-        chat_template_path=template,
-        template_kwargs=kwargs,
-        eot_tokens=tuple(args.eot_token or recipe.get("eot_tokens") or ()),
-        max_length=int(pick("max_length", 4096)),
-        truncation=pick("truncation", "drop"),
-        min_supervised_tokens=int(pick("min_supervised_tokens", 1)),
-        turns=pick("turns", "all"),
-        seed=int(pick("seed", 0)),
-        max_samples=pick("max_samples", None),
-        workers=int(pick("workers", 0)),
-        draft_vocab_size=pick("draft_vocab_size", None),
-        target_vocab_size=pick("target_vocab_size", None),
-        placeholders=tuple(args.placeholder or recipe.get("placeholders") or ("OK.", "OK")),
-        overwrite=bool(pick("overwrite", False)),
-        dedup=pick("dedup", "exact"),
-        near_dup_threshold=float(pick("near_dup_threshold", 0.8)),
-        decontaminate=list(args.decontaminate or recipe.get("decontaminate") or []),
-        mix=recipe.get("mix"),
-    )
-    for bench in opts.decontaminate:
-        if not Path(bench).exists():
-            raise UsageError(f"--decontaminate file not found: {bench}")
-    if opts.dedup not in ("exact", "near", "none"):
-        raise UsageError(f"dedup must be exact, near or none, not {opts.dedup!r}")
-    for s in sources:
-        if s.preset:
-            from draftset.presets import UnknownPresetError, apply_preset
-
-            try:
-                apply_preset(s.preset)
-            except UnknownPresetError as exc:
-                raise UsageError(str(exc).strip("'\"")) from None
-    if opts.truncation not in ("drop", "truncate"):
-        raise UsageError(f"truncation must be drop or truncate, not {opts.truncation!r}")
-    if opts.turns not in ("all", "last", "each"):
-        raise UsageError(f"turns must be all, last or each, not {opts.turns!r}")
-    if opts.max_length < 1 or opts.min_supervised_tokens < 0 or opts.workers < 0:
-        raise UsageError("--max-length must be >= 1, --min-supervised-tokens and --workers >= 0")
-    return opts
+    recipe = inputs[0] if len(inputs) == 1 and inputs[0].endswith((".yaml", ".yml")) else None
+    return {
+        "recipe": recipe,
+        "sources": None if recipe else inputs,
+        "tokenizer": args.tokenizer,
+        "out": args.out,
+        "chat_template": args.chat_template,
+        "template_kwargs": args.template_kwargs,
+        "format": args.format,
+        "fields": args.field,
+        "preset": args.preset,
+        "turns": args.turns,
+        "max_length": args.max_length,
+        "truncation": args.truncation,
+        "min_supervised_tokens": args.min_supervised_tokens,
+        "max_samples": args.max_samples,
+        "seed": args.seed,
+        "workers": args.workers,
+        "draft_vocab_size": args.draft_vocab_size,
+        "target_vocab_size": args.target_vocab_size,
+        "eot_tokens": args.eot_token,
+        "placeholders": args.placeholder,
+        "overwrite": args.overwrite,
+        "dedup": args.dedup,
+        "near_dup_threshold": args.near_dup_threshold,
+        "decontaminate": args.decontaminate,
+    }
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from draftset.build import run_build
-    from draftset.console import print_build_summary, progress_bar
+    from draftset import api
+    from draftset.console import print_build_summary
 
-    opts = _build_options(args)
     show = not args.no_progress and sys.stderr.isatty()
-    with progress_bar("build", enabled=show) as update:
-        result = run_build(opts, on_progress=update)
+    result = api.build(**build_arguments(args), progress=show)
     print_build_summary(result)
     if not result.finalized:
         print(
@@ -252,10 +192,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     from draftset.verify import print_results
 
-    checks = result.checks
-    print_results(checks)
-    # drafter fitness is advice for DFlash training, not an integrity failure of the build
-    if any(c.failed for c in checks if c.name != "drafter_fitness"):
+    print_results(result.checks)
+    if not result.ok:
         return EXIT_FAIL
     print(f"next: draftset verify {result.out}   (re-derives every mask from the sources)")
     return EXIT_OK
@@ -263,41 +201,16 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
-    from draftset.preflight import PreflightError
-    from draftset.read import SourceError
-    from draftset.recipe import RecipeError
-    from draftset.template import TokenizerError
-    from draftset.write import OutputExistsError
-
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
         return int(args.handler(args))
-    except (
-        UsageError,
-        SourceError,
-        RecipeError,
-        TokenizerError,
-        OutputExistsError,
-        PreflightError,
-    ) as exc:
-        print(f"draftset: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except DraftsetError as exc:  # every run-level error carries its exit code
+        print(exc.cli_line(), file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("draftset: interrupted; nothing was finalized", file=sys.stderr)
         return 130
-    except Exception as exc:
-        from draftset.build import AccountingError, OutputWriteError
-        from draftset.modes import MixError
-        from draftset.sidecar import SidecarError
-
-        if isinstance(exc, MixError):  # a mix target the data cannot meet: fix the recipe
-            print(f"draftset: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        if isinstance(exc, AccountingError | SidecarError | OutputWriteError):
-            print(f"draftset: {exc}", file=sys.stderr)
-            return EXIT_FAIL
-        raise
 
 
 if __name__ == "__main__":

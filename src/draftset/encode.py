@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from draftset import reasons
+from draftset import defaults, reasons
 from draftset.records import PreTokenized, Reject
 from draftset.render import RowPlan
 
@@ -37,9 +37,9 @@ class EncodedRow:
 
 @dataclass(slots=True)
 class LengthRules:
-    max_length: int = 4096
-    truncation: Truncation = "drop"
-    min_supervised_tokens: int = 1
+    max_length: int = defaults.MAX_LENGTH
+    truncation: Truncation = defaults.TRUNCATION
+    min_supervised_tokens: int = defaults.MIN_SUPERVISED_TOKENS
 
 
 def _encode_batch(backend: Any) -> Any:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from draftset import reasons
+from draftset.errors import DraftsetError, RunError
 from draftset.generate_dialog import (
     STOP_LENGTH,
     STOP_NOTHING,
@@ -109,11 +110,11 @@ RESERVED_BODY_KEYS = frozenset(
 )
 
 
-class GenerateUsageError(Exception):
+class GenerateUsageError(DraftsetError):
     """Unusable arguments: one line on stderr, exit code 2."""
 
 
-class Unreachable(Exception):
+class Unreachable(RunError):
     """No endpoint could be used at all: exit code 1, nothing was done."""
 
 
@@ -201,6 +202,11 @@ class GenerateResult:
     @property
     def done(self) -> int:
         return sum(self.outcomes.values())
+
+    @property
+    def ok(self) -> bool:
+        """What `draftset generate` exits 0 on: not stopped early (errors are counted lines)."""
+        return self.aborted is None
 
 
 ProgressFn = Callable[[GenerateResult], None]

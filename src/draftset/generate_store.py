@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from draftset.errors import DraftsetError
+
 FSYNC_EVERY_LINES = 200
 FSYNC_EVERY_SECONDS = 5.0
 
@@ -30,7 +32,7 @@ class Recovered:
     reasons: dict[str, int] = field(default_factory=dict)  # errors file: count by reason
 
 
-class StoreError(Exception):
+class StoreError(DraftsetError):
     """An existing file that is not ours to resume (a bad line before the end)."""
 
 

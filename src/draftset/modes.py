@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from draftset.errors import DraftsetError
 from draftset.records import Conversation, Normalized, PreTokenized, PromptOnly
 
 THINKING = "thinking"
@@ -92,7 +93,7 @@ def row_mode(item: Normalized, template_kwargs: Mapping[str, Any] | None = None)
 # --- targets and report --------------------------------------------------------------------------
 
 
-class MixError(ValueError):
+class MixError(DraftsetError, ValueError):
     """Targets that are malformed or cannot be met with the candidate rows."""
 
 

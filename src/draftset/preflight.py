@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from draftset.errors import DraftsetError
 from draftset.read import HUB_PREFIX
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ MANIFEST_FORMAT = "draftset/1"
 ``--overwrite`` replace a folder (any ``draftset/<n>`` version counts)."""
 
 
-class PreflightError(Exception):
+class PreflightError(DraftsetError):
     """Unusable options or output path, found before any work (exit code 2)."""
 
 

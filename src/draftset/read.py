@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from draftset import reasons
+from draftset.errors import DraftsetError
 from draftset.normalize import detect_format
 from draftset.records import RawRow, Reject
 
@@ -59,7 +60,7 @@ class Source:
     preset: str | None = None  # a known public set's layout (see presets.py)
 
 
-class SourceError(Exception):
+class SourceError(DraftsetError):
     """A source that cannot be read at all (the CLI prints it as one line, exit code 2)."""
 
 

@@ -15,10 +15,11 @@ from typing import Any
 
 import yaml
 
+from draftset.errors import DraftsetError
 from draftset.read import HUB_PREFIX, Source
 
 
-class RecipeError(Exception):
+class RecipeError(DraftsetError):
     """A recipe or source spec that cannot be used (exit code 2)."""
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from draftset import defaults
 from draftset.account import SUMMARY_COLUMNS, summary_row
 from draftset.show import visible, visible_parts
 from draftset.verify_data import (
@@ -333,7 +334,7 @@ def _example_html(out: OutputSet, decode: Any, index: int) -> str:
 def build_report(
     folder: Path | str,
     tokenizer: str | None = None,
-    block_size: int = 16,
+    block_size: int = defaults.BLOCK_SIZE,
     examples: int = EXAMPLE_ROWS,
     seed: int = 0,
 ) -> str:
@@ -475,7 +476,7 @@ def write_report(
     folder: Path | str,
     output: Path | str | None = None,
     tokenizer: str | None = None,
-    block_size: int = 16,
+    block_size: int = defaults.BLOCK_SIZE,
 ) -> Path:
     path = Path(output) if output else Path(folder) / "report.html"
     path.write_text(build_report(folder, tokenizer, block_size), encoding="utf-8")
@@ -490,7 +491,12 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument(
         "--tokenizer", help="tokenizer folder for the example rows (default: the manifest's)"
     )
-    p.add_argument("--block-size", type=int, default=16, help="DFlash block size (default 16)")
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=defaults.BLOCK_SIZE,
+        help=f"DFlash block size (default {defaults.BLOCK_SIZE})",
+    )
     p.set_defaults(handler=cmd_report)
 
 

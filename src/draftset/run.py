@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from draftset import reasons
+from draftset.errors import DraftsetError, RunError
 
 if TYPE_CHECKING:  # the heavy modules load when a run starts, not for `draftset --help`
     from draftset.build import BuildOptions
@@ -83,11 +84,11 @@ KILL_ENV = "DRAFTSET_RUN_KILL_AT"
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
-class RunUsageError(Exception):
+class RunUsageError(DraftsetError):
     """Unusable recipe or arguments, or a rerun whose settings changed: exit code 2."""
 
 
-class RunFailed(Exception):
+class RunFailed(RunError):
     """The run stopped (no endpoint, stopped early): exit 1; rerun to resume."""
 
 
@@ -120,6 +121,7 @@ class RunOptions:
     restart: bool = False
     progress: bool = False
     speculators: bool = True  # verify's speculators-loader check
+    echo: bool = True  # print verify's check lines (the command); the Python API prints nothing
 
     @property
     def work_dir(self) -> Path:
@@ -135,6 +137,11 @@ class RunResult:
     state: dict[str, Any]
     report: Path | None = None
     resumed: list[str] = field(default_factory=list)  # stages already done at start
+
+    @property
+    def ok(self) -> bool:
+        """What `draftset run` exits 0 on: verify passed."""
+        return self.passed
 
 
 # --- settings and state -----------------------------------------------------------------------
@@ -642,7 +649,8 @@ def _verify(opts: RunOptions, work: Path, say: Callable[[str], None]) -> bool:
         json.dumps([c.to_json() for c in checks], indent=2, ensure_ascii=False) + "\n",
         encoding="utf-8",
     )
-    print_results(checks)
+    if opts.echo:
+        print_results(checks)
     # drafter fitness is advice for DFlash training, not an integrity failure (as in build)
     passed = not any(c.failed for c in checks if c.name != "drafter_fitness")
     say(f"verify: {'passed' if passed else 'FAILED'} ({len(checks)} checks)")
@@ -786,42 +794,13 @@ def options_from_recipe(
     progress: bool = False,
     tokenizer: str | None = None,
 ) -> RunOptions:
-    from draftset.cli import _build_options
+    from draftset.api import build_options
     from draftset.recipe import load_recipe
 
     path = Path(recipe)
     if path.suffix not in (".yaml", ".yml"):
         raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
-    args = argparse.Namespace(
-        inputs=[str(path)],
-        **dict.fromkeys(
-            [
-                "out",
-                "chat_template",
-                "template_kwargs",
-                "format",
-                "field",
-                "turns",
-                "max_length",
-                "truncation",
-                "min_supervised_tokens",
-                "max_samples",
-                "seed",
-                "draft_vocab_size",
-                "target_vocab_size",
-                "eot_token",
-                "placeholder",
-                "overwrite",
-                "preset",
-                "dedup",
-                "near_dup_threshold",
-                "decontaminate",
-            ]
-        ),
-        workers=workers,
-    )
-    args.tokenizer = tokenizer
-    build = _build_options(args)
+    build = build_options(path, workers=workers, tokenizer=tokenizer)
     gen = generate_settings(load_recipe(path).get("generate"), str(path))
     if endpoints:
         gen.endpoints = list(endpoints)

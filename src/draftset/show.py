@@ -23,6 +23,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from draftset.errors import DraftsetError
 from draftset.verify_data import NotADraftsetError, OutputSet, open_output, supervised_runs
 
 SUPERVISED_STYLE = "bold black on green3"
@@ -75,7 +76,7 @@ def _append(text: Text, chunk: str, style: str, plain: bool) -> None:
         text.append(part, style=f"{style} {ESCAPE_STYLE}".strip() if escaped else style)
 
 
-class ShowError(Exception):
+class ShowError(DraftsetError):
     """Unusable arguments (exit code 2)."""
 
 

@@ -20,10 +20,12 @@ from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
 from typing import Any, TypeVar
 
+from draftset.errors import RunError
+
 T = TypeVar("T")
 
 
-class SidecarError(Exception):
+class SidecarError(RunError):
     """The helper process died (the job's own exceptions are re-raised as they are)."""
 
 

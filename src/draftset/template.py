@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from draftset.errors import DraftsetError
 from draftset.records import Message
 
 _PROBE = "DRAFTSET_PROBE_ANSWER_7f3a"
@@ -38,7 +39,7 @@ _TOKENIZER_FILES = (
 )
 
 
-class TokenizerError(Exception):
+class TokenizerError(DraftsetError):
     """The tokenizer or template cannot be loaded (a usage error: exit code 2)."""
 
 

@@ -23,14 +23,14 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from draftset import reasons
+from draftset import defaults, reasons
+from draftset.errors import DraftsetError
 from draftset.read import sha256_file
 from draftset.show import visible
 from draftset.template import TokenizerError
 from draftset.verify_data import (
     VERIFY_RECORD,
     CheckResult,
-    NotADraftsetError,
     OutputSet,
     open_output,
     row_stats,
@@ -44,7 +44,7 @@ from draftset.verify_fast import (
     check_token_freq,
 )
 
-DEFAULT_BLOCK_SIZE = 16
+DEFAULT_BLOCK_SIZE = defaults.BLOCK_SIZE
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 __all__ = [
@@ -62,7 +62,7 @@ __all__ = [
 RECORD_FORMAT = "draftset-verify/1"
 
 
-class VerifyUsageError(Exception):
+class VerifyUsageError(DraftsetError):
     """Unusable arguments (exit code 2)."""
 
 
@@ -274,7 +274,8 @@ def check_speculators_load(out: OutputSet) -> CheckResult:
         from speculators.train.data import ArrowDataset  # needs hs_connectors, openai, torch
 
         ds: Any = ArrowDataset(
-            max_len=int(out.options.get("max_length") or 4096), datapath=str(out.folder)
+            max_len=int(out.options.get("max_length") or defaults.MAX_LENGTH),
+            datapath=str(out.folder),
         )
         data = ds.data
         lengths = list(ds.approx_lengths)
@@ -386,42 +387,26 @@ def register_cli(subparsers: Any) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    if args.sample is not None and args.sample < 1:
-        return _usage("--sample must be >= 1")
-    if args.block_size < 2:
-        return _usage("--block-size must be >= 2")
+    from draftset import api
+
     try:
-        if args.fast:
-            results = fast_checks(args.dir, args.block_size)
-        else:
-            results = run_verify(
-                args.dir,
-                tokenizer=args.tokenizer,
-                sample=args.sample,
-                seed=args.seed,
-                block_size=args.block_size,
-                placeholders=tuple(args.placeholder) if args.placeholder else None,
-            )
-    except (NotADraftsetError, TokenizerError) as exc:
-        return _usage(str(exc))
-    print_results(results)
-    if not args.fast and not any(r.name == "verify_record" for r in results):
-        print(f"result recorded in {Path(args.dir) / VERIFY_RECORD} (shown by `draftset report`)")
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "dir": str(args.dir),
-                    "passed": not any(r.failed for r in results),
-                    "checks": [r.to_json() for r in results],
-                },
-                indent=2,
-                ensure_ascii=False,
-            )
-            + "\n",
-            encoding="utf-8",
+        result = api.verify(
+            args.dir,
+            tokenizer=args.tokenizer,
+            sample=args.sample,
+            seed=args.seed,
+            block_size=args.block_size,
+            placeholders=args.placeholder,
+            fast=args.fast,
+            json=args.json,
         )
-    return EXIT_FAIL if any(r.failed for r in results) else EXIT_OK
+    except DraftsetError as exc:  # (`python -m draftset.verify` has no cli.main around it)
+        print(exc.cli_line(), file=sys.stderr)
+        return exc.exit_code
+    print_results(result.checks)
+    if result.recorded is not None:
+        print(f"result recorded in {Path(args.dir) / VERIFY_RECORD} (shown by `draftset report`)")
+    return EXIT_OK if result.ok else EXIT_FAIL
 
 
 def _usage(message: str) -> int:

@@ -17,6 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from draftset.errors import DraftsetError
+
 Status = Literal["pass", "fail", "skip"]
 
 REQUIRED_COLUMNS: dict[str, pa.DataType] = {
@@ -31,7 +33,7 @@ VERIFY_RECORD = "verify.json"
 """The result of the last full `verify`, written beside the set (not one of the set's files)."""
 
 
-class NotADraftsetError(Exception):
+class NotADraftsetError(DraftsetError):
     """The folder is missing or is not a draftset output (a usage error: exit code 2)."""
 
 
@@ -49,6 +51,11 @@ class CheckResult:
     @property
     def failed(self) -> bool:
         return self.status == "fail"
+
+    @property
+    def ok(self) -> bool:
+        """Passed or skipped (a skip always says why in ``summary``)."""
+        return self.status != "fail"
 
     def to_json(self) -> dict[str, Any]:
         return {

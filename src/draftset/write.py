@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from draftset.encode import EncodedRow
+from draftset.errors import DraftsetError
 from draftset.read import sha256_file
 
 ROWS_PER_BATCH = 1000
@@ -47,7 +48,7 @@ def arrow_schema() -> pa.Schema:
     return pa.schema(SCHEMA_FIELDS, metadata=meta)
 
 
-class OutputExistsError(Exception):
+class OutputExistsError(DraftsetError):
     """The output folder exists and --overwrite was not given (exit code 2)."""
 
 

@@ -1,0 +1,25 @@
+"""Every default of a build, in one place: `BuildOptions`, the worker's `LengthRules`, the
+CLI's help, recipes and the Python API read them from here (before, 4096 was written in four
+places). Only `typing` is imported: worker processes import this through `encode`.
+
+The placeholder answers are `reasons.DEFAULT_PLACEHOLDERS` (build and verify share it there).
+"""
+
+from __future__ import annotations
+
+from typing import Final  # Final: type checkers see the literal ("all", not str)
+
+MAX_LENGTH: Final = 4096
+"""Tokens per row."""
+TRUNCATION: Final = "drop"
+"""Over-long rows: ``drop`` (reject ``too_long``) or ``truncate`` (cut and flag)."""
+MIN_SUPERVISED_TOKENS: Final = 1
+TURNS: Final = "all"
+"""Which assistant turns are supervised: ``all``, ``last`` or ``each``."""
+SEED: Final = 0
+WORKERS: Final = 0
+"""Render/encode processes; 0 = all cores."""
+DEDUP: Final = "exact"
+NEAR_DUP_THRESHOLD: Final = 0.8
+BLOCK_SIZE: Final = 16
+"""DFlash block size for anchor counts (verify, report)."""

@@ -1,0 +1,273 @@
+"""The Python API (docs/api.md): the same jobs as the CLI, results instead of printing, errors
+that carry the CLI's exit codes, and the CLI built on it (byte-identical sets)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, qwen3_tokenizer_dir
+
+import draftset.build as build_mod
+from draftset import api, errors
+from draftset.cli import _build_parser, build_arguments, main
+from draftset.generate import GenerateUsageError
+from draftset.preflight import PreflightError
+from draftset.run import RunUsageError
+from draftset.template import TokenizerError
+from draftset.verify import VerifyUsageError
+from draftset.verify_data import NotADraftsetError
+
+QWEN3_VOCAB = 151936
+
+
+def chat(i: int, answer: str = "Fine, thanks.", reasoning: str | None = None) -> dict:
+    msg: dict = {"role": "assistant", "content": answer}
+    if reasoning:
+        msg["reasoning_content"] = reasoning
+    return {"id": f"c{i}", "messages": [{"role": "user", "content": f"Question {i}?"}, msg]}
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    rows = [chat(i) for i in range(4)]
+    rows += [chat(4, "Because " * 40, "Think first."), chat(5, "OK."), {"messages": "bad"}]
+    two = chat(6)
+    two["messages"] += [
+        {"role": "user", "content": "And?"},
+        {"role": "assistant", "content": "No."},
+    ]
+    rows.append(two)  # two supervised turns: two rows with turns="each"
+    path = tmp_path_factory.mktemp("src") / "chats.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+# --- the documented example runs as written --------------------------------------------------
+def doc_blocks() -> tuple[str, str]:
+    text = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
+    example = text.split("## Example", 1)[1]
+    code = re.search(r"```python\n(.*?)```", example, re.S)
+    output = re.search(r"Output:\n\n```text\n(.*?)```", example, re.S)
+    assert code and output, "docs/api.md lost its example or its output block"
+    return code.group(1), output.group(1)
+
+
+def test_docs_example_prints_what_the_doc_shows(tmp_path, monkeypatch, capsys):
+    code, expected = doc_blocks()
+    shutil.copytree(REPO / "examples" / "data", tmp_path / "examples" / "data")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("QWEN3_TOKENIZER", str(qwen3_tokenizer_dir()))
+    exec(compile(code, "docs/api.md", "exec"), {"__name__": "__main__"})
+    assert capsys.readouterr().out == expected
+
+
+# --- results, not printing -------------------------------------------------------------------
+def test_api_build_equals_cli_build_byte_for_byte_and_prints_nothing(src, tmp_path, capfd):
+    tok = str(qwen3_tokenizer_dir())
+    argv = [
+        "build", str(src), "--tokenizer", tok, "--out", str(tmp_path / "cli"), "--workers", "1",
+        "--max-length", "48", "--truncation", "truncate", "--turns", "each", "--seed", "3",
+        "--template-kwargs", '{"enable_thinking": true}', "--placeholder", "OK.",
+        "--draft-vocab-size", "32", "--target-vocab-size", str(QWEN3_VOCAB), "--no-progress",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    capfd.readouterr()
+    result = api.build(
+        sources=[src],
+        tokenizer=tok,
+        out=tmp_path / "api",
+        workers=1,
+        max_length=48,
+        truncation="truncate",
+        turns="each",
+        seed=3,
+        template_kwargs={"enable_thinking": True},
+        placeholders=["OK."],
+        draft_vocab_size=32,
+        target_vocab_size=QWEN3_VOCAB,
+    )
+    assert capfd.readouterr() == ("", "")  # nothing on stdout or stderr
+    assert files(tmp_path / "api") == files(tmp_path / "cli")
+    manifest = json.loads((result.out / "manifest.json").read_text())
+    assert result.ok and result.finalized
+    assert result.counts == manifest["counts"]["total"]
+    assert result.per_source == manifest["counts"]["per_source"]
+    assert result.rows == manifest["totals"]["rows"] > result.counts["written"]  # turns=each
+    assert result.counts["read"] == 8 and result.counts["rejected_by_reason"] == {
+        "no_supervised_turn": 1,
+        "unknown_format": 1,
+    }
+    assert result.counts["truncated"] >= 1
+    row = result.row(0)
+    assert row["id"].startswith("c0") and len(row["input_ids"]) == row["seq_len"]
+    assert [c.name for c in result.checks][:3] == ["structure", "file_hashes", "accounting"]
+    assert all(c.ok for c in result.checks)
+
+    checks = api.verify(result.out, speculators=False)
+    assert capfd.readouterr() == ("", "")
+    assert checks.ok and not checks.failed
+    assert checks["mask_fidelity"].status == "pass"
+    assert checks.recorded == result.out / "verify.json" and checks.recorded.is_file()
+
+
+def test_verify_names_the_failing_check_of_a_corrupted_set(src, tmp_path, capsys):
+    tok = str(qwen3_tokenizer_dir())
+    out = api.build(sources=[src], tokenizer=tok, out=tmp_path / "o", workers=1).out
+    with (out / "rejects.jsonl").open("a", encoding="utf-8") as f:
+        f.write('{"source": "chats", "row": 99, "id": "x", "reason": "r", "message": "m"}\n')
+    result = api.verify(out, fast=True, json=tmp_path / "checks.json")
+    assert not result.ok
+    assert {"file_hashes", "accounting"} <= set(result.failed)
+    assert not result["file_hashes"].ok and result["file_hashes"].count == 1
+    assert result["structure"].ok
+    assert json.loads((tmp_path / "checks.json").read_text()) == result.to_json()
+    assert capsys.readouterr().out == ""
+    assert main(["verify", str(out), "--fast", "--json", str(tmp_path / "cli.json")]) == 1
+    assert "verify failed: file_hashes, accounting" in capsys.readouterr().out
+    assert (tmp_path / "cli.json").read_text() == (tmp_path / "checks.json").read_text()
+
+
+def test_progress_callback_sees_every_row(src, tmp_path):
+    seen: list[tuple[int, int]] = []
+    result = api.build(
+        sources=[src],
+        tokenizer=str(qwen3_tokenizer_dir()),
+        out=tmp_path / "o",
+        workers=1,
+        progress=lambda done, total: seen.append((done, total)),
+    )
+    assert seen and seen[-1][0] == result.counts["read"]
+
+
+# --- errors: DraftsetError with the CLI's exit code and line ----------------------------------
+def error_cases(src: Path, tmp: Path) -> list[tuple[type, object, list[str]]]:
+    tok = str(qwen3_tokenizer_dir())
+    return [
+        (
+            errors.UsageError,
+            lambda: api.build(sources=[tmp / "missing.jsonl"], tokenizer=tok, out=tmp / "o"),
+            ["build", str(tmp / "missing.jsonl"), "--tokenizer", tok, "--out", str(tmp / "o")],
+        ),
+        (
+            PreflightError,
+            lambda: api.build(sources=[src], tokenizer=tok, out=src),
+            ["build", str(src), "--tokenizer", tok, "--out", str(src)],
+        ),
+        (
+            TokenizerError,
+            lambda: api.build(sources=[src], tokenizer=str(tmp / "no-tok"), out=tmp / "o"),
+            ["build", str(src), "--tokenizer", str(tmp / "no-tok"), "--out", str(tmp / "o")],
+        ),
+        (
+            NotADraftsetError,
+            lambda: api.verify(tmp),
+            ["verify", str(tmp)],
+        ),
+        (
+            VerifyUsageError,
+            lambda: api.verify(tmp, sample=0),
+            ["verify", str(tmp), "--sample", "0"],
+        ),
+        (
+            RunUsageError,
+            lambda: api.run(src),
+            ["run", str(src)],
+        ),
+        (
+            GenerateUsageError,
+            lambda: api.generate(src, endpoints="ftp://x", out=tmp / "a.jsonl"),
+            ["generate", str(src), "--endpoint", "ftp://x", "--out", str(tmp / "a.jsonl")],
+        ),
+    ]
+
+
+def test_errors_carry_the_cli_exit_code_and_line(src, tmp_path, capsys):
+    for cls, call, argv in error_cases(src, tmp_path):
+        with pytest.raises(errors.DraftsetError) as info:
+            call()
+        assert type(info.value) is cls, (cls, info.value)
+        assert capsys.readouterr() == ("", ""), cls
+        assert main(argv) == info.value.exit_code == 2
+        assert capsys.readouterr().err.strip() == info.value.cli_line(), cls
+    assert not (tmp_path / "o").exists()
+
+
+def test_every_run_level_error_is_a_draftset_error():
+    from draftset.build import AccountingError, OutputWriteError
+    from draftset.generate import Unreachable
+    from draftset.generate_store import StoreError
+    from draftset.modes import MixError
+    from draftset.read import SourceError
+    from draftset.recipe import RecipeError
+    from draftset.run import RunFailed
+    from draftset.show import ShowError
+    from draftset.sidecar import SidecarError
+    from draftset.write import OutputExistsError
+
+    for cls in (SourceError, RecipeError, StoreError, MixError, ShowError, OutputExistsError):
+        assert issubclass(cls, errors.DraftsetError) and cls.exit_code == 2, cls
+    for cls in (AccountingError, OutputWriteError, SidecarError, RunFailed, Unreachable):
+        assert issubclass(cls, errors.RunError) and cls.exit_code == 1, cls
+    assert errors.RunError("disk full").cli_line() == "draftset: disk full"
+    assert issubclass(MixError, ValueError)  # still what mix's callers catch
+
+
+# --- the CLI is a layer over the API ---------------------------------------------------------
+def test_every_build_option_maps_to_an_api_argument(src):
+    args = _build_parser().parse_args(["build", str(src)])
+    params = set(inspect.signature(api.build).parameters) - {"progress"}
+    assert set(build_arguments(args)) == params - {"mix"}  # mix: recipe only
+    assert set(inspect.signature(api.build_options).parameters) == params
+
+
+def test_cli_build_calls_the_api(src, tmp_path, monkeypatch):
+    calls: list[dict] = []
+
+    def fake(**kw):
+        calls.append(kw)
+        raise errors.UsageError("stop here")
+
+    monkeypatch.setattr(api, "build", fake)
+    assert main(["build", str(src), "--out", "o", "--field", "a=b", "--eot-token", "X"]) == 2
+    assert calls[0]["sources"] == [str(src)] and calls[0]["fields"] == ["a=b"]
+    assert calls[0]["eot_tokens"] == ["X"] and calls[0]["progress"] is False
+
+
+def test_stage_modules_are_the_api_functions(tmp_path):
+    from draftset import verify as verify_mod
+
+    assert verify_mod.run_verify  # still the module
+    with pytest.raises(VerifyUsageError, match="--sample must be >= 1"):
+        verify_mod(tmp_path, sample=0)  # and calling it calls api.verify
+    assert inspect.signature(build_mod) == inspect.signature(api.build)
+
+
+@pytest.mark.parametrize("first", ["from draftset import build", "import draftset.build as build"])
+def test_import_order_does_not_matter_and_import_draftset_is_lean(first):
+    code = (
+        "import sys, draftset\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('draftset.'))\n"
+        "assert loaded == [], loaded\n"
+        f"{first}\n"
+        "from draftset import build as b, verify, run, report, generate\n"
+        "import draftset.build as m\n"
+        "assert b is m is build and callable(b) and m.run_build\n"
+        "assert all(callable(f) for f in (verify, run, report, generate))\n"
+        "print(draftset.__version__ != '')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
