@@ -417,6 +417,7 @@ def generate(
     api_key: str | None = None,
     format: str | None = None,
     fields: Mapping[str, str] | Sequence[str] | None = None,
+    preset: str | None = None,
     concurrency: int | None = None,
     request_timeout: float | None = None,
     max_retries: int | None = None,
@@ -435,6 +436,8 @@ def generate(
     return_token_ids: bool = False,
     keep_length: bool = False,
     retry_errors: bool = False,
+    max_response_bytes: int | None = None,
+    restart: bool = False,
     progress: bool = False,
 ) -> GenerateResult:
     """`draftset generate`: the target model answers the prompts (docs/generate.md).
@@ -485,6 +488,9 @@ def generate(
         return_token_ids=return_token_ids,
         keep_length=keep_length,
         retry_errors=retry_errors,
+        preset=preset,
+        max_response_bytes=or_default(max_response_bytes, "max_response_bytes"),
+        restart=restart,
     )
     opts = options_from_args(args)
     with generate_progress(enabled=progress) as update:
