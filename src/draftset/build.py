@@ -31,6 +31,7 @@ from draftset.account import Accounting
 from draftset.encode import (
     LengthRules,
 )
+from draftset.limits import DEFAULT_RENDER_TIMEOUT
 from draftset.mix import (
     SelectionSpec,
     benchmark_files,
@@ -89,6 +90,7 @@ class BuildOptions:
     near_dup_threshold: float = 0.8
     decontaminate: list[str] = field(default_factory=list)
     mix: dict[str, Any] | None = None
+    render_timeout: float = DEFAULT_RENDER_TIMEOUT  # seconds to render one row; 0 = no bound
 
     def selection_spec(self) -> SelectionSpec:
         return SelectionSpec(
@@ -233,7 +235,15 @@ def run_build(
 
 
 def _processor_args(opts: BuildOptions, spec: TemplateSpec, info: TemplateInfo) -> tuple:
-    return (spec, info.kit, opts.length_rules(), opts.turns, opts.placeholders, info.vocab_size)
+    return (
+        spec,
+        info.kit,
+        opts.length_rules(),
+        opts.turns,
+        opts.placeholders,
+        info.vocab_size,
+        opts.render_timeout,
+    )
 
 
 @dataclass
@@ -432,6 +442,7 @@ def _manifest(
         "placeholders": list(opts.placeholders),
         "eot_tokens": list(opts.eot_tokens),
         "chat_template_path": opts.chat_template_path,
+        "render_timeout": opts.render_timeout,
     }
     files = {p.name: sha256_file(p) for p in [*shards, *vocab_files]}
     for extra in ("rejects.jsonl", "prompts.jsonl", "dataset_info.json", "state.json"):

@@ -134,6 +134,13 @@ def _build_parser() -> argparse.ArgumentParser:
         help="benchmark prompts (any readable file, or .txt one per line); rows sharing a "
         "13-word n-gram with one are removed (repeatable)",
     )
+    b.add_argument(
+        "--render-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="reject a row whose template render takes longer (template_timeout; default 5, "
+        "0 = no bound)",
+    )
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(handler=cmd_build)
 
@@ -146,6 +153,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _build_options(args: argparse.Namespace) -> Any:
     from draftset.build import BuildOptions
+    from draftset.limits import DEFAULT_RENDER_TIMEOUT
     from draftset.read import HUB_PREFIX
     from draftset.recipe import (
         load_recipe,
@@ -210,6 +218,7 @@ def _build_options(args: argparse.Namespace) -> Any:
         near_dup_threshold=float(pick("near_dup_threshold", 0.8)),
         decontaminate=list(args.decontaminate or recipe.get("decontaminate") or []),
         mix=recipe.get("mix"),
+        render_timeout=float(pick("render_timeout", DEFAULT_RENDER_TIMEOUT)),
     )
     for bench in opts.decontaminate:
         if not Path(bench).exists():
@@ -230,6 +239,8 @@ def _build_options(args: argparse.Namespace) -> Any:
         raise UsageError(f"turns must be all, last or each, not {opts.turns!r}")
     if opts.max_length < 1 or opts.min_supervised_tokens < 0 or opts.workers < 0:
         raise UsageError("--max-length must be >= 1, --min-supervised-tokens and --workers >= 0")
+    if not opts.render_timeout >= 0:  # also NaN
+        raise UsageError("--render-timeout must be >= 0 seconds (0 = no bound)")
     return opts
 
 

@@ -43,6 +43,7 @@ RECIPE_KEYS = {
     "near_dup_threshold",
     "decontaminate",
     "mix",
+    "render_timeout",
     "sources",
 }
 SOURCE_KEYS = {"path", "name", "weight", "count", "format", "fields", "preset"}

@@ -21,6 +21,7 @@ from draftset.encode import (
     encode_plans,
     encode_pretokenized,
 )
+from draftset.limits import DEFAULT_RENDER_TIMEOUT, RenderLimit, render_char_cap, time_limit
 from draftset.records import Conversation, Normalized, PreTokenized, Reject
 from draftset.render import ConversationPlan, TurnMode, plan_conversation
 from draftset.template import (
@@ -53,6 +54,7 @@ class Processor:
         mode: TurnMode,
         placeholders: tuple[str, ...],
         vocab_size: int,
+        render_timeout: float | None = DEFAULT_RENDER_TIMEOUT,
         template: Renderer | None = None,
     ) -> None:
         # workers rebuild the main process's renderer from its kit (no AutoTokenizer import);
@@ -62,6 +64,7 @@ class Processor:
         self.mode = mode
         self.placeholders = placeholders
         self.vocab_size = vocab_size
+        self.render_timeout = render_timeout
 
     def process(self, batch: list[Normalized]) -> list[ItemResult]:
         results = [ItemResult(item) for item in batch]
@@ -71,7 +74,12 @@ class Processor:
             item = res.item
             if isinstance(item, Conversation):
                 try:
-                    cplan = plan_conversation(self.template, item, self.mode, self.placeholders)
+                    cplan = self._plan(item)
+                except RenderLimit as exc:  # a hostile template costs this row, not the run
+                    res.rejects.append(
+                        Reject(item.source, item.row, item.id, exc.reason, exc.message)
+                    )
+                    continue
                 except Exception as exc:  # never let one row end a long run: reject it, loudly
                     res.rejects.append(_internal_error(item, exc))
                     continue
@@ -109,6 +117,15 @@ class Processor:
                 for rp in res.plan_stats.rows:
                     rp.segments, rp.server_ids, rp.turn_of_segment = [], {}, {}
         return results
+
+    def _plan(self, item: Conversation) -> ConversationPlan:
+        """Render & mask one row within its bounds: time, and characters per render."""
+        self.template.max_chars = render_char_cap(item.messages, item.tools)
+        try:
+            with time_limit(self.render_timeout):
+                return plan_conversation(self.template, item, self.mode, self.placeholders)
+        finally:
+            self.template.max_chars = None
 
 
 def _internal_error(item: Conversation, exc: Exception) -> Reject:
