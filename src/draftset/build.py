@@ -42,7 +42,7 @@ from draftset.mix import (
 from draftset.read import Source, describe_inputs, sha256_file
 from draftset.records import Normalized, PromptOnly, Reject
 from draftset.render import TurnMode
-from draftset.sidecar import Sidecar, SidecarError, release_memory
+from draftset.sidecar import Sidecar, SidecarError, release_memory, stop_pool
 from draftset.template import (
     ChatTemplate,
     Renderer,
@@ -160,6 +160,9 @@ def _executor(workers: int) -> Iterator[tuple[ProcessPoolExecutor, Any]]:
             ex.submit(worker_ready)
         try:
             yield ex, feed
+        except BaseException:  # failed or interrupted (Ctrl-C, SIGTERM): stop the workers now
+            stop_pool(ex)
+            raise
         finally:
             feed(None)
 

@@ -7,8 +7,11 @@ Exit codes: 0 success, 1 the job ran but failed (a check, the accounting, nothin
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,15 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 class UsageError(Exception):
     """Bad arguments or unusable inputs: printed as one line, exit code 2."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: handled exactly like Ctrl-C (clean-up runs), exit code 143 (128 + 15)."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: let the clean-up finish
+    raise Terminated
 
 
 class _Parser(argparse.ArgumentParser):
@@ -218,7 +230,7 @@ def _build_options(args: argparse.Namespace) -> Any:
         near_dup_threshold=float(pick("near_dup_threshold", 0.8)),
         decontaminate=list(args.decontaminate or recipe.get("decontaminate") or []),
         mix=recipe.get("mix"),
-        render_timeout=float(pick("render_timeout", DEFAULT_RENDER_TIMEOUT)),
+        render_timeout=_seconds(pick("render_timeout", DEFAULT_RENDER_TIMEOUT)),
     )
     for bench in opts.decontaminate:
         if not Path(bench).exists():
@@ -239,9 +251,17 @@ def _build_options(args: argparse.Namespace) -> Any:
         raise UsageError(f"turns must be all, last or each, not {opts.turns!r}")
     if opts.max_length < 1 or opts.min_supervised_tokens < 0 or opts.workers < 0:
         raise UsageError("--max-length must be >= 1, --min-supervised-tokens and --workers >= 0")
-    if not opts.render_timeout >= 0:  # also NaN
-        raise UsageError("--render-timeout must be >= 0 seconds (0 = no bound)")
     return opts
+
+
+def _seconds(value: Any) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        raise UsageError(f"--render-timeout must be a number of seconds >= 0, not {value!r}")
+    return seconds
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -276,15 +296,18 @@ def main(argv: list[str] | None = None) -> int:
     from draftset.write import OutputExistsError
 
     parser = _build_parser()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         args = parser.parse_args(argv)
         return int(args.handler(args))
     except (UsageError, SourceError, RecipeError, TokenizerError, OutputExistsError) as exc:
         print(f"draftset: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("draftset: interrupted; nothing was finalized", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        how = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        print(f"draftset: {how}; nothing was finalized", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
     except Exception as exc:
         from draftset.build import AccountingError
         from draftset.modes import MixError

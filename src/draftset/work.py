@@ -21,6 +21,7 @@ from draftset.encode import (
     encode_plans,
     encode_pretokenized,
 )
+from draftset.lifeline import die_with_parent
 from draftset.limits import DEFAULT_RENDER_TIMEOUT, RenderLimit, render_char_cap, time_limit
 from draftset.records import Conversation, Normalized, PreTokenized, Reject
 from draftset.render import ConversationPlan, TurnMode, plan_conversation
@@ -149,6 +150,7 @@ def init_worker(kits: Any) -> None:
     ``None`` instead of a kit means the load failed: the worker stays empty and is shut down.
     """
     global _WORKER
+    die_with_parent()  # a killed build leaves no worker behind
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import_template_compiler()
     args = kits.get()
