@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import qwen3_tokenizer_dir, trl_template
+from conftest import llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
 
 from draftset.build import BuildOptions, run_build
 from draftset.limits import RenderTimeout, time_limit
@@ -160,3 +160,123 @@ def test_time_limit_in_the_main_thread_restores_the_alarm_handler():
     time.sleep(0.4)  # the timer is off: nothing fires
     assert signal.getsignal(signal.SIGALRM) == before
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+# --- too_long without tokenizing everything -------------------------------------------------
+def _qwen_backend():
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(qwen3_tokenizer_dir() / "tokenizer.json"))
+
+
+def test_token_bytes_bound_of_real_tokenizers():
+    from tokenizers import Tokenizer
+
+    from draftset.encode import token_bytes_bound
+
+    assert token_bytes_bound(_qwen_backend()) == 128 * 4  # 128-byte tokens, NFC
+    llama = Tokenizer.from_file(str(llama32_tokenizer_dir() / "tokenizer.json"))
+    assert token_bytes_bound(llama) == 128  # no normalizer
+    # a pipeline that drops text (whitespace splitting) or fuses unknown characters: no bound
+    from tokenizers import models, pre_tokenizers
+
+    wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    assert token_bytes_bound(wp) is None
+    bpe = Tokenizer(models.BPE({"a": 0}, [], unk_token="a", fuse_unk=True))
+    assert token_bytes_bound(bpe) is None
+    ws = Tokenizer(models.BPE({"a": 0}, []))
+    ws.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    assert token_bytes_bound(ws) is None
+
+
+HARD_TEXTS = [
+    "plain english words and sentences, " * 4,
+    "汉字和日本語のテキスト" * 3,
+    "\u1100\u1161\u11a8" * 20,  # Hangul jamo: NFC makes 9 bytes 3
+    "\u03b9\u0308\u0301" * 20,  # iota + marks: NFC composes to ΐ
+    " " * 300 + "x",  # runs the vocabulary has long tokens for
+    "-" * 500,
+    "<|im_end|><|im_start|>" * 10,  # special tokens written in the text
+    "😀👍🏽" * 30,
+]
+
+
+def test_lower_bound_never_exceeds_the_real_count():
+    from draftset.encode import _utf8_len, token_bytes_bound
+
+    tok = _qwen_backend()
+    k = token_bytes_bound(tok)
+    assert k is not None
+    vocab = tok.get_vocab(with_added_tokens=False)
+    longest = max(vocab, key=len)  # the worst case for the bound: the longest tokens, repeated
+    texts = [*HARD_TEXTS, tok.decode([vocab[longest]]) * 50]
+    for text in texts:
+        n = len(tok.encode(text, add_special_tokens=False).ids)
+        assert -(-_utf8_len(text) // k) <= n, text[:20]
+
+
+@pytest.mark.parametrize("truncation", ["drop", "truncate"])
+def test_verdict_equals_full_tokenization_around_the_threshold(truncation):
+    """Rows from far under to far over the length where the shortcut starts: the same rows,
+    rejects and truncation flags as tokenizing everything."""
+    from draftset.encode import LengthRules, encode_plans, finish_row, token_bytes_bound
+    from draftset.render import RowPlan
+
+    tok = _qwen_backend()
+    k = token_bytes_bound(tok)
+    rules = LengthRules(max_length=8, truncation=truncation)
+    plans = []
+    for base in HARD_TEXTS:
+        for target in (7 * k, 8 * k - 1, 8 * k, 8 * k + 1, 9 * k, 40 * k):
+            text = (base * (target // len(base.encode()) + 1)).encode()[:target]
+            text_s = text.decode("utf-8", "ignore")
+            for segs in (
+                [(text_s, False), ("answer<|im_end|>", True)],
+                [("q", False), (text_s + "<|im_end|>", True), ("\n", False)],
+                [("<|im_start|>user\n", False), ("hi<|im_end|>", True), (text_s, False)],
+            ):
+                plans.append(RowPlan(f"r{len(plans)}", "s", len(plans), segs))
+    fast = [
+        finish_row(p, e, rules)
+        for p, e in zip(plans, encode_plans(tok, plans, rules, k), strict=True)
+    ]
+    full = [finish_row(p, e, rules) for p, e in zip(plans, encode_plans(tok, plans), strict=True)]
+    shortcuts = 0
+    for a, b in zip(fast, full, strict=True):
+        assert type(a) is type(b)
+        if hasattr(a, "reason"):
+            assert a.reason == b.reason
+            shortcuts += "not tokenized" in a.message
+        else:
+            assert a.input_ids.tolist() == b.input_ids.tolist()
+            assert a.loss_mask.tolist() == b.loss_mask.tolist()
+            assert a.truncated == b.truncated
+    if truncation == "drop":
+        assert shortcuts > 0  # the shortcut was taken, and agreed
+
+
+def test_normal_forms_shrink_text_at_most_4_times():
+    """The factor behind the bound: the most UTF-8 bytes NFC/NFKC turn into one byte.
+
+    Worst input for a composed character: each of its canonical components written as the
+    longest single code point that decomposes to it (assigned code points only)."""
+    import sys
+    import unicodedata as ud
+
+    chars = [chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
+    chars = [c for c in chars if ud.category(c) != "Cn"]
+    for form, dec in (("NFC", "NFD"), ("NFKC", "NFKD")):
+        longest: dict[str, int] = {}
+        for x in chars:
+            d = ud.normalize(dec, x)
+            assert ud.normalize(form, x) != ""
+            if len(d) == 1:
+                longest[d] = max(longest.get(d, 0), len(x.encode()))
+        worst = 0.0
+        for c in chars:
+            if ud.normalize(form, c) != c:
+                continue
+            parts = ud.normalize(dec, c)
+            src = sum(max(longest.get(p, 0), len(p.encode())) for p in parts)
+            worst = max(worst, src / len(c.encode()))
+        assert worst <= 4, form
