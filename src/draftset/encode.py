@@ -55,6 +55,12 @@ class TooLong:
     at_least: int
 
 
+@dataclass(frozen=True, slots=True)
+class NothingSupervised:
+    """A plan rejected unencoded: truncation keeps only context (its leading unsupervised
+    segments alone fill ``--max-length``)."""
+
+
 # How many times fewer UTF-8 bytes a normalizer can leave (e.g. NFKC: 4-byte 𝐀 → 1-byte A;
 # NFC: a 3-code-point Hangul syllable, 9 → 3 bytes). Measured over every code point in
 # tests/test_bounds.py; a normalizer not listed here turns the bound off.
@@ -148,27 +154,28 @@ def encode_plans(
     plans: list[RowPlan],
     rules: LengthRules | None = None,
     token_bytes: int | None = None,
-) -> list[tuple[np.ndarray, np.ndarray] | TooLong]:
+) -> list[tuple[np.ndarray, np.ndarray] | TooLong | NothingSupervised]:
     """Token ids and mask for each plan; one batched tokenizer call for all segments.
 
     With ``rules`` and ``token_bytes`` (`token_bytes_bound`), segments that cannot change the
     verdict are not tokenized: a row whose text alone proves more than ``--max-length`` tokens
     is `TooLong` under ``drop``; under ``truncate`` the segments after the one that proves the
-    cut are skipped (the kept tokens and the cut are the same).
+    cut are skipped (the kept tokens and the cut are the same), and a row whose kept tokens
+    are all context is `NothingSupervised`.
     """
     needed = [_needed_segments(plan, rules, token_bytes) for plan in plans]
     texts = [
         text
         for plan, n in zip(plans, needed, strict=True)
-        if not isinstance(n, TooLong)
+        if isinstance(n, int)
         for i, (text, _) in enumerate(plan.segments[:n])
         if i not in plan.server_ids
     ]
     encodings = _encode_batch(backend)(texts, add_special_tokens=False) if texts else []
-    out: list[tuple[np.ndarray, np.ndarray] | TooLong] = []
+    out: list[tuple[np.ndarray, np.ndarray] | TooLong | NothingSupervised] = []
     k = 0
     for plan, n in zip(plans, needed, strict=True):
-        if isinstance(n, TooLong):
+        if not isinstance(n, int):
             out.append(n)
             continue
         ids_parts: list[list[int]] = []
@@ -191,16 +198,25 @@ def encode_plans(
 
 def _needed_segments(
     plan: RowPlan, rules: LengthRules | None, token_bytes: int | None
-) -> int | TooLong:
+) -> int | TooLong | NothingSupervised:
     """How many leading segments decide the row (all, unless the length rule is already met)."""
     n = len(plan.segments)
     if rules is None or token_bytes is None:
         return n
     limit = rules.max_length
     at_least = 0
-    for i, (text, _) in enumerate(plan.segments):
+    context_only = True  # no supervised segment so far
+    for i, (text, supervised) in enumerate(plan.segments):
+        context_only = context_only and not supervised
         ids = plan.server_ids.get(i)
         at_least += len(ids) if ids is not None else -(-_utf8_len(text) // token_bytes)
+        if (
+            rules.truncation == "truncate"
+            and context_only
+            and at_least >= limit
+            and rules.min_supervised_tokens > 0
+        ):
+            return NothingSupervised()  # the kept tokens are all context
         if rules.truncation == "truncate" and at_least > limit:
             return i + 1  # tokens 0..limit (the cut and the one after it) lie in these
     if rules.truncation == "drop" and at_least > limit:
@@ -209,9 +225,20 @@ def _needed_segments(
 
 
 def finish_row(
-    plan: RowPlan, encoded: tuple[np.ndarray, np.ndarray] | TooLong, rules: LengthRules
+    plan: RowPlan,
+    encoded: tuple[np.ndarray, np.ndarray] | TooLong | NothingSupervised,
+    rules: LengthRules,
 ) -> EncodedRow | Reject:
     """The length rules on an encoded plan; a `TooLong` one is rejected as it would have been."""
+    if isinstance(encoded, NothingSupervised):
+        return Reject(
+            plan.source,
+            plan.row,
+            plan.id,
+            reasons.TOO_FEW_SUPERVISED_TOKENS,
+            f"0 supervised tokens < --min-supervised-tokens {rules.min_supervised_tokens}"
+            " (the first --max-length tokens are all context; counted, not tokenized)",
+        )
     if isinstance(encoded, TooLong):
         return Reject(
             plan.source,

@@ -14,6 +14,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -179,19 +180,20 @@ class Renderer:
         # the same render as pieces (Jinja's render is "".join of them), so a template that
         # writes without end is stopped at the cap instead of filling memory
         cap = self.max_chars
-        parts: list[str] = []
-        size = 0
-        for piece in self._compiled.generate(
+        pieces = self._compiled.generate(
             messages=chat,
             tools=tools,
             documents=None,
             add_generation_prompt=add_generation_prompt,
             **kwargs,
-        ):
-            size += len(piece)
+        )
+        parts: list[str] = []
+        size = 0
+        while chunk := list(islice(pieces, 256)):  # counted a chunk at a time: C-speed
+            size += sum(map(len, chunk))
             if size > cap:
                 raise _too_large(cap)
-            parts.append(piece)
+            parts += chunk
         return "".join(parts)
 
     def find_end_of_turn(self, text: str, start: int = 0) -> int:
