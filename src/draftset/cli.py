@@ -7,11 +7,13 @@ Exit codes: 0 success, 1 the job ran but failed (a check, the accounting, nothin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,19 @@ class Terminated(KeyboardInterrupt):
 def _on_sigterm(signum: int, frame: Any) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: let the clean-up finish
     raise Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises `Terminated` in this block (main thread only); the old handler after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -270,7 +285,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     opts = _build_options(args)
     show = not args.no_progress and sys.stderr.isatty()
-    with progress_bar("build", enabled=show) as update:
+    with _sigterm_as_interrupt(), progress_bar("build", enabled=show) as update:
         result = run_build(opts, on_progress=update)
     print_build_summary(result)
     total = result.accounting.total()
@@ -296,8 +311,6 @@ def main(argv: list[str] | None = None) -> int:
     from draftset.write import OutputExistsError
 
     parser = _build_parser()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         args = parser.parse_args(argv)
         return int(args.handler(args))
