@@ -279,3 +279,32 @@ def test_normal_forms_shrink_text_at_most_4_times():
             src = sum(max(longest.get(p, 0), len(p.encode())) for p in parts)
             worst = max(worst, src / len(c.encode()))
         assert worst <= 4, form
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "soon"])
+def test_bad_render_timeout_is_one_line_exit_2(tmp_path, capsys, value):
+    from draftset.cli import main
+
+    src = tmp_path / "a.jsonl"
+    src.write_text(json.dumps(chat(0, "Hi?")) + "\n")
+    argv = ["build", str(src), "--tokenizer", str(qwen3_tokenizer_dir())]
+    argv += ["--out", str(tmp_path / "o"), "--render-timeout", value]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--render-timeout" in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_render_timeout_from_a_recipe(tmp_path):
+    from draftset.cli import _build_options, _build_parser
+
+    src = tmp_path / "a.jsonl"
+    src.write_text(json.dumps(chat(0, "Hi?")) + "\n")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\nout: o\nrender_timeout: 2.5\nsources: [a.jsonl]\n"
+    )
+    args = _build_parser().parse_args(["build", str(recipe)])
+    assert _build_options(args).render_timeout == 2.5
+    args = _build_parser().parse_args(["build", str(recipe), "--render-timeout", "0"])
+    assert _build_options(args).render_timeout == 0  # the command line wins; 0 = no bound
