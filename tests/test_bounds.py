@@ -308,3 +308,40 @@ def test_render_timeout_from_a_recipe(tmp_path):
     assert _build_options(args).render_timeout == 2.5
     args = _build_parser().parse_args(["build", str(recipe), "--render-timeout", "0"])
     assert _build_options(args).render_timeout == 0  # the command line wins; 0 = no bound
+
+
+@pytest.mark.parametrize("truncation", ["drop", "truncate"])
+def test_a_row_far_over_max_length_is_never_tokenized(tmp_path, monkeypatch, truncation):
+    """A 3 MB question (> 4096 tokens x 512 bytes): rejected, and the tokenizer never sees it."""
+    import draftset.encode
+
+    longest: list[int] = [0]
+    real = draftset.encode._encode_batch
+
+    def spy(backend):
+        encode = real(backend)
+
+        def wrapped(texts, **kw):
+            longest[0] = max([longest[0], *map(len, texts)])
+            return encode(texts, **kw)
+
+        return wrapped
+
+    monkeypatch.setattr(draftset.encode, "_encode_batch", spy)
+    src = tmp_path / "a.jsonl"
+    rows = [chat(0, "Hi?"), chat(1, "the quick brown fox. " * 150_000)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = run_build(
+        BuildOptions(
+            [Source("s", src)],
+            str(qwen3_tokenizer_dir()),
+            tmp_path / "o",
+            workers=1,
+            truncation=truncation,
+            dedup="none",
+        )
+    )
+    per = res.accounting.to_json()["per_source"]["s"]
+    want = "too_long" if truncation == "drop" else "too_few_supervised_tokens"
+    assert per["written"] == 1 and per["rejected_by_reason"] == {want: 1}
+    assert longest[0] < 10_000  # only the short row's segments were tokenized
