@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json as _json
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -71,6 +72,7 @@ def build(
     near_dup_threshold: float | None = None,
     decontaminate: Sequence[str | Path] | str | Path | None = None,
     mix: Mapping[str, Any] | None = None,
+    render_timeout: float | None = None,
     progress: ProgressArg = False,
 ) -> BuildResult:
     """`draftset build`: tokenize and mask chat data into a verified, fully accounted set.
@@ -118,6 +120,7 @@ def build_options(
     near_dup_threshold: float | None = None,
     decontaminate: Sequence[str | Path] | str | Path | None = None,
     mix: Mapping[str, Any] | None = None,
+    render_timeout: float | None = None,
 ) -> BuildOptions:
     """`build`'s arguments merged over the recipe and the defaults, and checked: the
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
@@ -191,6 +194,7 @@ def build_options(
         ),
         decontaminate=list(_strings(decontaminate) or _strings(conf.get("decontaminate"))),
         mix=dict(mix) if mix is not None else conf.get("mix"),
+        render_timeout=_seconds(pick("render_timeout", render_timeout, defaults.RENDER_TIMEOUT)),
     )
     _check_build_values(opts)
     return opts
@@ -217,6 +221,17 @@ def _check_build_values(opts: BuildOptions) -> None:
         raise UsageError(f"turns must be all, last or each, not {opts.turns!r}")
     if opts.max_length < 1 or opts.min_supervised_tokens < 0 or opts.workers < 0:
         raise UsageError("--max-length must be >= 1, --min-supervised-tokens and --workers >= 0")
+
+
+def _seconds(value: Any) -> float:
+    """``--render-timeout``: a finite number of seconds >= 0 (0 = no bound)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        raise UsageError(f"--render-timeout must be a number of seconds >= 0, not {value!r}")
+    return seconds
 
 
 def _strings(value: Any) -> tuple[str, ...]:

@@ -40,6 +40,7 @@ from draftset.hygiene import (
     row_kwargs_key,
     trains_empty_think,
 )
+from draftset.limits import DEFAULT_RENDER_TIMEOUT
 from draftset.mix import (
     SelectionSpec,
     benchmark_files,
@@ -52,7 +53,7 @@ from draftset.preflight import check_build
 from draftset.read import HUB_PREFIX, Source, describe_inputs, scan_source, sha256_file
 from draftset.records import Conversation, Normalized, PromptOnly, Reject
 from draftset.render import TurnMode
-from draftset.sidecar import Sidecar, SidecarError, release_memory
+from draftset.sidecar import Sidecar, SidecarError, release_memory, stop_pool
 from draftset.template import (
     ChatTemplate,
     Renderer,
@@ -107,6 +108,8 @@ class BuildOptions:
     # what the run did, recorded in the manifest's `run` section
     overlay: list[str] = field(default_factory=list)
     run_info: dict[str, Any] | None = None
+
+    render_timeout: float = DEFAULT_RENDER_TIMEOUT  # seconds to render one row; 0 = no bound
 
     def selection_spec(self) -> SelectionSpec:
         return SelectionSpec(
@@ -207,6 +210,9 @@ def _executor(workers: int) -> Iterator[tuple[ProcessPoolExecutor, Any]]:
             ex.submit(worker_ready)
         try:
             yield ex, feed
+        except BaseException:  # failed or interrupted (Ctrl-C, SIGTERM): stop the workers now
+            stop_pool(ex)
+            raise
         finally:
             feed(None)
 
@@ -283,7 +289,15 @@ def run_build(
 
 
 def _processor_args(opts: BuildOptions, spec: TemplateSpec, info: TemplateInfo) -> tuple:
-    return (spec, info.kit, opts.length_rules(), opts.turns, opts.placeholders, info.vocab_size)
+    return (
+        spec,
+        info.kit,
+        opts.length_rules(),
+        opts.turns,
+        opts.placeholders,
+        info.vocab_size,
+        opts.render_timeout,
+    )
 
 
 @dataclass
@@ -610,6 +624,7 @@ def _manifest(
         "eot_tokens": list(opts.eot_tokens),
         "chat_template_path": opts.chat_template_path,
         "chat_template_path_as_given": given.get("chat_template", opts.chat_template_path),
+        "render_timeout": opts.render_timeout,
     }
     files = {p.name: sha256_file(p) for p in [*shards, *vocab_files]}
     for extra in ("rejects.jsonl", "prompts.jsonl", "dataset_info.json", "state.json"):

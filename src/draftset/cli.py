@@ -7,14 +7,40 @@ Exit codes: 0 success, 1 the job ran but failed (a check, the accounting, nothin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from draftset import __version__, defaults
 from draftset.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, DraftsetError, UsageError
 
 __all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_arguments", "main"]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: handled exactly like Ctrl-C (clean-up runs), exit code 143 (128 + 15)."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: let the clean-up finish
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises `Terminated` in this block (main thread only); the old handler after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -133,6 +159,13 @@ def _build_parser() -> argparse.ArgumentParser:
         help="benchmark prompts (any readable file, or .txt one per line); rows sharing a "
         "13-word n-gram with one are removed (repeatable)",
     )
+    b.add_argument(
+        "--render-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="reject a row whose template render takes longer (template_timeout; default 5, "
+        "0 = no bound)",
+    )
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(handler=cmd_build)
 
@@ -173,6 +206,7 @@ def build_arguments(args: argparse.Namespace) -> dict[str, Any]:
         "dedup": args.dedup,
         "near_dup_threshold": args.near_dup_threshold,
         "decontaminate": args.decontaminate,
+        "render_timeout": args.render_timeout,
     }
 
 
@@ -181,7 +215,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     from draftset.console import print_build_summary
 
     show = not args.no_progress and sys.stderr.isatty()
-    result = api.build(**build_arguments(args), progress=show)
+    with _sigterm_as_interrupt():
+        result = api.build(**build_arguments(args), progress=show)
     print_build_summary(result)
     if not result.finalized:
         print(
@@ -208,9 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     except DraftsetError as exc:  # every run-level error carries its exit code
         print(exc.cli_line(), file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("draftset: interrupted; nothing was finalized", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        how = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        print(f"draftset: {how}; nothing was finalized", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
 
 
 if __name__ == "__main__":

@@ -21,5 +21,8 @@ WORKERS: Final = 0
 """Render/encode processes; 0 = all cores."""
 DEDUP: Final = "exact"
 NEAR_DUP_THRESHOLD: Final = 0.8
+RENDER_TIMEOUT: Final = 5.0
+"""Seconds one row's template renders may take (``template_timeout`` past it); 0 = no bound.
+Real templates take milliseconds."""
 BLOCK_SIZE: Final = 16
 """DFlash block size for anchor counts (verify, report)."""

@@ -10,6 +10,7 @@ ids, tested against `encode_batch`; ~1.7x faster).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any, Literal
@@ -47,22 +48,140 @@ def _encode_batch(backend: Any) -> Any:
     return getattr(backend, "encode_batch_fast", None) or backend.encode_batch
 
 
-def encode_plans(backend, plans: list[RowPlan]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Token ids and mask for each plan; one batched tokenizer call for all segments."""
+@dataclass(frozen=True, slots=True)
+class TooLong:
+    """A plan rejected unencoded: its text alone proves more than ``at_least`` tokens."""
+
+    at_least: int
+
+
+@dataclass(frozen=True, slots=True)
+class NothingSupervised:
+    """A plan rejected unencoded: truncation keeps only context (its leading unsupervised
+    segments alone fill ``--max-length``)."""
+
+
+# How many times fewer UTF-8 bytes a normalizer can leave (e.g. NFKC: 4-byte 𝐀 → 1-byte A;
+# NFC: a 3-code-point Hangul syllable, 9 → 3 bytes). Measured over every code point in
+# tests/test_bounds.py; a normalizer not listed here turns the bound off.
+_NORMALIZER_SHRINK = {"NFC": 4, "NFD": 4, "NFKC": 4, "NFKD": 4, "Prepend": 1}
+_KEEPING_PRE_TOKENIZERS = {"ByteLevel", "Split", "Digits", "Punctuation", "Metaspace"}
+
+
+def token_bytes_bound(backend: Any) -> int | None:
+    """Most UTF-8 bytes of a segment's text one token can stand for, or None when unknown.
+
+    Then a segment of B bytes has at least ceil(B / bound) tokens. Sound only for pipelines
+    where every byte ends up in some token and no token stands for unboundedly many: a BPE
+    model (no fused unknown tokens), normalizers that shrink text at most by a known factor,
+    pre-tokenizers that drop nothing, added tokens that strip no whitespace.
+    """
+    try:
+        model = backend.model
+        if type(model).__name__ != "BPE" or (model.unk_token and model.fuse_unk):
+            return None
+        shrink = _normalizer_shrink(backend.normalizer)
+        byte_level = _pre_tokenizer_keeps_all(backend.pre_tokenizer)
+        if shrink is None or byte_level is None:
+            return None
+        vocab = backend.get_vocab(with_added_tokens=False)
+        # byte-level vocabularies spell one byte per character; others in UTF-8
+        longest = max((len(t) if byte_level else len(t.encode()) for t in vocab), default=1)
+        for tok in backend.get_added_tokens_decoder().values():
+            if tok.lstrip or tok.rstrip:  # such a token also swallows whitespace around it
+                return None
+            longest = max(longest, len(tok.content.encode()))
+        if model.unk_token:
+            longest = max(longest, 4)  # an unknown character: one token, up to 4 bytes
+        return longest * shrink
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _normalizer_shrink(normalizer: Any) -> int | None:
+    if normalizer is None:
+        return 1
+    return _shrink_of(json.loads(normalizer.__getstate__()))
+
+
+def _shrink_of(spec: dict[str, Any]) -> int | None:
+    kind = spec.get("type")
+    if kind == "Sequence":
+        total = 1
+        for part in spec.get("normalizers") or []:
+            f = _shrink_of(part)
+            if f is None:
+                return None
+            total *= f
+        return total
+    if kind == "Replace":  # e.g. " " → "▁": keeps or grows the text
+        pattern, content = spec.get("pattern") or {}, spec.get("content")
+        text = pattern.get("String")
+        if isinstance(text, str) and isinstance(content, str):
+            return 1 if len(content.encode()) >= len(text.encode()) else None
+        return None
+    return _NORMALIZER_SHRINK.get(str(kind))
+
+
+def _pre_tokenizer_keeps_all(pre: Any) -> bool | None:
+    """None when a pre-tokenizer may drop text; else whether it maps bytes to characters."""
+    if pre is None:
+        return False
+    return _keeps(json.loads(pre.__getstate__()))
+
+
+def _keeps(spec: dict[str, Any]) -> bool | None:
+    kind = spec.get("type")
+    if kind == "Sequence":
+        byte_level = False
+        for part in spec.get("pretokenizers") or []:
+            r = _keeps(part)
+            if r is None:
+                return None
+            byte_level = byte_level or r
+        return byte_level
+    if kind not in _KEEPING_PRE_TOKENIZERS or spec.get("behavior") == "Removed":
+        return None
+    return kind == "ByteLevel"
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def encode_plans(
+    backend: Any,
+    plans: list[RowPlan],
+    rules: LengthRules | None = None,
+    token_bytes: int | None = None,
+) -> list[tuple[np.ndarray, np.ndarray] | TooLong | NothingSupervised]:
+    """Token ids and mask for each plan; one batched tokenizer call for all segments.
+
+    With ``rules`` and ``token_bytes`` (`token_bytes_bound`), segments that cannot change the
+    verdict are not tokenized: a row whose text alone proves more than ``--max-length`` tokens
+    is `TooLong` under ``drop``; under ``truncate`` the segments after the one that proves the
+    cut are skipped (the kept tokens and the cut are the same), and a row whose kept tokens
+    are all context is `NothingSupervised`.
+    """
+    needed = [_needed_segments(plan, rules, token_bytes) for plan in plans]
     texts = [
         text
-        for plan in plans
-        for i, (text, _) in enumerate(plan.segments)
+        for plan, n in zip(plans, needed, strict=True)
+        if isinstance(n, int)
+        for i, (text, _) in enumerate(plan.segments[:n])
         if i not in plan.server_ids
     ]
     encodings = _encode_batch(backend)(texts, add_special_tokens=False) if texts else []
-    out: list[tuple[np.ndarray, np.ndarray]] = []
+    out: list[tuple[np.ndarray, np.ndarray] | TooLong | NothingSupervised] = []
     k = 0
-    for plan in plans:
+    for plan, n in zip(plans, needed, strict=True):
+        if not isinstance(n, int):
+            out.append(n)
+            continue
         ids_parts: list[list[int]] = []
         lengths: list[int] = []
         flags: list[int] = []
-        for i, (_, supervised) in enumerate(plan.segments):
+        for i, (_, supervised) in enumerate(plan.segments[:n]):
             if i in plan.server_ids:  # the server's own tokens for this generation
                 ids = plan.server_ids[i]
             else:
@@ -75,6 +194,62 @@ def encode_plans(backend, plans: list[RowPlan]) -> list[tuple[np.ndarray, np.nda
         loss_mask = np.repeat(np.asarray(flags, dtype=np.int8), lengths)
         out.append((input_ids, loss_mask))
     return out
+
+
+def _needed_segments(
+    plan: RowPlan, rules: LengthRules | None, token_bytes: int | None
+) -> int | TooLong | NothingSupervised:
+    """How many leading segments decide the row (all, unless the length rule is already met)."""
+    n = len(plan.segments)
+    if rules is None or token_bytes is None:
+        return n
+    limit = rules.max_length
+    at_least = 0
+    context_only = True  # no supervised segment so far
+    for i, (text, supervised) in enumerate(plan.segments):
+        context_only = context_only and not supervised
+        ids = plan.server_ids.get(i)
+        at_least += len(ids) if ids is not None else -(-_utf8_len(text) // token_bytes)
+        if (
+            rules.truncation == "truncate"
+            and context_only
+            and at_least >= limit
+            and rules.min_supervised_tokens > 0
+        ):
+            return NothingSupervised()  # the kept tokens are all context
+        if rules.truncation == "truncate" and at_least > limit:
+            return i + 1  # tokens 0..limit (the cut and the one after it) lie in these
+    if rules.truncation == "drop" and at_least > limit:
+        return TooLong(at_least)
+    return n
+
+
+def finish_row(
+    plan: RowPlan,
+    encoded: tuple[np.ndarray, np.ndarray] | TooLong | NothingSupervised,
+    rules: LengthRules,
+) -> EncodedRow | Reject:
+    """The length rules on an encoded plan; a `TooLong` one is rejected as it would have been."""
+    if isinstance(encoded, NothingSupervised):
+        return Reject(
+            plan.source,
+            plan.row,
+            plan.id,
+            reasons.TOO_FEW_SUPERVISED_TOKENS,
+            f"0 supervised tokens < --min-supervised-tokens {rules.min_supervised_tokens}"
+            " (the first --max-length tokens are all context; counted, not tokenized)",
+        )
+    if isinstance(encoded, TooLong):
+        return Reject(
+            plan.source,
+            plan.row,
+            plan.id,
+            reasons.TOO_LONG,
+            f"at least {encoded.at_least} tokens > --max-length {rules.max_length}"
+            " (counted from the text's length, not tokenized)",
+        )
+    ids, mask = encoded
+    return apply_length_rules(plan.source, plan.row, plan.id, ids, mask, rules)
 
 
 def apply_length_rules(

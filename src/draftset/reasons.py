@@ -26,6 +26,8 @@ DUPLICATE_ID = "duplicate_id"  # an id already used in this run, even after sour
 
 # --- row rejects: render & mask / encode -------------------------------------------------
 TEMPLATE_ERROR = "template_error"  # the chat template raised (message is the template's own)
+TEMPLATE_TIMEOUT = "template_timeout"  # rendering the row took longer than --render-timeout
+TEMPLATE_TOO_LARGE = "template_too_large"  # a render far longer than the row's own text
 NO_SUPERVISED_TURN = "no_supervised_turn"  # every assistant turn is context only
 TOO_LONG = "too_long"  # longer than --max-length with --truncation drop
 TOO_FEW_SUPERVISED_TOKENS = "too_few_supervised_tokens"  # below --min-supervised-tokens
@@ -73,6 +75,8 @@ ROW_REJECT_REASONS = frozenset(
         UNDESIRABLE_EXAMPLE,
         DUPLICATE_ID,
         TEMPLATE_ERROR,
+        TEMPLATE_TIMEOUT,
+        TEMPLATE_TOO_LARGE,
         NO_SUPERVISED_TURN,
         TOO_LONG,
         TOO_FEW_SUPERVISED_TOKENS,

@@ -44,6 +44,7 @@ RECIPE_KEYS = {
     "near_dup_threshold",
     "decontaminate",
     "mix",
+    "render_timeout",
     "sources",
     "generate",  # `draftset run` only (build ignores it); checked by run.generate_settings
 }

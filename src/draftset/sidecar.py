@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from draftset.errors import RunError
+from draftset.lifeline import die_with_parent
 
 T = TypeVar("T")
 
@@ -33,7 +34,9 @@ class Sidecar:
     """A single spawn-started helper process; jobs run one after another, state is kept."""
 
     def __init__(self) -> None:
-        self._ex = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        self._ex = ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent
+        )
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         return self._ex.submit(fn, *args)
@@ -53,6 +56,10 @@ class Sidecar:
     def close(self, wait: bool = True) -> None:
         self._ex.shutdown(wait=wait, cancel_futures=True)
 
+    def kill(self) -> None:
+        """Stop the helper now, whatever it is doing (the build is being abandoned)."""
+        stop_pool(self._ex)
+
     def __enter__(self) -> Sidecar:
         return self
 
@@ -62,8 +69,26 @@ class Sidecar:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        # after a success, the caller goes on while the child exits (torch's teardown is slow)
+        # after a success, the caller goes on while the child exits (torch's teardown is slow);
+        # after a failure or an interrupt, the child's job is of no use: it is stopped at once
+        if exc_type is not None:
+            self.kill()
         self.close(wait=exc_type is not None)
+
+
+def stop_pool(ex: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and terminate the pool's processes (SIGTERM) now.
+
+    `ProcessPoolExecutor.shutdown` would wait for the running jobs (a batch of rows, a template
+    load); an interrupted build has no use for them.
+    """
+    processes = list((getattr(ex, "_processes", None) or {}).values())
+    ex.shutdown(wait=False, cancel_futures=True)
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    for p in processes:
+        p.join(5)
 
 
 def release_memory() -> None:

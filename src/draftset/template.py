@@ -18,10 +18,12 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from draftset.errors import DraftsetError
+from draftset.limits import RENDER_CAP_FACTOR, RENDER_CAP_FLOOR, RenderTooLarge
 from draftset.records import Message
 
 _PROBE = "DRAFTSET_PROBE_ANSWER_7f3a"
@@ -108,6 +110,8 @@ class Renderer:
     renders_reasoning: bool = True
     _compiled: Any
     _base_kwargs: dict[str, Any]
+    # most characters one render may produce (`limits.render_char_cap`); None = unbounded
+    max_chars: int | None = None
 
     @classmethod
     def from_kit(cls, kit: RenderKit) -> Renderer | None:
@@ -144,6 +148,12 @@ class Renderer:
             return self.render_reference(messages, tools, add_generation_prompt, row_kwargs)
         return self._render_compiled(messages, tools, add_generation_prompt, row_kwargs)
 
+    def check_size(self, text: str) -> str:
+        """``text``, or `RenderTooLarge` when it is longer than ``max_chars``."""
+        if self.max_chars is not None and len(text) > self.max_chars:
+            raise _too_large(self.max_chars)
+        return text
+
     def render_reference(
         self,
         messages: list[Message],
@@ -172,13 +182,32 @@ class Renderer:
             for m in messages
         ]
         kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
-        return self._compiled.render(
+        if self.max_chars is None:
+            return self._compiled.render(
+                messages=chat,
+                tools=tools,
+                documents=None,
+                add_generation_prompt=add_generation_prompt,
+                **kwargs,
+            )
+        # the same render as pieces (Jinja's render is "".join of them), so a template that
+        # writes without end is stopped at the cap instead of filling memory
+        cap = self.max_chars
+        pieces = self._compiled.generate(
             messages=chat,
             tools=tools,
             documents=None,
             add_generation_prompt=add_generation_prompt,
             **kwargs,
         )
+        parts: list[str] = []
+        size = 0
+        while chunk := list(islice(pieces, 256)):  # counted a chunk at a time: C-speed
+            size += sum(map(len, chunk))
+            if size > cap:
+                raise _too_large(cap)
+            parts += chunk
+        return "".join(parts)
 
     def find_end_of_turn(self, text: str, start: int = 0) -> int:
         """Index just past the first end-of-turn token at or after ``start``, or -1."""
@@ -214,7 +243,7 @@ class Renderer:
             return_assistant_tokens_mask=True,
             **kwargs,
         )
-        return rendered[0], [(int(a), int(b)) for a, b in indices[0] if b > a]
+        return self.check_size(rendered[0]), [(int(a), int(b)) for a, b in indices[0] if b > a]
 
     def decode(self, ids: list[int]) -> str:
         """Token ids back to text, special tokens kept, no clean-up of spaces."""
@@ -235,6 +264,13 @@ def config_vocab_size(tokenizer: str) -> int | None:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return n if n > 0 else None
+
+
+def _too_large(cap: int) -> RenderTooLarge:
+    return RenderTooLarge(
+        f"the template wrote more than {cap:,} characters for this row ({RENDER_CAP_FLOOR:,}"
+        f" + {RENDER_CAP_FACTOR}x the row's own text: a loop without end?)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,7 +377,7 @@ class ChatTemplate(Renderer):
         )
         if not isinstance(text, str):  # batched output shapes differ between versions
             text = text[0]
-        return text
+        return self.check_size(text)
 
     # --- identity ----------------------------------------------------------------------------
     def fingerprint(self) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from draftset import reasons
+from draftset.limits import DEFAULT_RENDER_TIMEOUT, RenderLimit, render_char_cap, time_limit
 from draftset.normalize import as_template_reads
 from draftset.read import Source, SourceError, describe_inputs, sha256_file
 from draftset.records import Conversation, Message, Normalized, PreTokenized, PromptOnly, Reject
@@ -607,6 +608,7 @@ def source_pass(
     supervised answers against ``placeholders`` (the verify flag, default the same list)."""
     opts = out.options
     build_placeholders = tuple(opts.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
+    timeout = opts.get("render_timeout", DEFAULT_RENDER_TIMEOUT)
     mode = str(opts.get("turns", "all"))
     ids = out.ids()
     n = len(ids)
@@ -675,8 +677,12 @@ def source_pass(
             if sources[r] != item.source:
                 ident.add("row's source column differs from its input row's source", rid)
         needs = full or any(row_of_id[rid] in chosen_set for rid in own)
+        if not own and lines and all(x.get("reason") in _BOUNDED for x in lines):
+            needs = False  # rejected for the work it costs: not worth that work again here
         if isinstance(item, Conversation) and needs:
-            expected, context, error = expected_rows(tmpl, item, mode, build_placeholders)
+            expected, context, error = _bounded_expected_rows(
+                tmpl, item, mode, build_placeholders, timeout
+            )
             context_by_source.setdefault(item.source, Counter()).update(context)
             if not own:
                 _check_rejection(maskp, item, lines, expected, error)
@@ -741,6 +747,27 @@ def source_pass(
             {"placeholders": list(placeholders)},
         ),
     )
+
+
+_BOUNDED = frozenset({reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE})
+
+
+def _bounded_expected_rows(
+    tmpl: ChatTemplate,
+    conv: Conversation,
+    mode: str,
+    placeholders: tuple[str, ...],
+    timeout: float | None,
+) -> tuple[list[tuple[str, Expected]], Counter[str], str | None]:
+    """`expected_rows` within build's bounds (its --render-timeout, the same size cap)."""
+    tmpl.max_chars = render_char_cap(conv.messages, conv.tools)
+    try:
+        with time_limit(timeout):
+            return expected_rows(tmpl, conv, mode, placeholders)
+    except RenderLimit as exc:
+        return [], Counter(), f"{exc.reason}: {exc.message}"
+    finally:
+        tmpl.max_chars = None
 
 
 def _check_rejection(

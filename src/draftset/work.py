@@ -17,12 +17,15 @@ from draftset import reasons
 from draftset.encode import (
     EncodedRow,
     LengthRules,
-    apply_length_rules,
     encode_plans,
     encode_pretokenized,
+    finish_row,
+    token_bytes_bound,
 )
+from draftset.lifeline import die_with_parent
+from draftset.limits import DEFAULT_RENDER_TIMEOUT, RenderLimit, render_char_cap, time_limit
 from draftset.records import Conversation, Normalized, PreTokenized, Reject
-from draftset.render import ConversationPlan, TurnMode, plan_conversation
+from draftset.render import ConversationPlan, RowPlan, TurnMode, plan_conversation
 from draftset.template import (
     ChatTemplate,
     Renderer,
@@ -53,6 +56,7 @@ class Processor:
         mode: TurnMode,
         placeholders: tuple[str, ...],
         vocab_size: int,
+        render_timeout: float | None = DEFAULT_RENDER_TIMEOUT,
         template: Renderer | None = None,
     ) -> None:
         # workers rebuild the main process's renderer from its kit (no AutoTokenizer import);
@@ -62,6 +66,8 @@ class Processor:
         self.mode = mode
         self.placeholders = placeholders
         self.vocab_size = vocab_size
+        self.render_timeout = render_timeout
+        self._bound: tuple[int | None] | None = None  # token_bytes_bound, once needed
 
     def process(self, batch: list[Normalized]) -> list[ItemResult]:
         results = [ItemResult(item) for item in batch]
@@ -71,7 +77,12 @@ class Processor:
             item = res.item
             if isinstance(item, Conversation):
                 try:
-                    cplan = plan_conversation(self.template, item, self.mode, self.placeholders)
+                    cplan = self._plan(item)
+                except RenderLimit as exc:  # a hostile template costs this row, not the run
+                    res.rejects.append(
+                        Reject(item.source, item.row, item.id, exc.reason, exc.message)
+                    )
+                    continue
                 except Exception as exc:  # never let one row end a long run: reject it, loudly
                     res.rejects.append(_internal_error(item, exc))
                     continue
@@ -90,10 +101,9 @@ class Processor:
             elif isinstance(item, PreTokenized):
                 out = encode_pretokenized(item, self.rules, self.vocab_size)
                 (res.rows if isinstance(out, EncodedRow) else res.rejects).append(out)  # type: ignore[arg-type]
-        for rp, (ids, mask), res in zip(
-            plans, encode_plans(self.template.backend, plans), owners, strict=True
-        ):
-            out = apply_length_rules(rp.source, rp.row, rp.id, ids, mask, self.rules)
+        encoded = encode_plans(self.template.backend, plans, self.rules, self._token_bytes(plans))
+        for rp, enc, res in zip(plans, encoded, owners, strict=True):
+            out = finish_row(rp, enc, self.rules)
             if isinstance(out, EncodedRow):
                 res.rows.append(out)
                 assert res.plan_stats is not None
@@ -109,6 +119,25 @@ class Processor:
                 for rp in res.plan_stats.rows:
                     rp.segments, rp.server_ids, rp.turn_of_segment = [], {}, {}
         return results
+
+    def _token_bytes(self, plans: list[RowPlan]) -> int | None:
+        """`token_bytes_bound`, worked out (~1 s) the first time a row is long enough to
+        need it: no real tokenizer has a bound under 16 bytes a token."""
+        if self._bound is None:
+            limit = 16 * self.rules.max_length
+            if not any(sum(len(t) for t, _ in rp.segments) > limit for rp in plans):
+                return None
+            self._bound = (token_bytes_bound(self.template.backend),)
+        return self._bound[0]
+
+    def _plan(self, item: Conversation) -> ConversationPlan:
+        """Render & mask one row within its bounds: time, and characters per render."""
+        self.template.max_chars = render_char_cap(item.messages, item.tools)
+        try:
+            with time_limit(self.render_timeout):
+                return plan_conversation(self.template, item, self.mode, self.placeholders)
+        finally:
+            self.template.max_chars = None
 
 
 def _internal_error(item: Conversation, exc: Exception) -> Reject:
@@ -132,6 +161,7 @@ def init_worker(kits: Any) -> None:
     ``None`` instead of a kit means the load failed: the worker stays empty and is shut down.
     """
     global _WORKER
+    die_with_parent()  # a killed build leaves no worker behind
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import_template_compiler()
     args = kits.get()

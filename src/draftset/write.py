@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -57,11 +59,60 @@ def prepare_output(out: Path, overwrite: bool) -> Path:
     if out.exists() and not overwrite:
         raise OutputExistsError(f"output folder exists: {out} (pass --overwrite to replace it)")
     out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_tmp(out)
     tmp = out.parent / f".{out.name}.draftset-tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
+    (tmp / TMP_MARKER).write_text(json.dumps(_tmp_owner(out)) + "\n", encoding="utf-8")
     return tmp
+
+
+# Inside every temporary build folder: who made it, so a later run can tell a killed run's
+# leftover (removed) from anything else (never touched).
+TMP_MARKER = ".draftset-build-in-progress"
+
+
+def _tmp_owner(out: Path) -> dict[str, Any]:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "out": str(out.resolve())}
+
+
+def remove_stale_tmp(out: Path) -> list[Path]:
+    """Remove temporary folders that killed runs on this ``out`` left beside it.
+
+    Only a real folder named ``.{out}.draftset-tmp-{pid}`` holding draftset's marker for this
+    very ``out``, made on this host by a process that is gone. Anything else stays.
+    """
+    pattern = re.compile(re.escape(f".{out.name}.draftset-tmp-") + r"([0-9]+)")
+    removed: list[Path] = []
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if m is None or entry.is_symlink() or not entry.is_dir():
+            continue
+        pid = int(m.group(1))
+        try:
+            owner = json.loads((entry / TMP_MARKER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if owner != {**_tmp_owner(out), "pid": pid} or pid == os.getpid() or _alive(pid):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, another user's
+        return True
+    return True
 
 
 def finalize_output(tmp: Path, out: Path) -> None:
@@ -70,6 +121,7 @@ def finalize_output(tmp: Path, out: Path) -> None:
     The folder being replaced is checked again (the run may have taken hours): only an empty
     folder or a draftset output is ever removed.
     """
+    (tmp / TMP_MARKER).unlink(missing_ok=True)  # finished: no longer a run in progress
     if out.exists():
         from draftset.preflight import replaceable
 
