@@ -6,6 +6,7 @@ exactly one output line or one error line, in the right file, with the right rea
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -535,11 +536,10 @@ def make_tiny_qwen3(folder: Path, tokenizer_dir: Path) -> None:
             shutil.copy(f, folder / f.name)
 
 
-@pytest.mark.skipif(
-    _serving_missing() is not None,
-    reason=f"needs torch + transformers[serving] ({_serving_missing()} missing)",
-)
-def test_real_transformers_serve_then_build(tmp_path: Path, qwen3_dir: Path) -> None:
+@contextlib.contextmanager
+def transformers_serve(tmp_path: Path, qwen3_dir: Path) -> Iterator[int]:
+    """A real `transformers serve` of a tiny Qwen3-shaped model (answers CHAIN) on a free
+    loopback port, stopped on exit; yields the port."""
     model_dir = tmp_path / "tiny-qwen3"
     make_tiny_qwen3(model_dir, qwen3_dir)
     port = _free_port()
@@ -561,6 +561,19 @@ def test_real_transformers_serve_then_build(tmp_path: Path, qwen3_dir: Path) -> 
     proc = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         _wait_for_port(port, proc, tmp_path / "serve.log")
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+@pytest.mark.skipif(
+    _serving_missing() is not None,
+    reason=f"needs torch + transformers[serving] ({_serving_missing()} missing)",
+)
+def test_real_transformers_serve_then_build(tmp_path: Path, qwen3_dir: Path) -> None:
+    with transformers_serve(tmp_path, qwen3_dir) as port:
         rows = [
             {"id": "one", "prompt": "What is 2+2?"},
             {"id": "two", "turns": ["Hi!", "And again?"]},
@@ -585,9 +598,6 @@ def test_real_transformers_serve_then_build(tmp_path: Path, qwen3_dir: Path) -> 
             "2",
         ]
         assert generate(src, out, f"http://127.0.0.1:{port}", extra=extra) == 0
-    finally:
-        proc.terminate()
-        proc.wait(10)
     lines = by_id(out)
     assert set(lines) == {"one", "two", "sys"}, read_lines(tmp_path / "answers.errors.jsonl")
     for line in lines.values():

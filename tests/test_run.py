@@ -360,27 +360,7 @@ def test_run_against_real_transformers_serve(tmp_path: Path, qwen3_dir: Path) ->
 
     if tg._serving_missing() is not None:
         pytest.skip(f"needs torch + transformers[serving] ({tg._serving_missing()} missing)")
-    model_dir = tmp_path / "tiny-qwen3"
-    tg.make_tiny_qwen3(model_dir, qwen3_dir)
-    port = tg._free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    serve = [
-        sys.executable,
-        "-c",
-        "from transformers.cli.transformers import main; main()",
-        "serve",
-        str(model_dir),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--device",
-        "cpu",
-    ]
-    log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        tg._wait_for_port(port, proc, tmp_path / "serve.log")
+    with tg.transformers_serve(tmp_path, qwen3_dir) as port:
         data = _rows(
             tmp_path / "rows.jsonl",
             [
@@ -413,9 +393,6 @@ def test_run_against_real_transformers_serve(tmp_path: Path, qwen3_dir: Path) ->
             )
         )
         result = _run(recipe)
-    finally:
-        proc.terminate()
-        proc.wait(10)
     assert result.passed
     out = tmp_path / "real-out"
     texts = _supervised_texts(out, qwen3_dir)
