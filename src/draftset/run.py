@@ -327,7 +327,9 @@ def _clean(opts: RunOptions, data: dict[str, Any]) -> None:
     work = opts.work_dir
     for name in _WORK_FILES:
         (work / name).unlink(missing_ok=True)
-    _remove_stale_tmp(opts.build.out, data.get("build_pid"))
+    from draftset.write import remove_stale_tmp  # pyarrow: not at CLI start
+
+    remove_stale_tmp(opts.build.out)  # a killed build's folder (marker-checked)
     if _our_output(opts):
         shutil.rmtree(opts.build.out)
     report = _report_path(opts.build.out)
@@ -346,14 +348,6 @@ def _our_output(opts: RunOptions) -> bool:
     except ValueError:
         return False
     return run.get("work") == str(opts.work_dir.resolve())
-
-
-def _remove_stale_tmp(out: Path, pid: Any) -> None:
-    """The temporary folder a killed build of this run left (named with its process id)."""
-    if isinstance(pid, int):
-        stale = out.parent / f".{out.name}.draftset-tmp-{pid}"
-        if stale.is_dir() and pid != os.getpid():
-            shutil.rmtree(stale)
 
 
 def _report_path(out: Path) -> Path:
@@ -609,8 +603,6 @@ def _build(opts: RunOptions, state: _State, work: Path, say: Callable[[str], Non
             f"output folder exists and was not written by this run: {out}"
             " (set `overwrite: true` in the recipe to replace it)"
         )
-    _remove_stale_tmp(out, state.data.get("build_pid"))
-    state.data["build_pid"] = os.getpid()
     state.save()
     answers = work / "answers.jsonl"
     overlay = [answers, errors_path(answers), work / "too_long.jsonl"]
