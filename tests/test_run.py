@@ -470,3 +470,24 @@ def test_which_rows_are_sent(regenerate: str, expected: list[str | None]) -> Non
     got = [run_mod._needs_answer(r, b, regenerate, Thinks()) for r in rows]  # type: ignore[arg-type]
     assert [why for why, _ in got] == expected
     assert got[1][1] == [user, user]  # the placeholder turn is dropped: a prompt again
+
+
+def test_placeholder_rows_follow_the_one_placeholder_definition() -> None:
+    """What `run` re-asks and `build` counts as placeholder-only is exactly what render and
+    verify leave unsupervised (`reasons.is_placeholder_answer`): whitespace-only reasoning is
+    no reasoning, and a dummy answer in the reasoning field is still a dummy."""
+    from draftset import reasons
+    from draftset.hygiene import all_placeholder_answers
+    from draftset.records import Conversation
+
+    turns = [
+        {"role": "assistant", "content": "OK.", "reasoning_content": "  "},
+        {"role": "assistant", "content": "", "reasoning_content": "OK"},
+        {"role": "assistant", "content": "OK", "tool_calls": [{"function": {"name": "f"}}]},
+        {"role": "assistant", "content": "Paris.", "reasoning_content": "\n"},
+    ]
+    for turn in turns:
+        conv = Conversation("r", "s", 0, [{"role": "user", "content": "Hi?"}, turn])
+        expected = reasons.is_placeholder_answer(turn, reasons.DEFAULT_PLACEHOLDERS)
+        assert all_placeholder_answers(conv, reasons.DEFAULT_PLACEHOLDERS) is expected, turn
+    assert [reasons.is_placeholder_answer(t) for t in turns] == [True, True, False, False]

@@ -18,26 +18,18 @@ from typing import Any
 
 from draftset import reasons
 from draftset.modes import NO_REASONING, row_mode
-from draftset.records import Conversation, Message, Normalized
+from draftset.records import Conversation, Normalized
 
 _ANSWER, _REASONING = "ANSWER-7f3a", "REASONING-7f3a"
 
 
-def is_placeholder_turn(msg: Message, placeholders: tuple[str, ...]) -> bool:
-    """An assistant turn that is never supervised: no tool call, no reasoning, dummy text."""
-    return (
-        not msg.get("tool_calls")
-        and not msg.get("reasoning_content")
-        and reasons.is_placeholder(msg.get("content") or "", placeholders)
-    )
-
-
 def all_placeholder_answers(item: Normalized, placeholders: tuple[str, ...]) -> bool:
-    """A conversation whose every assistant turn is a placeholder (an earlier pipeline's pad)."""
+    """A conversation whose every assistant turn is a placeholder (an earlier pipeline's pad),
+    by the one definition render and verify use."""
     if not isinstance(item, Conversation):
         return False
     turns = [m for m in item.messages if m["role"] == "assistant"]
-    return bool(turns) and all(is_placeholder_turn(m, placeholders) for m in turns)
+    return bool(turns) and all(reasons.is_placeholder_answer(m, placeholders) for m in turns)
 
 
 def lacks_reasoning(item: Normalized, template_kwargs: Mapping[str, Any] | None) -> bool:

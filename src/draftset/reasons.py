@@ -126,7 +126,4 @@ def answer_text(msg: dict) -> str:
 def is_placeholder_answer(msg: dict, placeholders: tuple[str, ...] = DEFAULT_PLACEHOLDERS) -> bool:
     """The one definition build and verify share: an assistant turn without tool calls whose
     answer text (`answer_text`) is empty or a known dummy answer is never supervised."""
-    if msg.get("tool_calls"):
-        return False
-    text = answer_text(msg)
-    return text == "" or text in placeholders
+    return not msg.get("tool_calls") and is_placeholder(answer_text(msg), placeholders)
