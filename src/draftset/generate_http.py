@@ -25,7 +25,6 @@ from draftset.read import _has_lone_surrogate
 FAILURES_BEFORE_CHECK = 3
 """Consecutive transient failures after which an endpoint is health-checked at once (and taken
 out only if the check fails too): one prompt the server cannot handle must not take it out."""
-FAILURES_BEFORE_EJECT = FAILURES_BEFORE_CHECK  # the old name
 
 DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 """Largest response body accepted, as received and after gzip/deflate decoding."""
@@ -103,7 +102,6 @@ class Endpoint:
     healthy: bool = True
     failures: int = 0  # consecutive transient failures
     requests: int = 0
-    checks: int = 0  # health checks after failures (and at re-admission)
     ejections: int = 0  # times taken out of rotation
     served_models: list[str] = field(default_factory=list)
     model_roots: dict[str, str] = field(default_factory=dict)  # id -> "root" (vLLM: weights path)
@@ -297,7 +295,6 @@ class EndpointPool:
             while not self.closed:
                 await asyncio.sleep(wait)
                 wait = self.health_interval
-                ep.checks += 1
                 try:
                     models = await list_models(ep, timeout=max(self.health_interval, 5.0))
                     up = self.model in models

@@ -38,9 +38,7 @@ class StoreError(DraftsetError):
 
 def errors_path(out: Path) -> Path:
     """``answers.jsonl`` -> ``answers.errors.jsonl`` (beside it)."""
-    name = out.name
-    stem = name[: -len(".jsonl")] if name.endswith(".jsonl") else name
-    return out.with_name(f"{stem}.errors.jsonl")
+    return out.with_name(f"{_stem(out)}.errors.jsonl")
 
 
 def recover(path: Path, truncate: bool = True) -> Recovered:
