@@ -40,7 +40,6 @@ from draftset.hygiene import (
     row_kwargs_key,
     trains_empty_think,
 )
-from draftset.limits import DEFAULT_RENDER_TIMEOUT
 from draftset.mix import (
     SelectionSpec,
     benchmark_files,
@@ -108,8 +107,7 @@ class BuildOptions:
     # what the run did, recorded in the manifest's `run` section
     overlay: list[str] = field(default_factory=list)
     run_info: dict[str, Any] | None = None
-
-    render_timeout: float = DEFAULT_RENDER_TIMEOUT  # seconds to render one row; 0 = no bound
+    render_timeout: float = defaults.RENDER_TIMEOUT  # seconds to render one row; 0 = no bound
 
     def selection_spec(self) -> SelectionSpec:
         return SelectionSpec(

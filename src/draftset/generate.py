@@ -65,7 +65,8 @@ from draftset.generate_store import (
     write_run,
 )
 from draftset.generate_wire import redact_url
-from draftset.normalize import FORMATS, normalize
+from draftset.normalize import FORMATS
+from draftset.presets import source_normalizer
 from draftset.read import Source, SourceError, count_rows, iter_raw_rows
 from draftset.records import PreTokenized, PromptOnly, Reject
 
@@ -124,7 +125,7 @@ class GenerateOptions:
     endpoints: list[str]
     out: Path
     model: str | None = None
-    api_key: str | None = None
+    api_key: str | None = None  # resolved by whoever builds the options (CLI: env fallback)
     concurrency: int = 16  # per endpoint
     request_timeout: float = 600.0
     max_retries: int = 6
@@ -166,7 +167,7 @@ class GenerateOptions:
                 s.name: {
                     "format": s.format,
                     "fields": s.fields,
-                    "preset": getattr(s, "preset", None),
+                    "preset": s.preset,
                 }
                 for s in self.sources
             },
@@ -243,26 +244,13 @@ def _unique(candidate: str | None, source: str, row: int, ids: _Ids) -> tuple[st
     return fallback, candidate is None
 
 
-def _normalizer(src: Source) -> Callable[[Any], Any]:
-    """`build`'s normalization of one source: its preset (columns, transform), else its format
-    and field mapping."""
-    if getattr(src, "preset", None):
-        from draftset.presets import apply_preset, normalize_with_preset
-
-        preset = apply_preset(src.preset)  # type: ignore[arg-type]
-        return lambda raw: normalize_with_preset(preset, raw)
-    return lambda raw: (
-        raw.reject if raw.reject is not None else normalize(raw, src.format, src.fields)
-    )
-
-
 def iter_inputs(sources: list[Source]) -> Iterator[Job | dict[str, Any]]:
     """Jobs to answer, or error lines for rows that cannot be answered, in input order."""
     ids = _Ids()
     for src in sources:
-        norm = _normalizer(src)
+        norm = source_normalizer(src)  # build's normalization of this source
         for raw in iter_raw_rows(src):
-            item = norm(raw)
+            item = raw.reject if raw.reject is not None else norm(raw)
             key, own = _unique(item.id, item.source, item.row, ids)
             if isinstance(item, Reject):
                 yield _error_line(key, item.source, item.row, item.reason, item.message)
@@ -443,9 +431,9 @@ class _Runner:
 # --- the run ---------------------------------------------------------------------------------
 async def _open_pool(opts: GenerateOptions) -> EndpointPool:
     """Clients for every endpoint, checked against ``--model`` on ``/v1/models``."""
-    api_key = opts.api_key or api_key_from_env()
     eps = [
-        make_endpoint(u, opts.concurrency, api_key, opts.max_response_bytes) for u in opts.endpoints
+        make_endpoint(u, opts.concurrency, opts.api_key, opts.max_response_bytes)
+        for u in opts.endpoints
     ]
     timeout = min(opts.request_timeout, 30.0)
     answers = await asyncio.gather(

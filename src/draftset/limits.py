@@ -27,9 +27,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from draftset import defaults, reasons
+from draftset import reasons
 
-DEFAULT_RENDER_TIMEOUT = defaults.RENDER_TIMEOUT  # seconds per input row
 # A render may be this many characters longer than the row's own text (a real template adds a
 # few hundred per message; some repeat the tools or system prompt) ...
 RENDER_CAP_FLOOR = 16 * 1024 * 1024

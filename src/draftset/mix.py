@@ -24,7 +24,7 @@ import numpy as np
 from draftset import reasons
 from draftset.account import Accounting
 from draftset.digests import DigestTable, digest64
-from draftset.normalize import normalize
+from draftset.presets import source_normalizer
 from draftset.read import Source, count_rows, iter_raw_rows
 from draftset.records import Conversation, Normalized, PreTokenized, Reject
 
@@ -179,15 +179,6 @@ class Filters:
         return out
 
 
-def _normalizer(src: Source) -> Any:
-    if getattr(src, "preset", None):
-        from draftset.presets import apply_preset, normalize_with_preset
-
-        preset = apply_preset(src.preset)  # type: ignore[arg-type]
-        return lambda raw: normalize_with_preset(preset, raw)
-    return lambda raw: normalize(raw, src.format, src.fields)
-
-
 def _stream(
     spec: SelectionSpec,
     selections: dict[str, np.ndarray | None],
@@ -199,7 +190,7 @@ def _stream(
     for src in spec.sources:
         chosen = selections[src.name]
         counts = acct[src.name]
-        norm = _normalizer(src)
+        norm = source_normalizer(src)
         for raw in iter_raw_rows(src):
             if chosen is not None and not chosen[raw.row]:
                 counts.sampled_out += 1

@@ -595,3 +595,13 @@ def _raw_id(data: Row, preset: Preset) -> str | None:
     key = (preset.fields or {}).get("id", "id")
     value = data.get(key, data.get("id"))
     return str(value) if isinstance(value, str | int) and not isinstance(value, bool) else None
+
+
+def source_normalizer(src: Any) -> Callable[[RawRow], Normalized]:
+    """How `build` (and `generate`) normalize one source's rows: its preset's columns and
+    transform, else its format and field mapping. Rows the reader already rejected
+    (``raw.reject``) are the caller's to pass on."""
+    if src.preset:
+        preset = apply_preset(src.preset)
+        return lambda raw: normalize_with_preset(preset, raw)
+    return lambda raw: normalize(raw, src.format, src.fields)

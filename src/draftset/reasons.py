@@ -127,3 +127,15 @@ def is_placeholder_answer(msg: dict, placeholders: tuple[str, ...] = DEFAULT_PLA
     """The one definition build and verify share: an assistant turn without tool calls whose
     answer text (`answer_text`) is empty or a known dummy answer is never supervised."""
     return not msg.get("tool_calls") and is_placeholder(answer_text(msg), placeholders)
+
+
+def drops_content(msg: dict, generation: str) -> bool:
+    """The one rule build and verify share for `template_drops_content`: the template rendered
+    this turn without its text or the name of a tool it calls (string content given to a
+    template that reads only lists of parts, tool calls given to a template without tool
+    support), so supervising it would teach markup alone."""
+    text = str(msg.get("content") or "").strip()
+    if text and text not in generation:
+        return True
+    names = [str((c.get("function") or {}).get("name")) for c in msg.get("tool_calls") or ()]
+    return any(n not in generation for n in names)

@@ -67,20 +67,6 @@ class _Turn:
     message: str = ""
 
 
-def _is_placeholder_turn(msg: Message, placeholders: tuple[str, ...]) -> bool:
-    return reasons.is_placeholder_answer(msg, placeholders)
-
-
-def drops_content(msg: Message, generation: str) -> bool:
-    """The template rendered this turn without its text or the name of a tool it calls (string
-    content given to a template that reads only lists of parts, tool calls given to a template
-    without tool support): supervising it would teach markup alone."""
-    text = str(msg.get("content") or "").strip()
-    if text and text not in generation:
-        return True
-    return any(c["function"]["name"] not in generation for c in msg.get("tool_calls") or ())
-
-
 def _drops_reject(conv: Conversation, j: int, row_id: str | None = None) -> Reject:
     return Reject(
         conv.source,
@@ -250,7 +236,7 @@ def _plan_whole(
             if j == 0:  # nothing before it: no prompt it could have been generated from
                 plan.context_turns[reasons.TURN_NO_PROMPT] += 1
                 continue
-            if _is_placeholder_turn(originals[j], placeholders):
+            if reasons.is_placeholder_answer(originals[j], placeholders):
                 plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
                 continue
             is_last = j == assistant_idx[-1]
@@ -259,7 +245,7 @@ def _plan_whole(
                 assert turn.prompt is not None and turn.generation is not None
                 start = len(turn.prompt)
                 if full.startswith(turn.prompt) and full.startswith(turn.generation, start):
-                    if drops_content(originals[j], turn.generation):
+                    if reasons.drops_content(originals[j], turn.generation):
                         plan.rejects.append(_drops_reject(conv, j))
                         return
                     spans.append((start, start + len(turn.generation), j))
@@ -329,7 +315,7 @@ def _plan_each(
         if j == 0:
             plan.context_turns[reasons.TURN_NO_PROMPT] += 1
             continue
-        if _is_placeholder_turn(originals[j], placeholders):
+        if reasons.is_placeholder_answer(originals[j], placeholders):
             plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
             continue
         try:
@@ -342,7 +328,7 @@ def _plan_each(
             plan.context_turns[turn.reason] += 1
             continue
         assert turn.prompt is not None and turn.generation is not None
-        if drops_content(originals[j], turn.generation):
+        if reasons.drops_content(originals[j], turn.generation):
             plan.rejects.append(_drops_reject(conv, j, row_id))
             continue
         start = len(turn.prompt)

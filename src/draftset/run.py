@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from draftset import reasons
-from draftset.errors import DraftsetError, RunError
+from draftset.errors import EXIT_FAIL, EXIT_OK, DraftsetError, RunError
 
 if TYPE_CHECKING:  # the heavy modules load when a run starts, not for `draftset --help`
     from draftset.build import BuildOptions
@@ -80,8 +80,6 @@ _FREE_GENERATE_KEYS = {
 }
 KILL_ENV = "DRAFTSET_RUN_KILL_AT"
 """Testing hook: ``SIGKILL`` this process in the middle of the named stage (crash tests)."""
-
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
 class RunUsageError(DraftsetError):
@@ -147,7 +145,7 @@ class RunResult:
 # --- settings and state -----------------------------------------------------------------------
 def _generate_options(opts: RunOptions, out: Path, model: str | None) -> Any:
     """`draftset generate`'s options for the queue (keyword arguments only)."""
-    from draftset.generate import GenerateOptions
+    from draftset.generate import GenerateOptions, api_key_from_env
     from draftset.read import Source
 
     g = opts.generate
@@ -157,7 +155,8 @@ def _generate_options(opts: RunOptions, out: Path, model: str | None) -> Any:
         endpoints=list(g.endpoints),
         out=out,
         model=model,
-        api_key=os.environ.get(g.api_key_env) or None,
+        # the recipe's variable, else DRAFTSET_API_KEY / OPENAI_API_KEY as `generate` reads them
+        api_key=os.environ.get(g.api_key_env) or api_key_from_env(),
         concurrency=g.concurrency,
         request_timeout=g.request_timeout,
         max_retries=g.max_retries,
@@ -290,7 +289,6 @@ _WORK_FILES = (
     "answers.errors.jsonl.tmp",
     "answers.run.json",  # generate's record of its settings and model
     "answers.lock",  # generate's lock (held only while it runs)
-    "verify.json",
 )
 
 
@@ -377,7 +375,7 @@ def _select(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dict[st
         sources=[], endpoints=[], out=work, thinking=thinking, seed=opts.generate.seed
     )
     tmpl = ChatTemplate(b.template_spec())
-    probe = EmptyThinkProbe(tmpl.template_text, tmpl.kit().base_kwargs)
+    probe = EmptyThinkProbe(tmpl.template_text, tmpl.base_kwargs)  # no kit: no tokenizer dump
     regenerate = opts.generate.regenerate
     spec = b.selection_spec()
     acct = Accounting([s.name for s in b.sources])
@@ -633,18 +631,16 @@ def _build(opts: RunOptions, state: _State, work: Path, say: Callable[[str], Non
 
 
 # --- stages 4 and 5 ---------------------------------------------------------------------------
-def _verify(opts: RunOptions, work: Path, say: Callable[[str], None]) -> bool:
+def _verify(opts: RunOptions, say: Callable[[str], None]) -> bool:
+    from draftset.build import ADVISORY_CHECKS
     from draftset.verify import print_results, run_verify
 
+    # run_verify records the result beside the set (OUT/verify.json), where `report` reads it
     checks = run_verify(opts.build.out, speculators=opts.speculators)
-    (work / "verify.json").write_text(
-        json.dumps([c.to_json() for c in checks], indent=2, ensure_ascii=False) + "\n",
-        encoding="utf-8",
-    )
     if opts.echo:
         print_results(checks)
     # drafter fitness is advice for DFlash training, not an integrity failure (as in build)
-    passed = not any(c.failed for c in checks if c.name != "drafter_fitness")
+    passed = not any(c.failed for c in checks if c.name not in ADVISORY_CHECKS)
     say(f"verify: {'passed' if passed else 'FAILED'} ({len(checks)} checks)")
     return passed
 
@@ -693,7 +689,7 @@ def run(opts: RunOptions, say: Callable[[str], None] | None = None) -> RunResult
                 facts = {}
             elif stage == "verify":
                 _maybe_die("verify")  # (the crash test's kill: the stage begun, not recorded)
-                facts = {"verified": _verify(opts, work, say)}
+                facts = {"verified": _verify(opts, say)}
             else:
                 facts = {"report": str(_report(opts, say))}
         finally:
@@ -858,24 +854,17 @@ def register_cli(subparsers: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from draftset.generate_store import StoreError
-
-    try:
-        result = run_recipe(
-            args.recipe,
-            restart=args.restart,
-            workers=args.workers,
-            endpoints=args.endpoint,
-            work=args.work,
-            progress=not args.no_progress and sys.stderr.isatty(),
-            tokenizer=args.tokenizer,
-        )
-    except (RunUsageError, StoreError) as exc:
-        print(f"draftset: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except RunFailed as exc:
-        print(f"draftset: {exc}", file=sys.stderr)
-        return EXIT_FAIL
+    # RunUsageError, generate's StoreError (2) and RunFailed (1) are DraftsetErrors: `cli.main`
+    # prints their one line and returns their exit code
+    result = run_recipe(
+        args.recipe,
+        restart=args.restart,
+        workers=args.workers,
+        endpoints=args.endpoint,
+        work=args.work,
+        progress=not args.no_progress and sys.stderr.isatty(),
+        tokenizer=args.tokenizer,
+    )
     _print_summary(result)
     return EXIT_OK if result.passed else EXIT_FAIL
 

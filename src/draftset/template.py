@@ -132,6 +132,11 @@ class Renderer:
         r._base_kwargs = kit.base_kwargs
         return r
 
+    @property
+    def base_kwargs(self) -> dict[str, Any]:
+        """What every render is given: the special tokens map plus the run's template options."""
+        return dict(self._base_kwargs)
+
     def render(
         self,
         messages: list[Message],
@@ -351,7 +356,7 @@ class ChatTemplate(Renderer):
         """Everything a worker needs to render and encode exactly like this object."""
         return RenderKit(
             self.template_text,
-            dict(self._base_kwargs),
+            self.base_kwargs,
             self.backend.to_str(),
             self.eot_tokens,
             self.content_parts,

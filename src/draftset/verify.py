@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from draftset import defaults, reasons
-from draftset.errors import DraftsetError
+from draftset.errors import EXIT_FAIL, EXIT_OK, DraftsetError
 from draftset.read import sha256_file
 from draftset.show import visible
 from draftset.template import TokenizerError
@@ -45,7 +45,6 @@ from draftset.verify_fast import (
 )
 
 DEFAULT_BLOCK_SIZE = defaults.BLOCK_SIZE
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 __all__ = [
     "VERIFY_RECORD",
@@ -409,11 +408,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if result.ok else EXIT_FAIL
 
 
-def _usage(message: str) -> int:
-    print(f"draftset: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2
         raise VerifyUsageError(message)
@@ -427,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(["verify", *(argv if argv is not None else sys.argv[1:])])
     except VerifyUsageError as exc:
-        return _usage(str(exc))
+        print(exc.cli_line(), file=sys.stderr)
+        return exc.exit_code
     return int(args.handler(args))
 
 

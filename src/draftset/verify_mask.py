@@ -25,16 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from draftset import reasons
-from draftset.limits import DEFAULT_RENDER_TIMEOUT, RenderLimit, render_char_cap, time_limit
+from draftset import defaults, reasons
+from draftset.limits import RenderLimit, render_char_cap, time_limit
 from draftset.normalize import as_template_reads
 from draftset.read import Source, SourceError, describe_inputs, sha256_file
-from draftset.records import Conversation, Message, Normalized, PreTokenized, PromptOnly, Reject
+from draftset.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
 from draftset.template import (
     ChatTemplate,
     TemplateSpec,
     TokenizerError,
     as_content_parts,
+    generation_config_stop_ids,
     probe_content_parts,
     probe_renders_reasoning,
 )
@@ -91,16 +92,11 @@ def derive_stop_tokens(tmpl: ChatTemplate, extra: tuple[str, ...] = ()) -> tuple
         if isinstance(t, str) and t and t not in found:
             found.append(t)
 
-    cfg_file = tmpl.path / "generation_config.json" if tmpl.path is not None else None
-    ids: Any = None
-    if cfg_file is not None and cfg_file.is_file():
-        try:
-            ids = json.loads(cfg_file.read_text(encoding="utf-8")).get("eos_token_id")
-        except (ValueError, AttributeError) as exc:
-            raise TokenizerError(f"{cfg_file} is not a JSON object: {exc}") from exc
+    # the file is read (and its ids checked) as build reads it; what follows from it is derived here
+    ids = generation_config_stop_ids(tmpl.path, len(tok)) if tmpl.path is not None else None
     if ids is not None:
-        for i in [ids] if isinstance(ids, int) else ids:
-            add(tok.convert_ids_to_tokens(int(i)))
+        for i in ids:
+            add(tok.convert_ids_to_tokens(i))
     else:
         special = {str(t) for t in tok.added_tokens_decoder.values() if t.special}
         parts, _ = _shape(tmpl)
@@ -134,7 +130,12 @@ def _stops(tmpl: ChatTemplate) -> tuple[str, ...]:
 
 
 def _stop_ids(tmpl: ChatTemplate) -> frozenset[int]:
-    return frozenset(int(tmpl.tokenizer.convert_tokens_to_ids(t)) for t in _stops(tmpl))
+    """`_stops` as ids, worked out once per template (asked for every supervised run)."""
+    ids = getattr(tmpl, "verify_stop_ids", None)
+    if ids is None:
+        ids = frozenset(int(tmpl.tokenizer.convert_tokens_to_ids(t)) for t in _stops(tmpl))
+        tmpl.verify_stop_ids = ids  # type: ignore[attr-defined]
+    return ids
 
 
 def _shape(tmpl: ChatTemplate) -> tuple[bool, bool]:
@@ -296,10 +297,6 @@ class Expected:
     context: Counter[str] = field(default_factory=Counter)
 
 
-answer_text = reasons.answer_text
-is_placeholder_answer = reasons.is_placeholder_answer
-
-
 def _generation(tmpl: ChatTemplate, prompt: str, full: str) -> tuple[str | None, str | None]:
     """(generation, context reason): F after P up to and including the first stop token."""
     if not full.startswith(prompt):
@@ -342,7 +339,7 @@ def expected_rows(
             if j == 0:
                 context[reasons.TURN_NO_PROMPT] += 1
                 continue
-            if is_placeholder_answer(originals[j], placeholders):
+            if reasons.is_placeholder_answer(originals[j], placeholders):
                 context[reasons.TURN_PLACEHOLDER] += 1
                 continue
             try:
@@ -355,7 +352,7 @@ def expected_rows(
             if gen is None:
                 context[str(why)] += 1
                 continue
-            if not _holds_text(originals[j], gen):
+            if reasons.drops_content(originals[j], gen):
                 error = error or DROPS_CONTENT
                 continue
             rows.append((f"{conv.id}#{k}", Expected(full, [(len(prompt), gen, j)])))
@@ -370,7 +367,7 @@ def expected_rows(
             if j == 0:
                 context[reasons.TURN_NO_PROMPT] += 1
                 continue
-            if is_placeholder_answer(originals[j], placeholders):
+            if reasons.is_placeholder_answer(originals[j], placeholders):
                 context[reasons.TURN_PLACEHOLDER] += 1
                 continue
             prompt = render(msgs[:j], True)
@@ -379,7 +376,7 @@ def expected_rows(
             if gen is None:
                 context[str(why)] += 1
             elif whole.startswith(prompt) and whole.startswith(gen, len(prompt)):
-                if not _holds_text(originals[j], gen):
+                if reasons.drops_content(originals[j], gen):
                     return [], context, DROPS_CONTENT
                 gens.append((len(prompt), gen, j))
             else:
@@ -392,13 +389,6 @@ def expected_rows(
 
 
 DROPS_CONTENT = "the template's render of an assistant turn does not contain its text or tools"
-
-
-def _holds_text(msg: Message, generation: str) -> bool:
-    """The generation holds the turn's content and the names of the tools it calls."""
-    text = str(msg.get("content") or "").strip()
-    names = [str((c.get("function") or {}).get("name")) for c in msg.get("tool_calls") or ()]
-    return (not text or text in generation) and all(n in generation for n in names)
 
 
 def _first_line(exc: Exception) -> str:
@@ -567,8 +557,9 @@ def _leak(
     if conv is None or j is None:
         return
     msg = conv.messages[j]
-    if is_placeholder_answer(msg, placeholders):
-        v.leakage.append(f"placeholder answer supervised (turn {j}): {_short(answer_text(msg))}")
+    if reasons.is_placeholder_answer(msg, placeholders):
+        text = _short(reasons.answer_text(msg))
+        v.leakage.append(f"placeholder answer supervised (turn {j}): {text}")
         return
     prompt = next((m for m in reversed(conv.messages[:j]) if m["role"] == "user"), None)
     content = str(msg.get("content") or "").strip()
@@ -608,7 +599,7 @@ def source_pass(
     supervised answers against ``placeholders`` (the verify flag, default the same list)."""
     opts = out.options
     build_placeholders = tuple(opts.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
-    timeout = opts.get("render_timeout", DEFAULT_RENDER_TIMEOUT)
+    timeout = opts.get("render_timeout", defaults.RENDER_TIMEOUT)
     mode = str(opts.get("turns", "all"))
     ids = out.ids()
     n = len(ids)

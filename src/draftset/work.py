@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from draftset import reasons
+from draftset import defaults, reasons
 from draftset.encode import (
     EncodedRow,
     LengthRules,
@@ -23,7 +23,7 @@ from draftset.encode import (
     token_bytes_bound,
 )
 from draftset.lifeline import die_with_parent
-from draftset.limits import DEFAULT_RENDER_TIMEOUT, RenderLimit, render_char_cap, time_limit
+from draftset.limits import RenderLimit, render_char_cap, time_limit
 from draftset.records import Conversation, Normalized, PreTokenized, Reject
 from draftset.render import ConversationPlan, RowPlan, TurnMode, plan_conversation
 from draftset.template import (
@@ -56,7 +56,7 @@ class Processor:
         mode: TurnMode,
         placeholders: tuple[str, ...],
         vocab_size: int,
-        render_timeout: float | None = DEFAULT_RENDER_TIMEOUT,
+        render_timeout: float | None = defaults.RENDER_TIMEOUT,
         template: Renderer | None = None,
     ) -> None:
         # workers rebuild the main process's renderer from its kit (no AutoTokenizer import);
