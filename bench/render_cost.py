@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers
 from run import prepare_data, qwen3_tokenizer, resolve_template
 
-from draftset.encode import encode_plans
-from draftset.normalize import normalize
-from draftset.records import Conversation, RawRow
-from draftset.render import plan_conversation
-from draftset.template import ChatTemplate, TemplateSpec
+from draftset.core.records import Conversation, RawRow
+from draftset.mask.encode import encode_plans
+from draftset.mask.render import plan_conversation
+from draftset.mask.template import ChatTemplate, TemplateSpec
+from draftset.sources.normalize import normalize
 
 BENCH = Path(__file__).resolve().parent
 ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant"}
