@@ -29,7 +29,8 @@ def main() -> None:
     from conftest import qwen3_tokenizer_dir
 
     import draftset.mask.step
-    from draftset.pipeline.build import BuildOptions, run_build
+    from draftset.config.options import BuildOptions
+    from draftset.pipeline.build import run_build
     from draftset.sources.read import Source
 
     if args.no_bound:

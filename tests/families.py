@@ -496,7 +496,8 @@ class Outcome:
 def run_template(name: str, tokdir: Path, work: Path) -> Outcome:
     """Build the conversations with one template (Python API, one worker), verify, compare."""
     from draftset.checks.verify import run_verify
-    from draftset.pipeline.build import BuildOptions, run_build
+    from draftset.config.options import BuildOptions
+    from draftset.pipeline.build import run_build
     from draftset.sources.read import Source
 
     fam = family_of(name)

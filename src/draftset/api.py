@@ -24,9 +24,10 @@ from draftset.config import defaults
 from draftset.core.errors import DraftsetError, UsageError
 
 if TYPE_CHECKING:  # the stage modules load on the first call, not on `import draftset.api`
+    from draftset.config.options import BuildOptions
     from draftset.generation.job import GenerateResult
     from draftset.output.readback import CheckResult
-    from draftset.pipeline.build import BuildOptions, BuildResult
+    from draftset.pipeline.build import BuildResult
     from draftset.pipeline.run import RunResult
     from draftset.sources.read import Source
 
@@ -124,9 +125,9 @@ def build_options(
 ) -> BuildOptions:
     """`build`'s arguments merged over the recipe and the defaults, and checked: the
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
+    from draftset.config.options import BuildOptions
     from draftset.config.recipe import load_recipe, parse_json_object, unique_names
     from draftset.core import reasons
-    from draftset.pipeline.build import BuildOptions
     from draftset.sources.read import HUB_PREFIX
 
     conf: dict[str, Any] = {}

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from conftest import REPO, qwen3_tokenizer_dir
 
+from draftset.config.options import BuildOptions
 from draftset.config.recipe import load_recipe
-from draftset.pipeline.build import BuildOptions, run_build
+from draftset.pipeline.build import run_build
 
 torch = pytest.importorskip(
     "torch", reason="torch is installed by scripts/test.sh (torch==2.13.0 CPU)"

@@ -612,7 +612,8 @@ def _build_and_check(answers: Path, out_dir: Path, tokenizer: Path) -> None:
     """The answers go through `build`: every row written, supervised text = what was served."""
     from tokenizers import Tokenizer
 
-    from draftset.pipeline.build import BuildOptions, run_build
+    from draftset.config.options import BuildOptions
+    from draftset.pipeline.build import run_build
     from draftset.sources.read import Source
 
     # no run-wide template kwargs: each row is rendered with the kwargs it was generated with

@@ -12,8 +12,9 @@ import pytest
 from conftest import llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
 
 from draftset.checks.verify import run_verify
+from draftset.config.options import BuildOptions
 from draftset.mask.limits import RenderTimeout, time_limit
-from draftset.pipeline.build import BuildOptions, run_build
+from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
 
 # A real template (Qwen2.5's) behind a prologue that attacks on marked rows only: a nested

@@ -23,6 +23,7 @@ from families import (
 )
 
 from draftset.checks.verify import run_verify
+from draftset.config.options import BuildOptions
 from draftset.core import reasons
 from draftset.core.records import RawRow
 from draftset.mask.encode import encode_plans
@@ -33,7 +34,7 @@ from draftset.mask.template import (
     probe_content_parts,
     probe_renders_reasoning,
 )
-from draftset.pipeline.build import BuildOptions, run_build
+from draftset.pipeline.build import run_build
 from draftset.sources.normalize import normalize
 from draftset.sources.read import Source
 

@@ -447,8 +447,8 @@ def test_overlay_replaces_rows_by_id_and_keeps_the_rest(tmp_path: Path) -> None:
     ],
 )
 def test_which_rows_are_sent(regenerate: str, expected: list[str | None]) -> None:
+    from draftset.config.options import BuildOptions
     from draftset.core.records import Conversation, PromptOnly
-    from draftset.pipeline.build import BuildOptions
 
     class Thinks:
         def thinks(self, _kwargs: str = "{}") -> bool:

@@ -11,7 +11,8 @@ from test_build import read_rows, write_jsonl
 
 from draftset.checks.verify import run_verify
 from draftset.cli import main
-from draftset.pipeline.build import BuildOptions, run_build
+from draftset.config.options import BuildOptions
+from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
 
 

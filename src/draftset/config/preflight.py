@@ -20,7 +20,7 @@ from draftset.core.errors import DraftsetError
 from draftset.sources.read import HUB_PREFIX
 
 if TYPE_CHECKING:
-    from draftset.pipeline.build import BuildOptions
+    from draftset.config.options import BuildOptions
 
 MANIFEST_FORMAT = "draftset/1"
 """The ``format`` key of every manifest.json draftset writes: the marker that lets

@@ -1,22 +1,20 @@
-"""The work of one worker process: render & mask → encode, a batch at a time.
+"""The row step: render & mask → encode, a batch at a time — pure, what every engine runs.
 
-Kept apart from build.py so a worker imports only what it runs (no pyarrow, no readers):
-each worker is ~35 MB smaller, which matters with a whole process tree under 1 GiB.
+`MaskConfig` is everything a worker needs, named and frozen (it travels to worker processes and
+Ray actors by pickle); `config.build()` makes the `MaskStep` that turns a batch of normalized
+rows into `ItemResult`s. Nothing here reads files or writes output: engines decide where a step
+runs, the driver decides what is written.
 """
 
 from __future__ import annotations
 
-import os
-import pickle
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from draftset.config import defaults
 from draftset.core import reasons
 from draftset.core.records import Conversation, Normalized, PreTokenized, Reject
-from draftset.engine.lifeline import die_with_parent
 from draftset.mask.encode import (
     EncodedRow,
     LengthRules,
@@ -32,7 +30,6 @@ from draftset.mask.template import (
     Renderer,
     RenderKit,
     TemplateSpec,
-    import_template_compiler,
 )
 
 
@@ -46,29 +43,40 @@ class ItemResult:
     plan_stats: ConversationPlan | None = None
 
 
-class Processor:
-    """Render & mask & encode; one per process, built from picklable settings."""
+@dataclass(frozen=True)
+class MaskConfig:
+    """What a worker needs to build its row step, from the driver's loaded template."""
 
-    def __init__(
-        self,
-        spec: TemplateSpec,
-        kit: RenderKit | None,
-        rules: LengthRules,
-        mode: TurnMode,
-        placeholders: tuple[str, ...],
-        vocab_size: int,
-        render_timeout: float | None = defaults.RENDER_TIMEOUT,
-        template: Renderer | None = None,
-    ) -> None:
-        # workers rebuild the main process's renderer from its kit (no AutoTokenizer import);
-        # only when transformers' internals moved do they load the full tokenizer themselves
-        self.template = template or (kit and Renderer.from_kit(kit)) or ChatTemplate(spec)
-        self.rules = rules
-        self.mode = mode
-        self.placeholders = placeholders
-        self.vocab_size = vocab_size
-        self.render_timeout = render_timeout
+    spec: TemplateSpec
+    kit: RenderKit | None  # None: transformers' internals moved; workers load the tokenizer
+    rules: LengthRules
+    mode: TurnMode
+    placeholders: tuple[str, ...]
+    vocab_size: int
+    render_timeout: float | None = defaults.RENDER_TIMEOUT
+
+    def build(self, template: Renderer | None = None) -> MaskStep:
+        """The step; ``template``: reuse one already loaded in this process (inline engine)."""
+        return MaskStep(self, template)
+
+
+class MaskStep:
+    """Render & mask & encode; one per worker process (or actor), built from a `MaskConfig`."""
+
+    def __init__(self, config: MaskConfig, template: Renderer | None = None) -> None:
+        # workers rebuild the driver's renderer from its kit (no AutoTokenizer import); only
+        # when transformers' internals moved do they load the full tokenizer themselves
+        kit = config.kit
+        self.template = template or (kit and Renderer.from_kit(kit)) or ChatTemplate(config.spec)
+        self.rules = config.rules
+        self.mode = config.mode
+        self.placeholders = config.placeholders
+        self.vocab_size = config.vocab_size
+        self.render_timeout = config.render_timeout
         self._bound: tuple[int | None] | None = None  # token_bytes_bound, once needed
+
+    def __call__(self, batch: list[Normalized]) -> list[ItemResult]:
+        return self.process(batch)
 
     def process(self, batch: list[Normalized]) -> list[ItemResult]:
         results = [ItemResult(item) for item in batch]
@@ -151,34 +159,3 @@ def _internal_error(item: Conversation, exc: Exception) -> Reject:
         f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno};"
         " please report it)",
     )
-
-
-_WORKER: Processor | None = None
-
-
-def init_worker(kits: Any) -> None:
-    """Start-up of a worker: imports happen while the template loads; then one kit arrives.
-
-    ``None`` instead of a kit means the load failed: the worker stays empty and is shut down.
-    """
-    global _WORKER
-    die_with_parent()  # a killed build leaves no worker behind
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import_template_compiler()
-    args = kits.get()
-    if args is not None:
-        _WORKER = Processor(*args)
-
-
-def unpack(batch: list[Normalized] | bytes) -> list[Normalized]:
-    """A batch as rows; ``bytes`` is a batch the main process pickled while reading ahead."""
-    return pickle.loads(batch) if isinstance(batch, bytes) else batch
-
-
-def process_batch(batch: list[Normalized] | bytes) -> list[ItemResult]:
-    assert _WORKER is not None
-    return _WORKER.process(unpack(batch))
-
-
-def worker_ready() -> bool:
-    return _WORKER is not None

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import errno
 import json
-import multiprocessing
 import os
 import pickle
 import shutil
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -28,16 +25,16 @@ from typing import Any
 import numpy as np
 
 from draftset import __version__
-from draftset.config import defaults
+from draftset.config.options import BuildOptions
 from draftset.config.preflight import check_build
 from draftset.core import reasons
 from draftset.core.counters import Accounting
 from draftset.core.errors import RunError
 from draftset.core.records import Conversation, Normalized, PromptOnly, Reject
-from draftset.engine.helper import Sidecar, SidecarError, release_memory, stop_pool
-from draftset.mask.encode import (
-    LengthRules,
-)
+from draftset.engine.base import Engine
+from draftset.engine.helper import Sidecar, SidecarError, release_memory
+from draftset.engine.inline import InlineEngine
+from draftset.engine.pool import LocalPoolEngine
 from draftset.mask.hygiene import (
     EmptyThinkProbe,
     all_placeholder_answers,
@@ -45,18 +42,9 @@ from draftset.mask.hygiene import (
     row_kwargs_key,
     trains_empty_think,
 )
-from draftset.mask.render import TurnMode
-from draftset.mask.step import (
-    ItemResult,
-    Processor,
-    init_worker,
-    process_batch,
-    unpack,
-    worker_ready,
-)
+from draftset.mask.step import ItemResult, MaskConfig
 from draftset.mask.template import (
     ChatTemplate,
-    Renderer,
     TemplateInfo,
     TemplateSpec,
     TokenizerError,
@@ -74,7 +62,6 @@ from draftset.output.arrow import (
 )
 from draftset.output.readback import CheckResult
 from draftset.select.mix import (
-    SelectionSpec,
     benchmark_files,
     iter_selected_items,
     overlay_files,
@@ -86,59 +73,6 @@ from draftset.sources.read import HUB_PREFIX, Source, describe_inputs, scan_sour
 BATCH_ROWS = 64
 ADVISORY_CHECKS = frozenset({"drafter_fitness"})
 """Fast checks that advise (DFlash fitness) and do not fail a build."""
-
-
-@dataclass
-class BuildOptions:
-    sources: list[Source]
-    tokenizer: str
-    out: Path
-    chat_template_path: str | None = None
-    template_kwargs: dict[str, Any] = field(default_factory=dict)
-    eot_tokens: tuple[str, ...] = ()
-    max_length: int = defaults.MAX_LENGTH
-    truncation: str = defaults.TRUNCATION
-    min_supervised_tokens: int = defaults.MIN_SUPERVISED_TOKENS
-    turns: TurnMode = defaults.TURNS
-    seed: int = defaults.SEED
-    max_samples: int | None = None
-    workers: int = defaults.WORKERS  # 0 = all cores
-    draft_vocab_size: int | None = None
-    target_vocab_size: int | None = None
-    placeholders: tuple[str, ...] = reasons.DEFAULT_PLACEHOLDERS
-    overwrite: bool = False
-    dedup: str = defaults.DEDUP  # exact | near | none
-    near_dup_threshold: float = defaults.NEAR_DUP_THRESHOLD
-    decontaminate: list[str] = field(default_factory=list)
-    mix: dict[str, Any] | None = None
-    given_paths: dict[str, Any] | None = None  # paths as the user gave them (set by preflight)
-    # `draftset run`: answer / error files that replace selected rows by id (overlay.py), and
-    # what the run did, recorded in the manifest's `run` section
-    overlay: list[str] = field(default_factory=list)
-    run_info: dict[str, Any] | None = None
-    render_timeout: float = defaults.RENDER_TIMEOUT  # seconds to render one row; 0 = no bound
-
-    def selection_spec(self) -> SelectionSpec:
-        return SelectionSpec(
-            sources=self.sources,
-            max_samples=self.max_samples,
-            seed=self.seed,
-            dedup=self.dedup,
-            near_dup_threshold=self.near_dup_threshold,
-            decontaminate=list(self.decontaminate),
-            mix=self.mix,
-            template_kwargs=dict(self.template_kwargs),
-            overlay=list(self.overlay),
-        )
-
-    def template_spec(self) -> TemplateSpec:
-        text = None
-        if self.chat_template_path:
-            text = Path(self.chat_template_path).read_text(encoding="utf-8")
-        return TemplateSpec(self.tokenizer, text, dict(self.template_kwargs), self.eot_tokens)
-
-    def length_rules(self) -> LengthRules:
-        return LengthRules(self.max_length, self.truncation, self.min_supervised_tokens)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -193,58 +127,6 @@ def _batched(items: Iterator[Normalized], size: int) -> Iterator[list[Normalized
         yield batch
 
 
-@contextmanager
-def _executor(workers: int) -> Iterator[tuple[ProcessPoolExecutor, Any]]:
-    """Worker processes, started at once; each waits for its kit on the returned queue.
-
-    Whatever happens, every worker is given something (a kit or None) before shutdown, so a
-    failed template load never leaves a worker blocked.
-    """
-    ctx = multiprocessing.get_context("spawn")
-    kits = ctx.Queue()
-    fed = 0
-
-    def feed(args: tuple | None) -> None:
-        nonlocal fed
-        for _ in range(workers - fed):
-            kits.put(args)
-        fed = workers
-
-    with ProcessPoolExecutor(
-        workers, mp_context=ctx, initializer=init_worker, initargs=(kits,)
-    ) as ex:
-        for _ in range(workers):  # each submit starts one more process (spawn is lazy)
-            ex.submit(worker_ready)
-        try:
-            yield ex, feed
-        except BaseException:  # failed or interrupted (Ctrl-C, SIGTERM): stop the workers now
-            stop_pool(ex)
-            raise
-        finally:
-            feed(None)
-
-
-def _ordered_results(
-    batches: Iterator[list[Normalized] | bytes],
-    executor: ProcessPoolExecutor | None,
-    workers: int,
-    inline: Callable[[], Processor],
-) -> Iterator[list[ItemResult]]:
-    """Results in submission order, at most a few batches in flight."""
-    if executor is None:  # in-process, reusing the template the main process already loaded
-        proc = inline()
-        for b in batches:
-            yield proc.process(unpack(b))
-        return
-    window: deque = deque()
-    for b in batches:
-        window.append(executor.submit(process_batch, b))
-        if len(window) >= 3 * workers:
-            yield window.popleft().result()
-    while window:
-        yield window.popleft().result()
-
-
 class _JsonlSink:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -271,54 +153,58 @@ def run_build(
     opts = check_build(opts)  # before any work: output path, template file, options
     spec = opts.template_spec()
     workers = opts.workers or os.cpu_count() or 1
-    if workers <= 1:
+    if workers <= 1:  # inline: the driver loads the template and runs the row step itself
         template = ChatTemplate(spec)
         info = describe_template(template, opts.target_vocab_size)
-        stage = _Stage(opts, spec, 1, lambda: info, lambda: True, None, template, None)
-        return _run(stage, on_progress, t0)
+        with InlineEngine(template) as engine:
+            return _run(
+                _Stage(opts, spec, engine, lambda: info, lambda: True, None), on_progress, t0
+            )
     # The template loads once, in the helper process (fail fast, fingerprint, vocab size),
-    # while the workers start and the main process reads ahead: the main process neither
-    # renders nor imports torch through AutoTokenizer, and workers render from the kit.
-    with Sidecar() as side, _executor(workers) as (executor, feed):
+    # while the workers start and the driver reads ahead: the driver neither renders nor
+    # imports torch through AutoTokenizer, and workers render from the kit.
+    with Sidecar() as side, _engine(opts, workers) as engine:
         pending = side.submit(load_template_info, spec, opts.target_vocab_size)
         side.submit(release_memory)  # then drop the tokenizer's pages, off the critical path
 
         def loaded() -> TemplateInfo:
             try:
-                info = side.result(pending, f"loading tokenizer {spec.tokenizer!r}")
+                return side.result(pending, f"loading tokenizer {spec.tokenizer!r}")
             except SidecarError as exc:
                 raise TokenizerError(str(exc)) from exc
-            feed(_processor_args(opts, spec, info))
-            return info
 
-        stage = _Stage(opts, spec, workers, loaded, pending.done, executor, None, side)
-        return _run(stage, on_progress, t0)
+        return _run(_Stage(opts, spec, engine, loaded, pending.done, side), on_progress, t0)
 
 
-def _processor_args(opts: BuildOptions, spec: TemplateSpec, info: TemplateInfo) -> tuple:
-    return (
-        spec,
-        info.kit,
-        opts.length_rules(),
-        opts.turns,
-        opts.placeholders,
-        info.vocab_size,
-        opts.render_timeout,
+def _engine(opts: BuildOptions, workers: int) -> Engine:
+    """The engine that runs the row step on ``workers`` cores (started before the template
+    has loaded, so worker start-up overlaps it)."""
+    return LocalPoolEngine(workers)
+
+
+def mask_config(opts: BuildOptions, spec: TemplateSpec, info: TemplateInfo) -> MaskConfig:
+    """What every worker needs to run the row step: the loaded template's kit and the rules."""
+    return MaskConfig(
+        spec=spec,
+        kit=info.kit,
+        rules=opts.length_rules(),
+        mode=opts.turns,
+        placeholders=opts.placeholders,
+        vocab_size=info.vocab_size,
+        render_timeout=opts.render_timeout,
     )
 
 
 @dataclass
 class _Stage:
-    """How this build renders: in-process (template) or in workers fed by the helper."""
+    """How this build runs its row step: the engine, and where the template loads."""
 
     opts: BuildOptions
     spec: TemplateSpec
-    workers: int
-    loaded: Callable[[], TemplateInfo]  # waits for the template (and feeds the workers)
+    engine: Engine
+    loaded: Callable[[], TemplateInfo]  # waits for the template
     ready: Callable[[], bool]  # has it loaded yet? (read ahead until then)
-    executor: ProcessPoolExecutor | None
-    template: Renderer | None
-    side: Sidecar | None
+    side: Sidecar | None  # the helper process (None: inline, everything in the driver)
 
     def in_helper(self, what: str, fn: Callable[..., Any]) -> Callable[..., Any] | None:
         """``fn`` run in the helper process (which has torch), or None: run it here."""
@@ -380,28 +266,26 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         batches = _batched(items, BATCH_ROWS)
         ahead = _read_ahead(batches, stage.ready)
         info = stage.loaded()
+        stage.engine.start(mask_config(opts, stage.spec, info))
         vocab_size = info.vocab_size
         writer = DatasetWriter(tmp, vocab_size)
         rejects = _JsonlSink(tmp / "rejects.jsonl")
         prompts = _JsonlSink(tmp / "prompts.jsonl")
         done = 0
-        args = _processor_args(opts, stage.spec, info)
-        inline = lambda: Processor(*args, template=stage.template)  # noqa: E731
         stream = chain(_drain(ahead), batches)
         facts.probe = EmptyThinkProbe(
             info.kit.template_text,
             info.kit.base_kwargs,
             stage.in_helper("probing the template for empty think blocks", trains_empty_think),
         )
-        for results in _ordered_results(stream, stage.executor, stage.workers, inline):
+        for results in stage.engine.map(stream):
             for res in results:
                 _account(res, acct, writer, rejects, prompts)
                 facts.count(res, acct)
             done += len(results)
             if on_progress:
                 on_progress(done, total or done)
-        if stage.executor is not None:  # all work is back: the workers exit now
-            stage.executor.shutdown(wait=False)
+        stage.engine.finish()  # all work is back: the workers exit now
         note = _no_end_of_turn_note(acct, opts, info)
         if note:
             notes.append(note)
@@ -434,6 +318,7 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
             seconds = time.monotonic() - t0
             return BuildResult(opts.out, acct, {}, notes, seconds, finalized=False)
         manifest = _manifest(opts, info, acct, writer, shards, vocab_files, tmp, skipped)
+        manifest["engine"] = stage.engine.describe()
         manifest["selection"] = selection.to_json()
         manifest["selection"]["decontaminate"] = benchmark_files(selection)
         if selection.overlay:

@@ -43,8 +43,8 @@ from draftset.core import reasons
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, DraftsetError, RunError
 
 if TYPE_CHECKING:  # the heavy modules load when a run starts, not for `draftset --help`
+    from draftset.config.options import BuildOptions
     from draftset.mask.hygiene import EmptyThinkProbe
-    from draftset.pipeline.build import BuildOptions
 
 STAGES = ("select", "generate", "build", "verify", "report")
 STATE_FORMAT = "draftset-run/1"
