@@ -64,6 +64,8 @@ def build(
     max_samples: int | None = None,
     seed: int | None = None,
     workers: int | None = None,
+    engine: str | None = None,
+    ray_address: str | None = None,
     draft_vocab_size: int | None = None,
     target_vocab_size: int | None = None,
     eot_tokens: Sequence[str] | str | None = None,
@@ -112,6 +114,8 @@ def build_options(
     max_samples: int | None = None,
     seed: int | None = None,
     workers: int | None = None,
+    engine: str | None = None,
+    ray_address: str | None = None,
     draft_vocab_size: int | None = None,
     target_vocab_size: int | None = None,
     eot_tokens: Sequence[str] | str | None = None,
@@ -183,6 +187,8 @@ def build_options(
         seed=int(pick("seed", seed, defaults.SEED)),
         max_samples=pick("max_samples", max_samples, None),
         workers=int(pick("workers", workers, defaults.WORKERS)),
+        engine=pick("engine", engine, defaults.ENGINE),
+        ray_address=pick("ray_address", ray_address, None),
         draft_vocab_size=pick("draft_vocab_size", draft_vocab_size, None),
         target_vocab_size=pick("target_vocab_size", target_vocab_size, None),
         placeholders=_strings(placeholders)
@@ -220,6 +226,10 @@ def _check_build_values(opts: BuildOptions) -> None:
         raise UsageError(f"truncation must be drop or truncate, not {opts.truncation!r}")
     if opts.turns not in ("all", "last", "each"):
         raise UsageError(f"turns must be all, last or each, not {opts.turns!r}")
+    if opts.engine not in defaults.ENGINES:
+        raise UsageError(f"engine must be local or ray, not {opts.engine!r}")
+    if opts.ray_address is not None and opts.engine != "ray":
+        raise UsageError("--ray-address needs --engine ray")
     if opts.max_length < 1 or opts.min_supervised_tokens < 0 or opts.workers < 0:
         raise UsageError("--max-length must be >= 1, --min-supervised-tokens and --workers >= 0")
 
@@ -385,6 +395,8 @@ def run(
     tokenizer: str | Path | None = None,
     work: str | Path | None = None,
     workers: int | None = None,
+    engine: str | None = None,
+    ray_address: str | None = None,
     progress: bool = False,
     speculators: bool = True,
     say: Callable[[str], None] | None = None,
@@ -401,6 +413,8 @@ def run(
         recipe,
         restart=restart,
         workers=workers,
+        engine=engine,
+        ray_address=ray_address,
         endpoints=list(_strings(endpoints)) or None,
         work=work,
         progress=progress,

@@ -120,6 +120,19 @@ def _build_parser() -> argparse.ArgumentParser:
         help="render/encode processes (default: all cores; output is identical for any N)",
     )
     b.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        help="where render/encode runs: local processes (default) or Ray actors on a cluster "
+        "(needs draftset[ray]; same output bytes; --workers then counts actors, default all "
+        "the cluster's CPUs)",
+    )
+    b.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="--engine ray: the cluster to join (auto, HOST:PORT or ray://HOST:PORT; default: "
+        "RAY_ADDRESS, else a private Ray on this machine)",
+    )
+    b.add_argument(
         "--draft-vocab-size", type=int, help="also write d2t-N.npy / t2d-N.npy (EAGLE-3)"
     )
     b.add_argument(
@@ -202,6 +215,8 @@ def build_arguments(args: argparse.Namespace) -> dict[str, Any]:
         "max_samples": args.max_samples,
         "seed": args.seed,
         "workers": args.workers,
+        "engine": args.engine,
+        "ray_address": args.ray_address,
         "draft_vocab_size": args.draft_vocab_size,
         "target_vocab_size": args.target_vocab_size,
         "eot_tokens": args.eot_token,

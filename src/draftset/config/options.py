@@ -36,6 +36,8 @@ class BuildOptions:
     seed: int = defaults.SEED
     max_samples: int | None = None
     workers: int = defaults.WORKERS  # 0 = all cores
+    engine: str = defaults.ENGINE  # local | ray (engine/ray.py); never changes the set's bytes
+    ray_address: str | None = None  # --engine ray: None = a private local cluster
     draft_vocab_size: int | None = None
     target_vocab_size: int | None = None
     placeholders: tuple[str, ...] = reasons.DEFAULT_PLACEHOLDERS

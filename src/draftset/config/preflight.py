@@ -212,6 +212,10 @@ def check_options(opts: BuildOptions) -> None:
     from draftset.mask.template import _resolve_tokenizer_path
 
     _resolve_tokenizer_path(opts.tokenizer)  # TokenizerError (exit 2): missing folder offline
+    if opts.engine == "ray":  # installed, and the cluster answers (seconds, not Ray's minutes)
+        from draftset.engine.ray import check_ray
+
+        check_ray(opts.ray_address)
     if opts.dedup == "near" and importlib.util.find_spec("datasketch") is None:
         raise PreflightError(
             "--dedup near needs datasketch: pip install 'draftset[near-dedup]'"

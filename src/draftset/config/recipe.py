@@ -35,6 +35,8 @@ RECIPE_KEYS = {
     "seed",
     "max_samples",
     "workers",
+    "engine",
+    "ray_address",
     "draft_vocab_size",
     "target_vocab_size",
     "eot_tokens",

@@ -153,7 +153,7 @@ def run_build(
     opts = check_build(opts)  # before any work: output path, template file, options
     spec = opts.template_spec()
     workers = opts.workers or os.cpu_count() or 1
-    if workers <= 1:  # inline: the driver loads the template and runs the row step itself
+    if workers <= 1 and opts.engine == "local":  # inline: the driver runs the row step
         template = ChatTemplate(spec)
         info = describe_template(template, opts.target_vocab_size)
         with InlineEngine(template) as engine:
@@ -163,7 +163,7 @@ def run_build(
     # The template loads once, in the helper process (fail fast, fingerprint, vocab size),
     # while the workers start and the driver reads ahead: the driver neither renders nor
     # imports torch through AutoTokenizer, and workers render from the kit.
-    with Sidecar() as side, _engine(opts, workers) as engine:
+    with Sidecar() as side:
         pending = side.submit(load_template_info, spec, opts.target_vocab_size)
         side.submit(release_memory)  # then drop the tokenizer's pages, off the critical path
 
@@ -173,12 +173,17 @@ def run_build(
             except SidecarError as exc:
                 raise TokenizerError(str(exc)) from exc
 
-        return _run(_Stage(opts, spec, engine, loaded, pending.done, side), on_progress, t0)
+        with _engine(opts, workers) as engine:  # (Ray's start-up overlaps the load too)
+            return _run(_Stage(opts, spec, engine, loaded, pending.done, side), on_progress, t0)
 
 
 def _engine(opts: BuildOptions, workers: int) -> Engine:
     """The engine that runs the row step on ``workers`` cores (started before the template
     has loaded, so worker start-up overlaps it)."""
+    if opts.engine == "ray":
+        from draftset.engine.ray import RayEngine
+
+        return RayEngine(opts.workers, opts.ray_address)  # 0 workers: the cluster's CPUs
     return LocalPoolEngine(workers)
 
 

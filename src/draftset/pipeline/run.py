@@ -201,7 +201,8 @@ def settings_of(opts: RunOptions) -> dict[str, Any]:
     from draftset.sources.read import describe_inputs
 
     b = opts.build
-    skip = {"sources", "out", "workers", "overwrite", "overlay", "run_info"}
+    skip = {"sources", "out", "workers", "engine", "ray_address", "overwrite"}
+    skip |= {"overlay", "run_info"}
     recipe = {k: v for k, v in asdict(b).items() if k not in skip}
     recipe["sources"] = [
         {
@@ -756,6 +757,8 @@ def run_recipe(
     restart: bool = False,
     workers: int | None = None,
     endpoints: list[str] | None = None,
+    engine: str | None = None,
+    ray_address: str | None = None,
     work: str | Path | None = None,
     progress: bool = False,
     say: Callable[[str], None] | None = None,
@@ -767,6 +770,8 @@ def run_recipe(
         restart=restart,
         workers=workers,
         endpoints=endpoints,
+        engine=engine,
+        ray_address=ray_address,
         work=work,
         progress=progress,
         tokenizer=tokenizer,
@@ -779,6 +784,8 @@ def options_from_recipe(
     restart: bool = False,
     workers: int | None = None,
     endpoints: list[str] | None = None,
+    engine: str | None = None,
+    ray_address: str | None = None,
     work: str | Path | None = None,
     progress: bool = False,
     tokenizer: str | None = None,
@@ -789,7 +796,9 @@ def options_from_recipe(
     path = Path(recipe)
     if path.suffix not in (".yaml", ".yml"):
         raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
-    build = build_options(path, workers=workers, tokenizer=tokenizer)
+    build = build_options(
+        path, workers=workers, engine=engine, ray_address=ray_address, tokenizer=tokenizer
+    )
     gen = generate_settings(load_recipe(path).get("generate"), str(path))
     if endpoints:
         gen.endpoints = list(endpoints)
@@ -850,6 +859,14 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--tokenizer", help="tokenizer folder replacing the recipe's `tokenizer:`")
     p.add_argument("--work", metavar="DIR", help="work folder (default: OUT.run beside OUT)")
     p.add_argument("--workers", type=int, help="build processes (default: all cores)")
+    p.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        help="where the build's render/encode runs (default local; ray needs draftset[ray])",
+    )
+    p.add_argument(
+        "--ray-address", metavar="ADDR", help="--engine ray: the cluster (auto, HOST:PORT, ray://)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(handler=cmd_run)
 
@@ -862,6 +879,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         restart=args.restart,
         workers=args.workers,
         endpoints=args.endpoint,
+        engine=args.engine,
+        ray_address=args.ray_address,
         work=args.work,
         progress=not args.no_progress and sys.stderr.isatty(),
         tokenizer=args.tokenizer,

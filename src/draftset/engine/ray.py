@@ -1,0 +1,229 @@
+"""The Ray engine (`--engine ray`): the row step on Ray actors, on this machine or a cluster.
+
+One actor per worker, each asking one CPU, builds its `MaskStep` once (tokenizer and template)
+and runs batches; the driver keeps selection and the writer, submits batches in order with
+`IN_FLIGHT_PER_WORKER` per actor in flight, and takes results back in submission order — the
+local pool's contract, so the set's bytes are the same for any engine and worker count.
+
+Why actors and not Ray Data's ``map_batches``: rows start as the driver's ordered, stateful
+selection (ids, dedup, mix), a Python iterator; Ray Data reads from datasources run as tasks and
+cannot stream a driver iterator with bounded memory (a one-read-task source fed by the driver
+held every block until the read ended; docs/scaling.md has the figures). Ray's own fault
+tolerance does the rest: a killed actor is restarted (`MAX_RESTARTS`) and its in-flight
+batches are retried (`MAX_TASK_RETRIES`); the driver takes each batch's result exactly once.
+
+A fresh or restarted actor builds its step on its first batch from the driver's `MaskConfig`,
+put once in the object store (so a restart needs nothing from the driver).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import socket
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+from draftset.core.errors import RunError, UsageError
+from draftset.engine.base import Batch, Engine, unpack
+from draftset.engine.pool import IN_FLIGHT_PER_WORKER
+from draftset.mask.step import ItemResult, MaskConfig, MaskStep
+
+RAY_EXTRA = "draftset[ray]"
+CONNECT_TIMEOUT = 5.0
+"""Seconds to reach a cluster's address before giving up (ray.init itself retries for minutes)."""
+START_TIMEOUT = 300.0
+"""Seconds for every actor to be placed and started: no free CPUs fails the build, never hangs."""
+MAX_RESTARTS = 3
+MAX_TASK_RETRIES = 3
+"""A killed worker is restarted and its batches rerun this often; a batch that kills its worker
+every time fails the build instead of looping."""
+OBJECT_STORE_BYTES = 200 * 1024 * 1024
+"""A local cluster's object store: results are drained at once, a few batches per worker."""
+
+
+class RayUnavailable(UsageError):
+    """`--engine ray` without Ray installed, or an address that cannot be reached (exit 2)."""
+
+
+def check_ray(address: str | None) -> None:
+    """Preflight: Ray is importable and ``address`` (if any) answers, within seconds."""
+    if importlib.util.find_spec("ray") is None:
+        raise RayUnavailable(f"--engine ray needs Ray: pip install '{RAY_EXTRA}'")
+    target = _host_port(address)
+    if target is None:
+        return
+    host, port = target
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise RayUnavailable(f"cannot reach the Ray cluster at {address}: {reason}") from None
+
+
+def _host_port(address: str | None) -> tuple[str, int] | None:
+    """Where ``address`` points (None: a new local cluster); ``auto`` is looked up as Ray does."""
+    if address is None:
+        address = os.environ.get("RAY_ADDRESS") or None
+    if address in (None, "local"):
+        return None
+    if address.startswith("ray://"):
+        parts = urlsplit(address)
+        if not parts.hostname or not parts.port:
+            raise RayUnavailable(f"--ray-address {address}: expected ray://HOST:PORT")
+        return parts.hostname, parts.port
+    if address == "auto":
+        from ray._private.services import canonicalize_bootstrap_address
+
+        try:
+            found = canonicalize_bootstrap_address("auto")
+        except (ConnectionError, ValueError) as exc:
+            raise RayUnavailable(f"--ray-address auto: {exc}") from None
+        if found is None:
+            raise RayUnavailable("--ray-address auto: no running Ray cluster found on this machine")
+        address = found
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise RayUnavailable(
+            f"--ray-address {address}: expected HOST:PORT, ray://HOST:PORT or auto"
+        )
+    return host.strip("[]"), int(port)
+
+
+class _Worker:
+    """One Ray actor: a `MaskStep`, built on its first batch (and again after a restart)."""
+
+    def __init__(self) -> None:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        from draftset.mask.template import import_template_compiler
+
+        import_template_compiler()  # the heavy imports, while the driver's template loads
+        self.step: MaskStep | None = None
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def process(self, config: list[Any], batch: Batch) -> list[ItemResult]:
+        if self.step is None:  # the config comes boxed so Ray hands over the ref, not its value
+            import ray
+
+            self.step = ray.get(config[0]).build()
+        return self.step(unpack(batch))
+
+
+class RayEngine(Engine):
+    name = "ray"
+
+    def __init__(self, workers: int = 0, address: str | None = None) -> None:
+        import ray
+
+        self._ray = ray
+        self._owns = not ray.is_initialized()
+        if self._owns:
+            _init(address, workers)
+        try:
+            resources = ray.cluster_resources()
+            self.cpus = float(resources.get("CPU", 0))
+            self.nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+            self.workers = workers or max(1, int(self.cpus))
+            if self.workers > self.cpus:
+                raise RayUnavailable(
+                    f"--workers {self.workers}: the Ray cluster has {self.cpus:g} CPUs"
+                )
+            actor = ray.remote(_Worker).options(
+                num_cpus=1,
+                max_restarts=MAX_RESTARTS,
+                max_task_retries=MAX_TASK_RETRIES,
+            )
+            self._actors = [actor.remote() for _ in range(self.workers)]
+            self._pending_ready = [a.ready.remote() for a in self._actors]
+            self._config: list[Any] | None = None
+        except BaseException:
+            self.close(failed=True)
+            raise
+
+    def start(self, config: MaskConfig) -> None:
+        self._config = [self._ray.put(config)]
+        ready, waiting = self._ray.wait(
+            self._pending_ready, num_returns=len(self._pending_ready), timeout=START_TIMEOUT
+        )
+        if waiting:
+            raise RunError(
+                f"{len(waiting)} of {self.workers} Ray workers did not start within "
+                f"{START_TIMEOUT:.0f} s (the cluster has {self.cpus:g} CPUs; others busy?)"
+            )
+        self._ray.get(ready)  # an actor that failed to start raises here
+
+    def map(self, batches: Iterable[Batch]) -> Iterator[list[ItemResult]]:
+        assert self._config is not None, "start() first"
+        ray = self._ray
+        load = [0] * self.workers
+        window: deque[tuple[Any, int]] = deque()
+        limit = IN_FLIGHT_PER_WORKER * self.workers
+
+        def take() -> list[ItemResult]:
+            ref, i = window.popleft()
+            load[i] -= 1
+            try:
+                return ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                raise RunError(
+                    f"a Ray worker died {MAX_RESTARTS + 1} times on one batch: {exc}"
+                ) from None
+
+        for batch in batches:
+            i = min(range(self.workers), key=load.__getitem__)
+            window.append((self._actors[i].process.remote(self._config, batch), i))
+            load[i] += 1
+            if len(window) >= limit:
+                yield take()
+        while window:
+            yield take()
+
+    def finish(self) -> None:
+        self._kill_actors()
+
+    def close(self, failed: bool) -> None:
+        self._kill_actors()
+        if self._owns and self._ray.is_initialized():
+            self._ray.shutdown()
+
+    def _kill_actors(self) -> None:
+        for a in getattr(self, "_actors", ()):
+            with contextlib.suppress(Exception):
+                self._ray.kill(a, no_restart=True)
+        self._actors = []
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "workers": self.workers,
+            "cluster": {"cpus": self.cpus, "nodes": self.nodes},
+        }
+
+
+def _init(address: str | None, workers: int) -> None:
+    """Connect to ``address``, or start a private local cluster sized for ``workers``."""
+    import ray
+
+    quiet = dict(log_to_driver=False, configure_logging=False, include_dashboard=False)
+    logging.getLogger("ray").setLevel(logging.ERROR)  # no start-up chatter on the CLI
+    target = address or os.environ.get("RAY_ADDRESS") or None
+    try:
+        if target in (None, "local"):
+            # a private cluster for one build: no usage report sent from the user's machine
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            ray.init(
+                address="local",
+                num_cpus=workers or os.cpu_count() or 1,
+                object_store_memory=OBJECT_STORE_BYTES,
+                **quiet,
+            )
+        else:
+            ray.init(address=target, **quiet)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise RayUnavailable(f"cannot start Ray at {target or 'local'}: {exc}") from None

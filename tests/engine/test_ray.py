@@ -1,0 +1,372 @@
+"""`--engine ray`: the same bytes as the local engine, on a private Ray, on a two-node cluster
+started here, and with a worker killed mid-run; one-line exit 2 without Ray or its cluster.
+
+Every Ray driver runs in its own process (`draftset build` or a short script): a test process
+keeps no Ray state, and a hung cluster costs a subprocess timeout, not the suite. Each test also
+has a hard alarm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import REPO, qwen3_tokenizer_dir
+
+import draftset
+from draftset import cli
+from draftset.config.options import BuildOptions
+from draftset.pipeline.build import run_build
+from draftset.sources.read import Source
+
+SRC = Path(draftset.__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples" / "data"
+VOCAB = ["--target-vocab-size", "151936", "--draft-vocab-size", "512"]
+TEST_SECONDS = 150  # a hard bound per test: a Ray hang fails the test instead of CI
+
+
+@pytest.fixture(autouse=True)
+def hard_timeout() -> Iterator[None]:
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"Ray test exceeded {TEST_SECONDS} s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(TEST_SECONDS)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def env(**extra: str) -> dict[str, str]:
+    """The environment of a driver or node: this checkout importable, no usage report."""
+    out = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **extra)
+    out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def generated(path: Path, n: int) -> Path:
+    """``n`` chats of varied shape: multi-turn, system prompts, duplicates (dedup), prompt-only
+    rows, over-long rows (rejected too_long), so every path of the row step is crossed."""
+    with path.open("w", encoding="utf-8") as f:
+        for i in range(n):
+            msgs = [{"role": "system", "content": f"You are bot {i % 7}."}] if i % 5 == 0 else []
+            for t in range(1 + i % 2):
+                msgs.append({"role": "user", "content": f"Question {i}.{t}: what is {i * t}?"})
+                words = " ".join(f"w{(i * 31 + k) % 997}" for k in range(5 + (i * 7) % 30))
+                msgs.append({"role": "assistant", "content": f"Answer {i}.{t}: {words}"})
+            if i % 97 == 0:
+                msgs = msgs[:1] if msgs[0]["role"] == "user" else msgs[:2]  # prompt-only
+            if i % 113 == 1:
+                msgs[-1]["content"] = "long " * 5000  # over --max-length
+            f.write(json.dumps({"messages": msgs}) + "\n")
+            if i % 50 == 0:  # an exact duplicate, dropped by dedup
+                f.write(json.dumps({"messages": msgs}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("ray-inputs")
+    return [
+        EXAMPLES / "chat_messages.jsonl",
+        EXAMPLES / "sharegpt_conversations.json",
+        EXAMPLES / "alpaca.jsonl.gz",
+        EXAMPLES / "prompts.jsonl",
+        EXAMPLES / "bad_rows.jsonl",
+        generated(folder / "generated.jsonl", 2000),
+    ]
+
+
+@pytest.fixture(scope="module")
+def local_build(inputs: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference: the local engine (process pool) over the same inputs and options."""
+    out = tmp_path_factory.mktemp("ray-ref") / "local"
+    run_build(
+        BuildOptions(
+            sources=[Source(p.name.split(".")[0], p) for p in inputs],
+            tokenizer=str(qwen3_tokenizer_dir()),
+            out=out,
+            workers=2,
+            draft_vocab_size=512,
+            target_vocab_size=151936,
+        )
+    )
+    return out
+
+
+def build_cmd(inputs: list[Path], out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "draftset.cli",
+        "build",
+        *map(str, inputs),
+        "--tokenizer",
+        str(qwen3_tokenizer_dir()),
+        "--out",
+        str(out),
+        *VOCAB,
+        "--no-progress",
+        *extra,
+    ]
+
+
+def assert_same_set(local: Path, ray: Path) -> dict:
+    """Every file byte-identical; the manifests equal except their `engine` section."""
+    names = sorted(p.name for p in local.iterdir())
+    assert names == sorted(p.name for p in ray.iterdir())
+    assert any(n.endswith(".arrow") for n in names)
+    for name in names:
+        if name != "manifest.json":
+            assert (local / name).read_bytes() == (ray / name).read_bytes(), name
+    ml, mr = (json.loads((d / "manifest.json").read_text()) for d in (local, ray))
+    engine = mr.pop("engine")
+    ml.pop("engine")
+    assert ml == mr
+    return engine
+
+
+def test_ray_build_on_a_private_local_cluster_is_byte_identical(inputs, local_build, tmp_path):
+    out = tmp_path / "ray"
+    proc = subprocess.run(
+        build_cmd(inputs, out, "--engine", "ray", "--workers", "2"),
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=TEST_SECONDS - 10,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    engine = assert_same_set(local_build, out)
+    assert engine == {"name": "ray", "workers": 2, "cluster": {"cpus": 2.0, "nodes": 1}}
+    generated = json.loads((out / "manifest.json").read_text())["counts"]["per_source"]["generated"]
+    assert generated["read"] == 2000 + 40  # every row read once, duplicates included
+    assert generated["written"] > 1500
+    assert generated["rejected_by_reason"]["too_long"] >= 15  # the over-long rows
+    assert not proc.stderr.strip()  # no Ray chatter on the terminal
+
+
+# --- a two-node cluster on this machine -----------------------------------------------------------
+class TwoNodeCluster:
+    """`ray start --head` plus a second `ray start --address`, one CPU each, own temp dirs.
+
+    Each `ray start --block` leads its own process group: `stop` ends those groups (SIGTERM,
+    then SIGKILL) and nothing else — never `ray stop`, which would end every Ray on the machine.
+    """
+
+    def __init__(self) -> None:
+        ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable)) or "ray"
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        # token auth would need the same token file on both nodes and the driver; this
+        # cluster is on loopback and lives for one test module
+        self.env = env(RAY_AUTH_MODE="disabled")
+        self.procs: list[subprocess.Popen] = []
+        self.dirs: list[str] = []
+        self._start(ray_cli, ["--head", f"--port={self.port}", "--include-dashboard=false"])
+        self._start(ray_cli, [f"--address={self.address}", '--resources={"second_node": 1}'])
+        log = Path(self.dirs[-1]) / "start.log"
+        deadline = time.monotonic() + 60  # the second node has joined when its start returns
+        while "Ray runtime started" not in log.read_text(errors="replace"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the second Ray node did not join within 60 s: {log}")
+            time.sleep(0.2)
+
+    def _start(self, ray_cli: str, args: list[str]) -> None:
+        folder = tempfile.mkdtemp(prefix="dsray")  # short: Ray's socket paths have a limit
+        self.dirs.append(folder)
+        common = ["--block", "--num-cpus=1", "--object-store-memory=80000000"]
+        log = open(os.path.join(folder, "start.log"), "w")  # noqa: SIM115 - the child owns it
+        self.procs.append(
+            subprocess.Popen(
+                [ray_cli, "start", f"--temp-dir={folder}", *common, "--disable-usage-stats", *args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        log.close()
+        if len(self.procs) == 1:  # the second node joins once the head answers
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                with contextlib.suppress(OSError):
+                    socket.create_connection(("127.0.0.1", self.port), 0.5).close()
+                    return
+                time.sleep(0.2)
+            raise TimeoutError("the Ray head did not open its port within 60 s")
+
+    def members(self) -> list[psutil.Process]:
+        out = []
+        for p in self.procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                lead = psutil.Process(p.pid)
+                out += [lead, *lead.children(recursive=True)]
+        return out
+
+    def stop(self) -> None:
+        members = self.members()
+        for p in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        _, alive = psutil.wait_procs(members, timeout=3)
+        for p in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+        for a in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                a.kill()
+        for p in self.procs:
+            p.wait(10)
+        psutil.wait_procs(alive, timeout=5)
+        for folder in self.dirs:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[TwoNodeCluster]:
+    c = TwoNodeCluster()
+    try:
+        yield c
+    finally:
+        members = c.members()
+        c.stop()
+        assert not [m for m in members if m.is_running() and m.status() != "zombie"]
+
+
+def test_ray_build_on_a_two_node_cluster_is_byte_identical(inputs, local_build, cluster, tmp_path):
+    out = tmp_path / "ray2"
+    proc = subprocess.run(
+        build_cmd(inputs, out, "--engine", "ray", "--ray-address", cluster.address),
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=TEST_SECONDS - 10,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    engine = assert_same_set(local_build, out)
+    # --workers unset: one actor per CPU of the cluster, one on each node
+    assert engine == {"name": "ray", "workers": 2, "cluster": {"cpus": 2.0, "nodes": 2}}
+
+
+KILL_DRIVER = r"""
+import json, os, signal, sys
+from pathlib import Path
+
+import ray
+from draftset.config.options import BuildOptions
+from draftset.engine.ray import RayEngine
+from draftset.pipeline.build import run_build
+from draftset.sources.read import Source
+
+spec = json.loads(sys.argv[1])
+seen = {}
+plain_map = RayEngine.map
+
+def map_then_kill(self, batches):
+    for k, results in enumerate(plain_map(self, batches)):
+        if k == 3:  # mid-run: batches are in flight on every actor
+            pid = ray.get(self._actors[0].ready.remote())
+            os.kill(pid, signal.SIGKILL)
+            seen["killed"] = pid
+        yield results
+    seen["restarted"] = ray.get(self._actors[0].ready.remote())
+    seen["batches"] = k + 1
+
+RayEngine.map = map_then_kill
+result = run_build(BuildOptions(
+    sources=[Source(name, Path(path)) for name, path in spec["sources"]],
+    tokenizer=spec["tokenizer"], out=Path(spec["out"]), engine="ray",
+    ray_address=spec["address"], draft_vocab_size=512, target_vocab_size=151936,
+))
+print(json.dumps({**seen, "ok": result.ok}))
+"""
+
+
+def test_a_worker_killed_mid_run_is_retried_and_its_rows_counted_once(
+    inputs, local_build, cluster, tmp_path
+):
+    out = tmp_path / "killed"
+    spec = {
+        "sources": [[p.name.split(".")[0], str(p)] for p in inputs],
+        "tokenizer": str(qwen3_tokenizer_dir()),
+        "out": str(out),
+        "address": cluster.address,
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_DRIVER, json.dumps(spec)],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=TEST_SECONDS - 10,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["ok"]
+    assert seen["killed"] != seen["restarted"]  # Ray restarted the actor in a new process
+    assert seen["batches"] > 10  # the kill came early in the run, not after it
+    assert_same_set(local_build, out)  # same rows, rejects and counts: nothing lost or doubled
+
+
+# --- one-line errors, before any work ----------------------------------------------------------
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = cli.main(args)
+    return code, capsys.readouterr().err
+
+
+def test_engine_ray_without_ray_installed_is_one_line_exit_2(inputs, tmp_path, monkeypatch, capsys):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
+    out = tmp_path / "never"
+    code, err = run_cli(build_cmd(inputs[:1], out, "--engine", "ray")[3:], capsys)
+    assert code == 2
+    assert err.strip().count("\n") == 0
+    assert "draftset[ray]" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_unreachable_ray_address_is_one_line_exit_2_within_seconds(
+    scheme, inputs, tmp_path, capsys
+):
+    address = f"{scheme}127.0.0.1:{free_port()}"  # nothing listens there
+    out = tmp_path / "never"
+    t0 = time.monotonic()
+    code, err = run_cli(
+        build_cmd(inputs[:1], out, "--engine", "ray", "--ray-address", address)[3:], capsys
+    )
+    assert code == 2
+    assert time.monotonic() - t0 < 15
+    assert err.strip().count("\n") == 0
+    assert f"cannot reach the Ray cluster at {address}" in err
+    assert not out.exists()
+
+
+def test_ray_address_needs_engine_ray(inputs, tmp_path, capsys):
+    code, err = run_cli(
+        build_cmd(inputs[:1], tmp_path / "o", "--ray-address", "127.0.0.1:1")[3:], capsys
+    )
+    assert code == 2
+    assert "--ray-address needs --engine ray" in err
