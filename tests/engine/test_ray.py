@@ -269,6 +269,25 @@ def test_ray_build_on_a_two_node_cluster_is_byte_identical(inputs, local_build, 
     assert engine == {"name": "ray", "workers": 2, "cluster": {"cpus": 2.0, "nodes": 2}}
 
 
+def test_more_workers_than_the_cluster_has_cpus_is_exit_2_not_a_hang(inputs, cluster, tmp_path):
+    """Actors that can never be placed would wait forever: refused before any work."""
+    out = tmp_path / "never"
+    proc = subprocess.run(
+        build_cmd(
+            inputs[:1], out, "--engine=ray", f"--ray-address={cluster.address}", "--workers=3"
+        ),
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=TEST_SECONDS - 10,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == ("draftset: error: --workers 3: the Ray cluster has 2 CPUs"), (
+        proc.stderr[-2000:]
+    )
+    assert not out.exists()
+
+
 KILL_DRIVER = r"""
 import json, os, signal, sys
 from pathlib import Path
