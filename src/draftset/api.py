@@ -203,6 +203,10 @@ def build_options(
         mix=dict(mix) if mix is not None else conf.get("mix"),
         render_timeout=_seconds(pick("render_timeout", render_timeout, defaults.RENDER_TIMEOUT)),
     )
+    if opts.engine != "ray":  # a recipe's ray_address waits for engine: ray; an explicit one
+        if ray_address is not None:  # with a local engine is a mistake
+            raise UsageError("--ray-address needs --engine ray")
+        opts.ray_address = None
     _check_build_values(opts)
     return opts
 
@@ -228,8 +232,6 @@ def _check_build_values(opts: BuildOptions) -> None:
         raise UsageError(f"turns must be all, last or each, not {opts.turns!r}")
     if opts.engine not in defaults.ENGINES:
         raise UsageError(f"engine must be local or ray, not {opts.engine!r}")
-    if opts.ray_address is not None and opts.engine != "ray":
-        raise UsageError("--ray-address needs --engine ray")
     if opts.max_length < 1 or opts.min_supervised_tokens < 0 or opts.workers < 0:
         raise UsageError("--max-length must be >= 1, --min-supervised-tokens and --workers >= 0")
 

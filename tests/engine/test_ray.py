@@ -29,6 +29,7 @@ from conftest import REPO, qwen3_tokenizer_dir
 import draftset
 from draftset import cli
 from draftset.config.options import BuildOptions
+from draftset.core.errors import DraftsetError
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
 
@@ -389,3 +390,27 @@ def test_ray_address_needs_engine_ray(inputs, tmp_path, capsys):
     )
     assert code == 2
     assert "--ray-address needs --engine ray" in err
+
+
+def test_recipes_run_and_the_api_carry_the_engine_and_it_never_decides_the_set(tmp_path):
+    """`engine:`/`ray_address:` in a recipe, overridden by `draftset run`'s options; the run's
+    settings (what a resume must match) leave them out: the set does not depend on them."""
+    from draftset.api import build_options
+    from draftset.pipeline.run import options_from_recipe, settings_of
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\nout: {tmp_path / 'o'}\n"
+        f"engine: ray\nray_address: 127.0.0.1:6379\n"
+        f"sources:\n  - path: {EXAMPLES / 'prompts.jsonl'}\n"
+        "generate:\n  endpoints: [http://127.0.0.1:9/v1]\n"
+    )
+    opts = build_options(recipe)
+    assert (opts.engine, opts.ray_address) == ("ray", "127.0.0.1:6379")
+    run = options_from_recipe(recipe, engine="local")
+    assert (run.build.engine, run.build.ray_address) == ("local", None)  # the option wins
+    ray_run = options_from_recipe(recipe)
+    assert ray_run.build.engine == "ray"
+    assert settings_of(run) == settings_of(ray_run)
+    with pytest.raises(DraftsetError, match="engine must be local or ray"):
+        build_options(recipe, engine="spark")

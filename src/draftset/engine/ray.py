@@ -170,9 +170,11 @@ class RayEngine(Engine):
             load[i] -= 1
             try:
                 return ray.get(ref)
-            except ray.exceptions.RayActorError as exc:
+            except ray.exceptions.RayActorError as exc:  # restarts and retries used up
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise RunError(
-                    f"a Ray worker died {MAX_RESTARTS + 1} times on one batch: {exc}"
+                    f"a Ray worker died and Ray gave up on its batch ({MAX_RESTARTS} restarts, "
+                    f"{MAX_TASK_RETRIES} retries): {first}"
                 ) from None
 
         for batch in batches:
