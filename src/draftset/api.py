@@ -210,12 +210,9 @@ def _check_build_values(opts: BuildOptions) -> None:
         raise UsageError(f"dedup must be exact, near or none, not {opts.dedup!r}")
     for s in opts.sources:
         if s.preset:
-            from draftset.sources.presets import UnknownPresetError, apply_preset
+            from draftset.sources.presets import apply_preset
 
-            try:
-                apply_preset(s.preset)
-            except UnknownPresetError as exc:
-                raise UsageError(str(exc).strip("'\"")) from None
+            apply_preset(s.preset)  # raises UnknownPresetError (exit 2) for an unknown name
     if opts.truncation not in ("drop", "truncate"):
         raise UsageError(f"truncation must be drop or truncate, not {opts.truncation!r}")
     if opts.turns not in ("all", "last", "each"):

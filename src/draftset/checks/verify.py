@@ -33,7 +33,7 @@ from draftset.checks.fast import (
 )
 from draftset.config import defaults
 from draftset.core import reasons
-from draftset.core.errors import EXIT_FAIL, EXIT_OK, DraftsetError
+from draftset.core.errors import EXIT_FAIL, EXIT_OK, UsageError
 from draftset.inspect.show import visible
 from draftset.mask.template import TokenizerError
 from draftset.output.readback import (
@@ -62,7 +62,7 @@ __all__ = [
 RECORD_FORMAT = "draftset-verify/1"
 
 
-class VerifyUsageError(DraftsetError):
+class VerifyUsageError(UsageError):
     """Unusable arguments (exit code 2)."""
 
 
@@ -389,42 +389,27 @@ def register_cli(subparsers: Any) -> None:
 def cmd_verify(args: argparse.Namespace) -> int:
     from draftset import api
 
-    try:
-        result = api.verify(
-            args.dir,
-            tokenizer=args.tokenizer,
-            sample=args.sample,
-            seed=args.seed,
-            block_size=args.block_size,
-            placeholders=args.placeholder,
-            fast=args.fast,
-            json=args.json,
-        )
-    except DraftsetError as exc:  # (`python -m draftset.checks.verify` has no cli.main around it)
-        print(exc.cli_line(), file=sys.stderr)
-        return exc.exit_code
+    result = api.verify(
+        args.dir,
+        tokenizer=args.tokenizer,
+        sample=args.sample,
+        seed=args.seed,
+        block_size=args.block_size,
+        placeholders=args.placeholder,
+        fast=args.fast,
+        json=args.json,
+    )
     print_results(result.checks)
     if result.recorded is not None:
         print(f"result recorded in {Path(args.dir) / VERIFY_RECORD} (shown by `draftset report`)")
     return EXIT_OK if result.ok else EXIT_FAIL
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        raise VerifyUsageError(message)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (`python -m draftset.checks.verify DIR`); the CLI wires `register_cli`."""
-    parser = _Parser(prog="draftset")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    register_cli(sub)
-    try:
-        args = parser.parse_args(["verify", *(argv if argv is not None else sys.argv[1:])])
-    except VerifyUsageError as exc:
-        print(exc.cli_line(), file=sys.stderr)
-        return exc.exit_code
-    return int(args.handler(args))
+    """Standalone ``python -m draftset.checks.verify``: the CLI's parser and exit codes."""
+    from draftset.cli import main as cli_main  # lazy: cli imports this module for its command
+
+    return cli_main(["verify", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from draftset.core.errors import DraftsetError
+from draftset.core.errors import UsageError
 from draftset.sources.read import HUB_PREFIX
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ MANIFEST_FORMAT = "draftset/1"
 ``--overwrite`` replace a folder (any ``draftset/<n>`` version counts)."""
 
 
-class PreflightError(DraftsetError):
+class PreflightError(UsageError):
     """Unusable options or output path, found before any work (exit code 2)."""
 
 

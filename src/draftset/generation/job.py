@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from draftset.core import reasons
-from draftset.core.errors import DraftsetError, RunError
+from draftset.core.errors import EXIT_FAIL, EXIT_OK, RunError, UsageError
 from draftset.core.records import PreTokenized, PromptOnly, Reject
 from draftset.generation.dialog import (
     STOP_LENGTH,
@@ -56,7 +56,6 @@ from draftset.generation.http import (
 from draftset.generation.store import (
     LineWriter,
     RunLock,
-    StoreError,
     drop_ids,
     errors_path,
     first_line,
@@ -68,7 +67,7 @@ from draftset.generation.store import (
 from draftset.generation.wire import redact_url
 from draftset.sources.normalize import FORMATS
 from draftset.sources.presets import source_normalizer
-from draftset.sources.read import Source, SourceError, count_rows, iter_raw_rows
+from draftset.sources.read import Source, count_rows, iter_raw_rows
 
 # --- error reason codes (errors file `reason`; part of the format: never rename, only add) ---
 LENGTH = STOP_LENGTH  # an answer hit max_tokens (finish_reason "length"); kept with --keep-length
@@ -100,8 +99,6 @@ RETRYABLE_REASONS = frozenset({RETRIES_EXHAUSTED, INVALID_RESPONSE})
 
 WRITTEN = "written"  # outcome of a row that went to the output file
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-
 API_KEY_ENV = ("DRAFTSET_API_KEY", "OPENAI_API_KEY")
 """Environment variables read, in this order, for the API key when ``--api-key`` is not given."""
 
@@ -111,7 +108,7 @@ RESERVED_BODY_KEYS = frozenset(
 )
 
 
-class GenerateUsageError(DraftsetError):
+class GenerateUsageError(UsageError):
     """Unusable arguments: one line on stderr, exit code 2."""
 
 
@@ -862,30 +859,22 @@ def register_cli(subparsers: Any) -> None:
 
 def options_from_args(args: argparse.Namespace) -> GenerateOptions:
     """Validated options; raises `GenerateUsageError` with a one-line message."""
-    from draftset.config.recipe import RecipeError, parse_fields, source_name, unique_names
+    from draftset.config.recipe import parse_fields, source_name, unique_names
     from draftset.sources.read import HUB_PREFIX
 
-    try:
-        fields = parse_fields(args.field)
-        if len(args.inputs) == 1 and args.inputs[0].endswith((".yaml", ".yml")):
-            sources = _recipe_sources(Path(args.inputs[0]), args)
-        else:
-            sources = [
-                Source(source_name(Path(p)), Path(p), args.format, fields) for p in args.inputs
-            ]
-    except RecipeError as exc:
-        raise GenerateUsageError(str(exc)) from None
+    fields = parse_fields(args.field)  # RecipeError (exit 2) for a bad --field or recipe
+    if len(args.inputs) == 1 and args.inputs[0].endswith((".yaml", ".yml")):
+        sources = _recipe_sources(Path(args.inputs[0]), args)
+    else:
+        sources = [Source(source_name(Path(p)), Path(p), args.format, fields) for p in args.inputs]
     sources = unique_names(sources)
     for s in sources:
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise GenerateUsageError(f"source not found: {s.path}")
     if args.preset:
-        from draftset.sources.presets import UnknownPresetError, apply_preset
+        from draftset.sources.presets import apply_preset
 
-        try:
-            apply_preset(args.preset)
-        except UnknownPresetError as exc:
-            raise GenerateUsageError(str(exc)) from None
+        apply_preset(args.preset)  # raises UnknownPresetError (exit 2) for an unknown name
         for s in sources:
             s.preset = args.preset
     extra = _json_object(args.extra_body, "--extra-body")
@@ -1007,17 +996,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """Run the job from parsed arguments; 0 done (errors counted), 1 could not run, 2 bad args."""
     from draftset.generation.console import print_summary, progress
 
+    opts = options_from_args(args)
+    show = not args.no_progress and sys.stderr.isatty()
     try:
-        opts = options_from_args(args)
-        show = not args.no_progress and sys.stderr.isatty()
         with progress(enabled=show) as update:
             result = asyncio.run(run_generate(opts, update))
-    except (GenerateUsageError, SourceError, StoreError) as exc:
-        print(f"draftset: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except Unreachable as exc:
-        print(f"draftset: {exc}", file=sys.stderr)
-        return EXIT_FAIL
     except KeyboardInterrupt:
         print("draftset: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
@@ -1031,18 +1014,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"draftset: error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m draftset.generation.job ARGS`` == ``draftset generate ARGS`` (used by tests)."""
-    parser = _Parser(prog="draftset")
-    register_cli(parser.add_subparsers(dest="command", required=True, parser_class=_Parser))
-    args = parser.parse_args(["generate", *(sys.argv[1:] if argv is None else argv)])
-    return int(args.handler(args))
+    """Standalone ``python -m draftset.generation.job``: the CLI's parser and exit codes."""
+    from draftset.cli import main as cli_main  # lazy: cli imports this module for its command
+
+    return cli_main(["generate", *(sys.argv[1:] if argv is None else argv)])
 
 
 main_for_tests = main

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from draftset.core.errors import DraftsetError
+from draftset.core.errors import UsageError
 
 FSYNC_EVERY_LINES = 200
 FSYNC_EVERY_SECONDS = 5.0
@@ -32,7 +32,7 @@ class Recovered:
     reasons: dict[str, int] = field(default_factory=dict)  # errors file: count by reason
 
 
-class StoreError(DraftsetError):
+class StoreError(UsageError):
     """An existing file that is not ours to resume (a bad line before the end)."""
 
 

@@ -18,9 +18,9 @@ import numpy as np
 
 from draftset.config import defaults
 from draftset.core.counters import SUMMARY_COLUMNS, summary_row
+from draftset.core.errors import UsageError
 from draftset.inspect.show import visible, visible_parts
 from draftset.output.readback import (
-    NotADraftsetError,
     OutputSet,
     RowStats,
     open_output,
@@ -478,8 +478,12 @@ def write_report(
     tokenizer: str | None = None,
     block_size: int = defaults.BLOCK_SIZE,
 ) -> Path:
+    """Write the report; an unreadable set or unwritable file is a `UsageError` (exit 2)."""
     path = Path(output) if output else Path(folder) / "report.html"
-    path.write_text(build_report(folder, tokenizer, block_size), encoding="utf-8")
+    try:
+        path.write_text(build_report(folder, tokenizer, block_size), encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(str(exc)) from None
     return path
 
 
@@ -501,35 +505,16 @@ def register_cli(subparsers: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    try:
-        path = write_report(args.dir, args.output, args.tokenizer, args.block_size)
-    except (NotADraftsetError, OSError) as exc:
-        print(f"draftset: error: {exc}", file=sys.stderr)
-        return 2
+    path = write_report(args.dir, args.output, args.tokenizer, args.block_size)
     print(f"report written to {path}")
     return 0
 
 
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise _UsageError(message)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry; the CLI wires `register_cli`."""
-    parser = _Parser(prog="draftset")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    register_cli(sub)
-    try:
-        args = parser.parse_args(["report", *(argv if argv is not None else sys.argv[1:])])
-    except _UsageError as exc:
-        print(f"draftset: error: {exc}", file=sys.stderr)
-        return 2
-    return int(args.handler(args))
+    """Standalone ``python -m draftset.inspect.report``: the CLI's parser and exit codes."""
+    from draftset.cli import main as cli_main  # lazy: cli imports this module for its command
+
+    return cli_main(["report", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from draftset.core import reasons
-from draftset.core.errors import EXIT_FAIL, EXIT_OK, DraftsetError, RunError
+from draftset.core.errors import EXIT_FAIL, EXIT_OK, RunError, UsageError
 
 if TYPE_CHECKING:  # the heavy modules load when a run starts, not for `draftset --help`
     from draftset.config.options import BuildOptions
@@ -83,7 +83,7 @@ KILL_ENV = "DRAFTSET_RUN_KILL_AT"
 """Testing hook: ``SIGKILL`` this process in the middle of the named stage (crash tests)."""
 
 
-class RunUsageError(DraftsetError):
+class RunUsageError(UsageError):
     """Unusable recipe or arguments, or a rerun whose settings changed: exit code 2."""
 
 
@@ -503,7 +503,7 @@ def _generate(
 ) -> dict[str, Any]:
     from draftset.generation.console import progress
     from draftset.generation.job import GenerateUsageError, Unreachable, run_generate
-    from draftset.generation.store import StoreError, errors_path, recover
+    from draftset.generation.store import errors_path, recover
 
     answers = work / "answers.jsonl"
     queued = int(state.data["select"]["queued_total"])
@@ -532,8 +532,6 @@ def _generate(
                     f"model changed: this run was answered by {pinned!r} and {exc}; rerun with"
                     " --restart to start over with the model now served"
                 ) from None
-            raise RunUsageError(str(exc)) from None
-        except StoreError as exc:
             raise RunUsageError(str(exc)) from None
         except Unreachable as exc:
             raise RunFailed(f"{exc}; rerun the same command to resume") from None

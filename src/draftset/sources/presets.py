@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from draftset.core import reasons
+from draftset.core.errors import UsageError
 from draftset.core.records import Normalized, RawRow, Reject
 from draftset.sources.normalize import FORMATS, normalize
 
@@ -52,8 +53,8 @@ class PresetRowError(Exception):
         self.message = message
 
 
-class UnknownPresetError(KeyError):
-    """`apply_preset` was given a name no preset (or alias) has."""
+class UnknownPresetError(UsageError, KeyError):
+    """`apply_preset` was given a name no preset (or alias) has (exit code 2)."""
 
     def __str__(self) -> str:  # KeyError would print the repr of its argument
         return str(self.args[0])

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from draftset.core import reasons
-from draftset.core.errors import DraftsetError
+from draftset.core.errors import UsageError
 from draftset.core.records import RawRow, Reject
 from draftset.sources.normalize import detect_format
 
@@ -60,7 +60,7 @@ class Source:
     preset: str | None = None  # a known public set's layout (see presets.py)
 
 
-class SourceError(DraftsetError):
+class SourceError(UsageError):
     """A source that cannot be read at all (the CLI prints it as one line, exit code 2)."""
 
 
