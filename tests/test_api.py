@@ -257,8 +257,7 @@ INTERNAL_EXCEPTIONS = {
     "NoEndpoint",  # generate: ends the job as `aborted` (exit 1, resumable)
     "WireError",  # generate: a broken HTTP exchange, retried as TransientError
     "BodyTooLarge",  # generate: a FinalError for that row
-    "_Bad",  # normalize: a row's reject
-    "PresetRowError",  # presets: a row's reject
+    "RowProblem",  # read, normalize, presets: a row's reject
     "RenderLimit",  # a template that runs too long or too deep: a row's reject
     "RenderTimeout",  # (a RenderLimit)
     "RenderTooLarge",  # (a RenderLimit)
