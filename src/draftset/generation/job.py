@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
 import random
@@ -29,6 +28,7 @@ from typing import Any
 
 from draftset.core import reasons
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, RunError, UsageError
+from draftset.core.ids import IdRegistry, duplicate_id_message
 from draftset.core.records import PreTokenized, PromptOnly, Reject
 from draftset.generation.dialog import (
     STOP_LENGTH,
@@ -211,30 +211,13 @@ ProgressFn = Callable[[GenerateResult], None]
 
 
 # --- input ---------------------------------------------------------------------------------
-class _Ids:
-    """Row ids seen in this run, as 8-byte digests (bounded memory for millions of rows)."""
-
-    def __init__(self) -> None:
-        self._seen: set[bytes] = set()
-
-    @staticmethod
-    def key(row_id: str) -> bytes:
-        return hashlib.blake2b(row_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-
-    def claim(self, row_id: str) -> bool:
-        k = self.key(row_id)
-        if k in self._seen:
-            return False
-        self._seen.add(k)
-        return True
-
-
-def _unique(candidate: str | None, source: str, row: int, ids: _Ids) -> tuple[str, bool]:
-    """(resume key, True when it is the row's own id or its source-prefixed form)."""
+def _unique(candidate: str | None, source: str, row: int, ids: IdRegistry) -> tuple[str, bool]:
+    """(resume key, True when it is the row's own id or its source-prefixed form): build's
+    rule (`IdRegistry.claim_row_id`), then a made-up key for the error line of a row without."""
     if candidate is not None:
-        for option in (candidate, f"{source}:{candidate}"):
-            if ids.claim(option):
-                return option, True
+        own = ids.claim_row_id(candidate, source)
+        if own is not None:
+            return own, True
     fallback = f"{source}:{row}" if candidate is None else f"{source}:{row}#duplicate"
     while not ids.claim(fallback):
         fallback += "+"
@@ -243,7 +226,7 @@ def _unique(candidate: str | None, source: str, row: int, ids: _Ids) -> tuple[st
 
 def iter_inputs(sources: list[Source]) -> Iterator[Job | dict[str, Any]]:
     """Jobs to answer, or error lines for rows that cannot be answered, in input order."""
-    ids = _Ids()
+    ids = IdRegistry()
     for src in sources:
         norm = source_normalizer(src)  # build's normalization of this source
         for raw in iter_raw_rows(src):
@@ -252,7 +235,7 @@ def iter_inputs(sources: list[Source]) -> Iterator[Job | dict[str, Any]]:
             if isinstance(item, Reject):
                 yield _error_line(key, item.source, item.row, item.reason, item.message)
             elif not own:
-                msg = f"id {item.id!r} already used in this run"
+                msg = duplicate_id_message(item.id)
                 yield _error_line(key, item.source, item.row, reasons.DUPLICATE_ID, msg)
             elif isinstance(item, PreTokenized):
                 msg = "a pre-tokenized row has no messages to send"
@@ -483,18 +466,19 @@ def _served_model(wanted: str | None, up: list[Endpoint]) -> str:
     return up[0].served_models[0]
 
 
-def _resume(opts: GenerateOptions, result: GenerateResult) -> set[bytes]:
+def _resume(opts: GenerateOptions, result: GenerateResult) -> IdRegistry:
     """Keys of the rows already done (in either file), after cutting torn tails."""
     errs = errors_path(opts.out)
     if opts.retry_errors and errs.exists():
         found = recover(errs)
         if any(found.reasons.get(r) for r in RETRYABLE_REASONS):
             drop_ids(errs, _ids_with_reasons(errs, RETRYABLE_REASONS))
-    done: set[bytes] = set()
+    done = IdRegistry()
     for path in (opts.out, errs):
         found = recover(path)
         result.torn_bytes += found.torn_bytes
-        done.update(_Ids.key(i) for i in found.ids)
+        for i in found.ids:
+            done.claim(i)
     return done
 
 
@@ -667,7 +651,7 @@ def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
     return out
 
 
-async def _drive(runner: _Runner, opts: GenerateOptions, done: set[bytes]) -> None:
+async def _drive(runner: _Runner, opts: GenerateOptions, done: IdRegistry) -> None:
     """Feed jobs to a fixed set of workers through a small queue (memory stays bounded).
 
     A worker that fails (e.g. `NoEndpoint`) cancels the feeding loop, which then raises that
@@ -694,7 +678,7 @@ async def _drive(runner: _Runner, opts: GenerateOptions, done: set[bytes]) -> No
     try:
         for item in iter_inputs(opts.sources):
             key = item.id if isinstance(item, Job) else item["id"]
-            if _Ids.key(key) in done:
+            if key in done:
                 result.skipped += 1
                 continue
             if isinstance(item, dict):

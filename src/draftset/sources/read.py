@@ -27,6 +27,7 @@ import zstandard
 
 from draftset.core import reasons
 from draftset.core.errors import UsageError
+from draftset.core.hub import hub_offline
 from draftset.core.records import RawRow, Reject, RowProblem
 from draftset.sources.normalize import detect_format
 
@@ -546,10 +547,9 @@ def _hub_dataset(source: Source) -> Any:
     ref = hub_ref(source)
     assert ref is not None
     dataset, config, split = ref
-    if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True", "YES", "yes"):
-        raise SourceError(
-            f"{source.path}: a hub dataset needs the network, and HF_HUB_OFFLINE is set"
-        )
+    offline = hub_offline()
+    if offline:
+        raise SourceError(f"{source.path}: a hub dataset needs the network, and {offline} is set")
     try:
         import datasets
     except ImportError:
