@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -342,3 +343,24 @@ def test_import_draftset_is_lean_and_the_api_imports_from_draftset_api():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+def test_workers_and_cli_start_import_only_what_they_need():
+    """Imports sit at the top of files unless lazy for a reason: these are the reasons."""
+    code = (
+        "import sys\n"
+        "import draftset.engine.worker\n"
+        "worker = sorted({'pyarrow', 'torch', 'transformers', 'rich'} & set(sys.modules))\n"
+        "import draftset.api\n"
+        "api = sorted(m for m in sys.modules if m.startswith('draftset.pipeline'))\n"
+        "from draftset.cli import _build_parser\n"
+        "_build_parser()\n"
+        "heavy = {'torch', 'transformers', 'datasets', 'speculators', 'datasketch', 'tokenizers'}\n"
+        "cli = sorted(heavy & set(sys.modules))\n"
+        "build = 'draftset.pipeline.build' in sys.modules\n"
+        "print(worker, api, cli, build)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[] [] [] False"

@@ -15,9 +15,15 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from draftset import __version__
+from draftset import __version__, api
+from draftset.checks import verify
+from draftset.checks.verify import print_results
 from draftset.config import defaults
+from draftset.console import print_build_summary
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, DraftsetError, UsageError
+from draftset.generation import job as generate
+from draftset.inspect import report, show
+from draftset.pipeline import run
 
 __all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_arguments", "main"]
 
@@ -71,11 +77,6 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"draftset {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_build_command(sub)
-
-    from draftset.checks import verify
-    from draftset.generation import job as generate
-    from draftset.inspect import report, show
-    from draftset.pipeline import run
 
     for module in (verify, show, report, generate, run):
         module.register_cli(sub)
@@ -244,9 +245,6 @@ def build_arguments(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from draftset import api
-    from draftset.console import print_build_summary
-
     show = not args.no_progress and sys.stderr.isatty()
     with _sigterm_as_interrupt():
         result = api.build(**build_arguments(args), progress=show)
@@ -258,8 +256,6 @@ def cmd_build(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAIL
-    from draftset.checks.verify import print_results
-
     print_results(result.checks)
     if not result.ok:
         return EXIT_FAIL

@@ -13,6 +13,7 @@ is reading, not masking.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import random
@@ -46,6 +47,7 @@ from draftset.output.readback import (
     read_jsonl,
     supervised_runs,
 )
+from draftset.select import mix  # reading, ids and filters only; never build's masking code
 from draftset.sources.normalize import as_template_reads
 from draftset.sources.read import Source, SourceError, describe_inputs, sha256_file
 
@@ -182,8 +184,6 @@ def check_tokenizer(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
 def check_template(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
     """The manifest's template text hashes to its recorded sha256, and equals its origin
     (the --chat-template file when still readable, else the tokenizer's own template)."""
-    import hashlib
-
     p = Problems()
     t = out.manifest.get("template") or {}
     text = str(t.get("text") or "")
@@ -269,8 +269,6 @@ def check_sources(out: OutputSet) -> CheckResult:
 
 def iter_source_items(out: OutputSet) -> Iterator[Normalized]:
     """Every input row as build read it: same selection, normalization, ids and filters."""
-    from draftset.select import mix  # reading, ids and filters only; never build's masking code
-
     opts = out.options
     sel = out.manifest.get("selection") or {}
     spec = mix.SelectionSpec(

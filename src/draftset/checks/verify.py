@@ -11,6 +11,7 @@ of the set's files in DIR/verify.json, which `draftset report` shows (or marks s
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -23,6 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from draftset import api
 from draftset.checks.fast import (
     check_accounting,
     check_draft_vocab,
@@ -30,6 +32,14 @@ from draftset.checks.fast import (
     check_file_hashes,
     check_structure,
     check_token_freq,
+)
+from draftset.checks.mask import (
+    check_sources,
+    check_template,
+    check_tokenizer,
+    check_truncation,
+    load_template,
+    source_pass,
 )
 from draftset.config import defaults
 from draftset.core import reasons
@@ -112,15 +122,6 @@ def run_verify(
     ``record``: write the result beside the set (`verify.json`, see `write_record`) so `report`
     can show it; a folder that cannot be written adds a `verify_record` skip saying so.
     """
-    from draftset.checks.mask import (
-        check_sources,
-        check_template,
-        check_tokenizer,
-        check_truncation,
-        load_template,
-        source_pass,
-    )
-
     out = open_output(Path(out_dir))
     results = _fast(out, block_size)
     if placeholders is None:
@@ -200,6 +201,7 @@ def write_record(
     """Write `verify.json` beside the set: when, which draftset, the options, every check and
     the sha256 of the set's files as verified. Atomic (a reader never sees half a file); not
     one of the set's files, so it never trips verify's own checks."""
+    # lazy: importlib.metadata (~70 ms) only when a record is written
     from draftset import __version__
 
     path = out.folder / VERIFY_RECORD
@@ -260,8 +262,6 @@ def read_record(out: OutputSet) -> RecordStatus:
 # --- 9. loadable by speculators ------------------------------------------------------------------
 def check_speculators_load(out: OutputSet) -> CheckResult:
     """Load the set with speculators' training data loader when installed; never silently skip."""
-    import importlib.util
-
     if importlib.util.find_spec("speculators") is None:
         return CheckResult(
             "speculators_load",
@@ -284,6 +284,7 @@ def check_speculators_load(out: OutputSet) -> CheckResult:
         # its module imports serving clients; load exactly as ArrowDataset.__init__ does
         how = f"datasets.load_from_disk as ArrowDataset does (ArrowDataset import failed: {exc})"
         try:
+            # lazy: datasets is optional; only when speculators is installed
             from datasets import load_from_disk
 
             data = load_from_disk(str(out.folder))
@@ -387,8 +388,6 @@ def register_cli(subparsers: Any) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from draftset import api
-
     result = api.verify(
         args.dir,
         tokenizer=args.tokenizer,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from draftset.core.errors import UsageError
+from draftset.mask.template import _resolve_tokenizer_path, config_vocab_size
 from draftset.sources.read import HUB_PREFIX
 
 if TYPE_CHECKING:
@@ -175,6 +176,7 @@ def template_syntax_error(text: str) -> str | None:
     A quick parse with jinja2 (plus transformers' ``{% generation %}`` tag); only when that
     fails is transformers' own compiler asked, so a template it accepts is never refused.
     """
+    # lazy: jinja2 only when a --chat-template file is given
     import jinja2
     import jinja2.ext
     import jinja2.sandbox
@@ -196,6 +198,7 @@ def template_syntax_error(text: str) -> str | None:
     except jinja2.TemplateSyntaxError:
         pass
     try:
+        # lazy: transformers takes seconds to import: only for a template file
         from transformers.utils.chat_template_utils import _compile_jinja_template
     except ImportError:
         _compile_jinja_template = env.from_string
@@ -209,8 +212,6 @@ def template_syntax_error(text: str) -> str | None:
 def check_options(opts: BuildOptions) -> None:
     """The tokenizer folder, optional dependencies and vocabulary sizes, known before the
     tokenizer loads."""
-    from draftset.mask.template import _resolve_tokenizer_path
-
     _resolve_tokenizer_path(opts.tokenizer)  # TokenizerError (exit 2): missing folder offline
     if opts.dedup == "near" and importlib.util.find_spec("datasketch") is None:
         raise PreflightError(
@@ -226,8 +227,6 @@ def check_options(opts: BuildOptions) -> None:
     if target is not None and target < 1:
         raise PreflightError(f"--target-vocab-size must be >= 1, not {target}")
     if target is None:
-        from draftset.mask.template import config_vocab_size
-
         target = config_vocab_size(opts.tokenizer)
     if target is None:
         raise PreflightError(

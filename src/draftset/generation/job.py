@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from draftset.config.recipe import load_recipe, parse_fields, source_name, unique_names
 from draftset.core import reasons
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, RunError, UsageError
 from draftset.core.ids import IdRegistry, duplicate_id_message
 from draftset.core.records import PreTokenized, PromptOnly, Reject
+from draftset.generation.console import print_summary, progress
 from draftset.generation.dialog import (
     STOP_LENGTH,
     STOP_NOTHING,
@@ -66,8 +68,8 @@ from draftset.generation.store import (
 )
 from draftset.generation.wire import redact_url
 from draftset.sources.normalize import FORMATS
-from draftset.sources.presets import source_normalizer
-from draftset.sources.read import Source, count_rows, iter_raw_rows
+from draftset.sources.presets import apply_preset, source_normalizer
+from draftset.sources.read import HUB_PREFIX, Source, count_rows, iter_raw_rows
 
 # --- error reason codes (errors file `reason`; part of the format: never rename, only add) ---
 LENGTH = STOP_LENGTH  # an answer hit max_tokens (finish_reason "length"); kept with --keep-length
@@ -843,9 +845,6 @@ def register_cli(subparsers: Any) -> None:
 
 def options_from_args(args: argparse.Namespace) -> GenerateOptions:
     """Validated options; raises `GenerateUsageError` with a one-line message."""
-    from draftset.config.recipe import parse_fields, source_name, unique_names
-    from draftset.sources.read import HUB_PREFIX
-
     fields = parse_fields(args.field)  # RecipeError (exit 2) for a bad --field or recipe
     if len(args.inputs) == 1 and args.inputs[0].endswith((".yaml", ".yml")):
         sources = _recipe_sources(Path(args.inputs[0]), args)
@@ -856,8 +855,6 @@ def options_from_args(args: argparse.Namespace) -> GenerateOptions:
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise GenerateUsageError(f"source not found: {s.path}")
     if args.preset:
-        from draftset.sources.presets import apply_preset
-
         apply_preset(args.preset)  # raises UnknownPresetError (exit 2) for an unknown name
         for s in sources:
             s.preset = args.preset
@@ -905,8 +902,6 @@ def _recipe_sources(path: Path, args: argparse.Namespace) -> list[Source]:
     """The sources of a `build` recipe, each with its own format, fields and preset. Selection
     (weights, counts, max_samples, mix, dedup, decontamination) is build's: generate answers
     every row, and says so when the recipe selects."""
-    from draftset.config.recipe import load_recipe
-
     if args.format or args.field or args.preset:
         raise GenerateUsageError(
             "with a recipe, give format / fields / preset per source in the recipe"
@@ -978,8 +973,6 @@ def _check_numbers(o: GenerateOptions) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Run the job from parsed arguments; 0 done (errors counted), 1 could not run, 2 bad args."""
-    from draftset.generation.console import print_summary, progress
-
     opts = options_from_args(args)
     show = not args.no_progress and sys.stderr.isatty()
     try:

@@ -180,6 +180,7 @@ class RunLock:
     the process ends in any way (``kill -9`` included), so there is never a stale lock."""
 
     def __init__(self, out: Path) -> None:
+        # lazy: fcntl is POSIX-only: needed only to lock
         import fcntl
 
         path = lock_path(out)

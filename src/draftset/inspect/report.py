@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from draftset.checks.verify import fast_checks, read_record
 from draftset.config import defaults
 from draftset.core.counters import SUMMARY_COLUMNS, summary_row
 from draftset.core.errors import UsageError
-from draftset.inspect.show import visible, visible_parts
+from draftset.inspect.show import load_decoder, visible, visible_parts
 from draftset.output.readback import (
     OutputSet,
     RowStats,
@@ -339,8 +340,6 @@ def build_report(
     seed: int = 0,
 ) -> str:
     """The report page as a string."""
-    from draftset.checks.verify import fast_checks, read_record
-
     out = open_output(Path(folder))
     stats: RowStats = row_stats(out, block_size)
     m = out.manifest
@@ -450,8 +449,6 @@ def build_report(
         "= 1) are <mark>highlighted</mark>.</p>"
     )
     try:
-        from draftset.inspect.show import load_decoder
-
         decode, _ = load_decoder(out, tokenizer)
     except Exception as exc:
         decode = None

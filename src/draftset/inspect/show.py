@@ -82,6 +82,7 @@ class ShowError(UsageError):
 
 def load_decoder(out: OutputSet, tokenizer: str | None = None) -> tuple[Decoder, set[int]]:
     """Decode function (special tokens kept) and the end-of-turn token ids of the manifest."""
+    # lazy: tokenizers only when a row is decoded
     from tokenizers import Tokenizer
 
     tok = tokenizer or str((out.manifest.get("tokenizer") or {}).get("path") or "")

@@ -551,6 +551,7 @@ def _hub_dataset(source: Source) -> Any:
     if offline:
         raise SourceError(f"{source.path}: a hub dataset needs the network, and {offline} is set")
     try:
+        # lazy: optional dependency, online only
         import datasets
     except ImportError:
         raise SourceError(
