@@ -131,24 +131,9 @@ def build_options(
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.options import BuildOptions
-    from draftset.config.recipe import load_recipe, parse_json_object, unique_names
-    from draftset.sources.read import HUB_PREFIX
+    from draftset.config.recipe import parse_json_object
 
-    conf: dict[str, Any] = {}
-    if recipe is not None:
-        conf = load_recipe(Path(recipe))
-        if sources is None and not conf.get("sources"):
-            raise UsageError(f"recipe {recipe} lists no sources")
-    if sources is not None:
-        srcs = [_source(s, format, fields, preset) for s in sources]
-    else:
-        srcs = list(conf.get("sources") or [])
-    srcs = unique_names(srcs)
-    if not srcs:
-        raise UsageError("no sources given")
-    for s in srcs:
-        if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
-            raise UsageError(f"source not found: {s.path}")
+    conf, srcs = _recipe_and_sources(recipe, sources, format, fields, preset)
 
     def pick(name: str, value: Any, default: Any) -> Any:
         if value is not None:
@@ -203,6 +188,37 @@ def build_options(
     )
     _check_build_values(opts)
     return opts
+
+
+def _recipe_and_sources(
+    recipe: str | Path | None,
+    sources: Sequence[str | Path | Source | Mapping[str, Any]] | None,
+    fmt: str | None,
+    fields: Mapping[str, str] | Sequence[str] | None,
+    preset: str | None,
+) -> tuple[dict[str, Any], list[Source]]:
+    """The recipe's settings and the sources to read (the arguments' over the recipe's), each
+    with a unique name and present on disk (or on the hub)."""
+    # lazy: stage modules load on the first call, not on import draftset.api
+    from draftset.config.recipe import load_recipe, unique_names
+    from draftset.sources.read import HUB_PREFIX
+
+    conf: dict[str, Any] = {}
+    if recipe is not None:
+        conf = load_recipe(Path(recipe))
+        if sources is None and not conf.get("sources"):
+            raise UsageError(f"recipe {recipe} lists no sources")
+    if sources is not None:
+        srcs = [_source(s, fmt, fields, preset) for s in sources]
+    else:
+        srcs = list(conf.get("sources") or [])
+    srcs = unique_names(srcs)
+    if not srcs:
+        raise UsageError("no sources given")
+    for s in srcs:
+        if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
+            raise UsageError(f"source not found: {s.path}")
+    return conf, srcs
 
 
 def _check_build_values(opts: BuildOptions) -> None:

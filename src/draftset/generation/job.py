@@ -725,6 +725,16 @@ def register_cli(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     g.add_argument("inputs", nargs="+", metavar="SOURCE")
+    _add_endpoint_options(g)
+    _add_source_options(g)
+    _add_retry_options(g)
+    _add_sampling_options(g)
+    _add_output_options(g)
+    g.set_defaults(handler=cmd_generate)
+
+
+def _add_endpoint_options(g: argparse.ArgumentParser) -> None:
+    """The servers, the model they serve, the key, and the output file."""
     g.add_argument(
         "--endpoint",
         action="append",
@@ -739,6 +749,10 @@ def register_cli(subparsers: Any) -> None:
         help="bearer token sent to the endpoints; better set DRAFTSET_API_KEY or OPENAI_API_KEY "
         "(read when this is not given) so it stays out of the shell history and process list",
     )
+
+
+def _add_source_options(g: argparse.ArgumentParser) -> None:
+    """How the sources' rows are read, as for build."""
     g.add_argument(
         "--format",
         choices=list(FORMATS),
@@ -755,6 +769,10 @@ def register_cli(subparsers: Any) -> None:
         help="column layout of a known public set, as for build (openorca, ultrachat-200k, "
         "xlam-function-calling-60k, ...; see docs/mixtures.md)",
     )
+
+
+def _add_retry_options(g: argparse.ArgumentParser) -> None:
+    """Concurrency, deadlines, retries and endpoint health."""
     g.add_argument(
         "--concurrency", type=int, default=16, help="requests in flight per endpoint (default 16)"
     )
@@ -796,6 +814,10 @@ def register_cli(subparsers: Any) -> None:
         metavar="SECONDS",
         help="stop (exit 1, resumable) when no endpoint is healthy this long (default 600)",
     )
+
+
+def _add_sampling_options(g: argparse.ArgumentParser) -> None:
+    """What each request asks of the model."""
     g.add_argument("--temperature", type=float)
     g.add_argument("--top-p", type=float)
     g.add_argument("--top-k", type=int)
@@ -815,6 +837,10 @@ def register_cli(subparsers: Any) -> None:
         action="store_true",
         help="ask for token ids (vLLM return_token_ids) and keep them in metadata",
     )
+
+
+def _add_output_options(g: argparse.ArgumentParser) -> None:
+    """What is kept, retried or discarded, and progress."""
     g.add_argument(
         "--keep-length",
         action="store_true",
@@ -840,7 +866,6 @@ def register_cli(subparsers: Any) -> None:
         "file only; refused for a file draftset did not write) instead of resuming",
     )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g.set_defaults(handler=cmd_generate)
 
 
 def options_from_args(args: argparse.Namespace) -> GenerateOptions:
