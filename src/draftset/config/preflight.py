@@ -16,7 +16,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from draftset.core.errors import DraftsetError
+from draftset.config import defaults
+from draftset.core.errors import UsageError
+from draftset.mask.template import _resolve_tokenizer_path, config_vocab_size
+from draftset.sources.presets import apply_preset
 from draftset.sources.read import HUB_PREFIX
 
 if TYPE_CHECKING:
@@ -27,7 +30,7 @@ MANIFEST_FORMAT = "draftset/1"
 ``--overwrite`` replace a folder (any ``draftset/<n>`` version counts)."""
 
 
-class PreflightError(DraftsetError):
+class PreflightError(UsageError):
     """Unusable options or output path, found before any work (exit code 2)."""
 
 
@@ -57,6 +60,7 @@ def check_build(opts: BuildOptions) -> BuildOptions:
     Returns a copy of ``opts`` with local paths resolved; the paths as given are kept in
     ``opts.given_paths`` for the manifest.
     """
+    check_values(opts)
     resolved = resolve_paths(opts)
     sources = [s.path for s in resolved.sources if not str(s.path).startswith(HUB_PREFIX)]
     others = [Path(p) for p in resolved.decontaminate]
@@ -68,6 +72,30 @@ def check_build(opts: BuildOptions) -> BuildOptions:
     check_chat_template(opts.chat_template_path)
     check_options(resolved)
     return resolved
+
+
+def check_values(opts: BuildOptions) -> None:
+    """The option values `draftset build` refuses (exit 2), in the order it always checked.
+
+    Run when the API builds its options (so a bad value fails before anything else) and again
+    by `check_build` (so `BuildOptions` made by hand are checked the same way).
+    """
+    for bench in opts.decontaminate:
+        if not Path(bench).exists():
+            raise UsageError(f"--decontaminate file not found: {bench}")
+    if opts.dedup not in ("exact", "near", "none"):
+        raise UsageError(f"dedup must be exact, near or none, not {opts.dedup!r}")
+    for s in opts.sources:
+        if s.preset:
+            apply_preset(s.preset)  # raises UnknownPresetError (exit 2) for an unknown name
+    if opts.truncation not in ("drop", "truncate"):
+        raise UsageError(f"truncation must be drop or truncate, not {opts.truncation!r}")
+    if opts.turns not in ("all", "last", "each"):
+        raise UsageError(f"turns must be all, last or each, not {opts.turns!r}")
+    if opts.engine not in defaults.ENGINES:
+        raise UsageError(f"engine must be local or ray, not {opts.engine!r}")
+    if opts.max_length < 1 or opts.min_supervised_tokens < 0 or opts.workers < 0:
+        raise UsageError("--max-length must be >= 1, --min-supervised-tokens and --workers >= 0")
 
 
 def resolve_paths(opts: BuildOptions) -> BuildOptions:
@@ -175,6 +203,7 @@ def template_syntax_error(text: str) -> str | None:
     A quick parse with jinja2 (plus transformers' ``{% generation %}`` tag); only when that
     fails is transformers' own compiler asked, so a template it accepts is never refused.
     """
+    # lazy: jinja2 only when a --chat-template file is given
     import jinja2
     import jinja2.ext
     import jinja2.sandbox
@@ -196,6 +225,7 @@ def template_syntax_error(text: str) -> str | None:
     except jinja2.TemplateSyntaxError:
         pass
     try:
+        # lazy: transformers takes seconds to import: only for a template file
         from transformers.utils.chat_template_utils import _compile_jinja_template
     except ImportError:
         _compile_jinja_template = env.from_string
@@ -209,11 +239,9 @@ def template_syntax_error(text: str) -> str | None:
 def check_options(opts: BuildOptions) -> None:
     """The tokenizer folder, optional dependencies and vocabulary sizes, known before the
     tokenizer loads."""
-    from draftset.mask.template import _resolve_tokenizer_path
-
     _resolve_tokenizer_path(opts.tokenizer)  # TokenizerError (exit 2): missing folder offline
     if opts.engine == "ray":  # installed, and the cluster answers (seconds, not Ray's minutes)
-        from draftset.engine.ray import check_ray
+        from draftset.engine.ray import check_ray  # lazy: only --engine ray loads the engine
 
         check_ray(opts.ray_address)
     if opts.dedup == "near" and importlib.util.find_spec("datasketch") is None:
@@ -230,8 +258,6 @@ def check_options(opts: BuildOptions) -> None:
     if target is not None and target < 1:
         raise PreflightError(f"--target-vocab-size must be >= 1, not {target}")
     if target is None:
-        from draftset.mask.template import config_vocab_size
-
         target = config_vocab_size(opts.tokenizer)
     if target is None:
         raise PreflightError(

@@ -39,12 +39,36 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from draftset.checks.verify import print_results, run_verify
+from draftset.console import progress_bar
 from draftset.core import reasons
-from draftset.core.errors import EXIT_FAIL, EXIT_OK, DraftsetError, RunError
+from draftset.core.counters import Accounting
+from draftset.core.errors import EXIT_FAIL, EXIT_OK, RunError, UsageError
+from draftset.core.files import write_json_atomic
+from draftset.core.records import Conversation, PromptOnly
+from draftset.generation.console import progress
+from draftset.generation.job import (
+    RESERVED_BODY_KEYS,
+    GenerateOptions,
+    GenerateUsageError,
+    Unreachable,
+    api_key_from_env,
+    run_generate,
+)
+from draftset.generation.store import errors_path, recover
+from draftset.inspect.report import write_report
+from draftset.mask.hygiene import (
+    EmptyThinkProbe,
+    all_placeholder_answers,
+    lacks_reasoning,
+    row_kwargs_key,
+)
+from draftset.mask.template import ChatTemplate, _resolve_tokenizer_path
+from draftset.output.arrow import remove_stale_tmp
+from draftset.sources.read import Source, describe_inputs
 
-if TYPE_CHECKING:  # the heavy modules load when a run starts, not for `draftset --help`
+if TYPE_CHECKING:  # build's modules load when a run starts, not for `draftset --help`
     from draftset.config.options import BuildOptions
-    from draftset.mask.hygiene import EmptyThinkProbe
 
 STAGES = ("select", "generate", "build", "verify", "report")
 STATE_FORMAT = "draftset-run/1"
@@ -83,7 +107,7 @@ KILL_ENV = "DRAFTSET_RUN_KILL_AT"
 """Testing hook: ``SIGKILL`` this process in the middle of the named stage (crash tests)."""
 
 
-class RunUsageError(DraftsetError):
+class RunUsageError(UsageError):
     """Unusable recipe or arguments, or a rerun whose settings changed: exit code 2."""
 
 
@@ -146,9 +170,6 @@ class RunResult:
 # --- settings and state -----------------------------------------------------------------------
 def _generate_options(opts: RunOptions, out: Path, model: str | None) -> Any:
     """`draftset generate`'s options for the queue (keyword arguments only)."""
-    from draftset.generation.job import GenerateOptions, api_key_from_env
-    from draftset.sources.read import Source
-
     g = opts.generate
     kwargs, thinking = _split_thinking(opts.build.template_kwargs, g.thinking)
     return GenerateOptions(
@@ -198,8 +219,6 @@ def _split_thinking(template_kwargs: dict[str, Any], thinking: str | None) -> tu
 
 def settings_of(opts: RunOptions) -> dict[str, Any]:
     """What decides the final set: recipe, input files (sha256) and generation settings."""
-    from draftset.sources.read import describe_inputs
-
     b = opts.build
     skip = {"sources", "out", "workers", "engine", "ray_address", "overwrite"}
     skip |= {"overlay", "run_info"}
@@ -270,12 +289,7 @@ class _State:
         self.data["seconds"][stage] = round(self.data["seconds"].get(stage, 0.0) + seconds, 3)
 
     def save(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            f.write(json.dumps(self.data, indent=2, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_json_atomic(self.path, self.data)
 
 
 # files `run` writes in its work folder (and the only ones --restart removes)
@@ -327,8 +341,6 @@ def _clean(opts: RunOptions, data: dict[str, Any]) -> None:
     work = opts.work_dir
     for name in _WORK_FILES:
         (work / name).unlink(missing_ok=True)
-    from draftset.output.arrow import remove_stale_tmp  # pyarrow: not at CLI start
-
     remove_stale_tmp(opts.build.out)  # a killed build's folder (marker-checked)
     if _our_output(opts):
         shutil.rmtree(opts.build.out)
@@ -363,11 +375,7 @@ def _maybe_die(stage: str) -> None:
 # --- stage 1: select and decide -----------------------------------------------------------------
 def _select(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """Rows to answer (``queue.jsonl``) and prompts too long to send (``too_long.jsonl``)."""
-    from draftset.core.counters import Accounting
-    from draftset.core.records import Conversation, PromptOnly
-    from draftset.generation.job import GenerateOptions
-    from draftset.mask.hygiene import EmptyThinkProbe
-    from draftset.mask.template import ChatTemplate
+    # lazy: selection (dedup, decontamination) loads when a run starts, not at CLI start
     from draftset.select.mix import iter_selected_items, plan_selection
 
     b = opts.build
@@ -440,9 +448,6 @@ def _needs_answer(
     item: Any, b: BuildOptions, regenerate: str, probe: EmptyThinkProbe
 ) -> tuple[str | None, list[dict[str, Any]]]:
     """(why the row is queued, the messages to send) or (None, [])."""
-    from draftset.core.records import Conversation, PromptOnly
-    from draftset.mask.hygiene import all_placeholder_answers, lacks_reasoning, row_kwargs_key
-
     if isinstance(item, PromptOnly):
         return Q_PROMPT, item.messages
     if not isinstance(item, Conversation):
@@ -502,10 +507,6 @@ def _pinned_model(state: _State, answers: Path) -> str | None:
 def _generate(
     opts: RunOptions, state: _State, work: Path, say: Callable[[str], None]
 ) -> dict[str, Any]:
-    from draftset.generation.console import progress
-    from draftset.generation.job import GenerateUsageError, Unreachable, run_generate
-    from draftset.generation.store import StoreError, errors_path, recover
-
     answers = work / "answers.jsonl"
     queued = int(state.data["select"]["queued_total"])
     if queued == 0:
@@ -533,8 +534,6 @@ def _generate(
                     f"model changed: this run was answered by {pinned!r} and {exc}; rerun with"
                     " --restart to start over with the model now served"
                 ) from None
-            raise RunUsageError(str(exc)) from None
-        except StoreError as exc:
             raise RunUsageError(str(exc)) from None
         except Unreachable as exc:
             raise RunFailed(f"{exc}; rerun the same command to resume") from None
@@ -593,8 +592,7 @@ def _run_info(opts: RunOptions, state: _State) -> dict[str, Any]:
 
 
 def _build(opts: RunOptions, state: _State, work: Path, say: Callable[[str], None]) -> Any:
-    from draftset.console import progress_bar
-    from draftset.generation.store import errors_path
+    # lazy: the build job (engines, process pool) loads when used, not at CLI start
     from draftset.pipeline.build import run_build
 
     out = opts.build.out
@@ -634,7 +632,7 @@ def _build(opts: RunOptions, state: _State, work: Path, say: Callable[[str], Non
 
 # --- stages 4 and 5 ---------------------------------------------------------------------------
 def _verify(opts: RunOptions, say: Callable[[str], None]) -> bool:
-    from draftset.checks.verify import print_results, run_verify
+    # lazy: the build job (engines, process pool) loads when used, not at CLI start
     from draftset.pipeline.build import ADVISORY_CHECKS
 
     # run_verify records the result beside the set (OUT/verify.json), where `report` reads it
@@ -648,8 +646,6 @@ def _verify(opts: RunOptions, say: Callable[[str], None]) -> bool:
 
 
 def _report(opts: RunOptions, say: Callable[[str], None]) -> Path:
-    from draftset.inspect.report import write_report
-
     path = _report_path(opts.build.out)
     tmp = path.with_name(f".{path.name}.tmp")
     write_report(opts.build.out, tmp)  # then renamed: a killed run leaves no half report
@@ -668,8 +664,6 @@ def run(opts: RunOptions, say: Callable[[str], None] | None = None) -> RunResult
     """
     say = say or (lambda text: print(text, flush=True))
     _check_generate(opts.generate)
-    from draftset.mask.template import _resolve_tokenizer_path
-
     _resolve_tokenizer_path(opts.build.tokenizer)  # a missing folder: exit 2 before any work
     settings = settings_of(opts)
     state, resumed = _open_state(opts, settings)
@@ -720,8 +714,6 @@ def _check_generate(g: GenerateSettings) -> None:
         )
     if g.max_tokens is not None and g.max_tokens < 1:
         raise RunUsageError("generate.max_tokens must be >= 1")
-    from draftset.generation.job import RESERVED_BODY_KEYS
-
     clash = sorted(RESERVED_BODY_KEYS & set(g.extra_body))
     if clash:
         raise RunUsageError(f"generate.extra_body may not set {clash}")
@@ -790,6 +782,7 @@ def options_from_recipe(
     progress: bool = False,
     tokenizer: str | None = None,
 ) -> RunOptions:
+    # lazy: api imports this module; recipes (yaml) load when a run starts
     from draftset.api import build_options
     from draftset.config.recipe import load_recipe
 
