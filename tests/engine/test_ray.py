@@ -179,12 +179,15 @@ class TwoNodeCluster:
         ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable)) or "ray"
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.client_address = f"ray://127.0.0.1:{free_port()}"  # Ray Client, on the head
         # token auth would need the same token file on both nodes and the driver; this
         # cluster is on loopback and lives for one test module
         self.env = env(RAY_AUTH_MODE="disabled")
         self.procs: list[subprocess.Popen] = []
         self.dirs: list[str] = []
-        self._start(ray_cli, ["--head", f"--port={self.port}", "--include-dashboard=false"])
+        client_port = self.client_address.rpartition(":")[2]
+        head = ["--head", f"--port={self.port}", f"--ray-client-server-port={client_port}"]
+        self._start(ray_cli, [*head, "--include-dashboard=false"])
         self._start(ray_cli, [f"--address={self.address}", '--resources={"second_node": 1}'])
         log = Path(self.dirs[-1]) / "start.log"
         deadline = time.monotonic() + 60  # the second node has joined when its start returns
@@ -268,6 +271,22 @@ def test_ray_build_on_a_two_node_cluster_is_byte_identical(inputs, local_build, 
     engine = assert_same_set(local_build, out)
     # --workers unset: one actor per CPU of the cluster, one on each node
     assert engine == {"name": "ray", "workers": 2, "cluster": {"cpus": 2.0, "nodes": 2}}
+
+
+def test_a_ray_client_address_builds_the_same_set(inputs, cluster, tmp_path):
+    """``ray://HOST:PORT``: the driver talks to the cluster through Ray Client."""
+    examples = inputs[:5]  # the bundled sample: small, every row shape and reject
+    local, ray = tmp_path / "local", tmp_path / "client"
+    assert cli.main(build_cmd(examples, local, "--workers", "1")[3:]) == 0
+    proc = subprocess.run(
+        build_cmd(examples, ray, "--engine", "ray", "--ray-address", cluster.client_address),
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=TEST_SECONDS - 10,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert assert_same_set(local, ray)["cluster"] == {"cpus": 2.0, "nodes": 2}
 
 
 def test_more_workers_than_the_cluster_has_cpus_is_exit_2_not_a_hang(inputs, cluster, tmp_path):
