@@ -55,8 +55,8 @@ from draftset.output.arrow import (
 )
 from draftset.output.readback import CheckResult
 from draftset.select.mix import (
+    Selection,
     benchmark_files,
-    iter_selected_items,
     overlay_files,
     plan_selection,
     selection_total,
@@ -244,7 +244,6 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
     selection = opts.selection_spec()
     plan = None if selection.mix else plan_selection(opts.sources, opts.max_samples, opts.seed)
     total = selection_total(plan) if plan else 0
-    mixture: dict[str, Any] = {}
     skipped = {s.name: _skipped_files(s) for s in opts.sources}
     notes = [_skipped_note(name, entries) for name, entries in skipped.items() if entries]
     made = [d for d in (opts.out.absolute(), *opts.out.absolute().parents) if not d.exists()][1:]
@@ -254,8 +253,8 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         _remove_empty(made)
         raise OutputWriteError(f"cannot create {opts.out}: {exc.strerror or exc}") from exc
     try:
-        items = iter_selected_items(selection, acct, mixture, plan)
-        batches = _batched(items, BATCH_ROWS)
+        selected = Selection(selection, plan)
+        batches = _batched(selected.rows(), BATCH_ROWS)
         ahead = _read_ahead(batches, stage.ready)
         info = stage.loaded()
         stage.engine.start(mask_config(opts, stage.spec, info))
@@ -272,6 +271,7 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
             if on_progress:
                 on_progress(done, total or done)
         stage.engine.finish()  # all work is back: the workers exit now
+        acct += selected.counts  # the stream is drained: available, read, sampled_out
         note = _no_end_of_turn_note(acct, opts, info)
         if note:
             notes.append(note)
@@ -311,7 +311,7 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
             manifest["selection"]["overlay"] = overlay_files(selection)
         if opts.run_info is not None:
             manifest["run"] = opts.run_info
-        manifest["mixture"] = mixture
+        manifest["mixture"] = selected.report
         (tmp / "manifest.json").write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )

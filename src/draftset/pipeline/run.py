@@ -362,12 +362,11 @@ def _maybe_die(stage: str) -> None:
 # --- stage 1: select and decide -----------------------------------------------------------------
 def _select(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """Rows to answer (``queue.jsonl``) and prompts too long to send (``too_long.jsonl``)."""
-    from draftset.core.counters import Accounting
     from draftset.core.records import Conversation, PromptOnly
     from draftset.generation.job import GenerateOptions
     from draftset.mask.hygiene import EmptyThinkProbe
     from draftset.mask.template import ChatTemplate
-    from draftset.select.mix import iter_selected_items, plan_selection
+    from draftset.select.mix import Selection, plan_selection
 
     b = opts.build
     kwargs, thinking = _split_thinking(b.template_kwargs, opts.generate.thinking)
@@ -379,15 +378,15 @@ def _select(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dict[st
     probe = EmptyThinkProbe(tmpl.template_text, tmpl.base_kwargs)  # no kit: no tokenizer dump
     regenerate = opts.generate.regenerate
     spec = b.selection_spec()
-    acct = Accounting([s.name for s in b.sources])
     plan = None if spec.mix else plan_selection(b.sources, b.max_samples, b.seed)
+    selected = Selection(spec, plan)
     queued: dict[str, Counter[str]] = {s.name: Counter() for s in b.sources}
     too_long: Counter[str] = Counter()
     qpath, lpath = work / "queue.jsonl", work / "too_long.jsonl"
     qtmp, ltmp = work / "queue.jsonl.tmp", work / "too_long.jsonl.tmp"
     n = 0
     with qtmp.open("w", encoding="utf-8") as q, ltmp.open("w", encoding="utf-8") as lf:
-        for item in iter_selected_items(spec, acct, {}, plan):
+        for item in selected.rows():
             why, msgs = _needs_answer(item, b, regenerate, probe)
             if why is None:
                 continue
@@ -417,7 +416,7 @@ def _select(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dict[st
         os.fsync(lf.fileno())
     os.replace(ltmp, lpath)
     os.replace(qtmp, qpath)
-    total = acct.total()
+    total = selected.counts.total()
     stats = {
         "read": total.read,
         "queued": {k: dict(v) for k, v in queued.items()},
