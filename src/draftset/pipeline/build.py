@@ -16,7 +16,7 @@ import pickle
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -31,10 +31,12 @@ from draftset.core import reasons
 from draftset.core.counters import Accounting, count_results
 from draftset.core.errors import RunError
 from draftset.core.records import Normalized, PromptOnly, Reject
+from draftset.core.step import Sink
 from draftset.engine.base import Engine
 from draftset.engine.helper import Sidecar, SidecarError, release_memory
 from draftset.engine.inline import InlineEngine
 from draftset.engine.pool import LocalPoolEngine
+from draftset.mask.encode import EncodedRow
 from draftset.mask.step import ItemResult, MaskConfig
 from draftset.mask.template import (
     ChatTemplate,
@@ -405,9 +407,9 @@ def _first_rejects(path: Path, n: int = 3) -> list[str]:
 
 def _write(
     results: list[ItemResult],
-    writer: DatasetWriter,
-    rejects: _JsonlSink,
-    prompts: _JsonlSink,
+    writer: Sink[Iterable[EncodedRow]],
+    rejects: Sink[dict[str, Any]],
+    prompts: Sink[dict[str, Any]],
 ) -> None:
     """A batch's rows, reject lines and prompts, written in order (on the driver)."""
     for res in results:
