@@ -25,7 +25,7 @@ import numpy as np
 
 from draftset.core import reasons
 from draftset.core.counters import Accounting
-from draftset.core.digests import DigestTable, digest64
+from draftset.core.ids import IdRegistry, duplicate_id_message
 from draftset.core.records import Conversation, Normalized, PreTokenized, Reject
 from draftset.sources.presets import source_normalizer
 from draftset.sources.read import Source, count_rows, iter_raw_rows
@@ -120,32 +120,16 @@ def plan_selection(
 
 
 # --- ids ------------------------------------------------------------------------------------------
-class _IdRegistry:
-    """Keeps output ids unique across the run with 8-byte digests (~32 bytes a row)."""
-
-    def __init__(self) -> None:
-        self._seen = DigestTable()
-
-    def claim(self, candidate: str) -> bool:
-        return self._seen.add(digest64(candidate))
-
-
-def _unique_id(item: Normalized, registry: _IdRegistry) -> Normalized:
+def _unique_id(item: Normalized, registry: IdRegistry) -> Normalized:
     """Give a colliding id its source prefix; reject when even that is taken."""
     if isinstance(item, Reject):
         return item
-    if registry.claim(item.id):
-        return item
-    prefixed = f"{item.source}:{item.id}"
-    if registry.claim(prefixed):
-        item.id = prefixed
+    rid = registry.claim_row_id(item.id, item.source)
+    if rid is not None:
+        item.id = rid
         return item
     return Reject(
-        item.source,
-        item.row,
-        item.id,
-        reasons.DUPLICATE_ID,
-        f"id {item.id!r} already used in this run",
+        item.source, item.row, item.id, reasons.DUPLICATE_ID, duplicate_id_message(item.id)
     )
 
 
@@ -190,7 +174,7 @@ def _stream(
 ) -> Iterator[Normalized]:
     """Every selected row, normalized, with a unique id, through the filters; ``keep``: the
     mix's choice, made after the filters (a row it leaves out counts as sampled out)."""
-    registry = _IdRegistry()
+    registry = IdRegistry()
     for src in spec.sources:
         chosen = selections[src.name]
         counts = acct[src.name]
