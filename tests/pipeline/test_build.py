@@ -15,7 +15,7 @@ from conftest import REPO, qwen3_tokenizer_dir, shared_data_dir, trl_template
 from draftset.cli import main
 from draftset.config.options import BuildOptions
 from draftset.config.recipe import load_recipe
-from draftset.output.arrow import draft_vocab
+from draftset.output.vocab import draft_vocab
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
 

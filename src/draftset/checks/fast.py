@@ -16,7 +16,6 @@ import pyarrow as pa
 
 from draftset.core import reasons
 from draftset.engine.helper import SidecarError
-from draftset.output.arrow import load_token_freq_pt
 from draftset.output.readback import (
     REQUIRED_COLUMNS,
     CheckResult,
@@ -26,6 +25,7 @@ from draftset.output.readback import (
     iter_batches,
     read_jsonl,
 )
+from draftset.output.vocab import load_token_freq_pt
 from draftset.sources.read import sha256_file
 
 MAX_NO_PAIR_FRACTION = 0.25

@@ -326,7 +326,7 @@ def _clean(opts: RunOptions, data: dict[str, Any]) -> None:
     work = opts.work_dir
     for name in _WORK_FILES:
         (work / name).unlink(missing_ok=True)
-    from draftset.output.arrow import remove_stale_tmp  # pyarrow: not at CLI start
+    from draftset.output.folder import remove_stale_tmp  # stage modules load when a run starts
 
     remove_stale_tmp(opts.build.out)  # a killed build's folder (marker-checked)
     if _our_output(opts):
