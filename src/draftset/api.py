@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from draftset.config import defaults
 from draftset.core.errors import DraftsetError, UsageError
+from draftset.output import FORMATS
 
 if TYPE_CHECKING:  # the stage modules load on the first call, not on `import draftset.api`
     from draftset.config.options import BuildOptions
@@ -74,6 +75,7 @@ def build(
     decontaminate: Sequence[str | Path] | str | Path | None = None,
     mix: Mapping[str, Any] | None = None,
     render_timeout: float | None = None,
+    output_format: str | None = None,
     progress: ProgressArg = False,
 ) -> BuildResult:
     """`draftset build`: tokenize and mask chat data into a verified, fully accounted set.
@@ -122,6 +124,7 @@ def build_options(
     decontaminate: Sequence[str | Path] | str | Path | None = None,
     mix: Mapping[str, Any] | None = None,
     render_timeout: float | None = None,
+    output_format: str | None = None,
 ) -> BuildOptions:
     """`build`'s arguments merged over the recipe and the defaults, and checked: the
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
@@ -196,6 +199,7 @@ def build_options(
         decontaminate=list(_strings(decontaminate) or _strings(conf.get("decontaminate"))),
         mix=dict(mix) if mix is not None else conf.get("mix"),
         render_timeout=_seconds(pick("render_timeout", render_timeout, defaults.RENDER_TIMEOUT)),
+        output_format=str(pick("output_format", output_format, defaults.OUTPUT_FORMAT)),
     )
     _check_build_values(opts)
     return opts
@@ -222,6 +226,10 @@ def _check_build_values(opts: BuildOptions) -> None:
         raise UsageError(f"turns must be all, last or each, not {opts.turns!r}")
     if opts.max_length < 1 or opts.min_supervised_tokens < 0 or opts.workers < 0:
         raise UsageError("--max-length must be >= 1, --min-supervised-tokens and --workers >= 0")
+    if opts.output_format not in FORMATS:
+        raise UsageError(
+            f"output_format must be {' or '.join(FORMATS)}, not {opts.output_format!r}"
+        )
 
 
 def _seconds(value: Any) -> float:

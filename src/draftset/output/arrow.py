@@ -1,6 +1,7 @@
-"""The Arrow writer: rows into an HF ``save_to_disk`` folder (what speculators reads as-is).
+"""The Arrow format: an HF ``save_to_disk`` folder, which speculators reads as-is.
 
-Arrow record batches have a fixed row count (independent of worker count) and the folder's
+Shards are Arrow IPC streams (``data-00000-of-00001.arrow``) listed in ``state.json``, with
+``dataset_info.json`` beside them. Record batches have a fixed row count and the folder's
 fingerprint is derived from the shards' content, so the same inputs give byte-identical files.
 """
 
@@ -8,71 +9,47 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from draftset.mask.encode import EncodedRow
+from draftset.output.base import (
+    HF_FEATURES,
+    SHARD_BYTES,
+    BatchWriter,
+    Layout,
+    RowAccess,
+    arrow_schema,
+)
 from draftset.sources.read import sha256_file
 
-ROWS_PER_BATCH = 1000
-SHARD_BYTES = 500 * 1024 * 1024  # datasets' default max_shard_size
-
-SCHEMA_FIELDS = [
-    pa.field("id", pa.string()),
-    pa.field("source", pa.string()),
-    pa.field("input_ids", pa.list_(pa.int32())),
-    pa.field("loss_mask", pa.list_(pa.int8())),
-    pa.field("seq_len", pa.int64()),
-]
-
-# The `datasets` Features description of SCHEMA_FIELDS (what dataset_info.json / state hold).
-HF_FEATURES: dict[str, Any] = {
-    "id": {"dtype": "string", "_type": "Value"},
-    "source": {"dtype": "string", "_type": "Value"},
-    "input_ids": {"feature": {"dtype": "int32", "_type": "Value"}, "_type": "List"},
-    "loss_mask": {"feature": {"dtype": "int8", "_type": "Value"}, "_type": "List"},
-    "seq_len": {"dtype": "int64", "_type": "Value"},
-}
+__all__ = ["LAYOUT", "WRITER", "ArrowLayout", "ArrowWriter", "arrow_schema"]
 
 
-def arrow_schema() -> pa.Schema:
-    meta = {"huggingface": json.dumps({"info": {"features": HF_FEATURES}})}
-    return pa.schema(SCHEMA_FIELDS, metadata=meta)
+class ArrowWriter(BatchWriter):
+    """Streams rows into Arrow IPC shards in the save_to_disk layout."""
 
-
-class DatasetWriter:
-    """Streams EncodedRows into Arrow IPC shards in the save_to_disk layout."""
+    format = "arrow"
 
     def __init__(self, folder: Path, vocab_size: int) -> None:
-        self.folder = folder
-        self.schema = arrow_schema()
-        self.vocab_size = vocab_size
-        self.token_freq = np.zeros(vocab_size, dtype=np.int64)
-        self.rows = 0
-        self.tokens = 0
-        self.supervised_tokens = 0
-        self.truncated = 0
-        self._pending: list[EncodedRow] = []
+        super().__init__(folder, vocab_size)
         self._shards: list[Path] = []
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._sink: Any = None
         self._shard_bytes = 0
 
-    def write(self, rows: Iterable[EncodedRow]) -> None:
-        for r in rows:
-            if r.input_ids.size and int(r.input_ids.max()) >= self.vocab_size:
-                raise ValueError(f"row {r.id}: token id beyond vocabulary size {self.vocab_size}")
-            self._pending.append(r)
-            if len(self._pending) >= ROWS_PER_BATCH:
-                self._flush()
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        if self._writer is None or self._shard_bytes >= SHARD_BYTES:
+            self._close_shard()
+            self._open_shard()
+        assert self._writer is not None
+        self._writer.write_batch(batch)
+        self._shard_bytes += batch.nbytes
 
-    def close(self) -> list[Path]:
+    def finish(self) -> list[Path]:
         """Finish the shards and the folder's metadata; returns every file written."""
-        self._flush()
         if self._writer is None:
             self._open_shard()  # an empty dataset is still a valid dataset
         self._close_shard()
@@ -85,39 +62,6 @@ class DatasetWriter:
         return [*final, *self._write_metadata([p.name for p in final])]
 
     # --- internals ---------------------------------------------------------------------------
-    def _flush(self) -> None:
-        if not self._pending:
-            return
-        rows = self._pending
-        self._pending = []
-        lengths = np.fromiter((r.input_ids.shape[0] for r in rows), dtype=np.int64, count=len(rows))
-        offsets = np.zeros(len(rows) + 1, dtype=np.int32)
-        np.cumsum(lengths, out=offsets[1:])
-        ids = np.concatenate([r.input_ids for r in rows]).astype(np.int32, copy=False)
-        mask = np.concatenate([r.loss_mask for r in rows]).astype(np.int8, copy=False)
-        batch = pa.record_batch(
-            [
-                pa.array([r.id for r in rows], pa.string()),
-                pa.array([r.source for r in rows], pa.string()),
-                pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids)),
-                pa.ListArray.from_arrays(pa.array(offsets), pa.array(mask)),
-                pa.array(lengths),
-            ],
-            schema=self.schema,
-        )
-        if self._writer is None or self._shard_bytes >= SHARD_BYTES:
-            self._close_shard()
-            self._open_shard()
-        assert self._writer is not None
-        self._writer.write_batch(batch)
-        self._shard_bytes += batch.nbytes
-        self.rows += len(rows)
-        self.tokens += int(lengths.sum())
-        sup = ids[mask.astype(bool)]
-        self.supervised_tokens += int(sup.size)
-        self.token_freq += np.bincount(sup, minlength=self.vocab_size)[: self.vocab_size]
-        self.truncated += sum(1 for r in rows if r.truncated)
-
     def _open_shard(self) -> None:
         path = self.folder / f"data-{len(self._shards):05d}.arrow.part"
         self._sink = pa.OSFile(str(path), "wb")
@@ -160,3 +104,67 @@ class DatasetWriter:
 
 def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+class ArrowLayout(Layout):
+    """Reads a save_to_disk folder: the shards ``state.json`` lists, memory-mapped."""
+
+    format = "arrow"
+    shard_glob = "*.arrow"
+    metadata_files = ("dataset_info.json", "state.json")
+    speculators_loadable = True
+
+    def data_files(self, folder: Path, manifest: dict[str, Any]) -> list[Path]:
+        entries = _state(folder).get("_data_files") or []
+        names = [f.get("filename") for f in entries if isinstance(f, dict) and f.get("filename")]
+        if not names:
+            names = sorted(p.name for p in folder.glob("data-*.arrow"))
+        return [folder / str(n) for n in names]
+
+    def scan(self, path: Path) -> tuple[pa.Schema, int]:
+        with pa.OSFile(str(path), "rb") as f:
+            reader = pa.ipc.open_stream(f)
+            return reader.schema, sum(rb.num_rows for rb in reader)
+
+    def batches(self, path: Path) -> Iterator[pa.RecordBatch]:
+        with pa.OSFile(str(path), "rb") as f:
+            yield from pa.ipc.open_stream(f)
+
+    def rows(self, paths: list[Path]) -> RowAccess:
+        return _MappedRows(paths)
+
+    def stray_problem(self, name: str) -> tuple[str, str]:
+        # a shard state.json does not list is not loaded by save_to_disk loaders, yet looks
+        # like one: another run's shard, a copy, a `datasets` cache file
+        return (
+            "*.arrow file not listed in state.json (not part of the set: delete it)",
+            f"{name}: not one of state.json's data files",
+        )
+
+    def structure_problems(self, folder: Path, state: dict[str, Any]) -> list[str]:
+        if state.get("_format_type") != "torch":
+            return ["state.json _format_type is not 'torch' (speculators' loader relies on it)"]
+        return []
+
+
+def _state(folder: Path) -> dict[str, Any]:
+    try:
+        state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+    except (ValueError, OSError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+class _MappedRows(RowAccess):
+    """All shards memory-mapped as one table: opening costs nothing, rows are zero-copy."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        tables = [pa.ipc.open_stream(pa.memory_map(str(p), "r")).read_all() for p in paths]
+        self.table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+    def row(self, index: int) -> pa.Table:
+        return self.table.slice(index, 1)
+
+
+WRITER = ArrowWriter
+LAYOUT = ArrowLayout()

@@ -14,6 +14,7 @@ from draftset import __version__
 from draftset.config.options import BuildOptions
 from draftset.core.counters import Accounting
 from draftset.mask.template import TemplateInfo
+from draftset.output.base import Writer, rel_name
 from draftset.select.mix import SelectionSpec, benchmark_files, overlay_files
 from draftset.sources.read import describe_inputs, sha256_file
 
@@ -25,7 +26,7 @@ def build_manifest(
     opts: BuildOptions,
     info: TemplateInfo,
     acct: Accounting,
-    writer: Any,
+    writer: Writer,
     written: list[Path],
     folder: Path,
     skipped: dict[str, list[dict[str, str]]] | None = None,
@@ -52,12 +53,13 @@ def build_manifest(
         "chat_template_path_as_given": given.get("chat_template", opts.chat_template_path),
         "render_timeout": opts.render_timeout,
     }
-    files = {p.name: sha256_file(p) for p in written}
+    files = {rel_name(folder, p): sha256_file(p) for p in written}
     for extra in SIDE_FILES:
         files[extra] = sha256_file(folder / extra)
     manifest: dict[str, Any] = {
         "draftset_version": __version__,
         "format": "draftset/1",
+        "output_format": writer.format,
         "inputs": [
             {
                 "name": s.name,

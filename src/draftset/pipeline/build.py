@@ -50,7 +50,8 @@ from draftset.mask.template import (
     describe_template,
     load_template_info,
 )
-from draftset.output.arrow import DatasetWriter
+from draftset.output import writer_class
+from draftset.output.base import Writer
 from draftset.output.folder import finalize_output, prepare_output
 from draftset.output.manifest import build_manifest, write_manifest
 from draftset.output.readback import CheckResult
@@ -261,7 +262,7 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         info = stage.loaded()
         stage.engine.start(mask_config(opts, stage.spec, info))
         vocab_size = info.vocab_size
-        writer = DatasetWriter(tmp, vocab_size)
+        writer = writer_class(opts.output_format)(tmp, vocab_size)
         rejects = _JsonlSink(tmp / "rejects.jsonl")
         prompts = _JsonlSink(tmp / "prompts.jsonl")
         done = 0
@@ -440,7 +441,7 @@ def _first_rejects(path: Path, n: int = 3) -> list[str]:
 def _account(
     res: ItemResult,
     acct: Accounting,
-    writer: DatasetWriter,
+    writer: Writer,
     rejects: _JsonlSink,
     prompts: _JsonlSink,
 ) -> None:
