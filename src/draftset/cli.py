@@ -18,6 +18,7 @@ from typing import Any
 from draftset import __version__
 from draftset.config import defaults
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, DraftsetError, UsageError
+from draftset.output import FORMATS
 
 __all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_arguments", "main"]
 
@@ -51,7 +52,8 @@ class _Parser(argparse.ArgumentParser):
 
 BUILD_HELP = """\
 Tokenize chat data with the target model's own chat template into a loss-masked,
-fully accounted training set (HF save_to_disk folder read as-is by speculators).
+fully accounted training set: an HF save_to_disk folder read as-is by speculators, or
+Parquet shards for datasets.load_dataset and the hub (--output-format parquet).
 
 Supervised tokens are exactly what the target model generates at serving time for an
 assistant turn: reasoning, content, tool-call markup and the end-of-turn token. Prompt-only
@@ -167,6 +169,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="reject a row whose template render takes longer (template_timeout; default 5, "
         "0 = no bound)",
     )
+    b.add_argument(
+        "--output-format",
+        choices=list(FORMATS),
+        help="arrow: HF save_to_disk folder, read as-is by speculators (default); parquet:"
+        " data/train-*.parquet shards for datasets.load_dataset and the hub",
+    )
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(handler=cmd_build)
 
@@ -211,6 +219,7 @@ def build_arguments(args: argparse.Namespace) -> dict[str, Any]:
         "near_dup_threshold": args.near_dup_threshold,
         "decontaminate": args.decontaminate,
         "render_timeout": args.render_timeout,
+        "output_format": args.output_format,
     }
 
 

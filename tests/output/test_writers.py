@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, qwen3_tokenizer_dir
 
@@ -41,7 +42,7 @@ def synthetic_rows(n: int, seed: int = 0) -> list[EncodedRow]:
     return rows
 
 
-@pytest.mark.parametrize("fmt", ["arrow"])
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
 def test_every_format_writes_the_rows_and_counts_them(tmp_path: Path, fmt: str) -> None:
     rows = synthetic_rows(2500)
     writer = writer_class(fmt)(tmp_path, VOCAB)
@@ -67,6 +68,25 @@ def test_every_format_writes_the_rows_and_counts_them(tmp_path: Path, fmt: str) 
     access = lay.rows(data)
     for i in (0, 999, 1000, 2499, 3):  # across batch boundaries, and back
         assert access.row(i).to_pylist()[0]["id"] == f"r{i}"
+
+
+def test_parquet_row_groups_are_fixed_batches_and_shards_are_hub_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import draftset.output.parquet as parquet
+
+    monkeypatch.setattr(parquet, "SHARD_BYTES", 1)  # a new shard after every batch
+    writer = parquet.ParquetWriter(tmp_path, VOCAB)
+    writer.write(synthetic_rows(2500))
+    files = writer.close()
+    assert [rel_name(tmp_path, p) for p in files] == [
+        "data/train-00000-of-00003.parquet",
+        "data/train-00001-of-00003.parquet",
+        "data/train-00002-of-00003.parquet",
+    ]
+    groups = [pq.ParquetFile(p).metadata.row_group(0).num_rows for p in files]
+    assert groups == [1000, 1000, 500]
+    assert not list(tmp_path.rglob("*.part"))
 
 
 def test_an_empty_set_is_a_readable_shard(tmp_path: Path) -> None:

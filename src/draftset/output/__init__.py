@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 FORMATS: dict[str, str] = {
     "arrow": "draftset.output.arrow",  # HF save_to_disk folder (speculators reads it as-is)
+    "parquet": "draftset.output.parquet",  # hub-style Parquet shards (data/train-*.parquet)
 }
 DEFAULT_FORMAT = "arrow"
 """What sets built before ``output_format`` was recorded are."""
