@@ -116,7 +116,7 @@ class ParquetLayout(Layout):
         # every page is decoded once: a corrupt page fails here (the structure check says
         # which file), not in the middle of a later check
         pf = pq.ParquetFile(str(path))
-        rows = sum(rb.num_rows for rb in pf.iter_batches(batch_size=ROWS_PER_BATCH))
+        rows = sum(rb.num_rows for rb in _row_groups(pf))
         if rows != pf.metadata.num_rows:
             raise pa.ArrowInvalid(
                 f"{path.name}: {rows} rows read, the footer says {pf.metadata.num_rows}"
@@ -124,7 +124,7 @@ class ParquetLayout(Layout):
         return pf.schema_arrow, rows
 
     def batches(self, path: Path) -> Iterator[pa.RecordBatch]:
-        yield from pq.ParquetFile(str(path)).iter_batches(batch_size=ROWS_PER_BATCH)
+        yield from _row_groups(pq.ParquetFile(str(path)))
 
     def rows(self, paths: list[Path]) -> RowAccess:
         return _RowGroups(paths)
@@ -135,6 +135,16 @@ class ParquetLayout(Layout):
             " delete it)",
             f"{name}: not one of the manifest's data files",
         )
+
+
+def _row_groups(pf: pq.ParquetFile) -> Iterator[pa.RecordBatch]:
+    """The file's rows one row group at a time: memory holds one decoded row group.
+
+    (``ParquetFile.iter_batches`` was measured holding ~5x more and running ~3x slower on these
+    list columns: 162 vs 34 MB of Arrow memory after 20 row groups, 30 vs 11.5 s.)
+    """
+    for g in range(pf.metadata.num_row_groups):
+        yield from pf.read_row_group(g).to_batches()
 
 
 class _RowGroups(RowAccess):
