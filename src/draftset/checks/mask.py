@@ -7,7 +7,7 @@ goes the other way: it decodes the row's tokens, splits them into maximal superv
 compares each decoded run, and its character offset in the decoded row, with the generations it
 renders itself from the source row (P = render(turns<j, generation prompt), F = render(turns<=j),
 G = F after P up to and including the first end-of-turn token). Reading and normalizing sources
-(and the selection, ids and filters of `mix.iter_selected_items`) are shared with build: that
+(and the selection, ids and filters of `mix.Selection`) are shared with build: that
 is reading, not masking.
 """
 
@@ -283,7 +283,7 @@ def iter_source_items(out: OutputSet) -> Iterator[Normalized]:
         template_kwargs=dict((out.manifest.get("template") or {}).get("kwargs") or {}),
         overlay=[d["path"] for d in sel.get("overlay") or []],
     )
-    yield from mix.iter_selected_items(spec)
+    yield from mix.Selection(spec).rows()
 
 
 # --- expected generations, derived from renders --------------------------------------------------

@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 from draftset.checks.verify import print_results, run_verify
 from draftset.console import progress_bar
 from draftset.core import reasons
-from draftset.core.counters import Accounting
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, RunError, UsageError
 from draftset.core.files import write_json_atomic
 from draftset.core.records import Conversation, PromptOnly
@@ -64,7 +63,7 @@ from draftset.mask.hygiene import (
     row_kwargs_key,
 )
 from draftset.mask.template import ChatTemplate, _resolve_tokenizer_path
-from draftset.output.arrow import remove_stale_tmp
+from draftset.output.folder import remove_stale_tmp
 from draftset.sources.read import Source, describe_inputs
 
 if TYPE_CHECKING:  # build's modules load when a run starts, not for `draftset --help`
@@ -376,7 +375,7 @@ def _maybe_die(stage: str) -> None:
 def _select(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """Rows to answer (``queue.jsonl``) and prompts too long to send (``too_long.jsonl``)."""
     # lazy: selection (dedup, decontamination) loads when a run starts, not at CLI start
-    from draftset.select.mix import iter_selected_items, plan_selection
+    from draftset.select.mix import Selection, plan_selection
 
     b = opts.build
     kwargs, thinking = _split_thinking(b.template_kwargs, opts.generate.thinking)
@@ -388,15 +387,15 @@ def _select(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dict[st
     probe = EmptyThinkProbe(tmpl.template_text, tmpl.base_kwargs)  # no kit: no tokenizer dump
     regenerate = opts.generate.regenerate
     spec = b.selection_spec()
-    acct = Accounting([s.name for s in b.sources])
     plan = None if spec.mix else plan_selection(b.sources, b.max_samples, b.seed)
+    selected = Selection(spec, plan)
     queued: dict[str, Counter[str]] = {s.name: Counter() for s in b.sources}
     too_long: Counter[str] = Counter()
     qpath, lpath = work / "queue.jsonl", work / "too_long.jsonl"
     qtmp, ltmp = work / "queue.jsonl.tmp", work / "too_long.jsonl.tmp"
     n = 0
     with qtmp.open("w", encoding="utf-8") as q, ltmp.open("w", encoding="utf-8") as lf:
-        for item in iter_selected_items(spec, acct, {}, plan):
+        for item in selected.rows():
             why, msgs = _needs_answer(item, b, regenerate, probe)
             if why is None:
                 continue
@@ -426,7 +425,7 @@ def _select(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dict[st
         os.fsync(lf.fileno())
     os.replace(ltmp, lpath)
     os.replace(qtmp, qpath)
-    total = acct.total()
+    total = selected.counts.total()
     stats = {
         "read": total.read,
         "queued": {k: dict(v) for k, v in queued.items()},
