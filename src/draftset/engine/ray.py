@@ -32,6 +32,7 @@ from draftset.core.errors import RunError, UsageError
 from draftset.engine.base import Batch, Engine, unpack
 from draftset.engine.pool import IN_FLIGHT_PER_WORKER
 from draftset.mask.step import ItemResult, MaskConfig, MaskStep
+from draftset.mask.template import import_template_compiler
 
 RAY_EXTRA = "draftset[ray]"
 CONNECT_TIMEOUT = 5.0
@@ -77,6 +78,7 @@ def _host_port(address: str | None) -> tuple[str, int] | None:
             raise RayUnavailable(f"--ray-address {address}: expected ray://HOST:PORT")
         return parts.hostname, parts.port
     if address == "auto":
+        # lazy: Ray is optional (draftset[ray]); Ray's own lookup of `ray start`'s address
         from ray._private.services import canonicalize_bootstrap_address
 
         try:
@@ -99,8 +101,6 @@ class _Worker:
 
     def __init__(self) -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from draftset.mask.template import import_template_compiler
-
         import_template_compiler()  # the heavy imports, while the driver's template loads
         self.step: MaskStep | None = None
 
@@ -109,7 +109,7 @@ class _Worker:
 
     def process(self, config: list[Any], batch: Batch) -> list[ItemResult]:
         if self.step is None:  # the config comes boxed so Ray hands over the ref, not its value
-            import ray
+            import ray  # lazy: loaded in the actor already; Ray is optional for draftset
 
             self.step = ray.get(config[0]).build()
         return self.step(unpack(batch))
@@ -119,7 +119,7 @@ class RayEngine(Engine):
     name = "ray"
 
     def __init__(self, workers: int = 0, address: str | None = None) -> None:
-        import ray
+        import ray  # lazy: Ray is optional (draftset[ray]); preflight checked it is there
 
         self._ray = ray
         self._owns = not ray.is_initialized()
@@ -210,7 +210,7 @@ class RayEngine(Engine):
 
 def _init(address: str | None, workers: int) -> None:
     """Connect to ``address``, or start a private local cluster sized for ``workers``."""
-    import ray
+    import ray  # lazy: Ray is optional (draftset[ray])
 
     quiet = dict(log_to_driver=False, configure_logging=False, include_dashboard=False)
     logging.getLogger("ray").setLevel(logging.ERROR)  # no start-up chatter on the CLI
