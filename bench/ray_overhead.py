@@ -75,15 +75,13 @@ def selection_only(data: Path, tok: Path) -> dict[str, float]:
     """The driver's reading, normalizing and selection (ids, dedup) alone, per row: the part
     of its CPU that is not the hand-over to workers, accounting and the writer."""
     from draftset.config.options import BuildOptions
-    from draftset.core.counters import Accounting
-    from draftset.select.mix import iter_selected_items, plan_selection
+    from draftset.select.mix import Selection, plan_selection
     from draftset.sources.read import Source
 
     opts = BuildOptions(sources=[Source("bench", data)], tokenizer=str(tok), out=Path("unused"))
-    spec = opts.selection_spec()
     c0 = cpu()
     plan = plan_selection(opts.sources, None, 0)
-    rows = sum(1 for _ in iter_selected_items(spec, Accounting(["bench"]), {}, plan))
+    rows = sum(1 for _ in Selection(opts.selection_spec(), plan).rows())
     return {"rows": rows, "driver_cpu_us_per_row": 1e6 * (cpu() - c0) / rows}
 
 
