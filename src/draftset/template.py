@@ -73,12 +73,11 @@ def import_template_compiler() -> None:
 
 
 def _compile(template_text: str) -> Any:
-    """transformers' own compiled, sandboxed template (None when its internals moved)."""
-    try:
-        from transformers.utils.chat_template_utils import _compile_jinja_template
-    except ImportError:
-        return None
-    return _compile_jinja_template(template_text)
+    """transformers' compiled, sandboxed template, in draftset's memoizing copy of its sandbox
+    (`draftset.sandbox`); None when transformers' internals moved."""
+    from draftset.sandbox import compile_template
+
+    return compile_template(template_text)
 
 
 @dataclass(frozen=True, slots=True)
