@@ -180,11 +180,21 @@ def test_draftset_renders_through_the_memo_and_leaves_transformers_stock():
         messages, tools = CASES["tools"]
         assert r.render(messages, tools) == t.render_reference(messages, tools)
         assert r._compiled.environment._memo
+    ours = t._compiled.environment
+    base = _compile_jinja_template("").environment  # what it is an overlay of
+    assert type(base) is ImmutableSandboxedEnvironment  # transformers' own is untouched
+    assert ours.linked_to is base and ours.globals is base.globals
+    assert ours.filters is base.filters and ours.tests is base.tests
+    # transformers builds the same environment for every template text
     stock = _compile_jinja_template(text).environment
-    assert type(stock) is ImmutableSandboxedEnvironment  # transformers' own is untouched
-    assert stock.globals is t._compiled.environment.globals  # same globals, filters: overlay
-    assert stock.filters is t._compiled.environment.filters
-    assert set(stock.extensions) == set(t._compiled.environment.extensions)
+    assert type(stock) is ImmutableSandboxedEnvironment
+    for name in ("globals", "filters", "tests", "extensions", "policies"):
+        assert getattr(stock, name).keys() == getattr(ours, name).keys(), name
+    assert {k: type(v).__qualname__ for k, v in stock.globals.items()} == {
+        k: type(v).__qualname__ for k, v in ours.globals.items()
+    }
+    for opt in ("trim_blocks", "lstrip_blocks", "autoescape", "finalize", "undefined"):
+        assert getattr(stock, opt) == getattr(ours, opt), opt
 
 
 def test_syntax_errors_raise_as_transformers_raises_them():

@@ -82,16 +82,19 @@ def memo_applies(env: Any) -> bool:
 
 
 def compile_template(template_text: str) -> Any:
-    """transformers' compiled template, re-compiled in a `MemoSandbox` copy of its environment.
+    """The template compiled once, in a `MemoSandbox` copy of transformers' environment.
 
-    None when transformers' template compiler is missing; transformers' own template when the
-    memo's premises do not hold. Template syntax errors raise as transformers raises them.
+    transformers builds the same environment for every template text; the one it built for an
+    empty template (cached by transformers, so once per process) is the one copied, and the
+    text is compiled only here. None when transformers' template compiler is missing;
+    transformers' own compiled template when the memo's premises do not hold. Syntax errors
+    raise as transformers raises them (same parser, same extensions).
     """
     try:
         from transformers.utils.chat_template_utils import _compile_jinja_template
     except ImportError:
         return None
-    stock = _compile_jinja_template(template_text)
-    if not memo_applies(stock.environment):
-        return stock
-    return MemoSandbox.overlay_of(stock.environment).from_string(template_text)
+    env = _compile_jinja_template("").environment
+    if not memo_applies(env):
+        return _compile_jinja_template(template_text)
+    return MemoSandbox.overlay_of(env).from_string(template_text)
