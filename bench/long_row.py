@@ -28,12 +28,13 @@ def main() -> None:
     args = ap.parse_args()
     from conftest import qwen3_tokenizer_dir
 
-    import draftset.work
-    from draftset.build import BuildOptions, run_build
-    from draftset.read import Source
+    import draftset.mask.step
+    from draftset.config.options import BuildOptions
+    from draftset.pipeline.build import run_build
+    from draftset.sources.read import Source
 
     if args.no_bound:
-        draftset.work.token_bytes_bound = lambda backend: None  # type: ignore[assignment]
+        draftset.mask.step.token_bytes_bound = lambda backend: None  # type: ignore[assignment]
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "long.jsonl"
         words = "the quick brown fox jumps over the lazy dog. "

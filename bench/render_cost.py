@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers
 from run import prepare_data, qwen3_tokenizer, resolve_template
 
-from draftset.encode import encode_plans
-from draftset.normalize import normalize
-from draftset.records import Conversation, RawRow
-from draftset.render import plan_conversation
-from draftset.template import ChatTemplate, TemplateSpec
+from draftset.core.records import Conversation, RawRow
+from draftset.mask.encode import encode_plans
+from draftset.mask.render import plan_conversation
+from draftset.mask.template import ChatTemplate, TemplateSpec
+from draftset.sources.normalize import normalize
 
 BENCH = Path(__file__).resolve().parent
 ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant"}
@@ -74,7 +74,7 @@ class CountingRenderer:
 
 def stock_sandbox(tmpl: ChatTemplate) -> ChatTemplate:
     """The same renderer on transformers' own compiled template (its stock
-    ImmutableSandboxedEnvironment), instead of draftset.sandbox's memoizing copy of it."""
+    ImmutableSandboxedEnvironment), instead of draftset.mask.sandbox's memoizing copy of it."""
     import copy
 
     from transformers.utils.chat_template_utils import _compile_jinja_template
@@ -105,7 +105,7 @@ def main() -> int:
         "--stock-sandbox",
         action="store_true",
         help="also time render & mask on transformers' stock sandbox against draftset's "
-        "memoizing copy (draftset.sandbox), 3 rounds, every plan checked equal",
+        "memoizing copy (draftset.mask.sandbox), 3 rounds, every plan checked equal",
     )
     args = p.parse_args()
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # CPU time of one thread, as in a worker
@@ -199,7 +199,7 @@ def main() -> int:
                 (p.context_turns, p.rejects) for p in ref
             ]
             print(
-                f"stock sandbox -> draftset.sandbox, round {r + 1}: render & mask "
+                f"stock sandbox -> draftset.mask.sandbox, round {r + 1}: render & mask "
                 f"{ref_s * ms:.2f} -> {memo_s * ms:.2f} ms/row ({memo_s / ref_s:.2f}x), "
                 "every plan equal"
             )

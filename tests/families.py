@@ -495,9 +495,10 @@ class Outcome:
 
 def run_template(name: str, tokdir: Path, work: Path) -> Outcome:
     """Build the conversations with one template (Python API, one worker), verify, compare."""
-    from draftset.build import BuildOptions, run_build
-    from draftset.read import Source
-    from draftset.verify import run_verify
+    from draftset.checks.verify import run_verify
+    from draftset.config.options import BuildOptions
+    from draftset.pipeline.build import run_build
+    from draftset.sources.read import Source
 
     fam = family_of(name)
     res = Outcome(name, fam.name)

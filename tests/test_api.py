@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 from conftest import REPO, qwen3_tokenizer_dir
 
-from draftset import api, errors
+from draftset import api
+from draftset.checks.verify import VerifyUsageError
 from draftset.cli import _build_parser, build_arguments, main
-from draftset.generate import GenerateUsageError
-from draftset.preflight import PreflightError
-from draftset.run import RunUsageError
-from draftset.template import TokenizerError
-from draftset.verify import VerifyUsageError
-from draftset.verify_data import NotADraftsetError
+from draftset.config.preflight import PreflightError
+from draftset.core import errors
+from draftset.generation.job import GenerateUsageError
+from draftset.mask.template import TokenizerError
+from draftset.output.readback import NotADraftsetError
+from draftset.pipeline.run import RunUsageError
 
 QWEN3_VOCAB = 151936
 
@@ -205,16 +206,16 @@ def test_errors_carry_the_cli_exit_code_and_line(src, tmp_path, capsys):
 
 
 def test_every_run_level_error_is_a_draftset_error():
-    from draftset.build import AccountingError, OutputWriteError
-    from draftset.generate import Unreachable
-    from draftset.generate_store import StoreError
-    from draftset.modes import MixError
-    from draftset.read import SourceError
-    from draftset.recipe import RecipeError
-    from draftset.run import RunFailed
-    from draftset.show import ShowError
-    from draftset.sidecar import SidecarError
-    from draftset.write import OutputExistsError
+    from draftset.config.recipe import RecipeError
+    from draftset.engine.helper import SidecarError
+    from draftset.generation.job import Unreachable
+    from draftset.generation.store import StoreError
+    from draftset.inspect.show import ShowError
+    from draftset.output.arrow import OutputExistsError
+    from draftset.pipeline.build import AccountingError, OutputWriteError
+    from draftset.pipeline.run import RunFailed
+    from draftset.select.modes import MixError
+    from draftset.sources.read import SourceError
 
     for cls in (SourceError, RecipeError, StoreError, MixError, ShowError, OutputExistsError):
         assert issubclass(cls, errors.DraftsetError) and cls.exit_code == 2, cls
@@ -260,7 +261,7 @@ def test_import_draftset_is_lean_and_the_api_imports_from_draftset_api():
         "assert loaded == [], loaded\n"
         "from draftset.api import build, verify, run, report, generate\n"
         "assert all(callable(f) for f in (build, verify, run, report, generate))\n"
-        "import draftset.build as m\n"
+        "import draftset.pipeline.build as m\n"
         "assert m.run_build and m is not build\n"
         "print(draftset.__version__ != '')\n"
     )

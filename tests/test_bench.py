@@ -31,7 +31,7 @@ def test_mix_rows_are_the_users_mix():
     import data as bench_data
     from conftest import qwen3_tokenizer_dir, trl_template
 
-    from draftset.template import ChatTemplate, TemplateSpec
+    from draftset.mask.template import ChatTemplate, TemplateSpec
 
     text = trl_template("qwen3_6").read_text()
     rows = list(bench_data.generate_mix(60, qwen3_tokenizer_dir(), text, seed=3))

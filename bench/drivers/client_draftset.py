@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from draftset.generate import GenerateOptions, run_generate
-from draftset.read import Source
+from draftset.generation.job import GenerateOptions, run_generate
+from draftset.sources.read import Source
 
 
 def main() -> None:

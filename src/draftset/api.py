@@ -20,15 +20,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftset import defaults
-from draftset.errors import DraftsetError, UsageError
+from draftset.config import defaults
+from draftset.core.errors import DraftsetError, UsageError
 
 if TYPE_CHECKING:  # the stage modules load on the first call, not on `import draftset.api`
-    from draftset.build import BuildOptions, BuildResult
-    from draftset.generate import GenerateResult
-    from draftset.read import Source
-    from draftset.run import RunResult
-    from draftset.verify_data import CheckResult
+    from draftset.config.options import BuildOptions
+    from draftset.generation.job import GenerateResult
+    from draftset.output.readback import CheckResult
+    from draftset.pipeline.build import BuildResult
+    from draftset.pipeline.run import RunResult
+    from draftset.sources.read import Source
 
 __all__ = [
     "DraftsetError",
@@ -87,7 +88,7 @@ def build(
     del given["progress"]
     opts = build_options(**given)  # the same arguments, merged and checked
 
-    from draftset.build import run_build
+    from draftset.pipeline.build import run_build
 
     with _progress("build", progress) as update:
         return run_build(opts, on_progress=update)
@@ -124,10 +125,10 @@ def build_options(
 ) -> BuildOptions:
     """`build`'s arguments merged over the recipe and the defaults, and checked: the
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
-    from draftset import reasons
-    from draftset.build import BuildOptions
-    from draftset.read import HUB_PREFIX
-    from draftset.recipe import load_recipe, parse_json_object, unique_names
+    from draftset.config.options import BuildOptions
+    from draftset.config.recipe import load_recipe, parse_json_object, unique_names
+    from draftset.core import reasons
+    from draftset.sources.read import HUB_PREFIX
 
     conf: dict[str, Any] = {}
     if recipe is not None:
@@ -209,7 +210,7 @@ def _check_build_values(opts: BuildOptions) -> None:
         raise UsageError(f"dedup must be exact, near or none, not {opts.dedup!r}")
     for s in opts.sources:
         if s.preset:
-            from draftset.presets import UnknownPresetError, apply_preset
+            from draftset.sources.presets import UnknownPresetError, apply_preset
 
             try:
                 apply_preset(s.preset)
@@ -246,14 +247,14 @@ def _strings(value: Any) -> tuple[str, ...]:
 def _source(
     spec: Any, fmt: str | None, fields: Mapping[str, str] | Sequence[str] | None, preset: str | None
 ) -> Source:
-    from draftset.read import Source
-    from draftset.recipe import (
+    from draftset.config.recipe import (
         SOURCE_KEYS,
         RecipeError,
         parse_fields,
         parse_source_arg,
         source_name,
     )
+    from draftset.sources.read import Source
 
     if isinstance(spec, Source):
         return spec
@@ -346,7 +347,7 @@ def verify(
     result to that file. A full run records its result in ``dir/verify.json`` (for `report`).
     Raises `DraftsetError` (exit code 2) for unusable arguments or a folder that is not a set.
     """
-    from draftset.verify import VERIFY_RECORD, VerifyUsageError, fast_checks, run_verify
+    from draftset.checks.verify import VERIFY_RECORD, VerifyUsageError, fast_checks, run_verify
 
     if sample is not None and sample < 1:
         raise VerifyUsageError("--sample must be >= 1")
@@ -394,7 +395,7 @@ def run(
     Returns the `RunResult` (``.ok``: verify passed). Raises `RunUsageError` (exit code 2) and
     `RunFailed` (1: generation could not finish; call again to resume).
     """
-    from draftset import run as run_mod
+    from draftset.pipeline import run as run_mod
 
     opts = run_mod.options_from_recipe(
         recipe,
@@ -418,7 +419,7 @@ def report(
 ) -> Path:
     """`draftset report`: write the self-contained HTML report; returns its path
     (default ``dir/report.html``)."""
-    from draftset.report import write_report
+    from draftset.inspect.report import write_report
 
     return write_report(dir, output, str(tokenizer) if tokenizer else None, block_size)
 
@@ -459,13 +460,13 @@ def generate(
 
     Options left None take `GenerateOptions`' defaults (the command's). Returns the
     `GenerateResult` (``.ok``: every row ended as an answer or an error line). Runs its own
-    event loop (inside a running loop, as in Jupyter, await `draftset.generate.run_generate`).
+    event loop (inside a running loop, as in Jupyter, await `draftset.generation.job.run_generate`).
     """
     import argparse
     import asyncio
 
-    from draftset.generate import GenerateOptions, options_from_args, run_generate
-    from draftset.generate_console import progress as generate_progress
+    from draftset.generation.console import progress as generate_progress
+    from draftset.generation.job import GenerateOptions, options_from_args, run_generate
 
     base = {f.name: f.default for f in dataclasses.fields(GenerateOptions)}
 

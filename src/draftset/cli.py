@@ -15,8 +15,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from draftset import __version__, defaults
-from draftset.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, DraftsetError, UsageError
+from draftset import __version__
+from draftset.config import defaults
+from draftset.core.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, DraftsetError, UsageError
 
 __all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_arguments", "main"]
 
@@ -169,7 +170,10 @@ def _build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(handler=cmd_build)
 
-    from draftset import generate, report, run, show, verify
+    from draftset.checks import verify
+    from draftset.generation import job as generate
+    from draftset.inspect import report, show
+    from draftset.pipeline import run
 
     for module in (verify, show, report, generate, run):
         module.register_cli(sub)
@@ -225,7 +229,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAIL
-    from draftset.verify import print_results
+    from draftset.checks.verify import print_results
 
     print_results(result.checks)
     if not result.ok:

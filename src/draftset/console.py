@@ -20,10 +20,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from draftset.account import SUMMARY_COLUMNS, summary_row
+from draftset.core.counters import SUMMARY_COLUMNS, summary_row
 
 if TYPE_CHECKING:
-    from draftset.build import BuildResult
+    from draftset.pipeline.build import BuildResult
 
 
 def _console(stderr: bool = False) -> Console:

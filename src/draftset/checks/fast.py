@@ -1,0 +1,455 @@
+"""The fast checks of `verify`: structure, accounting, file hashes, vocabulary files, fitness.
+
+They need only the output folder (no sources, no tokenizer), run vectorized over record batches,
+and take seconds on a big set, so `build` runs them before it reports success.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from draftset.core import reasons
+from draftset.engine.helper import SidecarError
+from draftset.output.arrow import load_token_freq_pt
+from draftset.output.readback import (
+    REQUIRED_COLUMNS,
+    CheckResult,
+    OutputSet,
+    Problems,
+    RowStats,
+    iter_batches,
+    read_jsonl,
+)
+from draftset.sources.read import sha256_file
+
+MAX_NO_PAIR_FRACTION = 0.25
+"""drafter_fitness fails when more than this fraction of rows has no two consecutive supervised
+tokens (such a row gives a multi-step drafter, EAGLE-3 TTT or DFlash, nothing to chain)."""
+
+REJECT_KEYS = {"source", "row", "id", "reason", "message"}
+
+
+# --- 1. structure ---------------------------------------------------------------------------------
+def check_structure(out: OutputSet) -> CheckResult:
+    """Columns and dtypes, equal lengths, no empty rows, unique ids, token ids inside the vocab."""
+    p = Problems()
+    if out.state.get("_format_type") != "torch":
+        p.add("state.json _format_type is not 'torch' (speculators' loader relies on it)")
+    if not out.readable or out.schema is None:
+        p.add(out.read_error or "no Arrow data")
+        return p.result("structure", "")
+    schema = out.schema
+    for name, dtype in REQUIRED_COLUMNS.items():
+        if name not in schema.names:
+            p.add(f"missing column {name}")
+        elif not schema.field(name).type.equals(dtype):
+            p.add(f"column {name} is {schema.field(name).type}, expected {dtype}")
+    if p.count:
+        return p.result("structure", "")
+    vocab = out.vocab_size
+    max_len = int(out.options.get("max_length") or 0)
+    min_sup = int(out.options.get("min_supervised_tokens") or 0)
+    seen: set[str] = set()
+    for b in iter_batches(out):
+        for r, rid in enumerate(b.ids):
+            if rid is None or rid == "":
+                p.add("row without id", f"#{b.start_row + r}")
+            elif rid in seen:
+                p.add("duplicate id", rid)
+            else:
+                seen.add(rid)
+        bad_len = (b.lengths != b.mask_lengths) | (b.lengths != b.seq_len)
+        for r in np.nonzero(bad_len)[0]:
+            p.add("len(input_ids), len(loss_mask), seq_len differ", _rid(b.ids, b.start_row, r))
+        for r in np.nonzero(b.lengths == 0)[0]:
+            p.add("empty row", _rid(b.ids, b.start_row, r))
+        if max_len:
+            for r in np.nonzero(b.lengths > max_len)[0]:
+                p.add(f"row longer than max_length {max_len}", _rid(b.ids, b.start_row, r))
+        if b.tokens.size:
+            bad_tok = (b.tokens < 0) | (b.tokens >= vocab if vocab else False)
+            for r in _rows_of(np.nonzero(bad_tok)[0], b.offsets):
+                p.add(f"token id outside the vocabulary [0, {vocab})", _rid(b.ids, b.start_row, r))
+        if b.mask.size:
+            bad_mask = (b.mask != 0) & (b.mask != 1)
+            for r in _rows_of(np.nonzero(bad_mask)[0], b.offsets):
+                p.add("loss_mask value other than 0/1", _rid(b.ids, b.start_row, r))
+        if not bad_len.any():
+            cs = np.concatenate([[0], np.cumsum(b.mask == 1)])
+            sup = cs[b.offsets[1:]] - cs[b.offsets[:-1]]
+            for r in np.nonzero(sup < max(min_sup, 1))[0]:
+                p.add(
+                    "fewer supervised tokens than min_supervised_tokens",
+                    _rid(b.ids, b.start_row, r),
+                )
+    n = out.num_rows
+    return p.result("structure", f"{n:,} rows; columns, dtypes, lengths, ids and token ids ok")
+
+
+def _rid(ids: list[str | None], start: int, r: int | np.integer) -> str:
+    rid = ids[int(r)]
+    return rid if rid else f"#{start + int(r)}"
+
+
+def _rows_of(positions: np.ndarray, offsets: np.ndarray) -> list[int]:
+    """Distinct row indices (within a batch) holding the given flat token positions."""
+    if positions.size == 0:
+        return []
+    return sorted(set((np.searchsorted(offsets, positions, side="right") - 1).tolist()))
+
+
+# --- 2. accounting --------------------------------------------------------------------------------
+def check_accounting(out: OutputSet, stats: RowStats | None = None) -> CheckResult:
+    """Counts in the manifest balance and equal the data, rejects.jsonl and prompts.jsonl."""
+    p = Problems()
+    m = out.manifest
+    counts = (m.get("counts") or {}).get("per_source") or {}
+    mode = out.options.get("turns", "all")
+    names = [i.get("name") for i in m.get("inputs") or []]
+    if sorted(counts) != sorted(n for n in names if n is not None):
+        p.add("manifest counts and inputs name different sources")
+    for name, c in counts.items():
+        try:
+            rejected = int(c["rejected"])
+            if int(c["read"]) != int(c["written"]) + rejected + int(c["needs_generation"]):
+                p.add("read != written + rejected + needs_generation", name)
+            if sum(c["rejected_by_reason"].values()) != rejected:
+                p.add("rejected_by_reason does not sum to rejected", name)
+            if int(c["available"]) != int(c["read"]) + int(c["sampled_out"]):
+                p.add("available != read + sampled_out", name)
+            if mode != "each" and int(c["rows_out"]) != int(c["written"]):
+                p.add("rows_out != written (one row per conversation outside --turns each)", name)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            p.add("manifest counts malformed", name)
+    # the data itself, per source
+    rows_by: Counter[str] = Counter()
+    tok_by: Counter[str] = Counter()
+    sup_by: Counter[str] = Counter()
+    if out.readable and all(c in out.column_names for c in REQUIRED_COLUMNS):
+        for b in iter_batches(out):
+            mlen = np.minimum(b.lengths, b.mask_lengths)
+            cs = np.concatenate([[0], np.cumsum(b.mask == 1)])
+            moff = np.concatenate([[0], np.cumsum(b.mask_lengths)])
+            sup = cs[moff[:-1] + mlen] - cs[moff[:-1]]
+            for r, src in enumerate(b.sources):
+                key = str(src)
+                rows_by[key] += 1
+                tok_by[key] += int(b.lengths[r])
+                sup_by[key] += int(sup[r])
+    for src in rows_by:
+        if src not in counts:
+            p.add("rows from a source the manifest does not name", src)
+    for name, c in counts.items():
+        for field, data in (
+            ("rows_out", rows_by),
+            ("tokens", tok_by),
+            ("supervised_tokens", sup_by),
+        ):
+            if isinstance(c, dict) and c.get(field) != data.get(name, 0):
+                p.add(
+                    f"{field} in the manifest != data",
+                    name,
+                    f"{name}: {field} {c.get(field)} != {data.get(name, 0)}",
+                )
+    totals = m.get("totals") or {}
+    n = out.num_rows
+    for field, value in (
+        ("rows", n),
+        ("tokens", sum(tok_by.values())),
+        ("supervised_tokens", sum(sup_by.values())),
+    ):
+        if totals.get(field) != value:
+            p.add(
+                f"totals.{field} != data",
+                f"totals.{field}",
+                f"totals.{field} {totals.get(field)} != {value}",
+            )
+    # rejects.jsonl: well-formed lines, counts per source and reason
+    lines, bad = read_jsonl(out.folder / "rejects.jsonl")
+    if not (out.folder / "rejects.jsonl").exists():
+        p.add("rejects.jsonl missing")
+    for ln in bad:
+        p.add("rejects.jsonl line is not JSON", f"rejects.jsonl:{ln}")
+    seen: Counter[tuple[str, str]] = Counter()
+    for i, obj in enumerate(lines):
+        where = f"rejects.jsonl#{i}"
+        if not _reject_ok(obj, counts):
+            p.add(
+                "rejects.jsonl line malformed",
+                (obj.get("id") if isinstance(obj, dict) else None) or where,
+            )
+            continue
+        seen[(obj["source"], obj["reason"])] += 1
+    for name, c in counts.items():
+        want = (c.get("row_rejects_by_reason") if isinstance(c, dict) else None) or {}
+        got = {reason: k for (src, reason), k in seen.items() if src == name}
+        if want != got:
+            p.add("rejects.jsonl counts != row_rejects_by_reason", name, f"{name}: {got} != {want}")
+    # prompts.jsonl: one line per needs_generation row
+    plines, pbad = read_jsonl(out.folder / "prompts.jsonl")
+    for ln in pbad:
+        p.add("prompts.jsonl line is not JSON", f"prompts.jsonl:{ln}")
+    pseen: Counter[str] = Counter()
+    for obj in plines:
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if (
+            not isinstance(obj, dict)
+            or not isinstance(obj.get("messages"), list)
+            or not isinstance(meta, dict)
+        ):
+            p.add("prompts.jsonl line malformed", obj.get("id") if isinstance(obj, dict) else None)
+            continue
+        pseen[str(meta.get("source"))] += 1
+    for name, c in counts.items():
+        if isinstance(c, dict) and c.get("needs_generation") != pseen.get(name, 0):
+            p.add("prompts.jsonl lines != needs_generation", name)
+    return p.result(
+        "accounting",
+        f"{len(counts)} sources balance; {n:,} rows, {len(lines):,} rejects,"
+        f" {len(plines):,} prompts match the manifest",
+    )
+
+
+def _reject_ok(obj: Any, counts: dict[str, Any]) -> bool:
+    return (
+        isinstance(obj, dict)
+        and set(obj) == REJECT_KEYS
+        and obj["source"] in counts
+        and isinstance(obj["row"], int)
+        and not isinstance(obj["row"], bool)
+        and obj["row"] >= 0
+        and (obj["id"] is None or isinstance(obj["id"], str))
+        and obj["reason"] in reasons.ROW_REJECT_REASONS
+        and isinstance(obj["message"], str)
+    )
+
+
+# --- file hashes ---------------------------------------------------------------------------------
+def check_file_hashes(out: OutputSet) -> CheckResult:
+    """Every output file the manifest lists exists with its recorded sha256, and none is missing."""
+    p = Problems()
+    files: dict[str, str] = out.manifest.get("files") or {}
+    expected = {f.name for f in out.data_files} | {
+        "token_freq.npy",
+        "rejects.jsonl",
+        "prompts.jsonl",
+        "dataset_info.json",
+        "state.json",
+    }
+    n = out.options.get("draft_vocab_size")
+    if n:
+        expected |= {f"d2t-{n}.npy", f"t2d-{n}.npy"}
+    for name in sorted(expected - set(files)):
+        p.add("output file not listed in the manifest", name)
+    for name, digest in files.items():
+        path = out.folder / name
+        if "/" in name or name.startswith(".") or not path.is_file():
+            p.add("listed file missing", name)
+            continue
+        out.sha256[name] = sha256_file(path)
+        if out.sha256[name] != digest:
+            p.add("sha256 differs from the manifest", name)
+    # a shard that state.json does not list is not part of the set (loaders ignore it), yet
+    # it looks like one: another run's shard, a copy, a `datasets` cache file
+    in_state = {
+        str(f.get("filename")) for f in out.state.get("_data_files") or [] if isinstance(f, dict)
+    }
+    for path in sorted(out.folder.glob("*.arrow")):
+        if path.name not in in_state:
+            p.add(
+                "*.arrow file not listed in state.json (not part of the set: delete it)",
+                path.name,
+                f"{path.name}: not one of state.json's data files",
+            )
+    return p.result(
+        "file_hashes",
+        f"{len(files)} files match their manifest sha256; no stray *.arrow file",
+    )
+
+
+# --- 7. vocabulary files ------------------------------------------------------------------------
+def check_token_freq(
+    out: OutputSet, stats: RowStats, load_pt: Callable[[Path], dict[int, int] | None] | None = None
+) -> CheckResult:
+    """token_freq.npy (and .pt when torch imports) equal a recount of supervised tokens.
+
+    ``load_pt`` reads token_freq.pt elsewhere (the build's helper process); default: here.
+    """
+    p = Problems()
+    notes: list[str] = []
+    vocab = out.vocab_size
+    recount = stats.token_freq
+    path = out.folder / "token_freq.npy"
+    if not path.is_file():
+        p.add("token_freq.npy missing", "token_freq.npy")
+    else:
+        try:
+            freq = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            p.add(f"token_freq.npy unreadable: {exc}", "token_freq.npy")
+            freq = None
+        if freq is not None:
+            if freq.dtype != np.int64 or freq.shape != (vocab,):
+                p.add(
+                    f"token_freq.npy is {freq.dtype}{list(freq.shape)}, expected int64[{vocab}]",
+                    "token_freq.npy",
+                )
+            else:
+                ref = _fit(recount, vocab)
+                diff = np.nonzero(freq != ref)[0]
+                if diff.size:
+                    p.add(
+                        f"token_freq.npy differs from the recount at {diff.size} token ids",
+                        "token_freq.npy",
+                        f"e.g. id {int(diff[0])}: file {int(freq[diff[0]])}"
+                        f" != recount {int(ref[diff[0]])}",
+                    )
+    pt = out.folder / "token_freq.pt"
+    if pt.is_file():
+        try:
+            data = (load_pt or load_token_freq_pt)(pt)
+        except SidecarError:
+            raise
+        except Exception as exc:  # a corrupt pickle is a failed check, not a crash
+            p.add(f"token_freq.pt unreadable: {type(exc).__name__}", "token_freq.pt")
+        else:
+            if data is None:
+                notes.append("token_freq.pt not compared: torch is not installed")
+            else:
+                want = {int(i): int(recount[i]) for i in np.nonzero(recount)[0]}
+                if {k: v for k, v in data.items() if v != 0} != want:
+                    p.add("token_freq.pt differs from the recount", "token_freq.pt")
+    else:
+        notes.append("token_freq.pt absent (written only when torch was installed at build time)")
+    total = int(recount.sum())
+    res = p.result("token_freq", f"counts equal a recount of {total:,} supervised tokens")
+    if notes:
+        res.details["notes"] = notes
+        if res.status == "pass":
+            res.summary += " (" + "; ".join(notes) + ")"
+    return res
+
+
+def _fit(arr: np.ndarray, size: int) -> np.ndarray:
+    if arr.size >= size:
+        return arr[:size]
+    return np.concatenate([arr, np.zeros(size - arr.size, dtype=arr.dtype)])
+
+
+def expected_draft_ids(freq: np.ndarray, n: int) -> np.ndarray:
+    """EAGLE-3 draft vocabulary from counts, written independently of write.draft_vocab:
+    a stable sort by descending count keeps ties in id order; pad with the lowest unused ids."""
+    seen = np.nonzero(freq)[0]
+    order = seen[np.argsort(-freq[seen], kind="stable")][:n]
+    if order.size < n:
+        used = np.zeros(max(n, int(order.max()) + 1 if order.size else n), dtype=bool)
+        used[order] = True
+        pad = np.nonzero(~used[:n])[0][: n - order.size]
+        order = np.concatenate([order, pad])
+    return np.sort(order).astype(np.int64)
+
+
+def check_draft_vocab(out: OutputSet, stats: RowStats) -> CheckResult:
+    """d2t/t2d agree with each other and with the top-N supervised tokens of the recount."""
+    p = Problems()
+    vocab = out.vocab_size
+    sizes = {
+        int(f.stem.split("-", 1)[1])
+        for f in out.folder.glob("d2t-*.npy")
+        if f.stem.split("-", 1)[1].isdigit()
+    }
+    sizes |= {
+        int(f.stem.split("-", 1)[1])
+        for f in out.folder.glob("t2d-*.npy")
+        if f.stem.split("-", 1)[1].isdigit()
+    }
+    want_n = out.options.get("draft_vocab_size")
+    if want_n:
+        sizes.add(int(want_n))
+    if not sizes:
+        return CheckResult(
+            "draft_vocab", "skip", "skipped: no d2t/t2d files (built without --draft-vocab-size)"
+        )
+    # t2d must have the target model's vocabulary size (speculators' train stops otherwise):
+    # --target-vocab-size when it was given, else the manifest's (config.json) vocab_size
+    target = int(out.options.get("target_vocab_size") or vocab)
+    if target != vocab or vocab < 1:
+        p.add(f"manifest vocab_size {vocab} is not the target vocabulary size {target}", "manifest")
+    for n in sorted(sizes):
+        d2t_path, t2d_path = out.folder / f"d2t-{n}.npy", out.folder / f"t2d-{n}.npy"
+        if not d2t_path.is_file() or not t2d_path.is_file():
+            p.add(f"d2t-{n}.npy / t2d-{n}.npy missing", f"d2t-{n}")
+            continue
+        try:
+            d2t = np.load(d2t_path, allow_pickle=False)
+            t2d = np.load(t2d_path, allow_pickle=False)
+        except (ValueError, OSError):
+            p.add("unreadable", f"d2t-{n}")
+            continue
+        if d2t.shape != (n,) or d2t.dtype != np.int64:
+            p.add(f"d2t-{n} is {d2t.dtype}{list(d2t.shape)}, expected int64[{n}]", f"d2t-{n}")
+            continue
+        if t2d.dtype != np.bool_ or t2d.shape != (target,):
+            p.add(
+                f"t2d-{n} is {t2d.dtype}{list(t2d.shape)}, expected bool[{target}]"
+                " (the target vocabulary size)",
+                f"t2d-{n}",
+            )
+            continue
+        ids = d2t + np.arange(n, dtype=np.int64)
+        if not np.array_equal(ids, np.nonzero(t2d)[0]):
+            p.add("d2t and t2d name different token ids", f"d2t-{n}")
+            continue
+        if not np.array_equal(ids, expected_draft_ids(_fit(stats.token_freq, vocab), n)):
+            p.add("draft vocabulary is not the top-N of the supervised-token recount", f"d2t-{n}")
+    return p.result(
+        "draft_vocab",
+        "d2t/t2d consistent with each other and with the counts: "
+        + ", ".join(str(n) for n in sorted(sizes)),
+    )
+
+
+# --- 8. drafter fitness ---------------------------------------------------------------------------
+def check_drafter_fitness(
+    out: OutputSet, stats: RowStats, block_size: int, ids: list[str | None] | None = None
+) -> CheckResult:
+    """Rows without two consecutive supervised tokens and DFlash anchor availability."""
+    n = int(stats.seq_len.size)
+    if n == 0:
+        return CheckResult("drafter_fitness", "skip", "skipped: the set has no rows")
+    no_pair = np.nonzero(stats.pairs == 0)[0]
+    no_anchor = np.nonzero(stats.anchors == 0)[0]
+    frac = no_pair.size / n
+    details: dict[str, Any] = {
+        "block_size": block_size,
+        "rows": n,
+        "rows_without_consecutive_supervised_pair": int(no_pair.size),
+        "rows_without_dflash_anchor": int(no_anchor.size),
+        "dflash_anchors_total": int(stats.anchors.sum()),
+        "dflash_anchors_per_row_mean": float(stats.anchors.mean()),
+        "dflash_anchors_per_row_median": float(np.median(stats.anchors)),
+        "full_supervised_blocks_total": int(stats.full_blocks.sum()),
+        "max_no_pair_fraction": MAX_NO_PAIR_FRACTION,
+    }
+    summary = (
+        f"{no_pair.size:,}/{n:,} rows without two consecutive supervised tokens"
+        f" (fail above {MAX_NO_PAIR_FRACTION:.0%}); DFlash block {block_size}:"
+        f" {int(stats.anchors.sum()):,} anchors, {no_anchor.size:,} rows without one"
+    )
+    if frac > MAX_NO_PAIR_FRACTION:
+        examples = [str(ids[i]) for i in no_pair[:5]] if ids else [f"#{i}" for i in no_pair[:5]]
+        return CheckResult("drafter_fitness", "fail", summary, int(no_pair.size), examples, details)
+    if stats.anchors.sum() == 0:
+        summary += " — no row has a DFlash anchor: a DFlash trainer has nothing to sample"
+        return CheckResult("drafter_fitness", "fail", summary, n, [], details)
+    return CheckResult("drafter_fitness", "pass", summary, details=details)
+
+
+def arrow_table_ok(table: pa.Table | None) -> bool:
+    return table is not None and all(c in table.column_names for c in REQUIRED_COLUMNS)

@@ -1,0 +1,855 @@
+"""The source-level checks of `verify`: sources, tokenizer, template, row identity, mask fidelity,
+leakage and truncation.
+
+Mask fidelity is re-derived *without* build's render/encode code path (no `plan_conversation`,
+`derive_turn` or `encode_plans`). Build computes character spans and tokenizes segments; verify
+goes the other way: it decodes the row's tokens, splits them into maximal supervised runs, and
+compares each decoded run, and its character offset in the decoded row, with the generations it
+renders itself from the source row (P = render(turns<j, generation prompt), F = render(turns<=j),
+G = F after P up to and including the first end-of-turn token). Reading and normalizing sources
+(and the selection, ids and filters of `mix.iter_selected_items`) are shared with build: that
+is reading, not masking.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from draftset.config import defaults
+from draftset.core import reasons
+from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
+from draftset.mask.limits import RenderLimit, render_char_cap, time_limit
+from draftset.mask.template import (
+    ChatTemplate,
+    TemplateSpec,
+    TokenizerError,
+    as_content_parts,
+    generation_config_stop_ids,
+    probe_content_parts,
+    probe_renders_reasoning,
+)
+from draftset.output.readback import (
+    CheckResult,
+    OutputSet,
+    Problems,
+    iter_batches,
+    read_jsonl,
+    supervised_runs,
+)
+from draftset.sources.normalize import as_template_reads
+from draftset.sources.read import Source, SourceError, describe_inputs, sha256_file
+
+FULL_CHECK_MAX_ROWS = 20_000
+"""Sets up to this many rows get every row mask-checked by default; bigger ones a seeded sample."""
+
+DEFAULT_SAMPLE = 2_000
+"""Rows mask-checked by default on sets above FULL_CHECK_MAX_ROWS."""
+
+_TEMPLATES: dict[tuple[str, str, str, tuple[str, ...]], ChatTemplate] = {}
+_THINK_TAGS = re.compile(r"</?think>")
+
+
+# --- template & tokenizer ------------------------------------------------------------------------
+def load_template(manifest: dict[str, Any], tokenizer: str | None) -> ChatTemplate:
+    """The renderer exactly as the manifest recorded it (cached per process: loading costs ~1 s)."""
+    t = manifest.get("template") or {}
+    tok = tokenizer or str((manifest.get("tokenizer") or {}).get("path") or "")
+    if not tok:
+        raise TokenizerError("the manifest names no tokenizer; pass --tokenizer")
+    text = str(t.get("text") or "")
+    kwargs = dict(t.get("kwargs") or {})
+    # only the user's own --eot-token extras: verify derives the stop tokens itself
+    extra = tuple((manifest.get("options") or {}).get("eot_tokens") or ())
+    key = (tok, text, json.dumps(kwargs, sort_keys=True), extra)
+    if key not in _TEMPLATES:
+        tmpl = ChatTemplate(TemplateSpec(tok, text or None, kwargs, extra))
+        _TEMPLATES[key] = tmpl
+        tmpl.verify_stops = derive_stop_tokens(tmpl, extra)  # type: ignore[attr-defined]
+    return _TEMPLATES[key]
+
+
+# --- stop tokens and message shape, derived here (not from build's list) -------------------------
+_STOP_PROBE = "DRAFTSET_VERIFY_PROBE_1c9e"
+
+
+def derive_stop_tokens(tmpl: ChatTemplate, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The tokens a server stops on, from the tokenizer's own files: ``generation_config.json``
+    ``eos_token_id`` (int or list) and the tokenizer's EOS; without that file, the first special
+    token the template writes after an answer (public `apply_chat_template`) and the EOS."""
+    tok = tmpl.tokenizer
+    found: list[str] = list(extra)
+
+    def add(t: Any) -> None:
+        if isinstance(t, str) and t and t not in found:
+            found.append(t)
+
+    # the file is read (and its ids checked) as build reads it; what follows from it is derived here
+    ids = generation_config_stop_ids(tmpl.path, len(tok)) if tmpl.path is not None else None
+    if ids is not None:
+        for i in ids:
+            add(tok.convert_ids_to_tokens(i))
+    else:
+        special = {str(t) for t in tok.added_tokens_decoder.values() if t.special}
+        parts, _ = _shape(tmpl)
+        for msgs in (
+            [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _STOP_PROBE}],
+            [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": _STOP_PROBE},
+                {"role": "user", "content": "More"},
+                {"role": "assistant", "content": "Yes"},
+            ],
+        ):
+            try:
+                text = tmpl.render_reference(as_content_parts(msgs) if parts else msgs)
+            except Exception:
+                continue
+            at = text.find(_STOP_PROBE)
+            if at < 0:
+                continue
+            after = tok.tokenize(text[at + len(_STOP_PROBE) :], add_special_tokens=False)
+            add(next((t for t in after if t in special), None))
+    add(tok.eos_token)
+    return tuple(found)
+
+
+def _stops(tmpl: ChatTemplate) -> tuple[str, ...]:
+    stops = getattr(tmpl, "verify_stops", None)
+    if stops is None:
+        stops = tmpl.verify_stops = derive_stop_tokens(tmpl)  # type: ignore[attr-defined]
+    return stops
+
+
+def _stop_ids(tmpl: ChatTemplate) -> frozenset[int]:
+    """`_stops` as ids, worked out once per template (asked for every supervised run)."""
+    ids = getattr(tmpl, "verify_stop_ids", None)
+    if ids is None:
+        ids = frozenset(int(tmpl.tokenizer.convert_tokens_to_ids(t)) for t in _stops(tmpl))
+        tmpl.verify_stop_ids = ids  # type: ignore[attr-defined]
+    return ids
+
+
+def _shape(tmpl: ChatTemplate) -> tuple[bool, bool]:
+    """(content as parts, renders reasoning): the per-template probes, through the public path."""
+    shape = getattr(tmpl, "verify_shape", None)
+    if shape is None:
+        parts = probe_content_parts(tmpl.render_reference)
+        shape = (parts, probe_renders_reasoning(tmpl.render_reference, parts))
+        tmpl.verify_shape = shape  # type: ignore[attr-defined]
+    return shape
+
+
+def check_tokenizer(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
+    """The tokenizer's fingerprint and vocabulary size equal the manifest's."""
+    p = Problems()
+    rec = out.manifest.get("tokenizer") or {}
+    fp = tmpl.fingerprint()
+    if rec.get("fingerprint") != fp:
+        p.add(
+            "tokenizer fingerprint differs from the manifest",
+            "tokenizer",
+            f"{fp[:16]} != {str(rec.get('fingerprint'))[:16]}",
+        )
+    vocab = tmpl.vocab_size(out.options.get("target_vocab_size"))
+    if rec.get("vocab_size") != vocab:
+        p.add(
+            "vocabulary size differs from the manifest",
+            "tokenizer",
+            f"{vocab} != {rec.get('vocab_size')}",
+        )
+    recorded = set((out.manifest.get("template") or {}).get("eot_tokens") or ())
+    if recorded and recorded != set(_stops(tmpl)):
+        p.add(
+            "the manifest's end-of-turn tokens differ from the tokenizer files' stop tokens",
+            "tokenizer",
+            f"{sorted(recorded)} != {sorted(_stops(tmpl))}",
+        )
+    return p.result(
+        "tokenizer", f"fingerprint {fp[:16]}… and vocab size {vocab} match the manifest"
+    )
+
+
+def check_template(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
+    """The manifest's template text hashes to its recorded sha256, and equals its origin
+    (the --chat-template file when still readable, else the tokenizer's own template)."""
+    import hashlib
+
+    p = Problems()
+    t = out.manifest.get("template") or {}
+    text = str(t.get("text") or "")
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    if t.get("sha256") != digest:
+        p.add("template text does not hash to the manifest's template sha256", "template")
+    origin = "the manifest's text"
+    path = out.options.get("chat_template_path")
+    if path:
+        f = Path(path)
+        if f.is_file():
+            origin = str(f)
+            if hashlib.sha256(f.read_text(encoding="utf-8").encode()).hexdigest() != t.get(
+                "sha256"
+            ):
+                p.add(f"--chat-template file {path} changed since the build", "template")
+    else:
+        own = getattr(tmpl.tokenizer, "chat_template", None)
+        if isinstance(own, dict):
+            own = own.get("default")
+        if own:
+            origin = "the tokenizer's own template"
+            if hashlib.sha256(str(own).encode()).hexdigest() != t.get("sha256"):
+                p.add("the tokenizer's own chat template differs from the manifest's", "template")
+    return p.result("template", f"sha256 {str(t.get('sha256'))[:16]}… matches {origin}")
+
+
+# --- sources -------------------------------------------------------------------------------------
+def manifest_sources(out: OutputSet) -> list[Source]:
+    return [
+        Source(
+            name=str(i["name"]),
+            path=Path(i["path"]),
+            format=i.get("format_override"),
+            fields=i.get("fields"),
+            weight=i.get("weight"),
+            count=i.get("count"),
+            preset=i.get("preset"),
+        )
+        for i in out.manifest.get("inputs") or []
+    ]
+
+
+def check_sources(out: OutputSet) -> CheckResult:
+    """Every input file still exists with the bytes (sha256) and file list the manifest recorded."""
+    p = Problems()
+    n_files = 0
+    for rec, src in zip(out.manifest.get("inputs") or [], manifest_sources(out), strict=True):
+        want = [(f["path"], f["sha256"]) for f in rec.get("files") or []]
+        n_files += len(want)
+        if not src.path.exists():
+            p.add(
+                "source missing",
+                src.name,
+                f"{src.name}: {src.path} not found"
+                " (relative paths are read from the current folder)",
+            )
+            continue
+        try:
+            got = [(f["path"], f["sha256"]) for f in describe_inputs(src)]
+        except SourceError as exc:
+            p.add("source unreadable", src.name, str(exc))
+            continue
+        if [g[0] for g in got] != [w[0] for w in want]:
+            p.add(
+                "source file list changed", src.name, f"{src.name}: files now {[g[0] for g in got]}"
+            )
+        elif got != want:
+            changed = [g[0] for g, w in zip(got, want, strict=True) if g != w]
+            p.add("source sha256 changed", src.name, f"{src.name}: {', '.join(changed)}")
+    for answers in (out.manifest.get("selection") or {}).get("overlay") or []:  # `draftset run`
+        n_files += 1
+        path = Path(answers["path"])
+        if answers.get("sha256") is None:
+            if path.exists():
+                p.add("answers file changed", str(path), f"{path}: exists now")
+        elif not path.is_file():
+            p.add("answers file missing", str(path), f"{path} not found (the run's work folder)")
+        elif sha256_file(path) != answers["sha256"]:
+            p.add("answers file changed", str(path), f"{path}: sha256 differs")
+    return p.result("sources", f"{n_files} input files unchanged (sha256)")
+
+
+def iter_source_items(out: OutputSet) -> Iterator[Normalized]:
+    """Every input row as build read it: same selection, normalization, ids and filters."""
+    from draftset.select import mix  # reading, ids and filters only; never build's masking code
+
+    opts = out.options
+    sel = out.manifest.get("selection") or {}
+    spec = mix.SelectionSpec(
+        sources=manifest_sources(out),
+        max_samples=opts.get("max_samples"),
+        seed=int(opts.get("seed") or 0),
+        dedup=sel.get("dedup", "exact"),
+        near_dup_threshold=float(sel.get("near_dup_threshold", 0.8)),
+        decontaminate=[d["path"] for d in sel.get("decontaminate") or []],
+        decontaminate_ngram=int(sel.get("decontaminate_ngram", 13)),
+        mix=sel.get("mix"),
+        template_kwargs=dict((out.manifest.get("template") or {}).get("kwargs") or {}),
+        overlay=[d["path"] for d in sel.get("overlay") or []],
+    )
+    yield from mix.iter_selected_items(spec)
+
+
+# --- expected generations, derived from renders --------------------------------------------------
+@dataclass
+class Expected:
+    """What one output row must be: its text and the generations supervised in it."""
+
+    text: str
+    gens: list[tuple[int, str, int]]  # (char offset in text, generation text, message index)
+    context: Counter[str] = field(default_factory=Counter)
+
+
+def _generation(tmpl: ChatTemplate, prompt: str, full: str) -> tuple[str | None, str | None]:
+    """(generation, context reason): F after P up to and including the first stop token."""
+    if not full.startswith(prompt):
+        return None, reasons.TURN_NOT_GENERABLE
+    best = -1
+    for tok in _stops(tmpl):
+        i = full.find(tok, len(prompt))
+        if i >= 0 and (best < 0 or i + len(tok) < best):
+            best = i + len(tok)
+    if best < 0:
+        return None, reasons.TURN_NO_END_OF_TURN
+    return full[len(prompt) : best], None
+
+
+def expected_rows(
+    tmpl: ChatTemplate, conv: Conversation, mode: str, placeholders: tuple[str, ...]
+) -> tuple[list[tuple[str, Expected]], Counter[str], str | None]:
+    """Expected rows (id, Expected) of a conversation, context-turn counts, template error.
+
+    Renders go through transformers' public `apply_chat_template` (the reference path), with
+    the template options the row was generated with when `generate` recorded them.
+    """
+    recorded = conv.meta.get("metadata")
+    row_kwargs = recorded.get("chat_template_kwargs") if isinstance(recorded, dict) else None
+    row_kwargs = row_kwargs if isinstance(row_kwargs, dict) else None
+
+    def render(messages: list, generation_prompt: bool = False) -> str:
+        return tmpl.render_reference(messages, conv.tools, generation_prompt, row_kwargs)
+
+    originals = conv.messages
+    asst = [i for i, m in enumerate(originals) if m["role"] == "assistant"]
+    originals = originals[: asst[-1] + 1]
+    parts, renders_reasoning = _shape(tmpl)
+    msgs = as_template_reads(originals, conv.meta, parts, renders_reasoning)
+    context: Counter[str] = Counter()
+    rows: list[tuple[str, Expected]] = []
+    if mode == "each":
+        error = None
+        for k, j in enumerate(asst):
+            if j == 0:
+                context[reasons.TURN_NO_PROMPT] += 1
+                continue
+            if reasons.is_placeholder_answer(originals[j], placeholders):
+                context[reasons.TURN_PLACEHOLDER] += 1
+                continue
+            try:
+                prompt = render(msgs[:j], True)
+                full = render(msgs[: j + 1])
+            except Exception as exc:
+                error = error or _first_line(exc)
+                continue
+            gen, why = _generation(tmpl, prompt, full)
+            if gen is None:
+                context[str(why)] += 1
+                continue
+            if reasons.drops_content(originals[j], gen):
+                error = error or DROPS_CONTENT
+                continue
+            rows.append((f"{conv.id}#{k}", Expected(full, [(len(prompt), gen, j)])))
+        return rows, context, error
+    try:
+        whole = render(msgs)
+        gens: list[tuple[int, str, int]] = []
+        for j in asst:
+            if mode == "last" and j != asst[-1]:
+                context[reasons.TURN_NOT_LAST] += 1
+                continue
+            if j == 0:
+                context[reasons.TURN_NO_PROMPT] += 1
+                continue
+            if reasons.is_placeholder_answer(originals[j], placeholders):
+                context[reasons.TURN_PLACEHOLDER] += 1
+                continue
+            prompt = render(msgs[:j], True)
+            full = whole if j == asst[-1] else render(msgs[: j + 1])
+            gen, why = _generation(tmpl, prompt, full)
+            if gen is None:
+                context[str(why)] += 1
+            elif whole.startswith(prompt) and whole.startswith(gen, len(prompt)):
+                if reasons.drops_content(originals[j], gen):
+                    return [], context, DROPS_CONTENT
+                gens.append((len(prompt), gen, j))
+            else:
+                context[reasons.TURN_HISTORY_RENDER_DIFFERS] += 1
+    except Exception as exc:
+        return [], context, _first_line(exc)
+    if gens:
+        rows.append((conv.id, Expected(whole, gens)))
+    return rows, context, None
+
+
+DROPS_CONTENT = "the template's render of an assistant turn does not contain its text or tools"
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# --- comparing one output row with its expectation -----------------------------------------------
+@dataclass
+class RowVerdict:
+    """Problems found in one row, by check."""
+
+    mask: list[str] = field(default_factory=list)
+    leakage: list[str] = field(default_factory=list)
+    truncated: bool = False
+
+
+def _decode(tmpl: ChatTemplate, ids: np.ndarray) -> str:
+    return tmpl.backend.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
+def compare_row(
+    tmpl: ChatTemplate,
+    ids: np.ndarray,
+    mask: np.ndarray,
+    exp: Expected,
+    conv: Conversation,
+    options: dict[str, Any],
+    placeholders: tuple[str, ...],
+) -> RowVerdict:
+    """Decode the row's supervised runs and match each one to an expected generation."""
+    v = RowVerdict()
+    runs = supervised_runs(mask)
+    # decode alternating context / supervised segments; their lengths give each run's offset
+    pieces: list[tuple[int, int, str]] = []  # (start char, end char, decoded run)
+    pos, char = 0, 0
+    decoded_parts: list[str] = []
+    for s, e in runs:
+        gap = _decode(tmpl, ids[pos:s])
+        run = _decode(tmpl, ids[s:e])
+        decoded_parts += [gap, run]
+        char += len(gap)
+        pieces.append((char, char + len(run), run))
+        char += len(run)
+        pos = e
+    decoded_parts.append(_decode(tmpl, ids[pos:]))
+    text = "".join(decoded_parts)
+    whole = _decode(tmpl, ids)
+    if text != whole:
+        v.mask.append("a supervised run boundary splits a character")
+        return v
+    text, pieces, exp = in_normal_form(tmpl, text, pieces, exp)
+    cut_allowed = options.get("truncation") == "truncate" and len(ids) == int(
+        options.get("max_length") or -1
+    )
+    if text != exp.text:
+        if cut_allowed and exp.text.startswith(text.rstrip("\ufffd")):
+            v.truncated = True
+        else:
+            v.mask.append("row text differs from the re-render of its source row")
+            return v
+    by_start = {start: (gen, j) for start, gen, j in exp.gens}
+    matched: set[int] = set()
+    for i, (start, end, run) in enumerate(pieces):
+        is_last = i == len(pieces) - 1
+        s_tok, e_tok = runs[i]
+        hit = by_start.get(start)
+        if hit is not None and run == hit[0]:
+            if int(ids[e_tok - 1]) not in _stop_ids(tmpl):
+                v.mask.append(f"run of turn {hit[1]} does not end with an end-of-turn token")
+            matched.add(start)
+            _leak(v, conv, hit[1], run, tmpl, ids[s_tok:e_tok], placeholders)
+            continue
+        if (
+            hit is not None
+            and v.truncated
+            and is_last
+            and e_tok == len(ids)
+            and hit[0].startswith(run.rstrip("\ufffd"))
+        ):
+            matched.add(start)  # a cut run is a prefix: only its source answer is judged
+            _leak(v, conv, hit[1], run, tmpl, ids[s_tok:e_tok], placeholders, decoded=False)
+            continue
+        v.mask.append(_classify(start, end, run, exp, conv))
+        _leak(v, conv, None, run, tmpl, ids[s_tok:e_tok], placeholders)
+    for start, gen, j in exp.gens:
+        if start in matched:
+            continue
+        if v.truncated and start >= len(text.rstrip("\ufffd")):
+            continue  # cut off by truncation
+        v.mask.append(f"assistant turn {j} should be supervised but is not: {_short(gen)}")
+    return v
+
+
+def in_normal_form(
+    tmpl: ChatTemplate, text: str, pieces: list[tuple[int, int, str]], exp: Expected
+) -> tuple[str, list[tuple[int, int, str]], Expected]:
+    """The decoded row (with its runs) and its expectation in the tokenizer's normalized form.
+
+    A tokenizer with a normalizer (Qwen's NFC) encodes the normalized text, so its tokens decode
+    to that form (U+2126 OHM SIGN comes back as U+03A9): text is compared after applying that
+    same normalizer to both sides, and offsets are counted in normalized characters (the length
+    of the normalized prefix). Without a normalizer everything is compared raw, and so is a
+    row whose decoded text already equals (or, cut, starts) its expectation: equal raw text
+    means equal normalized text, and most rows need no normalizer call at all.
+    """
+    normalizer = getattr(tmpl.backend, "normalizer", None)
+    if normalizer is None or exp.text.startswith(text.rstrip("\ufffd")):
+        return text, pieces, exp
+    norm = normalizer.normalize_str
+
+    def at(s: str, i: int) -> int:
+        return len(norm(s[:i]))
+
+    pieces = [(at(text, s), at(text, e), norm(run)) for s, e, run in pieces]
+    gens = [(at(exp.text, s), norm(gen), j) for s, gen, j in exp.gens]
+    return norm(text), pieces, Expected(norm(exp.text), gens, exp.context)
+
+
+def _classify(start: int, end: int, run: str, exp: Expected, conv: Conversation) -> str:
+    """A readable reason for a supervised run that is not an expected generation."""
+    for gstart, gen, j in exp.gens:
+        if start < gstart + len(gen) and gstart < end:
+            return f"supervised run overlaps turn {j} but is not its generation: {_short(run)}"
+    for m in conv.messages:
+        content = str(m.get("content") or "").strip()
+        if (
+            m["role"] != "assistant"
+            and len(content) >= 2
+            and (content in run or run.strip() in content)
+        ):
+            return f"{m['role']} text is supervised: {_short(run)}"
+    return (
+        "supervised run outside every expected generation (context or template markup): "
+        + _short(run)
+    )
+
+
+def _short(text: str, n: int = 60) -> str:
+    return repr(text if len(text) <= n else text[: n - 1] + "…")
+
+
+def _decoded_answer(tmpl: ChatTemplate, run_ids: np.ndarray) -> str:
+    """A run's answer text from its tokens alone: special tokens and think tags dropped."""
+    text = tmpl.backend.decode([int(i) for i in run_ids], skip_special_tokens=True)
+    for tok in _stops(tmpl):
+        text = text.replace(tok, "")
+    return _THINK_TAGS.sub("", text).strip()
+
+
+def _leak(
+    v: RowVerdict,
+    conv: Conversation | None,
+    j: int | None,
+    run: str,
+    tmpl: ChatTemplate,
+    run_ids: np.ndarray,
+    placeholders: tuple[str, ...],
+    decoded: bool = True,
+) -> None:
+    text = _decoded_answer(tmpl, run_ids) if decoded else None
+    has_calls = conv is not None and j is not None and bool(conv.messages[j].get("tool_calls"))
+    if text is not None and not has_calls and (text == "" or text in placeholders):
+        v.leakage.append(f"placeholder answer supervised: {_short(text)}")
+        return
+    if conv is None or j is None:
+        return
+    msg = conv.messages[j]
+    if reasons.is_placeholder_answer(msg, placeholders):
+        text = _short(reasons.answer_text(msg))
+        v.leakage.append(f"placeholder answer supervised (turn {j}): {text}")
+        return
+    prompt = next((m for m in reversed(conv.messages[:j]) if m["role"] == "user"), None)
+    content = str(msg.get("content") or "").strip()
+    if prompt is not None and content and content == str(prompt.get("content") or "").strip():
+        v.leakage.append(f"answer of turn {j} is a verbatim copy of its prompt: {_short(content)}")
+
+
+# --- the row-level pass --------------------------------------------------------------------------
+@dataclass
+class SourcePass:
+    """Results of the pass over sources and output rows."""
+
+    identity: CheckResult
+    mask: CheckResult
+    leakage: CheckResult
+
+
+def pick_rows(n: int, sample: int | None, seed: int) -> tuple[list[int], bool]:
+    """Row indices to mask-check and whether that is every row."""
+    if sample is None:
+        sample = n if n <= FULL_CHECK_MAX_ROWS else DEFAULT_SAMPLE
+    if sample >= n:
+        return list(range(n)), True
+    return sorted(random.Random(seed).sample(range(n), sample)), False
+
+
+def source_pass(
+    out: OutputSet,
+    tmpl: ChatTemplate,
+    sample: int | None,
+    seed: int,
+    placeholders: tuple[str, ...],
+) -> SourcePass:
+    """Row identity over every row; mask fidelity and leakage over the chosen rows.
+
+    Expected rows use the manifest's placeholder list (what build skipped); leakage judges
+    supervised answers against ``placeholders`` (the verify flag, default the same list)."""
+    opts = out.options
+    build_placeholders = tuple(opts.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
+    timeout = opts.get("render_timeout", defaults.RENDER_TIMEOUT)
+    mode = str(opts.get("turns", "all"))
+    ids = out.ids()
+    n = len(ids)
+    chosen, full = pick_rows(n, sample, seed)
+    chosen_set = set(chosen)
+    row_of_id = {rid: i for i, rid in enumerate(ids) if rid is not None}
+    each_rows: dict[str, list[str]] = {}
+    if mode == "each":
+        for rid in ids:
+            base, sep, k = (rid or "").rpartition("#")
+            if sep and k.isdigit():
+                each_rows.setdefault(base, []).append(rid or "")
+    reject_lines, _ = read_jsonl(out.folder / "rejects.jsonl")
+    rejects_at: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for obj in reject_lines:
+        if isinstance(obj, dict) and "source" in obj and "row" in obj:
+            rejects_at.setdefault((str(obj["source"]), obj["row"]), []).append(obj)
+    prompt_lines, _ = read_jsonl(out.folder / "prompts.jsonl")
+    prompts_at = {
+        (str(o["metadata"].get("source")), o["metadata"].get("row")): o
+        for o in prompt_lines
+        if isinstance(o, dict) and isinstance(o.get("metadata"), dict)
+    }
+    ident = Problems()
+    maskp = Problems()
+    leak = Problems()
+    used_rejects: set[tuple[str, int]] = set()
+    row_owner: dict[int, int] = {}  # output row -> stream position of its input row
+    context_by_source: dict[str, Counter[str]] = {}
+    checked = 0
+    sources = out.sources()
+    for position, item in enumerate(iter_source_items(out)):
+        key = (item.source, item.row)
+        if isinstance(item, Reject):
+            lines = rejects_at.get(key) or []
+            used_rejects.add(key)
+            if not any(x.get("reason") == item.reason for x in lines):
+                ident.add(
+                    "rejected input row has no matching rejects.jsonl line",
+                    item.id or f"{item.source}:{item.row}",
+                )
+            continue
+        if isinstance(item, PromptOnly):
+            line = prompts_at.get(key)
+            if line is None or line.get("id") != item.id:
+                ident.add("prompt-only row missing from prompts.jsonl", item.id)
+            continue
+        expected: list[tuple[str, Expected]] = []
+        error: str | None = None
+        if isinstance(item, PreTokenized):
+            own = [item.id] if item.id in row_of_id else []
+        else:
+            own = (
+                each_rows.get(item.id, [])
+                if mode == "each"
+                else ([item.id] if item.id in row_of_id else [])
+            )
+        lines = rejects_at.get(key) or []
+        if lines:
+            used_rejects.add(key)
+        if not own and not lines:
+            ident.add("input row neither written nor rejected (row dropped?)", item.id)
+        for rid in own:
+            r = row_of_id[rid]
+            row_owner[r] = position
+            if sources[r] != item.source:
+                ident.add("row's source column differs from its input row's source", rid)
+        needs = full or any(row_of_id[rid] in chosen_set for rid in own)
+        if not own and lines and all(x.get("reason") in _BOUNDED for x in lines):
+            needs = False  # rejected for the work it costs: not worth that work again here
+        if isinstance(item, Conversation) and needs:
+            expected, context, error = _bounded_expected_rows(
+                tmpl, item, mode, build_placeholders, timeout
+            )
+            context_by_source.setdefault(item.source, Counter()).update(context)
+            if not own:
+                _check_rejection(maskp, item, lines, expected, error)
+        exp_by_id = dict(expected)
+        for rid in own:
+            r = row_of_id[rid]
+            if r not in chosen_set:
+                continue
+            checked += 1
+            row = out.row(r)
+            if isinstance(item, PreTokenized):
+                v = _compare_pretokenized(tmpl, item, row, opts, placeholders)
+            elif rid not in exp_by_id:
+                why = error or "no supervisable assistant turn"
+                maskp.add("row exists but re-derivation gives no such row", rid, f"{rid}: {why}")
+                continue
+            else:
+                v = compare_row(
+                    tmpl,
+                    row["input_ids"],
+                    row["loss_mask"],
+                    exp_by_id[rid],
+                    item,
+                    opts,
+                    placeholders,
+                )
+            for msg in v.mask:
+                maskp.add(msg.split(":")[0], rid, f"{rid}: {msg}")
+            for msg in v.leakage:
+                leak.add(msg.split(":")[0], rid, f"{rid}: {msg}")
+        if isinstance(item, Conversation) and needs and mode == "each":
+            for rid, _ in expected:
+                if rid not in row_of_id and not any(x.get("id") == rid for x in lines):
+                    maskp.add("expected row missing and not rejected", rid)
+    for r in range(n):
+        if r not in row_owner:
+            ident.add("output row id not found among the input rows", ids[r] or f"#{r}")
+    order = [row_owner[r] for r in range(n) if r in row_owner]
+    for a, b in itertools.pairwise(order):
+        if b < a:
+            ident.add("rows are not in input order (build's order is deterministic)", None)
+            break
+    for key in rejects_at:
+        if key not in used_rejects:
+            ident.add("rejects.jsonl line for a row that is not an input row", f"{key[0]}:{key[1]}")
+    if full:
+        _compare_context_counts(maskp, out, context_by_source)
+    scope = f"all {checked:,} rows" if full else f"a seeded sample of {checked:,} of {n:,} rows"
+    return SourcePass(
+        ident.result(
+            "row_identity",
+            f"{n:,} rows map to their input rows, in order; every input row is accounted for",
+        ),
+        maskp.result(
+            "mask_fidelity",
+            f"{scope}: every supervised run is exactly one assistant generation",
+            {"rows_checked": checked, "full": full},
+        ),
+        leak.result(
+            "leakage",
+            f"{scope}: no placeholder or prompt-copy answer supervised",
+            {"placeholders": list(placeholders)},
+        ),
+    )
+
+
+_BOUNDED = frozenset({reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE})
+
+
+def _bounded_expected_rows(
+    tmpl: ChatTemplate,
+    conv: Conversation,
+    mode: str,
+    placeholders: tuple[str, ...],
+    timeout: float | None,
+) -> tuple[list[tuple[str, Expected]], Counter[str], str | None]:
+    """`expected_rows` within build's bounds (its --render-timeout, the same size cap)."""
+    tmpl.max_chars = render_char_cap(conv.messages, conv.tools)
+    try:
+        with time_limit(timeout):
+            return expected_rows(tmpl, conv, mode, placeholders)
+    except RenderLimit as exc:
+        return [], Counter(), f"{exc.reason}: {exc.message}"
+    finally:
+        tmpl.max_chars = None
+
+
+def _check_rejection(
+    p: Problems, conv: Conversation, lines: list[dict[str, Any]], expected: list, error: str | None
+) -> None:
+    """A conversation without rows was rightly rejected (as far as verify can re-derive)."""
+    reasons_given = {x.get("reason") for x in lines}
+    if reasons.NO_SUPERVISED_TURN in reasons_given and expected:
+        p.add("rejected as no_supervised_turn but has a supervisable turn", conv.id)
+    if reasons.TEMPLATE_ERROR in reasons_given and error is None and expected:
+        p.add("rejected as template_error but the template renders", conv.id)
+    if reasons.TEMPLATE_DROPS_CONTENT in reasons_given and error != DROPS_CONTENT:
+        p.add("rejected as template_drops_content but every generation holds its text", conv.id)
+
+
+def _compare_pretokenized(
+    tmpl: ChatTemplate,
+    item: PreTokenized,
+    row: dict[str, Any],
+    opts: dict[str, Any],
+    placeholders: tuple[str, ...],
+) -> RowVerdict:
+    v = RowVerdict()
+    ids, mask = row["input_ids"], row["loss_mask"]
+    n = len(ids)
+    src_ids = np.asarray(item.input_ids, dtype=np.int64)
+    src_mask = np.asarray(item.loss_mask, dtype=np.int8)
+    for s, e in supervised_runs(mask):
+        _leak(v, None, None, "", tmpl, ids[s:e], placeholders)
+    if not (np.array_equal(src_ids[:n], ids) and np.array_equal(src_mask[:n], mask)):
+        v.mask.append("pre-tokenized row differs from its source row")
+    elif n < len(src_ids):
+        if not (opts.get("truncation") == "truncate" and n == opts.get("max_length")):
+            v.mask.append("pre-tokenized row is shorter than its source row")
+        v.truncated = bool(n and mask[n - 1] == 1 and src_mask[n] == 1)
+    return v
+
+
+def _compare_context_counts(p: Problems, out: OutputSet, got: dict[str, Counter[str]]) -> None:
+    counts = (out.manifest.get("counts") or {}).get("per_source") or {}
+    for name, c in counts.items():
+        want = {k: v for k, v in (c.get("context_turns_by_reason") or {}).items() if v}
+        have = {k: v for k, v in (got.get(name) or Counter()).items() if v}
+        if want != have:
+            p.add(
+                "context-only turn counts differ from the manifest",
+                name,
+                f"{name}: re-derived {have} != manifest {want}",
+            )
+
+
+def check_truncation(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
+    """Rows whose last supervised run lacks the end-of-turn token, against the manifest."""
+    p = Problems()
+    eot = np.asarray(sorted(_stop_ids(tmpl)), dtype=np.int64)
+    per_source: Counter[str] = Counter()
+    examples: list[str] = []
+    if out.readable:
+        for b in iter_batches(out):
+            if b.tokens.size != b.mask.size:
+                continue
+            m = b.mask == 1
+            pos = np.arange(m.size)
+            last_sup = np.full(len(b.lengths), -1, dtype=np.int64)
+            rows = np.searchsorted(b.offsets, pos[m], side="right") - 1
+            np.maximum.at(last_sup, rows, pos[m])
+            has = last_sup >= 0
+            bad = has.copy()
+            bad[has] = ~np.isin(b.tokens[last_sup[has]], eot)
+            for r in np.nonzero(bad)[0]:
+                per_source[str(b.sources[r])] += 1
+                if len(examples) < 5:
+                    examples.append(str(b.ids[r]))
+    counts = (out.manifest.get("counts") or {}).get("per_source") or {}
+    for name, c in counts.items():
+        if int(c.get("truncated") or 0) != per_source.get(name, 0):
+            p.add(
+                "rows without a final end-of-turn token != manifest truncated count",
+                None,
+                f"{name}: data {per_source.get(name, 0)} != manifest {c.get('truncated')}",
+            )
+    total = sum(per_source.values())
+    if (out.manifest.get("totals") or {}).get("truncated") != total:
+        p.add("totals.truncated != data", None)
+    if total and out.options.get("truncation") != "truncate":
+        p.add(
+            f"{total} rows end inside an answer but the build used"
+            f" --truncation {out.options.get('truncation')}",
+            None,
+        )
+    if p.count:
+        p.examples = examples
+    return p.result("truncation", f"{total:,} rows end inside an answer, as the manifest says")

@@ -1,0 +1,431 @@
+"""`draftset verify DIR`: prove a built training set is what its manifest says it is.
+
+Exit codes: 0 every check passed (skips allowed, always printed with their reason), 1 any check
+failed (each failure names the check, its count and up to 5 example row ids), 2 unusable
+arguments (one line on stderr). The checks and their thresholds are documented in
+docs/verify.md. `fast_checks` is the subset that needs neither sources nor tokenizer; build runs
+it before reporting success. A full run (not --fast) records its result, its time and the sha256
+of the set's files in DIR/verify.json, which `draftset report` shows (or marks stale).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from draftset.checks.fast import (
+    check_accounting,
+    check_draft_vocab,
+    check_drafter_fitness,
+    check_file_hashes,
+    check_structure,
+    check_token_freq,
+)
+from draftset.config import defaults
+from draftset.core import reasons
+from draftset.core.errors import EXIT_FAIL, EXIT_OK, DraftsetError
+from draftset.inspect.show import visible
+from draftset.mask.template import TokenizerError
+from draftset.output.readback import (
+    VERIFY_RECORD,
+    CheckResult,
+    OutputSet,
+    open_output,
+    row_stats,
+)
+from draftset.sources.read import sha256_file
+
+DEFAULT_BLOCK_SIZE = defaults.BLOCK_SIZE
+
+__all__ = [
+    "VERIFY_RECORD",
+    "CheckResult",
+    "RecordStatus",
+    "fast_checks",
+    "main",
+    "print_results",
+    "read_record",
+    "register_cli",
+    "run_verify",
+    "write_record",
+]
+RECORD_FORMAT = "draftset-verify/1"
+
+
+class VerifyUsageError(DraftsetError):
+    """Unusable arguments (exit code 2)."""
+
+
+def _fast(
+    out: OutputSet, block_size: int, load_pt: Callable[[Path], dict[int, int] | None] | None = None
+) -> list[CheckResult]:
+    stats = row_stats(out, block_size)
+    ids = out.ids() if out.readable and "id" in out.column_names else None
+    return [
+        check_structure(out),
+        check_file_hashes(out),
+        check_accounting(out, stats),
+        check_token_freq(out, stats, load_pt),
+        check_draft_vocab(out, stats),
+        check_drafter_fitness(out, stats, block_size, ids),
+    ]
+
+
+def fast_checks(
+    out_dir: Path | str | OutputSet,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    load_pt: Callable[[Path], dict[int, int] | None] | None = None,
+) -> list[CheckResult]:
+    """Structure, file hashes, accounting, token_freq recount, d2t/t2d, drafter fitness.
+
+    No sources and no tokenizer needed; vectorized, seconds on a big set. Raises
+    NotADraftsetError when ``out_dir`` is not a draftset output. ``load_pt``: see
+    `check_token_freq`. Never writes the verify record (only a full run does).
+    """
+    out = out_dir if isinstance(out_dir, OutputSet) else open_output(Path(out_dir))
+    return _fast(out, block_size, load_pt)
+
+
+def run_verify(
+    out_dir: Path | str,
+    tokenizer: str | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    placeholders: tuple[str, ...] | None = None,
+    speculators: bool = True,
+    record: bool = True,
+) -> list[CheckResult]:
+    """All checks. ``tokenizer`` overrides the manifest's path (a bad one raises TokenizerError);
+    ``sample`` mask-checks that many seeded rows (default: all rows of sets up to 20,000).
+
+    ``record``: write the result beside the set (`verify.json`, see `write_record`) so `report`
+    can show it; a folder that cannot be written adds a `verify_record` skip saying so.
+    """
+    from draftset.checks.mask import (
+        check_sources,
+        check_template,
+        check_tokenizer,
+        check_truncation,
+        load_template,
+        source_pass,
+    )
+
+    out = open_output(Path(out_dir))
+    results = _fast(out, block_size)
+    if placeholders is None:
+        placeholders = tuple(out.options.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
+    if tokenizer and not Path(tokenizer).expanduser().exists():
+        raise TokenizerError(f"tokenizer folder not found: {tokenizer}")
+    try:
+        tmpl = load_template(out.manifest, tokenizer)
+    except TokenizerError as exc:
+        hint = "" if tokenizer else "; pass --tokenizer"
+        msg = f"cannot load the tokenizer with the manifest's template ({exc}){hint}"
+        results.append(CheckResult("tokenizer", "fail", msg, 1, ["tokenizer"]))
+        for name in (
+            "template",
+            "sources",
+            "row_identity",
+            "mask_fidelity",
+            "leakage",
+            "truncation",
+        ):
+            results.append(
+                CheckResult(name, "skip", "skipped: no tokenizer (see the tokenizer check)")
+            )
+        tmpl = None
+    if tmpl is not None:
+        results += [check_tokenizer(out, tmpl), check_template(out, tmpl)]
+        src = check_sources(out)
+        results.append(src)
+        structure_ok = results[0].status == "pass"
+        if src.failed or not structure_ok:
+            why = "sources changed (see the sources check)" if src.failed else "structure is broken"
+            for name in ("row_identity", "mask_fidelity", "leakage"):
+                results.append(CheckResult(name, "skip", f"skipped: {why}"))
+        else:
+            sp = source_pass(out, tmpl, sample, seed, placeholders)
+            results += [sp.identity, sp.mask, sp.leakage]
+        results.append(
+            check_truncation(out, tmpl)
+            if structure_ok
+            else CheckResult("truncation", "skip", "skipped: structure is broken")
+        )
+    if speculators:
+        results.append(check_speculators_load(out))
+    if record:
+        options = {
+            "tokenizer": tokenizer,
+            "sample": sample,
+            "seed": seed,
+            "block_size": block_size,
+            "placeholders": list(placeholders),
+        }
+        try:
+            write_record(out, results, options)
+        except OSError as exc:
+            msg = f"result not recorded: cannot write {out.folder / VERIFY_RECORD}: {exc}"
+            results.append(CheckResult("verify_record", "skip", msg))
+    return results
+
+
+# --- the record of the last full run -------------------------------------------------------------
+def set_digests(out: OutputSet) -> dict[str, str]:
+    """sha256 of manifest.json and of every file the manifest lists that exists (the digests
+    the file_hashes check computed are reused: a big set is hashed once)."""
+    digests = {"manifest.json": sha256_file(out.folder / "manifest.json")}
+    for name in sorted(out.manifest.get("files") or {}):
+        path = out.folder / name
+        if name in out.sha256:
+            digests[name] = out.sha256[name]
+        elif "/" not in name and not name.startswith(".") and path.is_file():
+            digests[name] = out.sha256[name] = sha256_file(path)
+    return digests
+
+
+def write_record(
+    out: OutputSet, results: list[CheckResult], options: dict[str, Any] | None = None
+) -> Path:
+    """Write `verify.json` beside the set: when, which draftset, the options, every check and
+    the sha256 of the set's files as verified. Atomic (a reader never sees half a file); not
+    one of the set's files, so it never trips verify's own checks."""
+    from draftset import __version__
+
+    path = out.folder / VERIFY_RECORD
+    data = {
+        "format": RECORD_FORMAT,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "draftset_version": __version__,
+        "passed": not any(r.failed for r in results),
+        "options": options or {},
+        "checks": [r.to_json() for r in results],
+        "files": set_digests(out),
+    }
+    tmp = out.folder / f".{VERIFY_RECORD}.tmp-{os.getpid()}"
+    try:
+        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+@dataclass
+class RecordStatus:
+    """What `report` says about the last full verify: absent, unreadable, stale or current."""
+
+    record: dict[str, Any] | None
+    error: str | None = None  # the record exists but cannot be used
+    changed: list[str] = field(default_factory=list)  # files whose sha256 differs since then
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.changed)
+
+
+def read_record(out: OutputSet) -> RecordStatus:
+    """The last full verify of this set and whether the set's files still have the hashes it
+    verified (call after the fast checks on the same ``out``, to reuse their digests)."""
+    path = out.folder / VERIFY_RECORD
+    if not path.is_file():
+        return RecordStatus(None)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:
+        return RecordStatus(None, f"{VERIFY_RECORD} unreadable: {exc}")
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != RECORD_FORMAT
+        or not isinstance(data.get("files"), dict)
+        or not isinstance(data.get("checks"), list)
+    ):
+        return RecordStatus(None, f"{VERIFY_RECORD} is not a draftset verify record")
+    now = set_digests(out)
+    then: dict[str, Any] = data["files"]
+    changed = sorted(n for n in set(now) | set(then) if now.get(n) != then.get(n))
+    return RecordStatus(data, None, changed)
+
+
+# --- 9. loadable by speculators ------------------------------------------------------------------
+def check_speculators_load(out: OutputSet) -> CheckResult:
+    """Load the set with speculators' training data loader when installed; never silently skip."""
+    import importlib.util
+
+    if importlib.util.find_spec("speculators") is None:
+        return CheckResult(
+            "speculators_load",
+            "skip",
+            "skipped: speculators not installed (pip install speculators to check loading)",
+        )
+    n = out.num_rows
+    how = "speculators.train.data.ArrowDataset"
+    try:
+        from speculators.train.data import ArrowDataset  # needs hs_connectors, openai, torch
+
+        ds: Any = ArrowDataset(
+            max_len=int(out.options.get("max_length") or defaults.MAX_LENGTH),
+            datapath=str(out.folder),
+        )
+        data = ds.data
+        lengths = list(ds.approx_lengths)
+        count = len(ds)
+    except ImportError as exc:
+        # its module imports serving clients; load exactly as ArrowDataset.__init__ does
+        how = f"datasets.load_from_disk as ArrowDataset does (ArrowDataset import failed: {exc})"
+        try:
+            from datasets import load_from_disk
+
+            data = load_from_disk(str(out.folder))
+            lengths = list(data.with_format(None)["seq_len"])
+            count = len(data)
+        except Exception as exc2:
+            return CheckResult(
+                "speculators_load", "fail", f"{how}: {type(exc2).__name__}: {exc2}", 1
+            )
+    except Exception as exc:
+        return CheckResult(
+            "speculators_load", "fail", f"{how} failed: {type(exc).__name__}: {exc}", 1
+        )
+    problems: list[str] = []
+    if count != n:
+        problems.append(f"loaded {count} rows, the set has {n}")
+    if out.readable and lengths != out.column("seq_len"):
+        problems.append("seq_len read by the loader differs from the data")
+    if n:
+        try:
+            first = data[0]
+            ids = first["input_ids"]
+            if not hasattr(ids, "dtype") or len(ids) != first["seq_len"]:
+                problems.append(
+                    "rows are not returned as tensors of seq_len tokens (state.json format)"
+                )
+        except Exception as exc:
+            problems.append(f"reading row 0 failed: {type(exc).__name__}: {exc}")
+    if problems:
+        return CheckResult(
+            "speculators_load", "fail", f"{how}: " + "; ".join(problems), len(problems)
+        )
+    return CheckResult("speculators_load", "pass", f"{how} reads {count:,} rows back")
+
+
+# --- output --------------------------------------------------------------------------------------
+def _wide_console() -> Console:
+    """Terminal width on a terminal; wide enough for one line per check in logs."""
+    probe = Console(highlight=False)
+    return probe if probe.is_terminal else Console(highlight=False, width=160)
+
+
+def print_results(results: list[CheckResult], console: Console | None = None) -> None:
+    """One line per check; failures with count, example ids and the first few messages."""
+    console = console or _wide_console()
+    style = {"pass": "green", "fail": "bold red", "skip": "yellow"}
+    for r in results:
+        label = r.status.upper()
+        line = f"[{style[r.status]}]{label:4}[/] {r.name}: {escape(visible(r.summary))}"
+        if r.failed:
+            line += f" [bold](count {r.count:,})[/]"
+            if r.examples:
+                line += " e.g. " + escape(visible(", ".join(r.examples)))
+        console.print(line)
+        if r.failed:
+            for msg in r.details.get("messages", []):
+                console.print(f"       {escape(visible(str(msg)))}")
+    failed = [r.name for r in results if r.failed]
+    if failed:
+        console.print(f"[bold red]verify failed[/]: {', '.join(failed)}")
+    else:
+        console.print(
+            "[green]verify passed[/]"
+            + (" (with skips)" if any(r.status == "skip" for r in results) else "")
+        )
+
+
+def register_cli(subparsers: Any) -> None:
+    """Add `draftset verify` to a subparsers object (handler(args) -> exit code)."""
+    p = subparsers.add_parser(
+        "verify",
+        help="check a built training set against its manifest and sources",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("dir", metavar="DIR", help="a folder written by `draftset build`")
+    p.add_argument("--tokenizer", help="tokenizer folder (default: the path in the manifest)")
+    p.add_argument(
+        "--sample",
+        type=int,
+        help="mask-check N seeded rows (default: all rows of sets up to 20,000, else 2,000)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=DEFAULT_BLOCK_SIZE,
+        help="DFlash block size for anchor counts (default 16)",
+    )
+    p.add_argument(
+        "--placeholder",
+        action="append",
+        help="placeholder answer never to be supervised (repeatable; default: the manifest's"
+        " list, else 'OK.', 'OK'; empty answers always)",
+    )
+    p.add_argument(
+        "--fast", action="store_true", help="only the fast checks (no sources, no tokenizer)"
+    )
+    p.add_argument("--json", metavar="FILE", help="write every check result as JSON to FILE")
+    p.set_defaults(handler=cmd_verify)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from draftset import api
+
+    try:
+        result = api.verify(
+            args.dir,
+            tokenizer=args.tokenizer,
+            sample=args.sample,
+            seed=args.seed,
+            block_size=args.block_size,
+            placeholders=args.placeholder,
+            fast=args.fast,
+            json=args.json,
+        )
+    except DraftsetError as exc:  # (`python -m draftset.checks.verify` has no cli.main around it)
+        print(exc.cli_line(), file=sys.stderr)
+        return exc.exit_code
+    print_results(result.checks)
+    if result.recorded is not None:
+        print(f"result recorded in {Path(args.dir) / VERIFY_RECORD} (shown by `draftset report`)")
+    return EXIT_OK if result.ok else EXIT_FAIL
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        raise VerifyUsageError(message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry (`python -m draftset.checks.verify DIR`); the CLI wires `register_cli`."""
+    parser = _Parser(prog="draftset")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    register_cli(sub)
+    try:
+        args = parser.parse_args(["verify", *(argv if argv is not None else sys.argv[1:])])
+    except VerifyUsageError as exc:
+        print(exc.cli_line(), file=sys.stderr)
+        return exc.exit_code
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""Checks a build runs before any work: one clear line (exit code 2) instead of a traceback, a
+half-finished run, or a deleted folder that draftset did not write.
+
+`check_build` is the single entry point; `run_build` calls it first, so the Python API is as
+safe as the CLI. It also returns the options with every local path resolved (absolute, symlinks
+followed), and the paths as given, for the manifest: `verify` and `report` then work from any
+directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from draftset.core.errors import DraftsetError
+from draftset.sources.read import HUB_PREFIX
+
+if TYPE_CHECKING:
+    from draftset.config.options import BuildOptions
+
+MANIFEST_FORMAT = "draftset/1"
+"""The ``format`` key of every manifest.json draftset writes: the marker that lets
+``--overwrite`` replace a folder (any ``draftset/<n>`` version counts)."""
+
+
+class PreflightError(DraftsetError):
+    """Unusable options or output path, found before any work (exit code 2)."""
+
+
+def is_draftset_output(folder: Path) -> bool:
+    """True when ``folder/manifest.json`` is a JSON object with ``"format": "draftset/<n>"``."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    fmt = manifest.get("format") if isinstance(manifest, dict) else None
+    return isinstance(fmt, str) and fmt.startswith("draftset/")
+
+
+def replaceable(folder: Path) -> bool:
+    """An existing folder ``--overwrite`` may replace: empty, or a draftset output."""
+    try:
+        with os.scandir(folder) as entries:
+            empty = next(entries, None) is None
+    except OSError:
+        return False
+    return empty or is_draftset_output(folder)
+
+
+def check_build(opts: BuildOptions) -> BuildOptions:
+    """Every check that needs no tokenizer load or data pass; raises `PreflightError`.
+
+    Returns a copy of ``opts`` with local paths resolved; the paths as given are kept in
+    ``opts.given_paths`` for the manifest.
+    """
+    resolved = resolve_paths(opts)
+    sources = [s.path for s in resolved.sources if not str(s.path).startswith(HUB_PREFIX)]
+    others = [Path(p) for p in resolved.decontaminate]
+    if resolved.chat_template_path:
+        others.append(Path(resolved.chat_template_path))
+    if Path(resolved.tokenizer).exists():
+        others.append(Path(resolved.tokenizer))
+    check_output_path(opts.out, opts.overwrite, sources, others)
+    check_chat_template(opts.chat_template_path)
+    check_options(resolved)
+    return resolved
+
+
+def resolve_paths(opts: BuildOptions) -> BuildOptions:
+    """``opts`` with absolute, symlink-free local paths (hub ids and ``hf:`` sources as given)."""
+
+    def real(p: str | Path) -> Path:
+        return Path(p).expanduser().resolve()
+
+    sources = [
+        s if str(s.path).startswith(HUB_PREFIX) else dataclasses.replace(s, path=real(s.path))
+        for s in opts.sources
+    ]
+    tok = opts.tokenizer
+    tokenizer = str(real(tok)) if Path(tok).expanduser().exists() else tok
+    template = str(real(opts.chat_template_path)) if opts.chat_template_path else None
+    given: dict[str, Any] = {
+        "sources": [str(s.path) for s in opts.sources],
+        "tokenizer": tok,
+        "chat_template": opts.chat_template_path,
+        "decontaminate": [str(p) for p in opts.decontaminate],
+    }
+    return dataclasses.replace(
+        opts,
+        sources=sources,
+        tokenizer=tokenizer,
+        chat_template_path=template,
+        decontaminate=[str(real(p)) for p in opts.decontaminate],
+        given_paths=given,
+    )
+
+
+def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: list[Path]) -> None:
+    """``--out`` must be a new folder, an empty one, or (with ``--overwrite``) a draftset output;
+    never a file, under a file, ``/``, the home or current folder, or overlapping a source.
+
+    ``sources`` and ``inputs`` are resolved paths; a source may not hold the output either (the
+    next run would read the output back as input).
+    """
+    if not str(out).strip():
+        raise PreflightError("--out is empty")
+    if Path(out).is_symlink():
+        raise PreflightError(f"--out {out} is a symbolic link; give the folder itself")
+    real = Path(out).expanduser().resolve()
+    if real == Path(real.anchor):
+        raise PreflightError(f"--out {out} is the filesystem root")
+    for what, place in (("your home folder", Path.home()), ("the current folder", Path.cwd())):
+        place = place.resolve()
+        if real == place or place.is_relative_to(real):
+            raise PreflightError(f"--out {out} is {what} or contains it; name a new folder")
+    for src in sources:
+        if real == src:
+            raise PreflightError(f"--out {out} is the source {src}")
+        if src.is_relative_to(real):
+            raise PreflightError(f"--out {out} contains the source {src}")
+        if real.is_relative_to(src):
+            raise PreflightError(
+                f"--out {out} is inside the source folder {src} (a rerun would read it as input)"
+            )
+    for inp in inputs:
+        if inp == real or inp.is_relative_to(real):
+            raise PreflightError(f"--out {out} contains the input {inp}")
+    for parent in real.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise PreflightError(f"--out {out} is under a file ({parent}), not a folder")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise PreflightError(f"--out {out}: cannot create folders in {parent}")
+            break
+    if not real.exists():
+        return
+    if not real.is_dir():
+        raise PreflightError(f"--out {out} is a file, not a folder")
+    if not overwrite:
+        raise PreflightError(f"output folder exists: {out} (pass --overwrite to replace it)")
+    if not replaceable(real):
+        raise PreflightError(
+            f"--out {out} is not empty and not a draftset output (no manifest.json with"
+            f' "format": "{MANIFEST_FORMAT}"): --overwrite only replaces draftset outputs'
+        )
+
+
+def check_chat_template(path: str | None) -> None:
+    """A ``--chat-template`` file that exists, is UTF-8, not blank, and parses as Jinja."""
+    if not path:
+        return
+    p = Path(path)
+    if not p.is_file():
+        raise PreflightError(f"chat template file not found: {path}")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise PreflightError(f"--chat-template {path} is not UTF-8 (byte {exc.start})") from None
+    except OSError as exc:
+        raise PreflightError(f"--chat-template {path}: cannot read: {exc.strerror}") from None
+    if not text.strip():
+        raise PreflightError(f"--chat-template {path} is empty")
+    error = template_syntax_error(text)
+    if error:
+        raise PreflightError(f"--chat-template {path}: {error}")
+
+
+def template_syntax_error(text: str) -> str | None:
+    """A one-line Jinja syntax error of ``text``, or None.
+
+    A quick parse with jinja2 (plus transformers' ``{% generation %}`` tag); only when that
+    fails is transformers' own compiler asked, so a template it accepts is never refused.
+    """
+    import jinja2
+    import jinja2.ext
+    import jinja2.sandbox
+
+    class _GenerationTag(jinja2.ext.Extension):
+        tags: ClassVar[set[str]] = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.Scope(body, lineno=lineno)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        extensions=[jinja2.ext.loopcontrols, _GenerationTag]
+    )
+    try:
+        env.parse(text)
+        return None
+    except jinja2.TemplateSyntaxError:
+        pass
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+    except ImportError:
+        _compile_jinja_template = env.from_string
+    try:
+        _compile_jinja_template(text)
+    except jinja2.TemplateSyntaxError as exc:
+        return f"template syntax error on line {exc.lineno}: {exc.message}"
+    return None
+
+
+def check_options(opts: BuildOptions) -> None:
+    """The tokenizer folder, optional dependencies and vocabulary sizes, known before the
+    tokenizer loads."""
+    from draftset.mask.template import _resolve_tokenizer_path
+
+    _resolve_tokenizer_path(opts.tokenizer)  # TokenizerError (exit 2): missing folder offline
+    if opts.dedup == "near" and importlib.util.find_spec("datasketch") is None:
+        raise PreflightError(
+            "--dedup near needs datasketch: pip install 'draftset[near-dedup]'"
+            " (or use --dedup exact)"
+        )
+    n = opts.draft_vocab_size
+    if n is None:
+        return
+    if n < 1:
+        raise PreflightError(f"--draft-vocab-size must be >= 1, not {n}")
+    target = opts.target_vocab_size
+    if target is not None and target < 1:
+        raise PreflightError(f"--target-vocab-size must be >= 1, not {target}")
+    if target is None:
+        from draftset.mask.template import config_vocab_size
+
+        target = config_vocab_size(opts.tokenizer)
+    if target is None:
+        raise PreflightError(
+            f"--draft-vocab-size needs the target model's vocabulary size, and {opts.tokenizer}"
+            " has no config.json with vocab_size: pass --target-vocab-size N"
+            " (the model's config.json vocab_size, e.g. 151936 for Qwen3)"
+        )
+    if n > target:
+        raise PreflightError(f"--draft-vocab-size {n} exceeds the target vocabulary size {target}")

@@ -1,0 +1,189 @@
+"""Recipe files and source specs: turn user input into `BuildOptions`.
+
+A recipe is YAML with the same names as the command-line options (underscores), plus a
+``sources`` list. Paths in a recipe are relative to the recipe file. Options given on the
+command line override the recipe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from draftset.core.errors import DraftsetError
+from draftset.sources.read import HUB_PREFIX, Source
+
+
+class RecipeError(DraftsetError):
+    """A recipe or source spec that cannot be used (exit code 2)."""
+
+
+RECIPE_KEYS = {
+    "tokenizer",
+    "chat_template",
+    "template_kwargs",
+    "out",
+    "max_length",
+    "truncation",
+    "min_supervised_tokens",
+    "turns",
+    "seed",
+    "max_samples",
+    "workers",
+    "draft_vocab_size",
+    "target_vocab_size",
+    "eot_tokens",
+    "placeholders",
+    "overwrite",
+    "dedup",
+    "near_dup_threshold",
+    "decontaminate",
+    "mix",
+    "render_timeout",
+    "sources",
+    "generate",  # `draftset run` only (build ignores it); checked by run.generate_settings
+}
+SOURCE_KEYS = {"path", "name", "weight", "count", "format", "fields", "preset"}
+_SUFFIXES = re.compile(r"(\.(jsonl|json|parquet|arrow|gz|zst))+$")
+
+
+def source_name(path: Path) -> str:
+    """A readable label from a path: the file name without data/compression suffixes."""
+    return _SUFFIXES.sub("", path.name) or path.name
+
+
+def unique_names(sources: list[Source]) -> list[Source]:
+    seen: dict[str, int] = {}
+    for s in sources:
+        base = s.name
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        if n:
+            s.name = f"{base}-{n + 1}"
+    return sources
+
+
+def parse_source_arg(
+    arg: str, fmt: str | None, fields: dict[str, str] | None, preset: str | None = None
+) -> Source:
+    """``PATH``, ``PATH@weight=2`` or ``PATH@count=500`` from the command line."""
+    path_text, _, opts = arg.partition("@")
+    weight = count = None
+    for part in filter(None, opts.split(",")):
+        key, _, value = part.partition("=")
+        try:
+            if key == "weight":
+                weight = float(value)
+            elif key == "count":
+                count = int(value)
+            else:
+                raise ValueError
+        except ValueError:
+            raise RecipeError(
+                f"bad source option {part!r} in {arg!r} (use weight=W or count=N)"
+            ) from None
+    path = Path(path_text)
+    return Source(
+        name=source_name(path),
+        path=path,
+        format=fmt,
+        fields=fields,
+        weight=weight,
+        count=count,
+        preset=preset,
+    )
+
+
+def parse_fields(pairs: list[str] | None) -> dict[str, str] | None:
+    if not pairs:
+        return None
+    out: dict[str, str] = {}
+    for p in pairs:
+        key, sep, value = p.partition("=")
+        if not sep or not key or not value:
+            raise RecipeError(f"bad --field {p!r} (use CANONICAL=COLUMN, e.g. instruction=text)")
+        out[key] = value
+    return out
+
+
+def parse_json_object(text: str, what: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise RecipeError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise RecipeError(f"{what} must be a JSON object")
+    return obj
+
+
+def preset_hub_path(name: str) -> str:
+    """``hf:ID[:CONFIG]@SPLIT`` of a preset's public set (read from the hub, online only)."""
+    from draftset.sources.presets import UnknownPresetError, apply_preset
+
+    try:
+        preset = apply_preset(name)
+    except UnknownPresetError as exc:
+        raise RecipeError(str(exc).strip("'\"")) from None
+    config = f":{preset.hub_config}" if preset.hub_config else ""
+    return f"{HUB_PREFIX}{preset.hub_id}{config}@{preset.hub_split}"
+
+
+def load_recipe(path: Path) -> dict[str, Any]:
+    """Read a recipe, validate its keys, resolve its paths; returns plain option values."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RecipeError(f"cannot read recipe {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"recipe {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise RecipeError(f"recipe {path} must be a mapping")
+    unknown = set(data) - RECIPE_KEYS
+    if unknown:
+        raise RecipeError(f"recipe {path}: unknown keys {sorted(unknown)}")
+    base = path.parent
+    out = dict(data)
+    sources = []
+    for i, entry in enumerate(data.get("sources") or []):
+        if isinstance(entry, str):
+            entry = {"path": entry}
+        if isinstance(entry, dict) and "path" not in entry and entry.get("preset"):
+            entry = {**entry, "path": preset_hub_path(str(entry["preset"]))}
+        if not isinstance(entry, dict) or "path" not in entry:
+            raise RecipeError(f"recipe {path}: sources[{i}] needs a path (or a preset)")
+        bad = set(entry) - SOURCE_KEYS
+        if bad:
+            raise RecipeError(f"recipe {path}: sources[{i}] unknown keys {sorted(bad)}")
+        p = Path(entry["path"])
+        if not str(entry["path"]).startswith(HUB_PREFIX) and not p.is_absolute():
+            p = Path(os.path.normpath(base / p))
+        sources.append(
+            Source(
+                name=str(entry.get("name") or source_name(p)),
+                path=p,
+                format=entry.get("format"),
+                fields=entry.get("fields"),
+                weight=entry.get("weight"),
+                count=entry.get("count"),
+                preset=entry.get("preset"),
+            )
+        )
+    out["sources"] = sources
+    bench = data.get("decontaminate") or []
+    bench = [bench] if isinstance(bench, str) else bench
+    out["decontaminate"] = [str(p if Path(p).is_absolute() else base / p) for p in bench]
+    mix = data.get("mix")
+    if mix is not None and (not isinstance(mix, dict) or set(mix) - {"modes", "sources"}):
+        raise RecipeError(f"recipe {path}: mix takes `modes` and/or `sources` share mappings")
+    for key in ("tokenizer", "chat_template", "out"):
+        value = out.get(key)
+        if not value or Path(value).is_absolute():
+            continue
+        if key == "out" or (base / value).exists():  # a hub id stays as it is
+            out[key] = os.path.normpath(base / value)
+    return out

@@ -1,0 +1,1 @@
+"""What every stage shares: the records that flow, reason codes, errors, counters, digests."""

@@ -1,0 +1,1 @@
+"""Engines: what runs the row step over ordered batches (inline, local process pool, Ray)."""

@@ -1,0 +1,65 @@
+"""The engine seam: what runs the pure row step over ordered batches.
+
+A build is read → select (ordered, stateful, on the driver) → **row step** (pure: render & mask
+→ encode, a batch at a time) → write (ordered, on the driver). Only the row step is distributed,
+so an engine has one job: take batches in order, run `MaskStep` on each wherever it likes, and
+hand the results back *in submission order*, with a bounded number of batches in flight. That
+order is what makes the output byte-identical for every engine and worker count.
+
+An engine may start its workers before the template has loaded (`__enter__`); `start` hands
+them the frozen `MaskConfig` once it has.
+"""
+
+from __future__ import annotations
+
+import pickle
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from types import TracebackType
+from typing import Any, ClassVar
+
+from draftset.core.records import Normalized
+from draftset.mask.step import ItemResult, MaskConfig
+
+Batch = list[Normalized] | bytes
+"""Rows, or rows the driver already pickled while reading ahead (see `unpack`)."""
+
+
+def unpack(batch: Batch) -> list[Normalized]:
+    return pickle.loads(batch) if isinstance(batch, bytes) else batch
+
+
+class Engine(ABC):
+    """Runs the row step over ordered batches; results come back in submission order."""
+
+    name: ClassVar[str]
+    workers: int = 1
+
+    @abstractmethod
+    def start(self, config: MaskConfig) -> None:
+        """The template has loaded: every worker builds its `MaskStep` from ``config``."""
+
+    @abstractmethod
+    def map(self, batches: Iterable[Batch]) -> Iterator[list[ItemResult]]:
+        """One result list per batch, in the batches' order; a bounded number in flight."""
+
+    def finish(self) -> None:  # noqa: B027 - an optional hook: engines without workers skip it
+        """Every result is back: workers may go now (before the writer's last steps)."""
+
+    def close(self, failed: bool) -> None:  # noqa: B027 - likewise
+        """Release the workers; after a failure or an interrupt, stop them at once."""
+
+    def describe(self) -> dict[str, Any]:
+        """What the manifest records about how the set was built (never its bytes)."""
+        return {"name": self.name, "workers": self.workers}
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(failed=exc_type is not None)

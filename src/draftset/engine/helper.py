@@ -1,0 +1,102 @@
+"""One helper process for the work that imports torch, so a build's main process never does.
+
+`AutoTokenizer` imports torch when it is installed (~3 s, ~220 MB that stay), and so do
+``torch.save`` / ``torch.load`` of ``token_freq.pt``. A build with worker processes runs all of
+them in one spawn child, one job after another: load the template (while the workers start and
+the main process reads ahead), drop the tokenizer's memory (`release_memory`, after the kit is
+on its way), wait idle (~280 MB), write ``token_freq.pt`` at the end and read it back for the
+post-build check. torch is imported once per build, off the critical path.
+
+A child that dies (killed, out of memory) raises `SidecarError` in the caller, never hangs it.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from types import TracebackType
+from typing import Any, TypeVar
+
+from draftset.core.errors import RunError
+from draftset.engine.lifeline import die_with_parent
+
+T = TypeVar("T")
+
+
+class SidecarError(RunError):
+    """The helper process died (the job's own exceptions are re-raised as they are)."""
+
+
+class Sidecar:
+    """A single spawn-started helper process; jobs run one after another, state is kept."""
+
+    def __init__(self) -> None:
+        self._ex = ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent
+        )
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        return self._ex.submit(fn, *args)
+
+    def result(self, future: Future[T], what: str) -> T:
+        """The job's result; its exception as it is; `SidecarError` when the process died."""
+        try:
+            return future.result()
+        except BrokenProcessPool as exc:
+            raise SidecarError(
+                f"the helper process died while {what} (killed, or out of memory?)"
+            ) from exc
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
+        return self.result(self.submit(fn, *args), what)
+
+    def close(self, wait: bool = True) -> None:
+        self._ex.shutdown(wait=wait, cancel_futures=True)
+
+    def kill(self) -> None:
+        """Stop the helper now, whatever it is doing (the build is being abandoned)."""
+        stop_pool(self._ex)
+
+    def __enter__(self) -> Sidecar:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # after a success, the caller goes on while the child exits (torch's teardown is slow);
+        # after a failure or an interrupt, the child's job is of no use: it is stopped at once
+        if exc_type is not None:
+            self.kill()
+        self.close(wait=exc_type is not None)
+
+
+def stop_pool(ex: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and terminate the pool's processes (SIGTERM) now.
+
+    `ProcessPoolExecutor.shutdown` would wait for the running jobs (a batch of rows, a template
+    load); an interrupted build has no use for them.
+    """
+    processes = list((getattr(ex, "_processes", None) or {}).values())
+    ex.shutdown(wait=False, cancel_futures=True)
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    for p in processes:
+        p.join(5)
+
+
+def release_memory() -> None:
+    """Give freed heap pages back to the OS (glibc keeps them otherwise: ~70 MB here)."""
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the pages stay, nothing breaks
+        pass

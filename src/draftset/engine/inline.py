@@ -1,0 +1,26 @@
+"""The inline engine (`--workers 1`): the row step runs in the driver, on the template the
+driver already loaded (no worker process, no second template load)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from draftset.engine.base import Batch, Engine, unpack
+from draftset.mask.step import ItemResult, MaskConfig, MaskStep
+from draftset.mask.template import Renderer
+
+
+class InlineEngine(Engine):
+    name = "inline"
+
+    def __init__(self, template: Renderer) -> None:
+        self.template = template
+        self.step: MaskStep | None = None
+
+    def start(self, config: MaskConfig) -> None:
+        self.step = config.build(template=self.template)
+
+    def map(self, batches: Iterable[Batch]) -> Iterator[list[ItemResult]]:
+        assert self.step is not None, "start() first"
+        for batch in batches:
+            yield self.step(unpack(batch))

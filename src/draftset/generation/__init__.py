@@ -1,0 +1,1 @@
+"""`draftset generate`: the target model answers prompts over OpenAI-compatible HTTP."""

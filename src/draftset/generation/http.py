@@ -1,0 +1,493 @@
+"""OpenAI-compatible endpoints for `generate`: routing, health, retries, response checks.
+
+Every request goes to the least-loaded healthy endpoint (fewest requests in flight, at most
+``concurrency`` each). An endpoint that keeps failing (connection errors, timeouts, 5xx) is
+taken out of rotation and probed on ``/v1/models`` until it answers again with the right model;
+then it is re-admitted. Transient failures are retried with exponential backoff and full jitter
+(a 429's ``Retry-After`` is honoured); a 4xx other than 429 is final. A 200 whose body is not a
+valid chat completion is treated as transient too: servers under load do emit those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from draftset.generation.wire import BodyTooLarge, Client, Response, WireError, parse_target
+from draftset.sources.read import _has_lone_surrogate
+
+FAILURES_BEFORE_CHECK = 3
+"""Consecutive transient failures after which an endpoint is health-checked at once (and taken
+out only if the check fails too): one prompt the server cannot handle must not take it out."""
+
+DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+"""Largest response body accepted, as received and after gzip/deflate decoding."""
+
+RESPONSE_TOO_LARGE = "response_too_large"
+
+MAX_RETRY_AFTER = 300.0
+"""A server's Retry-After is honoured up to this many seconds."""
+
+
+@dataclass
+class RetryPolicy:
+    max_retries: int = 6  # retries after the first attempt
+    backoff_base: float = 0.5  # seconds; attempt k waits uniform(0, min(cap, base * 2**k))
+    backoff_cap: float = 30.0
+    request_timeout: float = 600.0  # whole request, connect to last byte
+
+    def backoff(self, attempt: int, rng: random.Random) -> float:
+        return rng.uniform(0.0, min(self.backoff_cap, self.backoff_base * 2**attempt))
+
+
+class FinalError(Exception):
+    """A request that must not be retried (4xx other than 429); ``kind`` is e.g. ``http_400``."""
+
+    def __init__(self, kind: str, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+
+
+class TransientError(Exception):
+    """A failure worth retrying: 429, 5xx, timeout, connection error, invalid 200 body."""
+
+    def __init__(self, kind: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retry_after = retry_after
+
+
+class RetriesExhausted(Exception):
+    """Every attempt failed transiently; carries the last failure."""
+
+    def __init__(self, last: TransientError, attempts: int) -> None:
+        super().__init__(str(last))
+        self.last = last
+        self.attempts = attempts
+
+
+class NoEndpoint(Exception):
+    """No endpoint has been healthy for longer than the give-up time: the run cannot go on."""
+
+
+@dataclass
+class Completion:
+    """The parts of a chat completion that `generate` keeps."""
+
+    message: dict[str, Any]  # role, content, reasoning_content?, tool_calls?
+    finish_reason: str
+    usage: dict[str, int]
+    endpoint: str
+    model: str | None
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    attempts: int = 1
+
+
+@dataclass
+class Endpoint:
+    """One server: its client, load and health."""
+
+    url: str  # base URL ending in /v1, without user:password@ (shown in metadata and messages)
+    client: Client
+    concurrency: int
+    in_flight: int = 0
+    healthy: bool = True
+    failures: int = 0  # consecutive transient failures
+    requests: int = 0
+    ejections: int = 0  # times taken out of rotation
+    served_models: list[str] = field(default_factory=list)
+    model_roots: dict[str, str] = field(default_factory=dict)  # id -> "root" (vLLM: weights path)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def base_url(url: str) -> str:
+    """``http://h:8000``, ``http://h:8000/``, ``http://h:8000/v1`` -> ``http://h:8000/v1``."""
+    url = url.rstrip("/")
+    for suffix in ("/chat/completions", "/models"):
+        if url.endswith(suffix):
+            url = url[: -len(suffix)]
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def make_endpoint(
+    url: str,
+    concurrency: int,
+    api_key: str | None,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+) -> Endpoint:
+    """An endpoint for ``url`` (any of the forms `base_url` takes; ``user:pass@`` becomes Basic
+    auth unless an API key is given, and is never shown)."""
+    target = parse_target(base_url(url))
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    secrets = [api_key] if api_key else []
+    if target.basic_auth:
+        secrets += _url_secrets(url)
+    client = Client(target, headers, max_response_bytes)
+    client.secrets = tuple(s for s in secrets if s)
+    return Endpoint(target.display, client, concurrency)
+
+
+def _url_secrets(url: str) -> list[str]:
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    return [x for x in (parts.password, unquote(parts.password or "")) if x]
+
+
+_AUTH_ECHO = re.compile(
+    r"""(?i)(authorization|api[-_]?key|x-api-key|bearer)(["']?\s*[:=]?\s*["']?\s*(?:bearer\s+|basic\s+)?)"""
+    r"""[^\s"',;}\]]+"""
+)
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` without the given secrets and without echoed ``Authorization``/API-key values
+    (error bodies of some proxies echo the request headers)."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return _AUTH_ECHO.sub(lambda m: m.group(1) + m.group(2) + "[redacted]", text)
+
+
+async def list_models(ep: Endpoint, timeout: float) -> list[str]:
+    """Model ids served by ``ep`` (``GET /v1/models``); raises `TransientError` when down."""
+    try:
+        async with asyncio.timeout(timeout):
+            resp = await ep.client.request("GET", "/models")
+    except TimeoutError:
+        raise TransientError("timeout", f"GET /models timed out after {timeout:g}s") from None
+    except WireError as exc:
+        raise TransientError("connect", f"GET /models: {exc}") from None
+    except BodyTooLarge as exc:
+        raise TransientError("invalid_response", f"GET /models: {exc}") from None
+    if resp.status != 200:
+        raise TransientError(f"http_{resp.status}", f"GET /models: HTTP {resp.status}")
+    try:
+        data = json.loads(resp.body)["data"]
+        models = [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    except (ValueError, KeyError, TypeError):
+        raise TransientError("invalid_response", "GET /models: not an OpenAI model list") from None
+    ep.model_roots = {m["id"]: m["root"] for m in models if isinstance(m.get("root"), str)}
+    return [m["id"] for m in models]
+
+
+class EndpointPool:
+    """Least-loaded routing over healthy endpoints, with health checks, ejection, re-admission.
+
+    Endpoint health is told apart from a failing request: after `FAILURES_BEFORE_CHECK`
+    consecutive failures an endpoint pauses for an immediate ``/v1/models`` check; it is taken
+    out only when that check fails (then probed every ``health_interval`` until it serves the
+    model again). So a prompt the server answers with 500 every time ends as that row's error
+    while the endpoint keeps serving the other rows.
+    """
+
+    def __init__(
+        self,
+        endpoints: list[Endpoint],
+        model: str,
+        health_interval: float = 5.0,
+        give_up_after: float = 600.0,
+    ) -> None:
+        self.endpoints = endpoints
+        self.model = model
+        self.health_interval = health_interval
+        self.give_up_after = give_up_after
+        self._changed = asyncio.Condition()
+        self._checkers: dict[str, asyncio.Task[None]] = {}
+        self._all_down_since: float | None = None
+        self._rr = 0
+        self._waiting = 0  # acquire() calls waiting on the condition
+        self.closed = False
+
+    async def acquire(self) -> Endpoint:
+        """Wait for a free slot on a healthy endpoint; the least loaded one wins."""
+        if len(self.endpoints) == 1:  # the common case, without the condition's lock
+            ep = self.endpoints[0]
+            if ep.healthy and ep.in_flight < ep.concurrency and ep.url not in self._checkers:
+                ep.in_flight += 1
+                return ep
+        async with self._changed:
+            while True:
+                ep = self._pick()
+                if ep is not None:
+                    ep.in_flight += 1
+                    return ep
+                if not any(e.healthy for e in self.endpoints):
+                    down = time.monotonic() - (self._all_down_since or time.monotonic())
+                    if down > self.give_up_after:
+                        limit = f"--give-up-after {self.give_up_after:g}"
+                        raise NoEndpoint(f"no endpoint healthy for {down:.0f}s ({limit})")
+                self._waiting += 1
+                try:
+                    async with asyncio.timeout(self.health_interval):
+                        await self._changed.wait()
+                except TimeoutError:
+                    pass
+                finally:
+                    self._waiting -= 1
+
+    def _pick(self) -> Endpoint | None:
+        free = [
+            e
+            for e in self.endpoints
+            if e.healthy and e.in_flight < e.concurrency and e.url not in self._checkers
+        ]
+        if not free:
+            return None
+        if len(free) == 1:
+            return free[0]
+        self._rr += 1
+        n = len(free)
+        # least relative load; ties rotate so equal endpoints share the work
+        order = sorted(
+            range(n), key=lambda i: (free[i].in_flight / free[i].concurrency, (i - self._rr) % n)
+        )
+        return free[order[0]]
+
+    async def release(self, ep: Endpoint, ok: bool | None) -> None:
+        """Give the slot back; ``ok`` False counts a transient failure, None is neutral."""
+        ep.in_flight -= 1
+        if ok:
+            ep.failures = 0
+        elif ok is False:
+            ep.failures += 1
+            if ep.healthy and ep.failures >= FAILURES_BEFORE_CHECK:
+                self._check(ep, eject_first=False)
+        if self._waiting:  # wake waiters only when there are some (the lock costs per request)
+            async with self._changed:
+                self._changed.notify_all()
+
+    def _check(self, ep: Endpoint, eject_first: bool) -> None:
+        """Start the health check of ``ep`` (unless one runs): paused meanwhile."""
+        if eject_first:
+            self._eject(ep)
+        if ep.url not in self._checkers and not self.closed:
+            self._checkers[ep.url] = asyncio.get_running_loop().create_task(
+                self._probe(ep, first_now=not eject_first)
+            )
+
+    def _eject(self, ep: Endpoint) -> None:
+        if ep.healthy:
+            ep.ejections += 1
+        ep.healthy = False
+        if not any(e.healthy for e in self.endpoints) and self._all_down_since is None:
+            self._all_down_since = time.monotonic()
+
+    def mark_down(self, ep: Endpoint) -> None:
+        """Take an endpoint out from the start (unreachable at launch)."""
+        self._check(ep, eject_first=True)
+
+    async def _probe(self, ep: Endpoint, first_now: bool) -> None:
+        """Health-check ``ep`` (at once after failures, else after ``health_interval``) until it
+        serves the model again; a failed immediate check takes it out of rotation."""
+        try:
+            wait = 0.0 if first_now else self.health_interval
+            while not self.closed:
+                await asyncio.sleep(wait)
+                wait = self.health_interval
+                try:
+                    models = await list_models(ep, timeout=max(self.health_interval, 5.0))
+                    up = self.model in models
+                except TransientError:
+                    up = False
+                if up:
+                    async with self._changed:
+                        ep.healthy = True
+                        ep.failures = 0
+                        self._all_down_since = None
+                        self._checkers.pop(ep.url, None)
+                        self._changed.notify_all()
+                    return
+                async with self._changed:
+                    self._eject(ep)
+                    self._changed.notify_all()
+        finally:
+            if self._checkers.get(ep.url) is asyncio.current_task():
+                self._checkers.pop(ep.url, None)
+            if not self.closed:
+                async with self._changed:
+                    self._changed.notify_all()
+
+    async def close(self) -> None:
+        self.closed = True
+        for task in list(self._checkers.values()):
+            task.cancel()
+        for ep in self.endpoints:
+            await ep.aclose()
+
+
+async def complete(
+    pool: EndpointPool, body: dict[str, Any], policy: RetryPolicy, rng: random.Random
+) -> Completion:
+    """POST /chat/completions, retried; raises `FinalError`, `RetriesExhausted`, `NoEndpoint`."""
+    payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+    attempt = 0
+    while True:
+        ep = await pool.acquire()
+        ok: bool | None = None
+        try:
+            result = await _post(ep, payload, policy.request_timeout)
+            ok = True
+            result.attempts = attempt + 1
+            return result
+        except TransientError as exc:
+            ok = None if exc.kind == "http_429" else False  # busy is not unhealthy
+            if attempt >= policy.max_retries:
+                raise RetriesExhausted(exc, attempt + 1) from None
+            wait = policy.backoff(attempt, rng)
+            if exc.retry_after is not None:
+                wait = max(wait, exc.retry_after)
+        except FinalError as exc:
+            # the server is fine; the request is not (a too-large body says nothing either way)
+            ok = None if exc.kind == RESPONSE_TOO_LARGE else True
+            raise
+        finally:
+            ep.requests += 1
+            await pool.release(ep, ok)
+        attempt += 1
+        await asyncio.sleep(wait)
+
+
+async def _post(ep: Endpoint, payload: bytes, timeout: float) -> Completion:
+    secrets: tuple[str, ...] = ep.client.secrets
+    try:
+        async with asyncio.timeout(timeout):
+            resp = await ep.client.request("POST", "/chat/completions", payload)
+    except TimeoutError:
+        raise TransientError("timeout", f"no complete response within {timeout:g}s") from None
+    except WireError as exc:
+        raise TransientError(exc.kind, redact(str(exc), secrets)) from None
+    except BodyTooLarge as exc:
+        raise FinalError(RESPONSE_TOO_LARGE, str(exc)) from None
+    status = resp.status
+    if status == 200:
+        return parse_completion(resp.body, ep.url)
+    text = f"HTTP {status}: {_snippet(resp, secrets)}"
+    if status == 429:
+        raise TransientError("http_429", text, _retry_after(resp))
+    if status >= 500:
+        raise TransientError(f"http_{status}", text, _retry_after(resp))
+    if status >= 400:
+        raise FinalError(f"http_{status}", text, status)
+    raise TransientError("invalid_response", f"unexpected HTTP {status}")
+
+
+def parse_completion(content: bytes, endpoint: str) -> Completion:
+    """The kept parts of a 200 body; `TransientError` ``invalid_response`` if it is not one.
+
+    Text that cannot be written as UTF-8 is refused here, never written: a body that is not
+    UTF-8, or a ``\\uD800``-style escape of a lone surrogate (a server that cut a UTF-16 pair).
+    """
+    try:
+        data = json.loads(content.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise TransientError("invalid_response", f"body is not UTF-8 (byte {exc.start})") from None
+    except ValueError as exc:
+        raise TransientError("invalid_response", f"body is not JSON: {exc}") from None
+    if (b"\\ud" in content or b"\\uD" in content) and _has_lone_surrogate(data):
+        raise TransientError(
+            "invalid_response", "body holds a lone UTF-16 surrogate (\\uD800-\\uDFFF escape)"
+        )
+    try:
+        choice = data["choices"][0]
+        msg = choice["message"]
+        finish = choice.get("finish_reason")
+    except (KeyError, IndexError, TypeError):
+        raise TransientError("invalid_response", "body has no choices[0].message") from None
+    if not isinstance(msg, dict) or not isinstance(finish, str):
+        raise TransientError("invalid_response", "choices[0] lacks a message or finish_reason")
+    message = _kept_message(msg)
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    return Completion(
+        message=message,
+        finish_reason=finish,
+        usage={k: v for k, v in usage.items() if isinstance(v, int)},
+        endpoint=endpoint,
+        model=data.get("model") if isinstance(data.get("model"), str) else None,
+        prompt_token_ids=_ids(data.get("prompt_token_ids") or choice.get("prompt_token_ids")),
+        completion_token_ids=_ids(choice.get("token_ids")),
+    )
+
+
+def _kept_message(msg: dict[str, Any]) -> dict[str, Any]:
+    content = msg.get("content")
+    calls = msg.get("tool_calls")
+    reasoning = msg.get("reasoning_content")
+    if reasoning is None:
+        reasoning = msg.get("reasoning")
+    if content is not None and not isinstance(content, str):
+        raise TransientError("invalid_response", f"message content is {type(content).__name__}")
+    if calls is not None and not _valid_calls(calls):
+        raise TransientError("invalid_response", "message tool_calls are malformed")
+    if reasoning is not None and not isinstance(reasoning, str):
+        raise TransientError("invalid_response", "message reasoning is not a string")
+    if content is None and not calls and reasoning is None:
+        raise TransientError("invalid_response", "message has no content, reasoning or tool_calls")
+    out: dict[str, Any] = {"role": "assistant", "content": content or ""}
+    if reasoning:
+        out["reasoning_content"] = reasoning
+    if calls:
+        out["tool_calls"] = [_call(c) for c in calls]
+    return out
+
+
+def _valid_calls(calls: Any) -> bool:
+    if not isinstance(calls, list):
+        return False
+    for c in calls:
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            return False
+        if not isinstance(fn.get("arguments", ""), str | dict):
+            return False
+    return True
+
+
+def _call(c: dict[str, Any]) -> dict[str, Any]:
+    """A tool call as the server gave it, reduced to id / type / function (name, arguments)."""
+    fn = c["function"]
+    out: dict[str, Any] = {}
+    if isinstance(c.get("id"), str):
+        out["id"] = c["id"]
+    out["type"] = "function"
+    out["function"] = {"name": fn["name"], "arguments": fn.get("arguments", "")}
+    return out
+
+
+def _ids(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return value
+    return None
+
+
+def _retry_after(resp: Response) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or HTTP date), capped."""
+    value = resp.header("retry-after")
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - time.time()
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def _snippet(resp: Response, secrets: tuple[str, ...] = (), limit: int = 300) -> str:
+    """The start of an error body, one line, redacted (kept in the errors file)."""
+    text = redact(resp.body[: 4 * limit].decode("utf-8", "replace"), secrets)
+    text = text.strip().replace("\n", " ")
+    return text[:limit] + ("..." if len(text) > limit else "")

@@ -1,0 +1,251 @@
+"""Crash-safe JSONL files for `generate`: append whole lines, resume by row id.
+
+A line is written with one ``os.write`` of its complete bytes on an ``O_APPEND`` descriptor, so
+after a crash (even ``kill -9``) a file holds only whole lines except, at worst, one torn last
+line. `recover` cuts that tail off and returns the ids already present, so a rerun of the same
+command skips them: resume is keyed by row id, never by a line count, because answers finish
+out of order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from draftset.core.errors import DraftsetError
+
+FSYNC_EVERY_LINES = 200
+FSYNC_EVERY_SECONDS = 5.0
+
+
+@dataclass
+class Recovered:
+    """What an existing output or errors file already holds."""
+
+    ids: set[str] = field(default_factory=set)
+    lines: int = 0
+    torn_bytes: int = 0  # bytes of a torn last line that were cut away
+    reasons: dict[str, int] = field(default_factory=dict)  # errors file: count by reason
+
+
+class StoreError(DraftsetError):
+    """An existing file that is not ours to resume (a bad line before the end)."""
+
+
+def errors_path(out: Path) -> Path:
+    """``answers.jsonl`` -> ``answers.errors.jsonl`` (beside it)."""
+    return out.with_name(f"{_stem(out)}.errors.jsonl")
+
+
+def recover(path: Path, truncate: bool = True) -> Recovered:
+    """Ids of the complete lines in ``path``; a torn last line is truncated away on disk
+    (unless ``truncate`` is False: only checked).
+
+    A line is complete when it ends with a newline and parses as a JSON object with an ``id``.
+    Only the last line can be torn (every line is one write); a bad line before it means the
+    file was edited or is not a `generate` file, and resuming would be guesswork.
+    """
+    found = Recovered()
+    if not path.exists():
+        return found
+    good_end = 0
+    size = path.stat().st_size
+    with path.open("rb") as f:  # streamed: output files can be large
+        for line in f:
+            obj = _parse(line) if line.endswith(b"\n") else None
+            if obj is None:
+                if good_end + len(line) < size:
+                    msg = f"line at byte {good_end} is not a complete JSON object with an id"
+                    raise StoreError(f"{path}: {msg}")
+                break
+            found.ids.add(obj["id"])
+            found.lines += 1
+            reason = obj.get("reason")
+            if isinstance(reason, str):
+                found.reasons[reason] = found.reasons.get(reason, 0) + 1
+            good_end += len(line)
+    if good_end < size:
+        found.torn_bytes = size - good_end
+        if not truncate:
+            return found
+        with path.open("r+b") as f:
+            f.truncate(good_end)
+            os.fsync(f.fileno())
+    return found
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(obj, dict) and isinstance(obj.get("id"), str):
+        return obj
+    return None
+
+
+def drop_ids(path: Path, ids: set[str]) -> int:
+    """Rewrite ``path`` without the lines of ``ids`` (atomically, by rename); returns the count."""
+    if not path.exists() or not ids:
+        return 0
+    tmp = path.with_name(path.name + ".tmp")
+    dropped = 0
+    with path.open("rb") as src, tmp.open("wb") as dst:
+        for line in src:
+            obj = _parse(line)
+            if obj is not None and obj["id"] in ids:
+                dropped += 1
+                continue
+            dst.write(line)
+        dst.flush()
+        os.fsync(dst.fileno())
+    os.replace(tmp, path)
+    return dropped
+
+
+class LineWriter:
+    """Appends JSON lines atomically; fsyncs every few lines / seconds and on close."""
+
+    def __init__(self, path: Path, ascii_fallback: bool = False) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.ascii_fallback = ascii_fallback
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.lines = 0
+        self._unsynced = 0
+        self._last_sync = time.monotonic()
+
+    def write(self, obj: dict[str, Any]) -> None:
+        """Append one line. Never writes invalid UTF-8: text holding a lone surrogate raises
+        `UnicodeEncodeError` (nothing written), or with ``ascii_fallback`` is written as JSON
+        ``\\u`` escapes (the errors file: a diagnostic must not be lost)."""
+        text = json.dumps(obj, ensure_ascii=False) + "\n"
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            if not self.ascii_fallback:
+                raise
+            data = (json.dumps(obj, ensure_ascii=True) + "\n").encode("ascii")
+        view = memoryview(data)
+        while view:  # one write in practice; loop only if the kernel writes part of it
+            n = os.write(self.fd, view)
+            view = view[n:]
+        self.lines += 1
+        self._unsynced += 1
+        if (
+            self._unsynced >= FSYNC_EVERY_LINES
+            or time.monotonic() - self._last_sync >= FSYNC_EVERY_SECONDS
+        ):
+            self.sync()
+
+    def sync(self) -> None:
+        if self._unsynced:
+            os.fsync(self.fd)
+            self._unsynced = 0
+        self._last_sync = time.monotonic()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.sync()
+            os.close(self.fd)
+            self.fd = -1
+
+
+# --- one writer per output: the lock ------------------------------------------------------------
+def _stem(out: Path) -> str:
+    name = out.name
+    return name[: -len(".jsonl")] if name.endswith(".jsonl") else name
+
+
+def lock_path(out: Path) -> Path:
+    """``answers.jsonl`` -> ``answers.lock`` (beside it; left in place, it holds no state)."""
+    return out.with_name(f"{_stem(out)}.lock")
+
+
+def run_path(out: Path) -> Path:
+    """``answers.jsonl`` -> ``answers.run.json``: the settings the answers were generated with."""
+    return out.with_name(f"{_stem(out)}.run.json")
+
+
+class Locked(StoreError):
+    """Another process is writing the same output."""
+
+
+class RunLock:
+    """An exclusive `flock` on ``OUT``'s lock file for the whole run. The kernel drops it when
+    the process ends in any way (``kill -9`` included), so there is never a stale lock."""
+
+    def __init__(self, out: Path) -> None:
+        import fcntl
+
+        path = lock_path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(self.fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(self.fd)
+            self.fd = -1
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise Locked(
+                f"another draftset generate{who} is writing {out} (lock {path}); "
+                "wait for it or stop it first"
+            ) from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = -1
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+# --- what the answers were generated with: the run file ------------------------------------------
+RUN_FORMAT = "draftset-generate-run"
+
+
+def read_run(out: Path) -> dict[str, Any] | None:
+    """The run file beside ``out`` (None when there is none); `StoreError` when unreadable."""
+    path = run_path(out)
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: unreadable ({exc}); move it away to start over") from None
+    if not isinstance(data, dict) or data.get("format") != RUN_FORMAT:
+        raise StoreError(f"{path}: not a draftset generate run file")
+    return data
+
+
+def write_run(out: Path, data: dict[str, Any]) -> None:
+    """Write the run file atomically (temporary file, fsync, rename)."""
+    path = run_path(out)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump({"format": RUN_FORMAT, **data}, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def first_line(path: Path) -> dict[str, Any] | None:
+    """The first complete JSON object of a JSONL file (None: no such line)."""
+    if not path.exists():
+        return None
+    with path.open("rb") as f:
+        for line in f:
+            return _parse(line) if line.endswith(b"\n") else None
+    return None

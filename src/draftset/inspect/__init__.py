@@ -1,0 +1,1 @@
+"""`draftset show` and `draftset report`: looking at a built set."""

@@ -1,0 +1,536 @@
+"""`draftset report DIR [-o report.html]`: one self-contained HTML page about a built set.
+
+No script, no network: plots are hand-written inline SVG, styles inline, and a Content Security
+Policy forbids scripts and remote loads, so even a hostile row cannot run code. Every piece of
+dataset text goes through `html.escape` (a row holding `<script>` renders as text).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from draftset.config import defaults
+from draftset.core.counters import SUMMARY_COLUMNS, summary_row
+from draftset.inspect.show import visible, visible_parts
+from draftset.output.readback import (
+    NotADraftsetError,
+    OutputSet,
+    RowStats,
+    open_output,
+    row_stats,
+    supervised_runs,
+)
+
+COVERAGE_MARKS = (1024, 4096, 8192, 16384, 32000, 65536)
+EXAMPLE_ROWS = 4
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;
+color:#1d1d1f;padding:0 16px}
+h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:4px}
+table{border-collapse:collapse;margin:8px 0}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
+td:first-child,th:first-child{text-align:left}.pass{color:#127a12}.fail{color:#b00020;font-weight:bold}
+.skip{color:#8a6d00}pre.row{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:10px;
+border:1px solid #ddd;font:12.5px/1.4 ui-monospace,monospace}mark{background:#9be39b;color:#000}
+.muted{color:#666}svg{background:#fff;border:1px solid #eee;margin:4px 0}
+.ctl{color:#b00020;font-weight:bold}
+"""
+
+
+def _e(value: Any) -> str:
+    """HTML-escaped, with control and bidi characters as visible escapes (`\\x1b`, `\\u202e`):
+    a bidi override would reorder the page's text, and ESC sequences reach a terminal that
+    prints the file."""
+    return html.escape(visible(str(value)), quote=True)
+
+
+def _e_row(text: str) -> str:
+    """Dataset text of an example row: like `_e`, escapes highlighted (class ctl)."""
+    return "".join(
+        f'<span class="ctl">{html.escape(part)}</span>' if escaped else html.escape(part)
+        for part, escaped in visible_parts(text)
+    )
+
+
+def histogram_svg(
+    values: np.ndarray, title: str, bins: int = 30, width: int = 520, height: int = 200
+) -> str:
+    """A bar histogram as inline SVG (axis labels escaped)."""
+    pad_l, pad_b, pad_t = 48, 28, 22
+    if values.size == 0:
+        return (
+            f'<svg width="{width}" height="{height}" role="img"><text x="10" '
+            f'y="20">{_e(title)}: no rows</text></svg>'
+        )
+    lo, hi = float(values.min()), float(values.max())
+    if hi == lo:
+        hi = lo + 1
+    counts, edges = np.histogram(values, bins=bins, range=(lo, hi))
+    top = max(int(counts.max()), 1)
+    w = (width - pad_l - 8) / bins
+    h = height - pad_b - pad_t
+    bars = []
+    for i, c in enumerate(counts):
+        bh = h * c / top
+        x = pad_l + i * w
+        y = pad_t + h - bh
+        tip = f"{edges[i]:.0f}–{edges[i + 1]:.0f}: {int(c)} rows"
+        bars.append(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(w - 1, 1):.1f}" height="{bh:.1f}" '
+            f'fill="#4a7fd0"><title>{_e(tip)}</title></rect>'
+        )
+    axis = (
+        f'<line x1="{pad_l}" y1="{pad_t + h}" x2="{width - 8}" y2="{pad_t + h}" stroke="#999"/>'
+        f'<text x="{pad_l}" y="{height - 8}" font-size="11">{_e(f"{lo:.0f}")}</text>'
+        f'<text x="{width - 8}" y="{height - 8}" font-size="11" text-anchor="end">'
+        f"{_e(f'{hi:.0f}')}</text>"
+        f'<text x="{pad_l - 4}" y="{pad_t + 4}" font-size="11" text-anchor="end">{top}</text>'
+        f'<text x="{pad_l - 4}" y="{pad_t + h}" font-size="11" text-anchor="end">0</text>'
+        f'<text x="{pad_l}" y="14" font-size="12" font-weight="bold">{_e(title)}</text>'
+    )
+    return (
+        f'<svg width="{width}" height="{height}" role="img" aria-label="{_e(title)}">'
+        f"{axis}{''.join(bars)}</svg>"
+    )
+
+
+def bars_svg(items: list[tuple[str, int]], title: str, width: int = 520) -> str:
+    """Horizontal bars with labels (labels are dataset-controlled source names: escaped)."""
+    row_h = 20
+    height = 26 + row_h * max(len(items), 1)
+    top = max([v for _, v in items] + [1])
+    label_w = 200
+    parts = [f'<text x="4" y="14" font-size="12" font-weight="bold">{_e(title)}</text>']
+    for i, (label, value) in enumerate(items):
+        y = 22 + i * row_h
+        bw = (width - label_w - 70) * value / top
+        short = label if len(label) <= 28 else label[:27] + "…"
+        parts.append(
+            f'<text x="{label_w - 6}" y="{y + 13}" font-size="11" text-anchor="end">'
+            f"{_e(short)}<title>{_e(label)}</title></text>"
+        )
+        parts.append(
+            f'<rect x="{label_w}" y="{y + 2}" width="{bw:.1f}" height="{row_h - 6}" '
+            'fill="#4a7fd0"/>'
+        )
+        parts.append(
+            f'<text x="{label_w + bw + 4:.1f}" y="{y + 13}" font-size="11">{value:,}</text>'
+        )
+    return (
+        f'<svg width="{width}" height="{height}" role="img" aria-label="{_e(title)}">'
+        f"{''.join(parts)}</svg>"
+    )
+
+
+def coverage_curve(freq: np.ndarray) -> np.ndarray:
+    """cum[k-1] = fraction of supervised tokens covered by the k most frequent token ids."""
+    nz = np.sort(freq[freq > 0])[::-1]
+    if nz.size == 0:
+        return np.zeros(0)
+    return np.cumsum(nz) / nz.sum()
+
+
+def coverage_svg(cum: np.ndarray, width: int = 520, height: int = 220) -> str:
+    """Coverage against draft vocabulary size, log-scaled x axis."""
+    pad_l, pad_b, pad_t = 48, 30, 22
+    title = "supervised-token coverage by the top-N token ids"
+    if cum.size == 0:
+        return (
+            f'<svg width="{width}" height="{height}"><text x="10" y="20">{_e(title)}:'
+            f" no supervised tokens</text></svg>"
+        )
+    n = cum.size
+    xmax = np.log10(max(n, 10))
+    w, h = width - pad_l - 12, height - pad_b - pad_t
+    ks = np.unique(np.clip(np.logspace(0, xmax, 200).astype(int), 1, n))
+    pts = " ".join(
+        f"{pad_l + w * np.log10(k) / xmax:.1f},{pad_t + h * (1 - cum[k - 1]):.1f}" for k in ks
+    )
+    ticks = []
+    for k in (1, 10, 100, 1000, 10000, 100000):
+        if k <= max(n, 10):
+            x = pad_l + w * np.log10(k) / xmax
+            ticks.append(
+                f'<text x="{x:.1f}" y="{height - 10}" font-size="11" text-anchor="middle">'
+                f"{k:,}</text>"
+            )
+    return (
+        f'<svg width="{width}" height="{height}" role="img" aria-label="{_e(title)}">'
+        f'<text x="{pad_l}" y="14" font-size="12" font-weight="bold">{_e(title)}</text>'
+        f'<line x1="{pad_l}" y1="{pad_t + h}" x2="{pad_l + w}" y2="{pad_t + h}" stroke="#999"/>'
+        f'<line x1="{pad_l}" y1="{pad_t}" x2="{pad_l}" y2="{pad_t + h}" stroke="#999"/>'
+        f'<text x="{pad_l - 4}" y="{pad_t + 4}" font-size="11" text-anchor="end">100%</text>'
+        f'<text x="{pad_l - 4}" y="{pad_t + h}" font-size="11" text-anchor="end">0%</text>'
+        f'{"".join(ticks)}<polyline fill="none" stroke="#d0542a" stroke-width="2" '
+        f'points="{pts}"/></svg>'
+    )
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _mixture_section(mixture: dict[str, Any]) -> str:
+    """Dedup (per pair of sources), decontamination (per benchmark), mix requested vs achieved."""
+    html = ["<h2>Mixture</h2>"]
+    for d in mixture.get("dedup") or []:
+        kind = "near duplicates" if "threshold" in d else "exact duplicates"
+        pairs = [[p["kept_source"], p["removed_source"], f"{p['count']:,}"] for p in d["pairs"]]
+        html.append(f"<h3>{_e(kind)}: {int(d.get('removed_total') or 0):,} removed</h3>")
+        if pairs:
+            html.append(_table(["kept in source", "removed from source", "rows"], pairs))
+    dc = mixture.get("decontamination")
+    if dc:
+        html.append(
+            f"<h3>Decontamination ({_e(dc.get('n'))}-gram, scope {_e(dc.get('scope'))}):"
+            f" {int(dc.get('removed_total') or 0):,} removed</h3>"
+        )
+        by_bench = sorted((dc.get("removed_by_benchmark") or {}).items())
+        if by_bench:
+            html.append(_table(["benchmark", "rows removed"], [[k, f"{v:,}"] for k, v in by_bench]))
+    mix = mixture.get("mix")
+    if mix:
+        rows = [
+            [
+                line.get("kind"),
+                line.get("key"),
+                "" if line.get("requested") is None else f"{line['requested']:.1f}",
+                "" if line.get("target") is None else line["target"],
+                line.get("achieved"),
+                line.get("available"),
+            ]
+            for line in mix.get("lines") or []
+            if line.get("kind") in ("source", "mode")
+        ]
+        html.append(f"<h3>Mix: {int(mix.get('total') or 0):,} rows</h3>")
+        html.append(_table(["kind", "key", "requested", "target", "achieved", "available"], rows))
+    return "".join(html)
+
+
+def _hygiene_html(total: dict[str, Any]) -> str:
+    """Rows a training run would learn the wrong thing from, and how to fix them."""
+    out = []
+    if total.get("placeholder_rows"):
+        out.append(
+            f"<p>{int(total['placeholder_rows']):,} rows whose every answer is a placeholder"
+            " (&quot;OK.&quot;, empty) were rejected <code>no_supervised_turn</code>:"
+            " <code>draftset run</code> has the target model answer them.</p>"
+        )
+    if total.get("empty_think_rows"):
+        out.append(
+            f"<p><b>{int(total['empty_think_rows']):,} rows are trained as empty think"
+            " blocks</b>: their answers have no reasoning and this template thinks, so the"
+            " drafter learns that the model skips thinking. Regenerate them with"
+            " <code>regenerate: missing_reasoning</code> in the recipe's"
+            " <code>generate:</code> section (<code>draftset run</code>).</p>"
+        )
+    return "".join(out)
+
+
+def _run_section(run: dict[str, Any]) -> str:
+    """`draftset run`: what the target model answered and what became of it."""
+    queued = run.get("queued") or {}
+    errors = run.get("generation_errors") or {}
+    rows = [
+        ["model", run.get("model")],
+        ["regenerate", run.get("regenerate")],
+        ["rows sent for an answer", ", ".join(f"{k}={v:,}" for k, v in queued.items()) or "0"],
+        ["answered", f"{int(run.get('answered') or 0):,}"],
+        ["generation errors (rejects)", ", ".join(f"{k}={v:,}" for k, v in errors.items()) or "0"],
+        ["prompts too long to send (never sent)", f"{int(run.get('too_long_prompts') or 0):,}"],
+        ["ends_at_tool_call", f"{int(run.get('ends_at_tool_call') or 0):,}"],
+        ["work folder (answers)", run.get("work")],
+    ]
+    return "<h2>Answers from the target (draftset run)</h2>" + _table(["", ""], rows)
+
+
+def _checks_table(checks: list[dict[str, Any]]) -> str:
+    """Check results (as in verify.json) as a table: status, count, summary, example ids."""
+    rows = []
+    for c in checks:
+        status = str(c.get("status"))
+        summary = _e(c.get("summary"))
+        if c.get("examples"):
+            summary += f" (e.g. {_e(', '.join(str(x) for x in c['examples']))})"
+        count = f"{int(c.get('count') or 0):,}" if status == "fail" else ""
+        rows.append(
+            f'<tr><td>{_e(c.get("name"))}</td><td class="{_e(status)}">{_e(status)}</td>'
+            f'<td>{count}</td><td style="text-align:left">{summary}</td></tr>'
+        )
+    return (
+        "<table><thead><tr><th>check</th><th>status</th><th>count</th><th>summary</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _verification_section(rec: Any, fast: list[Any]) -> str:
+    """The last full `verify` (from verify.json: current, stale or absent) and the fast checks
+    run now. A failed, stale or missing full verify is said first, in words."""
+    html = ["<h2>Verification</h2>"]
+    data = rec.record
+    if rec.error:
+        html.append(
+            f'<p class="fail">The last full verify cannot be read ({_e(rec.error)}): only the'
+            " fast checks below ran. Run <code>draftset verify DIR</code>.</p>"
+        )
+    elif data is None:
+        html.append(
+            '<p class="skip">Only the fast checks ran: no full <code>draftset verify</code>'
+            " result is recorded for this set (sources, tokenizer, template, row identity,"
+            " mask fidelity, leakage and truncation are not checked here). Run"
+            " <code>draftset verify DIR</code>; this report then shows its result.</p>"
+        )
+    else:
+        checks = data.get("checks") or []
+        failed = [str(c.get("name")) for c in checks if c.get("status") == "fail"]
+        skipped = [str(c.get("name")) for c in checks if c.get("status") == "skip"]
+        when = f"{_e(data.get('time'))} (draftset {_e(data.get('draftset_version'))})"
+        if failed:
+            verdict = f'<span class="fail">FAILED</span>: {_e(", ".join(failed))}'
+        else:
+            verdict = '<span class="pass">passed</span>' + (
+                f" (skipped: {_e(', '.join(skipped))})" if skipped else ""
+            )
+        if rec.stale:
+            html.append(
+                f'<p class="fail">STALE: the last full verify ({when}) checked other files'
+                f" than the set holds now — changed since: {_e(', '.join(rec.changed))}."
+                " Its result below no longer applies; run <code>draftset verify DIR</code>"
+                " again.</p>"
+            )
+        html.append(f"<p>Last full verify, {when}: {verdict}.</p>")
+        html.append(_checks_table(checks))
+    html.append("<h3>Fast checks (run now by this report)</h3>")
+    html.append(_checks_table([c.to_json() for c in fast]))
+    return "".join(html)
+
+
+def _example_html(out: OutputSet, decode: Any, index: int) -> str:
+    r = out.row(index)
+    ids = [int(i) for i in r["input_ids"]]
+    mask = r["loss_mask"]
+    parts: list[str] = []
+    pos = 0
+    for s, e in supervised_runs(mask):
+        parts.append(_e_row(decode(ids[pos:s])))
+        parts.append(f"<mark>{_e_row(decode(ids[s:e]))}</mark>")
+        pos = e
+    parts.append(_e_row(decode(ids[pos:])))
+    head = (
+        f"{r['id']} — source {r['source']}, {len(ids)} tokens, {int((mask == 1).sum())} supervised"
+    )
+    return f'<h3>{_e(head)}</h3><pre class="row">{"".join(parts)}</pre>'
+
+
+def build_report(
+    folder: Path | str,
+    tokenizer: str | None = None,
+    block_size: int = defaults.BLOCK_SIZE,
+    examples: int = EXAMPLE_ROWS,
+    seed: int = 0,
+) -> str:
+    """The report page as a string."""
+    from draftset.checks.verify import fast_checks, read_record
+
+    out = open_output(Path(folder))
+    stats: RowStats = row_stats(out, block_size)
+    m = out.manifest
+    counts = (m.get("counts") or {}).get("per_source") or {}
+    total = (m.get("counts") or {}).get("total") or {}
+    sec: list[str] = []
+    tok = m.get("tokenizer") or {}
+    tmpl = m.get("template") or {}
+    sec.append(
+        "<h1>draftset report</h1>"
+        + _table(
+            ["", ""],
+            [
+                ["folder", out.folder],
+                ["draftset version", m.get("draftset_version")],
+                ["tokenizer", tok.get("path")],
+                ["tokenizer fingerprint", tok.get("fingerprint")],
+                ["template sha256", tmpl.get("sha256")],
+                ["template kwargs", tmpl.get("kwargs")],
+                ["options", ", ".join(f"{k}={v}" for k, v in out.options.items())],
+                [
+                    "rows / tokens / supervised",
+                    f"{out.num_rows:,} / {int(stats.seq_len.sum()):,}"
+                    f" / {int(stats.supervised.sum()):,}",
+                ],
+            ],
+        )
+    )
+    checks = fast_checks(out, block_size)
+    sec.append(_verification_section(read_record(out), checks))
+    src_rows = [[name, *(f"{n:,}" for n in summary_row(c))] for name, c in counts.items()]
+    sec.append(
+        "<h2>Composition by source</h2>"
+        + _table(
+            ["source", *(header for header, _ in SUMMARY_COLUMNS)],
+            src_rows,
+        )
+        + bars_svg([(n, int(c.get("rows_out") or 0)) for n, c in counts.items()], "rows by source")
+        + bars_svg(
+            [(n, int(c.get("supervised_tokens") or 0)) for n, c in counts.items()],
+            "supervised tokens by source",
+        )
+    )
+    rej: Counter[str] = Counter(total.get("row_rejects_by_reason") or {})
+    ctx: Counter[str] = Counter(total.get("context_turns_by_reason") or {})
+    sec.append(
+        "<h2>Rejects and context-only turns</h2>"
+        + (bars_svg(rej.most_common(), "rejected rows by reason") if rej else "<p>No rejects.</p>")
+        + (
+            bars_svg(ctx.most_common(), "assistant turns kept as context only, by reason")
+            if ctx
+            else ""
+        )
+        + "<p>Prompt-only rows queued for generation:"
+        + f" {int(total.get('needs_generation') or 0):,}</p>"
+        + _hygiene_html(total)
+    )
+    if m.get("run"):
+        sec.append(_run_section(m["run"]))
+    mixture = m.get("mixture") or {}
+    if mixture:
+        sec.append(_mixture_section(mixture))
+    sec.append(
+        "<h2>Lengths</h2>"
+        + histogram_svg(stats.seq_len, "sequence length (tokens per row)")
+        + histogram_svg(stats.supervised, "supervised tokens per row")
+        + "<p>Truncated rows (last answer cut, no end-of-turn token):"
+        + f" {int((m.get('totals') or {}).get('truncated') or 0):,}"
+        + f" — truncation mode: {_e(out.options.get('truncation'))}, max "
+        f"length {_e(out.options.get('max_length'))}</p>"
+    )
+    n = max(int(stats.seq_len.size), 1)
+    sec.append(
+        f"<h2>Drafter fitness (DFlash block {block_size})</h2>"
+        + histogram_svg(stats.anchors, f"DFlash anchor positions per row (block {block_size})")
+        + _table(
+            ["measure", "value"],
+            [
+                [
+                    "rows without a DFlash anchor",
+                    f"{int((stats.anchors == 0).sum()):,} ({(stats.anchors == 0).sum() / n:.1%})",
+                ],
+                ["anchors in total", f"{int(stats.anchors.sum()):,}"],
+                [
+                    f"positions starting {block_size} supervised tokens",
+                    f"{int(stats.full_blocks.sum()):,}",
+                ],
+                [
+                    "rows without two consecutive supervised tokens",
+                    f"{int((stats.pairs == 0).sum()):,}",
+                ],
+            ],
+        )
+    )
+    cum = coverage_curve(stats.token_freq)
+    marks = [[f"{k:,}", f"{cum[min(k, cum.size) - 1]:.2%}"] for k in COVERAGE_MARKS if cum.size]
+    sec.append(
+        "<h2>Draft vocabulary coverage</h2><p>Fraction of supervised "
+        "tokens covered by the N most frequent token ids:"
+        " pick <code>--draft-vocab-size</code> where the curve flattens.</p>"
+        + coverage_svg(cum)
+        + _table(["draft vocab size N", "coverage"], marks)
+        + f"<p>{cum.size:,} distinct supervised token ids.</p>"
+    )
+    sec.append(
+        "<h2>Example rows</h2><p class=muted>Supervised tokens (loss_mask "
+        "= 1) are <mark>highlighted</mark>.</p>"
+    )
+    try:
+        from draftset.inspect.show import load_decoder
+
+        decode, _ = load_decoder(out, tokenizer)
+    except Exception as exc:
+        decode = None
+        sec.append(f"<p>Cannot decode rows: {_e(exc)}</p>")
+    if decode is not None and out.num_rows:
+        rng = np.random.default_rng(seed)
+        pick = sorted(
+            rng.choice(out.num_rows, size=min(examples, out.num_rows), replace=False).tolist()
+        )
+        sec += [_example_html(out, decode, i) for i in pick]
+    csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
+        f"<title>draftset report — {_e(out.folder.name)}</title><style>{CSS}</style></head><body>"
+        + "\n".join(sec)
+        + "</body></html>\n"
+    )
+
+
+def write_report(
+    folder: Path | str,
+    output: Path | str | None = None,
+    tokenizer: str | None = None,
+    block_size: int = defaults.BLOCK_SIZE,
+) -> Path:
+    path = Path(output) if output else Path(folder) / "report.html"
+    path.write_text(build_report(folder, tokenizer, block_size), encoding="utf-8")
+    return path
+
+
+def register_cli(subparsers: Any) -> None:
+    """Add `draftset report` to a subparsers object (handler(args) -> exit code)."""
+    p = subparsers.add_parser("report", help="write a self-contained HTML report of a built set")
+    p.add_argument("dir", metavar="DIR", help="a folder written by `draftset build`")
+    p.add_argument("-o", "--output", help="HTML file to write (default: DIR/report.html)")
+    p.add_argument(
+        "--tokenizer", help="tokenizer folder for the example rows (default: the manifest's)"
+    )
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=defaults.BLOCK_SIZE,
+        help=f"DFlash block size (default {defaults.BLOCK_SIZE})",
+    )
+    p.set_defaults(handler=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    try:
+        path = write_report(args.dir, args.output, args.tokenizer, args.block_size)
+    except (NotADraftsetError, OSError) as exc:
+        print(f"draftset: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"report written to {path}")
+    return 0
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise _UsageError(message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry; the CLI wires `register_cli`."""
+    parser = _Parser(prog="draftset")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    register_cli(sub)
+    try:
+        args = parser.parse_args(["report", *(argv if argv is not None else sys.argv[1:])])
+    except _UsageError as exc:
+        print(f"draftset: error: {exc}", file=sys.stderr)
+        return 2
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

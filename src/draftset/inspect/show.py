@@ -1,0 +1,265 @@
+"""`draftset show DIR --row N | --id ID`: one training row in the terminal, mask highlighted.
+
+Dataset text is shown through `rich.text.Text` (never parsed as markup), so a row holding
+`[bold]` or `<script>` prints as itself, and control characters from the data (ESC/OSC
+sequences, BEL, C1 controls, bidi overrides) are never written to the terminal: they are shown
+escaped (`\\x1b`, `\\u202e`). Without colours (piped, `NO_COLOR`) supervised runs are wrapped in
+`⟦…⟧` so a mask stays readable in a log. Decoding needs the tokenizer: the manifest's path, or
+`--tokenizer`; only the fast Rust tokenizer file is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from draftset.core.errors import DraftsetError
+from draftset.output.readback import NotADraftsetError, OutputSet, open_output, supervised_runs
+
+SUPERVISED_STYLE = "bold black on green3"
+TOKEN_STYLES = ("", "on grey23")  # alternate backgrounds mark token boundaries
+SUPERVISED_TOKEN_STYLES = ("bold black on green3", "bold black on dark_sea_green2")
+ESCAPE_STYLE = "bold red"  # an escaped control character (added to the segment's style)
+MARK_OPEN, MARK_CLOSE = "\u27e6", "\u27e7"  # ⟦ ⟧ around supervised runs without colours
+TOKEN_SEP = "\u00a6"  # ¦ between tokens of --tokens without colours
+
+UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f"  # C0 (but tab, newline), DEL, C1: ESC, BEL, CSI, OSC ...
+    "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # bidi marks, embeddings, overrides
+    "\u2028\u2029]"  # line and paragraph separators
+)
+"""Characters from the data never written raw to a terminal (nor into the HTML report)."""
+
+Decoder = Callable[[list[int]], str]
+
+
+def escape_char(ch: str) -> str:
+    """`\\x1b`, `\\u202e`, `\\U000e0001`: a character as a visible escape."""
+    o = ord(ch)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def visible_parts(text: str, extra: str = "") -> list[tuple[str, bool]]:
+    """``text`` as (chunk, escaped) parts: control and bidi characters (and any character of
+    ``extra``, e.g. the plain-mode markers) become visible escapes, flagged True."""
+    pattern = UNSAFE if not extra else re.compile(f"{UNSAFE.pattern}|[{re.escape(extra)}]")
+    parts: list[tuple[str, bool]] = []
+    pos = 0
+    for m in pattern.finditer(text):
+        if m.start() > pos:
+            parts.append((text[pos : m.start()], False))
+        parts.append((escape_char(m.group()), True))
+        pos = m.end()
+    if pos < len(text):
+        parts.append((text[pos:], False))
+    return parts
+
+
+def visible(text: str) -> str:
+    """``text`` with control and bidi characters escaped (for one-line messages)."""
+    return "".join(chunk for chunk, _ in visible_parts(text))
+
+
+def _append(text: Text, chunk: str, style: str, plain: bool) -> None:
+    """Append data to ``text`` with its controls escaped (and, plain, the markers too)."""
+    for part, escaped in visible_parts(chunk, MARK_OPEN + MARK_CLOSE + TOKEN_SEP if plain else ""):
+        text.append(part, style=f"{style} {ESCAPE_STYLE}".strip() if escaped else style)
+
+
+class ShowError(DraftsetError):
+    """Unusable arguments (exit code 2)."""
+
+
+def load_decoder(out: OutputSet, tokenizer: str | None = None) -> tuple[Decoder, set[int]]:
+    """Decode function (special tokens kept) and the end-of-turn token ids of the manifest."""
+    from tokenizers import Tokenizer
+
+    tok = tokenizer or str((out.manifest.get("tokenizer") or {}).get("path") or "")
+    path = Path(tok) / "tokenizer.json"
+    if not path.is_file():
+        raise ShowError(f"cannot decode: no tokenizer.json in {tok!r} (pass --tokenizer FOLDER)")
+    try:
+        backend = Tokenizer.from_file(str(path))
+    except Exception as exc:
+        raise ShowError(f"cannot load tokenizer {path}: {exc}") from None
+    eot = {
+        i
+        for t in (out.manifest.get("template") or {}).get("eot_tokens") or []
+        if (i := backend.token_to_id(t)) is not None
+    }
+    return (lambda ids: backend.decode(ids, skip_special_tokens=False)), eot
+
+
+def find_row(out: OutputSet, row: int | None, row_id: str | None) -> int:
+    if not out.readable:
+        raise ShowError(out.read_error or "no Arrow data")
+    n = out.num_rows
+    if row_id is not None:
+        try:
+            return out.ids().index(row_id)
+        except ValueError:
+            raise ShowError(f"no row with id {row_id!r}") from None
+    assert row is not None
+    if not 0 <= row < n:
+        raise ShowError(f"--row {row} out of range: the set has {n} rows (0..{n - 1})")
+    return row
+
+
+def row_facts(r: dict[str, Any], eot: set[int], block_size: int = 16) -> dict[str, Any]:
+    """Per-row numbers shown by `show` and the report."""
+    ids, mask = r["input_ids"], r["loss_mask"]
+    runs = supervised_runs(mask)
+    m = mask == 1
+    n = len(ids)
+    pos = np.arange(n)
+    last_end = runs[-1][1] if runs else 0
+    return {
+        "id": r["id"],
+        "source": r["source"],
+        "row": r["index"],
+        "tokens": n,
+        "supervised tokens": int(m.sum()),
+        "supervised runs": len(runs),
+        "truncated": bool(runs) and int(ids[last_end - 1]) not in eot,
+        f"DFlash anchors (block {block_size})": int((m & (pos + block_size <= n)).sum()),
+    }
+
+
+def render_row(
+    r: dict[str, Any],
+    decode: Decoder,
+    eot: set[int],
+    tokens: bool = False,
+    block_size: int = 16,
+    plain: bool = False,
+) -> tuple[Table, Text]:
+    """The facts table and the highlighted text of one row; ``plain`` (no colours) also marks
+    supervised runs with ⟦…⟧ and, with ``tokens``, token boundaries with ¦."""
+    facts = row_facts(r, eot, block_size)
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for k, v in facts.items():
+        table.add_row(k, Text(visible(str(v))))
+    ids = [int(i) for i in r["input_ids"]]
+    mask = r["loss_mask"]
+    text = Text()
+    if tokens:
+        for i, tok in enumerate(ids):
+            sup = mask[i] == 1
+            if plain:
+                if sup and (i == 0 or mask[i - 1] != 1):
+                    text.append(MARK_OPEN)
+                elif i:
+                    text.append(TOKEN_SEP)
+            styles = SUPERVISED_TOKEN_STYLES if sup else TOKEN_STYLES
+            _append(text, decode([tok]), styles[i % 2], plain)
+            if plain and sup and (i + 1 == len(ids) or mask[i + 1] != 1):
+                text.append(MARK_CLOSE)
+        return table, text
+    pos = 0
+    for s, e in supervised_runs(mask):
+        _append(text, decode(ids[pos:s]), "", plain)
+        if plain:
+            text.append(MARK_OPEN)
+        _append(text, decode(ids[s:e]), SUPERVISED_STYLE, plain)
+        if plain:
+            text.append(MARK_CLOSE)
+        pos = e
+    _append(text, decode(ids[pos:]), "", plain)
+    return table, text
+
+
+def show(
+    folder: Path | str,
+    row: int | None = None,
+    row_id: str | None = None,
+    tokens: bool = False,
+    tokenizer: str | None = None,
+    console: Console | None = None,
+    block_size: int = 16,
+) -> None:
+    """Print one row; raises ShowError / NotADraftsetError for unusable arguments."""
+    out = open_output(Path(folder))
+    index = find_row(out, row, row_id)
+    decode, eot = load_decoder(out, tokenizer)
+    r = out.row(index)
+    console = console or Console()
+    plain = console.no_color or console.color_system is None
+    table, text = render_row(r, decode, eot, tokens, block_size, plain)
+    console.print(table)
+    legend = Text()
+    if plain:
+        legend.append(f"supervised (loss_mask = 1): {MARK_OPEN}...{MARK_CLOSE}")
+        if tokens:
+            legend.append(f"  token boundaries: {TOKEN_SEP}")
+    else:
+        legend.append("supervised (loss_mask = 1)", style=SUPERVISED_STYLE)
+        if tokens:
+            legend.append("  token boundaries: alternating backgrounds", style="dim")
+    legend.append("  control characters: escaped (\\x1b, \\u202e)", style="dim")
+    console.print(legend)
+    console.print(Panel(text, title=Text(visible(str(r["id"]))), title_align="left"))
+
+
+def register_cli(subparsers: Any) -> None:
+    """Add `draftset show` to a subparsers object (handler(args) -> exit code)."""
+    p = subparsers.add_parser(
+        "show",
+        help="print one training row with its supervised tokens highlighted",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("dir", metavar="DIR", help="a folder written by `draftset build`")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--row", type=int, help="row index (0-based)")
+    which.add_argument("--id", dest="row_id", help="row id")
+    p.add_argument("--tokens", action="store_true", help="show token boundaries")
+    p.add_argument("--tokenizer", help="tokenizer folder (default: the path in the manifest)")
+    p.add_argument(
+        "--block-size", type=int, default=16, help="DFlash block size for the anchor count"
+    )
+    p.set_defaults(handler=cmd_show)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    try:
+        show(
+            args.dir, args.row, args.row_id, args.tokens, args.tokenizer, block_size=args.block_size
+        )
+    except (ShowError, NotADraftsetError) as exc:
+        print(f"draftset: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise ShowError(message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry; the CLI wires `register_cli`."""
+    parser = _Parser(prog="draftset")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    register_cli(sub)
+    try:
+        args = parser.parse_args(["show", *(argv if argv is not None else sys.argv[1:])])
+    except ShowError as exc:
+        print(f"draftset: error: {exc}", file=sys.stderr)
+        return 2
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

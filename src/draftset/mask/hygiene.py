@@ -1,0 +1,105 @@
+"""Row facts `build` reports and `run` acts on: placeholder-only answers, empty think blocks.
+
+- A conversation whose every assistant turn is a placeholder ("OK.", empty) teaches nothing:
+  `build` rejects it `no_supervised_turn` and says how many; `run` drops those turns and has the
+  target model answer the prompt.
+- An answer without reasoning, built under a template that thinks, is trained as an *empty*
+  think block (``<think>\\n\\n</think>`` then the answer): the drafter learns that the model skips
+  thinking. Whether a template does that is asked of the template itself, with one probe
+  conversation rendered with and without reasoning: no per-model list.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from draftset.core import reasons
+from draftset.core.records import Conversation, Normalized
+from draftset.select.modes import NO_REASONING, row_mode
+
+_ANSWER, _REASONING = "ANSWER-7f3a", "REASONING-7f3a"
+
+
+def all_placeholder_answers(item: Normalized, placeholders: tuple[str, ...]) -> bool:
+    """A conversation whose every assistant turn is a placeholder (an earlier pipeline's pad),
+    by the one definition render and verify use."""
+    if not isinstance(item, Conversation):
+        return False
+    turns = [m for m in item.messages if m["role"] == "assistant"]
+    return bool(turns) and all(reasons.is_placeholder_answer(m, placeholders) for m in turns)
+
+
+def lacks_reasoning(item: Normalized, template_kwargs: Mapping[str, Any] | None) -> bool:
+    """Answers without reasoning and not declared thinking-off (mode ``no_reasoning``)."""
+    return isinstance(item, Conversation) and row_mode(item, template_kwargs) == NO_REASONING
+
+
+def row_kwargs_key(item: Conversation) -> str:
+    """The template options the row is rendered with (recorded by `generate`), as a key."""
+    meta = item.meta.get("metadata")
+    kwargs = meta.get("chat_template_kwargs") if isinstance(meta, dict) else None
+    return json.dumps(kwargs if isinstance(kwargs, dict) else {}, sort_keys=True)
+
+
+class EmptyThinkProbe:
+    """Does the template train an answer without reasoning as an empty think block?
+
+    Answered once per distinct set of row template options (see `trains_empty_think`).
+    ``call`` runs the probe elsewhere (build's helper process, so the main process never
+    imports transformers); None runs it here.
+    """
+
+    def __init__(
+        self,
+        template_text: str,
+        base_kwargs: Mapping[str, Any],
+        call: Callable[..., bool] | None = None,
+    ) -> None:
+        self.template_text = template_text
+        self.base_kwargs = dict(base_kwargs)
+        self.call = call or trains_empty_think
+        self._cache: dict[str, bool] = {}
+
+    def thinks(self, row_kwargs_json: str = "{}") -> bool:
+        if row_kwargs_json not in self._cache:
+            kwargs = {**self.base_kwargs, **json.loads(row_kwargs_json)}
+            self._cache[row_kwargs_json] = bool(self.call(self.template_text, kwargs))
+        return self._cache[row_kwargs_json]
+
+
+def trains_empty_think(template_text: str, kwargs: dict[str, Any]) -> bool:
+    """Render ``user, assistant`` with and without reasoning and compare the generations: the
+    template "thinks" when the generation with reasoning, minus the reasoning text, equals the
+    generation without it (same wrapper, nothing inside) and that wrapper is not blank. A
+    template that cannot render the probe says False."""
+    from draftset.mask.template import _compile
+
+    try:
+        compiled = _compile(template_text)
+
+        def render(msgs: list[dict[str, Any]], gen: bool) -> str:
+            return str(
+                compiled.render(
+                    messages=msgs, tools=None, documents=None, add_generation_prompt=gen, **kwargs
+                )
+            )
+
+        user = {"role": "user", "content": "Q"}
+        plain = {"role": "assistant", "content": _ANSWER}
+        with_r = {**plain, "reasoning_content": _REASONING, "thinking": _REASONING}
+        prompt = render([user], True)
+        full_plain, full_r = render([user, plain], False), render([user, with_r], False)
+    except Exception:
+        return False
+    if not (full_plain.startswith(prompt) and full_r.startswith(prompt)):
+        return False
+    gen_plain, gen_r = full_plain[len(prompt) :], full_r[len(prompt) :]
+    if _REASONING not in gen_r or _ANSWER not in gen_plain:
+        return False
+    wrapper = gen_plain[: gen_plain.index(_ANSWER)]
+    squash = re.compile(r"\s+")
+    same = squash.sub("", gen_r.replace(_REASONING, "")) == squash.sub("", gen_plain)
+    return same and bool(wrapper.strip())

@@ -1,0 +1,346 @@
+"""Render & mask: which characters of the rendered chat the target model generates.
+
+The contract (docs/semantics.md): for assistant turn j, P = render(turns 0..j-1, generation
+prompt) and F = render(turns 0..j). When F starts with P, the model's generation G is F after P
+up to and including the first end-of-turn token. Everything else is context. This works for any
+template, with or without ``{% generation %}`` tags, because it only asks the template itself
+what a server would send and what the model would then write.
+
+The output of this stage is a `RowPlan`: the row's text as alternating segments, each marked
+supervised or not. Encoding (encode.py) tokenizes each segment separately, so no token ever
+straddles a prompt/generation edge, exactly as at serving time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Literal
+
+from draftset.core import reasons
+from draftset.core.records import Conversation, Message, Reject
+from draftset.mask.template import Renderer
+from draftset.sources.normalize import as_template_reads
+
+TurnMode = Literal["all", "last", "each"]
+
+
+@dataclass(slots=True)
+class RowPlan:
+    """One output row before tokenization: text segments and whether each is supervised."""
+
+    id: str
+    source: str
+    row: int
+    segments: list[tuple[str, bool]]
+    # every supervised segment ends with an end-of-turn token by construction
+    supervised_turns: int = 0
+    # segment index -> token ids the server returned for that generation (used as they are)
+    server_ids: dict[int, list[int]] = field(default_factory=dict)
+    # segment index -> index of the assistant message it is the generation of
+    turn_of_segment: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ConversationPlan:
+    """What render & mask made of one conversation (one or more rows, or row-level rejects)."""
+
+    rows: list[RowPlan] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
+    context_turns: Counter[str] = field(default_factory=Counter)
+    trailing_turns_trimmed: int = 0
+    # templates with {% generation %} tags: does what they mark equal the derived spans?
+    generation_tags_agree: int = 0
+    generation_tags_disagree: int = 0
+    server_ids_used: int = 0  # generations whose tokens came from the server
+    server_ids_mismatch: int = 0  # server ids that did not decode to the generation: re-encoded
+
+
+@dataclass(slots=True)
+class _Turn:
+    """Where assistant message j starts in renders of the conversation and what it generates."""
+
+    index: int  # position in messages
+    prompt: str | None = None  # P: render(0..j-1, generation prompt)
+    generation: str | None = None  # G
+    reason: str | None = None  # set when the turn cannot be supervised
+    message: str = ""
+
+
+def _drops_reject(conv: Conversation, j: int, row_id: str | None = None) -> Reject:
+    return Reject(
+        conv.source,
+        conv.row,
+        row_id or conv.id,
+        reasons.TEMPLATE_DROPS_CONTENT,
+        f"the template's render of assistant message {j} does not contain its text"
+        " (or the name of a tool it calls)",
+    )
+
+
+def _template_reject(conv: Conversation, exc: Exception, row_id: str | None = None) -> Reject:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return Reject(conv.source, conv.row, row_id or conv.id, reasons.TEMPLATE_ERROR, text)
+
+
+def row_template_kwargs(conv: Conversation) -> dict | None:
+    """Template options a row was generated with (recorded by `draftset generate`)."""
+    recorded = conv.meta.get("metadata")
+    kwargs = recorded.get("chat_template_kwargs") if isinstance(recorded, dict) else None
+    return kwargs if isinstance(kwargs, dict) and kwargs else None
+
+
+def _server_completion_ids(conv: Conversation) -> dict[int, list[int]]:
+    """message index -> completion token ids, when the generation server returned them."""
+    recorded = conv.meta.get("metadata")
+    turns = (recorded.get("token_ids") or {}).get("turns") if isinstance(recorded, dict) else None
+    out: dict[int, list[int]] = {}
+    for t in turns or []:
+        ids = t.get("completion") if isinstance(t, dict) else None
+        if (
+            isinstance(t.get("message"), int)
+            and isinstance(ids, list)
+            and all(type(i) is int for i in ids)
+        ):
+            out[t["message"]] = ids
+    return out
+
+
+def derive_turn(
+    tmpl: Renderer,
+    messages: list[Message],
+    tools: list | None,
+    j: int,
+    full_render: str | None = None,
+    row_kwargs: dict | None = None,
+) -> _Turn:
+    """P and G for assistant message j (raises on template errors)."""
+    turn = _Turn(index=j)
+    prompt = tmpl.render(messages[:j], tools, add_generation_prompt=True, row_kwargs=row_kwargs)
+    full = (
+        full_render
+        if full_render is not None
+        else tmpl.render(messages[: j + 1], tools, row_kwargs=row_kwargs)
+    )
+    turn.prompt = prompt
+    if not full.startswith(prompt):
+        turn.reason = reasons.TURN_NOT_GENERABLE
+        turn.message = "render(0..j) does not start with the generation prompt"
+        return turn
+    end = tmpl.find_end_of_turn(full, len(prompt))
+    if end < 0:
+        turn.reason = reasons.TURN_NO_END_OF_TURN
+        turn.message = "no end-of-turn token after the generation prompt"
+        return turn
+    turn.generation = full[len(prompt) : end]
+    return turn
+
+
+def make_row(
+    conv: Conversation, row_id: str, text: str, spans: list[tuple[int, int, int]]
+) -> RowPlan:
+    """Split ``text`` into (piece, supervised) segments at sorted, disjoint ``spans``.
+
+    Each span is (start, end, message index); the row remembers which segment is which turn.
+    """
+    row = RowPlan(row_id, conv.source, conv.row, [], len(spans))
+    pos = 0
+    for start, end, message_index in spans:
+        if start > pos:
+            row.segments.append((text[pos:start], False))
+        row.turn_of_segment[len(row.segments)] = message_index
+        row.segments.append((text[start:end], True))
+        pos = end
+    if pos < len(text):
+        row.segments.append((text[pos:], False))
+    return row
+
+
+def plan_conversation(
+    tmpl: Renderer,
+    conv: Conversation,
+    mode: TurnMode = "all",
+    placeholders: tuple[str, ...] = reasons.DEFAULT_PLACEHOLDERS,
+) -> ConversationPlan:
+    """Reference path: derive the supervised spans of one conversation from the template."""
+    plan = ConversationPlan()
+    messages = conv.messages
+    assistant_idx = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    last = assistant_idx[-1]
+    if last + 1 < len(messages):  # turns after the last answer teach nothing: drop, but count
+        plan.trailing_turns_trimmed = len(messages) - last - 1
+        messages = messages[: last + 1]
+    # what the template is given: inline reasoning and content shape as it reads them
+    shown = as_template_reads(messages, conv.meta, tmpl.content_parts, tmpl.renders_reasoning)
+    if mode == "each":
+        _plan_each(tmpl, conv, shown, messages, assistant_idx, placeholders, plan)
+    else:
+        _plan_whole(tmpl, conv, shown, messages, assistant_idx, mode, placeholders, plan)
+    server = _server_completion_ids(conv)
+    if server:
+        _attach_server_ids(tmpl, plan, server)
+    return plan
+
+
+def _attach_server_ids(
+    tmpl: Renderer, plan: ConversationPlan, server: dict[int, list[int]]
+) -> None:
+    """Use the server's own completion tokens for a generation when they spell exactly it.
+
+    The server's ids may stop before the end-of-turn token (some servers drop the stop token):
+    then it is appended. Ids that decode to anything else are not trusted: the generation is
+    re-encoded from text and the mismatch counted.
+    """
+    for row in plan.rows:
+        for seg_index, message_index in row.turn_of_segment.items():
+            ids = server.get(message_index)
+            if ids is None:
+                continue
+            text = row.segments[seg_index][0]
+            decoded = tmpl.decode(ids)
+            if decoded == text:
+                row.server_ids[seg_index] = list(ids)
+            elif tmpl.find_end_of_turn(text) == len(text) and text.startswith(decoded):
+                tail = tmpl.backend.encode(text[len(decoded) :], add_special_tokens=False).ids
+                if len(tail) == 1 and tail[0] in tmpl.eot_ids:
+                    row.server_ids[seg_index] = [*ids, tail[0]]
+            if seg_index in row.server_ids:
+                plan.server_ids_used += 1
+            else:
+                plan.server_ids_mismatch += 1
+
+
+def _plan_whole(
+    tmpl: Renderer,
+    conv: Conversation,
+    messages: list[Message],
+    originals: list[Message],
+    assistant_idx: list[int],
+    mode: TurnMode,
+    placeholders: tuple[str, ...],
+    plan: ConversationPlan,
+) -> None:
+    """`all` and `last`: one row, the full render, supervised where it equals the generation.
+
+    ``messages`` are rendered; ``originals`` (the normalized messages) decide placeholders and
+    hold the text each generation must contain.
+    """
+    row_kwargs = row_template_kwargs(conv)
+    try:
+        full = tmpl.render(messages, conv.tools, row_kwargs=row_kwargs)
+        spans: list[tuple[int, int, int]] = []
+        for j in assistant_idx:
+            if mode == "last" and j != assistant_idx[-1]:
+                plan.context_turns[reasons.TURN_NOT_LAST] += 1
+                continue
+            if j == 0:  # nothing before it: no prompt it could have been generated from
+                plan.context_turns[reasons.TURN_NO_PROMPT] += 1
+                continue
+            if reasons.is_placeholder_answer(originals[j], placeholders):
+                plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
+                continue
+            is_last = j == assistant_idx[-1]
+            turn = derive_turn(tmpl, messages, conv.tools, j, full if is_last else None, row_kwargs)
+            if turn.reason is None:
+                assert turn.prompt is not None and turn.generation is not None
+                start = len(turn.prompt)
+                if full.startswith(turn.prompt) and full.startswith(turn.generation, start):
+                    if reasons.drops_content(originals[j], turn.generation):
+                        plan.rejects.append(_drops_reject(conv, j))
+                        return
+                    spans.append((start, start + len(turn.generation), j))
+                    continue
+                turn.reason = reasons.TURN_HISTORY_RENDER_DIFFERS
+            plan.context_turns[turn.reason] += 1
+    except Exception as exc:  # the template's own error message is the reason
+        plan.rejects.append(_template_reject(conv, exc))
+        return
+    if not spans:
+        why = ", ".join(f"{k}={v}" for k, v in sorted(plan.context_turns.items()))
+        plan.rejects.append(
+            Reject(
+                conv.source,
+                conv.row,
+                conv.id,
+                reasons.NO_SUPERVISED_TURN,
+                f"no assistant turn can be supervised ({why})",
+            )
+        )
+        return
+    plan.rows.append(make_row(conv, conv.id, full, spans))
+    if mode == "all" and tmpl.has_generation_tags:
+        _cross_check_tags(tmpl, conv, messages, full, spans, row_kwargs, plan)
+
+
+def _cross_check_tags(
+    tmpl: Renderer,
+    conv: Conversation,
+    messages: list[Message],
+    full: str,
+    spans: list[tuple[int, int, int]],
+    row_kwargs: dict | None,
+    plan: ConversationPlan,
+) -> None:
+    """Count whether the template's own tags mark exactly the spans the prefix rule derived.
+
+    Tags are written by hand and often cover a separator after the end-of-turn token, or
+    history turns the template renders differently: the prefix rule stays the authority, and
+    the manifest says how often the tags agree.
+    """
+    try:
+        tagged_text, tagged = tmpl.generation_tag_spans(messages, conv.tools, row_kwargs)
+    except Exception:
+        plan.generation_tags_disagree += 1
+        return
+    derived = [(a, b) for a, b, _ in spans]
+    if tagged_text == full and tagged == derived:
+        plan.generation_tags_agree += 1
+    else:
+        plan.generation_tags_disagree += 1
+
+
+def _plan_each(
+    tmpl: Renderer,
+    conv: Conversation,
+    messages: list[Message],
+    originals: list[Message],
+    assistant_idx: list[int],
+    placeholders: tuple[str, ...],
+    plan: ConversationPlan,
+) -> None:
+    """`each`: one row per assistant turn j, rendered as the server sees it at that step."""
+    row_kwargs = row_template_kwargs(conv)
+    for k, j in enumerate(assistant_idx):
+        row_id = f"{conv.id}#{k}"
+        if j == 0:
+            plan.context_turns[reasons.TURN_NO_PROMPT] += 1
+            continue
+        if reasons.is_placeholder_answer(originals[j], placeholders):
+            plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
+            continue
+        try:
+            full = tmpl.render(messages[: j + 1], conv.tools, row_kwargs=row_kwargs)
+            turn = derive_turn(tmpl, messages, conv.tools, j, full, row_kwargs)
+        except Exception as exc:
+            plan.rejects.append(_template_reject(conv, exc, row_id))
+            continue
+        if turn.reason is not None:
+            plan.context_turns[turn.reason] += 1
+            continue
+        assert turn.prompt is not None and turn.generation is not None
+        if reasons.drops_content(originals[j], turn.generation):
+            plan.rejects.append(_drops_reject(conv, j, row_id))
+            continue
+        start = len(turn.prompt)
+        plan.rows.append(make_row(conv, row_id, full, [(start, start + len(turn.generation), j)]))
+    if not plan.rows and not plan.rejects:
+        why = ", ".join(f"{k}={v}" for k, v in sorted(plan.context_turns.items()))
+        plan.rejects.append(
+            Reject(
+                conv.source,
+                conv.row,
+                conv.id,
+                reasons.NO_SUPERVISED_TURN,
+                f"no assistant turn can be supervised ({why})",
+            )
+        )

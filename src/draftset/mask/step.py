@@ -1,0 +1,161 @@
+"""The row step: render & mask → encode, a batch at a time — pure, what every engine runs.
+
+`MaskConfig` is everything a worker needs, named and frozen (it travels to worker processes and
+Ray actors by pickle); `config.build()` makes the `MaskStep` that turns a batch of normalized
+rows into `ItemResult`s. Nothing here reads files or writes output: engines decide where a step
+runs, the driver decides what is written.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from draftset.config import defaults
+from draftset.core import reasons
+from draftset.core.records import Conversation, Normalized, PreTokenized, Reject
+from draftset.mask.encode import (
+    EncodedRow,
+    LengthRules,
+    encode_plans,
+    encode_pretokenized,
+    finish_row,
+    token_bytes_bound,
+)
+from draftset.mask.limits import RenderLimit, render_char_cap, time_limit
+from draftset.mask.render import ConversationPlan, RowPlan, TurnMode, plan_conversation
+from draftset.mask.template import (
+    ChatTemplate,
+    Renderer,
+    RenderKit,
+    TemplateSpec,
+)
+
+
+@dataclass(slots=True)
+class ItemResult:
+    """Everything the main process needs to know about one input row."""
+
+    item: Normalized
+    rows: list[EncodedRow] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
+    plan_stats: ConversationPlan | None = None
+
+
+@dataclass(frozen=True)
+class MaskConfig:
+    """What a worker needs to build its row step, from the driver's loaded template."""
+
+    spec: TemplateSpec
+    kit: RenderKit | None  # None: transformers' internals moved; workers load the tokenizer
+    rules: LengthRules
+    mode: TurnMode
+    placeholders: tuple[str, ...]
+    vocab_size: int
+    render_timeout: float | None = defaults.RENDER_TIMEOUT
+
+    def build(self, template: Renderer | None = None) -> MaskStep:
+        """The step; ``template``: reuse one already loaded in this process (inline engine)."""
+        return MaskStep(self, template)
+
+
+class MaskStep:
+    """Render & mask & encode; one per worker process (or actor), built from a `MaskConfig`."""
+
+    def __init__(self, config: MaskConfig, template: Renderer | None = None) -> None:
+        # workers rebuild the driver's renderer from its kit (no AutoTokenizer import); only
+        # when transformers' internals moved do they load the full tokenizer themselves
+        kit = config.kit
+        self.template = template or (kit and Renderer.from_kit(kit)) or ChatTemplate(config.spec)
+        self.rules = config.rules
+        self.mode = config.mode
+        self.placeholders = config.placeholders
+        self.vocab_size = config.vocab_size
+        self.render_timeout = config.render_timeout
+        self._bound: tuple[int | None] | None = None  # token_bytes_bound, once needed
+
+    def __call__(self, batch: list[Normalized]) -> list[ItemResult]:
+        return self.process(batch)
+
+    def process(self, batch: list[Normalized]) -> list[ItemResult]:
+        results = [ItemResult(item) for item in batch]
+        plans = []
+        owners = []
+        for res in results:
+            item = res.item
+            if isinstance(item, Conversation):
+                try:
+                    cplan = self._plan(item)
+                except RenderLimit as exc:  # a hostile template costs this row, not the run
+                    res.rejects.append(
+                        Reject(item.source, item.row, item.id, exc.reason, exc.message)
+                    )
+                    continue
+                except Exception as exc:  # never let one row end a long run: reject it, loudly
+                    res.rejects.append(_internal_error(item, exc))
+                    continue
+                res.rejects.extend(cplan.rejects)
+                res.plan_stats = ConversationPlan(
+                    context_turns=cplan.context_turns,
+                    trailing_turns_trimmed=cplan.trailing_turns_trimmed,
+                    server_ids_used=cplan.server_ids_used,
+                    server_ids_mismatch=cplan.server_ids_mismatch,
+                    generation_tags_agree=cplan.generation_tags_agree,
+                    generation_tags_disagree=cplan.generation_tags_disagree,
+                )
+                for rp in cplan.rows:
+                    plans.append(rp)
+                    owners.append(res)
+            elif isinstance(item, PreTokenized):
+                out = encode_pretokenized(item, self.rules, self.vocab_size)
+                (res.rows if isinstance(out, EncodedRow) else res.rejects).append(out)  # type: ignore[arg-type]
+        encoded = encode_plans(self.template.backend, plans, self.rules, self._token_bytes(plans))
+        for rp, enc, res in zip(plans, encoded, owners, strict=True):
+            out = finish_row(rp, enc, self.rules)
+            if isinstance(out, EncodedRow):
+                res.rows.append(out)
+                assert res.plan_stats is not None
+                res.plan_stats.rows.append(
+                    rp
+                )  # keep supervised-turn counts; segments dropped below
+            else:
+                res.rejects.append(out)
+        for res in results:  # texts are big and the main process does not need them back
+            if isinstance(res.item, Conversation):
+                res.item = Conversation(res.item.id, res.item.source, res.item.row, [])
+            if res.plan_stats is not None:
+                for rp in res.plan_stats.rows:
+                    rp.segments, rp.server_ids, rp.turn_of_segment = [], {}, {}
+        return results
+
+    def _token_bytes(self, plans: list[RowPlan]) -> int | None:
+        """`token_bytes_bound`, worked out (~1 s) the first time a row is long enough to
+        need it: no real tokenizer has a bound under 16 bytes a token."""
+        if self._bound is None:
+            limit = 16 * self.rules.max_length
+            if not any(sum(len(t) for t, _ in rp.segments) > limit for rp in plans):
+                return None
+            self._bound = (token_bytes_bound(self.template.backend),)
+        return self._bound[0]
+
+    def _plan(self, item: Conversation) -> ConversationPlan:
+        """Render & mask one row within its bounds: time, and characters per render."""
+        self.template.max_chars = render_char_cap(item.messages, item.tools)
+        try:
+            with time_limit(self.render_timeout):
+                return plan_conversation(self.template, item, self.mode, self.placeholders)
+        finally:
+            self.template.max_chars = None
+
+
+def _internal_error(item: Conversation, exc: Exception) -> Reject:
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    return Reject(
+        item.source,
+        item.row,
+        item.id,
+        reasons.INTERNAL_ERROR,
+        f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno};"
+        " please report it)",
+    )

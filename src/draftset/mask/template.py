@@ -1,0 +1,528 @@
+"""The target model's tokenizer and chat template, loaded once per process.
+
+Rendering goes through `transformers`' own `apply_chat_template` (its sandboxed Jinja), exactly
+as a serving stack renders prompts; nothing here knows any particular model. The end-of-turn
+tokens are the tokens the server stops on: ``generation_config.json``'s ``eos_token_id`` (what
+vLLM and SGLang read) plus the tokenizer's EOS; only when the folder has no
+``generation_config.json`` are they probed from the template (the first special token it writes
+after an assistant answer). Two more facts are probed once per template: whether it reads
+message content as a list of parts, and whether it renders ``reasoning_content`` before the
+answer (docs/semantics.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from draftset.core.errors import DraftsetError
+from draftset.core.records import Message
+from draftset.mask.limits import RENDER_CAP_FACTOR, RENDER_CAP_FLOOR, RenderTooLarge
+
+_PROBE = "DRAFTSET_PROBE_ANSWER_7f3a"
+_PROBE_REASONING = "DRAFTSET_PROBE_REASONING_7f3a"
+_PROBE_USER = "DRAFTSET_PROBE_USER_7f3a"
+_GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
+
+
+class TokenizerError(DraftsetError):
+    """The tokenizer or template cannot be loaded (a usage error: exit code 2)."""
+
+
+@dataclass(slots=True)
+class TemplateSpec:
+    """Everything needed to re-create the exact renderer in another process (or in `verify`)."""
+
+    tokenizer: str
+    chat_template: str | None = None  # the template text; None = the tokenizer's own
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    eot_tokens: tuple[str, ...] = ()  # extra end-of-turn tokens given by the user
+
+
+def _resolve_tokenizer_path(name: str) -> str:
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise TokenizerError(f"tokenizer path is not a folder: {name}")
+        return str(path)
+    if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True", "YES", "yes"):
+        raise TokenizerError(f"tokenizer folder not found and HF_HUB_OFFLINE is set: {name}")
+    return name  # a hub id; from_pretrained downloads it
+
+
+def import_template_compiler() -> None:
+    """Import transformers' template compiler now (~0.7 s): workers do it while they wait."""
+    with contextlib.suppress(ImportError):
+        import transformers.utils.chat_template_utils  # noqa: F401
+
+
+def _compile(template_text: str) -> Any:
+    """transformers' compiled, sandboxed template, in draftset's memoizing copy of its sandbox
+    (`draftset.mask.sandbox`); None when transformers' internals moved."""
+    from draftset.mask.sandbox import compile_template
+
+    return compile_template(template_text)
+
+
+@dataclass(frozen=True, slots=True)
+class RenderKit:
+    """What a worker process needs to render and encode exactly like the main process.
+
+    Picklable and cheap to load: the live tokenizer serialized as tokenizer.json text, the
+    template text, and the keyword arguments `apply_chat_template` would pass. Workers built
+    from it never import `AutoTokenizer` (which pulls torch when installed), so they start in
+    about a second.
+    """
+
+    template_text: str
+    base_kwargs: dict[str, Any]
+    tokenizer_json: str
+    eot_tokens: tuple[str, ...]
+    content_parts: bool = False  # the template reads content as a list of typed parts
+    renders_reasoning: bool = True  # ... and renders reasoning_content before the answer
+
+
+class Renderer:
+    """Render (transformers' compiled sandboxed template) + encode + find end-of-turn tokens."""
+
+    backend: Any
+    template_text: str
+    eot_tokens: tuple[str, ...]
+    eot_ids: frozenset[int]
+    content_parts: bool = False
+    renders_reasoning: bool = True
+    _compiled: Any
+    _base_kwargs: dict[str, Any]
+    # most characters one render may produce (`limits.render_char_cap`); None = unbounded
+    max_chars: int | None = None
+
+    @classmethod
+    def from_kit(cls, kit: RenderKit) -> Renderer | None:
+        """A light renderer, or None when transformers' compiled-template helper is missing."""
+        compiled = _compile(kit.template_text)
+        if compiled is None:
+            return None
+        from tokenizers import Tokenizer
+
+        r = cls.__new__(cls)
+        r.backend = Tokenizer.from_str(kit.tokenizer_json)
+        r.template_text = kit.template_text
+        r.eot_tokens = kit.eot_tokens
+        r.eot_ids = frozenset(r.backend.token_to_id(t) for t in kit.eot_tokens)
+        r.content_parts = kit.content_parts
+        r.renders_reasoning = kit.renders_reasoning
+        r._compiled = compiled
+        r._base_kwargs = kit.base_kwargs
+        return r
+
+    @property
+    def base_kwargs(self) -> dict[str, Any]:
+        """What every render is given: the special tokens map plus the run's template options."""
+        return dict(self._base_kwargs)
+
+    def render(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        row_kwargs: dict[str, Any] | None = None,
+    ) -> str:
+        """Text the serving stack would build for these messages (raises on template errors).
+
+        ``row_kwargs`` (the template options a row was generated with, recorded by `generate`)
+        override the run's ``--template-kwargs``.
+        """
+        if self._compiled is None:  # only a full ChatTemplate (fast=False) lacks it
+            return self.render_reference(messages, tools, add_generation_prompt, row_kwargs)
+        return self._render_compiled(messages, tools, add_generation_prompt, row_kwargs)
+
+    def check_size(self, text: str) -> str:
+        """``text``, or `RenderTooLarge` when it is longer than ``max_chars``."""
+        if self.max_chars is not None and len(text) > self.max_chars:
+            raise _too_large(self.max_chars)
+        return text
+
+    def render_reference(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        row_kwargs: dict[str, Any] | None = None,
+    ) -> str:
+        raise NotImplementedError("the reference path needs the full tokenizer (ChatTemplate)")
+
+    def _render_compiled(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+        row_kwargs: dict[str, Any] | None,
+    ) -> str:
+        """Fast path: the same compiled sandboxed template, without the per-call wrapper work.
+
+        `apply_chat_template` copies every message into plain JSON types, drops None values and
+        aliases reasoning fields on each call. Normalized messages are already plain JSON (no
+        None values), so only the aliasing is repeated here. Tested equal to `render_reference`
+        on the golden conversations and the shared samples.
+        """
+        chat = [
+            {"thinking": m["reasoning_content"], **m} if "reasoning_content" in m else m
+            for m in messages
+        ]
+        kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
+        if self.max_chars is None:
+            return self._compiled.render(
+                messages=chat,
+                tools=tools,
+                documents=None,
+                add_generation_prompt=add_generation_prompt,
+                **kwargs,
+            )
+        # the same render as pieces (Jinja's render is "".join of them), so a template that
+        # writes without end is stopped at the cap instead of filling memory
+        cap = self.max_chars
+        pieces = self._compiled.generate(
+            messages=chat,
+            tools=tools,
+            documents=None,
+            add_generation_prompt=add_generation_prompt,
+            **kwargs,
+        )
+        parts: list[str] = []
+        size = 0
+        while chunk := list(islice(pieces, 256)):  # counted a chunk at a time: C-speed
+            size += sum(map(len, chunk))
+            if size > cap:
+                raise _too_large(cap)
+            parts += chunk
+        return "".join(parts)
+
+    def find_end_of_turn(self, text: str, start: int = 0) -> int:
+        """Index just past the first end-of-turn token at or after ``start``, or -1."""
+        best = -1
+        for tok in self.eot_tokens:
+            i = text.find(tok, start)
+            if i >= 0 and (best < 0 or i + len(tok) < best):
+                best = i + len(tok)
+        return best
+
+    @property
+    def has_generation_tags(self) -> bool:
+        """The template marks assistant output with ``{% generation %}`` blocks."""
+        return bool(_GENERATION_TAG.search(self.template_text))
+
+    def generation_tag_spans(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        row_kwargs: dict[str, Any] | None = None,
+    ) -> tuple[str, list[tuple[int, int]]]:
+        """The full render and the character spans its ``{% generation %}`` blocks cover.
+
+        Only used to cross-check the prefix rule on templates that have such tags.
+        """
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
+        rendered, indices = render_jinja_template(
+            conversations=[messages],
+            tools=tools,
+            chat_template=self.template_text,
+            return_assistant_tokens_mask=True,
+            **kwargs,
+        )
+        return self.check_size(rendered[0]), [(int(a), int(b)) for a, b in indices[0] if b > a]
+
+    def decode(self, ids: list[int]) -> str:
+        """Token ids back to text, special tokens kept, no clean-up of spaces."""
+        return str(self.backend.decode(ids, skip_special_tokens=False))
+
+
+def config_vocab_size(tokenizer: str) -> int | None:
+    """``vocab_size`` of ``config.json`` (or its ``text_config``) in a tokenizer folder, else None.
+
+    The target model's vocabulary: it may exceed the tokenizer's length (Qwen3: 151,936 vs
+    151,669), and EAGLE-3's ``t2d`` must have exactly this length.
+    """
+    path = Path(tokenizer).expanduser() / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+        cfg = cfg.get("text_config", cfg)
+        n = int(cfg["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return n if n > 0 else None
+
+
+def _too_large(cap: int) -> RenderTooLarge:
+    return RenderTooLarge(
+        f"the template wrote more than {cap:,} characters for this row ({RENDER_CAP_FLOOR:,}"
+        f" + {RENDER_CAP_FACTOR}x the row's own text: a loop without end?)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateInfo:
+    """A loaded template's kit plus the facts the manifest records about it."""
+
+    kit: RenderKit
+    fingerprint: str
+    template_sha256: str
+    template_kwargs: dict[str, Any]
+    vocab_size: int
+    tokenizer_size: int
+
+
+def load_template_info(spec: TemplateSpec, target_vocab_size: int | None = None) -> TemplateInfo:
+    """Load the tokenizer and template (raises `TokenizerError`) and describe them."""
+    return describe_template(ChatTemplate(spec), target_vocab_size)
+
+
+def describe_template(t: ChatTemplate, target_vocab_size: int | None = None) -> TemplateInfo:
+    """The kit and manifest facts of a loaded template."""
+    return TemplateInfo(
+        kit=t.kit(),
+        fingerprint=t.fingerprint(),
+        template_sha256=t.template_fingerprint(),
+        template_kwargs=dict(t.template_kwargs),
+        vocab_size=t.vocab_size(target_vocab_size),
+        tokenizer_size=len(t.tokenizer),
+    )
+
+
+class ChatTemplate(Renderer):
+    """Tokenizer + chat template + options: the render primitives mask derivation needs."""
+
+    def __init__(self, spec: TemplateSpec, fast: bool = True) -> None:
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        try:
+            from transformers import AutoTokenizer
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.set_verbosity_error()
+            path = _resolve_tokenizer_path(spec.tokenizer)
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+        except TokenizerError:
+            raise
+        except Exception as exc:  # any loader failure is one clear line for the user
+            raise TokenizerError(f"cannot load tokenizer {spec.tokenizer!r}: {exc}") from exc
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            raise TokenizerError(f"tokenizer {spec.tokenizer!r} has no fast (Rust) backend")
+        self.spec = spec
+        self.backend = backend
+        self.path = Path(path) if Path(path).is_dir() else None
+        self.template_text: str = spec.chat_template or self._own_template()
+        self.template_kwargs = dict(spec.template_kwargs)
+        try:
+            self._compiled = _compile(self.template_text) if fast else None
+        except Exception as exc:  # a Jinja syntax error is one line, not a traceback
+            msg = f"line {getattr(exc, 'lineno', '?')}: {getattr(exc, 'message', exc)}"
+            raise TokenizerError(f"chat template does not compile: {msg}") from exc
+        self._base_kwargs = {**self.tokenizer.special_tokens_map, **self.template_kwargs}
+        self.special_tokens = frozenset(
+            str(tok) for tok in self.tokenizer.added_tokens_decoder.values() if tok.special
+        )
+        self.content_parts = probe_content_parts(self.render)
+        self.renders_reasoning = probe_renders_reasoning(self.render, self.content_parts)
+        self.eot_tokens: tuple[str, ...] = self._end_of_turn_tokens(spec.eot_tokens)
+        if not self.eot_tokens:
+            raise TokenizerError(
+                "no end-of-turn token found for this template; pass --eot-token (e.g. '<|im_end|>')"
+            )
+        self.eot_ids = frozenset(
+            self.tokenizer.convert_tokens_to_ids(tok) for tok in self.eot_tokens
+        )
+
+    # --- rendering ---------------------------------------------------------------------------
+    def kit(self) -> RenderKit:
+        """Everything a worker needs to render and encode exactly like this object."""
+        return RenderKit(
+            self.template_text,
+            self.base_kwargs,
+            self.backend.to_str(),
+            self.eot_tokens,
+            self.content_parts,
+            self.renders_reasoning,
+        )
+
+    def render_reference(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        row_kwargs: dict[str, Any] | None = None,
+    ) -> str:
+        """The plain path: `transformers`' public ``apply_chat_template(tokenize=False)``."""
+        kwargs = self.template_kwargs if not row_kwargs else {**self.template_kwargs, **row_kwargs}
+        text = self.tokenizer.apply_chat_template(
+            messages,
+            tools=tools,
+            chat_template=self.template_text,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+            **kwargs,
+        )
+        if not isinstance(text, str):  # batched output shapes differ between versions
+            text = text[0]
+        return self.check_size(text)
+
+    # --- identity ----------------------------------------------------------------------------
+    def fingerprint(self) -> str:
+        """sha256 over the tokenizer's files (or its vocabulary when no folder is known)."""
+        h = hashlib.sha256()
+        if self.path is not None:
+            for name in _TOKENIZER_FILES:
+                f = self.path / name
+                if f.exists():
+                    h.update(name.encode())
+                    h.update(hashlib.sha256(f.read_bytes()).digest())
+        else:
+            h.update(self.backend.to_str().encode())
+        return h.hexdigest()
+
+    def template_fingerprint(self) -> str:
+        return hashlib.sha256(self.template_text.encode()).hexdigest()
+
+    def vocab_size(self, override: int | None = None) -> int:
+        """Target model vocabulary size: config.json's `vocab_size` (may exceed the tokenizer's)."""
+        if override is not None:
+            return override
+        n = len(self.tokenizer)
+        configured = config_vocab_size(str(self.path)) if self.path is not None else None
+        return n if configured is None else max(n, configured)
+
+    # --- internals ---------------------------------------------------------------------------
+    def _own_template(self) -> str:
+        tmpl = getattr(self.tokenizer, "chat_template", None)
+        if isinstance(tmpl, dict):  # named templates: use the default one
+            tmpl = tmpl.get("default")
+        if not tmpl:
+            raise TokenizerError(
+                f"tokenizer {self.spec.tokenizer!r} has no chat template; pass --chat-template FILE"
+            )
+        return str(tmpl)
+
+    def _end_of_turn_tokens(self, extra: tuple[str, ...]) -> tuple[str, ...]:
+        found: list[str] = []
+
+        def add(tok: str | None) -> None:
+            if tok and tok not in found:
+                found.append(tok)
+
+        for tok in extra:
+            if tok not in self.tokenizer.get_vocab():
+                raise TokenizerError(f"--eot-token {tok!r} is not a token of this tokenizer")
+            add(tok)
+        stop_ids = self._generation_config_eos_ids()
+        if stop_ids is not None:  # what the server stops on: no probing (docs/semantics.md)
+            for tok_id in stop_ids:
+                add(self.tokenizer.convert_ids_to_tokens(tok_id))
+            add(getattr(self.tokenizer, "eos_token", None))
+            return tuple(found)
+        probes = (
+            [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _PROBE}],
+            [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": _PROBE},
+                {"role": "user", "content": "Again"},
+                {"role": "assistant", "content": "Sure"},
+            ],
+        )
+        for messages in probes:
+            try:
+                text = self.render(as_content_parts(messages) if self.content_parts else messages)
+            except Exception:
+                continue
+            i = text.find(_PROBE)
+            if i < 0:
+                continue
+            suffix = text[i + len(_PROBE) :]
+            for tok in self.backend.encode(suffix, add_special_tokens=False).tokens:
+                if tok in self.special_tokens:
+                    add(tok)
+                    break
+        add(getattr(self.tokenizer, "eos_token", None))
+        return tuple(found)
+
+    def _generation_config_eos_ids(self) -> list[int] | None:
+        """``eos_token_id`` of ``generation_config.json`` (int or list); None when absent."""
+        if self.path is None:
+            return None
+        return generation_config_stop_ids(self.path, len(self.tokenizer))
+
+
+def generation_config_stop_ids(folder: Path, n_tokens: int) -> list[int] | None:
+    """The ids a server stops on per the folder's ``generation_config.json``, else None.
+
+    A file that does not parse, or holds no valid id, raises `TokenizerError`: guessing the
+    stop tokens instead would silently change every mask.
+    """
+    f = folder / "generation_config.json"
+    if not f.is_file():
+        return None
+    try:
+        cfg = json.loads(f.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TokenizerError(f"{f} is not valid JSON: {exc}") from exc
+    ids = cfg.get("eos_token_id") if isinstance(cfg, dict) else None
+    if ids is None:
+        return None
+    ids = [ids] if isinstance(ids, int) else ids
+    if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < n_tokens for i in ids):
+        raise TokenizerError(f"{f}: eos_token_id {ids!r} is not a token id or a list of them")
+    return ids
+
+
+# --- per-template probes (docs/semantics.md): how the template reads messages ------------------
+def as_content_parts(messages: list[Message]) -> list[Message]:
+    """String content as one text part, for templates that only read lists of parts."""
+    return [
+        {**m, "content": [{"type": "text", "text": m["content"]}]}
+        if m.get("role") != "tool" and isinstance(m.get("content"), str) and m["content"]
+        else m
+        for m in messages
+    ]
+
+
+def probe_content_parts(render: Any) -> bool:
+    """True when the template renders string content as nothing but a text part as its text
+    (SmolVLM, Idefics3, LLaVA-NeXT): then content is passed as parts."""
+    msgs: list[Message] = [{"role": "user", "content": _PROBE_USER}]
+    try:
+        if _PROBE_USER in render(msgs, None, True):
+            return False
+        return _PROBE_USER in render(as_content_parts(msgs), None, True)
+    except Exception:
+        return False
+
+
+def probe_renders_reasoning(render: Any, content_parts: bool = False) -> bool:
+    """True when the template renders an answer's ``reasoning_content`` before its content, in
+    that turn: only then is inline ``<think>…</think>`` reasoning moved there."""
+    msgs: list[Message] = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": _PROBE, "reasoning_content": _PROBE_REASONING},
+    ]
+    try:
+        text = render(as_content_parts(msgs) if content_parts else msgs)
+    except Exception:
+        return False
+    i = text.find(_PROBE_REASONING)
+    return 0 <= i < text.find(_PROBE)

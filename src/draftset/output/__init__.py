@@ -1,0 +1,1 @@
+"""Output: the temporary-then-renamed folder, the Arrow/Parquet writers, vocab files, readback."""

@@ -1,0 +1,407 @@
+"""Read a built draftset folder back (manifest, Arrow rows, side files) for verify/show/report.
+
+Only pyarrow and numpy are used: verifying a set must not depend on `datasets` or torch. The
+Arrow shards are memory-mapped, so opening a big set costs almost nothing; per-row statistics
+are computed batch by batch with vectorized numpy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from draftset.core.errors import DraftsetError
+
+Status = Literal["pass", "fail", "skip"]
+
+REQUIRED_COLUMNS: dict[str, pa.DataType] = {
+    "id": pa.string(),
+    "source": pa.string(),
+    "input_ids": pa.list_(pa.int32()),
+    "loss_mask": pa.list_(pa.int8()),
+    "seq_len": pa.int64(),
+}
+MAX_EXAMPLES = 5
+VERIFY_RECORD = "verify.json"
+"""The result of the last full `verify`, written beside the set (not one of the set's files)."""
+
+
+class NotADraftsetError(DraftsetError):
+    """The folder is missing or is not a draftset output (a usage error: exit code 2)."""
+
+
+@dataclass
+class CheckResult:
+    """One named check: pass / fail / skip, with a count and a few example row ids on failure."""
+
+    name: str
+    status: Status
+    summary: str
+    count: int = 0
+    examples: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "fail"
+
+    @property
+    def ok(self) -> bool:
+        """Passed or skipped (a skip always says why in ``summary``)."""
+        return self.status != "fail"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "summary": self.summary,
+            "count": self.count,
+            "examples": self.examples,
+            "details": self.details,
+        }
+
+
+class Problems:
+    """Collects failures of one check: total count, per-kind counts, first example ids."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.kinds: dict[str, int] = {}
+        self.examples: list[str] = []
+        self.messages: list[str] = []
+
+    def add(self, kind: str, example: str | None = None, message: str | None = None) -> None:
+        self.count += 1
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        if (
+            example is not None
+            and len(self.examples) < MAX_EXAMPLES
+            and example not in self.examples
+        ):
+            self.examples.append(example)
+        if message is not None and len(self.messages) < MAX_EXAMPLES:
+            self.messages.append(message)
+
+    def result(
+        self, name: str, ok_summary: str, details: dict[str, Any] | None = None
+    ) -> CheckResult:
+        details = dict(details or {})
+        if not self.count:
+            return CheckResult(name, "pass", ok_summary, details=details)
+        kinds = "; ".join(f"{k}: {v}" for k, v in sorted(self.kinds.items(), key=lambda kv: -kv[1]))
+        details["problems_by_kind"] = dict(self.kinds)
+        if self.messages:
+            details["messages"] = list(self.messages)
+        return CheckResult(name, "fail", kinds, self.count, list(self.examples), details)
+
+
+@dataclass
+class OutputSet:
+    """A built folder: its manifest, state and rows.
+
+    Checks that scan every row stream the shards batch by batch (`iter_batches`), so memory
+    stays flat however big the set is. Random access (`row`, `table`) memory-maps the shards on
+    first use.
+    """
+
+    folder: Path
+    manifest: dict[str, Any]
+    state: dict[str, Any]
+    data_files: list[Path]
+    schema: pa.Schema | None  # None when the shards cannot be read (structure check says why)
+    read_error: str | None = None
+    num_rows: int = 0
+    _table: pa.Table | None = field(default=None, repr=False)
+    sha256: dict[str, str] = field(default_factory=dict, repr=False)
+    """Digests of files hashed by the file_hashes check (reused: a big set is hashed once)."""
+
+    @property
+    def readable(self) -> bool:
+        return self.schema is not None and self.read_error is None
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self.schema.names) if self.schema is not None else []
+
+    @property
+    def table(self) -> pa.Table | None:
+        """All rows as one memory-mapped table (random access); None when unreadable."""
+        if self._table is None and self.readable:
+            tables = [
+                pa.ipc.open_stream(pa.memory_map(str(p), "r")).read_all() for p in self.data_files
+            ]
+            self._table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        return self._table
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return self.manifest.get("options") or {}
+
+    @property
+    def vocab_size(self) -> int:
+        return int((self.manifest.get("tokenizer") or {}).get("vocab_size") or 0)
+
+    def row(self, index: int) -> dict[str, Any]:
+        """One row as plain Python values + numpy arrays (ids int64, mask int8)."""
+        table = self.table
+        assert table is not None
+        r = table.slice(index, 1).to_pylist()[0]
+        return {
+            "index": index,
+            "id": r.get("id"),
+            "source": r.get("source"),
+            "input_ids": np.asarray(r.get("input_ids") or [], dtype=np.int64),
+            "loss_mask": np.asarray(r.get("loss_mask") or [], dtype=np.int8),
+            "seq_len": r.get("seq_len"),
+        }
+
+    def record_batches(self) -> Iterator[pa.RecordBatch]:
+        """The shards' record batches, read one at a time (never the whole set in memory)."""
+        if self._table is not None:
+            yield from self._table.to_batches()
+            return
+        for path in self.data_files:
+            with pa.OSFile(str(path), "rb") as f:
+                yield from pa.ipc.open_stream(f)
+
+    def column(self, name: str) -> list[Any]:
+        """One column as a Python list (ids, sources, seq_len), streamed."""
+        if name not in self.column_names:
+            return []
+        return [v for rb in self.record_batches() for v in rb.column(name).to_pylist()]
+
+    def ids(self) -> list[str | None]:
+        return self.column("id")
+
+    def sources(self) -> list[str | None]:
+        return self.column("source")
+
+
+def open_output(folder: Path) -> OutputSet:
+    """Open a draftset folder; raises NotADraftsetError for a usage problem (exit code 2)."""
+    folder = Path(folder)
+    if not folder.exists():
+        raise NotADraftsetError(f"folder not found: {folder}")
+    if not folder.is_dir():
+        raise NotADraftsetError(f"not a folder: {folder}")
+    mpath = folder / "manifest.json"
+    if not mpath.is_file():
+        raise NotADraftsetError(f"not a draftset output (no manifest.json): {folder}")
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:
+        raise NotADraftsetError(
+            f"not a draftset output (manifest.json unreadable: {exc})"
+        ) from None
+    if not isinstance(manifest, dict) or not str(manifest.get("format", "")).startswith(
+        "draftset/"
+    ):
+        raise NotADraftsetError(
+            f"not a draftset output (manifest format is not draftset/*): {folder}"
+        )
+    state: dict[str, Any] = {}
+    try:
+        state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+    except (ValueError, OSError):
+        state = {}
+    names = [f.get("filename") for f in state.get("_data_files") or [] if isinstance(f, dict)]
+    if not names:
+        names = sorted(p.name for p in folder.glob("data-*.arrow"))
+    data_files = [folder / str(n) for n in names]
+    out = OutputSet(folder, manifest, state, data_files, None)
+    if not data_files:
+        out.read_error = "no data files"
+        return out
+    # one streaming pass: every shard readable, one schema, the row count
+    try:
+        for path in data_files:
+            with pa.OSFile(str(path), "rb") as f:
+                reader = pa.ipc.open_stream(f)
+                if out.schema is None:
+                    out.schema = reader.schema
+                elif not reader.schema.equals(out.schema):
+                    raise pa.ArrowInvalid(f"{path.name} has another schema than the first shard")
+                out.num_rows += sum(rb.num_rows for rb in reader)
+    except (OSError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        out.read_error = f"cannot read Arrow data: {exc}"
+    return out
+
+
+@dataclass
+class Batch:
+    """Flattened columns of one record batch, ready for vectorized checks."""
+
+    start_row: int  # index of the batch's first row in the whole set
+    ids: list[str | None]
+    sources: list[str | None]
+    lengths: np.ndarray  # tokens per row (int64)
+    mask_lengths: np.ndarray
+    seq_len: np.ndarray
+    tokens: np.ndarray  # all input_ids of the batch, concatenated (int64)
+    mask: np.ndarray  # all loss_mask values, concatenated (int8)
+    offsets: np.ndarray  # row r spans tokens[offsets[r]:offsets[r+1]]
+
+
+def iter_batches(out: OutputSet) -> Iterator[Batch]:
+    """Record batches of the set as numpy arrays (requires the required columns to exist)."""
+    assert out.readable
+    start = 0
+    for rb in out.record_batches():
+        ids_col = rb.column("input_ids")
+        mask_col = rb.column("loss_mask")
+        lengths = pc.list_value_length(ids_col).fill_null(0).to_numpy().astype(np.int64)
+        mask_lengths = pc.list_value_length(mask_col).fill_null(0).to_numpy().astype(np.int64)
+        tokens = pc.list_flatten(ids_col).to_numpy(zero_copy_only=False).astype(np.int64)
+        mask = pc.list_flatten(mask_col).to_numpy(zero_copy_only=False).astype(np.int8)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        seq_len = rb.column("seq_len").fill_null(-1).to_numpy().astype(np.int64)
+        yield Batch(
+            start,
+            rb.column("id").to_pylist(),
+            rb.column("source").to_pylist(),
+            lengths,
+            mask_lengths,
+            seq_len,
+            tokens,
+            mask,
+            offsets,
+        )
+        start += rb.num_rows
+
+
+@dataclass
+class RowStats:
+    """Per-row numbers every consumer wants (fitness, report, show), for the whole set."""
+
+    seq_len: np.ndarray
+    supervised: np.ndarray
+    runs: np.ndarray  # supervised runs per row
+    pairs: np.ndarray  # positions p with mask[p] == mask[p+1] == 1
+    anchors: np.ndarray  # DFlash anchors (see docs/verify.md)
+    full_blocks: np.ndarray  # positions starting a block fully supervised
+    token_freq: np.ndarray  # supervised token counts over the set (length = vocab or max id + 1)
+
+
+def batch_stats(b: Batch, block_size: int) -> dict[str, np.ndarray]:
+    """Vectorized per-row statistics of one batch (mask and ids must have equal lengths)."""
+    n = len(b.lengths)
+    m = (b.mask == 1).astype(np.int64)
+    total = m.size
+    starts, ends = b.offsets[:-1], b.offsets[1:]
+    cs = np.zeros(total + 1, dtype=np.int64)
+    np.cumsum(m, out=cs[1:])
+    supervised = cs[ends] - cs[starts]
+    row_of = np.repeat(np.arange(n), b.lengths)
+    row_end = np.repeat(ends, b.lengths)
+    pos = np.arange(total)
+    nxt_same_row = pos + 1 < row_end
+    nxt = np.zeros(total, dtype=np.int64)
+    nxt[:-1] = m[1:]
+    pair = (m == 1) & (nxt == 1) & nxt_same_row
+    run_end = (m == 1) & ~((nxt == 1) & nxt_same_row)
+    # an anchor is a supervised position whose block p..p+B-1 lies inside the row
+    anchor = (m == 1) & (pos + block_size <= row_end)
+    # a full block: B consecutive supervised positions inside the row
+    win_end = np.minimum(pos + block_size, total)
+    full = anchor & ((cs[win_end] - cs[pos]) == block_size)
+
+    def per_row(flags: np.ndarray) -> np.ndarray:
+        return np.bincount(row_of[flags], minlength=n).astype(np.int64)
+
+    return {
+        "supervised": supervised,
+        "pairs": per_row(pair),
+        "runs": per_row(run_end),
+        "anchors": per_row(anchor),
+        "full_blocks": per_row(full),
+    }
+
+
+def row_stats(out: OutputSet, block_size: int = 16) -> RowStats:
+    """Per-row statistics and the supervised-token recount over the whole set."""
+    size = max(out.vocab_size, 1)
+    freq = np.zeros(size, dtype=np.int64)
+    cols: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("seq_len", "supervised", "runs", "pairs", "anchors", "full_blocks")
+    }
+    if out.readable and _has_columns(out):
+        for b in iter_batches(out):
+            if b.tokens.size != b.mask.size or not np.array_equal(b.lengths, b.mask_lengths):
+                b = _trim_to_common(b)
+            st = batch_stats(b, block_size)
+            cols["seq_len"].append(b.lengths)
+            for k, v in st.items():
+                cols[k].append(v)
+            sup = b.tokens[b.mask == 1]
+            sup = sup[sup >= 0]
+            if sup.size:
+                top = int(sup.max()) + 1
+                if top > freq.size:
+                    freq = np.concatenate([freq, np.zeros(top - freq.size, dtype=np.int64)])
+                freq[:top] += np.bincount(sup, minlength=top)
+    empty = np.zeros(0, dtype=np.int64)
+    joined = {k: (np.concatenate(v) if v else empty) for k, v in cols.items()}
+    return RowStats(token_freq=freq, **joined)
+
+
+def _has_columns(out: OutputSet) -> bool:
+    return all(c in out.column_names for c in REQUIRED_COLUMNS)
+
+
+def _trim_to_common(b: Batch) -> Batch:
+    """Make ids and mask the same length per row (for stats on a structurally broken set)."""
+    lengths = np.minimum(b.lengths, b.mask_lengths)
+    ids_parts, mask_parts = [], []
+    moff = np.zeros(len(b.mask_lengths) + 1, dtype=np.int64)
+    np.cumsum(b.mask_lengths, out=moff[1:])
+    for r, n in enumerate(lengths):
+        ids_parts.append(b.tokens[b.offsets[r] : b.offsets[r] + n])
+        mask_parts.append(b.mask[moff[r] : moff[r] + n])
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    empty = np.zeros(0, dtype=np.int64)
+    return Batch(
+        b.start_row,
+        b.ids,
+        b.sources,
+        lengths,
+        lengths,
+        b.seq_len,
+        np.concatenate(ids_parts) if ids_parts else empty,
+        np.concatenate(mask_parts).astype(np.int8) if mask_parts else empty.astype(np.int8),
+        offsets,
+    )
+
+
+def supervised_runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """Maximal runs [start, end) of mask == 1."""
+    m = np.concatenate([[0], (np.asarray(mask) == 1).astype(np.int8), [0]])
+    d = np.diff(m)
+    starts = np.nonzero(d == 1)[0]
+    ends = np.nonzero(d == -1)[0]
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def read_jsonl(path: Path) -> tuple[list[Any], list[int]]:
+    """Parsed lines of a JSONL file and the 1-based numbers of lines that do not parse."""
+    values: list[Any] = []
+    bad: list[int] = []
+    if not path.exists():
+        return values, bad
+    with path.open("r", encoding="utf-8", errors="replace") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                values.append(json.loads(line))
+            except ValueError:
+                bad.append(i)
+    return values, bad

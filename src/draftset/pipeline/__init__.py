@@ -1,0 +1,1 @@
+"""The jobs, readable top to bottom: `build` (read → select → mask → write) and `run`."""

@@ -1,0 +1,564 @@
+"""The build job: read → normalize → render & mask → encode → write → account.
+
+The main process reads and normalizes (cheap, sequential, deterministic) and hands batches to
+worker processes that render, mask and encode (the expensive part). Results come back in
+submission order through a bounded window, so memory stays flat and the output is identical for
+any worker count. Workers are started with ``spawn``: the Rust tokenizer's thread pool does not
+survive ``fork``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import pickle
+import shutil
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from draftset import __version__
+from draftset.config.options import BuildOptions
+from draftset.config.preflight import check_build
+from draftset.core import reasons
+from draftset.core.counters import Accounting
+from draftset.core.errors import RunError
+from draftset.core.records import Conversation, Normalized, PromptOnly, Reject
+from draftset.engine.base import Engine
+from draftset.engine.helper import Sidecar, SidecarError, release_memory
+from draftset.engine.inline import InlineEngine
+from draftset.engine.pool import LocalPoolEngine
+from draftset.mask.hygiene import (
+    EmptyThinkProbe,
+    all_placeholder_answers,
+    lacks_reasoning,
+    row_kwargs_key,
+    trains_empty_think,
+)
+from draftset.mask.step import ItemResult, MaskConfig
+from draftset.mask.template import (
+    ChatTemplate,
+    TemplateInfo,
+    TemplateSpec,
+    TokenizerError,
+    describe_template,
+    load_template_info,
+)
+from draftset.output.arrow import (
+    DatasetWriter,
+    draft_vocab,
+    finalize_output,
+    load_token_freq_pt,
+    prepare_output,
+    save_token_freq_pt,
+    write_token_freq,
+)
+from draftset.output.readback import CheckResult
+from draftset.select.mix import (
+    benchmark_files,
+    iter_selected_items,
+    overlay_files,
+    plan_selection,
+    selection_total,
+)
+from draftset.sources.read import HUB_PREFIX, Source, describe_inputs, scan_source, sha256_file
+
+BATCH_ROWS = 64
+ADVISORY_CHECKS = frozenset({"drafter_fitness"})
+"""Fast checks that advise (DFlash fitness) and do not fail a build."""
+
+
+@dataclass
+class BuildResult:
+    out: Path
+    accounting: Accounting
+    manifest: dict[str, Any]
+    notes: list[str]
+    seconds: float
+    checks: list[CheckResult] = field(default_factory=list)  # verify's fast checks, after
+    finalized: bool = True  # False: no row to write, so no folder was created (or replaced)
+
+    @property
+    def ok(self) -> bool:
+        """What `draftset build` exits 0 on: a set was written and its fast checks pass
+        (drafter fitness is advice for DFlash training, not an integrity failure)."""
+        return self.finalized and not any(
+            c.failed for c in self.checks if c.name not in ADVISORY_CHECKS
+        )
+
+    @property
+    def counts(self) -> dict[str, Any]:
+        """The run's totals, as in the manifest's ``counts.total`` (read, written, rejected...)."""
+        return self.accounting.to_json()["total"]
+
+    @property
+    def per_source(self) -> dict[str, dict[str, Any]]:
+        """The same counts per source (the manifest's ``counts.per_source``)."""
+        return self.accounting.to_json()["per_source"]
+
+    @property
+    def rows(self) -> int:
+        """Rows in the set (several per input row with ``turns="each"``)."""
+        return self.accounting.total().rows_out
+
+    def row(self, index: int) -> dict[str, Any]:
+        """One row of the written set: id, source, input_ids, loss_mask (numpy), seq_len."""
+        from draftset.output.readback import open_output
+
+        return open_output(self.out).row(index)
+
+
+# --- sampling -----------------------------------------------------------------------------------
+def _batched(items: Iterator[Normalized], size: int) -> Iterator[list[Normalized]]:
+    batch: list[Normalized] = []
+    for it in items:
+        batch.append(it)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class _JsonlSink:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.lines = 0
+
+    def write(self, obj: dict[str, Any]) -> None:
+        self.f.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        self.lines += 1
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def run_build(
+    opts: BuildOptions,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> BuildResult:
+    """Run the whole job, then verify's fast checks on the output.
+
+    Raises on usage errors; returns counts (invariant already checked) and the checks.
+    """
+    t0 = time.monotonic()
+    opts = check_build(opts)  # before any work: output path, template file, options
+    spec = opts.template_spec()
+    workers = opts.workers or os.cpu_count() or 1
+    if workers <= 1:  # inline: the driver loads the template and runs the row step itself
+        template = ChatTemplate(spec)
+        info = describe_template(template, opts.target_vocab_size)
+        with InlineEngine(template) as engine:
+            return _run(
+                _Stage(opts, spec, engine, lambda: info, lambda: True, None), on_progress, t0
+            )
+    # The template loads once, in the helper process (fail fast, fingerprint, vocab size),
+    # while the workers start and the driver reads ahead: the driver neither renders nor
+    # imports torch through AutoTokenizer, and workers render from the kit.
+    with Sidecar() as side, _engine(opts, workers) as engine:
+        pending = side.submit(load_template_info, spec, opts.target_vocab_size)
+        side.submit(release_memory)  # then drop the tokenizer's pages, off the critical path
+
+        def loaded() -> TemplateInfo:
+            try:
+                return side.result(pending, f"loading tokenizer {spec.tokenizer!r}")
+            except SidecarError as exc:
+                raise TokenizerError(str(exc)) from exc
+
+        return _run(_Stage(opts, spec, engine, loaded, pending.done, side), on_progress, t0)
+
+
+def _engine(opts: BuildOptions, workers: int) -> Engine:
+    """The engine that runs the row step on ``workers`` cores (started before the template
+    has loaded, so worker start-up overlaps it)."""
+    return LocalPoolEngine(workers)
+
+
+def mask_config(opts: BuildOptions, spec: TemplateSpec, info: TemplateInfo) -> MaskConfig:
+    """What every worker needs to run the row step: the loaded template's kit and the rules."""
+    return MaskConfig(
+        spec=spec,
+        kit=info.kit,
+        rules=opts.length_rules(),
+        mode=opts.turns,
+        placeholders=opts.placeholders,
+        vocab_size=info.vocab_size,
+        render_timeout=opts.render_timeout,
+    )
+
+
+@dataclass
+class _Stage:
+    """How this build runs its row step: the engine, and where the template loads."""
+
+    opts: BuildOptions
+    spec: TemplateSpec
+    engine: Engine
+    loaded: Callable[[], TemplateInfo]  # waits for the template
+    ready: Callable[[], bool]  # has it loaded yet? (read ahead until then)
+    side: Sidecar | None  # the helper process (None: inline, everything in the driver)
+
+    def in_helper(self, what: str, fn: Callable[..., Any]) -> Callable[..., Any] | None:
+        """``fn`` run in the helper process (which has torch), or None: run it here."""
+        side = self.side
+        if side is None:
+            return None
+        return lambda *args: side.call(what, fn, *args)
+
+
+# Rows read, normalized and pickled for the workers while the template loads (the loader is
+# one thread, so a core would sit idle); pickles are ~3x smaller than the live objects.
+READ_AHEAD_BYTES = 64_000_000
+
+
+def _read_ahead(batches: Iterator[list[Normalized]], ready: Callable[[], bool]) -> deque[bytes]:
+    ahead: deque[bytes] = deque()
+    size = 0
+    while size < READ_AHEAD_BYTES and not ready():
+        batch = next(batches, None)
+        if batch is None:
+            break
+        ahead.append(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
+        size += len(ahead[-1])
+    return ahead
+
+
+def _drain(ahead: deque[bytes]) -> Iterator[bytes]:
+    """The read-ahead batches, each let go once handed over (not kept for the whole run).
+
+    Once all are handed over, their heap pages go back to the OS (up to 64 MB that glibc would
+    otherwise keep for the rest of the run).
+    """
+    if not ahead:
+        return
+    while ahead:
+        yield ahead.popleft()
+    release_memory()
+
+
+def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: float) -> BuildResult:
+    opts = stage.opts
+    names = [s.name for s in opts.sources]
+    acct = Accounting(names)
+    selection = opts.selection_spec()
+    plan = None if selection.mix else plan_selection(opts.sources, opts.max_samples, opts.seed)
+    total = selection_total(plan) if plan else 0
+    mixture: dict[str, Any] = {}
+    skipped = {s.name: _skipped_files(s) for s in opts.sources}
+    notes = [_skipped_note(name, entries) for name, entries in skipped.items() if entries]
+    made = [d for d in (opts.out.absolute(), *opts.out.absolute().parents) if not d.exists()][1:]
+    try:
+        tmp = prepare_output(opts.out, opts.overwrite)
+    except OSError as exc:
+        _remove_empty(made)
+        raise OutputWriteError(f"cannot create {opts.out}: {exc.strerror or exc}") from exc
+    try:
+        facts = _RowFacts(opts)
+        items = facts.tag(iter_selected_items(selection, acct, mixture, plan))
+        batches = _batched(items, BATCH_ROWS)
+        ahead = _read_ahead(batches, stage.ready)
+        info = stage.loaded()
+        stage.engine.start(mask_config(opts, stage.spec, info))
+        vocab_size = info.vocab_size
+        writer = DatasetWriter(tmp, vocab_size)
+        rejects = _JsonlSink(tmp / "rejects.jsonl")
+        prompts = _JsonlSink(tmp / "prompts.jsonl")
+        done = 0
+        stream = chain(_drain(ahead), batches)
+        facts.probe = EmptyThinkProbe(
+            info.kit.template_text,
+            info.kit.base_kwargs,
+            stage.in_helper("probing the template for empty think blocks", trains_empty_think),
+        )
+        for results in stage.engine.map(stream):
+            for res in results:
+                _account(res, acct, writer, rejects, prompts)
+                facts.count(res, acct)
+            done += len(results)
+            if on_progress:
+                on_progress(done, total or done)
+        stage.engine.finish()  # all work is back: the workers exit now
+        note = _no_end_of_turn_note(acct, opts, info)
+        if note:
+            notes.append(note)
+        shards = writer.close()
+        rejects.close()
+        prompts.close()
+        note = write_token_freq(
+            tmp, writer.token_freq, stage.in_helper("writing token_freq.pt", save_token_freq_pt)
+        )
+        if note:
+            notes.append(note)
+        vocab_files: list[Path] = [tmp / "token_freq.npy"]
+        if (tmp / "token_freq.pt").exists():
+            vocab_files.append(tmp / "token_freq.pt")
+        if opts.draft_vocab_size:
+            d2t, t2d = draft_vocab(writer.token_freq, opts.draft_vocab_size, vocab_size)
+            np.save(tmp / f"d2t-{opts.draft_vocab_size}.npy", d2t)
+            np.save(tmp / f"t2d-{opts.draft_vocab_size}.npy", t2d)
+            vocab_files += [
+                tmp / f"d2t-{opts.draft_vocab_size}.npy",
+                tmp / f"t2d-{opts.draft_vocab_size}.npy",
+            ]
+        errors = acct.balance_errors()
+        if errors:
+            raise AccountingError("accounting does not balance: " + "; ".join(errors))
+        if not writer.rows and not acct.total().needs_generation:  # nothing to keep: no folder
+            notes += _first_rejects(tmp / "rejects.jsonl")
+            shutil.rmtree(tmp)
+            _remove_empty(made)
+            seconds = time.monotonic() - t0
+            return BuildResult(opts.out, acct, {}, notes, seconds, finalized=False)
+        manifest = _manifest(opts, info, acct, writer, shards, vocab_files, tmp, skipped)
+        manifest["engine"] = stage.engine.describe()
+        manifest["selection"] = selection.to_json()
+        manifest["selection"]["decontaminate"] = benchmark_files(selection)
+        if selection.overlay:
+            manifest["selection"]["overlay"] = overlay_files(selection)
+        if opts.run_info is not None:
+            manifest["run"] = opts.run_info
+        manifest["mixture"] = mixture
+        (tmp / "manifest.json").write_text(
+            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        finalize_output(tmp, opts.out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(made)
+        if _is_disk_error(exc):
+            raise OutputWriteError(f"cannot write {opts.out}: {exc.strerror or exc}") from exc
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(made)
+        raise
+    seconds = time.monotonic() - t0
+    checks = []
+    if writer.rows or acct.total().needs_generation:
+        from draftset.checks.verify import fast_checks
+
+        checks = fast_checks(
+            opts.out, load_pt=stage.in_helper("reading token_freq.pt", load_token_freq_pt)
+        )
+    return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
+
+
+def _no_end_of_turn_note(acct: Accounting, opts: BuildOptions, info: TemplateInfo) -> str:
+    """Once per run: the template writes no stop token after some answers (GLM-4.5's serving
+    template after any answer, Gemma-4 after tool calls), so those turns stay context."""
+    n = acct.total().context_turns.get(reasons.TURN_NO_END_OF_TURN, 0)
+    if not n:
+        return ""
+    name = Path(opts.chat_template_path).name if opts.chat_template_path else opts.tokenizer
+    return (
+        f"{n:,} assistant turns are context only: template {name} writes none of the stop"
+        f" tokens ({', '.join(info.kit.eot_tokens)}) after them (no_end_of_turn)"
+    )
+
+
+class _RowFacts:
+    """Placeholder-only and no-reasoning rows, noted as they stream in (workers get stripped
+    items back) and counted once their outcome is known: for the summary's hints."""
+
+    def __init__(self, opts: BuildOptions) -> None:
+        self.opts = opts
+        self.noted: dict[tuple[str, int], str] = {}  # (source, row) -> fact; bounded by the window
+        self.probe: EmptyThinkProbe | None = None
+
+    def tag(self, items: Iterator[Normalized]) -> Iterator[Normalized]:
+        for it in items:
+            if isinstance(it, Conversation):
+                if all_placeholder_answers(it, self.opts.placeholders):
+                    self.noted[(it.source, it.row)] = "placeholder"
+                elif lacks_reasoning(it, self.opts.template_kwargs):
+                    self.noted[(it.source, it.row)] = row_kwargs_key(it)
+            yield it
+
+    def count(self, res: ItemResult, acct: Accounting) -> None:
+        fact = self.noted.pop((res.item.source, res.item.row), None)
+        if fact is None or isinstance(res.item, Reject):
+            return
+        counts = acct[res.item.source]
+        if fact == "placeholder":
+            if not res.rows and any(r.reason == reasons.NO_SUPERVISED_TURN for r in res.rejects):
+                counts.placeholder_rows += 1
+        elif res.rows and self.probe is not None and self.probe.thinks(fact):
+            counts.empty_think_rows += 1
+
+
+class AccountingError(RunError):
+    """read != written + rejected + needs_generation: a bug, never a success."""
+
+
+class OutputWriteError(RunError):
+    """The output could not be written (disk full, quota, read-only): exit 1, nothing left."""
+
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
+
+
+def _is_disk_error(exc: OSError) -> bool:
+    # pyarrow's IO errors carry the OS message but not always the errno
+    return exc.errno in _DISK_ERRNOS or "No space left on device" in str(exc)
+
+
+def _skipped_files(source: Source) -> list[dict[str, str]]:
+    """Entries of a source folder skipped on purpose (hidden, unsupported type)."""
+    if str(source.path).startswith(HUB_PREFIX):
+        return []
+    return scan_source(source.path)[1]
+
+
+def _skipped_note(name: str, entries: list[dict[str, str]]) -> str:
+    shown = ", ".join(f"{e['path']} ({e['why']})" for e in entries[:5])
+    more = f" and {len(entries) - 5} more" if len(entries) > 5 else ""
+    return (
+        f"source {name}: {len(entries)} entries skipped on purpose: {shown}{more}"
+        " (all listed in manifest.json)"
+    )
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the parent folders this run created (deepest first), if still empty."""
+    for d in folders:
+        try:
+            d.rmdir()
+        except OSError:
+            return
+
+
+def _first_rejects(path: Path, n: int = 3) -> list[str]:
+    """The first reject messages, shown when no folder is kept to read them from."""
+    notes = []
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            notes.append(f"reject {r.get('id') or r.get('row')}: {r['reason']}: {r['message']}")
+            if len(notes) >= n:
+                break
+    return notes
+
+
+def _account(
+    res: ItemResult,
+    acct: Accounting,
+    writer: DatasetWriter,
+    rejects: _JsonlSink,
+    prompts: _JsonlSink,
+) -> None:
+    item = res.item
+    counts = acct[item.source]
+    if isinstance(item, Reject):
+        counts.rejected[item.reason] += 1
+        counts.row_rejects[item.reason] += 1
+        rejects.write(item.to_json())
+        return
+    if isinstance(item, PromptOnly):
+        counts.needs_generation += 1
+        line: dict[str, Any] = {"id": item.id, "messages": item.messages}
+        if item.tools:
+            line["tools"] = item.tools
+        line["metadata"] = {"source": item.source, "row": item.row}
+        prompts.write(line)
+        return
+    for r in res.rejects:
+        counts.row_rejects[r.reason] += 1
+        rejects.write(r.to_json())
+    if res.rows:
+        counts.written += 1
+        counts.rows_out += len(res.rows)
+        writer.write(res.rows)
+        for r in res.rows:
+            counts.tokens += int(r.input_ids.shape[0])
+            counts.supervised_tokens += int(r.loss_mask.sum(dtype=np.int64))
+            counts.truncated += int(r.truncated)
+    else:
+        counts.rejected[res.rejects[0].reason] += 1
+    if res.plan_stats is not None:
+        counts.context_turns.update(res.plan_stats.context_turns)
+        counts.trailing_turns_trimmed += res.plan_stats.trailing_turns_trimmed
+        counts.supervised_turns += sum(rp.supervised_turns for rp in res.plan_stats.rows)
+        counts.server_ids_used += res.plan_stats.server_ids_used
+        counts.server_ids_mismatch += res.plan_stats.server_ids_mismatch
+        counts.generation_tags_agree += res.plan_stats.generation_tags_agree
+        counts.generation_tags_disagree += res.plan_stats.generation_tags_disagree
+
+
+def _manifest(
+    opts: BuildOptions,
+    info: TemplateInfo,
+    acct: Accounting,
+    writer: DatasetWriter,
+    shards: list[Path],
+    vocab_files: list[Path],
+    folder: Path,
+    skipped: dict[str, list[dict[str, str]]] | None = None,
+) -> dict[str, Any]:
+    given = opts.given_paths or {}
+    options = {
+        "turns": opts.turns,
+        "max_length": opts.max_length,
+        "truncation": opts.truncation,
+        "min_supervised_tokens": opts.min_supervised_tokens,
+        "seed": opts.seed,
+        "max_samples": opts.max_samples,
+        "draft_vocab_size": opts.draft_vocab_size,
+        "target_vocab_size": opts.target_vocab_size,
+        "placeholders": list(opts.placeholders),
+        "eot_tokens": list(opts.eot_tokens),
+        "chat_template_path": opts.chat_template_path,
+        "chat_template_path_as_given": given.get("chat_template", opts.chat_template_path),
+        "render_timeout": opts.render_timeout,
+    }
+    files = {p.name: sha256_file(p) for p in [*shards, *vocab_files]}
+    for extra in ("rejects.jsonl", "prompts.jsonl", "dataset_info.json", "state.json"):
+        files[extra] = sha256_file(folder / extra)
+    return {
+        "draftset_version": __version__,
+        "format": "draftset/1",
+        "inputs": [
+            {
+                "name": s.name,
+                "path": str(s.path),
+                "path_as_given": (given.get("sources") or [str(x.path) for x in opts.sources])[i],
+                "format_override": s.format,
+                "fields": s.fields,
+                "weight": s.weight,
+                "count": s.count,
+                "preset": s.preset,
+                "files": describe_inputs(s),
+                "skipped": (skipped or {}).get(s.name, []),
+            }
+            for i, s in enumerate(opts.sources)
+        ],
+        "tokenizer": {
+            "path": opts.tokenizer,
+            "path_as_given": given.get("tokenizer", opts.tokenizer),
+            "fingerprint": info.fingerprint,
+            "vocab_size": info.vocab_size,
+            "tokenizer_size": info.tokenizer_size,
+        },
+        "template": {
+            "text": info.kit.template_text,
+            "sha256": info.template_sha256,
+            "kwargs": info.template_kwargs,
+            "eot_tokens": list(info.kit.eot_tokens),
+        },
+        "options": options,
+        "counts": acct.to_json(),
+        "totals": {
+            "rows": writer.rows,
+            "tokens": writer.tokens,
+            "supervised_tokens": writer.supervised_tokens,
+            "truncated": writer.truncated,
+        },
+        "files": files,
+    }

@@ -1,0 +1,280 @@
+"""Deduplication: exact (normalized content hash) and near (MinHash LSH on the prompt).
+
+Both are streaming steps for the main process: call ``check(item)`` on every normalized item in
+stream order; it returns a `Reject` (the row is a duplicate of one already kept) or None (keep
+it, and it is now the one later copies are compared to). The first occurrence wins, so the
+priority is the stream order: sources in recipe / command-line order, then rows in file order.
+
+Only `Conversation` and `PromptOnly` items take part; rejects and pre-tokenized rows pass.
+A prompt-only row is only ever a duplicate of another prompt-only row (exact: its key has no
+assistant turn, so it cannot equal a conversation's key).
+
+Text normalization (`canonical_text`): Unicode NFKC (NFC/NFD forms and full-width / compatibility
+characters become one form), case folding, every whitespace run collapsed to one space, ends
+stripped. Two rows are exact duplicates when every turn has the same role and the same
+normalized content, reasoning and tool calls, and the tools offered are the same: a different
+reasoning trace or a different call is different training signal, so it is kept.
+
+Memory: exact keeps one 8-byte BLAKE2b digest per kept row (plus the kept row's id for the
+reject message); near keeps datasketch's LSH tables and one uint32 MinHash signature per kept
+prompt (``4 * num_perm`` bytes) to verify candidates.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from array import array
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from draftset.core import reasons
+from draftset.core.digests import DigestTable, digest64
+from draftset.core.records import Conversation, Normalized, PromptOnly, Reject
+
+_WS = re.compile(r"\s+")
+_WORD = re.compile(r"\w+")
+_SEP = "\x1f"  # between fields of one turn
+_TURN = "\x1e"  # between turns
+
+
+def canonical_text(text: str) -> str:
+    """NFKC, casefold, whitespace runs -> one space, stripped (the dedup comparison form).
+
+    Equal to `canonical_text_reference` for every string (tested on every code point and
+    with hypothesis), ~2.5x faster: it runs on every turn of every row in the main process.
+    ``str.split()`` and regex ``\\s`` both use Python's ``str.isspace`` definition of
+    whitespace, and most texts are already NFKC (checked much faster than normalized).
+    """
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    return " ".join(text.casefold().split())
+
+
+def canonical_text_reference(text: str) -> str:
+    """The plain definition `canonical_text` must equal."""
+    return _WS.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+
+
+def _canonical_json(value: Any) -> str:
+    return canonical_text(json.dumps(value, sort_keys=True, ensure_ascii=False, default=str))
+
+
+def content_key(item: Conversation | PromptOnly) -> str:
+    """The text whose hash decides exact duplicates (see the module docstring)."""
+    parts = []
+    for m in item.messages:
+        fields = [m.get("role", ""), canonical_text(m.get("content") or "")]
+        reasoning = m.get("reasoning_content")
+        if reasoning:
+            fields.append("r:" + canonical_text(reasoning))
+        calls = m.get("tool_calls")
+        if calls:
+            fields.append("c:" + _canonical_json([c.get("function") for c in calls]))
+        parts.append(_SEP.join(fields))
+    key = _TURN.join(parts)
+    if item.tools:
+        key += _TURN + "t:" + _canonical_json(item.tools)
+    return key
+
+
+class _Kept:
+    """Compact record of kept rows: source index, row number and id, by kept index."""
+
+    def __init__(self) -> None:
+        self.sources: list[str] = []
+        self._source_index: dict[str, int] = {}
+        self.source_of = array("I")
+        self.row_of = array("q")
+        self._ids = bytearray()
+        self._id_end = array("Q")
+
+    def add(self, item: Conversation | PromptOnly) -> int:
+        s = self._source_index.get(item.source)
+        if s is None:
+            s = self._source_index[item.source] = len(self.sources)
+            self.sources.append(item.source)
+        self.source_of.append(s)
+        self.row_of.append(item.row)
+        self._ids += item.id.encode("utf-8", "surrogatepass")
+        self._id_end.append(len(self._ids))
+        return len(self.row_of) - 1
+
+    def describe(self, k: int) -> tuple[str, str, int]:
+        """(id, source, row) of kept row ``k``."""
+        start = self._id_end[k - 1] if k else 0
+        rid = self._ids[start : self._id_end[k]].decode("utf-8", "surrogatepass")
+        return rid, self.sources[self.source_of[k]], self.row_of[k]
+
+
+class _Counters:
+    """Per-source checked / removed counts and (kept_source, removed_source) pairs."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.checked: Counter[str] = Counter()
+        self.removed: Counter[str] = Counter()
+        self.pairs: Counter[tuple[str, str]] = Counter()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "checked": dict(self.checked),
+            "removed": dict(self.removed),
+            "removed_total": sum(self.removed.values()),
+            "pairs": [
+                {"kept_source": k, "removed_source": r, "count": n}
+                for (k, r), n in sorted(self.pairs.items())
+            ],
+        }
+
+
+class ExactDeduper:
+    """Drops rows whose normalized content equals an earlier row's (first one kept)."""
+
+    def __init__(self) -> None:
+        self._seen = DigestTable()
+        self._kept = _Kept()
+        self.counters = _Counters("exact")
+
+    def check(self, item: Normalized) -> Reject | None:
+        """A `reasons.DUPLICATE` reject naming the kept row, or None (the row is kept)."""
+        if not isinstance(item, Conversation | PromptOnly):
+            return None
+        self.counters.checked[item.source] += 1
+        key = digest64(("p" if isinstance(item, PromptOnly) else "c") + content_key(item))
+        k = self._seen.get(key)
+        if k is None:
+            self._seen.put(key, self._kept.add(item))
+            return None
+        kept_id, kept_source, kept_row = self._kept.describe(k)
+        self.counters.removed[item.source] += 1
+        self.counters.pairs[(kept_source, item.source)] += 1
+        msg = f"exact duplicate of id {kept_id!r} (source {kept_source}, row {kept_row})"
+        return Reject(item.source, item.row, item.id, reasons.DUPLICATE, msg)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for the manifest / report (JSON-ready)."""
+        return self.counters.to_json()
+
+
+# --- near duplicates -------------------------------------------------------------------------
+
+SHINGLE_WORDS = 3
+"""Word n-gram size of the near-dup shingles: prompts are short (tens of words), so 3-grams keep
+enough shingles per prompt while still encoding word order."""
+
+
+def prompt_text(item: Conversation | PromptOnly) -> str:
+    """The prompt compared by near dedup: the user turns' text, joined by newlines."""
+    return "\n".join(m.get("content") or "" for m in item.messages if m.get("role") == "user")
+
+
+def shingles(text: str, n: int = SHINGLE_WORDS) -> set[bytes]:
+    """Word n-grams of the canonical text (unicode ``\\w+`` words); a prompt shorter than ``n``
+    words is one shingle of all its words; no words -> empty set."""
+    words = _WORD.findall(canonical_text(text))
+    if not words:
+        return set()
+    if len(words) < n:
+        return {" ".join(words).encode("utf-8", "surrogatepass")}
+    return {
+        " ".join(words[i : i + n]).encode("utf-8", "surrogatepass")
+        for i in range(len(words) - n + 1)
+    }
+
+
+def _datasketch() -> Any:
+    try:
+        import datasketch
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise ImportError(
+            "near-duplicate detection needs datasketch: pip install 'draftset[near-dedup]' "
+            "(or pip install datasketch); exact dedup works without it"
+        ) from exc
+    return datasketch
+
+
+class NearDeduper:
+    """Drops rows whose prompt's estimated word-3-gram Jaccard similarity to an earlier kept
+    prompt is at least ``threshold`` (MinHash LSH finds candidates, signatures verify them)."""
+
+    def __init__(self, threshold: float = 0.8, num_perm: int = 128, seed: int = 1) -> None:
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"near-dup threshold must be in (0, 1], got {threshold}")
+        ds = _datasketch()
+        self.threshold = threshold
+        self.num_perm = num_perm
+        self._minhash = ds.MinHash
+        self._template = ds.MinHash(num_perm=num_perm, seed=seed)  # permutations, built once
+        self._lsh = ds.MinHashLSH(threshold=threshold, num_perm=num_perm)
+        self._signatures: list[np.ndarray] = []
+        self._kept = _Kept()
+        self.counters = _Counters("near")
+        self.skipped_empty = 0
+
+    def signature(self, text: str) -> Any | None:
+        """The MinHash of a prompt's shingles (None when the prompt has no words)."""
+        grams = shingles(text)
+        if not grams:
+            return None
+        m = self._minhash(
+            num_perm=self.num_perm,
+            permutations=self._template.permutations,
+            scheme=self._template.scheme,
+        )
+        m.update_batch(list(grams))
+        return m
+
+    def check(self, item: Normalized) -> Reject | None:
+        """A `reasons.NEAR_DUPLICATE` reject naming the kept row, or None (kept)."""
+        if not isinstance(item, Conversation | PromptOnly):
+            return None
+        m = self.signature(prompt_text(item))
+        if m is None:
+            self.skipped_empty += 1
+            return None
+        self.counters.checked[item.source] += 1
+        sig = np.asarray(m.hashvalues, dtype=np.uint32)
+        best, best_k = 0.0, -1
+        for k in self._lsh.query(m):
+            sim = float(np.count_nonzero(self._signatures[k] == sig)) / self.num_perm
+            if sim > best or (sim == best and k < best_k):
+                best, best_k = sim, k
+        if best_k >= 0 and best >= self.threshold:
+            kept_id, kept_source, kept_row = self._kept.describe(best_k)
+            self.counters.removed[item.source] += 1
+            self.counters.pairs[(kept_source, item.source)] += 1
+            msg = (
+                f"prompt near-duplicate (estimated Jaccard {best:.2f} >= {self.threshold}) "
+                f"of id {kept_id!r} (source {kept_source}, row {kept_row})"
+            )
+            return Reject(item.source, item.row, item.id, reasons.NEAR_DUPLICATE, msg)
+        k = self._kept.add(item)
+        self._signatures.append(sig)
+        self._lsh.insert(k, m, check_duplication=False)
+        return None
+
+    def stats(self) -> dict[str, Any]:
+        out = self.counters.to_json()
+        out.update(
+            threshold=self.threshold,
+            num_perm=self.num_perm,
+            shingle_words=SHINGLE_WORDS,
+            no_prompt_text=self.skipped_empty,
+        )
+        return out
+
+
+def make_dedupers(mode: str, threshold: float = 0.8) -> list[ExactDeduper | NearDeduper]:
+    """The steps for ``--dedup exact|near|none`` (``near`` runs exact first, then near)."""
+    if mode == "none":
+        return []
+    if mode == "exact":
+        return [ExactDeduper()]
+    if mode == "near":
+        return [ExactDeduper(), NearDeduper(threshold)]
+    raise ValueError(f"unknown dedup mode {mode!r}; expected exact, near or none")

@@ -1,0 +1,313 @@
+"""Select: which input rows enter the run, and as which normalized items.
+
+Between normalize and render sits the mixture: per-source sampling by weight or count, unique
+ids, presets, decontamination, deduplication and the mode/source mix. Each is a small step on
+the stream with its own counters (`dedup`, `decontam`, `modes`, `presets` hold the logic).
+`build` and `verify` both go through `iter_selected_items` with a `SelectionSpec` recorded in
+the manifest, so `verify` sees exactly the rows `build` saw.
+
+Order of the steps for every row: read → (preset) normalize → unique id → decontaminate →
+exact dedup → near dedup → mix selection. Decontamination runs first so a contaminated row
+never becomes the "kept" copy its clean duplicates are reported against.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from draftset.core import reasons
+from draftset.core.counters import Accounting
+from draftset.core.digests import DigestTable, digest64
+from draftset.core.records import Conversation, Normalized, PreTokenized, Reject
+from draftset.sources.presets import source_normalizer
+from draftset.sources.read import Source, count_rows, iter_raw_rows
+
+
+@dataclass
+class SelectionSpec:
+    """Everything that decides which rows a run takes (recorded in the manifest)."""
+
+    sources: list[Source]
+    max_samples: int | None = None
+    seed: int = 0
+    dedup: str = "exact"  # exact | near | none
+    near_dup_threshold: float = 0.8
+    decontaminate: list[str] = field(default_factory=list)  # benchmark files
+    decontaminate_ngram: int = 13
+    mix: dict[str, Any] | None = None  # {"modes": {mode: share}, "sources": {name: share}}
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # for thinking-off detection
+    # `draftset run`: answer / error files by row id that replace selected rows (overlay.py)
+    overlay: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("sources")
+        out.pop("template_kwargs")
+        if not out["overlay"]:
+            out.pop("overlay")
+        return out
+
+
+# --- per-source sampling by weight / count ------------------------------------------------------
+def _quotas(
+    sources: list[Source], available: dict[str, int], max_samples: int | None
+) -> dict[str, int]:
+    """Rows to take from each source: explicit counts first, the rest split by weight."""
+    quotas: dict[str, int] = {}
+    for s in sources:
+        if s.count is not None:
+            quotas[s.name] = min(s.count, available[s.name])
+    rest = [s for s in sources if s.count is None]
+    if max_samples is None:
+        for s in rest:
+            quotas[s.name] = available[s.name]
+        return quotas
+    budget = max(0, max_samples - sum(quotas.values()))
+    weights = [s.weight if s.weight is not None else 1.0 for s in rest]
+    total_w = sum(weights)
+    if not rest or total_w <= 0:
+        return quotas
+    # largest remainder, then cap at what each source has and hand leftovers on in order
+    raw = [budget * w / total_w for w in weights]
+    take = [int(x) for x in raw]
+    leftover = budget - sum(take)
+    for i in sorted(range(len(rest)), key=lambda i: (-(raw[i] - take[i]), i))[:leftover]:
+        take[i] += 1
+    spill = 0
+    for i, s in enumerate(rest):
+        take[i] = take[i] + spill
+        spill = max(0, take[i] - available[s.name])
+        take[i] = min(take[i], available[s.name])
+    for i, s in enumerate(rest):
+        if spill <= 0:
+            break
+        extra = min(spill, available[s.name] - take[i])
+        take[i] += extra
+        spill -= extra
+    for i, s in enumerate(rest):
+        quotas[s.name] = take[i]
+    return quotas
+
+
+def _selection(name: str, available: int, quota: int, seed: int) -> np.ndarray | None:
+    """Boolean mask of the rows taken from one source (None = all), seeded per source name."""
+    if quota >= available:
+        return None
+    rng = random.Random(f"{seed}:{name}")
+    chosen = np.zeros(available, dtype=bool)
+    chosen[rng.sample(range(available), quota)] = True
+    return chosen
+
+
+def plan_selection(
+    sources: list[Source], max_samples: int | None, seed: int
+) -> tuple[dict[str, int], dict[str, np.ndarray | None]]:
+    """Rows available per source and the seeded selection of rows each source contributes."""
+    available = {s.name: count_rows(s) for s in sources}
+    quotas = _quotas(sources, available, max_samples)
+    selections = {
+        s.name: _selection(s.name, available[s.name], quotas[s.name], seed) for s in sources
+    }
+    return available, selections
+
+
+# --- ids ------------------------------------------------------------------------------------------
+class _IdRegistry:
+    """Keeps output ids unique across the run with 8-byte digests (~32 bytes a row)."""
+
+    def __init__(self) -> None:
+        self._seen = DigestTable()
+
+    def claim(self, candidate: str) -> bool:
+        return self._seen.add(digest64(candidate))
+
+
+def _unique_id(item: Normalized, registry: _IdRegistry) -> Normalized:
+    """Give a colliding id its source prefix; reject when even that is taken."""
+    if isinstance(item, Reject):
+        return item
+    if registry.claim(item.id):
+        return item
+    prefixed = f"{item.source}:{item.id}"
+    if registry.claim(prefixed):
+        item.id = prefixed
+        return item
+    return Reject(
+        item.source,
+        item.row,
+        item.id,
+        reasons.DUPLICATE_ID,
+        f"id {item.id!r} already used in this run",
+    )
+
+
+# --- filters: decontamination and deduplication ------------------------------------------------
+class Filters:
+    """The stateful row filters of one pass, in their fixed order."""
+
+    def __init__(self, spec: SelectionSpec) -> None:
+        from draftset.select.dedup import make_dedupers
+
+        self.steps: list[Any] = []
+        self.decontaminator = None
+        if spec.decontaminate:
+            from draftset.select.decontam import Decontaminator, load_benchmark_prompts
+
+            items = load_benchmark_prompts(spec.decontaminate)
+            self.decontaminator = Decontaminator(items, n=spec.decontaminate_ngram)
+            self.steps.append(self.decontaminator)
+        self.dedupers = make_dedupers(spec.dedup, spec.near_dup_threshold)
+        self.steps.extend(self.dedupers)
+
+    def apply(self, item: Normalized) -> Normalized:
+        for step in self.steps:
+            reject = step.check(item)
+            if reject is not None:
+                return reject
+        return item
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"dedup": [d.stats() for d in self.dedupers]}
+        if self.decontaminator is not None:
+            out["decontamination"] = self.decontaminator.stats()
+        return out
+
+
+def _stream(
+    spec: SelectionSpec,
+    selections: dict[str, np.ndarray | None],
+    acct: Accounting,
+    filters: Filters,
+) -> Iterator[Normalized]:
+    """Every selected row, normalized, with a unique id, through the filters."""
+    registry = _IdRegistry()
+    for src in spec.sources:
+        chosen = selections[src.name]
+        counts = acct[src.name]
+        norm = source_normalizer(src)
+        for raw in iter_raw_rows(src):
+            if chosen is not None and not chosen[raw.row]:
+                counts.sampled_out += 1
+                continue
+            counts.read += 1
+            item: Normalized = raw.reject if raw.reject is not None else norm(raw)
+            yield filters.apply(_unique_id(item, registry))
+
+
+# --- the mode / source mix --------------------------------------------------------------------
+def _is_candidate(item: Normalized) -> bool:
+    """Rows the mix chooses among: the ones that can become training rows."""
+    return isinstance(item, Conversation | PreTokenized)
+
+
+def _mix_selection(spec: SelectionSpec) -> tuple[set[tuple[str, int]], dict[str, Any]]:
+    """Pre-pass: every candidate row's (source, mode), then a selection meeting the targets."""
+    from draftset.select.modes import MixTargets, row_mode, select_mix
+
+    assert spec.mix is not None
+    names = [s.name for s in spec.sources]
+    keys: list[tuple[str, int]] = []
+    srcs: list[str] = []
+    modes: list[str] = []
+    selections = {n: None for n in names}
+    for item in _stream(spec, selections, Accounting(names), Filters(spec)):
+        if _is_candidate(item):
+            keys.append((item.source, item.row))
+            srcs.append(item.source)
+            modes.append(row_mode(item, spec.template_kwargs))
+    counts = {s.name: s.count for s in spec.sources if s.count is not None}
+    targets = MixTargets(
+        total=spec.max_samples,
+        mode_shares=spec.mix.get("modes"),
+        source_shares=spec.mix.get("sources"),
+        source_counts=counts or None,
+    )
+    result = select_mix(srcs, modes, targets, seed=spec.seed)
+    chosen = {k for k, keep in zip(keys, result.selected.tolist(), strict=True) if keep}
+    return chosen, result.report()
+
+
+def iter_selected_items(
+    spec: SelectionSpec,
+    acct: Accounting | None = None,
+    report: dict[str, Any] | None = None,
+    plan: tuple[dict[str, int], dict[str, np.ndarray | None]] | None = None,
+) -> Iterator[Normalized]:
+    """The rows of a run, in order. Counts go to ``acct``; filter / mix stats to ``report``.
+
+    Without a mix: per-source weight/count sampling, then the filters. With a mix: the filters
+    see every row (a pre-pass finds each candidate's mode), and candidates the mix does not
+    select are counted as sampled out.
+    """
+    acct = acct or Accounting([s.name for s in spec.sources])
+    if spec.overlay:  # after selection: answers rejoin their rows by id
+        from draftset.sources.overlay import Overlay
+
+        overlay = Overlay(spec.overlay)
+        try:
+            for item in _selected(spec, acct, report, plan):
+                yield overlay.apply(item)
+        finally:
+            overlay.close()
+    else:
+        yield from _selected(spec, acct, report, plan)
+
+
+def _selected(
+    spec: SelectionSpec,
+    acct: Accounting,
+    report: dict[str, Any] | None,
+    plan: tuple[dict[str, int], dict[str, np.ndarray | None]] | None,
+) -> Iterator[Normalized]:
+    filters = Filters(spec)
+    if spec.mix is None:
+        available, selections = plan or plan_selection(spec.sources, spec.max_samples, spec.seed)
+        for s in spec.sources:
+            acct[s.name].available = available[s.name]
+        yield from _stream(spec, selections, acct, filters)
+    else:
+        chosen, mix_report = _mix_selection(spec)
+        for s in spec.sources:
+            acct[s.name].available = count_rows(s)
+        selections = {s.name: None for s in spec.sources}
+        for item in _stream(spec, selections, acct, filters):
+            if _is_candidate(item) and (item.source, item.row) not in chosen:
+                acct[item.source].read -= 1
+                acct[item.source].sampled_out += 1
+                continue
+            yield item
+        if report is not None:
+            report["mix"] = mix_report
+    if report is not None:
+        report.update(filters.stats())
+
+
+def selection_total(plan: tuple[dict[str, int], dict[str, np.ndarray | None]]) -> int:
+    """Rows a weight/count selection takes (for a progress bar)."""
+    available, selections = plan
+    return sum(
+        available[name] if sel is None else int(sel.sum()) for name, sel in selections.items()
+    )
+
+
+def benchmark_files(spec: SelectionSpec) -> list[dict[str, Any]]:
+    """Decontamination files with their hashes, for the manifest."""
+    from draftset.sources.read import sha256_file
+
+    return [{"path": p, "sha256": sha256_file(Path(p))} for p in spec.decontaminate]
+
+
+def overlay_files(spec: SelectionSpec) -> list[dict[str, Any]]:
+    """`run`'s answer / error files with their hashes, for the manifest (verify re-reads them)."""
+    from draftset.sources.read import sha256_file
+
+    return [
+        {"path": p, "sha256": sha256_file(Path(p)) if Path(p).exists() else None}
+        for p in spec.overlay
+    ]

@@ -1,0 +1,683 @@
+"""Turn one raw row of any supported shape into a normalized outcome.
+
+Every row becomes exactly one of `Conversation`, `PromptOnly`, `PreTokenized` or `Reject`;
+`normalize` never raises on bad data (each problem is a `Reject` with a stable code from
+`reasons` and a message naming the turn / key at fault). Text is kept byte-for-byte: the only
+rewrite is moving a leading ``<think>...</think>`` block of an assistant turn into
+``reasoning_content``, and the original content is kept in ``meta["inline_reasoning"]``: a
+template that does not render ``reasoning_content`` before the answer gets it back unchanged
+(`as_template_reads`). Data is never run through Jinja. See docs/formats.md.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from draftset.core import reasons
+from draftset.core.records import (
+    Conversation,
+    Message,
+    Normalized,
+    PreTokenized,
+    PromptOnly,
+    RawRow,
+    Reject,
+)
+from draftset.mask.template import as_content_parts
+
+FORMATS = ("messages", "sharegpt", "alpaca", "prompt", "pretokenized")
+"""Row shapes `detect_format` returns and `normalize(fmt=...)` accepts."""
+
+ROLE_TABLE: dict[str, str] = {
+    # users
+    "user": "user",
+    "human": "user",
+    # the model
+    "assistant": "assistant",
+    "gpt": "assistant",
+    "model": "assistant",
+    "bot": "assistant",
+    "chatgpt": "assistant",
+    # glaive / LLaMA-Factory: an assistant turn whose value is a JSON tool call
+    "function_call": "assistant",
+    # instructions; OpenAI's `developer` is a system turn: most chat templates only know system
+    "system": "system",
+    "developer": "system",
+    # tool results
+    "tool": "tool",
+    "function": "tool",
+    "observation": "tool",
+    "ipython": "tool",
+    "tool_response": "tool",
+}
+"""Lowercased source role -> normalized role. A role not listed rejects the row (never guessed)."""
+
+CALL_ROLES = frozenset({"function_call"})
+"""Roles whose turn value is a tool call (JSON ``{"name", "arguments"}``), not text."""
+
+ID_KEYS = ("id", "uid", "question_id", "prompt_id", "conversation_id", "task_id", "query_id")
+"""Keys holding a row's own id, first present wins; else the id is ``"{source}:{row}"``."""
+
+REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
+TURN_LIST_KEYS = ("messages", "conversations", "chosen_messages")
+INSTRUCTION_KEYS = ("instruction", "prompt")
+ANSWER_KEYS = ("output", "completion", "response", "chosen")
+"""Alpaca-like answer keys, first non-null wins (``prompt`` + ``completion`` is the TRL form)."""
+PROMPT_KEYS = ("turns", "prompt", "question", "query", "instruction")
+TOOLS_KEYS = ("tools", "functions", "function")
+"""``tools`` (list or JSON string); ``functions`` (legacy OpenAI) / ``function`` (BFCL) only as
+lists, since ``function`` is a plain text column in some code sets."""
+
+ALPACA_SEPARATOR = "\n\n"
+"""Between an Alpaca ``instruction`` and a non-empty ``input`` (the Stanford Alpaca prompt's
+own section break; LLaMA-Factory uses ``"\\n"``)."""
+
+TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+REASONING_PARTS = frozenset({"reasoning", "thinking"})
+MEDIA_PARTS = frozenset(
+    {
+        "image",
+        "image_url",
+        "input_image",
+        "audio",
+        "input_audio",
+        "video",
+        "video_url",
+        "file",
+        "input_file",
+    }
+)
+CONTENT_TEXT_KEYS = ("answer", "text", "content")
+"""Dict content (arena-hard ``{"answer": ...}``) -> the first of these holding a string."""
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+INLINE_REASONING = "inline_reasoning"
+"""``Conversation.meta`` key: message index -> assistant content as the row wrote it, for turns
+whose leading ``<think>…</think>`` was moved to ``reasoning_content``."""
+
+
+def as_template_reads(
+    messages: list[Message],
+    meta: dict[str, Any],
+    content_parts: bool = False,
+    renders_reasoning: bool = True,
+) -> list[Message]:
+    """The messages a template is given (docs/semantics.md, one rule for build and verify).
+
+    Inline reasoning stays moved only when the template renders ``reasoning_content`` before
+    the answer (``renders_reasoning``, probed once per template); otherwise the turn gets its
+    content back exactly as written, so normalization never changes what the template
+    renders. Templates that read content only as a list of parts (``content_parts``) get the
+    text as one text part.
+    """
+    inline = meta.get(INLINE_REASONING) if not renders_reasoning else None
+    out = messages
+    if inline:
+        out = list(messages)
+        for i, original in inline.items():
+            if i < len(out):
+                msg = {k: v for k, v in out[i].items() if k != "reasoning_content"}
+                msg["content"] = original
+                out[i] = msg
+    return as_content_parts(out) if content_parts else out
+
+
+class _Bad(Exception):
+    """Internal: a row problem; `normalize` turns it into a `Reject`."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+# --- shape detection ---------------------------------------------------------------------------
+
+
+def detect_format(data: dict[str, Any]) -> str | None:
+    """The row's shape from its keys, or None when nothing matches (never guesses further)."""
+    if "input_ids" in data and "loss_mask" in data:
+        return "pretokenized"
+    if isinstance(data.get("messages"), list):
+        return "messages"
+    conversations = data.get("conversations")
+    if isinstance(conversations, list):
+        first = conversations[0] if conversations else None
+        if isinstance(first, dict) and "from" not in first and "role" in first:
+            return "messages"
+        return "sharegpt"
+    if isinstance(data.get("chosen_messages"), list):
+        return "messages"
+    prompt = data.get("prompt")
+    if isinstance(prompt, list) or (prompt is None and isinstance(data.get("chosen"), list)):
+        return "messages"  # TRL conversational: prompt/completion or prompt/chosen as messages
+    instruction = _first(data, INSTRUCTION_KEYS)
+    if isinstance(instruction, str) and _first(data, ANSWER_KEYS) not in (None, ""):
+        return "alpaca"
+    if any(data.get(key) is not None for key in PROMPT_KEYS):
+        return "prompt"
+    return None
+
+
+def _first(data: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    """Value of the first key present with a non-null value."""
+    for key in keys:
+        value = data.get(key)
+        if value is not None:
+            return value
+    return None
+
+
+# --- entry point --------------------------------------------------------------------------------
+
+
+def normalize(
+    raw: RawRow, fmt: str | None = None, fields: dict[str, str] | None = None
+) -> Normalized:
+    """One outcome for one raw row. ``fmt`` forces a shape; ``fields`` maps canonical key names
+    to the row's own keys (e.g. ``{"instruction": "text", "output": "code"}``, or turn-level
+    ``{"role": "speaker", "content": "text"}``)."""
+    if fmt is not None and fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    source, row = raw.source, raw.row
+    data = raw.data
+    if data is None:
+        if raw.reject is not None:
+            return raw.reject
+        return Reject(source, row, None, reasons.INVALID_JSON, "row could not be read")
+    if not isinstance(data, dict):
+        msg = f"row is {type(data).__name__}, not an object"
+        return Reject(source, row, None, reasons.NOT_AN_OBJECT, msg)
+    turn_keys = (None, None)
+    if fields:
+        data, turn_keys = _remap(data, fields)
+    rid = _row_id(data, source, row)
+    shape = fmt or detect_format(data)
+    try:
+        if shape is None:
+            raise _Bad(reasons.UNKNOWN_FORMAT, f"no known shape matches keys {_keys(data)}")
+        if shape == "pretokenized":
+            ids, mask = _pretokenized(data)
+            return PreTokenized(rid, source, row, ids, mask)
+        if data.get("label") is False:
+            raise _Bad(reasons.UNDESIRABLE_EXAMPLE, "label is false (undesirable KTO example)")
+        meta: dict[str, Any] = {"format": shape}
+        messages = _messages(data, shape, turn_keys, meta)
+        tools = _tools(data)
+    except _Bad as bad:
+        return Reject(source, row, rid, bad.reason, bad.message)
+    metadata = data.get("metadata")
+    if isinstance(metadata, dict):
+        meta["metadata"] = metadata
+    if any(m["role"] == "assistant" for m in messages):
+        return Conversation(rid, source, row, messages, tools, meta)
+    return PromptOnly(rid, source, row, messages, tools, meta)
+
+
+_TURN_FIELDS = ("role", "content")
+
+
+def _remap(
+    data: dict[str, Any], fields: dict[str, str]
+) -> tuple[dict[str, Any], tuple[str | None, str | None]]:
+    """A shallow copy with canonical keys taken from the mapped ones (absent source -> absent)."""
+    out = dict(data)
+    for canonical, key in fields.items():
+        if canonical in _TURN_FIELDS:
+            continue
+        if key in data:
+            out[canonical] = data[key]
+        else:
+            out.pop(canonical, None)
+    return out, (fields.get("role"), fields.get("content"))
+
+
+def _row_id(data: dict[str, Any], source: str, row: int) -> str:
+    for key in ID_KEYS:
+        value = data.get(key)
+        if isinstance(value, str):
+            if value:
+                return value
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+    return f"{source}:{row}"
+
+
+def _keys(data: dict[str, Any], limit: int = 20) -> str:
+    keys = [str(k) for k in data]
+    more = f" (+{len(keys) - limit} more)" if len(keys) > limit else ""
+    return "[" + ", ".join(keys[:limit]) + "]" + more
+
+
+def _type(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+# --- pre-tokenized ------------------------------------------------------------------------------
+
+
+def _pretokenized(data: dict[str, Any]) -> tuple[list[int], list[int]]:
+    ids, mask = data.get("input_ids"), data.get("loss_mask")
+    if not isinstance(ids, list) or not isinstance(mask, list):
+        msg = f"input_ids ({_type(ids)}) and loss_mask ({_type(mask)}) must be lists"
+        raise _Bad(reasons.INVALID_PRETOKENIZED, msg)
+    if not ids:
+        raise _Bad(reasons.INVALID_PRETOKENIZED, "input_ids is empty")
+    if len(ids) != len(mask):
+        msg = f"input_ids has {len(ids)} tokens but loss_mask has {len(mask)} values"
+        raise _Bad(reasons.INVALID_PRETOKENIZED, msg)
+    if not all(type(t) is int and t >= 0 for t in ids):
+        i = next(i for i, t in enumerate(ids) if not (type(t) is int and t >= 0))
+        msg = f"input_ids[{i}] = {ids[i]!r} is not a non-negative integer"
+        raise _Bad(reasons.INVALID_PRETOKENIZED, msg)
+    if not all(type(m) is int and 0 <= m <= 1 for m in mask):
+        bad = next((i for i, m in enumerate(mask) if not _is_bit(m)), None)
+        if bad is not None:
+            msg = f"loss_mask[{bad}] = {mask[bad]!r} is not 0 or 1"
+            raise _Bad(reasons.INVALID_PRETOKENIZED, msg)
+        mask = [int(m) for m in mask]  # booleans
+    return ids, mask
+
+
+def _is_bit(value: Any) -> bool:
+    return type(value) in (int, bool) and 0 <= value <= 1
+
+
+# --- chat shapes --------------------------------------------------------------------------------
+
+
+def _messages(
+    data: dict[str, Any],
+    shape: str,
+    turn_keys: tuple[str | None, str | None],
+    meta: dict[str, Any],
+) -> list[Message]:
+    if shape in ("messages", "sharegpt"):
+        turns = _turn_list(data)
+    elif shape == "alpaca" or (shape == "prompt" and _first(data, INSTRUCTION_KEYS) is not None):
+        turns = _alpaca_turns(data, shape, with_answer=shape == "alpaca")
+    else:
+        turns = _prompt_turns(data)
+    if not turns:
+        raise _Bad(reasons.EMPTY_CONVERSATION, "the conversation has no messages")
+    messages = _parse_turns(turns, turn_keys, meta)
+    system = data.get("system")
+    if system is not None and system != "":
+        if not isinstance(system, str):
+            raise _Bad(reasons.INVALID_CONTENT, f"'system' is {_type(system)}, not a string")
+        if messages[0]["role"] != "system":
+            messages.insert(0, {"role": "system", "content": system})
+            inline = meta.get(INLINE_REASONING)
+            if inline:  # keys are message indices
+                meta[INLINE_REASONING] = {i + 1: text for i, text in inline.items()}
+    return messages
+
+
+def _turn_list(data: dict[str, Any]) -> list[Any]:
+    """The raw turns of a messages / ShareGPT row, plus a preference row's chosen answer."""
+    for key in TURN_LIST_KEYS:
+        turns = data.get(key)
+        if turns is not None:
+            break
+    else:
+        key, turns = "prompt", data.get("prompt")  # TRL conversational
+        if turns is None:
+            if _first(data, ("completion", "chosen")) is None:
+                msg = f"no 'messages' or 'conversations' list; keys {_keys(data)}"
+                raise _Bad(reasons.UNKNOWN_FORMAT, msg)
+            turns = []
+    if not isinstance(turns, list):
+        raise _Bad(reasons.INVALID_CONTENT, f"'{key}' is {_type(turns)}, not a list")
+    if key == "chosen_messages":
+        return turns
+    answer = _first(data, ("completion", "chosen"))
+    if answer is None:
+        return turns
+    if isinstance(answer, str):
+        answer = [{"role": "assistant", "content": answer}]
+    elif isinstance(answer, dict):
+        answer = [answer]
+    elif not isinstance(answer, list):
+        raise _Bad(reasons.INVALID_CONTENT, f"chosen answer is {_type(answer)}")
+    return turns + answer
+
+
+def _alpaca_turns(data: dict[str, Any], shape: str, with_answer: bool) -> list[Any]:
+    """instruction (+ separator + input) as the user turn, the answer as the assistant turn
+    (not for the ``prompt`` shape: forcing it means "regenerate the answers")."""
+    key = "instruction" if data.get("instruction") is not None else "prompt"
+    instruction = data.get(key)
+    if instruction is None:
+        msg = f"format {shape!r} needs an 'instruction' or 'prompt' field; keys {_keys(data)}"
+        raise _Bad(reasons.UNKNOWN_FORMAT, msg)
+    if not isinstance(instruction, str):
+        raise _Bad(reasons.INVALID_CONTENT, f"'{key}' is {_type(instruction)}, not a string")
+    extra = data.get("input")
+    if extra is not None and not isinstance(extra, str):
+        raise _Bad(reasons.INVALID_CONTENT, f"'input' is {_type(extra)}, not a string")
+    user = instruction + ALPACA_SEPARATOR + extra if extra else instruction
+    turns: list[Any] = _history_turns(data.get("history"))
+    turns.append({"role": "user", "content": user})
+    answer = _first(data, ANSWER_KEYS) if with_answer else None
+    if answer is not None and not isinstance(answer, str):
+        raise _Bad(reasons.INVALID_CONTENT, f"the answer is {_type(answer)}, not a string")
+    if answer:
+        turns.append({"role": "assistant", "content": answer})
+    return turns
+
+
+def _history_turns(history: Any) -> list[Any]:
+    """LLaMA-Factory Alpaca ``history``: ``[[user, assistant], ...]`` before the instruction."""
+    if history is None:
+        return []
+    if not isinstance(history, list):
+        raise _Bad(reasons.INVALID_CONTENT, f"'history' is {_type(history)}, not a list")
+    turns: list[Any] = []
+    for i, pair in enumerate(history):
+        if not (
+            isinstance(pair, list) and len(pair) == 2 and all(isinstance(s, str) for s in pair)
+        ):
+            raise _Bad(reasons.INVALID_CONTENT, f"history[{i}] is not a [user, assistant] pair")
+        turns.append({"role": "user", "content": pair[0]})
+        turns.append({"role": "assistant", "content": pair[1]})
+    return turns
+
+
+def _prompt_turns(data: dict[str, Any]) -> list[Any]:
+    """User turns of a prompt-only row: ``turns``, ``prompt``, ``question`` or ``query``."""
+    for key in PROMPT_KEYS[:4]:
+        value = data.get(key)
+        if value is not None:
+            break
+    else:
+        raise _Bad(reasons.UNKNOWN_FORMAT, f"no prompt field; keys {_keys(data)}")
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if not isinstance(value, list):
+        raise _Bad(reasons.INVALID_CONTENT, f"'{key}' is {_type(value)}, not a string or list")
+    turns: list[Any] = []
+    for item in value:
+        if isinstance(item, str):
+            turns.append({"role": "user", "content": item})
+        elif isinstance(item, list):  # BFCL: one list of messages per user turn
+            turns.extend(item)
+        elif isinstance(item, dict) and "role" not in item and "from" not in item:
+            turns.append({"role": "user", "content": item.get("content")})
+        else:
+            turns.append(item)
+    return turns
+
+
+# --- turns ----------------------------------------------------------------------------------------
+
+
+def _parse_turns(
+    turns: list[Any], turn_keys: tuple[str | None, str | None], meta: dict[str, Any]
+) -> list[Message]:
+    role_key, content_key = turn_keys
+    out: list[Message] = []
+    for i, turn in enumerate(turns):
+        if not isinstance(turn, dict):
+            raise _Bad(reasons.INVALID_CONTENT, f"turn {i} is {_type(turn)}, not an object")
+        if role_key is not None:
+            role = turn.get(role_key)
+        else:
+            role = turn.get("role")
+            if role is None:
+                role = turn.get("from")
+        if content_key is not None:
+            content = turn.get(content_key)
+        else:
+            content = turn["content"] if "content" in turn else turn.get("value")
+        out.append(_parse_turn(i, turn, role, content, meta))
+    return out
+
+
+def _role(i: int, role: Any) -> str:
+    if not isinstance(role, str):
+        what = "has no role" if role is None else f"role is {_type(role)}, not a string"
+        raise _Bad(reasons.INVALID_CONTENT, f"turn {i} {what}")
+    mapped = ROLE_TABLE.get(role) or ROLE_TABLE.get(role.lower())
+    if mapped is None:
+        raise _Bad(reasons.UNKNOWN_ROLE, f"unknown role {role!r} in turn {i}")
+    return mapped
+
+
+def _parse_turn(
+    i: int, turn: dict[str, Any], role: Any, content: Any, meta: dict[str, Any]
+) -> Message:
+    mapped = _role(i, role)
+    if mapped == "assistant":
+        if role.lower() in CALL_ROLES:
+            calls = _calls_from_value(content, f"turn {i} ({role})")
+            return {"role": "assistant", "content": "", "tool_calls": calls}
+        return _assistant(i, turn, content, meta)
+    if mapped == "tool":
+        return _tool(i, turn, content)
+    text, reasoning, calls = _content(i, content)
+    if reasoning is not None or calls:
+        raise _Bad(reasons.INVALID_CONTENT, f"turn {i} ({role}) has reasoning or tool-call parts")
+    return {"role": mapped, "content": text}
+
+
+def _assistant(i: int, turn: dict[str, Any], content: Any, meta: dict[str, Any]) -> Message:
+    text, part_reasoning, calls = _content(i, content)
+    reasoning = _first(turn, REASONING_KEYS)
+    if reasoning is not None and not isinstance(reasoning, str):
+        raise _Bad(reasons.INVALID_CONTENT, f"turn {i}: reasoning is {_type(reasoning)}")
+    if part_reasoning is not None:
+        if reasoning and reasoning != part_reasoning:
+            raise _Bad(reasons.INVALID_CONTENT, f"turn {i}: reasoning given twice, differently")
+        reasoning = part_reasoning
+    if not reasoning:
+        original = text
+        text, reasoning, unterminated = _split_think(text)
+        if unterminated:
+            meta["reasoning_unterminated"] = True
+        if text != original:
+            meta.setdefault(INLINE_REASONING, {})[i] = original
+    calls = (calls or []) + _message_calls(i, turn)
+    msg: Message = {"role": "assistant", "content": text}
+    if reasoning:
+        msg["reasoning_content"] = reasoning
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def _split_think(text: str) -> tuple[str, str | None, bool]:
+    """Move a leading ``<think>...</think>`` to reasoning (Qwen3 style: reasoning stripped of
+    newlines, content of leading newlines). Unclosed: all of it is reasoning, content ""."""
+    if not text.startswith(THINK_OPEN):
+        if not (text[:1].isspace() and text.lstrip().startswith(THINK_OPEN)):
+            return text, None, False
+        text = text.lstrip()
+    start = len(THINK_OPEN)
+    end = text.find(THINK_CLOSE, start)
+    if end == -1:
+        return "", text[start:].strip("\n") or None, True
+    reasoning = text[start:end].strip("\n") or None
+    return text[end + len(THINK_CLOSE) :].lstrip("\n"), reasoning, False
+
+
+def _tool(i: int, turn: dict[str, Any], content: Any) -> Message:
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list) and all(
+        isinstance(p, dict) and isinstance(p.get("type"), str) for p in content
+    ):
+        text, reasoning, calls = _content(i, content)
+        if reasoning is not None or calls:
+            raise _Bad(reasons.INVALID_CONTENT, f"turn {i} (tool) has reasoning or tool-call parts")
+    elif content is None:
+        text = ""
+    else:
+        text = json.dumps(content, ensure_ascii=False)
+    msg: Message = {"role": "tool", "content": text}
+    for key in ("tool_call_id", "name"):
+        value = turn.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str | int) or isinstance(value, bool):
+            raise _Bad(reasons.INVALID_CONTENT, f"turn {i}: {key} is {_type(value)}")
+        msg[key] = str(value)
+    return msg
+
+
+# --- content ----------------------------------------------------------------------------------
+
+
+def _content(i: int, value: Any) -> tuple[str, str | None, list[dict[str, Any]] | None]:
+    """(text, reasoning from typed parts, tool calls from typed parts) of a turn's content."""
+    if type(value) is str:
+        return value, None, None
+    if value is None:
+        return "", None, None
+    if isinstance(value, list):
+        return _parts(i, value)
+    if isinstance(value, dict):
+        for key in CONTENT_TEXT_KEYS:
+            text = value.get(key)
+            if isinstance(text, str):
+                return text, None, None
+        msg = f"turn {i}: content object has no text field (keys {_keys(value)})"
+        raise _Bad(reasons.INVALID_CONTENT, msg)
+    msg = f"turn {i}: content is {_type(value)}, expected a string or a list of parts"
+    raise _Bad(reasons.INVALID_CONTENT, msg)
+
+
+def _parts(i: int, parts: list[Any]) -> tuple[str, str | None, list[dict[str, Any]] | None]:
+    texts: list[str] = []
+    thoughts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict):
+            raise _Bad(reasons.INVALID_CONTENT, f"turn {i}: part {j} is {_type(part)}")
+        ptype = part.get("type", "text")
+        if not isinstance(ptype, str):
+            raise _Bad(reasons.INVALID_CONTENT, f"turn {i}: part {j} type is {_type(ptype)}")
+        if ptype in TEXT_PARTS or ptype in REASONING_PARTS:
+            text = part.get("text")
+            if text is None:
+                text = part.get("value")
+            if not isinstance(text, str):
+                msg = f"turn {i}: {ptype} part {j} has no string 'text' or 'value'"
+                raise _Bad(reasons.INVALID_CONTENT, msg)
+            (texts if ptype in TEXT_PARTS else thoughts).append(text)
+        elif ptype == "tool_call":
+            calls.extend(_calls_from_value(part.get("value"), f"turn {i} part {j}"))
+        elif ptype in MEDIA_PARTS:
+            raise _Bad(reasons.UNSUPPORTED_CONTENT, f"turn {i}: {ptype!r} part (text only)")
+        else:
+            raise _Bad(reasons.UNSUPPORTED_CONTENT, f"turn {i}: unknown part type {ptype!r}")
+    return "".join(texts), ("".join(thoughts) if thoughts else None), calls or None
+
+
+# --- tool calls and tools -----------------------------------------------------------------------
+
+
+def _message_calls(i: int, turn: dict[str, Any]) -> list[dict[str, Any]]:
+    """OpenAI ``tool_calls`` and legacy ``function_call`` of an assistant message."""
+    calls: list[dict[str, Any]] = []
+    tool_calls = turn.get("tool_calls")
+    if tool_calls is not None:
+        if not isinstance(tool_calls, list):
+            msg = f"turn {i}: tool_calls is {_type(tool_calls)}, not a list"
+            raise _Bad(reasons.INVALID_TOOL_CALL, msg)
+        calls.extend(_call(c, f"tool call {k} in turn {i}") for k, c in enumerate(tool_calls))
+    function_call = turn.get("function_call")
+    if function_call is not None:
+        calls.extend(_calls_from_value(function_call, f"function_call in turn {i}"))
+    return calls
+
+
+def _calls_from_value(value: Any, where: str) -> list[dict[str, Any]]:
+    """Calls from a JSON string or object/list (glaive ``function_call`` turns, typed parts)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError) as exc:
+            raise _Bad(reasons.INVALID_TOOL_CALL, f"{where}: not valid JSON: {exc}") from None
+    if isinstance(value, dict):
+        return [_call(value, where)]
+    if isinstance(value, list) and value:
+        return [_call(c, f"{where} call {k}") for k, c in enumerate(value)]
+    raise _Bad(reasons.INVALID_TOOL_CALL, f"{where}: a call is {_type(value)}, not an object")
+
+
+def _call(obj: Any, where: str) -> dict[str, Any]:
+    """``{"id"?, "type": "function", "function": {"name", "arguments": dict}}`` from the OpenAI
+    form or a bare ``{name, arguments}`` (``parameters`` accepted, as in Llama 3 JSON calls)."""
+    if not isinstance(obj, dict):
+        raise _Bad(reasons.INVALID_TOOL_CALL, f"{where} is {_type(obj)}, not an object")
+    fn = obj.get("function")
+    src = fn if isinstance(fn, dict) else obj
+    name = src.get("name")
+    if not isinstance(name, str) or not name:
+        raise _Bad(reasons.INVALID_TOOL_CALL, f"{where} has no function name")
+    args = src.get("arguments")
+    if args is None and fn is not src:
+        args = src.get("parameters")
+    call: dict[str, Any] = {}
+    call_id = obj.get("id")
+    if call_id is not None:
+        if not isinstance(call_id, str | int) or isinstance(call_id, bool):
+            raise _Bad(reasons.INVALID_TOOL_CALL, f"{where} ({name!r}): id is {_type(call_id)}")
+        call["id"] = str(call_id)
+    call["type"] = "function"
+    call["function"] = {"name": name, "arguments": _arguments(args, f"{where} ({name!r})")}
+    return call
+
+
+def _arguments(args: Any, where: str) -> dict[str, Any]:
+    if args is None or args == "":
+        return {}
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except (ValueError, RecursionError) as exc:
+            msg = f"{where}: arguments are not valid JSON: {exc}"
+            raise _Bad(reasons.INVALID_TOOL_CALL, msg) from None
+    if not isinstance(args, dict):
+        raise _Bad(
+            reasons.INVALID_TOOL_CALL, f"{where}: arguments are {_type(args)}, not an object"
+        )
+    return args
+
+
+def _tools(data: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Tool schemas as ``[{"type": "function", "function": {...}}]``; None when there are none."""
+    key, value = "tools", data.get("tools")
+    if value is None:
+        for key in TOOLS_KEYS[1:]:
+            value = data.get(key)
+            if isinstance(value, list):
+                break
+        else:
+            return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else None
+        except (ValueError, RecursionError) as exc:
+            raise _Bad(reasons.INVALID_TOOLS, f"'{key}' is not valid JSON: {exc}") from None
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list):
+        raise _Bad(reasons.INVALID_TOOLS, f"'{key}' is {_type(value)}, not a list of schemas")
+    return [_tool_schema(t, f"{key}[{k}]") for k, t in enumerate(value)]
+
+
+def _tool_schema(tool: Any, where: str) -> dict[str, Any]:
+    if not isinstance(tool, dict):
+        raise _Bad(reasons.INVALID_TOOLS, f"{where} is {_type(tool)}, not an object")
+    fn = tool.get("function")
+    if isinstance(fn, dict):
+        wrapped = tool if tool.get("type") == "function" else {"type": "function", "function": fn}
+    else:
+        fn, wrapped = tool, {"type": "function", "function": tool}
+    name = fn.get("name")
+    if not isinstance(name, str) or not name:
+        raise _Bad(reasons.INVALID_TOOLS, f"{where} has no function name")
+    return wrapped

@@ -1,0 +1,657 @@
+"""Read source files into `RawRow`s, streaming, without interpreting the rows.
+
+Reading never fails because of one bad row: a line that is not UTF-8 or not JSON becomes a
+`RawRow` carrying a `Reject`, so accounting can count it. Only problems with the file itself
+(missing, unsupported type, unreadable or corrupt container) raise `SourceError`.
+
+Memory stays bounded for JSONL, Parquet and Arrow (chunked reads, record batches). A ``.json``
+document (array or single object) is parsed whole, as JSON cannot be streamed with the standard
+library. Row indices count from 0 across all files of a source; blank lines are not rows.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zstandard
+
+from draftset.core import reasons
+from draftset.core.errors import DraftsetError
+from draftset.core.records import RawRow, Reject
+from draftset.sources.normalize import detect_format
+
+CHUNK_BYTES = 1 << 20
+"""Bytes read per step from a JSONL stream: bounds memory whatever the file size."""
+
+ARROW_ROWS = 1024
+"""Rows converted to Python dicts at a time from Parquet / Arrow batches."""
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_ARROW_FILE_MAGIC = b"ARROW1"
+_BOM = b"\xef\xbb\xbf"
+_WHITESPACE = frozenset(b" \t\r\n\f\v")
+
+_TEXT_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json"}
+_BINARY_KINDS = {".parquet": "parquet", ".arrow": "arrow"}
+_COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".zstd": "zst"}
+
+
+@dataclass
+class Source:
+    """One named input: a file or folder, with optional shape override and mixing weight."""
+
+    name: str
+    path: Path
+    format: str | None = None
+    fields: dict[str, str] | None = None
+    weight: float | None = None
+    count: int | None = None
+    preset: str | None = None  # a known public set's layout (see presets.py)
+
+
+class SourceError(DraftsetError):
+    """A source that cannot be read at all (the CLI prints it as one line, exit code 2)."""
+
+
+@dataclass(slots=True)
+class _Bad:
+    """A value that could not be parsed; becomes a row-level `Reject`."""
+
+    reason: str
+    message: str
+
+
+# --- discovery --------------------------------------------------------------------------------
+
+
+def is_hf_dataset_dir(path: Path) -> bool:
+    """True for a `datasets` ``save_to_disk`` folder (``state.json`` next to ``*.arrow``)."""
+    return (path / "state.json").is_file() and any(path.glob("*.arrow"))
+
+
+def _name_kind(path: Path) -> tuple[str, str | None] | None:
+    """(container kind, compression from the name) of a supported file name, else None."""
+    name = path.name.lower()
+    compression = None
+    for suffix, comp in _COMPRESSIONS.items():
+        if name.endswith(suffix):
+            compression, name = comp, name[: -len(suffix)]
+            break
+    suffix = os.path.splitext(name)[1]
+    if suffix in _TEXT_KINDS:
+        return _TEXT_KINDS[suffix], compression
+    if suffix in _BINARY_KINDS and compression is None:
+        return _BINARY_KINDS[suffix], None
+    return None
+
+
+def _kind(path: Path) -> tuple[str, str | None]:
+    """(container kind, compression) from the file name, sniffing compression magic bytes."""
+    found = _name_kind(path)
+    if found is None:
+        raise SourceError(
+            f"{path}: unsupported file type (expected .jsonl, .json, .parquet, .arrow, "
+            "optionally .gz/.zst for JSON)"
+        )
+    kind, compression = found
+    if kind in _TEXT_KINDS.values():
+        return kind, compression or _sniff_compression(path)
+    return kind, None
+
+
+def _sniff_compression(path: Path) -> str | None:
+    """Detect gzip / zstd by magic bytes, so a mis-named ``.jsonl`` still reads."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    if head.startswith(_GZIP_MAGIC):
+        return "gz"
+    if head.startswith(_ZSTD_MAGIC):
+        return "zst"
+    return None
+
+
+def _check_readable(path: Path) -> None:
+    """Raise `SourceError` for a data file that cannot be read: dangling symlink, not a regular
+    file (a FIFO would block the run), or refused by the OS. Never skipped silently."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        what = "dangling symbolic link" if path.is_symlink() else exc.strerror or str(exc)
+        raise SourceError(f"{path}: cannot read: {what}") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise SourceError(f"{path}: cannot read: not a regular file")
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _walk_error(exc: OSError) -> None:
+    raise SourceError(f"{exc.filename}: cannot read folder: {exc.strerror or exc}") from exc
+
+
+def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
+    """The files of a source (see `list_files`) and the entries skipped on purpose.
+
+    Skipped entries are ``{"path": relative path, "why": ...}``: hidden entries (not descended
+    into), files of an unsupported type, symlinked folders (not followed). A file with a
+    supported name that cannot be read, or a folder that cannot be listed, raises `SourceError`.
+    """
+    path = Path(path)
+    if not path.exists():
+        if path.is_symlink():
+            raise SourceError(f"{path}: cannot read: dangling symbolic link")
+        raise SourceError(f"{path}: no such file or directory")
+    if not path.is_dir():
+        _check_readable(path)  # first: sniffing a FIFO's compression would block
+        _kind(path)
+        return [path], []
+    if is_hf_dataset_dir(path):
+        return [path], []
+    found: list[Path] = []
+    skipped: list[dict[str, str]] = []
+
+    def skip(p: Path, why: str) -> None:
+        skipped.append({"path": p.relative_to(path).as_posix(), "why": why})
+
+    for dirpath, dirnames, filenames in os.walk(path, onerror=_walk_error):
+        here = Path(dirpath)
+        keep = []
+        for d in dirnames:
+            if d.startswith("."):
+                skip(here / d, "hidden")
+            elif (here / d).is_symlink():
+                skip(here / d, "symlinked folder (not followed)")
+            elif is_hf_dataset_dir(here / d):
+                found.append(here / d)
+            else:
+                keep.append(d)
+        dirnames[:] = keep
+        for f in filenames:
+            if f.startswith("."):
+                skip(here / f, "hidden")
+            elif _name_kind(here / f) is None:
+                skip(here / f, "unsupported type")
+            else:
+                _check_readable(here / f)
+                found.append(here / f)
+    if not found:
+        raise SourceError(f"{path}: folder holds no supported data files")
+    found.sort(key=lambda p: p.relative_to(path).parts)
+    skipped.sort(key=lambda e: e["path"].split("/"))
+    return found, skipped
+
+
+def list_files(path: Path) -> list[Path]:
+    """The files of a source, in a deterministic order.
+
+    A file is returned as is (if its type is supported); a ``save_to_disk`` folder is one entry;
+    any other folder is searched recursively for supported files and ``save_to_disk`` folders,
+    sorted by relative path (component-wise). Hidden entries (``.name``) and unsupported files
+    (README, ...) inside a folder are skipped (`scan_source` lists them); a data file that
+    cannot be read is an error, never skipped.
+    """
+    return scan_source(path)[0]
+
+
+def hf_arrow_files(folder: Path) -> list[Path]:
+    """Arrow shards of a ``save_to_disk`` folder, in the order ``state.json`` lists them."""
+    try:
+        state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+        names = [entry["filename"] for entry in state["_data_files"]]
+        files = [folder / name for name in names]
+        if files and all(f.is_file() for f in files):
+            return files
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return sorted(folder.glob("*.arrow"))
+
+
+def file_format(path: Path) -> str:
+    """A short label for the manifest: ``jsonl``, ``json``, ``jsonl.gz``, ``parquet``, ...
+
+    A ``.json`` file holding JSON Lines is reported as ``jsonl`` (that is how it is read).
+    """
+    path = Path(path)
+    if path.is_dir():
+        return "hf_dataset"
+    kind, compression = _kind(path)
+    if kind == "json" and _json_is_lines(path, compression):
+        kind = "jsonl"
+    return f"{kind}.{compression}" if compression else kind
+
+
+# --- byte streams -----------------------------------------------------------------------------
+
+
+def _open_bytes(path: Path, compression: str | None) -> IO[bytes]:
+    """A binary stream of the (decompressed) file contents."""
+    raw = path.open("rb")
+    if compression == "gz":
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    if compression == "zst":
+        _check_zstd_frames(raw, path)
+        dctx = zstandard.ZstdDecompressor()
+        return dctx.stream_reader(raw, read_across_frames=True, closefd=True)  # type: ignore[return-value]
+    return raw
+
+
+_ZSTD_SKIPPABLE = range(0x184D2A50, 0x184D2A60)
+
+
+def _check_zstd_frames(raw: IO[bytes], path: Path) -> None:
+    """Walk the zstd frame and block headers (seeking over block bodies) and raise
+    `ZstdError` when the file ends inside a frame.
+
+    zstandard's stream reader returns a truncated file as a shorter valid stream (no error), so
+    the rows after the cut would be lost silently. Corruption *inside* a block is still caught by
+    the decompressor (and by the frame checksum when present). Leaves ``raw`` at offset 0.
+    """
+    size = os.fstat(raw.fileno()).st_size
+
+    def need(n: int) -> bytes:
+        data = raw.read(n)
+        if len(data) < n:
+            raise zstandard.ZstdError(f"truncated zstd data (file ends at byte {size})")
+        return data
+
+    raw.seek(0)
+    while raw.tell() < size:
+        magic = int.from_bytes(need(4), "little")
+        if magic in _ZSTD_SKIPPABLE:
+            raw.seek(int.from_bytes(need(4), "little"), os.SEEK_CUR)
+            if raw.tell() > size:
+                need(1)
+            continue
+        if magic != 0xFD2FB528:
+            raise zstandard.ZstdError(f"not zstd data at byte {raw.tell() - 4}")
+        fhd = need(1)[0]
+        fcs_flag, single, checksum, dict_flag = fhd >> 6, (fhd >> 5) & 1, (fhd >> 2) & 1, fhd & 3
+        header = (0 if single else 1) + (0, 1, 2, 4)[dict_flag]
+        header += (1 if single else 0, 2, 4, 8)[fcs_flag]
+        need(header)
+        last = False
+        while not last:
+            bh = int.from_bytes(need(3), "little")
+            last, btype, bsize = bool(bh & 1), (bh >> 1) & 3, bh >> 3
+            if btype == 3:
+                raise zstandard.ZstdError(f"corrupt zstd block header at byte {raw.tell() - 3}")
+            raw.seek(1 if btype == 1 else bsize, os.SEEK_CUR)
+            if raw.tell() > size:
+                need(1)
+        if checksum:
+            need(4)
+    raw.seek(0)
+
+
+def _iter_lines(stream: IO[bytes]) -> Iterator[bytes]:
+    """Split a byte stream on ``b"\\n"`` only (never on U+2028 etc.), in bounded chunks.
+
+    A trailing ``\\r`` is removed (CRLF files); a final line without newline is yielded.
+    """
+    pending: list[bytes] = []
+    while chunk := stream.read(CHUNK_BYTES):
+        parts = chunk.split(b"\n")
+        if len(parts) == 1:
+            pending.append(chunk)
+            continue
+        pending.append(parts[0])
+        yield _chomp(b"".join(pending))
+        for line in parts[1:-1]:
+            yield _chomp(line)
+        pending = [parts[-1]] if parts[-1] else []
+    if pending:
+        yield _chomp(b"".join(pending))
+
+
+def _chomp(line: bytes) -> bytes:
+    return line[:-1] if line.endswith(b"\r") else line
+
+
+def _is_blank(line: bytes) -> bool:
+    """A line holding only ASCII whitespace (or nothing): not a row, uses no row index."""
+    return not line or (line[0] in _WHITESPACE and not line.strip())
+
+
+def _parse_line(line: bytes, where: str) -> Any:
+    """Parse one JSON text; a `_Bad` (never an exception) when it is not UTF-8 or not JSON."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return _Bad(reasons.INVALID_UTF8, f"{where}: invalid UTF-8 at byte {exc.start}")
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return _Bad(reasons.INVALID_JSON, f"{where}: invalid JSON: {exc}")
+    except RecursionError:
+        return _Bad(reasons.INVALID_JSON, f"{where}: invalid JSON: nested too deeply")
+    if ("\\ud" in text or "\\uD" in text) and _has_lone_surrogate(value):
+        return _Bad(reasons.INVALID_UTF8, f"{where}: \\u escape encodes a lone surrogate")
+    return value
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    """True when a parsed value holds a lone UTF-16 surrogate (cannot be written as UTF-8)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _iter_jsonl_values(stream: IO[bytes], label: str) -> Iterator[Any]:
+    """Parsed values (or `_Bad`) of the non-blank lines of a JSON Lines stream."""
+    for lineno, line in enumerate(_iter_lines(stream), start=1):
+        if lineno == 1 and line.startswith(_BOM):
+            line = line[len(_BOM) :]
+        if _is_blank(line):
+            continue
+        yield _parse_line(line, f"{label}:{lineno}")
+
+
+def _count_jsonl(stream: IO[bytes]) -> int:
+    first = True
+    n = 0
+    for line in _iter_lines(stream):
+        if first and line.startswith(_BOM):
+            line = line[len(_BOM) :]
+        first = False
+        n += not _is_blank(line)
+    return n
+
+
+# --- .json: document or JSON Lines ------------------------------------------------------------
+
+
+def _json_is_lines(path: Path, compression: str | None) -> bool:
+    """A ``.json`` file is read as JSON Lines when its first non-blank line is a complete JSON
+    value on its own and another non-blank line follows (BFCL files, HF exports)."""
+    with _open_bytes(path, compression) as stream:
+        lines = (line for line in _iter_lines(stream) if not _is_blank(line))
+        first = next(lines, None)
+        if first is None:
+            return False
+        if first.startswith(_BOM):
+            first = first[len(_BOM) :]
+        if isinstance(_parse_line(first, ""), _Bad):
+            return False
+        return next(lines, None) is not None
+
+
+def _document_values(path: Path, compression: str | None, source: Source) -> list[Any]:
+    """Row values of a whole JSON document (parsed at once); whitespace only -> no rows."""
+    with _open_bytes(path, compression) as stream:
+        data = stream.read()
+    if data.startswith(_BOM):
+        data = data[len(_BOM) :]
+    if not data.strip():
+        return []
+    doc = _parse_line(data, _label(path, Path(source.path)))
+    if isinstance(doc, list):
+        return doc
+    if isinstance(doc, dict) and _is_wrapper(doc, source):
+        return next(iter(doc.values()))
+    return [doc]
+
+
+def _is_wrapper(doc: dict[str, Any], source: Source) -> bool:
+    """``{"data": [{...}, ...]}``: one key holding a list of objects, and not itself a row."""
+    if len(doc) != 1:
+        return False
+    key, value = next(iter(doc.items()))
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        return False
+    if source.fields and key in source.fields.values():
+        return False
+    return detect_format(doc) is None
+
+
+# --- Arrow / Parquet --------------------------------------------------------------------------
+
+
+def _arrow_batches(path: Path) -> Iterator[pa.RecordBatch]:
+    """Record batches of an Arrow IPC file or stream (memory-mapped: no copy)."""
+    with pa.memory_map(str(path), "r") as source:
+        if source.read(len(_ARROW_FILE_MAGIC)) == _ARROW_FILE_MAGIC:
+            source.seek(0)
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+        else:
+            source.seek(0)
+            _check_arrow_stream(source)
+            source.seek(0)
+            yield from pa.ipc.open_stream(source)
+
+
+_ARROW_EOS = (b"\xff\xff\xff\xff\x00\x00\x00\x00", b"\x00\x00\x00\x00")  # current, legacy
+
+
+def _check_arrow_stream(source: pa.MemoryMappedFile) -> None:
+    """Raise when an Arrow IPC stream does not end with its end-of-stream marker.
+
+    Every writer closes a stream with that marker; a file cut exactly between two batches would
+    otherwise read as a shorter valid stream. The messages are walked (zero-copy on the memory
+    map) to find where the last one ends: the bytes after it must be the marker (a batch body
+    may itself end in zero padding, so the file's last bytes alone prove nothing).
+    """
+    size = source.size()
+    reader = pa.ipc.MessageReader.open_stream(source)
+    end = 0
+    while True:
+        try:
+            reader.read_next_message()
+        except StopIteration:
+            break
+        end = source.tell()
+    if bytes(source.read_at(size - end, end)) not in _ARROW_EOS:
+        raise pa.ArrowInvalid("truncated Arrow stream: no end-of-stream marker")
+
+
+def _rows_of_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
+    for batch in batches:
+        for start in range(0, batch.num_rows, ARROW_ROWS):
+            yield from batch.slice(start, ARROW_ROWS).to_pylist()
+
+
+def _table_files(path: Path) -> list[tuple[Path, str]]:
+    """(file, kind) pairs for an Arrow-backed entry (a parquet / arrow file or HF folder)."""
+    if path.is_dir():
+        return [(f, "arrow") for f in hf_arrow_files(path)]
+    return [(path, _kind(path)[0])]
+
+
+def _iter_table_rows(path: Path) -> Iterator[dict[str, Any]]:
+    for f, kind in _table_files(path):
+        if kind == "parquet":
+            yield from _rows_of_batches(pq.ParquetFile(f).iter_batches(batch_size=ARROW_ROWS))
+        else:
+            yield from _rows_of_batches(_arrow_batches(f))
+
+
+def _count_table_rows(path: Path) -> int:
+    total = 0
+    for f, kind in _table_files(path):
+        if kind == "parquet":
+            total += pq.ParquetFile(f).metadata.num_rows
+        else:
+            total += sum(batch.num_rows for batch in _arrow_batches(f))
+    return total
+
+
+# --- per file -----------------------------------------------------------------------------------
+
+_READ_ERRORS = (OSError, EOFError, zstandard.ZstdError, pa.ArrowException)
+
+
+def _label(path: Path, root: Path) -> str:
+    """The file name as shown in reject messages: relative to a source folder."""
+    return path.name if path == root or root.is_file() else path.relative_to(root).as_posix()
+
+
+def _iter_file_values(path: Path, source: Source) -> Iterator[Any]:
+    """Every row value of one file entry, in order (dicts, other JSON values, or `_Bad`)."""
+    label = _label(path, Path(source.path))
+    if path.is_dir():
+        yield from _iter_table_rows(path)
+        return
+    kind, compression = _kind(path)
+    if kind in ("parquet", "arrow"):
+        yield from _iter_table_rows(path)
+    elif kind == "jsonl" or _json_is_lines(path, compression):
+        with _open_bytes(path, compression) as stream:
+            yield from _iter_jsonl_values(stream, label)
+    else:
+        yield from _document_values(path, compression, source)
+
+
+def _count_file_rows(path: Path, source: Source) -> int:
+    if path.is_dir():
+        return _count_table_rows(path)
+    kind, compression = _kind(path)
+    if kind in ("parquet", "arrow"):
+        return _count_table_rows(path)
+    if kind == "jsonl" or _json_is_lines(path, compression):
+        with _open_bytes(path, compression) as stream:
+            return _count_jsonl(stream)
+    return len(_document_values(path, compression, source))
+
+
+# --- public API --------------------------------------------------------------------------------
+
+
+# --- hub sources ----------------------------------------------------------------------------------
+HUB_PREFIX = "hf:"  # hf:ID[:CONFIG][@SPLIT]; no "//": Path() would fold it
+
+
+def hub_ref(source: Source) -> tuple[str, str | None, str] | None:
+    """``(dataset id, config, split)`` for a ``hf:ID[:CONFIG][@SPLIT]`` source, else None."""
+    text = str(source.path)
+    if not text.startswith(HUB_PREFIX):
+        return None
+    rest, _, split = text[len(HUB_PREFIX) :].partition("@")
+    dataset, _, config = rest.partition(":")
+    return dataset, config or None, split or "train"
+
+
+def _hub_dataset(source: Source) -> Any:
+    """The hub split through `datasets` (online only; imported lazily, not a dependency)."""
+    ref = hub_ref(source)
+    assert ref is not None
+    dataset, config, split = ref
+    if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True", "YES", "yes"):
+        raise SourceError(
+            f"{source.path}: a hub dataset needs the network, and HF_HUB_OFFLINE is set"
+        )
+    try:
+        import datasets
+    except ImportError:
+        raise SourceError(
+            f"{source.path}: reading hub datasets needs `pip install datasets`"
+        ) from None
+    try:
+        return datasets.load_dataset(dataset, config, split=split)
+    except Exception as exc:  # any hub failure is one clear line
+        raise SourceError(f"{source.path}: cannot load from the hub: {exc}") from exc
+
+
+def iter_raw_rows(source: Source) -> Iterator[RawRow]:
+    """All rows of a source, in file order, numbered from 0 across its files.
+
+    Never raises for a bad row (it carries a `Reject`); raises `SourceError` naming the file when
+    the file itself cannot be read.
+    """
+    if hub_ref(source) is not None:
+        for row, value in enumerate(_hub_dataset(source)):
+            yield _raw_row(source.name, row, value)
+        return
+    row = 0
+    for path in list_files(Path(source.path)):
+        try:
+            for value in _iter_file_values(path, source):
+                yield _raw_row(source.name, row, value)
+                row += 1
+        except _READ_ERRORS as exc:
+            raise SourceError(f"{path}: cannot read: {exc}") from exc
+
+
+def _raw_row(name: str, row: int, value: Any) -> RawRow:
+    if isinstance(value, dict):
+        return RawRow(name, row, value)
+    if isinstance(value, _Bad):
+        return RawRow(name, row, None, Reject(name, row, None, value.reason, value.message))
+    message = f"row is a JSON {_json_type(value)}, not an object"
+    return RawRow(name, row, None, Reject(name, row, None, reasons.NOT_AN_OBJECT, message))
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else type(value).__name__
+
+
+def count_rows(source: Source) -> int:
+    """Number of rows `iter_raw_rows` yields, as cheaply as possible (no JSON parsing for JSONL,
+    metadata for Parquet); used for seeded sampling before the main pass."""
+    if hub_ref(source) is not None:
+        return len(_hub_dataset(source))
+    total = 0
+    for path in list_files(Path(source.path)):
+        try:
+            total += _count_file_rows(path, source)
+        except _READ_ERRORS as exc:
+            raise SourceError(f"{path}: cannot read: {exc}") from exc
+    return total
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes (as stored, i.e. compressed)."""
+    try:
+        with Path(path).open("rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def describe_inputs(source: Source) -> list[dict[str, Any]]:
+    """Per input file ``{"path", "sha256", "bytes", "format"}`` for the manifest.
+
+    A ``save_to_disk`` folder contributes one entry per Arrow shard, in ``state.json`` order,
+    with format ``hf_dataset``.
+    """
+    out: list[dict[str, Any]] = []
+    if hub_ref(source) is not None:
+        ds = _hub_dataset(source)
+        fingerprint = getattr(ds, "_fingerprint", None)
+        return [{"path": str(source.path), "sha256": fingerprint, "bytes": None, "format": "hub"}]
+    for path in list_files(Path(source.path)):
+        if path.is_dir():
+            files = [(f, "hf_dataset") for f in hf_arrow_files(path)]
+        else:
+            files = [(path, file_format(path))]
+        for f, fmt in files:
+            out.append(
+                {"path": str(f), "sha256": sha256_file(f), "bytes": f.stat().st_size, "format": fmt}
+            )
+    return out

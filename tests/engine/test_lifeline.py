@@ -1,0 +1,135 @@
+"""A killed or terminated build leaves no process and (after the next run) no folder behind.
+
+Real subprocesses: `draftset build --workers 2` (two workers, the helper, multiprocessing's
+resource tracker), killed with SIGKILL or SIGTERM while all of them are up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from conftest import REPO, qwen3_tokenizer_dir
+
+from draftset.output.arrow import TMP_MARKER, prepare_output, remove_stale_tmp
+
+
+def start_build(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    src = tmp_path / "a.jsonl"
+    with src.open("w") as f:
+        for i in range(3000):
+            row = {
+                "id": f"c{i}",
+                "messages": [
+                    {"role": "user", "content": f"Question {i}?"},
+                    {"role": "assistant", "content": f"Answer {i}."},
+                ],
+            }
+            f.write(json.dumps(row) + "\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "draftset.cli", "build", str(src)]
+    cmd += ["--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(out), "--workers", "2"]
+    # output to files, not pipes: a surviving child would hold a pipe open (and the test)
+    with (tmp_path / "stdout").open("wb") as o, (tmp_path / "stderr").open("wb") as e:
+        proc = subprocess.Popen([*cmd, "--no-progress"], env=env, stdout=o, stderr=e)
+    return proc, out
+
+
+def tmp_folders(out: Path) -> list[Path]:
+    return [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.draftset-tmp-")]
+
+
+def wait_for_children(proc: subprocess.Popen, out: Path, n: int = 4) -> list[psutil.Process]:
+    """All of them: 2 workers, the helper, the resource tracker; and the run's temp folder."""
+    main = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        kids = main.children(recursive=True)
+        if len(kids) >= n and tmp_folders(out):
+            return kids
+        assert proc.poll() is None, (out.parent / "stderr").read_text()
+        time.sleep(0.1)
+    raise AssertionError(f"only {main.children(recursive=True)} started")
+
+
+def survivors(kids: list[psutil.Process], seconds: float = 10) -> list[psutil.Process]:
+    _, alive = psutil.wait_procs(kids, timeout=seconds)
+    return [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_kill_9_leaves_no_process_and_the_next_run_removes_the_folder(tmp_path):
+    proc, out = start_build(tmp_path)
+    try:
+        kids = wait_for_children(proc, out)
+        names = sorted(" ".join(p.cmdline())[-60:] for p in kids)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert survivors(kids) == [], names
+    finally:
+        proc.kill()
+        proc.wait()
+    (left,) = tmp_folders(out)  # a killed run cannot clean up after itself ...
+    assert (left / TMP_MARKER).exists()
+    new = prepare_output(out, overwrite=False)  # ... the next run on the same --out does
+    assert tmp_folders(out) == [new] and not left.exists()
+
+
+def test_sigterm_is_a_clean_interrupt(tmp_path):
+    proc, out = start_build(tmp_path)
+    try:
+        kids = wait_for_children(proc, out)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 143
+        err = (tmp_path / "stderr").read_text().strip().splitlines()
+        assert err == ["draftset: terminated; nothing was finalized"]
+        assert survivors(kids) == []
+    finally:
+        proc.kill()
+        proc.wait()
+    assert tmp_folders(out) == [] and not out.exists()
+
+
+def test_only_draftset_leftovers_are_removed(tmp_path):
+    out = tmp_path / "out"
+    dead = _dead_pid()
+
+    def leftover(name: str, owner: dict | None) -> Path:
+        p = tmp_path / name
+        p.mkdir()
+        (p / "data.bin").write_text("x")
+        if owner is not None:
+            (p / TMP_MARKER).write_text(json.dumps(owner))
+        return p
+
+    import socket
+
+    me = {"host": socket.gethostname(), "out": str(out.resolve())}
+    stale = leftover(f".out.draftset-tmp-{dead}", {**me, "pid": dead})
+    keep = [
+        leftover(f".out.draftset-tmp-{dead + 1}", None),  # no marker: not recognisably ours
+        leftover(f".out.draftset-tmp-{dead}x", {**me, "pid": dead}),  # not the name
+        leftover(f".other.draftset-tmp-{dead}", {**me, "pid": dead}),  # another --out
+        leftover(f".out.draftset-tmp-{os.getppid()}", {**me, "pid": os.getppid()}),  # running
+        leftover(f".out.draftset-tmp-{dead + 2}", {**me, "pid": dead + 2, "host": "elsewhere"}),
+        leftover(f".out.draftset-tmp-{dead + 3}", {**me, "pid": dead + 4}),  # name != marker
+        leftover("mine", {**me, "pid": dead}),
+    ]
+    link = tmp_path / f".out.draftset-tmp-{dead + 5}"
+    link.symlink_to(stale)
+    assert remove_stale_tmp(out) == [stale]
+    assert not stale.exists()
+    assert all((p / "data.bin").exists() for p in keep)
+    assert link.is_symlink()
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid

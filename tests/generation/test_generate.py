@@ -1,0 +1,939 @@
+"""`draftset generate` against a fault-injecting local server (and a real `transformers serve`).
+
+Every test talks to 127.0.0.1 only. The invariant checked throughout: every input row ends as
+exactly one output line or one error line, in the right file, with the right reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from fault_server import FaultServer
+
+from draftset.core.records import Conversation, RawRow
+from draftset.generation.job import main
+from draftset.generation.store import recover
+from draftset.sources.normalize import normalize
+
+FAST = ["--backoff", "0.01", "--backoff-cap", "0.05", "--health-interval", "0.1", "--no-progress"]
+
+
+def write_rows(path: Path, rows: list[Any]) -> Path:
+    with path.open("w", encoding="utf-8") as f:
+        for r in rows:
+            f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+    return path
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def by_id(path: Path) -> dict[str, dict[str, Any]]:
+    lines = read_lines(path)
+    ids = [x["id"] for x in lines]
+    assert len(ids) == len(set(ids)), f"duplicate ids in {path}"
+    return {x["id"]: x for x in lines}
+
+
+def generate(src: Path, out: Path, *endpoints: str, extra: list[str] | None = None) -> int:
+    args = [str(src), "--out", str(out), *FAST, *(extra or [])]
+    for url in endpoints:
+        args += ["--endpoint", url]
+    return main(args)
+
+
+@pytest.fixture()
+def server() -> Iterator[FaultServer]:
+    with FaultServer(slow_seconds=3.0) as srv:
+        yield srv
+
+
+def test_faults_every_row_ends_in_the_right_place(tmp_path: Path, server: FaultServer) -> None:
+    rows = [
+        {"id": "ok", "prompt": "hello"},
+        {"id": "e500", "prompt": "boom [500x2]"},
+        {"id": "e429", "prompt": "busy [429x1]"},
+        {"id": "slow", "prompt": "slow [slowx1]"},
+        {"id": "drop", "prompt": "drop [dropx2]"},
+        {"id": "badjson", "prompt": "bad body [badjsonx1]"},
+        {"id": "badshape", "prompt": "bad shape [badshapex1]"},
+        {"id": "len", "prompt": "long [length]"},
+        {"id": "e400", "prompt": "refused [400]"},
+        {"id": "down", "prompt": "always failing [500x99]"},
+        {"id": "garbage", "prompt": "always garbage [badshapex99]"},
+        "this line is not json",
+        {
+            "id": "img",
+            "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": "x"}]}],
+        },
+        {"id": "tok", "input_ids": [1, 2], "loss_mask": [0, 1]},
+        {"id": "sys", "messages": [{"role": "system", "content": "only a system turn"}]},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "answers.jsonl"
+    t0 = time.monotonic()
+    rc = generate(src, out, server.url, extra=["--request-timeout", "1", "--max-retries", "3"])
+    assert rc == 0
+    assert time.monotonic() - t0 < 20
+    written = by_id(out)
+    errors = by_id(tmp_path / "answers.errors.jsonl")
+    assert set(written) == {"ok", "e500", "e429", "slow", "drop", "badjson", "badshape"}
+    reasons = {k: v["reason"] for k, v in errors.items()}
+    assert reasons == {
+        "len": "length",
+        "e400": "http_4xx",
+        "down": "retries_exhausted",
+        "garbage": "invalid_response",
+        "in:11": "invalid_json",
+        "img": "unsupported_content",
+        "tok": "pretokenized",
+        "sys": "nothing_to_generate",
+    }
+    assert errors["down"]["attempts"] == 4 and errors["down"]["error_kind"] == "http_500"
+    assert errors["e400"]["status"] == 400 and "injected" in errors["e400"]["message"]
+    assert server.attempts[("busy [429x1]", 0)] == 2
+    assert server.attempts[("refused [400]", 0)] == 1  # 4xx: never retried
+    assert len(written) + len(errors) == len(rows)
+
+
+def test_retry_after_is_honoured(tmp_path: Path, server: FaultServer) -> None:
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "busy [429x1]"}])
+    t0 = time.monotonic()
+    assert generate(src, tmp_path / "o.jsonl", server.url) == 0
+    assert time.monotonic() - t0 >= 1.0  # Retry-After: 1, backoff alone would be ~0.01 s
+    assert "a" in by_id(tmp_path / "o.jsonl")
+
+
+def test_output_shape_reasoning_and_metadata(tmp_path: Path, server: FaultServer) -> None:
+    rows = [
+        {"id": "a", "prompt": "hi"},
+        {"id": "b", "prompt": "hi [reasoningfield]"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    extra = [
+        "--temperature",
+        "0.7",
+        "--top-p",
+        "0.9",
+        "--top-k",
+        "20",
+        "--max-tokens",
+        "64",
+        "--seed",
+        "3",
+        "--extra-body",
+        '{"min_p": 0.05}',
+        "--chat-template-kwargs",
+        '{"custom": 1}',
+        "--return-token-ids",
+    ]
+    assert generate(src, out, server.url, extra=extra) == 0
+    lines = by_id(out)
+    for row_id in ("a", "b"):
+        line = lines[row_id]
+        answer = line["messages"][-1]
+        assert answer["role"] == "assistant"
+        assert answer["reasoning_content"] == "thinking about turn 0"  # `reasoning` renamed
+        meta = line["metadata"]
+        assert meta["model"] == "fault-model" and meta["endpoint"] == server.url
+        assert meta["finish_reason"] == "stop" and meta["usage"]["completion_tokens"] > 0
+        assert meta["sampling"] == {
+            "temperature": 0.7,
+            "top_p": 0.9,
+            "top_k": 20,
+            "max_tokens": 64,
+            "seed": 3,
+            "min_p": 0.05,
+        }
+        assert meta["thinking"] == "on"
+        assert meta["chat_template_kwargs"] == {"custom": 1, "enable_thinking": True}
+        assert meta["token_ids"]["turns"][0]["message"] == 1
+        assert meta["token_ids"]["turns"][0]["prompt"] == [0, 1, 2]
+    sent = server.requests[0]
+    assert sent["chat_template_kwargs"] == {"custom": 1, "enable_thinking": True}
+    assert sent["return_token_ids"] is True and sent["min_p"] == 0.05 and sent["top_k"] == 20
+    # build reads the output as conversations
+    for i, line in enumerate(read_lines(out)):
+        item = normalize(RawRow("o", i, line))
+        assert isinstance(item, Conversation), item
+
+
+def test_turn_by_turn_carries_the_models_own_answers(tmp_path: Path, server: FaultServer) -> None:
+    rows = [
+        {"id": "mt", "turns": ["first question", "second question"]},  # MT-Bench shape
+        {
+            "id": "conv",
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "q1"},
+                {"role": "assistant", "content": "RECORDED ANSWER 1"},
+                {"role": "user", "content": "q2"},
+                {"role": "assistant", "content": "RECORDED ANSWER 2"},
+                {"role": "user", "content": "q3 (trailing)"},
+            ],
+        },
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url) == 0
+    lines = by_id(out)
+    mt = lines["mt"]["messages"]
+    assert [m["role"] for m in mt] == ["user", "assistant", "user", "assistant"]
+    assert mt[3]["content"].startswith("answer 1 to 'second question'")
+    assert "answer 0 to 'first question'"[:20] in mt[3]["content"]  # history was the model's
+    conv = lines["conv"]["messages"]
+    assert [m["role"] for m in conv] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert not any("RECORDED" in json.dumps(m) for m in conv)
+    assert lines["conv"]["metadata"]["answers"] == 3
+    for req in server.requests:
+        assert not any("RECORDED" in (m.get("content") or "") for m in req["messages"])
+
+
+def _tool_row(row_id: str, prompt: str, name: str) -> dict[str, Any]:
+    call = {
+        "id": "rec_1",
+        "type": "function",
+        "function": {"name": name, "arguments": {"city": "Paris"}},
+    }
+    return {
+        "id": row_id,
+        "tools": [
+            {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+        ],
+        "messages": [
+            {"role": "user", "content": prompt},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "rec_1", "content": "sunny, 21C"},
+            {"role": "assistant", "content": "It is sunny."},
+        ],
+    }
+
+
+def test_tool_results_replayed_or_mismatch(tmp_path: Path, server: FaultServer) -> None:
+    rows = [
+        _tool_row("same", "weather? [call:get_weather]", "get_weather"),
+        _tool_row("other", "weather? [call:get_time]", "get_weather"),
+        _tool_row("none", "weather? no call", "get_weather"),
+        {
+            "id": "extra",
+            "messages": [
+                {"role": "user", "content": "hi [call:get_weather]"},
+                {"role": "assistant", "content": "hello"},
+            ],
+        },
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url) == 0
+    written, errors = by_id(out), by_id(tmp_path / "o.errors.jsonl")
+    assert set(written) == {"same", "extra"}
+    # a tool call where the row records no result: the row ends after that turn, flagged
+    extra = written["extra"]
+    assert [m["role"] for m in extra["messages"]] == ["user", "assistant"]
+    assert extra["messages"][1]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert extra["metadata"]["ends_at_tool_call"] is True
+    assert "ends_at_tool_call" not in written["same"]["metadata"]
+    msgs = written["same"]["messages"]
+    assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "assistant"]
+    call_id = msgs[1]["tool_calls"][0]["id"]
+    assert msgs[2] == {
+        "role": "tool",
+        "tool_call_id": call_id,
+        "content": "sunny, 21C",
+        "name": "get_weather",
+    }
+    assert "after tool sunny" in msgs[3]["content"]
+    assert written["same"]["tools"][0]["function"]["name"] == "get_weather"
+    assert any(r.get("tools") for r in server.requests)  # tools were sent
+    assert {k: v["reason"] for k, v in errors.items()} == {
+        "other": "tool_mismatch",
+        "none": "tool_mismatch",
+    }
+    assert "get_time" in errors["other"]["message"] and errors["other"]["messages"]
+
+
+def test_length_kept_with_flag(tmp_path: Path, server: FaultServer) -> None:
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "turns": ["cut [length]", "never asked"]}])
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url, extra=["--keep-length"]) == 0
+    line = by_id(out)["a"]
+    assert line["metadata"]["finish_reason"] == "length" and line["metadata"]["truncated"] is True
+    assert len(line["messages"]) == 2  # stopped at the cut answer
+    assert not (tmp_path / "o.errors.jsonl").exists() or not read_lines(tmp_path / "o.errors.jsonl")
+
+
+def test_thinking_mix_is_seeded_per_row(tmp_path: Path, server: FaultServer) -> None:
+    src = write_rows(tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(40)])
+    modes = []
+    for run in ("a", "b"):
+        out = tmp_path / f"{run}.jsonl"
+        assert generate(src, out, server.url, extra=["--thinking", "mix:0.5", "--seed", "7"]) == 0
+        lines = by_id(out)
+        modes.append({k: v["metadata"]["thinking"] for k, v in lines.items()})
+        for line in lines.values():
+            on = line["metadata"]["thinking"] == "on"
+            assert line["metadata"]["chat_template_kwargs"] == {"enable_thinking": on}
+            assert ("reasoning_content" in line["messages"][-1]) == on
+    assert modes[0] == modes[1]
+    assert 8 < sum(m == "on" for m in modes[0].values()) < 32
+    assert generate(src, tmp_path / "off.jsonl", server.url, extra=["--thinking", "off"]) == 0
+    assert all(x["metadata"]["thinking"] == "off" for x in read_lines(tmp_path / "off.jsonl"))
+
+
+def test_resume_skips_done_rows_and_cuts_a_torn_line(tmp_path: Path, server: FaultServer) -> None:
+    rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(20)] + [
+        {"id": "bad", "prompt": "x [400]"}
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url) == 0
+    full = by_id(out)
+    # simulate a crash: keep 5 lines, then a torn half line
+    lines = out.read_bytes().splitlines(keepends=True)
+    out.write_bytes(b"".join(lines[:5]) + lines[5][: len(lines[5]) // 2])
+    first_requests = len(server.requests)
+    assert generate(src, out, server.url) == 0
+    assert by_id(out) == full
+    assert len(server.requests) - first_requests == 15  # only the missing rows were asked
+    assert len(by_id(tmp_path / "o.errors.jsonl")) == 1
+    assert recover(out).torn_bytes == 0
+
+
+def test_retry_errors_flag_retries_transient_failures(tmp_path: Path, server: FaultServer) -> None:
+    src = write_rows(
+        tmp_path / "in.jsonl",
+        [{"id": "a", "prompt": "flaky [500x3]"}, {"id": "b", "prompt": "x [400]"}],
+    )
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url, extra=["--max-retries", "1"]) == 0
+    assert by_id(tmp_path / "o.errors.jsonl")["a"]["reason"] == "retries_exhausted"
+    assert generate(src, out, server.url, extra=["--max-retries", "1", "--retry-errors"]) == 0
+    assert set(by_id(out)) == {"a"}
+    assert set(by_id(tmp_path / "o.errors.jsonl")) == {"b"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_endpoints_least_loaded_down_and_readmitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    src = write_rows(
+        tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(120)]
+    )
+    out = tmp_path / "o.jsonl"
+    with FaultServer(latency=0.02) as a, FaultServer(latency=0.02, down=True) as b:
+        import threading
+
+        threading.Timer(0.5, lambda: setattr(b, "down", False)).start()
+        rc = generate(src, out, a.url, b.url, dead, extra=["--concurrency", "2"])
+        assert rc == 0
+        assert len(by_id(out)) == 120
+        assert a.completions > 0 and b.completions > 0  # b was re-admitted once healthy
+        assert a.completions + b.completions == 120
+    assert "taken out of rotation" in capsys.readouterr().out
+
+
+def test_all_endpoints_unreachable_exits_1(tmp_path: Path) -> None:
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    dead = f"http://127.0.0.1:{_free_port()}"
+    assert generate(src, tmp_path / "o.jsonl", dead) == 1
+    assert not read_lines(tmp_path / "o.jsonl")
+
+
+def test_run_stops_resumably_when_every_endpoint_stays_down(tmp_path: Path) -> None:
+    src = write_rows(tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(40)])
+    out = tmp_path / "o.jsonl"
+    with FaultServer(latency=0.05, down_after=10) as srv:
+        rc = generate(src, out, srv.url, extra=["--concurrency", "2", "--give-up-after", "0.5"])
+        assert rc == 1
+        done = len(read_lines(out)) + len(read_lines(tmp_path / "o.errors.jsonl"))
+        assert 0 < done < 40
+        assert not read_lines(tmp_path / "o.errors.jsonl")  # outage rows are left for the rerun
+        srv.down = False
+        assert generate(src, out, srv.url) == 0
+        assert len(by_id(out)) == 40
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--thinking", "sometimes"],
+        ["--thinking", "mix:1.5"],
+        ["--extra-body", "{not json"],
+        ["--extra-body", '{"messages": []}'],
+        ["--chat-template-kwargs", "[1]"],
+        ["--thinking", "on", "--chat-template-kwargs", '{"enable_thinking": false}'],
+        ["--concurrency", "0"],
+        ["--model", "some-other-model"],
+    ],
+)
+def test_bad_arguments_exit_2(tmp_path: Path, server: FaultServer, extra: list[str]) -> None:
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 2
+    assert not server.requests
+
+
+def test_missing_source_exits_2(tmp_path: Path, server: FaultServer) -> None:
+    assert generate(tmp_path / "nope.jsonl", tmp_path / "o.jsonl", server.url) == 2
+
+
+# --- crash safety: SIGKILL mid-run, then resume -------------------------------------------
+_CHILD = "import sys; from draftset.generation.job import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _child(src: Path, out: Path, url: str) -> subprocess.Popen[bytes]:
+    args = [
+        sys.executable,
+        "-c",
+        _CHILD,
+        str(src),
+        "--out",
+        str(out),
+        "--endpoint",
+        url,
+        "--concurrency",
+        "4",
+        *FAST,
+    ]
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def test_sigkill_mid_run_then_resume_is_exactly_once(tmp_path: Path) -> None:
+    rows = [{"id": f"r{i}", "turns": [f"q{i}", f"follow-up {i}"]} for i in range(60)]
+    rows += [{"id": f"e{i}", "prompt": f"refused {i} [400]"} for i in range(5)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    with FaultServer(latency=0.02) as srv:
+        ref = tmp_path / "ref.jsonl"
+        assert generate(src, ref, srv.url) == 0
+        out = tmp_path / "crash.jsonl"
+        proc = _child(src, out, srv.url)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (
+            not out.exists() or out.read_bytes().count(b"\n") < 10
+        ):
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        partial = out.read_bytes().count(b"\n")
+        assert 10 <= partial < 60, "the kill should land mid-run"
+        proc = _child(src, out, srv.url)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()
+    assert by_id(out) == by_id(ref)  # same set, each id exactly once
+    assert by_id(tmp_path / "crash.errors.jsonl") == by_id(tmp_path / "ref.errors.jsonl")
+
+
+# --- a real server: transformers serve with a tiny random Qwen3-shaped model ----------------
+def _serving_missing() -> str | None:
+    for name in ("torch", "fastapi", "uvicorn", "openai"):
+        if importlib.util.find_spec(name) is None:
+            return name
+    return None
+
+
+CHAIN = ("Hello", " world", ".")
+"""The tiny model is wired to answer exactly this, then <|im_end|>: deterministic, checkable."""
+
+
+def make_tiny_qwen3(folder: Path, tokenizer_dir: Path) -> None:
+    """A randomly initialised 1-layer Qwen3 (hidden size 16, the real 151,936-token vocabulary),
+    written with numpy in about a second. Its attention and MLP outputs are zeroed, so the next
+    token depends only on the last one; embeddings and head are set so that any prompt is
+    answered with CHAIN and then <|im_end|>, which makes the served answers checkable."""
+    import numpy as np
+    from safetensors.numpy import save_file
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    chain = [tok.token_to_id(t.replace(" ", "Ġ")) for t in CHAIN] + [tok.token_to_id("<|im_end|>")]
+    vocab, hidden, heads, kv_heads, head_dim = 151936, 16, 2, 1, 8
+    rng = np.random.default_rng(0)
+
+    def rand(*shape: int) -> np.ndarray:
+        return rng.normal(0.0, 0.02, size=shape).astype(np.float32)
+
+    emb = np.zeros((vocab, hidden), np.float32)
+    emb[:, 0] = 1.0  # every other token: "start of answer"
+    head = np.zeros((vocab, hidden), np.float32)
+    head[chain[0], 0] = 1.0
+    for k in range(1, len(chain)):
+        emb[chain[k - 1]] = np.eye(hidden, dtype=np.float32)[k]
+        head[chain[k], k] = 1.0
+    layer = "model.layers.0."
+    tensors = {
+        "model.embed_tokens.weight": emb,
+        "lm_head.weight": head,
+        "model.norm.weight": np.ones(hidden, np.float32),
+        layer + "input_layernorm.weight": np.ones(hidden, np.float32),
+        layer + "post_attention_layernorm.weight": np.ones(hidden, np.float32),
+        layer + "self_attn.q_proj.weight": rand(heads * head_dim, hidden),
+        layer + "self_attn.k_proj.weight": rand(kv_heads * head_dim, hidden),
+        layer + "self_attn.v_proj.weight": rand(kv_heads * head_dim, hidden),
+        layer + "self_attn.o_proj.weight": np.zeros((hidden, heads * head_dim), np.float32),
+        layer + "self_attn.q_norm.weight": np.ones(head_dim, np.float32),
+        layer + "self_attn.k_norm.weight": np.ones(head_dim, np.float32),
+        layer + "mlp.gate_proj.weight": rand(hidden, hidden),
+        layer + "mlp.up_proj.weight": rand(hidden, hidden),
+        layer + "mlp.down_proj.weight": np.zeros((hidden, hidden), np.float32),
+    }
+    config = {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": hidden,
+        "num_hidden_layers": 1,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": 1024,
+        "rms_norm_eps": 1e-6,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "tie_word_embeddings": False,
+        "bos_token_id": 151643,
+        "eos_token_id": 151645,
+        "dtype": "float32",
+    }
+    folder.mkdir(parents=True)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    for f in tokenizer_dir.iterdir():
+        if f.is_file():
+            shutil.copy(f, folder / f.name)
+
+
+@contextlib.contextmanager
+def transformers_serve(tmp_path: Path, qwen3_dir: Path) -> Iterator[int]:
+    """A real `transformers serve` of a tiny Qwen3-shaped model (answers CHAIN) on a free
+    loopback port, stopped on exit; yields the port."""
+    model_dir = tmp_path / "tiny-qwen3"
+    make_tiny_qwen3(model_dir, qwen3_dir)
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    serve = [
+        sys.executable,
+        "-c",
+        "from transformers.cli.transformers import main; main()",
+        "serve",
+        str(model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--device",
+        "cpu",
+    ]
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        _wait_for_port(port, proc, tmp_path / "serve.log")
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+@pytest.mark.skipif(
+    _serving_missing() is not None,
+    reason=f"needs torch + transformers[serving] ({_serving_missing()} missing)",
+)
+def test_real_transformers_serve_then_build(tmp_path: Path, qwen3_dir: Path) -> None:
+    with transformers_serve(tmp_path, qwen3_dir) as port:
+        rows = [
+            {"id": "one", "prompt": "What is 2+2?"},
+            {"id": "two", "turns": ["Hi!", "And again?"]},
+            {
+                "id": "sys",
+                "messages": [
+                    {"role": "system", "content": "Be terse."},
+                    {"role": "user", "content": "héllo 世界 🙂"},
+                ],
+            },
+        ]
+        src = write_rows(tmp_path / "in.jsonl", rows)
+        out = tmp_path / "answers.jsonl"
+        extra = [
+            "--thinking",
+            "off",
+            "--max-tokens",
+            "16",
+            "--request-timeout",
+            "60",
+            "--concurrency",
+            "2",
+        ]
+        assert generate(src, out, f"http://127.0.0.1:{port}", extra=extra) == 0
+    lines = by_id(out)
+    assert set(lines) == {"one", "two", "sys"}, read_lines(tmp_path / "answers.errors.jsonl")
+    for line in lines.values():
+        answers = [m for m in line["messages"] if m["role"] == "assistant"]
+        assert answers and all(m["content"] == "".join(CHAIN) for m in answers)
+        assert line["metadata"]["finish_reason"] == "stop"
+        assert line["metadata"]["chat_template_kwargs"] == {"enable_thinking": False}
+    _build_and_check(out, tmp_path / "ds", qwen3_dir)
+
+
+def _build_and_check(answers: Path, out_dir: Path, tokenizer: Path) -> None:
+    """The answers go through `build`: every row written, supervised text = what was served."""
+    from tokenizers import Tokenizer
+
+    from draftset.config.options import BuildOptions
+    from draftset.pipeline.build import run_build
+    from draftset.sources.read import Source
+
+    # no run-wide template kwargs: each row is rendered with the kwargs it was generated with
+    opts = BuildOptions(
+        sources=[Source("answers", answers)], tokenizer=str(tokenizer), out=out_dir, workers=1
+    )
+    result = run_build(opts)
+    total = result.accounting.total()
+    assert total.written == 3 and total.rejected_total == 0
+    from draftset.checks.verify import run_verify
+
+    # and `verify` proves the set; answers this short leave DFlash no anchor (size, not defect)
+    failed = [
+        (r.name, r.summary)
+        for r in run_verify(out_dir, speculators=False)
+        if r.failed and r.name != "drafter_fitness"
+    ]
+    assert failed == []
+    import pyarrow as pa
+
+    tok = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
+    shards = sorted(out_dir.glob("*.arrow"))
+    with pa.memory_map(str(shards[0])) as f:
+        table = pa.ipc.open_stream(f).read_all()
+    for ids, mask in zip(
+        table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist(), strict=True
+    ):
+        supervised = tok.decode(
+            [i for i, m in zip(ids, mask, strict=True) if m], skip_special_tokens=False
+        )
+        assert set(supervised.split("<|im_end|>")[:-1]) == {"".join(CHAIN)}
+
+
+def _wait_for_port(
+    port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 120
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"transformers serve exited: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    pytest.fail("transformers serve did not start in time")
+
+
+# --- issue 10: bounded responses, one writer, valid UTF-8, credentials, endpoint health ---------
+def test_response_size_cap_and_gzip_bomb_are_row_errors(tmp_path: Path) -> None:
+    rows = [
+        {"id": "ok", "prompt": "hello"},
+        {"id": "huge", "prompt": "big body [huge]"},
+        {"id": "bomb", "prompt": "small gzip body, 256 MiB inflated [gzipbomb]"},
+        {"id": "gzip", "prompt": "a normal gzip answer [gzip]"},
+        {"id": "chunked", "prompt": "a chunked answer [chunked]"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer() as srv:
+        rc = generate(src, out, srv.url, extra=["--max-response-bytes", str(1 << 20)])
+        assert rc == 0
+        assert srv.attempts[(rows[2]["prompt"], 0)] == 1  # too large: final, never retried
+    written, errors = by_id(out), by_id(tmp_path / "o.errors.jsonl")
+    assert set(written) == {"ok", "gzip", "chunked"}
+    assert written["gzip"]["messages"][-1]["content"].startswith("answer 0 to")
+    assert {k: v["reason"] for k, v in errors.items()} == {
+        "huge": "response_too_large",
+        "bomb": "response_too_large",
+    }
+    assert "decompresses to more than 1,048,576 bytes" in errors["bomb"]["message"]
+    assert "--max-response-bytes" in errors["huge"]["message"]
+
+
+def test_read_response_never_inflates_past_the_limit() -> None:
+    """The decoder is handed at most limit + 1 output bytes, whatever the gzip body holds."""
+    import asyncio
+
+    from fault_server import _bomb
+
+    from draftset.generation.wire import BodyTooLarge, _Conn, read_response
+
+    body = _bomb(64 << 20)
+    conn = _Conn()
+    head = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(body)
+    conn.buf += head + body
+    with pytest.raises(BodyTooLarge) as info:
+        asyncio.run(read_response(conn, 1 << 20))
+    assert info.value.decoded
+
+
+def test_keep_alive_connection_closed_by_the_server_is_replaced(tmp_path: Path) -> None:
+    """A server that closes idle keep-alive connections: the next request opens a new one,
+    without counting a failure or a retry."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(8)])
+    out = tmp_path / "o.jsonl"
+    with FaultServer(close_after_reply=True) as srv:
+        assert generate(src, out, srv.url, extra=["--concurrency", "1", "--max-retries", "0"]) == 0
+        assert set(srv.attempts.values()) == {1}
+    assert len(by_id(out)) == 8
+
+
+@pytest.mark.parametrize(
+    ("raw", "body", "keep"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi", b"hi", True),
+        (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi", b"hi", False),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nhi", b"hi", False),
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", b"x", True),
+        (b"HTTP/1.1 200 OK\r\n\r\nuntil the end", b"until the end", False),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"3;x=y\r\nabc\r\n2\r\nde\r\n0\r\nTrailer: 1\r\n\r\n",
+            b"abcde",
+            True,
+        ),
+    ],
+)
+def test_read_response_framing(raw: bytes, body: bytes, keep: bool) -> None:
+    import asyncio
+
+    from draftset.generation.wire import _Conn, read_response
+
+    conn = _Conn()
+    conn.buf += raw
+    conn.eof = True  # everything has arrived
+    resp, reusable = asyncio.run(read_response(conn, 1 << 20))
+    assert (resp.status, resp.body, reusable) == (200, body, keep)
+
+
+def test_second_run_on_the_same_out_exits_2_at_once(tmp_path: Path) -> None:
+    rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(60)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer(latency=0.05) as srv:
+        proc = _child(src, out, srv.url)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (not out.exists() or not out.read_bytes()):
+            time.sleep(0.01)
+        asked = len(srv.requests)
+        t0 = time.monotonic()
+        assert generate(src, out, srv.url) == 2
+        assert time.monotonic() - t0 < 5
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()
+        assert len(srv.requests) - asked <= 60  # the refused run sent nothing of its own
+        assert len(srv.requests) == 60
+    assert set(by_id(out)) == {f"r{i}" for i in range(60)}  # each row exactly once
+
+
+def test_lone_surrogate_in_an_answer_is_an_error_never_written(tmp_path: Path) -> None:
+    from draftset.sources.read import Source, iter_raw_rows
+
+    rows = [{"id": "ok", "prompt": "hello"}, {"id": "bad", "prompt": "half a pair [surrogate]"}]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer() as srv:
+        assert generate(src, out, srv.url, extra=["--max-retries", "1"]) == 0
+    out.read_bytes().decode("utf-8")  # strict: the file is valid UTF-8
+    errors = by_id(tmp_path / "o.errors.jsonl")
+    assert errors["bad"]["reason"] == "invalid_response"
+    assert "surrogate" in errors["bad"]["message"]
+    assert set(by_id(out)) == {"ok"}
+    assert all(raw.reject is None for raw in iter_raw_rows(Source("o", out)))  # build reads it
+
+
+def test_api_key_from_the_environment_redacted_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "sk-test-0123456789abcdef"
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("DRAFTSET_API_KEY", secret)
+    rows = [{"id": "ok", "prompt": "hello"}, {"id": "echo", "prompt": "who am I [echoauth]"}]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer() as srv:
+        url = srv.url.replace("http://", "http://alice:hunter2pw@")
+        assert generate(src, out, url) == 0
+        assert {h.get("authorization") for h in srv.headers} == {f"Bearer {secret}"}
+    files = (
+        out.read_text()
+        + (tmp_path / "o.errors.jsonl").read_text()
+        + out.with_name("o.run.json").read_text()
+    )
+    printed = capsys.readouterr()
+    for text in (files, printed.out, printed.err):
+        assert secret not in text and "hunter2pw" not in text and "alice" not in text
+    errors = by_id(tmp_path / "o.errors.jsonl")
+    assert errors["echo"]["status"] == 401 and "[redacted]" in errors["echo"]["message"]
+    assert by_id(out)["ok"]["metadata"]["endpoint"] == srv.url
+    # without a key, user:password@ in the URL is sent as Basic auth (and never shown)
+    monkeypatch.delenv("DRAFTSET_API_KEY")
+    monkeypatch.setenv("OPENAI_API_KEY", "")
+    with FaultServer() as srv:
+        url = srv.url.replace("http://", "http://alice:hunter2pw@")
+        assert generate(src, tmp_path / "basic.jsonl", url) == 0
+        assert {h.get("authorization") for h in srv.headers} == {"Basic YWxpY2U6aHVudGVyMnB3"}
+
+
+def test_api_key_environment_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    from draftset.generation.job import api_key_from_env
+
+    monkeypatch.delenv("DRAFTSET_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "from-openai")
+    assert api_key_from_env() == "from-openai"
+    monkeypatch.setenv("DRAFTSET_API_KEY", "from-draftset")
+    assert api_key_from_env() == "from-draftset"
+
+
+def test_redact_authorization_echoes() -> None:
+    from draftset.generation.http import redact
+
+    text = '{"authorization": "Bearer abc.def", "x-api-key": "k1"} Authorization: Basic Zm9v'
+    out = redact(text + " token sk-zz", ("sk-zz",))
+    assert "abc.def" not in out and "k1" not in out and "Zm9v" not in out and "sk-zz" not in out
+
+
+def test_one_failing_prompt_keeps_the_only_endpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A prompt the server answers with 500 every time is that row's error; the endpoint passes
+    its health check and keeps serving (before: taken out, the run gave up with exit 1)."""
+    rows = [{"id": "bad", "prompt": "cannot handle [500x99]"}]
+    rows += [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(20)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    extra = ["--concurrency", "1", "--health-interval", "5", "--give-up-after", "0.5"]
+    with FaultServer() as srv:
+        t0 = time.monotonic()
+        assert generate(src, out, srv.url, extra=extra) == 0
+        assert time.monotonic() - t0 < 4
+        assert srv.attempts[("cannot handle [500x99]", 0)] == 7
+    assert len(by_id(out)) == 20
+    assert "taken out of rotation" not in capsys.readouterr().out
+    assert by_id(tmp_path / "o.errors.jsonl")["bad"]["reason"] == "retries_exhausted"
+
+
+# --- issue 12: resume refuses other settings; presets -------------------------------------------
+def test_resume_refuses_other_settings_or_model_and_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(5)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer() as srv:
+        assert generate(src, out, srv.url, extra=["--temperature", "0.6"]) == 0
+        run = json.loads((tmp_path / "o.run.json").read_text())
+        assert run["model"] == "fault-model" and run["reported_models"] == ["fault-model"]
+        assert run["settings"]["sampling"] == {"temperature": 0.6}
+        before = out.read_bytes()
+        asked = len(srv.requests)
+        capsys.readouterr()
+        for extra, named in [
+            (["--temperature", "0.7"], "temperature 0.6 -> 0.7"),
+            (["--temperature", "0.6", "--thinking", "off"], "thinking 'on' -> 'off'"),
+            (["--temperature", "0.6", "--chat-template-kwargs", '{"x": 1}'], "x"),
+            (["--temperature", "0.6", "--top-p", "0.9"], "top_p None -> 0.9"),
+            (["--temperature", "0.6", "--format", "prompt"], "inputs.in.format None -> 'prompt'"),
+        ]:
+            assert generate(src, out, srv.url, extra=extra) == 2
+            err = capsys.readouterr().err
+            assert named in err and "--restart" in err, err
+        assert out.read_bytes() == before and len(srv.requests) == asked
+        # --restart: the previous answers go (they are ours), the new settings apply
+        assert generate(src, out, srv.url, extra=["--temperature", "0.7", "--restart"]) == 0
+        assert "removed the previous run's" in capsys.readouterr().err
+        lines = read_lines(out)
+        assert len(lines) == 5
+        assert {x["metadata"]["sampling"]["temperature"] for x in lines} == {0.7}
+        # another source added on a resume is not a change: only its rows are asked for
+        more = write_rows(tmp_path / "more.jsonl", [{"id": "m0", "prompt": "more"}])
+        asked = len(srv.requests)
+        args = [str(src), str(more), "--out", str(out), "--endpoint", srv.url, *FAST]
+        assert main([*args, "--temperature", "0.7"]) == 0
+        assert len(srv.requests) == asked + 1 and len(read_lines(out)) == 6
+    with FaultServer(model="another-model") as other:
+        assert generate(src, out, other.url, extra=["--temperature", "0.7"]) == 2
+        assert "model 'fault-model' -> 'another-model'" in capsys.readouterr().err
+        assert not other.requests
+
+
+def test_out_that_generate_did_not_write_is_refused_even_with_restart(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    mine = write_rows(tmp_path / "mine.jsonl", [{"id": "a", "text": "my own data"}])
+    before = mine.read_bytes()
+    assert generate(src, mine, server.url) == 2
+    assert generate(src, mine, server.url, extra=["--restart"]) == 2
+    assert mine.read_bytes() == before and not server.requests
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "mine.jsonl"]
+
+
+def test_preset_and_field_mapping_as_in_build(tmp_path: Path, server: FaultServer) -> None:
+    orca = [
+        {"id": "o1", "system_prompt": "You are terse.", "question": "Why?", "response": "OLD"},
+    ]
+    src = write_rows(tmp_path / "orca.jsonl", orca)
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url, extra=["--preset", "openorca"]) == 0
+    msgs = by_id(out)["o1"]["messages"]
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant"]
+    assert msgs[0]["content"] == "You are terse." and "OLD" not in msgs[2]["content"]
+    code = write_rows(tmp_path / "code.jsonl", [{"id": "c1", "task": "Write a loop."}])
+    out2 = tmp_path / "o2.jsonl"
+    extra = ["--format", "alpaca", "--field", "instruction=task"]
+    assert generate(code, out2, server.url, extra=extra) == 0
+    assert by_id(out2)["c1"]["messages"][0] == {"role": "user", "content": "Write a loop."}
+    assert generate(src, tmp_path / "o3.jsonl", server.url, extra=["--preset", "nope"]) == 2
+    # a build recipe: its sources with their own preset / format / fields
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "tokenizer: unused\nout: unused\nsources:\n"
+        "  - {path: orca.jsonl, preset: openorca}\n"
+        "  - {path: code.jsonl, format: alpaca, fields: {instruction: task}}\n"
+    )
+    out4 = tmp_path / "o4.jsonl"
+    assert generate(recipe, out4, server.url) == 0
+    lines = by_id(out4)
+    assert lines["o1"]["messages"][0]["content"] == "You are terse."
+    assert lines["c1"]["messages"][0]["content"] == "Write a loop."

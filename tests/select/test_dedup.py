@@ -1,0 +1,229 @@
+"""Exact and near dedup on crafted sets with known answers."""
+
+from __future__ import annotations
+
+import importlib.util
+import unicodedata
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from draftset.core import reasons
+from draftset.core.records import Conversation, PreTokenized, PromptOnly, Reject
+from draftset.select.dedup import (
+    ExactDeduper,
+    NearDeduper,
+    canonical_text,
+    canonical_text_reference,
+    make_dedupers,
+    shingles,
+)
+
+
+def conv(source: str, row: int, user: str, answer: str = "Sure.", **extra: object) -> Conversation:
+    assistant: dict[str, object] = {"role": "assistant", "content": answer, **extra}
+    messages = [{"role": "user", "content": user}, assistant]
+    return Conversation(f"{source}-{row}", source, row, messages)
+
+
+def run(deduper: ExactDeduper | NearDeduper, items: list) -> list[Reject | None]:
+    return [deduper.check(it) for it in items]
+
+
+# --- exact ---------------------------------------------------------------------------------
+
+
+def test_canonical_text_folds_unicode_case_and_whitespace() -> None:
+    nfd = unicodedata.normalize("NFD", "Café  déjà\tvu")
+    assert canonical_text(nfd) == canonical_text("café déjà vu") == "café déjà vu"
+    assert canonical_text("ＨＥＬＬＯ　Ｗｏｒｌｄ１２３") == "hello world123"  # full-width
+    assert canonical_text("Straße") == canonical_text("STRASSE")  # casefold, not lower
+    assert canonical_text("  a\n\n b  ") == "a b"
+
+
+def _code_points(start: int, stop: int) -> str:
+    stop = min(stop, 0x110000)
+    return "".join(chr(c) for c in range(start, stop) if not 0xD800 <= c <= 0xDFFF)
+
+
+def test_canonical_text_equals_reference_on_every_code_point() -> None:
+    """The fast path (is_normalized + split/join) against the regex definition."""
+    for start in range(0, 0x110000, 97):  # every code point, next to 96 others
+        block = _code_points(start, start + 97)
+        for text in (block, " " + block + "  ", block[::-1], "a" + " \t".join(block) + "b"):
+            assert canonical_text(text) == canonical_text_reference(text), hex(start)
+    spaces = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+    assert len(spaces) > 20  # Unicode whitespace beyond ASCII, incl. \x1c-\x1f and U+3000
+    for ws in spaces:
+        for text in (ws, f"a{ws}b", f"{ws}a{ws}{ws}b{ws}", f"x{ws}\u0301y"):
+            assert canonical_text(text) == canonical_text_reference(text), hex(ord(ws))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60))
+def test_canonical_text_equals_reference_property(text: str) -> None:
+    assert canonical_text(text) == canonical_text_reference(text)
+
+
+def test_exact_variants_are_duplicates_first_kept() -> None:
+    items = [
+        conv("a", 0, "Explain the café menu", "It lists drinks."),
+        conv("a", 1, unicodedata.normalize("NFD", "explain  the CAFÉ menu"), "It lists drinks."),
+        conv("a", 2, "Ｅｘｐｌａｉｎ the café menu\n", "it lists   DRINKS."),
+        conv("a", 3, "Explain the café menu", "It lists food."),  # different answer: kept
+    ]
+    out = run(d := ExactDeduper(), items)
+    assert out[0] is None and out[3] is None
+    for r in out[1:3]:
+        assert r is not None and r.reason == reasons.DUPLICATE
+        assert "'a-0'" in r.message and "source a" in r.message
+    assert d.stats()["removed"] == {"a": 2}
+
+
+def test_exact_cross_source_pairs_and_priority() -> None:
+    items = [
+        conv("first", 0, "Q1"),
+        conv("second", 0, "Q1"),
+        conv("second", 1, "Q2"),
+        conv("third", 0, "q2"),
+        conv("third", 1, "Q1 "),
+    ]
+    out = run(d := ExactDeduper(), items)
+    assert [r is None for r in out] == [True, False, True, False, False]
+    stats = d.stats()
+    assert stats["checked"] == {"first": 1, "second": 2, "third": 2}
+    assert stats["removed"] == {"second": 1, "third": 2}
+    assert stats["removed_total"] == 3
+    assert stats["pairs"] == [
+        {"kept_source": "first", "removed_source": "second", "count": 1},
+        {"kept_source": "first", "removed_source": "third", "count": 1},
+        {"kept_source": "second", "removed_source": "third", "count": 1},
+    ]
+    assert out[3] is not None and out[3].id == "third-0" and "'second-1'" in out[3].message
+
+
+def test_exact_distinguishes_reasoning_tool_calls_roles_and_tools() -> None:
+    call = {"type": "function", "function": {"name": "f", "arguments": {"x": 1}}}
+    other = {"type": "function", "function": {"name": "f", "arguments": {"x": 2}}}
+    base = conv("s", 0, "Q", "A")
+    items = [
+        base,
+        conv("s", 1, "Q", "A", reasoning_content="think"),
+        conv("s", 2, "Q", "A", reasoning_content="THINK  "),  # dup of row 1
+        conv("s", 3, "Q", "", tool_calls=[call]),
+        conv("s", 4, "Q", "", tool_calls=[other]),
+        Conversation("s-5", "s", 5, [{"role": "system", "content": "Q"}, base.messages[1]]),
+        Conversation("s-6", "s", 6, base.messages, tools=[{"type": "function", "function": {}}]),
+    ]
+    out = run(ExactDeduper(), items)
+    assert [r is None for r in out] == [True, True, False, True, True, True, True]
+
+
+def test_exact_prompt_only_and_other_items() -> None:
+    p1 = PromptOnly("p1", "s", 0, [{"role": "user", "content": "Hi"}])
+    p2 = PromptOnly("p2", "s", 1, [{"role": "user", "content": "hi"}])
+    c = Conversation("c", "s", 2, [{"role": "user", "content": "Hi"}])  # same turns, other kind
+    rej = Reject("s", 3, None, reasons.INVALID_JSON, "x")
+    pre = PreTokenized("t", "s", 4, [1], [1])
+    out = run(d := ExactDeduper(), [p1, p2, c, rej, pre])
+    assert out[0] is None and out[1] is not None and out[2] is None
+    assert out[3] is None and out[4] is None
+    assert d.stats()["checked"] == {"s": 3}
+
+
+# --- near ----------------------------------------------------------------------------------
+
+needs_datasketch = pytest.mark.skipif(
+    importlib.util.find_spec("datasketch") is None,
+    reason="datasketch not installed (optional extra for --dedup near)",
+)
+
+BASE = (
+    "Write a short story about a lighthouse keeper who finds a message in a bottle that was "
+    "written by her grandmother fifty years ago and decides to sail to the island it describes "
+    "with her old dog and a broken compass"
+)
+
+
+def jaccard(a: str, b: str) -> float:
+    sa, sb = shingles(a), shingles(b)
+    return len(sa & sb) / len(sa | sb)
+
+
+def test_shingles() -> None:
+    assert shingles("A b") == {b"a b"}  # shorter than 3 words: one shingle
+    assert shingles("  ") == set()
+    assert shingles("One two THREE four") == {b"one two three", b"two three four"}
+
+
+@needs_datasketch
+def test_near_dups_above_and_below_threshold() -> None:
+    above = BASE.replace("compass", "map")  # last word changed
+    below = BASE.replace("fifty", "ten").replace("sail", "row").replace("dog", "cat")
+    n = len(BASE.split())
+    assert jaccard(BASE, above) == pytest.approx((n - 3) / (n - 1))  # 0.95
+    assert 0.6 < jaccard(BASE, below) < 0.7
+    items = [
+        conv("a", 0, BASE, "One answer."),
+        conv("b", 0, above, "A completely different answer."),  # prompt near-dup: removed
+        conv("b", 1, below, "Another."),
+        conv("c", 0, "Translate 'good morning' into German.", "Guten Morgen."),
+    ]
+    out = run(d := NearDeduper(threshold=0.8), items)
+    assert [r is None for r in out] == [True, False, True, True]
+    assert out[1] is not None and out[1].reason == reasons.NEAR_DUPLICATE
+    assert "'a-0'" in out[1].message and "source a" in out[1].message
+    stats = d.stats()
+    assert stats["removed"] == {"b": 1}
+    assert stats["pairs"] == [{"kept_source": "a", "removed_source": "b", "count": 1}]
+    assert stats["threshold"] == 0.8 and stats["shingle_words"] == 3
+
+
+@needs_datasketch
+def test_near_threshold_is_respected() -> None:
+    mid = BASE.replace("grandmother", "grandfather").replace("island", "coast")
+    j = jaccard(BASE, mid)
+    assert 0.7 < j < 0.8
+    strict = run(NearDeduper(threshold=0.9), [conv("a", 0, BASE), conv("a", 1, mid)])
+    loose = run(NearDeduper(threshold=0.6), [conv("a", 0, BASE), conv("a", 1, mid)])
+    assert strict[1] is None
+    assert loose[1] is not None
+
+
+@needs_datasketch
+def test_near_unicode_variants_and_only_user_turns() -> None:
+    full_width = unicodedata.normalize("NFKC", BASE).upper().replace("A ", "Ａ ")
+    system_differs = Conversation(
+        "x",
+        "a",
+        2,
+        [
+            {"role": "system", "content": "Totally different system prompt " * 5},
+            {"role": "user", "content": BASE},
+            {"role": "assistant", "content": "ok"},
+        ],
+    )
+    empty = conv("a", 3, "", "")
+    out = run(d := NearDeduper(), [conv("a", 0, BASE), conv("a", 1, full_width), system_differs])
+    assert out == [None, out[1], out[2]] and out[1] is not None and out[2] is not None
+    assert d.check(empty) is None and d.stats()["no_prompt_text"] == 1
+
+
+@needs_datasketch
+def test_near_is_deterministic() -> None:
+    items = [conv("a", i, BASE.replace("compass", f"compass {i}")) for i in range(6)]
+    first = [r and r.message for r in run(NearDeduper(), items)]
+    again = [r and r.message for r in run(NearDeduper(), items)]
+    assert first == again and first.count(None) == 1
+
+
+@needs_datasketch
+def test_make_dedupers() -> None:
+    assert make_dedupers("none") == []
+    assert [type(d) for d in make_dedupers("exact")] == [ExactDeduper]
+    assert [type(d) for d in make_dedupers("near", 0.7)] == [ExactDeduper, NearDeduper]
+    with pytest.raises(ValueError, match="unknown dedup mode"):
+        make_dedupers("fuzzy")
+    with pytest.raises(ValueError, match="threshold"):
+        NearDeduper(threshold=1.5)

