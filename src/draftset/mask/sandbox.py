@@ -21,6 +21,10 @@ holds, and asks the stock check otherwise:
 - jinja2 is 3.1.x and transformers compiled with exactly `ImmutableSandboxedEnvironment`
   (`compile_template` falls back to transformers' own template otherwise).
 
+It also assumes what jinja2's own code assumes of its module constants: the ``UNSAFE_*``
+attribute sets in ``jinja2.sandbox`` are not edited while a template is in use (no code in
+draftset, transformers or jinja2 edits them).
+
 ``is_safe_callable`` is not memoized: it reads ``unsafe_callable``/``alters_data`` from the
 object itself. Neither are ``getattr``'s other steps (``str.format`` wrapping, the lookup).
 Everything else (globals, filters, tests, extensions, options) is transformers' environment
