@@ -254,15 +254,20 @@ def test_cli_build_calls_the_api(src, tmp_path, monkeypatch):
     assert calls[0]["eot_tokens"] == ["X"] and calls[0]["progress"] is False
 
 
-def test_import_draftset_is_lean_and_the_api_imports_from_draftset_api():
+def test_import_draftset_is_lean_and_the_api_is_draftsets_own_names():
     code = (
         "import sys, draftset\n"
         "loaded = sorted(m for m in sys.modules if m.startswith('draftset.'))\n"
         "assert loaded == [], loaded\n"
-        "from draftset.api import build, verify, run, report, generate\n"
-        "assert all(callable(f) for f in (build, verify, run, report, generate))\n"
-        "import draftset.pipeline.build as m\n"
-        "assert m.run_build and m is not build\n"
+        "from draftset import build, verify, run, report, generate\n"
+        "from draftset import api\n"
+        "assert (build, verify, run, report, generate) == (\n"
+        "    api.build, api.verify, api.run, api.report, api.generate)\n"
+        "import draftset.pipeline.build, draftset.checks.verify, draftset.pipeline.run\n"
+        "import draftset.generation.job, draftset.inspect.report\n"
+        "assert draftset.build is api.build and draftset.verify is api.verify\n"  # not shadowed
+        "assert draftset.run is api.run and draftset.generate is api.generate\n"
+        "assert draftset.report is api.report\n"
         "print(draftset.__version__ != '')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

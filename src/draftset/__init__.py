@@ -1,14 +1,27 @@
 """draftset: verified, fully accounted training sets for speculative-decoding drafters.
 
-The Python API is ``draftset.api`` (``from draftset.api import build, verify, run, report,
-generate``; docs/api.md). Nothing heavy is imported here: worker processes import this package
-too.
+The Python API: ``from draftset import build, verify, run, report, generate`` (docs/api.md;
+the same functions as ``draftset.api``). They load on first use: worker processes import this
+package too, and must not pay for the API's imports.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from draftset.api import DraftsetError, VerifyResult, build, generate, report, run, verify
+
+__all__ = ["DraftsetError", "VerifyResult", "build", "generate", "report", "run", "verify"]
+
 
 def __getattr__(name: str) -> object:
+    if name in __all__:
+        from draftset import api  # lazy: see the module docstring
+
+        value = getattr(api, name)
+        globals()[name] = value
+        return value
     if name == "__version__":  # importlib.metadata costs ~70 ms: only when asked
         from importlib.metadata import PackageNotFoundError, version
 

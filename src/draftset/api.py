@@ -197,31 +197,10 @@ def build_options(
         mix=dict(mix) if mix is not None else conf.get("mix"),
         render_timeout=_seconds(pick("render_timeout", render_timeout, defaults.RENDER_TIMEOUT)),
     )
-    _check_build_values(opts)
+    from draftset.config.preflight import check_values  # lazy: see the module's imports
+
+    check_values(opts)
     return opts
-
-
-def _check_build_values(opts: BuildOptions) -> None:
-    """The option values `draftset build` refuses (exit 2), in the order it always checked."""
-    for bench in opts.decontaminate:
-        if not Path(bench).exists():
-            raise UsageError(f"--decontaminate file not found: {bench}")
-    if opts.dedup not in ("exact", "near", "none"):
-        raise UsageError(f"dedup must be exact, near or none, not {opts.dedup!r}")
-    for s in opts.sources:
-        if s.preset:
-            from draftset.sources.presets import UnknownPresetError, apply_preset
-
-            try:
-                apply_preset(s.preset)
-            except UnknownPresetError as exc:
-                raise UsageError(str(exc).strip("'\"")) from None
-    if opts.truncation not in ("drop", "truncate"):
-        raise UsageError(f"truncation must be drop or truncate, not {opts.truncation!r}")
-    if opts.turns not in ("all", "last", "each"):
-        raise UsageError(f"turns must be all, last or each, not {opts.turns!r}")
-    if opts.max_length < 1 or opts.min_supervised_tokens < 0 or opts.workers < 0:
-        raise UsageError("--max-length must be >= 1, --min-supervised-tokens and --workers >= 0")
 
 
 def _seconds(value: Any) -> float:

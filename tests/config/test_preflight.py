@@ -293,3 +293,33 @@ def test_skipped_files_are_listed_in_manifest_and_summary(tmp_path, monkeypatch,
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     assert main(["verify", "../out"]) == 0, capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("truncation", "chop", "truncation must be drop or truncate"),
+        ("turns", "some", "turns must be all, last or each"),
+        ("dedup", "fuzzy", "dedup must be exact, near or none"),
+        ("max_length", 0, "--max-length must be >= 1"),
+    ],
+)
+def test_options_made_by_hand_are_refused_like_the_apis(tmp_path, no_work, field, value, words):
+    """`run_build` checks option values itself: `BuildOptions` built without the API (or
+    changed after it) cannot reach the workers with a value the CLI would refuse."""
+    from draftset.config.options import BuildOptions
+    from draftset.core.errors import UsageError
+    from draftset.sources.read import Source
+
+    src = write_jsonl(tmp_path / "in.jsonl", [chat(0)])
+    opts = BuildOptions(
+        sources=[Source("in", src)],
+        tokenizer=str(qwen3_tokenizer_dir()),
+        out=tmp_path / "out",
+        workers=1,
+        **{field: value},
+    )
+    with pytest.raises(UsageError, match=words) as caught:
+        build_mod.run_build(opts)
+    assert caught.value.exit_code == 2
+    assert not (tmp_path / "out").exists()

@@ -28,7 +28,7 @@ import numpy as np
 from draftset.config import defaults
 from draftset.core import reasons
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
-from draftset.mask.limits import RenderLimit, render_char_cap, time_limit
+from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.template import (
     ChatTemplate,
     TemplateSpec,
@@ -752,14 +752,11 @@ def _bounded_expected_rows(
     timeout: float | None,
 ) -> tuple[list[tuple[str, Expected]], Counter[str], str | None]:
     """`expected_rows` within build's bounds (its --render-timeout, the same size cap)."""
-    tmpl.max_chars = render_char_cap(conv.messages, conv.tools)
     try:
-        with time_limit(timeout):
+        with bounded_row(tmpl, conv, timeout):
             return expected_rows(tmpl, conv, mode, placeholders)
     except RenderLimit as exc:
         return [], Counter(), f"{exc.reason}: {exc.message}"
-    finally:
-        tmpl.max_chars = None
 
 
 def _check_rejection(

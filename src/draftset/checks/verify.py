@@ -34,6 +34,7 @@ from draftset.checks.fast import (
 from draftset.config import defaults
 from draftset.core import reasons
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, DraftsetError
+from draftset.core.files import write_json_atomic
 from draftset.inspect.show import visible
 from draftset.mask.template import TokenizerError
 from draftset.output.readback import (
@@ -212,12 +213,8 @@ def write_record(
         "checks": [r.to_json() for r in results],
         "files": set_digests(out),
     }
-    tmp = out.folder / f".{VERIFY_RECORD}.tmp-{os.getpid()}"
-    try:
-        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    # a temporary name per process: two verify runs of one set never write one file
+    write_json_atomic(path, data, tmp=out.folder / f".{VERIFY_RECORD}.tmp-{os.getpid()}")
     return path
 
 

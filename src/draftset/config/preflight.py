@@ -16,7 +16,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from draftset.core.errors import DraftsetError
+from draftset.core.errors import DraftsetError, UsageError
+from draftset.sources.presets import UnknownPresetError, apply_preset
 from draftset.sources.read import HUB_PREFIX
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ def check_build(opts: BuildOptions) -> BuildOptions:
     Returns a copy of ``opts`` with local paths resolved; the paths as given are kept in
     ``opts.given_paths`` for the manifest.
     """
+    check_values(opts)
     resolved = resolve_paths(opts)
     sources = [s.path for s in resolved.sources if not str(s.path).startswith(HUB_PREFIX)]
     others = [Path(p) for p in resolved.decontaminate]
@@ -68,6 +70,31 @@ def check_build(opts: BuildOptions) -> BuildOptions:
     check_chat_template(opts.chat_template_path)
     check_options(resolved)
     return resolved
+
+
+def check_values(opts: BuildOptions) -> None:
+    """The option values `draftset build` refuses (exit 2), in the order it always checked.
+
+    Run when the API builds its options (so a bad value fails before anything else) and again
+    by `check_build` (so `BuildOptions` made by hand are checked the same way).
+    """
+    for bench in opts.decontaminate:
+        if not Path(bench).exists():
+            raise UsageError(f"--decontaminate file not found: {bench}")
+    if opts.dedup not in ("exact", "near", "none"):
+        raise UsageError(f"dedup must be exact, near or none, not {opts.dedup!r}")
+    for s in opts.sources:
+        if s.preset:
+            try:
+                apply_preset(s.preset)
+            except UnknownPresetError as exc:
+                raise UsageError(str(exc).strip("'\"")) from None
+    if opts.truncation not in ("drop", "truncate"):
+        raise UsageError(f"truncation must be drop or truncate, not {opts.truncation!r}")
+    if opts.turns not in ("all", "last", "each"):
+        raise UsageError(f"turns must be all, last or each, not {opts.turns!r}")
+    if opts.max_length < 1 or opts.min_supervised_tokens < 0 or opts.workers < 0:
+        raise UsageError("--max-length must be >= 1, --min-supervised-tokens and --workers >= 0")
 
 
 def resolve_paths(opts: BuildOptions) -> BuildOptions:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from draftset.core.errors import DraftsetError
+from draftset.core.files import write_json_atomic
 
 FSYNC_EVERY_LINES = 200
 FSYNC_EVERY_SECONDS = 5.0
@@ -231,14 +232,7 @@ def read_run(out: Path) -> dict[str, Any] | None:
 
 def write_run(out: Path, data: dict[str, Any]) -> None:
     """Write the run file atomically (temporary file, fsync, rename)."""
-    path = run_path(out)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        json.dump({"format": RUN_FORMAT, **data}, f, ensure_ascii=False, indent=1)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_json_atomic(run_path(out), {"format": RUN_FORMAT, **data}, indent=1)
 
 
 def first_line(path: Path) -> dict[str, Any] | None:

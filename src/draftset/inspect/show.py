@@ -23,6 +23,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from draftset.config import defaults
 from draftset.core.errors import DraftsetError
 from draftset.output.readback import NotADraftsetError, OutputSet, open_output, supervised_runs
 
@@ -115,7 +116,9 @@ def find_row(out: OutputSet, row: int | None, row_id: str | None) -> int:
     return row
 
 
-def row_facts(r: dict[str, Any], eot: set[int], block_size: int = 16) -> dict[str, Any]:
+def row_facts(
+    r: dict[str, Any], eot: set[int], block_size: int = defaults.BLOCK_SIZE
+) -> dict[str, Any]:
     """Per-row numbers shown by `show` and the report."""
     ids, mask = r["input_ids"], r["loss_mask"]
     runs = supervised_runs(mask)
@@ -140,7 +143,7 @@ def render_row(
     decode: Decoder,
     eot: set[int],
     tokens: bool = False,
-    block_size: int = 16,
+    block_size: int = defaults.BLOCK_SIZE,
     plain: bool = False,
 ) -> tuple[Table, Text]:
     """The facts table and the highlighted text of one row; ``plain`` (no colours) also marks
@@ -187,7 +190,7 @@ def show(
     tokens: bool = False,
     tokenizer: str | None = None,
     console: Console | None = None,
-    block_size: int = 16,
+    block_size: int = defaults.BLOCK_SIZE,
 ) -> None:
     """Print one row; raises ShowError / NotADraftsetError for unusable arguments."""
     out = open_output(Path(folder))
@@ -227,7 +230,10 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--tokens", action="store_true", help="show token boundaries")
     p.add_argument("--tokenizer", help="tokenizer folder (default: the path in the manifest)")
     p.add_argument(
-        "--block-size", type=int, default=16, help="DFlash block size for the anchor count"
+        "--block-size",
+        type=int,
+        default=defaults.BLOCK_SIZE,
+        help="DFlash block size for the anchor count",
     )
     p.set_defaults(handler=cmd_show)
 

@@ -87,6 +87,22 @@ def time_limit(seconds: float | None) -> Iterator[None]:
             yield
 
 
+@contextmanager
+def bounded_row(template: Any, conv: Any, seconds: float | None) -> Iterator[None]:
+    """Render one row within both bounds: ``seconds`` of wall time, and a character cap on
+    each render set from the row's own text (`render_char_cap`), removed afterwards.
+
+    Build's row step and verify's re-render both use it, so verify judges a row by the bounds
+    it was built under.
+    """
+    template.max_chars = render_char_cap(conv.messages, conv.tools)
+    try:
+        with time_limit(seconds):
+            yield
+    finally:
+        template.max_chars = None
+
+
 def _timeout_message(seconds: float) -> str:
     return f"rendering took longer than --render-timeout {seconds:g} s"
 

@@ -23,7 +23,7 @@ from draftset.mask.encode import (
     finish_row,
     token_bytes_bound,
 )
-from draftset.mask.limits import RenderLimit, render_char_cap, time_limit
+from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.render import ConversationPlan, RowPlan, TurnMode, plan_conversation
 from draftset.mask.template import (
     ChatTemplate,
@@ -141,12 +141,8 @@ class MaskStep:
 
     def _plan(self, item: Conversation) -> ConversationPlan:
         """Render & mask one row within its bounds: time, and characters per render."""
-        self.template.max_chars = render_char_cap(item.messages, item.tools)
-        try:
-            with time_limit(self.render_timeout):
-                return plan_conversation(self.template, item, self.mode, self.placeholders)
-        finally:
-            self.template.max_chars = None
+        with bounded_row(self.template, item, self.render_timeout):
+            return plan_conversation(self.template, item, self.mode, self.placeholders)
 
 
 def _internal_error(item: Conversation, exc: Exception) -> Reject:

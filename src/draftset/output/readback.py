@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from draftset.config import defaults
 from draftset.core.errors import DraftsetError
 
 Status = Literal["pass", "fail", "skip"]
@@ -325,7 +326,7 @@ def batch_stats(b: Batch, block_size: int) -> dict[str, np.ndarray]:
     }
 
 
-def row_stats(out: OutputSet, block_size: int = 16) -> RowStats:
+def row_stats(out: OutputSet, block_size: int = defaults.BLOCK_SIZE) -> RowStats:
     """Per-row statistics and the supervised-token recount over the whole set."""
     size = max(out.vocab_size, 1)
     freq = np.zeros(size, dtype=np.int64)

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from draftset.core import reasons
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, DraftsetError, RunError
+from draftset.core.files import write_json_atomic
 
 if TYPE_CHECKING:  # the heavy modules load when a run starts, not for `draftset --help`
     from draftset.config.options import BuildOptions
@@ -269,12 +270,7 @@ class _State:
         self.data["seconds"][stage] = round(self.data["seconds"].get(stage, 0.0) + seconds, 3)
 
     def save(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            f.write(json.dumps(self.data, indent=2, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_json_atomic(self.path, self.data)
 
 
 # files `run` writes in its work folder (and the only ones --restart removes)
