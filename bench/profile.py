@@ -44,7 +44,7 @@ STAGES: list[tuple[str, str]] = [
     ("render_reference", "render (Jinja)"),
     ("encode_plans", "encode (Rust encode_batch + ids/mask assembly)"),
     ("apply_length_rules", "length rules"),
-    ("_account", "accounting"),
+    ("count_results", "accounting"),
     ("(draftset/write.py", "Arrow write"),
     ("write_token_freq", "token_freq (torch import + save)"),
     ("_manifest", "manifest + file hashes"),

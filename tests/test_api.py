@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -18,11 +19,13 @@ from draftset import api
 from draftset.checks.verify import VerifyUsageError
 from draftset.cli import _build_parser, build_arguments, main
 from draftset.config.preflight import PreflightError
+from draftset.config.recipe import RecipeError
 from draftset.core import errors
 from draftset.generation.job import GenerateUsageError
 from draftset.mask.template import TokenizerError
 from draftset.output.readback import NotADraftsetError
 from draftset.pipeline.run import RunUsageError
+from draftset.sources.presets import UnknownPresetError
 
 QWEN3_VOCAB = 151936
 
@@ -155,6 +158,7 @@ def test_progress_callback_sees_every_row(src, tmp_path):
 # --- errors: DraftsetError with the CLI's exit code and line ----------------------------------
 def error_cases(src: Path, tmp: Path) -> list[tuple[type, object, list[str]]]:
     tok = str(qwen3_tokenizer_dir())
+    gen = ["generate", str(src), "--endpoint", "http://x", "--out", str(tmp / "a.jsonl")]
     return [
         (
             errors.UsageError,
@@ -191,6 +195,26 @@ def error_cases(src: Path, tmp: Path) -> list[tuple[type, object, list[str]]]:
             lambda: api.generate(src, endpoints="ftp://x", out=tmp / "a.jsonl"),
             ["generate", str(src), "--endpoint", "ftp://x", "--out", str(tmp / "a.jsonl")],
         ),
+        (
+            UnknownPresetError,
+            lambda: api.build(sources=[src], tokenizer=tok, out=tmp / "o", preset="nope"),
+            ["build", str(src), "--tokenizer", tok, "--out", str(tmp / "o"), "--preset", "nope"],
+        ),
+        (
+            UnknownPresetError,
+            lambda: api.generate(src, endpoints="http://x", out=tmp / "a.jsonl", preset="nope"),
+            [*gen, "--preset", "nope"],
+        ),
+        (
+            RecipeError,
+            lambda: api.generate(src, endpoints="http://x", out=tmp / "a.jsonl", fields=["x"]),
+            [*gen, "--field", "x"],
+        ),
+        (
+            NotADraftsetError,
+            lambda: api.report(tmp),
+            ["report", str(tmp)],
+        ),
     ]
 
 
@@ -223,6 +247,57 @@ def test_every_run_level_error_is_a_draftset_error():
         assert issubclass(cls, errors.RunError) and cls.exit_code == 1, cls
     assert errors.RunError("disk full").cli_line() == "draftset: disk full"
     assert issubclass(MixError, ValueError)  # still what mix's callers catch
+
+
+# Exceptions that never reach the user: each is caught inside draftset and becomes a row's
+# reject, a check result, an error line of `generate` or a retry (why, per class).
+INTERNAL_EXCEPTIONS = {
+    "FinalError",  # generate: a request the server refused; an error line for that row
+    "TransientError",  # generate: retried, then RetriesExhausted
+    "RetriesExhausted",  # generate: an error line for that row
+    "NoEndpoint",  # generate: ends the job as `aborted` (exit 1, resumable)
+    "WireError",  # generate: a broken HTTP exchange, retried as TransientError
+    "BodyTooLarge",  # generate: a FinalError for that row
+    "RowProblem",  # read, normalize, presets: a row's reject
+    "RenderLimit",  # a template that runs too long or too deep: a row's reject
+    "RenderTimeout",  # (a RenderLimit)
+    "RenderTooLarge",  # (a RenderLimit)
+    "Terminated",  # SIGTERM as KeyboardInterrupt: exit 143
+}
+
+
+def test_every_exception_class_in_draftset_is_a_draftset_error_or_internal():
+    """A new exception class must either carry its exit code or be listed above with why."""
+    import importlib
+    import pkgutil
+
+    import draftset
+
+    seen = set()
+    for info in pkgutil.walk_packages(draftset.__path__, "draftset."):
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if isinstance(obj, type) and issubclass(obj, BaseException):
+                if obj.__module__ != info.name:
+                    continue  # imported, checked where it is defined
+                seen.add(name)
+                if name not in INTERNAL_EXCEPTIONS:
+                    assert issubclass(obj, errors.DraftsetError), f"{info.name}.{name}"
+                    assert obj.exit_code in (errors.EXIT_USAGE, errors.EXIT_FAIL), name
+    assert seen >= INTERNAL_EXCEPTIONS  # no stale names
+
+
+@pytest.mark.parametrize(
+    "module", ["checks.verify", "inspect.show", "inspect.report", "generation.job"]
+)
+def test_standalone_mains_print_one_line_and_exit_2(module, capsys):
+    """`python -m draftset.<module>` parses and maps errors exactly like `draftset`."""
+    import importlib
+
+    main_of = importlib.import_module(f"draftset.{module}").main
+    assert main_of(["--no-such-option"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("draftset: error: "), err
 
 
 # --- the CLI is a layer over the API ---------------------------------------------------------
@@ -273,3 +348,24 @@ def test_import_draftset_is_lean_and_the_api_is_draftsets_own_names():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+def test_workers_and_cli_start_import_only_what_they_need():
+    """Imports sit at the top of files unless lazy for a reason: these are the reasons."""
+    code = (
+        "import sys\n"
+        "import draftset.engine.worker\n"
+        "worker = sorted({'pyarrow', 'torch', 'transformers', 'rich'} & set(sys.modules))\n"
+        "import draftset.api\n"
+        "api = sorted(m for m in sys.modules if m.startswith('draftset.pipeline'))\n"
+        "from draftset.cli import _build_parser\n"
+        "_build_parser()\n"
+        "heavy = {'torch', 'transformers', 'datasets', 'speculators', 'datasketch', 'tokenizers'}\n"
+        "cli = sorted(heavy & set(sys.modules))\n"
+        "build = 'draftset.pipeline.build' in sys.modules\n"
+        "print(worker, api, cli, build)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[] [] [] False"

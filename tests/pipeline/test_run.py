@@ -356,7 +356,7 @@ def test_build_counts_placeholder_rows_and_points_to_run(
 def test_run_against_real_transformers_serve(tmp_path: Path, qwen3_dir: Path) -> None:
     """`draftset run` end to end against a real `transformers serve` (tiny Qwen3-shaped model
     wired to answer CHAIN): a prompt and a placeholder row are answered and verified."""
-    import test_generate as tg
+    import serving as tg
 
     if tg._serving_missing() is not None:
         pytest.skip(f"needs torch + transformers[serving] ({tg._serving_missing()} missing)")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, qwen3_tokenizer_dir
-from test_build import read_rows, write_jsonl
+from rows import read_rows, write_jsonl
 
 from draftset.checks.verify import run_verify
 from draftset.cli import main

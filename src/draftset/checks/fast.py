@@ -110,10 +110,22 @@ def check_accounting(out: OutputSet, stats: RowStats | None = None) -> CheckResu
     p = Problems()
     m = out.manifest
     counts = (m.get("counts") or {}).get("per_source") or {}
-    mode = out.options.get("turns", "all")
     names = [i.get("name") for i in m.get("inputs") or []]
     if sorted(counts) != sorted(n for n in names if n is not None):
         p.add("manifest counts and inputs name different sources")
+    _check_balance(p, counts, out.options.get("turns", "all"))
+    _check_counts_match_data(p, out, counts)
+    rejects = _check_rejects_file(p, out, counts)
+    prompts = _check_prompts_file(p, out, counts)
+    return p.result(
+        "accounting",
+        f"{len(counts)} sources balance; {out.num_rows:,} rows, {rejects:,} rejects,"
+        f" {prompts:,} prompts match the manifest",
+    )
+
+
+def _check_balance(p: Problems, counts: dict[str, Any], mode: str) -> None:
+    """Each source's counts add up: every row read is written, rejected or queued."""
     for name, c in counts.items():
         try:
             rejected = int(c["rejected"])
@@ -127,7 +139,10 @@ def check_accounting(out: OutputSet, stats: RowStats | None = None) -> CheckResu
                 p.add("rows_out != written (one row per conversation outside --turns each)", name)
         except (KeyError, TypeError, ValueError, AttributeError):
             p.add("manifest counts malformed", name)
-    # the data itself, per source
+
+
+def _data_counts(out: OutputSet) -> tuple[Counter[str], Counter[str], Counter[str]]:
+    """Rows, tokens and supervised tokens per source, counted in the data itself."""
     rows_by: Counter[str] = Counter()
     tok_by: Counter[str] = Counter()
     sup_by: Counter[str] = Counter()
@@ -142,6 +157,12 @@ def check_accounting(out: OutputSet, stats: RowStats | None = None) -> CheckResu
                 rows_by[key] += 1
                 tok_by[key] += int(b.lengths[r])
                 sup_by[key] += int(sup[r])
+    return rows_by, tok_by, sup_by
+
+
+def _check_counts_match_data(p: Problems, out: OutputSet, counts: dict[str, Any]) -> None:
+    """The manifest's per-source and total rows / tokens / supervised tokens equal the data."""
+    rows_by, tok_by, sup_by = _data_counts(out)
     for src in rows_by:
         if src not in counts:
             p.add("rows from a source the manifest does not name", src)
@@ -157,10 +178,9 @@ def check_accounting(out: OutputSet, stats: RowStats | None = None) -> CheckResu
                     name,
                     f"{name}: {field} {c.get(field)} != {data.get(name, 0)}",
                 )
-    totals = m.get("totals") or {}
-    n = out.num_rows
+    totals = out.manifest.get("totals") or {}
     for field, value in (
-        ("rows", n),
+        ("rows", out.num_rows),
         ("tokens", sum(tok_by.values())),
         ("supervised_tokens", sum(sup_by.values())),
     ):
@@ -170,7 +190,10 @@ def check_accounting(out: OutputSet, stats: RowStats | None = None) -> CheckResu
                 f"totals.{field}",
                 f"totals.{field} {totals.get(field)} != {value}",
             )
-    # rejects.jsonl: well-formed lines, counts per source and reason
+
+
+def _check_rejects_file(p: Problems, out: OutputSet, counts: dict[str, Any]) -> int:
+    """rejects.jsonl: well-formed lines, counts per source and reason; returns its lines."""
     lines, bad = read_jsonl(out.folder / "rejects.jsonl")
     if not (out.folder / "rejects.jsonl").exists():
         p.add("rejects.jsonl missing")
@@ -191,7 +214,11 @@ def check_accounting(out: OutputSet, stats: RowStats | None = None) -> CheckResu
         got = {reason: k for (src, reason), k in seen.items() if src == name}
         if want != got:
             p.add("rejects.jsonl counts != row_rejects_by_reason", name, f"{name}: {got} != {want}")
-    # prompts.jsonl: one line per needs_generation row
+    return len(lines)
+
+
+def _check_prompts_file(p: Problems, out: OutputSet, counts: dict[str, Any]) -> int:
+    """prompts.jsonl: one well-formed line per needs_generation row; returns its lines."""
     plines, pbad = read_jsonl(out.folder / "prompts.jsonl")
     for ln in pbad:
         p.add("prompts.jsonl line is not JSON", f"prompts.jsonl:{ln}")
@@ -209,11 +236,7 @@ def check_accounting(out: OutputSet, stats: RowStats | None = None) -> CheckResu
     for name, c in counts.items():
         if isinstance(c, dict) and c.get("needs_generation") != pseen.get(name, 0):
             p.add("prompts.jsonl lines != needs_generation", name)
-    return p.result(
-        "accounting",
-        f"{len(counts)} sources balance; {n:,} rows, {len(lines):,} rejects,"
-        f" {len(plines):,} prompts match the manifest",
-    )
+    return len(plines)
 
 
 def _reject_ok(obj: Any, counts: dict[str, Any]) -> bool:

@@ -7,12 +7,13 @@ goes the other way: it decodes the row's tokens, splits them into maximal superv
 compares each decoded run, and its character offset in the decoded row, with the generations it
 renders itself from the source row (P = render(turns<j, generation prompt), F = render(turns<=j),
 G = F after P up to and including the first end-of-turn token). Reading and normalizing sources
-(and the selection, ids and filters of `mix.iter_selected_items`) are shared with build: that
+(and the selection, ids and filters of `mix.Selection`) are shared with build: that
 is reading, not masking.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import random
@@ -46,6 +47,7 @@ from draftset.output.readback import (
     read_jsonl,
     supervised_runs,
 )
+from draftset.select import mix  # reading, ids and filters only; never build's masking code
 from draftset.sources.normalize import as_template_reads
 from draftset.sources.read import Source, SourceError, describe_inputs, sha256_file
 
@@ -182,8 +184,6 @@ def check_tokenizer(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
 def check_template(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
     """The manifest's template text hashes to its recorded sha256, and equals its origin
     (the --chat-template file when still readable, else the tokenizer's own template)."""
-    import hashlib
-
     p = Problems()
     t = out.manifest.get("template") or {}
     text = str(t.get("text") or "")
@@ -269,8 +269,6 @@ def check_sources(out: OutputSet) -> CheckResult:
 
 def iter_source_items(out: OutputSet) -> Iterator[Normalized]:
     """Every input row as build read it: same selection, normalization, ids and filters."""
-    from draftset.select import mix  # reading, ids and filters only; never build's masking code
-
     opts = out.options
     sel = out.manifest.get("selection") or {}
     spec = mix.SelectionSpec(
@@ -285,7 +283,7 @@ def iter_source_items(out: OutputSet) -> Iterator[Normalized]:
         template_kwargs=dict((out.manifest.get("template") or {}).get("kwargs") or {}),
         overlay=[d["path"] for d in sel.get("overlay") or []],
     )
-    yield from mix.iter_selected_items(spec)
+    yield from mix.Selection(spec).rows()
 
 
 # --- expected generations, derived from renders --------------------------------------------------
@@ -587,25 +585,19 @@ def pick_rows(n: int, sample: int | None, seed: int) -> tuple[list[int], bool]:
     return sorted(random.Random(seed).sample(range(n), sample)), False
 
 
-def source_pass(
-    out: OutputSet,
-    tmpl: ChatTemplate,
-    sample: int | None,
-    seed: int,
-    placeholders: tuple[str, ...],
-) -> SourcePass:
-    """Row identity over every row; mask fidelity and leakage over the chosen rows.
+@dataclass
+class _OutputIndex:
+    """Where each input row went: output rows by id, rejects and queued prompts by position."""
 
-    Expected rows use the manifest's placeholder list (what build skipped); leakage judges
-    supervised answers against ``placeholders`` (the verify flag, default the same list)."""
-    opts = out.options
-    build_placeholders = tuple(opts.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
-    timeout = opts.get("render_timeout", defaults.RENDER_TIMEOUT)
-    mode = str(opts.get("turns", "all"))
+    ids: list[str | None]
+    row_of_id: dict[str, int]
+    each_rows: dict[str, list[str]]  # --turns each: input id -> its `id#k` output rows
+    rejects_at: dict[tuple[str, int], list[dict[str, Any]]]
+    prompts_at: dict[tuple[str, Any], dict[str, Any]]
+
+
+def _index_output(out: OutputSet, mode: str) -> _OutputIndex:
     ids = out.ids()
-    n = len(ids)
-    chosen, full = pick_rows(n, sample, seed)
-    chosen_set = set(chosen)
     row_of_id = {rid: i for i, rid in enumerate(ids) if rid is not None}
     each_rows: dict[str, list[str]] = {}
     if mode == "each":
@@ -624,6 +616,29 @@ def source_pass(
         for o in prompt_lines
         if isinstance(o, dict) and isinstance(o.get("metadata"), dict)
     }
+    return _OutputIndex(ids, row_of_id, each_rows, rejects_at, prompts_at)
+
+
+def source_pass(
+    out: OutputSet,
+    tmpl: ChatTemplate,
+    sample: int | None,
+    seed: int,
+    placeholders: tuple[str, ...],
+) -> SourcePass:
+    """Row identity over every row; mask fidelity and leakage over the chosen rows.
+
+    Expected rows use the manifest's placeholder list (what build skipped); leakage judges
+    supervised answers against ``placeholders`` (the verify flag, default the same list)."""
+    opts = out.options
+    build_placeholders = tuple(opts.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
+    timeout = opts.get("render_timeout", defaults.RENDER_TIMEOUT)
+    mode = str(opts.get("turns", "all"))
+    idx = _index_output(out, mode)
+    row_of_id = idx.row_of_id
+    n = len(idx.ids)
+    chosen, full = pick_rows(n, sample, seed)
+    chosen_set = set(chosen)
     ident = Problems()
     maskp = Problems()
     leak = Problems()
@@ -634,31 +649,16 @@ def source_pass(
     sources = out.sources()
     for position, item in enumerate(iter_source_items(out)):
         key = (item.source, item.row)
-        if isinstance(item, Reject):
-            lines = rejects_at.get(key) or []
-            used_rejects.add(key)
-            if not any(x.get("reason") == item.reason for x in lines):
-                ident.add(
-                    "rejected input row has no matching rejects.jsonl line",
-                    item.id or f"{item.source}:{item.row}",
-                )
-            continue
-        if isinstance(item, PromptOnly):
-            line = prompts_at.get(key)
-            if line is None or line.get("id") != item.id:
-                ident.add("prompt-only row missing from prompts.jsonl", item.id)
+        if isinstance(item, Reject | PromptOnly):
+            _check_unwritten(ident, item, idx, used_rejects)
             continue
         expected: list[tuple[str, Expected]] = []
         error: str | None = None
-        if isinstance(item, PreTokenized):
+        if isinstance(item, PreTokenized) or mode != "each":
             own = [item.id] if item.id in row_of_id else []
         else:
-            own = (
-                each_rows.get(item.id, [])
-                if mode == "each"
-                else ([item.id] if item.id in row_of_id else [])
-            )
-        lines = rejects_at.get(key) or []
+            own = idx.each_rows.get(item.id, [])
+        lines = idx.rejects_at.get(key) or []
         if lines:
             used_rejects.add(key)
         if not own and not lines:
@@ -678,50 +678,30 @@ def source_pass(
             context_by_source.setdefault(item.source, Counter()).update(context)
             if not own:
                 _check_rejection(maskp, item, lines, expected, error)
-        exp_by_id = dict(expected)
-        for rid in own:
-            r = row_of_id[rid]
-            if r not in chosen_set:
-                continue
-            checked += 1
-            row = out.row(r)
-            if isinstance(item, PreTokenized):
-                v = _compare_pretokenized(tmpl, item, row, opts, placeholders)
-            elif rid not in exp_by_id:
-                why = error or "no supervisable assistant turn"
-                maskp.add("row exists but re-derivation gives no such row", rid, f"{rid}: {why}")
-                continue
-            else:
-                v = compare_row(
-                    tmpl,
-                    row["input_ids"],
-                    row["loss_mask"],
-                    exp_by_id[rid],
-                    item,
-                    opts,
-                    placeholders,
-                )
-            for msg in v.mask:
-                maskp.add(msg.split(":")[0], rid, f"{rid}: {msg}")
-            for msg in v.leakage:
-                leak.add(msg.split(":")[0], rid, f"{rid}: {msg}")
+        mine = [rid for rid in own if row_of_id[rid] in chosen_set]
+        checked += len(mine)
+        _check_rows(
+            out, tmpl, item, mine, row_of_id, dict(expected), error, placeholders, (maskp, leak)
+        )
         if isinstance(item, Conversation) and needs and mode == "each":
             for rid, _ in expected:
                 if rid not in row_of_id and not any(x.get("id") == rid for x in lines):
                     maskp.add("expected row missing and not rejected", rid)
-    for r in range(n):
-        if r not in row_owner:
-            ident.add("output row id not found among the input rows", ids[r] or f"#{r}")
-    order = [row_owner[r] for r in range(n) if r in row_owner]
-    for a, b in itertools.pairwise(order):
-        if b < a:
-            ident.add("rows are not in input order (build's order is deterministic)", None)
-            break
-    for key in rejects_at:
-        if key not in used_rejects:
-            ident.add("rejects.jsonl line for a row that is not an input row", f"{key[0]}:{key[1]}")
+    _check_every_output_row(ident, idx, row_owner, used_rejects)
     if full:
         _compare_context_counts(maskp, out, context_by_source)
+    return _source_pass_results((ident, maskp, leak), n, checked, full, placeholders)
+
+
+def _source_pass_results(
+    problems: tuple[Problems, Problems, Problems],
+    n: int,
+    checked: int,
+    full: bool,
+    placeholders: tuple[str, ...],
+) -> SourcePass:
+    """The three check results of the pass, saying what they covered."""
+    ident, maskp, leak = problems
     scope = f"all {checked:,} rows" if full else f"a seeded sample of {checked:,} of {n:,} rows"
     return SourcePass(
         ident.result(
@@ -739,6 +719,86 @@ def source_pass(
             {"placeholders": list(placeholders)},
         ),
     )
+
+
+def _check_unwritten(
+    ident: Problems,
+    item: Reject | PromptOnly,
+    idx: _OutputIndex,
+    used_rejects: set[tuple[str, int]],
+) -> None:
+    """A rejected row has its rejects.jsonl line; a prompt-only row its prompts.jsonl line."""
+    key = (item.source, item.row)
+    if isinstance(item, Reject):
+        lines = idx.rejects_at.get(key) or []
+        used_rejects.add(key)
+        if not any(x.get("reason") == item.reason for x in lines):
+            ident.add(
+                "rejected input row has no matching rejects.jsonl line",
+                item.id or f"{item.source}:{item.row}",
+            )
+        return
+    line = idx.prompts_at.get(key)
+    if line is None or line.get("id") != item.id:
+        ident.add("prompt-only row missing from prompts.jsonl", item.id)
+
+
+def _check_rows(
+    out: OutputSet,
+    tmpl: ChatTemplate,
+    item: Conversation | PreTokenized,
+    rids: list[str],
+    row_of_id: dict[str, int],
+    exp_by_id: dict[str, Expected],
+    error: str | None,
+    placeholders: tuple[str, ...],
+    problems: tuple[Problems, Problems],
+) -> None:
+    """Mask fidelity and leakage of one input row's chosen output rows."""
+    maskp, leak = problems
+    for rid in rids:
+        row = out.row(row_of_id[rid])
+        if isinstance(item, PreTokenized):
+            v = _compare_pretokenized(tmpl, item, row, out.options, placeholders)
+        elif rid not in exp_by_id:
+            why = error or "no supervisable assistant turn"
+            maskp.add("row exists but re-derivation gives no such row", rid, f"{rid}: {why}")
+            continue
+        else:
+            v = compare_row(
+                tmpl,
+                row["input_ids"],
+                row["loss_mask"],
+                exp_by_id[rid],
+                item,
+                out.options,
+                placeholders,
+            )
+        for msg in v.mask:
+            maskp.add(msg.split(":")[0], rid, f"{rid}: {msg}")
+        for msg in v.leakage:
+            leak.add(msg.split(":")[0], rid, f"{rid}: {msg}")
+
+
+def _check_every_output_row(
+    ident: Problems,
+    idx: _OutputIndex,
+    row_owner: dict[int, int],
+    used_rejects: set[tuple[str, int]],
+) -> None:
+    """Every output row and reject line belongs to an input row, and rows keep input order."""
+    n = len(idx.ids)
+    for r in range(n):
+        if r not in row_owner:
+            ident.add("output row id not found among the input rows", idx.ids[r] or f"#{r}")
+    order = [row_owner[r] for r in range(n) if r in row_owner]
+    for a, b in itertools.pairwise(order):
+        if b < a:
+            ident.add("rows are not in input order (build's order is deterministic)", None)
+            break
+    for key in idx.rejects_at:
+        if key not in used_rejects:
+            ident.add("rejects.jsonl line for a row that is not an input row", f"{key[0]}:{key[1]}")
 
 
 _BOUNDED = frozenset({reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE})

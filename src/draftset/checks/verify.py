@@ -11,6 +11,7 @@ of the set's files in DIR/verify.json, which `draftset report` shows (or marks s
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -23,6 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from draftset import api
 from draftset.checks.fast import (
     check_accounting,
     check_draft_vocab,
@@ -31,9 +33,17 @@ from draftset.checks.fast import (
     check_structure,
     check_token_freq,
 )
+from draftset.checks.mask import (
+    check_sources,
+    check_template,
+    check_tokenizer,
+    check_truncation,
+    load_template,
+    source_pass,
+)
 from draftset.config import defaults
 from draftset.core import reasons
-from draftset.core.errors import EXIT_FAIL, EXIT_OK, DraftsetError
+from draftset.core.errors import EXIT_FAIL, EXIT_OK, UsageError
 from draftset.core.files import write_json_atomic
 from draftset.inspect.show import visible
 from draftset.mask.template import TokenizerError
@@ -63,7 +73,7 @@ __all__ = [
 RECORD_FORMAT = "draftset-verify/1"
 
 
-class VerifyUsageError(DraftsetError):
+class VerifyUsageError(UsageError):
     """Unusable arguments (exit code 2)."""
 
 
@@ -113,15 +123,6 @@ def run_verify(
     ``record``: write the result beside the set (`verify.json`, see `write_record`) so `report`
     can show it; a folder that cannot be written adds a `verify_record` skip saying so.
     """
-    from draftset.checks.mask import (
-        check_sources,
-        check_template,
-        check_tokenizer,
-        check_truncation,
-        load_template,
-        source_pass,
-    )
-
     out = open_output(Path(out_dir))
     results = _fast(out, block_size)
     if placeholders is None:
@@ -201,6 +202,7 @@ def write_record(
     """Write `verify.json` beside the set: when, which draftset, the options, every check and
     the sha256 of the set's files as verified. Atomic (a reader never sees half a file); not
     one of the set's files, so it never trips verify's own checks."""
+    # lazy: importlib.metadata (~70 ms) only when a record is written
     from draftset import __version__
 
     path = out.folder / VERIFY_RECORD
@@ -257,8 +259,6 @@ def read_record(out: OutputSet) -> RecordStatus:
 # --- 9. loadable by speculators ------------------------------------------------------------------
 def check_speculators_load(out: OutputSet) -> CheckResult:
     """Load the set with speculators' training data loader when installed; never silently skip."""
-    import importlib.util
-
     if importlib.util.find_spec("speculators") is None:
         return CheckResult(
             "speculators_load",
@@ -281,6 +281,7 @@ def check_speculators_load(out: OutputSet) -> CheckResult:
         # its module imports serving clients; load exactly as ArrowDataset.__init__ does
         how = f"datasets.load_from_disk as ArrowDataset does (ArrowDataset import failed: {exc})"
         try:
+            # lazy: datasets is optional; only when speculators is installed
             from datasets import load_from_disk
 
             data = load_from_disk(str(out.folder))
@@ -384,44 +385,27 @@ def register_cli(subparsers: Any) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from draftset import api
-
-    try:
-        result = api.verify(
-            args.dir,
-            tokenizer=args.tokenizer,
-            sample=args.sample,
-            seed=args.seed,
-            block_size=args.block_size,
-            placeholders=args.placeholder,
-            fast=args.fast,
-            json=args.json,
-        )
-    except DraftsetError as exc:  # (`python -m draftset.checks.verify` has no cli.main around it)
-        print(exc.cli_line(), file=sys.stderr)
-        return exc.exit_code
+    result = api.verify(
+        args.dir,
+        tokenizer=args.tokenizer,
+        sample=args.sample,
+        seed=args.seed,
+        block_size=args.block_size,
+        placeholders=args.placeholder,
+        fast=args.fast,
+        json=args.json,
+    )
     print_results(result.checks)
     if result.recorded is not None:
         print(f"result recorded in {Path(args.dir) / VERIFY_RECORD} (shown by `draftset report`)")
     return EXIT_OK if result.ok else EXIT_FAIL
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        raise VerifyUsageError(message)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (`python -m draftset.checks.verify DIR`); the CLI wires `register_cli`."""
-    parser = _Parser(prog="draftset")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    register_cli(sub)
-    try:
-        args = parser.parse_args(["verify", *(argv if argv is not None else sys.argv[1:])])
-    except VerifyUsageError as exc:
-        print(exc.cli_line(), file=sys.stderr)
-        return exc.exit_code
-    return int(args.handler(args))
+    """Standalone ``python -m draftset.checks.verify``: the CLI's parser and exit codes."""
+    from draftset.cli import main as cli_main  # lazy: cli imports this module for its command
+
+    return cli_main(["verify", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

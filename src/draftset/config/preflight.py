@@ -16,8 +16,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from draftset.core.errors import DraftsetError, UsageError
-from draftset.sources.presets import UnknownPresetError, apply_preset
+from draftset.core.errors import UsageError
+from draftset.mask.template import _resolve_tokenizer_path, config_vocab_size
+from draftset.sources.presets import apply_preset
 from draftset.sources.read import HUB_PREFIX
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ MANIFEST_FORMAT = "draftset/1"
 ``--overwrite`` replace a folder (any ``draftset/<n>`` version counts)."""
 
 
-class PreflightError(DraftsetError):
+class PreflightError(UsageError):
     """Unusable options or output path, found before any work (exit code 2)."""
 
 
@@ -85,10 +86,7 @@ def check_values(opts: BuildOptions) -> None:
         raise UsageError(f"dedup must be exact, near or none, not {opts.dedup!r}")
     for s in opts.sources:
         if s.preset:
-            try:
-                apply_preset(s.preset)
-            except UnknownPresetError as exc:
-                raise UsageError(str(exc).strip("'\"")) from None
+            apply_preset(s.preset)  # raises UnknownPresetError (exit 2) for an unknown name
     if opts.truncation not in ("drop", "truncate"):
         raise UsageError(f"truncation must be drop or truncate, not {opts.truncation!r}")
     if opts.turns not in ("all", "last", "each"):
@@ -202,6 +200,7 @@ def template_syntax_error(text: str) -> str | None:
     A quick parse with jinja2 (plus transformers' ``{% generation %}`` tag); only when that
     fails is transformers' own compiler asked, so a template it accepts is never refused.
     """
+    # lazy: jinja2 only when a --chat-template file is given
     import jinja2
     import jinja2.ext
     import jinja2.sandbox
@@ -223,6 +222,7 @@ def template_syntax_error(text: str) -> str | None:
     except jinja2.TemplateSyntaxError:
         pass
     try:
+        # lazy: transformers takes seconds to import: only for a template file
         from transformers.utils.chat_template_utils import _compile_jinja_template
     except ImportError:
         _compile_jinja_template = env.from_string
@@ -236,8 +236,6 @@ def template_syntax_error(text: str) -> str | None:
 def check_options(opts: BuildOptions) -> None:
     """The tokenizer folder, optional dependencies and vocabulary sizes, known before the
     tokenizer loads."""
-    from draftset.mask.template import _resolve_tokenizer_path
-
     _resolve_tokenizer_path(opts.tokenizer)  # TokenizerError (exit 2): missing folder offline
     if opts.dedup == "near" and importlib.util.find_spec("datasketch") is None:
         raise PreflightError(
@@ -253,8 +251,6 @@ def check_options(opts: BuildOptions) -> None:
     if target is not None and target < 1:
         raise PreflightError(f"--target-vocab-size must be >= 1, not {target}")
     if target is None:
-        from draftset.mask.template import config_vocab_size
-
         target = config_vocab_size(opts.tokenizer)
     if target is None:
         raise PreflightError(

@@ -15,11 +15,12 @@ from typing import Any
 
 import yaml
 
-from draftset.core.errors import DraftsetError
+from draftset.core.errors import UsageError
+from draftset.sources.presets import apply_preset
 from draftset.sources.read import HUB_PREFIX, Source
 
 
-class RecipeError(DraftsetError):
+class RecipeError(UsageError):
     """A recipe or source spec that cannot be used (exit code 2)."""
 
 
@@ -123,12 +124,7 @@ def parse_json_object(text: str, what: str) -> dict[str, Any]:
 
 def preset_hub_path(name: str) -> str:
     """``hf:ID[:CONFIG]@SPLIT`` of a preset's public set (read from the hub, online only)."""
-    from draftset.sources.presets import UnknownPresetError, apply_preset
-
-    try:
-        preset = apply_preset(name)
-    except UnknownPresetError as exc:
-        raise RecipeError(str(exc).strip("'\"")) from None
+    preset = apply_preset(name)
     config = f":{preset.hub_config}" if preset.hub_config else ""
     return f"{HUB_PREFIX}{preset.hub_id}{config}@{preset.hub_split}"
 

@@ -4,13 +4,28 @@ The invariant ``read == written + rejected + needs_generation`` (per source, by 
 checked before a build may report success. With ``--turns each`` one input row can give several
 output rows: a row counts as written when at least one of its rows was written, as rejected when
 none was; ``rows_out`` and ``row_rejects`` count the individual rows.
+
+Counters are declared once, as dataclass fields, and merge by addition (``a + b``, ``+=``) the
+way datatrove's stats merge across ranks: a batch's counts (`count_results`, pure) added up in
+any grouping equal the counts of the whole stream. The JSON form, the totals and the merge are
+derived from the fields, so a new counter is one new line here.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from draftset.core import reasons
+from draftset.core.records import PromptOnly, Reject
+
+if TYPE_CHECKING:  # the row step's result type; core never imports the mask stage at run time
+    from draftset.mask.step import ItemResult
 
 
 @dataclass
@@ -19,7 +34,9 @@ class SourceCounts:
     sampled_out: int = 0  # not selected by --max-samples / weights / counts
     read: int = 0  # rows taken into the run
     written: int = 0  # input rows with at least one output row
-    rejected: Counter[str] = field(default_factory=Counter)  # input rows, by reason
+    # input rows, by reason; a counter by reason is ``<name>_by_reason`` in JSON, preceded by
+    # ``<name>`` (its sum) when its metadata says "total"
+    rejected: Counter[str] = field(default_factory=Counter, metadata={"total": True})
     needs_generation: int = 0  # prompt-only rows, written to prompts.jsonl
     rows_out: int = 0  # output rows (== written unless --turns each)
     row_rejects: Counter[str] = field(default_factory=Counter)  # every reject line, by reason
@@ -53,30 +70,37 @@ class SourceCounts:
             )
         return None
 
+    def __iadd__(self, other: SourceCounts) -> SourceCounts:
+        if not isinstance(other, SourceCounts):
+            return NotImplemented
+        for f in fields(self):
+            mine = getattr(self, f.name)
+            if isinstance(mine, Counter):
+                mine.update(getattr(other, f.name))  # update keeps zero counts, unlike +
+            else:
+                setattr(self, f.name, mine + getattr(other, f.name))
+        return self
+
+    def __add__(self, other: SourceCounts) -> SourceCounts:
+        if not isinstance(other, SourceCounts):
+            return NotImplemented
+        out = type(self)()
+        out += self
+        out += other
+        return out
+
     def to_json(self) -> dict[str, Any]:
-        return {
-            "available": self.available,
-            "sampled_out": self.sampled_out,
-            "read": self.read,
-            "written": self.written,
-            "rejected": self.rejected_total,
-            "rejected_by_reason": dict(sorted(self.rejected.items())),
-            "needs_generation": self.needs_generation,
-            "rows_out": self.rows_out,
-            "row_rejects_by_reason": dict(sorted(self.row_rejects.items())),
-            "truncated": self.truncated,
-            "supervised_turns": self.supervised_turns,
-            "context_turns_by_reason": dict(sorted(self.context_turns.items())),
-            "trailing_turns_trimmed": self.trailing_turns_trimmed,
-            "tokens": self.tokens,
-            "supervised_tokens": self.supervised_tokens,
-            "server_ids_used": self.server_ids_used,
-            "server_ids_mismatch": self.server_ids_mismatch,
-            "generation_tags_agree": self.generation_tags_agree,
-            "generation_tags_disagree": self.generation_tags_disagree,
-            "placeholder_rows": self.placeholder_rows,
-            "empty_think_rows": self.empty_think_rows,
-        }
+        """Every field in declaration order; a counter by reason as ``<name>_by_reason``."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Counter):
+                if f.metadata.get("total"):
+                    out[f.name] = sum(value.values())
+                out[f"{f.name}_by_reason"] = dict(sorted(value.items()))
+            else:
+                out[f.name] = value
+        return out
 
 
 # The per-source summary table (terminal summary and HTML report): header, key in to_json().
@@ -106,33 +130,30 @@ class Accounting:
     def __getitem__(self, name: str) -> SourceCounts:
         return self.sources[name]
 
+    def __iadd__(self, other: Accounting) -> Accounting:
+        """Add ``other``'s counts source by source (a source new to this run goes last)."""
+        if not isinstance(other, Accounting):
+            return NotImplemented
+        for name, counts in other.sources.items():
+            if name in self.sources:
+                self.sources[name] += counts
+            else:
+                self.sources[name] = SourceCounts() + counts
+        return self
+
+    def __add__(self, other: Accounting) -> Accounting:
+        if not isinstance(other, Accounting):
+            return NotImplemented
+        out = Accounting([])
+        out += self
+        out += other
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Accounting) and self.sources == other.sources
+
     def total(self) -> SourceCounts:
-        t = SourceCounts()
-        for c in self.sources.values():
-            for name in (
-                "available",
-                "sampled_out",
-                "read",
-                "written",
-                "needs_generation",
-                "rows_out",
-                "truncated",
-                "supervised_turns",
-                "trailing_turns_trimmed",
-                "tokens",
-                "supervised_tokens",
-                "server_ids_used",
-                "server_ids_mismatch",
-                "generation_tags_agree",
-                "generation_tags_disagree",
-                "placeholder_rows",
-                "empty_think_rows",
-            ):
-                setattr(t, name, getattr(t, name) + getattr(c, name))
-            t.rejected.update(c.rejected)
-            t.row_rejects.update(c.row_rejects)
-            t.context_turns.update(c.context_turns)
-        return t
+        return sum(self.sources.values(), SourceCounts())
 
     def balance_errors(self) -> list[str]:
         return [
@@ -146,3 +167,47 @@ class Accounting:
             "per_source": {name: c.to_json() for name, c in self.sources.items()},
             "total": self.total().to_json(),
         }
+
+
+def count_results(results: Sequence[ItemResult]) -> Accounting:
+    """The counts of one batch of row-step results: pure, so whoever ran the batch can count it;
+    the driver adds the batches up (``acct += count_results(results)``)."""
+    acct = Accounting(list(dict.fromkeys(res.item.source for res in results)))
+    for res in results:
+        item = res.item
+        counts = acct[item.source]
+        if isinstance(item, Reject):
+            counts.rejected[item.reason] += 1
+            counts.row_rejects[item.reason] += 1
+            continue
+        if isinstance(item, PromptOnly):
+            counts.needs_generation += 1
+            continue
+        counts.row_rejects.update(r.reason for r in res.rejects)
+        if res.rows:
+            counts.written += 1
+            counts.rows_out += len(res.rows)
+            for r in res.rows:
+                counts.tokens += int(r.input_ids.shape[0])
+                counts.supervised_tokens += int(r.loss_mask.sum(dtype=np.int64))
+                counts.truncated += int(r.truncated)
+        else:
+            counts.rejected[res.rejects[0].reason] += 1
+        if res.plan_stats is not None:
+            stats = res.plan_stats
+            counts += SourceCounts(**{n: getattr(stats, n) for n in _summed_by_name(type(stats))})
+            counts.supervised_turns += sum(rp.supervised_turns for rp in stats.rows)
+        if res.placeholder_only:
+            if not res.rows and any(r.reason == reasons.NO_SUPERVISED_TURN for r in res.rejects):
+                counts.placeholder_rows += 1
+        elif res.empty_think and res.rows:
+            counts.empty_think_rows += 1
+    return acct
+
+
+@cache
+def _summed_by_name(stats_type: type) -> tuple[str, ...]:
+    """The row step's per-row counters (`render.ConversationPlan`) named like a field here:
+    summed into it by name, so a new counter is declared in the two places it means something."""
+    ours = {f.name for f in fields(SourceCounts)}
+    return tuple(f.name for f in fields(stats_type) if f.name in ours)

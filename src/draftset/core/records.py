@@ -95,4 +95,22 @@ class Reject:
         }
 
 
+class RowProblem(Exception):
+    """Why one row cannot be used: a stable reason code (see `reasons`) and a message.
+
+    The one row-problem type: readers return it as a value for a line that does not parse,
+    normalizers and preset transforms raise it; either way it becomes that row's `Reject`,
+    never a run failure.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+    def reject(self, source: str, row: int, row_id: str | None) -> Reject:
+        """This problem as the row's `Reject`."""
+        return Reject(source, row, row_id, self.reason, self.message)
+
+
 Normalized = Conversation | PromptOnly | PreTokenized | Reject

@@ -67,6 +67,7 @@ def progress(enabled: bool = True) -> Iterator[ProgressFn | None]:
 
 def print_summary(r: GenerateResult, console: Console | None = None) -> None:
     """Counts by outcome, then throughput and where the files are."""
+    # lazy: job imports this module (import cycle)
     from draftset.generation.job import WRITTEN
 
     console = console or Console(highlight=False)

@@ -18,6 +18,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from draftset.generation.wire import BodyTooLarge, Client, Response, WireError, parse_target
 from draftset.sources.read import _has_lone_surrogate
@@ -138,8 +139,6 @@ def make_endpoint(
 
 
 def _url_secrets(url: str) -> list[str]:
-    from urllib.parse import unquote, urlsplit
-
     parts = urlsplit(url)
     return [x for x in (parts.password, unquote(parts.password or "")) if x]
 

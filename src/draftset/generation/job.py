@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
 import random
@@ -27,9 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from draftset.config.recipe import load_recipe, parse_fields, source_name, unique_names
 from draftset.core import reasons
-from draftset.core.errors import DraftsetError, RunError
+from draftset.core.errors import EXIT_FAIL, EXIT_OK, RunError, UsageError
+from draftset.core.ids import IdRegistry, duplicate_id_message
 from draftset.core.records import PreTokenized, PromptOnly, Reject
+from draftset.generation.console import print_summary, progress
 from draftset.generation.dialog import (
     STOP_LENGTH,
     STOP_NOTHING,
@@ -56,7 +58,6 @@ from draftset.generation.http import (
 from draftset.generation.store import (
     LineWriter,
     RunLock,
-    StoreError,
     drop_ids,
     errors_path,
     first_line,
@@ -67,8 +68,8 @@ from draftset.generation.store import (
 )
 from draftset.generation.wire import redact_url
 from draftset.sources.normalize import FORMATS
-from draftset.sources.presets import source_normalizer
-from draftset.sources.read import Source, SourceError, count_rows, iter_raw_rows
+from draftset.sources.presets import apply_preset, source_normalizer
+from draftset.sources.read import HUB_PREFIX, Source, count_rows, iter_raw_rows
 
 # --- error reason codes (errors file `reason`; part of the format: never rename, only add) ---
 LENGTH = STOP_LENGTH  # an answer hit max_tokens (finish_reason "length"); kept with --keep-length
@@ -100,8 +101,6 @@ RETRYABLE_REASONS = frozenset({RETRIES_EXHAUSTED, INVALID_RESPONSE})
 
 WRITTEN = "written"  # outcome of a row that went to the output file
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-
 API_KEY_ENV = ("DRAFTSET_API_KEY", "OPENAI_API_KEY")
 """Environment variables read, in this order, for the API key when ``--api-key`` is not given."""
 
@@ -111,7 +110,7 @@ RESERVED_BODY_KEYS = frozenset(
 )
 
 
-class GenerateUsageError(DraftsetError):
+class GenerateUsageError(UsageError):
     """Unusable arguments: one line on stderr, exit code 2."""
 
 
@@ -214,30 +213,13 @@ ProgressFn = Callable[[GenerateResult], None]
 
 
 # --- input ---------------------------------------------------------------------------------
-class _Ids:
-    """Row ids seen in this run, as 8-byte digests (bounded memory for millions of rows)."""
-
-    def __init__(self) -> None:
-        self._seen: set[bytes] = set()
-
-    @staticmethod
-    def key(row_id: str) -> bytes:
-        return hashlib.blake2b(row_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-
-    def claim(self, row_id: str) -> bool:
-        k = self.key(row_id)
-        if k in self._seen:
-            return False
-        self._seen.add(k)
-        return True
-
-
-def _unique(candidate: str | None, source: str, row: int, ids: _Ids) -> tuple[str, bool]:
-    """(resume key, True when it is the row's own id or its source-prefixed form)."""
+def _unique(candidate: str | None, source: str, row: int, ids: IdRegistry) -> tuple[str, bool]:
+    """(resume key, True when it is the row's own id or its source-prefixed form): build's
+    rule (`IdRegistry.claim_row_id`), then a made-up key for the error line of a row without."""
     if candidate is not None:
-        for option in (candidate, f"{source}:{candidate}"):
-            if ids.claim(option):
-                return option, True
+        own = ids.claim_row_id(candidate, source)
+        if own is not None:
+            return own, True
     fallback = f"{source}:{row}" if candidate is None else f"{source}:{row}#duplicate"
     while not ids.claim(fallback):
         fallback += "+"
@@ -246,7 +228,7 @@ def _unique(candidate: str | None, source: str, row: int, ids: _Ids) -> tuple[st
 
 def iter_inputs(sources: list[Source]) -> Iterator[Job | dict[str, Any]]:
     """Jobs to answer, or error lines for rows that cannot be answered, in input order."""
-    ids = _Ids()
+    ids = IdRegistry()
     for src in sources:
         norm = source_normalizer(src)  # build's normalization of this source
         for raw in iter_raw_rows(src):
@@ -255,7 +237,7 @@ def iter_inputs(sources: list[Source]) -> Iterator[Job | dict[str, Any]]:
             if isinstance(item, Reject):
                 yield _error_line(key, item.source, item.row, item.reason, item.message)
             elif not own:
-                msg = f"id {item.id!r} already used in this run"
+                msg = duplicate_id_message(item.id)
                 yield _error_line(key, item.source, item.row, reasons.DUPLICATE_ID, msg)
             elif isinstance(item, PreTokenized):
                 msg = "a pre-tokenized row has no messages to send"
@@ -486,18 +468,19 @@ def _served_model(wanted: str | None, up: list[Endpoint]) -> str:
     return up[0].served_models[0]
 
 
-def _resume(opts: GenerateOptions, result: GenerateResult) -> set[bytes]:
+def _resume(opts: GenerateOptions, result: GenerateResult) -> IdRegistry:
     """Keys of the rows already done (in either file), after cutting torn tails."""
     errs = errors_path(opts.out)
     if opts.retry_errors and errs.exists():
         found = recover(errs)
         if any(found.reasons.get(r) for r in RETRYABLE_REASONS):
             drop_ids(errs, _ids_with_reasons(errs, RETRYABLE_REASONS))
-    done: set[bytes] = set()
+    done = IdRegistry()
     for path in (opts.out, errs):
         found = recover(path)
         result.torn_bytes += found.torn_bytes
-        done.update(_Ids.key(i) for i in found.ids)
+        for i in found.ids:
+            done.claim(i)
     return done
 
 
@@ -670,7 +653,7 @@ def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
     return out
 
 
-async def _drive(runner: _Runner, opts: GenerateOptions, done: set[bytes]) -> None:
+async def _drive(runner: _Runner, opts: GenerateOptions, done: IdRegistry) -> None:
     """Feed jobs to a fixed set of workers through a small queue (memory stays bounded).
 
     A worker that fails (e.g. `NoEndpoint`) cancels the feeding loop, which then raises that
@@ -697,7 +680,7 @@ async def _drive(runner: _Runner, opts: GenerateOptions, done: set[bytes]) -> No
     try:
         for item in iter_inputs(opts.sources):
             key = item.id if isinstance(item, Job) else item["id"]
-            if _Ids.key(key) in done:
+            if key in done:
                 result.skipped += 1
                 continue
             if isinstance(item, dict):
@@ -742,6 +725,16 @@ def register_cli(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     g.add_argument("inputs", nargs="+", metavar="SOURCE")
+    _add_endpoint_options(g)
+    _add_source_options(g)
+    _add_retry_options(g)
+    _add_sampling_options(g)
+    _add_output_options(g)
+    g.set_defaults(handler=cmd_generate)
+
+
+def _add_endpoint_options(g: argparse.ArgumentParser) -> None:
+    """The servers, the model they serve, the key, and the output file."""
     g.add_argument(
         "--endpoint",
         action="append",
@@ -756,6 +749,10 @@ def register_cli(subparsers: Any) -> None:
         help="bearer token sent to the endpoints; better set DRAFTSET_API_KEY or OPENAI_API_KEY "
         "(read when this is not given) so it stays out of the shell history and process list",
     )
+
+
+def _add_source_options(g: argparse.ArgumentParser) -> None:
+    """How the sources' rows are read, as for build."""
     g.add_argument(
         "--format",
         choices=list(FORMATS),
@@ -772,6 +769,10 @@ def register_cli(subparsers: Any) -> None:
         help="column layout of a known public set, as for build (openorca, ultrachat-200k, "
         "xlam-function-calling-60k, ...; see docs/mixtures.md)",
     )
+
+
+def _add_retry_options(g: argparse.ArgumentParser) -> None:
+    """Concurrency, deadlines, retries and endpoint health."""
     g.add_argument(
         "--concurrency", type=int, default=16, help="requests in flight per endpoint (default 16)"
     )
@@ -813,6 +814,10 @@ def register_cli(subparsers: Any) -> None:
         metavar="SECONDS",
         help="stop (exit 1, resumable) when no endpoint is healthy this long (default 600)",
     )
+
+
+def _add_sampling_options(g: argparse.ArgumentParser) -> None:
+    """What each request asks of the model."""
     g.add_argument("--temperature", type=float)
     g.add_argument("--top-p", type=float)
     g.add_argument("--top-k", type=int)
@@ -832,6 +837,10 @@ def register_cli(subparsers: Any) -> None:
         action="store_true",
         help="ask for token ids (vLLM return_token_ids) and keep them in metadata",
     )
+
+
+def _add_output_options(g: argparse.ArgumentParser) -> None:
+    """What is kept, retried or discarded, and progress."""
     g.add_argument(
         "--keep-length",
         action="store_true",
@@ -857,35 +866,21 @@ def register_cli(subparsers: Any) -> None:
         "file only; refused for a file draftset did not write) instead of resuming",
     )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g.set_defaults(handler=cmd_generate)
 
 
 def options_from_args(args: argparse.Namespace) -> GenerateOptions:
     """Validated options; raises `GenerateUsageError` with a one-line message."""
-    from draftset.config.recipe import RecipeError, parse_fields, source_name, unique_names
-    from draftset.sources.read import HUB_PREFIX
-
-    try:
-        fields = parse_fields(args.field)
-        if len(args.inputs) == 1 and args.inputs[0].endswith((".yaml", ".yml")):
-            sources = _recipe_sources(Path(args.inputs[0]), args)
-        else:
-            sources = [
-                Source(source_name(Path(p)), Path(p), args.format, fields) for p in args.inputs
-            ]
-    except RecipeError as exc:
-        raise GenerateUsageError(str(exc)) from None
+    fields = parse_fields(args.field)  # RecipeError (exit 2) for a bad --field or recipe
+    if len(args.inputs) == 1 and args.inputs[0].endswith((".yaml", ".yml")):
+        sources = _recipe_sources(Path(args.inputs[0]), args)
+    else:
+        sources = [Source(source_name(Path(p)), Path(p), args.format, fields) for p in args.inputs]
     sources = unique_names(sources)
     for s in sources:
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise GenerateUsageError(f"source not found: {s.path}")
     if args.preset:
-        from draftset.sources.presets import UnknownPresetError, apply_preset
-
-        try:
-            apply_preset(args.preset)
-        except UnknownPresetError as exc:
-            raise GenerateUsageError(str(exc)) from None
+        apply_preset(args.preset)  # raises UnknownPresetError (exit 2) for an unknown name
         for s in sources:
             s.preset = args.preset
     extra = _json_object(args.extra_body, "--extra-body")
@@ -932,8 +927,6 @@ def _recipe_sources(path: Path, args: argparse.Namespace) -> list[Source]:
     """The sources of a `build` recipe, each with its own format, fields and preset. Selection
     (weights, counts, max_samples, mix, dedup, decontamination) is build's: generate answers
     every row, and says so when the recipe selects."""
-    from draftset.config.recipe import load_recipe
-
     if args.format or args.field or args.preset:
         raise GenerateUsageError(
             "with a recipe, give format / fields / preset per source in the recipe"
@@ -1005,19 +998,11 @@ def _check_numbers(o: GenerateOptions) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Run the job from parsed arguments; 0 done (errors counted), 1 could not run, 2 bad args."""
-    from draftset.generation.console import print_summary, progress
-
+    opts = options_from_args(args)
+    show = not args.no_progress and sys.stderr.isatty()
     try:
-        opts = options_from_args(args)
-        show = not args.no_progress and sys.stderr.isatty()
         with progress(enabled=show) as update:
             result = asyncio.run(run_generate(opts, update))
-    except (GenerateUsageError, SourceError, StoreError) as exc:
-        print(f"draftset: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except Unreachable as exc:
-        print(f"draftset: {exc}", file=sys.stderr)
-        return EXIT_FAIL
     except KeyboardInterrupt:
         print("draftset: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
@@ -1031,18 +1016,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"draftset: error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """``python -m draftset.generation.job ARGS`` == ``draftset generate ARGS`` (used by tests)."""
-    parser = _Parser(prog="draftset")
-    register_cli(parser.add_subparsers(dest="command", required=True, parser_class=_Parser))
-    args = parser.parse_args(["generate", *(sys.argv[1:] if argv is None else argv)])
-    return int(args.handler(args))
+    """Standalone ``python -m draftset.generation.job``: the CLI's parser and exit codes."""
+    from draftset.cli import main as cli_main  # lazy: cli imports this module for its command
+
+    return cli_main(["generate", *(sys.argv[1:] if argv is None else argv)])
 
 
 main_for_tests = main

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from draftset.core.errors import DraftsetError
+from draftset.core.errors import UsageError
 from draftset.core.files import write_json_atomic
 
 FSYNC_EVERY_LINES = 200
@@ -33,7 +33,7 @@ class Recovered:
     reasons: dict[str, int] = field(default_factory=dict)  # errors file: count by reason
 
 
-class StoreError(DraftsetError):
+class StoreError(UsageError):
     """An existing file that is not ours to resume (a bad line before the end)."""
 
 
@@ -181,6 +181,7 @@ class RunLock:
     the process ends in any way (``kill -9`` included), so there is never a stale lock."""
 
     def __init__(self, out: Path) -> None:
+        # lazy: fcntl is POSIX-only: needed only to lock
         import fcntl
 
         path = lock_path(out)

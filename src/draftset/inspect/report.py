@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from draftset.checks.verify import fast_checks, read_record
 from draftset.config import defaults
 from draftset.core.counters import SUMMARY_COLUMNS, summary_row
-from draftset.inspect.show import visible, visible_parts
+from draftset.core.errors import UsageError
+from draftset.inspect.show import load_decoder, visible, visible_parts
 from draftset.output.readback import (
-    NotADraftsetError,
     OutputSet,
     RowStats,
     open_output,
@@ -339,40 +340,64 @@ def build_report(
     seed: int = 0,
 ) -> str:
     """The report page as a string."""
-    from draftset.checks.verify import fast_checks, read_record
-
     out = open_output(Path(folder))
     stats: RowStats = row_stats(out, block_size)
     m = out.manifest
     counts = (m.get("counts") or {}).get("per_source") or {}
     total = (m.get("counts") or {}).get("total") or {}
-    sec: list[str] = []
+    sec: list[str] = [
+        _header_section(out, stats),
+        _verification_section(read_record(out), fast_checks(out, block_size)),
+        _composition_section(counts),
+        _rejects_section(total),
+    ]
+    if m.get("run"):
+        sec.append(_run_section(m["run"]))
+    mixture = m.get("mixture") or {}
+    if mixture:
+        sec.append(_mixture_section(mixture))
+    sec.append(_lengths_section(out, stats))
+    sec.append(_fitness_section(stats, block_size))
+    sec.append(_coverage_section(stats))
+    sec += _example_sections(out, tokenizer, examples, seed)
+    csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
+        f"<title>draftset report — {_e(out.folder.name)}</title><style>{CSS}</style></head><body>"
+        + "\n".join(sec)
+        + "</body></html>\n"
+    )
+
+
+def _header_section(out: OutputSet, stats: RowStats) -> str:
+    """Title and what the set is: folder, version, tokenizer, template, options, sizes."""
+    m = out.manifest
     tok = m.get("tokenizer") or {}
     tmpl = m.get("template") or {}
-    sec.append(
-        "<h1>draftset report</h1>"
-        + _table(
-            ["", ""],
+    return "<h1>draftset report</h1>" + _table(
+        ["", ""],
+        [
+            ["folder", out.folder],
+            ["draftset version", m.get("draftset_version")],
+            ["tokenizer", tok.get("path")],
+            ["tokenizer fingerprint", tok.get("fingerprint")],
+            ["template sha256", tmpl.get("sha256")],
+            ["template kwargs", tmpl.get("kwargs")],
+            ["options", ", ".join(f"{k}={v}" for k, v in out.options.items())],
             [
-                ["folder", out.folder],
-                ["draftset version", m.get("draftset_version")],
-                ["tokenizer", tok.get("path")],
-                ["tokenizer fingerprint", tok.get("fingerprint")],
-                ["template sha256", tmpl.get("sha256")],
-                ["template kwargs", tmpl.get("kwargs")],
-                ["options", ", ".join(f"{k}={v}" for k, v in out.options.items())],
-                [
-                    "rows / tokens / supervised",
-                    f"{out.num_rows:,} / {int(stats.seq_len.sum()):,}"
-                    f" / {int(stats.supervised.sum()):,}",
-                ],
+                "rows / tokens / supervised",
+                f"{out.num_rows:,} / {int(stats.seq_len.sum()):,}"
+                f" / {int(stats.supervised.sum()):,}",
             ],
-        )
+        ],
     )
-    checks = fast_checks(out, block_size)
-    sec.append(_verification_section(read_record(out), checks))
+
+
+def _composition_section(counts: dict[str, Any]) -> str:
+    """The accounting table per source and its rows / supervised tokens as bars."""
     src_rows = [[name, *(f"{n:,}" for n in summary_row(c))] for name, c in counts.items()]
-    sec.append(
+    return (
         "<h2>Composition by source</h2>"
         + _table(
             ["source", *(header for header, _ in SUMMARY_COLUMNS)],
@@ -384,9 +409,13 @@ def build_report(
             "supervised tokens by source",
         )
     )
+
+
+def _rejects_section(total: dict[str, Any]) -> str:
+    """Rejected rows and context-only turns by reason, prompts queued, hygiene counts."""
     rej: Counter[str] = Counter(total.get("row_rejects_by_reason") or {})
     ctx: Counter[str] = Counter(total.get("context_turns_by_reason") or {})
-    sec.append(
+    return (
         "<h2>Rejects and context-only turns</h2>"
         + (bars_svg(rej.most_common(), "rejected rows by reason") if rej else "<p>No rejects.</p>")
         + (
@@ -398,22 +427,25 @@ def build_report(
         + f" {int(total.get('needs_generation') or 0):,}</p>"
         + _hygiene_html(total)
     )
-    if m.get("run"):
-        sec.append(_run_section(m["run"]))
-    mixture = m.get("mixture") or {}
-    if mixture:
-        sec.append(_mixture_section(mixture))
-    sec.append(
+
+
+def _lengths_section(out: OutputSet, stats: RowStats) -> str:
+    """Sequence and supervised lengths, and how over-long rows were treated."""
+    return (
         "<h2>Lengths</h2>"
         + histogram_svg(stats.seq_len, "sequence length (tokens per row)")
         + histogram_svg(stats.supervised, "supervised tokens per row")
         + "<p>Truncated rows (last answer cut, no end-of-turn token):"
-        + f" {int((m.get('totals') or {}).get('truncated') or 0):,}"
+        + f" {int((out.manifest.get('totals') or {}).get('truncated') or 0):,}"
         + f" — truncation mode: {_e(out.options.get('truncation'))}, max "
         f"length {_e(out.options.get('max_length'))}</p>"
     )
+
+
+def _fitness_section(stats: RowStats, block_size: int) -> str:
+    """What a DFlash drafter can train on: anchors, full blocks, supervised pairs."""
     n = max(int(stats.seq_len.size), 1)
-    sec.append(
+    return (
         f"<h2>Drafter fitness (DFlash block {block_size})</h2>"
         + histogram_svg(stats.anchors, f"DFlash anchor positions per row (block {block_size})")
         + _table(
@@ -435,9 +467,13 @@ def build_report(
             ],
         )
     )
+
+
+def _coverage_section(stats: RowStats) -> str:
+    """Draft vocabulary coverage: where to pick --draft-vocab-size."""
     cum = coverage_curve(stats.token_freq)
     marks = [[f"{k:,}", f"{cum[min(k, cum.size) - 1]:.2%}"] for k in COVERAGE_MARKS if cum.size]
-    sec.append(
+    return (
         "<h2>Draft vocabulary coverage</h2><p>Fraction of supervised "
         "tokens covered by the N most frequent token ids:"
         " pick <code>--draft-vocab-size</code> where the curve flattens.</p>"
@@ -445,13 +481,15 @@ def build_report(
         + _table(["draft vocab size N", "coverage"], marks)
         + f"<p>{cum.size:,} distinct supervised token ids.</p>"
     )
-    sec.append(
+
+
+def _example_sections(out: OutputSet, tokenizer: str | None, examples: int, seed: int) -> list[str]:
+    """A seeded sample of rows with their supervised tokens highlighted (or why not)."""
+    sec = [
         "<h2>Example rows</h2><p class=muted>Supervised tokens (loss_mask "
         "= 1) are <mark>highlighted</mark>.</p>"
-    )
+    ]
     try:
-        from draftset.inspect.show import load_decoder
-
         decode, _ = load_decoder(out, tokenizer)
     except Exception as exc:
         decode = None
@@ -462,14 +500,7 @@ def build_report(
             rng.choice(out.num_rows, size=min(examples, out.num_rows), replace=False).tolist()
         )
         sec += [_example_html(out, decode, i) for i in pick]
-    csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
-    return (
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
-        f"<title>draftset report — {_e(out.folder.name)}</title><style>{CSS}</style></head><body>"
-        + "\n".join(sec)
-        + "</body></html>\n"
-    )
+    return sec
 
 
 def write_report(
@@ -478,8 +509,12 @@ def write_report(
     tokenizer: str | None = None,
     block_size: int = defaults.BLOCK_SIZE,
 ) -> Path:
+    """Write the report; an unreadable set or unwritable file is a `UsageError` (exit 2)."""
     path = Path(output) if output else Path(folder) / "report.html"
-    path.write_text(build_report(folder, tokenizer, block_size), encoding="utf-8")
+    try:
+        path.write_text(build_report(folder, tokenizer, block_size), encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(str(exc)) from None
     return path
 
 
@@ -501,35 +536,16 @@ def register_cli(subparsers: Any) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    try:
-        path = write_report(args.dir, args.output, args.tokenizer, args.block_size)
-    except (NotADraftsetError, OSError) as exc:
-        print(f"draftset: error: {exc}", file=sys.stderr)
-        return 2
+    path = write_report(args.dir, args.output, args.tokenizer, args.block_size)
     print(f"report written to {path}")
     return 0
 
 
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise _UsageError(message)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry; the CLI wires `register_cli`."""
-    parser = _Parser(prog="draftset")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    register_cli(sub)
-    try:
-        args = parser.parse_args(["report", *(argv if argv is not None else sys.argv[1:])])
-    except _UsageError as exc:
-        print(f"draftset: error: {exc}", file=sys.stderr)
-        return 2
-    return int(args.handler(args))
+    """Standalone ``python -m draftset.inspect.report``: the CLI's parser and exit codes."""
+    from draftset.cli import main as cli_main  # lazy: cli imports this module for its command
+
+    return cli_main(["report", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ from rich.table import Table
 from rich.text import Text
 
 from draftset.config import defaults
-from draftset.core.errors import DraftsetError
-from draftset.output.readback import NotADraftsetError, OutputSet, open_output, supervised_runs
+from draftset.core.errors import UsageError
+from draftset.output.readback import OutputSet, open_output, supervised_runs
 
 SUPERVISED_STYLE = "bold black on green3"
 TOKEN_STYLES = ("", "on grey23")  # alternate backgrounds mark token boundaries
@@ -77,12 +77,13 @@ def _append(text: Text, chunk: str, style: str, plain: bool) -> None:
         text.append(part, style=f"{style} {ESCAPE_STYLE}".strip() if escaped else style)
 
 
-class ShowError(DraftsetError):
+class ShowError(UsageError):
     """Unusable arguments (exit code 2)."""
 
 
 def load_decoder(out: OutputSet, tokenizer: str | None = None) -> tuple[Decoder, set[int]]:
     """Decode function (special tokens kept) and the end-of-turn token ids of the manifest."""
+    # lazy: tokenizers only when a row is decoded
     from tokenizers import Tokenizer
 
     tok = tokenizer or str((out.manifest.get("tokenizer") or {}).get("path") or "")
@@ -239,32 +240,15 @@ def register_cli(subparsers: Any) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    try:
-        show(
-            args.dir, args.row, args.row_id, args.tokens, args.tokenizer, block_size=args.block_size
-        )
-    except (ShowError, NotADraftsetError) as exc:
-        print(f"draftset: error: {exc}", file=sys.stderr)
-        return 2
+    show(args.dir, args.row, args.row_id, args.tokens, args.tokenizer, block_size=args.block_size)
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise ShowError(message)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry; the CLI wires `register_cli`."""
-    parser = _Parser(prog="draftset")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    register_cli(sub)
-    try:
-        args = parser.parse_args(["show", *(argv if argv is not None else sys.argv[1:])])
-    except ShowError as exc:
-        print(f"draftset: error: {exc}", file=sys.stderr)
-        return 2
-    return int(args.handler(args))
+    """Standalone ``python -m draftset.inspect.show``: the CLI's parser and exit codes."""
+    from draftset.cli import main as cli_main  # lazy: cli imports this module for its command
+
+    return cli_main(["show", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from typing import Any
 
 from draftset.core import reasons
 from draftset.core.records import Conversation, Normalized
+from draftset.mask.template import _compile
 from draftset.select.modes import NO_REASONING, row_mode
 
 _ANSWER, _REASONING = "ANSWER-7f3a", "REASONING-7f3a"
@@ -75,8 +76,6 @@ def trains_empty_think(template_text: str, kwargs: dict[str, Any]) -> bool:
     template "thinks" when the generation with reasoning, minus the reasoning text, equals the
     generation without it (same wrapper, nothing inside) and that wrapper is not blank. A
     template that cannot render the probe says False."""
-    from draftset.mask.template import _compile
-
     try:
         compiled = _compile(template_text)
 

@@ -9,7 +9,7 @@ runs, the driver decides what is written.
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from draftset.config import defaults
@@ -22,6 +22,12 @@ from draftset.mask.encode import (
     encode_pretokenized,
     finish_row,
     token_bytes_bound,
+)
+from draftset.mask.hygiene import (
+    EmptyThinkProbe,
+    all_placeholder_answers,
+    lacks_reasoning,
+    row_kwargs_key,
 )
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.render import ConversationPlan, RowPlan, TurnMode, plan_conversation
@@ -41,6 +47,11 @@ class ItemResult:
     rows: list[EncodedRow] = field(default_factory=list)
     rejects: list[Reject] = field(default_factory=list)
     plan_stats: ConversationPlan | None = None
+    # facts about the row that the summary's hints count (`counters.count_results`), noted
+    # before the row's texts are dropped: every answer a placeholder; written, with answers
+    # without reasoning that the template trains as an empty think block
+    placeholder_only: bool = False
+    empty_think: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,8 @@ class MaskStep:
         self.placeholders = config.placeholders
         self.vocab_size = config.vocab_size
         self.render_timeout = config.render_timeout
+        self.template_kwargs = config.spec.template_kwargs
+        self.probe = EmptyThinkProbe(self.template.template_text, self.template.base_kwargs)
         self._bound: tuple[int | None] | None = None  # token_bytes_bound, once needed
 
     def __call__(self, batch: list[Normalized]) -> list[ItemResult]:
@@ -96,14 +109,7 @@ class MaskStep:
                     res.rejects.append(_internal_error(item, exc))
                     continue
                 res.rejects.extend(cplan.rejects)
-                res.plan_stats = ConversationPlan(
-                    context_turns=cplan.context_turns,
-                    trailing_turns_trimmed=cplan.trailing_turns_trimmed,
-                    server_ids_used=cplan.server_ids_used,
-                    server_ids_mismatch=cplan.server_ids_mismatch,
-                    generation_tags_agree=cplan.generation_tags_agree,
-                    generation_tags_disagree=cplan.generation_tags_disagree,
-                )
+                res.plan_stats = replace(cplan, rows=[], rejects=[])  # its counters
                 for rp in cplan.rows:
                     plans.append(rp)
                     owners.append(res)
@@ -123,11 +129,20 @@ class MaskStep:
                 res.rejects.append(out)
         for res in results:  # texts are big and the main process does not need them back
             if isinstance(res.item, Conversation):
+                self._note_facts(res)
                 res.item = Conversation(res.item.id, res.item.source, res.item.row, [])
             if res.plan_stats is not None:
                 for rp in res.plan_stats.rows:
                     rp.segments, rp.server_ids, rp.turn_of_segment = [], {}, {}
         return results
+
+    def _note_facts(self, res: ItemResult) -> None:
+        item = res.item
+        if all_placeholder_answers(item, self.placeholders):
+            res.placeholder_only = True
+        elif res.rows and lacks_reasoning(item, self.template_kwargs):
+            assert isinstance(item, Conversation)
+            res.empty_think = self.probe.thinks(row_kwargs_key(item))
 
     def _token_bytes(self, plans: list[RowPlan]) -> int | None:
         """`token_bytes_bound`, worked out (~1 s) the first time a row is long enough to

@@ -16,7 +16,7 @@ import pickle
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -28,20 +28,15 @@ from draftset import __version__
 from draftset.config.options import BuildOptions
 from draftset.config.preflight import check_build
 from draftset.core import reasons
-from draftset.core.counters import Accounting
+from draftset.core.counters import Accounting, count_results
 from draftset.core.errors import RunError
-from draftset.core.records import Conversation, Normalized, PromptOnly, Reject
+from draftset.core.records import Normalized, PromptOnly, Reject
+from draftset.core.step import Sink
 from draftset.engine.base import Engine
 from draftset.engine.helper import Sidecar, SidecarError, release_memory
 from draftset.engine.inline import InlineEngine
 from draftset.engine.pool import LocalPoolEngine
-from draftset.mask.hygiene import (
-    EmptyThinkProbe,
-    all_placeholder_answers,
-    lacks_reasoning,
-    row_kwargs_key,
-    trains_empty_think,
-)
+from draftset.mask.encode import EncodedRow
 from draftset.mask.step import ItemResult, MaskConfig
 from draftset.mask.template import (
     ChatTemplate,
@@ -62,8 +57,8 @@ from draftset.output.arrow import (
 )
 from draftset.output.readback import CheckResult
 from draftset.select.mix import (
+    Selection,
     benchmark_files,
-    iter_selected_items,
     overlay_files,
     plan_selection,
     selection_total,
@@ -251,7 +246,6 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
     selection = opts.selection_spec()
     plan = None if selection.mix else plan_selection(opts.sources, opts.max_samples, opts.seed)
     total = selection_total(plan) if plan else 0
-    mixture: dict[str, Any] = {}
     skipped = {s.name: _skipped_files(s) for s in opts.sources}
     notes = [_skipped_note(name, entries) for name, entries in skipped.items() if entries]
     made = [d for d in (opts.out.absolute(), *opts.out.absolute().parents) if not d.exists()][1:]
@@ -261,9 +255,8 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         _remove_empty(made)
         raise OutputWriteError(f"cannot create {opts.out}: {exc.strerror or exc}") from exc
     try:
-        facts = _RowFacts(opts)
-        items = facts.tag(iter_selected_items(selection, acct, mixture, plan))
-        batches = _batched(items, BATCH_ROWS)
+        selected = Selection(selection, plan)
+        batches = _batched(selected.rows(), BATCH_ROWS)
         ahead = _read_ahead(batches, stage.ready)
         info = stage.loaded()
         stage.engine.start(mask_config(opts, stage.spec, info))
@@ -273,19 +266,14 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         prompts = _JsonlSink(tmp / "prompts.jsonl")
         done = 0
         stream = chain(_drain(ahead), batches)
-        facts.probe = EmptyThinkProbe(
-            info.kit.template_text,
-            info.kit.base_kwargs,
-            stage.in_helper("probing the template for empty think blocks", trains_empty_think),
-        )
         for results in stage.engine.map(stream):
-            for res in results:
-                _account(res, acct, writer, rejects, prompts)
-                facts.count(res, acct)
+            acct += count_results(results)  # pure: any engine's workers could count a batch
+            _write(results, writer, rejects, prompts)
             done += len(results)
             if on_progress:
                 on_progress(done, total or done)
         stage.engine.finish()  # all work is back: the workers exit now
+        acct += selected.counts  # the stream is drained: available, read, sampled_out
         note = _no_end_of_turn_note(acct, opts, info)
         if note:
             notes.append(note)
@@ -325,7 +313,7 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
             manifest["selection"]["overlay"] = overlay_files(selection)
         if opts.run_info is not None:
             manifest["run"] = opts.run_info
-        manifest["mixture"] = mixture
+        manifest["mixture"] = selected.report
         (tmp / "manifest.json").write_text(
             json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
@@ -362,36 +350,6 @@ def _no_end_of_turn_note(acct: Accounting, opts: BuildOptions, info: TemplateInf
         f"{n:,} assistant turns are context only: template {name} writes none of the stop"
         f" tokens ({', '.join(info.kit.eot_tokens)}) after them (no_end_of_turn)"
     )
-
-
-class _RowFacts:
-    """Placeholder-only and no-reasoning rows, noted as they stream in (workers get stripped
-    items back) and counted once their outcome is known: for the summary's hints."""
-
-    def __init__(self, opts: BuildOptions) -> None:
-        self.opts = opts
-        self.noted: dict[tuple[str, int], str] = {}  # (source, row) -> fact; bounded by the window
-        self.probe: EmptyThinkProbe | None = None
-
-    def tag(self, items: Iterator[Normalized]) -> Iterator[Normalized]:
-        for it in items:
-            if isinstance(it, Conversation):
-                if all_placeholder_answers(it, self.opts.placeholders):
-                    self.noted[(it.source, it.row)] = "placeholder"
-                elif lacks_reasoning(it, self.opts.template_kwargs):
-                    self.noted[(it.source, it.row)] = row_kwargs_key(it)
-            yield it
-
-    def count(self, res: ItemResult, acct: Accounting) -> None:
-        fact = self.noted.pop((res.item.source, res.item.row), None)
-        if fact is None or isinstance(res.item, Reject):
-            return
-        counts = acct[res.item.source]
-        if fact == "placeholder":
-            if not res.rows and any(r.reason == reasons.NO_SUPERVISED_TURN for r in res.rejects):
-                counts.placeholder_rows += 1
-        elif res.rows and self.probe is not None and self.probe.thinks(fact):
-            counts.empty_think_rows += 1
 
 
 class AccountingError(RunError):
@@ -447,49 +405,29 @@ def _first_rejects(path: Path, n: int = 3) -> list[str]:
     return notes
 
 
-def _account(
-    res: ItemResult,
-    acct: Accounting,
-    writer: DatasetWriter,
-    rejects: _JsonlSink,
-    prompts: _JsonlSink,
+def _write(
+    results: list[ItemResult],
+    writer: Sink[Iterable[EncodedRow]],
+    rejects: Sink[dict[str, Any]],
+    prompts: Sink[dict[str, Any]],
 ) -> None:
-    item = res.item
-    counts = acct[item.source]
-    if isinstance(item, Reject):
-        counts.rejected[item.reason] += 1
-        counts.row_rejects[item.reason] += 1
-        rejects.write(item.to_json())
-        return
-    if isinstance(item, PromptOnly):
-        counts.needs_generation += 1
-        line: dict[str, Any] = {"id": item.id, "messages": item.messages}
-        if item.tools:
-            line["tools"] = item.tools
-        line["metadata"] = {"source": item.source, "row": item.row}
-        prompts.write(line)
-        return
-    for r in res.rejects:
-        counts.row_rejects[r.reason] += 1
-        rejects.write(r.to_json())
-    if res.rows:
-        counts.written += 1
-        counts.rows_out += len(res.rows)
-        writer.write(res.rows)
-        for r in res.rows:
-            counts.tokens += int(r.input_ids.shape[0])
-            counts.supervised_tokens += int(r.loss_mask.sum(dtype=np.int64))
-            counts.truncated += int(r.truncated)
-    else:
-        counts.rejected[res.rejects[0].reason] += 1
-    if res.plan_stats is not None:
-        counts.context_turns.update(res.plan_stats.context_turns)
-        counts.trailing_turns_trimmed += res.plan_stats.trailing_turns_trimmed
-        counts.supervised_turns += sum(rp.supervised_turns for rp in res.plan_stats.rows)
-        counts.server_ids_used += res.plan_stats.server_ids_used
-        counts.server_ids_mismatch += res.plan_stats.server_ids_mismatch
-        counts.generation_tags_agree += res.plan_stats.generation_tags_agree
-        counts.generation_tags_disagree += res.plan_stats.generation_tags_disagree
+    """A batch's rows, reject lines and prompts, written in order (on the driver)."""
+    for res in results:
+        item = res.item
+        if isinstance(item, Reject):
+            rejects.write(item.to_json())
+            continue
+        if isinstance(item, PromptOnly):
+            line: dict[str, Any] = {"id": item.id, "messages": item.messages}
+            if item.tools:
+                line["tools"] = item.tools
+            line["metadata"] = {"source": item.source, "row": item.row}
+            prompts.write(line)
+            continue
+        for r in res.rejects:
+            rejects.write(r.to_json())
+        if res.rows:
+            writer.write(res.rows)
 
 
 def _manifest(

@@ -39,13 +39,35 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from draftset.checks.verify import print_results, run_verify
+from draftset.console import progress_bar
 from draftset.core import reasons
-from draftset.core.errors import EXIT_FAIL, EXIT_OK, DraftsetError, RunError
+from draftset.core.errors import EXIT_FAIL, EXIT_OK, RunError, UsageError
 from draftset.core.files import write_json_atomic
+from draftset.core.records import Conversation, PromptOnly
+from draftset.generation.console import progress
+from draftset.generation.job import (
+    RESERVED_BODY_KEYS,
+    GenerateOptions,
+    GenerateUsageError,
+    Unreachable,
+    api_key_from_env,
+    run_generate,
+)
+from draftset.generation.store import errors_path, recover
+from draftset.inspect.report import write_report
+from draftset.mask.hygiene import (
+    EmptyThinkProbe,
+    all_placeholder_answers,
+    lacks_reasoning,
+    row_kwargs_key,
+)
+from draftset.mask.template import ChatTemplate, _resolve_tokenizer_path
+from draftset.output.arrow import remove_stale_tmp
+from draftset.sources.read import Source, describe_inputs
 
-if TYPE_CHECKING:  # the heavy modules load when a run starts, not for `draftset --help`
+if TYPE_CHECKING:  # build's modules load when a run starts, not for `draftset --help`
     from draftset.config.options import BuildOptions
-    from draftset.mask.hygiene import EmptyThinkProbe
 
 STAGES = ("select", "generate", "build", "verify", "report")
 STATE_FORMAT = "draftset-run/1"
@@ -84,7 +106,7 @@ KILL_ENV = "DRAFTSET_RUN_KILL_AT"
 """Testing hook: ``SIGKILL`` this process in the middle of the named stage (crash tests)."""
 
 
-class RunUsageError(DraftsetError):
+class RunUsageError(UsageError):
     """Unusable recipe or arguments, or a rerun whose settings changed: exit code 2."""
 
 
@@ -147,9 +169,6 @@ class RunResult:
 # --- settings and state -----------------------------------------------------------------------
 def _generate_options(opts: RunOptions, out: Path, model: str | None) -> Any:
     """`draftset generate`'s options for the queue (keyword arguments only)."""
-    from draftset.generation.job import GenerateOptions, api_key_from_env
-    from draftset.sources.read import Source
-
     g = opts.generate
     kwargs, thinking = _split_thinking(opts.build.template_kwargs, g.thinking)
     return GenerateOptions(
@@ -199,8 +218,6 @@ def _split_thinking(template_kwargs: dict[str, Any], thinking: str | None) -> tu
 
 def settings_of(opts: RunOptions) -> dict[str, Any]:
     """What decides the final set: recipe, input files (sha256) and generation settings."""
-    from draftset.sources.read import describe_inputs
-
     b = opts.build
     skip = {"sources", "out", "workers", "overwrite", "overlay", "run_info"}
     recipe = {k: v for k, v in asdict(b).items() if k not in skip}
@@ -322,8 +339,6 @@ def _clean(opts: RunOptions, data: dict[str, Any]) -> None:
     work = opts.work_dir
     for name in _WORK_FILES:
         (work / name).unlink(missing_ok=True)
-    from draftset.output.arrow import remove_stale_tmp  # pyarrow: not at CLI start
-
     remove_stale_tmp(opts.build.out)  # a killed build's folder (marker-checked)
     if _our_output(opts):
         shutil.rmtree(opts.build.out)
@@ -358,12 +373,8 @@ def _maybe_die(stage: str) -> None:
 # --- stage 1: select and decide -----------------------------------------------------------------
 def _select(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """Rows to answer (``queue.jsonl``) and prompts too long to send (``too_long.jsonl``)."""
-    from draftset.core.counters import Accounting
-    from draftset.core.records import Conversation, PromptOnly
-    from draftset.generation.job import GenerateOptions
-    from draftset.mask.hygiene import EmptyThinkProbe
-    from draftset.mask.template import ChatTemplate
-    from draftset.select.mix import iter_selected_items, plan_selection
+    # lazy: selection (dedup, decontamination) loads when a run starts, not at CLI start
+    from draftset.select.mix import Selection, plan_selection
 
     b = opts.build
     kwargs, thinking = _split_thinking(b.template_kwargs, opts.generate.thinking)
@@ -375,15 +386,15 @@ def _select(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dict[st
     probe = EmptyThinkProbe(tmpl.template_text, tmpl.base_kwargs)  # no kit: no tokenizer dump
     regenerate = opts.generate.regenerate
     spec = b.selection_spec()
-    acct = Accounting([s.name for s in b.sources])
     plan = None if spec.mix else plan_selection(b.sources, b.max_samples, b.seed)
+    selected = Selection(spec, plan)
     queued: dict[str, Counter[str]] = {s.name: Counter() for s in b.sources}
     too_long: Counter[str] = Counter()
     qpath, lpath = work / "queue.jsonl", work / "too_long.jsonl"
     qtmp, ltmp = work / "queue.jsonl.tmp", work / "too_long.jsonl.tmp"
     n = 0
     with qtmp.open("w", encoding="utf-8") as q, ltmp.open("w", encoding="utf-8") as lf:
-        for item in iter_selected_items(spec, acct, {}, plan):
+        for item in selected.rows():
             why, msgs = _needs_answer(item, b, regenerate, probe)
             if why is None:
                 continue
@@ -413,7 +424,7 @@ def _select(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dict[st
         os.fsync(lf.fileno())
     os.replace(ltmp, lpath)
     os.replace(qtmp, qpath)
-    total = acct.total()
+    total = selected.counts.total()
     stats = {
         "read": total.read,
         "queued": {k: dict(v) for k, v in queued.items()},
@@ -435,9 +446,6 @@ def _needs_answer(
     item: Any, b: BuildOptions, regenerate: str, probe: EmptyThinkProbe
 ) -> tuple[str | None, list[dict[str, Any]]]:
     """(why the row is queued, the messages to send) or (None, [])."""
-    from draftset.core.records import Conversation, PromptOnly
-    from draftset.mask.hygiene import all_placeholder_answers, lacks_reasoning, row_kwargs_key
-
     if isinstance(item, PromptOnly):
         return Q_PROMPT, item.messages
     if not isinstance(item, Conversation):
@@ -497,10 +505,6 @@ def _pinned_model(state: _State, answers: Path) -> str | None:
 def _generate(
     opts: RunOptions, state: _State, work: Path, say: Callable[[str], None]
 ) -> dict[str, Any]:
-    from draftset.generation.console import progress
-    from draftset.generation.job import GenerateUsageError, Unreachable, run_generate
-    from draftset.generation.store import StoreError, errors_path, recover
-
     answers = work / "answers.jsonl"
     queued = int(state.data["select"]["queued_total"])
     if queued == 0:
@@ -528,8 +532,6 @@ def _generate(
                     f"model changed: this run was answered by {pinned!r} and {exc}; rerun with"
                     " --restart to start over with the model now served"
                 ) from None
-            raise RunUsageError(str(exc)) from None
-        except StoreError as exc:
             raise RunUsageError(str(exc)) from None
         except Unreachable as exc:
             raise RunFailed(f"{exc}; rerun the same command to resume") from None
@@ -588,8 +590,7 @@ def _run_info(opts: RunOptions, state: _State) -> dict[str, Any]:
 
 
 def _build(opts: RunOptions, state: _State, work: Path, say: Callable[[str], None]) -> Any:
-    from draftset.console import progress_bar
-    from draftset.generation.store import errors_path
+    # lazy: the build job (engines, process pool) loads when used, not at CLI start
     from draftset.pipeline.build import run_build
 
     out = opts.build.out
@@ -629,7 +630,7 @@ def _build(opts: RunOptions, state: _State, work: Path, say: Callable[[str], Non
 
 # --- stages 4 and 5 ---------------------------------------------------------------------------
 def _verify(opts: RunOptions, say: Callable[[str], None]) -> bool:
-    from draftset.checks.verify import print_results, run_verify
+    # lazy: the build job (engines, process pool) loads when used, not at CLI start
     from draftset.pipeline.build import ADVISORY_CHECKS
 
     # run_verify records the result beside the set (OUT/verify.json), where `report` reads it
@@ -643,8 +644,6 @@ def _verify(opts: RunOptions, say: Callable[[str], None]) -> bool:
 
 
 def _report(opts: RunOptions, say: Callable[[str], None]) -> Path:
-    from draftset.inspect.report import write_report
-
     path = _report_path(opts.build.out)
     tmp = path.with_name(f".{path.name}.tmp")
     write_report(opts.build.out, tmp)  # then renamed: a killed run leaves no half report
@@ -663,8 +662,6 @@ def run(opts: RunOptions, say: Callable[[str], None] | None = None) -> RunResult
     """
     say = say or (lambda text: print(text, flush=True))
     _check_generate(opts.generate)
-    from draftset.mask.template import _resolve_tokenizer_path
-
     _resolve_tokenizer_path(opts.build.tokenizer)  # a missing folder: exit 2 before any work
     settings = settings_of(opts)
     state, resumed = _open_state(opts, settings)
@@ -715,8 +712,6 @@ def _check_generate(g: GenerateSettings) -> None:
         )
     if g.max_tokens is not None and g.max_tokens < 1:
         raise RunUsageError("generate.max_tokens must be >= 1")
-    from draftset.generation.job import RESERVED_BODY_KEYS
-
     clash = sorted(RESERVED_BODY_KEYS & set(g.extra_body))
     if clash:
         raise RunUsageError(f"generate.extra_body may not set {clash}")
@@ -779,6 +774,7 @@ def options_from_recipe(
     progress: bool = False,
     tokenizer: str | None = None,
 ) -> RunOptions:
+    # lazy: api imports this module; recipes (yaml) load when a run starts
     from draftset.api import build_options
     from draftset.config.recipe import load_recipe
 

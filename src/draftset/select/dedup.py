@@ -189,6 +189,7 @@ def shingles(text: str, n: int = SHINGLE_WORDS) -> set[bytes]:
 
 def _datasketch() -> Any:
     try:
+        # lazy: optional dependency (--dedup near)
         import datasketch
     except ImportError as exc:  # pragma: no cover - exercised only without the extra
         raise ImportError(

@@ -3,8 +3,10 @@
 Between normalize and render sits the mixture: per-source sampling by weight or count, unique
 ids, presets, decontamination, deduplication and the mode/source mix. Each is a small step on
 the stream with its own counters (`dedup`, `decontam`, `modes`, `presets` hold the logic).
-`build` and `verify` both go through `iter_selected_items` with a `SelectionSpec` recorded in
-the manifest, so `verify` sees exactly the rows `build` saw.
+`build`, `run` and `verify` all go through `Selection` with a `SelectionSpec` recorded in the
+manifest, so `verify` sees exactly the rows `build` saw. `Selection` is a stream step: it
+yields the rows and keeps its own counts and report, which the caller reads once the rows are
+drained (nothing is written into the caller's objects).
 
 Order of the steps for every row: read → (preset) normalize → unique id → decontaminate →
 exact dedup → near dedup → mix selection. Decontamination runs first so a contaminated row
@@ -14,7 +16,7 @@ never becomes the "kept" copy its clean duplicates are reported against.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ import numpy as np
 
 from draftset.core import reasons
 from draftset.core.counters import Accounting
-from draftset.core.digests import DigestTable, digest64
+from draftset.core.ids import IdRegistry, duplicate_id_message
 from draftset.core.records import Conversation, Normalized, PreTokenized, Reject
 from draftset.sources.presets import source_normalizer
 from draftset.sources.read import Source, count_rows, iter_raw_rows
@@ -118,32 +120,16 @@ def plan_selection(
 
 
 # --- ids ------------------------------------------------------------------------------------------
-class _IdRegistry:
-    """Keeps output ids unique across the run with 8-byte digests (~32 bytes a row)."""
-
-    def __init__(self) -> None:
-        self._seen = DigestTable()
-
-    def claim(self, candidate: str) -> bool:
-        return self._seen.add(digest64(candidate))
-
-
-def _unique_id(item: Normalized, registry: _IdRegistry) -> Normalized:
+def _unique_id(item: Normalized, registry: IdRegistry) -> Normalized:
     """Give a colliding id its source prefix; reject when even that is taken."""
     if isinstance(item, Reject):
         return item
-    if registry.claim(item.id):
-        return item
-    prefixed = f"{item.source}:{item.id}"
-    if registry.claim(prefixed):
-        item.id = prefixed
+    rid = registry.claim_row_id(item.id, item.source)
+    if rid is not None:
+        item.id = rid
         return item
     return Reject(
-        item.source,
-        item.row,
-        item.id,
-        reasons.DUPLICATE_ID,
-        f"id {item.id!r} already used in this run",
+        item.source, item.row, item.id, reasons.DUPLICATE_ID, duplicate_id_message(item.id)
     )
 
 
@@ -184,9 +170,11 @@ def _stream(
     selections: dict[str, np.ndarray | None],
     acct: Accounting,
     filters: Filters,
+    keep: Callable[[Normalized], bool] | None = None,
 ) -> Iterator[Normalized]:
-    """Every selected row, normalized, with a unique id, through the filters."""
-    registry = _IdRegistry()
+    """Every selected row, normalized, with a unique id, through the filters; ``keep``: the
+    mix's choice, made after the filters (a row it leaves out counts as sampled out)."""
+    registry = IdRegistry()
     for src in spec.sources:
         chosen = selections[src.name]
         counts = acct[src.name]
@@ -195,9 +183,13 @@ def _stream(
             if chosen is not None and not chosen[raw.row]:
                 counts.sampled_out += 1
                 continue
-            counts.read += 1
             item: Normalized = raw.reject if raw.reject is not None else norm(raw)
-            yield filters.apply(_unique_id(item, registry))
+            item = filters.apply(_unique_id(item, registry))
+            if keep is not None and not keep(item):
+                counts.sampled_out += 1
+                continue
+            counts.read += 1
+            yield item
 
 
 # --- the mode / source mix --------------------------------------------------------------------
@@ -233,59 +225,61 @@ def _mix_selection(spec: SelectionSpec) -> tuple[set[tuple[str, int]], dict[str,
     return chosen, result.report()
 
 
-def iter_selected_items(
-    spec: SelectionSpec,
-    acct: Accounting | None = None,
-    report: dict[str, Any] | None = None,
-    plan: tuple[dict[str, int], dict[str, np.ndarray | None]] | None = None,
-) -> Iterator[Normalized]:
-    """The rows of a run, in order. Counts go to ``acct``; filter / mix stats to ``report``.
+class Selection:
+    """The selection stream step: `rows()` yields the rows of a run in order; once they are
+    drained, `counts` (available, read, sampled_out per source) and `report` (filter and mix
+    stats, the manifest's ``mixture``) say what it did.
 
     Without a mix: per-source weight/count sampling, then the filters. With a mix: the filters
     see every row (a pre-pass finds each candidate's mode), and candidates the mix does not
-    select are counted as sampled out.
+    select are counted as sampled out. ``plan``: a `plan_selection` already made (build makes
+    it first for the progress bar's total).
     """
-    acct = acct or Accounting([s.name for s in spec.sources])
-    if spec.overlay:  # after selection: answers rejoin their rows by id
+
+    def __init__(
+        self,
+        spec: SelectionSpec,
+        plan: tuple[dict[str, int], dict[str, np.ndarray | None]] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.plan = plan
+        self.counts = Accounting([s.name for s in spec.sources])
+        self.report: dict[str, Any] = {}
+
+    def rows(self) -> Iterator[Normalized]:
+        if not self.spec.overlay:
+            yield from self._selected()
+            return
         from draftset.sources.overlay import Overlay
 
-        overlay = Overlay(spec.overlay)
+        overlay = Overlay(self.spec.overlay)  # after selection: answers rejoin their rows by id
         try:
-            for item in _selected(spec, acct, report, plan):
+            for item in self._selected():
                 yield overlay.apply(item)
         finally:
             overlay.close()
-    else:
-        yield from _selected(spec, acct, report, plan)
 
+    def _selected(self) -> Iterator[Normalized]:
+        spec, counts = self.spec, self.counts
+        filters = Filters(spec)
+        if spec.mix is None:
+            plan = self.plan or plan_selection(spec.sources, spec.max_samples, spec.seed)
+            available, selections = plan
+            for s in spec.sources:
+                counts[s.name].available = available[s.name]
+            yield from _stream(spec, selections, counts, filters)
+        else:
+            chosen, mix_report = _mix_selection(spec)
+            for s in spec.sources:
+                counts[s.name].available = count_rows(s)
 
-def _selected(
-    spec: SelectionSpec,
-    acct: Accounting,
-    report: dict[str, Any] | None,
-    plan: tuple[dict[str, int], dict[str, np.ndarray | None]] | None,
-) -> Iterator[Normalized]:
-    filters = Filters(spec)
-    if spec.mix is None:
-        available, selections = plan or plan_selection(spec.sources, spec.max_samples, spec.seed)
-        for s in spec.sources:
-            acct[s.name].available = available[s.name]
-        yield from _stream(spec, selections, acct, filters)
-    else:
-        chosen, mix_report = _mix_selection(spec)
-        for s in spec.sources:
-            acct[s.name].available = count_rows(s)
-        selections = {s.name: None for s in spec.sources}
-        for item in _stream(spec, selections, acct, filters):
-            if _is_candidate(item) and (item.source, item.row) not in chosen:
-                acct[item.source].read -= 1
-                acct[item.source].sampled_out += 1
-                continue
-            yield item
-        if report is not None:
-            report["mix"] = mix_report
-    if report is not None:
-        report.update(filters.stats())
+            def keep(item: Normalized) -> bool:
+                return not _is_candidate(item) or (item.source, item.row) in chosen
+
+            selections = {s.name: None for s in spec.sources}
+            yield from _stream(spec, selections, counts, filters, keep)
+            self.report["mix"] = mix_report
+        self.report.update(filters.stats())
 
 
 def selection_total(plan: tuple[dict[str, int], dict[str, np.ndarray | None]]) -> int:

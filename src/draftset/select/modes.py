@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from draftset.core.errors import DraftsetError
+from draftset.core.errors import UsageError
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly
 
 THINKING = "thinking"
@@ -93,7 +93,7 @@ def row_mode(item: Normalized, template_kwargs: Mapping[str, Any] | None = None)
 # --- targets and report --------------------------------------------------------------------------
 
 
-class MixError(DraftsetError, ValueError):
+class MixError(UsageError, ValueError):
     """Targets that are malformed or cannot be met with the candidate rows."""
 
 

@@ -23,6 +23,7 @@ from draftset.core.records import (
     PromptOnly,
     RawRow,
     Reject,
+    RowProblem,
 )
 from draftset.mask.template import as_content_parts
 
@@ -124,15 +125,6 @@ def as_template_reads(
     return as_content_parts(out) if content_parts else out
 
 
-class _Bad(Exception):
-    """Internal: a row problem; `normalize` turns it into a `Reject`."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
 # --- shape detection ---------------------------------------------------------------------------
 
 
@@ -197,17 +189,19 @@ def normalize(
     shape = fmt or detect_format(data)
     try:
         if shape is None:
-            raise _Bad(reasons.UNKNOWN_FORMAT, f"no known shape matches keys {_keys(data)}")
+            raise RowProblem(reasons.UNKNOWN_FORMAT, f"no known shape matches keys {_keys(data)}")
         if shape == "pretokenized":
             ids, mask = _pretokenized(data)
             return PreTokenized(rid, source, row, ids, mask)
         if data.get("label") is False:
-            raise _Bad(reasons.UNDESIRABLE_EXAMPLE, "label is false (undesirable KTO example)")
+            raise RowProblem(
+                reasons.UNDESIRABLE_EXAMPLE, "label is false (undesirable KTO example)"
+            )
         meta: dict[str, Any] = {"format": shape}
         messages = _messages(data, shape, turn_keys, meta)
         tools = _tools(data)
-    except _Bad as bad:
-        return Reject(source, row, rid, bad.reason, bad.message)
+    except RowProblem as bad:
+        return bad.reject(source, row, rid)
     metadata = data.get("metadata")
     if isinstance(metadata, dict):
         meta["metadata"] = metadata
@@ -262,21 +256,21 @@ def _pretokenized(data: dict[str, Any]) -> tuple[list[int], list[int]]:
     ids, mask = data.get("input_ids"), data.get("loss_mask")
     if not isinstance(ids, list) or not isinstance(mask, list):
         msg = f"input_ids ({_type(ids)}) and loss_mask ({_type(mask)}) must be lists"
-        raise _Bad(reasons.INVALID_PRETOKENIZED, msg)
+        raise RowProblem(reasons.INVALID_PRETOKENIZED, msg)
     if not ids:
-        raise _Bad(reasons.INVALID_PRETOKENIZED, "input_ids is empty")
+        raise RowProblem(reasons.INVALID_PRETOKENIZED, "input_ids is empty")
     if len(ids) != len(mask):
         msg = f"input_ids has {len(ids)} tokens but loss_mask has {len(mask)} values"
-        raise _Bad(reasons.INVALID_PRETOKENIZED, msg)
+        raise RowProblem(reasons.INVALID_PRETOKENIZED, msg)
     if not all(type(t) is int and t >= 0 for t in ids):
         i = next(i for i, t in enumerate(ids) if not (type(t) is int and t >= 0))
         msg = f"input_ids[{i}] = {ids[i]!r} is not a non-negative integer"
-        raise _Bad(reasons.INVALID_PRETOKENIZED, msg)
+        raise RowProblem(reasons.INVALID_PRETOKENIZED, msg)
     if not all(type(m) is int and 0 <= m <= 1 for m in mask):
         bad = next((i for i, m in enumerate(mask) if not _is_bit(m)), None)
         if bad is not None:
             msg = f"loss_mask[{bad}] = {mask[bad]!r} is not 0 or 1"
-            raise _Bad(reasons.INVALID_PRETOKENIZED, msg)
+            raise RowProblem(reasons.INVALID_PRETOKENIZED, msg)
         mask = [int(m) for m in mask]  # booleans
     return ids, mask
 
@@ -301,12 +295,12 @@ def _messages(
     else:
         turns = _prompt_turns(data)
     if not turns:
-        raise _Bad(reasons.EMPTY_CONVERSATION, "the conversation has no messages")
+        raise RowProblem(reasons.EMPTY_CONVERSATION, "the conversation has no messages")
     messages = _parse_turns(turns, turn_keys, meta)
     system = data.get("system")
     if system is not None and system != "":
         if not isinstance(system, str):
-            raise _Bad(reasons.INVALID_CONTENT, f"'system' is {_type(system)}, not a string")
+            raise RowProblem(reasons.INVALID_CONTENT, f"'system' is {_type(system)}, not a string")
         if messages[0]["role"] != "system":
             messages.insert(0, {"role": "system", "content": system})
             inline = meta.get(INLINE_REASONING)
@@ -326,10 +320,10 @@ def _turn_list(data: dict[str, Any]) -> list[Any]:
         if turns is None:
             if _first(data, ("completion", "chosen")) is None:
                 msg = f"no 'messages' or 'conversations' list; keys {_keys(data)}"
-                raise _Bad(reasons.UNKNOWN_FORMAT, msg)
+                raise RowProblem(reasons.UNKNOWN_FORMAT, msg)
             turns = []
     if not isinstance(turns, list):
-        raise _Bad(reasons.INVALID_CONTENT, f"'{key}' is {_type(turns)}, not a list")
+        raise RowProblem(reasons.INVALID_CONTENT, f"'{key}' is {_type(turns)}, not a list")
     if key == "chosen_messages":
         return turns
     answer = _first(data, ("completion", "chosen"))
@@ -340,7 +334,7 @@ def _turn_list(data: dict[str, Any]) -> list[Any]:
     elif isinstance(answer, dict):
         answer = [answer]
     elif not isinstance(answer, list):
-        raise _Bad(reasons.INVALID_CONTENT, f"chosen answer is {_type(answer)}")
+        raise RowProblem(reasons.INVALID_CONTENT, f"chosen answer is {_type(answer)}")
     return turns + answer
 
 
@@ -351,18 +345,18 @@ def _alpaca_turns(data: dict[str, Any], shape: str, with_answer: bool) -> list[A
     instruction = data.get(key)
     if instruction is None:
         msg = f"format {shape!r} needs an 'instruction' or 'prompt' field; keys {_keys(data)}"
-        raise _Bad(reasons.UNKNOWN_FORMAT, msg)
+        raise RowProblem(reasons.UNKNOWN_FORMAT, msg)
     if not isinstance(instruction, str):
-        raise _Bad(reasons.INVALID_CONTENT, f"'{key}' is {_type(instruction)}, not a string")
+        raise RowProblem(reasons.INVALID_CONTENT, f"'{key}' is {_type(instruction)}, not a string")
     extra = data.get("input")
     if extra is not None and not isinstance(extra, str):
-        raise _Bad(reasons.INVALID_CONTENT, f"'input' is {_type(extra)}, not a string")
+        raise RowProblem(reasons.INVALID_CONTENT, f"'input' is {_type(extra)}, not a string")
     user = instruction + ALPACA_SEPARATOR + extra if extra else instruction
     turns: list[Any] = _history_turns(data.get("history"))
     turns.append({"role": "user", "content": user})
     answer = _first(data, ANSWER_KEYS) if with_answer else None
     if answer is not None and not isinstance(answer, str):
-        raise _Bad(reasons.INVALID_CONTENT, f"the answer is {_type(answer)}, not a string")
+        raise RowProblem(reasons.INVALID_CONTENT, f"the answer is {_type(answer)}, not a string")
     if answer:
         turns.append({"role": "assistant", "content": answer})
     return turns
@@ -373,13 +367,15 @@ def _history_turns(history: Any) -> list[Any]:
     if history is None:
         return []
     if not isinstance(history, list):
-        raise _Bad(reasons.INVALID_CONTENT, f"'history' is {_type(history)}, not a list")
+        raise RowProblem(reasons.INVALID_CONTENT, f"'history' is {_type(history)}, not a list")
     turns: list[Any] = []
     for i, pair in enumerate(history):
         if not (
             isinstance(pair, list) and len(pair) == 2 and all(isinstance(s, str) for s in pair)
         ):
-            raise _Bad(reasons.INVALID_CONTENT, f"history[{i}] is not a [user, assistant] pair")
+            raise RowProblem(
+                reasons.INVALID_CONTENT, f"history[{i}] is not a [user, assistant] pair"
+            )
         turns.append({"role": "user", "content": pair[0]})
         turns.append({"role": "assistant", "content": pair[1]})
     return turns
@@ -392,11 +388,13 @@ def _prompt_turns(data: dict[str, Any]) -> list[Any]:
         if value is not None:
             break
     else:
-        raise _Bad(reasons.UNKNOWN_FORMAT, f"no prompt field; keys {_keys(data)}")
+        raise RowProblem(reasons.UNKNOWN_FORMAT, f"no prompt field; keys {_keys(data)}")
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if not isinstance(value, list):
-        raise _Bad(reasons.INVALID_CONTENT, f"'{key}' is {_type(value)}, not a string or list")
+        raise RowProblem(
+            reasons.INVALID_CONTENT, f"'{key}' is {_type(value)}, not a string or list"
+        )
     turns: list[Any] = []
     for item in value:
         if isinstance(item, str):
@@ -420,7 +418,7 @@ def _parse_turns(
     out: list[Message] = []
     for i, turn in enumerate(turns):
         if not isinstance(turn, dict):
-            raise _Bad(reasons.INVALID_CONTENT, f"turn {i} is {_type(turn)}, not an object")
+            raise RowProblem(reasons.INVALID_CONTENT, f"turn {i} is {_type(turn)}, not an object")
         if role_key is not None:
             role = turn.get(role_key)
         else:
@@ -438,10 +436,10 @@ def _parse_turns(
 def _role(i: int, role: Any) -> str:
     if not isinstance(role, str):
         what = "has no role" if role is None else f"role is {_type(role)}, not a string"
-        raise _Bad(reasons.INVALID_CONTENT, f"turn {i} {what}")
+        raise RowProblem(reasons.INVALID_CONTENT, f"turn {i} {what}")
     mapped = ROLE_TABLE.get(role) or ROLE_TABLE.get(role.lower())
     if mapped is None:
-        raise _Bad(reasons.UNKNOWN_ROLE, f"unknown role {role!r} in turn {i}")
+        raise RowProblem(reasons.UNKNOWN_ROLE, f"unknown role {role!r} in turn {i}")
     return mapped
 
 
@@ -458,7 +456,9 @@ def _parse_turn(
         return _tool(i, turn, content)
     text, reasoning, calls = _content(i, content)
     if reasoning is not None or calls:
-        raise _Bad(reasons.INVALID_CONTENT, f"turn {i} ({role}) has reasoning or tool-call parts")
+        raise RowProblem(
+            reasons.INVALID_CONTENT, f"turn {i} ({role}) has reasoning or tool-call parts"
+        )
     return {"role": mapped, "content": text}
 
 
@@ -466,10 +466,12 @@ def _assistant(i: int, turn: dict[str, Any], content: Any, meta: dict[str, Any])
     text, part_reasoning, calls = _content(i, content)
     reasoning = _first(turn, REASONING_KEYS)
     if reasoning is not None and not isinstance(reasoning, str):
-        raise _Bad(reasons.INVALID_CONTENT, f"turn {i}: reasoning is {_type(reasoning)}")
+        raise RowProblem(reasons.INVALID_CONTENT, f"turn {i}: reasoning is {_type(reasoning)}")
     if part_reasoning is not None:
         if reasoning and reasoning != part_reasoning:
-            raise _Bad(reasons.INVALID_CONTENT, f"turn {i}: reasoning given twice, differently")
+            raise RowProblem(
+                reasons.INVALID_CONTENT, f"turn {i}: reasoning given twice, differently"
+            )
         reasoning = part_reasoning
     if not reasoning:
         original = text
@@ -510,7 +512,9 @@ def _tool(i: int, turn: dict[str, Any], content: Any) -> Message:
     ):
         text, reasoning, calls = _content(i, content)
         if reasoning is not None or calls:
-            raise _Bad(reasons.INVALID_CONTENT, f"turn {i} (tool) has reasoning or tool-call parts")
+            raise RowProblem(
+                reasons.INVALID_CONTENT, f"turn {i} (tool) has reasoning or tool-call parts"
+            )
     elif content is None:
         text = ""
     else:
@@ -521,7 +525,7 @@ def _tool(i: int, turn: dict[str, Any], content: Any) -> Message:
         if value is None:
             continue
         if not isinstance(value, str | int) or isinstance(value, bool):
-            raise _Bad(reasons.INVALID_CONTENT, f"turn {i}: {key} is {_type(value)}")
+            raise RowProblem(reasons.INVALID_CONTENT, f"turn {i}: {key} is {_type(value)}")
         msg[key] = str(value)
     return msg
 
@@ -543,9 +547,9 @@ def _content(i: int, value: Any) -> tuple[str, str | None, list[dict[str, Any]] 
             if isinstance(text, str):
                 return text, None, None
         msg = f"turn {i}: content object has no text field (keys {_keys(value)})"
-        raise _Bad(reasons.INVALID_CONTENT, msg)
+        raise RowProblem(reasons.INVALID_CONTENT, msg)
     msg = f"turn {i}: content is {_type(value)}, expected a string or a list of parts"
-    raise _Bad(reasons.INVALID_CONTENT, msg)
+    raise RowProblem(reasons.INVALID_CONTENT, msg)
 
 
 def _parts(i: int, parts: list[Any]) -> tuple[str, str | None, list[dict[str, Any]] | None]:
@@ -554,24 +558,24 @@ def _parts(i: int, parts: list[Any]) -> tuple[str, str | None, list[dict[str, An
     calls: list[dict[str, Any]] = []
     for j, part in enumerate(parts):
         if not isinstance(part, dict):
-            raise _Bad(reasons.INVALID_CONTENT, f"turn {i}: part {j} is {_type(part)}")
+            raise RowProblem(reasons.INVALID_CONTENT, f"turn {i}: part {j} is {_type(part)}")
         ptype = part.get("type", "text")
         if not isinstance(ptype, str):
-            raise _Bad(reasons.INVALID_CONTENT, f"turn {i}: part {j} type is {_type(ptype)}")
+            raise RowProblem(reasons.INVALID_CONTENT, f"turn {i}: part {j} type is {_type(ptype)}")
         if ptype in TEXT_PARTS or ptype in REASONING_PARTS:
             text = part.get("text")
             if text is None:
                 text = part.get("value")
             if not isinstance(text, str):
                 msg = f"turn {i}: {ptype} part {j} has no string 'text' or 'value'"
-                raise _Bad(reasons.INVALID_CONTENT, msg)
+                raise RowProblem(reasons.INVALID_CONTENT, msg)
             (texts if ptype in TEXT_PARTS else thoughts).append(text)
         elif ptype == "tool_call":
             calls.extend(_calls_from_value(part.get("value"), f"turn {i} part {j}"))
         elif ptype in MEDIA_PARTS:
-            raise _Bad(reasons.UNSUPPORTED_CONTENT, f"turn {i}: {ptype!r} part (text only)")
+            raise RowProblem(reasons.UNSUPPORTED_CONTENT, f"turn {i}: {ptype!r} part (text only)")
         else:
-            raise _Bad(reasons.UNSUPPORTED_CONTENT, f"turn {i}: unknown part type {ptype!r}")
+            raise RowProblem(reasons.UNSUPPORTED_CONTENT, f"turn {i}: unknown part type {ptype!r}")
     return "".join(texts), ("".join(thoughts) if thoughts else None), calls or None
 
 
@@ -585,7 +589,7 @@ def _message_calls(i: int, turn: dict[str, Any]) -> list[dict[str, Any]]:
     if tool_calls is not None:
         if not isinstance(tool_calls, list):
             msg = f"turn {i}: tool_calls is {_type(tool_calls)}, not a list"
-            raise _Bad(reasons.INVALID_TOOL_CALL, msg)
+            raise RowProblem(reasons.INVALID_TOOL_CALL, msg)
         calls.extend(_call(c, f"tool call {k} in turn {i}") for k, c in enumerate(tool_calls))
     function_call = turn.get("function_call")
     if function_call is not None:
@@ -599,24 +603,24 @@ def _calls_from_value(value: Any, where: str) -> list[dict[str, Any]]:
         try:
             value = json.loads(value)
         except (ValueError, RecursionError) as exc:
-            raise _Bad(reasons.INVALID_TOOL_CALL, f"{where}: not valid JSON: {exc}") from None
+            raise RowProblem(reasons.INVALID_TOOL_CALL, f"{where}: not valid JSON: {exc}") from None
     if isinstance(value, dict):
         return [_call(value, where)]
     if isinstance(value, list) and value:
         return [_call(c, f"{where} call {k}") for k, c in enumerate(value)]
-    raise _Bad(reasons.INVALID_TOOL_CALL, f"{where}: a call is {_type(value)}, not an object")
+    raise RowProblem(reasons.INVALID_TOOL_CALL, f"{where}: a call is {_type(value)}, not an object")
 
 
 def _call(obj: Any, where: str) -> dict[str, Any]:
     """``{"id"?, "type": "function", "function": {"name", "arguments": dict}}`` from the OpenAI
     form or a bare ``{name, arguments}`` (``parameters`` accepted, as in Llama 3 JSON calls)."""
     if not isinstance(obj, dict):
-        raise _Bad(reasons.INVALID_TOOL_CALL, f"{where} is {_type(obj)}, not an object")
+        raise RowProblem(reasons.INVALID_TOOL_CALL, f"{where} is {_type(obj)}, not an object")
     fn = obj.get("function")
     src = fn if isinstance(fn, dict) else obj
     name = src.get("name")
     if not isinstance(name, str) or not name:
-        raise _Bad(reasons.INVALID_TOOL_CALL, f"{where} has no function name")
+        raise RowProblem(reasons.INVALID_TOOL_CALL, f"{where} has no function name")
     args = src.get("arguments")
     if args is None and fn is not src:
         args = src.get("parameters")
@@ -624,7 +628,9 @@ def _call(obj: Any, where: str) -> dict[str, Any]:
     call_id = obj.get("id")
     if call_id is not None:
         if not isinstance(call_id, str | int) or isinstance(call_id, bool):
-            raise _Bad(reasons.INVALID_TOOL_CALL, f"{where} ({name!r}): id is {_type(call_id)}")
+            raise RowProblem(
+                reasons.INVALID_TOOL_CALL, f"{where} ({name!r}): id is {_type(call_id)}"
+            )
         call["id"] = str(call_id)
     call["type"] = "function"
     call["function"] = {"name": name, "arguments": _arguments(args, f"{where} ({name!r})")}
@@ -639,9 +645,9 @@ def _arguments(args: Any, where: str) -> dict[str, Any]:
             args = json.loads(args)
         except (ValueError, RecursionError) as exc:
             msg = f"{where}: arguments are not valid JSON: {exc}"
-            raise _Bad(reasons.INVALID_TOOL_CALL, msg) from None
+            raise RowProblem(reasons.INVALID_TOOL_CALL, msg) from None
     if not isinstance(args, dict):
-        raise _Bad(
+        raise RowProblem(
             reasons.INVALID_TOOL_CALL, f"{where}: arguments are {_type(args)}, not an object"
         )
     return args
@@ -661,17 +667,17 @@ def _tools(data: dict[str, Any]) -> list[dict[str, Any]] | None:
         try:
             value = json.loads(value) if value.strip() else None
         except (ValueError, RecursionError) as exc:
-            raise _Bad(reasons.INVALID_TOOLS, f"'{key}' is not valid JSON: {exc}") from None
+            raise RowProblem(reasons.INVALID_TOOLS, f"'{key}' is not valid JSON: {exc}") from None
     if value is None or value == []:
         return None
     if not isinstance(value, list):
-        raise _Bad(reasons.INVALID_TOOLS, f"'{key}' is {_type(value)}, not a list of schemas")
+        raise RowProblem(reasons.INVALID_TOOLS, f"'{key}' is {_type(value)}, not a list of schemas")
     return [_tool_schema(t, f"{key}[{k}]") for k, t in enumerate(value)]
 
 
 def _tool_schema(tool: Any, where: str) -> dict[str, Any]:
     if not isinstance(tool, dict):
-        raise _Bad(reasons.INVALID_TOOLS, f"{where} is {_type(tool)}, not an object")
+        raise RowProblem(reasons.INVALID_TOOLS, f"{where} is {_type(tool)}, not an object")
     fn = tool.get("function")
     if isinstance(fn, dict):
         wrapped = tool if tool.get("type") == "function" else {"type": "function", "function": fn}
@@ -679,5 +685,5 @@ def _tool_schema(tool: Any, where: str) -> dict[str, Any]:
         fn, wrapped = tool, {"type": "function", "function": tool}
     name = fn.get("name")
     if not isinstance(name, str) or not name:
-        raise _Bad(reasons.INVALID_TOOLS, f"{where} has no function name")
+        raise RowProblem(reasons.INVALID_TOOLS, f"{where} has no function name")
     return wrapped

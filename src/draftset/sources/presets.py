@@ -4,7 +4,7 @@ A preset names a `normalize` shape (``format``), a canonical-key -> column mappi
 and, for sets whose encoding needs more than renaming keys, a ``transform`` that rewrites one
 raw row into a shape `normalize` understands (tool calls in XML or in a text transcript,
 reasoning between OpenThoughts markers, Nemotron's on/off column). A transform never invents
-content: it only moves text between keys, and it raises `PresetRowError` (a row-level reject,
+content: it only moves text between keys, and it raises `RowProblem` (a row-level reject,
 never a run failure) when a row does not have the preset's layout. Where each layout comes from
 is documented in docs/mixtures.md.
 
@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from draftset.core import reasons
-from draftset.core.records import Normalized, RawRow, Reject
+from draftset.core.errors import UsageError
+from draftset.core.records import Normalized, RawRow, Reject, RowProblem
 from draftset.sources.normalize import FORMATS, normalize
 
 Row = dict[str, Any]
@@ -43,17 +44,8 @@ class Preset:
     aliases: tuple[str, ...] = field(default=())
 
 
-class PresetRowError(Exception):
-    """A row that does not have the preset's layout; becomes a `Reject` with ``reason``."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
-class UnknownPresetError(KeyError):
-    """`apply_preset` was given a name no preset (or alias) has."""
+class UnknownPresetError(UsageError, KeyError):
+    """`apply_preset` was given a name no preset (or alias) has (exit code 2)."""
 
     def __str__(self) -> str:  # KeyError would print the repr of its argument
         return str(self.args[0])
@@ -66,7 +58,7 @@ def _require(row: Row, key: str, kind: type | tuple[type, ...]) -> Any:
     value = row.get(key)
     if not isinstance(value, kind):
         what = "missing" if value is None else f"a {type(value).__name__}"
-        raise PresetRowError(reasons.UNKNOWN_FORMAT, f"column {key!r} is {what}")
+        raise RowProblem(reasons.UNKNOWN_FORMAT, f"column {key!r} is {what}")
     return value
 
 
@@ -79,7 +71,7 @@ def _json_or_literal(text: str, where: str, reason: str = reasons.INVALID_TOOL_C
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
-        raise PresetRowError(reason, f"{where}: not valid JSON: {text[:80]!r}") from None
+        raise RowProblem(reason, f"{where}: not valid JSON: {text[:80]!r}") from None
 
 
 def _metadata_dict(row: Row) -> dict[str, Any]:
@@ -141,7 +133,7 @@ def _llama3_transcript(text: str) -> list[Row]:
     if turns and turns[-1]["role"] == "assistant" and not turns[-1]["content"].strip():
         turns.pop()  # the trailing generation prompt, not a turn
     if not turns:
-        raise PresetRowError(reasons.UNKNOWN_FORMAT, "'input' holds no Llama-3 chat turns")
+        raise RowProblem(reasons.UNKNOWN_FORMAT, "'input' holds no Llama-3 chat turns")
     return turns
 
 
@@ -155,7 +147,7 @@ def llama_nemotron_row(row: Row) -> Row:
     elif isinstance(raw_input, list):
         turns = list(raw_input)
     else:
-        raise PresetRowError(reasons.UNKNOWN_FORMAT, "column 'input' is missing")
+        raise RowProblem(reasons.UNKNOWN_FORMAT, "column 'input' is missing")
     output = row.get("output")
     messages: list[Row] = []
     system = row.get("system_prompt")
@@ -252,7 +244,7 @@ def _hermes_calls(text: str, where: str) -> tuple[str, list[Row]]:
     for k, body in enumerate(_TOOL_CALL.findall(text)):
         call = _json_or_literal(body, f"{where} <tool_call> {k}")
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            raise PresetRowError(reasons.INVALID_TOOL_CALL, f"{where} <tool_call> {k}: no name")
+            raise RowProblem(reasons.INVALID_TOOL_CALL, f"{where} <tool_call> {k}: no name")
         calls.append({"name": call["name"], "arguments": call.get("arguments") or {}})
     return _TOOL_CALL.sub("", text).strip(), calls
 
@@ -289,7 +281,7 @@ def hermes_row(row: Row) -> Row:
     messages: list[Row] = []
     for i, turn in enumerate(turns):
         if not isinstance(turn, dict):
-            raise PresetRowError(reasons.INVALID_CONTENT, f"turn {i} is not an object")
+            raise RowProblem(reasons.INVALID_CONTENT, f"turn {i} is not an object")
         src_role = turn.get("from", turn.get("role"))
         text = turn.get("value", turn.get("content"))
         role = _HERMES_ROLES.get(str(src_role).lower(), src_role)
@@ -341,7 +333,7 @@ def _glaive_system(text: str) -> tuple[str, list[Row]]:
         try:
             obj, pos = decoder.raw_decode(rest, pos)
         except ValueError:
-            raise PresetRowError(
+            raise RowProblem(
                 reasons.INVALID_TOOLS, f"glaive system: function schema {len(tools)} is not JSON"
             ) from None
         if isinstance(obj, dict):
@@ -353,7 +345,7 @@ def _glaive_call(text: str, where: str) -> Row:
     """``{"name": "f", "arguments": '{...}'}`` (arguments single-quoted JSON text) -> call."""
     name = re.search(r'"name"\s*:\s*"([^"]+)"', text)
     if name is None:
-        raise PresetRowError(reasons.INVALID_TOOL_CALL, f"{where}: function call has no name")
+        raise RowProblem(reasons.INVALID_TOOL_CALL, f"{where}: function call has no name")
     args: Any = {}
     m = re.search(r'"arguments"\s*:\s*', text)
     if m is not None:
@@ -367,14 +359,14 @@ def _glaive_call(text: str, where: str) -> Row:
             args = json.loads(args_text) if args_text.strip() else {}
         except ValueError:
             msg = f"{where}: arguments are not valid JSON: {args_text[:80]!r}"
-            raise PresetRowError(reasons.INVALID_TOOL_CALL, msg) from None
+            raise RowProblem(reasons.INVALID_TOOL_CALL, msg) from None
     return {"name": name.group(1), "arguments": args}
 
 
 def _glaive_chat(chat: str) -> list[Row]:
     parts = _GLAIVE_TURN.split(chat)
     if parts[0].strip():
-        raise PresetRowError(reasons.UNKNOWN_FORMAT, "glaive chat does not start with a role")
+        raise RowProblem(reasons.UNKNOWN_FORMAT, "glaive chat does not start with a role")
     messages: list[Row] = []
     for k, (marker, body) in enumerate(zip(parts[1::2], parts[2::2], strict=True)):
         role = _GLAIVE_ROLES[marker]
@@ -419,7 +411,7 @@ def xlam_row(row: Row) -> Row:
     if isinstance(answers, str):
         answers = _json_or_literal(answers, "answers")
     if not isinstance(answers, list):
-        raise PresetRowError(reasons.INVALID_TOOL_CALL, "'answers' is not a list of calls")
+        raise RowProblem(reasons.INVALID_TOOL_CALL, "'answers' is not a list of calls")
     messages: list[Row] = [{"role": "user", "content": query}]
     if answers:
         messages.append({"role": "assistant", "content": "", "tool_calls": answers})
@@ -574,7 +566,7 @@ def transform_raw(preset: Preset, raw: RawRow) -> RawRow | Reject:
         return raw
     try:
         data = preset.transform(raw.data)
-    except PresetRowError as bad:
+    except RowProblem as bad:
         rid = _raw_id(raw.data, preset)
         msg = f"preset {preset.name}: {bad.message}"
         return Reject(raw.source, raw.row, rid, bad.reason, msg)

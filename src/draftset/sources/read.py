@@ -26,8 +26,9 @@ import pyarrow.parquet as pq
 import zstandard
 
 from draftset.core import reasons
-from draftset.core.errors import DraftsetError
-from draftset.core.records import RawRow, Reject
+from draftset.core.errors import UsageError
+from draftset.core.hub import hub_offline
+from draftset.core.records import RawRow, Reject, RowProblem
 from draftset.sources.normalize import detect_format
 
 CHUNK_BYTES = 1 << 20
@@ -60,16 +61,8 @@ class Source:
     preset: str | None = None  # a known public set's layout (see presets.py)
 
 
-class SourceError(DraftsetError):
+class SourceError(UsageError):
     """A source that cannot be read at all (the CLI prints it as one line, exit code 2)."""
-
-
-@dataclass(slots=True)
-class _Bad:
-    """A value that could not be parsed; becomes a row-level `Reject`."""
-
-    reason: str
-    message: str
 
 
 # --- discovery --------------------------------------------------------------------------------
@@ -329,19 +322,19 @@ def _is_blank(line: bytes) -> bool:
 
 
 def _parse_line(line: bytes, where: str) -> Any:
-    """Parse one JSON text; a `_Bad` (never an exception) when it is not UTF-8 or not JSON."""
+    """Parse one JSON text; a `RowProblem` (returned, never raised) when not UTF-8 or not JSON."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return _Bad(reasons.INVALID_UTF8, f"{where}: invalid UTF-8 at byte {exc.start}")
+        return RowProblem(reasons.INVALID_UTF8, f"{where}: invalid UTF-8 at byte {exc.start}")
     try:
         value = json.loads(text)
     except ValueError as exc:
-        return _Bad(reasons.INVALID_JSON, f"{where}: invalid JSON: {exc}")
+        return RowProblem(reasons.INVALID_JSON, f"{where}: invalid JSON: {exc}")
     except RecursionError:
-        return _Bad(reasons.INVALID_JSON, f"{where}: invalid JSON: nested too deeply")
+        return RowProblem(reasons.INVALID_JSON, f"{where}: invalid JSON: nested too deeply")
     if ("\\ud" in text or "\\uD" in text) and _has_lone_surrogate(value):
-        return _Bad(reasons.INVALID_UTF8, f"{where}: \\u escape encodes a lone surrogate")
+        return RowProblem(reasons.INVALID_UTF8, f"{where}: \\u escape encodes a lone surrogate")
     return value
 
 
@@ -355,7 +348,7 @@ def _has_lone_surrogate(value: Any) -> bool:
 
 
 def _iter_jsonl_values(stream: IO[bytes], label: str) -> Iterator[Any]:
-    """Parsed values (or `_Bad`) of the non-blank lines of a JSON Lines stream."""
+    """Parsed values (or `RowProblem`) of the non-blank lines of a JSON Lines stream."""
     for lineno, line in enumerate(_iter_lines(stream), start=1):
         if lineno == 1 and line.startswith(_BOM):
             line = line[len(_BOM) :]
@@ -388,7 +381,7 @@ def _json_is_lines(path: Path, compression: str | None) -> bool:
             return False
         if first.startswith(_BOM):
             first = first[len(_BOM) :]
-        if isinstance(_parse_line(first, ""), _Bad):
+        if isinstance(_parse_line(first, ""), RowProblem):
             return False
         return next(lines, None) is not None
 
@@ -505,7 +498,7 @@ def _label(path: Path, root: Path) -> str:
 
 
 def _iter_file_values(path: Path, source: Source) -> Iterator[Any]:
-    """Every row value of one file entry, in order (dicts, other JSON values, or `_Bad`)."""
+    """Every row value of one file entry, in order (dicts, other JSON values, or `RowProblem`)."""
     label = _label(path, Path(source.path))
     if path.is_dir():
         yield from _iter_table_rows(path)
@@ -554,11 +547,11 @@ def _hub_dataset(source: Source) -> Any:
     ref = hub_ref(source)
     assert ref is not None
     dataset, config, split = ref
-    if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True", "YES", "yes"):
-        raise SourceError(
-            f"{source.path}: a hub dataset needs the network, and HF_HUB_OFFLINE is set"
-        )
+    offline = hub_offline()
+    if offline:
+        raise SourceError(f"{source.path}: a hub dataset needs the network, and {offline} is set")
     try:
+        # lazy: optional dependency, online only
         import datasets
     except ImportError:
         raise SourceError(
@@ -593,8 +586,8 @@ def iter_raw_rows(source: Source) -> Iterator[RawRow]:
 def _raw_row(name: str, row: int, value: Any) -> RawRow:
     if isinstance(value, dict):
         return RawRow(name, row, value)
-    if isinstance(value, _Bad):
-        return RawRow(name, row, None, Reject(name, row, None, value.reason, value.message))
+    if isinstance(value, RowProblem):
+        return RawRow(name, row, None, value.reject(name, row, None))
     message = f"row is a JSON {_json_type(value)}, not an object"
     return RawRow(name, row, None, Reject(name, row, None, reasons.NOT_AN_OBJECT, message))
 

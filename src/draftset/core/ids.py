@@ -1,0 +1,39 @@
+"""Row ids unique across one run: the one registry `build` and `generate` share.
+
+Both keep a row's own id when it is free, else its source-prefixed form ``source:id``; when
+both are taken the row is a `reasons.DUPLICATE_ID`. Ids are held as 8-byte digests in a
+`DigestTable` (~16 bytes a row, flat memory for millions of rows).
+"""
+
+from __future__ import annotations
+
+from draftset.core.digests import DigestTable, digest64
+
+
+class IdRegistry:
+    """The ids claimed so far in this run (also a compact set of ids for `in` tests)."""
+
+    def __init__(self) -> None:
+        self._seen = DigestTable()
+
+    def __contains__(self, row_id: str) -> bool:
+        return self._seen.get(digest64(row_id)) is not None
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def claim(self, row_id: str) -> bool:
+        """Take ``row_id``; False when it was taken already."""
+        return self._seen.add(digest64(row_id))
+
+    def claim_row_id(self, row_id: str, source: str) -> str | None:
+        """The row's id, or ``source:id`` when the id is taken; None when both are taken."""
+        for option in (row_id, f"{source}:{row_id}"):
+            if self.claim(option):
+                return option
+        return None
+
+
+def duplicate_id_message(row_id: str) -> str:
+    """The message of a `reasons.DUPLICATE_ID` reject or error line."""
+    return f"id {row_id!r} already used in this run"

@@ -1,0 +1,61 @@
+"""One id registry for build and generate (`core.ids.IdRegistry`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import qwen3_tokenizer_dir
+
+from draftset import api
+from draftset.core import reasons
+from draftset.core.ids import IdRegistry, duplicate_id_message
+from draftset.generation.job import Job, iter_inputs
+from draftset.output.readback import open_output
+from draftset.sources.read import Source
+
+
+def test_registry_keeps_the_id_then_the_source_prefix_then_refuses():
+    ids = IdRegistry()
+    assert ids.claim_row_id("a", "s") == "a"
+    assert ids.claim_row_id("a", "s") == "s:a"
+    assert ids.claim_row_id("a", "s") is None
+    assert ids.claim_row_id("a", "t") == "t:a"
+    assert "a" in ids and "s:a" in ids and "b" not in ids and len(ids) == 3
+    assert not ids.claim("t:a") and ids.claim("b")
+    assert duplicate_id_message("a") == "id 'a' already used in this run"
+
+
+def test_registry_holds_many_ids_exactly():
+    ids = IdRegistry()
+    assert all(ids.claim(f"row-{i}") for i in range(5000))
+    assert not any(ids.claim(f"row-{i}") for i in range(5000))
+    assert all(f"row-{i}" in ids for i in range(0, 5000, 7)) and "row-5000" not in ids
+
+
+def _chat(rid: str, i: int) -> dict:
+    return {
+        "id": rid,
+        "messages": [
+            {"role": "user", "content": f"Question {i}?"},
+            {"role": "assistant", "content": f"Answer {i}."},
+        ],
+    }
+
+
+def test_build_and_generate_give_colliding_rows_the_same_ids(tmp_path: Path):
+    rows = [_chat("a", 0), _chat("a", 1), _chat("b", 2), _chat("a", 3), _chat("s:a", 4)]
+    src = tmp_path / "s.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "o"
+    api.build(sources=[src], tokenizer=str(qwen3_tokenizer_dir()), out=out, workers=1)
+    built = list(open_output(out).table.column("id").to_pylist())
+    rejects = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    assert built == ["a", "s:a", "b", "s:s:a"]
+    dup = [(r["row"], r["reason"], r["message"]) for r in rejects]
+    assert dup == [(3, reasons.DUPLICATE_ID, duplicate_id_message("a"))]
+
+    items = list(iter_inputs([Source("s", src)]))
+    jobs = [item.id for item in items if isinstance(item, Job)]
+    errors = [(e["row"], e["reason"], e["message"]) for e in items if isinstance(e, dict)]
+    assert jobs == built and errors == dup

@@ -1,0 +1,60 @@
+"""Selection is a stream step: it yields the rows and keeps its own counts and report, read once
+the rows are drained (it writes into nothing the caller owns)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from draftset.core import reasons
+from draftset.core.records import Reject
+from draftset.select.mix import Selection, SelectionSpec, plan_selection
+from draftset.sources.read import Source
+
+
+def source(tmp_path: Path, name: str, n: int, bad: int | None = None) -> Source:
+    lines = []
+    for i in range(n):
+        msgs = [
+            {"role": "user", "content": f"{name} question {i}"},
+            {"role": "assistant", "content": f"answer {i}"},
+        ]
+        row = {"id": f"{name}{i}", "messages": msgs}
+        lines.append("{not json" if i == bad else json.dumps(row))
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return Source(name, path)
+
+
+def test_sampled_selection_counts_and_reports_itself(tmp_path):
+    a, b = source(tmp_path, "a", 6, bad=2), source(tmp_path, "b", 4)
+    spec = SelectionSpec([a, b], max_samples=5, seed=1)
+    sel = Selection(spec, plan_selection(spec.sources, spec.max_samples, spec.seed))
+    rows = list(sel.rows())
+    per = {name: c.to_json() for name, c in sel.counts.sources.items()}
+    assert [per[n]["available"] for n in ("a", "b")] == [6, 4]
+    assert sum(per[n]["read"] for n in per) == len(rows) == 5
+    assert all(c["available"] == c["read"] + c["sampled_out"] for c in per.values())
+    assert {n: sum(r.source == n for r in rows) for n in per} == {n: per[n]["read"] for n in per}
+    assert set(sel.report) == {"dedup"}  # filter stats; no mix, no decontamination
+    again = Selection(spec)  # the plan is made on the way when not given
+    assert [r.id for r in again.rows()] == [r.id for r in rows]
+    assert again.counts == sel.counts and again.report == sel.report
+
+
+def test_rows_the_mix_leaves_out_count_as_sampled_out(tmp_path):
+    """Never read and taken back: a candidate the mix does not choose is sampled out; a reject
+    is not a candidate and stays in the stream (counted read, rejected downstream)."""
+    a, b = source(tmp_path, "a", 6, bad=0), source(tmp_path, "b", 6)
+    spec = SelectionSpec([a, b], max_samples=4, mix={"sources": {"a": 0.5, "b": 0.5}})
+    sel = Selection(spec)
+    rows = list(sel.rows())
+    convs = [r for r in rows if not isinstance(r, Reject)]
+    assert [r.reason for r in rows if isinstance(r, Reject)] == [reasons.INVALID_JSON]
+    assert {n: sum(r.source == n for r in convs) for n in "ab"} == {"a": 2, "b": 2}
+    for name in "ab":
+        c = sel.counts[name]
+        assert c.read == sum(r.source == name for r in rows)
+        assert (c.available, c.read + c.sampled_out) == (6, 6)
+    assert list(sel.report) == ["mix", "dedup"]  # the manifest's `mixture`, in its order
+    assert sel.report["mix"]["total"] == 4
