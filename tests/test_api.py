@@ -235,7 +235,7 @@ def test_every_run_level_error_is_a_draftset_error():
     from draftset.generation.job import Unreachable
     from draftset.generation.store import StoreError
     from draftset.inspect.show import ShowError
-    from draftset.output.arrow import OutputExistsError
+    from draftset.output.folder import OutputExistsError
     from draftset.pipeline.build import AccountingError, OutputWriteError
     from draftset.pipeline.run import RunFailed
     from draftset.select.modes import MixError

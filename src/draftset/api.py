@@ -77,6 +77,7 @@ def build(
     decontaminate: Sequence[str | Path] | str | Path | None = None,
     mix: Mapping[str, Any] | None = None,
     render_timeout: float | None = None,
+    output_format: str | None = None,
     progress: ProgressArg = False,
 ) -> BuildResult:
     """`draftset build`: tokenize and mask chat data into a verified, fully accounted set.
@@ -126,6 +127,7 @@ def build_options(
     decontaminate: Sequence[str | Path] | str | Path | None = None,
     mix: Mapping[str, Any] | None = None,
     render_timeout: float | None = None,
+    output_format: str | None = None,
 ) -> BuildOptions:
     """`build`'s arguments merged over the recipe and the defaults, and checked: the
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
@@ -185,6 +187,7 @@ def build_options(
         decontaminate=list(_strings(decontaminate) or _strings(conf.get("decontaminate"))),
         mix=dict(mix) if mix is not None else conf.get("mix"),
         render_timeout=_seconds(pick("render_timeout", render_timeout, defaults.RENDER_TIMEOUT)),
+        output_format=str(pick("output_format", output_format, defaults.OUTPUT_FORMAT)),
     )
     from draftset.config.preflight import check_values  # lazy: see the module's imports
 

@@ -23,6 +23,7 @@ from draftset.console import print_build_summary
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, DraftsetError, UsageError
 from draftset.generation import job as generate
 from draftset.inspect import report, show
+from draftset.output import FORMATS
 from draftset.pipeline import run
 
 __all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_arguments", "main"]
@@ -57,7 +58,8 @@ class _Parser(argparse.ArgumentParser):
 
 BUILD_HELP = """\
 Tokenize chat data with the target model's own chat template into a loss-masked,
-fully accounted training set (HF save_to_disk folder read as-is by speculators).
+fully accounted training set: an HF save_to_disk folder read as-is by speculators, or
+Parquet shards for datasets.load_dataset and the hub (--output-format parquet).
 
 Supervised tokens are exactly what the target model generates at serving time for an
 assistant turn: reasoning, content, tool-call markup and the end-of-turn token. Prompt-only
@@ -207,6 +209,12 @@ def _add_output_options(b: argparse.ArgumentParser) -> None:
         type=int,
         help="target vocabulary when the tokenizer folder has no config.json",
     )
+    b.add_argument(
+        "--output-format",
+        choices=list(FORMATS),
+        help="arrow: HF save_to_disk folder, read as-is by speculators (default); parquet:"
+        " data/train-*.parquet shards for datasets.load_dataset and the hub",
+    )
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -241,6 +249,7 @@ def build_arguments(args: argparse.Namespace) -> dict[str, Any]:
         "near_dup_threshold": args.near_dup_threshold,
         "decontaminate": args.decontaminate,
         "render_timeout": args.render_timeout,
+        "output_format": args.output_format,
     }
 
 

@@ -23,7 +23,8 @@ from unicode_torture import PIECES, torture_rows
 from draftset.checks.verify import fast_checks, main, run_verify
 from draftset.config.options import BuildOptions
 from draftset.config.recipe import load_recipe
-from draftset.output.arrow import arrow_schema, draft_vocab
+from draftset.output.base import arrow_schema
+from draftset.output.vocab import draft_vocab
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
 

@@ -136,7 +136,7 @@ def test_out_that_could_destroy_data_is_refused_before_any_work(
 
 
 def test_a_folder_that_stopped_being_ours_is_not_replaced_at_the_end(tmp_path, monkeypatch):
-    from draftset.output.arrow import OutputExistsError, finalize_output
+    from draftset.output.folder import OutputExistsError, finalize_output
 
     out, tmp = tmp_path / "out", tmp_path / ".out.tmp"
     out.mkdir()

@@ -49,7 +49,7 @@ def test_build_and_generate_give_colliding_rows_the_same_ids(tmp_path: Path):
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "o"
     api.build(sources=[src], tokenizer=str(qwen3_tokenizer_dir()), out=out, workers=1)
-    built = list(open_output(out).table.column("id").to_pylist())
+    built = list(open_output(out).ids())
     rejects = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
     assert built == ["a", "s:a", "b", "s:s:a"]
     dup = [(r["row"], r["reason"], r["message"]) for r in rejects]

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 from conftest import REPO, qwen3_tokenizer_dir
 
-from draftset.output.arrow import TMP_MARKER, prepare_output, remove_stale_tmp
+from draftset.output.folder import TMP_MARKER, prepare_output, remove_stale_tmp
 
 
 def start_build(tmp_path: Path) -> tuple[subprocess.Popen, Path]:

@@ -12,7 +12,7 @@ from conftest import qwen3_tokenizer_dir
 
 from draftset.engine.helper import Sidecar, SidecarError, release_memory
 from draftset.mask.template import TemplateSpec, load_template_info
-from draftset.output.arrow import load_token_freq_pt, save_token_freq_pt
+from draftset.output.vocab import load_token_freq_pt, save_token_freq_pt
 
 
 def test_jobs_run_in_one_process_in_order():

@@ -15,7 +15,7 @@ from rows import read_rows, write_jsonl
 from draftset.cli import main
 from draftset.config.options import BuildOptions
 from draftset.config.recipe import load_recipe
-from draftset.output.arrow import draft_vocab
+from draftset.output.vocab import draft_vocab
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from draftset.core import reasons
 from draftset.engine.helper import SidecarError
-from draftset.output.arrow import load_token_freq_pt
+from draftset.output.base import safe_name
 from draftset.output.readback import (
     REQUIRED_COLUMNS,
     CheckResult,
@@ -26,6 +26,7 @@ from draftset.output.readback import (
     iter_batches,
     read_jsonl,
 )
+from draftset.output.vocab import load_token_freq_pt
 from draftset.sources.read import sha256_file
 
 MAX_NO_PAIR_FRACTION = 0.25
@@ -39,10 +40,10 @@ REJECT_KEYS = {"source", "row", "id", "reason", "message"}
 def check_structure(out: OutputSet) -> CheckResult:
     """Columns and dtypes, equal lengths, no empty rows, unique ids, token ids inside the vocab."""
     p = Problems()
-    if out.state.get("_format_type") != "torch":
-        p.add("state.json _format_type is not 'torch' (speculators' loader relies on it)")
+    for problem in out.layout.structure_problems(out.folder, out.state):
+        p.add(problem)
     if not out.readable or out.schema is None:
-        p.add(out.read_error or "no Arrow data")
+        p.add(out.read_error or "no data")
         return p.result("structure", "")
     schema = out.schema
     for name, dtype in REQUIRED_COLUMNS.items():
@@ -258,12 +259,12 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
     """Every output file the manifest lists exists with its recorded sha256, and none is missing."""
     p = Problems()
     files: dict[str, str] = out.manifest.get("files") or {}
-    expected = {f.name for f in out.data_files} | {
+    expected = {
+        *out.data_names,
+        *out.layout.metadata_files,
         "token_freq.npy",
         "rejects.jsonl",
         "prompts.jsonl",
-        "dataset_info.json",
-        "state.json",
     }
     n = out.options.get("draft_vocab_size")
     if n:
@@ -272,27 +273,19 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
         p.add("output file not listed in the manifest", name)
     for name, digest in files.items():
         path = out.folder / name
-        if "/" in name or name.startswith(".") or not path.is_file():
+        if not safe_name(name) or not path.is_file():
             p.add("listed file missing", name)
             continue
         out.sha256[name] = sha256_file(path)
         if out.sha256[name] != digest:
             p.add("sha256 differs from the manifest", name)
-    # a shard that state.json does not list is not part of the set (loaders ignore it), yet
-    # it looks like one: another run's shard, a copy, a `datasets` cache file
-    in_state = {
-        str(f.get("filename")) for f in out.state.get("_data_files") or [] if isinstance(f, dict)
-    }
-    for path in sorted(out.folder.glob("*.arrow")):
-        if path.name not in in_state:
-            p.add(
-                "*.arrow file not listed in state.json (not part of the set: delete it)",
-                path.name,
-                f"{path.name}: not one of state.json's data files",
-            )
+    # a file that looks like a shard but is not one of the set's (another run's shard, a copy,
+    # a `datasets` cache file) is not part of the set, yet looks like it
+    for name, kind, message in out.layout.stray_files(out.folder, out.data_files):
+        p.add(kind, name, message)
     return p.result(
         "file_hashes",
-        f"{len(files)} files match their manifest sha256; no stray *.arrow file",
+        f"{len(files)} files match their manifest sha256; no stray {out.layout.shard_glob} file",
     )
 
 

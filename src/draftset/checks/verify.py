@@ -47,6 +47,7 @@ from draftset.core.errors import EXIT_FAIL, EXIT_OK, UsageError
 from draftset.core.files import write_json_atomic
 from draftset.inspect.show import visible
 from draftset.mask.template import TokenizerError
+from draftset.output.base import safe_name
 from draftset.output.readback import (
     VERIFY_RECORD,
     CheckResult,
@@ -191,7 +192,7 @@ def set_digests(out: OutputSet) -> dict[str, str]:
         path = out.folder / name
         if name in out.sha256:
             digests[name] = out.sha256[name]
-        elif "/" not in name and not name.startswith(".") and path.is_file():
+        elif safe_name(name) and path.is_file():
             digests[name] = out.sha256[name] = sha256_file(path)
     return digests
 
@@ -259,6 +260,13 @@ def read_record(out: OutputSet) -> RecordStatus:
 # --- 9. loadable by speculators ------------------------------------------------------------------
 def check_speculators_load(out: OutputSet) -> CheckResult:
     """Load the set with speculators' training data loader when installed; never silently skip."""
+    if not out.layout.speculators_loadable:
+        return CheckResult(
+            "speculators_load",
+            "skip",
+            f"skipped: speculators reads the Arrow layout, this set is {out.output_format}"
+            " (read it with datasets.load_dataset; see docs/output.md)",
+        )
     if importlib.util.find_spec("speculators") is None:
         return CheckResult(
             "speculators_load",

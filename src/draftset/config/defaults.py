@@ -24,5 +24,8 @@ NEAR_DUP_THRESHOLD: Final = 0.8
 RENDER_TIMEOUT: Final = 5.0
 """Seconds one row's template renders may take (``template_timeout`` past it); 0 = no bound.
 Real templates take milliseconds."""
+OUTPUT_FORMAT: Final = "arrow"
+"""``arrow`` (HF save_to_disk folder, what speculators reads) or ``parquet`` (hub-style shards);
+the formats are `draftset.output.FORMATS`."""
 BLOCK_SIZE: Final = 16
 """DFlash block size for anchor counts (verify, report)."""

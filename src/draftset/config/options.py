@@ -50,6 +50,7 @@ class BuildOptions:
     overlay: list[str] = field(default_factory=list)
     run_info: dict[str, Any] | None = None
     render_timeout: float = defaults.RENDER_TIMEOUT  # seconds to render one row; 0 = no bound
+    output_format: str = defaults.OUTPUT_FORMAT  # a key of draftset.output.FORMATS
 
     def selection_spec(self) -> SelectionSpec:
         return SelectionSpec(

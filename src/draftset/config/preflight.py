@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from draftset.core.errors import UsageError
 from draftset.mask.template import _resolve_tokenizer_path, config_vocab_size
+from draftset.output import FORMATS
 from draftset.sources.presets import apply_preset
 from draftset.sources.read import HUB_PREFIX
 
@@ -93,6 +94,10 @@ def check_values(opts: BuildOptions) -> None:
         raise UsageError(f"turns must be all, last or each, not {opts.turns!r}")
     if opts.max_length < 1 or opts.min_supervised_tokens < 0 or opts.workers < 0:
         raise UsageError("--max-length must be >= 1, --min-supervised-tokens and --workers >= 0")
+    if opts.output_format not in FORMATS:
+        raise UsageError(
+            f"output_format must be {' or '.join(FORMATS)}, not {opts.output_format!r}"
+        )
 
 
 def resolve_paths(opts: BuildOptions) -> BuildOptions:

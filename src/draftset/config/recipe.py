@@ -46,6 +46,7 @@ RECIPE_KEYS = {
     "decontaminate",
     "mix",
     "render_timeout",
+    "output_format",
     "sources",
     "generate",  # `draftset run` only (build ignores it); checked by run.generate_settings
 }

@@ -9,7 +9,7 @@ datatrove's manner without a framework: plain classes that happen to have these 
   are drained, says what it did in its own `counts` and `report`, which the driver merges
   (`select.mix.Selection`).
 - A **sink** takes what the driver hands it, in order, and is closed once
-  (`output.arrow.DatasetWriter`, build's JSONL sinks for rejects and prompts).
+  (the `output.base.Writer` of each format, build's JSONL sinks for rejects and prompts).
 
 Counts from any of them merge by addition (`core.counters`).
 """

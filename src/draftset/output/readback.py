@@ -1,8 +1,10 @@
-"""Read a built draftset folder back (manifest, Arrow rows, side files) for verify/show/report.
+"""Read a built draftset folder back (manifest, rows, side files) for verify/show/report.
 
 Only pyarrow and numpy are used: verifying a set must not depend on `datasets` or torch. The
-Arrow shards are memory-mapped, so opening a big set costs almost nothing; per-row statistics
-are computed batch by batch with vectorized numpy.
+rows are read through the `Layout` of the format the manifest names (``output_format``; sets
+from before it was recorded are Arrow): Arrow shards are memory-mapped, Parquet shards are read
+row group by row group, and per-row statistics are computed batch by batch with vectorized
+numpy, so memory stays flat however big the set is.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from draftset.config import defaults
-from draftset.core.errors import DraftsetError
+from draftset.core.errors import UsageError
+from draftset.output import DEFAULT_FORMAT, FORMATS, layout
+from draftset.output.base import Layout, RowAccess, rel_name
 
 Status = Literal["pass", "fail", "skip"]
 
@@ -34,7 +38,7 @@ VERIFY_RECORD = "verify.json"
 """The result of the last full `verify`, written beside the set (not one of the set's files)."""
 
 
-class NotADraftsetError(DraftsetError):
+class NotADraftsetError(UsageError):
     """The folder is missing or is not a draftset output (a usage error: exit code 2)."""
 
 
@@ -108,8 +112,8 @@ class OutputSet:
     """A built folder: its manifest, state and rows.
 
     Checks that scan every row stream the shards batch by batch (`iter_batches`), so memory
-    stays flat however big the set is. Random access (`row`, `table`) memory-maps the shards on
-    first use.
+    stays flat however big the set is. Random access (`row`) opens the shards on first use
+    (memory-mapped Arrow; Parquet one row group at a time).
     """
 
     folder: Path
@@ -119,7 +123,8 @@ class OutputSet:
     schema: pa.Schema | None  # None when the shards cannot be read (structure check says why)
     read_error: str | None = None
     num_rows: int = 0
-    _table: pa.Table | None = field(default=None, repr=False)
+    layout: Layout = field(default_factory=lambda: layout(DEFAULT_FORMAT), repr=False)
+    _rows: RowAccess | None = field(default=None, repr=False)
     sha256: dict[str, str] = field(default_factory=dict, repr=False)
     """Digests of files hashed by the file_hashes check (reused: a big set is hashed once)."""
 
@@ -128,18 +133,17 @@ class OutputSet:
         return self.schema is not None and self.read_error is None
 
     @property
-    def column_names(self) -> list[str]:
-        return list(self.schema.names) if self.schema is not None else []
+    def output_format(self) -> str:
+        return self.layout.format
 
     @property
-    def table(self) -> pa.Table | None:
-        """All rows as one memory-mapped table (random access); None when unreadable."""
-        if self._table is None and self.readable:
-            tables = [
-                pa.ipc.open_stream(pa.memory_map(str(p), "r")).read_all() for p in self.data_files
-            ]
-            self._table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        return self._table
+    def data_names(self) -> list[str]:
+        """The shards as the manifest names them (relative to the folder)."""
+        return [rel_name(self.folder, p) for p in self.data_files]
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self.schema.names) if self.schema is not None else []
 
     @property
     def options(self) -> dict[str, Any]:
@@ -151,9 +155,10 @@ class OutputSet:
 
     def row(self, index: int) -> dict[str, Any]:
         """One row as plain Python values + numpy arrays (ids int64, mask int8)."""
-        table = self.table
-        assert table is not None
-        r = table.slice(index, 1).to_pylist()[0]
+        assert self.readable
+        if self._rows is None:
+            self._rows = self.layout.rows(self.data_files)
+        r = self._rows.row(index).to_pylist()[0]
         return {
             "index": index,
             "id": r.get("id"),
@@ -165,12 +170,8 @@ class OutputSet:
 
     def record_batches(self) -> Iterator[pa.RecordBatch]:
         """The shards' record batches, read one at a time (never the whole set in memory)."""
-        if self._table is not None:
-            yield from self._table.to_batches()
-            return
         for path in self.data_files:
-            with pa.OSFile(str(path), "rb") as f:
-                yield from pa.ipc.open_stream(f)
+            yield from self.layout.batches(path)
 
     def column(self, name: str) -> list[Any]:
         """One column as a Python list (ids, sources, seq_len), streamed."""
@@ -207,31 +208,36 @@ def open_output(folder: Path) -> OutputSet:
         raise NotADraftsetError(
             f"not a draftset output (manifest format is not draftset/*): {folder}"
         )
+    fmt = manifest.get("output_format", DEFAULT_FORMAT)
+    if fmt not in FORMATS:
+        raise NotADraftsetError(
+            f"manifest names output_format {fmt!r}, which this draftset cannot read"
+            f" (it reads {', '.join(FORMATS)})"
+        )
+    lay = layout(fmt)
     state: dict[str, Any] = {}
     try:
         state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
     except (ValueError, OSError):
         state = {}
-    names = [f.get("filename") for f in state.get("_data_files") or [] if isinstance(f, dict)]
-    if not names:
-        names = sorted(p.name for p in folder.glob("data-*.arrow"))
-    data_files = [folder / str(n) for n in names]
-    out = OutputSet(folder, manifest, state, data_files, None)
+    if not isinstance(state, dict):
+        state = {}
+    data_files = lay.data_files(folder, manifest)
+    out = OutputSet(folder, manifest, state, data_files, None, layout=lay)
     if not data_files:
         out.read_error = "no data files"
         return out
     # one streaming pass: every shard readable, one schema, the row count
     try:
         for path in data_files:
-            with pa.OSFile(str(path), "rb") as f:
-                reader = pa.ipc.open_stream(f)
-                if out.schema is None:
-                    out.schema = reader.schema
-                elif not reader.schema.equals(out.schema):
-                    raise pa.ArrowInvalid(f"{path.name} has another schema than the first shard")
-                out.num_rows += sum(rb.num_rows for rb in reader)
+            schema, rows = lay.scan(path)
+            if out.schema is None:
+                out.schema = schema
+            elif not schema.equals(out.schema):
+                raise pa.ArrowInvalid(f"{path.name} has another schema than the first shard")
+            out.num_rows += rows
     except (OSError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        out.read_error = f"cannot read Arrow data: {exc}"
+        out.read_error = f"cannot read {'Arrow' if fmt == 'arrow' else 'Parquet'} data: {exc}"
     return out
 
 

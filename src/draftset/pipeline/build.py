@@ -22,9 +22,6 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from draftset import __version__
 from draftset.config.options import BuildOptions
 from draftset.config.preflight import check_build
 from draftset.core import reasons
@@ -46,24 +43,18 @@ from draftset.mask.template import (
     describe_template,
     load_template_info,
 )
-from draftset.output.arrow import (
-    DatasetWriter,
-    draft_vocab,
-    finalize_output,
+from draftset.output import writer_class
+from draftset.output.folder import finalize_output, prepare_output
+from draftset.output.manifest import build_manifest, write_manifest
+from draftset.output.readback import CheckResult
+from draftset.output.vocab import (
     load_token_freq_pt,
-    prepare_output,
     save_token_freq_pt,
+    write_draft_vocab,
     write_token_freq,
 )
-from draftset.output.readback import CheckResult
-from draftset.select.mix import (
-    Selection,
-    benchmark_files,
-    overlay_files,
-    plan_selection,
-    selection_total,
-)
-from draftset.sources.read import HUB_PREFIX, Source, describe_inputs, scan_source, sha256_file
+from draftset.select.mix import Selection, plan_selection, selection_total
+from draftset.sources.read import HUB_PREFIX, Source, scan_source
 
 BATCH_ROWS = 64
 ADVISORY_CHECKS = frozenset({"drafter_fitness"})
@@ -261,7 +252,7 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         info = stage.loaded()
         stage.engine.start(mask_config(opts, stage.spec, info))
         vocab_size = info.vocab_size
-        writer = DatasetWriter(tmp, vocab_size)
+        writer = writer_class(opts.output_format)(tmp, vocab_size)
         rejects = _JsonlSink(tmp / "rejects.jsonl")
         prompts = _JsonlSink(tmp / "prompts.jsonl")
         done = 0
@@ -289,13 +280,9 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         if (tmp / "token_freq.pt").exists():
             vocab_files.append(tmp / "token_freq.pt")
         if opts.draft_vocab_size:
-            d2t, t2d = draft_vocab(writer.token_freq, opts.draft_vocab_size, vocab_size)
-            np.save(tmp / f"d2t-{opts.draft_vocab_size}.npy", d2t)
-            np.save(tmp / f"t2d-{opts.draft_vocab_size}.npy", t2d)
-            vocab_files += [
-                tmp / f"d2t-{opts.draft_vocab_size}.npy",
-                tmp / f"t2d-{opts.draft_vocab_size}.npy",
-            ]
+            vocab_files += write_draft_vocab(
+                tmp, writer.token_freq, opts.draft_vocab_size, vocab_size
+            )
         errors = acct.balance_errors()
         if errors:
             raise AccountingError("accounting does not balance: " + "; ".join(errors))
@@ -305,18 +292,19 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
             _remove_empty(made)
             seconds = time.monotonic() - t0
             return BuildResult(opts.out, acct, {}, notes, seconds, finalized=False)
-        manifest = _manifest(opts, info, acct, writer, shards, vocab_files, tmp, skipped)
-        manifest["engine"] = stage.engine.describe()
-        manifest["selection"] = selection.to_json()
-        manifest["selection"]["decontaminate"] = benchmark_files(selection)
-        if selection.overlay:
-            manifest["selection"]["overlay"] = overlay_files(selection)
-        if opts.run_info is not None:
-            manifest["run"] = opts.run_info
-        manifest["mixture"] = selected.report
-        (tmp / "manifest.json").write_text(
-            json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        manifest = build_manifest(
+            opts,
+            info,
+            acct,
+            writer,
+            [*shards, *vocab_files],
+            tmp,
+            skipped,
+            engine=stage.engine.describe(),
+            selection=selection,
+            mixture=selected.report,
         )
+        write_manifest(tmp, manifest)
         finalize_output(tmp, opts.out)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -428,75 +416,3 @@ def _write(
             rejects.write(r.to_json())
         if res.rows:
             writer.write(res.rows)
-
-
-def _manifest(
-    opts: BuildOptions,
-    info: TemplateInfo,
-    acct: Accounting,
-    writer: DatasetWriter,
-    shards: list[Path],
-    vocab_files: list[Path],
-    folder: Path,
-    skipped: dict[str, list[dict[str, str]]] | None = None,
-) -> dict[str, Any]:
-    given = opts.given_paths or {}
-    options = {
-        "turns": opts.turns,
-        "max_length": opts.max_length,
-        "truncation": opts.truncation,
-        "min_supervised_tokens": opts.min_supervised_tokens,
-        "seed": opts.seed,
-        "max_samples": opts.max_samples,
-        "draft_vocab_size": opts.draft_vocab_size,
-        "target_vocab_size": opts.target_vocab_size,
-        "placeholders": list(opts.placeholders),
-        "eot_tokens": list(opts.eot_tokens),
-        "chat_template_path": opts.chat_template_path,
-        "chat_template_path_as_given": given.get("chat_template", opts.chat_template_path),
-        "render_timeout": opts.render_timeout,
-    }
-    files = {p.name: sha256_file(p) for p in [*shards, *vocab_files]}
-    for extra in ("rejects.jsonl", "prompts.jsonl", "dataset_info.json", "state.json"):
-        files[extra] = sha256_file(folder / extra)
-    return {
-        "draftset_version": __version__,
-        "format": "draftset/1",
-        "inputs": [
-            {
-                "name": s.name,
-                "path": str(s.path),
-                "path_as_given": (given.get("sources") or [str(x.path) for x in opts.sources])[i],
-                "format_override": s.format,
-                "fields": s.fields,
-                "weight": s.weight,
-                "count": s.count,
-                "preset": s.preset,
-                "files": describe_inputs(s),
-                "skipped": (skipped or {}).get(s.name, []),
-            }
-            for i, s in enumerate(opts.sources)
-        ],
-        "tokenizer": {
-            "path": opts.tokenizer,
-            "path_as_given": given.get("tokenizer", opts.tokenizer),
-            "fingerprint": info.fingerprint,
-            "vocab_size": info.vocab_size,
-            "tokenizer_size": info.tokenizer_size,
-        },
-        "template": {
-            "text": info.kit.template_text,
-            "sha256": info.template_sha256,
-            "kwargs": info.template_kwargs,
-            "eot_tokens": list(info.kit.eot_tokens),
-        },
-        "options": options,
-        "counts": acct.to_json(),
-        "totals": {
-            "rows": writer.rows,
-            "tokens": writer.tokens,
-            "supervised_tokens": writer.supervised_tokens,
-            "truncated": writer.truncated,
-        },
-        "files": files,
-    }

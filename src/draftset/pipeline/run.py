@@ -63,7 +63,7 @@ from draftset.mask.hygiene import (
     row_kwargs_key,
 )
 from draftset.mask.template import ChatTemplate, _resolve_tokenizer_path
-from draftset.output.arrow import remove_stale_tmp
+from draftset.output.folder import remove_stale_tmp
 from draftset.sources.read import Source, describe_inputs
 
 if TYPE_CHECKING:  # build's modules load when a run starts, not for `draftset --help`

@@ -1,0 +1,107 @@
+"""The output folder: built under a temporary name beside the target, renamed when finished.
+
+A half-written output never looks finished: the temporary folder carries a marker saying which
+process on which host builds it, so a later run removes a killed run's leftover and never
+touches anything else; the folder replaced at the end is checked again (only an empty folder
+or a draftset output is ever removed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+from pathlib import Path
+from typing import Any
+
+from draftset.core.errors import UsageError
+
+
+class OutputExistsError(UsageError):
+    """The output folder exists and --overwrite was not given (exit code 2)."""
+
+
+def prepare_output(out: Path, overwrite: bool) -> Path:
+    """Create and return the temporary build folder beside ``out``."""
+    if out.exists() and not overwrite:
+        raise OutputExistsError(f"output folder exists: {out} (pass --overwrite to replace it)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_tmp(out)
+    tmp = out.parent / f".{out.name}.draftset-tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    (tmp / TMP_MARKER).write_text(json.dumps(_tmp_owner(out)) + "\n", encoding="utf-8")
+    return tmp
+
+
+# Inside every temporary build folder: who made it, so a later run can tell a killed run's
+# leftover (removed) from anything else (never touched).
+TMP_MARKER = ".draftset-build-in-progress"
+
+
+def _tmp_owner(out: Path) -> dict[str, Any]:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "out": str(out.resolve())}
+
+
+def remove_stale_tmp(out: Path) -> list[Path]:
+    """Remove temporary folders that killed runs on this ``out`` left beside it.
+
+    Only a real folder named ``.{out}.draftset-tmp-{pid}`` holding draftset's marker for this
+    very ``out``, made on this host by a process that is gone. Anything else stays.
+    """
+    pattern = re.compile(re.escape(f".{out.name}.draftset-tmp-") + r"([0-9]+)")
+    removed: list[Path] = []
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if m is None or entry.is_symlink() or not entry.is_dir():
+            continue
+        pid = int(m.group(1))
+        try:
+            owner = json.loads((entry / TMP_MARKER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if owner != {**_tmp_owner(out), "pid": pid} or pid == os.getpid() or _alive(pid):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, another user's
+        return True
+    return True
+
+
+def finalize_output(tmp: Path, out: Path) -> None:
+    """Atomically put the finished folder in place (replacing an old one).
+
+    The folder being replaced is checked again (the run may have taken hours): only an empty
+    folder or a draftset output is ever removed.
+    """
+    (tmp / TMP_MARKER).unlink(missing_ok=True)  # finished: no longer a run in progress
+    if out.exists():
+        from draftset.config.preflight import replaceable  # lazy: preflight imports output
+
+        if not replaceable(out):
+            raise OutputExistsError(
+                f"{out} changed during the build and is no longer empty or a draftset output;"
+                " it was left as it is"
+            )
+        old = out.parent / f".{out.name}.draftset-old-{os.getpid()}"
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(out)

@@ -1,0 +1,87 @@
+"""Vocabulary files beside the rows: token_freq (.npy always, .pt for speculators) and the
+EAGLE-3 reduced vocabulary d2t/t2d, both from the supervised-token counts the writer kept."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+TORCH_MISSING = "token_freq.pt skipped: torch is not installed (pip install 'draftset[torch]')"
+
+
+def write_token_freq(
+    folder: Path,
+    token_freq: np.ndarray,
+    save_pt: Callable[[Path, np.ndarray, np.ndarray], bool] | None = None,
+) -> str | None:
+    """token_freq.npy always; token_freq.pt (dict[int, int]) when torch imports. Returns a note.
+
+    ``save_pt`` runs `save_token_freq_pt` elsewhere (the build's helper process, which has
+    torch imported already); by default it runs here.
+    """
+    np.save(folder / "token_freq.npy", token_freq.astype(np.int64))
+    ids = np.nonzero(token_freq)[0].astype(np.int64)
+    saved = (save_pt or save_token_freq_pt)(folder / "token_freq.pt", ids, token_freq[ids])
+    return None if saved else TORCH_MISSING
+
+
+def save_token_freq_pt(path: Path, ids: np.ndarray, counts: np.ndarray) -> bool:
+    """``torch.save`` of {id: count} (what speculators reads); False when torch is missing."""
+    try:
+        import torch  # optional extra: only for the .pt file speculators reads
+    except ImportError:
+        return False
+    torch.save(dict(zip(ids.tolist(), counts.tolist(), strict=True)), path)
+    return True
+
+
+def load_token_freq_pt(path: Path) -> dict[int, int] | None:
+    """``torch.load(weights_only=True)`` of token_freq.pt; None when torch is missing.
+
+    Raises on an unreadable file (the check reports it).
+    """
+    try:
+        import torch  # lazy: optional extra, ~3 s to import
+    except ImportError:
+        return None
+    data = torch.load(path, weights_only=True)
+    return {int(k): int(v) for k, v in dict(data).items()}
+
+
+def draft_vocab(
+    token_freq: np.ndarray, draft_vocab_size: int, target_vocab_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """EAGLE-3 reduced vocabulary: (d2t int64[N], t2d bool[target]) as speculators builds it.
+
+    Top-N supervised tokens by count (ties: lower id first), padded with the lowest unused ids
+    when fewer were seen, sorted; ``d2t[i] = id_i - i``.
+    """
+    if draft_vocab_size > target_vocab_size:
+        raise ValueError(
+            f"--draft-vocab-size {draft_vocab_size} exceeds the target vocabulary"
+            f" {target_vocab_size}"
+        )
+    seen = np.nonzero(token_freq)[0]
+    order = np.lexsort((seen, -token_freq[seen]))  # by count desc, then id asc
+    chosen = seen[order][:draft_vocab_size]
+    if chosen.size < draft_vocab_size:
+        unused = np.setdiff1d(np.arange(draft_vocab_size), chosen, assume_unique=False)
+        chosen = np.concatenate([chosen, unused[: draft_vocab_size - chosen.size]])
+    chosen = np.sort(chosen).astype(np.int64)
+    d2t = chosen - np.arange(draft_vocab_size, dtype=np.int64)
+    t2d = np.zeros(target_vocab_size, dtype=bool)
+    t2d[chosen] = True
+    return d2t, t2d
+
+
+def write_draft_vocab(
+    folder: Path, token_freq: np.ndarray, draft_vocab_size: int, target_vocab_size: int
+) -> list[Path]:
+    """``d2t-N.npy`` and ``t2d-N.npy`` (see `draft_vocab`) in ``folder``; returns both paths."""
+    d2t, t2d = draft_vocab(token_freq, draft_vocab_size, target_vocab_size)
+    paths = [folder / f"d2t-{draft_vocab_size}.npy", folder / f"t2d-{draft_vocab_size}.npy"]
+    np.save(paths[0], d2t)
+    np.save(paths[1], t2d)
+    return paths
