@@ -28,9 +28,11 @@ from draftset.core import reasons
 from draftset.core.records import RawRow
 from draftset.mask.encode import encode_plans
 from draftset.mask.render import plan_conversation
+from draftset.mask.sandbox import MemoSandbox
 from draftset.mask.template import (
     ChatTemplate,
     TemplateSpec,
+    as_content_parts,
     probe_content_parts,
     probe_renders_reasoning,
 )
@@ -141,6 +143,36 @@ def test_probes_on_the_fast_path_equal_the_public_path(tokdirs):
     }  # fmt: skip
     assert shapes["qwen3"][1] and shapes["gptoss"][1] and not shapes["qwen2_5"][1]
     assert not shapes["deepseek_r1_distill_training"][1]
+
+
+def _outcome(render, *args):
+    try:
+        return ("ok", render(*args))
+    except Exception as exc:  # the error must be the same too
+        return ("error", f"{type(exc).__name__}: {exc}")
+
+
+def test_draftsets_sandbox_renders_like_apply_chat_template_on_every_template(tokdirs):
+    """draftset.mask.sandbox's memoizing environment (what build renders with) gives exactly
+    `apply_chat_template`'s text or error, for every prefix of every conversation here and of
+    the golden cases, with and without the generation prompt, on every trl template."""
+    from test_render import CASES
+
+    convs = [(c["messages"], c.get("tools")) for c in CONVERSATIONS.values()]
+    convs += list(CASES.values())
+    used = 0
+    for name in template_names():
+        t = template(name, tokdirs)
+        assert type(t._compiled.environment) is MemoSandbox, name
+        for messages, tools in convs:
+            shown = as_content_parts(messages) if t.content_parts else messages
+            for k in range(1, len(shown) + 1):
+                for gen in (False, True):
+                    args = (shown[:k], tools, gen)
+                    want = _outcome(t.render_reference, *args)
+                    assert _outcome(t.render, *args) == want, (name, k, gen)
+        used += bool(t._compiled.environment._memo)  # some read no attribute at all
+    assert used > 50
 
 
 def test_workers_render_like_the_main_process(tmp_path, tokdirs):

@@ -147,3 +147,17 @@ def test_without_the_compiled_helper_render_falls_back_to_apply_chat_template():
     assert slow._compiled is None
     messages, tools = CASES["tools"]
     assert slow.render(messages, tools) == template("qwen3", "qwen3_6", {}).render(messages, tools)
+
+
+def test_missing_tokenizer_offline_names_the_variable(monkeypatch, tmp_path):
+    """A tokenizer name that is no folder needs the hub: refused with the variable that took
+    it offline (huggingface_hub's rule: TRANSFORMERS_OFFLINE counts too), as a usage error."""
+    import pytest
+
+    from draftset.mask.template import TokenizerError, _resolve_tokenizer_path
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "on")
+    with pytest.raises(TokenizerError, match="TRANSFORMERS_OFFLINE is set") as caught:
+        _resolve_tokenizer_path(str(tmp_path / "no-such-tokenizer"))
+    assert caught.value.exit_code == 2

@@ -22,9 +22,11 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from draftset.core.errors import DraftsetError
+from draftset.core.errors import UsageError
+from draftset.core.hub import hub_offline
 from draftset.core.records import Message
 from draftset.mask.limits import RENDER_CAP_FACTOR, RENDER_CAP_FLOOR, RenderTooLarge
+from draftset.mask.sandbox import compile_template
 
 _PROBE = "DRAFTSET_PROBE_ANSWER_7f3a"
 _PROBE_REASONING = "DRAFTSET_PROBE_REASONING_7f3a"
@@ -41,7 +43,7 @@ _TOKENIZER_FILES = (
 )
 
 
-class TokenizerError(DraftsetError):
+class TokenizerError(UsageError):
     """The tokenizer or template cannot be loaded (a usage error: exit code 2)."""
 
 
@@ -61,24 +63,22 @@ def _resolve_tokenizer_path(name: str) -> str:
         if not path.is_dir():
             raise TokenizerError(f"tokenizer path is not a folder: {name}")
         return str(path)
-    if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True", "YES", "yes"):
-        raise TokenizerError(f"tokenizer folder not found and HF_HUB_OFFLINE is set: {name}")
+    offline = hub_offline()
+    if offline:
+        raise TokenizerError(f"tokenizer folder not found and {offline} is set: {name}")
     return name  # a hub id; from_pretrained downloads it
 
 
 def import_template_compiler() -> None:
     """Import transformers' template compiler now (~0.7 s): workers do it while they wait."""
     with contextlib.suppress(ImportError):
-        import transformers.utils.chat_template_utils  # noqa: F401
+        import transformers.utils.chat_template_utils  # noqa: F401  # lazy: the point of it
 
 
 def _compile(template_text: str) -> Any:
-    """transformers' own compiled, sandboxed template (None when its internals moved)."""
-    try:
-        from transformers.utils.chat_template_utils import _compile_jinja_template
-    except ImportError:
-        return None
-    return _compile_jinja_template(template_text)
+    """transformers' compiled, sandboxed template, in draftset's memoizing copy of its sandbox
+    (`draftset.mask.sandbox`); None when transformers' internals moved."""
+    return compile_template(template_text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +119,7 @@ class Renderer:
         compiled = _compile(kit.template_text)
         if compiled is None:
             return None
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer  # lazy: only workers that rebuild from a kit need it
 
         r = cls.__new__(cls)
         r.backend = Tokenizer.from_str(kit.tokenizer_json)
@@ -238,6 +238,7 @@ class Renderer:
 
         Only used to cross-check the prefix rule on templates that have such tags.
         """
+        # lazy: transformers (~0.7 s) loads in the processes that render, when they render
         from transformers.utils.chat_template_utils import render_jinja_template
 
         kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}

@@ -16,10 +16,10 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from draftset.core.errors import DraftsetError
+from draftset.core.errors import UsageError
 
 
-class OutputExistsError(DraftsetError):
+class OutputExistsError(UsageError):
     """The output folder exists and --overwrite was not given (exit code 2)."""
 
 
@@ -92,7 +92,7 @@ def finalize_output(tmp: Path, out: Path) -> None:
     """
     (tmp / TMP_MARKER).unlink(missing_ok=True)  # finished: no longer a run in progress
     if out.exists():
-        from draftset.config.preflight import replaceable
+        from draftset.config.preflight import replaceable  # lazy: preflight imports output
 
         if not replaceable(out):
             raise OutputExistsError(

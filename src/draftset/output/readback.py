@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from draftset.config import defaults
-from draftset.core.errors import DraftsetError
+from draftset.core.errors import UsageError
 from draftset.output import DEFAULT_FORMAT, FORMATS, layout
 from draftset.output.base import Layout, RowAccess, rel_name
 
@@ -38,7 +38,7 @@ VERIFY_RECORD = "verify.json"
 """The result of the last full `verify`, written beside the set (not one of the set's files)."""
 
 
-class NotADraftsetError(DraftsetError):
+class NotADraftsetError(UsageError):
     """The folder is missing or is not a draftset output (a usage error: exit code 2)."""
 
 

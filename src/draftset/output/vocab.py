@@ -43,7 +43,7 @@ def load_token_freq_pt(path: Path) -> dict[int, int] | None:
     Raises on an unreadable file (the check reports it).
     """
     try:
-        import torch
+        import torch  # lazy: optional extra, ~3 s to import
     except ImportError:
         return None
     data = torch.load(path, weights_only=True)
