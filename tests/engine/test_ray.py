@@ -195,6 +195,14 @@ class TwoNodeCluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the second Ray node did not join within 60 s: {log}")
             time.sleep(0.2)
+        client_port = int(self.client_address.rpartition(":")[2])
+        while True:  # and Ray Client answers on the head
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", client_port), 0.5).close()
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Ray Client did not open port {client_port} within 60 s")
+            time.sleep(0.2)
 
     def _start(self, ray_cli: str, args: list[str]) -> None:
         folder = tempfile.mkdtemp(prefix="dsray")  # short: Ray's socket paths have a limit
