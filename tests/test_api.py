@@ -329,6 +329,21 @@ def test_cli_build_calls_the_api(src, tmp_path, monkeypatch):
     assert calls[0]["eot_tokens"] == ["X"] and calls[0]["progress"] is False
 
 
+def test_spawned_children_do_not_pay_for_the_cli():
+    """Workers and the helper are spawn-started: each re-imports the console script's module
+    (``draftset.cli``) as ``__mp_main__``. What cli.py imports at its top, every child loads:
+    a worker must stay free of pyarrow and rich (~35 MB a process, 3 processes a build)."""
+    code = (
+        "import runpy, sys\n"
+        "runpy.run_module('draftset.cli', run_name='__mp_main__')\n"
+        "import draftset.engine.worker\n"
+        "print(sorted(m for m in ('pyarrow', 'rich', 'torch', 'datasets') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 def test_import_draftset_is_lean_and_the_api_is_draftsets_own_names():
     code = (
         "import sys, draftset\n"

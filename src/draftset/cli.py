@@ -15,16 +15,14 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from draftset import __version__, api
-from draftset.checks import verify
-from draftset.checks.verify import print_results
+from draftset import __version__
 from draftset.config import defaults
-from draftset.console import print_build_summary
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, DraftsetError, UsageError
-from draftset.generation import job as generate
-from draftset.inspect import report, show
 from draftset.output import FORMATS
-from draftset.pipeline import run
+
+# The commands' modules load in the functions below, not here: every worker and helper process
+# is spawn-started and re-imports the console script's module, so whatever this module imports
+# at the top, every child pays for (pyarrow, rich, the readers: ~35 MB a process).
 
 __all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_USAGE", "UsageError", "build_arguments", "main"]
 
@@ -79,6 +77,12 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"draftset {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_build_command(sub)
+
+    # lazy: see the note on the imports
+    from draftset.checks import verify
+    from draftset.generation import job as generate
+    from draftset.inspect import report, show
+    from draftset.pipeline import run
 
     for module in (verify, show, report, generate, run):
         module.register_cli(sub)
@@ -269,6 +273,11 @@ def build_arguments(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    # lazy: see the note on the imports
+    from draftset import api
+    from draftset.checks.verify import print_results
+    from draftset.console import print_build_summary
+
     show = not args.no_progress and sys.stderr.isatty()
     with _sigterm_as_interrupt():
         result = api.build(**build_arguments(args), progress=show)
