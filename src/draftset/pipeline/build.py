@@ -44,6 +44,7 @@ from draftset.mask.template import (
     load_template_info,
 )
 from draftset.output import writer_class
+from draftset.output.base import Writer
 from draftset.output.folder import finalize_output, prepare_output
 from draftset.output.manifest import build_manifest, write_manifest
 from draftset.output.readback import CheckResult
@@ -260,12 +261,9 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         writer = writer_class(opts.output_format)(tmp, vocab_size)
         rejects = _JsonlSink(tmp / "rejects.jsonl")
         prompts = _JsonlSink(tmp / "prompts.jsonl")
-        done = 0
-        stream = chain(_drain(ahead), batches)
-        for results in stage.engine.map(stream):
-            acct += count_results(results)  # pure: any engine's workers could count a batch
-            _write(results, writer, rejects, prompts)
-            done += len(results)
+        for done in _drive(
+            stage.engine, chain(_drain(ahead), batches), acct, writer, rejects, prompts
+        ):
             if on_progress:
                 on_progress(done, total or done)
         stage.engine.finish()  # all work is back: the workers exit now
@@ -276,18 +274,7 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         shards = writer.close()
         rejects.close()
         prompts.close()
-        note = write_token_freq(
-            tmp, writer.token_freq, stage.in_helper("writing token_freq.pt", save_token_freq_pt)
-        )
-        if note:
-            notes.append(note)
-        vocab_files: list[Path] = [tmp / "token_freq.npy"]
-        if (tmp / "token_freq.pt").exists():
-            vocab_files.append(tmp / "token_freq.pt")
-        if opts.draft_vocab_size:
-            vocab_files += write_draft_vocab(
-                tmp, writer.token_freq, opts.draft_vocab_size, vocab_size
-            )
+        vocab_files = _write_vocab(stage, tmp, writer, vocab_size, notes)
         errors = acct.balance_errors()
         if errors:
             raise AccountingError("accounting does not balance: " + "; ".join(errors))
@@ -330,6 +317,42 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
             opts.out, load_pt=stage.in_helper("reading token_freq.pt", load_token_freq_pt)
         )
     return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
+
+
+def _drive(
+    engine: Engine,
+    batches: Iterator[list[Normalized] | bytes],
+    acct: Accounting,
+    writer: Writer,
+    rejects: _JsonlSink,
+    prompts: _JsonlSink,
+) -> Iterator[int]:
+    """The engine's results, counted and written in order; yields the input rows done so far."""
+    done = 0
+    for results in engine.map(batches):
+        acct += count_results(results)  # pure: any engine's workers could count a batch
+        _write(results, writer, rejects, prompts)
+        done += len(results)
+        yield done
+
+
+def _write_vocab(
+    stage: _Stage, tmp: Path, writer: Writer, vocab_size: int, notes: list[str]
+) -> list[Path]:
+    """token_freq (.npy, and .pt through the helper when torch is there) and, when asked,
+    the draft vocabulary d2t/t2d; returns the files written."""
+    note = write_token_freq(
+        tmp, writer.token_freq, stage.in_helper("writing token_freq.pt", save_token_freq_pt)
+    )
+    if note:
+        notes.append(note)
+    files = [tmp / "token_freq.npy"]
+    if (tmp / "token_freq.pt").exists():
+        files.append(tmp / "token_freq.pt")
+    size = stage.opts.draft_vocab_size
+    if size:
+        files += write_draft_vocab(tmp, writer.token_freq, size, vocab_size)
+    return files
 
 
 def _no_end_of_turn_note(acct: Accounting, opts: BuildOptions, info: TemplateInfo) -> str:
