@@ -30,6 +30,7 @@ import draftset
 from draftset import cli
 from draftset.config.options import BuildOptions
 from draftset.core.errors import DraftsetError
+from draftset.output.folder import TMP_MARKER
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
 
@@ -295,6 +296,33 @@ def test_a_ray_client_address_builds_the_same_set(inputs, cluster, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert assert_same_set(local, ray)["cluster"] == {"cpus": 2.0, "nodes": 2}
+
+
+def test_a_driver_killed_mid_run_leaves_nothing_that_looks_finished(
+    inputs, local_build, cluster, tmp_path
+):
+    """kill -9 of the driver while actors work: no output folder, only the marked temporary
+    one (no manifest), and the next build over it removes that leftover and writes the set."""
+    out = tmp_path / "killed"
+    cmd = build_cmd(inputs, out, "--engine", "ray", "--ray-address", cluster.address)
+    proc = subprocess.Popen(cmd, env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    tmp = tmp_path / f".{out.name}.draftset-tmp-{proc.pid}"
+    deadline = time.monotonic() + TEST_SECONDS - 60
+    try:
+        while not any(tmp.glob("*.arrow")):  # the first 1,000 rows are written: mid-run
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+            assert time.monotonic() < deadline, "the build never started writing"
+            time.sleep(0.05)
+    finally:
+        proc.kill()  # SIGKILL: no handler, no cleanup
+        proc.wait(10)
+    assert proc.returncode == -signal.SIGKILL
+    assert not out.exists()
+    assert (tmp / TMP_MARKER).exists() and not (tmp / "manifest.json").exists()
+    again = subprocess.run(cmd, env=cluster.env, capture_output=True, text=True, timeout=90)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not tmp.exists()  # the killed run's leftover, recognised by its marker, is gone
+    assert_same_set(local_build, out)
 
 
 def test_more_workers_than_the_cluster_has_cpus_is_exit_2_not_a_hang(inputs, cluster, tmp_path):
