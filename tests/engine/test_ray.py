@@ -309,7 +309,7 @@ def test_a_driver_killed_mid_run_leaves_nothing_that_looks_finished(
     tmp = tmp_path / f".{out.name}.draftset-tmp-{proc.pid}"
     deadline = time.monotonic() + TEST_SECONDS - 60
     try:
-        while not any(tmp.glob("*.arrow")):  # the first 1,000 rows are written: mid-run
+        while not any(tmp.glob("*.arrow.part")):  # the first 1,000 rows are written: mid-run
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
             assert time.monotonic() < deadline, "the build never started writing"
             time.sleep(0.05)
