@@ -73,9 +73,10 @@ def test_every_format_writes_the_rows_and_counts_them(tmp_path: Path, fmt: str) 
 def test_parquet_row_groups_are_fixed_batches_and_shards_are_hub_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import draftset.output.base as base
     import draftset.output.parquet as parquet
 
-    monkeypatch.setattr(parquet, "SHARD_BYTES", 1)  # a new shard after every batch
+    monkeypatch.setattr(base, "SHARD_BYTES", 1)  # a new shard after every batch
     writer = parquet.ParquetWriter(tmp_path, VOCAB)
     writer.write(synthetic_rows(2500))
     files = writer.close()

@@ -17,10 +17,9 @@ import pyarrow as pa
 
 from draftset.output.base import (
     HF_FEATURES,
-    SHARD_BYTES,
-    BatchWriter,
     Layout,
     RowAccess,
+    ShardedWriter,
     arrow_schema,
 )
 from draftset.sources.read import sha256_file
@@ -28,52 +27,39 @@ from draftset.sources.read import sha256_file
 __all__ = ["LAYOUT", "WRITER", "ArrowLayout", "ArrowWriter", "arrow_schema"]
 
 
-class ArrowWriter(BatchWriter):
+class ArrowWriter(ShardedWriter):
     """Streams rows into Arrow IPC shards in the save_to_disk layout."""
 
     format = "arrow"
 
     def __init__(self, folder: Path, vocab_size: int) -> None:
         super().__init__(folder, vocab_size)
-        self._shards: list[Path] = []
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._sink: Any = None
-        self._shard_bytes = 0
 
-    def write_batch(self, batch: pa.RecordBatch) -> None:
-        if self._writer is None or self._shard_bytes >= SHARD_BYTES:
-            self._close_shard()
-            self._open_shard()
-        assert self._writer is not None
-        self._writer.write_batch(batch)
-        self._shard_bytes += batch.nbytes
+    def part_path(self, index: int) -> Path:
+        return self.folder / f"data-{index:05d}.arrow.part"
 
-    def finish(self) -> list[Path]:
-        """Finish the shards and the folder's metadata; returns every file written."""
-        if self._writer is None:
-            self._open_shard()  # an empty dataset is still a valid dataset
-        self._close_shard()
-        n = len(self._shards)
-        final: list[Path] = []
-        for i, shard in enumerate(self._shards):
-            name = self.folder / f"data-{i:05d}-of-{n:05d}.arrow"
-            shard.rename(name)
-            final.append(name)
-        return [*final, *self._write_metadata([p.name for p in final])]
+    def shard_path(self, index: int, count: int) -> Path:
+        return self.folder / f"data-{index:05d}-of-{count:05d}.arrow"
 
-    # --- internals ---------------------------------------------------------------------------
-    def _open_shard(self) -> None:
-        path = self.folder / f"data-{len(self._shards):05d}.arrow.part"
+    def open_part(self, path: Path) -> None:
         self._sink = pa.OSFile(str(path), "wb")
         self._writer = pa.ipc.new_stream(self._sink, self.schema)
-        self._shards.append(path)
-        self._shard_bytes = 0
 
-    def _close_shard(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._sink.close()
-            self._writer = None
+    def append(self, batch: pa.RecordBatch) -> None:
+        assert self._writer is not None
+        self._writer.write_batch(batch)
+
+    def close_part(self) -> None:
+        assert self._writer is not None
+        self._writer.close()
+        self._sink.close()
+        self._writer = None
+
+    def metadata(self, shards: list[Path]) -> list[Path]:
+        """dataset_info.json and state.json: what ``load_from_disk`` reads."""
+        return self._write_metadata([p.name for p in shards])
 
     def _write_metadata(self, shard_names: list[str]) -> list[Path]:
         info = {

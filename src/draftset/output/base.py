@@ -139,6 +139,72 @@ class BatchWriter(Writer):
         self.truncated += sum(1 for r in rows if r.truncated)
 
 
+class ShardedWriter(BatchWriter):
+    """Record batches into shards of about `SHARD_BYTES` each, written as ``*.part`` files and
+    renamed to their final names (which carry the shard count) once the set is finished. A
+    format says how a part is opened, appended to and closed, and how shards are named."""
+
+    def __init__(self, folder: Path, vocab_size: int) -> None:
+        super().__init__(folder, vocab_size)
+        self._parts: list[Path] = []
+        self._part_open = False
+        self._shard_bytes = 0
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        if not self._part_open or self._shard_bytes >= SHARD_BYTES:
+            self._end_part()
+            self._start_part()
+        self.append(batch)
+        self._shard_bytes += batch.nbytes
+
+    def finish(self) -> list[Path]:
+        if not self._part_open:
+            self._start_part()  # an empty set is still a readable set (schema, no rows)
+        self._end_part()
+        final: list[Path] = []
+        for i, part in enumerate(self._parts):
+            name = self.shard_path(i, len(self._parts))
+            part.rename(name)
+            final.append(name)
+        return [*final, *self.metadata(final)]
+
+    @abstractmethod
+    def part_path(self, index: int) -> Path:
+        """Where shard ``index`` is written while the set is unfinished."""
+
+    @abstractmethod
+    def shard_path(self, index: int, count: int) -> Path:
+        """The finished name of shard ``index`` of ``count``."""
+
+    @abstractmethod
+    def open_part(self, path: Path) -> None:
+        """Start writing a new shard at ``path``."""
+
+    @abstractmethod
+    def append(self, batch: pa.RecordBatch) -> None:
+        """Add one record batch to the open shard."""
+
+    @abstractmethod
+    def close_part(self) -> None:
+        """Finish the open shard's file."""
+
+    def metadata(self, shards: list[Path]) -> list[Path]:
+        """Files the format writes beside its finished shards (none by default)."""
+        return []
+
+    def _start_part(self) -> None:
+        path = self.part_path(len(self._parts))
+        self.open_part(path)
+        self._parts.append(path)
+        self._part_open = True
+        self._shard_bytes = 0
+
+    def _end_part(self) -> None:
+        if self._part_open:
+            self.close_part()
+            self._part_open = False
+
+
 class RowAccess(ABC):
     """Random access to single rows (show, report, verify's sampled mask checks)."""
 

@@ -23,10 +23,9 @@ import pyarrow.parquet as pq
 
 from draftset.output.base import (
     ROWS_PER_BATCH,
-    SHARD_BYTES,
-    BatchWriter,
     Layout,
     RowAccess,
+    ShardedWriter,
     safe_name,
 )
 
@@ -51,48 +50,33 @@ def shard_name(index: int, count: int) -> str:
     return f"{DATA_DIR}/{SPLIT}-{index:05d}-of-{count:05d}.parquet"
 
 
-class ParquetWriter(BatchWriter):
+class ParquetWriter(ShardedWriter):
     """Streams rows into ``data/train-*.parquet``, one row group per record batch."""
 
     format = "parquet"
 
     def __init__(self, folder: Path, vocab_size: int) -> None:
         super().__init__(folder, vocab_size)
-        self._shards: list[Path] = []
         self._writer: pq.ParquetWriter | None = None
-        self._shard_bytes = 0
 
-    def write_batch(self, batch: pa.RecordBatch) -> None:
-        if self._writer is None or self._shard_bytes >= SHARD_BYTES:
-            self._close_shard()
-            self._open_shard()
+    def part_path(self, index: int) -> Path:
+        (self.folder / DATA_DIR).mkdir(exist_ok=True)
+        return self.folder / DATA_DIR / f"{SPLIT}-{index:05d}.parquet.part"
+
+    def shard_path(self, index: int, count: int) -> Path:
+        return self.folder / shard_name(index, count)
+
+    def open_part(self, path: Path) -> None:
+        self._writer = pq.ParquetWriter(str(path), self.schema, **WRITER_OPTIONS)
+
+    def append(self, batch: pa.RecordBatch) -> None:
         assert self._writer is not None
         self._writer.write_batch(batch, row_group_size=ROWS_PER_BATCH)
-        self._shard_bytes += batch.nbytes
 
-    def finish(self) -> list[Path]:
-        if self._writer is None:
-            self._open_shard()  # an empty set is still a readable set (schema, no rows)
-        self._close_shard()
-        n = len(self._shards)
-        final: list[Path] = []
-        for i, part in enumerate(self._shards):
-            name = self.folder / shard_name(i, n)
-            part.rename(name)
-            final.append(name)
-        return final
-
-    def _open_shard(self) -> None:
-        (self.folder / DATA_DIR).mkdir(exist_ok=True)
-        path = self.folder / DATA_DIR / f"{SPLIT}-{len(self._shards):05d}.parquet.part"
-        self._writer = pq.ParquetWriter(str(path), self.schema, **WRITER_OPTIONS)
-        self._shards.append(path)
-        self._shard_bytes = 0
-
-    def _close_shard(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+    def close_part(self) -> None:
+        assert self._writer is not None
+        self._writer.close()
+        self._writer = None
 
 
 class ParquetLayout(Layout):
