@@ -187,6 +187,7 @@ class RunResult:
             "peak_rss": [m.peak_rss for m in self.measured],
             "max_procs": [m.max_procs for m in self.measured],
             "other_busy_cores": [m.other_busy_cores for m in self.measured],
+            "measurer_cpu_seconds": [m.measurer_cpu_seconds for m in self.measured],
             "pss_peak_at_s": [m.peak_at() for m in self.measured],
             "timeline": [m.timeline for m in self.measured],
             "noise_before": self.noise,
@@ -311,7 +312,8 @@ def execute(
             log(
                 f"    {m.seconds:.1f} s, {rows_in / m.seconds:,.0f} rows/s, "
                 f"PSS {m.peak_pss / GIB:.2f} GiB, RSS {m.peak_rss / GIB:.2f} GiB, "
-                f"cpu {m.cpu_seconds:.0f} s, others {m.other_busy_cores:.1f} cores"
+                f"cpu {m.cpu_seconds:.0f} s, others {m.other_busy_cores:.1f} cores, "
+                f"measurer {m.measurer_cpu_seconds:.1f} s"
             )
             if r == repeat - 1 and p.kind != "limit":
                 files = outputs.output_files(p.kind, p.out, res.info)

@@ -51,3 +51,22 @@ def test_mix_rows_are_the_users_mix():
                     assert msgs[i + 1]["role"] == "tool"
         if r["kind"] == "reasoning":
             assert all(m.get("reasoning_content") for m in msgs if m["role"] == "assistant")
+
+
+def test_sampler_finds_the_peaks_of_a_whole_tree():
+    """bench/measure.py: the peak RSS and PSS of a parent and its child (the child holds
+    200 MB for 0.4 s, then frees it), though PSS is read only every second unless RSS grows."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import measure
+
+    child = (
+        "import time; b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096]);"
+        " time.sleep(0.4); del b; time.sleep(1.0)"
+    )
+    parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])"
+    m = measure.run_measured([sys.executable, "-c", parent], interval=0.05)
+    assert m.returncode == 0, m.stderr
+    assert m.max_procs == 2
+    assert m.peak_rss >= 200 * 2**20
+    assert m.peak_pss >= 190 * 2**20  # the child's pages are its own: PSS close to RSS
+    assert m.measurer_cpu_seconds >= 0
