@@ -298,38 +298,48 @@ class RowStats:
 
 
 def batch_stats(b: Batch, block_size: int) -> dict[str, np.ndarray]:
-    """Vectorized per-row statistics of one batch (mask and ids must have equal lengths)."""
-    n = len(b.lengths)
-    m = (b.mask == 1).astype(np.int64)
+    """Vectorized per-row statistics of one batch (mask and ids must have equal lengths).
+
+    Every statistic is a count of flagged positions inside a row, so each is a difference of
+    one running sum at two per-row bounds: no per-token row index, position or row-end array
+    (this runs at the end of every build). Equal to the per-row definitions in
+    tests/output/test_readback.py on random and edge-case batches.
+    """
+    m = b.mask == 1
     total = m.size
     starts, ends = b.offsets[:-1], b.offsets[1:]
-    cs = np.zeros(total + 1, dtype=np.int64)
-    np.cumsum(m, out=cs[1:])
+    cs = _running_sum(m)  # cs[p] = supervised positions before p
     supervised = cs[ends] - cs[starts]
-    row_of = np.repeat(np.arange(n), b.lengths)
-    row_end = np.repeat(ends, b.lengths)
-    pos = np.arange(total)
-    nxt_same_row = pos + 1 < row_end
-    nxt = np.zeros(total, dtype=np.int64)
-    nxt[:-1] = m[1:]
-    pair = (m == 1) & (nxt == 1) & nxt_same_row
-    run_end = (m == 1) & ~((nxt == 1) & nxt_same_row)
-    # an anchor is a supervised position whose block p..p+B-1 lies inside the row
-    anchor = (m == 1) & (pos + block_size <= row_end)
-    # a full block: B consecutive supervised positions inside the row
-    win_end = np.minimum(pos + block_size, total)
-    full = anchor & ((cs[win_end] - cs[pos]) == block_size)
-
-    def per_row(flags: np.ndarray) -> np.ndarray:
-        return np.bincount(row_of[flags], minlength=n).astype(np.int64)
-
+    # pairs: p and p+1 both supervised, p+1 still in the row (p < end - 1)
+    pairs = _count_between(_running_sum(m[:-1] & m[1:]), starts, ends - 1)
+    # anchors: supervised p whose block p..p+B-1 lies in the row (p <= end - B)
+    last_anchor = ends - block_size + 1
+    anchors = cs[np.maximum(starts, last_anchor)] - cs[starts]
+    # full blocks: anchors whose B positions are all supervised
+    full = cs[block_size:] == cs[:-block_size] + block_size if total >= block_size else m[:0]
+    full_blocks = _count_between(_running_sum(full), starts, last_anchor)
+    # a supervised position ends a run unless it starts a pair
     return {
         "supervised": supervised,
-        "pairs": per_row(pair),
-        "runs": per_row(run_end),
-        "anchors": per_row(anchor),
-        "full_blocks": per_row(full),
+        "pairs": pairs,
+        "runs": supervised - pairs,
+        "anchors": anchors,
+        "full_blocks": full_blocks,
     }
+
+
+def _running_sum(flags: np.ndarray) -> np.ndarray:
+    """cs[p] = flags set before position p (length len(flags) + 1)."""
+    cs = np.zeros(flags.size + 1, dtype=np.int64)
+    np.cumsum(flags, out=cs[1:])
+    return cs
+
+
+def _count_between(cs: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per row: flags at positions lo <= p < hi (none when hi <= lo), from their running sum."""
+    top = cs.size - 1
+    lo_c = np.minimum(lo, top)
+    return cs[np.clip(np.maximum(lo, hi), 0, top)] - cs[lo_c]
 
 
 def row_stats(out: OutputSet, block_size: int = defaults.BLOCK_SIZE) -> RowStats:
