@@ -195,7 +195,12 @@ def count_results(results: Sequence[ItemResult]) -> Accounting:
             counts.rejected[res.rejects[0].reason] += 1
         if res.plan_stats is not None:
             stats = res.plan_stats
-            counts += SourceCounts(**{n: getattr(stats, n) for n in _summed_by_name(type(stats))})
+            for name in _summed_by_name(type(stats)):  # the fields both declare, added in place
+                value = getattr(stats, name)
+                if isinstance(value, Counter):
+                    getattr(counts, name).update(value)
+                elif value:
+                    setattr(counts, name, getattr(counts, name) + value)
             counts.supervised_turns += sum(rp.supervised_turns for rp in stats.rows)
         if res.placeholder_only:
             if not res.rows and any(r.reason == reasons.NO_SUPERVISED_TURN for r in res.rejects):
