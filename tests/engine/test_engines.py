@@ -11,6 +11,8 @@ from conftest import qwen3_tokenizer_dir
 
 from draftset.config.options import BuildOptions
 from draftset.core.records import Conversation, PromptOnly, Reject
+from draftset.engine import worker
+from draftset.engine.helper import Sidecar
 from draftset.engine.inline import InlineEngine
 from draftset.engine.pool import LocalPoolEngine
 from draftset.mask.template import ChatTemplate, TemplateSpec, describe_template
@@ -70,6 +72,27 @@ def test_pool_engine_returns_inline_results_in_submission_order():
     ]
     assert got == expected
     assert all(rows for _, rows, _ in expected[:-2])  # real rows, not empty results
+
+
+def test_the_helper_is_one_of_the_workers():
+    """`--workers 2` with the build's helper: one pool process plus the helper, which runs the
+    row step on the template it loaded; results equal the inline engine's, in order."""
+    spec = TemplateSpec(str(qwen3_tokenizer_dir()), None, {}, ())
+    template = ChatTemplate(spec)
+    opts = BuildOptions(sources=[], tokenizer=spec.tokenizer, out=None)  # type: ignore[arg-type]
+    with InlineEngine(template) as inline:
+        inline.start(mask_config(opts, spec, describe_template(template)))
+        expected = flatten(list(inline.map(batches())))
+    with Sidecar() as side:
+        info = side.call("loading", worker.load_and_keep, spec, None)
+        with LocalPoolEngine(2, helper=side) as pool:
+            assert len(pool._pool._processes) == 1  # type: ignore[attr-defined]
+            pool.start(mask_config(opts, spec, info))
+            got = flatten(list(pool.map(batches())))
+            pool.finish()
+        assert got == expected
+        # the slow first batch keeps the pool busy: the helper takes the next ones
+        assert side.call("counting", worker.batches_done) >= 1
 
 
 def test_manifest_records_the_engine_outside_the_set(tmp_path):

@@ -1,7 +1,8 @@
 """A killed or terminated build leaves no process and (after the next run) no folder behind.
 
-Real subprocesses: `draftset build --workers 2` (two workers, the helper, multiprocessing's
-resource tracker), killed with SIGKILL or SIGTERM while all of them are up.
+Real subprocesses: `draftset build --workers 2` (the helper, which is one of the two workers,
+one pool worker, multiprocessing's resource tracker), killed with SIGKILL or SIGTERM while all
+of them are up.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def tmp_folders(out: Path) -> list[Path]:
     return [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.draftset-tmp-")]
 
 
-def wait_for_children(proc: subprocess.Popen, out: Path, n: int = 4) -> list[psutil.Process]:
-    """All of them: 2 workers, the helper, the resource tracker; and the run's temp folder."""
+def wait_for_children(proc: subprocess.Popen, out: Path, n: int = 3) -> list[psutil.Process]:
+    """All of them: the helper, the pool worker, the resource tracker; and the temp folder."""
     main = psutil.Process(proc.pid)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -3,9 +3,10 @@
 `AutoTokenizer` imports torch when it is installed (~3 s, ~220 MB that stay), and so do
 ``torch.save`` / ``torch.load`` of ``token_freq.pt``. A build with worker processes runs all of
 them in one spawn child, one job after another: load the template (while the workers start and
-the main process reads ahead), drop the tokenizer's memory (`release_memory`, after the kit is
-on its way), wait idle (~280 MB), write ``token_freq.pt`` at the end and read it back for the
-post-build check. torch is imported once per build, off the critical path.
+the main process reads ahead), drop the load's garbage (`release_memory`, after the kit is on
+its way), run the row step on the loaded template as one of the local engine's workers
+(`engine.worker.load_and_keep`; with Ray it waits idle), write ``token_freq.pt`` at the end and
+read it back for the post-build check. torch is imported once per build.
 
 A child that dies (killed, out of memory) raises `SidecarError` in the caller, never hangs it.
 """

@@ -1,21 +1,30 @@
-"""The local engine (`--workers N`): N spawn-started worker processes on this machine.
+"""The local engine (`--workers N`): N processes on this machine run the row step.
 
 Workers start at once, before the template has loaded (imports overlap the load), and each
 waits for its `MaskConfig` on a queue. Whatever happens, every worker is given something (a
 config, or None when the load failed) before shutdown, so none is left blocked. Workers are
 started with ``spawn``: the Rust tokenizer's thread pool does not survive ``fork``.
+
+Given the build's helper process (which loaded the template, `worker.load_and_keep`), the
+engine counts it as one of the N: it runs the row step on its own loaded template while N - 1
+pool processes rebuild theirs from the kit. Each batch goes to whichever side has fewer
+unfinished batches per process; results still come back in submission order, and every
+process's step gives the same results (the inline engine's), so the set does not depend on
+which process ran which batch.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import replace
 
 from draftset.engine import worker
 from draftset.engine.base import Batch, Engine
-from draftset.engine.helper import stop_pool
+from draftset.engine.helper import Sidecar, stop_pool
 from draftset.mask.step import ItemResult, MaskConfig
 
 IN_FLIGHT_PER_WORKER = 3
@@ -25,33 +34,66 @@ IN_FLIGHT_PER_WORKER = 3
 class LocalPoolEngine(Engine):
     name = "local"
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, helper: Sidecar | None = None) -> None:
         self.workers = workers
+        self._helper = helper if workers > 1 else None
+        self._pool_size = workers - 1 if self._helper else workers
         ctx = multiprocessing.get_context("spawn")
         self._configs = ctx.Queue()
         self._fed = 0
         self._pool = ProcessPoolExecutor(
-            workers, mp_context=ctx, initializer=worker.init_worker, initargs=(self._configs,)
+            self._pool_size,
+            mp_context=ctx,
+            initializer=worker.init_worker,
+            initargs=(self._configs,),
         )
-        for _ in range(workers):  # each submit starts one more process (spawn is lazy)
+        for _ in range(self._pool_size):  # each submit starts one more process (spawn is lazy)
             self._pool.submit(worker.worker_ready)
+        self._unfinished = {"pool": 0, "helper": 0}  # batches submitted and not yet done
+        self._lock = threading.Lock()  # done-callbacks run in the executors' own threads
 
     def _feed(self, config: MaskConfig | None) -> None:
-        for _ in range(self.workers - self._fed):
+        for _ in range(self._pool_size - self._fed):
             self._configs.put(config)
-        self._fed = self.workers
+        self._fed = self._pool_size
 
     def start(self, config: MaskConfig) -> None:
         self._feed(config)
+        if self._helper is not None:  # the helper builds its step on the template it holds
+            self._helper.submit(worker.start_on_kept, replace(config, kit=None))
 
     def map(self, batches: Iterable[Batch]) -> Iterator[list[ItemResult]]:
-        window: deque[Future[list[ItemResult]]] = deque()
+        window: deque[tuple[Future[list[ItemResult]], bool]] = deque()
         for batch in batches:
-            window.append(self._pool.submit(worker.process_batch, batch))
+            window.append(self._submit(batch))
             if len(window) >= IN_FLIGHT_PER_WORKER * self.workers:
-                yield window.popleft().result()
+                yield self._result(*window.popleft())
         while window:
-            yield window.popleft().result()
+            yield self._result(*window.popleft())
+
+    def _submit(self, batch: Batch) -> tuple[Future[list[ItemResult]], bool]:
+        """Submit to the side with fewer unfinished batches per process (ties: the pool)."""
+        with self._lock:
+            to_helper = self._helper is not None and (
+                self._unfinished["helper"] * self._pool_size < self._unfinished["pool"]
+            )
+            side = "helper" if to_helper else "pool"
+            self._unfinished[side] += 1
+        ex = self._helper if to_helper else self._pool
+        assert ex is not None
+        future = ex.submit(worker.process_batch, batch)
+        future.add_done_callback(lambda _: self._done(side))
+        return future, to_helper
+
+    def _done(self, side: str) -> None:
+        with self._lock:
+            self._unfinished[side] -= 1
+
+    def _result(self, future: Future[list[ItemResult]], in_helper: bool) -> list[ItemResult]:
+        if in_helper:  # a dead helper is a `SidecarError` (exit 1), not a bare traceback
+            assert self._helper is not None
+            return self._helper.result(future, "running the row step")
+        return future.result()
 
     def finish(self) -> None:
         self._pool.shutdown(wait=False)

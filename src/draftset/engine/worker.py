@@ -1,7 +1,11 @@
-"""The entry points of a local worker process (`LocalPoolEngine`).
+"""The entry points of a local worker process (`LocalPoolEngine`), and of the helper process
+when it runs the row step as one of the workers.
 
 A worker imports only what it runs (no pyarrow, no readers): each is ~35 MB smaller, which
-matters with a whole process tree under 1 GiB.
+matters with a whole process tree under 1 GiB. The helper loads the template for the build
+(`load_and_keep`) and keeps it: it then runs the row step on that very template
+(`start_on_kept`), the way the inline engine does in the driver, so ``--workers N`` needs only
+N - 1 pool processes and one fewer transformers import and kit rebuild.
 """
 
 from __future__ import annotations
@@ -11,10 +15,18 @@ from typing import Any
 
 from draftset.engine.base import unpack
 from draftset.engine.lifeline import die_with_parent
-from draftset.mask.step import ItemResult, MaskStep
-from draftset.mask.template import import_template_compiler
+from draftset.mask.step import ItemResult, MaskConfig, MaskStep
+from draftset.mask.template import (
+    ChatTemplate,
+    TemplateInfo,
+    TemplateSpec,
+    describe_template,
+    import_template_compiler,
+)
 
 _STEP: MaskStep | None = None
+_KEPT: ChatTemplate | None = None  # the helper's loaded template (see `load_and_keep`)
+_DONE = 0  # batches this process ran
 
 
 def init_worker(configs: Any) -> None:
@@ -32,9 +44,32 @@ def init_worker(configs: Any) -> None:
 
 
 def process_batch(batch: Any) -> list[ItemResult]:
+    global _DONE
     assert _STEP is not None
+    _DONE += 1
     return _STEP(unpack(batch))
+
+
+def batches_done() -> int:
+    """How many batches this process ran (how the work was shared)."""
+    return _DONE
 
 
 def worker_ready() -> bool:
     return _STEP is not None
+
+
+def load_and_keep(spec: TemplateSpec, target_vocab_size: int | None = None) -> TemplateInfo:
+    """The helper's job: load the template (raises `TokenizerError`), describe it for the
+    driver, and keep it here for `start_on_kept`."""
+    global _KEPT
+    _KEPT = ChatTemplate(spec)
+    return describe_template(_KEPT, target_vocab_size)
+
+
+def start_on_kept(config: MaskConfig) -> None:
+    """The helper joins the row step: its `MaskStep` runs on the template it loaded (the
+    config's kit, the serialized copy the pool workers rebuild from, is not needed here)."""
+    global _STEP
+    assert _KEPT is not None, "load_and_keep first"
+    _STEP = config.build(template=_KEPT)

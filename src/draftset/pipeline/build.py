@@ -33,6 +33,7 @@ from draftset.engine.base import Engine
 from draftset.engine.helper import Sidecar, SidecarError, release_memory
 from draftset.engine.inline import InlineEngine
 from draftset.engine.pool import LocalPoolEngine
+from draftset.engine.worker import load_and_keep
 from draftset.mask.encode import EncodedRow
 from draftset.mask.step import ItemResult, MaskConfig
 from draftset.mask.template import (
@@ -149,10 +150,12 @@ def run_build(
             )
     # The template loads once, in the helper process (fail fast, fingerprint, vocab size),
     # while the workers start and the driver reads ahead: the driver neither renders nor
-    # imports torch through AutoTokenizer, and workers render from the kit.
+    # imports torch through AutoTokenizer, and workers render from the kit. With the local
+    # engine the helper keeps the template and is one of the workers itself.
     with Sidecar() as side:
-        pending = side.submit(load_template_info, spec, opts.target_vocab_size)
-        side.submit(release_memory)  # then drop the tokenizer's pages, off the critical path
+        load = load_and_keep if opts.engine == "local" else load_template_info
+        pending = side.submit(load, spec, opts.target_vocab_size)
+        side.submit(release_memory)  # then drop the load's garbage, off the critical path
 
         def loaded() -> TemplateInfo:
             try:
@@ -160,18 +163,18 @@ def run_build(
             except SidecarError as exc:
                 raise TokenizerError(str(exc)) from exc
 
-        with _engine(opts, workers) as engine:  # (Ray's start-up overlaps the load too)
+        with _engine(opts, workers, side) as engine:  # (Ray's start-up overlaps the load too)
             return _run(_Stage(opts, spec, engine, loaded, pending.done, side), on_progress, t0)
 
 
-def _engine(opts: BuildOptions, workers: int) -> Engine:
+def _engine(opts: BuildOptions, workers: int, side: Sidecar) -> Engine:
     """The engine that runs the row step on ``workers`` cores (started before the template
-    has loaded, so worker start-up overlaps it)."""
+    has loaded, so worker start-up overlaps it); locally, the helper is one of them."""
     if opts.engine == "ray":
         from draftset.engine.ray import RayEngine  # lazy: only --engine ray loads Ray's engine
 
         return RayEngine(opts.workers, opts.ray_address)  # 0 workers: the cluster's CPUs
-    return LocalPoolEngine(workers)
+    return LocalPoolEngine(workers, helper=side)
 
 
 def mask_config(opts: BuildOptions, spec: TemplateSpec, info: TemplateInfo) -> MaskConfig:
