@@ -208,6 +208,17 @@ class _Stage:
             return None
         return lambda *args: side.call(what, fn, *args)
 
+    def prefetched(
+        self, what: str, fn: Callable[[Path], Any], path: Path
+    ) -> Callable[..., Any] | None:
+        """``fn(path)`` started in the helper now (the caller goes on meanwhile); the callable
+        returned hands over its result. None (run it here, when asked) without a helper."""
+        side = self.side
+        if side is None:
+            return None
+        pending = side.submit(fn, path)
+        return lambda *_: side.result(pending, what)
+
 
 # Rows read, normalized and pickled for the workers while the template loads (the loader is
 # one thread, so a core would sit idle); pickles are ~3x smaller than the live objects.
@@ -316,9 +327,13 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
     if writer.rows or acct.total().needs_generation:
         from draftset.checks.verify import fast_checks
 
-        checks = fast_checks(
-            opts.out, load_pt=stage.in_helper("reading token_freq.pt", load_token_freq_pt)
+        pt = opts.out / "token_freq.pt"  # read in the helper while the checks recount here
+        load_pt = (
+            stage.prefetched("reading token_freq.pt", load_token_freq_pt, pt)
+            if pt.is_file()
+            else None
         )
+        checks = fast_checks(opts.out, load_pt=load_pt)
     return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
 
 
