@@ -384,3 +384,10 @@ def test_workers_and_cli_start_import_only_what_they_need():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[] [] [] False"
+
+
+def test_a_list_of_sources_in_the_recipe_slot_is_a_usage_error(src, tmp_path):
+    """`build(["a.jsonl"], ...)`: one line naming `sources=`, not a TypeError from pathlib."""
+    with pytest.raises(errors.UsageError, match=r"sources=\[\.\.\.\]"):
+        api.build([str(src)], tokenizer="x", out=tmp_path / "o")  # type: ignore[arg-type]
+    assert not (tmp_path / "o").exists()

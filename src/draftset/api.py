@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import json as _json
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -219,6 +220,11 @@ def _recipe_and_sources(
     from draftset.sources.read import HUB_PREFIX
 
     conf: dict[str, Any] = {}
+    if recipe is not None and not isinstance(recipe, str | os.PathLike):
+        raise UsageError(  # build(["a.jsonl"]): the first positional argument is the recipe
+            f"recipe must be a path to a recipe file, not {type(recipe).__name__};"
+            " pass source files as sources=[...]"
+        )
     if recipe is not None:
         conf = load_recipe(Path(recipe))
         if sources is None and not conf.get("sources"):
