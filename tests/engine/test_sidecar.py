@@ -22,6 +22,25 @@ def test_jobs_run_in_one_process_in_order():
         assert side.call("asking again", os.getpid) == first  # the same child, kept alive
 
 
+def _leave_a_mark_at_exit(path: str) -> int:
+    """Runs in the helper: its interpreter's teardown would write ``path``."""
+    import atexit
+
+    atexit.register(lambda: open(path, "w").close())
+    return os.getpid()
+
+
+def test_after_a_success_the_helper_is_stopped_not_left_to_tear_down(tmp_path):
+    """The driver does not wait for the helper's interpreter (and torch) to tear down: once
+    every result is in, the helper is stopped; its atexit handlers never run."""
+    mark = tmp_path / "torn-down"
+    with Sidecar() as side:
+        pid = side.call("marking", _leave_a_mark_at_exit, str(mark))
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # gone (and reaped) when the block ends
+    assert not mark.exists()
+
+
 def test_a_dying_helper_raises_instead_of_hanging():
     with Sidecar() as side, pytest.raises(SidecarError, match="died while exiting on purpose"):
         side.call("exiting on purpose", os._exit, 3)

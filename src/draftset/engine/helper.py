@@ -70,11 +70,11 @@ class Sidecar:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        # after a success, the caller goes on while the child exits (torch's teardown is slow);
-        # after a failure or an interrupt, the child's job is of no use: it is stopped at once
-        if exc_type is not None:
-            self.kill()
-        self.close(wait=exc_type is not None)
+        # after a failure or an interrupt, the child's job is of no use; after a success every
+        # job's result has been taken: either way it is stopped at once, so nobody waits for
+        # its interpreter and torch to tear down (~0.7 s the driver's exit used to wait)
+        self.kill()
+        self.close(wait=True)
 
 
 def stop_pool(ex: ProcessPoolExecutor) -> None:
