@@ -251,9 +251,14 @@ class Batch:
     lengths: np.ndarray  # tokens per row (int64)
     mask_lengths: np.ndarray
     seq_len: np.ndarray
-    tokens: np.ndarray  # all input_ids of the batch, concatenated (int64)
+    tokens: np.ndarray  # all input_ids of the batch, concatenated (as stored: int32; else int64)
     mask: np.ndarray  # all loss_mask values, concatenated (int8)
     offsets: np.ndarray  # row r spans tokens[offsets[r]:offsets[r+1]]
+
+
+def _signed(values: np.ndarray) -> np.ndarray:
+    """Token ids as a signed integer array: as stored (int32, no copy), else as int64."""
+    return values if values.dtype.kind == "i" else values.astype(np.int64)
 
 
 def iter_batches(out: OutputSet) -> Iterator[Batch]:
@@ -265,8 +270,8 @@ def iter_batches(out: OutputSet) -> Iterator[Batch]:
         mask_col = rb.column("loss_mask")
         lengths = pc.list_value_length(ids_col).fill_null(0).to_numpy().astype(np.int64)
         mask_lengths = pc.list_value_length(mask_col).fill_null(0).to_numpy().astype(np.int64)
-        tokens = pc.list_flatten(ids_col).to_numpy(zero_copy_only=False).astype(np.int64)
-        mask = pc.list_flatten(mask_col).to_numpy(zero_copy_only=False).astype(np.int8)
+        tokens = _signed(pc.list_flatten(ids_col).to_numpy(zero_copy_only=False))
+        mask = pc.list_flatten(mask_col).to_numpy(zero_copy_only=False).astype(np.int8, copy=False)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         seq_len = rb.column("seq_len").fill_null(-1).to_numpy().astype(np.int64)
@@ -316,21 +321,23 @@ def batch_stats(b: Batch, block_size: int) -> dict[str, np.ndarray]:
     last_anchor = ends - block_size + 1
     anchors = cs[np.maximum(starts, last_anchor)] - cs[starts]
     # full blocks: anchors whose B positions are all supervised
-    full = cs[block_size:] == cs[:-block_size] + block_size if total >= block_size else m[:0]
+    full = (cs[block_size:] - cs[:-block_size]) == block_size if total >= block_size else m[:0]
     full_blocks = _count_between(_running_sum(full), starts, last_anchor)
     # a supervised position ends a run unless it starts a pair
-    return {
+    per_row = {
         "supervised": supervised,
         "pairs": pairs,
         "runs": supervised - pairs,
         "anchors": anchors,
         "full_blocks": full_blocks,
     }
+    return {k: v.astype(np.int64, copy=False) for k, v in per_row.items()}
 
 
 def _running_sum(flags: np.ndarray) -> np.ndarray:
-    """cs[p] = flags set before position p (length len(flags) + 1)."""
-    cs = np.zeros(flags.size + 1, dtype=np.int64)
+    """cs[p] = flags set before position p (length len(flags) + 1); int32 while it fits (half
+    the memory: these arrays are a batch's whole token count long)."""
+    cs = np.zeros(flags.size + 1, dtype=np.int32 if flags.size < 2**31 - 1 else np.int64)
     np.cumsum(flags, out=cs[1:])
     return cs
 
