@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import psutil
@@ -229,6 +230,11 @@ class TwoNodeCluster:
                 time.sleep(0.2)
             raise TimeoutError("the Ray head did not open its port within 60 s")
 
+    def client_server_logs(self) -> str:
+        """The tails of the head's Ray Client server logs (why a client's server died)."""
+        logs = sorted(Path(self.dirs[0]).glob("session_*/logs/ray_client_server_*.err"))
+        return "".join(f"\n--- {p.name}:\n{p.read_text(errors='replace')[-1500:]}" for p in logs)
+
     def members(self) -> list[psutil.Process]:
         out = []
         for p in self.procs:
@@ -287,14 +293,17 @@ def test_a_ray_client_address_builds_the_same_set(inputs, cluster, tmp_path):
     examples = inputs[:5]  # the bundled sample: small, every row shape and reject
     local, ray = tmp_path / "local", tmp_path / "client"
     assert cli.main(build_cmd(examples, local, "--workers", "1")[3:]) == 0
-    proc = subprocess.run(
-        build_cmd(examples, ray, "--engine", "ray", "--ray-address", cluster.client_address),
-        env=cluster.env,
-        capture_output=True,
-        text=True,
-        timeout=TEST_SECONDS - 10,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    cmd = build_cmd(examples, ray, "--engine", "ray", "--ray-address", cluster.client_address)
+    run = partial(subprocess.run, cmd, env=cluster.env, capture_output=True, text=True)
+    proc = run(timeout=(TEST_SECONDS - 10) / 2)
+    seen = ""
+    if proc.returncode and "Starting Ray client server failed" in proc.stderr:
+        # Ray's proxy starts a server process per client; under a loaded full-suite run that
+        # process once died at start-up (draftset said so: exit 2, one line). That is Ray's
+        # start-up, not the set: keep its log for the report and connect once more.
+        seen = cluster.client_server_logs()
+        proc = run(timeout=(TEST_SECONDS - 10) / 2)
+    assert proc.returncode == 0, proc.stderr[-2000:] + seen
     assert assert_same_set(local, ray)["cluster"] == {"cpus": 2.0, "nodes": 2}
 
 
