@@ -16,7 +16,6 @@ which process ran which batch.
 from __future__ import annotations
 
 import multiprocessing
-import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -29,6 +28,9 @@ from draftset.mask.step import ItemResult, MaskConfig
 
 IN_FLIGHT_PER_WORKER = 3
 """Batches in flight per worker: enough to keep every worker busy, few enough for flat memory."""
+
+InFlight = tuple[Future[list[ItemResult]], bool]
+"""A submitted batch's future, and whether the helper runs it."""
 
 
 class LocalPoolEngine(Engine):
@@ -49,8 +51,6 @@ class LocalPoolEngine(Engine):
         )
         for _ in range(self._pool_size):  # each submit starts one more process (spawn is lazy)
             self._pool.submit(worker.worker_ready)
-        self._unfinished = {"pool": 0, "helper": 0}  # batches submitted and not yet done
-        self._lock = threading.Lock()  # done-callbacks run in the executors' own threads
 
     def _feed(self, config: MaskConfig | None) -> None:
         for _ in range(self._pool_size - self._fed):
@@ -63,31 +63,23 @@ class LocalPoolEngine(Engine):
             self._helper.submit(worker.start_on_kept, replace(config, kit=None))
 
     def map(self, batches: Iterable[Batch]) -> Iterator[list[ItemResult]]:
-        window: deque[tuple[Future[list[ItemResult]], bool]] = deque()
+        window: deque[InFlight] = deque()
         for batch in batches:
-            window.append(self._submit(batch))
+            window.append(self._submit(batch, window))
             if len(window) >= IN_FLIGHT_PER_WORKER * self.workers:
                 yield self._result(*window.popleft())
         while window:
             yield self._result(*window.popleft())
 
-    def _submit(self, batch: Batch) -> tuple[Future[list[ItemResult]], bool]:
-        """Submit to the side with fewer unfinished batches per process (ties: the pool)."""
-        with self._lock:
-            to_helper = self._helper is not None and (
-                self._unfinished["helper"] * self._pool_size < self._unfinished["pool"]
-            )
-            side = "helper" if to_helper else "pool"
-            self._unfinished[side] += 1
-        ex = self._helper if to_helper else self._pool
-        assert ex is not None
-        future = ex.submit(worker.process_batch, batch)
-        future.add_done_callback(lambda _: self._done(side))
-        return future, to_helper
-
-    def _done(self, side: str) -> None:
-        with self._lock:
-            self._unfinished[side] -= 1
+    def _submit(self, batch: Batch, window: deque[InFlight]) -> InFlight:
+        """Submit to the side with fewer unfinished batches per process (ties: the pool); a
+        batch not yet done is still in the window (results leave it only once done)."""
+        to_helper = False
+        if self._helper is not None:
+            unfinished = [in_helper for future, in_helper in window if not future.done()]
+            to_helper = unfinished.count(True) * self._pool_size < unfinished.count(False)
+        ex = self._helper if to_helper and self._helper is not None else self._pool
+        return ex.submit(worker.process_batch, batch), to_helper
 
     def _result(self, future: Future[list[ItemResult]], in_helper: bool) -> list[ItemResult]:
         if in_helper:  # a dead helper is a `SidecarError` (exit 1), not a bare traceback
