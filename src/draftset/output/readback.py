@@ -259,29 +259,17 @@ class Batch:
 # pyarrow's own conversions (`to_numpy`, `fill_null`'s scalar) import pandas when it is
 # installed (it is, with `datasets`): ~0.5 s of CPU and ~80 MB in the build's driver, for
 # columns a written set always has without nulls. Those are read from their buffers instead.
-_NUMPY_TYPES = {
-    pa.int8(): np.int8,
-    pa.int16(): np.int16,
-    pa.int32(): np.int32,
-    pa.int64(): np.int64,
-    pa.uint8(): np.uint8,
-    pa.uint16(): np.uint16,
-    pa.uint32(): np.uint32,
-    pa.uint64(): np.uint64,
-}
-
-
 def _numpy(values: pa.Array) -> np.ndarray:
     """A primitive integer column without nulls as numpy, over its data buffer (no copy);
     anything else (a broken set's column) through pyarrow's own conversion."""
-    dtype = _NUMPY_TYPES.get(values.type)
-    if dtype is None or values.null_count:
+    if not pa.types.is_integer(values.type) or values.null_count:
         return values.to_numpy(zero_copy_only=False)
+    dtype = np.dtype(values.type.to_pandas_dtype())  # for integers: numpy's own, no pandas
     data = values.buffers()[1]
     if data is None:  # an empty array may have no buffer
         return np.zeros(0, dtype=dtype)
-    size = np.dtype(dtype).itemsize
-    return np.frombuffer(data, dtype=dtype, count=len(values), offset=values.offset * size)
+    start = values.offset * dtype.itemsize  # a sliced array starts inside its buffer
+    return np.frombuffer(data, dtype=dtype, count=len(values), offset=start)
 
 
 def _filled(values: pa.Array, fill: int) -> np.ndarray:
