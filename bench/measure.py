@@ -89,23 +89,20 @@ def tree(pid: int) -> list[int]:
     return out
 
 
-def _rollup(pid: int) -> tuple[int, int]:
-    """(PSS, RSS) of one process in bytes; (0, 0) when it is gone.
+def _pss(pid: int) -> int:
+    """PSS of one process in bytes; 0 when it is gone.
 
     Costly: the kernel walks every page table of the process (~5 ms of CPU for a 200 MB
     process), so the sampler reads it at most every ``pss_interval``.
     """
-    pss = rss = 0
     try:
         with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
             for line in f:
                 if line.startswith(b"Pss:"):
-                    pss = int(line.split()[1]) * 1024
-                elif line.startswith(b"Rss:"):
-                    rss = int(line.split()[1]) * 1024
+                    return int(line.split()[1]) * 1024
     except (OSError, ValueError):
         pass
-    return pss, rss
+    return 0
 
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -162,7 +159,7 @@ class TreeSampler:
         since = now - self._last_pss_at
         grown = rss > self._rss_at_pss * 1.02 and since >= self.pss_interval / 4
         if since >= self.pss_interval or grown:
-            self._pss = sum(_rollup(p)[0] for p in pids)
+            self._pss = sum(_pss(p) for p in pids)
             self._last_pss_at, self._rss_at_pss = now, rss
         pss = self._pss
         if pss > self.peak_pss or rss > self.peak_rss or now - self._last_kept >= 1.0:
