@@ -329,6 +329,15 @@ def test_cli_build_calls_the_api(src, tmp_path, monkeypatch):
     assert calls[0]["eot_tokens"] == ["X"] and calls[0]["progress"] is False
 
 
+def fresh_python(code: str, **env: str) -> str:
+    """What ``code`` prints in a fresh interpreter (imports are the point), stripped."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env}
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
 def test_spawned_children_do_not_pay_for_the_cli():
     """Workers and the helper are spawn-started: each re-imports the console script's module
     (``draftset.cli``) as ``__mp_main__``. What cli.py imports at its top, every child loads:
@@ -339,9 +348,7 @@ def test_spawned_children_do_not_pay_for_the_cli():
         "import draftset.engine.worker\n"
         "print(sorted(m for m in ('pyarrow', 'rich', 'torch', 'datasets') if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert fresh_python(code) == "[]"
 
 
 def test_import_draftset_is_lean_and_the_api_is_draftsets_own_names():
@@ -360,9 +367,7 @@ def test_import_draftset_is_lean_and_the_api_is_draftsets_own_names():
         "assert draftset.report is api.report\n"
         "print(draftset.__version__ != '')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "True"
+    assert fresh_python(code) == "True"
 
 
 def test_workers_and_cli_start_import_only_what_they_need():
@@ -380,10 +385,7 @@ def test_workers_and_cli_start_import_only_what_they_need():
         "build = 'draftset.pipeline.build' in sys.modules\n"
         "print(worker, api, cli, build)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[] [] [] False"
+    assert fresh_python(code, PYTHONPATH=str(REPO / "src")) == "[] [] [] False"
 
 
 def test_a_list_of_sources_in_the_recipe_slot_is_a_usage_error(src, tmp_path):

@@ -42,17 +42,6 @@ def chat(i: int, question: str) -> dict:
     }
 
 
-def rows(path: Path) -> list[dict]:
-    import pyarrow as pa
-
-    state = json.loads((path / "state.json").read_text())
-    out: list[dict] = []
-    for f in state["_data_files"]:
-        with pa.OSFile(str(path / f["filename"]), "rb") as src:
-            out += pa.ipc.open_stream(src).read_all().to_pylist()
-    return out
-
-
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("hostile")
