@@ -308,6 +308,33 @@ def test_every_build_option_maps_to_an_api_argument(src):
     assert set(inspect.signature(api.build_options).parameters) == params
 
 
+def test_a_build_parses_the_same_on_the_build_only_parser(src, tmp_path):
+    """`main` builds only the build subparser for `draftset build` (the other commands' modules
+    load pyarrow and rich first): same arguments, same defaults, same handler."""
+    argv = ["build", str(src), "--tokenizer", "t", "--out", str(tmp_path / "o"), "--workers", "2"]
+    argv += ["--turns", "each", "--max-length", "512", "--eot-token", "<|x|>", "--no-progress"]
+    for args in (["build", str(src)], argv):
+        light, full = _build_parser("build"), _build_parser()
+        assert vars(light.parse_args(args)) == vars(full.parse_args(args))
+    with pytest.raises(errors.UsageError, match="unrecognized arguments: --bogus"):
+        _build_parser("build").parse_args(["build", str(src), "--bogus"])
+    code = (
+        "import sys\n"
+        "from draftset.cli import _build_parser\n"
+        "_build_parser('build').parse_args(['build', 'x.jsonl'])\n"
+        "print(sorted({'pyarrow', 'rich', 'numpy', 'importlib.metadata'} & set(sys.modules)))\n"
+    )
+    assert fresh_python(code, PYTHONPATH=str(REPO / "src")) == "[]"
+
+
+def test_version_is_printed_on_stdout(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert re.fullmatch(r"draftset \S+\n", out), out
+
+
 def test_every_generate_option_has_an_api_argument(src):
     """api.generate builds generate's namespace by hand: a new CLI option must reach it."""
     args = _build_parser().parse_args(["generate", str(src), "--endpoint", "e", "--out", "o"])

@@ -15,7 +15,6 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from draftset import __version__
 from draftset.config import defaults
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, DraftsetError, UsageError
 from draftset.output import FORMATS
@@ -54,6 +53,22 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+class _Version(argparse.Action):
+    """``--version``, read from the package metadata only when asked (~90 ms of imports that
+    every build, and every spawned child re-importing this module, would pay otherwise)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kw: Any):
+        kw.setdefault("help", "show program's version number and exit")  # argparse's wording
+        kw.setdefault("default", argparse.SUPPRESS)  # no `version` in the parsed arguments
+        super().__init__(option_strings, dest, nargs=0, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from draftset import __version__
+
+        print(f"draftset {__version__}")  # on stdout, as argparse's own version action
+        parser.exit()
+
+
 BUILD_HELP = """\
 Tokenize chat data with the target model's own chat template into a loss-masked,
 fully accounted training set: an HF save_to_disk folder read as-is by speculators, or
@@ -70,13 +85,20 @@ RECIPE.yaml argument reads everything from a recipe (command-line options overri
 """
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``command="build"`` only what parsing a build needs.
+
+    The other commands' options are defined in their modules, whose imports (pyarrow, rich,
+    the readers: ~0.4 s) would delay the start of a build's template load by as much.
+    """
     p = _Parser(
         prog="draftset", description="Verified training sets for speculative-decoding drafters."
     )
-    p.add_argument("--version", action="version", version=f"draftset {__version__}")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_build_command(sub)
+    if command == "build":  # `draftset build ...` reaches only this subparser
+        return p
 
     # lazy: see the note on the imports
     from draftset.checks import verify
@@ -273,14 +295,16 @@ def build_arguments(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    # lazy: see the note on the imports
+    # lazy: see the note on the imports; the printers after the build (the helper process
+    # starts loading the template sooner without their imports ahead of it)
     from draftset import api
-    from draftset.checks.verify import print_results
-    from draftset.console import print_build_summary
 
     show = not args.no_progress and sys.stderr.isatty()
     with _sigterm_as_interrupt():
         result = api.build(**build_arguments(args), progress=show)
+    from draftset.checks.verify import print_results
+    from draftset.console import print_build_summary
+
     print_build_summary(result)
     if not result.finalized:
         print(
@@ -298,7 +322,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
-    parser = _build_parser()
+    given = sys.argv[1:] if argv is None else argv
+    parser = _build_parser(given[0] if given else None)
     try:
         args = parser.parse_args(argv)
         return int(args.handler(args))

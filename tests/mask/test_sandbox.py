@@ -204,3 +204,77 @@ def test_syntax_errors_raise_as_transformers_raises_them():
     with pytest.raises(jinja2.TemplateSyntaxError) as stock:
         _compile_jinja_template("{% if %}")
     assert (fast.value.lineno, fast.value.message) == (stock.value.lineno, stock.value.message)
+
+
+# --- the two lookups MemoSandbox makes without the stock steps (dict items, builtin calls) ------
+class AttrDict(dict):
+    """A dict subclass with an attribute: `getattr` must prefer the attribute, as stock does."""
+
+    role = "attribute"
+
+
+def _env_with(**globals_: object) -> tuple[jinja2.Environment, jinja2.Environment]:
+    stock = ImmutableSandboxedEnvironment()
+    stock.globals.update(globals_)
+    return stock, MemoSandbox.overlay_of(stock)
+
+
+LOOKUPS = {
+    # dict items read as attributes, missing ones, names dict itself defines, a subclass
+    "item": "{{ m.role }}|{{ m.content }}|{{ m.missing is defined }}|{{ m.missing }}",
+    "dict_names": "{{ m.items }}|{{ m.get('role') }}|{{ m.keys()|list }}|{{ m.values is defined }}",
+    "shadowed": "{{ d.items }}|{{ d.get }}|{{ d['items'] }}|{{ d.copy is defined }}",
+    "unsafe_dict_method": "{{ m.update }}|{{ m.pop is defined }}|{{ m.__class__ }}",
+    "subclass": "{{ a.role }}|{{ a['role'] }}|{{ a.other }}",
+    "non_str_name": "{{ n[1] }}|{{ n.x is defined }}",
+    # builtin method calls: plain, with keywords, inside loops (the `_loop_vars` keyword) and
+    # blocks, a StopIteration raised by the callee, builtins reached as globals
+    "calls": "{{ m.content.strip().split('o') }}|{{ m.content.replace('e', 'E', 1) }}"
+    "|{{ m.content.split(maxsplit=1) }}",
+    "in_loop": "{% for x in xs %}{{ x.upper() }}{{ loop.index }}{{ ','.join([x, x]) }}{% endfor %}",
+    "in_macro_and_set_block": "{% macro f(s) %}{{ s.title() }}{% endmacro %}{{ f(m.content) }}"
+    "{% set y %}{{ m.role.upper() }}{% endset %}{{ y }}",
+    "stop_iteration": "[{{ nxt(empty) }}]|{{ nxt(empty) is defined }}|{{ nxt(it) }}",
+    "builtin_global": "{{ ln(xs) }}|{{ srt(xs, reverse=True) }}",
+    "format": "{{ '{0}-{1}'.format(1, 2) }}|{{ '{0.real}'.format(3) }}",
+    "format_escape": "{{ '{0.__class__}'.format(1) }}",
+}
+
+
+@pytest.mark.parametrize("name", LOOKUPS)
+def test_direct_lookups_and_calls_give_the_stock_result(name):
+    stock_env, memo_env = _env_with(nxt=next, ln=len, srt=sorted)
+    variables = {
+        "m": {"role": "user", "content": " hello world "},
+        "d": {"items": "an item", "get": "a get"},
+        "a": AttrDict(role="item", other=1),
+        "n": {1: "one"},
+        "xs": ["a", "b"],
+    }
+    stock = stock_env.from_string(LOOKUPS[name])
+    memo = memo_env.from_string(LOOKUPS[name])
+    for _ in range(2):  # the second time with the memo filled
+        got = _outcome(memo, empty=iter(()), it=iter([7]), **variables)
+        assert got == _outcome(stock, empty=iter(()), it=iter([7]), **variables)
+        assert not got.startswith(("TypeError", "AttributeError")), got
+
+
+def test_a_dict_item_is_read_directly_and_a_dict_attribute_through_the_stock_path():
+    env = MemoSandbox.overlay_of(ImmutableSandboxedEnvironment())
+    m = {"role": "user", "items": "not the method"}
+    assert env.getattr(m, "role") == "user"
+    assert env.getattr(m, "items") == m.items  # the attribute wins, as in the stock getattr
+    assert isinstance(env.getattr(m, "nope"), jinja2.Undefined)
+    assert isinstance(env.getattr(m, "update"), jinja2.Undefined)  # refused: it mutates
+    assert env.getattr(AttrDict(role="item"), "role") == "attribute"
+
+
+def test_a_builtin_method_call_drops_the_loop_variables_and_turns_stop_iteration_undefined():
+    env = MemoSandbox.overlay_of(ImmutableSandboxedEnvironment())
+    ctx = env.from_string("").new_context({})
+    assert env.call(ctx, " a b ".split, _loop_vars={}, _block_vars={}) == ["a", "b"]
+    out = env.call(ctx, next, iter(()))
+    stock = STOCK.call(STOCK.from_string("").new_context({}), next, iter(()))
+    assert isinstance(out, jinja2.Undefined) and isinstance(stock, jinja2.Undefined)
+    assert out._undefined_hint == stock._undefined_hint
+    assert "StopIteration" in out._undefined_hint

@@ -27,6 +27,21 @@ draftset, transformers or jinja2 edits them).
 
 ``is_safe_callable`` is not memoized: it reads ``unsafe_callable``/``alters_data`` from the
 object itself. Neither are ``getattr``'s other steps (``str.format`` wrapping, the lookup).
+
+Two lookups skip steps whose outcome is fixed by the object's exact type (the types are built
+in, so nothing can change them):
+
+- ``message.content`` on an exact ``dict`` whose type has no attribute of that name: the stock
+  ``getattr`` first tries the attribute, catches the ``AttributeError`` (the expensive part),
+  then subscripts. Here it subscripts at once, with the same fallback to undefined; a name
+  that ``dict`` or ``object`` defines (``items``, ``update``, ``__class__``, ...) takes the
+  stock path.
+- calling an exact ``builtin_function_or_method`` (``content.strip``, ``text.split``, ...): such
+  an object has no ``__dict__``, so the stock checks (``unsafe_callable``/``alters_data``,
+  ``jinja_pass_arg`` on it and on its ``__call__``) read only its type and always find
+  nothing; the call is made as ``Context.call`` makes it (loop/block variables dropped, a
+  ``StopIteration`` turned into undefined). Which bound methods are reachable at all is still
+  decided by ``getattr`` above (``list.append`` is refused there).
 Everything else (globals, filters, tests, extensions, options) is transformers' environment
 itself, copied by Jinja's own ``Environment.overlay``; the memo's size is bounded by the
 attributes the template's types actually have. Tested equal to ``apply_chat_template`` on every
@@ -36,6 +51,7 @@ golden conversation and every trl template, and refusing what the stock sandbox 
 from __future__ import annotations
 
 import abc
+from types import BuiltinFunctionType
 from typing import Any
 
 import jinja2
@@ -43,6 +59,10 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 # the jinja2 versions whose sandbox the reasoning above was checked against (jinja2/sandbox.py)
 CHECKED_JINJA = "3.1."
+
+# The attributes an exact dict instance has: the names defined by the classes of its type's MRO
+# (a dict instance has no __dict__, and neither built-in class can be changed).
+_DICT_ATTRIBUTES = frozenset(name for klass in dict.__mro__ for name in vars(klass))
 
 
 class MemoSandbox(ImmutableSandboxedEnvironment):
@@ -76,6 +96,26 @@ class MemoSandbox(ImmutableSandboxedEnvironment):
         except KeyError:
             ok = self._memo[key] = super().is_safe_attribute(obj, attr, value)
             return ok
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if type(obj) is dict and type(attribute) is str and attribute not in _DICT_ATTRIBUTES:
+            try:  # the stock path raises and catches AttributeError before this subscript
+                return obj[attribute]
+            except (TypeError, LookupError):
+                return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
+
+    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if type(obj) is not BuiltinFunctionType:
+            return super().call(context, obj, *args, **kwargs)
+        kwargs.pop("_block_vars", None)  # as `Context.call` does
+        kwargs.pop("_loop_vars", None)
+        try:
+            return obj(*args, **kwargs)
+        except StopIteration:
+            return context.environment.undefined(
+                "value was undefined because a callable raised a StopIteration exception"
+            )
 
 
 def memo_applies(env: Any) -> bool:
