@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from draftset.core import reasons
 from draftset.core.records import Conversation, PreTokenized, PromptOnly, Reject
+from draftset.select import dedup
 from draftset.select.dedup import (
     ExactDeduper,
     NearDeduper,
@@ -64,6 +65,39 @@ def test_canonical_text_equals_reference_on_every_code_point() -> None:
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60))
 def test_canonical_text_equals_reference_property(text: str) -> None:
     assert canonical_text(text) == canonical_text_reference(text)
+
+
+# Full-width marks next to what NFKC composes or reorders: combining marks (which attach to the
+# replaced mark's ASCII form), Hangul jamo, precomposed and decomposed Latin, other
+# compatibility characters (ligatures, superscripts, other full-width forms), CJK.
+_NFKC_ALPHABET = st.sampled_from(
+    [
+        *"，：；！？（）\u3000＂＇［］｛｝％＋－＝。、「」",
+        *"\u0301\u0308\u0327\u0338\u05b0\u1100\u1161\u11a8\uac00",
+        *"eEaA=<>!?(é\ufb01\u00b2\uff21\uff41\uff10\u2460\u212b中文",
+    ]
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.text(alphabet=_NFKC_ALPHABET, max_size=40))
+def test_the_full_width_fast_path_equals_nfkc(text: str) -> None:
+    assert dedup._nfkc(text) == unicodedata.normalize("NFKC", text)
+    assert canonical_text(text) == canonical_text_reference(text)
+
+
+def test_cjk_text_with_full_width_punctuation_is_not_normalized_in_full(monkeypatch) -> None:
+    text = "这是一个例子，包含：标点（全角）！还有？" * 50
+    want = canonical_text_reference(text)
+    calls: list[str] = []
+    real = unicodedata.normalize
+    monkeypatch.setattr(
+        dedup.unicodedata, "normalize", lambda form, s: calls.append(s) or real(form, s)
+    )
+    assert canonical_text(text) == want
+    assert calls == []  # the replaced marks were all it needed
+    assert canonical_text(text + "\ufb01") == canonical_text_reference(text + "\ufb01")
+    assert len(calls) == 2  # a ligature: the full normalization (and the reference's own)
 
 
 def test_exact_variants_are_duplicates_first_kept() -> None:
