@@ -343,6 +343,27 @@ def test_flipped_mask_bits_fail_mask_fidelity(built, tmp_path):
     assert by_name(results)["mask_fidelity"].examples == ["sys"]
 
 
+def test_out_of_range_ids_and_mask_values_fail_structure_by_row(built, tmp_path):
+    """A token id outside the vocabulary, a mask value other than 0/1 and a row left with no
+    supervised token are each found, in the row that holds them and only there."""
+    folder = copy_set(built["all"], tmp_path)
+    vocab = manifest(folder)["tokenizer"]["vocab_size"]
+    rows = read_rows(folder)
+    find_row(rows, "sys")["input_ids"][3] = vocab  # one past the last id
+    find_row(rows, "think")["loss_mask"][0] = 2
+    tool = find_row(rows, "tool")
+    tool["loss_mask"] = [0] * len(tool["loss_mask"])
+    write_rows(folder, rows)
+    reseal(folder)
+    structure = by_name(fast_checks(folder))["structure"]
+    assert structure.details["problems_by_kind"] == {
+        f"token id outside the vocabulary [0, {vocab})": 1,
+        "loss_mask value other than 0/1": 1,
+        "fewer supervised tokens than min_supervised_tokens": 1,
+    }
+    assert set(structure.examples) == {"sys", "think", "tool"}
+
+
 def test_supervised_user_text_is_named(built, tmp_path, tok):
     folder = copy_set(built["all"], tmp_path)
     rows = read_rows(folder)

@@ -25,6 +25,7 @@ from draftset.output.readback import (
     RowStats,
     iter_batches,
     read_jsonl,
+    running_sum,
 )
 from draftset.output.vocab import load_token_freq_pt
 from draftset.sources.read import sha256_file
@@ -73,16 +74,18 @@ def check_structure(out: OutputSet) -> CheckResult:
         if max_len:
             for r in np.nonzero(b.lengths > max_len)[0]:
                 p.add(f"row longer than max_length {max_len}", _rid(b.ids, b.start_row, r))
-        if b.tokens.size:
+        # the positions are looked for only when the batch's range says some exist (this runs
+        # at the end of every build, over every token)
+        if b.tokens.size and (b.tokens.min() < 0 or (vocab and b.tokens.max() >= vocab)):
             bad_tok = (b.tokens < 0) | (b.tokens >= vocab if vocab else False)
             for r in _rows_of(np.nonzero(bad_tok)[0], b.offsets):
                 p.add(f"token id outside the vocabulary [0, {vocab})", _rid(b.ids, b.start_row, r))
-        if b.mask.size:
+        if b.mask.size and (b.mask.min() < 0 or b.mask.max() > 1):
             bad_mask = (b.mask != 0) & (b.mask != 1)
             for r in _rows_of(np.nonzero(bad_mask)[0], b.offsets):
                 p.add("loss_mask value other than 0/1", _rid(b.ids, b.start_row, r))
         if not bad_len.any():
-            cs = np.concatenate([[0], np.cumsum(b.mask == 1)])
+            cs = running_sum(b.mask == 1)
             sup = cs[b.offsets[1:]] - cs[b.offsets[:-1]]
             for r in np.nonzero(sup < max(min_sup, 1))[0]:
                 p.add(

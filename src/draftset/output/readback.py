@@ -338,16 +338,16 @@ def batch_stats(b: Batch, block_size: int) -> dict[str, np.ndarray]:
     m = b.mask == 1
     total = m.size
     starts, ends = b.offsets[:-1], b.offsets[1:]
-    cs = _running_sum(m)  # cs[p] = supervised positions before p
+    cs = running_sum(m)  # cs[p] = supervised positions before p
     supervised = cs[ends] - cs[starts]
     # pairs: p and p+1 both supervised, p+1 still in the row (p < end - 1)
-    pairs = _count_between(_running_sum(m[:-1] & m[1:]), starts, ends - 1)
+    pairs = _count_between(running_sum(m[:-1] & m[1:]), starts, ends - 1)
     # anchors: supervised p whose block p..p+B-1 lies in the row (p <= end - B)
     last_anchor = ends - block_size + 1
     anchors = cs[np.maximum(starts, last_anchor)] - cs[starts]
     # full blocks: anchors whose B positions are all supervised
     full = (cs[block_size:] - cs[:-block_size]) == block_size if total >= block_size else m[:0]
-    full_blocks = _count_between(_running_sum(full), starts, last_anchor)
+    full_blocks = _count_between(running_sum(full), starts, last_anchor)
     # a supervised position ends a run unless it starts a pair
     per_row = {
         "supervised": supervised,
@@ -359,7 +359,7 @@ def batch_stats(b: Batch, block_size: int) -> dict[str, np.ndarray]:
     return {k: v.astype(np.int64, copy=False) for k, v in per_row.items()}
 
 
-def _running_sum(flags: np.ndarray) -> np.ndarray:
+def running_sum(flags: np.ndarray) -> np.ndarray:
     """cs[p] = flags set before position p (length len(flags) + 1); int32 while it fits (half
     the memory: these arrays are a batch's whole token count long)."""
     cs = np.zeros(flags.size + 1, dtype=np.int32 if flags.size < 2**31 - 1 else np.int64)
