@@ -153,14 +153,14 @@ def _data_counts(out: OutputSet) -> tuple[Counter[str], Counter[str], Counter[st
     if out.readable and all(c in out.column_names for c in REQUIRED_COLUMNS):
         for b in iter_batches(out):
             mlen = np.minimum(b.lengths, b.mask_lengths)
-            cs = np.concatenate([[0], np.cumsum(b.mask == 1)])
+            cs = running_sum(b.mask == 1)
             moff = np.concatenate([[0], np.cumsum(b.mask_lengths)])
-            sup = cs[moff[:-1] + mlen] - cs[moff[:-1]]
-            for r, src in enumerate(b.sources):
+            sup = (cs[moff[:-1] + mlen] - cs[moff[:-1]]).tolist()
+            for src, n, s in zip(b.sources, b.lengths.tolist(), sup, strict=True):
                 key = str(src)
                 rows_by[key] += 1
-                tok_by[key] += int(b.lengths[r])
-                sup_by[key] += int(sup[r])
+                tok_by[key] += n
+                sup_by[key] += s
     return rows_by, tok_by, sup_by
 
 
