@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -306,6 +307,46 @@ def test_every_build_option_maps_to_an_api_argument(src):
     params = set(inspect.signature(api.build).parameters) - {"progress"}
     assert set(build_arguments(args)) == params - {"mix"}  # mix: recipe only
     assert set(inspect.signature(api.build_options).parameters) == params
+
+
+# --- the helper process starts ahead of the driver's own start-up --------------------------------
+@pytest.fixture
+def sidecars(monkeypatch) -> list[str]:
+    """Records each helper started and when the options were parsed, in order."""
+    import draftset.engine.helper as helper_module
+    import draftset.pipeline.build as build_module
+
+    events: list[str] = []
+
+    class Recorded(helper_module.Sidecar):
+        def __init__(self) -> None:
+            events.append("helper")
+            super().__init__()
+
+    monkeypatch.setattr(helper_module, "Sidecar", Recorded)
+    monkeypatch.setattr(build_module, "Sidecar", Recorded)
+    parse = api.build_options
+    monkeypatch.setattr(api, "build_options", lambda **kw: events.append("options") or parse(**kw))
+    return events
+
+
+def test_a_build_starts_its_helper_before_parsing_and_uses_that_one(src, tmp_path, sidecars):
+    tok = str(qwen3_tokenizer_dir())
+    direct = api.build(sources=[src], tokenizer=tok, out=tmp_path / "w2", workers=2)
+    assert sidecars == ["helper", "options"]  # one helper, started first, used by the build
+    assert direct.ok
+    inline = api.build(sources=[src], tokenizer=tok, out=tmp_path / "w1", workers=1)
+    assert sidecars == ["helper", "options", "options"]  # inline: none at all
+    assert files(direct.out).keys() == files(inline.out).keys()
+    assert multiprocessing.active_children() == []
+
+
+def test_a_usage_error_stops_the_helper_started_ahead(src, tmp_path, sidecars):
+    with pytest.raises(errors.UsageError):
+        api.build(sources=[src], tokenizer="x", out=tmp_path / "o", workers=2, turns="bogus")
+    assert sidecars == ["helper", "options"]
+    assert multiprocessing.active_children() == []
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_build_parses_the_same_on_the_build_only_parser(src, tmp_path):

@@ -29,6 +29,7 @@ from draftset.core.errors import DraftsetError, UsageError
 
 if TYPE_CHECKING:  # the stage modules load on the first call, not on `import draftset.api`
     from draftset.config.options import BuildOptions
+    from draftset.engine.helper import Sidecar
     from draftset.generation.job import GenerateResult
     from draftset.output.readback import CheckResult
     from draftset.pipeline.build import BuildResult
@@ -93,13 +94,34 @@ def build(
     """
     given = dict(locals())
     del given["progress"]
-    opts = build_options(**given)  # the same arguments, merged and checked
+    helper = _helper_ahead(recipe, workers, engine)
+    try:
+        opts = build_options(**given)  # the same arguments, merged and checked
 
-    # lazy: stage modules load on the first call, not on import draftset.api
-    from draftset.pipeline.build import run_build
+        # lazy: stage modules load on the first call, not on import draftset.api
+        from draftset.pipeline.build import run_build
 
-    with _progress("build", progress) as update:
-        return run_build(opts, on_progress=update)
+        with _progress("build", progress) as update:
+            return run_build(opts, on_progress=update, helper=helper)
+    finally:
+        if helper is not None:  # a usage error, or inline after all (else the build stopped it)
+            helper.kill()
+
+
+def _helper_ahead(recipe: Any, workers: int | None, engine: str | None) -> Sidecar | None:
+    """The build's helper process, started before the driver parses the options and imports its
+    stage modules (~0.3 s, on the template load's critical path), when the arguments alone say
+    the build will use one (a recipe may change the engine and workers: then it starts later).
+    Its first job imports the tokenizer loader; it is stopped on any error."""
+    if recipe is not None:
+        return None
+    from draftset.engine.helper import Sidecar, import_tokenizer_loader, uses_helper
+
+    if not uses_helper(workers or os.cpu_count() or 1, engine or defaults.ENGINE):
+        return None
+    side = Sidecar()
+    side.submit(import_tokenizer_loader)
+    return side
 
 
 def build_options(

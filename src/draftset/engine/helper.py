@@ -13,8 +13,10 @@ A child that dies (killed, out of memory) raises `SidecarError` in the caller, n
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import multiprocessing
+import os
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -90,6 +92,20 @@ def stop_pool(ex: ProcessPoolExecutor) -> None:
             p.terminate()
     for p in processes:
         p.join(5)
+
+
+def uses_helper(workers: int, engine: str) -> bool:
+    """Whether a build loads its template in the helper: every build but the inline one (one
+    local worker, where the driver loads it itself)."""
+    return engine != "local" or workers > 1
+
+
+def import_tokenizer_loader() -> None:
+    """The helper's first job when it starts ahead of the driver's own imports (`api.build`):
+    import ``AutoTokenizer`` (~3.5 s, torch included), the head of the template load."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # as `ChatTemplate` sets it
+    with contextlib.suppress(ImportError):  # the load itself reports it, as one line
+        from transformers import AutoTokenizer  # noqa: F401  # lazy: the point of the job
 
 
 def release_memory() -> None:

@@ -30,7 +30,7 @@ from draftset.core.errors import RunError
 from draftset.core.records import Normalized, PromptOnly, Reject
 from draftset.core.step import Sink
 from draftset.engine.base import Engine
-from draftset.engine.helper import Sidecar, SidecarError, release_memory
+from draftset.engine.helper import Sidecar, SidecarError, release_memory, uses_helper
 from draftset.engine.inline import InlineEngine
 from draftset.engine.pool import LocalPoolEngine
 from draftset.engine.worker import load_and_keep
@@ -132,16 +132,21 @@ class _JsonlSink:
 def run_build(
     opts: BuildOptions,
     on_progress: Callable[[int, int], None] | None = None,
+    helper: Sidecar | None = None,
 ) -> BuildResult:
     """Run the whole job, then verify's fast checks on the output.
 
     Raises on usage errors; returns counts (invariant already checked) and the checks.
+    ``helper``: the helper process, when the caller started it ahead (`api.build`); the build
+    uses it if it needs one, and stops it.
     """
     t0 = time.monotonic()
     opts = check_build(opts)  # before any work: output path, template file, options
     spec = opts.template_spec()
     workers = opts.workers or os.cpu_count() or 1
-    if workers <= 1 and opts.engine == "local":  # inline: the driver runs the row step
+    if not uses_helper(workers, opts.engine):  # inline: the driver runs the row step
+        if helper is not None:
+            helper.kill()
         template = ChatTemplate(spec)
         info = describe_template(template, opts.target_vocab_size)
         with InlineEngine(template) as engine:
@@ -152,7 +157,7 @@ def run_build(
     # while the workers start and the driver reads ahead: the driver neither renders nor
     # imports torch through AutoTokenizer, and workers render from the kit. With the local
     # engine the helper keeps the template and is one of the workers itself.
-    with Sidecar() as side:
+    with helper or Sidecar() as side:
         load = load_and_keep if opts.engine == "local" else load_template_info
         pending = side.submit(load, spec, opts.target_vocab_size)
         side.submit(release_memory)  # then drop the load's garbage, off the critical path
