@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from concurrent.futures import Future
 
 import numpy as np
 from conftest import qwen3_tokenizer_dir
@@ -93,6 +94,32 @@ def test_the_helper_is_one_of_the_workers():
         assert got == expected
         # the slow first batch keeps the pool busy: the helper takes the next ones
         assert side.call("counting", worker.batches_done) >= 1
+
+
+def test_pool_processes_start_after_the_helpers_import():
+    """The pool waits for the helper's import (so it does not take CPU from the template load);
+    a build closed before that never starts them, and the late signal is harmless."""
+    spec = TemplateSpec(str(qwen3_tokenizer_dir()), None, {}, ())
+    opts = BuildOptions(sources=[], tokenizer=spec.tokenizer, out=None)  # type: ignore[arg-type]
+    template = ChatTemplate(spec)
+    with InlineEngine(template) as inline:
+        inline.start(mask_config(opts, spec, describe_template(template)))
+        expected = flatten(list(inline.map(batches())))
+    with Sidecar() as side:
+        imported: Future[None] = Future()
+        with LocalPoolEngine(2, helper=side, start_after=imported) as engine:
+            assert not engine._pool._processes  # type: ignore[attr-defined]
+            info = side.call("loading", worker.load_and_keep, spec, None)
+            imported.set_result(None)
+            assert len(engine._pool._processes) == 1  # type: ignore[attr-defined]
+            engine.start(mask_config(opts, spec, info))
+            assert flatten(list(engine.map(batches()))) == expected
+            engine.finish()
+    late: Future[None] = Future()
+    closed = LocalPoolEngine(3, start_after=late)
+    closed.close(failed=True)
+    late.set_result(None)  # after close: nothing starts, nothing raises
+    assert not closed._pool._processes  # type: ignore[attr-defined]
 
 
 def test_manifest_records_the_engine_outside_the_set(tmp_path):

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 from draftset.engine import worker
 from draftset.engine.base import Batch, Engine
@@ -36,7 +37,12 @@ InFlight = tuple[Future[list[ItemResult]], bool]
 class LocalPoolEngine(Engine):
     name = "local"
 
-    def __init__(self, workers: int, helper: Sidecar | None = None) -> None:
+    def __init__(
+        self,
+        workers: int,
+        helper: Sidecar | None = None,
+        start_after: Future[Any] | None = None,
+    ) -> None:
         self.workers = workers
         self._helper = helper if workers > 1 else None
         self._pool_size = workers - 1 if self._helper else workers
@@ -49,8 +55,21 @@ class LocalPoolEngine(Engine):
             initializer=worker.init_worker,
             initargs=(self._configs,),
         )
-        for _ in range(self._pool_size):  # each submit starts one more process (spawn is lazy)
-            self._pool.submit(worker.worker_ready)
+        # With ``start_after`` (the helper importing the tokenizer loader), the processes start
+        # when it is done: their own imports (~1.3 CPU-s) would otherwise take CPU from the
+        # template load, the start-up's critical path, and they still finish well before the
+        # loaded template's kit arrives.
+        if start_after is None:
+            self._start_processes()
+        else:
+            start_after.add_done_callback(lambda _: self._start_processes())
+
+    def _start_processes(self) -> None:
+        try:
+            for _ in range(self._pool_size):  # each submit starts one more (spawn is lazy)
+                self._pool.submit(worker.worker_ready)
+        except RuntimeError:  # closed first (the build failed before): nothing to start
+            pass
 
     def _feed(self, config: MaskConfig | None) -> None:
         for _ in range(self._pool_size - self._fed):

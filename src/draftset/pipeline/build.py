@@ -17,6 +17,7 @@ import shutil
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -30,7 +31,13 @@ from draftset.core.errors import RunError
 from draftset.core.records import Normalized, PromptOnly, Reject
 from draftset.core.step import Sink
 from draftset.engine.base import Engine
-from draftset.engine.helper import Sidecar, SidecarError, release_memory, uses_helper
+from draftset.engine.helper import (
+    Sidecar,
+    SidecarError,
+    import_tokenizer_loader,
+    release_memory,
+    uses_helper,
+)
 from draftset.engine.inline import InlineEngine
 from draftset.engine.pool import LocalPoolEngine
 from draftset.engine.worker import load_and_keep
@@ -158,6 +165,8 @@ def run_build(
     # imports torch through AutoTokenizer, and workers render from the kit. With the local
     # engine the helper keeps the template and is one of the workers itself.
     with helper or Sidecar() as side:
+        # the head of the load (at once when the helper was started ahead: api.build)
+        imported = side.submit(import_tokenizer_loader)
         load = load_and_keep if opts.engine == "local" else load_template_info
         pending = side.submit(load, spec, opts.target_vocab_size)
         side.submit(release_memory)  # then drop the load's garbage, off the critical path
@@ -168,18 +177,19 @@ def run_build(
             except SidecarError as exc:
                 raise TokenizerError(str(exc)) from exc
 
-        with _engine(opts, workers, side) as engine:  # (Ray's start-up overlaps the load too)
+        with _engine(opts, workers, side, imported) as engine:  # (Ray's overlaps the load too)
             return _run(_Stage(opts, spec, engine, loaded, pending.done, side), on_progress, t0)
 
 
-def _engine(opts: BuildOptions, workers: int, side: Sidecar) -> Engine:
+def _engine(opts: BuildOptions, workers: int, side: Sidecar, imported: Future[None]) -> Engine:
     """The engine that runs the row step on ``workers`` cores (started before the template
-    has loaded, so worker start-up overlaps it); locally, the helper is one of them."""
+    has loaded, so worker start-up overlaps it); locally, the helper is one of them, and the
+    pool's processes start once the helper has ``imported`` the tokenizer loader."""
     if opts.engine == "ray":
         from draftset.engine.ray import RayEngine  # lazy: only --engine ray loads Ray's engine
 
         return RayEngine(opts.workers, opts.ray_address)  # 0 workers: the cluster's CPUs
-    return LocalPoolEngine(workers, helper=side)
+    return LocalPoolEngine(workers, helper=side, start_after=imported)
 
 
 def mask_config(opts: BuildOptions, spec: TemplateSpec, info: TemplateInfo) -> MaskConfig:
