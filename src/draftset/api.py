@@ -110,7 +110,7 @@ def build(
 
 def _helper_ahead(recipe: Any, workers: int | None, engine: str | None) -> Sidecar | None:
     """The build's helper process, started before the driver parses the options and imports its
-    stage modules (~0.3 s, on the template load's critical path), when the arguments alone say
+    stage modules (~0.5 s of the template load's critical path), when the arguments alone say
     the build will use one (a recipe may change the engine and workers: then it starts later).
     Its first job imports the tokenizer loader; it is stopped on any error."""
     if recipe is not None:

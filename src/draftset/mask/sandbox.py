@@ -42,6 +42,7 @@ in, so nothing can change them):
   nothing; the call is made as ``Context.call`` makes it (loop/block variables dropped, a
   ``StopIteration`` turned into undefined). Which bound methods are reachable at all is still
   decided by ``getattr`` above (``list.append`` is refused there).
+
 Everything else (globals, filters, tests, extensions, options) is transformers' environment
 itself, copied by Jinja's own ``Environment.overlay``; the memo's size is bounded by the
 attributes the template's types actually have. Tested equal to ``apply_chat_template`` on every
