@@ -117,7 +117,7 @@ def _helper_ahead(recipe: Any, workers: int | None, engine: str | None) -> Sidec
         return None
     from draftset.engine.helper import Sidecar, import_tokenizer_loader, uses_helper
 
-    if not uses_helper(workers or os.cpu_count() or 1, engine or defaults.ENGINE):
+    if not uses_helper(workers, engine or defaults.ENGINE):
         return None
     side = Sidecar()
     side.submit(import_tokenizer_loader)

@@ -94,10 +94,11 @@ def stop_pool(ex: ProcessPoolExecutor) -> None:
         p.join(5)
 
 
-def uses_helper(workers: int, engine: str) -> bool:
+def uses_helper(workers: int | None, engine: str) -> bool:
     """Whether a build loads its template in the helper: every build but the inline one (one
-    local worker, where the driver loads it itself)."""
-    return engine != "local" or workers > 1
+    local worker, where the driver loads it itself). ``workers``: as given (None or 0: one per
+    core)."""
+    return engine != "local" or (workers or os.cpu_count() or 1) > 1
 
 
 def import_tokenizer_loader() -> None:

@@ -151,7 +151,7 @@ def run_build(
     opts = check_build(opts)  # before any work: output path, template file, options
     spec = opts.template_spec()
     workers = opts.workers or os.cpu_count() or 1
-    if not uses_helper(workers, opts.engine):  # inline: the driver runs the row step
+    if not uses_helper(opts.workers, opts.engine):  # inline: the driver runs the row step
         if helper is not None:
             helper.kill()
         template = ChatTemplate(spec)
