@@ -276,6 +276,17 @@ def _clean(plan: Plan) -> None:
     shutil.rmtree(plan.env["HF_HOME"], ignore_errors=True)
 
 
+def round_order(plans: list[Plan], r: int) -> list[Plan]:
+    """The plans in round ``r``: as given in even rounds, reversed in odd ones.
+
+    This machine's speed drifts by 10-30% within minutes. With one fixed order the last run of
+    every round is measured later than the first, always on the same side of the drift;
+    alternating measures each run early in some rounds and late in others (first as often as
+    last over an even number of rounds), so a drift favours no run in particular.
+    """
+    return plans if r % 2 == 0 else plans[::-1]
+
+
 def execute(
     plans: list[Plan],
     rows_in: int,
@@ -286,10 +297,11 @@ def execute(
     keep: bool,
     log: Any = print,
 ) -> list[RunResult]:
-    """Run every plan ``repeat`` times, round-robin (so slow noise hits all alike)."""
+    """Run every plan ``repeat`` times, round-robin (so slow noise hits all alike), in the
+    order `round_order` gives."""
     results = {p.name: RunResult(p.name, p.workers, rows_in) for p in plans}
     for r in range(repeat):
-        for p in plans:
+        for p in round_order(plans, r):
             res = results[p.name]
             if res.error:
                 continue

@@ -25,6 +25,19 @@ def test_quick_check_runs_on_a_fresh_machine(tmp_path):
     assert limit["info"]["rows"] == 12
 
 
+def test_rounds_alternate_their_order():
+    """Each run is measured first as often as last (a drifting machine favours none)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from run import Plan, round_order
+
+    plans = [Plan(n, "limit", 2, [], REPO, {}) for n in ("limit", "limit-fast", "draftset-w2")]
+    orders = [[p.name for p in round_order(plans, r)] for r in range(4)]
+    assert orders[0] == orders[2] == ["limit", "limit-fast", "draftset-w2"]
+    assert orders[1] == orders[3] == ["draftset-w2", "limit-fast", "limit"]
+    firsts = [o[0] for o in orders]
+    assert firsts.count("limit") == firsts.count("draftset-w2") == 2
+
+
 def test_mix_rows_are_the_users_mix():
     """`--data mix`: every kind present, tool traces well-formed, no row over 4,000 tokens."""
     sys.path.insert(0, str(REPO / "bench"))
