@@ -198,6 +198,26 @@ def test_draftset_renders_through_the_memo_and_leaves_transformers_stock():
         assert getattr(stock, opt) == getattr(ours, opt), opt
 
 
+def test_a_templates_globals_are_one_dict_of_the_stock_globals():
+    """`make_globals`: the objects transformers' template sees, in one plain dict taken at
+    compile time (the ChainMap was copied key by key on every render); a template's own
+    globals still come first."""
+    text = trl_template("qwen3_6").read_text()
+    ours = compile_template(text)
+    stock = _compile_jinja_template("").environment.from_string(text)  # the one it copies
+    assert type(ours.globals) is dict
+    assert ours.globals.keys() == stock.globals.keys()
+    assert all(ours.globals[k] is stock.globals[k] for k in stock.globals)
+    stock_env, memo_env = _env_with(x="environment's", y="environment's")
+    src = "{{ x }}|{{ y }}|{{ range(2)|list }}|{{ cycler is defined }}"
+    for env in (stock_env, memo_env):
+        t = env.from_string(src, globals={"x": "template's"})
+        assert t.render() == "template's|environment's|[0, 1]|True"
+    memo = memo_env.from_string("{{ y }}")
+    stock_env.globals["y"] = "changed after loading"  # what Jinja asks nobody to do
+    assert memo.render() == "environment's"
+
+
 def test_syntax_errors_raise_as_transformers_raises_them():
     with pytest.raises(jinja2.TemplateSyntaxError) as fast:
         compile_template("{% if %}")

@@ -43,8 +43,11 @@ in, so nothing can change them):
   ``StopIteration`` turned into undefined). Which bound methods are reachable at all is still
   decided by ``getattr`` above (``list.append`` is refused there).
 
-Everything else (globals, filters, tests, extensions, options) is transformers' environment
-itself, copied by Jinja's own ``Environment.overlay``; the memo's size is bounded by the
+A compiled template's globals are one plain dict (`MemoSandbox.make_globals`) instead of Jinja's
+ChainMap over the environment's, which every render copied key by key in Python.
+
+Everything else (the globals themselves, filters, tests, extensions, options) is transformers'
+environment itself, copied by Jinja's own ``Environment.overlay``; the memo's size is bounded by the
 attributes the template's types actually have. Tested equal to ``apply_chat_template`` on every
 golden conversation and every trl template, and refusing what the stock sandbox refuses.
 """
@@ -97,6 +100,18 @@ class MemoSandbox(ImmutableSandboxedEnvironment):
         except KeyError:
             ok = self._memo[key] = super().is_safe_attribute(obj, attr, value)
             return ok
+
+    def make_globals(self, d: Any) -> dict[str, Any]:
+        """A template's globals as one plain dict, copied when the template is compiled.
+
+        Jinja's ChainMap over the environment's globals is read key by key in Python on every
+        render (``new_context`` copies it into the render's context, ``Context`` lists its
+        keys): ~15% of a short render. Lookups find the same objects in the same order (the
+        template's own globals before the environment's). Jinja asks that globals not change
+        once a template is loaded, and nothing changes these after transformers builds the
+        environment.
+        """
+        return {**self.globals, **(d or {})}
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         if type(obj) is dict and type(attribute) is str and attribute not in _DICT_ATTRIBUTES:
