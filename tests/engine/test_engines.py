@@ -4,8 +4,10 @@ the inline engine's, and a build records which engine made it (outside the set's
 from __future__ import annotations
 
 import json
+import multiprocessing
 import pickle
-from concurrent.futures import Future
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
 
 import numpy as np
 from conftest import qwen3_tokenizer_dir
@@ -13,7 +15,7 @@ from conftest import qwen3_tokenizer_dir
 from draftset.config.options import BuildOptions
 from draftset.core.records import Conversation, PromptOnly, Reject
 from draftset.engine import worker
-from draftset.engine.helper import Sidecar
+from draftset.engine.helper import Sidecar, stop_pool
 from draftset.engine.inline import InlineEngine
 from draftset.engine.pool import LocalPoolEngine
 from draftset.mask.template import ChatTemplate, TemplateSpec, describe_template
@@ -146,3 +148,21 @@ def test_manifest_records_the_engine_outside_the_set(tmp_path):
     assert built[1].rows == built[2].rows == 40
     a = np.load(built[1].out / "token_freq.npy")
     assert (a == np.load(built[2].out / "token_freq.npy")).all()
+
+
+def test_a_stopped_pool_leaves_nothing_running():
+    """When `stop_pool` returns, the pool's processes are reaped and its manager thread is done
+    (it closes the pool's pipes): at exit CPython 3.11 wakes that thread through one of them, and
+    a thread still closing it printed "Exception ignored ... Bad file descriptor" under a
+    usage error's one line; a child reaped by that thread could still be listed as running."""
+    for _ in range(3):
+        ex = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        running = ex.submit(time.sleep, 60)  # like the helper's import: busy when stopped
+        manager = ex._executor_manager_thread  # type: ignore[attr-defined]
+        processes = list(ex._processes.values())  # type: ignore[attr-defined]
+        assert manager is not None and manager.is_alive() and len(processes) == 1
+        stop_pool(ex)
+        assert not manager.is_alive()
+        assert all(p.exitcode is not None for p in processes)  # reaped, not just signalled
+        assert not set(processes) & set(multiprocessing.active_children())
+        assert running.done()

@@ -83,15 +83,23 @@ def stop_pool(ex: ProcessPoolExecutor) -> None:
     """Cancel what has not started and terminate the pool's processes (SIGTERM) now.
 
     `ProcessPoolExecutor.shutdown` would wait for the running jobs (a batch of rows, a template
-    load); an interrupted build has no use for them.
+    load); an interrupted build has no use for them. Returns once the processes are reaped and
+    the pool's manager thread is done (each waited for at most 5 s).
     """
     processes = list((getattr(ex, "_processes", None) or {}).values())
+    manager = getattr(ex, "_executor_manager_thread", None)  # shutdown forgets it
     ex.shutdown(wait=False, cancel_futures=True)
     for p in processes:
         if p.is_alive():
             p.terminate()
     for p in processes:
         p.join(5)
+    if manager is not None:
+        # It reaps the processes too and closes the pool's pipes; at exit CPython 3.11 wakes it
+        # through one of them, and a thread still closing it prints "Exception ignored ... Bad
+        # file descriptor" after what should be one line (a usage error with the helper
+        # started ahead).
+        manager.join(5)
 
 
 def uses_helper(workers: int | None, engine: str) -> bool:
