@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import pickle
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -166,3 +167,23 @@ def test_a_stopped_pool_leaves_nothing_running():
         assert all(p.exitcode is not None for p in processes)  # reaped, not just signalled
         assert not set(processes) & set(multiprocessing.active_children())
         assert running.done()
+
+
+def test_pool_workers_use_the_tokenizers_threads_from_the_api_as_from_the_cli(monkeypatch):
+    """The CLI sets TOKENIZERS_PARALLELISM=true before it spawns anything; the Python API sets
+    nothing, and its pool workers used to fall back to one Rust thread each (measured 12-25%
+    slower `build(workers=2)`, docs/benchmarks.md "Session 9"). Now a pool worker uses the
+    tokenizer's threads unless the user said otherwise, whoever started the build."""
+    spec = TemplateSpec(str(qwen3_tokenizer_dir()), None, {}, ())
+    opts = BuildOptions(sources=[], tokenizer=spec.tokenizer, out=None)  # type: ignore[arg-type]
+    config = mask_config(opts, spec, describe_template(ChatTemplate(spec)))
+    for given, seen in ((None, "true"), ("false", "false"), ("true", "true")):
+        if given is None:
+            monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+        else:
+            monkeypatch.setenv("TOKENIZERS_PARALLELISM", given)
+        with LocalPoolEngine(1) as pool:
+            pool.start(config)
+            job = pool._pool.submit(os.getenv, "TOKENIZERS_PARALLELISM")  # type: ignore[attr-defined]
+            assert job.result(timeout=60) == seen, given
+            pool.finish()

@@ -36,7 +36,10 @@ def init_worker(configs: Any) -> None:
     """
     global _STEP
     die_with_parent()  # a killed build leaves no worker behind
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # the Rust tokenizer's own threads, as the CLI's builds always had them (it sets this before
+    # spawning; the Python API sets nothing): one thread per worker cost 12-25% of a
+    # `build(workers=2)` here (docs/benchmarks.md, "Session 9"); a value the user set is kept
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     import_template_compiler()
     config = configs.get()
     if config is not None:
