@@ -461,3 +461,35 @@ def test_a_list_of_sources_in_the_recipe_slot_is_a_usage_error(src, tmp_path):
     with pytest.raises(errors.UsageError, match=r"sources=\[\.\.\.\]"):
         api.build([str(src)], tokenizer="x", out=tmp_path / "o")  # type: ignore[arg-type]
     assert not (tmp_path / "o").exists()
+
+
+def test_a_script_without_the_main_guard_gets_one_line_not_a_traceback_per_process(src, tmp_path):
+    """`build(workers=2)` at a script's top level, without ``if __name__ == "__main__":``: the
+    spawned helper imports the script again and calls build once more. It used to end in
+    multiprocessing's RuntimeError traceback from the child and a bare BrokenProcessPool in the
+    parent; now the child says what to do in one line and the parent's error says it too."""
+    script = tmp_path / "unguarded.py"
+    out = tmp_path / "o"
+    script.write_text(
+        "import draftset\n"
+        f"draftset.build(sources=[{str(src)!r}], tokenizer={str(qwen3_tokenizer_dir())!r},"
+        f" out={str(out)!r}, workers=2)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+        timeout=120,
+    )
+    assert run.returncode != 0
+    err = run.stderr
+    guard = 'if __name__ == "__main__":'
+    assert "An attempt has been made to start a new process" not in err
+    assert "BrokenProcessPool" not in err
+    child_lines = [line for line in err.splitlines() if line.startswith("draftset: ")]
+    assert len(child_lines) == 1 and guard in child_lines[0], err
+    last = err.strip().splitlines()[-1]  # the parent's own exception, from the script
+    assert "draftset.mask.template.TokenizerError" in last or "SidecarError" in last, last
+    assert guard in last, last
+    assert not out.exists()

@@ -9,6 +9,8 @@ its way), run the row step on the loaded template as one of the local engine's w
 read it back for the post-build check. torch is imported once per build.
 
 A child that dies (killed, out of memory) raises `SidecarError` in the caller, never hangs it.
+A spawned child re-running a script that calls draftset at its top level (no
+``if __name__ == "__main__":``) stops with one line instead (`refuse_to_spawn_while_starting`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import contextlib
 import gc
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from draftset.core.errors import RunError
 from draftset.engine.lifeline import die_with_parent
@@ -33,25 +36,58 @@ class SidecarError(RunError):
     """The helper process died (the job's own exceptions are re-raised as they are)."""
 
 
+MAIN_GUARD = (
+    'a script that calls draftset.build must call it under `if __name__ == "__main__":`'
+    " (draftset starts its worker processes with spawn, which imports the script again)"
+)
+_REFUSED = 2  # the exit code of a child stopped by `refuse_to_spawn_while_starting`
+
+
+def refuse_to_spawn_while_starting() -> None:
+    """In a spawned child still importing its parent's script (draftset was called at that
+    script's top level), stop with one line and exit 2 instead of multiprocessing's
+    RuntimeError traceback; the parent then reports `MAIN_GUARD` too (`Sidecar`)."""
+    # the flag multiprocessing's own check reads: set while a spawned child imports the main
+    # module, before it runs its target
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        print(f"draftset: {MAIN_GUARD}", file=sys.stderr)
+        raise SystemExit(_REFUSED)
+
+
 class Sidecar:
     """A single spawn-started helper process; jobs run one after another, state is kept."""
 
     def __init__(self) -> None:
+        refuse_to_spawn_while_starting()
         self._ex = ProcessPoolExecutor(
             1, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent
         )
+        self._process: Any = None  # the child, once started: its exit code explains a death
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
-        return self._ex.submit(fn, *args)
+        try:
+            future = self._ex.submit(fn, *args)
+        except BrokenProcessPool as exc:
+            self._died(f"running {getattr(fn, '__name__', 'a job')}", exc)
+        if self._process is None:
+            self._process = next(iter((getattr(self._ex, "_processes", None) or {}).values()), None)
+        return future
 
     def result(self, future: Future[T], what: str) -> T:
         """The job's result; its exception as it is; `SidecarError` when the process died."""
         try:
             return future.result()
         except BrokenProcessPool as exc:
-            raise SidecarError(
-                f"the helper process died while {what} (killed, or out of memory?)"
-            ) from exc
+            self._died(what, exc)
+
+    def _died(self, what: str, exc: BrokenProcessPool) -> NoReturn:
+        if self._process is not None:
+            self._process.join(5)  # reaped by the pool already, or about to be
+            if self._process.exitcode == _REFUSED:  # it said why in one line: nothing to add
+                raise SidecarError(f"the helper process could not start: {MAIN_GUARD}") from None
+        raise SidecarError(
+            f"the helper process died while {what} (killed, or out of memory?)"
+        ) from exc
 
     def call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
         return self.result(self.submit(fn, *args), what)

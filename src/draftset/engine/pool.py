@@ -24,7 +24,7 @@ from typing import Any
 
 from draftset.engine import worker
 from draftset.engine.base import Batch, Engine
-from draftset.engine.helper import Sidecar, stop_pool
+from draftset.engine.helper import Sidecar, refuse_to_spawn_while_starting, stop_pool
 from draftset.mask.step import ItemResult, MaskConfig
 
 IN_FLIGHT_PER_WORKER = 3
@@ -43,6 +43,7 @@ class LocalPoolEngine(Engine):
         helper: Sidecar | None = None,
         start_after: Future[Any] | None = None,
     ) -> None:
+        refuse_to_spawn_while_starting()
         self.workers = workers
         self._helper = helper if workers > 1 else None
         self._pool_size = workers - 1 if self._helper else workers
