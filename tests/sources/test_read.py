@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -576,3 +578,40 @@ def test_files_skipped_on_purpose_are_listed(tmp_path):
         {"path": "README.md", "why": "unsupported type"},
         {"path": "sub/notes.csv", "why": "unsupported type"},
     ]
+
+
+def _open_fds_on(path: Path) -> int:
+    fds = Path("/proc/self/fd")
+    n = 0
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):  # closed while listed (the listing's own fd)
+            n += Path(os.readlink(fd)) == path.resolve()
+    return n
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("kind", ["gz", "zst", "zst-truncated"])
+def test_a_compressed_source_leaves_no_file_open(tmp_path, kind):
+    """Reading a .gz or .zst source (or failing on a truncated one) closes the file it opened:
+    `GzipFile(fileobj=...)` does not close the file it is given, so each gzip source used to
+    stay open until garbage collection (a ResourceWarning in the docs example's test)."""
+    data = jsonl_bytes(ROWS * 20)
+    if kind == "gz":
+        path = write(tmp_path, "a.jsonl.gz", gzip.compress(data))
+    else:
+        packed = zstandard.ZstdCompressor().compress(data)
+        path = write(tmp_path, "a.jsonl.zst", packed[:-5] if kind == "zst-truncated" else packed)
+    kept: list = []  # what is still referenced (streams, tracebacks) is not collected
+    if kind == "zst-truncated":
+        with pytest.raises(SourceError) as excinfo:
+            list(iter_raw_rows(Source("s", path)))
+        kept.append(excinfo)
+        with pytest.raises(zstandard.ZstdError) as excinfo:
+            read._open_bytes(path, "zst")
+        kept.append(excinfo)
+    else:
+        assert datas(read_all(path)) == ROWS * 20
+        with read._open_bytes(path, kind) as stream:
+            kept.append(stream)
+            assert stream.read() == data
+    assert _open_fds_on(path) == 0

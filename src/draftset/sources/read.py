@@ -233,12 +233,17 @@ def file_format(path: Path) -> str:
 
 
 def _open_bytes(path: Path, compression: str | None) -> IO[bytes]:
-    """A binary stream of the (decompressed) file contents."""
-    raw = path.open("rb")
+    """A binary stream of the (decompressed) file contents; closing it closes the file."""
     if compression == "gz":
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        # gzip opens (and so closes) the file itself: GzipFile(fileobj=f) would leave f open
+        return gzip.GzipFile(filename=path, mode="rb")  # type: ignore[return-value]
+    raw = path.open("rb")
     if compression == "zst":
-        _check_zstd_frames(raw, path)
+        try:
+            _check_zstd_frames(raw, path)
+        except BaseException:
+            raw.close()
+            raise
         dctx = zstandard.ZstdDecompressor()
         return dctx.stream_reader(raw, read_across_frames=True, closefd=True)  # type: ignore[return-value]
     return raw
