@@ -493,3 +493,30 @@ def test_a_script_without_the_main_guard_gets_one_line_not_a_traceback_per_proce
     assert "draftset.mask.template.TokenizerError" in last or "SidecarError" in last, last
     assert guard in last, last
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        lambda tmp: api.build(
+            sources=[tmp / "none.jsonl"], tokenizer="t", out=tmp / "o", workers=1
+        ),
+        lambda tmp: api.run(tmp / "none.yaml"),
+        lambda tmp: api.verify(tmp / "none"),
+        lambda tmp: api.report(tmp / "none"),
+        lambda tmp: api.generate(tmp / "none.jsonl", endpoints="http://127.0.0.1:9", out=tmp / "g"),
+    ],
+    ids=["build", "run", "verify", "report", "generate"],
+)
+def test_no_job_runs_inside_a_spawned_childs_import_of_the_script(
+    job, tmp_path, monkeypatch, capsys
+):
+    """A spawned child importing an unguarded script would run the script's job a second time,
+    beside the parent, on the same files (`run` would even ask the endpoints again): every job
+    stops first, with the one line, exit 2, whatever its arguments."""
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    with pytest.raises(SystemExit) as stopped:
+        job(tmp_path)
+    assert stopped.value.code == 2
+    assert 'if __name__ == "__main__":' in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -51,6 +51,15 @@ ProgressArg = bool | Callable[[int, int], None]
 
 
 # --- build ------------------------------------------------------------------------------------
+def _not_in_a_spawned_import() -> None:
+    """Every job refuses to run inside a spawned child that is importing the caller's script
+    (a call at the script's top level, without ``if __name__ == "__main__":``): the child would
+    otherwise run the whole job again beside the parent, on the same files. One line, exit 2."""
+    from draftset.engine.helper import refuse_to_spawn_while_starting  # lazy: lean import
+
+    refuse_to_spawn_while_starting()
+
+
 def build(
     recipe: str | Path | None = None,
     *,
@@ -92,6 +101,7 @@ def build(
     exits 0 on), ``.counts``, ``.per_source``, ``.rows``, ``.checks`` (verify's fast checks),
     ``.row(i)``. Raises `DraftsetError` (``exit_code`` 2) for unusable arguments before any work.
     """
+    _not_in_a_spawned_import()
     given = dict(locals())
     del given["progress"]
     helper = _helper_ahead(recipe, workers, engine)
@@ -389,6 +399,7 @@ def verify(
     result to that file. A full run records its result in ``dir/verify.json`` (for `report`).
     Raises `DraftsetError` (exit code 2) for unusable arguments or a folder that is not a set.
     """
+    _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.checks.verify import VERIFY_RECORD, VerifyUsageError, fast_checks, run_verify
 
@@ -440,6 +451,7 @@ def run(
     Returns the `RunResult` (``.ok``: verify passed). Raises `RunUsageError` (exit code 2) and
     `RunFailed` (1: generation could not finish; call again to resume).
     """
+    _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api (and run imports api)
     from draftset.pipeline import run as run_mod
 
@@ -467,6 +479,7 @@ def report(
 ) -> Path:
     """`draftset report`: write the self-contained HTML report; returns its path
     (default ``dir/report.html``)."""
+    _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.inspect.report import write_report
 
@@ -511,6 +524,7 @@ def generate(
     `GenerateResult` (``.ok``: every row ended as an answer or an error line). Runs its own
     event loop (inside a running loop, as in Jupyter, await `draftset.generation.job.run_generate`).
     """
+    _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.generation.console import progress as generate_progress
     from draftset.generation.job import GenerateOptions, options_from_args, run_generate
