@@ -106,6 +106,9 @@ class FaultServer:
             t.cancel()
         if tasks:
             loop.run_until_complete(asyncio.wait(tasks))
+        # one more turn of the loop: the transports those tasks closed drop their sockets in a
+        # callback (left unrun, each is a "ResourceWarning: unclosed transport" later on)
+        loop.run_until_complete(asyncio.sleep(0))
         loop.close()
 
     async def start(self) -> asyncio.Server:

@@ -813,9 +813,8 @@ def test_samples_glaive_tool_calls(samples):
 def test_samples_llamafactory_v1_parts_joined(samples):
     outs = samples["openai_messages/llamafactory_v1_sft_demo.jsonl"]
     assert kinds(outs) == {"Conversation": 500}
-    raw = json.loads(
-        (shared_data() / "openai_messages/llamafactory_v1_sft_demo.jsonl").open().readline()
-    )
+    with (shared_data() / "openai_messages/llamafactory_v1_sft_demo.jsonl").open() as f:
+        raw = json.loads(f.readline())
     expected = ["".join(p["value"] for p in m["content"]) for m in raw["messages"]]
     assert [m["content"] for m in outs[0].messages] == expected
 
