@@ -565,3 +565,47 @@ def test_the_driver_never_imports_pandas(tmp_path):
     r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "False"
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("output_format", ["arrow", "parquet"])
+def test_a_build_failing_mid_run_leaves_no_file_open(tmp_path, monkeypatch, output_format):
+    """A build that fails after writing began (here: the second batch's write raises) removes
+    its temporary folder and closes what it had open there: rejects.jsonl, prompts.jsonl and
+    the open shard used to stay open until garbage collection."""
+    from draftset.pipeline import build as build_mod
+
+    src = tmp_path / "chats.jsonl"
+    write_jsonl(src, [chat(i) for i in range(8)])
+    real_write = build_mod._write
+    calls = []
+
+    def write_then_fail(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("disk on fire")
+        real_write(*args)
+
+    monkeypatch.setattr(build_mod, "BATCH_ROWS", 2)
+    monkeypatch.setattr(build_mod, "_write", write_then_fail)
+    opts = BuildOptions(
+        sources=[Source("chats", src)],
+        tokenizer=str(qwen3_tokenizer_dir()),
+        out=tmp_path / "out",
+        workers=1,
+        output_format=output_format,
+    )
+    with pytest.raises(RuntimeError, match="disk on fire") as failed:  # keeps the frames alive
+        run_build(opts)
+    assert failed is not None and len(calls) == 2
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["chats.jsonl"]  # no temporary folder left
+    open_here = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith(str(tmp_path)):
+            open_here.append(target)
+    assert open_here == []

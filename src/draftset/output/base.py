@@ -103,6 +103,9 @@ class Writer(ABC):
     def close(self) -> list[Path]:
         """Finish the files; returns every file written (the manifest records their sha256)."""
 
+    def abandon(self) -> None:  # noqa: B027 - a writer with nothing open has nothing to do
+        """The build failed: close any open file now (its folder is removed next)."""
+
 
 class BatchWriter(Writer):
     """A `Writer` over fixed-size Arrow record batches: a format implements `write_batch`
@@ -226,6 +229,9 @@ class ShardedWriter(BatchWriter):
         if self._part_open:
             self.close_part()
             self._part_open = False
+
+    def abandon(self) -> None:
+        self._end_part()
 
 
 class RowAccess(ABC):

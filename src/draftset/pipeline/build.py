@@ -9,6 +9,7 @@ survive ``fork``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -280,6 +281,10 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
     except OSError as exc:
         _remove_empty(made)
         raise OutputWriteError(f"cannot create {opts.out}: {exc.strerror or exc}") from exc
+    # what a failure must close before the folder goes (not left open until garbage collection)
+    batches: Iterator[list[Normalized]] | None = None
+    writer: Writer | None = None
+    sinks: list[_JsonlSink] = []
     try:
         selected = Selection(selection, plan)
         batches = _batched(selected.rows(), BATCH_ROWS)
@@ -290,6 +295,7 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         writer = writer_class(opts.output_format)(tmp, vocab_size)
         rejects = _JsonlSink(tmp / "rejects.jsonl")
         prompts = _JsonlSink(tmp / "prompts.jsonl")
+        sinks = [rejects, prompts]
         for done in _drive(
             stage.engine, chain(_drain(ahead), batches), acct, writer, rejects, prompts
         ):
@@ -328,12 +334,14 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         write_manifest(tmp, manifest)
         finalize_output(tmp, opts.out)
     except OSError as exc:
+        _let_go(batches, writer, sinks)
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_empty(made)
         if _is_disk_error(exc):
             raise OutputWriteError(f"cannot write {opts.out}: {exc.strerror or exc}") from exc
         raise
     except BaseException:
+        _let_go(batches, writer, sinks)
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_empty(made)
         raise
@@ -350,6 +358,18 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         )
         checks = fast_checks(opts.out, load_pt=load_pt)
     return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
+
+
+def _let_go(
+    batches: Iterator[list[Normalized]] | None, writer: Writer | None, sinks: list[_JsonlSink]
+) -> None:
+    """After a failure: close the input stream (and so the source file it reads), the open
+    shard and the JSONL files, each whatever the others do; the failure itself is raised next."""
+    steps = [getattr(batches, "close", None), writer and writer.abandon, *(s.close for s in sinks)]
+    for step in steps:
+        if step is not None:
+            with contextlib.suppress(Exception):
+                step()
 
 
 def _drive(
