@@ -37,8 +37,9 @@ class SidecarError(RunError):
 
 
 MAIN_GUARD = (
-    'a script that calls draftset.build must call it under `if __name__ == "__main__":`'
-    " (draftset starts its worker processes with spawn, which imports the script again)"
+    "a script that calls draftset (build, run, verify, ...) must do so under"
+    ' `if __name__ == "__main__":` (draftset starts its worker processes with spawn, which'
+    " imports the script again)"
 )
 _REFUSED = 2  # the exit code of a child stopped by `refuse_to_spawn_while_starting`
 

@@ -37,8 +37,8 @@ def init_worker(configs: Any) -> None:
     global _STEP
     die_with_parent()  # a killed build leaves no worker behind
     # the Rust tokenizer's own threads, as the CLI's builds always had them (it sets this before
-    # spawning; the Python API sets nothing): one thread per worker cost 12-25% of a
-    # `build(workers=2)` here (docs/benchmarks.md, "Session 9"); a value the user set is kept
+    # spawning; the Python API sets nothing): one thread per worker made a `build(workers=2)`
+    # ~17% slower (docs/benchmarks.md, "Session 9"); a value the user set is kept
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     import_template_compiler()
     config = configs.get()
