@@ -333,17 +333,12 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         )
         write_manifest(tmp, manifest)
         finalize_output(tmp, opts.out)
-    except OSError as exc:
+    except BaseException as exc:  # nothing half-written stays behind, whatever the failure
         _let_go(batches, writer, sinks)
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_empty(made)
-        if _is_disk_error(exc):
+        if isinstance(exc, OSError) and _is_disk_error(exc):
             raise OutputWriteError(f"cannot write {opts.out}: {exc.strerror or exc}") from exc
-        raise
-    except BaseException:
-        _let_go(batches, writer, sinks)
-        shutil.rmtree(tmp, ignore_errors=True)
-        _remove_empty(made)
         raise
     seconds = time.monotonic() - t0
     checks = []
