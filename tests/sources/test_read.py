@@ -221,12 +221,45 @@ def test_json_crlf_pretty_printed(tmp_path):
     assert len(read_all(path)) == 1
 
 
-def test_json_broken_document_is_one_reject(tmp_path):
-    path = write(tmp_path, "a.json", b'[\n  {"a": 1},\n  {"a": \n')
+@pytest.mark.parametrize(
+    ("data", "where"),
+    [
+        (b'[\n  {"a": 1},\n  {"a": 2},\n]\n', "line 4 column 1"),  # a trailing comma
+        (b'[\n  {"a": 1},\n  {"a": \n', "line 4 column 1"),  # cut short
+        (b'[\n  {"a": 1},\n  {"a": "\xff"}\n]\n', "invalid UTF-8 at byte 23 (line 3)"),
+    ],
+    ids=["trailing-comma", "truncated", "invalid-byte"],
+)
+def test_json_damaged_document_stops_naming_where(tmp_path, data, where):
+    """A damaged document is one unreadable file, not one rejected row: read 1 rejected 1
+    would leave every other row of the array unaccounted for."""
+    path = write(tmp_path, "a.json", data)
+    for count_or_read in (count_rows, lambda s: list(iter_raw_rows(s))):
+        with pytest.raises(SourceError) as exc:
+            count_or_read(Source("s", path))
+        assert str(exc.value).startswith(f"{path}: cannot read: ")
+        assert where in str(exc.value)
+
+
+def test_json_document_lone_surrogate_rejects_that_row_only(tmp_path):
+    path = write(tmp_path, "a.json", b'[{"a": 1}, {"a": "\\ud800"}, {"a": 3}]')
     rows = read_all(path)
-    assert len(rows) == 1
-    assert rows[0].reject.reason == reasons.INVALID_JSON
-    assert rows[0].reject.message.startswith("a.json: invalid JSON: ")
+    assert [r.reject.reason if r.reject else r.data for r in rows] == [
+        {"a": 1},
+        reasons.INVALID_UTF8,
+        {"a": 3},
+    ]
+
+
+@pytest.mark.parametrize("name", ["a.jsonl.gz", "a.json.gz", "a.jsonl.zst", "a.json.zstd"])
+def test_zero_byte_compressed_file_is_unreadable(tmp_path, name):
+    """An empty .gz / .zst is not a compressed stream (gzip and zstd both need a header):
+    it used to read as zero rows without a word."""
+    path = write(tmp_path, name, b"")
+    with pytest.raises(SourceError, match=r"cannot read: empty file \(0 bytes\)"):
+        count_rows(Source("s", path))
+    with pytest.raises(SourceError, match=r"cannot read: empty file \(0 bytes\)"):
+        list(iter_raw_rows(Source("s", path)))
 
 
 def test_json_array_with_non_objects(tmp_path):
@@ -302,6 +335,30 @@ def test_save_to_disk_folder(tmp_path):
     assert [d["path"] for d in described] == [str(p) for p in shards]
     assert all(d["format"] == "hf_dataset" for d in described)
     assert described[0]["sha256"] == hashlib.sha256(shards[0].read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("missing", [0, 1])
+def test_save_to_disk_folder_with_a_listed_shard_missing_stops(tmp_path, missing):
+    """state.json lists two shards and one is gone: reading the other would build from half
+    the rows with exit 0."""
+    folder = tmp_path / "ds"
+    shards = make_save_to_disk(folder, [TABLE_ROWS[:100], TABLE_ROWS[100:200]])
+    shards[missing].unlink()
+    src = Source("s", folder)
+    for step in (count_rows, lambda s: list(iter_raw_rows(s)), describe_inputs):
+        with pytest.raises(SourceError) as exc:
+            step(src)
+        assert str(exc.value) == (
+            f"{folder}: cannot read: state.json lists {shards[missing].name}, which is missing"
+        )
+
+
+def test_save_to_disk_folder_with_unreadable_state_stops(tmp_path):
+    folder = tmp_path / "ds"
+    make_save_to_disk(folder, [TABLE_ROWS[:10]])
+    (folder / "state.json").write_text('{"_data_files": [')
+    with pytest.raises(SourceError, match=r"ds: cannot read: state.json is not valid JSON"):
+        count_rows(Source("s", folder))
 
 
 def test_save_to_disk_folder_written_by_datasets(tmp_path):

@@ -69,8 +69,11 @@ class SourceError(UsageError):
 
 
 def is_hf_dataset_dir(path: Path) -> bool:
-    """True for a `datasets` ``save_to_disk`` folder (``state.json`` next to ``*.arrow``)."""
-    return (path / "state.json").is_file() and any(path.glob("*.arrow"))
+    """True for a `datasets` ``save_to_disk`` folder (``state.json`` next to ``*.arrow`` or
+    ``dataset_info.json``: one whose shards are all gone is still one, and says so)."""
+    return (path / "state.json").is_file() and (
+        any(path.glob("*.arrow")) or (path / "dataset_info.json").is_file()
+    )
 
 
 def _name_kind(path: Path) -> tuple[str, str | None] | None:
@@ -203,16 +206,35 @@ def list_files(path: Path) -> list[Path]:
 
 
 def hf_arrow_files(folder: Path) -> list[Path]:
-    """Arrow shards of a ``save_to_disk`` folder, in the order ``state.json`` lists them."""
+    """Arrow shards of a ``save_to_disk`` folder, in the order ``state.json`` lists them.
+
+    A listed shard that is missing, or a ``state.json`` that does not list its shards, raises
+    `SourceError`: reading the shards that are left would lose the others' rows silently.
+    """
+    state_path = folder / "state.json"
     try:
-        state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
-        names = [entry["filename"] for entry in state["_data_files"]]
-        files = [folder / name for name in names]
-        if files and all(f.is_file() for f in files):
-            return files
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return sorted(folder.glob("*.arrow"))
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SourceError(f"{folder}: cannot read: state.json: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise SourceError(f"{folder}: cannot read: state.json is not valid JSON ({exc})") from exc
+    entries = state.get("_data_files") if isinstance(state, dict) else None
+    names = [e.get("filename") if isinstance(e, dict) else None for e in entries or ()]
+    if not names or not all(isinstance(n, str) and safe_shard_name(n) for n in names):
+        raise SourceError(
+            f"{folder}: cannot read: state.json does not list its shards"
+            " (_data_files with a filename each)"
+        )
+    files = [folder / name for name in names]
+    for f in files:
+        if not f.is_file():
+            raise SourceError(f"{folder}: cannot read: state.json lists {f.name}, which is missing")
+    return files
+
+
+def safe_shard_name(name: str) -> bool:
+    """A shard file name inside its folder (no separator, not ``..``)."""
+    return bool(name) and "/" not in name and "\\" not in name and name not in (".", "..")
 
 
 def file_format(path: Path) -> str:
@@ -233,7 +255,15 @@ def file_format(path: Path) -> str:
 
 
 def _open_bytes(path: Path, compression: str | None) -> IO[bytes]:
-    """A binary stream of the (decompressed) file contents; closing it closes the file."""
+    """A binary stream of the (decompressed) file contents; closing it closes the file.
+
+    An empty compressed file raises `EOFError`: gzip and zstd streams have a header, and both
+    libraries would otherwise read zero bytes as zero rows without a word.
+    """
+    if compression is not None and path.stat().st_size == 0:
+        raise EOFError(
+            f"empty file (0 bytes), not {'gzip' if compression == 'gz' else 'zstd'} data"
+        )
     if compression == "gz":
         # gzip opens (and so closes) the file itself: GzipFile(fileobj=f) would leave f open
         return gzip.GzipFile(filename=path, mode="rb")  # type: ignore[return-value]
@@ -392,19 +422,46 @@ def _json_is_lines(path: Path, compression: str | None) -> bool:
 
 
 def _document_values(path: Path, compression: str | None, source: Source) -> list[Any]:
-    """Row values of a whole JSON document (parsed at once); whitespace only -> no rows."""
+    """Row values of a whole JSON document (parsed at once); whitespace only -> no rows.
+
+    A document that does not parse (a trailing comma, a byte that is not UTF-8, a cut end) is
+    one damaged file, not one bad row: it raises `DamagedDocument` naming where it breaks, as
+    a truncated ``.gz`` does. A lone surrogate escape rejects only the row that holds it.
+    """
     with _open_bytes(path, compression) as stream:
         data = stream.read()
     if data.startswith(_BOM):
         data = data[len(_BOM) :]
     if not data.strip():
         return []
-    doc = _parse_line(data, _label(path, Path(source.path)))
-    if isinstance(doc, list):
-        return doc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DamagedDocument(f"invalid UTF-8 at byte {exc.start} (line {line})") from exc
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise DamagedDocument(f"not a valid JSON document: {exc}") from exc
+    except RecursionError:
+        raise DamagedDocument("not a valid JSON document: nested too deeply") from None
     if isinstance(doc, dict) and _is_wrapper(doc, source):
-        return next(iter(doc.values()))
-    return [doc]
+        values = next(iter(doc.values()))
+    else:
+        values = doc if isinstance(doc, list) else [doc]
+    if "\\ud" in text or "\\uD" in text:
+        label = _label(path, Path(source.path))
+        values = [
+            RowProblem(reasons.INVALID_UTF8, f"{label}: \\u escape encodes a lone surrogate")
+            if _has_lone_surrogate(v)
+            else v
+            for v in values
+        ]
+    return values
+
+
+class DamagedDocument(ValueError):
+    """A ``.json`` document that does not parse: the whole file is unreadable."""
 
 
 def _is_wrapper(doc: dict[str, Any], source: Source) -> bool:
@@ -494,7 +551,7 @@ def _count_table_rows(path: Path) -> int:
 
 # --- per file -----------------------------------------------------------------------------------
 
-_READ_ERRORS = (OSError, EOFError, zstandard.ZstdError, pa.ArrowException)
+_READ_ERRORS = (OSError, EOFError, zstandard.ZstdError, pa.ArrowException, DamagedDocument)
 
 
 def _label(path: Path, root: Path) -> str:
