@@ -147,6 +147,47 @@ def test_a_folder_that_stopped_being_ours_is_not_replaced_at_the_end(tmp_path, m
     assert (out / "notes.txt").exists()
 
 
+@pytest.mark.parametrize(
+    "added",
+    [("checkpoints/step-100.bin",), ("NOTES.md",), ("recipe.yaml",), ("data/extra.txt",)],
+    ids=["checkpoints", "notes", "recipe-beside-the-set", "inside-a-set-folder"],
+)
+def test_overwrite_of_a_draftset_output_keeps_what_the_user_added(tmp_path, capsys, added):
+    """--overwrite replaced a whole earlier set, deleting a checkpoints/ folder, NOTES.md or
+    the recipe kept beside the set (`out: .`); it now refuses, naming them, and touches
+    nothing. A set holding only what draftset wrote (listed by its manifest) is replaced."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1), chat(2)])
+    out = tmp_path / "out"
+    fmt = ("--output-format", "parquet") if added[0].startswith("data/") else ()
+    assert main(build_argv(src, out=out, extra=fmt)) == 0
+    capsys.readouterr()
+    for name in added:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("the user's")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert main(build_argv(src, out=out, extra=(*fmt, "--overwrite"))) == 2
+    line = one_line(capsys)
+    shown = added[0].split("/")[0] + "/" if added[0].startswith("checkpoints") else added[0]
+    assert f"draftset output holding files draftset did not write: {shown};" in line, line
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    for name in added:
+        (out / name).unlink()
+    if added[0].startswith("checkpoints"):
+        (out / "checkpoints").rmdir()
+    assert main(build_argv(src, out=out, extra=(*fmt, "--overwrite"))) == 0
+
+
+def test_an_empty_folder_added_to_a_set_is_the_users(tmp_path):
+    from draftset.config.preflight import foreign_entries, replaceable
+
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    out = tmp_path / "out"
+    assert main(build_argv(src, out=out)) == 0
+    assert foreign_entries(out) == [] and replaceable(out)
+    (out / "runs").mkdir()
+    assert foreign_entries(out) == ["runs/"] and not replaceable(out)
+
+
 # --- clear errors, one line, before the work ----------------------------------------------------
 @pytest.mark.parametrize(
     ("case", "needle"),

@@ -45,14 +45,76 @@ def is_draftset_output(folder: Path) -> bool:
     return isinstance(fmt, str) and fmt.startswith("draftset/")
 
 
+DRAFTSET_LATER_FILES = ("manifest.json", "verify.json")
+"""Files draftset writes into a set that its manifest's ``files`` does not list: the manifest
+itself and `verify`'s record."""
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """Entries inside a draftset output that its manifest does not list (relative paths, a
+    folder as ``name/``): what ``--overwrite`` would destroy.
+
+    Only a file the manifest names (``files``, plus manifest.json and verify.json) is
+    draftset's; a folder is draftset's when everything in it is (Parquet's ``data/``).
+    """
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        listed = set(manifest.get("files") or {}) | set(DRAFTSET_LATER_FILES)
+    except (OSError, ValueError, TypeError, AttributeError):
+        listed = set(DRAFTSET_LATER_FILES)
+
+    def walk(here: Path, prefix: str) -> tuple[list[str], bool]:
+        """(foreign entries below ``here``, whether any listed file is there)."""
+        try:
+            entries = sorted(os.scandir(here), key=lambda e: e.name)
+        except OSError:
+            return [prefix or "."], False
+        found: list[str] = []
+        any_listed = False
+        for entry in entries:
+            rel = prefix + entry.name
+            if entry.is_dir(follow_symlinks=False):
+                inner, has_listed = walk(Path(entry.path), rel + "/")
+                any_listed |= has_listed
+                if not has_listed:
+                    found.append(rel + "/")  # a folder of the user's: named, not its files
+                else:
+                    found += inner
+            elif rel in listed and entry.is_file(follow_symlinks=False):
+                any_listed = True
+            else:
+                found.append(rel)
+        return found, any_listed
+
+    return walk(folder, "")[0]
+
+
 def replaceable(folder: Path) -> bool:
-    """An existing folder ``--overwrite`` may replace: empty, or a draftset output."""
+    """An existing folder ``--overwrite`` may replace: empty, or a draftset output holding
+    only what draftset wrote (`foreign_entries`)."""
     try:
         with os.scandir(folder) as entries:
             empty = next(entries, None) is None
     except OSError:
         return False
-    return empty or is_draftset_output(folder)
+    return empty or (is_draftset_output(folder) and not foreign_entries(folder))
+
+
+def not_replaceable_reason(folder: Path, shown: str) -> str:
+    """Why ``--overwrite`` refuses ``folder`` (named ``shown``), as the one-line message."""
+    if is_draftset_output(folder):
+        names = foreign_entries(folder)
+        more = f" (+{len(names) - 5} more)" if len(names) > 5 else ""
+        names = names[:5]
+        return (
+            f"--out {shown} is a draftset output holding files draftset did not write:"
+            f" {', '.join(names)}{more}; --overwrite replaces only what draftset wrote"
+            " (move them out first, or choose another --out)"
+        )
+    return (
+        f"--out {shown} is not empty and not a draftset output (no manifest.json with"
+        f' "format": "{MANIFEST_FORMAT}"): --overwrite only replaces draftset outputs'
+    )
 
 
 def check_build(opts: BuildOptions) -> BuildOptions:
@@ -176,10 +238,7 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
     if not overwrite:
         raise PreflightError(f"output folder exists: {out} (pass --overwrite to replace it)")
     if not replaceable(real):
-        raise PreflightError(
-            f"--out {out} is not empty and not a draftset output (no manifest.json with"
-            f' "format": "{MANIFEST_FORMAT}"): --overwrite only replaces draftset outputs'
-        )
+        raise PreflightError(not_replaceable_reason(real, str(out)))
 
 
 def check_chat_template(path: str | None) -> None:

@@ -88,16 +88,19 @@ def finalize_output(tmp: Path, out: Path) -> None:
     """Atomically put the finished folder in place (replacing an old one).
 
     The folder being replaced is checked again (the run may have taken hours): only an empty
-    folder or a draftset output is ever removed.
+    folder or a draftset output holding nothing but what draftset wrote is ever removed.
     """
     (tmp / TMP_MARKER).unlink(missing_ok=True)  # finished: no longer a run in progress
     if out.exists():
-        from draftset.config.preflight import replaceable  # lazy: preflight imports output
+        # lazy: preflight imports output
+        from draftset.config.preflight import foreign_entries, replaceable
 
         if not replaceable(out):
+            theirs = foreign_entries(out)[:5]
+            held = f" (holds {', '.join(theirs)}, which draftset did not write)" if theirs else ""
             raise OutputExistsError(
-                f"{out} changed during the build and is no longer empty or a draftset output;"
-                " it was left as it is"
+                f"{out} changed during the build and is no longer empty or only a draftset"
+                f" output{held}; it was left as it is"
             )
         old = out.parent / f".{out.name}.draftset-old-{os.getpid()}"
         out.rename(old)

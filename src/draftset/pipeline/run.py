@@ -338,10 +338,20 @@ def _open_state(opts: RunOptions, settings: dict[str, Any]) -> tuple[_State, lis
 def _clean(opts: RunOptions, data: dict[str, Any]) -> None:
     """--restart: remove what this run wrote (its work files, its output), nothing else."""
     work = opts.work_dir
+    ours = _our_output(opts)
+    if ours:
+        from draftset.config.preflight import foreign_entries  # lazy: build's checks
+
+        theirs = foreign_entries(opts.build.out)
+        if theirs:
+            raise RunUsageError(
+                f"--restart: {opts.build.out} holds files draftset did not write:"
+                f" {', '.join(theirs[:5])}; move them out first (nothing was removed)"
+            )
     for name in _WORK_FILES:
         (work / name).unlink(missing_ok=True)
     remove_stale_tmp(opts.build.out)  # a killed build's folder (marker-checked)
-    if _our_output(opts):
+    if ours:
         shutil.rmtree(opts.build.out)
     report = _report_path(opts.build.out)
     report.with_name(f".{report.name}.tmp").unlink(missing_ok=True)
