@@ -58,3 +58,86 @@ def test_rows_the_mix_leaves_out_count_as_sampled_out(tmp_path):
         assert (c.available, c.read + c.sampled_out) == (6, 6)
     assert list(sel.report) == ["mix", "dedup"]  # the manifest's `mixture`, in its order
     assert sel.report["mix"]["total"] == 4
+
+
+def _chat_rows(path: Path, ids: list[object], tag: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [
+        json.dumps(
+            {
+                "question_id": rid,
+                "messages": [
+                    {"role": "user", "content": f"{tag} question {i}"},
+                    {"role": "assistant", "content": f"{tag} answer {i}"},
+                ],
+            }
+        )
+        for i, rid in enumerate(ids)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_ids_of_different_files_of_one_folder_never_collide(tmp_path):
+    """Three files of one folder source sharing question ids 1..3: the third file's rows were
+    duplicate_id rejects (own id, then `source:id`, both taken). Now the fallback names the
+    file, so only a duplicate inside one file is a duplicate."""
+    data = tmp_path / "data"
+    for name in ("a.jsonl", "b.jsonl", "sub/c.jsonl"):
+        _chat_rows(data / name, [1, 2, 3], name)
+    _chat_rows(data / "d.jsonl", [7, 7, 7], "d")  # a real duplicate within one file
+    spec = SelectionSpec([Source("data", data)], dedup="none")
+    rows = list(Selection(spec).rows())
+    assert [r.id if not isinstance(r, Reject) else r.reason for r in rows] == [
+        "1",
+        "2",
+        "3",
+        "data/b.jsonl:1",
+        "data/b.jsonl:2",
+        "data/b.jsonl:3",
+        "7",
+        "data/d.jsonl:7",
+        reasons.DUPLICATE_ID,
+        "data/sub/c.jsonl:1",
+        "data/sub/c.jsonl:2",
+        "data/sub/c.jsonl:3",
+    ]
+    again = Selection(spec)  # verify re-derives the same ids
+    assert [r.id for r in again.rows()] == [r.id for r in rows]
+
+
+def test_single_file_sources_keep_their_ids(tmp_path):
+    one = _chat_rows(tmp_path / "one.jsonl", [1, 1, 1], "one")
+    two = _chat_rows(tmp_path / "two.jsonl", [1], "two")
+    rows = list(Selection(SelectionSpec([Source("one", one), Source("two", two)])).rows())
+    assert [r.id if not isinstance(r, Reject) else r.reason for r in rows] == [
+        "1",
+        "one:1",
+        reasons.DUPLICATE_ID,
+        "two:1",
+    ]
+
+
+def test_a_source_file_that_grows_while_it_is_read_stops_the_run(tmp_path):
+    """A writer appending to a source (a run's answers written into its own source folder)
+    turned the appended rows into duplicates of the rows read before; it is refused."""
+    import pytest
+
+    from draftset.sources.read import SourceError
+
+    path = _chat_rows(tmp_path / "grow.jsonl", list(range(50)), "g")
+    original = path.read_bytes()
+    spec = SelectionSpec([Source("grow", path)], dedup="none")
+    sel = Selection(spec)
+    rows = sel.rows()
+    next(rows)
+    with path.open("ab") as f:  # the same rows appended again while the read goes on
+        f.write(original)
+    with pytest.raises(SourceError, match=r"grow.jsonl: cannot read: the file changed while it"):
+        list(rows)
+    path.write_bytes(original)
+    plan = plan_selection(spec.sources, None, 0)  # counted at one size ...
+    with path.open("ab") as f:
+        f.write(original)  # ... read at another
+    with pytest.raises(SourceError, match=r"changed since it was counted \(.* bytes, now"):
+        list(Selection(spec, plan).rows())

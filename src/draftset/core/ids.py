@@ -1,7 +1,8 @@
 """Row ids unique across one run: the one registry `build` and `generate` share.
 
-Both keep a row's own id when it is free, else its source-prefixed form ``source:id``; when
-both are taken the row is a `reasons.DUPLICATE_ID`. Ids are held as 8-byte digests in a
+Both keep a row's own id when it is free, else its source-prefixed form ``source:id`` (for a
+source folder of several files ``source/file:id``, the file relative to the folder); when both
+are taken the row is a `reasons.DUPLICATE_ID`. Ids are held as 8-byte digests in a
 `DigestTable` (~16 bytes a row, flat memory for millions of rows).
 """
 
@@ -26,9 +27,12 @@ class IdRegistry:
         """Take ``row_id``; False when it was taken already."""
         return self._seen.add(digest64(row_id))
 
-    def claim_row_id(self, row_id: str, source: str) -> str | None:
-        """The row's id, or ``source:id`` when the id is taken; None when both are taken."""
-        for option in (row_id, f"{source}:{row_id}"):
+    def claim_row_id(self, row_id: str, source: str, file: str | None = None) -> str | None:
+        """The row's id, or when it is taken ``source:id`` (a source of one file) or
+        ``source/file:id`` (a source of several files: ids of different files never collide
+        by accident); None when both are taken (a real duplicate within one file)."""
+        prefix = f"{source}/{file}" if file else source
+        for option in (row_id, f"{prefix}:{row_id}"):
             if self.claim(option):
                 return option
         return None

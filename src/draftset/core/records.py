@@ -37,6 +37,9 @@ class RawRow:
     row: int
     data: dict[str, Any] | None
     reject: Reject | None = None
+    # the file inside a source of several files (relative to the source folder), else None:
+    # ids clashing between two files of one source are told apart by it (`IdRegistry`)
+    file: str | None = None
 
 
 @dataclass(slots=True)

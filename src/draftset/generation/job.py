@@ -213,11 +213,13 @@ ProgressFn = Callable[[GenerateResult], None]
 
 
 # --- input ---------------------------------------------------------------------------------
-def _unique(candidate: str | None, source: str, row: int, ids: IdRegistry) -> tuple[str, bool]:
+def _unique(
+    candidate: str | None, source: str, row: int, ids: IdRegistry, file: str | None = None
+) -> tuple[str, bool]:
     """(resume key, True when it is the row's own id or its source-prefixed form): build's
     rule (`IdRegistry.claim_row_id`), then a made-up key for the error line of a row without."""
     if candidate is not None:
-        own = ids.claim_row_id(candidate, source)
+        own = ids.claim_row_id(candidate, source, file)
         if own is not None:
             return own, True
     fallback = f"{source}:{row}" if candidate is None else f"{source}:{row}#duplicate"
@@ -233,7 +235,7 @@ def iter_inputs(sources: list[Source]) -> Iterator[Job | dict[str, Any]]:
         norm = source_normalizer(src)  # build's normalization of this source
         for raw in iter_raw_rows(src):
             item = raw.reject if raw.reject is not None else norm(raw)
-            key, own = _unique(item.id, item.source, item.row, ids)
+            key, own = _unique(item.id, item.source, item.row, ids, raw.file)
             if isinstance(item, Reject):
                 yield _error_line(key, item.source, item.row, item.reason, item.message)
             elif not own:

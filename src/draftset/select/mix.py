@@ -120,11 +120,11 @@ def plan_selection(
 
 
 # --- ids ------------------------------------------------------------------------------------------
-def _unique_id(item: Normalized, registry: IdRegistry) -> Normalized:
-    """Give a colliding id its source prefix; reject when even that is taken."""
+def _unique_id(item: Normalized, registry: IdRegistry, file: str | None = None) -> Normalized:
+    """Give a colliding id its source (and file) prefix; reject when even that is taken."""
     if isinstance(item, Reject):
         return item
-    rid = registry.claim_row_id(item.id, item.source)
+    rid = registry.claim_row_id(item.id, item.source, file)
     if rid is not None:
         item.id = rid
         return item
@@ -184,7 +184,7 @@ def _stream(
                 counts.sampled_out += 1
                 continue
             item: Normalized = raw.reject if raw.reject is not None else norm(raw)
-            item = filters.apply(_unique_id(item, registry))
+            item = filters.apply(_unique_id(item, registry, raw.file))
             if keep is not None and not keep(item):
                 counts.sampled_out += 1
                 continue

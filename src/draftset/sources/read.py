@@ -17,7 +17,7 @@ import json
 import os
 import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -59,6 +59,9 @@ class Source:
     weight: float | None = None
     count: int | None = None
     preset: str | None = None  # a known public set's layout (see presets.py)
+    # (size, mtime_ns) of each file when it was counted: a file that changes between the
+    # count and the read, or while it is read, stops the run (`_check_unchanged`)
+    seen: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
 
 class SourceError(UsageError):
@@ -636,22 +639,57 @@ def iter_raw_rows(source: Source) -> Iterator[RawRow]:
             yield _raw_row(source.name, row, value)
         return
     row = 0
-    for path in list_files(Path(source.path)):
+    files = list_files(Path(source.path))
+    for path in files:
+        file = _label(path, Path(source.path)) if len(files) > 1 else None
+        before = _check_unchanged(path, source, source.seen.get(str(path)), "since it was counted")
         try:
             for value in _iter_file_values(path, source):
-                yield _raw_row(source.name, row, value)
+                yield _raw_row(source.name, row, value, file)
                 row += 1
         except _READ_ERRORS as exc:
             raise SourceError(f"{path}: cannot read: {exc}") from exc
+        _check_unchanged(path, source, before, "while it was read")
 
 
-def _raw_row(name: str, row: int, value: Any) -> RawRow:
+def _raw_row(name: str, row: int, value: Any, file: str | None = None) -> RawRow:
     if isinstance(value, dict):
-        return RawRow(name, row, value)
+        return RawRow(name, row, value, file=file)
     if isinstance(value, RowProblem):
-        return RawRow(name, row, None, value.reject(name, row, None))
+        return RawRow(name, row, None, value.reject(name, row, None), file)
     message = f"row is a JSON {_json_type(value)}, not an object"
-    return RawRow(name, row, None, Reject(name, row, None, reasons.NOT_AN_OBJECT, message))
+    reject = Reject(name, row, None, reasons.NOT_AN_OBJECT, message)
+    return RawRow(name, row, None, reject, file)
+
+
+def _file_state(path: Path) -> tuple[int, int] | None:
+    """(size, mtime_ns) of a data file; None for a ``save_to_disk`` folder (its shards are
+    memory-mapped Arrow, never appended to)."""
+    if path.is_dir():
+        return None
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return st.st_size, st.st_mtime_ns
+
+
+def _check_unchanged(
+    path: Path, source: Source, before: tuple[int, int] | None, since: str
+) -> tuple[int, int] | None:
+    """The file's state now; `SourceError` when it differs from ``before``.
+
+    A file that grows while draftset reads it (a writer appending, an output written into
+    its own source) would add rows the count never saw, or read a run's answers back as
+    duplicates of their prompts: it is refused, never half-read.
+    """
+    now = _file_state(path)
+    if before is not None and now is not None and now != before:
+        raise SourceError(
+            f"{path}: cannot read: the file changed {since} ({before[0]:,} bytes, now"
+            f" {now[0]:,}); is something writing it? Copy it, or wait for the writer to finish"
+        )
+    return now
 
 
 def _json_type(value: Any) -> str:
@@ -673,10 +711,14 @@ def count_rows(source: Source) -> int:
         return len(_hub_dataset(source))
     total = 0
     for path in list_files(Path(source.path)):
+        before = _file_state(path)
         try:
             total += _count_file_rows(path, source)
         except _READ_ERRORS as exc:
             raise SourceError(f"{path}: cannot read: {exc}") from exc
+        state = _check_unchanged(path, source, before, "while it was counted")
+        if state is not None:
+            source.seen[str(path)] = state
     return total
 
 
