@@ -773,6 +773,34 @@ def test_out_that_generate_did_not_write_is_refused_even_with_restart(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "mine.jsonl"]
 
 
+def test_out_that_is_a_source_or_inside_one_is_refused_before_anything(
+    tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`generate ans.jsonl --out ans.jsonl --restart` deleted its own input ("removed the
+    previous run's ans.jsonl", then "no such file"); `generate data/ --out data/a.jsonl` read
+    its run file as a row and, rerun, its own answers back (60 answers for 30 prompts)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    src = write_rows(data / "in.jsonl", [{"id": f"p{i}", "prompt": f"q{i}"} for i in range(3)])
+    other = write_rows(tmp_path / "x.errors.jsonl", [{"id": "x", "prompt": "q"}])
+    ans = tmp_path / "ans.jsonl"
+    assert generate(src, ans, server.url) == 0
+    capsys.readouterr()
+    sent = len(server.requests)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    cases = [
+        (ans, ans, ["--restart"], f"--out {ans} is the source {ans}"),
+        (data, data / "answers.jsonl", [], "is inside the source folder"),
+        (other, tmp_path / "x.jsonl", [], f"is the source {other}"),  # the errors file
+    ]
+    for source, out, extra, needle in cases:
+        assert generate(source, out, server.url, extra=extra) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert len(server.requests) == sent
+
+
 def test_preset_and_field_mapping_as_in_build(tmp_path: Path, server: FaultServer) -> None:
     orca = [
         {"id": "o1", "system_prompt": "You are terse.", "question": "Why?", "response": "OLD"},

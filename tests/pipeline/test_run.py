@@ -491,3 +491,28 @@ def test_placeholder_rows_follow_the_one_placeholder_definition() -> None:
         expected = reasons.is_placeholder_answer(turn, reasons.DEFAULT_PLACEHOLDERS)
         assert all_placeholder_answers(conv, reasons.DEFAULT_PLACEHOLDERS) is expected, turn
     assert [reasons.is_placeholder_answer(t) for t in turns] == [True, True, False, False]
+
+
+@pytest.mark.parametrize("where", ["work-inside", "out-inside", "work-holds"])
+def test_out_or_work_overlapping_a_source_is_refused_before_anything(
+    tmp_path: Path, qwen3_dir: Path, where: str
+) -> None:
+    """`run --work data/w` read its own queue and answers back as rows (102 rows for 60);
+    the output folder was only checked by the build stage, after paying for the answers."""
+    from draftset.config.preflight import PreflightError
+
+    recipe = _recipe(tmp_path, qwen3_dir, "http://127.0.0.1:9/v1")
+    data = tmp_path / "data"
+    conf = json.loads(recipe.read_text())
+    conf["sources"] = [{"path": str(data)}]  # the folder as one source
+    if where == "out-inside":
+        conf["out"] = str(data / "set")
+    recipe.write_text(json.dumps(conf))
+    work = {"work-inside": data / "w", "out-inside": None, "work-holds": tmp_path}[where]
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    with pytest.raises(PreflightError) as exc:
+        _run(recipe, work=work)
+    flag = "--out" if where == "out-inside" else "--work"
+    needle = "contains the source" if where == "work-holds" else "inside the source folder"
+    assert str(exc.value).startswith(f"{flag} ") and needle in str(exc.value)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before

@@ -672,3 +672,25 @@ def test_a_compressed_source_leaves_no_file_open(tmp_path, kind):
             kept.append(stream)
             assert stream.read() == data
     assert _open_fds_on(path) == 0
+
+
+def test_draftset_outputs_inside_a_source_folder_are_skipped_and_named(tmp_path):
+    """A built set moved into a source folder was read as 200 training rows (its prompts as
+    prompts) without a note; a run's work folder and generate's run file likewise."""
+    data = tmp_path / "data"
+    write(data, "mine.jsonl", jsonl_bytes([{"f": "mine"}]))
+    make_save_to_disk(data / "old-set", [[{"input_ids": [1], "loss_mask": [1]}]])
+    write(data, "old-set/manifest.json", json.dumps({"format": "draftset/1"}).encode())
+    write(data, "old-set/prompts.jsonl", jsonl_bytes([{"f": "prompt"}]))
+    write(data, "w/state.json", json.dumps({"format": "draftset-run/1"}).encode())
+    write(data, "w/queue.jsonl", jsonl_bytes([{"f": "queued"}]))
+    write(data, "answers.jsonl", jsonl_bytes([{"f": "answer"}]))
+    write(data, "answers.run.json", json.dumps({"format": "draftset-generate-run"}).encode())
+    write(data, "other.run.json", json.dumps({"format": "not ours"}).encode())
+    files, skipped = read.scan_source(data)
+    assert [p.name for p in files] == ["answers.jsonl", "mine.jsonl", "other.run.json"]
+    assert skipped == [
+        {"path": "answers.run.json", "why": "a draftset generate run file, not rows"},
+        {"path": "old-set", "why": "a draftset output (built set), not input"},
+        {"path": "w", "why": "a draftset run work folder, not input"},
+    ]

@@ -212,15 +212,7 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
         place = place.resolve()
         if real == place or place.is_relative_to(real):
             raise PreflightError(f"--out {out} is {what} or contains it; name a new folder")
-    for src in sources:
-        if real == src:
-            raise PreflightError(f"--out {out} is the source {src}")
-        if src.is_relative_to(real):
-            raise PreflightError(f"--out {out} contains the source {src}")
-        if real.is_relative_to(src):
-            raise PreflightError(
-                f"--out {out} is inside the source folder {src} (a rerun would read it as input)"
-            )
+    check_apart_from_sources("--out", out, sources)
     for inp in inputs:
         if inp == real or inp.is_relative_to(real):
             raise PreflightError(f"--out {out} contains the input {inp}")
@@ -239,6 +231,34 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
         raise PreflightError(f"output folder exists: {out} (pass --overwrite to replace it)")
     if not replaceable(real):
         raise PreflightError(not_replaceable_reason(real, str(out)))
+
+
+def check_apart_from_sources(flag: str, out: Path | str, sources: list[Path]) -> None:
+    """``out`` (what ``flag`` names: build's and `run`'s ``--out``, `run`'s ``--work``,
+    `generate`'s ``--out`` file) is no source, is not inside a source folder and holds none:
+    a rerun would read the output as input, and a restart would delete the input.
+
+    ``sources`` are resolved paths; ``out`` is resolved here (symbolic links, ``..``).
+    """
+    real = Path(out).expanduser().resolve()
+    for src in sources:
+        if real == src:
+            raise PreflightError(f"{flag} {out} is the source {src}")
+        if src.is_relative_to(real):
+            raise PreflightError(f"{flag} {out} contains the source {src}")
+        if real.is_relative_to(src):
+            raise PreflightError(
+                f"{flag} {out} is inside the source folder {src} (a rerun would read it as input)"
+            )
+
+
+def local_sources(sources: list[Any]) -> list[Path]:
+    """The resolved paths of the sources that are local files or folders (not ``hf:`` ids)."""
+    return [
+        Path(s.path).expanduser().resolve()
+        for s in sources
+        if not str(s.path).startswith(HUB_PREFIX)
+    ]
 
 
 def check_chat_template(path: str | None) -> None:

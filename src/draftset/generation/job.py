@@ -61,6 +61,7 @@ from draftset.generation.store import (
     drop_ids,
     errors_path,
     first_line,
+    lock_path,
     read_run,
     recover,
     run_path,
@@ -512,6 +513,7 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
     model unless ``opts.restart``."""
     t0 = time.monotonic()
     result = GenerateResult(opts.out, errors_path(opts.out))
+    _check_out_apart(opts)  # never read back, never removed by --restart: before anything
     _previous_run(opts)  # a file generate did not write is refused before a lock file is made
     with RunLock(opts.out):
         previous = _previous_run(opts)
@@ -541,6 +543,18 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
             result.ejections = {ep.url: ep.ejections for ep in pool.endpoints if ep.ejections}
             result.seconds = time.monotonic() - t0
     return result
+
+
+def _check_out_apart(opts: GenerateOptions) -> None:
+    """``--out`` and the files beside it that generate writes are no source, not inside a
+    source folder (build's check): ``--restart`` would delete the input, a rerun would read
+    its own answers (and run file) back as rows."""
+    # lazy: build's preflight (and the template module it imports) only when a run starts
+    from draftset.config.preflight import check_apart_from_sources, local_sources
+
+    sources = local_sources(opts.sources)
+    for path in (opts.out, errors_path(opts.out), run_path(opts.out), lock_path(opts.out)):
+        check_apart_from_sources("--out", path, sources)
 
 
 def _previous_run(opts: GenerateOptions) -> dict[str, Any] | None:

@@ -674,6 +674,7 @@ def run(opts: RunOptions, say: Callable[[str], None] | None = None) -> RunResult
     say = say or (lambda text: print(text, flush=True))
     _check_generate(opts.generate)
     _resolve_tokenizer_path(opts.build.tokenizer)  # a missing folder: exit 2 before any work
+    _check_apart(opts)
     settings = settings_of(opts)
     state, resumed = _open_state(opts, settings)
     work = opts.work_dir
@@ -705,6 +706,17 @@ def run(opts: RunOptions, say: Callable[[str], None] | None = None) -> RunResult
     secs = state.data["seconds"]
     say("timeline: " + ", ".join(f"{s} {secs.get(s, 0.0):.1f}s" for s in STAGES))
     return result
+
+
+def _check_apart(opts: RunOptions) -> None:
+    """The output and the work folder are no source, not inside one, holding none (build's
+    check, made before the first stage: the build stage comes after paying for answers)."""
+    # lazy: build's preflight loads when a run starts
+    from draftset.config.preflight import check_apart_from_sources, local_sources
+
+    sources = local_sources(opts.build.sources)
+    check_apart_from_sources("--out", opts.build.out, sources)
+    check_apart_from_sources("--work", opts.work_dir, sources)
 
 
 def _check_generate(g: GenerateSettings) -> None:

@@ -172,18 +172,24 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
         here = Path(dirpath)
         keep = []
         for d in dirnames:
+            made_by = _made_by_draftset(here / d)
             if d.startswith("."):
                 skip(here / d, "hidden")
             elif (here / d).is_symlink():
                 skip(here / d, "symlinked folder (not followed)")
+            elif made_by is not None:
+                skip(here / d, made_by)
             elif is_hf_dataset_dir(here / d):
                 found.append(here / d)
             else:
                 keep.append(d)
         dirnames[:] = keep
+        generated = _generate_files(here, filenames)
         for f in filenames:
             if f.startswith("."):
                 skip(here / f, "hidden")
+            elif f in generated:
+                skip(here / f, generated[f])
             elif _name_kind(here / f) is None:
                 skip(here / f, "unsupported type")
             else:
@@ -194,6 +200,41 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
     found.sort(key=lambda p: p.relative_to(path).parts)
     skipped.sort(key=lambda e: e["path"].split("/"))
     return found, skipped
+
+
+def _json_format(path: Path) -> str:
+    """The ``format`` string of a small JSON object file ("" when absent or unreadable)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    fmt = data.get("format") if isinstance(data, dict) else None
+    return fmt if isinstance(fmt, str) else ""
+
+
+def _made_by_draftset(folder: Path) -> str | None:
+    """Why a subfolder of a source folder is skipped when draftset wrote it, else None.
+
+    A built set (its manifest.json says ``draftset/<n>``) moved into a source folder would be
+    read as training rows a second time, its prompts.jsonl as prompts; a `run` work folder
+    holds the queue and answers of rows that are in the sources already.
+    """
+    if _json_format(folder / "manifest.json").startswith("draftset/"):
+        return "a draftset output (built set), not input"
+    if _json_format(folder / "state.json").startswith("draftset-run/"):
+        return "a draftset run work folder, not input"
+    return None
+
+
+def _generate_files(here: Path, names: list[str]) -> dict[str, str]:
+    """`generate`'s run file (``X.run.json``) beside its answers in a source folder:
+    its record of settings, not rows (the answers ``X.jsonl`` and ``X.errors.jsonl`` are
+    read as usual)."""
+    out: dict[str, str] = {}
+    for name in names:
+        if name.endswith(".run.json") and _json_format(here / name) == "draftset-generate-run":
+            out[name] = "a draftset generate run file, not rows"
+    return out
 
 
 def list_files(path: Path) -> list[Path]:
