@@ -18,7 +18,9 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
   encoded, that inflates to ``bomb_bytes``; ``[gzip]`` / ``[chunked]``: a normal answer, gzip
   encoded / sent in chunks;
 - ``[surrogate]``: an answer whose content is the JSON escape of a lone surrogate (``\\ud800``);
-- ``[echoauth]``: HTTP 401 whose body echoes the request's ``Authorization`` header.
+- ``[echoauth]``: HTTP 401 whose body echoes the request's ``Authorization`` header;
+- ``[model:NAME]``: a normal answer whose ``model`` field says NAME (a server that switched
+  models, or a proxy routing to another one).
 
 Every request's headers are kept in ``headers`` (lower-case names).
 
@@ -42,6 +44,7 @@ MODEL = "fault-model"
 _DIRECTIVE = re.compile(r"\[(500|429|slow|drop|badjson|badshape)x(\d+)\]")
 _BOMBS: dict[int, bytes] = {}
 _CALL = re.compile(r"\[call:(\w+)\]")
+_MODEL = re.compile(r"\[model:([\w.-]+)\]")
 _REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -236,7 +239,7 @@ def _completion(req: dict[str, Any], first: str, turn: int) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": f"cmpl-{turn}",
         "object": "chat.completion",
-        "model": req["model"],
+        "model": m.group(1) if (m := _MODEL.search(first)) else req["model"],
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": {
             "prompt_tokens": 3 * len(msgs),

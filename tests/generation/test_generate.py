@@ -829,3 +829,28 @@ def test_preset_and_field_mapping_as_in_build(tmp_path: Path, server: FaultServe
     lines = by_id(out4)
     assert lines["o1"]["messages"][0]["content"] == "You are terse."
     assert lines["c1"]["messages"][0]["content"] == "Write a loop."
+
+
+def test_answers_from_another_model_are_error_rows(
+    tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server that switched models mid-run: 181 of 230 answers came from another model, yet
+    every answer was written as the run's model's. Each answer's `model` field is checked:
+    another model's answer is that row's `model_mismatch` error line (--retry-errors retries
+    it), never an answer."""
+    rows = [{"id": f"ok{i}", "prompt": f"q{i}"} for i in range(3)]
+    rows += [{"id": f"sw{i}", "prompt": f"q{i} [model:other-model]"} for i in range(4)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "out.jsonl"
+    assert generate(src, out, server.url) == 0
+    answers, errors = by_id(out), by_id(tmp_path / "out.errors.jsonl")
+    assert sorted(answers) == ["ok0", "ok1", "ok2"]
+    assert {a["metadata"]["model"] for a in answers.values()} == {"fault-model"}
+    assert sorted(errors) == [f"sw{i}" for i in range(4)]
+    assert {e["reason"] for e in errors.values()} == {"model_mismatch"}
+    assert errors["sw0"]["message"] == (
+        "answered by 'other-model', not this run's model 'fault-model'"
+    )
+    run = json.loads((tmp_path / "out.run.json").read_text())
+    assert set(run["reported_models"]) == {"fault-model", "other-model"}
+    assert "model_mismatch" in capsys.readouterr().out

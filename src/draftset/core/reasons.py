@@ -47,6 +47,7 @@ GEN_HTTP_4XX = "http_4xx"  # the server refused the request
 GEN_RETRIES_EXHAUSTED = "retries_exhausted"  # 429 / 5xx / timeouts on every try
 GEN_INVALID_RESPONSE = "invalid_response"  # every try got a body that is not a completion
 GEN_PRETOKENIZED = "pretokenized"  # no text to send
+GEN_MODEL_MISMATCH = "model_mismatch"  # the answer came from another model than the run's
 
 # --- outcomes that are not rejects ----------------------------------------------------------
 NEEDS_GENERATION = "needs_generation"  # prompt-only: written to prompts.jsonl
@@ -92,6 +93,7 @@ ROW_REJECT_REASONS = frozenset(
         GEN_RETRIES_EXHAUSTED,
         GEN_INVALID_RESPONSE,
         GEN_PRETOKENIZED,
+        GEN_MODEL_MISMATCH,
     }
 )
 

@@ -80,6 +80,7 @@ HTTP_4XX = "http_4xx"  # the server refused the request (4xx other than 429): no
 RETRIES_EXHAUSTED = "retries_exhausted"  # 429 / 5xx / timeouts / connection errors, every try
 INVALID_RESPONSE = "invalid_response"  # every try got a 200 whose body is not a completion
 PRETOKENIZED = "pretokenized"  # input_ids rows carry no text to send
+MODEL_MISMATCH = "model_mismatch"  # an answer's `model` names another model than the run's
 # RESPONSE_TOO_LARGE = "response_too_large": a response body (or its gzip/deflate decoding) over
 # --max-response-bytes; not retried, the connection is closed having read at most that much.
 # input rows that `normalize` rejects keep its own code (reasons.UNKNOWN_FORMAT, ...), and
@@ -95,9 +96,10 @@ GENERATE_REASONS = frozenset(
         INVALID_RESPONSE,
         PRETOKENIZED,
         RESPONSE_TOO_LARGE,
+        MODEL_MISMATCH,
     }
 )
-RETRYABLE_REASONS = frozenset({RETRIES_EXHAUSTED, INVALID_RESPONSE})
+RETRYABLE_REASONS = frozenset({RETRIES_EXHAUSTED, INVALID_RESPONSE, MODEL_MISMATCH})
 """Error lines that ``--retry-errors`` removes so their rows are tried again."""
 
 WRITTEN = "written"  # outcome of a row that went to the output file
@@ -352,6 +354,13 @@ class _Runner:
                 _error_line(job.id, job.source, job.row, dialog.stop, dialog.stop_message, **extra)
             )
             return
+        model = self.pool.model
+        other = next((c.model for c in dialog.completions if _other_model(c, model)), None)
+        if other is not None:  # a drafter learns its target: never another model's answer
+            self._note_model(other)
+            msg = f"answered by {other!r}, not this run's model {model!r}"
+            self.fail(_error_line(job.id, job.source, job.row, MODEL_MISMATCH, msg, model=other))
+            return
         line = self.record(job, dialog, kwargs, thinking)
         try:
             self.out.write(line)
@@ -411,6 +420,12 @@ class _Runner:
             line["tools"] = job.tools
         line["metadata"] = meta
         return line
+
+
+def _other_model(comp: Completion, model: str) -> bool:
+    """True when the response names a model that is not the run's (a server that switched
+    models mid-run, a proxy routing elsewhere); a response without ``model`` is the run's."""
+    return comp.model is not None and comp.model != model
 
 
 # --- the run ---------------------------------------------------------------------------------
