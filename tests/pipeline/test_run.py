@@ -516,3 +516,76 @@ def test_out_or_work_overlapping_a_source_is_refused_before_anything(
     needle = "contains the source" if where == "work-holds" else "inside the source folder"
     assert str(exc.value).startswith(f"{flag} ") and needle in str(exc.value)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
+
+
+def test_same_tokenizer_and_sources_spelled_otherwise_are_no_change(
+    tmp_path: Path, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run --tokenizer tok` (relative, as the demo passes it) after a run with the absolute
+    path was "changed: recipe.tokenizer" and asked for --restart (paying for generation
+    again). Resolved paths and the tokenizer's content decide, not spellings."""
+    import shutil
+
+    tok = tmp_path / "tok"
+    shutil.copytree(qwen3_dir, tok)
+    recipe = _recipe(tmp_path, tok, "http://127.0.0.1:9/v1")
+    first = run_mod.settings_of(options_from_recipe(recipe))
+    monkeypatch.chdir(tmp_path)
+    for spelling in ("tok", "./tok/", "../" + tmp_path.name + "/tok"):
+        again = run_mod.settings_of(options_from_recipe(recipe, tokenizer=spelling))
+        assert run_mod.changed_settings(first, again) == [], spelling
+    relative = json.loads(recipe.read_text())  # sources and recipe given relative too
+    relative["sources"] = [{"path": os.path.relpath(s["path"])} for s in relative["sources"]]
+    relative["tokenizer"] = "tok"
+    recipe.write_text(json.dumps(relative))
+    again = run_mod.settings_of(options_from_recipe(Path(recipe.name)))
+    assert run_mod.changed_settings(first, again) == []
+    moved = tmp_path / "elsewhere"  # the same files in another folder: the same tokenizer
+    shutil.copytree(tok, moved)
+    again = run_mod.settings_of(options_from_recipe(recipe, tokenizer=str(moved)))
+    assert run_mod.changed_settings(first, again) == []
+    # other content under the same path is a change
+    config = tok / "tokenizer_config.json"
+    config.write_text(config.read_text().replace("}", ', "x": 1}', 1))
+    again = run_mod.settings_of(options_from_recipe(recipe, tokenizer="tok"))
+    assert run_mod.changed_settings(first, again) == ["recipe.tokenizer"]
+
+
+def test_run_end_to_end_other_model_relative_tokenizer_and_restart_keeps_user_files(
+    tmp_path: Path, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One run through the stages: answers from another model are `model_mismatch` rejects
+    (the manifest names only the run's model's answers and verify passes with every row
+    accounted for); a rerun with the tokenizer spelled relative resumes instead of asking for
+    --restart; --restart refuses to delete a file the user put into the set."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(qwen3_dir, tmp_path / "tok")
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, tmp_path / "tok", srv.url, regenerate="missing")
+        conf = json.loads(recipe.read_text())
+        prompts = _rows(
+            tmp_path / "data" / "switch.jsonl",
+            [{"id": f"sw{i}", "prompt": f"q{i} [model:other-model]"} for i in range(3)],
+        )
+        conf["sources"].append({"path": str(prompts)})
+        recipe.write_text(json.dumps(conf))
+        result = _run(recipe, tokenizer="tok")
+        assert result.passed
+        out = result.out
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["run"]["generation_errors"].get("model_mismatch") == 3
+        assert manifest["run"]["model"] == "fault-model"
+        rejects = _rejects(out)
+        assert {rejects[f"sw{i}"]["reason"] for i in range(3)} == {"model_mismatch"}
+        total = manifest["counts"]["total"]
+        assert total["read"] == total["written"] + total["rejected"] + total["needs_generation"]
+        sent = len(srv.requests)
+        again = _run(recipe, tokenizer=str(tmp_path / "tok"))  # absolute now: the same one
+        assert again.resumed == list(run_mod.STAGES) and len(srv.requests) == sent
+        (out / "NOTES.md").write_text("my notes")
+        with pytest.raises(RunUsageError, match=r"holds files draftset did not write: NOTES.md"):
+            _run(recipe, tokenizer="tok", restart=True)
+        assert (out / "NOTES.md").read_text() == "my notes"
+        assert (tmp_path / "recipe-out.run" / "answers.jsonl").exists()

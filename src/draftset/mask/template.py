@@ -69,6 +69,18 @@ def _resolve_tokenizer_path(name: str) -> str:
     return name  # a hub id; from_pretrained downloads it
 
 
+def tokenizer_files_fingerprint(folder: Path) -> str:
+    """sha256 over a tokenizer folder's files (name and content): the same tokenizer however
+    its path is spelled or wherever it lies (the manifest's ``tokenizer.fingerprint``)."""
+    h = hashlib.sha256()
+    for name in _TOKENIZER_FILES:
+        f = folder / name
+        if f.exists():
+            h.update(name.encode())
+            h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
 def import_template_compiler() -> None:
     """Import transformers' template compiler now (~0.7 s): workers do it while they wait."""
     with contextlib.suppress(ImportError):
@@ -388,16 +400,9 @@ class ChatTemplate(Renderer):
     # --- identity ----------------------------------------------------------------------------
     def fingerprint(self) -> str:
         """sha256 over the tokenizer's files (or its vocabulary when no folder is known)."""
-        h = hashlib.sha256()
         if self.path is not None:
-            for name in _TOKENIZER_FILES:
-                f = self.path / name
-                if f.exists():
-                    h.update(name.encode())
-                    h.update(hashlib.sha256(f.read_bytes()).digest())
-        else:
-            h.update(self.backend.to_str().encode())
-        return h.hexdigest()
+            return tokenizer_files_fingerprint(self.path)
+        return hashlib.sha256(self.backend.to_str().encode()).hexdigest()
 
     def template_fingerprint(self) -> str:
         return hashlib.sha256(self.template_text.encode()).hexdigest()

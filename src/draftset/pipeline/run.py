@@ -62,9 +62,13 @@ from draftset.mask.hygiene import (
     lacks_reasoning,
     row_kwargs_key,
 )
-from draftset.mask.template import ChatTemplate, _resolve_tokenizer_path
+from draftset.mask.template import (
+    ChatTemplate,
+    _resolve_tokenizer_path,
+    tokenizer_files_fingerprint,
+)
 from draftset.output.folder import remove_stale_tmp
-from draftset.sources.read import Source, describe_inputs
+from draftset.sources.read import HUB_PREFIX, Source, describe_inputs
 
 if TYPE_CHECKING:  # build's modules load when a run starts, not for `draftset --help`
     from draftset.config.options import BuildOptions
@@ -220,12 +224,16 @@ def settings_of(opts: RunOptions) -> dict[str, Any]:
     """What decides the final set: recipe, input files (sha256) and generation settings."""
     b = opts.build
     skip = {"sources", "out", "workers", "engine", "ray_address", "overwrite"}
-    skip |= {"overlay", "run_info"}
+    skip |= {"overlay", "run_info", "given_paths"}
     recipe = {k: v for k, v in asdict(b).items() if k not in skip}
+    recipe["tokenizer"] = tokenizer_identity(b.tokenizer)
+    if b.chat_template_path:
+        recipe["chat_template_path"] = _real(b.chat_template_path)
+    recipe["decontaminate"] = [_real(p) for p in b.decontaminate]
     recipe["sources"] = [
         {
             "name": s.name,
-            "path": str(s.path),
+            "path": _real(s.path),
             "format": s.format,
             "fields": s.fields,
             "weight": s.weight,
@@ -234,9 +242,49 @@ def settings_of(opts: RunOptions) -> dict[str, Any]:
         }
         for s in b.sources
     ]
-    inputs = {s.name: [[f["path"], f["sha256"]] for f in describe_inputs(s)] for s in b.sources}
+    inputs = {
+        s.name: [[_real(f["path"]), f["sha256"]] for f in describe_inputs(s)] for s in b.sources
+    }
     gen = {k: v for k, v in asdict(opts.generate).items() if k not in _FREE_GENERATE_KEYS}
     return json.loads(json.dumps({"recipe": recipe, "inputs": inputs, "generate": gen}))
+
+
+def _real(path: str | Path) -> str:
+    """A local path resolved (``tok``, ``./tok/`` and ``/abs/tok`` are one folder); an ``hf:``
+    source as it is."""
+    text = str(path)
+    return text if text.startswith(HUB_PREFIX) else str(Path(text).expanduser().resolve())
+
+
+def tokenizer_identity(name: str) -> str:
+    """A local tokenizer folder by its content (``sha256:...`` of its files: moved or spelled
+    otherwise it is the same tokenizer, edited in place it is not); a hub id as it is."""
+    path = Path(name).expanduser()
+    return f"sha256:{tokenizer_files_fingerprint(path)}" if path.is_dir() else name
+
+
+def _comparable(settings: dict[str, Any]) -> dict[str, Any]:
+    """A state file's settings as this version records them: a run begun when the tokenizer
+    was recorded by its path compares by that folder's content now, its paths resolved."""
+    recipe = settings.get("recipe")
+    if not isinstance(recipe, dict):
+        return settings
+    recipe = dict(recipe)
+    tok = recipe.get("tokenizer")
+    if isinstance(tok, str) and not tok.startswith("sha256:"):
+        recipe["tokenizer"] = tokenizer_identity(tok)
+    for s in recipe.get("sources") or ():
+        if isinstance(s, dict) and isinstance(s.get("path"), str):
+            s["path"] = _real(s["path"])
+    out = {**settings, "recipe": recipe}
+    inputs = settings.get("inputs")
+    if isinstance(inputs, dict):
+        out["inputs"] = {
+            name: [[_real(f[0]), *f[1:]] if isinstance(f, list) and f else f for f in files]
+            for name, files in inputs.items()
+            if isinstance(files, list)
+        }
+    return out
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -322,7 +370,7 @@ def _open_state(opts: RunOptions, settings: dict[str, Any]) -> tuple[_State, lis
         if opts.restart:
             _clean(opts, data)
         else:
-            changed = changed_settings(data.get("settings") or {}, settings)
+            changed = changed_settings(_comparable(data.get("settings") or {}), settings)
             if changed:
                 raise RunUsageError(
                     f"the recipe, inputs or generation settings changed since {work} was"
