@@ -328,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         return int(args.handler(args))
     except DraftsetError as exc:  # every run-level error carries its exit code
-        print(exc.cli_line(), file=sys.stderr)
+        from draftset.inspect.show import visible  # lazy: only on an error
+
+        print(visible(exc.cli_line()), file=sys.stderr)  # a path may hold ESC sequences
         return exc.exit_code
     except KeyboardInterrupt as exc:
         how = "terminated" if isinstance(exc, Terminated) else "interrupted"
