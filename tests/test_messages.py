@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from conftest import qwen3_tokenizer_dir
 
 from draftset.cli import main
@@ -49,3 +48,51 @@ def test_escape_sequences_in_an_error_line_are_shown_escaped(tmp_path, capsys):
     assert build("--out", str(tmp_path / "out"), str(tmp_path / f"{ESC_NAME}.jsonl")) == 2
     err = capsys.readouterr().err
     assert "\x1b" not in err and "source not found" in err and "\\x1b[2J" in err
+
+
+# --- 14. tokenizer path mistakes: one line, at once -----------------------------------------------
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_missing_absolute_tokenizer_folder_is_one_line_with_the_hub_hint(tmp_path, capsys):
+    """Before: Hugging Face's repo-id text (online) or no word on hub ids (offline)."""
+    src = write_jsonl(tmp_path / "a.jsonl", [CHAT])
+    rc = main(["build", str(src), "--tokenizer", "/nonexistent/tok", "--out", str(tmp_path / "o")])
+    line = _one_line(capsys)
+    assert rc == 2 and "tokenizer folder not found: /nonexistent/tok" in line
+    assert "tokenizer.json" in line and "hub id" in line and "repo" not in line.lower()
+
+
+def test_missing_relative_tokenizer_folder_does_not_wait_for_hub_retries(
+    tmp_path, capsys, monkeypatch
+):
+    """Before: ~50 s and 12 lines of huggingface_hub retries when the hub cannot be reached."""
+    import time
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing listens
+    monkeypatch.chdir(tmp_path)
+    src = write_jsonl(tmp_path / "a.jsonl", [CHAT])
+    t0 = time.monotonic()
+    rc = main(["build", str(src), "--tokenizer", "models/qwen3", "--out", str(tmp_path / "o")])
+    line = _one_line(capsys)
+    assert rc == 2 and time.monotonic() - t0 < 10
+    assert "tokenizer folder not found: models/qwen3" in line and "hub cannot be reached" in line
+
+
+def test_folder_without_tokenizer_files_lists_what_is_expected(tmp_path, capsys):
+    """Before: five lines about sentencepiece / tiktoken from transformers."""
+    tok = tmp_path / "notatokenizer"
+    tok.mkdir()
+    (tok / "config.json").write_text("{}")
+    src = write_jsonl(tmp_path / "a.jsonl", [CHAT])
+    rc = main(["build", str(src), "--tokenizer", str(tok), "--out", str(tmp_path / "o")])
+    line = _one_line(capsys)
+    assert rc == 2 and "holds no tokenizer files" in line
+    assert "tokenizer.json" in line and "tokenizer_config.json" in line
