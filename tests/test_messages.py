@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import qwen3_tokenizer_dir
 
 from draftset.cli import main
@@ -96,3 +97,91 @@ def test_folder_without_tokenizer_files_lists_what_is_expected(tmp_path, capsys)
     line = _one_line(capsys)
     assert rc == 2 and "holds no tokenizer files" in line
     assert "tokenizer.json" in line and "tokenizer_config.json" in line
+
+
+# --- 19. show: --row and --id point at each other and at rejects.jsonl ---------------------------
+@pytest.fixture(scope="module")
+def small_set(tmp_path_factory) -> Path:
+    """Two written rows, one rejected (unknown role), one prompt-only row."""
+    root = tmp_path_factory.mktemp("small")
+    rows = [
+        {"id": "keep-1", **CHAT},
+        {
+            "id": "keep-2",
+            "messages": [
+                {"role": "user", "content": "Name a fruit."},
+                {"role": "assistant", "content": "A ripe pear, sweet and soft, picked in autumn."},
+            ],
+        },
+        {"id": "pad-1", "messages": [{"role": "wizard", "content": "?"}, CHAT["messages"][1]]},
+        {"id": "ask-1", "messages": [{"role": "user", "content": "Write a poem."}]},
+    ]
+    src = write_jsonl(root / "chats.jsonl", rows)
+    assert build("--out", str(root / "set"), "--no-progress", str(src)) == 0
+    return root / "set"
+
+
+def _usage(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exc_info:
+        rc = main(list(argv))
+        raise SystemExit(rc)
+    assert exc_info.value.code == 2
+    return _one_line(capsys)
+
+
+def test_show_row_given_an_id_points_to_id(small_set, capsys):
+    """Before: `argument --row: invalid int value: 'pad-1'`."""
+    line = _usage(capsys, "show", str(small_set), "--row", "pad-1")
+    assert "--row" in line and "not a row index" in line and "--id pad-1" in line
+
+
+def test_show_id_of_a_rejected_row_points_to_its_reject_line(small_set, capsys):
+    """Before: `no row with id 'pad-1'` (no word of rejects.jsonl)."""
+    line = _usage(capsys, "show", str(small_set), "--id", "pad-1")
+    assert "rejected (unknown_role" in line and "rejects.jsonl line 1" in line
+    assert "row 2 of that source" in line and "not a --row of the set" in line
+    line = _usage(capsys, "show", str(small_set), "--id", "ask-1")
+    assert "prompts.jsonl line 1" in line
+    line = _usage(capsys, "show", str(small_set), "--id", "nope")
+    assert "keep-1" in line  # what ids look like
+
+
+def test_show_row_out_of_range_says_how_many_and_names_id(small_set, capsys):
+    line = _usage(capsys, "show", str(small_set), "--row", "5")
+    assert "the set has 2 rows (--row 0..1)" in line and "--id" in line
+
+
+# --- 20. help: every option says what it does and its default ------------------------------------
+def _help(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exc_info:
+        main([*argv, "--help"])
+    assert exc_info.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+
+
+def test_report_help_has_a_description(capsys):
+    text = _help(capsys, "report")
+    assert "HTML page" in text and "verify" in text
+
+
+def test_generate_sampling_options_have_help_and_defaults(capsys):
+    text = _help(capsys, "generate")
+    for flag, meta in (
+        ("--temperature", "TEMPERATURE"),
+        ("--top-p", "TOP_P"),
+        ("--top-k", "TOP_K"),
+        ("--max-tokens", "MAX_TOKENS"),
+    ):
+        after = text.split(f"{flag} {meta} ", 1)[1][:200]
+        assert "default: not sent, the server's own" in after, (flag, after)
+
+
+def test_help_shows_no_internal_names(capsys):
+    assert "fast_checks" not in _help(capsys, "verify")
+    show = _help(capsys, "show")
+    assert "rich.text" not in show and "--id" in show
+
+
+def test_build_eot_token_help_says_where_stop_tokens_come_from(capsys):
+    text = _help(capsys, "build")
+    assert "extra stop token, added to generation_config.json's eos_token_id" in text

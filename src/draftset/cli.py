@@ -177,7 +177,8 @@ def _add_mask_options(b: argparse.ArgumentParser) -> None:
     b.add_argument(
         "--eot-token",
         action="append",
-        help="extra end-of-turn token (default: probed from the template)",
+        help="extra stop token, added to generation_config.json's eos_token_id (repeatable;"
+        " default: none)",
     )
     b.add_argument(
         "--placeholder",
