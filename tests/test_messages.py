@@ -185,3 +185,19 @@ def test_help_shows_no_internal_names(capsys):
 def test_build_eot_token_help_says_where_stop_tokens_come_from(capsys):
     text = _help(capsys, "build")
     assert "extra stop token, added to generation_config.json's eos_token_id" in text
+
+
+# --- 16. --out on a folder of the user's files: both facts at once --------------------------------
+def test_out_on_a_foreign_folder_does_not_advise_overwrite_that_would_be_refused(tmp_path, capsys):
+    """Before: `output folder exists (pass --overwrite to replace it)`, then with --overwrite:
+    `not a draftset output: --overwrite only replaces draftset outputs`."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("mine")
+    src = write_jsonl(tmp_path / "a.jsonl", [CHAT])
+    for extra in ((), ("--overwrite",)):
+        assert build(str(src), "--out", str(out), *extra) == 2
+        line = _one_line(capsys)
+        assert "not a draftset output" in line and "--overwrite would not replace it" in line
+        assert "name a new folder" in line and "pass --overwrite" not in line
+    assert (out / "thesis.tex").read_text() == "mine"

@@ -173,13 +173,14 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
         return
     if not real.is_dir():
         raise PreflightError(f"--out {out} is a file, not a folder")
+    if not replaceable(real):  # both facts at once: --overwrite would be refused too
+        raise PreflightError(
+            f"--out {out} exists, is not empty and is not a draftset output (no manifest.json"
+            f' with "format": "{MANIFEST_FORMAT}"): --overwrite would not replace it either'
+            " (it replaces only draftset outputs and empty folders); name a new folder"
+        )
     if not overwrite:
         raise PreflightError(f"output folder exists: {out} (pass --overwrite to replace it)")
-    if not replaceable(real):
-        raise PreflightError(
-            f"--out {out} is not empty and not a draftset output (no manifest.json with"
-            f' "format": "{MANIFEST_FORMAT}"): --overwrite only replaces draftset outputs'
-        )
 
 
 def check_chat_template(path: str | None) -> None:
