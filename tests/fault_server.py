@@ -19,6 +19,7 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
   encoded / sent in chunks;
 - ``[surrogate]``: an answer whose content is the JSON escape of a lone surrogate (``\\ud800``);
 - ``[echoauth]``: HTTP 401 whose body echoes the request's ``Authorization`` header;
+  ``[echoauth200]``: a normal 200 answer whose content and reasoning echo it.
 - ``[model:NAME]``: a normal answer whose ``model`` field says NAME (a server that switched
   models, or a proxy routing to another one).
 
@@ -182,6 +183,10 @@ class FaultServer:
                 return await self._fault(kind)
         self.completions += 1
         reply = _completion(req, first, turn)
+        if "[echoauth200]" in first:
+            msg = reply["choices"][0]["message"]
+            msg["content"] += f" your header was {headers.get('authorization')}"
+            msg["reasoning_content"] = f"the key {headers.get('authorization', '')[7:]} echoed"
         if "[surrogate]" in first:
             text = json.dumps(reply).replace("answer ", "answer \\ud800 ", 1)
             return _raw(200, text.encode())

@@ -177,7 +177,8 @@ def _add_mask_options(b: argparse.ArgumentParser) -> None:
     b.add_argument(
         "--eot-token",
         action="append",
-        help="extra end-of-turn token (default: probed from the template)",
+        help="extra stop token, added to generation_config.json's eos_token_id (repeatable;"
+        " default: none)",
     )
     b.add_argument(
         "--placeholder",
@@ -328,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         return int(args.handler(args))
     except DraftsetError as exc:  # every run-level error carries its exit code
-        print(exc.cli_line(), file=sys.stderr)
+        from draftset.inspect.show import visible  # lazy: only on an error
+
+        print(visible(exc.cli_line()), file=sys.stderr)  # a path may hold ESC sequences
         return exc.exit_code
     except KeyboardInterrupt as exc:
         how = "terminated" if isinstance(exc, Terminated) else "interrupted"

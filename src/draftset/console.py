@@ -21,6 +21,7 @@ from rich.progress import (
 from rich.table import Table
 
 from draftset.core.counters import SUMMARY_COLUMNS, summary_row
+from draftset.inspect.show import visible
 
 if TYPE_CHECKING:
     from draftset.pipeline.build import BuildResult
@@ -69,11 +70,18 @@ def _fmt(n: int) -> str:
     return f"{n:,}"
 
 
+def safe(text: object) -> str:
+    """A name or path from the user's files for `console.print`: control and bidi characters
+    as visible escapes (a file name holding ESC [2J must not clear the terminal), rich markup
+    escaped (a file named ``[bold]x`` prints as itself)."""
+    return escape(visible(str(text)))
+
+
 def print_build_summary(result: BuildResult, console: Console | None = None) -> None:
     """One screen: per-source accounting, reasons, tokens, notes, hints."""
     console = console or out
     acct = result.accounting
-    table = Table(title=f"draftset build → {escape(str(result.out))}", title_justify="left")
+    table = Table(title=f"draftset build → {safe(result.out)}", title_justify="left")
     table.add_column("source", justify="left")
     for header, _ in SUMMARY_COLUMNS:
         table.add_column(header, justify="right")
@@ -81,7 +89,7 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
     for i, (name, c) in enumerate(rows):
         if i == len(rows) - 1:
             table.add_section()
-        table.add_row(name, *(_fmt(n) for n in summary_row(c.to_json())))
+        table.add_row(safe(name), *(_fmt(n) for n in summary_row(c.to_json())))
     console.print(table)
     total = acct.total()
     if total.sampled_out:
@@ -91,7 +99,7 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
         )
     if total.row_rejects:
         reasons = ", ".join(f"{k}={_fmt(v)}" for k, v in total.row_rejects.most_common())
-        where = f"  (details: {escape(str(result.out))}/rejects.jsonl)" if result.finalized else ""
+        where = f"  (details: {safe(result.out)}/rejects.jsonl)" if result.finalized else ""
         console.print(f"rejects by reason: {reasons}{where}")
     if total.context_turns:
         ctx = ", ".join(f"{k}={_fmt(v)}" for k, v in total.context_turns.most_common())
@@ -110,7 +118,7 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
     if total.needs_generation:
         console.print(
             f"{_fmt(total.needs_generation)} prompt-only rows queued in"
-            f" {escape(str(result.out))}/prompts.jsonl"
+            f" {safe(result.out)}/prompts.jsonl"
             " (answer them with `draftset generate`, or the whole round trip with `draftset run`)"
         )
     if total.placeholder_rows:
@@ -131,5 +139,5 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
         f" {result.seconds:.1f}s, {rate:,.0f} rows/s"
     )
     for note in result.notes:
-        console.print(f"note: {escape(note)}")
+        console.print(f"note: {safe(note)}")
     sys.stdout.flush()

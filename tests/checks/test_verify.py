@@ -804,3 +804,92 @@ def test_printed_results_escape_control_characters_from_ids():
     out = f.getvalue()
     assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
     assert out.count("row\\x1b]0;title\\x07\\u202e") == 2
+
+
+# --- every count the manifest states, every file in the folder (issue 25, item 12) ---------------
+def test_total_claiming_one_more_written_one_fewer_rejected_fails_accounting(built, tmp_path):
+    """counts.total is what the summary and the report show: it must be the sources' sum."""
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    total = m["counts"]["total"]
+    reason = next(iter(total["rejected_by_reason"]))
+    total["written"] += 1
+    total["rejected"] -= 1
+    total["rejected_by_reason"][reason] -= 1
+    save_manifest(folder, m)
+    results = verify(folder)
+    assert failed(results) == {"accounting"}
+    acc = by_name(results)["accounting"]
+    assert "counts.total != the sum of the sources" in acc.summary
+    assert "counts.total.written" in acc.examples
+
+
+@pytest.mark.parametrize("name", ["all", "each"])
+def test_source_claiming_a_rejected_conversation_written_fails_accounting(built, tmp_path, name):
+    """A source whose written/rejected are moved by one (balance, rows_out kept) fails: outside
+    `each` the reject lines prove rejected, with `each` the distinct conversations prove
+    written."""
+    folder = copy_set(built[name], tmp_path)
+    m = manifest(folder)
+    for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
+        reason = next(iter(c["rejected_by_reason"]))
+        c["written"] += 1
+        c["rejected"] -= 1
+        c["rejected_by_reason"][reason] -= 1
+        if not c["rejected_by_reason"][reason]:
+            del c["rejected_by_reason"][reason]
+    save_manifest(folder, m)
+    assert "accounting" in failed(fast_checks(folder))
+
+
+@pytest.mark.parametrize(
+    "name", ["data/train-00000-of-00001.parquet", "NOTES.md", "sub/x.jsonl", ".hidden"]
+)
+def test_file_the_manifest_does_not_list_fails_file_hashes(built, tmp_path, name):
+    """`load_dataset(DIR)` reads a data/*.parquet beside an Arrow set; nothing proves any
+    unlisted file. verify.json and report.html (draftset's own, after the build) are fine."""
+    folder = copy_set(built["all"], tmp_path)
+    (folder / name).parent.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(b"PAR1 not yours")
+    results = fast_checks(folder)
+    assert failed(results) == {"file_hashes"}
+    fh = by_name(results)["file_hashes"]
+    assert fh.examples == [name] and "not listed in the manifest" in fh.summary
+    (folder / name).unlink()
+    (folder / "report.html").write_text("<html></html>")
+    (folder / "verify.json").write_text("{}")
+    assert failed(fast_checks(folder)) == set()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "said"),
+    [
+        (("counts",), [], "counts is a list, expected an object"),
+        (("counts", "per_source", "chats", "written"), "7", "is a string, expected an integer"),
+        (("totals", "rows"), None, "totals.rows is null"),
+        (("options",), "all", "options is a string"),
+        (("options", "max_length"), "4096", "options.max_length is a string"),
+        (("tokenizer", "vocab_size"), "151936", "tokenizer.vocab_size is a string"),
+        (("files",), ["a"], "files is a list"),
+        (("inputs", 0, "files"), {"a": 1}, "inputs[0].files is an object"),
+        (("template", "eot_tokens"), [1], "template.eot_tokens[0] is an integer"),
+        (("counts", "total", "rejected_by_reason"), {"x": "1"}, "rejected_by_reason.x"),
+    ],
+)
+def test_manifest_field_of_the_wrong_type_is_one_line_exit_2(
+    built, tmp_path, capsys, path, value, said
+):
+    """verify and report stopped with a traceback (TypeError, AttributeError) before."""
+    from draftset.inspect.report import main as report_main
+
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    node = m
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    save_manifest(folder, m)
+    for run in (lambda: main([str(folder)]), lambda: report_main([str(folder)])):
+        assert run() == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "manifest.json is malformed" in err[0] and said in err[0], err

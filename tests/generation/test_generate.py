@@ -854,3 +854,30 @@ def test_answers_from_another_model_are_error_rows(
     run = json.loads((tmp_path / "out.run.json").read_text())
     assert set(run["reported_models"]) == {"fault-model", "other-model"}
     assert "model_mismatch" in capsys.readouterr().out
+def test_api_key_echoed_in_a_200_answer_is_stored_redacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that echoes the key inside an answer (issue 25, item 13): the answers file is
+    training data; before, the key was stored there verbatim."""
+    secret = "sk-echo-0123456789abcdef"
+    monkeypatch.setenv("DRAFTSET_API_KEY", secret)
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "e", "prompt": "who [echoauth200]"}])
+    out = tmp_path / "o.jsonl"
+    with FaultServer() as srv:
+        assert generate(src, out, srv.url, extra=["--return-token-ids"]) == 0
+    text = out.read_text()
+    assert secret not in text
+    answer = by_id(out)["e"]["messages"][-1]
+    assert "Bearer [redacted]" in answer["content"]
+    assert answer["reasoning_content"] == "the key [redacted] echoed"
+
+
+def test_retry_after_far_in_the_future_waits_at_most_the_backoff_cap(tmp_path: Path) -> None:
+    """`Retry-After: <a date in 2099>` stalled each retry 300 s; it is capped at --backoff-cap."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "busy [429x1]"}])
+    with FaultServer(retry_after="Thu, 01 Jan 2099 00:00:00 GMT") as srv:
+        t0 = time.monotonic()
+        rc = generate(src, tmp_path / "o.jsonl", srv.url, extra=["--backoff-cap", "1"])
+        took = time.monotonic() - t0
+    assert rc == 0 and "a" in by_id(tmp_path / "o.jsonl")
+    assert 1.0 <= took < 15, took

@@ -181,7 +181,7 @@ def test_show_and_report_read_parquet(
         shown.append(capsys.readouterr().out)
     assert shown[0] == shown[1] and "chat" in shown[1]
     html = api.report(sets.parquet.out, output=tmp_path / "r.html").read_text()
-    assert "no stray data/*.parquet file" in html and ">fail<" not in html
+    assert "no file the manifest does not list" in html and ">fail<" not in html
     rows = sets.parquet.manifest["totals"]
     assert f"{rows['rows']} / {rows['tokens']} / {rows['supervised_tokens']}" in html
 

@@ -6,6 +6,7 @@ and take seconds on a big set, so `build` runs them before it reports success.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -16,9 +17,10 @@ import pyarrow as pa
 
 from draftset.core import reasons
 from draftset.engine.helper import SidecarError
-from draftset.output.base import safe_name
+from draftset.output.base import rel_name, safe_name
 from draftset.output.readback import (
     REQUIRED_COLUMNS,
+    VERIFY_RECORD,
     CheckResult,
     OutputSet,
     Problems,
@@ -118,7 +120,9 @@ def check_accounting(out: OutputSet, stats: RowStats | None = None) -> CheckResu
     if sorted(counts) != sorted(n for n in names if n is not None):
         p.add("manifest counts and inputs name different sources")
     _check_balance(p, counts, out.options.get("turns", "all"))
+    _check_total(p, (m.get("counts") or {}).get("total"), counts)
     _check_counts_match_data(p, out, counts)
+    _check_conversations(p, out, counts)
     rejects = _check_rejects_file(p, out, counts)
     prompts = _check_prompts_file(p, out, counts)
     return p.result(
@@ -143,6 +147,69 @@ def _check_balance(p: Problems, counts: dict[str, Any], mode: str) -> None:
                 p.add("rows_out != written (one row per conversation outside --turns each)", name)
         except (KeyError, TypeError, ValueError, AttributeError):
             p.add("manifest counts malformed", name)
+
+
+def _check_total(p: Problems, total: Any, counts: dict[str, Any]) -> None:
+    """``counts.total`` is the sum of the sources' counts, field by field (the summary and the
+    report show it: a total claiming one more written and one fewer rejected row must fail)."""
+    if not isinstance(total, dict):
+        if counts:
+            p.add("counts.total missing", "counts.total")
+        return
+    want: dict[str, Any] = {}
+    for c in counts.values():
+        for key, value in (c if isinstance(c, dict) else {}).items():
+            if isinstance(value, dict):
+                by_reason = want.setdefault(key, {})
+                for reason, k in value.items():
+                    by_reason[reason] = by_reason.get(reason, 0) + (k if isinstance(k, int) else 0)
+            elif isinstance(value, int):
+                want[key] = want.get(key, 0) + value
+    for key in sorted(set(want) | set(total)):
+        got, expected = total.get(key), want.get(key)
+        if isinstance(expected, dict):
+            got = {r: k for r, k in (got or {}).items() if k} if isinstance(got, dict) else got
+            expected = {r: k for r, k in expected.items() if k}
+        if got != expected:
+            p.add(
+                "counts.total != the sum of the sources",
+                f"counts.total.{key}",
+                f"counts.total.{key} {got} != sum of the sources {expected}",
+            )
+
+
+def _check_conversations(p: Problems, out: OutputSet, counts: dict[str, Any]) -> None:
+    """Conversation-level counts against the data: outside ``--turns each`` every rejected
+    conversation is one reject line (``rejected_by_reason`` = ``row_rejects_by_reason``, which
+    rejects.jsonl proves); with ``each``, ``written`` is the number of distinct conversations
+    (ids ``base#k``) among the rows, and no reason rejects more conversations than rows."""
+    each = out.options.get("turns") == "each"
+    bases: dict[str, set[str]] = {}
+    if each and out.readable and "id" in out.column_names and "source" in out.column_names:
+        for rid, src in zip(out.ids(), out.sources(), strict=True):
+            base = str(rid).rsplit("#", 1)[0] if rid else ""
+            bases.setdefault(str(src), set()).add(base)
+    for name, c in counts.items():
+        if not isinstance(c, dict):
+            continue
+        conv = c.get("rejected_by_reason") or {}
+        rows = c.get("row_rejects_by_reason") or {}
+        if not each and conv != rows:
+            p.add(
+                "rejected_by_reason != reject lines (one per rejected conversation)",
+                name,
+                f"{name}: rejected_by_reason {conv} != row_rejects_by_reason {rows}",
+            )
+        if each:
+            if any(k > rows.get(r, 0) for r, k in conv.items()):
+                p.add("rejected_by_reason exceeds the reject lines", name)
+            if c.get("written") != len(bases.get(name, ())):
+                p.add(
+                    "written != conversations in the data",
+                    name,
+                    f"{name}: written {c.get('written')} != {len(bases.get(name, ()))}"
+                    " distinct conversations among the rows",
+                )
 
 
 def _data_counts(out: OutputSet) -> tuple[Counter[str], Counter[str], Counter[str]]:
@@ -284,12 +351,45 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
             p.add("sha256 differs from the manifest", name)
     # a file that looks like a shard but is not one of the set's (another run's shard, a copy,
     # a `datasets` cache file) is not part of the set, yet looks like it
+    strays = set()
     for name, kind, message in out.layout.stray_files(out.folder, out.data_files):
         p.add(kind, name, message)
+        strays.add(name)
+    # any other file the manifest does not list: a loader of the folder may read it (a
+    # `data/train-*.parquet` beside an Arrow set is what `load_dataset(DIR)` reads), and
+    # nothing proves its content
+    for name in unlisted_files(out.folder, files):
+        if name not in strays:
+            p.add(
+                "file not listed in the manifest (not part of the set: move it out)",
+                name,
+                f"{name}: not one of the manifest's files",
+            )
     return p.result(
         "file_hashes",
-        f"{len(files)} files match their manifest sha256; no stray {out.layout.shard_glob} file",
+        f"{len(files)} files match their manifest sha256; no file the manifest does not list",
     )
+
+
+AFTER_BUILD_FILES = frozenset({"manifest.json", VERIFY_RECORD, "report.html"})
+"""Files draftset itself writes into a finished set (the manifest, `verify`'s record, `report`'s
+default page): never listed in the manifest, never flagged."""
+
+
+def unlisted_files(folder: Path, listed: dict[str, Any]) -> list[str]:
+    """Every file under ``folder`` (relative, ``/``-separated) that is neither listed nor one of
+    `AFTER_BUILD_FILES` (a verify record being written, ``.verify.json.tmp-PID``, neither)."""
+    found: list[str] = []
+    for root, dirs, names in os.walk(folder):
+        dirs.sort()
+        for n in sorted(names):
+            name = rel_name(folder, Path(root) / n)
+            if name in listed or name in AFTER_BUILD_FILES:
+                continue
+            if name.startswith(f".{VERIFY_RECORD}.tmp-"):
+                continue
+            found.append(name)
+    return found
 
 
 # --- 7. vocabulary files ------------------------------------------------------------------------

@@ -357,12 +357,25 @@ def print_results(results: list[CheckResult], console: Console | None = None) ->
         )
 
 
+VERIFY_HELP = """\
+Prove a built training set is what its manifest says: structure, file hashes, accounting,
+token counts, d2t/t2d, drafter fitness (the fast checks, which `build` runs too: --fast runs
+only these), then the tokenizer and template, the unchanged sources, every row's identity and
+its mask re-derived from its source row, placeholder leakage, truncation and speculators'
+loader. Every check is listed in docs/verify.md.
+
+Exit 0 every check passed (a skip always says why), 1 a check failed (named, with a count and
+example row ids), 2 unusable arguments. A full run records its result in DIR/verify.json,
+which `draftset report` shows.
+"""
+
+
 def register_cli(subparsers: Any) -> None:
     """Add `draftset verify` to a subparsers object (handler(args) -> exit code)."""
     p = subparsers.add_parser(
         "verify",
         help="check a built training set against its manifest and sources",
-        description=__doc__,
+        description=VERIFY_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("dir", metavar="DIR", help="a folder written by `draftset build`")

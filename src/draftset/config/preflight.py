@@ -112,8 +112,9 @@ def not_replaceable_reason(folder: Path, shown: str) -> str:
             " (move them out first, or choose another --out)"
         )
     return (
-        f"--out {shown} is not empty and not a draftset output (no manifest.json with"
-        f' "format": "{MANIFEST_FORMAT}"): --overwrite only replaces draftset outputs'
+        f"--out {shown} exists, is not empty and is not a draftset output (no manifest.json"
+        f' with "format": "{MANIFEST_FORMAT}"): --overwrite would not replace it either'
+        " (it replaces only draftset outputs and empty folders); name a new folder"
     )
 
 
@@ -227,10 +228,10 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
         return
     if not real.is_dir():
         raise PreflightError(f"--out {out} is a file, not a folder")
+    if not replaceable(real):  # both facts at once: --overwrite would be refused too
+        raise PreflightError(not_replaceable_reason(real, str(out)))
     if not overwrite:
         raise PreflightError(f"output folder exists: {out} (pass --overwrite to replace it)")
-    if not replaceable(real):
-        raise PreflightError(not_replaceable_reason(real, str(out)))
 
 
 def check_apart_from_sources(flag: str, out: Path | str, sources: list[Path]) -> None:

@@ -20,6 +20,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from draftset.console import safe
+
 if TYPE_CHECKING:
     from draftset.generation.job import GenerateResult, ProgressFn
 
@@ -71,7 +73,7 @@ def print_summary(r: GenerateResult, console: Console | None = None) -> None:
     from draftset.generation.job import WRITTEN
 
     console = console or Console(highlight=False)
-    table = Table(title=f"draftset generate → {r.out}", title_justify="left")
+    table = Table(title=f"draftset generate → {safe(r.out)}", title_justify="left")
     table.add_column("outcome")
     table.add_column("rows", justify="right")
     table.add_row("answered (written to output)", f"{r.outcomes.get(WRITTEN, 0):,}")
@@ -104,5 +106,5 @@ def print_summary(r: GenerateResult, console: Console | None = None) -> None:
         console.print(f"cut a torn last line ({r.torn_bytes} bytes) left by an earlier crash")
     errors = sum(n for k, n in r.outcomes.items() if k != WRITTEN)
     if errors:
-        console.print(f"errors: {r.errors}")
+        console.print(f"errors: {safe(r.errors)}")
     sys.stdout.flush()

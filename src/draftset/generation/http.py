@@ -33,7 +33,9 @@ DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 RESPONSE_TOO_LARGE = "response_too_large"
 
 MAX_RETRY_AFTER = 300.0
-"""A server's Retry-After is honoured up to this many seconds."""
+"""A server's Retry-After is parsed up to this many seconds; `complete` then waits at most
+the policy's ``backoff_cap`` (``--backoff-cap``, default 30 s): a date in 2099 must not stall a
+row for minutes per retry."""
 
 
 @dataclass
@@ -345,7 +347,7 @@ async def complete(
                 raise RetriesExhausted(exc, attempt + 1) from None
             wait = policy.backoff(attempt, rng)
             if exc.retry_after is not None:
-                wait = max(wait, exc.retry_after)
+                wait = max(wait, min(exc.retry_after, policy.backoff_cap))
         except FinalError as exc:
             # the server is fine; the request is not (a too-large body says nothing either way)
             ok = None if exc.kind == RESPONSE_TOO_LARGE else True
@@ -370,7 +372,7 @@ async def _post(ep: Endpoint, payload: bytes, timeout: float) -> Completion:
         raise FinalError(RESPONSE_TOO_LARGE, str(exc)) from None
     status = resp.status
     if status == 200:
-        return parse_completion(resp.body, ep.url)
+        return _without_secrets(parse_completion(resp.body, ep.url), secrets)
     text = f"HTTP {status}: {_snippet(resp, secrets)}"
     if status == 429:
         raise TransientError("http_429", text, _retry_after(resp))
@@ -379,6 +381,33 @@ async def _post(ep: Endpoint, payload: bytes, timeout: float) -> Completion:
     if status >= 400:
         raise FinalError(f"http_{status}", text, status)
     raise TransientError("invalid_response", f"unexpected HTTP {status}")
+
+
+def _without_secrets(result: Completion, secrets: tuple[str, ...]) -> Completion:
+    """A 200 answer that echoes the API key (or the URL's password) is kept with the key
+    redacted: the answers file is training data, shared and uploaded. Its token ids then no
+    longer spell the text, so they are dropped (build re-encodes the text)."""
+    secrets = tuple(s for s in secrets if s)
+    if not secrets:
+        return result
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            for secret in secrets:
+                value = value.replace(secret, "[redacted]")
+            return value
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    result.model = clean(result.model)
+    message = clean(result.message)
+    if message != result.message:
+        result.message = message
+        result.completion_token_ids = None
+    return result
 
 
 def parse_completion(content: bytes, endpoint: str) -> Completion:

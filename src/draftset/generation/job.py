@@ -849,10 +849,18 @@ def _add_retry_options(g: argparse.ArgumentParser) -> None:
 
 def _add_sampling_options(g: argparse.ArgumentParser) -> None:
     """What each request asks of the model."""
-    g.add_argument("--temperature", type=float)
-    g.add_argument("--top-p", type=float)
-    g.add_argument("--top-k", type=int)
-    g.add_argument("--max-tokens", type=int)
+    unset = "default: not sent, the server's own"
+    g.add_argument(
+        "--temperature", type=float, help=f"sampling temperature sent with each request ({unset})"
+    )
+    g.add_argument("--top-p", type=float, help=f"nucleus sampling top_p ({unset})")
+    g.add_argument("--top-k", type=int, help=f"top_k sampling, e.g. 20 ({unset})")
+    g.add_argument(
+        "--max-tokens",
+        type=int,
+        help="longest answer in tokens; a cut answer goes to the errors file unless --keep-length"
+        f" ({unset}: vLLM's is the context left)",
+    )
     g.add_argument("--seed", type=int, help="sent with each request; also seeds --thinking mix:F")
     g.add_argument("--extra-body", metavar="JSON", help="JSON object merged into each request body")
     g.add_argument(

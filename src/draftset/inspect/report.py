@@ -518,9 +518,24 @@ def write_report(
     return path
 
 
+REPORT_HELP = """\
+Write one self-contained HTML page about a built set (default DIR/report.html): the last full
+`draftset verify` (passed, FAILED, or STALE when the set changed since), the fast checks,
+composition by source, rejects and context-only turns by reason (each reason explained),
+sequence-length and supervised-token histograms, truncation, DFlash anchors, the
+draft-vocabulary coverage curve (to choose --draft-vocab-size) and example rows with the mask
+highlighted. No script, no network: open it anywhere.
+"""
+
+
 def register_cli(subparsers: Any) -> None:
     """Add `draftset report` to a subparsers object (handler(args) -> exit code)."""
-    p = subparsers.add_parser("report", help="write a self-contained HTML report of a built set")
+    p = subparsers.add_parser(
+        "report",
+        help="write a self-contained HTML report of a built set",
+        description=REPORT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("dir", metavar="DIR", help="a folder written by `draftset build`")
     p.add_argument("-o", "--output", help="HTML file to write (default: DIR/report.html)")
     p.add_argument(

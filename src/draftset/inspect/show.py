@@ -25,7 +25,8 @@ from rich.text import Text
 
 from draftset.config import defaults
 from draftset.core.errors import UsageError
-from draftset.output.readback import OutputSet, open_output, supervised_runs
+from draftset.core.words import plural
+from draftset.output.readback import OutputSet, open_output, read_jsonl, supervised_runs
 
 SUPERVISED_STYLE = "bold black on green3"
 TOKEN_STYLES = ("", "on grey23")  # alternate backgrounds mark token boundaries
@@ -110,11 +111,52 @@ def find_row(out: OutputSet, row: int | None, row_id: str | None) -> int:
         try:
             return out.ids().index(row_id)
         except ValueError:
-            raise ShowError(f"no row with id {row_id!r}") from None
+            raise ShowError(_not_in_set(out, row_id)) from None
     assert row is not None
     if not 0 <= row < n:
-        raise ShowError(f"--row {row} out of range: the set has {n} rows (0..{n - 1})")
+        raise ShowError(
+            f"--row {row} out of range: the set has {plural(n, 'row')} (--row 0..{n - 1});"
+            " --id ID finds a row by its id"
+        )
     return row
+
+
+def _not_in_set(out: OutputSet, row_id: str) -> str:
+    """Why an id is not among the set's rows: rejected (its rejects.jsonl line), queued in
+    prompts.jsonl, or unknown (with ids that do exist)."""
+    rejects, _ = read_jsonl(out.folder / "rejects.jsonl")
+    for i, rec in enumerate(rejects, 1):
+        if isinstance(rec, dict) and rec.get("id") == row_id:
+            return (
+                f"id {row_id!r} is not in the set: it was rejected ({rec.get('reason')}:"
+                f" {rec.get('message')}) — rejects.jsonl line {i}: source {rec.get('source')!r},"
+                f" row {rec.get('row')} of that source (its input row, not a --row of the set)"
+            )
+    prompts, _ = read_jsonl(out.folder / "prompts.jsonl")
+    for i, rec in enumerate(prompts, 1):
+        if isinstance(rec, dict) and rec.get("id") == row_id:
+            return (
+                f"id {row_id!r} is not in the set: it is a prompt without an answer, queued in"
+                f" prompts.jsonl line {i} (answer it with `draftset generate` or `draftset run`)"
+            )
+    some = [str(i) for i in out.ids()[:3]]
+    return (
+        f"no row with id {row_id!r} in the set, rejects.jsonl or prompts.jsonl"
+        f" (ids look like: {', '.join(some)})"
+    )
+
+
+def row_index(value: str) -> int:
+    """``--row``: an index into the set; a value that is not one (``pad-1``) is likely an id."""
+    try:
+        index = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a row index (0, 1, 2, ...): for a row id use --id {value}"
+        ) from None
+    if index < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative: row indices start at 0")
+    return index
 
 
 def row_facts(
@@ -130,7 +172,7 @@ def row_facts(
     return {
         "id": r["id"],
         "source": r["source"],
-        "row": r["index"],
+        "row (index in the set)": r["index"],
         "tokens": n,
         "supervised tokens": int(m.sum()),
         "supervised runs": len(runs),
@@ -216,18 +258,36 @@ def show(
     console.print(Panel(text, title=Text(visible(str(r["id"]))), title_align="left"))
 
 
+SHOW_HELP = """\
+Print one row of a built set: its facts (id, source, tokens, supervised tokens, runs,
+truncated, DFlash anchors) and its text with the supervised tokens (loss_mask = 1)
+highlighted; --tokens marks token boundaries. Without colours (piped, NO_COLOR) supervised runs
+are wrapped in ⟦…⟧. Control characters from the data (ESC sequences, bidi overrides) are shown
+as escapes (\\x1b, \\u202e), never sent to the terminal. Decoding needs the tokenizer: the
+manifest's path, or --tokenizer.
+"""
+
+
 def register_cli(subparsers: Any) -> None:
     """Add `draftset show` to a subparsers object (handler(args) -> exit code)."""
     p = subparsers.add_parser(
         "show",
         help="print one training row with its supervised tokens highlighted",
-        description=__doc__,
+        description=SHOW_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("dir", metavar="DIR", help="a folder written by `draftset build`")
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--row", type=int, help="row index (0-based)")
-    which.add_argument("--id", dest="row_id", help="row id")
+    which.add_argument(
+        "--row",
+        type=row_index,
+        metavar="N",
+        help="the set's row N (0-based index in the set; rejects.jsonl's `row` is another"
+        " thing: a rejected row's index in its source)",
+    )
+    which.add_argument(
+        "--id", dest="row_id", metavar="ID", help="the row with this id (e.g. pad-1)"
+    )
     p.add_argument("--tokens", action="store_true", help="show token boundaries")
     p.add_argument("--tokenizer", help="tokenizer folder (default: the path in the manifest)")
     p.add_argument(

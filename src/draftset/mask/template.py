@@ -17,10 +17,12 @@ import hashlib
 import json
 import os
 import re
+import socket
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from draftset.core.errors import UsageError
 from draftset.core.hub import hub_offline
@@ -57,15 +59,70 @@ class TemplateSpec:
     eot_tokens: tuple[str, ...] = ()  # extra end-of-turn tokens given by the user
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+"""A tokenizer folder holds at least one of these (what `AutoTokenizer` reads)."""
+EXPECTED_FILES = (
+    "tokenizer.json (or tokenizer_config.json with vocab.json + merges.txt, or tokenizer.model)"
+)
+HUB_HINT = "a hub id such as Qwen/Qwen3-8B is read from the hub when online"
+_HUB_ID = re.compile(r"^(?:[\w\-.]+/)?[\w\-.]+$")
+
+
+def _could_be_hub_id(name: str) -> bool:
+    """huggingface_hub's repo-id rule: ``name`` or ``org/name`` of word characters, ``-`` and
+    ``.``, no ``--`` or ``..``, at most 96 characters; never ``/abs``, ``./x``, ``~/x``."""
+    return (
+        len(name) <= 96
+        and bool(_HUB_ID.match(name))
+        and "--" not in name
+        and ".." not in name
+        and not name.startswith(".")
+    )
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub's host takes a TCP connection within ``timeout`` (assumed when a proxy
+    is configured: the connection would go through it). Without this, a typo'd relative folder
+    waits ~50 s of huggingface_hub's retries before its error."""
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    endpoint = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        with socket.create_connection((endpoint.hostname or "huggingface.co", port), timeout):
+            return True
+    except OSError:
+        return False
+
+
 def _resolve_tokenizer_path(name: str) -> str:
+    """The folder to load, or ``name`` as a hub id; one line (`TokenizerError`, exit 2) at once
+    for a missing folder, a folder without tokenizer files, or a hub id the hub cannot serve."""
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
             raise TokenizerError(f"tokenizer path is not a folder: {name}")
+        if not any((path / f).is_file() for f in TOKENIZER_FILES):
+            raise TokenizerError(
+                f"tokenizer folder {name} holds no tokenizer files: expected {EXPECTED_FILES}"
+            )
         return str(path)
+    if not _could_be_hub_id(name):
+        raise TokenizerError(
+            f"tokenizer folder not found: {name} (give the folder holding tokenizer.json; "
+            f"{HUB_HINT})"
+        )
     offline = hub_offline()
     if offline:
-        raise TokenizerError(f"tokenizer folder not found and {offline} is set: {name}")
+        raise TokenizerError(
+            f"tokenizer folder not found and {offline} is set: {name} (no such folder here;"
+            f" as a hub id it needs the network: unset {offline})"
+        )
+    if not _hub_reachable():
+        raise TokenizerError(
+            f"tokenizer folder not found: {name} (no such folder here, and the hub cannot be"
+            " reached to read it as a hub id)"
+        )
     return name  # a hub id; from_pretrained downloads it
 
 
@@ -335,7 +392,8 @@ class ChatTemplate(Renderer):
         except TokenizerError:
             raise
         except Exception as exc:  # any loader failure is one clear line for the user
-            raise TokenizerError(f"cannot load tokenizer {spec.tokenizer!r}: {exc}") from exc
+            why = " ".join(str(exc).split())  # transformers' messages span several lines
+            raise TokenizerError(f"cannot load tokenizer {spec.tokenizer!r}: {why}") from exc
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         if backend is None:
             raise TokenizerError(f"tokenizer {spec.tokenizer!r} has no fast (Rust) backend")

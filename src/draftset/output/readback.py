@@ -208,6 +208,11 @@ def open_output(folder: Path) -> OutputSet:
         raise NotADraftsetError(
             f"not a draftset output (manifest format is not draftset/*): {folder}"
         )
+    problem = manifest_problem(manifest)
+    if problem:
+        raise NotADraftsetError(
+            f"{mpath} is malformed: {problem} (not a manifest draftset wrote; rebuild the set)"
+        )
     fmt = manifest.get("output_format", DEFAULT_FORMAT)
     if fmt not in FORMATS:
         raise NotADraftsetError(
@@ -239,6 +244,128 @@ def open_output(folder: Path) -> OutputSet:
     except (OSError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         out.read_error = f"cannot read {'Arrow' if fmt == 'arrow' else 'Parquet'} data: {exc}"
     return out
+
+
+# --- the manifest's shape -------------------------------------------------------------------------
+# Every field verify, show and report read, with the JSON types build writes: a manifest edited
+# by hand (a count as a string, a section as a list) is one line naming the field, never a
+# traceback deep inside a check. Values are proven against the data by the checks themselves.
+_INT = (int,)
+_NUM = (int, float)
+_STR = (str,)
+_OPT_INT = (int, type(None))
+_OPT_NUM = (int, float, type(None))
+_OPT_STR = (str, type(None))
+_OPT_DICT = (dict, type(None))
+_FILE_ENTRY = {"path": _STR, "sha256": _STR}
+_BY_REASON = {"*": _INT}
+_COUNTS = {
+    "rejected_by_reason": _BY_REASON,
+    "row_rejects_by_reason": _BY_REASON,
+    "context_turns_by_reason": _BY_REASON,
+    "*": _INT,
+}
+_MANIFEST_SHAPE: dict[str, Any] = {
+    "format": _STR,
+    "output_format": _STR,
+    "inputs": [
+        {
+            "name": _STR,
+            "path": _STR,
+            "format_override": _OPT_STR,
+            "fields": _OPT_DICT,
+            "weight": _OPT_NUM,
+            "count": _OPT_INT,
+            "preset": _OPT_STR,
+            "files": [_FILE_ENTRY],
+        }
+    ],
+    "tokenizer": {
+        "path": _OPT_STR,
+        "fingerprint": _OPT_STR,
+        "vocab_size": _INT,
+        "tokenizer_size": _OPT_INT,
+    },
+    "template": {"text": _OPT_STR, "sha256": _OPT_STR, "kwargs": _OPT_DICT, "eot_tokens": [_STR]},
+    "options": {
+        "turns": _STR,
+        "max_length": _OPT_INT,
+        "truncation": _OPT_STR,
+        "min_supervised_tokens": _OPT_INT,
+        "seed": _OPT_INT,
+        "max_samples": _OPT_INT,
+        "draft_vocab_size": _OPT_INT,
+        "target_vocab_size": _OPT_INT,
+        "placeholders": [_STR],
+        "eot_tokens": [_STR],
+        "chat_template_path": _OPT_STR,
+        "render_timeout": _OPT_NUM,
+    },
+    "counts": {"per_source": {"*": _COUNTS}, "total": _COUNTS},
+    "totals": {"rows": _INT, "tokens": _INT, "supervised_tokens": _INT, "truncated": _INT},
+    "files": {"*": _STR},
+    "selection": {
+        "dedup": _STR,
+        "near_dup_threshold": _NUM,
+        "decontaminate": [{"path": _STR}],
+        "decontaminate_ngram": _INT,
+        "mix": _OPT_DICT,
+        "overlay": [{"path": _STR, "sha256": _OPT_STR}],
+    },
+    "run": dict,
+    "mixture": dict,
+    "engine": dict,
+}
+_TYPE_WORDS = {
+    bool: "true/false",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    dict: "an object",
+    list: "a list",
+    type(None): "null",
+}
+
+
+def _type_word(value: Any) -> str:
+    return _TYPE_WORDS.get(type(value), type(value).__name__)
+
+
+def _shape_problem(value: Any, shape: Any, where: str) -> str | None:
+    """Where ``value`` departs from ``shape`` (a tuple of types, a type, a one-item list of
+    shapes, or a dict of field shapes, ``"*"`` for every key), else None. Absent fields are
+    fine (older manifests lack some); booleans are never integers."""
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return f"{where} is {_type_word(value)}, expected an object"
+        for key, sub in value.items():
+            want = shape.get(key, shape.get("*"))
+            if want is not None and (bad := _shape_problem(sub, want, f"{where}.{key}")):
+                return bad
+        return None
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return f"{where} is {_type_word(value)}, expected a list"
+        for i, item in enumerate(value):
+            if bad := _shape_problem(item, shape[0], f"{where}[{i}]"):
+                return bad
+        return None
+    types = shape if isinstance(shape, tuple) else (shape,)
+    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+        words = " or ".join(_TYPE_WORDS.get(t, t.__name__) for t in types)
+        return f"{where} is {_type_word(value)}, expected {words}"
+    counted = where.startswith(("counts.", "totals.")) or where == "tokenizer.vocab_size"
+    if counted and isinstance(value, int) and value < 0:
+        return f"{where} is {value}, expected a count (0 or more)"
+    return None
+
+
+def manifest_problem(manifest: dict[str, Any]) -> str | None:
+    """The first field of ``manifest`` whose JSON type is not the one build writes, else None."""
+    for key, shape in _MANIFEST_SHAPE.items():
+        if key in manifest and (bad := _shape_problem(manifest[key], shape, key)):
+            return bad
+    return None
 
 
 @dataclass

@@ -56,6 +56,7 @@ from draftset.generation.job import (
 )
 from draftset.generation.store import errors_path, recover
 from draftset.inspect.report import write_report
+from draftset.inspect.show import visible
 from draftset.mask.hygiene import (
     EmptyThinkProbe,
     all_placeholder_answers,
@@ -719,7 +720,7 @@ def run(opts: RunOptions, say: Callable[[str], None] | None = None) -> RunResult
     Raises `RunUsageError` (exit 2: bad recipe, or changed settings without ``restart``) and
     `RunFailed` (exit 1: generation could not finish; rerun to resume).
     """
-    say = say or (lambda text: print(text, flush=True))
+    say = say or (lambda text: print(visible(text), flush=True))  # paths may hold ESC
     _check_generate(opts.generate)
     _resolve_tokenizer_path(opts.build.tokenizer)  # a missing folder: exit 2 before any work
     _check_apart(opts)
@@ -967,7 +968,8 @@ def _print_summary(result: RunResult) -> None:
             " as empty think blocks under this thinking template; `regenerate:"
             " missing_reasoning` in the recipe's generate section has the target answer them"
         )
+    out, report = visible(str(result.out)), visible(str(result.report))
     if result.passed:
-        print(f"verified: {result.out}   report: {result.report}")
+        print(f"verified: {out}   report: {report}")
     else:
-        print(f"draftset: verify failed for {result.out} (details above)", file=sys.stderr)
+        print(f"draftset: verify failed for {out} (details above)", file=sys.stderr)

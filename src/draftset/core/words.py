@@ -1,0 +1,13 @@
+"""Counts in words: "1 row", "2 rows" (every summary line and message says a count)."""
+
+from __future__ import annotations
+
+_IRREGULAR = {"entry": "entries", "was": "were", "is": "are", "has": "have"}
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """``n`` with thousands separators and ``noun`` in the number it takes: ``plural(1,
+    "row")`` is "1 row", ``plural(1200, "entry")`` "1,200 entries"."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n:,} {many or _IRREGULAR.get(noun) or noun + 's'}"

@@ -1,0 +1,203 @@
+"""What the commands say to a newcomer (issue 25, items 13-21): one line instead of a traceback
+or a wait, hints built from what was seen, names that cannot drive the terminal, help that
+explains every option, output that reads well when piped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import qwen3_tokenizer_dir
+
+from draftset.cli import main
+
+ESC_NAME = "e\x1b[2Jvil\x1b]0;owned\x07"
+CHAT = {
+    "messages": [
+        {"role": "user", "content": "Name a colour."},
+        {"role": "assistant", "content": "Blue, like a clear summer sky over a calm sea."},
+    ]
+}
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def build(*args: str) -> int:
+    return main(["build", "--tokenizer", str(qwen3_tokenizer_dir()), "--workers", "1", *args])
+
+
+# --- 13. names from the user's files never reach the terminal raw ---------------------------------
+def test_escape_sequences_in_file_names_are_shown_escaped(tmp_path, capsys):
+    """A source file named with ESC [2J (clear screen) / OSC 0 (window title): the build summary
+    printed it raw before (table row and the skipped-entries note)."""
+    folder = tmp_path / "data"
+    write_jsonl(folder / "chats.jsonl", [CHAT])
+    (folder / f"{ESC_NAME}.md").write_text("notes")  # skipped on purpose: named in a note
+    named = write_jsonl(tmp_path / f"{ESC_NAME}.jsonl", [CHAT])
+    assert build("--out", str(tmp_path / "out"), str(folder), str(named)) == 0
+    printed = capsys.readouterr()
+    assert "\x1b" not in printed.out and "\x07" not in printed.out
+    assert "e\\x1b[2Jvil\\x1b]0;owned\\x07" in printed.out  # the table's source name and the note
+
+
+def test_escape_sequences_in_an_error_line_are_shown_escaped(tmp_path, capsys):
+    assert build("--out", str(tmp_path / "out"), str(tmp_path / f"{ESC_NAME}.jsonl")) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "source not found" in err and "\\x1b[2J" in err
+
+
+# --- 14. tokenizer path mistakes: one line, at once -----------------------------------------------
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_missing_absolute_tokenizer_folder_is_one_line_with_the_hub_hint(tmp_path, capsys):
+    """Before: Hugging Face's repo-id text (online) or no word on hub ids (offline)."""
+    src = write_jsonl(tmp_path / "a.jsonl", [CHAT])
+    rc = main(["build", str(src), "--tokenizer", "/nonexistent/tok", "--out", str(tmp_path / "o")])
+    line = _one_line(capsys)
+    assert rc == 2 and "tokenizer folder not found: /nonexistent/tok" in line
+    assert "tokenizer.json" in line and "hub id" in line and "repo" not in line.lower()
+
+
+def test_missing_relative_tokenizer_folder_does_not_wait_for_hub_retries(
+    tmp_path, capsys, monkeypatch
+):
+    """Before: ~50 s and 12 lines of huggingface_hub retries when the hub cannot be reached."""
+    import time
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing listens
+    monkeypatch.chdir(tmp_path)
+    src = write_jsonl(tmp_path / "a.jsonl", [CHAT])
+    t0 = time.monotonic()
+    rc = main(["build", str(src), "--tokenizer", "models/qwen3", "--out", str(tmp_path / "o")])
+    line = _one_line(capsys)
+    assert rc == 2 and time.monotonic() - t0 < 10
+    assert "tokenizer folder not found: models/qwen3" in line and "hub cannot be reached" in line
+
+
+def test_folder_without_tokenizer_files_lists_what_is_expected(tmp_path, capsys):
+    """Before: five lines about sentencepiece / tiktoken from transformers."""
+    tok = tmp_path / "notatokenizer"
+    tok.mkdir()
+    (tok / "config.json").write_text("{}")
+    src = write_jsonl(tmp_path / "a.jsonl", [CHAT])
+    rc = main(["build", str(src), "--tokenizer", str(tok), "--out", str(tmp_path / "o")])
+    line = _one_line(capsys)
+    assert rc == 2 and "holds no tokenizer files" in line
+    assert "tokenizer.json" in line and "tokenizer_config.json" in line
+
+
+# --- 19. show: --row and --id point at each other and at rejects.jsonl ---------------------------
+@pytest.fixture(scope="module")
+def small_set(tmp_path_factory) -> Path:
+    """Two written rows, one rejected (unknown role), one prompt-only row."""
+    root = tmp_path_factory.mktemp("small")
+    rows = [
+        {"id": "keep-1", **CHAT},
+        {
+            "id": "keep-2",
+            "messages": [
+                {"role": "user", "content": "Name a fruit."},
+                {"role": "assistant", "content": "A ripe pear, sweet and soft, picked in autumn."},
+            ],
+        },
+        {"id": "pad-1", "messages": [{"role": "wizard", "content": "?"}, CHAT["messages"][1]]},
+        {"id": "ask-1", "messages": [{"role": "user", "content": "Write a poem."}]},
+    ]
+    src = write_jsonl(root / "chats.jsonl", rows)
+    assert build("--out", str(root / "set"), "--no-progress", str(src)) == 0
+    return root / "set"
+
+
+def _usage(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exc_info:
+        rc = main(list(argv))
+        raise SystemExit(rc)
+    assert exc_info.value.code == 2
+    return _one_line(capsys)
+
+
+def test_show_row_given_an_id_points_to_id(small_set, capsys):
+    """Before: `argument --row: invalid int value: 'pad-1'`."""
+    line = _usage(capsys, "show", str(small_set), "--row", "pad-1")
+    assert "--row" in line and "not a row index" in line and "--id pad-1" in line
+
+
+def test_show_id_of_a_rejected_row_points_to_its_reject_line(small_set, capsys):
+    """Before: `no row with id 'pad-1'` (no word of rejects.jsonl)."""
+    line = _usage(capsys, "show", str(small_set), "--id", "pad-1")
+    assert "rejected (unknown_role" in line and "rejects.jsonl line 1" in line
+    assert "row 2 of that source" in line and "not a --row of the set" in line
+    line = _usage(capsys, "show", str(small_set), "--id", "ask-1")
+    assert "prompts.jsonl line 1" in line
+    line = _usage(capsys, "show", str(small_set), "--id", "nope")
+    assert "keep-1" in line  # what ids look like
+
+
+def test_show_row_out_of_range_says_how_many_and_names_id(small_set, capsys):
+    line = _usage(capsys, "show", str(small_set), "--row", "5")
+    assert "the set has 2 rows (--row 0..1)" in line and "--id" in line
+
+
+# --- 20. help: every option says what it does and its default ------------------------------------
+def _help(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exc_info:
+        main([*argv, "--help"])
+    assert exc_info.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+
+
+def test_report_help_has_a_description(capsys):
+    text = _help(capsys, "report")
+    assert "HTML page" in text and "verify" in text
+
+
+def test_generate_sampling_options_have_help_and_defaults(capsys):
+    text = _help(capsys, "generate")
+    for flag, meta in (
+        ("--temperature", "TEMPERATURE"),
+        ("--top-p", "TOP_P"),
+        ("--top-k", "TOP_K"),
+        ("--max-tokens", "MAX_TOKENS"),
+    ):
+        after = text.split(f"{flag} {meta} ", 1)[1][:200]
+        assert "default: not sent, the server's own" in after, (flag, after)
+
+
+def test_help_shows_no_internal_names(capsys):
+    assert "fast_checks" not in _help(capsys, "verify")
+    show = _help(capsys, "show")
+    assert "rich.text" not in show and "--id" in show
+
+
+def test_build_eot_token_help_says_where_stop_tokens_come_from(capsys):
+    text = _help(capsys, "build")
+    assert "extra stop token, added to generation_config.json's eos_token_id" in text
+
+
+# --- 16. --out on a folder of the user's files: both facts at once --------------------------------
+def test_out_on_a_foreign_folder_does_not_advise_overwrite_that_would_be_refused(tmp_path, capsys):
+    """Before: `output folder exists (pass --overwrite to replace it)`, then with --overwrite:
+    `not a draftset output: --overwrite only replaces draftset outputs`."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("mine")
+    src = write_jsonl(tmp_path / "a.jsonl", [CHAT])
+    for extra in ((), ("--overwrite",)):
+        assert build(str(src), "--out", str(out), *extra) == 2
+        line = _one_line(capsys)
+        assert "not a draftset output" in line and "--overwrite would not replace it" in line
+        assert "name a new folder" in line and "pass --overwrite" not in line
+    assert (out / "thesis.tex").read_text() == "mine"
