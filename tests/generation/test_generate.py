@@ -854,6 +854,8 @@ def test_answers_from_another_model_are_error_rows(
     run = json.loads((tmp_path / "out.run.json").read_text())
     assert set(run["reported_models"]) == {"fault-model", "other-model"}
     assert "model_mismatch" in capsys.readouterr().out
+
+
 def test_api_key_echoed_in_a_200_answer_is_stored_redacted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
