@@ -285,6 +285,17 @@ def test_kill_in_each_stage_then_rerun_gives_the_same_set(
     assert not list(tmp_path.glob(".crash-out.draftset-tmp-*")), "a killed build's folder is left"
     state = json.loads((tmp_path / "crash-out.run" / "state.json").read_text())
     assert state["done"] == list(run_mod.STAGES)
+    # the timeline keeps every attempt: each stage was killed once, then finished
+    outcomes: dict[str, list[str]] = {}
+    for a in state["attempts"]:
+        outcomes.setdefault(a["stage"], []).append(a["outcome"])
+    assert outcomes == {s: ["killed", "done"] for s in run_mod.STAGES}, outcomes
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("timeline: "))
+    assert line.count("killed then ") == len(run_mod.STAGES), line
+    # ... and the report shows it
+    report = (tmp_path / "crash-out-report.html").read_text()
+    assert "Timeline (every attempt" in report
+    assert report.count("<td>killed (found by the next run at ") == len(run_mod.STAGES)
 
 
 class _Crash(Exception):
