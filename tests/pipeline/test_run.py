@@ -364,6 +364,33 @@ def test_build_counts_placeholder_rows_and_points_to_run(
     assert counts["chat"]["empty_think_rows"] == 1  # c-bare: Qwen3 trains "<think>\n\n</think>"
 
 
+def test_build_names_the_fields_a_shape_did_not_read(
+    tmp_path: Path, qwen3_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SkyThought dumps read without their preset are prompts (`question`): the trace in `code`
+    used to vanish without a word and `run` re-answered the rows. The summary and the manifest
+    now name the unread fields per source, and point to the preset."""
+    from draftset.cli import main
+
+    sky = REPO / "tests" / "data" / "presets" / "skythought_amc23.jsonl"
+    out = tmp_path / "b"
+    args = ["build", str(sky), "--tokenizer", str(qwen3_dir), "--out", str(out)]
+    assert main([*args, "--workers", "1", "--no-progress"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "note: source skythought_amc23: fields not read by its shape: code (3 rows),"
+        " gt (3 rows), pred (2 rows)"
+    ) in text
+    assert "`skythought`" in text
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert counts["per_source"]["skythought_amc23"]["unread_fields"] == {
+        "code": 3,
+        "gt": 3,
+        "pred": 2,
+    }
+    assert counts["total"]["unread_fields"] == {"code": 3, "gt": 3, "pred": 2}
+
+
 def test_run_against_real_transformers_serve(tmp_path: Path, qwen3_dir: Path) -> None:
     """`draftset run` end to end against a real `transformers serve` (tiny Qwen3-shaped model
     wired to answer CHAIN): a prompt and a placeholder row are answered and verified."""

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from draftset.checks.verify import print_results, run_verify
-from draftset.console import progress_bar
+from draftset.console import progress_bar, unread_fields_notes
 from draftset.core import reasons
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, RunError, UsageError
 from draftset.core.files import write_json_atomic
@@ -962,6 +962,9 @@ def _print_summary(result: RunResult) -> None:
             " as empty think blocks under this thinking template; `regenerate:"
             " missing_reasoning` in the recipe's generate section has the target answer them"
         )
+    per_source = (manifest.get("counts") or {}).get("per_source") or {}
+    for line in unread_fields_notes({n: c.get("unread_fields") for n, c in per_source.items()}):
+        print(line)
     if result.passed:
         print(f"verified: {result.out}   report: {result.report}")
     else:
