@@ -77,6 +77,26 @@ def safe(text: object) -> str:
     return escape(visible(str(text)))
 
 
+def unread_fields_notes(per_source: dict[str, dict[str, int]], limit: int = 6) -> list[str]:
+    """One line per source whose rows had text fields their shape did not read (the manifest's
+    ``unread_fields``): a reasoning trace or an answer in another column is otherwise silently
+    left out, and the row re-answered or trained without it."""
+    lines = []
+    for name, unread in per_source.items():
+        if not unread:
+            continue
+        ranked = sorted(unread.items(), key=lambda kv: (-kv[1], kv[0]))
+        shown = ", ".join(f"{k} ({_fmt(v)} rows)" for k, v in ranked[:limit])
+        more = f" and {len(ranked) - limit} more" if len(ranked) > limit else ""
+        lines.append(
+            f"note: source {safe(name)}: fields not read by its shape: {shown}{more}. If one holds"
+            " the answer or the reasoning, map it (`fields: {output: FIELD}` with `format:"
+            " alpaca`, docs/formats.md#field-mapping) or use a preset (docs/mixtures.md#presets,"
+            " e.g. `skythought` for SkyThought eval dumps)"
+        )
+    return lines
+
+
 def print_build_summary(result: BuildResult, console: Console | None = None) -> None:
     """One screen: per-source accounting, reasons, tokens, notes, hints."""
     console = console or out
@@ -133,6 +153,8 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
             " as empty think blocks under this thinking template; `draftset run` with"
             " `regenerate: missing_reasoning` has the target model answer them with reasoning"
         )
+    for line in unread_fields_notes({n: dict(c.unread_fields) for n, c in acct.sources.items()}):
+        console.print(escape(line))
     rate = total.read / result.seconds if result.seconds > 0 else 0.0
     console.print(
         f"accounting balanced: read = written + rejected + needs_generation for every source;"

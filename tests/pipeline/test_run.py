@@ -285,6 +285,17 @@ def test_kill_in_each_stage_then_rerun_gives_the_same_set(
     assert not list(tmp_path.glob(".crash-out.draftset-tmp-*")), "a killed build's folder is left"
     state = json.loads((tmp_path / "crash-out.run" / "state.json").read_text())
     assert state["done"] == list(run_mod.STAGES)
+    # the timeline keeps every attempt: each stage was killed once, then finished
+    outcomes: dict[str, list[str]] = {}
+    for a in state["attempts"]:
+        outcomes.setdefault(a["stage"], []).append(a["outcome"])
+    assert outcomes == {s: ["killed", "done"] for s in run_mod.STAGES}, outcomes
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("timeline: "))
+    assert line.count("killed then ") == len(run_mod.STAGES), line
+    # ... and the report shows it
+    report = (tmp_path / "crash-out-report.html").read_text()
+    assert "Timeline (every attempt" in report
+    assert report.count("<td>killed (found by the next run at ") == len(run_mod.STAGES)
 
 
 class _Crash(Exception):
@@ -351,6 +362,33 @@ def test_build_counts_placeholder_rows_and_points_to_run(
     counts = json.loads((tmp_path / "b" / "manifest.json").read_text())["counts"]["per_source"]
     assert counts["padded"]["placeholder_rows"] == 2
     assert counts["chat"]["empty_think_rows"] == 1  # c-bare: Qwen3 trains "<think>\n\n</think>"
+
+
+def test_build_names_the_fields_a_shape_did_not_read(
+    tmp_path: Path, qwen3_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SkyThought dumps read without their preset are prompts (`question`): the trace in `code`
+    used to vanish without a word and `run` re-answered the rows. The summary and the manifest
+    now name the unread fields per source, and point to the preset."""
+    from draftset.cli import main
+
+    sky = REPO / "tests" / "data" / "presets" / "skythought_amc23.jsonl"
+    out = tmp_path / "b"
+    args = ["build", str(sky), "--tokenizer", str(qwen3_dir), "--out", str(out)]
+    assert main([*args, "--workers", "1", "--no-progress"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "note: source skythought_amc23: fields not read by its shape: code (3 rows),"
+        " gt (3 rows), pred (2 rows)"
+    ) in text
+    assert "`skythought`" in text
+    counts = json.loads((out / "manifest.json").read_text())["counts"]
+    assert counts["per_source"]["skythought_amc23"]["unread_fields"] == {
+        "code": 3,
+        "gt": 3,
+        "pred": 2,
+    }
+    assert counts["total"]["unread_fields"] == {"code": 3, "gt": 3, "pred": 2}
 
 
 def test_run_against_real_transformers_serve(tmp_path: Path, qwen3_dir: Path) -> None:

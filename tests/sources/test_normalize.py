@@ -849,3 +849,74 @@ def test_samples_prompt_rows_keep_u2028(samples):
     outs = samples["prompts/arena_hard_v2.0_question.jsonl"]
     assert any("\u2028" in o.messages[0]["content"] for o in outs)
     assert all(o.messages[0]["role"] == "user" for o in outs)
+
+
+def test_agentic_coding_trace_with_messages_as_json_text():
+    """SWE-smith trajectories / CoderForge keep the OpenAI message list (tool calls, tool
+    results) and the tool schemas as JSON text columns (layout: the CoderForge-Preview card's
+    features `trajectory_id, messages: string, tools: string, license`); hand-written row."""
+    messages = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Fix the failing test in utils.py."},
+        {
+            "role": "assistant",
+            "content": "Let me look at the file.",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": '{"command": "cat utils.py"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "def add(a, b): return a - b"},
+        {"role": "assistant", "content": "The sign is wrong; fixed."},
+    ]
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
+    row = {
+        "trajectory_id": "t-1",
+        "messages": json.dumps(messages),
+        "tools": json.dumps(tools),
+        "license": "mit",
+    }
+    item = norm(row)
+    assert isinstance(item, Conversation), item
+    assert [m["role"] for m in item.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert item.messages[2]["tool_calls"] == [call("bash", {"command": "cat utils.py"}, "call_1")]
+    assert item.tools == tools
+    assert item.meta.get("unread_fields") == ("trajectory_id", "license")  # said, not dropped
+
+
+def test_toolllama_conversations_read_as_sharegpt():
+    """ToolBench's released training form (ToolLLaMA): `conversations` with from
+    system/user/assistant/function, ReAct text in the assistant values (hand-written row in
+    that layout)."""
+    row = {
+        "id": "Step 2: Get the weather",
+        "conversations": [
+            {"from": "system", "value": "You are AutoGPT, you can use many tools."},
+            {"from": "user", "value": "Weather in Oslo?\nBegin!\n"},
+            {
+                "from": "assistant",
+                "value": "\nThought: call it\nAction: weather_for_x\nAction Input: {}",
+            },
+            {"from": "function", "value": '{"error": "", "response": "sunny"}'},
+            {"from": "assistant", "value": "\nThought: done\nAction: Finish\nAction Input: {}"},
+        ],
+    }
+    item = norm(row)
+    assert isinstance(item, Conversation)
+    assert [m["role"] for m in item.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert "unread_fields" not in item.meta

@@ -43,7 +43,7 @@ def _call(name: str, args: dict[str, Any]) -> dict[str, Any]:
 
 def test_every_preset_has_a_valid_format_and_a_hub_id() -> None:
     for p in PRESETS.values():
-        assert p.hub_id.count("/") == 1
+        assert p.hub_id is None or p.hub_id.count("/") == 1
         assert p.description
 
 
@@ -319,3 +319,86 @@ def test_transform_does_not_mutate_the_input_row() -> None:
     assert json.dumps(data, sort_keys=True) == before
     assert isinstance(out, RawRow)
     assert isinstance(normalize(out, "sharegpt"), Conversation)
+
+
+# Fixtures from the shared samples (Apache-2.0), cut small:
+# - skythought_amc23.jsonl: rows idx 1 and 19 of NovaSky-AI/SkyThought@6840eb7df638
+#   .../Sky-T1-math-reflection-0.5-32B/amc23_eval/.../test_Sky-T1_-1_seed0_t0.0_s0_e-1.jsonl as
+#   they are; row idx 30 with its generation cut at 1,200 characters (as 3 of the file's 40
+#   generations end: before <|end_of_thought|>) and its pred / score set to a failed grade.
+# - toolbench_G1_answer.json: OpenBMB/ToolBench@d56fdd89faf8
+#   data_example/answer/G1_answer/10_ChatGPT_DFS_woFilter_w2.json with `answer_generation`,
+#   `win` and `forward_args` as they are, the search `tree` cut to its root and
+#   `compare_candidates` emptied.
+
+
+def test_skythought_eval_dump() -> None:
+    full, second, cut = _load("skythought", "skythought_amc23.jsonl")
+    assert full.id == "1" and isinstance(full, Conversation)
+    user, answer = _msgs(full)
+    assert user["role"] == "user" and user["content"].startswith("Positive real numbers $x$")
+    assert answer["reasoning_content"].startswith("So I've got this problem here")
+    assert answer["content"].endswith("\\boxed{36}\n\\]")  # the solution, markers removed
+    assert "<|" not in answer["content"] + answer["reasoning_content"]
+    # the grading columns are metadata, never trained (and not "unread")
+    assert full.meta["metadata"]["gt"] == "36" and full.meta["metadata"]["score"] == [True]
+    assert "unread_fields" not in full.meta
+    assert _msgs(second)[1]["reasoning_content"]
+    # a generation cut before <|end_of_thought|>: all reasoning, flagged
+    assert _msgs(cut)[1]["content"] == "" and cut.meta["metadata"]["reasoning_unterminated"]
+
+
+def test_skythought_without_the_preset_says_the_trace_was_not_read() -> None:
+    """Read as a prompt (`question`), the trace in `code` used to vanish silently and the row
+    was re-answered; the row now names the text fields its shape did not read."""
+    src = Source("sky", DATA / "skythought_amc23.jsonl")
+    rows = [normalize(raw) for raw in iter_raw_rows(src)]
+    assert all(type(r).__name__ == "PromptOnly" for r in rows)
+    assert [r.meta["unread_fields"] for r in rows] == [
+        ("gt", "code", "pred"),
+        ("gt", "code", "pred"),
+        ("gt", "code"),  # its pred is [""]: no text
+    ]
+    assert "score" not in rows[0].meta["unread_fields"]  # booleans are not text
+
+
+def test_toolbench_answer_tree() -> None:
+    (row,) = _load("toolbench", "toolbench_G1_answer.json")
+    msgs = _msgs(row)
+    assert [m["role"] for m in msgs] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert msgs[0]["content"].startswith("You are AutoGPT")
+    assert msgs[2]["tool_calls"] == [_call("transitaires_for_transitaires", {})]
+    assert msgs[3]["name"] == "transitaires_for_transitaires"
+    finish = msgs[-1]["tool_calls"][0]["function"]
+    assert finish["name"] == "Finish" and finish["arguments"]["return_type"] == "give_answer"
+    assert row.tools is not None
+    assert [t["function"]["name"] for t in row.tools] == [
+        "transitaire_for_transitaires",
+        "transitaires_for_transitaires",
+        "Finish",
+    ]
+    assert row.meta["metadata"]["finish_type"] == "give_answer"
+    assert "unread_fields" not in row.meta
+
+
+def test_an_unknown_shape_names_the_preset_whose_layout_it_is() -> None:
+    from draftset.sources.presets import source_normalizer
+
+    src = Source("tb", DATA / "toolbench_G1_answer.json")
+    (raw,) = iter_raw_rows(src)
+    item = source_normalizer(src)(raw)
+    assert isinstance(item, Reject) and item.reason == reasons.UNKNOWN_FORMAT
+    assert "preset 'toolbench'" in item.message and "preset: toolbench" in item.message
+    # a prefix that is not one of the last chain's: another branch, refused
+    data = json.loads((DATA / "toolbench_G1_answer.json").read_text())
+    data["answer_generation"]["train_messages"][0][1]["content"] = "another task"
+    bad = normalize_with_preset(apply_preset("toolbench"), RawRow("tb", 0, data))
+    assert isinstance(bad, Reject) and "not a prefix" in bad.message

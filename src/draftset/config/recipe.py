@@ -128,6 +128,10 @@ def parse_json_object(text: str, what: str) -> dict[str, Any]:
 def preset_hub_path(name: str) -> str:
     """``hf:ID[:CONFIG]@SPLIT`` of a preset's public set (read from the hub, online only)."""
     preset = apply_preset(name)
+    if preset.hub_id is None:
+        raise RecipeError(
+            f"preset {preset.name!r} has no public hub dataset to read: give the source a `path`"
+        )
     config = f":{preset.hub_config}" if preset.hub_config else ""
     return f"{HUB_PREFIX}{preset.hub_id}{config}@{preset.hub_split}"
 

@@ -52,6 +52,9 @@ class SourceCounts:
     generation_tags_disagree: int = 0  # rows where they mark something else
     placeholder_rows: int = 0  # rejected no_supervised_turn: every answer a placeholder
     empty_think_rows: int = 0  # written rows trained as empty think blocks (thinking template)
+    # rows per top-level text field their shape did not read (a trace in `code`, ...); JSON
+    # name as is: the keys are the source's field names, not reasons
+    unread_fields: Counter[str] = field(default_factory=Counter, metadata={"keyed": True})
 
     @property
     def rejected_total(self) -> int:
@@ -97,7 +100,8 @@ class SourceCounts:
             if isinstance(value, Counter):
                 if f.metadata.get("total"):
                     out[f.name] = sum(value.values())
-                out[f"{f.name}_by_reason"] = dict(sorted(value.items()))
+                name = f.name if f.metadata.get("keyed") else f"{f.name}_by_reason"
+                out[name] = dict(sorted(value.items()))
             else:
                 out[f.name] = value
         return out

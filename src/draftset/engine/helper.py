@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
 from draftset.core.errors import RunError
-from draftset.engine.lifeline import die_with_parent
+from draftset.engine.lifeline import die_with_parent, quiet_resource_tracker
 
 T = TypeVar("T")
 
@@ -60,6 +60,7 @@ class Sidecar:
 
     def __init__(self) -> None:
         refuse_to_spawn_while_starting()
+        quiet_resource_tracker()  # a kill -9 then prints no "leaked semaphore" warning
         self._ex = ProcessPoolExecutor(
             1, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent
         )

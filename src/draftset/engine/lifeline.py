@@ -47,3 +47,35 @@ def _poll(ppid: int) -> None:
     while os.getppid() == ppid:
         time.sleep(0.5)
     os._exit(1)
+
+
+def quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker with its stderr on ``/dev/null``.
+
+    The pools' queues hold named semaphores. After a ``kill -9`` of the main process the
+    tracker (which outlives it by design) unlinks them and warns ``resource_tracker: There
+    appear to be N leaked semaphore objects`` on the terminal, often in the middle of the
+    rerun's output: the cleanup is right, the warning alarms for nothing. Called before the
+    first spawn-started pool; a tracker already running is left as it is.
+    """
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    if getattr(tracker, "_fd", None) is not None:
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        resource_tracker.ensure_running()
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 2)  # inherited by the tracker alone; restored at once
+        finally:
+            os.close(devnull)
+        resource_tracker.ensure_running()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -25,6 +25,7 @@ from typing import Any
 from draftset.engine import worker
 from draftset.engine.base import Batch, Engine
 from draftset.engine.helper import Sidecar, refuse_to_spawn_while_starting, stop_pool
+from draftset.engine.lifeline import quiet_resource_tracker
 from draftset.mask.step import ItemResult, MaskConfig
 
 IN_FLIGHT_PER_WORKER = 3
@@ -48,6 +49,7 @@ class LocalPoolEngine(Engine):
         self._helper = helper if workers > 1 else None
         self._pool_size = workers - 1 if self._helper else workers
         ctx = multiprocessing.get_context("spawn")
+        quiet_resource_tracker()  # before the first semaphore (the queue below)
         self._configs = ctx.Queue()
         self._fed = 0
         self._pool = ProcessPoolExecutor(

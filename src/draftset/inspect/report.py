@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -251,7 +253,42 @@ def _run_section(run: dict[str, Any]) -> str:
         ["ends_at_tool_call", f"{int(run.get('ends_at_tool_call') or 0):,}"],
         ["work folder (answers)", run.get("work")],
     ]
-    return "<h2>Answers from the target (draftset run)</h2>" + _table(["", ""], rows)
+    return (
+        "<h2>Answers from the target (draftset run)</h2>"
+        + _table(["", ""], rows)
+        + _timeline_html(run.get("work"))
+    )
+
+
+def _utc(seconds: Any) -> str:
+    if not isinstance(seconds, int | float):
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(seconds)))
+
+
+def _timeline_html(work: Any) -> str:
+    """Every attempt at every stage of the run, killed ones included (``state.json``'s
+    ``attempts``, in the work folder the manifest names; nothing when it is gone)."""
+    try:
+        state = json.loads((Path(str(work)) / "state.json").read_text(encoding="utf-8"))
+        attempts = [a for a in state.get("attempts") or [] if isinstance(a, dict)]
+    except (OSError, ValueError, TypeError, AttributeError):
+        return ""
+    if not attempts:
+        return ""
+    rows = []
+    for a in attempts:
+        outcome = str(a.get("outcome"))
+        if outcome == "killed":
+            took, outcome = "", f"killed (found by the next run at {_utc(a.get('noticed'))})"
+        elif outcome == "running":
+            took, outcome = "", "running (e.g. writing this report)"
+        else:
+            took = f"{float(a.get('seconds') or 0):.1f}"
+        rows.append([a.get("stage"), _utc(a.get("started")), took, outcome])
+    return "<h3>Timeline (every attempt, resumed and killed ones too)</h3>" + _table(
+        ["stage", "started", "seconds", "outcome"], rows
+    )
 
 
 def _checks_table(checks: list[dict[str, Any]]) -> str:

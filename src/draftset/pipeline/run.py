@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from draftset.checks.verify import print_results, run_verify
-from draftset.console import progress_bar
+from draftset.console import progress_bar, unread_fields_notes
 from draftset.core import reasons
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, RunError, UsageError
 from draftset.core.files import write_json_atomic
@@ -336,8 +336,66 @@ class _State:
     def add_seconds(self, stage: str, seconds: float) -> None:
         self.data["seconds"][stage] = round(self.data["seconds"].get(stage, 0.0) + seconds, 3)
 
+    def begin(self, stage: str) -> dict[str, Any]:
+        """Record an attempt at ``stage`` before it runs: a ``kill -9`` leaves it ``running``,
+        and the next run marks it ``killed`` (`close_killed`), so the timeline keeps it."""
+        attempt = {"stage": stage, "started": time.time(), "pid": os.getpid()}
+        attempt["outcome"] = "running"
+        self.data.setdefault("attempts", []).append(attempt)
+        self.save()
+        return attempt
+
+    def end(self, attempt: dict[str, Any], outcome: str, seconds: float) -> None:
+        attempt.update(outcome=outcome, seconds=round(seconds, 3))
+        self.add_seconds(attempt["stage"], seconds)
+        self.save()
+
+    def close_killed(self) -> None:
+        """Attempts left ``running`` by a process that is gone were killed (``kill -9``, power
+        loss): no end was recorded, so their length is unknown; ``noticed`` is when the next
+        run found them."""
+        now = time.time()
+        for attempt in self.data.get("attempts") or []:
+            if attempt.get("outcome") == "running" and not _alive(attempt.get("pid")):
+                attempt["outcome"] = "killed"
+                attempt["noticed"] = now
+
     def save(self) -> None:
         write_json_atomic(self.path, self.data)
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def format_timeline(attempts: list[dict[str, Any]]) -> str:
+    """``select 16.7s, build killed then 34.9s, ...``: every attempt at every stage."""
+    parts = []
+    for stage in STAGES:
+        mine = [a for a in attempts if a.get("stage") == stage]
+        if not mine:
+            continue
+        words = []
+        for a in mine:
+            outcome = a.get("outcome")
+            if outcome == "done":
+                words.append(f"{a.get('seconds', 0.0):.1f}s")
+            elif outcome == "killed":
+                words.append("killed")
+            elif outcome == "running":
+                words.append("running")
+            else:
+                words.append(f"{outcome} after {a.get('seconds', 0.0):.1f}s")
+        parts.append(f"{stage} " + " then ".join(words))
+    return ", ".join(parts)
 
 
 # files `run` writes in its work folder (and the only ones --restart removes)
@@ -377,7 +435,9 @@ def _open_state(opts: RunOptions, settings: dict[str, Any]) -> tuple[_State, lis
                     f"the recipe, inputs or generation settings changed since {work} was"
                     f" started: {', '.join(changed)}; rerun with --restart to start over"
                 )
-            return _State(path, data), list(data.get("done") or [])
+            state = _State(path, data)
+            state.close_killed()
+            return state, list(data.get("done") or [])
     work.mkdir(parents=True, exist_ok=True)
     state = _State.new(path, settings)
     state.save()
@@ -733,7 +793,9 @@ def run(opts: RunOptions, say: Callable[[str], None] | None = None) -> RunResult
     for stage in STAGES:
         if stage in state.done:
             continue
+        attempt = state.begin(stage)
         t0 = time.monotonic()
+        outcome = "failed"
         try:
             if stage == "select":
                 facts = {"select": _select(opts, work, say)}
@@ -747,13 +809,16 @@ def run(opts: RunOptions, say: Callable[[str], None] | None = None) -> RunResult
                 facts = {"verified": _verify(opts, say)}
             else:
                 facts = {"report": str(_report(opts, say))}
+            outcome = "done"
+        except KeyboardInterrupt:
+            outcome = "interrupted"
+            raise
         finally:
-            state.add_seconds(stage, time.monotonic() - t0)
+            state.end(attempt, outcome, time.monotonic() - t0)
         state.finish(stage, **facts)
     result.passed = bool(state.data.get("verified"))
     result.report = Path(state.data["report"]) if state.data.get("report") else None
-    secs = state.data["seconds"]
-    say("timeline: " + ", ".join(f"{s} {secs.get(s, 0.0):.1f}s" for s in STAGES))
+    say("timeline: " + format_timeline(state.data.get("attempts") or []))
     return result
 
 
@@ -968,6 +1033,9 @@ def _print_summary(result: RunResult) -> None:
             " as empty think blocks under this thinking template; `regenerate:"
             " missing_reasoning` in the recipe's generate section has the target answer them"
         )
+    per_source = (manifest.get("counts") or {}).get("per_source") or {}
+    for line in unread_fields_notes({n: c.get("unread_fields") for n, c in per_source.items()}):
+        print(line)
     out, report = visible(str(result.out)), visible(str(result.report))
     if result.passed:
         print(f"verified: {out}   report: {report}")

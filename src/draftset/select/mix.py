@@ -26,7 +26,8 @@ import numpy as np
 from draftset.core import reasons
 from draftset.core.counters import Accounting
 from draftset.core.ids import IdRegistry, duplicate_id_message
-from draftset.core.records import Conversation, Normalized, PreTokenized, Reject
+from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
+from draftset.sources.normalize import UNREAD_FIELDS
 from draftset.sources.presets import source_normalizer
 from draftset.sources.read import Source, count_rows, iter_raw_rows
 
@@ -184,6 +185,8 @@ def _stream(
                 counts.sampled_out += 1
                 continue
             item: Normalized = raw.reject if raw.reject is not None else norm(raw)
+            if isinstance(item, Conversation | PromptOnly) and UNREAD_FIELDS in item.meta:
+                counts.unread_fields.update(item.meta.pop(UNREAD_FIELDS))
             item = filters.apply(_unique_id(item, registry, raw.file))
             if keep is not None and not keep(item):
                 counts.sampled_out += 1

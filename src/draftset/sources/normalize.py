@@ -185,6 +185,7 @@ def normalize(
     turn_keys = (None, None)
     if fields:
         data, turn_keys = _remap(data, fields)
+    data = _parsed_turn_list(data)
     rid = _row_id(data, source, row)
     shape = fmt or detect_format(data)
     try:
@@ -205,12 +206,31 @@ def normalize(
     metadata = data.get("metadata")
     if isinstance(metadata, dict):
         meta["metadata"] = metadata
+    unread = unread_fields(raw.data, data, shape, fields, messages)
+    if unread:
+        meta[UNREAD_FIELDS] = unread
     if any(m["role"] == "assistant" for m in messages):
         return Conversation(rid, source, row, messages, tools, meta)
     return PromptOnly(rid, source, row, messages, tools, meta)
 
 
 _TURN_FIELDS = ("role", "content")
+
+
+def _parsed_turn_list(data: dict[str, Any]) -> dict[str, Any]:
+    """A ``messages`` / ``conversations`` column stored as JSON text (agentic coding traces
+    such as SWE-smith trajectories and CoderForge keep whole OpenAI message lists as one
+    string column) read as the list it holds; any other string is left to fail as before."""
+    for key in ("messages", "conversations"):
+        value = data.get(key)
+        if isinstance(value, str) and value.lstrip().startswith("["):
+            try:
+                parsed = json.loads(value)
+            except (ValueError, RecursionError):
+                return data
+            if isinstance(parsed, list):
+                return {**data, key: parsed}
+    return data
 
 
 def _remap(
@@ -247,6 +267,72 @@ def _keys(data: dict[str, Any], limit: int = 20) -> str:
 
 def _type(value: Any) -> str:
     return "null" if value is None else type(value).__name__
+
+
+# --- fields a shape does not read ---------------------------------------------------------------
+
+UNREAD_FIELDS = "unread_fields"
+"""``meta`` key: the row's non-empty text fields its shape did not read (the selection counts
+them per source and pops the key; see `unread_fields`)."""
+
+_ALWAYS_READ = frozenset(
+    (*ID_KEYS, *TOOLS_KEYS, "system", "metadata", "label", "rejected", "rejected_messages")
+)
+"""Read by every shape (ids, tools, system, metadata, KTO label) or ignored by rule (the
+rejected answer of a preference row: a drafter never learns it)."""
+
+_SHAPE_READS: dict[str, frozenset[str]] = {
+    "messages": frozenset((*TURN_LIST_KEYS, "completion", "chosen")),
+    "sharegpt": frozenset((*TURN_LIST_KEYS, "completion", "chosen")),
+    "alpaca": frozenset((*INSTRUCTION_KEYS, "input", "history", *ANSWER_KEYS)),
+    "prompt": frozenset((*PROMPT_KEYS, "input", "history")),
+}
+
+
+def unread_fields(
+    original: dict[str, Any],
+    data: dict[str, Any],
+    shape: str,
+    fields: dict[str, str] | None,
+    messages: list[Message],
+) -> tuple[str, ...]:
+    """Top-level fields of the row (``original``; ``data`` is it after the ``fields`` mapping)
+    holding text (a non-blank string, or a list / object with one) that ``shape`` did not read:
+    a trace in ``code``, a second answer column. Numbers and flags (scores, indices) are not
+    counted. A ``prompt`` string that repeats the first user turn (UltraChat) counts as read."""
+    read = set(_ALWAYS_READ | _SHAPE_READS.get(shape, frozenset()))
+    if shape == "alpaca":  # the first answer key wins; a second one is not read
+        answer = next((k for k in ANSWER_KEYS if data.get(k) is not None), None)
+        read -= {k for k in ANSWER_KEYS if k != answer}
+    if shape == "prompt":  # the one prompt key `_prompt_turns` / `_alpaca_turns` reads
+        if _first(data, INSTRUCTION_KEYS) is not None:
+            used = "instruction" if data.get("instruction") is not None else "prompt"
+        else:
+            used = next((k for k in PROMPT_KEYS[:4] if data.get(k) is not None), "")
+        read -= {k for k in PROMPT_KEYS if k != used}
+    if fields:  # a mapped canonical key was read from the row's own column, not its namesake
+        mapped = {k for k, v in fields.items() if k not in _TURN_FIELDS}
+        read = (read - mapped) | {fields[k] for k in read & mapped}
+    out = []
+    for key, value in original.items():
+        if key in read or not _holds_text(value):
+            continue
+        if key == "prompt" and isinstance(value, str):
+            first = next((m["content"] for m in messages if m["role"] == "user"), None)
+            if first == value:
+                continue
+        out.append(str(key))
+    return tuple(out)
+
+
+def _holds_text(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, str):
+        return bool(value.strip()) and value.strip() not in ("None", "null")
+    if depth < 3 and isinstance(value, list):
+        return any(_holds_text(v, depth + 1) for v in value[:8])
+    if depth < 3 and isinstance(value, dict):
+        return any(_holds_text(v, depth + 1) for v in list(value.values())[:16])
+    return False
 
 
 # --- pre-tokenized ------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ class Preset:
     """How to read one public data set (see docs/mixtures.md for each layout's source)."""
 
     name: str
-    hub_id: str  # the HF dataset id; only used when online
+    hub_id: str | None  # the HF dataset id (only used when online); None: files only
     format: str  # one of normalize.FORMATS
     fields: dict[str, str] | None = None  # canonical key -> the set's column
     transform: Callable[[Row], Row] | None = None  # row -> row in a shape normalize reads
@@ -42,6 +42,8 @@ class Preset:
     hub_config: str | None = None
     hub_split: str = "train"
     aliases: tuple[str, ...] = field(default=())
+    signature: tuple[str, ...] = field(default=())  # keys that name the layout (a hint on
+    # `unknown_format` rows read without a preset)
 
 
 class UnknownPresetError(UsageError, KeyError):
@@ -420,6 +422,76 @@ def xlam_row(row: Row) -> Row:
     return out
 
 
+# --- SkyThought evaluation dumps ----------------------------------------------------------
+
+_SKYTHOUGHT_EVAL_KEYS = ("gt", "gt_cot", "answer", "solution", "pred", "report", "score", "win")
+
+
+def skythought_row(row: Row) -> Row:
+    """NovaSky-AI SkyThought evaluation outputs: ``question`` + ``code`` (a list of the model's
+    generations with ``<|begin_of_thought|>`` ... ``<|end_of_solution|>`` markers) + grading
+    columns -> user turn + assistant turn (reasoning R, content S) from the first generation.
+
+    The grading columns (``gt``, ``pred``, ``score``, the reference ``solution``, ...) are
+    kept in ``metadata``, never trained: they are the benchmark's, not the model's.
+    """
+    question = _require(row, "question", str)
+    code = row.get("code")
+    generations = [code] if isinstance(code, str) else code
+    if not isinstance(generations, list) or not generations:
+        raise RowProblem(reasons.UNKNOWN_FORMAT, "column 'code' holds no generation")
+    first = generations[0]
+    if not isinstance(first, str):
+        raise RowProblem(reasons.INVALID_CONTENT, f"code[0] is a {type(first).__name__}")
+    content, reasoning, cut = split_thought_markers(first)
+    answer: Row = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        answer["reasoning_content"] = reasoning
+    meta = _metadata_dict(row)
+    meta.update({k: row[k] for k in _SKYTHOUGHT_EVAL_KEYS if k in row})
+    if len(generations) > 1:
+        meta["generations"] = len(generations)  # the first is trained
+    if cut:
+        meta["reasoning_unterminated"] = True
+    out = {k: v for k, v in row.items() if k not in ("question", "code", *_SKYTHOUGHT_EVAL_KEYS)}
+    out["messages"] = [{"role": "user", "content": question}, answer]
+    out["metadata"] = meta
+    return out
+
+
+# --- ToolBench answer trees -----------------------------------------------------------------
+
+
+def toolbench_row(row: Row) -> Row:
+    """OpenBMB ToolBench DFSDT answers (``data/answer/G*_answer/*.json``): the final chain of
+    ``answer_generation.train_messages`` (a list of growing prefixes of one trajectory; the
+    last is the whole of it) -> messages, ``answer_generation.function`` -> tools.
+
+    Legacy OpenAI ``function_call`` turns and ``function`` results read as tool calls and tool
+    messages. The search ``tree`` and ``compare_candidates`` (other branches, not this
+    trajectory) are left out; ``finish_type`` / ``valid_data`` / ``query_count`` go to
+    ``metadata``. ToolBench's AutoGPT system prompt is kept: it is the row's instruction.
+    """
+    ag = _require(row, "answer_generation", dict)
+    prefixes = ag.get("train_messages")
+    if not isinstance(prefixes, list) or not prefixes or not isinstance(prefixes[-1], list):
+        raise RowProblem(reasons.UNKNOWN_FORMAT, "answer_generation.train_messages is empty")
+    chain = prefixes[-1]
+    for k, prefix in enumerate(prefixes[:-1]):
+        if not isinstance(prefix, list) or chain[: len(prefix)] != prefix:
+            msg = f"train_messages[{k}] is not a prefix of the last one (not one trajectory)"
+            raise RowProblem(reasons.UNKNOWN_FORMAT, msg)
+    meta = _metadata_dict(row)
+    meta.update({k: ag[k] for k in ("finish_type", "valid_data", "query_count") if k in ag})
+    out: Row = {"messages": list(chain), "metadata": meta}
+    if isinstance(ag.get("function"), list):
+        out["tools"] = ag["function"]
+    for key in ("id", "query_id"):
+        if row.get(key) is not None:
+            out[key] = row[key]
+    return out
+
+
 # --- the table ------------------------------------------------------------------------------
 
 _ALL = [
@@ -528,6 +600,7 @@ _ALL = [
         "glaive-function-calling-v2: system + chat transcript (USER: / ASSISTANT: <functioncall>"
         " / FUNCTION RESPONSE:); the LLaMA-Factory conversations form reads as is.",
         aliases=("glaive",),
+        signature=("system", "chat"),
     ),
     Preset(
         "xlam-function-calling-60k",
@@ -538,6 +611,30 @@ _ALL = [
         "xLAM function calling 60k: id, query, tools (JSON text), answers (JSON text list of "
         "calls) -> user turn + assistant tool_calls.",
         aliases=("xlam",),
+        signature=("query", "answers", "tools"),
+    ),
+    Preset(
+        "skythought",
+        None,
+        "messages",
+        {"id": "idx"},
+        skythought_row,
+        "SkyThought evaluation dumps: idx, question, code (generations with <|begin_of_thought|>"
+        " ... <|end_of_solution|> markers) -> user + assistant (reasoning_content + content);"
+        " grading columns to metadata.",
+        aliases=("sky-t1", "skythought-eval"),
+        signature=("question", "code", "pred"),
+    ),
+    Preset(
+        "toolbench",
+        None,
+        "messages",
+        None,
+        toolbench_row,
+        "ToolBench DFSDT answer trees: answer_generation.train_messages (last = whole"
+        " trajectory; function_call / function turns) + answer_generation.function -> tools.",
+        aliases=("toolbench-dfsdt",),
+        signature=("answer_generation",),
     ),
 ]
 
@@ -596,4 +693,29 @@ def source_normalizer(src: Any) -> Callable[[RawRow], Normalized]:
     if src.preset:
         preset = apply_preset(src.preset)
         return lambda raw: normalize_with_preset(preset, raw)
-    return lambda raw: normalize(raw, src.format, src.fields)
+    if src.format or src.fields:
+        return lambda raw: normalize(raw, src.format, src.fields)
+    return _with_preset_hint
+
+
+def _with_preset_hint(raw: RawRow) -> Normalized:
+    """`normalize`; an ``unknown_format`` row whose keys are a preset's layout says so."""
+    item = normalize(raw)
+    if isinstance(item, Reject) and item.reason == reasons.UNKNOWN_FORMAT:
+        hint = preset_hint(raw.data)
+        if hint:
+            return Reject(item.source, item.row, item.id, item.reason, f"{item.message}; {hint}")
+    return item
+
+
+def preset_hint(data: Any) -> str | None:
+    """``these keys are the layout of preset NAME (...)`` when a preset's signature matches."""
+    if not isinstance(data, dict):
+        return None
+    for p in _ALL:
+        if p.signature and all(k in data for k in p.signature):
+            return (
+                f"these keys are the layout of preset {p.name!r} ({p.description.split(':')[0]}):"
+                f" give the source `preset: {p.name}` (or --preset {p.name})"
+            )
+    return None
