@@ -58,6 +58,9 @@ TURN_HISTORY_RENDER_DIFFERS = "history_render_differs"  # full render shows it d
 TURN_PLACEHOLDER = "placeholder_answer"  # "OK.", "", whitespace: never supervised
 TURN_NOT_LAST = "not_last_turn"  # --turns last: earlier turns are context by request
 TURN_NO_PROMPT = "no_prompt"  # the first message: nothing before it to generate from
+# `all`: the row's tokens before the turn are not the served prompt's tokens (same text,
+# tokenized in other pieces: e.g. a history generation's edge merges differently)
+TURN_HISTORY_TOKENS_DIFFER = "history_tokens_differ"
 
 ROW_REJECT_REASONS = frozenset(
     {
@@ -103,6 +106,7 @@ TURN_CONTEXT_REASONS = frozenset(
         TURN_PLACEHOLDER,
         TURN_NOT_LAST,
         TURN_NO_PROMPT,
+        TURN_HISTORY_TOKENS_DIFFER,
     }
 )
 

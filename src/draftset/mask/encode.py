@@ -163,6 +163,10 @@ def encode_plans(
     is `TooLong` under ``drop``; under ``truncate`` the segments after the one that proves the
     cut are skipped (the kept tokens and the cut are the same), and a row whose kept tokens
     are all context is `NothingSupervised`.
+
+    A row with several supervised turns (``--turns all``) keeps a later turn supervised only
+    when the row's tokens before it equal its served prompt tokenized in one piece
+    (`_served_context`); the prompts go through the same batched call.
     """
     needed = [_needed_segments(plan, rules, token_bytes) for plan in plans]
     texts = [
@@ -172,29 +176,113 @@ def encode_plans(
         for i, (text, _) in enumerate(plan.segments[:n])
         if i not in plan.server_ids
     ]
+    served = [_served_prompts(plan, n) for plan, n in zip(plans, needed, strict=True)]
+    n_segments = len(texts)
+    texts += [text for prompts in served for _, text in prompts]
     encodings = _encode_batch(backend)(texts, add_special_tokens=False) if texts else []
     out: list[tuple[np.ndarray, np.ndarray] | TooLong | NothingSupervised] = []
-    k = 0
-    for plan, n in zip(plans, needed, strict=True):
+    k, p = 0, n_segments
+    for plan, n, prompts in zip(plans, needed, served, strict=True):
         if not isinstance(n, int):
             out.append(n)
             continue
         ids_parts: list[list[int]] = []
-        lengths: list[int] = []
-        flags: list[int] = []
-        for i, (_, supervised) in enumerate(plan.segments[:n]):
+        for i, _ in enumerate(plan.segments[:n]):
             if i in plan.server_ids:  # the server's own tokens for this generation
-                ids = plan.server_ids[i]
+                ids_parts.append(plan.server_ids[i])
             else:
-                ids = encodings[k].ids
+                ids_parts.append(encodings[k].ids)
                 k += 1
-            ids_parts.append(ids)
-            lengths.append(len(ids))
-            flags.append(1 if supervised else 0)
+        if prompts:
+            want = {turn: encodings[p + x].ids for x, (turn, _) in enumerate(prompts)}
+            p += len(prompts)
+            checked = _served_context(backend, plan, ids_parts, want, rules, token_bytes)
+            if not isinstance(checked, list):
+                out.append(checked)
+                continue
+            ids_parts = checked
+        lengths = [len(ids) for ids in ids_parts]
+        flags = [1 if supervised else 0 for _, supervised in plan.segments[: len(ids_parts)]]
         input_ids = np.fromiter(chain.from_iterable(ids_parts), dtype=np.int32, count=sum(lengths))
         loss_mask = np.repeat(np.asarray(flags, dtype=np.int8), lengths)
         out.append((input_ids, loss_mask))
     return out
+
+
+def _served_prompts(plan: RowPlan, n: int | TooLong | NothingSupervised) -> list[tuple[int, str]]:
+    """(message index, served prompt text) of each supervised turn after the first in the
+    encoded segments: the prompt is the row's text before the turn (the prefix rule)."""
+    if not isinstance(n, int) or plan.supervised_turns < 2:
+        return []
+    out: list[tuple[int, str]] = []
+    pieces: list[str] = []
+    seen = False
+    for i, (text, supervised) in enumerate(plan.segments[:n]):
+        if supervised:
+            if seen:
+                out.append((plan.turn_of_segment[i], "".join(pieces)))
+            seen = True
+        pieces.append(text)
+    return out
+
+
+def _served_context(
+    backend: Any,
+    plan: RowPlan,
+    ids_parts: list[list[int]],
+    served: dict[int, list[int]],
+    rules: LengthRules | None,
+    token_bytes: int | None,
+) -> list[list[int]] | TooLong | NothingSupervised:
+    """The token-level context rule (docs/semantics.md, turn modes).
+
+    The server tokenizes a turn's prompt in one piece; the row holds earlier generations
+    tokenized as the model emitted them. Where the two differ (same text: Qwen3.6's ``<think>``
+    ``\\n`` + ``\\n</think>`` of an empty-reasoning history turn is ``<think>`` ``\\n\\n``
+    ``</think>`` in the next prompt), the later turn was never generated after these tokens:
+    it becomes context (`RowPlan.demote`), its text re-tokenized with its neighbours, and the
+    turns after it are judged on the new tokens. The first supervised turn's context is its
+    prompt's own encoding, so a row never loses all its turns here. Under ``truncate`` a turn
+    starting at or past the cut is not in the row and not judged.
+    """
+    first = True
+    prefix: list[int] = []
+    i = 0
+    while i < len(ids_parts):
+        supervised = plan.segments[i][1]
+        if supervised and not first:
+            cut = rules is not None and rules.truncation == "truncate"
+            if cut and len(prefix) >= rules.max_length:  # type: ignore[union-attr]
+                break  # the turn starts past the cut: not in the row
+            turn = plan.turn_of_segment[i]
+            want = served.get(turn)
+            if want is None:  # a segment the first pass had not encoded (after a demotion)
+                text = "".join(t for t, _ in plan.segments[:i])
+                want = backend.encode(text, add_special_tokens=False).ids
+            if prefix != want:
+                start = i - 1 if i > 0 and not plan.segments[i - 1][1] else i
+                if start < i:
+                    del prefix[len(prefix) - len(ids_parts[start]) :]
+                plan.demote(i)
+                n = _needed_segments(plan, rules, token_bytes)
+                if not isinstance(n, int):
+                    return n
+                redo = [
+                    None if j in plan.server_ids else text
+                    for j, (text, _) in enumerate(plan.segments[start:n], start)
+                ]
+                todo = [t for t in redo if t is not None]
+                fresh = iter(_encode_batch(backend)(todo, add_special_tokens=False) if todo else [])
+                ids_parts = ids_parts[:start] + [
+                    plan.server_ids[j] if t is None else next(fresh).ids
+                    for j, t in enumerate(redo, start)
+                ]
+                i = start
+                continue
+        first = first and not supervised
+        prefix.extend(ids_parts[i])
+        i += 1
+    return ids_parts
 
 
 def _needed_segments(

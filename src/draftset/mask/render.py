@@ -39,6 +39,29 @@ class RowPlan:
     server_ids: dict[int, list[int]] = field(default_factory=dict)
     # segment index -> index of the assistant message it is the generation of
     turn_of_segment: dict[int, int] = field(default_factory=dict)
+    # turns made context at encoding: the row's tokens before them are not the served
+    # prompt's (`encode.encode_plans`, reason `history_tokens_differ`)
+    tokens_differ: int = 0
+
+    def demote(self, seg_index: int) -> None:
+        """Make supervised segment ``seg_index`` context: it joins its neighbouring context
+        segments, which are then tokenized as one piece (as a server tokenizes a prompt)."""
+        old_turns, old_ids = self.turn_of_segment, self.server_ids
+        flags = [sup and i != seg_index for i, (_, sup) in enumerate(self.segments)]
+        segments: list[tuple[str, bool]] = []
+        self.turn_of_segment, self.server_ids = {}, {}
+        for i, ((text, _), sup) in enumerate(zip(self.segments, flags, strict=True)):
+            if not sup and segments and not segments[-1][1]:
+                segments[-1] = (segments[-1][0] + text, False)
+                continue
+            if sup:
+                self.turn_of_segment[len(segments)] = old_turns[i]
+                if i in old_ids:
+                    self.server_ids[len(segments)] = old_ids[i]
+            segments.append((text, sup))
+        self.segments = segments
+        self.supervised_turns -= 1
+        self.tokens_differ += 1
 
 
 @dataclass(slots=True)

@@ -897,6 +897,16 @@ def _print_summary(result: RunResult) -> None:
             " as empty think blocks under this thinking template; `regenerate:"
             " missing_reasoning` in the recipe's generate section has the target answer them"
         )
+    context = total.get("context_turns_by_reason") or {}
+    differ = {
+        k: context[k] for k in ("history_render_differs", "history_tokens_differ") if context.get(k)
+    }
+    if differ:
+        print(
+            f"hint: {_fmt_counts(differ)} assistant turns kept as context only: the server shows"
+            " them differently in later prompts (text or tokens) than the model generated them;"
+            " `turns: each` in the recipe supervises every turn in its own row"
+        )
     if result.passed:
         print(f"verified: {result.out}   report: {result.report}")
     else:
