@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -143,10 +144,15 @@ def test_output_shape_reasoning_and_metadata(tmp_path: Path, server: FaultServer
         '{"custom": 1}',
         "--return-token-ids",
     ]
+    before = datetime.now().replace(microsecond=0)
     assert generate(src, out, server.url, extra=extra) == 0
+    after = datetime.now()
     lines = by_id(out)
     for row_id in ("a", "b"):
         line = lines[row_id]
+        # the instant the answers were asked for: build renders the row's prompts with it
+        # (a template's strftime_now), since no request field sets the server's clock
+        assert before <= datetime.fromisoformat(line["metadata"]["template_now"]) <= after
         answer = line["messages"][-1]
         assert answer["role"] == "assistant"
         assert answer["reasoning_content"] == "thinking about turn 0"  # `reasoning` renamed

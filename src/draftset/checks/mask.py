@@ -29,6 +29,7 @@ import numpy as np
 from draftset.config import defaults
 from draftset.core import reasons
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
+from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.template import (
     ChatTemplate,
@@ -57,7 +58,7 @@ FULL_CHECK_MAX_ROWS = 20_000
 DEFAULT_SAMPLE = 2_000
 """Rows mask-checked by default on sets above FULL_CHECK_MAX_ROWS."""
 
-_TEMPLATES: dict[tuple[str, str, str, tuple[str, ...]], ChatTemplate] = {}
+_TEMPLATES: dict[tuple[str, str, str, tuple[str, ...], str | None], ChatTemplate] = {}
 _THINK_TAGS = re.compile(r"</?think>")
 
 
@@ -72,9 +73,11 @@ def load_template(manifest: dict[str, Any], tokenizer: str | None) -> ChatTempla
     kwargs = dict(t.get("kwargs") or {})
     # only the user's own --eot-token extras: verify derives the stop tokens itself
     extra = tuple((manifest.get("options") or {}).get("eot_tokens") or ())
-    key = (tok, text, json.dumps(kwargs, sort_keys=True), extra)
+    # the instant the build's template read from the clock: rendered with it, any day
+    now = valid_now(t.get("now"))
+    key = (tok, text, json.dumps(kwargs, sort_keys=True), extra, now)
     if key not in _TEMPLATES:
-        tmpl = ChatTemplate(TemplateSpec(tok, text or None, kwargs, extra))
+        tmpl = ChatTemplate(TemplateSpec(tok, text or None, kwargs, extra, now))
         _TEMPLATES[key] = tmpl
         tmpl.verify_stops = derive_stop_tokens(tmpl, extra)  # type: ignore[attr-defined]
     return _TEMPLATES[key]
@@ -321,6 +324,10 @@ def expected_rows(
     recorded = conv.meta.get("metadata")
     row_kwargs = recorded.get("chat_template_kwargs") if isinstance(recorded, dict) else None
     row_kwargs = row_kwargs if isinstance(row_kwargs, dict) else None
+    # a generated row: the instant its answers were asked for is the clock its prompts read
+    now = valid_now(recorded.get("template_now")) if isinstance(recorded, dict) else None
+    if now is not None:
+        row_kwargs = {**(row_kwargs or {}), **clock_kwargs(now)}
 
     def render(messages: list, generation_prompt: bool = False) -> str:
         return tmpl.render_reference(messages, conv.tools, generation_prompt, row_kwargs)

@@ -67,6 +67,7 @@ from draftset.generation.store import (
     write_run,
 )
 from draftset.generation.wire import redact_url
+from draftset.mask.ambient import now_iso
 from draftset.sources.normalize import FORMATS
 from draftset.sources.presets import apply_preset, source_normalizer
 from draftset.sources.read import HUB_PREFIX, Source, count_rows, iter_raw_rows
@@ -326,6 +327,7 @@ class _Runner:
         """Answer one row and write its one line (output or error). `NoEndpoint` propagates:
         that row is left for the next run."""
         kwargs, thinking = self.kwargs_for(job)
+        asked_at = now_iso()  # what the server's strftime_now reads, for build to render with
         try:
             dialog = await run_dialog(job, lambda msgs: self.ask(msgs, job, kwargs))
         except FinalError as exc:
@@ -349,7 +351,7 @@ class _Runner:
                 _error_line(job.id, job.source, job.row, dialog.stop, dialog.stop_message, **extra)
             )
             return
-        line = self.record(job, dialog, kwargs, thinking)
+        line = self.record(job, dialog, kwargs, thinking, asked_at)
         try:
             self.out.write(line)
         except UnicodeEncodeError:  # parse_completion refuses such text; never write it anyway
@@ -376,7 +378,9 @@ class _Runner:
         if self.progress:
             self.progress(self.result)
 
-    def record(self, job: Job, d: Dialog, kwargs: dict[str, Any], thinking: bool) -> dict[str, Any]:
+    def record(
+        self, job: Job, d: Dialog, kwargs: dict[str, Any], thinking: bool, asked_at: str
+    ) -> dict[str, Any]:
         last = d.completions[-1]
         usage: Counter[str] = Counter()
         for c in d.completions:
@@ -389,6 +393,9 @@ class _Runner:
             "sampling": self.sampling,
             "thinking": "on" if thinking else "off",
             "chat_template_kwargs": kwargs,
+            # the client's clock when the answers were asked for: the day a template's
+            # strftime_now wrote into the server's prompt (no request field can set it)
+            "template_now": asked_at,
             "answers": len(d.completions),
             "origin": job.origin,
         }

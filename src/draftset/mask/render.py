@@ -19,6 +19,7 @@ from typing import Literal
 
 from draftset.core import reasons
 from draftset.core.records import Conversation, Message, Reject
+from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.mask.template import Renderer
 from draftset.sources.normalize import as_template_reads
 
@@ -107,10 +108,17 @@ def _template_reject(conv: Conversation, exc: Exception, row_id: str | None = No
 
 
 def row_template_kwargs(conv: Conversation) -> dict | None:
-    """Template options a row was generated with (recorded by `draftset generate`)."""
+    """Template options a row was generated with (recorded by `draftset generate`), and the
+    instant its prompts were rendered at (``metadata.template_now``, mask/ambient.py)."""
     recorded = conv.meta.get("metadata")
-    kwargs = recorded.get("chat_template_kwargs") if isinstance(recorded, dict) else None
-    return kwargs if isinstance(kwargs, dict) and kwargs else None
+    if not isinstance(recorded, dict):
+        return None
+    kwargs = recorded.get("chat_template_kwargs")
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    now = valid_now(recorded.get("template_now"))
+    if now is not None:
+        kwargs = {**kwargs, **clock_kwargs(now)}
+    return kwargs or None
 
 
 def _server_completion_ids(conv: Conversation) -> dict[int, list[int]]:
