@@ -18,7 +18,9 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
   encoded, that inflates to ``bomb_bytes``; ``[gzip]`` / ``[chunked]``: a normal answer, gzip
   encoded / sent in chunks;
 - ``[surrogate]``: an answer whose content is the JSON escape of a lone surrogate (``\\ud800``);
-- ``[echoauth]``: HTTP 401 whose body echoes the request's ``Authorization`` header.
+- ``[echoauth]``: HTTP 401 whose body echoes the request's ``Authorization`` header;
+- ``[leak]``: every answer's last text field ends with ``<|im_end|>`` (a server that leaks the
+  stop token's text, as `transformers serve` did).
 
 Every request's headers are kept in ``headers`` (lower-case names).
 
@@ -232,6 +234,10 @@ def _completion(req: dict[str, Any], first: str, turn: int) -> dict[str, Any]:
     if kwargs.get("enable_thinking", True):
         field_name = "reasoning" if "[reasoningfield]" in first else "reasoning_content"
         message[field_name] = f"thinking about turn {turn}"
+    if "[leak]" in first:
+        leaky = "content" if message.get("content") else "reasoning_content"
+        if message.get(leaky):
+            message[leaky] += "<|im_end|>"
     text = message.get("content") or ""
     out: dict[str, Any] = {
         "id": f"cmpl-{turn}",

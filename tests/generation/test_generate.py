@@ -807,3 +807,44 @@ def test_preset_and_field_mapping_as_in_build(tmp_path: Path, server: FaultServe
     lines = by_id(out4)
     assert lines["o1"]["messages"][0]["content"] == "You are terse."
     assert lines["c1"]["messages"][0]["content"] == "Write a loop."
+
+
+# --- issue 24, item 9: a special token's text in an answer ------------------------------------
+def test_leaked_stop_token_is_cut_and_other_special_text_fails_the_row(
+    tmp_path: Path, server: FaultServer, qwen3_dir: Path
+) -> None:
+    """With --tokenizer: `<|im_end|>` ending an answer is the stop token the server leaked (the
+    model stopped there): cut before the answer becomes history, and counted. Anywhere else the
+    row fails `special_token_in_answer`. Without it, nothing is cut (build rejects such rows)."""
+    rows = [
+        {"id": "leak", "turns": ["hi [leak]", "again"]},
+        {"id": "mid", "prompt": "say <|im_end|> twice"},  # echoed inside the answer
+        {"id": "clean", "prompt": "hello"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    extra = ["--thinking", "off", "--tokenizer", str(qwen3_dir)]
+    assert generate(src, out, server.url, extra=extra) == 0
+    lines = by_id(out)
+    assert set(lines) == {"leak", "clean"}
+    answers = [m for m in lines["leak"]["messages"] if m["role"] == "assistant"]
+    assert len(answers) == 2 and not any("<|im_end|>" in m["content"] for m in answers)
+    assert lines["leak"]["metadata"]["special_tokens_stripped"] == ["<|im_end|>"] * 2
+    # the cut answer is what the second request carried as history
+    second = [r for r in server.requests if r["messages"][0]["content"] == "hi [leak]"][-1]
+    assert not any("<|im_end|>" in m["content"] for m in second["messages"][1:])
+    assert "special_tokens_stripped" not in lines["clean"]["metadata"]
+    (err,) = read_lines(tmp_path / "o.errors.jsonl")
+    assert err["id"] == "mid" and err["reason"] == "special_token_in_answer"
+    assert "'<|im_end|>'" in err["message"]
+    plain = tmp_path / "plain.jsonl"
+    assert generate(src, plain, server.url, extra=["--thinking", "off"]) == 0
+    kept = by_id(plain)
+    assert kept["leak"]["messages"][1]["content"].endswith("<|im_end|>")
+
+
+def test_bad_tokenizer_folder_exits_2(tmp_path: Path, server: FaultServer) -> None:
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "hi"}])
+    extra = ["--tokenizer", str(tmp_path / "nowhere")]
+    assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 2
+    assert not (tmp_path / "o.jsonl").exists()

@@ -335,6 +335,8 @@ def expected_rows(
     originals = conv.messages
     asst = [i for i, m in enumerate(originals) if m["role"] == "assistant"]
     originals = originals[: asst[-1] + 1]
+    if reasons.special_token_in_answer(originals, _special_pattern(tmpl)) is not None:
+        return [], Counter(), SPECIAL_TOKEN_TEXT
     parts, renders_reasoning = _shape(tmpl)
     msgs = as_template_reads(originals, conv.meta, parts, renders_reasoning)
     context: Counter[str] = Counter()
@@ -395,6 +397,17 @@ def expected_rows(
 
 
 DROPS_CONTENT = "the template's render of an assistant turn does not contain its text or tools"
+SPECIAL_TOKEN_TEXT = "an assistant answer holds the text of a special token"
+
+
+def _special_pattern(tmpl: ChatTemplate) -> re.Pattern[str] | None:
+    """The special tokens' texts, from the tokenizer's public ``added_tokens_decoder``."""
+    pattern = getattr(tmpl, "verify_special_pattern", False)
+    if pattern is False:
+        added = tmpl.tokenizer.added_tokens_decoder.values()
+        pattern = reasons.special_token_pattern({str(t) for t in added if t.special})
+        tmpl.verify_special_pattern = pattern  # type: ignore[attr-defined]
+    return pattern  # type: ignore[return-value]
 
 
 def _first_line(exc: Exception) -> str:
@@ -895,6 +908,8 @@ def _check_rejection(
         p.add("rejected as template_error but the template renders", conv.id)
     if reasons.TEMPLATE_DROPS_CONTENT in reasons_given and error != DROPS_CONTENT:
         p.add("rejected as template_drops_content but every generation holds its text", conv.id)
+    if reasons.SPECIAL_TOKEN_IN_ANSWER in reasons_given and error != SPECIAL_TOKEN_TEXT:
+        p.add("rejected as special_token_in_answer but no answer holds such text", conv.id)
 
 
 def _compare_pretokenized(

@@ -13,6 +13,7 @@ straddles a prompt/generation edge, exactly as at serving time.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
@@ -201,6 +202,20 @@ def plan_conversation(
     if last + 1 < len(messages):  # turns after the last answer teach nothing: drop, but count
         plan.trailing_turns_trimmed = len(messages) - last - 1
         messages = messages[: last + 1]
+    leak = reasons.special_token_in_answer(messages, _special_pattern(tmpl))
+    if leak is not None:  # text the model never writes as text: reject, never guess
+        j, key, tok = leak
+        plan.rejects.append(
+            Reject(
+                conv.source,
+                conv.row,
+                conv.id,
+                reasons.SPECIAL_TOKEN_IN_ANSWER,
+                f"assistant message {j}'s {key} holds the text of special token {tok!r}"
+                " (a server that leaked its stop token?); it would be encoded as that token",
+            )
+        )
+        return plan
     # what the template is given: inline reasoning and content shape as it reads them
     shown = as_template_reads(messages, conv.meta, tmpl.content_parts, tmpl.renders_reasoning)
     if mode == "each":
@@ -211,6 +226,17 @@ def plan_conversation(
     if server:
         _attach_server_ids(tmpl, plan, server)
     return plan
+
+
+def _special_pattern(tmpl: Renderer) -> re.Pattern[str] | None:
+    """`reasons.special_token_pattern` of the tokenizer's special tokens, once per renderer."""
+    try:
+        return tmpl._special_pattern  # type: ignore[attr-defined,no-any-return]
+    except AttributeError:
+        added = tmpl.backend.get_added_tokens_decoder().values()
+        pattern = reasons.special_token_pattern({t.content for t in added if t.special})
+        tmpl._special_pattern = pattern  # type: ignore[attr-defined]
+        return pattern
 
 
 def _attach_server_ids(
