@@ -12,6 +12,7 @@ model never sees.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from conftest import qwen3_tokenizer_dir, trl_template
 
@@ -123,3 +124,55 @@ def test_each_and_last_rows_start_from_the_served_prompt(qwen36, mode):
         ((s, _),) = supervised_runs(row.loss_mask)
         assert row.input_ids.tolist()[:s] == served_prompt(qwen36, msgs, j)
     assert reasons.TURN_HISTORY_TOKENS_DIFFER not in res.plan_stats.context_turns
+
+
+def varied() -> list[list[dict]]:
+    """Multi-turn conversations whose later turns are judged: tool loops with and without
+    reasoning, text that merges across edges (CJK, emoji, spaces, newlines)."""
+    out = [tool_loop(None), tool_loop("Look it up.")]
+    for answer in ("Blue.", " spaced ", "\n\nnewlines\n", "日本語の答え。", "🙂🙂 ok", ""):
+        call = {"role": "assistant", "content": answer, "tool_calls": [CALL]}
+        out.append(
+            [
+                {"role": "user", "content": "Q1 日本"},
+                call,
+                {"role": "tool", "content": "r1"},
+                {"role": "assistant", "content": answer or "x", "tool_calls": [CALL]},
+                {"role": "tool", "content": "r2 🙂"},
+                {"role": "assistant", "content": f"final {answer}", "reasoning_content": "ok"},
+            ]
+        )
+    return out
+
+
+@pytest.mark.parametrize("template", ["qwen3_6", "qwen3"])
+def test_judging_from_the_last_added_token_equals_tokenizing_whole_prompts(template, monkeypatch):
+    """The fast path tokenizes a prompt only after the last added token before the previous
+    turn; it must give exactly the rows and counts of tokenizing every prompt whole."""
+    from draftset.mask import encode
+
+    t = ChatTemplate(
+        TemplateSpec(str(qwen3_tokenizer_dir()), trl_template(template).read_text(), {}, ())
+    )
+    assert encode._added_token_split(t.backend) is not None
+    batch = [Conversation(f"c{i}", "s", i, m, TOOLS) for i, m in enumerate(varied())]
+
+    def run():
+        spec = t.spec
+        opts = BuildOptions(sources=[], tokenizer=spec.tokenizer, out=None)  # type: ignore[arg-type]
+        step = mask_config(opts, spec, describe_template(t)).build(t)
+        res = step(list(batch))
+        rows = [(r.input_ids.tolist(), r.loss_mask.tolist()) for x in res for r in x.rows]
+        return rows, count_results(res)["s"].context_turns
+
+    fast = run()
+    monkeypatch.setattr(encode, "_added_token_split", lambda backend: None)
+    assert run() == fast
+    for (ids, mask), msgs in zip(fast[0], varied(), strict=True):
+        for s, _ in supervised_runs(np.asarray(mask)):
+            j = next(
+                j
+                for j in range(1, len(msgs))
+                if msgs[j]["role"] == "assistant" and len(served_prompt(t, msgs, j)) == s
+            )
+            assert ids[:s] == served_prompt(t, msgs, j)
