@@ -22,6 +22,8 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
   ``[echoauth200]``: a normal 200 answer whose content and reasoning echo it.
 - ``[model:NAME]``: a normal answer whose ``model`` field says NAME (a server that switched
   models, or a proxy routing to another one).
+- ``[leak]``: every answer's last text field ends with ``<|im_end|>`` (a server that leaks the
+  stop token's text, as `transformers serve` did).
 
 Every request's headers are kept in ``headers`` (lower-case names).
 
@@ -240,6 +242,10 @@ def _completion(req: dict[str, Any], first: str, turn: int) -> dict[str, Any]:
     if kwargs.get("enable_thinking", True):
         field_name = "reasoning" if "[reasoningfield]" in first else "reasoning_content"
         message[field_name] = f"thinking about turn {turn}"
+    if "[leak]" in first:
+        leaky = "content" if message.get("content") else "reasoning_content"
+        if message.get(leaky):
+            message[leaky] += "<|im_end|>"
     text = message.get("content") or ""
     out: dict[str, Any] = {
         "id": f"cmpl-{turn}",

@@ -129,6 +129,12 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
             "hint: the template renders some history turns differently from how the model generated"
             " them (e.g. reasoning stripped); --turns each supervises every turn in its own row"
         )
+    if total.context_turns.get("history_tokens_differ"):
+        console.print(
+            "hint: some turns follow history the server tokenizes differently from how the model"
+            " generated it (history_tokens_differ: same text, other tokens); --turns each"
+            " supervises every turn in its own row"
+        )
     if total.generation_tags_disagree:
         console.print(
             f"note: the template's {{% generation %}} tags mark something other than what the"

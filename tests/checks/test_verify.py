@@ -893,3 +893,52 @@ def test_manifest_field_of_the_wrong_type_is_one_line_exit_2(
         assert run() == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "manifest.json is malformed" in err[0] and said in err[0], err
+
+
+@pytest.fixture(scope="module")
+def tool_loop_set(tmp_path_factory) -> Path:
+    """Qwen3.6, thinking on: a tool loop whose call has empty reasoning (issue 24, item 2)."""
+    root = tmp_path_factory.mktemp("tokens")
+    call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    row = {
+        "id": "loop",
+        "tools": next(r["tools"] for r in ROWS if "tools" in r),
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": '{"temp": 21}'},
+            {"role": "assistant", "content": "It is 21C.", "reasoning_content": "It said 21."},
+        ],
+    }
+    src = write_jsonl(root / "loop.jsonl", [row])
+    opts = BuildOptions(
+        [Source("loop", src)],
+        str(qwen3_tokenizer_dir()),
+        root / "set",
+        workers=1,
+        chat_template_path=str(trl_template("qwen3_6")),
+    )
+    return run_build(opts).out
+
+
+def test_turn_after_retokenized_history_is_context_and_verify_agrees(tool_loop_set, tmp_path):
+    """Build keeps the final turn as context (its served prompt tokenizes the empty think block
+    of the call as one ``\\n\\n``); verify re-derives that on its own, counts it, and fails the
+    row the old rule wrote (that turn supervised on tokens the model never saw)."""
+    m = manifest(tool_loop_set)
+    ctx = m["counts"]["per_source"]["loop"]["context_turns_by_reason"]
+    assert ctx.get("history_tokens_differ") == 1
+    assert not failed(verify(tool_loop_set))
+    folder = copy_set(tool_loop_set, tmp_path)
+    rows = read_rows(folder)
+    (row,) = rows
+    ids = row["input_ids"]
+    # supervise the final turn as the text-prefix rule did: after its last <think>\n
+    start = len(ids) - 1 - ids[::-1].index(151667) + 2
+    row["loss_mask"][start:-1] = [1] * (len(ids) - 1 - start)
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert "mask_fidelity" in failed(results)
+    msgs = by_name(results)["mask_fidelity"].details["messages"]
+    assert any("served prompt's tokens" in m for m in msgs), msgs

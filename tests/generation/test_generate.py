@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -143,10 +144,15 @@ def test_output_shape_reasoning_and_metadata(tmp_path: Path, server: FaultServer
         '{"custom": 1}',
         "--return-token-ids",
     ]
+    before = datetime.now().replace(microsecond=0)
     assert generate(src, out, server.url, extra=extra) == 0
+    after = datetime.now()
     lines = by_id(out)
     for row_id in ("a", "b"):
         line = lines[row_id]
+        # the instant the answers were asked for: build renders the row's prompts with it
+        # (a template's strftime_now), since no request field sets the server's clock
+        assert before <= datetime.fromisoformat(line["metadata"]["template_now"]) <= after
         answer = line["messages"][-1]
         assert answer["role"] == "assistant"
         assert answer["reasoning_content"] == "thinking about turn 0"  # `reasoning` renamed
@@ -883,3 +889,44 @@ def test_retry_after_far_in_the_future_waits_at_most_the_backoff_cap(tmp_path: P
         took = time.monotonic() - t0
     assert rc == 0 and "a" in by_id(tmp_path / "o.jsonl")
     assert 1.0 <= took < 15, took
+
+
+# --- issue 24, item 9: a special token's text in an answer ------------------------------------
+def test_leaked_stop_token_is_cut_and_other_special_text_fails_the_row(
+    tmp_path: Path, server: FaultServer, qwen3_dir: Path
+) -> None:
+    """With --tokenizer: `<|im_end|>` ending an answer is the stop token the server leaked (the
+    model stopped there): cut before the answer becomes history, and counted. Anywhere else the
+    row fails `special_token_in_answer`. Without it, nothing is cut (build rejects such rows)."""
+    rows = [
+        {"id": "leak", "turns": ["hi [leak]", "again"]},
+        {"id": "mid", "prompt": "say <|im_end|> twice"},  # echoed inside the answer
+        {"id": "clean", "prompt": "hello"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    extra = ["--thinking", "off", "--tokenizer", str(qwen3_dir)]
+    assert generate(src, out, server.url, extra=extra) == 0
+    lines = by_id(out)
+    assert set(lines) == {"leak", "clean"}
+    answers = [m for m in lines["leak"]["messages"] if m["role"] == "assistant"]
+    assert len(answers) == 2 and not any("<|im_end|>" in m["content"] for m in answers)
+    assert lines["leak"]["metadata"]["special_tokens_stripped"] == ["<|im_end|>"] * 2
+    # the cut answer is what the second request carried as history
+    second = [r for r in server.requests if r["messages"][0]["content"] == "hi [leak]"][-1]
+    assert not any("<|im_end|>" in m["content"] for m in second["messages"][1:])
+    assert "special_tokens_stripped" not in lines["clean"]["metadata"]
+    (err,) = read_lines(tmp_path / "o.errors.jsonl")
+    assert err["id"] == "mid" and err["reason"] == "special_token_in_answer"
+    assert "'<|im_end|>'" in err["message"]
+    plain = tmp_path / "plain.jsonl"
+    assert generate(src, plain, server.url, extra=["--thinking", "off"]) == 0
+    kept = by_id(plain)
+    assert kept["leak"]["messages"][1]["content"].endswith("<|im_end|>")
+
+
+def test_bad_tokenizer_folder_exits_2(tmp_path: Path, server: FaultServer) -> None:
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "hi"}])
+    extra = ["--tokenizer", str(tmp_path / "nowhere")]
+    assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 2
+    assert not (tmp_path / "o.jsonl").exists()

@@ -29,6 +29,7 @@ import numpy as np
 from draftset.config import defaults
 from draftset.core import reasons
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
+from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.template import (
     ChatTemplate,
@@ -57,7 +58,7 @@ FULL_CHECK_MAX_ROWS = 20_000
 DEFAULT_SAMPLE = 2_000
 """Rows mask-checked by default on sets above FULL_CHECK_MAX_ROWS."""
 
-_TEMPLATES: dict[tuple[str, str, str, tuple[str, ...]], ChatTemplate] = {}
+_TEMPLATES: dict[tuple[str, str, str, tuple[str, ...], str | None], ChatTemplate] = {}
 _THINK_TAGS = re.compile(r"</?think>")
 
 
@@ -72,9 +73,11 @@ def load_template(manifest: dict[str, Any], tokenizer: str | None) -> ChatTempla
     kwargs = dict(t.get("kwargs") or {})
     # only the user's own --eot-token extras: verify derives the stop tokens itself
     extra = tuple((manifest.get("options") or {}).get("eot_tokens") or ())
-    key = (tok, text, json.dumps(kwargs, sort_keys=True), extra)
+    # the instant the build's template read from the clock: rendered with it, any day
+    now = valid_now(t.get("now"))
+    key = (tok, text, json.dumps(kwargs, sort_keys=True), extra, now)
     if key not in _TEMPLATES:
-        tmpl = ChatTemplate(TemplateSpec(tok, text or None, kwargs, extra))
+        tmpl = ChatTemplate(TemplateSpec(tok, text or None, kwargs, extra, now))
         _TEMPLATES[key] = tmpl
         tmpl.verify_stops = derive_stop_tokens(tmpl, extra)  # type: ignore[attr-defined]
     return _TEMPLATES[key]
@@ -321,6 +324,10 @@ def expected_rows(
     recorded = conv.meta.get("metadata")
     row_kwargs = recorded.get("chat_template_kwargs") if isinstance(recorded, dict) else None
     row_kwargs = row_kwargs if isinstance(row_kwargs, dict) else None
+    # a generated row: the instant its answers were asked for is the clock its prompts read
+    now = valid_now(recorded.get("template_now")) if isinstance(recorded, dict) else None
+    if now is not None:
+        row_kwargs = {**(row_kwargs or {}), **clock_kwargs(now)}
 
     def render(messages: list, generation_prompt: bool = False) -> str:
         return tmpl.render_reference(messages, conv.tools, generation_prompt, row_kwargs)
@@ -328,6 +335,8 @@ def expected_rows(
     originals = conv.messages
     asst = [i for i, m in enumerate(originals) if m["role"] == "assistant"]
     originals = originals[: asst[-1] + 1]
+    if reasons.special_token_in_answer(originals, _special_pattern(tmpl)) is not None:
+        return [], Counter(), SPECIAL_TOKEN_TEXT
     parts, renders_reasoning = _shape(tmpl)
     msgs = as_template_reads(originals, conv.meta, parts, renders_reasoning)
     context: Counter[str] = Counter()
@@ -388,6 +397,17 @@ def expected_rows(
 
 
 DROPS_CONTENT = "the template's render of an assistant turn does not contain its text or tools"
+SPECIAL_TOKEN_TEXT = "an assistant answer holds the text of a special token"
+
+
+def _special_pattern(tmpl: ChatTemplate) -> re.Pattern[str] | None:
+    """The special tokens' texts, from the tokenizer's public ``added_tokens_decoder``."""
+    pattern = getattr(tmpl, "verify_special_pattern", False)
+    if pattern is False:
+        added = tmpl.tokenizer.added_tokens_decoder.values()
+        pattern = reasons.special_token_pattern({str(t) for t in added if t.special})
+        tmpl.verify_special_pattern = pattern  # type: ignore[attr-defined]
+    return pattern  # type: ignore[return-value]
 
 
 def _first_line(exc: Exception) -> str:
@@ -403,6 +423,7 @@ class RowVerdict:
     mask: list[str] = field(default_factory=list)
     leakage: list[str] = field(default_factory=list)
     truncated: bool = False
+    context: Counter[str] = field(default_factory=Counter)  # turns the token rule made context
 
 
 def _decode(tmpl: ChatTemplate, ids: np.ndarray) -> str:
@@ -439,6 +460,7 @@ def compare_row(
     if text != whole:
         v.mask.append("a supervised run boundary splits a character")
         return v
+    raw = exp
     text, pieces, exp = in_normal_form(tmpl, text, pieces, exp)
     cut_allowed = options.get("truncation") == "truncate" and len(ids) == int(
         options.get("max_length") or -1
@@ -450,11 +472,24 @@ def compare_row(
             v.mask.append("row text differs from the re-render of its source row")
             return v
     by_start = {start: (gen, j) for start, gen, j in exp.gens}
+    run_at = {start: i for i, (start, _, _) in enumerate(pieces)}
+    kept = len(text.rstrip("\ufffd")) if v.truncated else len(text) + 1
+    in_row = sum(1 for start, _, _ in exp.gens if start < kept)  # the cut removed the others
+    served = _served_context(tmpl, ids, runs, raw, [run_at.get(g[0]) for g in exp.gens[:in_row]])
+    demoted = {exp.gens[g][0] for g, ok in served.items() if not ok}
+    v.context[reasons.TURN_HISTORY_TOKENS_DIFFER] += len(demoted)
     matched: set[int] = set()
     for i, (start, end, run) in enumerate(pieces):
         is_last = i == len(pieces) - 1
         s_tok, e_tok = runs[i]
         hit = by_start.get(start)
+        if hit is not None and start in demoted:
+            v.mask.append(
+                f"turn {hit[1]} is supervised, but the row's tokens before it are not its"
+                " served prompt's tokens (tokenizer(render(turns<j, generation prompt)))"
+            )
+            matched.add(start)
+            continue
         if hit is not None and run == hit[0]:
             if int(ids[e_tok - 1]) not in _stop_ids(tmpl):
                 v.mask.append(f"run of turn {hit[1]} does not end with an end-of-turn token")
@@ -474,12 +509,49 @@ def compare_row(
         v.mask.append(_classify(start, end, run, exp, conv))
         _leak(v, conv, None, run, tmpl, ids[s_tok:e_tok], placeholders)
     for start, gen, j in exp.gens:
-        if start in matched:
+        if start in matched or start in demoted:
             continue
         if v.truncated and start >= len(text.rstrip("\ufffd")):
             continue  # cut off by truncation
         v.mask.append(f"assistant turn {j} should be supervised but is not: {_short(gen)}")
     return v
+
+
+def _served_context(
+    tmpl: ChatTemplate,
+    ids: np.ndarray,
+    runs: list[tuple[int, int]],
+    exp: Expected,
+    run_of_gen: list[int | None],
+) -> dict[int, bool]:
+    """The token-level context rule, judged on the row: expected generation -> whether the
+    tokens before it are its served prompt's, ``tokenizer(P)`` in one piece (public path).
+
+    A generation the row supervises is judged on the row's own tokens before it. One it does
+    not is judged on the tokens the row would hold had it been supervised: the row's tokens up
+    to the end of the previous supervised generation, then the context text in one piece. The
+    first generation is its own prompt's encoding; only the generations in ``run_of_gen`` (the
+    cut of a truncated row removed the others) are judged, and none after one the row lacks.
+    """
+    tok = tmpl.tokenizer
+    out: dict[int, bool] = {}
+    prev: tuple[int, int] | None = None  # (token end, char end) of the last supervised one
+    for g, r in enumerate(run_of_gen):
+        start, gen, _ = exp.gens[g]
+        if prev is not None:
+            want = tok(exp.text[:start], add_special_tokens=False)["input_ids"]
+            if r is not None:
+                have = [int(x) for x in ids[: runs[r][0]]]
+            else:
+                between = tok(exp.text[prev[1] : start], add_special_tokens=False)["input_ids"]
+                have = [int(x) for x in ids[: prev[0]]] + list(between)
+            out[g] = have == list(want)
+            if not out[g]:
+                continue
+        if r is None:
+            break  # missing from the row (reported): later turns cannot be judged
+        prev = (runs[r][1], start + len(gen))
+    return out
 
 
 def in_normal_form(
@@ -680,9 +752,11 @@ def source_pass(
                 _check_rejection(maskp, item, lines, expected, error)
         mine = [rid for rid in own if row_of_id[rid] in chosen_set]
         checked += len(mine)
-        _check_rows(
+        context = _check_rows(
             out, tmpl, item, mine, row_of_id, dict(expected), error, placeholders, (maskp, leak)
         )
+        if context:  # turns the token rule made context, judged on the rows themselves
+            context_by_source.setdefault(item.source, Counter()).update(context)
         if isinstance(item, Conversation) and needs and mode == "each":
             for rid, _ in expected:
                 if rid not in row_of_id and not any(x.get("id") == rid for x in lines):
@@ -753,9 +827,11 @@ def _check_rows(
     error: str | None,
     placeholders: tuple[str, ...],
     problems: tuple[Problems, Problems],
-) -> None:
-    """Mask fidelity and leakage of one input row's chosen output rows."""
+) -> Counter[str]:
+    """Mask fidelity and leakage of one input row's chosen output rows; the turns the token
+    rule made context in them."""
     maskp, leak = problems
+    context: Counter[str] = Counter()
     for rid in rids:
         row = out.row(row_of_id[rid])
         if isinstance(item, PreTokenized):
@@ -778,6 +854,8 @@ def _check_rows(
             maskp.add(msg.split(":")[0], rid, f"{rid}: {msg}")
         for msg in v.leakage:
             leak.add(msg.split(":")[0], rid, f"{rid}: {msg}")
+        context.update(v.context)
+    return context
 
 
 def _check_every_output_row(
@@ -830,6 +908,8 @@ def _check_rejection(
         p.add("rejected as template_error but the template renders", conv.id)
     if reasons.TEMPLATE_DROPS_CONTENT in reasons_given and error != DROPS_CONTENT:
         p.add("rejected as template_drops_content but every generation holds its text", conv.id)
+    if reasons.SPECIAL_TOKEN_IN_ANSWER in reasons_given and error != SPECIAL_TOKEN_TEXT:
+        p.add("rejected as special_token_in_answer but no answer holds such text", conv.id)
 
 
 def _compare_pretokenized(

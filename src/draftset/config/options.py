@@ -53,6 +53,9 @@ class BuildOptions:
     run_info: dict[str, Any] | None = None
     render_timeout: float = defaults.RENDER_TIMEOUT  # seconds to render one row; 0 = no bound
     output_format: str = defaults.OUTPUT_FORMAT  # a key of draftset.output.FORMATS
+    # the instant a template's `strftime_now` reads (mask/ambient.py): set once per build by
+    # preflight, recorded in the manifest; None until then
+    template_now: str | None = None
 
     def selection_spec(self) -> SelectionSpec:
         return SelectionSpec(
@@ -71,7 +74,9 @@ class BuildOptions:
         text = None
         if self.chat_template_path:
             text = Path(self.chat_template_path).read_text(encoding="utf-8")
-        return TemplateSpec(self.tokenizer, text, dict(self.template_kwargs), self.eot_tokens)
+        return TemplateSpec(
+            self.tokenizer, text, dict(self.template_kwargs), self.eot_tokens, self.template_now
+        )
 
     def length_rules(self) -> LengthRules:
         return LengthRules(self.max_length, self.truncation, self.min_supervised_tokens)  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from draftset.config import defaults
 from draftset.core.errors import UsageError
+from draftset.mask.ambient import now_iso, valid_now
 from draftset.mask.template import _resolve_tokenizer_path, config_vocab_size
 from draftset.output import FORMATS
 from draftset.sources.presets import apply_preset
@@ -135,6 +136,12 @@ def check_build(opts: BuildOptions) -> BuildOptions:
     check_output_path(opts.out, opts.overwrite, sources, others)
     check_chat_template(opts.chat_template_path)
     check_options(resolved)
+    if resolved.template_now is None:  # one instant for every render of the build
+        resolved = dataclasses.replace(resolved, template_now=now_iso())
+    elif valid_now(resolved.template_now) is None:
+        raise PreflightError(
+            f"template_now {resolved.template_now!r} is not an ISO date-time (2026-12-02T10:00:00)"
+        )
     return resolved
 
 

@@ -7,6 +7,8 @@ the output format: never rename one, only add.
 
 from __future__ import annotations
 
+import re
+
 # --- row rejects: reading -------------------------------------------------------------------
 INVALID_JSON = "invalid_json"  # a line / document that does not parse as JSON
 INVALID_UTF8 = "invalid_utf8"  # bytes that are not UTF-8
@@ -33,6 +35,9 @@ TOO_LONG = "too_long"  # longer than --max-length with --truncation drop
 TOO_FEW_SUPERVISED_TOKENS = "too_few_supervised_tokens"  # below --min-supervised-tokens
 TEMPLATE_DROPS_CONTENT = "template_drops_content"  # a generation lacks its message's text
 INTERNAL_ERROR = "internal_error"  # a bug met on this row: the row is rejected, the run goes on
+# an assistant answer holds a special token's text (a server leaked its stop token): it would
+# tokenize to a control token the model never writes there (docs/semantics.md)
+SPECIAL_TOKEN_IN_ANSWER = "special_token_in_answer"
 
 # --- row rejects: mixture (dedup / decontamination) ----------------------------------------
 DUPLICATE = "duplicate"
@@ -59,6 +64,9 @@ TURN_HISTORY_RENDER_DIFFERS = "history_render_differs"  # full render shows it d
 TURN_PLACEHOLDER = "placeholder_answer"  # "OK.", "", whitespace: never supervised
 TURN_NOT_LAST = "not_last_turn"  # --turns last: earlier turns are context by request
 TURN_NO_PROMPT = "no_prompt"  # the first message: nothing before it to generate from
+# `all`: the row's tokens before the turn are not the served prompt's tokens (same text,
+# tokenized in other pieces: e.g. a history generation's edge merges differently)
+TURN_HISTORY_TOKENS_DIFFER = "history_tokens_differ"
 
 ROW_REJECT_REASONS = frozenset(
     {
@@ -83,6 +91,7 @@ ROW_REJECT_REASONS = frozenset(
         TOO_FEW_SUPERVISED_TOKENS,
         TEMPLATE_DROPS_CONTENT,
         INTERNAL_ERROR,
+        SPECIAL_TOKEN_IN_ANSWER,
         DUPLICATE,
         NEAR_DUPLICATE,
         CONTAMINATED,
@@ -105,6 +114,7 @@ TURN_CONTEXT_REASONS = frozenset(
         TURN_PLACEHOLDER,
         TURN_NOT_LAST,
         TURN_NO_PROMPT,
+        TURN_HISTORY_TOKENS_DIFFER,
     }
 )
 
@@ -141,3 +151,35 @@ def drops_content(msg: dict, generation: str) -> bool:
         return True
     names = [str((c.get("function") or {}).get("name")) for c in msg.get("tool_calls") or ()]
     return any(n not in generation for n in names)
+
+
+def special_token_pattern(special_texts: frozenset[str] | set[str]) -> re.Pattern[str] | None:
+    """One regex over a tokenizer's special tokens' texts (longest first), None without any."""
+    texts = sorted((t for t in special_texts if t), key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, texts))) if texts else None
+
+
+def special_token_in_answer(
+    messages: list[dict], pattern: re.Pattern[str] | None
+) -> tuple[int, str, str] | None:
+    """The one rule build and verify share for `special_token_in_answer`: the first assistant
+    message whose content or reasoning holds a special token's text, as (message index, field,
+    token). Such text tokenizes to the control token itself (``<|im_end|>`` -> 151645): a stop
+    token the model emits only to end its turn, or markup only the template writes. Its being
+    there means the server leaked it (`transformers serve`: ``"Hello world.<|im_end|>"``), and
+    what the model generated around it cannot be told from the text."""
+    if pattern is None:
+        return None
+    for i, msg in enumerate(messages):
+        if msg.get("role") != "assistant":
+            continue
+        for key in ("reasoning_content", "content"):
+            value = msg.get(key)
+            texts = [value] if isinstance(value, str) else []
+            if isinstance(value, list):
+                texts = [p.get("text") for p in value if isinstance(p, dict)]
+            for text in texts:
+                hit = pattern.search(text) if isinstance(text, str) else None
+                if hit:
+                    return i, key, hit.group(0)
+    return None

@@ -102,6 +102,11 @@ def print_summary(r: GenerateResult, console: Console | None = None) -> None:
             "taken out of rotation (health check failed): "
             + ", ".join(f"{u} {n}x" for u, n in r.ejections.items())
         )
+    if r.special_stripped:
+        console.print(
+            f"{r.special_stripped:,} answers ended with a special token's text (a stop token"
+            " the server leaked): cut, counted in each row's metadata.special_tokens_stripped"
+        )
     if r.torn_bytes:
         console.print(f"cut a torn last line ({r.torn_bytes} bytes) left by an earlier crash")
     errors = sum(n for k, n in r.outcomes.items() if k != WRITTEN)

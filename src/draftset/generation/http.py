@@ -92,6 +92,7 @@ class Completion:
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
     attempts: int = 1
+    special_stripped: str | None = None  # a leaked stop token's text cut from the answer's end
 
 
 @dataclass

@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import sys
 import time
 from collections import Counter
@@ -30,6 +31,10 @@ from draftset.config.recipe import load_recipe, parse_fields, source_name, uniqu
 from draftset.core import reasons
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, RunError, UsageError
 from draftset.core.ids import IdRegistry, duplicate_id_message
+from draftset.core.reasons import (
+    SPECIAL_TOKEN_IN_ANSWER,
+    special_token_pattern,
+)
 from draftset.core.records import PreTokenized, PromptOnly, Reject
 from draftset.generation.console import print_summary, progress
 from draftset.generation.dialog import (
@@ -68,6 +73,7 @@ from draftset.generation.store import (
     write_run,
 )
 from draftset.generation.wire import redact_url
+from draftset.mask.ambient import now_iso
 from draftset.sources.normalize import FORMATS
 from draftset.sources.presets import apply_preset, source_normalizer
 from draftset.sources.read import HUB_PREFIX, Source, count_rows, iter_raw_rows
@@ -83,6 +89,8 @@ PRETOKENIZED = "pretokenized"  # input_ids rows carry no text to send
 MODEL_MISMATCH = "model_mismatch"  # an answer's `model` names another model than the run's
 # RESPONSE_TOO_LARGE = "response_too_large": a response body (or its gzip/deflate decoding) over
 # --max-response-bytes; not retried, the connection is closed having read at most that much.
+# SPECIAL_TOKEN_IN_ANSWER = "special_token_in_answer" (with --tokenizer): an answer holds a
+# special token's text anywhere but at its very end (docs/generate.md); not retried.
 # input rows that `normalize` rejects keep its own code (reasons.UNKNOWN_FORMAT, ...), and
 # reasons.DUPLICATE_ID marks a row whose id is already used in this run.
 
@@ -97,6 +105,7 @@ GENERATE_REASONS = frozenset(
         PRETOKENIZED,
         RESPONSE_TOO_LARGE,
         MODEL_MISMATCH,
+        SPECIAL_TOKEN_IN_ANSWER,
     }
 )
 RETRYABLE_REASONS = frozenset({RETRIES_EXHAUSTED, INVALID_RESPONSE, MODEL_MISMATCH})
@@ -148,6 +157,9 @@ class GenerateOptions:
     retry_errors: bool = False
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     restart: bool = False  # discard the previous run's answers (only files generate wrote)
+    # texts of the target tokenizer's special tokens (--tokenizer; `run`: its template's): a
+    # leaked stop token ending an answer is cut, any other such text fails the row
+    special_tokens: tuple[str, ...] = ()
 
     def sampling(self) -> dict[str, Any]:
         """Every generation option sent with each request (recorded in each row's metadata)."""
@@ -201,6 +213,7 @@ class GenerateResult:
     aborted: str | None = None  # why the run stopped before the end (resume to finish)
     endpoints: dict[str, int] = field(default_factory=dict)  # requests per endpoint
     ejections: dict[str, int] = field(default_factory=dict)  # times each endpoint was taken out
+    special_stripped: int = 0  # answers whose trailing leaked stop-token text was cut
 
     @property
     def done(self) -> int:
@@ -288,6 +301,10 @@ class _Runner:
         self.errors = LineWriter(errors_path(opts.out), ascii_fallback=True)
         self.progress: ProgressFn | None = None
         self.run_file: dict[str, Any] | None = None  # rewritten when a new model name is reported
+        self.special = special_token_pattern(set(opts.special_tokens))
+        self.special_at_end = (
+            re.compile(f"(?:{self.special.pattern})\\Z") if self.special is not None else None
+        )
 
     def kwargs_for(self, job: Job) -> tuple[dict[str, Any], bool]:
         thinking = self.opts.thinking_for(job.id)
@@ -316,7 +333,36 @@ class _Runner:
             self._count(exc.attempts)
             raise
         self._count(comp.attempts, comp)
+        self._ingest_special(comp)
         return comp
+
+    def _ingest_special(self, comp: Completion) -> None:
+        """Special tokens' texts in an answer (docs/generate.md): one that ends the answer is
+        the token the server stopped on, leaked as text (`transformers serve`: ``"Hello
+        world.<|im_end|>"``): the model stopped there, so it is cut (the template writes the
+        end-of-turn itself) and counted. Anywhere else the text after it was not generated
+        in this turn, or is markup the model writes only as a control token: the row fails,
+        `special_token_in_answer`. Cut before the answer becomes the next request's history.
+        """
+        if self.special is None:
+            return
+        msg = comp.message
+        fields = [k for k in ("reasoning_content", "content") if isinstance(msg.get(k), str)]
+        last = next((k for k in reversed(fields) if msg[k]), None)
+        at_end = self.special_at_end
+        end = at_end.search(msg[last]) if at_end is not None and last is not None else None
+        if last is not None and end is not None:
+            msg[last] = msg[last][: end.start()]
+            comp.special_stripped = end.group(0)
+            self.result.special_stripped += 1
+        for k in fields:
+            hit = self.special.search(msg[k])
+            if hit:
+                raise FinalError(
+                    SPECIAL_TOKEN_IN_ANSWER,
+                    f"the answer's {k} holds the text of special token {hit.group(0)!r}"
+                    " before its end: the server leaked a token the model ends turns with",
+                )
 
     def _count(self, attempts: int, comp: Completion | None = None) -> None:
         r = self.result
@@ -331,11 +377,12 @@ class _Runner:
         """Answer one row and write its one line (output or error). `NoEndpoint` propagates:
         that row is left for the next run."""
         kwargs, thinking = self.kwargs_for(job)
+        asked_at = now_iso()  # what the server's strftime_now reads, for build to render with
         try:
             dialog = await run_dialog(job, lambda msgs: self.ask(msgs, job, kwargs))
         except FinalError as exc:
-            if exc.kind == RESPONSE_TOO_LARGE:
-                self.fail(_error_line(job.id, job.source, job.row, RESPONSE_TOO_LARGE, str(exc)))
+            if exc.kind in (RESPONSE_TOO_LARGE, SPECIAL_TOKEN_IN_ANSWER):
+                self.fail(_error_line(job.id, job.source, job.row, exc.kind, str(exc)))
                 return
             self.fail(
                 _error_line(job.id, job.source, job.row, HTTP_4XX, str(exc), status=exc.status)
@@ -361,7 +408,7 @@ class _Runner:
             msg = f"answered by {other!r}, not this run's model {model!r}"
             self.fail(_error_line(job.id, job.source, job.row, MODEL_MISMATCH, msg, model=other))
             return
-        line = self.record(job, dialog, kwargs, thinking)
+        line = self.record(job, dialog, kwargs, thinking, asked_at)
         try:
             self.out.write(line)
         except UnicodeEncodeError:  # parse_completion refuses such text; never write it anyway
@@ -388,7 +435,9 @@ class _Runner:
         if self.progress:
             self.progress(self.result)
 
-    def record(self, job: Job, d: Dialog, kwargs: dict[str, Any], thinking: bool) -> dict[str, Any]:
+    def record(
+        self, job: Job, d: Dialog, kwargs: dict[str, Any], thinking: bool, asked_at: str
+    ) -> dict[str, Any]:
         last = d.completions[-1]
         usage: Counter[str] = Counter()
         for c in d.completions:
@@ -401,9 +450,15 @@ class _Runner:
             "sampling": self.sampling,
             "thinking": "on" if thinking else "off",
             "chat_template_kwargs": kwargs,
+            # the client's clock when the answers were asked for: the day a template's
+            # strftime_now wrote into the server's prompt (no request field can set it)
+            "template_now": asked_at,
             "answers": len(d.completions),
             "origin": job.origin,
         }
+        stripped = [c.special_stripped for c in d.completions if c.special_stripped]
+        if stripped:  # leaked stop-token text cut from the end of these answers
+            meta["special_tokens_stripped"] = stripped
         if d.stop == LENGTH:
             meta["truncated"] = True
         if d.ends_at_tool_call:
@@ -891,6 +946,13 @@ def _add_output_options(g: argparse.ArgumentParser) -> None:
         help=f"retry rows whose error is {' / '.join(sorted(RETRYABLE_REASONS))}",
     )
     g.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        help="the target's tokenizer folder: a special token's text (<|im_end|>) ending an"
+        " answer is cut (a leaked stop token), anywhere else it fails the row"
+        " special_token_in_answer",
+    )
+    g.add_argument(
         "--max-response-bytes",
         type=int,
         default=DEFAULT_MAX_RESPONSE_BYTES,
@@ -955,6 +1017,7 @@ def options_from_args(args: argparse.Namespace) -> GenerateOptions:
         keep_length=args.keep_length,
         return_token_ids=args.return_token_ids,
         retry_errors=args.retry_errors,
+        special_tokens=special_tokens_of(args.tokenizer),
         max_response_bytes=args.max_response_bytes,
         restart=args.restart,
     )
@@ -983,6 +1046,23 @@ def _recipe_sources(path: Path, args: argparse.Namespace) -> list[Source]:
             file=sys.stderr,
         )
     return sources
+
+
+def special_tokens_of(folder: str | None, strict: bool = True) -> tuple[str, ...]:
+    """The texts of a tokenizer folder's special tokens (``tokenizer.json``): --tokenizer, and
+    `run`'s tokenizer (``strict=False``: a hub id or a folder without the file gives none)."""
+    if folder is None:
+        return ()
+    path = Path(folder).expanduser() / "tokenizer.json"
+    try:
+        from tokenizers import Tokenizer  # lazy: only with a tokenizer
+
+        added = Tokenizer.from_file(str(path)).get_added_tokens_decoder().values()
+    except Exception as exc:
+        if not strict:
+            return ()
+        raise GenerateUsageError(f"--tokenizer: cannot read {path}: {exc}") from exc
+    return tuple(sorted(t.content for t in added if t.special))
 
 
 def _json_object(text: str | None, what: str) -> dict[str, Any]:

@@ -251,6 +251,10 @@ def _run_section(run: dict[str, Any]) -> str:
         ["generation errors (rejects)", ", ".join(f"{k}={v:,}" for k, v in errors.items()) or "0"],
         ["prompts too long to send (never sent)", f"{int(run.get('too_long_prompts') or 0):,}"],
         ["ends_at_tool_call", f"{int(run.get('ends_at_tool_call') or 0):,}"],
+        [
+            "leaked stop-token text cut from answers",
+            f"{int(run.get('special_tokens_stripped') or 0):,}",
+        ],
         ["work folder (answers)", run.get("work")],
     ]
     return (

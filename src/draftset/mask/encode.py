@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Any, Literal
 
 import numpy as np
@@ -163,6 +163,10 @@ def encode_plans(
     is `TooLong` under ``drop``; under ``truncate`` the segments after the one that proves the
     cut are skipped (the kept tokens and the cut are the same), and a row whose kept tokens
     are all context is `NothingSupervised`.
+
+    A row with several supervised turns (``--turns all``) keeps a later turn supervised only
+    when the row's tokens before it equal its served prompt tokenized in one piece
+    (`_served_context`); what that takes is tokenized in a second batched call.
     """
     needed = [_needed_segments(plan, rules, token_bytes) for plan in plans]
     texts = [
@@ -173,28 +177,210 @@ def encode_plans(
         if i not in plan.server_ids
     ]
     encodings = _encode_batch(backend)(texts, add_special_tokens=False) if texts else []
-    out: list[tuple[np.ndarray, np.ndarray] | TooLong | NothingSupervised] = []
+    parts: list[list[list[int]] | None] = []
     k = 0
     for plan, n in zip(plans, needed, strict=True):
         if not isinstance(n, int):
-            out.append(n)
+            parts.append(None)
             continue
         ids_parts: list[list[int]] = []
-        lengths: list[int] = []
-        flags: list[int] = []
-        for i, (_, supervised) in enumerate(plan.segments[:n]):
+        for i in range(n):
             if i in plan.server_ids:  # the server's own tokens for this generation
-                ids = plan.server_ids[i]
+                ids_parts.append(plan.server_ids[i])
             else:
-                ids = encodings[k].ids
+                ids_parts.append(encodings[k].ids)
                 k += 1
-            ids_parts.append(ids)
-            lengths.append(len(ids))
-            flags.append(1 if supervised else 0)
+        parts.append(ids_parts)
+    split = _added_token_split(backend)
+    checks = [
+        _prompt_checks(plan, p, split) if p is not None and plan.supervised_turns > 1 else []
+        for plan, p in zip(plans, parts, strict=True)
+    ]
+    tails = [text for c in checks for _, _, text in c]
+    tail_enc = _encode_batch(backend)(tails, add_special_tokens=False) if tails else []
+    out: list[tuple[np.ndarray, np.ndarray] | TooLong | NothingSupervised] = []
+    t = 0
+    for plan, n, ids_parts, c in zip(plans, needed, parts, checks, strict=True):
+        if ids_parts is None:
+            out.append(n)  # type: ignore[arg-type]
+            continue
+        if c:
+            want = {turn: (skip, tail_enc[t + x].ids) for x, (turn, skip, _) in enumerate(c)}
+            t += len(c)
+            checked = _served_context(backend, plan, ids_parts, want, rules, token_bytes)
+            if not isinstance(checked, list):
+                out.append(checked)
+                continue
+            ids_parts = checked
+        lengths = [len(ids) for ids in ids_parts]
+        flags = [1 if supervised else 0 for _, supervised in plan.segments[: len(ids_parts)]]
         input_ids = np.fromiter(chain.from_iterable(ids_parts), dtype=np.int32, count=sum(lengths))
         loss_mask = np.repeat(np.asarray(flags, dtype=np.int8), lengths)
         out.append((input_ids, loss_mask))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _AddedSplit:
+    """A tokenizer whose added tokens split text for good: ``enc(A + tok + B)`` is
+    ``enc(A) + [tok] + enc(B)`` (ids of the added tokens -> their text)."""
+
+    content: dict[int, str]
+
+
+_SPLITS: dict[int, tuple[Any, _AddedSplit | None]] = {}
+_SPLIT_PRE_TOKENIZERS = {"ByteLevel", "Split", "Digits", "Punctuation"}
+
+
+def _added_token_split(backend: Any) -> _AddedSplit | None:
+    """`_AddedSplit` when the tokenizer provably splits at its added tokens, else None.
+
+    The Rust tokenizer cuts the text at added tokens first and encodes the pieces one by one,
+    so a prompt's tokens after an added token depend on the text after it alone — unless an
+    added token strips whitespace around it or is matched after normalization, or the
+    pre-tokenizer treats the first piece differently (Metaspace's ``prepend_scheme``,
+    ByteLevel's ``add_prefix_space``). Then None: prompts are tokenized whole.
+    """
+    key = id(backend)
+    hit = _SPLITS.get(key)
+    if hit is not None and hit[0] is backend:
+        return hit[1]
+    result: _AddedSplit | None = None
+    try:
+        added = backend.get_added_tokens_decoder()
+        plain = all(
+            not (t.lstrip or t.rstrip or t.single_word)
+            and (not t.normalized or backend.normalizer is None)
+            for t in added.values()
+        )
+        pre = backend.pre_tokenizer
+        if plain and pre is not None and _splits_alike(json.loads(pre.__getstate__())):
+            result = _AddedSplit({i: t.content for i, t in added.items()})
+    except (AttributeError, TypeError, ValueError):
+        result = None
+    _SPLITS[key] = (backend, result)
+    return result
+
+
+def _splits_alike(spec: dict[str, Any]) -> bool:
+    kind = spec.get("type")
+    if kind == "Sequence":
+        return all(_splits_alike(p) for p in spec.get("pretokenizers") or [])
+    if kind == "ByteLevel":
+        return not spec.get("add_prefix_space")
+    return kind in _SPLIT_PRE_TOKENIZERS
+
+
+def _prompt_checks(
+    plan: RowPlan, ids_parts: list[list[int]], split: _AddedSplit | None
+) -> list[tuple[int, int, str]]:
+    """What to tokenize to judge each supervised turn after the first: (message index, tokens
+    of the row to skip, text). The served prompt ``P`` of turn i is the row's text before it.
+    Its tokens up to the previous supervised turn p are the row's (judged before, or p is the
+    first); when the tokenizer splits at added tokens (`_added_token_split`), ``enc(P)`` is
+    the row's tokens through the last added token before p, then ``enc`` of the text after it:
+    only that text is tokenized (one turn's worth, not the whole history again)."""
+    out: list[tuple[int, int, str]] = []
+    prev: int | None = None
+    for i, (_, supervised) in enumerate(plan.segments[: len(ids_parts)]):
+        if not supervised:
+            continue
+        if prev is None:
+            prev = i
+            continue
+        skip, cut_seg, cut_char = 0, 0, 0
+        if split is not None:
+            found = _last_added(plan, ids_parts, prev, split)
+            if found is not None:
+                cut_seg, cut_char, skip = found
+        text = plan.segments[cut_seg][0][cut_char:] + "".join(
+            t for t, _ in plan.segments[cut_seg + 1 : i]
+        )
+        out.append((plan.turn_of_segment[i], skip, text))
+        prev = i
+    return out
+
+
+def _last_added(
+    plan: RowPlan, ids_parts: list[list[int]], before: int, split: _AddedSplit
+) -> tuple[int, int, int] | None:
+    """The last added token in the context segments before segment ``before``: (segment,
+    character just after it in that segment's text, row tokens through it)."""
+    offsets = list(accumulate((len(p) for p in ids_parts[:before]), initial=0))
+    for q in range(before - 1, -1, -1):
+        if plan.segments[q][1]:
+            continue  # a generation: its text is not the prompt's own
+        ids = ids_parts[q]
+        for x in range(len(ids) - 1, -1, -1):
+            content = split.content.get(ids[x])
+            if content is None:
+                continue
+            at = plan.segments[q][0].rfind(content)
+            if at < 0:
+                return None
+            return q, at + len(content), offsets[q] + x + 1
+    return None
+
+
+def _served_context(
+    backend: Any,
+    plan: RowPlan,
+    ids_parts: list[list[int]],
+    want: dict[int, tuple[int, list[int]]],
+    rules: LengthRules | None,
+    token_bytes: int | None,
+) -> list[list[int]] | TooLong | NothingSupervised:
+    """The token-level context rule (docs/semantics.md, turn modes).
+
+    The server tokenizes a turn's prompt in one piece; the row holds earlier generations
+    tokenized as the model emitted them. Where the two differ (same text: Qwen3.6's ``<think>``
+    ``\\n`` + ``\\n</think>`` of an empty-reasoning history turn is ``<think>`` ``\\n\\n``
+    ``</think>`` in the next prompt), the later turn was never generated after these tokens:
+    it becomes context (`RowPlan.demote`), its text re-tokenized with its neighbours, and the
+    turns after it are judged on the new tokens (their prompts tokenized whole). ``want``:
+    message index -> (row tokens to skip, the prompt's tokens after them) (`_prompt_checks`).
+    The first supervised turn's context is its prompt's own encoding, so a row never loses all
+    its turns here. Under ``truncate`` a turn starting at or past the cut is not judged.
+    """
+    first = True
+    prefix: list[int] = []
+    i = 0
+    while i < len(ids_parts):
+        supervised = plan.segments[i][1]
+        if supervised and not first:
+            cut = rules is not None and rules.truncation == "truncate"
+            if cut and len(prefix) >= rules.max_length:  # type: ignore[union-attr]
+                break  # the turn starts past the cut: not in the row
+            turn = plan.turn_of_segment[i]
+            skip, tail = want.get(turn) or (0, None)
+            if tail is None:  # after a demotion: the whole prompt, tokenized now
+                text = "".join(t for t, _ in plan.segments[:i])
+                tail = backend.encode(text, add_special_tokens=False).ids
+            if prefix[skip:] != tail:
+                start = i - 1 if i > 0 and not plan.segments[i - 1][1] else i
+                if start < i:
+                    del prefix[len(prefix) - len(ids_parts[start]) :]
+                plan.demote(i)
+                want = {}  # segments and tokens changed: later prompts are tokenized whole
+                n = _needed_segments(plan, rules, token_bytes)
+                if not isinstance(n, int):
+                    return n
+                redo = [
+                    None if j in plan.server_ids else text
+                    for j, (text, _) in enumerate(plan.segments[start:n], start)
+                ]
+                todo = [t for t in redo if t is not None]
+                fresh = iter(_encode_batch(backend)(todo, add_special_tokens=False) if todo else [])
+                ids_parts = ids_parts[:start] + [
+                    plan.server_ids[j] if t is None else next(fresh).ids
+                    for j, t in enumerate(redo, start)
+                ]
+                i = start
+                continue
+        first = first and not supervised
+        prefix.extend(ids_parts[i])
+        i += 1
+    return ids_parts
 
 
 def _needed_segments(

@@ -13,12 +13,14 @@ straddles a prompt/generation edge, exactly as at serving time.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
 from draftset.core import reasons
 from draftset.core.records import Conversation, Message, Reject
+from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.mask.template import Renderer
 from draftset.sources.normalize import as_template_reads
 
@@ -39,6 +41,29 @@ class RowPlan:
     server_ids: dict[int, list[int]] = field(default_factory=dict)
     # segment index -> index of the assistant message it is the generation of
     turn_of_segment: dict[int, int] = field(default_factory=dict)
+    # turns made context at encoding: the row's tokens before them are not the served
+    # prompt's (`encode.encode_plans`, reason `history_tokens_differ`)
+    tokens_differ: int = 0
+
+    def demote(self, seg_index: int) -> None:
+        """Make supervised segment ``seg_index`` context: it joins its neighbouring context
+        segments, which are then tokenized as one piece (as a server tokenizes a prompt)."""
+        old_turns, old_ids = self.turn_of_segment, self.server_ids
+        flags = [sup and i != seg_index for i, (_, sup) in enumerate(self.segments)]
+        segments: list[tuple[str, bool]] = []
+        self.turn_of_segment, self.server_ids = {}, {}
+        for i, ((text, _), sup) in enumerate(zip(self.segments, flags, strict=True)):
+            if not sup and segments and not segments[-1][1]:
+                segments[-1] = (segments[-1][0] + text, False)
+                continue
+            if sup:
+                self.turn_of_segment[len(segments)] = old_turns[i]
+                if i in old_ids:
+                    self.server_ids[len(segments)] = old_ids[i]
+            segments.append((text, sup))
+        self.segments = segments
+        self.supervised_turns -= 1
+        self.tokens_differ += 1
 
 
 @dataclass(slots=True)
@@ -84,10 +109,17 @@ def _template_reject(conv: Conversation, exc: Exception, row_id: str | None = No
 
 
 def row_template_kwargs(conv: Conversation) -> dict | None:
-    """Template options a row was generated with (recorded by `draftset generate`)."""
+    """Template options a row was generated with (recorded by `draftset generate`), and the
+    instant its prompts were rendered at (``metadata.template_now``, mask/ambient.py)."""
     recorded = conv.meta.get("metadata")
-    kwargs = recorded.get("chat_template_kwargs") if isinstance(recorded, dict) else None
-    return kwargs if isinstance(kwargs, dict) and kwargs else None
+    if not isinstance(recorded, dict):
+        return None
+    kwargs = recorded.get("chat_template_kwargs")
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    now = valid_now(recorded.get("template_now"))
+    if now is not None:
+        kwargs = {**kwargs, **clock_kwargs(now)}
+    return kwargs or None
 
 
 def _server_completion_ids(conv: Conversation) -> dict[int, list[int]]:
@@ -170,6 +202,20 @@ def plan_conversation(
     if last + 1 < len(messages):  # turns after the last answer teach nothing: drop, but count
         plan.trailing_turns_trimmed = len(messages) - last - 1
         messages = messages[: last + 1]
+    leak = reasons.special_token_in_answer(messages, _special_pattern(tmpl))
+    if leak is not None:  # text the model never writes as text: reject, never guess
+        j, key, tok = leak
+        plan.rejects.append(
+            Reject(
+                conv.source,
+                conv.row,
+                conv.id,
+                reasons.SPECIAL_TOKEN_IN_ANSWER,
+                f"assistant message {j}'s {key} holds the text of special token {tok!r}"
+                " (a server that leaked its stop token?); it would be encoded as that token",
+            )
+        )
+        return plan
     # what the template is given: inline reasoning and content shape as it reads them
     shown = as_template_reads(messages, conv.meta, tmpl.content_parts, tmpl.renders_reasoning)
     if mode == "each":
@@ -180,6 +226,17 @@ def plan_conversation(
     if server:
         _attach_server_ids(tmpl, plan, server)
     return plan
+
+
+def _special_pattern(tmpl: Renderer) -> re.Pattern[str] | None:
+    """`reasons.special_token_pattern` of the tokenizer's special tokens, once per renderer."""
+    try:
+        return tmpl._special_pattern  # type: ignore[attr-defined,no-any-return]
+    except AttributeError:
+        added = tmpl.backend.get_added_tokens_decoder().values()
+        pattern = reasons.special_token_pattern({t.content for t in added if t.special})
+        tmpl._special_pattern = pattern  # type: ignore[attr-defined]
+        return pattern
 
 
 def _attach_server_ids(

@@ -122,6 +122,10 @@ class MaskStep:
             if isinstance(out, EncodedRow):
                 res.rows.append(out)
                 assert res.plan_stats is not None
+                if rp.tokens_differ:  # turns encoding made context (written rows only)
+                    res.plan_stats.context_turns[reasons.TURN_HISTORY_TOKENS_DIFFER] += (
+                        rp.tokens_differ
+                    )
                 res.plan_stats.rows.append(
                     rp
                 )  # keep supervised-turn counts; segments dropped below

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from draftset.core.errors import UsageError
 from draftset.core.hub import hub_offline
 from draftset.core.records import Message
+from draftset.mask.ambient import clock_kwargs, render_stock, split_clock
 from draftset.mask.limits import RENDER_CAP_FACTOR, RENDER_CAP_FLOOR, RenderTooLarge
 from draftset.mask.sandbox import compile_template
 
@@ -57,6 +58,7 @@ class TemplateSpec:
     chat_template: str | None = None  # the template text; None = the tokenizer's own
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     eot_tokens: tuple[str, ...] = ()  # extra end-of-turn tokens given by the user
+    now: str | None = None  # the instant `strftime_now` reads (mask/ambient.py); None: the clock
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -311,6 +313,12 @@ class Renderer:
         from transformers.utils.chat_template_utils import render_jinja_template
 
         kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
+        kwargs, clock = split_clock(kwargs)
+        if clock is not None:  # render_jinja_template cannot pass a function to the template
+            text, spans = render_stock(
+                self.template_text, messages, tools, False, kwargs, clock, True
+            )
+            return self.check_size(text), [(a, b) for a, b in spans if b > a]
         rendered, indices = render_jinja_template(
             conversations=[messages],
             tools=tools,
@@ -407,7 +415,12 @@ class ChatTemplate(Renderer):
         except Exception as exc:  # a Jinja syntax error is one line, not a traceback
             msg = f"line {getattr(exc, 'lineno', '?')}: {getattr(exc, 'message', exc)}"
             raise TokenizerError(f"chat template does not compile: {msg}") from exc
-        self._base_kwargs = {**self.tokenizer.special_tokens_map, **self.template_kwargs}
+        self._clock = clock_kwargs(spec.now)  # the template's clock, fixed (mask/ambient.py)
+        self._base_kwargs = {
+            **self.tokenizer.special_tokens_map,
+            **self.template_kwargs,
+            **self._clock,
+        }
         self.special_tokens = frozenset(
             str(tok) for tok in self.tokenizer.added_tokens_decoder.values() if tok.special
         )
@@ -442,7 +455,14 @@ class ChatTemplate(Renderer):
         row_kwargs: dict[str, Any] | None = None,
     ) -> str:
         """The plain path: `transformers`' public ``apply_chat_template(tokenize=False)``."""
-        kwargs = self.template_kwargs if not row_kwargs else {**self.template_kwargs, **row_kwargs}
+        kwargs, clock = split_clock({**self.template_kwargs, **self._clock, **(row_kwargs or {})})
+        if clock is not None:  # apply_chat_template cannot pass a function to the template
+            special = self.tokenizer.special_tokens_map
+            args = {**special, **kwargs}
+            text, _ = render_stock(
+                self.template_text, messages, tools, add_generation_prompt, args, clock
+            )
+            return self.check_size(text)
         text = self.tokenizer.apply_chat_template(
             messages,
             tools=tools,

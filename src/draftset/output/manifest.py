@@ -13,6 +13,7 @@ from typing import Any
 from draftset import __version__
 from draftset.config.options import BuildOptions
 from draftset.core.counters import Accounting
+from draftset.mask.ambient import reads_clock
 from draftset.mask.template import TemplateInfo
 from draftset.output.base import Writer, rel_name
 from draftset.select.mix import SelectionSpec, benchmark_files, overlay_files
@@ -87,6 +88,9 @@ def build_manifest(
             "sha256": info.template_sha256,
             "kwargs": info.template_kwargs,
             "eot_tokens": list(info.kit.eot_tokens),
+            # the instant the template's strftime_now read (mask/ambient.py); verify renders
+            # with it, so a set built one day still verifies the next
+            **({"now": opts.template_now} if reads_clock(info.kit.template_text) else {}),
         },
         "options": options,
         "counts": acct.to_json(),

@@ -53,6 +53,7 @@ from draftset.generation.job import (
     Unreachable,
     api_key_from_env,
     run_generate,
+    special_tokens_of,
 )
 from draftset.generation.store import errors_path, recover
 from draftset.inspect.report import write_report
@@ -195,6 +196,8 @@ def _generate_options(opts: RunOptions, out: Path, model: str | None) -> Any:
         chat_template_kwargs=kwargs,
         thinking=thinking,
         return_token_ids=g.return_token_ids,
+        # a stop token the server leaks as text is cut, counted (docs/generate.md)
+        special_tokens=special_tokens_of(opts.build.tokenizer, strict=False),
     )
 
 
@@ -667,11 +670,12 @@ def _generate(
             f"generation ended with {done_out.lines + done_err.lines:,} of {queued:,} rows"
             " answered or failed; rerun to resume"
         )
-    ends_at_tool = 0
+    ends_at_tool = stripped = 0
     with answers.open("rb") as f:
         for line in f:
-            if (json.loads(line).get("metadata") or {}).get("ends_at_tool_call"):
-                ends_at_tool += 1
+            meta = json.loads(line).get("metadata") or {}
+            ends_at_tool += bool(meta.get("ends_at_tool_call"))
+            stripped += len(meta.get("special_tokens_stripped") or ())
     say(
         f"generate: {done_out.lines:,} answered by {state.data.get('model')!r},"
         f" {done_err.lines:,} errors"
@@ -683,6 +687,7 @@ def _generate(
         "answers": done_out.lines,
         "errors": dict(sorted(done_err.reasons.items())),
         "ends_at_tool_call": ends_at_tool,
+        "special_tokens_stripped": stripped,
     }
 
 
@@ -706,6 +711,8 @@ def _run_info(opts: RunOptions, state: _State) -> dict[str, Any]:
         "answered": gen.get("answers", 0),
         "generation_errors": gen.get("errors", {}),
         "ends_at_tool_call": gen.get("ends_at_tool_call", 0),
+        # answers ending with a leaked stop token's text, cut at ingest (docs/generate.md)
+        "special_tokens_stripped": gen.get("special_tokens_stripped", 0),
     }
 
 
@@ -1027,11 +1034,26 @@ def _print_summary(result: RunResult) -> None:
         f" {run_info.get('answered', 0):,} ({_fmt_counts(run_info.get('queued') or {})}),"
         f" {run_info.get('ends_at_tool_call', 0):,} end at a tool call"
     )
+    if run_info.get("special_tokens_stripped"):
+        print(
+            f"note: {run_info['special_tokens_stripped']:,} answers ended with a special token's"
+            " text (a stop token the server leaked): cut before building"
+        )
     if total.get("empty_think_rows"):
         print(
             f"note: {total['empty_think_rows']:,} rows have answers without reasoning, trained"
             " as empty think blocks under this thinking template; `regenerate:"
             " missing_reasoning` in the recipe's generate section has the target answer them"
+        )
+    context = total.get("context_turns_by_reason") or {}
+    differ = {
+        k: context[k] for k in ("history_render_differs", "history_tokens_differ") if context.get(k)
+    }
+    if differ:
+        print(
+            f"hint: {_fmt_counts(differ)} assistant turns kept as context only: the server shows"
+            " them differently in later prompts (text or tokens) than the model generated them;"
+            " `turns: each` in the recipe supervises every turn in its own row"
         )
     per_source = (manifest.get("counts") or {}).get("per_source") or {}
     for line in unread_fields_notes({n: c.get("unread_fields") for n, c in per_source.items()}):

@@ -109,9 +109,10 @@ def as_template_reads(
 
     Inline reasoning stays moved only when the template renders ``reasoning_content`` before
     the answer (``renders_reasoning``, probed once per template); otherwise the turn gets its
-    content back exactly as written, so normalization never changes what the template
-    renders. Templates that read content only as a list of parts (``content_parts``) get the
-    text as one text part.
+    content back exactly as written. A move may change the render (gpt-oss: the analysis
+    channel; MiniMax-M3: ``<mm:think>``): the turn is then rendered as the model writes
+    reasoning (docs/semantics.md). Templates that read content only as a list of parts
+    (``content_parts``) get the text as one text part.
     """
     inline = meta.get(INLINE_REASONING) if not renders_reasoning else None
     out = messages
