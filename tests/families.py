@@ -445,9 +445,15 @@ def expected_row(
         if not full.startswith(prompt):
             continue
         ends = [i + len(s) for s in stops if (i := full.find(s, len(prompt))) >= 0]
-        if not ends:
-            continue
-        gen = full[len(prompt) : min(ends)]
+        if ends:
+            gen = full[len(prompt) : min(ends)]
+        else:  # no stop after the answer: the next turn's header is it (GLM), if any
+            after = _stop_written_later(tok, template, messages, tools, j, full, stops)
+            if after is None:
+                continue
+            gen = full[len(prompt) :] + after
+            if j == asst[-1]:
+                whole = whole + after
         if whole.startswith(prompt) and whole.startswith(gen, len(prompt)):
             text = str(conv["messages"][j].get("content") or "")
             text = text.rpartition("</think>")[2].strip()  # the answer after any inline reasoning
@@ -456,6 +462,28 @@ def expected_row(
                 return None  # the template drops the turn's text: the row is rejected
             gens.append((len(prompt), gen))
     return (whole, gens) if gens else None
+
+
+def _stop_written_later(
+    tok: Any, template: str, messages: list, tools: Any, j: int, full: str, stops: tuple
+) -> str | None:
+    """What follows answer j up to the first stop token when the conversation goes on (the
+    real next message, else a user turn or a tool result after tool calls): the template
+    writes the stop the model emits only with the next turn (docs/semantics.md)."""
+    if j + 1 < len(messages):
+        nxt = {**messages[j + 1], "content": "NEXTPROBE"}
+    elif messages[j].get("tool_calls"):
+        nxt = {"role": "tool", "content": "NEXTPROBE", "tool_call_id": "call_1"}
+    else:
+        nxt = {"role": "user", "content": "NEXTPROBE"}
+    try:
+        cont = _render(tok, template, [*messages[: j + 1], nxt], tools)
+    except Exception:
+        return None
+    cut = cont.find("NEXTPROBE")
+    at = cont.rfind(full[-8:], 0, cut) + len(full[-8:]) if cut >= 0 else -1
+    ends = [i + len(s) for s in stops if at >= 0 and (i := cont.find(s, at, cut)) >= 0]
+    return cont[at : min(ends)] if ends else None
 
 
 def decoded_runs(tok: Any, ids: list[int], mask: list[int]) -> tuple[str, list[tuple[int, str]]]:

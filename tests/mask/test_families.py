@@ -297,11 +297,38 @@ def test_a_template_that_drops_the_answer_text_rejects_the_row(tmp_path, tokdirs
 
 
 def test_templates_without_an_end_of_turn_token_are_named_once_per_run(tmp_path, tokdirs):
+    """A template that writes no stop token anywhere, not even with the next turn."""
+    plain = tmp_path / "plain.jinja"
+    plain.write_text(
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    )
     rows = [{"id": f"r{i}", **CONVERSATIONS["multi_turn"]} for i in range(3)]
-    res = _build(tmp_path, "glm4moe", tokdirs, rows)
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = run_build(
+        BuildOptions(
+            sources=[Source("s", src)],
+            tokenizer=str(tokdirs["qwen"]),
+            out=tmp_path / "out",
+            chat_template_path=str(plain),
+            workers=1,
+            dedup="none",
+        )
+    )
     notes = [n for n in res.notes if "writes none of the stop tokens" in n]
     assert len(notes) == 1
-    assert notes[0].startswith("6 assistant turns") and "glm4moe.jinja" in notes[0]
+    assert notes[0].startswith("6 assistant turns") and "plain.jinja" in notes[0]
+
+
+def test_glm_answers_end_with_the_next_header_the_model_emits(tokdirs):
+    """GLM-4.5's template writes no stop after an answer; the model ends it by emitting the
+    next header (<|user|>, <|observation|> after a tool call), a stop token of its
+    generation_config.json: supervised through it, also after the last answer."""
+    t = template("glm4moe", tokdirs)
+    runs, context, rejects = supervised(t, conv(CONVERSATIONS["multi_turn"]["messages"]))
+    assert not rejects and not context
+    assert runs == ["\n<think></think>\nHello!<|user|>", "\n<think></think>\nApple.<|user|>"]
 
 
 # --- golden: hand-checked supervised text per family ---------------------------------------------

@@ -285,10 +285,15 @@ def test_each_mode_rejects_only_the_failing_turn():
     assert [r.id for r in plan.rows] == ["c#1"]
 
 
-def test_eot_tokens_are_probed_from_the_template():
-    assert template("qwen3", "qwen3_6", False).eot_tokens == ("<|im_end|>",)
-    # Llama-3.1 template ends turns with <|eot_id|>; the tokenizer's EOS is <|end_of_text|>
-    assert template("llama", "llama3_1", False).eot_tokens == ("<|eot_id|>", "<|end_of_text|>")
+def test_eot_tokens_are_read_from_generation_config():
+    """The stops are the model's generation_config.json eos_token_id (+ EOS), not a probe:
+    Llama-3.x's lists <|eom_id|>, which no probe of a plain answer finds."""
+    assert template("qwen3", "qwen3_6", False).eot_tokens == ("<|im_end|>", "<|endoftext|>")
+    assert template("llama", "llama3_1", False).eot_tokens == (
+        "<|end_of_text|>",
+        "<|eom_id|>",
+        "<|eot_id|>",
+    )
 
 
 def test_generation_tags_are_cross_checked_not_trusted():

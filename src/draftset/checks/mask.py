@@ -35,10 +35,11 @@ from draftset.mask.template import (
     ChatTemplate,
     TemplateSpec,
     TokenizerError,
-    as_content_parts,
-    generation_config_stop_ids,
+    missing_stops_message,
+    model_stop_ids,
     probe_content_parts,
     probe_renders_reasoning,
+    probe_string_arguments,
 )
 from draftset.output.readback import (
     CheckResult,
@@ -80,17 +81,17 @@ def load_template(manifest: dict[str, Any], tokenizer: str | None) -> ChatTempla
         tmpl = ChatTemplate(TemplateSpec(tok, text or None, kwargs, extra, now))
         _TEMPLATES[key] = tmpl
         tmpl.verify_stops = derive_stop_tokens(tmpl, extra)  # type: ignore[attr-defined]
+        _shape(tmpl)  # probed (and the public render path compiled) outside any row's bound
     return _TEMPLATES[key]
 
 
 # --- stop tokens and message shape, derived here (not from build's list) -------------------------
-_STOP_PROBE = "DRAFTSET_VERIFY_PROBE_1c9e"
 
 
 def derive_stop_tokens(tmpl: ChatTemplate, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The tokens a server stops on, from the tokenizer's own files: ``generation_config.json``
-    ``eos_token_id`` (int or list) and the tokenizer's EOS; without that file, the first special
-    token the template writes after an answer (public `apply_chat_template`) and the EOS."""
+    ``eos_token_id`` (int or list) and the tokenizer's EOS, plus the build's ``--eot-token``
+    extras. Never probed: without the file and without extras this is a usage error."""
     tok = tmpl.tokenizer
     found: list[str] = list(extra)
 
@@ -99,31 +100,11 @@ def derive_stop_tokens(tmpl: ChatTemplate, extra: tuple[str, ...] = ()) -> tuple
             found.append(t)
 
     # the file is read (and its ids checked) as build reads it; what follows from it is derived here
-    ids = generation_config_stop_ids(tmpl.path, len(tok)) if tmpl.path is not None else None
-    if ids is not None:
-        for i in ids:
-            add(tok.convert_ids_to_tokens(i))
-    else:
-        special = {str(t) for t in tok.added_tokens_decoder.values() if t.special}
-        parts, _ = _shape(tmpl)
-        for msgs in (
-            [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _STOP_PROBE}],
-            [
-                {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": _STOP_PROBE},
-                {"role": "user", "content": "More"},
-                {"role": "assistant", "content": "Yes"},
-            ],
-        ):
-            try:
-                text = tmpl.render_reference(as_content_parts(msgs) if parts else msgs)
-            except Exception:
-                continue
-            at = text.find(_STOP_PROBE)
-            if at < 0:
-                continue
-            after = tok.tokenize(text[at + len(_STOP_PROBE) :], add_special_tokens=False)
-            add(next((t for t in after if t in special), None))
+    ids = model_stop_ids(tmpl.spec.tokenizer, tmpl.path, len(tok))
+    if ids is None and not extra:
+        raise TokenizerError(missing_stops_message(tmpl.spec.tokenizer))
+    for i in ids or ():
+        add(tok.convert_ids_to_tokens(i))
     add(tok.eos_token)
     return tuple(found)
 
@@ -144,12 +125,17 @@ def _stop_ids(tmpl: ChatTemplate) -> frozenset[int]:
     return ids
 
 
-def _shape(tmpl: ChatTemplate) -> tuple[bool, bool]:
-    """(content as parts, renders reasoning): the per-template probes, through the public path."""
+def _shape(tmpl: ChatTemplate) -> tuple[bool, bool, bool]:
+    """(content as parts, renders reasoning, arguments as text): the per-template probes,
+    through the public path."""
     shape = getattr(tmpl, "verify_shape", None)
     if shape is None:
         parts = probe_content_parts(tmpl.render_reference)
-        shape = (parts, probe_renders_reasoning(tmpl.render_reference, parts))
+        shape = (
+            parts,
+            probe_renders_reasoning(tmpl.render_reference, parts),
+            probe_string_arguments(tmpl.render_reference, parts),
+        )
         tmpl.verify_shape = shape  # type: ignore[attr-defined]
     return shape
 
@@ -313,6 +299,51 @@ def _generation(tmpl: ChatTemplate, prompt: str, full: str) -> tuple[str | None,
     return full[len(prompt) : best], None
 
 
+_NEXT_PROBE = "DRAFTSET_VERIFY_NEXT_8b1e"
+
+
+def _stop_written_later(
+    tmpl: ChatTemplate, render: Any, msgs: list, j: int, prompt: str, full: str
+) -> str | None:
+    """F's continuation through the stop the model emits when F itself writes none (GLM ends
+    an answer with the next turn's header): the text the template writes between the answer's
+    end and the next message (the real one, else a user turn, or a tool result after tool
+    calls), up to and including its first stop token (docs/semantics.md)."""
+    if j + 1 < len(msgs):
+        nxt = {**msgs[j + 1], "content": _NEXT_PROBE}
+    elif msgs[j].get("tool_calls"):
+        call = msgs[j]["tool_calls"][0]
+        nxt = {"role": "tool", "content": _NEXT_PROBE, "name": call["function"]["name"]}
+        if "id" in call:
+            nxt["tool_call_id"] = call["id"]
+    else:
+        nxt = {"role": "user", "content": _NEXT_PROBE}
+    if _shape(tmpl)[0]:
+        nxt = {**nxt, "content": [{"type": "text", "text": _NEXT_PROBE}]}
+    try:
+        cont = render([*msgs[: j + 1], nxt])
+    except Exception:
+        return None
+    limit = cont.find(_NEXT_PROBE)
+    answer = full[len(prompt) :]
+    if limit < 0 or not answer:
+        return None
+    head = cont[:limit]
+    k = 0  # the longest end of the answer that the continued render holds before the next turn
+    lo, hi = 1, len(answer)
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if answer[-mid:] in head:
+            k, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    if k == 0:
+        return None
+    at = head.rfind(answer[-k:]) + k
+    ends = [i + len(t) for t in _stops(tmpl) if (i := head.find(t, at)) >= 0]
+    return full + head[at : min(ends)] if ends else None
+
+
 def expected_rows(
     tmpl: ChatTemplate, conv: Conversation, mode: str, placeholders: tuple[str, ...]
 ) -> tuple[list[tuple[str, Expected]], Counter[str], str | None]:
@@ -337,8 +368,7 @@ def expected_rows(
     originals = originals[: asst[-1] + 1]
     if reasons.special_token_in_answer(originals, _special_pattern(tmpl)) is not None:
         return [], Counter(), SPECIAL_TOKEN_TEXT
-    parts, renders_reasoning = _shape(tmpl)
-    msgs = as_template_reads(originals, conv.meta, parts, renders_reasoning)
+    msgs = as_template_reads(originals, conv.meta, *_shape(tmpl))
     context: Counter[str] = Counter()
     rows: list[tuple[str, Expected]] = []
     if mode == "each":
@@ -357,6 +387,10 @@ def expected_rows(
                 error = error or _first_line(exc)
                 continue
             gen, why = _generation(tmpl, prompt, full)
+            if why == reasons.TURN_NO_END_OF_TURN:
+                later = _stop_written_later(tmpl, render, msgs, j, prompt, full)
+                if later is not None:
+                    full, gen, why = later, later[len(prompt) :], None
             if gen is None:
                 context[str(why)] += 1
                 continue
@@ -381,6 +415,11 @@ def expected_rows(
             prompt = render(msgs[:j], True)
             full = whole if j == asst[-1] else render(msgs[: j + 1])
             gen, why = _generation(tmpl, prompt, full)
+            if why == reasons.TURN_NO_END_OF_TURN:
+                later = _stop_written_later(tmpl, render, msgs, j, prompt, full)
+                if later is not None:
+                    gen, why = later[len(prompt) :], None
+                    whole = later if j == asst[-1] else whole
             if gen is None:
                 context[str(why)] += 1
             elif whole.startswith(prompt) and whole.startswith(gen, len(prompt)):

@@ -21,10 +21,11 @@ from typing import Literal
 from draftset.core import reasons
 from draftset.core.records import Conversation, Message, Reject
 from draftset.mask.ambient import clock_kwargs, valid_now
-from draftset.mask.template import Renderer
+from draftset.mask.template import Renderer, as_content_parts
 from draftset.sources.normalize import as_template_reads
 
 TurnMode = Literal["all", "last", "each"]
+NEXT_TURN_PROBE = "DRAFTSET_NEXT_TURN_PROBE_5d2c"
 
 
 @dataclass(slots=True)
@@ -90,6 +91,9 @@ class _Turn:
     generation: str | None = None  # G
     reason: str | None = None  # set when the turn cannot be supervised
     message: str = ""
+    # the row's text up to the end of G when G runs past render(0..j): the template writes the
+    # stop only with the next turn (GLM's <|user|>), the model emits it after its answer
+    continued: str | None = None
 
 
 def _drops_reject(conv: Conversation, j: int, row_id: str | None = None) -> Reject:
@@ -161,11 +165,71 @@ def derive_turn(
         return turn
     end = tmpl.find_end_of_turn(full, len(prompt))
     if end < 0:
-        turn.reason = reasons.TURN_NO_END_OF_TURN
-        turn.message = "no end-of-turn token after the generation prompt"
+        tail = stop_after_answer(tmpl, messages, tools, j, prompt, full, row_kwargs)
+        if tail is None:
+            turn.reason = reasons.TURN_NO_END_OF_TURN
+            turn.message = "no end-of-turn token after the generation prompt"
+            return turn
+        turn.continued = full + tail
+        turn.generation = turn.continued[len(prompt) :]
         return turn
     turn.generation = full[len(prompt) : end]
     return turn
+
+
+def next_turn_probe(messages: list[Message], j: int, content_parts: bool) -> Message:
+    """The message that follows answer j: the real next one (its text replaced by a probe),
+    else a tool result after an answer that calls tools, a user message after any other."""
+    if j + 1 < len(messages):
+        nxt: Message = {**messages[j + 1], "content": NEXT_TURN_PROBE}
+    elif messages[j].get("tool_calls"):
+        call = messages[j]["tool_calls"][0]
+        nxt = {"role": "tool", "content": NEXT_TURN_PROBE, "name": call["function"]["name"]}
+        if "id" in call:
+            nxt["tool_call_id"] = call["id"]
+    else:
+        nxt = {"role": "user", "content": NEXT_TURN_PROBE}
+    return as_content_parts([nxt])[0] if content_parts else nxt
+
+
+def stop_after_answer(
+    tmpl: Renderer,
+    messages: list[Message],
+    tools: list | None,
+    j: int,
+    prompt: str,
+    full: str,
+    row_kwargs: dict | None,
+) -> str | None:
+    """What the model writes after answer j up to its stop when render(0..j) has no stop token
+    (docs/semantics.md): the text the template writes between the end of the answer and the
+    next message, up to and including the first stop token there; None when there is none.
+
+    The answer's end is located in the continued render by the longest end of the answer's
+    own render that occurs there before the next message (history renders may drop a turn's
+    reasoning, never the end of its answer).
+    """
+    nxt = next_turn_probe(messages, j, tmpl.content_parts)
+    try:
+        cont = tmpl.render([*messages[: j + 1], nxt], tools, row_kwargs=row_kwargs)
+    except Exception:  # the template refuses the continuation: no stop to read
+        return None
+    limit = cont.find(NEXT_TURN_PROBE)
+    answer = full[len(prompt) :]
+    if limit < 0 or not answer:
+        return None
+    lo, hi = 0, len(answer)  # longest suffix of the answer found before the next message
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if cont.find(answer[-mid:], 0, limit) >= 0:
+            lo = mid
+        else:
+            hi = mid - 1
+    if lo == 0:
+        return None
+    start = cont.rfind(answer[-lo:], 0, limit) + lo
+    end = tmpl.find_end_of_turn(cont[:limit], start)
+    return cont[start:end] if end > start else None
 
 
 def make_row(
@@ -217,7 +281,9 @@ def plan_conversation(
         )
         return plan
     # what the template is given: inline reasoning and content shape as it reads them
-    shown = as_template_reads(messages, conv.meta, tmpl.content_parts, tmpl.renders_reasoning)
+    shown = as_template_reads(
+        messages, conv.meta, tmpl.content_parts, tmpl.renders_reasoning, tmpl.string_arguments
+    )
     if mode == "each":
         _plan_each(tmpl, conv, shown, messages, assistant_idx, placeholders, plan)
     else:
@@ -300,6 +366,8 @@ def _plan_whole(
             turn = derive_turn(tmpl, messages, conv.tools, j, full if is_last else None, row_kwargs)
             if turn.reason is None:
                 assert turn.prompt is not None and turn.generation is not None
+                if is_last and turn.continued is not None:
+                    full = turn.continued  # the row ends with the stop the model emits
                 start = len(turn.prompt)
                 if full.startswith(turn.prompt) and full.startswith(turn.generation, start):
                     if reasons.drops_content(originals[j], turn.generation):
@@ -389,7 +457,8 @@ def _plan_each(
             plan.rejects.append(_drops_reject(conv, j, row_id))
             continue
         start = len(turn.prompt)
-        plan.rows.append(make_row(conv, row_id, full, [(start, start + len(turn.generation), j)]))
+        text = full if turn.continued is None else turn.continued
+        plan.rows.append(make_row(conv, row_id, text, [(start, start + len(turn.generation), j)]))
     if not plan.rows and not plan.rejects:
         why = ", ".join(f"{k}={v}" for k, v in sorted(plan.context_turns.items()))
         plan.rejects.append(

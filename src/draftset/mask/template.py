@@ -3,11 +3,11 @@
 Rendering goes through `transformers`' own `apply_chat_template` (its sandboxed Jinja), exactly
 as a serving stack renders prompts; nothing here knows any particular model. The end-of-turn
 tokens are the tokens the server stops on: ``generation_config.json``'s ``eos_token_id`` (what
-vLLM and SGLang read) plus the tokenizer's EOS; only when the folder has no
-``generation_config.json`` are they probed from the template (the first special token it writes
-after an assistant answer). Two more facts are probed once per template: whether it reads
-message content as a list of parts, and whether it renders ``reasoning_content`` before the
-answer (docs/semantics.md).
+vLLM and SGLang read) plus the tokenizer's EOS and ``--eot-token``; they are read, never probed
+(without that file and without ``--eot-token`` loading fails with a usage error). Facts about
+how the template reads messages are probed once per template: content as a list of parts,
+``reasoning_content`` before the answer, tool-call arguments as a string and ``content: None``
+on tool calls (docs/semantics.md).
 """
 
 from __future__ import annotations
@@ -168,6 +168,7 @@ class RenderKit:
     eot_tokens: tuple[str, ...]
     content_parts: bool = False  # the template reads content as a list of typed parts
     renders_reasoning: bool = True  # ... and renders reasoning_content before the answer
+    string_arguments: bool = False  # ... and reads tool-call arguments as a JSON string
 
 
 class Renderer:
@@ -179,6 +180,7 @@ class Renderer:
     eot_ids: frozenset[int]
     content_parts: bool = False
     renders_reasoning: bool = True
+    string_arguments: bool = False
     _compiled: Any
     _base_kwargs: dict[str, Any]
     # most characters one render may produce (`limits.render_char_cap`); None = unbounded
@@ -199,6 +201,7 @@ class Renderer:
         r.eot_ids = frozenset(r.backend.token_to_id(t) for t in kit.eot_tokens)
         r.content_parts = kit.content_parts
         r.renders_reasoning = kit.renders_reasoning
+        r.string_arguments = kit.string_arguments
         r._compiled = compiled
         r._base_kwargs = kit.base_kwargs
         return r
@@ -426,6 +429,7 @@ class ChatTemplate(Renderer):
         )
         self.content_parts = probe_content_parts(self.render)
         self.renders_reasoning = probe_renders_reasoning(self.render, self.content_parts)
+        self.string_arguments = probe_string_arguments(self.render, self.content_parts)
         self.eot_tokens: tuple[str, ...] = self._end_of_turn_tokens(spec.eot_tokens)
         if not self.eot_tokens:
             raise TokenizerError(
@@ -445,6 +449,7 @@ class ChatTemplate(Renderer):
             self.eot_tokens,
             self.content_parts,
             self.renders_reasoning,
+            self.string_arguments,
         )
 
     def render_reference(
@@ -505,6 +510,9 @@ class ChatTemplate(Renderer):
         return str(tmpl)
 
     def _end_of_turn_tokens(self, extra: tuple[str, ...]) -> tuple[str, ...]:
+        """What the server stops on: ``--eot-token`` extras, ``generation_config.json``'s
+        ``eos_token_id`` and the tokenizer's EOS. Never probed from the template: without that
+        file (and without ``--eot-token``) a usage error says how to supply them."""
         found: list[str] = []
 
         def add(tok: str | None) -> None:
@@ -516,41 +524,38 @@ class ChatTemplate(Renderer):
                 raise TokenizerError(f"--eot-token {tok!r} is not a token of this tokenizer")
             add(tok)
         stop_ids = self._generation_config_eos_ids()
-        if stop_ids is not None:  # what the server stops on: no probing (docs/semantics.md)
-            for tok_id in stop_ids:
-                add(self.tokenizer.convert_ids_to_tokens(tok_id))
-            add(getattr(self.tokenizer, "eos_token", None))
-            return tuple(found)
-        probes = (
-            [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _PROBE}],
-            [
-                {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": _PROBE},
-                {"role": "user", "content": "Again"},
-                {"role": "assistant", "content": "Sure"},
-            ],
-        )
-        for messages in probes:
-            try:
-                text = self.render(as_content_parts(messages) if self.content_parts else messages)
-            except Exception:
-                continue
-            i = text.find(_PROBE)
-            if i < 0:
-                continue
-            suffix = text[i + len(_PROBE) :]
-            for tok in self.backend.encode(suffix, add_special_tokens=False).tokens:
-                if tok in self.special_tokens:
-                    add(tok)
-                    break
+        if stop_ids is None and not extra:
+            raise TokenizerError(missing_stops_message(self.spec.tokenizer))
+        for tok_id in stop_ids or ():
+            add(self.tokenizer.convert_ids_to_tokens(tok_id))
         add(getattr(self.tokenizer, "eos_token", None))
         return tuple(found)
 
     def _generation_config_eos_ids(self) -> list[int] | None:
         """``eos_token_id`` of ``generation_config.json`` (int or list); None when absent."""
-        if self.path is None:
+        return model_stop_ids(self.spec.tokenizer, self.path, len(self.tokenizer))
+
+
+def model_stop_ids(tokenizer: str, folder: Path | None, n_tokens: int) -> list[int] | None:
+    """``generation_config_stop_ids`` of the tokenizer folder, or of the hub repo's own
+    ``generation_config.json`` when the tokenizer is a hub id (None when it has none)."""
+    if folder is None:
+        try:  # lazy: only hub ids need it
+            from huggingface_hub import hf_hub_download
+
+            folder = Path(hf_hub_download(tokenizer, "generation_config.json")).parent
+        except Exception:  # no such file in the repo, or offline: nothing to read
             return None
-        return generation_config_stop_ids(self.path, len(self.tokenizer))
+    return generation_config_stop_ids(folder, n_tokens)
+
+
+def missing_stops_message(tokenizer: str) -> str:
+    """The one-line usage error when nothing says where the model's generations end."""
+    return (
+        f"no generation_config.json with an eos_token_id beside the tokenizer {tokenizer}: the"
+        " stop tokens are read from it, never guessed; put the model's generation_config.json"
+        " in the tokenizer folder, or pass --eot-token TOKEN for each token the server stops on"
+    )
 
 
 def generation_config_stop_ids(folder: Path, n_tokens: int) -> list[int] | None:
@@ -611,3 +616,27 @@ def probe_renders_reasoning(render: Any, content_parts: bool = False) -> bool:
         return False
     i = text.find(_PROBE_REASONING)
     return 0 <= i < text.find(_PROBE)
+
+
+_PROBE_TOOL = "draftset_probe_tool_7f3a"
+_PROBE_ARGUMENT = "DRAFTSET_PROBE_ARGUMENT_7f3a"
+
+
+def probe_string_arguments(render: Any, content_parts: bool = False) -> bool:
+    """True when the template renders a tool call's ``arguments`` only as a JSON string (it
+    concatenates them: DeepSeek-V3.1, DeepSeek-R1), not as the object normalization makes of
+    them: then every call's arguments are given as the row's own JSON text."""
+
+    def shows(arguments: Any) -> bool:
+        call = {"type": "function", "function": {"name": _PROBE_TOOL, "arguments": arguments}}
+        msgs: list[Message] = [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+        ]
+        try:
+            return _PROBE_ARGUMENT in render(as_content_parts(msgs) if content_parts else msgs)
+        except Exception:
+            return False
+
+    as_object = {"probe": _PROBE_ARGUMENT}
+    return not shows(as_object) and shows(json.dumps(as_object))

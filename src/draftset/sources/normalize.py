@@ -97,6 +97,9 @@ THINK_CLOSE = "</think>"
 INLINE_REASONING = "inline_reasoning"
 """``Conversation.meta`` key: message index -> assistant content as the row wrote it, for turns
 whose leading ``<think>…</think>`` was moved to ``reasoning_content``."""
+ARGUMENTS_TEXT = "arguments_text"
+"""``Conversation.meta`` key: message index -> {call index: the call's ``arguments`` exactly as
+the row wrote them, a JSON string}, for templates that read arguments as a string."""
 
 
 def as_template_reads(
@@ -104,6 +107,7 @@ def as_template_reads(
     meta: dict[str, Any],
     content_parts: bool = False,
     renders_reasoning: bool = True,
+    string_arguments: bool = False,
 ) -> list[Message]:
     """The messages a template is given (docs/semantics.md, one rule for build and verify).
 
@@ -112,10 +116,15 @@ def as_template_reads(
     content back exactly as written. A move may change the render (gpt-oss: the analysis
     channel; MiniMax-M3: ``<mm:think>``): the turn is then rendered as the model writes
     reasoning (docs/semantics.md). Templates that read content only as a list of parts
-    (``content_parts``) get the text as one text part.
+    (``content_parts``) get the text as one text part. Templates that read tool-call
+    arguments only as a string (``string_arguments``) get each call's arguments as the row
+    wrote them (the JSON text the model generated), or as compact JSON when the row gave an
+    object.
     """
     inline = meta.get(INLINE_REASONING) if not renders_reasoning else None
     out = messages
+    if string_arguments:
+        out = _arguments_as_text(out, meta.get(ARGUMENTS_TEXT) or {})
     if inline:
         out = list(messages)
         for i, original in inline.items():
@@ -124,6 +133,30 @@ def as_template_reads(
                 msg["content"] = original
                 out[i] = msg
     return as_content_parts(out) if content_parts else out
+
+
+def _arguments_as_text(messages: list[Message], texts: dict[int, dict[int, str]]) -> list[Message]:
+    out = list(messages)
+    for i, m in enumerate(messages):
+        calls = m.get("tool_calls")
+        if m.get("role") != "assistant" or not calls:
+            continue
+        written = texts.get(i) or {}
+        out[i] = {
+            **m,
+            "tool_calls": [
+                {
+                    **c,
+                    "function": {
+                        **c["function"],
+                        "arguments": written.get(k)
+                        or json.dumps(c["function"]["arguments"], ensure_ascii=False),
+                    },
+                }
+                for k, c in enumerate(calls)
+            ],
+        }
+    return out
 
 
 # --- shape detection ---------------------------------------------------------------------------
@@ -390,9 +423,10 @@ def _messages(
             raise RowProblem(reasons.INVALID_CONTENT, f"'system' is {_type(system)}, not a string")
         if messages[0]["role"] != "system":
             messages.insert(0, {"role": "system", "content": system})
-            inline = meta.get(INLINE_REASONING)
-            if inline:  # keys are message indices
-                meta[INLINE_REASONING] = {i + 1: text for i, text in inline.items()}
+            for key in (INLINE_REASONING, ARGUMENTS_TEXT):
+                shifted = meta.get(key)
+                if shifted:  # keys are message indices
+                    meta[key] = {i + 1: value for i, value in shifted.items()}
     return messages
 
 
@@ -567,13 +601,29 @@ def _assistant(i: int, turn: dict[str, Any], content: Any, meta: dict[str, Any])
             meta["reasoning_unterminated"] = True
         if text != original:
             meta.setdefault(INLINE_REASONING, {})[i] = original
+    first = len(calls or [])
     calls = (calls or []) + _message_calls(i, turn)
+    written = _written_arguments(turn.get("tool_calls"), first)
+    if written:
+        meta.setdefault(ARGUMENTS_TEXT, {})[i] = written
     msg: Message = {"role": "assistant", "content": text}
     if reasoning:
         msg["reasoning_content"] = reasoning
     if calls:
         msg["tool_calls"] = calls
     return msg
+
+
+def _written_arguments(tool_calls: Any, first: int) -> dict[int, str]:
+    """Call index -> arguments as the row wrote them, for OpenAI calls given as JSON text."""
+    out: dict[int, str] = {}
+    for k, c in enumerate(tool_calls if isinstance(tool_calls, list) else []):
+        fn = c.get("function") if isinstance(c, dict) else None
+        src = fn if isinstance(fn, dict) else c
+        args = src.get("arguments") if isinstance(src, dict) else None
+        if isinstance(args, str) and args.strip():
+            out[first + k] = args
+    return out
 
 
 def _split_think(text: str) -> tuple[str, str | None, bool]:

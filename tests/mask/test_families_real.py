@@ -1,0 +1,382 @@
+"""Real tokenizer files of many families (tests/real_families.py): build and verify a varied
+conversation set, and every written row equals an INDEPENDENT render.
+
+Independent: `apply_chat_template(tokenize=False)` and `tokenizer(text,
+add_special_tokens=False)` only, with docs/semantics.md's rule computed here in a few lines: P =
+render(turns < j, generation prompt), F = render(turns <= j), G = F after P through the first
+stop token of the model's generation_config.json (+ EOS); when F has none after P, G runs on
+through the text the template writes after the answer when the conversation goes on (the next
+message's header) up to its first stop token (GLM). Each of P, G and the rest is tokenized on
+its own. Rows are built in ``--turns each`` mode, where every row is one turn as served.
+
+``python tests/mask/test_families_real.py`` prints the per-family table (rows written, rows
+equal to the independent render, verify).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from real_families import REAL_FAMILIES, RealFamily
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather of a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+CALL_ARGUMENTS = '{"city": "Paris"}'
+
+CONVERSATIONS: dict[str, dict[str, Any]] = {
+    "single": {
+        "messages": [
+            {"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": "2+2 is 4."},
+        ]
+    },
+    "multi": {
+        "messages": [
+            {"role": "system", "content": "Answer briefly."},
+            {"role": "user", "content": "Name a color."},
+            {"role": "assistant", "content": "Blue."},
+            {"role": "user", "content": "Another one?"},
+            {"role": "assistant", "content": "Green."},
+        ]
+    },
+    "reasoning": {
+        "messages": [
+            {"role": "user", "content": "What is 3*3?"},
+            {
+                "role": "assistant",
+                "content": "It is 9.",
+                "reasoning_content": "Three times three is nine.",
+            },
+        ],
+        "thinking": True,
+    },
+    "tool": {
+        "tools": TOOLS,
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": CALL_ARGUMENTS},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
+            {"role": "assistant", "content": "It is sunny in Paris."},
+        ],
+    },
+    "unicode": {
+        "messages": [
+            {"role": "user", "content": "Translate 'cat' to Japanese 🐱"},
+            {"role": "assistant", "content": "猫 (ねこ) 🐈 — neko."},
+        ]
+    },
+}
+
+
+def _kwargs(fam: RealFamily, conv: dict[str, Any]) -> dict[str, Any]:
+    return {**dict(fam.kwargs), **(dict(fam.thinking) if conv.get("thinking") else {})}
+
+
+def _row(cid: str, fam: RealFamily, conv: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {"id": cid, "messages": conv["messages"]}
+    if conv.get("tools"):
+        row["tools"] = conv["tools"]
+    kwargs = _kwargs(fam, conv)
+    if kwargs != dict(fam.kwargs):  # recorded per row, as `draftset generate` does
+        row["metadata"] = {"chat_template_kwargs": kwargs}
+    return row
+
+
+# --- the independent render ----------------------------------------------------------------
+def _as_template_reads(tok: Any, template: str | None, messages: list) -> list:
+    """Arguments as the JSON text when the template concatenates strings (raises on objects)."""
+    call = {"type": "function", "function": {"name": "probe_fn", "arguments": {"k": "PROBEVAL"}}}
+    probe = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+    ]
+    try:
+        if "PROBEVAL" in tok.apply_chat_template(probe, chat_template=template, tokenize=False):
+            objects = True
+        else:
+            objects = False
+    except Exception:
+        objects = False
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            calls = []
+            for c in m["tool_calls"]:
+                args = json.loads(c["function"]["arguments"])
+                calls.append(
+                    {
+                        **c,
+                        "function": {
+                            **c["function"],
+                            "arguments": args if objects else c["function"]["arguments"],
+                        },
+                    }
+                )
+            m = {**m, "tool_calls": calls}
+        out.append(m)
+    return out
+
+
+def expected_rows(
+    tok: Any, template: str | None, cid: str, conv: dict[str, Any], kwargs: dict, stops: tuple
+) -> dict[str, tuple[list[int], list[int]]]:
+    """``--turns each`` rows (id -> ids, mask) from apply_chat_template and the tokenizer."""
+
+    def render(msgs: list, gen: bool = False) -> str:
+        return tok.apply_chat_template(
+            msgs,
+            tools=conv.get("tools"),
+            chat_template=template,
+            add_generation_prompt=gen,
+            tokenize=False,
+            **kwargs,
+        )
+
+    def encode(text: str) -> list[int]:
+        return tok(text, add_special_tokens=False)["input_ids"] if text else []
+
+    def first_stop(text: str, start: int, end: int | None = None) -> int:
+        ends = [i + len(s) for s in stops if (i := text.find(s, start, end)) >= 0]
+        return min(ends) if ends else -1
+
+    msgs = _as_template_reads(tok, template, conv["messages"])
+    rows: dict[str, tuple[list[int], list[int]]] = {}
+    asst = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+    for k, j in enumerate(asst):
+        try:
+            prompt, full = render(msgs[:j], True), render(msgs[: j + 1])
+        except Exception:
+            continue
+        if not full.startswith(prompt):
+            continue
+        end = first_stop(full, len(prompt))
+        if end >= 0:
+            text, gen = full, full[len(prompt) : end]
+        else:  # the stop is the next turn's header: render the conversation going on
+            calls = msgs[j].get("tool_calls")
+            nxt = (
+                {**msgs[j + 1], "content": "NEXTPROBE"}
+                if j + 1 < len(msgs)
+                else {"role": "tool", "content": "NEXTPROBE", "tool_call_id": calls[0]["id"]}
+                if calls
+                else {"role": "user", "content": "NEXTPROBE"}
+            )
+            cont = render([*msgs[: j + 1], nxt])
+            cut = cont.find("NEXTPROBE")
+            if cut < 0:  # the template does not render that message: no stop to read
+                continue
+            tail_of_answer = full[-8:]
+            at = cont.rfind(tail_of_answer, 0, cut) + len(tail_of_answer)
+            stop = first_stop(cont, at, cut)
+            if stop < 0:
+                continue
+            text = full + cont[at:stop]
+            gen = text[len(prompt) :]
+        answer = str(msgs[j].get("content") or "").strip()
+        names = [c["function"]["name"] for c in msgs[j].get("tool_calls") or ()]
+        if (answer and answer not in gen) or any(n not in gen for n in names):
+            continue  # the template drops the turn: rejected
+        rest = text[len(prompt) + len(gen) :]
+        ids_p, ids_g, ids_r = encode(prompt), encode(gen), encode(rest)
+        rows[f"{cid}#{k}"] = (
+            ids_p + ids_g + ids_r,
+            [0] * len(ids_p) + [1] * len(ids_g) + [0] * len(ids_r),
+        )
+    return rows
+
+
+# --- build, verify, compare ------------------------------------------------------------------
+@dataclass
+class Outcome:
+    family: str
+    written: int = 0
+    exact: int = 0
+    expected: int = 0
+    verify: str = ""
+    wrong: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    rejects: dict[str, int] = field(default_factory=dict)
+
+
+def run_family(name: str, work: Path) -> Outcome:
+    import pyarrow as pa
+    from transformers import AutoTokenizer
+
+    from draftset.checks.verify import run_verify
+    from draftset.config.options import BuildOptions
+    from draftset.pipeline.build import run_build
+    from draftset.sources.read import Source
+
+    fam = REAL_FAMILIES[name]
+    res = Outcome(name)
+    src = work / f"{name}.jsonl"
+    src.write_text("".join(json.dumps(_row(c, fam, v)) + "\n" for c, v in CONVERSATIONS.items()))
+    out = work / f"{name}-out"
+    tfile = fam.template_file()
+    try:
+        built = run_build(
+            BuildOptions(
+                sources=[Source("convs", src)],
+                tokenizer=str(fam.folder()),
+                out=out,
+                chat_template_path=str(tfile) if tfile else None,
+                template_kwargs=dict(fam.kwargs),
+                turns="each",
+                workers=1,
+                dedup="none",
+            )
+        )
+    except Exception as exc:
+        res.verify = f"build error: {type(exc).__name__}: {str(exc)[:200]}"
+        return res
+    per = built.accounting.to_json()["per_source"]["convs"]
+    res.rejects = dict(per.get("rejected_by_reason") or {})
+    if built.finalized:
+        checks = run_verify(out, speculators=False)
+        failed = [
+            f"{c.name}: {c.summary}" for c in checks if c.failed and c.name != "drafter_fitness"
+        ]
+        res.verify = "pass" if not failed else "FAIL " + "; ".join(failed)
+    else:
+        res.verify = "nothing written"
+    tok = AutoTokenizer.from_pretrained(str(fam.folder()))
+    template = tfile.read_text(encoding="utf-8") if tfile else None
+    want: dict[str, tuple[list[int], list[int]]] = {}
+    for cid, conv in CONVERSATIONS.items():
+        want.update(expected_rows(tok, template, cid, conv, _kwargs(fam, conv), fam.stops()))
+    res.expected = len(want)
+    got: dict[str, tuple[list[int], list[int]]] = {}
+    for shard in sorted(out.glob("data-*.arrow")):
+        with pa.memory_map(str(shard)) as mm:
+            table = pa.ipc.open_stream(mm).read_all()
+        for rid, ids, mask in zip(
+            table["id"].to_pylist(),
+            table["input_ids"].to_pylist(),
+            table["loss_mask"].to_pylist(),
+            strict=True,
+        ):
+            got[rid] = (ids, mask)
+    res.written = len(got)
+    for rid, row in got.items():
+        if want.get(rid) == row:
+            res.exact += 1
+        else:
+            res.wrong.append(rid)
+    res.missing = sorted(set(want) - set(got))
+    return res
+
+
+@pytest.mark.parametrize("name", sorted(REAL_FAMILIES))
+def test_real_family_rows_equal_an_independent_render(name, tmp_path):
+    res = run_family(name, tmp_path)
+    assert res.verify == "pass", res
+    assert res.written > 0, res
+    assert res.exact == res.written == res.expected, res
+
+
+if __name__ == "__main__":
+    import os
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    root = Path(tempfile.mkdtemp(prefix="draftset-real-families-"))
+    print("| family | rows written | equal to the independent render | expected | verify |")
+    print("|---|---|---|---|---|")
+    for fam_name in sys.argv[1:] or sorted(REAL_FAMILIES):
+        r = run_family(fam_name, root)
+        extra = f" wrong {r.wrong}" if r.wrong else ""
+        extra += f" missing {r.missing}" if r.missing else ""
+        print(
+            f"| {fam_name} | {r.written} | {r.exact} | {r.expected} | {r.verify[:160]}{extra}"
+            f" rejects {r.rejects} |"
+        )
+
+
+# --- stop tokens: read, never guessed ---------------------------------------------------------
+def _tokenizer_only(fam: RealFamily, dest: Path) -> Path:
+    """The family's tokenizer files without generation_config.json (a bare tokenizer folder)."""
+    dest.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (dest / name).write_bytes((fam.folder() / name).read_bytes())
+    return dest
+
+
+def test_without_generation_config_the_build_stops_with_one_line_naming_eot_token(tmp_path, capsys):
+    """gpt-oss without its generation_config.json: a probe found <|end|> (harmony's message
+    separator) and missed <|call|>; now nothing is guessed: exit 2, one line, nothing written."""
+    from draftset.cli import main
+
+    fam = REAL_FAMILIES["gptoss"]
+    tok = _tokenizer_only(fam, tmp_path / "tok")
+    src = tmp_path / "rows.jsonl"
+    src.write_text(json.dumps(_row("single", fam, CONVERSATIONS["single"])) + "\n")
+    out = tmp_path / "out"
+    argv = ["build", str(src), "--tokenizer", str(tok), "--out", str(out)]
+    template = ["--chat-template", str(fam.template_file())]
+    assert main([*argv, *template]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--eot-token" in err[0] and "generation_config.json" in err[0]
+    assert not out.exists()
+    # the stops given by hand: built, and verify derives the same ones from the files + manifest
+    stops = ["--eot-token", "<|return|>", "--eot-token", "<|call|>"]
+    assert main([*argv, *template, *stops]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["template"]["eot_tokens"] == ["<|return|>", "<|call|>"]
+    from draftset.checks.verify import run_verify
+
+    failed = [c.name for c in run_verify(out, speculators=False) if c.failed]
+    assert failed in ([], ["drafter_fitness"])  # one short row: too few anchors for a drafter
+
+
+def test_stop_tokens_are_the_generation_config_ones(tmp_path):
+    """Llama-3.x lists <|eom_id|> (ipython turns with builtin_tools end with it), gpt-oss <|call|>
+    and not <|end|>, GLM the next-turn headers: what the server stops on, read from the file."""
+    from draftset.mask.template import ChatTemplate, TemplateSpec
+
+    def stops(name: str, folder: Path | None = None) -> tuple[str, ...]:
+        fam = REAL_FAMILIES[name]
+        text = fam.template_file().read_text() if fam.template_file() else None
+        return ChatTemplate(TemplateSpec(str(folder or fam.folder()), text)).eot_tokens
+
+    from conftest import llama32_tokenizer_dir
+
+    llama = ChatTemplate(TemplateSpec(str(llama32_tokenizer_dir()), _trl("llama3_1")))
+    assert "<|eom_id|>" in llama.eot_tokens
+    assert stops("gptoss") == ("<|return|>", "<|endoftext|>", "<|call|>")
+    assert stops("glm4_7") == ("<|endoftext|>", "<|user|>", "<|observation|>")
+    assert stops("glm4_0414") == ("<|endoftext|>", "<|user|>", "<|observation|>")
+
+
+def _trl(name: str) -> str:
+    from conftest import trl_template
+
+    return trl_template(name).read_text()
