@@ -263,6 +263,7 @@ _COUNTS = {
     "rejected_by_reason": _BY_REASON,
     "row_rejects_by_reason": _BY_REASON,
     "context_turns_by_reason": _BY_REASON,
+    "unread_fields": _BY_REASON,  # field name -> rows whose shape did not read it
     "*": _INT,
 }
 _MANIFEST_SHAPE: dict[str, Any] = {
