@@ -260,6 +260,7 @@ INTERNAL_EXCEPTIONS = {
     "WireError",  # generate: a broken HTTP exchange, retried as TransientError
     "BodyTooLarge",  # generate: a FinalError for that row
     "RowProblem",  # read, normalize, presets: a row's reject
+    "DamagedDocument",  # read: a .json document that does not parse: a SourceError (exit 2)
     "RenderLimit",  # a template that runs too long or too deep: a row's reject
     "RenderTimeout",  # (a RenderLimit)
     "RenderTooLarge",  # (a RenderLimit)
