@@ -380,3 +380,110 @@ def _trl(name: str) -> str:
     from conftest import trl_template
 
     return trl_template(name).read_text()
+
+
+# --- golden: GLM's next-header stop, DeepSeek's string arguments, on the real files ----------
+def _template(name: str, **kwargs: Any):
+    from draftset.mask.template import ChatTemplate, TemplateSpec
+
+    fam = REAL_FAMILIES[name]
+    tfile = fam.template_file()
+    text = tfile.read_text(encoding="utf-8") if tfile else None
+    return ChatTemplate(TemplateSpec(str(fam.folder()), text, {**dict(fam.kwargs), **kwargs}))
+
+
+def _supervised(t: Any, row: dict[str, Any], mode: str = "all") -> tuple[list[str], str, list]:
+    """(decoded supervised runs, decoded row, reject reasons) of one row, through build's path."""
+    from draftset.core.records import RawRow
+    from draftset.mask.encode import encode_plans
+    from draftset.mask.render import plan_conversation
+    from draftset.sources.normalize import normalize
+
+    plan = plan_conversation(t, normalize(RawRow("s", 0, row)), mode)
+    runs, text = [], ""
+    for ids, mask in encode_plans(t.backend, plan.rows):
+        ids, mask = [int(i) for i in ids], [int(m) for m in mask]
+        text += t.decode(ids)
+        pos = 0
+        while pos < len(ids):
+            end = pos
+            while end < len(ids) and mask[end] == mask[pos]:
+                end += 1
+            if mask[pos]:
+                runs.append(t.decode(ids[pos:end]))
+            pos = end
+    return runs, text, [r.reason for r in plan.rejects]
+
+
+def test_glm4_0414_answers_run_through_the_next_user_header():
+    """GLM-4-0414's template writes nothing after an answer; the model emits <|user|>."""
+    row = {
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello there."},
+            {"role": "user", "content": "Again"},
+            {"role": "assistant", "content": "Sure thing."},
+        ]
+    }
+    runs, text, rejects = _supervised(_template("glm4_0414"), row)
+    assert not rejects
+    assert runs == ["\nHello there.<|user|>", "\nSure thing.<|user|>"]
+    # the last answer's stop is not in the template's render of the row: the row gains it
+    assert text.endswith("<|assistant|>\nSure thing.<|user|>")
+
+
+def test_glm4_7_tool_call_ends_with_observation_and_the_answer_with_user():
+    runs, _, rejects = _supervised(
+        _template("glm4_7"), _row("tool", REAL_FAMILIES["glm4_7"], CONVERSATIONS["tool"])
+    )
+    assert not rejects
+    assert runs == [
+        "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>"
+        "<|observation|>",
+        "It is sunny in Paris.<|user|>",
+    ]
+    # thinking on: the prompt pre-fills <think>; reasoning, answer and the header are generated
+    runs, _, rejects = _supervised(
+        _template("glm4_7", enable_thinking=True), CONVERSATIONS["reasoning"]
+    )
+    assert not rejects
+    assert runs == ["Three times three is nine.</think>It is 9.<|user|>"]
+
+
+@pytest.mark.parametrize("mode", ["all", "each"])
+def test_deepseek_v3_1_tool_calls_keep_their_arguments_as_text(mode):
+    """DeepSeek-V3.1 concatenates `arguments`: given the row's JSON text, not an object (which
+    made the template raise: every tool-call row was template_error)."""
+    runs, _, rejects = _supervised(_template("deepseek_v3_1"), CONVERSATIONS["tool"] | {}, mode)
+    assert not rejects
+    assert runs == [
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+        + CALL_ARGUMENTS
+        + "<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>",
+        "It is sunny in Paris.<｜end▁of▁sentence｜>",
+    ]
+
+
+def test_deepseek_r1_renders_the_call_in_context():
+    """R1's prompt pre-fills <think>: the call turn is not generable, the answer after the
+    tool result is; its context holds the call with the row's arguments."""
+    runs, text, rejects = _supervised(_template("deepseek_r1"), CONVERSATIONS["tool"] | {})
+    assert not rejects
+    assert runs == ["It is sunny in Paris.<｜end▁of▁sentence｜>"]
+    assert f"get_weather\n```json\n{CALL_ARGUMENTS}\n```" in text
+
+
+def test_argument_shape_is_probed_per_template():
+    from draftset.mask.template import probe_string_arguments
+
+    got = {
+        n: probe_string_arguments(_template(n).render)
+        for n in ("deepseek_v3_1", "deepseek_r1", "qwen3", "glm4_7", "gptoss")
+    }
+    assert got == {
+        "deepseek_v3_1": True,
+        "deepseek_r1": True,
+        "qwen3": False,
+        "glm4_7": False,
+        "gptoss": False,
+    }
