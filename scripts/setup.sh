@@ -51,6 +51,14 @@ if [ "${1:-}" = "test" ]; then
     fi
   done
   # --- end of the real-tokenizer block -------------------------------------------------------
+  # --- the training venv (.venv-train), separate: speculators' trainer pins transformers<=5.19
+  # and datasets<=5.1 and needs pydantic-settings, httpx, loguru; tests/checks/
+  # test_speculators_train.py runs `speculators train` there. Pinned and idempotent (a rerun
+  # with the same pins is a no-op); its time is printed (~4-8 min from scratch on 2 cores).
+  TRAIN_START=$SECONDS
+  scripts/train-venv.sh .venv-train
+  echo "setup: .venv-train ready in $((SECONDS - TRAIN_START)) s" >&2
+  # --- end of the training venv
   # headless Chromium opens the HTML report in a test (Debian package; needs root)
   if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
