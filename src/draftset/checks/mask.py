@@ -30,6 +30,7 @@ from draftset.config import defaults
 from draftset.core import reasons
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
 from draftset.mask.limits import RenderLimit, bounded_row
+from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import (
     ChatTemplate,
     TemplateSpec,
@@ -57,7 +58,7 @@ FULL_CHECK_MAX_ROWS = 20_000
 DEFAULT_SAMPLE = 2_000
 """Rows mask-checked by default on sets above FULL_CHECK_MAX_ROWS."""
 
-_TEMPLATES: dict[tuple[str, str, str, tuple[str, ...]], ChatTemplate] = {}
+_TEMPLATES: dict[tuple[str, str, str, tuple[str, ...], str], ChatTemplate] = {}
 _THINK_TAGS = re.compile(r"</?think>")
 
 
@@ -72,9 +73,13 @@ def load_template(manifest: dict[str, Any], tokenizer: str | None) -> ChatTempla
     kwargs = dict(t.get("kwargs") or {})
     # only the user's own --eot-token extras: verify derives the stop tokens itself
     extra = tuple((manifest.get("options") or {}).get("eot_tokens") or ())
-    key = (tok, text, json.dumps(kwargs, sort_keys=True), extra)
+    # how build prepared tools; a set from before the field rendered them as given
+    engine = str(t.get("serving_engine") or "transformers")
+    if engine not in SERVING_ENGINES:
+        raise TokenizerError(f"the manifest names an unknown serving_engine {engine!r}")
+    key = (tok, text, json.dumps(kwargs, sort_keys=True), extra, engine)
     if key not in _TEMPLATES:
-        tmpl = ChatTemplate(TemplateSpec(tok, text or None, kwargs, extra))
+        tmpl = ChatTemplate(TemplateSpec(tok, text or None, kwargs, extra, engine))
         _TEMPLATES[key] = tmpl
         tmpl.verify_stops = derive_stop_tokens(tmpl, extra)  # type: ignore[attr-defined]
     return _TEMPLATES[key]

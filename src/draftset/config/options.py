@@ -16,6 +16,7 @@ from draftset.config import defaults
 from draftset.core import reasons
 from draftset.mask.encode import LengthRules
 from draftset.mask.render import TurnMode
+from draftset.mask.serving import DEFAULT_SERVING_ENGINE
 from draftset.mask.template import TemplateSpec
 from draftset.select.mix import SelectionSpec
 from draftset.sources.read import Source
@@ -53,6 +54,8 @@ class BuildOptions:
     run_info: dict[str, Any] | None = None
     render_timeout: float = defaults.RENDER_TIMEOUT  # seconds to render one row; 0 = no bound
     output_format: str = defaults.OUTPUT_FORMAT  # a key of draftset.output.FORMATS
+    # tools prepared as this engine prepares them before rendering (mask/serving.py)
+    serving_engine: str = DEFAULT_SERVING_ENGINE
 
     def selection_spec(self) -> SelectionSpec:
         return SelectionSpec(
@@ -71,7 +74,13 @@ class BuildOptions:
         text = None
         if self.chat_template_path:
             text = Path(self.chat_template_path).read_text(encoding="utf-8")
-        return TemplateSpec(self.tokenizer, text, dict(self.template_kwargs), self.eot_tokens)
+        return TemplateSpec(
+            self.tokenizer,
+            text,
+            dict(self.template_kwargs),
+            self.eot_tokens,
+            self.serving_engine,
+        )
 
     def length_rules(self) -> LengthRules:
         return LengthRules(self.max_length, self.truncation, self.min_supervised_tokens)  # type: ignore[arg-type]

@@ -49,6 +49,7 @@ RECIPE_KEYS = {
     "mix",
     "render_timeout",
     "output_format",
+    "serving_engine",
     "sources",
     "generate",  # `draftset run` only (build ignores it); checked by run.generate_settings
 }

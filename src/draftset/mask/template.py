@@ -27,6 +27,7 @@ from draftset.core.hub import hub_offline
 from draftset.core.records import Message
 from draftset.mask.limits import RENDER_CAP_FACTOR, RENDER_CAP_FLOOR, RenderTooLarge
 from draftset.mask.sandbox import compile_template
+from draftset.mask.serving import DEFAULT_SERVING_ENGINE, prepare_tools
 
 _PROBE = "DRAFTSET_PROBE_ANSWER_7f3a"
 _PROBE_REASONING = "DRAFTSET_PROBE_REASONING_7f3a"
@@ -55,6 +56,8 @@ class TemplateSpec:
     chat_template: str | None = None  # the template text; None = the tokenizer's own
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     eot_tokens: tuple[str, ...] = ()  # extra end-of-turn tokens given by the user
+    # how tools reach the template (mask/serving.py); "transformers" = as given
+    serving_engine: str = DEFAULT_SERVING_ENGINE
 
 
 def _resolve_tokenizer_path(name: str) -> str:
@@ -97,6 +100,7 @@ class RenderKit:
     eot_tokens: tuple[str, ...]
     content_parts: bool = False  # the template reads content as a list of typed parts
     renders_reasoning: bool = True  # ... and renders reasoning_content before the answer
+    serving_engine: str = DEFAULT_SERVING_ENGINE  # tools prepared as this engine does
 
 
 class Renderer:
@@ -108,6 +112,7 @@ class Renderer:
     eot_ids: frozenset[int]
     content_parts: bool = False
     renders_reasoning: bool = True
+    serving_engine: str = "transformers"  # tools as given unless a spec or kit says otherwise
     _compiled: Any
     _base_kwargs: dict[str, Any]
     # most characters one render may produce (`limits.render_char_cap`); None = unbounded
@@ -128,6 +133,7 @@ class Renderer:
         r.eot_ids = frozenset(r.backend.token_to_id(t) for t in kit.eot_tokens)
         r.content_parts = kit.content_parts
         r.renders_reasoning = kit.renders_reasoning
+        r.serving_engine = kit.serving_engine
         r._compiled = compiled
         r._base_kwargs = kit.base_kwargs
         return r
@@ -182,6 +188,7 @@ class Renderer:
         None values), so only the aliasing is repeated here. Tested equal to `render_reference`
         on the golden conversations and the shared samples.
         """
+        tools = self.served_tools(tools)
         chat = [
             {"thinking": m["reasoning_content"], **m} if "reasoning_content" in m else m
             for m in messages
@@ -214,6 +221,17 @@ class Renderer:
             parts += chunk
         return "".join(parts)
 
+    def served_tools(self, tools: list[dict[str, Any]] | None) -> list[Any] | None:
+        """``tools`` as the serving engine gives them to the template (mask/serving.py)."""
+        if tools is None or self.serving_engine == "transformers":
+            return tools
+        memo = getattr(self, "_tools_memo", None)  # a conversation renders its tools many times
+        if memo is not None and memo[0] is tools:
+            return memo[1]
+        prepared = prepare_tools(tools, self.serving_engine)
+        self._tools_memo = (tools, prepared)
+        return prepared
+
     def find_end_of_turn(self, text: str, start: int = 0) -> int:
         """Index just past the first end-of-turn token at or after ``start``, or -1."""
         best = -1
@@ -244,7 +262,7 @@ class Renderer:
         kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
         rendered, indices = render_jinja_template(
             conversations=[messages],
-            tools=tools,
+            tools=self.served_tools(tools),
             chat_template=self.template_text,
             return_assistant_tokens_mask=True,
             **kwargs,
@@ -332,6 +350,7 @@ class ChatTemplate(Renderer):
         self.path = Path(path) if Path(path).is_dir() else None
         self.template_text: str = spec.chat_template or self._own_template()
         self.template_kwargs = dict(spec.template_kwargs)
+        self.serving_engine = spec.serving_engine
         try:
             self._compiled = _compile(self.template_text) if fast else None
         except Exception as exc:  # a Jinja syntax error is one line, not a traceback
@@ -362,6 +381,7 @@ class ChatTemplate(Renderer):
             self.eot_tokens,
             self.content_parts,
             self.renders_reasoning,
+            self.serving_engine,
         )
 
     def render_reference(
@@ -375,7 +395,7 @@ class ChatTemplate(Renderer):
         kwargs = self.template_kwargs if not row_kwargs else {**self.template_kwargs, **row_kwargs}
         text = self.tokenizer.apply_chat_template(
             messages,
-            tools=tools,
+            tools=self.served_tools(tools),
             chat_template=self.template_text,
             add_generation_prompt=add_generation_prompt,
             tokenize=False,

@@ -87,6 +87,7 @@ def build_manifest(
             "sha256": info.template_sha256,
             "kwargs": info.template_kwargs,
             "eot_tokens": list(info.kit.eot_tokens),
+            "serving_engine": info.kit.serving_engine,
         },
         "options": options,
         "counts": acct.to_json(),
