@@ -29,6 +29,16 @@ if [ "${1:-}" = "test" ]; then
   "${PIP[@]}" openai psutil safetensors
   # the sampling profiler bench/profile.py runs draftset under (never imported by draftset)
   "${PIP[@]}" "py-spy==0.4.3"
+  # --- vLLM's CPU render server (tests/serving/test_render_server.py) ---------------------------
+  # its own venv, .venv-vllm (vllm pins other transformers/torch versions than draftset's): the
+  # pinned list, --no-deps, CPU torch (the local wheel), no triton/CUDA; ~2 GB, a few minutes
+  VLLM_VENV=${DRAFTSET_VLLM_VENV:-.venv-vllm}
+  if [ ! -x "$VLLM_VENV/bin/vllm" ]; then
+    "$PY" -m venv "$VLLM_VENV"
+    "$VLLM_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+      -r scripts/vllm-render-requirements.txt
+  fi
+  # --- end of the vLLM block --------------------------------------------------------------------
   # headless Chromium opens the HTML report in a test (Debian package; needs root)
   if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -153,8 +153,10 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 def _window(tmpl: ChatTemplate, ids: list[int], at: int) -> str:
+    """Decoded tokens before | from the difference, and the differing ids (texts may agree)."""
     lo = max(0, at - WINDOW)
-    return repr(tmpl.decode(ids[lo:at])) + " | " + repr(tmpl.decode(ids[at : at + WINDOW]))
+    text = repr(tmpl.decode(ids[lo:at])) + " | " + repr(tmpl.decode(ids[at : at + WINDOW]))
+    return f"{text} {ids[at : at + WINDOW]}"
 
 
 def _messages(tmpl: ChatTemplate, conv: Conversation) -> list[dict[str, Any]]:
