@@ -190,3 +190,17 @@ def test_unreachable_render_server_is_one_line_exit_2_before_any_work(tmp_path: 
     assert proc.returncode == 2, proc.stderr
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "render server" in lines[0] and url in lines[0]
+
+
+def test_run_recipe_render_server_is_checked_before_any_work(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    out = tmp_path / "out"
+    url = f"http://127.0.0.1:{_free_port()}"
+    recipe.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\nout: {out}\n"
+        f"sources:\n  - {{path: {_write(tmp_path)}}}\n"
+        f"generate:\n  endpoints: [http://127.0.0.1:1/v1]\nverify:\n  render_server: {url}\n"
+    )
+    with pytest.raises(UsageError, match="render server"):
+        api.run(recipe)
+    assert not out.exists() and not (tmp_path / "out.run").exists()
