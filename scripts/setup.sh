@@ -59,6 +59,19 @@ if [ "${1:-}" = "test" ]; then
   scripts/train-venv.sh .venv-train
   echo "setup: .venv-train ready in $((SECONDS - TRAIN_START)) s" >&2
   # --- end of the training venv
+  # --- vLLM's CPU render server (tests/serving/test_render_server.py) ---------------------------
+  # its own venv, .venv-vllm (vllm pins other transformers/torch versions than draftset's): the
+  # pinned list, --no-deps, CPU torch (the local wheel), no triton/CUDA; ~2 GB, a few minutes
+  # (measured: ~2.7 min of CPU; 40 min wall at a load average of 18 on 2 cores)
+  VLLM_VENV=${DRAFTSET_VLLM_VENV:-.venv-vllm}
+  VLLM_REQ=scripts/vllm-render-requirements.txt
+  if ! cmp -s "$VLLM_REQ" "$VLLM_VENV/draftset-requirements.txt"; then
+    [ -x "$VLLM_VENV/bin/python" ] || "$PY" -m venv "$VLLM_VENV"
+    "$VLLM_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+      -r "$VLLM_REQ"
+    cp "$VLLM_REQ" "$VLLM_VENV/draftset-requirements.txt"  # done: the next run skips it
+  fi
+  # --- end of the vLLM block --------------------------------------------------------------------
   # headless Chromium opens the HTML report in a test (Debian package; needs root)
   if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

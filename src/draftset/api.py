@@ -91,6 +91,7 @@ def build(
     mix: Mapping[str, Any] | None = None,
     render_timeout: float | None = None,
     output_format: str | None = None,
+    serving_engine: str | None = None,
     progress: ProgressArg = False,
 ) -> BuildResult:
     """`draftset build`: tokenize and mask chat data into a verified, fully accounted set.
@@ -165,12 +166,14 @@ def build_options(
     mix: Mapping[str, Any] | None = None,
     render_timeout: float | None = None,
     output_format: str | None = None,
+    serving_engine: str | None = None,
 ) -> BuildOptions:
     """`build`'s arguments merged over the recipe and the defaults, and checked: the
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.options import BuildOptions
     from draftset.config.recipe import parse_json_object
+    from draftset.mask.serving import DEFAULT_SERVING_ENGINE
 
     conf, srcs = _recipe_and_sources(recipe, sources, format, fields, preset)
 
@@ -227,6 +230,7 @@ def build_options(
         mix=dict(mix) if mix is not None else conf.get("mix"),
         render_timeout=_seconds(pick("render_timeout", render_timeout, defaults.RENDER_TIMEOUT)),
         output_format=str(pick("output_format", output_format, defaults.OUTPUT_FORMAT)),
+        serving_engine=str(pick("serving_engine", serving_engine, DEFAULT_SERVING_ENGINE)),
     )
     if opts.engine != "ray":  # a recipe's ray_address waits for engine: ray; an explicit one
         if ray_address is not None:  # with a local engine is a mistake
@@ -392,11 +396,14 @@ def verify(
     fast: bool = False,
     json: str | Path | None = None,
     speculators: bool = True,
+    render_server: str | None = None,
 ) -> VerifyResult:
     """`draftset verify`: prove a built set is what its manifest says (docs/verify.md).
 
     ``fast``: only the checks that need neither sources nor tokenizer. ``json``: also write the
     result to that file. A full run records its result in ``dir/verify.json`` (for `report`).
+    ``render_server``: URL of a vLLM render server (`vllm launch render`) to compare the rows
+    with; an unreachable one is a usage error before any work.
     Raises `DraftsetError` (exit code 2) for unusable arguments or a folder that is not a set.
     """
     _not_in_a_spawned_import()
@@ -407,6 +414,13 @@ def verify(
         raise VerifyUsageError("--sample must be >= 1")
     if block_size < 2:
         raise VerifyUsageError("--block-size must be >= 2")
+    server = None
+    if render_server:
+        if fast:
+            raise VerifyUsageError("--render-server needs the full verify (not --fast)")
+        from draftset.checks.serving import connect  # lazy, as above
+
+        server = connect(render_server)
     if fast:
         checks = fast_checks(dir, block_size)
     else:
@@ -418,6 +432,7 @@ def verify(
             block_size=block_size,
             placeholders=_strings(placeholders) or None,
             speculators=speculators,
+            render_server=server,
         )
     recorded = None
     if not fast and not any(c.name == "verify_record" for c in checks):

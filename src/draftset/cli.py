@@ -17,6 +17,7 @@ from typing import Any
 
 from draftset.config import defaults
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, DraftsetError, UsageError
+from draftset.mask.serving import SERVING_ENGINES
 from draftset.output import FORMATS
 
 # The commands' modules load in the functions below, not here: every worker and helper process
@@ -255,6 +256,12 @@ def _add_output_options(b: argparse.ArgumentParser) -> None:
         help="arrow: HF save_to_disk folder, read as-is by speculators (default); parquet:"
         " data/train-*.parquet shards for datasets.load_dataset and the hub",
     )
+    b.add_argument(
+        "--serving-engine",
+        choices=list(SERVING_ENGINES),
+        help="prepare tools as this engine does before rendering (default vllm; transformers ="
+        " as given; docs/semantics.md)",
+    )
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -292,6 +299,7 @@ def build_arguments(args: argparse.Namespace) -> dict[str, Any]:
         "decontaminate": args.decontaminate,
         "render_timeout": args.render_timeout,
         "output_format": args.output_format,
+        "serving_engine": args.serving_engine,
     }
 
 

@@ -31,6 +31,7 @@ from draftset.core import reasons
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
 from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.mask.limits import RenderLimit, bounded_row
+from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import (
     ChatTemplate,
     TemplateSpec,
@@ -59,7 +60,7 @@ FULL_CHECK_MAX_ROWS = 20_000
 DEFAULT_SAMPLE = 2_000
 """Rows mask-checked by default on sets above FULL_CHECK_MAX_ROWS."""
 
-_TEMPLATES: dict[tuple[str, str, str, tuple[str, ...], str | None], ChatTemplate] = {}
+_TEMPLATES: dict[tuple[str, str, str, tuple[str, ...], str | None, str], ChatTemplate] = {}
 _THINK_TAGS = re.compile(r"</?think>")
 
 
@@ -74,11 +75,7 @@ def load_template(manifest: dict[str, Any], tokenizer: str | None) -> ChatTempla
     kwargs = dict(t.get("kwargs") or {})
     # only the user's own --eot-token extras: verify derives the stop tokens itself
     extra = tuple((manifest.get("options") or {}).get("eot_tokens") or ())
-    # the instant the build's template read from the clock: rendered with it, any day
-    now = valid_now(t.get("now"))
-    key = (tok, text, json.dumps(kwargs, sort_keys=True), extra, now)
-    if key not in _TEMPLATES:
-        tmpl = ChatTemplate(TemplateSpec(tok, text or None, kwargs, extra, now))
+_TEMPLATES: dict[tuple[str, str, str, tuple[str, ...], str | None, str], ChatTemplate] = {}
         _TEMPLATES[key] = tmpl
         tmpl.verify_stops = derive_stop_tokens(tmpl, extra)  # type: ignore[attr-defined]
         _shape(tmpl)  # probed (and the public render path compiled) outside any row's bound

@@ -41,6 +41,7 @@ from draftset.checks.mask import (
     load_template,
     source_pass,
 )
+from draftset.checks.serving import RenderServer, check_render_server
 from draftset.config import defaults
 from draftset.core import reasons
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, UsageError
@@ -117,12 +118,14 @@ def run_verify(
     placeholders: tuple[str, ...] | None = None,
     speculators: bool = True,
     record: bool = True,
+    render_server: RenderServer | None = None,
 ) -> list[CheckResult]:
     """All checks. ``tokenizer`` overrides the manifest's path (a bad one raises TokenizerError);
     ``sample`` mask-checks that many seeded rows (default: all rows of sets up to 20,000).
 
     ``record``: write the result beside the set (`verify.json`, see `write_record`) so `report`
     can show it; a folder that cannot be written adds a `verify_record` skip saying so.
+    ``render_server``: also compare the rows with that engine's renders (`checks.serving`).
     """
     out = open_output(Path(out_dir))
     results = _fast(out, block_size)
@@ -143,6 +146,7 @@ def run_verify(
             "mask_fidelity",
             "leakage",
             "truncation",
+            *(["render_server"] if render_server is not None else []),
         ):
             results.append(
                 CheckResult(name, "skip", "skipped: no tokenizer (see the tokenizer check)")
@@ -160,6 +164,12 @@ def run_verify(
         else:
             sp = source_pass(out, tmpl, sample, seed, placeholders)
             results += [sp.identity, sp.mask, sp.leakage]
+        if render_server is not None:
+            results.append(
+                check_render_server(out, tmpl, render_server, sample, seed)
+                if not src.failed and structure_ok
+                else CheckResult("render_server", "skip", "skipped: sources or structure failed")
+            )
         results.append(
             check_truncation(out, tmpl)
             if structure_ok
@@ -175,6 +185,8 @@ def run_verify(
             "block_size": block_size,
             "placeholders": list(placeholders),
         }
+        if render_server is not None:
+            options["render_server"] = render_server.url
         try:
             write_record(out, results, options)
         except OSError as exc:
@@ -401,6 +413,12 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument(
         "--fast", action="store_true", help="only the fast checks (no sources, no tokenizer)"
     )
+    p.add_argument(
+        "--render-server",
+        metavar="URL",
+        help="also compare every checked row's context and supervised tokens with the renders"
+        " of this serving engine (`vllm launch render`; docs/verify.md)",
+    )
     p.add_argument("--json", metavar="FILE", help="write every check result as JSON to FILE")
     p.set_defaults(handler=cmd_verify)
 
@@ -415,6 +433,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         placeholders=args.placeholder,
         fast=args.fast,
         json=args.json,
+        render_server=args.render_server,
     )
     print_results(result.checks)
     if result.recorded is not None:

@@ -16,6 +16,7 @@ from draftset.config import defaults
 from draftset.core import reasons
 from draftset.mask.encode import LengthRules
 from draftset.mask.render import TurnMode
+from draftset.mask.serving import DEFAULT_SERVING_ENGINE
 from draftset.mask.template import TemplateSpec
 from draftset.select.mix import SelectionSpec
 from draftset.sources.read import Source
@@ -56,6 +57,8 @@ class BuildOptions:
     # the instant a template's `strftime_now` reads (mask/ambient.py): set once per build by
     # preflight, recorded in the manifest; None until then
     template_now: str | None = None
+    # tools prepared as this engine prepares them before rendering (mask/serving.py)
+    serving_engine: str = DEFAULT_SERVING_ENGINE
 
     def selection_spec(self) -> SelectionSpec:
         return SelectionSpec(
@@ -75,7 +78,12 @@ class BuildOptions:
         if self.chat_template_path:
             text = Path(self.chat_template_path).read_text(encoding="utf-8")
         return TemplateSpec(
-            self.tokenizer, text, dict(self.template_kwargs), self.eot_tokens, self.template_now
+            self.tokenizer,
+            text,
+            dict(self.template_kwargs),
+            self.eot_tokens,
+            now=self.template_now,
+            serving_engine=self.serving_engine,
         )
 
     def length_rules(self) -> LengthRules:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from draftset.config import defaults
 from draftset.core.errors import UsageError
 from draftset.mask.ambient import now_iso, valid_now
+from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import _resolve_tokenizer_path, config_vocab_size
 from draftset.output import FORMATS
 from draftset.sources.presets import apply_preset
@@ -167,6 +168,10 @@ def check_values(opts: BuildOptions) -> None:
         raise UsageError(f"engine must be local or ray, not {opts.engine!r}")
     if opts.max_length < 1 or opts.min_supervised_tokens < 0 or opts.workers < 0:
         raise UsageError("--max-length must be >= 1, --min-supervised-tokens and --workers >= 0")
+    if opts.serving_engine not in SERVING_ENGINES:
+        raise UsageError(
+            f"serving_engine must be {', '.join(SERVING_ENGINES)}, not {opts.serving_engine!r}"
+        )
     if opts.output_format not in FORMATS:
         raise UsageError(
             f"output_format must be {' or '.join(FORMATS)}, not {opts.output_format!r}"

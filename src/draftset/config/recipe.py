@@ -49,8 +49,10 @@ RECIPE_KEYS = {
     "mix",
     "render_timeout",
     "output_format",
+    "serving_engine",
     "sources",
     "generate",  # `draftset run` only (build ignores it); checked by run.generate_settings
+    "verify",  # `draftset run` only: {render_server: URL}; checked by run.options_from_recipe
 }
 SOURCE_KEYS = {"path", "name", "weight", "count", "format", "fields", "preset"}
 _SUFFIXES = re.compile(r"(\.(jsonl|json|parquet|arrow|gz|zst))+$")

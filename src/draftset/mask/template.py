@@ -30,6 +30,7 @@ from draftset.core.records import Message
 from draftset.mask.ambient import clock_kwargs, render_stock, split_clock
 from draftset.mask.limits import RENDER_CAP_FACTOR, RENDER_CAP_FLOOR, RenderTooLarge
 from draftset.mask.sandbox import compile_template
+from draftset.mask.serving import DEFAULT_SERVING_ENGINE, prepare_tools
 
 _PROBE = "DRAFTSET_PROBE_ANSWER_7f3a"
 _PROBE_REASONING = "DRAFTSET_PROBE_REASONING_7f3a"
@@ -95,6 +96,8 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
             return True
     except OSError:
         return False
+    # how tools reach the template (mask/serving.py); "transformers" = as given
+    serving_engine: str = DEFAULT_SERVING_ENGINE
 
 
 def _resolve_tokenizer_path(name: str) -> str:
@@ -169,6 +172,7 @@ class RenderKit:
     content_parts: bool = False  # the template reads content as a list of typed parts
     renders_reasoning: bool = True  # ... and renders reasoning_content before the answer
     string_arguments: bool = False  # ... and reads tool-call arguments as a JSON string
+    serving_engine: str = DEFAULT_SERVING_ENGINE  # tools prepared as this engine does
 
 
 class Renderer:
@@ -181,6 +185,7 @@ class Renderer:
     content_parts: bool = False
     renders_reasoning: bool = True
     string_arguments: bool = False
+    serving_engine: str = "transformers"  # tools as given unless a spec or kit says otherwise
     _compiled: Any
     _base_kwargs: dict[str, Any]
     # most characters one render may produce (`limits.render_char_cap`); None = unbounded
@@ -202,6 +207,7 @@ class Renderer:
         r.content_parts = kit.content_parts
         r.renders_reasoning = kit.renders_reasoning
         r.string_arguments = kit.string_arguments
+        r.serving_engine = kit.serving_engine
         r._compiled = compiled
         r._base_kwargs = kit.base_kwargs
         return r
@@ -256,6 +262,7 @@ class Renderer:
         None values), so only the aliasing is repeated here. Tested equal to `render_reference`
         on the golden conversations and the shared samples.
         """
+        tools = self.served_tools(tools)
         chat = [
             {"thinking": m["reasoning_content"], **m} if "reasoning_content" in m else m
             for m in messages
@@ -287,6 +294,17 @@ class Renderer:
                 raise _too_large(cap)
             parts += chunk
         return "".join(parts)
+
+    def served_tools(self, tools: list[dict[str, Any]] | None) -> list[Any] | None:
+        """``tools`` as the serving engine gives them to the template (mask/serving.py)."""
+        if tools is None or self.serving_engine == "transformers":
+            return tools
+        memo = getattr(self, "_tools_memo", None)  # a conversation renders its tools many times
+        if memo is not None and memo[0] is tools:
+            return memo[1]
+        prepared = prepare_tools(tools, self.serving_engine)
+        self._tools_memo = (tools, prepared)
+        return prepared
 
     def find_end_of_turn(self, text: str, start: int = 0) -> int:
         """Index just past the first end-of-turn token at or after ``start``, or -1."""
@@ -324,7 +342,7 @@ class Renderer:
             return self.check_size(text), [(a, b) for a, b in spans if b > a]
         rendered, indices = render_jinja_template(
             conversations=[messages],
-            tools=tools,
+            tools=self.served_tools(tools),
             chat_template=self.template_text,
             return_assistant_tokens_mask=True,
             **kwargs,
@@ -413,6 +431,7 @@ class ChatTemplate(Renderer):
         self.path = Path(path) if Path(path).is_dir() else None
         self.template_text: str = spec.chat_template or self._own_template()
         self.template_kwargs = dict(spec.template_kwargs)
+        self.serving_engine = spec.serving_engine
         try:
             self._compiled = _compile(self.template_text) if fast else None
         except Exception as exc:  # a Jinja syntax error is one line, not a traceback
@@ -450,6 +469,7 @@ class ChatTemplate(Renderer):
             self.content_parts,
             self.renders_reasoning,
             self.string_arguments,
+            self.serving_engine,
         )
 
     def render_reference(
@@ -470,7 +490,7 @@ class ChatTemplate(Renderer):
             return self.check_size(text)
         text = self.tokenizer.apply_chat_template(
             messages,
-            tools=tools,
+            tools=self.served_tools(tools),
             chat_template=self.template_text,
             add_generation_prompt=add_generation_prompt,
             tokenize=False,

@@ -91,6 +91,7 @@ def build_manifest(
             # the instant the template's strftime_now read (mask/ambient.py); verify renders
             # with it, so a set built one day still verifies the next
             **({"now": opts.template_now} if reads_clock(info.kit.template_text) else {}),
+            "serving_engine": info.kit.serving_engine,
         },
         "options": options,
         "counts": acct.to_json(),

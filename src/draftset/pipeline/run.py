@@ -150,6 +150,7 @@ class RunOptions:
     progress: bool = False
     speculators: bool = True  # verify's speculators-loader check
     echo: bool = True  # print verify's check lines (the command); the Python API prints nothing
+    render_server: str | None = None  # recipe `verify: {render_server: URL}` (checks/serving.py)
 
     @property
     def work_dir(self) -> Path:
@@ -761,7 +762,12 @@ def _verify(opts: RunOptions, say: Callable[[str], None]) -> bool:
     from draftset.pipeline.build import ADVISORY_CHECKS
 
     # run_verify records the result beside the set (OUT/verify.json), where `report` reads it
-    checks = run_verify(opts.build.out, speculators=opts.speculators)
+    server = None
+    if opts.render_server:
+        from draftset.checks.serving import connect  # lazy, as above
+
+        server = connect(opts.render_server)
+    checks = run_verify(opts.build.out, speculators=opts.speculators, render_server=server)
     if opts.echo:
         print_results(checks)
     # drafter fitness is advice for DFlash training, not an integrity failure (as in build)
@@ -934,7 +940,9 @@ def options_from_recipe(
     build = build_options(
         path, workers=workers, engine=engine, ray_address=ray_address, tokenizer=tokenizer
     )
-    gen = generate_settings(load_recipe(path).get("generate"), str(path))
+    conf = load_recipe(path)
+    gen = generate_settings(conf.get("generate"), str(path))
+    render_server = _render_server_setting(conf.get("verify"), str(path))
     if endpoints:
         gen.endpoints = list(endpoints)
     return RunOptions(
@@ -943,7 +951,22 @@ def options_from_recipe(
         work=Path(work) if work else None,
         restart=restart,
         progress=progress,
+        render_server=render_server,
     )
+
+
+def _render_server_setting(section: Any, where: str) -> str | None:
+    """The recipe's `verify: {render_server: URL}`, checked to answer before any work."""
+    if section is None:
+        return None
+    if not isinstance(section, dict) or set(section) - {"render_server"}:
+        raise RunUsageError(f"{where}: `verify:` takes only `render_server: URL`")
+    url = section.get("render_server")
+    if url is None:
+        return None
+    from draftset.checks.serving import connect  # lazy: only recipes that use it
+
+    return connect(str(url)).url
 
 
 # --- command line -----------------------------------------------------------------------------

@@ -1,0 +1,307 @@
+"""`verify --render-server URL`: the set proven against the engine that serves the model.
+
+Every other check re-derives rows with draftset's own transformers render. This one asks the
+serving engine itself: vLLM's ``POST /v1/chat/completions/render`` returns the token ids it would
+feed the model for a chat request. For each supervised turn j of a checked row:
+
+1. **context** — the row's tokens before the turn's supervised run equal, id for id, the
+   server's prompt for ``messages[:j]`` with the generation prompt (what the model is given
+   before it writes turn j);
+2. **generation** — the run decodes to the text the server's render of ``messages[:j+1]``
+   holds after that prompt, up to and including the first stop token;
+3. **row** — the whole row decodes to the server's render of the row's messages.
+
+A difference names the row, the turn and the first differing token position, with a decoded
+window of both sides. The request carries the set's template kwargs (plus a row's own, recorded
+by `generate`) and the row's tools as stored: the server normalizes them its own way, which is
+what this check is for (docs/verify.md).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from draftset.checks.mask import (
+    _shape,
+    _stops,
+    iter_source_items,
+    pick_rows,
+)
+from draftset.core.errors import UsageError
+from draftset.core.records import Conversation
+from draftset.mask.template import ChatTemplate
+from draftset.output.readback import CheckResult, OutputSet, Problems
+from draftset.sources.normalize import as_template_reads
+
+RENDER_PATH = "/v1/chat/completions/render"
+TIMEOUT_S = 60.0
+WINDOW = 4  # tokens shown on each side of a first difference
+
+
+class RenderServerError(UsageError):
+    """The render server cannot be used (unreachable, not a render server): exit code 2."""
+
+
+@dataclass
+class RenderServer:
+    """A vLLM render endpoint and the model name it serves."""
+
+    url: str
+    model: str
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[Any] | None,
+        kwargs: dict[str, Any],
+        generation_prompt: bool,
+    ) -> list[int]:
+        """Token ids the server would feed the model (raises `RenderRefused` on a 4xx/5xx)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "add_generation_prompt": generation_prompt,
+            "continue_final_message": False,
+            "chat_template_kwargs": kwargs,
+        }
+        if tools:
+            body["tools"] = tools
+        data = _post(self.url + RENDER_PATH, body)
+        ids = data.get("token_ids") if isinstance(data, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+            raise RenderRefused(f"no token_ids in the server's answer: {str(data)[:200]}")
+        return ids
+
+
+class RenderRefused(Exception):
+    """The server answered a render request with an error (the row's message says which)."""
+
+
+def _post(url: str, body: dict[str, Any]) -> Any:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body, ensure_ascii=False).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:300]
+        raise RenderRefused(f"HTTP {exc.code}: {detail}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise RenderServerError(f"render server {url} stopped answering: {exc}") from None
+
+
+def connect(url: str, timeout: float = 10.0) -> RenderServer:
+    """Check the server answers and serves one model; one clear line otherwise (exit 2)."""
+    base = url.rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise RenderServerError(f"--render-server must be an http(s) URL, got {url!r}")
+    try:
+        with urllib.request.urlopen(base + "/v1/models", timeout=timeout) as resp:
+            data = json.loads(resp.read())
+        model = str(data["data"][0]["id"])
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise RenderServerError(
+            f"render server {base} is not usable ({exc}); start one with"
+            " `vllm launch render MODEL_DIR --chat-template T.jinja` (docs/verify.md)"
+        ) from None
+    return RenderServer(base, model)
+
+
+_KINDS = (
+    "context differs from the server's prompt",
+    "supervised tokens differ from the server's generation",
+    "the row's text differs from the server's render",
+    "the server refused the row",
+)
+
+
+def _kind(message: str) -> str:
+    return next((k for k in _KINDS if k in message), message.split(":")[0])
+
+
+# --- comparing ----------------------------------------------------------------------------------
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """Maximal supervised runs (start, end) of a loss mask."""
+    runs: list[tuple[int, int]] = []
+    start = None
+    for i, m in enumerate(mask.tolist()):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    if start is not None:
+        runs.append((start, len(mask)))
+    return runs
+
+
+def _first_difference(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _window(tmpl: ChatTemplate, ids: list[int], at: int) -> str:
+    """Decoded tokens before | from the difference, and the differing ids (texts may agree)."""
+    lo = max(0, at - WINDOW)
+    text = repr(tmpl.decode(ids[lo:at])) + " | " + repr(tmpl.decode(ids[at : at + WINDOW]))
+    return f"{text} {ids[at : at + WINDOW]}"
+
+
+def _messages(tmpl: ChatTemplate, conv: Conversation) -> list[dict[str, Any]]:
+    """What a client sends: the messages with inline reasoning as the template reads it."""
+    _, renders_reasoning = _shape(tmpl)
+    asst = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
+    msgs = as_template_reads(conv.messages[: asst[-1] + 1], conv.meta, False, renders_reasoning)
+    return [_wire(m) for m in msgs]
+
+
+def _wire(message: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAI wire form: tool-call arguments as JSON text (the server parses them back)."""
+    out = dict(message)
+    calls = out.get("tool_calls")
+    if isinstance(calls, list):
+        out["tool_calls"] = [
+            {**c, "function": {**c["function"], "arguments": _json_text(c["function"])}}
+            if isinstance(c, dict) and isinstance(c.get("function"), dict)
+            else c
+            for c in calls
+        ]
+    return out
+
+
+def _json_text(function: dict[str, Any]) -> str:
+    args = function.get("arguments")
+    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+
+
+def _turns_of_row(rid: str, conv: Conversation, mode: str) -> list[int]:
+    """Assistant message indices a row's supervised runs may belong to, in order."""
+    asst = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
+    if mode == "each":
+        k = rid.rpartition("#")[2]
+        return [asst[int(k)]] if k.isdigit() and int(k) < len(asst) else []
+    if mode == "last":
+        return asst[-1:]
+    return [j for j in asst if j > 0]
+
+
+def check_row(
+    server: RenderServer,
+    tmpl: ChatTemplate,
+    conv: Conversation,
+    rid: str,
+    ids: list[int],
+    mask: np.ndarray,
+    mode: str,
+    kwargs: dict[str, Any],
+) -> list[str]:
+    """Problems of one row against the server's renders (empty = equal)."""
+    msgs = _messages(tmpl, conv)
+    tools = conv.tools
+    runs = _runs(mask)
+    candidates = _turns_of_row(rid, conv, mode)
+    problems: list[str] = []
+    stops = _stops(tmpl)
+    last_turn = candidates[-1] if mode == "each" and candidates else len(msgs) - 1
+    try:
+        pointer = 0
+        for start, end in runs:
+            turn, prompt = None, None
+            while pointer < len(candidates):
+                j = candidates[pointer]
+                pointer += 1
+                p = server.render(msgs[:j], tools, kwargs, True)
+                if len(p) >= start or pointer == len(candidates):
+                    turn, prompt = j, p
+                    break
+            if turn is None or prompt is None:
+                problems.append(f"supervised run at token {start} belongs to no assistant turn")
+                break
+            at = _first_difference(ids[:start], prompt)
+            if at is not None:
+                problems.append(
+                    f"turn {turn}: context differs from the server's prompt at token {at}"
+                    f" (row {len(ids[:start])} tokens, server {len(prompt)}):"
+                    f" row {_window(tmpl, ids, at)} vs server {_window(tmpl, prompt, at)}"
+                )
+                continue
+            full = server.render(msgs[: turn + 1], tools, kwargs, False)
+            served, given = tmpl.decode(full), tmpl.decode(prompt)
+            run_text = tmpl.decode(ids[start:end])
+            after = served[len(given) :] if served.startswith(given) else None
+            if after is None:
+                problems.append(f"turn {turn}: the server's turn render does not extend its prompt")
+                continue
+            cut = min((k + len(s) for s in stops if (k := after.find(s)) >= 0), default=-1)
+            generation = after[:cut] if cut >= 0 else after
+            if run_text != generation:
+                problems.append(
+                    f"turn {turn}: supervised tokens differ from the server's generation:"
+                    f" tokens {start}..{end} spell {run_text[:80]!r}, the server's is"
+                    f" {generation[:80]!r}"
+                )
+        whole = server.render(msgs[: last_turn + 1], tools, kwargs, False)
+        served_row, row_text = tmpl.decode(whole), tmpl.decode(ids)
+        if served_row != row_text:
+            at = _first_difference(ids, whole)
+            where = f" (first differing token {at})" if at is not None else ""
+            problems.append(f"the row's text differs from the server's render{where}")
+    except RenderRefused as exc:
+        problems.append(f"the server refused the row: {exc}")
+    return problems
+
+
+def check_render_server(
+    out: OutputSet,
+    tmpl: ChatTemplate,
+    server: RenderServer,
+    sample: int | None,
+    seed: int,
+) -> CheckResult:
+    """`render_server`: chosen rows' context, supervised tokens and text equal the server's."""
+    mode = str(out.options.get("turns", "all"))
+    base_kwargs = dict((out.manifest.get("template") or {}).get("kwargs") or {})
+    ids_col = out.ids()
+    row_of_id = {rid: i for i, rid in enumerate(ids_col) if rid is not None}
+    chosen, full = pick_rows(len(ids_col), sample, seed)
+    chosen_set = set(chosen)
+    p = Problems()
+    checked = turns = 0
+    for item in iter_source_items(out):
+        if not isinstance(item, Conversation):
+            continue
+        if mode == "each":
+            own = [r for r in row_of_id if r.rpartition("#")[0] == item.id]
+        else:
+            own = [item.id] if item.id in row_of_id else []
+        recorded = item.meta.get("metadata")
+        row_kwargs = recorded.get("chat_template_kwargs") if isinstance(recorded, dict) else None
+        kwargs = {**base_kwargs, **(row_kwargs if isinstance(row_kwargs, dict) else {})}
+        for rid in own:
+            if row_of_id[rid] not in chosen_set:
+                continue
+            row = out.row(row_of_id[rid])
+            ids = [int(i) for i in row["input_ids"]]
+            checked += 1
+            turns += len(_runs(row["loss_mask"]))
+            for msg in check_row(server, tmpl, item, rid, ids, row["loss_mask"], mode, kwargs):
+                p.add(_kind(msg), rid, f"{rid}: {msg}")
+    scope = f"all {checked:,} rows" if full else f"a seeded sample of {checked:,} rows"
+    return p.result(
+        "render_server",
+        f"{scope} ({turns:,} supervised turns) equal the renders of {server.url}"
+        f" (model {server.model})",
+        {"server": server.url, "rows_checked": checked, "turns_checked": turns},
+    )

