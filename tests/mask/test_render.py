@@ -194,6 +194,15 @@ def supervised_runs(tmpl: ChatTemplate, ids: np.ndarray, mask: np.ndarray) -> li
 PARAMS = [(key, case) for key in GOLDEN for case in CASES]
 
 
+# Turns the text-level rule supervises but the token-level rule makes context: Qwen3.6 with
+# thinking on writes the tool call's empty think block as "<think>\n" (prompt) + "\n</think>"
+# (model); the final turn's served prompt tokenizes it "<think>", "\n\n", "</think>"
+# (docs/semantics.md, "Tokens before a turn"). Thinking off pre-fills the whole block: no edge.
+TOKENS_DIFFER = {
+    (("qwen3", "qwen3_6", False), "tools"): ["\n</think>\n\nIt is 21C.<|im_end|>"],
+}
+
+
 @pytest.mark.parametrize(
     ("key", "case"), PARAMS, ids=[f"{k[1]}{'-nothink' if k[2] else ''}-{c}" for k, c in PARAMS]
 )
@@ -213,9 +222,12 @@ def test_golden_masks(key, case):
     assert [s for s, sup in row.segments if sup] == expected_runs
     # the segments rebuild the template's own full render
     assert "".join(s for s, _ in row.segments) == tmpl.render(messages, tools)
-    # token level: decoding the masked runs gives the same generations back
+    # token level: decoding the masked runs gives the same generations back, except turns
+    # whose served prompt tokenizes the history differently (history_tokens_differ)
     ((ids, mask),) = encode_plans(tmpl.backend, [row])
-    assert supervised_runs(tmpl, ids, mask) == expected_runs
+    demoted = TOKENS_DIFFER.get((key, case), [])
+    assert supervised_runs(tmpl, ids, mask) == [r for r in expected_runs if r not in demoted]
+    assert row.tokens_differ == len(demoted)
     # every supervised run ends with an end-of-turn token id
     ends = [i for i in range(len(mask)) if mask[i] and (i + 1 == len(mask) or not mask[i + 1])]
     assert all(int(ids[i]) in tmpl.eot_ids for i in ends)

@@ -196,7 +196,7 @@ def encode_plans(
         _prompt_checks(plan, p, split) if p is not None and plan.supervised_turns > 1 else []
         for plan, p in zip(plans, parts, strict=True)
     ]
-    tails = [text for c in checks for _, _, text in c]
+    tails = [text for c in checks for _, _, _, text in c]
     tail_enc = _encode_batch(backend)(tails, add_special_tokens=False) if tails else []
     out: list[tuple[np.ndarray, np.ndarray] | TooLong | NothingSupervised] = []
     t = 0
@@ -205,7 +205,9 @@ def encode_plans(
             out.append(n)  # type: ignore[arg-type]
             continue
         if c:
-            want = {turn: (skip, tail_enc[t + x].ids) for x, (turn, skip, _) in enumerate(c)}
+            want = {
+                turn: (skip, end, tail_enc[t + x].ids) for x, (turn, skip, end, _) in enumerate(c)
+            }
             t += len(c)
             checked = _served_context(backend, plan, ids_parts, want, rules, token_bytes)
             if not isinstance(checked, list):
@@ -273,14 +275,17 @@ def _splits_alike(spec: dict[str, Any]) -> bool:
 
 def _prompt_checks(
     plan: RowPlan, ids_parts: list[list[int]], split: _AddedSplit | None
-) -> list[tuple[int, int, str]]:
+) -> list[tuple[int, int, int | None, str]]:
     """What to tokenize to judge each supervised turn after the first: (message index, tokens
     of the row to skip, text). The served prompt ``P`` of turn i is the row's text before it.
     Its tokens up to the previous supervised turn p are the row's (judged before, or p is the
     first); when the tokenizer splits at added tokens (`_added_token_split`), ``enc(P)`` is
     the row's tokens through the last added token before p, then ``enc`` of the text after it:
-    only that text is tokenized (one turn's worth, not the whole history again)."""
-    out: list[tuple[int, int, str]] = []
+    only that text is tokenized, and only up to the first added token of p's generation (the
+    generation's end-of-turn token is one, so the context after it is tokenized as the prompt
+    tokenizes it): the piece around p's prompt/generation edge, not the whole history again.
+    Returns (message index, row tokens to skip, row tokens to stop at or None, text)."""
+    out: list[tuple[int, int, int | None, str]] = []
     prev: int | None = None
     for i, (_, supervised) in enumerate(plan.segments[: len(ids_parts)]):
         if not supervised:
@@ -288,17 +293,43 @@ def _prompt_checks(
         if prev is None:
             prev = i
             continue
-        skip, cut_seg, cut_char = 0, 0, 0
+        skip, cut_seg, cut_char, end, stop, gen_chars = 0, 0, 0, None, i, 0
         if split is not None:
             found = _last_added(plan, ids_parts, prev, split)
             if found is not None:
                 cut_seg, cut_char, skip = found
+            first = _first_added(plan, ids_parts, prev, split)
+            if found is not None and first is not None:
+                # the rest splits at added tokens alike: the generation's end-of-turn token,
+                # then the context tokenized on its own; only the edge piece can differ
+                gen_chars, gen_tokens = first
+                end = sum(len(p) for p in ids_parts[:prev]) + gen_tokens
+                stop = prev
         text = plan.segments[cut_seg][0][cut_char:] + "".join(
-            t for t, _ in plan.segments[cut_seg + 1 : i]
+            t for t, _ in plan.segments[cut_seg + 1 : stop]
         )
-        out.append((plan.turn_of_segment[i], skip, text))
+        if end is not None:
+            text += plan.segments[prev][0][:gen_chars]
+        out.append((plan.turn_of_segment[i], skip, end, text))
         prev = i
     return out
+
+
+def _first_added(
+    plan: RowPlan, ids_parts: list[list[int]], gen: int, split: _AddedSplit
+) -> tuple[int, int] | None:
+    """Where the first added token of generation segment ``gen`` starts: (characters, tokens)
+    into it. None for server ids (the model's own tokens may spell text differently from the
+    prompt's tokenization: the whole prompt tail is judged) or without an added token."""
+    if gen in plan.server_ids:
+        return None
+    text = plan.segments[gen][0]
+    for x, tok in enumerate(ids_parts[gen]):
+        content = split.content.get(tok)
+        if content is not None:
+            at = text.find(content)
+            return (at, x) if at >= 0 else None
+    return None
 
 
 def _last_added(
@@ -326,7 +357,7 @@ def _served_context(
     backend: Any,
     plan: RowPlan,
     ids_parts: list[list[int]],
-    want: dict[int, tuple[int, list[int]]],
+    want: dict[int, tuple[int, int | None, list[int]]],
     rules: LengthRules | None,
     token_bytes: int | None,
 ) -> list[list[int]] | TooLong | NothingSupervised:
@@ -338,7 +369,8 @@ def _served_context(
     ``</think>`` in the next prompt), the later turn was never generated after these tokens:
     it becomes context (`RowPlan.demote`), its text re-tokenized with its neighbours, and the
     turns after it are judged on the new tokens (their prompts tokenized whole). ``want``:
-    message index -> (row tokens to skip, the prompt's tokens after them) (`_prompt_checks`).
+    message index -> (row tokens to skip, to stop at, the prompt's tokens there)
+    (`_prompt_checks`).
     The first supervised turn's context is its prompt's own encoding, so a row never loses all
     its turns here. Under ``truncate`` a turn starting at or past the cut is not judged.
     """
@@ -352,11 +384,11 @@ def _served_context(
             if cut and len(prefix) >= rules.max_length:  # type: ignore[union-attr]
                 break  # the turn starts past the cut: not in the row
             turn = plan.turn_of_segment[i]
-            skip, tail = want.get(turn) or (0, None)
+            skip, end, tail = want.get(turn) or (0, None, None)
             if tail is None:  # after a demotion: the whole prompt, tokenized now
                 text = "".join(t for t, _ in plan.segments[:i])
                 tail = backend.encode(text, add_special_tokens=False).ids
-            if prefix[skip:] != tail:
+            if prefix[skip:end] != tail:
                 start = i - 1 if i > 0 and not plan.segments[i - 1][1] else i
                 if start < i:
                     del prefix[len(prefix) - len(ids_parts[start]) :]
