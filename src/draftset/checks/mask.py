@@ -75,7 +75,17 @@ def load_template(manifest: dict[str, Any], tokenizer: str | None) -> ChatTempla
     kwargs = dict(t.get("kwargs") or {})
     # only the user's own --eot-token extras: verify derives the stop tokens itself
     extra = tuple((manifest.get("options") or {}).get("eot_tokens") or ())
-_TEMPLATES: dict[tuple[str, str, str, tuple[str, ...], str | None, str], ChatTemplate] = {}
+    # the instant the build's template read from the clock: rendered with it, any day
+    now = valid_now(t.get("now"))
+    # how build prepared tools; a set from before the field rendered them as given
+    engine = str(t.get("serving_engine") or "transformers")
+    if engine not in SERVING_ENGINES:
+        raise TokenizerError(f"the manifest names an unknown serving_engine {engine!r}")
+    key = (tok, text, json.dumps(kwargs, sort_keys=True), extra, now, engine)
+    if key not in _TEMPLATES:
+        tmpl = ChatTemplate(
+            TemplateSpec(tok, text or None, kwargs, extra, now=now, serving_engine=engine)
+        )
         _TEMPLATES[key] = tmpl
         tmpl.verify_stops = derive_stop_tokens(tmpl, extra)  # type: ignore[attr-defined]
         _shape(tmpl)  # probed (and the public render path compiled) outside any row's bound

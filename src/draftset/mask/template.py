@@ -60,6 +60,8 @@ class TemplateSpec:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     eot_tokens: tuple[str, ...] = ()  # extra end-of-turn tokens given by the user
     now: str | None = None  # the instant `strftime_now` reads (mask/ambient.py); None: the clock
+    # how tools reach the template (mask/serving.py); "transformers" = as given
+    serving_engine: str = DEFAULT_SERVING_ENGINE
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -96,8 +98,6 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
             return True
     except OSError:
         return False
-    # how tools reach the template (mask/serving.py); "transformers" = as given
-    serving_engine: str = DEFAULT_SERVING_ENGINE
 
 
 def _resolve_tokenizer_path(name: str) -> str:
