@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import qwen3_tokenizer_dir
+from fault_server import FaultServer
 
 from draftset.cli import main
 
@@ -201,3 +202,36 @@ def test_out_on_a_foreign_folder_does_not_advise_overwrite_that_would_be_refused
         assert "not a draftset output" in line and "--overwrite would not replace it" in line
         assert "name a new folder" in line and "pass --overwrite" not in line
     assert (out / "thesis.tex").read_text() == "mine"
+
+
+# --- 17. generate --out: odd outputs are one line, exit 2, before any request ---------------------
+def _fifo(tmp_path: Path) -> Path:
+    import os
+
+    path = tmp_path / "pipe.jsonl"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make_out", "said"),
+    [
+        (lambda tmp: Path("/dev/null"), "is not a regular file"),
+        (_fifo, "is not a regular file"),
+        (lambda tmp: tmp / "folder.jsonl", "is a folder"),
+        (lambda tmp: tmp / "afile" / "x.jsonl", "is under a file"),
+        (lambda tmp: Path("/proc/x.jsonl"), "cannot create files in /proc"),
+    ],
+)
+def test_generate_odd_outputs_are_one_line_exit_2(tmp_path, capsys, make_out, said):
+    """Before: a traceback (OSError / FileNotFoundError from the lock or answers file)."""
+    (tmp_path / "folder.jsonl").mkdir()
+    (tmp_path / "afile").write_text("x")
+    src = write_jsonl(tmp_path / "p.jsonl", [{"id": "a", "prompt": "hi"}])
+    out = make_out(tmp_path)
+    with FaultServer() as srv:  # a live server: before, the first write raised
+        argv = ["generate", str(src), "--endpoint", srv.url, "--out", str(out), "--no-progress"]
+        assert main(argv) == 2
+        assert not srv.requests  # refused before any request
+    line = _one_line(capsys)
+    assert said in line, line

@@ -58,6 +58,7 @@ from draftset.generation.http import (
 from draftset.generation.store import (
     LineWriter,
     RunLock,
+    check_output_path,
     drop_ids,
     errors_path,
     first_line,
@@ -510,6 +511,7 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
     model unless ``opts.restart``."""
     t0 = time.monotonic()
     result = GenerateResult(opts.out, errors_path(opts.out))
+    check_output_path(opts.out)  # /dev/null, a FIFO, an unwritable path: one line, exit 2
     _previous_run(opts)  # a file generate did not write is refused before a lock file is made
     with RunLock(opts.out):
         previous = _previous_run(opts)
