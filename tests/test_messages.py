@@ -235,3 +235,80 @@ def test_generate_odd_outputs_are_one_line_exit_2(tmp_path, capsys, make_out, sa
         assert not srv.requests  # refused before any request
     line = _one_line(capsys)
     assert said in line, line
+
+
+# --- 21. output that reads well piped: whole lines, plurals, every reason explained -----------
+TWO_TURNS_WITH_REASONING = {
+    "id": "two",
+    "messages": [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "4.", "reasoning_content": "Two plus two is four."},
+        {"role": "user", "content": "And 3+3?"},
+        {"role": "assistant", "content": "6.", "reasoning_content": "Three plus three is six."},
+    ],
+}
+
+
+def test_piped_summary_keeps_sentences_whole_says_one_row_and_report_explains(tmp_path, capsys):
+    """Before: the hint was hard-wrapped at 140 columns mid-sentence, "1 rows whose every answer
+    is a placeholder", "1 prompt-only rows", and the report showed history_render_differs with
+    no word of what it means."""
+    from draftset.core import reasons
+    from draftset.inspect.report import write_report
+
+    rows = [
+        TWO_TURNS_WITH_REASONING,
+        {
+            "id": "ok",
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "OK."},
+            ],
+        },
+        {"id": "ask", "messages": [{"role": "user", "content": "Write a poem."}]},
+    ]
+    src = write_jsonl(tmp_path / "a.jsonl", rows)
+    assert build(str(src), "--out", str(tmp_path / "set"), "--no-progress") == 0
+    lines = capsys.readouterr().out.splitlines()
+    hint = [ln for ln in lines if ln.startswith("hint: the template renders")]
+    assert len(hint) == 1 and hint[0].endswith("supervises every turn in its own row"), lines
+    text = "\n".join(lines)
+    assert "1 row whose every answer is a placeholder" in text and " was rejected " in text
+    assert "1 prompt-only row queued" in text
+    assert "1 rows" not in text and "1 entries" not in text
+    html = write_report(tmp_path / "set").read_text()
+    explained = reasons.EXPLANATIONS[reasons.TURN_HISTORY_RENDER_DIFFERS]
+    assert "history_render_differs" in html and explained.split("(")[0] in html
+
+
+def test_every_reason_code_has_an_explanation():
+    from draftset.core import reasons
+
+    codes = reasons.ROW_REJECT_REASONS | reasons.TURN_CONTEXT_REASONS
+    assert not codes - set(reasons.EXPLANATIONS)
+
+
+def test_run_summary_says_context_only_turns_and_the_turns_each_hint(tmp_path, capsys):
+    """Before: `run` said nothing of the turns `build` counts and hints (`--turns each`)."""
+    from draftset.pipeline.run import RunResult, _print_summary
+
+    out = tmp_path / "set"
+    out.mkdir()
+    total = {"read": 1, "written": 1, "rejected": 0, "empty_think_rows": 1}
+    total["context_turns_by_reason"] = {"history_render_differs": 1414, "placeholder_answer": 2}
+    manifest = {"counts": {"total": total}, "run": {"model": "m", "answered": 0}}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    _print_summary(RunResult(out, tmp_path / "w", True, {}, report=tmp_path / "r.html"))
+    text = capsys.readouterr().out
+    assert "run: 1 row read" in text and "note: 1 row has answers" in text
+    assert "context only: history_render_differs=1,414, placeholder_answer=2" in text
+    assert "turns: each" in text and "--turns each" in text
+    assert text.count("report") == 0  # its stage printed the path already: said once
+
+
+def test_demo_says_the_report_and_the_verdict_once():
+    """Before: the demo echoed `report:` after run's own `report:` line."""
+    from conftest import REPO
+
+    demo = (REPO / "scripts" / "demo.sh").read_text()
+    assert 'echo "report:' not in demo
