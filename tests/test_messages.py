@@ -312,3 +312,33 @@ def test_demo_says_the_report_and_the_verdict_once():
 
     demo = (REPO / "scripts" / "demo.sh").read_text()
     assert 'echo "report:' not in demo
+
+
+# --- 15. rows of an unknown shape: a hint built from the keys seen --------------------------------
+def test_unknown_shape_hints_format_and_field_from_the_keys(tmp_path, capsys):
+    """Before: `no known shape matches keys [text]` and nothing on --format / --field."""
+    src = write_jsonl(tmp_path / "t.jsonl", [{"text": "What is the capital of France?"}])
+    assert build(str(src), "--out", str(tmp_path / "o"), "--no-progress") == 1
+    text = capsys.readouterr().out
+    assert "no known shape matches keys [text]" in text
+    assert "--format prompt --field prompt=text" in text
+
+
+@pytest.mark.parametrize(
+    ("row", "hint"),
+    [
+        (
+            {"id": 1, "q": "Hi?", "a": "Hello."},
+            "--format alpaca --field instruction=q --field output=a",
+        ),
+        (
+            {"dialog": [{"role": "user", "content": "x"}]},
+            "--format messages --field messages=dialog",
+        ),
+        ({"n": 3}, "map its columns with --format and --field"),
+    ],
+)
+def test_shape_hint_is_built_from_the_row(row, hint):
+    from draftset.sources.normalize import shape_hint
+
+    assert hint in shape_hint(row)
