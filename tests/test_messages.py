@@ -342,3 +342,55 @@ def test_shape_hint_is_built_from_the_row(row, hint):
     from draftset.sources.normalize import shape_hint
 
     assert hint in shape_hint(row)
+
+
+# --- 18. the README alone gets a newcomer there ---------------------------------------------------
+def _python_blocks(path: Path) -> list[str]:
+    import re
+
+    return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S)
+
+
+def test_doc_snippets_that_start_jobs_carry_the_main_guard():
+    """docs/run.md's snippet saved as a script died (spawned workers re-import the script)."""
+    import re
+
+    from conftest import REPO
+
+    for doc in (REPO / "README.md", REPO / "docs" / "run.md"):
+        for code in _python_blocks(doc):
+            calls = re.search(r"^(?:result = )?(build|run|verify|report|generate)\(", code, re.M)
+            assert not calls, f"{doc.name}: a job called at top level:\n{code}"
+            if re.search(r"\b(build|run)\(", code):
+                assert 'if __name__ == "__main__":' in code, f"{doc.name}:\n{code}"
+
+
+def test_readme_says_where_draftset_and_the_bundled_tokenizer_are(tmp_path):
+    import re
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert ".venv/bin/draftset" in readme and "source .venv/bin/activate" in readme
+    assert "pipx install ." in readme and "uv tool install ." in readme
+    command = re.search(r"TOK=\$\(\.venv/bin/python -c '(.*?)'\)", readme)
+    assert command, "README lost the command printing the bundled tokenizer's folder"
+    printed = subprocess.run(
+        [sys.executable, "-c", command.group(1)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert Path(printed) == qwen3_tokenizer_dir() and (Path(printed) / "tokenizer.json").is_file()
+
+
+def test_example_recipe_builds_with_the_bundled_tokenizer(tmp_path, capsys):
+    """Before: exit 2, `--draft-vocab-size needs the target model's vocabulary size`."""
+    from conftest import REPO
+
+    recipe = tmp_path / "examples" / "recipe.yaml"
+    recipe.parent.mkdir()
+    recipe.write_text((REPO / "examples" / "recipe.yaml").read_text())
+    (tmp_path / "examples" / "data").symlink_to(REPO / "examples" / "data")
+    rc = build(str(recipe), "--out", str(tmp_path / "set"), "--no-progress")
+    assert rc == 0, capsys.readouterr().err
+    assert (tmp_path / "set" / "d2t-512.npy").is_file()
