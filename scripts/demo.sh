@@ -18,5 +18,6 @@ for _ in $(seq 50); do  # wait until it answers
 done
 # select -> answer (stand-in) -> build -> verify -> report; rerun the same line to resume
 .venv/bin/draftset run examples/run.yaml --tokenizer "$TOK" --endpoint "http://127.0.0.1:$PORT/v1" --restart "$@"
-echo "report: out/run-qwen3-report.html   one row: .venv/bin/draftset show out/run-qwen3 --row 3"
+# (run printed the report's path and the one verify verdict above)
+echo "one row: .venv/bin/draftset show out/run-qwen3 --row 3"
 echo "verify again any time: .venv/bin/draftset verify out/run-qwen3  (reads out/run-qwen3.run/)"

@@ -5,10 +5,12 @@ explains every option, output that reads well when piped."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from conftest import qwen3_tokenizer_dir
+from fault_server import FaultServer
 
 from draftset.cli import main
 
@@ -201,3 +203,195 @@ def test_out_on_a_foreign_folder_does_not_advise_overwrite_that_would_be_refused
         assert "not a draftset output" in line and "--overwrite would not replace it" in line
         assert "name a new folder" in line and "pass --overwrite" not in line
     assert (out / "thesis.tex").read_text() == "mine"
+
+
+# --- 17. generate --out: odd outputs are one line, exit 2, before any request ---------------------
+def _fifo(tmp_path: Path) -> Path:
+    import os
+
+    path = tmp_path / "pipe.jsonl"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make_out", "said"),
+    [
+        (lambda tmp: Path("/dev/null"), "is not a regular file"),
+        (_fifo, "is not a regular file"),
+        (lambda tmp: tmp / "folder.jsonl", "is a folder"),
+        (lambda tmp: tmp / "afile" / "x.jsonl", "is under a file"),
+        (lambda tmp: Path("/proc/x.jsonl"), "cannot create files in /proc"),
+    ],
+)
+def test_generate_odd_outputs_are_one_line_exit_2(tmp_path, capsys, make_out, said):
+    """Before: a traceback (OSError / FileNotFoundError from the lock or answers file)."""
+    (tmp_path / "folder.jsonl").mkdir()
+    (tmp_path / "afile").write_text("x")
+    src = write_jsonl(tmp_path / "p.jsonl", [{"id": "a", "prompt": "hi"}])
+    out = make_out(tmp_path)
+    with FaultServer() as srv:  # a live server: before, the first write raised
+        argv = ["generate", str(src), "--endpoint", srv.url, "--out", str(out), "--no-progress"]
+        assert main(argv) == 2
+        assert not srv.requests  # refused before any request
+    line = _one_line(capsys)
+    assert said in line, line
+
+
+# --- 21. output that reads well piped: whole lines, plurals, every reason explained -----------
+TWO_TURNS_WITH_REASONING = {
+    "id": "two",
+    "messages": [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "4.", "reasoning_content": "Two plus two is four."},
+        {"role": "user", "content": "And 3+3?"},
+        {"role": "assistant", "content": "6.", "reasoning_content": "Three plus three is six."},
+    ],
+}
+
+
+def test_piped_summary_keeps_sentences_whole_says_one_row_and_report_explains(tmp_path, capsys):
+    """Before: the hint was hard-wrapped at 140 columns mid-sentence, "1 rows whose every answer
+    is a placeholder", "1 prompt-only rows", and the report showed history_render_differs with
+    no word of what it means."""
+    from draftset.core import reasons
+    from draftset.inspect.report import write_report
+
+    rows = [
+        TWO_TURNS_WITH_REASONING,
+        {
+            "id": "ok",
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "OK."},
+            ],
+        },
+        {"id": "ask", "messages": [{"role": "user", "content": "Write a poem."}]},
+    ]
+    src = write_jsonl(tmp_path / "a.jsonl", rows)
+    assert build(str(src), "--out", str(tmp_path / "set"), "--no-progress") == 0
+    lines = capsys.readouterr().out.splitlines()
+    hint = [ln for ln in lines if ln.startswith("hint: the template renders")]
+    assert len(hint) == 1 and hint[0].endswith("supervises every turn in its own row"), lines
+    text = "\n".join(lines)
+    assert "1 row whose every answer is a placeholder" in text and " was rejected " in text
+    assert "1 prompt-only row queued" in text
+    assert not re.search(r"\b1 (rows|entries)\b(?!/s)", text)  # "1 rows/s" is a rate
+    html = write_report(tmp_path / "set").read_text()
+    explained = reasons.EXPLANATIONS[reasons.TURN_HISTORY_RENDER_DIFFERS]
+    assert "history_render_differs" in html and explained.split("(")[0] in html
+
+
+def test_every_reason_code_has_an_explanation():
+    from draftset.core import reasons
+
+    codes = reasons.ROW_REJECT_REASONS | reasons.TURN_CONTEXT_REASONS
+    assert not codes - set(reasons.EXPLANATIONS)
+
+
+def test_run_summary_says_context_only_turns_and_the_turns_each_hint(tmp_path, capsys):
+    """Before: `run` said nothing of the turns `build` counts and hints (`--turns each`)."""
+    from draftset.pipeline.run import RunResult, _print_summary
+
+    out = tmp_path / "set"
+    out.mkdir()
+    total = {"read": 1, "written": 1, "rejected": 0, "empty_think_rows": 1}
+    total["context_turns_by_reason"] = {"history_render_differs": 1414, "placeholder_answer": 2}
+    manifest = {"counts": {"total": total}, "run": {"model": "m", "answered": 0}}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    _print_summary(RunResult(out, tmp_path / "w", True, {}, report=tmp_path / "r.html"))
+    text = capsys.readouterr().out
+    assert "run: 1 row read" in text and "note: 1 row has answers" in text
+    assert "context only: history_render_differs=1,414, placeholder_answer=2" in text
+    assert "turns: each" in text and "--turns each" in text
+    assert text.count("report") == 0  # its stage printed the path already: said once
+
+
+def test_demo_says_the_report_and_the_verdict_once():
+    """Before: the demo echoed `report:` after run's own `report:` line."""
+    from conftest import REPO
+
+    demo = (REPO / "scripts" / "demo.sh").read_text()
+    assert 'echo "report:' not in demo
+
+
+# --- 15. rows of an unknown shape: a hint built from the keys seen --------------------------------
+def test_unknown_shape_hints_format_and_field_from_the_keys(tmp_path, capsys):
+    """Before: `no known shape matches keys [text]` and nothing on --format / --field."""
+    src = write_jsonl(tmp_path / "t.jsonl", [{"text": "What is the capital of France?"}])
+    assert build(str(src), "--out", str(tmp_path / "o"), "--no-progress") == 1
+    text = capsys.readouterr().out
+    assert "no known shape matches keys [text]" in text
+    assert "--format prompt --field prompt=text" in text
+
+
+@pytest.mark.parametrize(
+    ("row", "hint"),
+    [
+        (
+            {"id": 1, "q": "Hi?", "a": "Hello."},
+            "--format alpaca --field instruction=q --field output=a",
+        ),
+        (
+            {"dialog": [{"role": "user", "content": "x"}]},
+            "--format messages --field messages=dialog",
+        ),
+        ({"n": 3}, "map its columns with --format and --field"),
+    ],
+)
+def test_shape_hint_is_built_from_the_row(row, hint):
+    from draftset.sources.normalize import shape_hint
+
+    assert hint in shape_hint(row)
+
+
+# --- 18. the README alone gets a newcomer there ---------------------------------------------------
+def _python_blocks(path: Path) -> list[str]:
+    import re
+
+    return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S)
+
+
+def test_doc_snippets_that_start_jobs_carry_the_main_guard():
+    """docs/run.md's snippet saved as a script died (spawned workers re-import the script)."""
+    import re
+
+    from conftest import REPO
+
+    for doc in (REPO / "README.md", REPO / "docs" / "run.md"):
+        for code in _python_blocks(doc):
+            calls = re.search(r"^(?:result = )?(build|run|verify|report|generate)\(", code, re.M)
+            assert not calls, f"{doc.name}: a job called at top level:\n{code}"
+            if re.search(r"\b(build|run)\(", code):
+                assert 'if __name__ == "__main__":' in code, f"{doc.name}:\n{code}"
+
+
+def test_readme_says_where_draftset_and_the_bundled_tokenizer_are(tmp_path):
+    import re
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert ".venv/bin/draftset" in readme and "source .venv/bin/activate" in readme
+    assert "pipx install ." in readme and "uv tool install ." in readme
+    command = re.search(r"TOK=\$\(\.venv/bin/python -c '(.*?)'\)", readme)
+    assert command, "README lost the command printing the bundled tokenizer's folder"
+    printed = subprocess.run(
+        [sys.executable, "-c", command.group(1)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert Path(printed) == qwen3_tokenizer_dir() and (Path(printed) / "tokenizer.json").is_file()
+
+
+def test_example_recipe_builds_with_the_bundled_tokenizer(tmp_path, capsys):
+    """Before: exit 2, `--draft-vocab-size needs the target model's vocabulary size`."""
+    from conftest import REPO
+
+    recipe = tmp_path / "examples" / "recipe.yaml"
+    recipe.parent.mkdir()
+    recipe.write_text((REPO / "examples" / "recipe.yaml").read_text())
+    (tmp_path / "examples" / "data").symlink_to(REPO / "examples" / "data")
+    rc = build(str(recipe), "--out", str(tmp_path / "set"), "--no-progress")
+    assert rc == 0, capsys.readouterr().err
+    assert (tmp_path / "set" / "d2t-512.npy").is_file()

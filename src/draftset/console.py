@@ -21,6 +21,7 @@ from rich.progress import (
 from rich.table import Table
 
 from draftset.core.counters import SUMMARY_COLUMNS, summary_row
+from draftset.core.words import plural
 from draftset.inspect.show import visible
 
 if TYPE_CHECKING:
@@ -28,9 +29,12 @@ if TYPE_CHECKING:
 
 
 def _console(stderr: bool = False) -> Console:
-    """Rich console; when not a terminal (logs, CI) use a width that fits the summary table."""
+    """Rich console; when not a terminal (logs, CI, a pipe) a width that fits the summary
+    table, and sentences never hard-wrapped (soft wrap: a line is one line in the log)."""
     probe = Console(stderr=stderr)
-    return probe if probe.is_terminal else Console(stderr=stderr, width=140)
+    if probe.is_terminal:
+        return probe
+    return Console(stderr=stderr, width=140, soft_wrap=True)
 
 
 out = _console()
@@ -68,6 +72,10 @@ def progress_bar(label: str, enabled: bool = True) -> Iterator[Callable[[int, in
 
 def _fmt(n: int) -> str:
     return f"{n:,}"
+
+
+def _were(n: int) -> str:
+    return "was" if n == 1 else "were"
 
 
 def safe(text: object) -> str:
@@ -138,25 +146,26 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
     if total.generation_tags_disagree:
         console.print(
             f"note: the template's {{% generation %}} tags mark something other than what the"
-            f" model generates on {_fmt(total.generation_tags_disagree)} rows (agree on"
+            f" model generates on {plural(total.generation_tags_disagree, 'row')} (agree on"
             f" {_fmt(total.generation_tags_agree)}); masks follow serving, not the tags"
         )
     if total.needs_generation:
         console.print(
-            f"{_fmt(total.needs_generation)} prompt-only rows queued in"
+            f"{plural(total.needs_generation, 'prompt-only row')} queued in"
             f" {safe(result.out)}/prompts.jsonl"
             " (answer them with `draftset generate`, or the whole round trip with `draftset run`)"
         )
     if total.placeholder_rows:
         console.print(
-            f"{_fmt(total.placeholder_rows)} rows whose every answer is a placeholder"
-            ' ("OK.", empty) were rejected no_supervised_turn; `draftset run` has the target'
-            " model answer them instead"
+            f"{plural(total.placeholder_rows, 'row')} whose every answer is a placeholder"
+            f' ("OK.", empty) {_were(total.placeholder_rows)} rejected no_supervised_turn;'
+            " `draftset run` has the target model answer them instead"
         )
     if total.empty_think_rows:
         console.print(
-            f"note: {_fmt(total.empty_think_rows)} rows have answers without reasoning, trained"
-            " as empty think blocks under this thinking template; `draftset run` with"
+            f"note: {plural(total.empty_think_rows, 'row')}"
+            f" {'has' if total.empty_think_rows == 1 else 'have'} answers without reasoning,"
+            " trained as empty think blocks under this thinking template; `draftset run` with"
             " `regenerate: missing_reasoning` has the target model answer them with reasoning"
         )
     for line in unread_fields_notes({n: dict(c.unread_fields) for n, c in acct.sources.items()}):

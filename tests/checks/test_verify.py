@@ -238,6 +238,8 @@ def reseal(folder: Path) -> None:
         np.save(folder / f"t2d-{n}.npy", t2d)
     for name, c in m["counts"]["per_source"].items():
         c.update(per.get(name, {"rows_out": 0, "tokens": 0, "supervised_tokens": 0}))
+    for key in ("rows_out", "tokens", "supervised_tokens"):  # counts.total is their sum
+        m["counts"]["total"][key] = sum(c[key] for c in m["counts"]["per_source"].values())
     m["totals"].update(
         rows=len(rows),
         tokens=sum(c["tokens"] for c in per.values()),

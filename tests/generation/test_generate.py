@@ -880,12 +880,13 @@ def test_api_key_echoed_in_a_200_answer_is_stored_redacted(
     assert answer["reasoning_content"] == "the key [redacted] echoed"
 
 
-def test_retry_after_far_in_the_future_waits_at_most_the_backoff_cap(tmp_path: Path) -> None:
-    """`Retry-After: <a date in 2099>` stalled each retry 300 s; it is capped at --backoff-cap."""
+def test_retry_after_far_in_the_future_waits_at_most_the_request_timeout(tmp_path: Path) -> None:
+    """`Retry-After: <a date in 2099>` stalled each retry 300 s; it is honoured up to 60 s, or
+    --request-timeout when shorter."""
     src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "busy [429x1]"}])
     with FaultServer(retry_after="Thu, 01 Jan 2099 00:00:00 GMT") as srv:
         t0 = time.monotonic()
-        rc = generate(src, tmp_path / "o.jsonl", srv.url, extra=["--backoff-cap", "1"])
+        rc = generate(src, tmp_path / "o.jsonl", srv.url, extra=["--request-timeout", "1"])
         took = time.monotonic() - t0
     assert rc == 0 and "a" in by_id(tmp_path / "o.jsonl")
     assert 1.0 <= took < 15, took

@@ -358,7 +358,7 @@ def test_build_counts_placeholder_rows_and_points_to_run(
     assert rc == 0
     text = capsys.readouterr().out
     assert "2 rows whose every answer is a placeholder" in text and "draftset run" in text
-    assert "1 rows have answers without reasoning" in text and "missing_reasoning" in text
+    assert "1 row has answers without reasoning" in text and "missing_reasoning" in text
     counts = json.loads((tmp_path / "b" / "manifest.json").read_text())["counts"]["per_source"]
     assert counts["padded"]["placeholder_rows"] == 2
     assert counts["chat"]["empty_think_rows"] == 1  # c-bare: Qwen3 trains "<think>\n\n</think>"

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from draftset.core import reasons
+from draftset.core.words import plural
 from draftset.engine.helper import SidecarError
 from draftset.output.base import rel_name, safe_name
 from draftset.output.readback import (
@@ -95,7 +96,9 @@ def check_structure(out: OutputSet) -> CheckResult:
                     _rid(b.ids, b.start_row, r),
                 )
     n = out.num_rows
-    return p.result("structure", f"{n:,} rows; columns, dtypes, lengths, ids and token ids ok")
+    return p.result(
+        "structure", f"{plural(n, 'row')}; columns, dtypes, lengths, ids and token ids ok"
+    )
 
 
 def _rid(ids: list[str | None], start: int, r: int | np.integer) -> str:
@@ -127,8 +130,8 @@ def check_accounting(out: OutputSet, stats: RowStats | None = None) -> CheckResu
     prompts = _check_prompts_file(p, out, counts)
     return p.result(
         "accounting",
-        f"{len(counts)} sources balance; {out.num_rows:,} rows, {rejects:,} rejects,"
-        f" {prompts:,} prompts match the manifest",
+        f"{plural(len(counts), 'source')} balance; {plural(out.num_rows, 'row')},"
+        f" {plural(rejects, 'reject')}, {plural(prompts, 'prompt')} match the manifest",
     )
 
 
@@ -367,7 +370,8 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
             )
     return p.result(
         "file_hashes",
-        f"{len(files)} files match their manifest sha256; no file the manifest does not list",
+        f"{plural(len(files), 'file')} match their manifest sha256; no file the manifest does"
+        " not list",
     )
 
 
@@ -557,9 +561,10 @@ def check_drafter_fitness(
         "max_no_pair_fraction": MAX_NO_PAIR_FRACTION,
     }
     summary = (
-        f"{no_pair.size:,}/{n:,} rows without two consecutive supervised tokens"
+        f"{no_pair.size:,} of {plural(n, 'row')} without two consecutive supervised tokens"
         f" (fail above {MAX_NO_PAIR_FRACTION:.0%}); DFlash block {block_size}:"
-        f" {int(stats.anchors.sum()):,} anchors, {no_anchor.size:,} rows without one"
+        f" {plural(int(stats.anchors.sum()), 'anchor')}, {plural(int(no_anchor.size), 'row')}"
+        " without one"
     )
     if frac > MAX_NO_PAIR_FRACTION:
         examples = [str(ids[i]) for i in no_pair[:5]] if ids else [f"#{i}" for i in no_pair[:5]]

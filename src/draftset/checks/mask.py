@@ -30,6 +30,7 @@ from draftset.config import defaults
 from draftset.core import reasons
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
 from draftset.mask.ambient import clock_kwargs, valid_now
+from draftset.core.words import plural
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import (
@@ -822,11 +823,16 @@ def _source_pass_results(
 ) -> SourcePass:
     """The three check results of the pass, saying what they covered."""
     ident, maskp, leak = problems
-    scope = f"all {checked:,} rows" if full else f"a seeded sample of {checked:,} of {n:,} rows"
+    scope = (
+        f"all {plural(checked, 'row')}"
+        if full
+        else f"a seeded sample of {checked:,} of {plural(n, 'row')}"
+    )
     return SourcePass(
         ident.result(
             "row_identity",
-            f"{n:,} rows map to their input rows, in order; every input row is accounted for",
+            f"{plural(n, 'row')} map{'s' if n == 1 else ''} to their input rows, in order;"
+            " every input row is accounted for",
         ),
         maskp.result(
             "mask_fidelity",

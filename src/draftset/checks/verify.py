@@ -341,11 +341,14 @@ def check_speculators_load(out: OutputSet) -> CheckResult:
 def _wide_console() -> Console:
     """Terminal width on a terminal; wide enough for one line per check in logs."""
     probe = Console(highlight=False)
-    return probe if probe.is_terminal else Console(highlight=False, width=160)
+    return probe if probe.is_terminal else Console(highlight=False, width=160, soft_wrap=True)
 
 
-def print_results(results: list[CheckResult], console: Console | None = None) -> None:
-    """One line per check; failures with count, example ids and the first few messages."""
+def print_results(
+    results: list[CheckResult], console: Console | None = None, verdict: bool = True
+) -> None:
+    """One line per check; failures with count, example ids and the first few messages; then
+    the verdict (``verdict=False``: the caller says its own, as `run` does: one verdict)."""
     console = console or _wide_console()
     style = {"pass": "green", "fail": "bold red", "skip": "yellow"}
     for r in results:
@@ -360,6 +363,8 @@ def print_results(results: list[CheckResult], console: Console | None = None) ->
             for msg in r.details.get("messages", []):
                 console.print(f"       {escape(visible(str(msg)))}")
     failed = [r.name for r in results if r.failed]
+    if not verdict:
+        return
     if failed:
         console.print(f"[bold red]verify failed[/]: {', '.join(failed)}")
     else:

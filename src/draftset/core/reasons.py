@@ -118,6 +118,50 @@ TURN_CONTEXT_REASONS = frozenset(
     }
 )
 
+EXPLANATIONS: dict[str, str] = {
+    INVALID_JSON: "the line or document does not parse as JSON",
+    INVALID_UTF8: "bytes that are not UTF-8",
+    NOT_AN_OBJECT: "a JSON value that is not an object",
+    UNKNOWN_FORMAT: "no known row shape matches its keys (see --format / --field)",
+    UNKNOWN_ROLE: "a role name draftset does not know (never guessed)",
+    EMPTY_CONVERSATION: "no messages at all",
+    INVALID_CONTENT: "a message of the wrong type (content not text or parts, role not text)",
+    UNSUPPORTED_CONTENT: "image, audio or other non-text parts",
+    INVALID_TOOL_CALL: "a tool call without a name or with arguments that are not JSON",
+    INVALID_TOOLS: "`tools` is not a list of tool schemas",
+    INVALID_PRETOKENIZED: "input_ids / loss_mask malformed",
+    UNDESIRABLE_EXAMPLE: "a preference row marked bad",
+    DUPLICATE_ID: "an id already used in this run",
+    TEMPLATE_ERROR: "the chat template raised on this row",
+    TEMPLATE_TIMEOUT: "rendering took longer than --render-timeout",
+    TEMPLATE_TOO_LARGE: "the render is far longer than the row's own text",
+    NO_SUPERVISED_TURN: "every assistant turn is context only (see the turn reasons)",
+    TOO_LONG: "longer than --max-length (with --truncation drop)",
+    TOO_FEW_SUPERVISED_TOKENS: "fewer supervised tokens than --min-supervised-tokens",
+    TEMPLATE_DROPS_CONTENT: "the template leaves out an answer's text or tool names",
+    INTERNAL_ERROR: "a draftset bug met on this row (please report it)",
+    DUPLICATE: "the same conversation as an earlier row (--dedup)",
+    NEAR_DUPLICATE: "nearly the same prompt as an earlier row (--dedup near)",
+    CONTAMINATED: "shares a 13-word n-gram with a benchmark prompt (--decontaminate)",
+    GEN_LENGTH: "the generated answer hit max_tokens",
+    GEN_TOOL_MISMATCH: "the model's tool calls differ from the recorded ones",
+    GEN_NOTHING: "no user turn or tool result to answer",
+    GEN_HTTP_4XX: "the server refused the request",
+    GEN_RETRIES_EXHAUSTED: "429 / 5xx / timeouts on every try",
+    GEN_INVALID_RESPONSE: "every try got a body that is not a chat completion",
+    GEN_PRETOKENIZED: "pre-tokenized: no text to send",
+    TURN_NOT_GENERABLE: "the template renders the turn in a way that does not continue the"
+    " generation prompt (the model never generates it so)",
+    TURN_NO_END_OF_TURN: "no end-of-turn token after the generation",
+    TURN_HISTORY_RENDER_DIFFERS: "the template renders this earlier turn differently in the"
+    " history than the model generated it (e.g. reasoning stripped): --turns each supervises"
+    " every turn in its own row",
+    TURN_PLACEHOLDER: 'a placeholder answer ("OK.", empty): never supervised',
+    TURN_NOT_LAST: "--turns last: earlier turns are context by request",
+    TURN_NO_PROMPT: "the first message: nothing before it to generate it from",
+}
+"""One line per reason code, for people: the report explains every code it shows."""
+
 DEFAULT_PLACEHOLDERS: tuple[str, ...] = ("OK.", "OK")
 """Answers never supervised (besides empty / whitespace-only ones, always placeholders)."""
 

@@ -32,10 +32,10 @@ DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 
 RESPONSE_TOO_LARGE = "response_too_large"
 
-MAX_RETRY_AFTER = 300.0
-"""A server's Retry-After is parsed up to this many seconds; `complete` then waits at most
-the policy's ``backoff_cap`` (``--backoff-cap``, default 30 s): a date in 2099 must not stall a
-row for minutes per retry."""
+MAX_RETRY_AFTER = 60.0
+"""A server's Retry-After is honoured up to this many seconds, or the request timeout when that
+is shorter (a wait longer than a whole request may take is not worth it): a date in 2099 must
+not stall a row for minutes per retry."""
 
 
 @dataclass
@@ -348,7 +348,7 @@ async def complete(
                 raise RetriesExhausted(exc, attempt + 1) from None
             wait = policy.backoff(attempt, rng)
             if exc.retry_after is not None:
-                wait = max(wait, min(exc.retry_after, policy.backoff_cap))
+                wait = max(wait, min(exc.retry_after, policy.request_timeout))
         except FinalError as exc:
             # the server is fine; the request is not (a too-large body says nothing either way)
             ok = None if exc.kind == RESPONSE_TOO_LARGE else True

@@ -63,6 +63,7 @@ from draftset.generation.http import (
 from draftset.generation.store import (
     LineWriter,
     RunLock,
+    check_output_path,
     drop_ids,
     errors_path,
     first_line,
@@ -584,6 +585,7 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
     t0 = time.monotonic()
     result = GenerateResult(opts.out, errors_path(opts.out))
     _check_out_apart(opts)  # never read back, never removed by --restart: before anything
+    check_output_path(opts.out)  # /dev/null, a FIFO, an unwritable path: one line, exit 2
     _previous_run(opts)  # a file generate did not write is refused before a lock file is made
     with RunLock(opts.out):
         previous = _previous_run(opts)

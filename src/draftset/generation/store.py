@@ -172,6 +172,29 @@ def run_path(out: Path) -> Path:
     return out.with_name(f"{_stem(out)}.run.json")
 
 
+def check_output_path(out: Path) -> None:
+    """``--out`` and the files beside it (errors, run file, lock) are regular files, or can
+    be created, in a writable folder: one line (`StoreError`, exit 2) before any request, not
+    a traceback from the first write (``/dev/null``, a folder, a FIFO, an unwritable path)."""
+    for path in (out, errors_path(out), run_path(out), lock_path(out)):
+        which = "--out" if path == out else f"--out {out}: {path.name}"
+        if path.is_dir():
+            raise StoreError(f"{which} {path} is a folder; give a .jsonl file path")
+        if path.exists() and not path.is_file():
+            raise StoreError(
+                f"{which} {path} is not a regular file (a device, FIFO or socket): generate"
+                " appends answers and resumes from them; give a .jsonl file path"
+            )
+    parent = out.parent
+    for folder in (parent, *parent.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise StoreError(f"--out {out} is under a file ({folder}), not a folder")
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise StoreError(f"--out {out}: cannot create files in {folder}")
+            break
+
+
 class Locked(StoreError):
     """Another process is writing the same output."""
 
@@ -185,8 +208,13 @@ class RunLock:
         import fcntl
 
         path = lock_path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # root passes os.access on /proc; a read-only mount fails only here
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(
+                f"--out {out}: cannot create files in {path.parent}: {exc.strerror}"
+            ) from None
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

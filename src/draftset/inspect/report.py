@@ -20,6 +20,7 @@ import numpy as np
 
 from draftset.checks.verify import fast_checks, read_record
 from draftset.config import defaults
+from draftset.core import reasons
 from draftset.core.counters import SUMMARY_COLUMNS, summary_row
 from draftset.core.errors import UsageError
 from draftset.inspect.show import load_decoder, visible, visible_parts
@@ -464,10 +465,21 @@ def _rejects_section(total: dict[str, Any]) -> str:
             if ctx
             else ""
         )
+        + _reason_table(rej, ctx)
         + "<p>Prompt-only rows queued for generation:"
         + f" {int(total.get('needs_generation') or 0):,}</p>"
         + _hygiene_html(total)
     )
+
+
+def _reason_table(rej: Counter[str], ctx: Counter[str]) -> str:
+    """Every reason code shown above, with what it means (core/reasons.EXPLANATIONS)."""
+    rows = [
+        [code, kind, f"{n:,}", reasons.EXPLANATIONS.get(code, "")]
+        for kind, counts in (("row rejected", rej), ("turn kept as context", ctx))
+        for code, n in counts.most_common()
+    ]
+    return _table(["reason", "kind", "count", "meaning"], rows) if rows else ""
 
 
 def _lengths_section(out: OutputSet, stats: RowStats) -> str:

@@ -31,6 +31,7 @@ from draftset.core.counters import Accounting, count_results
 from draftset.core.errors import RunError
 from draftset.core.records import Normalized, PromptOnly, Reject
 from draftset.core.step import Sink
+from draftset.core.words import plural
 from draftset.engine.base import Engine
 from draftset.engine.helper import (
     Sidecar,
@@ -443,7 +444,7 @@ def _skipped_note(name: str, entries: list[dict[str, str]]) -> str:
     shown = ", ".join(f"{e['path']} ({e['why']})" for e in entries[:5])
     more = f" and {len(entries) - 5} more" if len(entries) > 5 else ""
     return (
-        f"source {name}: {len(entries)} entries skipped on purpose: {shown}{more}"
+        f"source {name}: {plural(len(entries), 'entry')} skipped on purpose: {shown}{more}"
         " (all listed in manifest.json)"
     )
 

@@ -45,6 +45,7 @@ from draftset.core import reasons
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, RunError, UsageError
 from draftset.core.files import write_json_atomic
 from draftset.core.records import Conversation, PromptOnly
+from draftset.core.words import plural
 from draftset.generation.console import progress
 from draftset.generation.job import (
     RESERVED_BODY_KEYS,
@@ -748,10 +749,10 @@ def _build(opts: RunOptions, state: _State, work: Path, say: Callable[[str], Non
         result = run_build(bopts, on_progress=tick)
     total = result.accounting.total()
     say(
-        f"build: {total.written:,} rows written, {total.rejected_total:,} rejected"
+        f"build: {plural(total.written, 'row')} written, {total.rejected_total:,} rejected"
         f" ({_fmt_counts(dict(total.rejected))})"
         if total.rejected
-        else f"build: {total.written:,} rows written, none rejected"
+        else f"build: {plural(total.written, 'row')} written, none rejected"
     )
     return result
 
@@ -769,7 +770,7 @@ def _verify(opts: RunOptions, say: Callable[[str], None]) -> bool:
         server = connect(opts.render_server)
     checks = run_verify(opts.build.out, speculators=opts.speculators, render_server=server)
     if opts.echo:
-        print_results(checks)
+        print_results(checks, verdict=False)  # the verdict is the line below (one, not two)
     # drafter fitness is advice for DFlash training, not an integrity failure (as in build)
     passed = not any(c.failed for c in checks if c.name not in ADVISORY_CHECKS)
     say(f"verify: {'passed' if passed else 'FAILED'} ({len(checks)} checks)")
@@ -1052,7 +1053,7 @@ def _print_summary(result: RunResult) -> None:
     total = (manifest.get("counts") or {}).get("total") or {}
     run_info = manifest.get("run") or {}
     print(
-        f"run: {total.get('read', 0):,} rows read, {total.get('written', 0):,} written,"
+        f"run: {plural(total.get('read', 0), 'row')} read, {total.get('written', 0):,} written,"
         f" {total.get('rejected', 0):,} rejected; answers by {run_info.get('model')!r}:"
         f" {run_info.get('answered', 0):,} ({_fmt_counts(run_info.get('queued') or {})}),"
         f" {run_info.get('ends_at_tool_call', 0):,} end at a tool call"
@@ -1062,13 +1063,16 @@ def _print_summary(result: RunResult) -> None:
             f"note: {run_info['special_tokens_stripped']:,} answers ended with a special token's"
             " text (a stop token the server leaked): cut before building"
         )
+    context = total.get("context_turns_by_reason") or {}
+    if context:  # as build's summary says them: turns trained as context only
+        print(f"assistant turns kept as context only: {_fmt_counts(context)}")
     if total.get("empty_think_rows"):
+        n = total["empty_think_rows"]
         print(
-            f"note: {total['empty_think_rows']:,} rows have answers without reasoning, trained"
-            " as empty think blocks under this thinking template; `regenerate:"
+            f"note: {plural(n, 'row')} {'has' if n == 1 else 'have'} answers without reasoning,"
+            " trained as empty think blocks under this thinking template; `regenerate:"
             " missing_reasoning` in the recipe's generate section has the target answer them"
         )
-    context = total.get("context_turns_by_reason") or {}
     differ = {
         k: context[k] for k in ("history_render_differs", "history_tokens_differ") if context.get(k)
     }
@@ -1082,7 +1086,7 @@ def _print_summary(result: RunResult) -> None:
     for line in unread_fields_notes({n: c.get("unread_fields") for n, c in per_source.items()}):
         print(line)
     out, report = visible(str(result.out)), visible(str(result.report))
-    if result.passed:
-        print(f"verified: {out}   report: {report}")
+    if result.passed:  # the report's path was printed by its stage (unless done before)
+        print(f"verified: {out}" + (f"   report: {report}" if "report" in result.resumed else ""))
     else:
         print(f"draftset: verify failed for {out} (details above)", file=sys.stderr)

@@ -224,7 +224,10 @@ def normalize(
     shape = fmt or detect_format(data)
     try:
         if shape is None:
-            raise RowProblem(reasons.UNKNOWN_FORMAT, f"no known shape matches keys {_keys(data)}")
+            raise RowProblem(
+                reasons.UNKNOWN_FORMAT,
+                f"no known shape matches keys {_keys(data)}; {shape_hint(data)}",
+            )
         if shape == "pretokenized":
             ids, mask = _pretokenized(data)
             return PreTokenized(rid, source, row, ids, mask)
@@ -291,6 +294,25 @@ def _row_id(data: dict[str, Any], source: str, row: int) -> str:
         elif isinstance(value, int | float) and not isinstance(value, bool):
             return str(value)
     return f"{source}:{row}"
+
+
+def shape_hint(data: dict[str, Any]) -> str:
+    """How to read a row of an unknown shape, built from its own keys: a list of messages
+    mapped with ``--field messages=KEY``; two text columns as Alpaca instruction/output; one
+    as a prompt (answered by `draftset run` / `generate`)."""
+    keys = [str(k) for k, v in data.items() if k not in ID_KEYS]
+    lists = [k for k in keys if isinstance(data[k], list) and data[k]]
+    lists = [k for k in lists if all(isinstance(m, dict) for m in data[k])]
+    texts = [k for k in keys if isinstance(data[k], str)]
+    if lists:
+        how = f"--format messages --field messages={lists[0]}"
+    elif len(texts) >= 2:
+        how = f"--format alpaca --field instruction={texts[0]} --field output={texts[1]}"
+    elif texts:
+        how = f"--format prompt --field prompt={texts[0]} (a prompt without an answer)"
+    else:
+        return "map its columns with --format and --field (see docs/formats.md)"
+    return f"map its columns with --format / --field, e.g. {how} (see docs/formats.md)"
 
 
 def _keys(data: dict[str, Any], limit: int = 20) -> str:
