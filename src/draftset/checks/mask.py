@@ -29,8 +29,8 @@ import numpy as np
 from draftset.config import defaults
 from draftset.core import reasons
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
-from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.core.words import plural
+from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import (
