@@ -71,7 +71,14 @@ class BuildOptions:
         text = None
         if self.chat_template_path:
             text = Path(self.chat_template_path).read_text(encoding="utf-8")
-        return TemplateSpec(self.tokenizer, text, dict(self.template_kwargs), self.eot_tokens)
+        return TemplateSpec(
+            self.tokenizer,
+            text,
+            dict(self.template_kwargs),
+            self.eot_tokens,
+            self.render_timeout,
+            self.chat_template_path,
+        )
 
     def length_rules(self) -> LengthRules:
         return LengthRules(self.max_length, self.truncation, self.min_supervised_tokens)  # type: ignore[arg-type]

@@ -22,11 +22,18 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from draftset.config import defaults
 from draftset.core.errors import UsageError
 from draftset.core.hub import hub_offline
 from draftset.core.records import Message
-from draftset.mask.limits import RENDER_CAP_FACTOR, RENDER_CAP_FLOOR, RenderTooLarge
-from draftset.mask.sandbox import compile_template
+from draftset.mask.limits import (
+    RENDER_CAP_FACTOR,
+    RENDER_CAP_FLOOR,
+    RenderLimit,
+    RenderTooLarge,
+    time_limit,
+)
+from draftset.mask.sandbox import MemoSandbox, compile_template, constant_too_large
 
 _PROBE = "DRAFTSET_PROBE_ANSWER_7f3a"
 _PROBE_REASONING = "DRAFTSET_PROBE_REASONING_7f3a"
@@ -55,6 +62,15 @@ class TemplateSpec:
     chat_template: str | None = None  # the template text; None = the tokenizer's own
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     eot_tokens: tuple[str, ...] = ()  # extra end-of-turn tokens given by the user
+    # the probes' time bound (--render-timeout; None or 0: none), and where the template text
+    # came from (its file), named in messages
+    render_timeout: float | None = defaults.RENDER_TIMEOUT
+    origin: str | None = None
+
+    def template_name(self) -> str:
+        if self.origin:
+            return self.origin
+        return "(given as text)" if self.chat_template else f"of tokenizer {self.tokenizer}"
 
 
 def _resolve_tokenizer_path(name: str) -> str:
@@ -187,6 +203,9 @@ class Renderer:
             for m in messages
         ]
         kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
+        env = self._compiled.environment
+        if type(env) is MemoSandbox:  # no value a render builds may outgrow what it may write
+            env.value_cap = self.max_chars or RENDER_CAP_FLOOR
         if self.max_chars is None:
             return self._compiled.render(
                 messages=chat,
@@ -332,18 +351,38 @@ class ChatTemplate(Renderer):
         self.path = Path(path) if Path(path).is_dir() else None
         self.template_text: str = spec.chat_template or self._own_template()
         self.template_kwargs = dict(spec.template_kwargs)
+        name = spec.template_name()
         try:
             self._compiled = _compile(self.template_text) if fast else None
+            checker = self._compiled if self._compiled is not None else _compile("")
         except Exception as exc:  # a Jinja syntax error is one line, not a traceback
             msg = f"line {getattr(exc, 'lineno', '?')}: {getattr(exc, 'message', exc)}"
-            raise TokenizerError(f"chat template does not compile: {msg}") from exc
+            raise TokenizerError(f"chat template {name} does not compile: {msg}") from exc
+        # transformers' own compile (its public renderer, which verify and the tag cross-check
+        # use) would build such a constant while compiling: refused before any render
+        huge = checker and constant_too_large(checker.environment, self.template_text)
+        if huge:
+            raise TokenizerError(
+                f"chat template {name}: {huge}, more than a render may write ({RENDER_CAP_FLOOR:,})"
+            )
         self._base_kwargs = {**self.tokenizer.special_tokens_map, **self.template_kwargs}
         self.special_tokens = frozenset(
             str(tok) for tok in self.tokenizer.added_tokens_decoder.values() if tok.special
         )
-        self.content_parts = probe_content_parts(self.render)
-        self.renders_reasoning = probe_renders_reasoning(self.render, self.content_parts)
-        self.eot_tokens: tuple[str, ...] = self._end_of_turn_tokens(spec.eot_tokens)
+        # the probes are renders too: bounded like a row's (time, and the size cap of a row)
+        self.max_chars = RENDER_CAP_FLOOR
+        try:
+            with time_limit(spec.render_timeout):
+                self.content_parts = probe_content_parts(self.render)
+                self.renders_reasoning = probe_renders_reasoning(self.render, self.content_parts)
+                self.eot_tokens: tuple[str, ...] = self._end_of_turn_tokens(spec.eot_tokens)
+        except RenderLimit as exc:
+            raise TokenizerError(
+                f"chat template {name}: a probe render (how it reads messages) stopped: "
+                f"{exc.message or exc}"
+            ) from None
+        finally:
+            self.max_chars = None
         if not self.eot_tokens:
             raise TokenizerError(
                 "no end-of-turn token found for this template; pass --eot-token (e.g. '<|im_end|>')"
