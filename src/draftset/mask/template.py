@@ -357,7 +357,7 @@ class ChatTemplate(Renderer):
             checker = self._compiled if self._compiled is not None else _compile("")
         except Exception as exc:  # a Jinja syntax error is one line, not a traceback
             msg = f"line {getattr(exc, 'lineno', '?')}: {getattr(exc, 'message', exc)}"
-            raise TokenizerError(f"chat template {name} does not compile: {msg}") from exc
+            raise TokenizerError(f"chat template does not compile: {msg}") from exc
         # transformers' own compile (its public renderer, which verify and the tag cross-check
         # use) would build such a constant while compiling: refused before any render
         huge = checker and constant_too_large(checker.environment, self.template_text)
