@@ -364,3 +364,23 @@ def test_options_made_by_hand_are_refused_like_the_apis(tmp_path, no_work, field
         build_mod.run_build(opts)
     assert caught.value.exit_code == 2
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_more_workers_than_cpus_is_one_line_before_any_work(
+    tmp_path, monkeypatch, capsys, no_work, engine
+):
+    """`--workers 16` on 2 CPUs started 45 processes (3.3 GB); with `--engine ray` it sized a
+    private cluster to 64 CPUs that are not there, though the docs promised exit 2."""
+    from draftset.engine.base import available_cpus
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr("draftset.engine.ray.check_ray", lambda address: None, raising=False)
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    n = available_cpus() + 1
+    argv = build_argv(src, out=tmp_path / "out", extra=("--engine", engine))
+    argv[argv.index("--workers") + 1] = str(n)
+    assert main(argv) == 2
+    line = one_line(capsys)
+    assert line.startswith(f"draftset: error: --workers {n}: this machine has {n - 1} CPUs"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]

@@ -21,7 +21,7 @@ from conftest import REPO, qwen3_tokenizer_dir
 from draftset.output.folder import TMP_MARKER, prepare_output, remove_stale_tmp
 
 
-def start_build(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+def start_build(tmp_path: Path, script: Path | None = None) -> tuple[subprocess.Popen, Path]:
     src = tmp_path / "a.jsonl"
     with src.open("w") as f:
         for i in range(3000):
@@ -35,7 +35,8 @@ def start_build(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
             f.write(json.dumps(row) + "\n")
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "draftset.cli", "build", str(src)]
+    entry = [str(script)] if script else ["-m", "draftset.cli"]
+    cmd = [sys.executable, *entry, "build", str(src)]
     cmd += ["--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(out), "--workers", "2"]
     # output to files, not pipes: a surviving child would hold a pipe open (and the test)
     with (tmp_path / "stdout").open("wb") as o, (tmp_path / "stderr").open("wb") as e:
@@ -137,3 +138,47 @@ def _dead_pid() -> int:
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
     return p.pid
+
+
+# A pool thread that never ends, where concurrent.futures' exit hook (which joins its pools'
+# threads, without a timeout) found one in 3 of 17 SIGTERMed `--workers 2` builds: the build
+# printed its line and never exited, until kill -9.
+_STUCK_AT_EXIT = """
+import sys, threading
+from concurrent.futures import ThreadPoolExecutor
+from draftset.cli import main
+if __name__ == "__main__":
+    ThreadPoolExecutor(1).submit(threading.Event().wait)
+    sys.exit(main())
+"""
+
+
+def test_sigterm_always_ends_the_process_promptly(tmp_path):
+    """SIGTERM at varying moments, each time with a thread stuck at exit: the process ends
+    within a bound, exit 143, and nothing it leaves looks finished."""
+    script = tmp_path / "stuck.py"
+    script.write_text(_STUCK_AT_EXIT)
+    for k, delay in enumerate((1.5, 4.0, 8.0, None)):
+        trial = tmp_path / f"t{k}"
+        trial.mkdir()
+        proc, out = start_build(trial, script)
+        try:
+            if delay is None:  # once every process is up and rows are flowing
+                wait_for_children(proc, out)
+            else:
+                time.sleep(delay)
+            if proc.poll() is not None:
+                continue  # finished before the signal: nothing to test this time
+            proc.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            try:
+                rc = proc.wait(45)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"still running 45 s after SIGTERM (at {delay} s)") from None
+            took = time.monotonic() - t0
+            # before the handler is installed (still importing) SIGTERM's default ends it
+            assert rc in (143, -signal.SIGTERM), (rc, (trial / "stderr").read_text())
+        finally:
+            proc.kill()
+            proc.wait()
+        assert not (out / "manifest.json").exists() and tmp_folders(out) == [], (delay, took)

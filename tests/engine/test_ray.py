@@ -478,3 +478,64 @@ def test_recipes_run_and_the_api_carry_the_engine_and_it_never_decides_the_set(t
     assert settings_of(run) == settings_of(ray_run)
     with pytest.raises(DraftsetError, match="engine must be local or ray"):
         build_options(recipe, engine="spark")
+
+
+def test_an_address_where_something_else_listens_is_one_line_exit_2_within_seconds(
+    inputs, tmp_path, capsys
+):
+    """A web server at the address: ray.init retried for 13.5 min (61 lines of warnings)."""
+    import http.server
+    import threading
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # the test's stderr is the driver's
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    out = tmp_path / "never"
+    t0 = time.monotonic()
+    try:
+        code, err = run_cli(
+            build_cmd(inputs[:1], out, "--engine", "ray", "--ray-address", address)[3:], capsys
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 2
+    assert time.monotonic() - t0 < 30
+    assert err.strip().count("\n") == 0, err
+    assert f"{address} answers, but not as Ray" in err
+    assert not out.exists()
+
+
+def test_kill_9_of_a_driver_leaves_nothing_of_its_private_ray(inputs, tmp_path):
+    """The raylet's ``ray::DashboardAgent`` and ``ray::RuntimeEnvAgent`` outlived a killed
+    driver by minutes; the driver's guard ends every process of the run within seconds."""
+    out = tmp_path / "killed"
+    cmd = build_cmd(inputs, out, "--engine", "ray", "--workers", "1")
+    proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + TEST_SECONDS - 30
+    try:
+        driver = psutil.Process(proc.pid)
+        while True:  # the private Ray is up: its agents run under the raylet
+            names = set()
+            for k in driver.children(recursive=True):
+                with contextlib.suppress(psutil.Error):  # gone, or a zombie, meanwhile
+                    names.add(" ".join(k.cmdline()[:1]))
+            if any("RuntimeEnvAgent" in n for n in names):
+                break
+            assert proc.poll() is None, "the build ended before its Ray was up"
+            assert time.monotonic() < deadline, f"no Ray agents within the bound: {names}"
+            time.sleep(0.2)
+        time.sleep(1.0)  # the guard has seen them
+        kids = driver.children(recursive=True)
+        proc.kill()
+        proc.wait(10)
+        _, alive = psutil.wait_procs(kids, timeout=15)
+        left = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+        assert left == [], [(p.pid, " ".join(p.cmdline())[:60]) for p in left]
+    finally:
+        proc.kill()
+        proc.wait()

@@ -402,6 +402,45 @@ def test_bad_arguments_exit_2(tmp_path: Path, server: FaultServer, extra: list[s
     assert not server.requests
 
 
+def test_a_concurrency_no_process_could_open_is_one_line(
+    tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`concurrency: 1000000000` (a typo) created a task per slot up front: 2.1 GB in 30 s."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    extra = ["--concurrency", "1000000000"]
+    assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--concurrency 1000000000" in err and "ulimit -n" in err, err
+    assert not server.requests and not (tmp_path / "o.jsonl").exists()
+
+
+def test_request_tasks_start_as_jobs_arrive(
+    tmp_path: Path, server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large concurrency costs only what the input uses: 3 prompts, 3 request tasks."""
+    import asyncio
+    import resource
+
+    from draftset.generation.http import FILES_KEPT_FREE
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    concurrency = min(5000, soft - FILES_KEPT_FREE)
+    started: list[str] = []
+    create_task = asyncio.create_task
+
+    def counting(coro: Any, **kw: Any) -> Any:
+        started.append(getattr(coro, "__qualname__", ""))
+        return create_task(coro, **kw)
+
+    monkeypatch.setattr("draftset.generation.job.asyncio.create_task", counting)
+    rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(3)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url, extra=["--concurrency", str(concurrency)]) == 0
+    assert sorted(by_id(out)) == ["r0", "r1", "r2"]
+    assert sum(name.endswith("worker") for name in started) == 3, started
+
+
 def test_missing_source_exits_2(tmp_path: Path, server: FaultServer) -> None:
     assert generate(tmp_path / "nope.jsonl", tmp_path / "o.jsonl", server.url) == 2
 

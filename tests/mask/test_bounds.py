@@ -19,7 +19,8 @@ from draftset.sources.read import Source
 
 # A real template (Qwen2.5's) behind a prologue that attacks on marked rows only: a nested
 # loop of 10^10 empty steps (runs for hours), one of 10^10 writes (fills memory), and one
-# 100-million-character string.
+# 100-million-character string (built from the row: a constant one is refused when the template
+# loads, `test_a_huge_constant_is_refused_when_the_template_loads`).
 HOSTILE = (
     "{%- set first = messages[0]['content'] -%}"
     "{%- if 'HANG' in first -%}"
@@ -27,7 +28,7 @@ HOSTILE = (
     "{%- elif 'FLOOD' in first -%}"
     "{%- for i in range(100000) %}{% for j in range(100000) %}{{ first * 10000 }}{% endfor %}"
     "{% endfor -%}"
-    "{%- elif 'HUGE' in first -%}{{ 'x' * 100000000 }}"
+    "{%- elif 'HUGE' in first -%}{{ first * 12500000 }}"
     "{%- endif -%}\n"
 )
 
@@ -340,3 +341,131 @@ def test_a_row_far_over_max_length_is_never_tokenized(tmp_path, monkeypatch, tru
     want = "too_long" if truncation == "drop" else "too_few_supervised_tokens"
     assert per["written"] == 1 and per["rejected_by_reason"] == {want: 1}
     assert longest[0] < 10_000  # only the short row's segments were tokenized
+
+
+# --- every render is bounded: compile, probes, and values built inside a render (issue 25) ----
+def _traced_peak(fn) -> int:
+    """Peak bytes Python allocated while ``fn`` ran (its own memory, not the process's)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.fixture(scope="module")
+def qwen_template():
+    from draftset.mask.template import ChatTemplate, TemplateSpec
+
+    return ChatTemplate(TemplateSpec(str(qwen3_tokenizer_dir())))
+
+
+def test_compiling_never_evaluates_a_huge_constant():
+    """Jinja folds constant expressions while compiling: ``'x' * 3000000000`` was built (9.2 GB,
+    71 s) even in a branch never taken. Intercepted operators are never folded."""
+    from draftset.mask.sandbox import compile_template
+
+    compile_template("{{ 1 }}")  # transformers' own environment, built once per process
+    text = "{% if false %}{% set s = 'x' * 20000000 %}{% endif %}{{ messages[0].content }}"
+    peak = _traced_peak(lambda: compile_template(text))
+    assert peak < 5_000_000, f"compiling allocated {peak:,} bytes"
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "'x' * 5000000",
+        "5000000 * 'x'",
+        "['x'] * 5000000",
+        "10 ** 3000000",
+        "'x'.ljust(5000000)",
+        "'x'.center(5000000)",
+        "'x'.zfill(5000000)",
+        "('\t' * 1000).expandtabs(5000)",
+    ],
+)
+def test_a_huge_value_is_refused_before_it_is_built(qwen_template, expression):
+    """A render stops at the row's cap before the value exists (a 3-billion-character string
+    peaked at 3.4 GB before the reject): the size is computed from the operands."""
+    from draftset.mask.limits import RenderTooLarge
+
+    tmpl = qwen_template
+    own = tmpl._compiled
+    tmpl._compiled = own.environment.from_string(
+        "{% set s = " + expression + " %}{{ messages[0].content }}"
+    )
+    tmpl.max_chars = 1_000_000
+    msgs = [{"role": "user", "content": "Hi"}]
+
+    def render() -> None:
+        with pytest.raises(RenderTooLarge, match="more than the 1,000,000 a render may write"):
+            tmpl.render(msgs)
+
+    try:
+        peak = _traced_peak(render)
+    finally:
+        tmpl.max_chars = None
+        tmpl._compiled = own
+    assert peak < 3_000_000, f"rendering allocated {peak:,} bytes"
+
+
+def test_values_within_the_cap_are_built_as_before(qwen_template):
+    tmpl = qwen_template
+    own = tmpl._compiled
+    msgs = [{"role": "user", "content": "Hi"}]
+    try:
+        text = "{{ ('ab' * 3) + 'c' * 2 ~ 2 ** 10 ~ 'x'.rjust(3) ~ ([1] * 2 + [3]) }}"
+        tmpl._compiled = own.environment.from_string(text)
+        assert tmpl.render(msgs) == "abababcc1024  x[1, 1, 3]"
+        # without a row's cap (the probes, the API's own renders) the floor applies: 16 Mi
+        tmpl._compiled = own.environment.from_string("{{ ('x' * 5000000) | length }}")
+        assert tmpl.render(msgs) == "5000000"
+    finally:
+        tmpl._compiled = own
+
+
+@pytest.mark.parametrize(
+    ("attack", "said"),
+    [
+        (
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            "longer than --render-timeout 0.5 s",
+        ),
+        (
+            "{% for i in range(100000) %}{% for j in range(100000) %}{{ 'y' * 1000 }}"
+            "{% endfor %}{% endfor %}",
+            "more than",
+        ),
+    ],
+)
+def test_a_template_that_hangs_or_floods_its_probes_is_one_usage_line(tmp_path, attack, said):
+    """The probes (content parts, reasoning, end of turn) rendered without any bound: a nested
+    loop hung 600 s inside the content-parts probe, a flood grew to 1.6 GB in 40 s."""
+    from draftset.core.errors import UsageError
+
+    template = tmp_path / "bad.jinja"
+    template.write_text(attack + trl_template("qwen2_5").read_text(), encoding="utf-8")
+    t0 = time.monotonic()
+    with pytest.raises(UsageError) as err:
+        run_build(options(tmp_path, template, ["Hi?"], render_timeout=0.5))
+    assert time.monotonic() - t0 < 60
+    line = str(err.value)
+    assert "\n" not in line and str(template) in line and said in line, line
+    assert err.value.exit_code == 2
+
+
+def test_a_huge_constant_is_refused_when_the_template_loads(tmp_path):
+    """transformers' public renderer (verify's stop-token probe, the tag cross-check) compiles
+    with constant folding: such a template is one usage line before any of them runs."""
+    from draftset.core.errors import UsageError
+
+    template = tmp_path / "bomb.jinja"
+    bomb = "{% if false %}{% set s = 'x' * 3000000000 %}{% endif %}"
+    template.write_text(bomb + trl_template("qwen2_5").read_text(), encoding="utf-8")
+    with pytest.raises(UsageError) as err:
+        run_build(options(tmp_path, template, ["Hi?"]))
+    line = str(err.value)
+    assert str(template) in line and "3,000,000,000 characters" in line, line

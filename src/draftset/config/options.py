@@ -84,6 +84,8 @@ class BuildOptions:
             self.eot_tokens,
             now=self.template_now,
             serving_engine=self.serving_engine,
+            render_timeout=self.render_timeout,
+            origin=self.chat_template_path,
         )
 
     def length_rules(self) -> LengthRules:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from draftset.config import defaults
 from draftset.core.errors import UsageError
+from draftset.engine.base import available_cpus
 from draftset.mask.ambient import now_iso, valid_now
 from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import _resolve_tokenizer_path, config_vocab_size
@@ -172,9 +173,29 @@ def check_values(opts: BuildOptions) -> None:
         raise UsageError(
             f"serving_engine must be {', '.join(SERVING_ENGINES)}, not {opts.serving_engine!r}"
         )
+    check_workers(opts.workers, opts.engine, opts.ray_address)
     if opts.output_format not in FORMATS:
         raise UsageError(
             f"output_format must be {' or '.join(FORMATS)}, not {opts.output_format!r}"
+        )
+
+
+def check_workers(workers: int, engine: str, ray_address: str | None) -> None:
+    """More workers than this machine's CPUs is refused, not obeyed: on a CPU-bound row step
+    they only add memory (``--workers 16`` on 2 CPUs started 45 processes, 3.3 GB), and a
+    private Ray cluster sized to them promised CPUs that are not there. A Ray cluster at an
+    address is checked against its own CPUs once connected (`RayEngine`)."""
+    at_address = engine == "ray" and (ray_address or os.environ.get("RAY_ADDRESS")) not in (
+        None,
+        "",
+        "local",
+    )
+    cpus = available_cpus()
+    if workers > cpus and not at_address:
+        where = "a private Ray cluster gets" if engine == "ray" else "the row step uses"
+        raise UsageError(
+            f"--workers {workers}: this machine has {cpus} CPUs ({where} at most that many;"
+            " leave --workers out to use them all)"
         )
 
 

@@ -12,6 +12,7 @@ them the frozen `MaskConfig` once it has.
 
 from __future__ import annotations
 
+import os
 import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -23,6 +24,14 @@ from draftset.mask.step import ItemResult, MaskConfig
 
 Batch = list[Normalized] | bytes
 """Rows, or rows the driver already pickled while reading ahead (see `unpack`)."""
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity, e.g. a container's or taskset's share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def unpack(batch: Batch) -> list[Normalized]:

@@ -7,17 +7,26 @@ wait for minutes (~0.6 GB with the resource tracker, which lives as long as any 
 parent dies (``prctl(PR_SET_PDEATHSIG)``); elsewhere a thread polls the parent's pid. Children
 also ignore Ctrl-C (SIGINT goes to the whole process group): the main process handles it and
 stops them, so an interrupted build prints one line, not a traceback per worker.
+
+Processes draftset does not start itself cannot be given that watch: a private Ray cluster's
+raylet starts ``ray::DashboardAgent`` and ``ray::RuntimeEnvAgent``, which outlived a killed
+driver by minutes. `guard_descendants` starts a small watcher process that records the
+driver's descendants every `GUARD_INTERVAL` s and, once the driver is gone (however it ended),
+kills those still running (the same process: pid and start time). Linux only (``/proc``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
 
@@ -79,3 +88,88 @@ def quiet_resource_tracker() -> None:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+GUARD_INTERVAL = 0.5
+"""Seconds between the watcher's looks at the driver's process tree."""
+
+
+class DescendantGuard:
+    """A watcher process: while the driver runs it records the driver's new descendants; when the
+    driver ends (its pipe closes: killed or not) or `close` is called, it kills those still
+    running. Start it before the processes it guards (a private Ray) and close it once they
+    have been stopped: processes started after that are not its business."""
+
+    def __init__(self) -> None:
+        # the processes already there (the helper, multiprocessing's resource tracker) are
+        # not guarded: they are the build's own, still needed after Ray has stopped
+        before = [str(pid) for pid in _descendants(os.getpid())]
+        cmd = [sys.executable, "-m", "draftset.engine.lifeline", str(os.getpid()), *before]
+        # its own session: a Ctrl-C or a group kill aimed at the build does not end it first
+        self._proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True
+        )
+
+    def close(self) -> None:
+        """Kill what is left of the guarded processes now, and let the watcher go."""
+        with contextlib.suppress(OSError):
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(5)
+
+
+def guard_descendants() -> DescendantGuard | None:
+    """A `DescendantGuard` for this process (None where there is no ``/proc``)."""
+    return DescendantGuard() if Path("/proc/self/stat").exists() else None
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time (field 22 of /proc/PID/stat), or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [root]
+    while todo:
+        for kid in children.get(todo.pop(), ()):
+            out.append(kid)
+            todo.append(kid)
+    return out
+
+
+def _watch(driver: int, exempt: set[int]) -> None:
+    """The watcher: remember the driver's descendants (but ``exempt``) until stdin closes;
+    then end them."""
+    import select  # lazy: only the watcher process waits on its pipe
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    me = os.getpid()
+    known: dict[int, str] = {}
+    while not select.select([sys.stdin], [], [], GUARD_INTERVAL)[0]:
+        for pid in _descendants(driver):
+            started = _start_time(pid)
+            if pid != me and pid not in exempt and started is not None:
+                known[pid] = started
+        known = {pid: t for pid, t in known.items() if _start_time(pid) == t}
+    for pid, started in known.items():
+        if _start_time(pid) == started:  # the same process, not a new one with its pid
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    _watch(int(sys.argv[1]), {int(pid) for pid in sys.argv[2:]})

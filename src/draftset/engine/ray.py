@@ -29,7 +29,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from draftset.core.errors import RunError, UsageError
-from draftset.engine.base import Batch, Engine, unpack
+from draftset.engine.base import Batch, Engine, available_cpus, unpack
+from draftset.engine.lifeline import DescendantGuard, guard_descendants
 from draftset.engine.pool import IN_FLIGHT_PER_WORKER
 from draftset.mask.step import ItemResult, MaskConfig, MaskStep
 from draftset.mask.template import import_template_compiler
@@ -64,6 +65,30 @@ def check_ray(address: str | None) -> None:
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise RayUnavailable(f"cannot reach the Ray cluster at {address}: {reason}") from None
+    if not _speaks_grpc(host, port):
+        raise RayUnavailable(
+            f"{address} answers, but not as Ray: no gRPC there within {CONNECT_TIMEOUT:g} s"
+            " (give a Ray head's GCS address, HOST:6379 by default, or ray://HOST:10001)"
+        )
+
+
+def _speaks_grpc(host: str, port: int) -> bool:
+    """Whether ``host:port`` completes a gRPC (HTTP/2) handshake, as a Ray head's GCS and Ray
+    Client server do. Something else listening there (a web server, another service) made
+    `ray.init` retry for 13.5 minutes and print 61 lines of warnings before failing."""
+    try:
+        import grpc  # lazy: installed with Ray, which speaks it
+    except ImportError:  # cannot tell: ray.init will
+        return True
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    channel = grpc.insecure_channel(target)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT)
+        return True
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        channel.close()
 
 
 def _host_port(address: str | None) -> tuple[str, int] | None:
@@ -123,8 +148,7 @@ class RayEngine(Engine):
 
         self._ray = ray
         self._owns = not ray.is_initialized()
-        if self._owns:
-            _init(address, workers)
+        self._guard = _init(address) if self._owns else None
         try:
             resources = ray.cluster_resources()
             self.cpus = float(resources.get("CPU", 0))
@@ -193,6 +217,9 @@ class RayEngine(Engine):
         self._kill_actors()
         if self._owns and self._ray.is_initialized():
             self._ray.shutdown()
+        if self._guard is not None:  # and whatever of the private Ray outlived its shutdown
+            self._guard.close()
+            self._guard = None
 
     def _kill_actors(self) -> None:
         for a in getattr(self, "_actors", ()):
@@ -208,24 +235,34 @@ class RayEngine(Engine):
         }
 
 
-def _init(address: str | None, workers: int) -> None:
-    """Connect to ``address``, or start a private local cluster sized for ``workers``."""
+def _init(address: str | None) -> DescendantGuard | None:
+    """Connect to ``address``, or start a private local cluster sized to this machine (then
+    with the guard that ends its processes when the driver ends, `DescendantGuard`)."""
     import ray  # lazy: Ray is optional (draftset[ray])
 
     quiet = dict(log_to_driver=False, configure_logging=False, include_dashboard=False)
     logging.getLogger("ray").setLevel(logging.ERROR)  # no start-up chatter on the CLI
     target = address or os.environ.get("RAY_ADDRESS") or None
+    guard = None
     try:
         if target in (None, "local"):
             # a private cluster for one build: no usage report sent from the user's machine
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            guard = guard_descendants()  # its agents must not outlive a killed driver
             ray.init(
                 address="local",
-                num_cpus=workers or os.cpu_count() or 1,
+                # the machine's CPUs, not the workers asked for: more workers than that are
+                # refused (preflight, and the cluster check below), never promised
+                num_cpus=available_cpus(),
                 object_store_memory=OBJECT_STORE_BYTES,
                 **quiet,
             )
         else:
             ray.init(address=target, **quiet)
-    except (ConnectionError, ValueError, RuntimeError) as exc:
-        raise RayUnavailable(f"cannot start Ray at {target or 'local'}: {exc}") from None
+    except BaseException as exc:
+        if guard is not None:
+            guard.close()
+        if isinstance(exc, ConnectionError | ValueError | RuntimeError):
+            raise RayUnavailable(f"cannot start Ray at {target or 'local'}: {exc}") from None
+        raise
+    return guard

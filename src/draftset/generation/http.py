@@ -15,6 +15,7 @@ import email.utils
 import json
 import random
 import re
+import resource
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,31 @@ MAX_RETRY_AFTER = 60.0
 """A server's Retry-After is honoured up to this many seconds, or the request timeout when that
 is shorter (a wait longer than a whole request may take is not worth it): a date in 2099 must
 not stall a row for minutes per retry."""
+
+
+FILES_KEPT_FREE = 64
+"""Open files a generate process keeps for itself (its output, logs, sources, the event loop)."""
+
+
+def concurrency_problem(concurrency: int, endpoints: int, flag: str) -> str | None:
+    """Why ``concurrency`` requests per endpoint cannot be in flight at once, or None.
+
+    Each request in flight holds a connection, an open file: more than the process may open
+    (``ulimit -n``) can never run, and a typo such as 1000000000 used to create that many
+    tasks up front (2.1 GB in 30 s). One line instead, before any work.
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    usable = max(1, soft - FILES_KEPT_FREE)
+    if concurrency * endpoints <= usable:
+        return None
+    per = f" x {endpoints} endpoints" if endpoints > 1 else ""
+    return (
+        f"{flag} {concurrency}{per}: more requests in flight than this process may open"
+        f" connections ({usable:,}: `ulimit -n` {soft:,} less {FILES_KEPT_FREE} kept free);"
+        " lower it, or raise the limit"
+    )
 
 
 @dataclass

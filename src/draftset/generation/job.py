@@ -57,6 +57,7 @@ from draftset.generation.http import (
     RetryPolicy,
     TransientError,
     complete,
+    concurrency_problem,
     list_models,
     make_endpoint,
 )
@@ -747,7 +748,7 @@ async def _drive(runner: _Runner, opts: GenerateOptions, done: IdRegistry) -> No
     A worker that fails (e.g. `NoEndpoint`) cancels the feeding loop, which then raises that
     failure: no polling of the workers per row (that cost grew with the concurrency)."""
     workers = opts.concurrency * len(opts.endpoints)
-    queue: asyncio.Queue[Job | None] = asyncio.Queue(maxsize=2 * workers)
+    queue: asyncio.Queue[Job | None] = asyncio.Queue(maxsize=min(2 * workers, 4096))
     result = runner.result
     feeder = asyncio.current_task()
     failures: list[BaseException] = []
@@ -764,7 +765,8 @@ async def _drive(runner: _Runner, opts: GenerateOptions, done: IdRegistry) -> No
             failures.append(exc)
             raise
 
-    tasks = [asyncio.create_task(worker()) for _ in range(workers)]
+    # started as jobs arrive, up to ``workers``: a large concurrency costs only what is used
+    tasks: list[asyncio.Task[None]] = []
     try:
         for item in iter_inputs(opts.sources):
             key = item.id if isinstance(item, Job) else item["id"]
@@ -774,6 +776,8 @@ async def _drive(runner: _Runner, opts: GenerateOptions, done: IdRegistry) -> No
             if isinstance(item, dict):
                 runner.fail(item)
                 continue
+            if len(tasks) < workers:
+                tasks.append(asyncio.create_task(worker()))
             await queue.put(item)
         for _ in tasks:
             await queue.put(None)
@@ -1106,6 +1110,8 @@ def _thinking(flag: str | None, kwargs: dict[str, Any]) -> str:
 def _check_numbers(o: GenerateOptions) -> None:
     if o.concurrency < 1 or o.max_retries < 0:
         raise GenerateUsageError("--concurrency must be >= 1 and --max-retries >= 0")
+    if problem := concurrency_problem(o.concurrency, len(o.endpoints), "--concurrency"):
+        raise GenerateUsageError(problem)
     if min(o.request_timeout, o.health_interval, o.give_up_after) <= 0 or o.backoff_base < 0:
         raise GenerateUsageError("timeouts and intervals must be > 0, --backoff >= 0")
     if o.max_tokens is not None and o.max_tokens < 1:

@@ -43,6 +43,13 @@ in, so nothing can change them):
   ``StopIteration`` turned into undefined). Which bound methods are reachable at all is still
   decided by ``getattr`` above (``list.append`` is refused there).
 
+Values a template builds are bounded before they are built (docs/semantics.md, "Bounded work"):
+``*`` and ``**`` are intercepted binary operators (`call_binop`), and a str method that pads
+to a width (``center``, ``ljust``, ``rjust``, ``zfill``, ``expandtabs``) is checked in `call`: a
+result longer than ``value_cap`` characters (items, digits) raises `RenderTooLarge` from its
+operands' sizes, so ``'x' * 3000000000`` costs nothing. Jinja never folds an intercepted
+operator into a constant while compiling, so compiling such a template costs nothing either.
+
 A compiled template's globals are one plain dict (`MemoSandbox.make_globals`) instead of Jinja's
 ChainMap over the environment's, which every render copied key by key in Python.
 
@@ -61,6 +68,8 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from draftset.mask.limits import RENDER_CAP_FLOOR, RenderTooLarge
+
 # the jinja2 versions whose sandbox the reasoning above was checked against (jinja2/sandbox.py)
 CHECKED_JINJA = "3.1."
 
@@ -68,12 +77,59 @@ CHECKED_JINJA = "3.1."
 # (a dict instance has no __dict__, and neither built-in class can be changed).
 _DICT_ATTRIBUTES = frozenset(name for klass in dict.__mro__ for name in vars(klass))
 
+# str methods whose result is as long as a width argument, whatever the string
+_PADDING_METHODS = frozenset({"center", "ljust", "rjust", "zfill"})
+_LOG2_10 = 3.3219
+
+
+def _size(value: Any) -> int | None:
+    """Characters of a str, items of a list or tuple; None for anything else."""
+    return len(value) if isinstance(value, str | list | tuple) else None
+
+
+def binop_result_size(operator: str, left: Any, right: Any) -> int:
+    """Characters, items or decimal digits ``left <operator> right`` would have (0: small or
+    not a sized value), computed from the operands alone."""
+    if operator == "*":
+        for seq, times in ((left, right), (right, left)):
+            n = _size(seq)
+            if n is not None and isinstance(times, int):
+                return n * max(times, 0)
+    elif operator == "**":
+        if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
+            return int(right * abs(left).bit_length() / _LOG2_10)
+    elif operator == "+":
+        a, b = _size(left), _size(right)
+        if a is not None and b is not None:
+            return a + b
+    return 0
+
+
+def _refuse(size: int, cap: int, what: str) -> RenderTooLarge:
+    return RenderTooLarge(
+        f"the template would build a value of {size:,} characters ({what}), more than the"
+        f" {cap:,} a render may write"
+    )
+
 
 class MemoSandbox(ImmutableSandboxedEnvironment):
     """`ImmutableSandboxedEnvironment` whose attribute verdicts are kept per (type, name)."""
 
     _memo: dict[tuple[type, str], bool]
     _abc_token: object
+    # the operators that build a value far larger than their operands: never folded into a
+    # constant while compiling, checked by `call_binop` while rendering. ``+`` (at most the
+    # sum of two values a render already holds) is not: templates use it ~50 times a render,
+    # and each intercepted operator costs a Python call (~8% of a render)
+    intercepted_binops = frozenset({"*", "**"})
+    value_cap: int = RENDER_CAP_FLOOR
+    """Most characters (items, digits) one value may have; the renderer sets the row's cap."""
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        size = binop_result_size(operator, left, right)
+        if size > self.value_cap:
+            raise _refuse(size, self.value_cap, f"{type(left).__name__} {operator} ...")
+        return super().call_binop(context, operator, left, right)
 
     @classmethod
     def overlay_of(cls, env: ImmutableSandboxedEnvironment) -> MemoSandbox:
@@ -124,6 +180,8 @@ class MemoSandbox(ImmutableSandboxedEnvironment):
     def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         if type(obj) is not BuiltinFunctionType:
             return super().call(context, obj, *args, **kwargs)
+        if obj.__name__ in _PADDING_METHODS or obj.__name__ == "expandtabs":
+            self._check_padding(obj, args, kwargs)
         kwargs.pop("_block_vars", None)  # as `Context.call` does
         kwargs.pop("_loop_vars", None)
         try:
@@ -132,6 +190,48 @@ class MemoSandbox(ImmutableSandboxedEnvironment):
             return context.environment.undefined(
                 "value was undefined because a callable raised a StopIteration exception"
             )
+
+    def _check_padding(self, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Refuse ``s.center(10**9)`` (and the other padding methods) before it runs."""
+        text = getattr(method, "__self__", None)
+        if not isinstance(text, str):
+            return
+        name = method.__name__
+        if name == "expandtabs":
+            width = args[0] if args else kwargs.get("tabsize", 8)
+            size = text.count("\t") * width + len(text) if isinstance(width, int) else 0
+        else:
+            width = args[0] if args else kwargs.get("width")
+            size = width if isinstance(width, int) else 0
+        if size > self.value_cap:
+            raise _refuse(size, self.value_cap, f"str.{name}")
+
+
+def constant_too_large(env: Any, template_text: str, cap: int = RENDER_CAP_FLOOR) -> str | None:
+    """A constant expression of ``template_text`` that Jinja's optimizer would build while
+    compiling (``'x' * 3000000000``: 9.2 GB, 71 s) in an environment that does not intercept
+    its operator (transformers' own, used by its public renderer); None when there is none.
+
+    Walks the parsed template (parsing folds nothing) bottom-up, sizing each foldable
+    operation from its operands, which are known to be small by then.
+    """
+    from jinja2 import nodes
+
+    def walk(node: nodes.Node) -> str | None:
+        for child in node.iter_child_nodes():
+            if (found := walk(child)) is not None:
+                return found
+        if isinstance(node, nodes.BinExpr) and node.operator in ("*", "**", "+"):
+            try:
+                left, right = node.left.as_const(), node.right.as_const()
+            except Exception:  # not a constant: evaluated (and bounded) while rendering
+                return None
+            size = binop_result_size(node.operator, left, right)
+            if size > cap:
+                return f"line {node.lineno}: a constant of {size:,} characters ({node.operator})"
+        return None
+
+    return walk(env.parse(template_text))
 
 
 def memo_applies(env: Any) -> bool:

@@ -24,12 +24,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from draftset.config import defaults
 from draftset.core.errors import UsageError
 from draftset.core.hub import hub_offline
 from draftset.core.records import Message
 from draftset.mask.ambient import clock_kwargs, render_stock, split_clock
-from draftset.mask.limits import RENDER_CAP_FACTOR, RENDER_CAP_FLOOR, RenderTooLarge
-from draftset.mask.sandbox import compile_template
+from draftset.mask.limits import (
+    RENDER_CAP_FACTOR,
+    RENDER_CAP_FLOOR,
+    RenderLimit,
+    RenderTooLarge,
+    time_limit,
+)
+from draftset.mask.sandbox import MemoSandbox, compile_template, constant_too_large
 from draftset.mask.serving import DEFAULT_SERVING_ENGINE, prepare_tools
 
 _PROBE = "DRAFTSET_PROBE_ANSWER_7f3a"
@@ -62,6 +69,15 @@ class TemplateSpec:
     now: str | None = None  # the instant `strftime_now` reads (mask/ambient.py); None: the clock
     # how tools reach the template (mask/serving.py); "transformers" = as given
     serving_engine: str = DEFAULT_SERVING_ENGINE
+    # the probes' time bound (--render-timeout; None or 0: none), and where the template text
+    # came from (its file), named in messages
+    render_timeout: float | None = defaults.RENDER_TIMEOUT
+    origin: str | None = None
+
+    def template_name(self) -> str:
+        if self.origin:
+            return self.origin
+        return "(given as text)" if self.chat_template else f"of tokenizer {self.tokenizer}"
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -268,6 +284,9 @@ class Renderer:
             for m in messages
         ]
         kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
+        env = self._compiled.environment
+        if type(env) is MemoSandbox:  # no value a render builds may outgrow what it may write
+            env.value_cap = self.max_chars or RENDER_CAP_FLOOR
         if self.max_chars is None:
             return self._compiled.render(
                 messages=chat,
@@ -432,11 +451,20 @@ class ChatTemplate(Renderer):
         self.template_text: str = spec.chat_template or self._own_template()
         self.template_kwargs = dict(spec.template_kwargs)
         self.serving_engine = spec.serving_engine
+        name = spec.template_name()
         try:
             self._compiled = _compile(self.template_text) if fast else None
+            checker = self._compiled if self._compiled is not None else _compile("")
         except Exception as exc:  # a Jinja syntax error is one line, not a traceback
             msg = f"line {getattr(exc, 'lineno', '?')}: {getattr(exc, 'message', exc)}"
             raise TokenizerError(f"chat template does not compile: {msg}") from exc
+        # transformers' own compile (its public renderer, which verify and the tag cross-check
+        # use) would build such a constant while compiling: refused before any render
+        huge = checker and constant_too_large(checker.environment, self.template_text)
+        if huge:
+            raise TokenizerError(
+                f"chat template {name}: {huge}, more than a render may write ({RENDER_CAP_FLOOR:,})"
+            )
         self._clock = clock_kwargs(spec.now)  # the template's clock, fixed (mask/ambient.py)
         self._base_kwargs = {
             **self.tokenizer.special_tokens_map,
@@ -446,10 +474,21 @@ class ChatTemplate(Renderer):
         self.special_tokens = frozenset(
             str(tok) for tok in self.tokenizer.added_tokens_decoder.values() if tok.special
         )
-        self.content_parts = probe_content_parts(self.render)
-        self.renders_reasoning = probe_renders_reasoning(self.render, self.content_parts)
-        self.string_arguments = probe_string_arguments(self.render, self.content_parts)
-        self.eot_tokens: tuple[str, ...] = self._end_of_turn_tokens(spec.eot_tokens)
+        # the probes are renders too: bounded like a row's (time, and the size cap of a row)
+        self.max_chars = RENDER_CAP_FLOOR
+        try:
+            with time_limit(spec.render_timeout):
+                self.content_parts = probe_content_parts(self.render)
+                self.renders_reasoning = probe_renders_reasoning(self.render, self.content_parts)
+                self.string_arguments = probe_string_arguments(self.render, self.content_parts)
+                self.eot_tokens: tuple[str, ...] = self._end_of_turn_tokens(spec.eot_tokens)
+        except RenderLimit as exc:
+            raise TokenizerError(
+                f"chat template {name}: a probe render (how it reads messages) stopped: "
+                f"{exc.message or exc}"
+            ) from None
+        finally:
+            self.max_chars = None
         if not self.eot_tokens:
             raise TokenizerError(
                 "no end-of-turn token found for this template; pass --eot-token (e.g. '<|im_end|>')"

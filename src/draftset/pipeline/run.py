@@ -47,6 +47,7 @@ from draftset.core.files import write_json_atomic
 from draftset.core.records import Conversation, PromptOnly
 from draftset.core.words import plural
 from draftset.generation.console import progress
+from draftset.generation.http import concurrency_problem
 from draftset.generation.job import (
     RESERVED_BODY_KEYS,
     GenerateOptions,
@@ -863,6 +864,8 @@ def _check_generate(g: GenerateSettings) -> None:
         )
     if g.max_tokens is not None and g.max_tokens < 1:
         raise RunUsageError("generate.max_tokens must be >= 1")
+    if problem := concurrency_problem(g.concurrency, len(g.endpoints), "generate.concurrency"):
+        raise RunUsageError(problem)
     clash = sorted(RESERVED_BODY_KEYS & set(g.extra_body))
     if clash:
         raise RunUsageError(f"generate.extra_body may not set {clash}")
