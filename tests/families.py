@@ -461,6 +461,7 @@ def expected_row(
             if (text and text not in gen) or any(n not in gen for n in names):
                 return None  # the template drops the turn's text: the row is rejected
             gens.append((len(prompt), gen))
+    gens = _served_tokens_rule(tok, whole, gens)
     return (whole, gens) if gens else None
 
 
@@ -484,6 +485,27 @@ def _stop_written_later(
     at = cont.rfind(full[-8:], 0, cut) + len(full[-8:]) if cut >= 0 else -1
     ends = [i + len(s) for s in stops if at >= 0 and (i := cont.find(s, at, cut)) >= 0]
     return cont[at : min(ends)] if ends else None
+
+
+def _served_tokens_rule(tok: Any, whole: str, gens: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """docs/semantics.md, "Tokens before a turn": a later turn stays supervised only when the
+    row's tokens before it (context and kept generations each tokenized alone) equal its
+    served prompt, the text before it tokenized in one piece."""
+
+    def enc(text: str) -> list[int]:
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    kept: list[tuple[int, str]] = []
+    row: list[int] = []
+    end = 0
+    for start, gen in gens:
+        before = row + enc(whole[end:start])
+        if kept and before != enc(whole[:start]):
+            continue  # history_tokens_differ
+        kept.append((start, gen))
+        row = before + enc(gen)
+        end = start + len(gen)
+    return kept
 
 
 def decoded_runs(tok: Any, ids: list[int], mask: list[int]) -> tuple[str, list[tuple[int, str]]]:
