@@ -970,3 +970,23 @@ def test_bad_tokenizer_folder_exits_2(tmp_path: Path, server: FaultServer) -> No
     extra = ["--tokenizer", str(tmp_path / "nowhere")]
     assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 2
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_tool_call_arguments_are_sent_as_json_text(tmp_path: Path, server: FaultServer) -> None:
+    """OpenAI's wire format gives `function.arguments` as a JSON string; vLLM 0.33 answers an
+    object there with HTTP 400 ("Input should be a valid string"), so every conversation with a
+    tool call in its history was refused. A row's object arguments are sent as their JSON."""
+    src = write_rows(
+        tmp_path / "in.jsonl", [_tool_row("same", "w? [call:get_weather]", "get_weather")]
+    )
+    assert generate(src, tmp_path / "o.jsonl", server.url) == 0
+    sent = [
+        call["function"]["arguments"]
+        for req in server.requests
+        for m in req["messages"]
+        for call in m.get("tool_calls") or ()
+    ]
+    assert sent and all(isinstance(a, str) for a in sent), sent
+    assert all(isinstance(json.loads(a), dict) for a in sent)
+    # the answers file keeps the row's own shape (build reads it as before)
+    assert by_id(tmp_path / "o.jsonl")["same"]["messages"][1]["tool_calls"]
