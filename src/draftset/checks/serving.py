@@ -161,7 +161,7 @@ def _window(tmpl: ChatTemplate, ids: list[int], at: int) -> str:
 
 def _messages(tmpl: ChatTemplate, conv: Conversation) -> list[dict[str, Any]]:
     """What a client sends: the messages with inline reasoning as the template reads it."""
-    _, renders_reasoning = _shape(tmpl)
+    _, renders_reasoning, _ = _shape(tmpl)  # (parts, reasoning, string arguments)
     asst = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
     msgs = as_template_reads(conv.messages[: asst[-1] + 1], conv.meta, False, renders_reasoning)
     return [_wire(m) for m in msgs]
