@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, qwen3_tokenizer_dir, trl_template
+from conftest import REPO, llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
 
 from draftset import api
 from draftset.core.errors import UsageError
@@ -126,6 +126,22 @@ def test_render_prepares_tools_by_the_spec_engine() -> None:
     assert '"description"' not in raw.render(msgs, [UNDESCRIBED])
     # the reference path (verify's) prepares them the same way
     assert vllm.render_reference(msgs, [UNDESCRIBED]) == vllm.render(msgs, [UNDESCRIBED])
+
+
+@pytest.mark.parametrize("name", ["qwen3", "llama3_2"])
+def test_every_render_path_prepares_tools_also_for_templates_reading_the_clock(name: str) -> None:
+    """Llama-3.2's template reads the clock, so its renders go through the clock-pinning path
+    (mask/ambient.py): that path once rendered the tools as given, so build (fast path) and
+    verify (reference path) disagreed on every row with an undescribed tool."""
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."}]
+    tok = str(llama32_tokenizer_dir() if name == "llama3_2" else qwen3_tokenizer_dir())
+    text = trl_template(name).read_text()
+    # a build pins the clock (template.now): the path a clock-reading template then takes
+    spec = TemplateSpec(tok, text, {}, (), now="2026-01-02T03:04:05", serving_engine="vllm")
+    tmpl = ChatTemplate(spec)
+    ref = tmpl.render_reference(msgs, [UNDESCRIBED])
+    assert '"description": null' in ref
+    assert tmpl.render(msgs, [UNDESCRIBED]) == ref
 
 
 def _write(tmp: Path) -> Path:

@@ -356,7 +356,7 @@ class Renderer:
         kwargs, clock = split_clock(kwargs)
         if clock is not None:  # render_jinja_template cannot pass a function to the template
             text, spans = render_stock(
-                self.template_text, messages, tools, False, kwargs, clock, True
+                self.template_text, messages, self.served_tools(tools), False, kwargs, clock, True
             )
             return self.check_size(text), [(a, b) for a, b in spans if b > a]
         rendered, indices = render_jinja_template(
@@ -524,7 +524,12 @@ class ChatTemplate(Renderer):
             special = self.tokenizer.special_tokens_map
             args = {**special, **kwargs}
             text, _ = render_stock(
-                self.template_text, messages, tools, add_generation_prompt, args, clock
+                self.template_text,
+                messages,
+                self.served_tools(tools),
+                add_generation_prompt,
+                args,
+                clock,
             )
             return self.check_size(text)
         text = self.tokenizer.apply_chat_template(
