@@ -944,3 +944,22 @@ def test_turn_after_retokenized_history_is_context_and_verify_agrees(tool_loop_s
     assert "mask_fidelity" in failed(results)
     msgs = by_name(results)["mask_fidelity"].details["messages"]
     assert any("served prompt's tokens" in m for m in msgs), msgs
+
+
+@pytest.mark.parametrize(
+    ("section", "value"),
+    [({"dedup": "x"}, "mixture.dedup is a string"), ({"dedup": [{"removed_total": "x"}]}, "")],
+)
+def test_malformed_mixture_section_is_one_line_for_report(built, tmp_path, capsys, section, value):
+    """report read `mixture.dedup` unchecked (TypeError / ValueError tracebacks)."""
+    from draftset.inspect.report import main as report_main
+
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    m["mixture"] = section
+    save_manifest(folder, m)
+    assert report_main([str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1 and "manifest.json is malformed: mixture.dedup" in err[0] and value in err[0]
+    )

@@ -188,7 +188,9 @@ def _mixture_section(mixture: dict[str, Any]) -> str:
     html = ["<h2>Mixture</h2>"]
     for d in mixture.get("dedup") or []:
         kind = "near duplicates" if "threshold" in d else "exact duplicates"
-        pairs = [[p["kept_source"], p["removed_source"], f"{p['count']:,}"] for p in d["pairs"]]
+        pairs = [
+            [p["kept_source"], p["removed_source"], f"{p['count']:,}"] for p in d.get("pairs") or []
+        ]
         html.append(f"<h3>{_e(kind)}: {int(d.get('removed_total') or 0):,} removed</h3>")
         if pairs:
             html.append(_table(["kept in source", "removed from source", "rows"], pairs))

@@ -314,7 +314,16 @@ _MANIFEST_SHAPE: dict[str, Any] = {
         "overlay": [{"path": _STR, "sha256": _OPT_STR}],
     },
     "run": dict,
-    "mixture": dict,
+    "mixture": {
+        "dedup": [
+            {
+                "removed_total": _INT,
+                "pairs": [{"kept_source": _STR, "removed_source": _STR, "count": _INT}],
+            }
+        ],
+        "decontamination": {"removed_total": _INT, "removed_by_benchmark": {"*": _INT}},
+        "mix": {"total": _INT, "lines": [dict]},
+    },
     "engine": dict,
 }
 _TYPE_WORDS = {
