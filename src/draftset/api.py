@@ -531,6 +531,7 @@ def generate(
     retry_errors: bool = False,
     max_response_bytes: int | None = None,
     restart: bool = False,
+    tokenizer: str | Path | None = None,
     progress: bool = False,
 ) -> GenerateResult:
     """`draftset generate`: the target model answers the prompts (docs/generate.md).
@@ -583,6 +584,7 @@ def generate(
         preset=preset,
         max_response_bytes=or_default(max_response_bytes, "max_response_bytes"),
         restart=restart,
+        tokenizer=str(tokenizer) if tokenizer is not None else None,
     )
     opts = options_from_args(args)
     with generate_progress(enabled=progress) as update:

@@ -53,7 +53,9 @@ def templates(tmp_path_factory) -> dict[str, ChatTemplate]:
     text = trl_template("gptoss").read_text()
     return {
         "gptoss": ChatTemplate(TemplateSpec(str(gptoss), text, {}, ())),
-        "minimax_m3": ChatTemplate(TemplateSpec(str(minimax_m3_dir(root)), None, {}, ())),
+        # the package ships no generation_config.json for MiniMax-M3: its EOS `[e~[` (its
+        # tokenizer_config's eos_token, which ends each turn in its template) given as --eot-token
+        "minimax_m3": ChatTemplate(TemplateSpec(str(minimax_m3_dir(root)), None, {}, ("[e~[",))),
     }
 
 

@@ -159,6 +159,12 @@ EXPLANATIONS: dict[str, str] = {
     TURN_PLACEHOLDER: 'a placeholder answer ("OK.", empty): never supervised',
     TURN_NOT_LAST: "--turns last: earlier turns are context by request",
     TURN_NO_PROMPT: "the first message: nothing before it to generate it from",
+    TURN_HISTORY_TOKENS_DIFFER: "the row's tokens before this turn differ from the served"
+    " prompt's (the history re-tokenizes differently): --turns each supervises every turn in"
+    " its own row",
+    SPECIAL_TOKEN_IN_ANSWER: "an answer holds a special token's text (a leaked stop token?),"
+    " which would encode as the control token itself",
+    GEN_MODEL_MISMATCH: "the answer came from another model than the run's",
 }
 """One line per reason code, for people: the report explains every code it shows."""
 

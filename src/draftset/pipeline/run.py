@@ -1083,7 +1083,7 @@ def _print_summary(result: RunResult) -> None:
         print(
             f"hint: {_fmt_counts(differ)} assistant turns kept as context only: the server shows"
             " them differently in later prompts (text or tokens) than the model generated them;"
-            " `turns: each` in the recipe supervises every turn in its own row"
+            " `turns: each` in the recipe (--turns each) supervises every turn in its own row"
         )
     per_source = (manifest.get("counts") or {}).get("per_source") or {}
     for line in unread_fields_notes({n: c.get("unread_fields") for n, c in per_source.items()}):
