@@ -103,7 +103,9 @@ def make_tiny_qwen3(folder: Path, tokenizer_dir: Path) -> None:
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     for f in tokenizer_dir.iterdir():
-        if f.is_file():
+        # the real Qwen3 generation_config.json samples (do_sample, temperature 0.6): this
+        # model must answer greedily, so it keeps config.json's eos alone
+        if f.is_file() and f.name != "generation_config.json":
             shutil.copy(f, folder / f.name)
 
 
