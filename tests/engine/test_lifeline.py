@@ -181,4 +181,10 @@ def test_sigterm_always_ends_the_process_promptly(tmp_path):
         finally:
             proc.kill()
             proc.wait()
-        assert not (out / "manifest.json").exists() and tmp_folders(out) == [], (delay, took)
+        assert tmp_folders(out) == [], (delay, took)
+        if (out / "manifest.json").exists():
+            # the build had renamed its set into place when the signal came (a quick machine
+            # finishes within 8 s): then the set must be whole, never a half-written one
+            from draftset.checks.verify import fast_checks
+
+            assert not [c.name for c in fast_checks(out) if c.failed], (delay, took)
