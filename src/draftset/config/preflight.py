@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from draftset.config import defaults
 from draftset.core.errors import UsageError
+from draftset.core.files import blocking_parent
 from draftset.engine.base import available_cpus
 from draftset.mask.ambient import now_iso, valid_now
 from draftset.mask.serving import SERVING_ENGINES
@@ -250,13 +251,12 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
     for inp in inputs:
         if inp == real or inp.is_relative_to(real):
             raise PreflightError(f"--out {out} contains the input {inp}")
-    for parent in real.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise PreflightError(f"--out {out} is under a file ({parent}), not a folder")
-            if not os.access(parent, os.W_OK | os.X_OK):
-                raise PreflightError(f"--out {out}: cannot create folders in {parent}")
-            break
+    blocked = blocking_parent(real)
+    if blocked is not None:
+        kind, parent = blocked
+        if kind == "file":
+            raise PreflightError(f"--out {out} is under a file ({parent}), not a folder")
+        raise PreflightError(f"--out {out}: cannot create folders in {parent}")
     if not real.exists():
         return
     if not real.is_dir():

@@ -21,3 +21,18 @@ def write_json_atomic(path: Path, data: Any, indent: int = 2, tmp: Path | None =
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def blocking_parent(path: Path) -> tuple[str, Path] | None:
+    """What keeps anything from being created at ``path``: ``("file", P)`` when its nearest
+    existing parent P is a file, ``("unwritable", P)`` when P is a folder it may not write;
+    None when it can be created. Shared by build's ``--out`` folder check and generate's
+    ``--out`` file check, each saying it in its own words."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                return "file", parent
+            if not os.access(parent, os.W_OK | os.X_OK):
+                return "unwritable", parent
+            return None
+    return None

@@ -121,24 +121,31 @@ def find_row(out: OutputSet, row: int | None, row_id: str | None) -> int:
     return row
 
 
+def _line_with_id(path: Path, row_id: str) -> tuple[int, dict[str, Any]] | None:
+    """(1-based line number, record) of the first JSONL record with ``row_id``, else None."""
+    records, _ = read_jsonl(path)
+    for i, rec in enumerate(records, 1):
+        if isinstance(rec, dict) and rec.get("id") == row_id:
+            return i, rec
+    return None
+
+
 def _not_in_set(out: OutputSet, row_id: str) -> str:
     """Why an id is not among the set's rows: rejected (its rejects.jsonl line), queued in
     prompts.jsonl, or unknown (with ids that do exist)."""
-    rejects, _ = read_jsonl(out.folder / "rejects.jsonl")
-    for i, rec in enumerate(rejects, 1):
-        if isinstance(rec, dict) and rec.get("id") == row_id:
-            return (
-                f"id {row_id!r} is not in the set: it was rejected ({rec.get('reason')}:"
-                f" {rec.get('message')}) — rejects.jsonl line {i}: source {rec.get('source')!r},"
-                f" row {rec.get('row')} of that source (its input row, not a --row of the set)"
-            )
-    prompts, _ = read_jsonl(out.folder / "prompts.jsonl")
-    for i, rec in enumerate(prompts, 1):
-        if isinstance(rec, dict) and rec.get("id") == row_id:
-            return (
-                f"id {row_id!r} is not in the set: it is a prompt without an answer, queued in"
-                f" prompts.jsonl line {i} (answer it with `draftset generate` or `draftset run`)"
-            )
+    if found := _line_with_id(out.folder / "rejects.jsonl", row_id):
+        i, rec = found
+        return (
+            f"id {row_id!r} is not in the set: it was rejected ({rec.get('reason')}:"
+            f" {rec.get('message')}) — rejects.jsonl line {i}: source {rec.get('source')!r},"
+            f" row {rec.get('row')} of that source (its input row, not a --row of the set)"
+        )
+    if found := _line_with_id(out.folder / "prompts.jsonl", row_id):
+        return (
+            f"id {row_id!r} is not in the set: it is a prompt without an answer, queued in"
+            f" prompts.jsonl line {found[0]} (answer it with `draftset generate` or"
+            " `draftset run`)"
+        )
     some = [str(i) for i in out.ids()[:3]]
     return (
         f"no row with id {row_id!r} in the set, rejects.jsonl or prompts.jsonl"
