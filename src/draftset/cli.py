@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         return int(args.handler(args))
     except DraftsetError as exc:  # every run-level error carries its exit code
-        from draftset.inspect.show import visible  # lazy: only on an error
+        from draftset.core.terminal import visible  # lazy: only on an error
 
         print(visible(exc.cli_line()), file=sys.stderr)  # a path may hold ESC sequences
         return exc.exit_code

@@ -21,8 +21,8 @@ from rich.progress import (
 from rich.table import Table
 
 from draftset.core.counters import SUMMARY_COLUMNS, summary_row
+from draftset.core.terminal import visible
 from draftset.core.words import plural
-from draftset.inspect.show import visible
 
 if TYPE_CHECKING:
     from draftset.pipeline.build import BuildResult

@@ -12,7 +12,8 @@ from conftest import qwen3_tokenizer_dir
 from rich.console import Console
 
 from draftset.config.options import BuildOptions
-from draftset.inspect.show import SUPERVISED_STYLE, UNSAFE, main, show
+from draftset.core.terminal import UNSAFE
+from draftset.inspect.show import SUPERVISED_STYLE, main, show
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
 

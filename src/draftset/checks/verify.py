@@ -46,7 +46,7 @@ from draftset.config import defaults
 from draftset.core import reasons
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, UsageError
 from draftset.core.files import write_json_atomic
-from draftset.inspect.show import visible
+from draftset.core.terminal import visible
 from draftset.mask.template import TokenizerError
 from draftset.output.base import safe_name
 from draftset.output.readback import (

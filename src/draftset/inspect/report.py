@@ -23,7 +23,8 @@ from draftset.config import defaults
 from draftset.core import reasons
 from draftset.core.counters import SUMMARY_COLUMNS, summary_row
 from draftset.core.errors import UsageError
-from draftset.inspect.show import load_decoder, visible, visible_parts
+from draftset.core.terminal import visible, visible_parts
+from draftset.inspect.show import load_decoder
 from draftset.output.readback import (
     OutputSet,
     RowStats,

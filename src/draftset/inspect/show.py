@@ -11,7 +11,6 @@ escaped (`\\x1b`, `\\u202e`). Without colours (piped, `NO_COLOR`) supervised run
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from rich.text import Text
 
 from draftset.config import defaults
 from draftset.core.errors import UsageError
+from draftset.core.terminal import visible, visible_parts
 from draftset.core.words import plural
 from draftset.output.readback import OutputSet, open_output, read_jsonl, supervised_runs
 
@@ -35,41 +35,7 @@ ESCAPE_STYLE = "bold red"  # an escaped control character (added to the segment'
 MARK_OPEN, MARK_CLOSE = "\u27e6", "\u27e7"  # ⟦ ⟧ around supervised runs without colours
 TOKEN_SEP = "\u00a6"  # ¦ between tokens of --tokens without colours
 
-UNSAFE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f"  # C0 (but tab, newline), DEL, C1: ESC, BEL, CSI, OSC ...
-    "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # bidi marks, embeddings, overrides
-    "\u2028\u2029]"  # line and paragraph separators
-)
-"""Characters from the data never written raw to a terminal (nor into the HTML report)."""
-
 Decoder = Callable[[list[int]], str]
-
-
-def escape_char(ch: str) -> str:
-    """`\\x1b`, `\\u202e`, `\\U000e0001`: a character as a visible escape."""
-    o = ord(ch)
-    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
-
-
-def visible_parts(text: str, extra: str = "") -> list[tuple[str, bool]]:
-    """``text`` as (chunk, escaped) parts: control and bidi characters (and any character of
-    ``extra``, e.g. the plain-mode markers) become visible escapes, flagged True."""
-    pattern = UNSAFE if not extra else re.compile(f"{UNSAFE.pattern}|[{re.escape(extra)}]")
-    parts: list[tuple[str, bool]] = []
-    pos = 0
-    for m in pattern.finditer(text):
-        if m.start() > pos:
-            parts.append((text[pos : m.start()], False))
-        parts.append((escape_char(m.group()), True))
-        pos = m.end()
-    if pos < len(text):
-        parts.append((text[pos:], False))
-    return parts
-
-
-def visible(text: str) -> str:
-    """``text`` with control and bidi characters escaped (for one-line messages)."""
-    return "".join(chunk for chunk, _ in visible_parts(text))
 
 
 def _append(text: Text, chunk: str, style: str, plain: bool) -> None:

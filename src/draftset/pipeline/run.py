@@ -45,6 +45,7 @@ from draftset.core import reasons
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, RunError, UsageError
 from draftset.core.files import write_json_atomic
 from draftset.core.records import Conversation, PromptOnly
+from draftset.core.terminal import visible
 from draftset.core.words import plural
 from draftset.generation.console import progress
 from draftset.generation.http import concurrency_problem
@@ -59,7 +60,6 @@ from draftset.generation.job import (
 )
 from draftset.generation.store import errors_path, recover
 from draftset.inspect.report import write_report
-from draftset.inspect.show import visible
 from draftset.mask.hygiene import (
     EmptyThinkProbe,
     all_placeholder_answers,
