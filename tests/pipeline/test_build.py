@@ -514,7 +514,7 @@ def test_worker_build_writes_and_checks_token_freq_pt_through_the_helper(tmp_pat
 def test_read_ahead_stops_at_its_budget_and_keeps_order(monkeypatch):
     import pickle
 
-    import draftset.pipeline.build as build_mod
+    import draftset.engine.factory as build_mod
     from draftset.core.records import Conversation
 
     def conv(i: int) -> Conversation:
@@ -524,11 +524,11 @@ def test_read_ahead_stops_at_its_budget_and_keeps_order(monkeypatch):
     size = len(pickle.dumps([conv(0)], protocol=pickle.HIGHEST_PROTOCOL))
     monkeypatch.setattr(build_mod, "READ_AHEAD_BYTES", 5 * size - 1)
     batches = iter([[conv(i)] for i in range(100)])
-    ahead = build_mod._read_ahead(batches, lambda: False)
+    ahead = build_mod.read_ahead(batches, lambda: False)
     assert [pickle.loads(b)[0] for b in ahead] == [conv(i) for i in range(5)]
     assert next(batches)[0].id == "c5"  # the rest stays unread
-    assert not build_mod._read_ahead(iter([[conv(0)]]), lambda: True)  # loaded: no read-ahead
-    drained = build_mod._drain(ahead)
+    assert not build_mod.read_ahead(iter([[conv(0)]]), lambda: True)  # loaded: no read-ahead
+    drained = build_mod.drain(ahead)
     next(drained)
     assert len(ahead) == 4  # a batch handed over is no longer held by the read-ahead
 

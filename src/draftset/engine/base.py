@@ -16,11 +16,17 @@ import os
 import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from draftset.core.records import Normalized
 from draftset.mask.step import ItemResult, MaskConfig
+
+if TYPE_CHECKING:  # the plan names them; an engine module imports what it uses
+    from draftset.engine.helper import Sidecar
+    from draftset.mask.template import Renderer
 
 Batch = list[Normalized] | bytes
 """Rows, or rows the driver already pickled while reading ahead (see `unpack`)."""
@@ -38,11 +44,36 @@ def unpack(batch: Batch) -> list[Normalized]:
     return pickle.loads(batch) if isinstance(batch, bytes) else batch
 
 
+@dataclass(frozen=True)
+class EnginePlan:
+    """What the factory (`engine.factory`) hands an engine class to open one: every engine
+    takes what it needs of it, so the factory never knows an engine's constructor."""
+
+    workers: int
+    """Workers to run: as given, with 0 = one per CPU (Ray: the cluster's CPUs)."""
+    ray_address: str | None = None
+    template: Renderer | None = None
+    """The template the driver loaded (`in_driver` engines only)."""
+    helper: Sidecar | None = None
+    """The build's helper process, which loads the template (every other engine)."""
+    start_after: Future[Any] | None = None
+    """Done once the helper has imported the tokenizer loader (start processes after it)."""
+
+
 class Engine(ABC):
     """Runs the row step over ordered batches; results come back in submission order."""
 
     name: ClassVar[str]
     workers: int = 1
+    in_driver: ClassVar[bool] = False
+    """The row step runs in the driver, on the template it loads itself (no helper process)."""
+    helper_works: ClassVar[bool] = False
+    """The helper keeps the template it loaded and runs the row step as one of the workers."""
+
+    @classmethod
+    @abstractmethod
+    def open(cls, plan: EnginePlan) -> Engine:
+        """Start the engine's workers (before the template has loaded)."""
 
     @abstractmethod
     def start(self, config: MaskConfig) -> None:

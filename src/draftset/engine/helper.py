@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
 from draftset.core.errors import RunError
+from draftset.engine import IN_DRIVER, engine_name
 from draftset.engine.lifeline import die_with_parent, quiet_resource_tracker
 
 T = TypeVar("T")
@@ -144,7 +145,7 @@ def uses_helper(workers: int | None, engine: str) -> bool:
     """Whether a build loads its template in the helper: every build but the inline one (one
     local worker, where the driver loads it itself). ``workers``: as given (None or 0: one per
     core)."""
-    return engine != "local" or (workers or os.cpu_count() or 1) > 1
+    return engine_name(engine, workers) != IN_DRIVER
 
 
 def import_tokenizer_loader() -> None:

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from draftset.engine.base import Batch, Engine, unpack
+from draftset.engine.base import Batch, Engine, EnginePlan, unpack
 from draftset.mask.step import ItemResult, MaskConfig, MaskStep
 from draftset.mask.template import Renderer
 
 
 class InlineEngine(Engine):
     name = "inline"
+    in_driver = True
+
+    @classmethod
+    def open(cls, plan: EnginePlan) -> InlineEngine:
+        assert plan.template is not None, "the inline engine runs on the driver's template"
+        return cls(plan.template)
 
     def __init__(self, template: Renderer) -> None:
         self.template = template
@@ -24,3 +30,6 @@ class InlineEngine(Engine):
         assert self.step is not None, "start() first"
         for batch in batches:
             yield self.step(unpack(batch))
+
+
+ENGINE = InlineEngine

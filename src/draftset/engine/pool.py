@@ -16,6 +16,7 @@ which process ran which batch.
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -23,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from draftset.engine import worker
-from draftset.engine.base import Batch, Engine
+from draftset.engine.base import Batch, Engine, EnginePlan
 from draftset.engine.helper import Sidecar, refuse_to_spawn_while_starting, stop_pool
 from draftset.engine.lifeline import quiet_resource_tracker
 from draftset.mask.step import ItemResult, MaskConfig
@@ -37,6 +38,11 @@ InFlight = tuple[Future[list[ItemResult]], bool]
 
 class LocalPoolEngine(Engine):
     name = "local"
+    helper_works = True
+
+    @classmethod
+    def open(cls, plan: EnginePlan) -> LocalPoolEngine:
+        return cls(plan.workers or os.cpu_count() or 1, plan.helper, plan.start_after)
 
     def __init__(
         self,
@@ -117,3 +123,6 @@ class LocalPoolEngine(Engine):
             stop_pool(self._pool)
         self._feed(None)
         self._pool.shutdown(wait=not failed)
+
+
+ENGINE = LocalPoolEngine

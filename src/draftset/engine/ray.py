@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from draftset.core.errors import RunError, UsageError
-from draftset.engine.base import Batch, Engine, available_cpus, unpack
+from draftset.engine.base import Batch, Engine, EnginePlan, available_cpus, unpack
 from draftset.engine.lifeline import DescendantGuard, guard_descendants
 from draftset.engine.pool import IN_FLIGHT_PER_WORKER
 from draftset.mask.step import ItemResult, MaskConfig, MaskStep
@@ -143,6 +143,10 @@ class _Worker:
 class RayEngine(Engine):
     name = "ray"
 
+    @classmethod
+    def open(cls, plan: EnginePlan) -> RayEngine:
+        return cls(plan.workers, plan.ray_address)  # 0 workers: the cluster's CPUs
+
     def __init__(self, workers: int = 0, address: str | None = None) -> None:
         import ray  # lazy: Ray is optional (draftset[ray]); preflight checked it is there
 
@@ -233,6 +237,9 @@ class RayEngine(Engine):
             "workers": self.workers,
             "cluster": {"cpus": self.cpus, "nodes": self.nodes},
         }
+
+
+ENGINE = RayEngine
 
 
 def _init(address: str | None) -> DescendantGuard | None:

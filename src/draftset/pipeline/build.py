@@ -12,15 +12,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import os
-import pickle
 import shutil
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -32,27 +27,12 @@ from draftset.core.errors import RunError
 from draftset.core.records import Normalized, PromptOnly, Reject
 from draftset.core.step import Sink
 from draftset.core.words import plural
-from draftset.engine.base import Engine
-from draftset.engine.helper import (
-    Sidecar,
-    SidecarError,
-    import_tokenizer_loader,
-    release_memory,
-    uses_helper,
-)
-from draftset.engine.inline import InlineEngine
-from draftset.engine.pool import LocalPoolEngine
-from draftset.engine.worker import load_and_keep
+from draftset.engine.base import Batch, Engine
+from draftset.engine.factory import RowStage, open_stage
+from draftset.engine.helper import Sidecar
 from draftset.mask.encode import EncodedRow
 from draftset.mask.step import ItemResult, MaskConfig
-from draftset.mask.template import (
-    ChatTemplate,
-    TemplateInfo,
-    TemplateSpec,
-    TokenizerError,
-    describe_template,
-    load_template_info,
-)
+from draftset.mask.template import TemplateInfo, TemplateSpec
 from draftset.output import writer_class
 from draftset.output.base import Writer
 from draftset.output.folder import finalize_output, prepare_output
@@ -152,46 +132,12 @@ def run_build(
     t0 = time.monotonic()
     opts = check_build(opts)  # before any work: output path, template file, options
     spec = opts.template_spec()
-    workers = opts.workers or os.cpu_count() or 1
-    if not uses_helper(opts.workers, opts.engine):  # inline: the driver runs the row step
-        if helper is not None:
-            helper.kill()
-        template = ChatTemplate(spec)
-        info = describe_template(template, opts.target_vocab_size)
-        with InlineEngine(template) as engine:
-            return _run(
-                _Stage(opts, spec, engine, lambda: info, lambda: True, None), on_progress, t0
-            )
-    # The template loads once, in the helper process (fail fast, fingerprint, vocab size),
-    # while the workers start and the driver reads ahead: the driver neither renders nor
-    # imports torch through AutoTokenizer, and workers render from the kit. With the local
-    # engine the helper keeps the template and is one of the workers itself.
-    with helper or Sidecar() as side:
-        # the head of the load (at once when the helper was started ahead: api.build)
-        imported = side.submit(import_tokenizer_loader)
-        load = load_and_keep if opts.engine == "local" else load_template_info
-        pending = side.submit(load, spec, opts.target_vocab_size)
-        side.submit(release_memory)  # then drop the load's garbage, off the critical path
-
-        def loaded() -> TemplateInfo:
-            try:
-                return side.result(pending, f"loading tokenizer {spec.tokenizer!r}")
-            except SidecarError as exc:
-                raise TokenizerError(str(exc)) from exc
-
-        with _engine(opts, workers, side, imported) as engine:  # (Ray's overlaps the load too)
-            return _run(_Stage(opts, spec, engine, loaded, pending.done, side), on_progress, t0)
-
-
-def _engine(opts: BuildOptions, workers: int, side: Sidecar, imported: Future[None]) -> Engine:
-    """The engine that runs the row step on ``workers`` cores (started before the template
-    has loaded, so worker start-up overlaps it); locally, the helper is one of them, and the
-    pool's processes start once the helper has ``imported`` the tokenizer loader."""
-    if opts.engine == "ray":
-        from draftset.engine.ray import RayEngine  # lazy: only --engine ray loads Ray's engine
-
-        return RayEngine(opts.workers, opts.ray_address)  # 0 workers: the cluster's CPUs
-    return LocalPoolEngine(workers, helper=side, start_after=imported)
+    # the factory picks the engine (inline, local pool, Ray) and loads the template where
+    # that engine wants it: in the driver, or in the helper while the workers start
+    with open_stage(
+        spec, opts.engine, opts.workers, opts.ray_address, opts.target_vocab_size, helper
+    ) as stage:
+        return _run(opts, spec, stage, on_progress, t0)
 
 
 def mask_config(opts: BuildOptions, spec: TemplateSpec, info: TemplateInfo) -> MaskConfig:
@@ -207,68 +153,13 @@ def mask_config(opts: BuildOptions, spec: TemplateSpec, info: TemplateInfo) -> M
     )
 
 
-@dataclass
-class _Stage:
-    """How this build runs its row step: the engine, and where the template loads."""
-
-    opts: BuildOptions
-    spec: TemplateSpec
-    engine: Engine
-    loaded: Callable[[], TemplateInfo]  # waits for the template
-    ready: Callable[[], bool]  # has it loaded yet? (read ahead until then)
-    side: Sidecar | None  # the helper process (None: inline, everything in the driver)
-
-    def in_helper(self, what: str, fn: Callable[..., Any]) -> Callable[..., Any] | None:
-        """``fn`` run in the helper process (which has torch), or None: run it here."""
-        side = self.side
-        if side is None:
-            return None
-        return lambda *args: side.call(what, fn, *args)
-
-    def prefetched(
-        self, what: str, fn: Callable[[Path], Any], path: Path
-    ) -> Callable[..., Any] | None:
-        """``fn(path)`` started in the helper now (the caller goes on meanwhile); the callable
-        returned hands over its result. None (run it here, when asked) without a helper."""
-        side = self.side
-        if side is None:
-            return None
-        pending = side.submit(fn, path)
-        return lambda *_: side.result(pending, what)
-
-
-# Rows read, normalized and pickled for the workers while the template loads (the loader is
-# one thread, so a core would sit idle); pickles are ~3x smaller than the live objects.
-READ_AHEAD_BYTES = 64_000_000
-
-
-def _read_ahead(batches: Iterator[list[Normalized]], ready: Callable[[], bool]) -> deque[bytes]:
-    ahead: deque[bytes] = deque()
-    size = 0
-    while size < READ_AHEAD_BYTES and not ready():
-        batch = next(batches, None)
-        if batch is None:
-            break
-        ahead.append(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
-        size += len(ahead[-1])
-    return ahead
-
-
-def _drain(ahead: deque[bytes]) -> Iterator[bytes]:
-    """The read-ahead batches, each let go once handed over (not kept for the whole run).
-
-    Once all are handed over, their heap pages go back to the OS (up to 64 MB that glibc would
-    otherwise keep for the rest of the run).
-    """
-    if not ahead:
-        return
-    while ahead:
-        yield ahead.popleft()
-    release_memory()
-
-
-def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: float) -> BuildResult:
-    opts = stage.opts
+def _run(
+    opts: BuildOptions,
+    spec: TemplateSpec,
+    stage: RowStage,
+    on_progress: Callable[[int, int], None] | None,
+    t0: float,
+) -> BuildResult:
     names = [s.name for s in opts.sources]
     acct = Accounting(names)
     selection = opts.selection_spec()
@@ -289,17 +180,13 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
     try:
         selected = Selection(selection, plan)
         batches = _batched(selected.rows(), BATCH_ROWS)
-        ahead = _read_ahead(batches, stage.ready)
-        info = stage.loaded()
-        stage.engine.start(mask_config(opts, stage.spec, info))
+        info, stream = stage.start(batches, lambda info: mask_config(opts, spec, info))
         vocab_size = info.vocab_size
         writer = writer_class(opts.output_format)(tmp, vocab_size)
         rejects = _JsonlSink(tmp / "rejects.jsonl")
         prompts = _JsonlSink(tmp / "prompts.jsonl")
         sinks = [rejects, prompts]
-        for done in _drive(
-            stage.engine, chain(_drain(ahead), batches), acct, writer, rejects, prompts
-        ):
+        for done in _drive(stage.engine, stream, acct, writer, rejects, prompts):
             if on_progress:
                 on_progress(done, total or done)
         stage.engine.finish()  # all work is back: the workers exit now
@@ -310,7 +197,7 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
         shards = writer.close()
         rejects.close()
         prompts.close()
-        vocab_files = _write_vocab(stage, tmp, writer, vocab_size, notes)
+        vocab_files = _write_vocab(opts, stage, tmp, writer, vocab_size, notes)
         errors = acct.balance_errors()
         if errors:
             raise AccountingError("accounting does not balance: " + "; ".join(errors))
@@ -370,7 +257,7 @@ def _let_go(
 
 def _drive(
     engine: Engine,
-    batches: Iterator[list[Normalized] | bytes],
+    batches: Iterator[Batch],
     acct: Accounting,
     writer: Writer,
     rejects: _JsonlSink,
@@ -386,7 +273,12 @@ def _drive(
 
 
 def _write_vocab(
-    stage: _Stage, tmp: Path, writer: Writer, vocab_size: int, notes: list[str]
+    opts: BuildOptions,
+    stage: RowStage,
+    tmp: Path,
+    writer: Writer,
+    vocab_size: int,
+    notes: list[str],
 ) -> list[Path]:
     """token_freq (.npy, and .pt through the helper when torch is there) and, when asked,
     the draft vocabulary d2t/t2d; returns the files written."""
@@ -398,7 +290,7 @@ def _write_vocab(
     files = [tmp / "token_freq.npy"]
     if (tmp / "token_freq.pt").exists():
         files.append(tmp / "token_freq.pt")
-    size = stage.opts.draft_vocab_size
+    size = opts.draft_vocab_size
     if size:
         files += write_draft_vocab(tmp, writer.token_freq, size, vocab_size)
     return files
