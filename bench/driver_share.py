@@ -1,0 +1,172 @@
+"""How many worker cores one driver feeds: driver and worker CPU per row, as slopes.
+
+    python bench/driver_share.py                      # 6K and 18K rows of the mix, Qwen3.6
+    python bench/driver_share.py --small 6000 --large 18000 --workers 2 --template qwen3_6
+
+Builds the same data at two sizes (the small one is the head of the large one) with
+``draftset build --workers W`` run in-process by ``drivers/cpu_split.py``, which reports the
+driver's own CPU (every thread of the main process) and its children's (the workers and the
+helper). The slopes between the sizes are the steady-state costs per row, start-up excluded:
+
+- ``d``, driver CPU per row; ``w``, worker CPU per row; ``w / d``, the worker cores one driver
+  keeps busy (issue 27's target: >= 32);
+- the modelled ceiling: ``1 / d`` rows per second per driver, whatever the cluster;
+- the driver's read + normalize + select alone per row (run here, no build): the part of ``d``
+  that stays while the driver still reads;
+- at the large size, the build's wall time against the limit's (``drivers/limit.py``: render
+  and batch-encode, nothing else; target >= 0.95x as rows/s) and its CPU per row against
+  ``limit-fast``'s (target <= 1.2x).
+
+The load average before each run is printed with it: on a shared machine, read the CPU figures
+(steady) before the wall times (not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measure import busy_cores, load_average, run_measured
+from run import (
+    DRIVERS,
+    QWEN3_STOPS,
+    REPO,
+    head_file,
+    make_plans,
+    peers,
+    prepare_data,
+    qwen3_tokenizer,
+    resolve_template,
+)
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in load_average())
+
+
+def build_once(data: Path, tok: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [sys.executable, str(DRIVERS / "cpu_split.py"), "build", str(data)]
+    cmd += ["--tokenizer", str(tok), "--out", str(out), "--workers", str(args.workers)]
+    cmd += [arg for t in QWEN3_STOPS for arg in ("--eot-token", t)]
+    cmd += ["--max-length", str(args.max_length), "--no-progress", "--overwrite"]
+    cmd += ["--chat-template", str(args.template_path)] if args.template_path else []
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(out.parent / "hf"), "TQDM_DISABLE": "1"}
+    before = {"load": _load(), "busy": busy_cores(0.5)}
+    m = run_measured(cmd, env=env, cwd=REPO, timeout=args.timeout)
+    if m.returncode != 0:
+        raise SystemExit(f"build failed (exit {m.returncode}): {m.stderr[-2000:]}")
+    split = json.loads(m.stdout.strip().splitlines()[-1])
+    return {
+        "wall": m.seconds,
+        "tree_cpu": m.cpu_seconds,
+        "driver_cpu": split["driver_cpu"],
+        "worker_cpu": m.cpu_seconds - split["driver_cpu"],
+        "peak_rss": m.peak_rss,
+        "others": m.other_busy_cores,
+        **before,
+    }
+
+
+def selection_cpu(data: Path, tok: Path) -> float:
+    """The driver's read + normalize + select alone, CPU seconds per row (in this process): the
+    floor of its cost while it still reads; the rest of ``d`` is handing rows over."""
+    import resource
+
+    from draftset.config.options import BuildOptions
+    from draftset.select.mix import Selection, plan_selection
+    from draftset.sources.read import Source
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    opts = BuildOptions(sources=[Source("bench", data)], tokenizer=str(tok), out=Path("unused"))
+    c0 = cpu()
+    plan = plan_selection(opts.sources, None, 0)
+    rows = sum(1 for _ in Selection(opts.selection_spec(), plan).rows())
+    return (cpu() - c0) / rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--small", type=int, default=6000)
+    p.add_argument("--large", type=int, default=18000)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--data", action="append", default=None, help="'mix' (default) or files")
+    p.add_argument("--template", default="qwen3_6", help="trl template name or file")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-length", type=int, default=4096)
+    p.add_argument("--timeout", type=float, default=3600)
+    p.add_argument("--no-limit", action="store_true", help="skip the limit runs")
+    p.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = p.parse_args(argv)
+    args.data = args.data or ["mix"]
+    args.shared = None
+    args.template_path = resolve_template(args.template) if args.template else None
+    tok = qwen3_tokenizer()
+    peers.CACHE.mkdir(parents=True, exist_ok=True)
+    large, desc = prepare_data(args, tok, args.large)
+    small = head_file(large, args.small)
+    print(f"load average at start: {_load()}")
+    print(f"data: {large} ({desc}); small: the first {args.small} rows")
+    report: dict[str, Any] = {"argv": sys.argv, "small": args.small, "large": args.large}
+    with tempfile.TemporaryDirectory(prefix="share-", dir=peers.CACHE) as tmp:
+        work = Path(tmp)
+        runs = {}
+        for n, data in ((args.small, small), (args.large, large)):
+            r = build_once(data, tok, work / f"w{args.workers}-{n}" / "out", args)
+            runs[n] = r
+            print(
+                f"build --workers {args.workers}, {n} rows (load {r['load']}, busy "
+                f"{r['busy']:.1f}): wall {r['wall']:.1f} s, driver {r['driver_cpu']:.1f} CPU-s, "
+                f"workers {r['worker_cpu']:.1f} CPU-s, peak RSS sum {r['peak_rss'] / 2**30:.2f}"
+                f" GiB, others {r['others']:.1f} cores"
+            )
+        rows = args.large - args.small
+        d = (runs[args.large]["driver_cpu"] - runs[args.small]["driver_cpu"]) / rows
+        w = (runs[args.large]["worker_cpu"] - runs[args.small]["worker_cpu"]) / rows
+        report["runs"] = runs
+        report["driver_ms_per_row"] = d * 1e3
+        report["worker_ms_per_row"] = w * 1e3
+        print(f"driver CPU per row (slope): {d * 1e3:.4f} ms")
+        print(f"worker CPU per row (slope): {w * 1e3:.4f} ms")
+        sel = selection_cpu(large, tok)
+        report["selection_ms_per_row"] = sel * 1e3
+        print(f"of which read + normalize + select alone: {sel * 1e3:.4f} ms (load {_load()})")
+        if d > 0:
+            print(f"worker / driver: {w / d:.1f} (target >= 32): cores one driver feeds")
+            print(f"modelled ceiling: {1 / d:,.0f} rows/s per driver")
+            report["cores_fed"] = w / d
+            report["ceiling_rows_per_s"] = 1 / d
+        if not args.no_limit:
+            plans = make_plans(
+                ["limit", "limit-fast"], large, tok, work, 2, args.max_length, args.template_path
+            )
+            mine = runs[args.large]
+            for plan in plans:
+                load = _load()
+                m = run_measured(plan.cmd, env=plan.env, cwd=REPO, timeout=args.timeout)
+                if m.returncode != 0:
+                    print(f"{plan.name} failed: {m.stderr[-500:]}")
+                    continue
+                report[plan.name] = {"wall": m.seconds, "cpu": m.cpu_seconds, "load": load}
+                print(
+                    f"{plan.name} (load {load}): wall {m.seconds:.1f} s, CPU {m.cpu_seconds:.1f}"
+                    f" s; build / {plan.name}: rows/s {m.seconds / mine['wall']:.2f}x,"
+                    f" CPU {mine['tree_cpu'] / m.cpu_seconds:.2f}x"
+                )
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""Run ``draftset ARGS...`` in this process, then print one JSON line: the CPU seconds of this
+process (the driver, all its threads) and of its reaped children (the workers, the helper).
+
+usage: python cpu_split.py build DATA --tokenizer DIR --out OUT ...
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # as the draftset CLI sets it
+
+
+def main() -> int:
+    from draftset.cli import main as draftset_main
+
+    try:
+        code = draftset_main(sys.argv[1:])
+    except SystemExit as exc:  # the CLI exits with its code
+        code = exc.code if isinstance(exc.code, int) else 1
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    line = {
+        "driver_cpu": me.ru_utime + me.ru_stime,
+        "children_cpu": kids.ru_utime + kids.ru_stime,
+        "exit": code,
+    }
+    print(json.dumps(line), flush=True)
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # spawned workers import this file again: only the parent runs
+    raise SystemExit(main())
