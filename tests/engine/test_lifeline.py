@@ -188,3 +188,35 @@ def test_sigterm_always_ends_the_process_promptly(tmp_path):
             from draftset.checks.verify import fast_checks
 
             assert not [c.name for c in fast_checks(out) if c.failed], (delay, took)
+
+
+def test_kill_9_while_workers_write_their_shards_leaves_nothing_finished(tmp_path):
+    """The workers write the shards (issue 27): kill -9 of the driver once a worker has begun
+    its block's shard leaves no process, no output folder and a temporary folder that holds no
+    manifest; the rerun removes it and builds the whole set."""
+    proc, out = start_build(tmp_path)
+    try:
+        kids = wait_for_children(proc, out)
+        deadline = time.monotonic() + 120
+        while not any(p.glob("*.arrow.part") for p in tmp_folders(out)):
+            assert proc.poll() is None, (tmp_path / "stderr").read_text()
+            assert time.monotonic() < deadline, "no worker began a shard"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert survivors(kids) == []
+    finally:
+        proc.kill()
+        proc.wait()
+    (left,) = tmp_folders(out)
+    assert (left / TMP_MARKER).exists() and not (left / "manifest.json").exists()
+    assert not out.exists()
+    again, _ = start_build(tmp_path)
+    assert again.wait(300) == 0, (tmp_path / "stderr").read_text()
+    assert tmp_folders(out) == []
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["total"]["written"] == 3000
+    assert sorted(p.name for p in out.glob("*.arrow")) == [
+        f"data-{i:05d}-of-00003.arrow"
+        for i in range(3)  # one shard per block of 1,024 rows
+    ]

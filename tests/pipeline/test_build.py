@@ -574,11 +574,11 @@ def test_a_build_failing_mid_run_leaves_no_file_open(tmp_path, monkeypatch, outp
     """A build that fails after writing began (here: the second batch's write raises) removes
     its temporary folder and closes what it had open there: rejects.jsonl, prompts.jsonl and
     the open shard used to stay open until garbage collection."""
-    from draftset.pipeline import build as build_mod
+    from draftset.pipeline import block as block_mod
 
     src = tmp_path / "chats.jsonl"
     write_jsonl(src, [chat(i) for i in range(8)])
-    real_write = build_mod._write
+    real_write = block_mod.write_results
     calls = []
 
     def write_then_fail(*args):
@@ -587,8 +587,8 @@ def test_a_build_failing_mid_run_leaves_no_file_open(tmp_path, monkeypatch, outp
             raise RuntimeError("disk on fire")
         real_write(*args)
 
-    monkeypatch.setattr(build_mod, "BATCH_ROWS", 2)
-    monkeypatch.setattr(build_mod, "_write", write_then_fail)
+    monkeypatch.setattr(block_mod, "BATCH_ROWS", 2)
+    monkeypatch.setattr(block_mod, "write_results", write_then_fail)
     opts = BuildOptions(
         sources=[Source("chats", src)],
         tokenizer=str(qwen3_tokenizer_dir()),

@@ -17,19 +17,34 @@ import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from draftset.core.records import Normalized
-from draftset.mask.step import ItemResult, MaskConfig
 
 if TYPE_CHECKING:  # the plan names them; an engine module imports what it uses
     from draftset.engine.helper import Sidecar
     from draftset.mask.template import Renderer
 
-Batch = list[Normalized] | bytes
-"""Rows, or rows the driver already pickled while reading ahead (see `unpack`)."""
+Batch = list[Normalized] | Any | bytes
+"""Rows (or a block of them), or the same pickled by the driver while reading ahead
+(see `unpack`)."""
+
+
+class WorkerTask(Protocol):
+    """What an engine hands each worker once the template has loaded: ``build`` makes the
+    worker's callable, run on each batch in turn (a `MaskConfig` builds the row step; a build's
+    `pipeline.block.BlockJob` builds one that also writes the block's shards)."""
+
+    def build(self, template: Renderer | None = None) -> Any: ...
+
+
+def kitless(task: Any) -> Any:
+    """``task`` for a process that holds the loaded template already (the local helper): the
+    kit, which the others rebuild the template from, is not sent there."""
+    own = getattr(task, "kitless", None)
+    return own() if own is not None else replace(task, kit=None)
 
 
 def available_cpus() -> int:
@@ -76,12 +91,13 @@ class Engine(ABC):
         """Start the engine's workers (before the template has loaded)."""
 
     @abstractmethod
-    def start(self, config: MaskConfig) -> None:
-        """The template has loaded: every worker builds its `MaskStep` from ``config``."""
+    def start(self, config: WorkerTask) -> None:
+        """The template has loaded: every worker builds its callable from ``config``."""
 
     @abstractmethod
-    def map(self, batches: Iterable[Batch]) -> Iterator[list[ItemResult]]:
-        """One result list per batch, in the batches' order; a bounded number in flight."""
+    def map(self, batches: Iterable[Batch]) -> Iterator[Any]:
+        """One result per batch (a list of `ItemResult`, or a block's result), in the
+        batches' order; a bounded number in flight."""
 
     def finish(self) -> None:  # noqa: B027 - an optional hook: engines without workers skip it
         """Every result is back: workers may go now (before the writer's last steps)."""

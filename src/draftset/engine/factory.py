@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from draftset.engine import ENGINES, engine_name
-from draftset.engine.base import Batch, Engine, EnginePlan
+from draftset.engine.base import Batch, Engine, EnginePlan, WorkerTask
 from draftset.engine.helper import (
     Sidecar,
     SidecarError,
@@ -30,7 +30,6 @@ from draftset.engine.helper import (
     release_memory,
 )
 from draftset.engine.worker import load_and_keep
-from draftset.mask.step import MaskConfig
 from draftset.mask.template import (
     ChatTemplate,
     TemplateInfo,
@@ -89,7 +88,7 @@ class RowStage:
     side: Sidecar | None  # the helper process (None: everything in the driver)
 
     def start(
-        self, batches: Iterator[Any], config: Callable[[TemplateInfo], MaskConfig]
+        self, batches: Iterator[Any], config: Callable[[TemplateInfo], WorkerTask]
     ) -> tuple[TemplateInfo, Iterator[Batch]]:
         """Read ``batches`` ahead until the template has loaded, then start the engine on
         ``config(info)``; returns the template and the whole stream of batches to map."""
@@ -97,6 +96,13 @@ class RowStage:
         info = self.loaded()
         self.engine.start(config(info))
         return info, chain(drain(ahead), batches)
+
+    def stop(self) -> None:
+        """A failed build: stop every worker now, the helper too (they may be writing into
+        the temporary folder the build removes next)."""
+        self.engine.close(failed=True)
+        if self.side is not None:
+            self.side.kill()
 
     def in_helper(self, what: str, fn: Callable[..., T]) -> Callable[..., T] | None:
         """``fn`` run in the helper process (which has torch), or None: run it here."""

@@ -4,9 +4,9 @@ driver already loaded (no worker process, no second template load)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
-from draftset.engine.base import Batch, Engine, EnginePlan, unpack
-from draftset.mask.step import ItemResult, MaskConfig, MaskStep
+from draftset.engine.base import Batch, Engine, EnginePlan, WorkerTask, unpack
 from draftset.mask.template import Renderer
 
 
@@ -21,12 +21,12 @@ class InlineEngine(Engine):
 
     def __init__(self, template: Renderer) -> None:
         self.template = template
-        self.step: MaskStep | None = None
+        self.step: Any = None
 
-    def start(self, config: MaskConfig) -> None:
+    def start(self, config: WorkerTask) -> None:
         self.step = config.build(template=self.template)
 
-    def map(self, batches: Iterable[Batch]) -> Iterator[list[ItemResult]]:
+    def map(self, batches: Iterable[Batch]) -> Iterator[Any]:
         assert self.step is not None, "start() first"
         for batch in batches:
             yield self.step(unpack(batch))

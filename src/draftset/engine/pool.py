@@ -1,8 +1,9 @@
 """The local engine (`--workers N`): N processes on this machine run the row step.
 
 Workers start at once, before the template has loaded (imports overlap the load), and each
-waits for its `MaskConfig` on a queue. Whatever happens, every worker is given something (a
-config, or None when the load failed) before shutdown, so none is left blocked. Workers are
+waits for its task (a `MaskConfig`, or the build's block job) on a queue. Whatever happens,
+every worker is given something (a task, or None when the load failed) before shutdown, so
+none is left blocked. Workers are
 started with ``spawn``: the Rust tokenizer's thread pool does not survive ``fork``.
 
 Given the build's helper process (which loaded the template, `worker.load_and_keep`), the
@@ -20,19 +21,17 @@ import os
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import replace
 from typing import Any
 
 from draftset.engine import worker
-from draftset.engine.base import Batch, Engine, EnginePlan
+from draftset.engine.base import Batch, Engine, EnginePlan, WorkerTask, kitless
 from draftset.engine.helper import Sidecar, refuse_to_spawn_while_starting, stop_pool
 from draftset.engine.lifeline import quiet_resource_tracker
-from draftset.mask.step import ItemResult, MaskConfig
 
 IN_FLIGHT_PER_WORKER = 3
 """Batches in flight per worker: enough to keep every worker busy, few enough for flat memory."""
 
-InFlight = tuple[Future[list[ItemResult]], bool]
+InFlight = tuple[Future[Any], bool]
 """A submitted batch's future, and whether the helper runs it."""
 
 
@@ -80,17 +79,17 @@ class LocalPoolEngine(Engine):
         except RuntimeError:  # closed first (the build failed before): nothing to start
             pass
 
-    def _feed(self, config: MaskConfig | None) -> None:
+    def _feed(self, config: WorkerTask | None) -> None:
         for _ in range(self._pool_size - self._fed):
             self._configs.put(config)
         self._fed = self._pool_size
 
-    def start(self, config: MaskConfig) -> None:
+    def start(self, config: WorkerTask) -> None:
         self._feed(config)
         if self._helper is not None:  # the helper builds its step on the template it holds
-            self._helper.submit(worker.start_on_kept, replace(config, kit=None))
+            self._helper.submit(worker.start_on_kept, kitless(config))
 
-    def map(self, batches: Iterable[Batch]) -> Iterator[list[ItemResult]]:
+    def map(self, batches: Iterable[Batch]) -> Iterator[Any]:
         window: deque[InFlight] = deque()
         for batch in batches:
             window.append(self._submit(batch, window))
@@ -109,7 +108,7 @@ class LocalPoolEngine(Engine):
         ex = self._helper if to_helper and self._helper is not None else self._pool
         return ex.submit(worker.process_batch, batch), to_helper
 
-    def _result(self, future: Future[list[ItemResult]], in_helper: bool) -> list[ItemResult]:
+    def _result(self, future: Future[Any], in_helper: bool) -> Any:
         if in_helper:  # a dead helper is a `SidecarError` (exit 1), not a bare traceback
             assert self._helper is not None
             return self._helper.result(future, "running the row step")

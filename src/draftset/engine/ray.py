@@ -29,10 +29,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from draftset.core.errors import RunError, UsageError
-from draftset.engine.base import Batch, Engine, EnginePlan, available_cpus, unpack
+from draftset.engine.base import Batch, Engine, EnginePlan, WorkerTask, available_cpus, unpack
 from draftset.engine.lifeline import DescendantGuard, guard_descendants
 from draftset.engine.pool import IN_FLIGHT_PER_WORKER
-from draftset.mask.step import ItemResult, MaskConfig, MaskStep
 from draftset.mask.template import import_template_compiler
 
 RAY_EXTRA = "draftset[ray]"
@@ -127,12 +126,12 @@ class _Worker:
     def __init__(self) -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         import_template_compiler()  # the heavy imports, while the driver's template loads
-        self.step: MaskStep | None = None
+        self.step: Any = None
 
     def ready(self) -> int:
         return os.getpid()
 
-    def process(self, config: list[Any], batch: Batch) -> list[ItemResult]:
+    def process(self, config: list[Any], batch: Batch) -> Any:
         if self.step is None:  # the config comes boxed so Ray hands over the ref, not its value
             import ray  # lazy: loaded in the actor already; Ray is optional for draftset
 
@@ -174,7 +173,7 @@ class RayEngine(Engine):
             self.close(failed=True)
             raise
 
-    def start(self, config: MaskConfig) -> None:
+    def start(self, config: WorkerTask) -> None:
         self._config = [self._ray.put(config)]
         ready, waiting = self._ray.wait(
             self._pending_ready, num_returns=len(self._pending_ready), timeout=START_TIMEOUT
@@ -186,14 +185,14 @@ class RayEngine(Engine):
             )
         self._ray.get(ready)  # an actor that failed to start raises here
 
-    def map(self, batches: Iterable[Batch]) -> Iterator[list[ItemResult]]:
+    def map(self, batches: Iterable[Batch]) -> Iterator[Any]:
         assert self._config is not None, "start() first"
         ray = self._ray
         load = [0] * self.workers
         window: deque[tuple[Any, int]] = deque()
         limit = IN_FLIGHT_PER_WORKER * self.workers
 
-        def take() -> list[ItemResult]:
+        def take() -> Any:
             ref, i = window.popleft()
             load[i] -= 1
             try:

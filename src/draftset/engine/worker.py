@@ -1,11 +1,13 @@
 """The entry points of a local worker process (`LocalPoolEngine`), and of the helper process
 when it runs the row step as one of the workers.
 
-A worker imports only what it runs (no pyarrow, no readers): each is ~35 MB smaller, which
-matters with a whole process tree under 1 GiB. The helper loads the template for the build
-(`load_and_keep`) and keeps it: it then runs the row step on that very template
-(`start_on_kept`), the way the inline engine does in the driver, so ``--workers N`` needs only
-N - 1 pool processes and one fewer transformers import and kit rebuild.
+A worker imports only what it runs (no readers, no selection). In a build it also writes: its
+task is the build's block job (`pipeline.block.BlockJob`), whose runner writes each block's
+shard with pyarrow, imported when the first block arrives (unpickling the job). The helper
+loads the template for the build (`load_and_keep`) and keeps it: it then runs the row step on
+that very template (`start_on_kept`), the way the inline engine does in the driver, so
+``--workers N`` needs only N - 1 pool processes and one fewer transformers import and kit
+rebuild.
 """
 
 from __future__ import annotations
@@ -13,9 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from draftset.engine.base import unpack
+from draftset.engine.base import WorkerTask, unpack
 from draftset.engine.lifeline import die_with_parent
-from draftset.mask.step import ItemResult, MaskConfig, MaskStep
 from draftset.mask.template import (
     ChatTemplate,
     TemplateInfo,
@@ -24,13 +25,14 @@ from draftset.mask.template import (
     import_template_compiler,
 )
 
-_STEP: MaskStep | None = None
+_STEP: Any = None  # the task's callable: the row step, or the build's block runner
 _KEPT: ChatTemplate | None = None  # the helper's loaded template (see `load_and_keep`)
 _DONE = 0  # batches this process ran
 
 
 def init_worker(configs: Any) -> None:
-    """Start-up: imports happen while the template loads; then one `MaskConfig` arrives.
+    """Start-up: imports happen while the template loads; then one task arrives (the build's
+    block job, or a bare `MaskConfig`).
 
     ``None`` instead of a config means the load failed: the worker stays empty and is shut down.
     """
@@ -46,7 +48,7 @@ def init_worker(configs: Any) -> None:
         _STEP = config.build()
 
 
-def process_batch(batch: Any) -> list[ItemResult]:
+def process_batch(batch: Any) -> Any:
     global _DONE
     assert _STEP is not None
     _DONE += 1
@@ -70,7 +72,7 @@ def load_and_keep(spec: TemplateSpec, target_vocab_size: int | None = None) -> T
     return describe_template(_KEPT, target_vocab_size)
 
 
-def start_on_kept(config: MaskConfig) -> None:
+def start_on_kept(config: WorkerTask) -> None:
     """The helper joins the row step: its `MaskStep` runs on the template it loaded (the
     config's kit, the serialized copy the pool workers rebuild from, is not needed here)."""
     global _STEP

@@ -32,13 +32,13 @@ class ArrowWriter(ShardedWriter):
 
     format = "arrow"
 
-    def __init__(self, folder: Path, vocab_size: int) -> None:
-        super().__init__(folder, vocab_size)
+    def __init__(self, folder: Path, vocab_size: int, block: int | None = None) -> None:
+        super().__init__(folder, vocab_size, block)
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._sink: Any = None
 
-    def part_path(self, index: int) -> Path:
-        return self.folder / f"data-{index:05d}.arrow.part"
+    def part_path(self, stem: str) -> Path:
+        return self.folder / f"data-{stem}.arrow.part"
 
     def shard_path(self, index: int, count: int) -> Path:
         return self.folder / f"data-{index:05d}-of-{count:05d}.arrow"

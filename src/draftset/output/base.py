@@ -8,6 +8,11 @@ manifest, every check) is shared.
 Rows are gathered into Arrow record batches of a fixed row count (`ROWS_PER_BATCH`), never
 sized by the worker count or timing: the same inputs give the same batches, so a format that
 writes batches deterministically gives byte-identical files for any ``--workers``.
+
+A build's workers write the rows (`ShardedWriter` with a ``block``): each block of input rows,
+cut by the driver in input order, becomes its own shard file(s), whichever worker wrote it; the
+driver's writer (``block=None``) only adds up what the blocks report (`WriterCounts`), names the
+shards in block order and writes the format's metadata (`add_block`, `close`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -75,6 +81,20 @@ def string_array(values: list[str]) -> pa.Array:
     )
 
 
+@dataclass
+class WriterCounts:
+    """What a writer counted: the totals the manifest records and the supervised-token
+    histogram, sparse (the token ids that occur and how often: a block's few thousand, not the
+    vocabulary's ~150K), so a worker hands them to the driver in a few KB."""
+
+    rows: int
+    tokens: int
+    supervised_tokens: int
+    truncated: int
+    token_ids: np.ndarray  # int64, ascending
+    token_counts: np.ndarray  # int64
+
+
 class Writer(ABC):
     """Where a build's rows go: ``write(rows)`` in order, then ``close()``.
 
@@ -105,6 +125,26 @@ class Writer(ABC):
 
     def abandon(self) -> None:  # noqa: B027 - a writer with nothing open has nothing to do
         """The build failed: close any open file now (its folder is removed next)."""
+
+    def counts(self) -> WriterCounts:
+        """What this writer counted (a worker's block hands it to the driver's writer)."""
+        ids = np.flatnonzero(self.token_freq)
+        return WriterCounts(
+            self.rows,
+            self.tokens,
+            self.supervised_tokens,
+            self.truncated,
+            ids.astype(np.int64),
+            self.token_freq[ids],
+        )
+
+    def add_counts(self, counts: WriterCounts) -> None:
+        """Add what another writer (a worker's, for one block) counted."""
+        self.rows += counts.rows
+        self.tokens += counts.tokens
+        self.supervised_tokens += counts.supervised_tokens
+        self.truncated += counts.truncated
+        self.token_freq[counts.token_ids] += counts.token_counts
 
 
 class BatchWriter(Writer):
@@ -168,13 +208,30 @@ class BatchWriter(Writer):
 class ShardedWriter(BatchWriter):
     """Record batches into shards of about `SHARD_BYTES` each, written as ``*.part`` files and
     renamed to their final names (which carry the shard count) once the set is finished. A
-    format says how a part is opened, appended to and closed, and how shards are named."""
+    format says how a part is opened, appended to and closed, and how shards are named.
 
-    def __init__(self, folder: Path, vocab_size: int) -> None:
+    With ``block`` (a worker writing one block of the build), the parts are named after the
+    block and left as they are by `close`, which returns them; the driver's writer gathers the
+    blocks' parts in block order (`add_block`) and names them all when the set is finished.
+    """
+
+    def __init__(self, folder: Path, vocab_size: int, block: int | None = None) -> None:
         super().__init__(folder, vocab_size)
+        self.block = block
         self._parts: list[Path] = []
         self._part_open = False
         self._shard_bytes = 0
+
+    def add_block(self, parts: list[Path], counts: WriterCounts) -> None:
+        """A block's finished parts (in order, after every earlier block's) and its counts."""
+        for part in parts:
+            if not part.is_file():  # a worker on a node that does not share the output folder
+                raise FileNotFoundError(
+                    f"{part}: a worker wrote this shard but it is not here (the output folder"
+                    " must be on storage that every worker and the driver see)"
+                )
+        self._parts.extend(parts)
+        self.add_counts(counts)
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
         if not self._part_open or self._shard_bytes >= SHARD_BYTES:
@@ -184,7 +241,10 @@ class ShardedWriter(BatchWriter):
         self._shard_bytes += batch.nbytes
 
     def finish(self) -> list[Path]:
-        if not self._part_open:
+        if self.block is not None:  # one block's parts: the driver names them with the rest
+            self._end_part()
+            return list(self._parts)
+        if not self._parts:
             self._start_part()  # an empty set is still a readable set (schema, no rows)
         self._end_part()
         final: list[Path] = []
@@ -195,8 +255,9 @@ class ShardedWriter(BatchWriter):
         return [*final, *self.metadata(final)]
 
     @abstractmethod
-    def part_path(self, index: int) -> Path:
-        """Where shard ``index`` is written while the set is unfinished."""
+    def part_path(self, stem: str) -> Path:
+        """Where the part named ``stem`` (its block and index) is written while the set is
+        unfinished."""
 
     @abstractmethod
     def shard_path(self, index: int, count: int) -> Path:
@@ -219,7 +280,9 @@ class ShardedWriter(BatchWriter):
         return []
 
     def _start_part(self) -> None:
-        path = self.part_path(len(self._parts))
+        index = len(self._parts)
+        stem = f"{index:05d}" if self.block is None else f"b{self.block:07d}-{index:03d}"
+        path = self.part_path(stem)
         self.open_part(path)
         self._parts.append(path)
         self._part_open = True

@@ -55,13 +55,13 @@ class ParquetWriter(ShardedWriter):
 
     format = "parquet"
 
-    def __init__(self, folder: Path, vocab_size: int) -> None:
-        super().__init__(folder, vocab_size)
+    def __init__(self, folder: Path, vocab_size: int, block: int | None = None) -> None:
+        super().__init__(folder, vocab_size, block)
         self._writer: pq.ParquetWriter | None = None
 
-    def part_path(self, index: int) -> Path:
+    def part_path(self, stem: str) -> Path:
         (self.folder / DATA_DIR).mkdir(exist_ok=True)
-        return self.folder / DATA_DIR / f"{SPLIT}-{index:05d}.parquet.part"
+        return self.folder / DATA_DIR / f"{SPLIT}-{stem}.parquet.part"
 
     def shard_path(self, index: int, count: int) -> Path:
         return self.folder / shard_name(index, count)

@@ -1,10 +1,12 @@
-"""The build job: read → normalize → render & mask → encode → write → account.
+"""The build job: read → normalize → select → (workers: render & mask → encode → write) → account.
 
-The main process reads and normalizes (cheap, sequential, deterministic) and hands batches to
-worker processes that render, mask and encode (the expensive part). Results come back in
-submission order through a bounded window, so memory stays flat and the output is identical for
-any worker count. Workers are started with ``spawn``: the Rust tokenizer's thread pool does not
-survive ``fork``.
+The main process (the driver) reads, normalizes and selects (ordered, stateful, deterministic)
+and cuts the selected rows into blocks in input order (`pipeline.block`). The engine's workers
+render, mask, encode and **write** each block's own shard(s) into the temporary folder and hand
+back counts and shard names, never rows; the driver takes the blocks' results in block order,
+adds the counts up, gathers the shards and writes the side files and the manifest. The blocks
+depend on the rows alone, so the set is byte-identical for every engine and worker count.
+Workers are started with ``spawn``: the Rust tokenizer's thread pool does not survive ``fork``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import errno
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,19 +24,16 @@ from typing import Any
 from draftset.config.options import BuildOptions
 from draftset.config.preflight import check_build
 from draftset.core import reasons
-from draftset.core.counters import Accounting, count_results
+from draftset.core.counters import Accounting
 from draftset.core.errors import RunError
-from draftset.core.records import Normalized, PromptOnly, Reject
-from draftset.core.step import Sink
 from draftset.core.words import plural
 from draftset.engine.base import Batch, Engine
 from draftset.engine.factory import RowStage, open_stage
 from draftset.engine.helper import Sidecar
-from draftset.mask.encode import EncodedRow
-from draftset.mask.step import ItemResult, MaskConfig
+from draftset.mask.step import MaskConfig
 from draftset.mask.template import TemplateInfo, TemplateSpec
 from draftset.output import writer_class
-from draftset.output.base import Writer
+from draftset.output.base import ShardedWriter, Writer
 from draftset.output.folder import finalize_output, prepare_output
 from draftset.output.manifest import build_manifest, write_manifest
 from draftset.output.readback import CheckResult
@@ -44,10 +43,10 @@ from draftset.output.vocab import (
     write_draft_vocab,
     write_token_freq,
 )
+from draftset.pipeline.block import Block, BlockJob, cut_blocks, write_results
 from draftset.select.mix import Selection, plan_selection, selection_total
 from draftset.sources.read import HUB_PREFIX, Source, scan_source
 
-BATCH_ROWS = 64
 ADVISORY_CHECKS = frozenset({"drafter_fitness"})
 """Fast checks that advise (DFlash fitness) and do not fail a build."""
 
@@ -92,18 +91,6 @@ class BuildResult:
         return open_output(self.out).row(index)
 
 
-# --- sampling -----------------------------------------------------------------------------------
-def _batched(items: Iterator[Normalized], size: int) -> Iterator[list[Normalized]]:
-    batch: list[Normalized] = []
-    for it in items:
-        batch.append(it)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 class _JsonlSink:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -111,8 +98,13 @@ class _JsonlSink:
         self.lines = 0
 
     def write(self, obj: dict[str, Any]) -> None:
-        self.f.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        self.lines += 1
+        self.write_lines([json.dumps(obj, ensure_ascii=False)])
+
+    def write_lines(self, lines: list[str]) -> None:
+        """Lines a worker serialized (one JSON object each), in order."""
+        for line in lines:
+            self.f.write(line + "\n")
+        self.lines += len(lines)
 
     def close(self) -> None:
         self.f.close()
@@ -174,15 +166,22 @@ def _run(
         _remove_empty(made)
         raise OutputWriteError(f"cannot create {opts.out}: {exc.strerror or exc}") from exc
     # what a failure must close before the folder goes (not left open until garbage collection)
-    batches: Iterator[list[Normalized]] | None = None
+    blocks: Iterator[Block] | None = None
     writer: Writer | None = None
     sinks: list[_JsonlSink] = []
     try:
         selected = Selection(selection, plan)
-        batches = _batched(selected.rows(), BATCH_ROWS)
-        info, stream = stage.start(batches, lambda info: mask_config(opts, spec, info))
+        blocks = cut_blocks(selected.rows())
+        # the workers write the blocks' shards into the temporary folder themselves (a format
+        # without shards, one file for the set, is written here: `_sharded`)
+        folder = tmp.absolute()
+        fmt = opts.output_format if _sharded(opts.output_format) else None
+        info, stream = stage.start(
+            blocks,
+            lambda info: BlockJob(mask_config(opts, spec, info), fmt, folder, info.vocab_size),
+        )
         vocab_size = info.vocab_size
-        writer = writer_class(opts.output_format)(tmp, vocab_size)
+        writer = writer_class(opts.output_format)(folder, vocab_size)
         rejects = _JsonlSink(tmp / "rejects.jsonl")
         prompts = _JsonlSink(tmp / "prompts.jsonl")
         sinks = [rejects, prompts]
@@ -222,7 +221,7 @@ def _run(
         write_manifest(tmp, manifest)
         finalize_output(tmp, opts.out)
     except BaseException as exc:  # nothing half-written stays behind, whatever the failure
-        _let_go(batches, writer, sinks)
+        _let_go(stage, blocks, writer, sinks)
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_empty(made)
         if isinstance(exc, OSError) and _is_disk_error(exc):
@@ -243,12 +242,27 @@ def _run(
     return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
 
 
+def _sharded(output_format: str) -> bool:
+    """Whether the format's shards can be written block by block by the workers (every
+    `ShardedWriter`: arrow, parquet); the driver's writer then only gathers and names them."""
+    return issubclass(writer_class(output_format), ShardedWriter)
+
+
 def _let_go(
-    batches: Iterator[list[Normalized]] | None, writer: Writer | None, sinks: list[_JsonlSink]
+    stage: RowStage,
+    blocks: Iterator[Block] | None,
+    writer: Writer | None,
+    sinks: list[_JsonlSink],
 ) -> None:
-    """After a failure: close the input stream (and so the source file it reads), the open
-    shard and the JSONL files, each whatever the others do; the failure itself is raised next."""
-    steps = [getattr(batches, "close", None), writer and writer.abandon, *(s.close for s in sinks)]
+    """After a failure: stop the workers first (they write into the temporary folder, which
+    goes next), then close the input stream (and so the source file it reads), the open shard
+    and the JSONL files, each whatever the others do; the failure itself is raised next."""
+    steps = [
+        stage.stop,
+        getattr(blocks, "close", None),
+        writer and writer.abandon,
+        *(s.close for s in sinks),
+    ]
     for step in steps:
         if step is not None:
             with contextlib.suppress(Exception):
@@ -257,18 +271,26 @@ def _let_go(
 
 def _drive(
     engine: Engine,
-    batches: Iterator[Batch],
+    blocks: Iterator[Batch],
     acct: Accounting,
     writer: Writer,
     rejects: _JsonlSink,
     prompts: _JsonlSink,
 ) -> Iterator[int]:
-    """The engine's results, counted and written in order; yields the input rows done so far."""
+    """The blocks' results in block order: their counts added up, their shards gathered, their
+    reject and prompt lines written; yields the input rows done so far. No row passes here,
+    but for a format without shards (its rows come back and are written here, in order)."""
     done = 0
-    for results in engine.map(batches):
-        acct += count_results(results)  # pure: any engine's workers could count a batch
-        _write(results, writer, rejects, prompts)
-        done += len(results)
+    for result in engine.map(blocks):
+        acct += result.accounting
+        if result.results is not None:
+            write_results(result.results, writer, result.rejects, result.prompts)
+        else:
+            assert isinstance(writer, ShardedWriter)
+            writer.add_block([writer.folder / name for name in result.parts], result.counts)
+        rejects.write_lines(result.rejects)
+        prompts.write_lines(result.prompts)
+        done += result.rows_in
         yield done
 
 
@@ -360,28 +382,3 @@ def _first_rejects(path: Path, n: int = 3) -> list[str]:
             if len(notes) >= n:
                 break
     return notes
-
-
-def _write(
-    results: list[ItemResult],
-    writer: Sink[Iterable[EncodedRow]],
-    rejects: Sink[dict[str, Any]],
-    prompts: Sink[dict[str, Any]],
-) -> None:
-    """A batch's rows, reject lines and prompts, written in order (on the driver)."""
-    for res in results:
-        item = res.item
-        if isinstance(item, Reject):
-            rejects.write(item.to_json())
-            continue
-        if isinstance(item, PromptOnly):
-            line: dict[str, Any] = {"id": item.id, "messages": item.messages}
-            if item.tools:
-                line["tools"] = item.tools
-            line["metadata"] = {"source": item.source, "row": item.row}
-            prompts.write(line)
-            continue
-        for r in res.rejects:
-            rejects.write(r.to_json())
-        if res.rows:
-            writer.write(res.rows)

@@ -1,0 +1,174 @@
+"""Blocks: the unit a build's workers render, encode and **write** (issue 27).
+
+The driver cuts the selected rows into blocks in input order (`cut_blocks`: at most
+`BLOCK_ROWS` rows or `BLOCK_BYTES` of pickled rows, whichever comes first, never sized by the
+worker count or timing). A worker runs `BlockRunner` on a block: the row step on each of its
+batches, the rows written to the block's own shard file(s) in the output's temporary folder,
+reject and prompt lines serialized; it hands back a `BlockResult` of a few KB (part names,
+counts, the sparse supervised-token histogram, the JSON lines), never the rows. The driver adds
+the counts up and gathers the parts in block order, so the set's bytes are the same whichever
+worker wrote which block, for every engine and worker count.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from draftset.core.counters import Accounting, count_results
+from draftset.core.records import Normalized, PromptOnly, Reject
+from draftset.mask.step import ItemResult, MaskConfig, MaskStep
+from draftset.mask.template import Renderer
+from draftset.output import writer_class
+from draftset.output.base import ShardedWriter, Writer, WriterCounts
+
+BATCH_ROWS = 64
+"""Rows per row-step call inside a block (the tokenizer's batch)."""
+BLOCK_ROWS = 1024
+"""Rows per block at most: a block is one task and its own shard file(s)."""
+BLOCK_BYTES = 8_000_000
+"""Pickled row bytes per block at most (long rows make shorter blocks: flat memory)."""
+
+
+@dataclass
+class Block:
+    """Rows ``index`` of the build, as pickled batches of at most `BATCH_ROWS` rows."""
+
+    index: int
+    batches: list[bytes]
+    rows: int
+
+
+def cut_blocks(
+    items: Iterable[Normalized],
+    rows: int | None = None,
+    size: int | None = None,
+    batch_rows: int | None = None,
+) -> Iterator[Block]:
+    """The rows in input order as blocks; the cut depends on the rows alone (their count and
+    their pickled size), so every engine and worker count cuts the same blocks."""
+    rows = rows or BLOCK_ROWS
+    size = size or BLOCK_BYTES
+    batch_rows = batch_rows or BATCH_ROWS
+    batches: list[bytes] = []
+    batch: list[Normalized] = []
+    count = nbytes = index = 0
+
+    def seal() -> None:
+        nonlocal batch, nbytes
+        data = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+        batches.append(data)
+        nbytes += len(data)
+        batch = []
+
+    for item in items:
+        batch.append(item)
+        count += 1
+        if len(batch) >= batch_rows:
+            seal()
+        if count >= rows or nbytes >= size:
+            if batch:
+                seal()
+            yield Block(index, batches, count)
+            index += 1
+            batches, count, nbytes = [], 0, 0
+    if batch:
+        seal()
+    if batches:
+        yield Block(index, batches, count)
+
+
+@dataclass
+class BlockResult:
+    """What a worker hands back for one block: no row bytes."""
+
+    index: int
+    rows_in: int
+    parts: list[str]  # the block's shard parts, relative to the output folder, in order
+    counts: WriterCounts
+    accounting: Accounting
+    rejects: list[str] = field(default_factory=list)  # rejects.jsonl lines, in order
+    prompts: list[str] = field(default_factory=list)  # prompts.jsonl lines, in order
+    results: list[ItemResult] | None = None
+    """The row step's results themselves, only for a format the workers cannot write in blocks
+    (one file for the whole set: `output.base.Writer` without shards); the driver writes them."""
+
+
+@dataclass(frozen=True)
+class BlockJob:
+    """What every worker needs to process blocks: the row step's config and where to write."""
+
+    config: MaskConfig
+    output_format: str | None  # None: a format without shards, which the driver writes
+    folder: Path
+    vocab_size: int
+
+    def build(self, template: Renderer | None = None) -> BlockRunner:
+        return BlockRunner(self, self.config.build(template))
+
+    def kitless(self) -> BlockJob:
+        """The job for a process that already holds the loaded template (the helper)."""
+        return replace(self, config=replace(self.config, kit=None))
+
+
+class BlockRunner:
+    """One worker's block processor: row step, then the block's shard(s) and lines."""
+
+    def __init__(self, job: BlockJob, step: MaskStep) -> None:
+        self.job = job
+        self.step = step
+
+    def __call__(self, block: Block) -> BlockResult:
+        job = self.job
+        if job.output_format is None:  # one file for the whole set: the driver writes the rows
+            results = [r for data in block.batches for r in self.step(pickle.loads(data))]
+            empty = WriterCounts(0, 0, 0, 0, np.zeros(0, np.int64), np.zeros(0, np.int64))
+            acct = count_results(results)
+            return BlockResult(block.index, block.rows, [], empty, acct, results=results)
+        writer = writer_class(job.output_format)(job.folder, job.vocab_size, block.index)
+        assert isinstance(writer, ShardedWriter)
+        acct = Accounting([])
+        rejects: list[str] = []
+        prompts: list[str] = []
+        try:
+            for data in block.batches:
+                results = self.step(pickle.loads(data))
+                acct += count_results(results)
+                write_results(results, writer, rejects, prompts)
+            parts = writer.close()
+        except BaseException:
+            writer.abandon()  # no file left open (the build removes the folder next)
+            raise
+        names = [p.relative_to(job.folder).as_posix() for p in parts]
+        return BlockResult(block.index, block.rows, names, writer.counts(), acct, rejects, prompts)
+
+
+def _line(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def write_results(
+    results: list[ItemResult], writer: Writer, rejects: list[str], prompts: list[str]
+) -> None:
+    """A batch's rows to the block's writer, its reject and prompt lines to the lists, in order."""
+    for res in results:
+        item = res.item
+        if isinstance(item, Reject):
+            rejects.append(_line(item.to_json()))
+            continue
+        if isinstance(item, PromptOnly):
+            line: dict[str, Any] = {"id": item.id, "messages": item.messages}
+            if item.tools:
+                line["tools"] = item.tools
+            line["metadata"] = {"source": item.source, "row": item.row}
+            prompts.append(_line(line))
+            continue
+        rejects.extend(_line(r.to_json()) for r in res.rejects)
+        if res.rows:
+            writer.write(res.rows)

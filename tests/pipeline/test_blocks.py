@@ -1,0 +1,150 @@
+"""Workers write their own blocks (issue 27): the driver cuts the rows into blocks in input
+order, each worker renders, encodes and writes a block's shard(s), and hands back counts and
+names, never the rows. The set must hold exactly the rows of the plain row step (one `MaskStep`
+over every row, in order), and the same bytes for every worker count."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import qwen3_tokenizer_dir
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mask"))
+from test_render import CASES
+
+import draftset.pipeline.block as block_mod
+from draftset.config.options import BuildOptions
+from draftset.core.records import Conversation, PromptOnly, Reject
+from draftset.mask.encode import EncodedRow
+from draftset.mask.template import ChatTemplate, describe_template
+from draftset.output.readback import open_output
+from draftset.pipeline.block import Block, BlockJob, cut_blocks
+from draftset.pipeline.build import mask_config, run_build
+from draftset.select.mix import Selection, plan_selection
+from draftset.sources.read import Source
+
+
+def conv(i: int, words: int = 3) -> Conversation:
+    msgs = [
+        {"role": "user", "content": f"Question {i}?"},
+        {"role": "assistant", "content": " ".join(f"w{i}x{k}" for k in range(words))},
+    ]
+    return Conversation(f"c{i}", "s", i, msgs)
+
+
+def test_blocks_are_cut_by_the_rows_alone_in_input_order():
+    items = [conv(i, 1 + i % 40) for i in range(300)]
+    blocks = list(cut_blocks(iter(items), rows=64, size=10**9, batch_rows=10))
+    assert [b.index for b in blocks] == list(range(5))
+    assert [b.rows for b in blocks] == [64, 64, 64, 64, 44]
+    again = [pickle.loads(x) for b in blocks for x in b.batches]
+    assert [it for batch in again for it in batch] == items  # every row once, in order
+    assert all(len(batch) <= 10 for batch in again)
+    # a byte cap cuts earlier (long rows make short blocks), and the same way every time
+    small = list(cut_blocks(iter(items), rows=64, size=2_000, batch_rows=10))
+    assert len(small) > 5 and sum(b.rows for b in small) == 300
+    assert [b.rows for b in small] == [
+        b.rows for b in cut_blocks(iter(items), rows=64, size=2_000, batch_rows=10)
+    ]
+    assert list(cut_blocks(iter([]))) == []
+
+
+def golden_rows() -> list[dict]:
+    """The golden conversations (tests/mask/test_render.py), each several times with its own
+    numbers, plus a prompt-only row and a line that is not JSON."""
+    rows = []
+    for i in range(6):
+        for name, (messages, tools) in sorted(CASES.items()):
+            msgs = json.loads(json.dumps(messages).replace("?", f" (#{i} {name})?"))
+            row = {"messages": msgs}
+            if tools:
+                row["tools"] = tools
+            rows.append(row)
+    rows.insert(10, {"messages": [{"role": "user", "content": "no answer yet"}]})
+    return rows
+
+
+def write_source(path: Path) -> Path:
+    lines = [json.dumps(r, ensure_ascii=False) for r in golden_rows()]
+    lines.insert(20, "{not json")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def options(src: Path, out: Path, **kw) -> BuildOptions:
+    return BuildOptions([Source("g", src)], str(qwen3_tokenizer_dir()), out, **kw)
+
+
+@pytest.mark.parametrize("output_format", ["arrow", "parquet"])
+def test_blocks_written_by_workers_equal_the_plain_row_step(tmp_path, monkeypatch, output_format):
+    """The set, cut into blocks of 7 rows and written by 2 workers, holds exactly the rows one
+    `MaskStep` gives over every selected row in order, the same rejects and prompts; and
+    `--workers 1` (the inline engine, blocks written in the driver) writes the same bytes."""
+    monkeypatch.setattr(block_mod, "BLOCK_ROWS", 7)
+    src = write_source(tmp_path / "golden.jsonl")
+    built = {
+        w: run_build(options(src, tmp_path / f"w{w}", workers=w, output_format=output_format))
+        for w in (1, 2)
+    }
+    # the plain reference: every row through one row step, in this process
+    opts = options(src, tmp_path / "unused")
+    spec = opts.template_spec()
+    template = ChatTemplate(spec)
+    step = mask_config(opts, spec, describe_template(template)).build(template)
+    plan = plan_selection(opts.sources, None, 0)
+    results = step(list(Selection(opts.selection_spec(), plan).rows()))
+    rows = [r for res in results for r in res.rows]
+    rejects = []
+    for res in results:
+        if isinstance(res.item, Reject):
+            rejects.append(res.item.to_json())
+        elif not isinstance(res.item, PromptOnly):
+            rejects += [r.to_json() for r in res.rejects]
+    out = built[2].out
+    assert built[2].ok and built[2].rows == len(rows) > 30  # some are duplicates
+    written = open_output(out)
+    for i, expected in enumerate(rows):
+        got = written.row(i)
+        assert (got["id"], got["source"]) == (expected.id, expected.source)
+        assert np.array_equal(got["input_ids"], expected.input_ids), expected.id
+        assert np.array_equal(got["loss_mask"], expected.loss_mask), expected.id
+    lines = (out / "rejects.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(x) for x in lines] == rejects and rejects  # the bad line, in order
+    assert len((out / "prompts.jsonl").read_text().splitlines()) == 1
+    shards = json.loads((out / "manifest.json").read_text())["files"]
+    assert sum(1 for n in shards if n.startswith(("data-", "data/"))) >= 7  # one per block
+    # the same bytes for one worker (the blocks written in the driver) and two
+    one, two = built[1].out, built[2].out
+    names = sorted(p.relative_to(one).as_posix() for p in one.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(two).as_posix() for p in two.rglob("*") if p.is_file())
+    for name in names:
+        if name != "manifest.json":
+            assert (one / name).read_bytes() == (two / name).read_bytes(), name
+    m1, m2 = (json.loads((d / "manifest.json").read_text()) for d in (one, two))
+    assert m1.pop("engine") != m2.pop("engine") and m1 == m2
+
+
+def test_a_block_result_carries_counts_and_names_not_rows(tmp_path):
+    """What a worker hands back for a block is a few bytes a row: shard names, counts, the
+    sparse token histogram; the rows stay in the shard it wrote."""
+    spec = options(tmp_path, tmp_path).template_spec()
+    template = ChatTemplate(spec)
+    info = describe_template(template)
+    opts = options(tmp_path, tmp_path)
+    job = BlockJob(mask_config(opts, spec, info), "arrow", tmp_path, info.vocab_size)
+    items = [conv(i, 200) for i in range(64)]
+    block = Block(3, [pickle.dumps(items[:32]), pickle.dumps(items[32:])], 64)
+    result = job.build(template)(block)
+    assert result.index == 3 and result.rows_in == 64
+    assert result.parts == ["data-b0000003-000.arrow.part"]
+    shard = tmp_path / result.parts[0]
+    assert result.counts.rows == 64 and result.accounting.total().written == 64
+    assert int(result.counts.token_counts.sum()) == result.counts.supervised_tokens
+    size = len(pickle.dumps(result))
+    assert size < shard.stat().st_size / 10  # no row bytes in it
+    assert EncodedRow.__name__.encode() not in pickle.dumps(result)
