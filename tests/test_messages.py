@@ -317,11 +317,12 @@ def test_demo_says_the_report_and_the_verdict_once():
 
 # --- 15. rows of an unknown shape: a hint built from the keys seen --------------------------------
 def test_unknown_shape_hints_format_and_field_from_the_keys(tmp_path, capsys):
-    """Before: `no known shape matches keys [text]` and nothing on --format / --field."""
+    """Before: `no known shape matches keys [text]` and nothing on --format / --field; then
+    exit 1 after the whole build. Now exit 2 from the first rows (tests/sources/test_shapes.py)."""
     src = write_jsonl(tmp_path / "t.jsonl", [{"text": "What is the capital of France?"}])
-    assert build(str(src), "--out", str(tmp_path / "o"), "--no-progress") == 1
-    text = capsys.readouterr().out
-    assert "no known shape matches keys [text]" in text
+    assert build(str(src), "--out", str(tmp_path / "o"), "--no-progress") == 2
+    text = capsys.readouterr().err
+    assert "no known row shape in its only row (keys [text])" in text
     assert "--format prompt --field prompt=text" in text
 
 

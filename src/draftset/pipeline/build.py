@@ -66,6 +66,7 @@ from draftset.output.vocab import (
 )
 from draftset.select.mix import Selection, plan_selection, selection_total
 from draftset.sources.read import HUB_PREFIX, Source, scan_source
+from draftset.sources.shapes import check_row_shapes
 
 BATCH_ROWS = 64
 ADVISORY_CHECKS = frozenset({"drafter_fitness"})
@@ -151,6 +152,7 @@ def run_build(
     """
     t0 = time.monotonic()
     opts = check_build(opts)  # before any work: output path, template file, options
+    check_row_shapes(opts.sources)  # a source of unknown rows: exit 2 before the tokenizer
     spec = opts.template_spec()
     workers = opts.workers or os.cpu_count() or 1
     if not uses_helper(opts.workers, opts.engine):  # inline: the driver runs the row step

@@ -74,6 +74,7 @@ from draftset.mask.template import (
 )
 from draftset.output.folder import remove_stale_tmp
 from draftset.sources.read import HUB_PREFIX, Source, describe_inputs
+from draftset.sources.shapes import check_row_shapes
 
 if TYPE_CHECKING:  # build's modules load when a run starts, not for `draftset --help`
     from draftset.config.options import BuildOptions
@@ -810,6 +811,7 @@ def run(opts: RunOptions, say: Callable[[str], None] | None = None) -> RunResult
     _check_generate(opts.generate)
     _resolve_tokenizer_path(opts.build.tokenizer)  # a missing folder: exit 2 before any work
     _check_apart(opts)
+    check_row_shapes(opts.build.sources)  # a source of unknown rows: exit 2 before any work
     settings = settings_of(opts)
     state, resumed = _open_state(opts, settings)
     work = opts.work_dir
