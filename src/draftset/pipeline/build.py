@@ -34,6 +34,7 @@ from draftset.core.step import Sink
 from draftset.core.words import plural
 from draftset.engine.base import Engine
 from draftset.engine.helper import (
+    MainGuardMissing,
     Sidecar,
     SidecarError,
     import_tokenizer_loader,
@@ -178,6 +179,8 @@ def run_build(
         def loaded() -> TemplateInfo:
             try:
                 return side.result(pending, f"loading tokenizer {spec.tokenizer!r}")
+            except MainGuardMissing:  # the caller's script, not the tokenizer (docs/api.md)
+                raise
             except SidecarError as exc:
                 raise TokenizerError(str(exc)) from exc
 
