@@ -506,7 +506,14 @@ class ChatTemplate(Renderer):
     def bounded_probes(self) -> Iterator[None]:
         """The probes are renders too, bounded like a row's: ``--render-timeout`` for them all,
         and a row's size cap on each render and each value it builds. A probe past a bound is
-        one usage line (exit 2) naming the bound and the template, before any row is read."""
+        one usage line (exit 2) naming the bound and the template, before any row is read.
+
+        Inside a row's bounds (`bounded_row`: verify probes on its first row when the shape
+        was not asked before) those bounds hold: a second timer would replace the row's and
+        cancel it on leaving, and the row's cap would be dropped."""
+        if self.max_chars is not None:
+            yield
+            return
         self.max_chars = RENDER_CAP_FLOOR
         try:
             with time_limit(self.spec.render_timeout):
