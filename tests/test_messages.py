@@ -255,7 +255,7 @@ def test_piped_summary_keeps_sentences_whole_says_one_row_and_report_explains(tm
     is a placeholder", "1 prompt-only rows", and the report showed history_render_differs with
     no word of what it means."""
     from draftset.core import reasons
-    from draftset.inspect.report import write_report
+    from draftset.review.report import write_report
 
     rows = [
         TWO_TURNS_WITH_REASONING,

@@ -496,7 +496,7 @@ def report(
     (default ``dir/report.html``)."""
     _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
-    from draftset.inspect.report import write_report
+    from draftset.review.report import write_report
 
     return write_report(dir, output, str(tokenizer) if tokenizer else None, block_size)
 

@@ -128,8 +128,8 @@ def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
     # lazy: see the note on the imports
     from draftset.checks import verify
     from draftset.generation import job as generate
-    from draftset.inspect import report, show
     from draftset.pipeline import run
+    from draftset.review import report, show
 
     for module in (verify, show, report, generate, run):
         module.register_cli(sub)

@@ -59,7 +59,6 @@ from draftset.generation.job import (
     special_tokens_of,
 )
 from draftset.generation.store import errors_path, recover
-from draftset.inspect.report import write_report
 from draftset.mask.hygiene import (
     EmptyThinkProbe,
     all_placeholder_answers,
@@ -72,6 +71,7 @@ from draftset.mask.template import (
     tokenizer_files_fingerprint,
 )
 from draftset.output.folder import remove_stale_tmp
+from draftset.review.report import write_report
 from draftset.sources.read import HUB_PREFIX, Source, describe_inputs
 
 if TYPE_CHECKING:  # build's modules load when a run starts, not for `draftset --help`

@@ -278,7 +278,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Standalone ``python -m draftset.inspect.show``: the CLI's parser and exit codes."""
+    """Standalone ``python -m draftset.review.show``: the CLI's parser and exit codes."""
     from draftset.cli import main as cli_main  # lazy: cli imports this module for its command
 
     return cli_main(["show", *(sys.argv[1:] if argv is None else argv)])
