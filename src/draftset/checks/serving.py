@@ -35,9 +35,9 @@ from draftset.checks.mask import (
 )
 from draftset.core.errors import UsageError
 from draftset.core.records import Conversation
+from draftset.mask.reads import as_template_reads
 from draftset.mask.template import ChatTemplate
 from draftset.output.readback import CheckResult, OutputSet, Problems
-from draftset.sources.normalize import as_template_reads
 
 RENDER_PATH = "/v1/chat/completions/render"
 TIMEOUT_S = 60.0
