@@ -203,7 +203,8 @@ def _is_candidate(item: Normalized) -> bool:
 
 def _mix_selection(spec: SelectionSpec) -> tuple[set[tuple[str, int]], dict[str, Any]]:
     """Pre-pass: every candidate row's (source, mode), then a selection meeting the targets."""
-    from draftset.select.modes import MixTargets, row_mode, select_mix
+    from draftset.core.modes import row_mode
+    from draftset.select.modes import MixTargets, select_mix
 
     assert spec.mix is not None
     names = [s.name for s in spec.sources]
