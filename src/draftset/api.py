@@ -23,8 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftset.config import defaults
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.core.errors import DraftsetError, UsageError
 
 if TYPE_CHECKING:  # the stage modules load on the first call, not on `import draftset.api`

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from draftset.config import defaults
+from draftset.core import defaults
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, DraftsetError, UsageError
 from draftset.mask.serving import SERVING_ENGINES
 from draftset.output import FORMATS

@@ -26,8 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from draftset.config import defaults
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
 from draftset.core.words import plural
 from draftset.mask.ambient import clock_kwargs, valid_now

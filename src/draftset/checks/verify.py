@@ -42,8 +42,7 @@ from draftset.checks.mask import (
     source_pass,
 )
 from draftset.checks.serving import RenderServer, check_render_server
-from draftset.config import defaults
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, UsageError
 from draftset.core.files import write_json_atomic
 from draftset.core.terminal import visible

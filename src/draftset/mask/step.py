@@ -12,8 +12,7 @@ import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from draftset.config import defaults
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.core.records import Conversation, Normalized, PreTokenized, Reject
 from draftset.mask.encode import (
     EncodedRow,

@@ -19,8 +19,7 @@ from typing import Any
 import numpy as np
 
 from draftset.checks.verify import fast_checks, read_record
-from draftset.config import defaults
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.core.counters import SUMMARY_COLUMNS, summary_row
 from draftset.core.errors import UsageError
 from draftset.core.terminal import visible, visible_parts
