@@ -88,9 +88,9 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, **kw)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from draftset import __version__
+        from draftset.core.version import package_version
 
-        print(f"draftset {__version__}")  # on stdout, as argparse's own version action
+        print(f"draftset {package_version()}")  # on stdout, as argparse's own version action
         parser.exit()
 
 

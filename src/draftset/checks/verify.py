@@ -46,6 +46,7 @@ from draftset.core import defaults, reasons
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, UsageError
 from draftset.core.files import write_json_atomic
 from draftset.core.terminal import visible
+from draftset.core.version import package_version
 from draftset.mask.template import TokenizerError
 from draftset.output.base import safe_name
 from draftset.output.readback import (
@@ -214,14 +215,11 @@ def write_record(
     """Write `verify.json` beside the set: when, which draftset, the options, every check and
     the sha256 of the set's files as verified. Atomic (a reader never sees half a file); not
     one of the set's files, so it never trips verify's own checks."""
-    # lazy: importlib.metadata (~70 ms) only when a record is written
-    from draftset import __version__
-
     path = out.folder / VERIFY_RECORD
     data = {
         "format": RECORD_FORMAT,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "draftset_version": __version__,
+        "draftset_version": package_version(),
         "passed": not any(r.failed for r in results),
         "options": options or {},
         "checks": [r.to_json() for r in results],

@@ -56,7 +56,6 @@ from draftset.mask.template import (
 from draftset.output import writer_class
 from draftset.output.base import Writer
 from draftset.output.folder import finalize_output, prepare_output
-from draftset.output.manifest import build_manifest, write_manifest
 from draftset.output.readback import CheckResult
 from draftset.output.vocab import (
     load_token_freq_pt,
@@ -64,6 +63,7 @@ from draftset.output.vocab import (
     write_draft_vocab,
     write_token_freq,
 )
+from draftset.pipeline.manifest import build_manifest, write_manifest
 from draftset.select.mix import Selection, plan_selection, selection_total
 from draftset.sources.read import HUB_PREFIX, Source, scan_source
 
