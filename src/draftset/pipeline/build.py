@@ -27,7 +27,7 @@ from typing import Any
 from draftset.config.options import BuildOptions
 from draftset.config.preflight import check_build
 from draftset.core import reasons
-from draftset.core.counters import Accounting, count_results
+from draftset.core.counters import Accounting
 from draftset.core.errors import RunError
 from draftset.core.records import Normalized, PromptOnly, Reject
 from draftset.core.step import Sink
@@ -44,7 +44,7 @@ from draftset.engine.inline import InlineEngine
 from draftset.engine.pool import LocalPoolEngine
 from draftset.engine.worker import load_and_keep
 from draftset.mask.encode import EncodedRow
-from draftset.mask.step import ItemResult, MaskConfig
+from draftset.mask.step import ItemResult, MaskConfig, count_results
 from draftset.mask.template import (
     ChatTemplate,
     TemplateInfo,
