@@ -336,7 +336,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     with _sigterm_as_interrupt():
         result = api.build(**build_arguments(args), progress=show)
     from draftset.checks.verify import print_results
-    from draftset.console import print_build_summary
+    from draftset.pipeline.summary import print_build_summary
 
     print_build_summary(result)
     if not result.finalized:
