@@ -285,7 +285,9 @@ def check_speculators_load(out: OutputSet) -> CheckResult:
     n = out.num_rows
     how = "speculators.train.data.ArrowDataset"
     try:
-        from speculators.train.data import ArrowDataset  # needs hs_connectors, openai, torch
+        # lazy: an optional extra that needs hs_connectors, openai and torch (seconds to import):
+        # only this check loads it, when installed
+        from speculators.train.data import ArrowDataset
 
         ds: Any = ArrowDataset(
             max_len=int(out.options.get("max_length") or defaults.MAX_LENGTH),

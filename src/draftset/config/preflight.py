@@ -258,9 +258,9 @@ def template_syntax_error(text: str) -> str | None:
     fails is transformers' own compiler asked, so a template it accepts is never refused.
     """
     # lazy: jinja2 only when a --chat-template file is given
-    import jinja2
-    import jinja2.ext
-    import jinja2.sandbox
+    import jinja2  # lazy: as above
+    import jinja2.ext  # lazy: as above
+    import jinja2.sandbox  # lazy: as above
 
     class _GenerationTag(jinja2.ext.Extension):
         tags: ClassVar[set[str]] = {"generation"}

@@ -431,8 +431,10 @@ class ChatTemplate(Renderer):
     def __init__(self, spec: TemplateSpec, fast: bool = True) -> None:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         try:
+            # lazy: transformers costs ~2-4 s (python -X importtime); workers rebuilding from a
+            # kit, `draftset --help` and show never load it
             from transformers import AutoTokenizer
-            from transformers.utils import logging as hf_logging
+            from transformers.utils import logging as hf_logging  # lazy: as above
 
             hf_logging.set_verbosity_error()
             path = _resolve_tokenizer_path(spec.tokenizer)
@@ -604,8 +606,8 @@ def model_stop_ids(tokenizer: str, folder: Path | None, n_tokens: int) -> list[i
     """``generation_config_stop_ids`` of the tokenizer folder, or of the hub repo's own
     ``generation_config.json`` when the tokenizer is a hub id (None when it has none)."""
     if folder is None:
-        try:  # lazy: only hub ids need it
-            from huggingface_hub import hf_hub_download
+        try:
+            from huggingface_hub import hf_hub_download  # lazy: only hub ids need it (~40 ms)
 
             folder = Path(hf_hub_download(tokenizer, "generation_config.json")).parent
         except Exception:  # no such file in the repo, or offline: nothing to read
