@@ -72,6 +72,8 @@ class RenderServer:
         }
         if tools:
             body["tools"] = tools
+        if kwargs.get("reasoning_effort") is not None:  # harmony reads the request's field
+            body["reasoning_effort"] = kwargs["reasoning_effort"]
         data = _post(self.url + RENDER_PATH, body)
         ids = data.get("token_ids") if isinstance(data, dict) else None
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
@@ -161,9 +163,11 @@ def _window(tmpl: ChatTemplate, ids: list[int], at: int) -> str:
 
 def _messages(tmpl: ChatTemplate, conv: Conversation) -> list[dict[str, Any]]:
     """What a client sends: the messages with inline reasoning as the template reads it."""
-    _, renders_reasoning, _ = _shape(tmpl)  # (parts, reasoning, string arguments)
+    _, renders_reasoning, string_arguments = _shape(tmpl)  # (parts, reasoning, arguments)
     asst = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
-    msgs = as_template_reads(conv.messages[: asst[-1] + 1], conv.meta, False, renders_reasoning)
+    msgs = as_template_reads(
+        conv.messages[: asst[-1] + 1], conv.meta, False, renders_reasoning, string_arguments
+    )
     return [_wire(m) for m in msgs]
 
 
@@ -237,6 +241,9 @@ def check_row(
                     f" row {_window(tmpl, ids, at)} vs server {_window(tmpl, prompt, at)}"
                 )
                 continue
+            if tmpl.harmony is not None:
+                problems.extend(_harmony_generation(tmpl, msgs[turn], ids[start:end], turn, stops))
+                continue
             full = server.render(msgs[: turn + 1], tools, kwargs, False)
             served, given = tmpl.decode(full), tmpl.decode(prompt)
             run_text = tmpl.decode(ids[start:end])
@@ -252,6 +259,15 @@ def check_row(
                     f" tokens {start}..{end} spell {run_text[:80]!r}, the server's is"
                     f" {generation[:80]!r}"
                 )
+        if tmpl.harmony is not None:
+            # the server renders history, not generations: the row must end with its last
+            # generation, whose context was compared above
+            if runs and runs[-1][1] != len(ids):
+                problems.append(
+                    f"the row's text differs from the server's render (first differing token"
+                    f" {runs[-1][1]}: context after the last generation)"
+                )
+            return problems
         whole = server.render(msgs[: last_turn + 1], tools, kwargs, False)
         served_row, row_text = tmpl.decode(whole), tmpl.decode(ids)
         if served_row != row_text:
@@ -261,6 +277,26 @@ def check_row(
     except RenderRefused as exc:
         problems.append(f"the server refused the row: {exc}")
     return problems
+
+
+def _harmony_generation(
+    tmpl: ChatTemplate, message: dict[str, Any], run: list[int], turn: int, stops: Any
+) -> list[str]:
+    """gpt-oss under vLLM: the supervised tokens, read back by the harmony library's parser
+    (as vLLM reads the model's output), are the row's message, and end with a stop token."""
+    assert tmpl.harmony is not None
+    try:
+        parsed: Any = tmpl.harmony.parse_generation(run)
+    except Exception as exc:  # the parser's own words: the tokens are no harmony message
+        parsed = f"no harmony messages ({exc})"
+    want = tmpl.harmony.expected_generation(message)
+    last = tmpl.decode(run[-1:])
+    if parsed == want and last in stops:
+        return []
+    return [
+        f"turn {turn}: supervised tokens differ from the server's generation: they parse as"
+        f" {str(parsed)[:160]} ending {last!r}, the row's message is {str(want)[:160]}"
+    ]
 
 
 def check_render_server(
