@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
+from real_families import REAL_FAMILIES, tekken_file
 
 from draftset import api
 
@@ -64,8 +65,9 @@ class Server:
     """One `vllm launch render`: a model folder, a template and the tool-call parser."""
 
     model: str  # tests/data/serving/models/<model>
-    template: str  # trl's chat_templates/<template>.jinja
+    template: str | None  # trl's chat_templates/<template>.jinja; None: the engine needs none
     parser: str
+    tokenizer_mode: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,9 @@ SERVERS = {
     "qwen3_6": Server("qwen3", "qwen3_6", "qwen3_coder"),
     "llama3_2": Server("llama3_2", "llama3_2", "llama3_json"),
     "gpt_oss": Server("gpt_oss", "gptoss", "openai"),
+    # mistral-common's own tokenizer and request encoding, no template (Mistral's recommended
+    # way to serve its models; `auto` picks it for a repo with consolidated weights + tekken)
+    "mistral_nemo": Server("mistral_nemo", None, "mistral", tokenizer_mode="mistral"),
 }
 SETUPS = {
     "qwen3": Setup("qwen3"),
@@ -90,12 +95,16 @@ SETUPS = {
 MODES = ("all", "last", "each")
 
 
-def tokenizer_files(model: str) -> Path:
-    return {
+def tokenizer_files(model: str) -> list[tuple[Path, str]]:
+    """(file, name in the model folder) of the model's tokenizer files."""
+    if model == "mistral_nemo":  # the tekken file itself: vLLM reads it with mistral-common
+        return [(tekken_file("tekken_240718"), "tekken.json")]
+    folder = {
         "qwen3": qwen3_tokenizer_dir,
         "llama3_2": llama32_tokenizer_dir,
         "gpt_oss": gptoss_tokenizer_dir,
     }[model]()
+    return [(f, f.name) for f in folder.iterdir() if f.is_file()]
 
 
 def model_folder(model: str, root: Path) -> Path:
@@ -103,9 +112,8 @@ def model_folder(model: str, root: Path) -> Path:
     folder = root / model
     if not folder.is_dir():
         folder.mkdir(parents=True)
-        for f in tokenizer_files(model).iterdir():
-            if f.is_file():
-                (folder / f.name).symlink_to(f)
+        for f, name in tokenizer_files(model):
+            (folder / name).symlink_to(f)
         for f in (DATA / "models" / model).glob("*.json"):
             shutil.copy(f, folder / f.name)
     return folder
@@ -149,8 +157,8 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
                 "launch",
                 "render",
                 str(model_folder(s.model, root)),
-                "--chat-template",
-                str(trl_template(s.template)),
+                *(["--chat-template", str(trl_template(s.template))] if s.template else []),
+                *(["--tokenizer-mode", s.tokenizer_mode] if s.tokenizer_mode else []),
                 "--enable-auto-tool-choice",
                 "--tool-call-parser",
                 s.parser,
@@ -195,7 +203,7 @@ def build_and_verify(
     built = api.build(
         sources=[str(CONVERSATIONS)],
         tokenizer=str(model_folder(server.model, root / "models")),
-        chat_template=str(trl_template(server.template)),
+        chat_template=str(trl_template(server.template)) if server.template else None,
         template_kwargs=s.kwargs,
         turns=mode,
         out=str(out),
@@ -240,3 +248,100 @@ def test_tools_as_given_fail_against_vllm(servers: dict[str, str], tmp_path: Pat
     messages = "\n".join(check.details["messages"])
     assert "context differs from the server's prompt at token" in messages
     assert "'description': null" in messages or 'description": null' in messages
+
+
+MISTRAL_CONVERSATIONS = [
+    {
+        "id": "plain",
+        "messages": [
+            {"role": "user", "content": "Name a primary color."},
+            {"role": "assistant", "content": "Blue."},
+        ],
+    },
+    {
+        "id": "system_multi",
+        "messages": [
+            {"role": "system", "content": "Answer briefly."},
+            {"role": "user", "content": "Name a color."},
+            {"role": "assistant", "content": "Blue."},
+            {"role": "user", "content": "用一句话介绍东京 🗼"},
+            {"role": "assistant", "content": "東京は日本の首都です 🇯🇵✨"},
+        ],
+    },
+    {
+        "id": "tool",
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": "Current weather for a city.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"city": {"type": "string"}},
+                        "required": ["city"],
+                    },
+                },
+            }
+        ],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "call00001",
+                        "type": "function",  # Mistral's ids are 9 characters
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call00001", "content": "sunny"},
+            {"role": "assistant", "content": "It is sunny in Paris."},
+        ],
+    },
+]
+
+
+def test_mistral_context_equals_vllms_mistral_mode(servers: dict[str, str], tmp_path: Path) -> None:
+    """Mistral-NeMo built from its real tekken file (transformers' conversion, mistral-common's
+    generated template): every `each` row's context is, id for id, the prompt vLLM renders with
+    `--tokenizer-mode mistral` (mistral-common, no template). The supervised tokens are proven
+    against mistral-common itself in tests/mask/test_families_real.py: vLLM's render endpoint
+    refuses a request ending with the answer in this mode (HTTP 400), so `verify
+    --render-server` cannot check them here."""
+    import pyarrow as pa
+
+    from draftset.checks.serving import connect
+
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(c) + "\n" for c in MISTRAL_CONVERSATIONS))
+    out = tmp_path / "set"
+    built = api.build(
+        sources=[str(src)],
+        tokenizer=str(REAL_FAMILIES["mistral_nemo"].folder()),
+        turns="each",
+        out=str(out),
+        workers=1,
+        progress=False,
+    )
+    assert built.ok
+    server = connect(servers["mistral_nemo"])
+    convs = {c["id"]: c for c in MISTRAL_CONVERSATIONS}
+    with pa.memory_map(str(next(out.glob("data-*.arrow")))) as mm:
+        table = pa.ipc.open_stream(mm).read_all()
+    checked = 0
+    for rid, ids, mask in zip(
+        table["id"].to_pylist(),
+        table["input_ids"].to_pylist(),
+        table["loss_mask"].to_pylist(),
+        strict=True,
+    ):
+        cid, _, k = rid.rpartition("#")
+        msgs = convs[cid]["messages"]
+        j = [i for i, m in enumerate(msgs) if m["role"] == "assistant"][int(k)]
+        prompt = server.render(msgs[:j], convs[cid].get("tools"), {}, True)
+        assert ids[: mask.index(1)] == prompt, rid
+        checked += 1
+    assert checked == 5

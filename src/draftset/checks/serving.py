@@ -68,8 +68,9 @@ class RenderServer:
             "messages": messages,
             "add_generation_prompt": generation_prompt,
             "continue_final_message": False,
-            "chat_template_kwargs": kwargs,
         }
+        if kwargs:  # vLLM's mistral-common mode refuses any chat_template_kwargs, even {}
+            body["chat_template_kwargs"] = kwargs
         if tools:
             body["tools"] = tools
         if kwargs.get("reasoning_effort") is not None:  # harmony reads the request's field
