@@ -304,44 +304,29 @@ MISTRAL_CONVERSATIONS = [
 ]
 
 
-def test_mistral_context_equals_vllms_mistral_mode(servers: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_mistral_rows_equal_vllms_mistral_mode(
+    servers: dict[str, str], mode: str, tmp_path: Path
+) -> None:
     """Mistral-NeMo built from its real tekken file (transformers' conversion, mistral-common's
-    generated template): every `each` row's context is, id for id, the prompt vLLM renders with
-    `--tokenizer-mode mistral` (mistral-common, no template). The supervised tokens are proven
-    against mistral-common itself in tests/mask/test_families_real.py: vLLM's render endpoint
-    refuses a request ending with the answer in this mode (HTTP 400), so `verify
-    --render-server` cannot check them here."""
-    import pyarrow as pa
-
-    from draftset.checks.serving import connect
-
+    generated template) equals what vLLM serves with `--tokenizer-mode mistral` (mistral-common,
+    no template), proven by `verify --render-server` in every mode. That mode refuses
+    `chat_template_kwargs` (even empty) and a request ending with a finished answer (HTTP 400):
+    verify sends no empty kwargs and renders such an answer continued, its stop token after it
+    (before both, every row failed "the server refused the row")."""
     src = tmp_path / "rows.jsonl"
     src.write_text("".join(json.dumps(c) + "\n" for c in MISTRAL_CONVERSATIONS))
     out = tmp_path / "set"
     built = api.build(
         sources=[str(src)],
         tokenizer=str(REAL_FAMILIES["mistral_nemo"].folder()),
-        turns="each",
+        turns=mode,
         out=str(out),
         workers=1,
         progress=False,
     )
     assert built.ok
-    server = connect(servers["mistral_nemo"])
-    convs = {c["id"]: c for c in MISTRAL_CONVERSATIONS}
-    with pa.memory_map(str(next(out.glob("data-*.arrow")))) as mm:
-        table = pa.ipc.open_stream(mm).read_all()
-    checked = 0
-    for rid, ids, mask in zip(
-        table["id"].to_pylist(),
-        table["input_ids"].to_pylist(),
-        table["loss_mask"].to_pylist(),
-        strict=True,
-    ):
-        cid, _, k = rid.rpartition("#")
-        msgs = convs[cid]["messages"]
-        j = [i for i, m in enumerate(msgs) if m["role"] == "assistant"][int(k)]
-        prompt = server.render(msgs[:j], convs[cid].get("tools"), {}, True)
-        assert ids[: mask.index(1)] == prompt, rid
-        checked += 1
-    assert checked == 5
+    result = api.verify(out, render_server=servers["mistral_nemo"], speculators=False)
+    check = _render_check(result)
+    assert check.status == "pass", (check.summary, check.details.get("messages"))
+    assert check.details["rows_checked"] == {"all": 3, "last": 3, "each": 5}[mode]

@@ -61,13 +61,14 @@ class RenderServer:
         tools: list[Any] | None,
         kwargs: dict[str, Any],
         generation_prompt: bool,
+        continue_final: bool = False,
     ) -> list[int]:
         """Token ids the server would feed the model (raises `RenderRefused` on a 4xx/5xx)."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
             "add_generation_prompt": generation_prompt,
-            "continue_final_message": False,
+            "continue_final_message": continue_final,
         }
         if kwargs:  # vLLM's mistral-common mode refuses any chat_template_kwargs, even {}
             body["chat_template_kwargs"] = kwargs
@@ -245,7 +246,7 @@ def check_row(
             if tmpl.harmony is not None:
                 problems.extend(_harmony_generation(tmpl, msgs[turn], ids[start:end], turn, stops))
                 continue
-            full = server.render(msgs[: turn + 1], tools, kwargs, False)
+            full, open_end = _finished(server, msgs[: turn + 1], tools, kwargs)
             served, given = tmpl.decode(full), tmpl.decode(prompt)
             run_text = tmpl.decode(ids[start:end])
             after = served[len(given) :] if served.startswith(given) else None
@@ -254,6 +255,8 @@ def check_row(
                 continue
             cut = min((k + len(s) for s in stops if (k := after.find(s)) >= 0), default=-1)
             generation = after[:cut] if cut >= 0 else after
+            if open_end:  # the answer as continued: the model's stop token follows it
+                generation = next((after + s for s in stops if run_text == after + s), after)
             if run_text != generation:
                 problems.append(
                     f"turn {turn}: supervised tokens differ from the server's generation:"
@@ -269,8 +272,10 @@ def check_row(
                     f" {runs[-1][1]}: context after the last generation)"
                 )
             return problems
-        whole = server.render(msgs[: last_turn + 1], tools, kwargs, False)
+        whole, open_end = _finished(server, msgs[: last_turn + 1], tools, kwargs)
         served_row, row_text = tmpl.decode(whole), tmpl.decode(ids)
+        if open_end:  # the row ends with the stop token the model wrote after its answer
+            served_row = next((served_row + s for s in stops if row_text == served_row + s), "")
         if served_row != row_text:
             at = _first_difference(ids, whole)
             where = f" (first differing token {at})" if at is not None else ""
@@ -278,6 +283,23 @@ def check_row(
     except RenderRefused as exc:
         problems.append(f"the server refused the row: {exc}")
     return problems
+
+
+def _finished(
+    server: RenderServer, messages: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any]
+) -> tuple[list[int], bool]:
+    """The server's render of a conversation ending with an answer, and whether that answer
+    is left open. A server that refuses to render a finished answer (vLLM's mistral-common
+    mode: "Expected last role User or Tool (or Assistant with prefix) for serving") renders
+    it continued: the answer's tokens without the stop token the model writes after them."""
+    try:
+        return server.render(messages, tools, kwargs, False), False
+    except RenderRefused:
+        try:
+            return server.render(messages, tools, kwargs, False, continue_final=True), True
+        except RenderRefused:
+            pass
+        raise
 
 
 def _harmony_generation(
