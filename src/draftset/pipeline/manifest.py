@@ -92,7 +92,12 @@ def build_manifest(
             "eot_tokens": list(info.kit.eot_tokens),
             # the instant the template's strftime_now read (mask/ambient.py); verify renders
             # with it, so a set built one day still verifies the next
-            **({"now": opts.template_now} if reads_clock(info.kit.template_text) else {}),
+            # (harmony's system message holds the date: mask/harmony.py)
+            **(
+                {"now": opts.template_now}
+                if reads_clock(info.kit.template_text) or info.kit.harmony
+                else {}
+            ),
             "serving_engine": info.kit.serving_engine,
         },
         "options": options,
