@@ -212,7 +212,8 @@ def test_at_most_one_backwards_arrow():
 
 
 def _says_why(imp: Import) -> bool:
-    """A ``# lazy: <reason>`` comment on the import's lines or the comment lines just above."""
+    """A ``# lazy: <reason>`` comment on the import's lines, on the line just above, or in the
+    comment lines just above."""
     lines = LINES[imp.file]
     i = imp.line - 1
     if LAZY_REASON.search(lines[i]):
@@ -222,6 +223,8 @@ def _says_why(imp: Import) -> bool:
         if LAZY_REASON.search(lines[j]):
             return True
         j += 1
+    if i > 0 and LAZY_REASON.search(lines[i - 1]):  # e.g. ``try:  # lazy: ...``
+        return True
     k = i - 1
     while k >= 0 and lines[k].strip().startswith("#"):
         if LAZY_REASON.search(lines[k]):
