@@ -236,10 +236,10 @@ def test_every_run_level_error_is_a_draftset_error():
     from draftset.engine.helper import SidecarError
     from draftset.generation.job import Unreachable
     from draftset.generation.store import StoreError
-    from draftset.inspect.show import ShowError
     from draftset.output.folder import OutputExistsError
     from draftset.pipeline.build import AccountingError, OutputWriteError
     from draftset.pipeline.run import RunFailed
+    from draftset.review.show import ShowError
     from draftset.select.modes import MixError
     from draftset.sources.read import SourceError
 
@@ -293,7 +293,7 @@ def test_every_exception_class_in_draftset_is_a_draftset_error_or_internal():
 
 
 @pytest.mark.parametrize(
-    "module", ["checks.verify", "inspect.show", "inspect.report", "generation.job"]
+    "module", ["checks.verify", "review.show", "review.report", "generation.job"]
 )
 def test_standalone_mains_print_one_line_and_exit_2(module, capsys):
     """`python -m draftset.<module>` parses and maps errors exactly like `draftset`."""
@@ -433,7 +433,7 @@ def test_import_draftset_is_lean_and_the_api_is_draftsets_own_names():
         "assert (build, verify, run, report, generate) == (\n"
         "    api.build, api.verify, api.run, api.report, api.generate)\n"
         "import draftset.pipeline.build, draftset.checks.verify, draftset.pipeline.run\n"
-        "import draftset.generation.job, draftset.inspect.report\n"
+        "import draftset.generation.job, draftset.review.report\n"
         "assert draftset.build is api.build and draftset.verify is api.verify\n"  # not shadowed
         "assert draftset.run is api.run and draftset.generate is api.generate\n"
         "assert draftset.report is api.report\n"

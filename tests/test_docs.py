@@ -19,8 +19,6 @@ from pathlib import Path
 import pytest
 from conftest import REPO, qwen3_bundled_dir
 
-from draftset.testing.standin_server import StandinServer
-
 
 def python_blocks(doc: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)
@@ -52,7 +50,16 @@ def without_main_guard(code: str) -> str:
 
 @pytest.fixture(scope="module")
 def standin():
-    with StandinServer() as srv:
+    """The demo's stand-in server (examples/standin_server.py, not installed), in a thread."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "standin", REPO / "examples" / "standin_server.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with module.StandinServer() as srv:
         yield srv
 
 

@@ -17,12 +17,11 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from draftset.config import defaults
-from draftset.core import reasons
+from draftset.core import defaults, reasons
+from draftset.core.modes import NO_REASONING, row_mode
 from draftset.core.records import Conversation, Normalized
 from draftset.mask.limits import RENDER_CAP_FLOOR, RenderLimit, time_limit
 from draftset.mask.template import TokenizerError, _compile, render_within
-from draftset.select.modes import NO_REASONING, row_mode
 
 _ANSWER, _REASONING = "ANSWER-7f3a", "REASONING-7f3a"
 

@@ -294,6 +294,8 @@ def compile_template(template_text: str) -> Any:
     raise as transformers raises them (same parser, same extensions).
     """
     try:
+        # lazy: transformers' template module costs ~0.7 s warm (python -X importtime); a worker
+        # that compiles from a kit or a build that fails early never pays it
         from transformers.utils.chat_template_utils import _compile_jinja_template
     except ImportError:
         return None

@@ -59,7 +59,6 @@ from draftset.generation.job import (
     special_tokens_of,
 )
 from draftset.generation.store import errors_path, recover
-from draftset.inspect.report import write_report
 from draftset.mask.hygiene import (
     EmptyThinkProbe,
     all_placeholder_answers,
@@ -73,6 +72,7 @@ from draftset.mask.template import (
     tokenizer_files_fingerprint,
 )
 from draftset.output.folder import remove_stale_tmp
+from draftset.review.report import write_report
 from draftset.sources.read import HUB_PREFIX, Source, describe_inputs
 from draftset.sources.shapes import check_row_shapes
 
@@ -457,7 +457,7 @@ def _clean(opts: RunOptions, data: dict[str, Any]) -> None:
     work = opts.work_dir
     ours = _our_output(opts)
     if ours:
-        from draftset.config.preflight import foreign_entries  # lazy: build's checks
+        from draftset.output.folder import foreign_entries  # lazy: build's checks
 
         theirs = foreign_entries(opts.build.out)
         if theirs:
