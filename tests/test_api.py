@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, qwen3_tokenizer_dir
+from conftest import REPO, qwen3_bundled_dir, qwen3_tokenizer_dir
 
 from draftset import api
 from draftset.checks.verify import VerifyUsageError
@@ -73,7 +73,8 @@ def test_docs_example_prints_what_the_doc_shows(tmp_path, monkeypatch, capsys):
     code, expected = doc_blocks()
     shutil.copytree(REPO / "examples" / "data", tmp_path / "examples" / "data")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("QWEN3_TOKENIZER", str(qwen3_tokenizer_dir()))
+    # the README's bundled folder, as a newcomer has it (no generation_config.json beside it)
+    monkeypatch.setenv("QWEN3_TOKENIZER", str(qwen3_bundled_dir()))
     exec(compile(code, "docs/api.md", "exec"), {"__name__": "__main__"})
     assert capsys.readouterr().out == expected
 
@@ -235,10 +236,10 @@ def test_every_run_level_error_is_a_draftset_error():
     from draftset.engine.helper import SidecarError
     from draftset.generation.job import Unreachable
     from draftset.generation.store import StoreError
-    from draftset.inspect.show import ShowError
     from draftset.output.folder import OutputExistsError
     from draftset.pipeline.build import AccountingError, OutputWriteError
     from draftset.pipeline.run import RunFailed
+    from draftset.review.show import ShowError
     from draftset.select.modes import MixError
     from draftset.sources.read import SourceError
 
@@ -292,7 +293,7 @@ def test_every_exception_class_in_draftset_is_a_draftset_error_or_internal():
 
 
 @pytest.mark.parametrize(
-    "module", ["checks.verify", "inspect.show", "inspect.report", "generation.job"]
+    "module", ["checks.verify", "review.show", "review.report", "generation.job"]
 )
 def test_standalone_mains_print_one_line_and_exit_2(module, capsys):
     """`python -m draftset.<module>` parses and maps errors exactly like `draftset`."""
@@ -432,7 +433,7 @@ def test_import_draftset_is_lean_and_the_api_is_draftsets_own_names():
         "assert (build, verify, run, report, generate) == (\n"
         "    api.build, api.verify, api.run, api.report, api.generate)\n"
         "import draftset.pipeline.build, draftset.checks.verify, draftset.pipeline.run\n"
-        "import draftset.generation.job, draftset.inspect.report\n"
+        "import draftset.generation.job, draftset.review.report\n"
         "assert draftset.build is api.build and draftset.verify is api.verify\n"  # not shadowed
         "assert draftset.run is api.run and draftset.generate is api.generate\n"
         "assert draftset.report is api.report\n"

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftset.config import defaults
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.core.errors import DraftsetError, UsageError
 
 if TYPE_CHECKING:  # the stage modules load on the first call, not on `import draftset.api`
@@ -496,7 +495,7 @@ def report(
     (default ``dir/report.html``)."""
     _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
-    from draftset.inspect.report import write_report
+    from draftset.review.report import write_report
 
     return write_report(dir, output, str(tokenizer) if tokenizer else None, block_size)
 

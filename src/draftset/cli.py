@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from draftset.config import defaults
+from draftset.core import defaults
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, DraftsetError, UsageError
 from draftset.mask.serving import SERVING_ENGINES
 from draftset.output import FORMATS
@@ -88,9 +88,9 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, **kw)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from draftset import __version__
+        from draftset.core.version import package_version
 
-        print(f"draftset {__version__}")  # on stdout, as argparse's own version action
+        print(f"draftset {package_version()}")  # on stdout, as argparse's own version action
         parser.exit()
 
 
@@ -128,8 +128,8 @@ def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
     # lazy: see the note on the imports
     from draftset.checks import verify
     from draftset.generation import job as generate
-    from draftset.inspect import report, show
     from draftset.pipeline import run
+    from draftset.review import report, show
 
     for module in (verify, show, report, generate, run):
         module.register_cli(sub)
@@ -336,7 +336,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     with _sigterm_as_interrupt():
         result = api.build(**build_arguments(args), progress=show)
     from draftset.checks.verify import print_results
-    from draftset.console import print_build_summary
+    from draftset.pipeline.summary import print_build_summary
 
     print_build_summary(result)
     if not result.finalized:

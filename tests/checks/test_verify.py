@@ -882,7 +882,7 @@ def test_manifest_field_of_the_wrong_type_is_one_line_exit_2(
     built, tmp_path, capsys, path, value, said
 ):
     """verify and report stopped with a traceback (TypeError, AttributeError) before."""
-    from draftset.inspect.report import main as report_main
+    from draftset.review.report import main as report_main
 
     folder = copy_set(built["all"], tmp_path)
     m = manifest(folder)
@@ -952,7 +952,7 @@ def test_turn_after_retokenized_history_is_context_and_verify_agrees(tool_loop_s
 )
 def test_malformed_mixture_section_is_one_line_for_report(built, tmp_path, capsys, section, value):
     """report read `mixture.dedup` unchecked (TypeError / ValueError tracebacks)."""
-    from draftset.inspect.report import main as report_main
+    from draftset.review.report import main as report_main
 
     folder = copy_set(built["all"], tmp_path)
     m = manifest(folder)

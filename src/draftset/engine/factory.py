@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from draftset.engine import ENGINES, engine_name
 from draftset.engine.base import Batch, Engine, EnginePlan, WorkerTask
 from draftset.engine.helper import (
+    MainGuardMissing,
     Sidecar,
     SidecarError,
     import_tokenizer_loader,
@@ -157,6 +158,8 @@ def open_stage(
         def loaded() -> TemplateInfo:
             try:
                 return side.result(pending, f"loading tokenizer {spec.tokenizer!r}")
+            except MainGuardMissing:  # the caller's script, not the tokenizer (docs/api.md)
+                raise
             except SidecarError as exc:
                 raise TokenizerError(str(exc)) from exc
 

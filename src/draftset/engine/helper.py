@@ -16,6 +16,7 @@ A spawned child re-running a script that calls draftset at its top level (no
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import multiprocessing
 import os
@@ -35,6 +36,10 @@ T = TypeVar("T")
 
 class SidecarError(RunError):
     """The helper process died (the job's own exceptions are re-raised as they are)."""
+
+
+class MainGuardMissing(SidecarError):
+    """The helper could not start: the calling script lacks its ``__main__`` guard."""
 
 
 MAIN_GUARD = (
@@ -87,7 +92,9 @@ class Sidecar:
         if self._process is not None:
             self._process.join(5)  # reaped by the pool already, or about to be
             if self._process.exitcode == _REFUSED:  # it said why in one line: nothing to add
-                raise SidecarError(f"the helper process could not start: {MAIN_GUARD}") from None
+                raise MainGuardMissing(
+                    f"the helper process could not start: {MAIN_GUARD}"
+                ) from None
         raise SidecarError(
             f"the helper process died while {what} (killed, or out of memory?)"
         ) from exc
@@ -159,9 +166,5 @@ def import_tokenizer_loader() -> None:
 def release_memory() -> None:
     """Give freed heap pages back to the OS (glibc keeps them otherwise: ~70 MB here)."""
     gc.collect()
-    try:
-        import ctypes
-
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: the pages stay, no harm
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the pages stay, nothing breaks
-        pass

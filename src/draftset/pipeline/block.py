@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from draftset.core.counters import Accounting, count_results
+from draftset.core.counters import Accounting
 from draftset.core.records import Normalized, PromptOnly, Reject
-from draftset.mask.step import ItemResult, MaskConfig, MaskStep
+from draftset.mask.step import ItemResult, MaskConfig, MaskStep, count_results
 from draftset.mask.template import Renderer
 from draftset.output import writer_class
 from draftset.output.base import ShardedWriter, Writer, WriterCounts

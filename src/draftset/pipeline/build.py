@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from draftset.checks.verify import fast_checks
 from draftset.config.options import BuildOptions
 from draftset.config.preflight import check_build
 from draftset.core import reasons
@@ -35,8 +36,7 @@ from draftset.mask.template import TemplateInfo, TemplateSpec
 from draftset.output import writer_class
 from draftset.output.base import ShardedWriter, Writer
 from draftset.output.folder import finalize_output, prepare_output
-from draftset.output.manifest import build_manifest, write_manifest
-from draftset.output.readback import CheckResult
+from draftset.output.readback import CheckResult, open_output
 from draftset.output.vocab import (
     load_token_freq_pt,
     save_token_freq_pt,
@@ -44,8 +44,10 @@ from draftset.output.vocab import (
     write_token_freq,
 )
 from draftset.pipeline.block import Block, BlockJob, cut_blocks, write_results
+from draftset.pipeline.manifest import build_manifest, write_manifest
 from draftset.select.mix import Selection, plan_selection, selection_total
 from draftset.sources.read import HUB_PREFIX, Source, scan_source
+from draftset.sources.shapes import check_row_shapes
 
 ADVISORY_CHECKS = frozenset({"drafter_fitness"})
 """Fast checks that advise (DFlash fitness) and do not fail a build."""
@@ -86,8 +88,6 @@ class BuildResult:
 
     def row(self, index: int) -> dict[str, Any]:
         """One row of the written set: id, source, input_ids, loss_mask (numpy), seq_len."""
-        from draftset.output.readback import open_output
-
         return open_output(self.out).row(index)
 
 
@@ -123,6 +123,7 @@ def run_build(
     """
     t0 = time.monotonic()
     opts = check_build(opts)  # before any work: output path, template file, options
+    check_row_shapes(opts.sources)  # a source of unknown rows: exit 2 before the tokenizer
     spec = opts.template_spec()
     # the factory picks the engine (inline, local pool, Ray) and loads the template where
     # that engine wants it: in the driver, or in the helper while the workers start
@@ -230,8 +231,6 @@ def _run(
     seconds = time.monotonic() - t0
     checks = []
     if writer.rows or acct.total().needs_generation:
-        from draftset.checks.verify import fast_checks
-
         pt = opts.out / "token_freq.pt"  # read in the helper while the checks recount here
         load_pt = (
             stage.prefetched("reading token_freq.pt", load_token_freq_pt, pt)

@@ -59,20 +59,22 @@ from draftset.generation.job import (
     special_tokens_of,
 )
 from draftset.generation.store import errors_path, recover
-from draftset.inspect.report import write_report
 from draftset.mask.hygiene import (
     EmptyThinkProbe,
     all_placeholder_answers,
     lacks_reasoning,
     row_kwargs_key,
 )
+from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.template import (
     ChatTemplate,
     _resolve_tokenizer_path,
     tokenizer_files_fingerprint,
 )
 from draftset.output.folder import remove_stale_tmp
+from draftset.review.report import write_report
 from draftset.sources.read import HUB_PREFIX, Source, describe_inputs
+from draftset.sources.shapes import check_row_shapes
 
 if TYPE_CHECKING:  # build's modules load when a run starts, not for `draftset --help`
     from draftset.config.options import BuildOptions
@@ -455,7 +457,7 @@ def _clean(opts: RunOptions, data: dict[str, Any]) -> None:
     work = opts.work_dir
     ours = _our_output(opts)
     if ours:
-        from draftset.config.preflight import foreign_entries  # lazy: build's checks
+        from draftset.output.folder import foreign_entries  # lazy: build's checks
 
         theirs = foreign_entries(opts.build.out)
         if theirs:
@@ -509,7 +511,12 @@ def _select(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dict[st
         sources=[], endpoints=[], out=work, thinking=thinking, seed=opts.generate.seed
     )
     tmpl = ChatTemplate(b.template_spec())
-    probe = EmptyThinkProbe(tmpl.template_text, tmpl.base_kwargs)  # no kit: no tokenizer dump
+    probe = EmptyThinkProbe(  # no kit: no tokenizer dump
+        tmpl.template_text,
+        tmpl.base_kwargs,
+        timeout=b.render_timeout,
+        name=tmpl.spec.template_name(),
+    )
     regenerate = opts.generate.regenerate
     spec = b.selection_spec()
     plan = None if spec.mix else plan_selection(b.sources, b.max_samples, b.seed)
@@ -527,7 +534,7 @@ def _select(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dict[st
             assert isinstance(item, Conversation | PromptOnly)
             row_kwargs = {**kwargs, "enable_thinking": chooser.thinking_for(item.id)}
             first = next((i for i, m in enumerate(msgs) if m["role"] == "assistant"), len(msgs))
-            problem = _prompt_problem(tmpl, msgs[:first], item.tools, row_kwargs, b.max_length)
+            problem = _prompt_problem(tmpl, item, msgs[:first], row_kwargs, b)
             if problem is not None:
                 reason, message = problem
                 line = {"id": item.id, "reason": reason, "message": message}
@@ -591,14 +598,19 @@ def _needs_answer(
 
 def _prompt_problem(
     tmpl: Any,
+    item: Conversation | PromptOnly,
     msgs: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None,
     row_kwargs: dict[str, Any],
-    max_length: int,
+    b: BuildOptions,
 ) -> tuple[str, str] | None:
-    """``too_long`` when the rendered prompt alone leaves no room for an answer."""
+    """``too_long`` when the rendered prompt alone leaves no room for an answer; the render
+    bounded as build bounds a row's (``template_timeout``, ``template_too_large``)."""
+    max_length = b.max_length
     try:
-        text = tmpl.render(msgs, tools, add_generation_prompt=True, row_kwargs=row_kwargs)
+        with bounded_row(tmpl, item, b.render_timeout):
+            text = tmpl.render(msgs, item.tools, add_generation_prompt=True, row_kwargs=row_kwargs)
+    except RenderLimit as exc:
+        return exc.reason, exc.message
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return reasons.TEMPLATE_ERROR, first
@@ -799,6 +811,7 @@ def run(opts: RunOptions, say: Callable[[str], None] | None = None) -> RunResult
     _check_generate(opts.generate)
     _resolve_tokenizer_path(opts.build.tokenizer)  # a missing folder: exit 2 before any work
     _check_apart(opts)
+    check_row_shapes(opts.build.sources)  # a source of unknown rows: exit 2 before any work
     settings = settings_of(opts)
     state, resumed = _open_state(opts, settings)
     work = opts.work_dir

@@ -13,8 +13,8 @@ from rich.console import Console
 
 from draftset.config.options import BuildOptions
 from draftset.core.terminal import UNSAFE
-from draftset.inspect.show import SUPERVISED_STYLE, main, show
 from draftset.pipeline.build import run_build
+from draftset.review.show import SUPERVISED_STYLE, main, show
 from draftset.sources.read import Source
 
 ROWS = [

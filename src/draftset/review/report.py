@@ -19,12 +19,10 @@ from typing import Any
 import numpy as np
 
 from draftset.checks.verify import fast_checks, read_record
-from draftset.config import defaults
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.core.counters import SUMMARY_COLUMNS, summary_row
 from draftset.core.errors import UsageError
 from draftset.core.terminal import visible, visible_parts
-from draftset.inspect.show import load_decoder
 from draftset.output.readback import (
     OutputSet,
     RowStats,
@@ -32,6 +30,7 @@ from draftset.output.readback import (
     row_stats,
     supervised_runs,
 )
+from draftset.review.show import load_decoder
 
 COVERAGE_MARKS = (1024, 4096, 8192, 16384, 32000, 65536)
 EXAMPLE_ROWS = 4
@@ -613,7 +612,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Standalone ``python -m draftset.inspect.report``: the CLI's parser and exit codes."""
+    """Standalone ``python -m draftset.review.report``: the CLI's parser and exit codes."""
     from draftset.cli import main as cli_main  # lazy: cli imports this module for its command
 
     return cli_main(["report", *(sys.argv[1:] if argv is None else argv)])

@@ -22,7 +22,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from draftset.config import defaults
+from draftset.core import defaults
 from draftset.core.errors import UsageError
 from draftset.core.terminal import visible, visible_parts
 from draftset.core.words import plural
@@ -278,7 +278,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Standalone ``python -m draftset.inspect.show``: the CLI's parser and exit codes."""
+    """Standalone ``python -m draftset.review.show``: the CLI's parser and exit codes."""
     from draftset.cli import main as cli_main  # lazy: cli imports this module for its command
 
     return cli_main(["show", *(sys.argv[1:] if argv is None else argv)])

@@ -15,8 +15,8 @@ from conftest import qwen3_tokenizer_dir
 from draftset.checks.verify import run_verify
 from draftset.config.options import BuildOptions
 from draftset.core.terminal import UNSAFE
-from draftset.inspect.report import build_report, coverage_curve, main
 from draftset.pipeline.build import run_build
+from draftset.review.report import build_report, coverage_curve, main
 from draftset.sources.read import Source
 
 EVIL = "<script>alert(1)</script>"
