@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from draftset.config import defaults
+from draftset.core import defaults
 from draftset.engine import ENGINES, IN_DRIVER, engine_name
 from draftset.engine.base import Engine
 from draftset.engine.factory import engine_class
