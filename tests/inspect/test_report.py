@@ -13,9 +13,10 @@ import pytest
 from conftest import qwen3_tokenizer_dir
 
 from draftset.checks.verify import run_verify
+from draftset.commands.report import main
 from draftset.config.options import BuildOptions
 from draftset.core.terminal import UNSAFE
-from draftset.inspect.report import build_report, coverage_curve, main
+from draftset.inspect.report import build_report, coverage_curve
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
 

@@ -11,9 +11,10 @@ import pytest
 from conftest import qwen3_tokenizer_dir
 from rich.console import Console
 
+from draftset.commands.show import main
 from draftset.config.options import BuildOptions
 from draftset.core.terminal import UNSAFE
-from draftset.inspect.show import SUPERVISED_STYLE, main, show
+from draftset.inspect.show import SUPERVISED_STYLE, show
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
 
