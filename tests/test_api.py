@@ -3,7 +3,6 @@ that carry the CLI's exit codes, and the CLI built on it (byte-identical sets)."
 
 from __future__ import annotations
 
-import inspect
 import json
 import multiprocessing
 import os
