@@ -108,8 +108,10 @@ NOT_IN_RECIPE = _NotInRecipe()
 
 
 def marker(model: type[BaseModel], name: str, kind: type) -> Any:
+    """The field's marker of ``kind``; the last one wins (a shared type's, then the field's own)."""
     field = model.model_fields.get(name)
-    return next((m for m in field.metadata if isinstance(m, kind)), None) if field else None
+    found = [m for m in field.metadata if isinstance(m, kind)] if field else []
+    return found[-1] if found else None
 
 
 def cli_of(model: type[BaseModel], name: str) -> Cli:
@@ -141,6 +143,8 @@ def help_of(model: type[BaseModel], name: str) -> str | None:
     text = field.description
     if text and "{default}" in text:
         default = field.default
+        if isinstance(default, float) and default.is_integer():
+            default = int(default)  # "default 600", not "600.0"
         shown = f"{default:,}" if isinstance(default, int) and default > 99_999 else str(default)
         text = text.replace("{default}", shown)
     return text
