@@ -199,7 +199,7 @@ def test_bad_output_format_is_one_line_exit_2(
     args = [str(recipe), "--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(tmp_path / "o")]
     assert main(["build", *args]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "draftset: error: output_format must be arrow or parquet, not 'csv'"
+    assert err == 'draftset: error: recipe key output_format: must be arrow or parquet, got "csv"'
     assert not (tmp_path / "o").exists()
 
 
