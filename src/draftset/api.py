@@ -616,16 +616,8 @@ def _recipe_sources(path: Path) -> list[Source]:
 
 def _json_object(value: Mapping[str, Any] | str | None, what: str) -> dict[str, Any]:
     """A JSON object option: a mapping, or the command line's JSON text ("" = none)."""
-    from draftset.generation.options import GenerateUsageError  # lazy: as above
+    from draftset.config.recipe import parse_json_object  # lazy: as above
 
     if isinstance(value, Mapping):
         return dict(value)
-    if not value:
-        return {}
-    try:
-        obj = _json.loads(value)
-    except ValueError as exc:
-        raise GenerateUsageError(f"{what} is not valid JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise GenerateUsageError(f"{what} must be a JSON object")
-    return obj
+    return parse_json_object(value, what) if value else {}
