@@ -9,9 +9,7 @@ from typing import Any
 from draftset.core import reasons
 from draftset.core.ids import IdRegistry, duplicate_id_message
 from draftset.core.records import PreTokenized, PromptOnly, Reject
-from draftset.generation.dialog import (
-    Job,
-)
+from draftset.generation.dialog import Job
 from draftset.generation.outcomes import PRETOKENIZED
 from draftset.sources.presets import source_normalizer
 from draftset.sources.read import Source, iter_raw_rows

@@ -18,9 +18,7 @@ import time
 
 from draftset.core.errors import RunError
 from draftset.core.ids import IdRegistry
-from draftset.generation.dialog import (
-    Job,
-)
+from draftset.generation.dialog import Job
 from draftset.generation.http import (
     Endpoint,
     EndpointPool,

@@ -9,9 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from draftset.core.ids import IdRegistry
-from draftset.generation.http import (
-    EndpointPool,
-)
+from draftset.generation.http import EndpointPool
 from draftset.generation.options import GenerateOptions, GenerateUsageError
 from draftset.generation.outcomes import RETRYABLE_REASONS, GenerateResult
 from draftset.generation.store import (

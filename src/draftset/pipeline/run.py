@@ -43,9 +43,7 @@ from draftset.generation.options import (
 )
 from draftset.generation.store import errors_path
 from draftset.inspect.report import write_report
-from draftset.mask.template import (
-    _resolve_tokenizer_path,
-)
+from draftset.mask.template import _resolve_tokenizer_path
 from draftset.pipeline.run_answers import answer_queue, fmt_counts
 from draftset.pipeline.run_resume import open_state, settings_of
 from draftset.pipeline.run_select import select_rows

@@ -9,9 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from draftset.mask.template import (
-    tokenizer_files_fingerprint,
-)
+from draftset.mask.template import tokenizer_files_fingerprint
 from draftset.output.folder import remove_stale_tmp
 from draftset.pipeline.run_state import (
     STATE_FORMAT,

@@ -22,9 +22,7 @@ from draftset.mask.hygiene import (
     lacks_reasoning,
     row_kwargs_key,
 )
-from draftset.mask.template import (
-    ChatTemplate,
-)
+from draftset.mask.template import ChatTemplate
 from draftset.pipeline.run_state import RunOptions, maybe_die
 
 if TYPE_CHECKING:  # build's modules load when a run starts, not for `draftset --help`
