@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftset.config import defaults
 from draftset.config.fields import Model, flag_of, given, validated
 from draftset.config.schema import (
     BuildArgs,
@@ -78,7 +77,11 @@ def _not_in_a_spawned_import() -> None:
 
 
 def build(
-    recipe: str | Path | None = None, *, progress: ProgressArg = False, **options: Any
+    recipe: str | Path | None = None,
+    *,
+    progress: ProgressArg = False,
+    helper: Sidecar | None = None,
+    **options: Any,
 ) -> BuildResult:
     """`draftset build`: tokenize and mask chat data into a verified, fully accounted set.
 
@@ -88,10 +91,15 @@ def build(
     mappings (``{"path": ..., "weight": 2}``). Returns the `BuildResult`: ``.ok`` (what the
     command exits 0 on), ``.counts``, ``.per_source``, ``.rows``, ``.checks`` (verify's fast
     checks), ``.row(i)``. Raises `DraftsetError` (``exit_code`` 2) for unusable arguments
-    before any work.
+    before any work. ``helper``: the build's helper process when the caller started it ahead
+    (`pipeline.helper_ahead`; the command line does); otherwise it is started here, before the
+    options are parsed and the stage modules imported (~0.5 s of the template load's path).
     """
     _not_in_a_spawned_import()
-    helper = _helper_ahead(recipe, options.get("workers"), options.get("engine"))
+    if helper is None:
+        from draftset.pipeline.helper_ahead import start_helper  # lazy: a lean import
+
+        helper = start_helper(recipe, options.get("workers"), options.get("engine"))
     try:
         opts = build_options(recipe=recipe, **options)  # merged over the recipe, and checked
 
@@ -103,26 +111,6 @@ def build(
     finally:
         if helper is not None:  # a usage error, or inline after all (else the build stopped it)
             helper.kill()
-
-
-def _helper_ahead(recipe: Any, workers: Any, engine: Any) -> Sidecar | None:
-    """The build's helper process, started before the driver parses the options and imports its
-    stage modules (~0.5 s of the template load's critical path), when the arguments alone say
-    the build will use one (a recipe may change the engine and workers: then it starts later).
-    Its first job imports the tokenizer loader; it is stopped on any error."""
-    if (
-        recipe is not None
-        or not isinstance(workers, int | None)
-        or not isinstance(engine, str | None)
-    ):
-        return None  # a recipe, or values the schema refuses before any work
-    from draftset.engine.helper import Sidecar, import_tokenizer_loader, uses_helper
-
-    if not uses_helper(workers, engine or defaults.ENGINE):
-        return None
-    side = Sidecar()
-    side.submit(import_tokenizer_loader)
-    return side
 
 
 def _given(

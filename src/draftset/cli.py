@@ -83,9 +83,15 @@ def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     given = sys.argv[1:] if argv is None else argv
+    helper = None
     try:
+        if given and given[0] == "build":  # before the parser: see `build_helper_ahead`
+            from draftset.commands.common import build_helper_ahead
+
+            helper = build_helper_ahead(given)
         parser = _build_parser(given[0] if given else None)
         args = parser.parse_args(argv)
+        args.helper = helper
         return int(args.handler(args))
     except DraftsetError as exc:  # every run-level error carries its exit code
         from draftset.core.terminal import visible  # lazy: only on an error
@@ -102,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None:
             _exit_by_deadline(code)
         return code
+    finally:
+        if helper is not None:  # a usage error before the build took it over (else stopped)
+            helper.kill()
 
 
 if __name__ == "__main__":

@@ -55,7 +55,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     from draftset import api
 
     with sigterm_as_interrupt():
-        result = api.build(**build_arguments(args), progress=progress_wanted(args))
+        result = api.build(
+            **build_arguments(args),
+            progress=progress_wanted(args),
+            helper=getattr(args, "helper", None),  # started ahead by `cli.main`
+        )
     from draftset.commands.verify import print_results
     from draftset.console import print_build_summary
 

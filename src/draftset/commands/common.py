@@ -40,6 +40,26 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def build_helper_ahead(argv: list[str]) -> Any:
+    """`draftset build`'s helper process, started before the command's parser is built: the
+    option schema's imports (pydantic: ~0.15 s, several times that on a loaded machine) would
+    delay the template load by as much. Only ``--workers`` and ``--engine`` decide it (read
+    here, the flags `BuildArgs` gives them: a test holds them equal); a recipe, ``--help`` or
+    a value argparse would refuse leaves the choice to `api.build`. The caller stops it."""
+    if any(a in ("-h", "--help", "--version") or a.endswith((".yaml", ".yml")) for a in argv):
+        return None
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--workers", type=int)
+    early.add_argument("--engine")
+    try:
+        known, _ = early.parse_known_args(argv[1:])
+    except (SystemExit, argparse.ArgumentError):  # a bad value: the real parser says so
+        return None
+    from draftset.pipeline.helper_ahead import start_helper  # lazy: only for a build
+
+    return start_helper(None, known.workers, known.engine)
+
+
 def add_command(sub: Any, name: str, help: str, description: str) -> argparse.ArgumentParser:
     return sub.add_parser(
         name,
