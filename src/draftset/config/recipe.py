@@ -1,8 +1,9 @@
-"""Recipe files and source specs: turn user input into `BuildOptions`.
+"""Recipe files and source specs: turn user input into `BuildOptions`' sources and values.
 
 A recipe is YAML with the same names as the command-line options (underscores), plus a
-``sources`` list. Paths in a recipe are relative to the recipe file. Options given on the
-command line override the recipe.
+``sources`` list; `config.schema` declares the keys and validates their values strictly (a
+mistyped one is one line naming the key). Paths in a recipe are relative to the recipe file.
+Options given on the command line override the recipe.
 """
 
 from __future__ import annotations
