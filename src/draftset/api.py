@@ -127,9 +127,11 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.options import BuildOptions
-    from draftset.config.preflight import check_values
+    from draftset.config.preflight import check_values  # lazy: a stage, loaded on first use
+
+    # lazy: the stages load on the first call, not on import draftset.api
     from draftset.config.recipe import BUILD_KEYS, parse_json_object
-    from draftset.core.reasons import DEFAULT_PLACEHOLDERS
+    from draftset.core.reasons import DEFAULT_PLACEHOLDERS  # lazy: a stage, loaded on first use
 
     explicit = given(_given(BuildArgs, options))
     if explicit.get("template_kwargs") == "":  # the command line's empty JSON text: not given
@@ -201,7 +203,7 @@ def _recipe_and_sources(
     with a unique name and present on disk (or on the hub)."""
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.recipe import load_recipe, unique_names
-    from draftset.sources.read import HUB_PREFIX
+    from draftset.sources.read import HUB_PREFIX  # lazy: a stage, loaded on first use
 
     conf: dict[str, Any] = {}
     if recipe is not None and not isinstance(recipe, str | os.PathLike):
@@ -249,7 +251,7 @@ def _source(
 ) -> Source:
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.recipe import SOURCE_KEYS, RecipeError, parse_source_arg, source_from_entry
-    from draftset.sources.read import Source
+    from draftset.sources.read import Source  # lazy: a stage, loaded on first use
 
     if isinstance(spec, Source):
         return spec
@@ -331,7 +333,7 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
     if o.render_server:
         if o.fast:
             raise VerifyUsageError("--render-server needs the full verify (not --fast)")
-        from draftset.checks.serving import connect  # lazy, as above
+        from draftset.checks.serving import connect  # lazy: as above
 
         server = connect(o.render_server)
     if o.fast:
@@ -388,7 +390,11 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
     sections), checked: the `RunOptions` a run starts from."""
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.recipe import load_recipe
+
+    # lazy: the stages load on the first call, not on import draftset.api
     from draftset.generation.options import GenerateUsageError, split_thinking
+
+    # lazy: the stages load on the first call, not on import draftset.api
     from draftset.pipeline.run_state import RunOptions, RunUsageError
 
     o = _given(RunArgs, {**options, "recipe": recipe}, RunUsageError)
@@ -461,7 +467,7 @@ def report(dir: str | Path, **options: Any) -> Path:
     (default ``dir/report.html``). ``options``: the fields of `config.schema.ReportArgs`."""
     _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
-    from draftset.inspect.report import write_report
+    from draftset.review.report import write_report
 
     o = _given(ReportArgs, {**options, "dir": dir})
     tokenizer = str(o.tokenizer) if o.tokenizer else None
@@ -474,8 +480,8 @@ def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> 
     is what it does. ``options``: the fields of `config.schema.ShowArgs`."""
     _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
-    from draftset.inspect.show import ShowError
-    from draftset.inspect.show import show as show_row
+    from draftset.review.show import ShowError
+    from draftset.review.show import show as show_row  # lazy: a stage, loaded on first use
 
     o = _given(ShowArgs, {**options, "dir": dir}, ShowError)
     if (o.row is None) == (o.row_id is None):
@@ -497,7 +503,7 @@ def generate(
     _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.generation.console import progress as generate_progress
-    from draftset.generation.job import run_generate
+    from draftset.generation.job import run_generate  # lazy: a stage, loaded on first use
 
     opts = generate_options(sources, **options)
     with generate_progress(enabled=progress) as update:
@@ -508,6 +514,8 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     """`generate`'s arguments checked and resolved: the `GenerateOptions` the job runs with."""
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.recipe import source_name, unique_names
+
+    # lazy: the stages load on the first call, not on import draftset.api
     from draftset.generation.options import (
         GenerateOptions,
         GenerateUsageError,
@@ -516,8 +524,8 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
         special_tokens_of,
         split_thinking,
     )
-    from draftset.sources.presets import apply_preset
-    from draftset.sources.read import HUB_PREFIX, Source
+    from draftset.sources.presets import apply_preset  # lazy: a stage, loaded on first use
+    from draftset.sources.read import HUB_PREFIX, Source  # lazy: a stage, loaded on first use
 
     o = _given(GenerateArgs, {**options, "sources": sources}, GenerateUsageError)
     paths = _strings(o.sources)

@@ -59,9 +59,9 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, **kw)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from draftset import __version__
+        from draftset.core.version import package_version  # lazy: importlib.metadata, ~70 ms
 
-        print(f"draftset {__version__}")  # on stdout, as argparse's own version action
+        print(f"draftset {package_version()}")  # on stdout, as argparse's own version action
         parser.exit()
 
 
@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     helper = None
     try:
         if given and given[0] == "build":  # before the parser: see `build_helper_ahead`
+            # lazy: see the note on the imports
             from draftset.commands.common import build_helper_ahead
 
             helper = build_helper_ahead(given)

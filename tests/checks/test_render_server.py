@@ -11,8 +11,11 @@ Over tests/data/serving/conversations.jsonl (tools with and without descriptions
 reordered keys, tool loops with empty reasoning, multi-turn reasoning, CJK and emoji, system
 prompts), every template setup is built in every ``--turns`` mode and verified with
 ``--render-server``: every row's context tokens, supervised text and row text equal vLLM's.
-Measured: 16 tests in 18 min with a load average of 18 on 2 cores (server start 3 min); the
-servers themselves use ~35 s of CPU each (start and every render request) and ~1 GB RSS.
+gpt-oss is rendered by vLLM with harmony (no template; mask/harmony.py), Mistral-NeMo with
+``--tokenizer-mode mistral`` (mistral-common, no template) from its real tekken file.
+Measured: 16 tests in 18 min with a load average of 18 on 2 cores (server start 3 min); with
+five servers, 19 tests in 10 min on a busy 2-core box; the servers themselves use ~35 s of CPU
+each (start and every render request) and ~1 GB RSS.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from conftest import REPO, llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
+from real_families import REAL_FAMILIES, tekken_file
 
 from draftset import api
 
@@ -63,8 +68,9 @@ class Server:
     """One `vllm launch render`: a model folder, a template and the tool-call parser."""
 
     model: str  # tests/data/serving/models/<model>
-    template: str  # trl's chat_templates/<template>.jinja
+    template: str | None  # trl's chat_templates/<template>.jinja; None: the engine needs none
     parser: str
+    tokenizer_mode: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,9 @@ SERVERS = {
     "qwen3_6": Server("qwen3", "qwen3_6", "qwen3_coder"),
     "llama3_2": Server("llama3_2", "llama3_2", "llama3_json"),
     "gpt_oss": Server("gpt_oss", "gptoss", "openai"),
+    # mistral-common's own tokenizer and request encoding, no template (Mistral's recommended
+    # way to serve its models; `auto` picks it for a repo with consolidated weights + tekken)
+    "mistral_nemo": Server("mistral_nemo", None, "mistral", tokenizer_mode="mistral"),
 }
 SETUPS = {
     "qwen3": Setup("qwen3"),
@@ -89,12 +98,16 @@ SETUPS = {
 MODES = ("all", "last", "each")
 
 
-def tokenizer_files(model: str) -> Path:
-    return {
+def tokenizer_files(model: str) -> list[tuple[Path, str]]:
+    """(file, name in the model folder) of the model's tokenizer files."""
+    if model == "mistral_nemo":  # the tekken file itself: vLLM reads it with mistral-common
+        return [(tekken_file("tekken_240718"), "tekken.json")]
+    folder = {
         "qwen3": qwen3_tokenizer_dir,
         "llama3_2": llama32_tokenizer_dir,
         "gpt_oss": gptoss_tokenizer_dir,
     }[model]()
+    return [(f, f.name) for f in folder.iterdir() if f.is_file()]
 
 
 def model_folder(model: str, root: Path) -> Path:
@@ -102,9 +115,8 @@ def model_folder(model: str, root: Path) -> Path:
     folder = root / model
     if not folder.is_dir():
         folder.mkdir(parents=True)
-        for f in tokenizer_files(model).iterdir():
-            if f.is_file():
-                (folder / f.name).symlink_to(f)
+        for f, name in tokenizer_files(model):
+            (folder / name).symlink_to(f)
         for f in (DATA / "models" / model).glob("*.json"):
             shutil.copy(f, folder / f.name)
     return folder
@@ -148,8 +160,8 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
                 "launch",
                 "render",
                 str(model_folder(s.model, root)),
-                "--chat-template",
-                str(trl_template(s.template)),
+                *(["--chat-template", str(trl_template(s.template))] if s.template else []),
+                *(["--tokenizer-mode", s.tokenizer_mode] if s.tokenizer_mode else []),
                 "--enable-auto-tool-choice",
                 "--tool-call-parser",
                 s.parser,
@@ -158,9 +170,11 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
                 "--port",
                 str(port),
             ]
+            # harmony's "Current date:" (gpt-oss): pinned, as the build pins template.now
+            own_env = {**env, "VLLM_SYSTEM_START_DATE": datetime.now().strftime("%Y-%m-%d")}
             with log.open("wb") as out:
                 proc = subprocess.Popen(
-                    cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                    cmd, stdout=out, stderr=subprocess.STDOUT, env=own_env, start_new_session=True
                 )
             procs[name] = (proc, f"http://127.0.0.1:{port}", log)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -192,7 +206,7 @@ def build_and_verify(
     built = api.build(
         sources=[str(CONVERSATIONS)],
         tokenizer=str(model_folder(server.model, root / "models")),
-        chat_template=str(trl_template(server.template)),
+        chat_template=str(trl_template(server.template)) if server.template else None,
         template_kwargs=s.kwargs,
         turns=mode,
         out=str(out),
@@ -208,16 +222,11 @@ def _render_check(result: api.VerifyResult):
     return next(c for c in result.checks if c.name == "render_server")
 
 
-# vLLM 0.33.0 renders gpt-oss requests with openai-harmony and ignores the chat template, so
-# rows built with trl's gptoss.jinja differ (system prompt placement, history without the
-# analysis channel, <|end|> after a final answer): a known, documented gap
-# (docs/semantics.md); strict, so the mark must go when it is closed.
-HARMONY = pytest.mark.xfail(strict=True, reason="vLLM renders gpt-oss with openai-harmony")
-CASES = [
-    pytest.param(setup, mode, marks=HARMONY) if setup == "gpt_oss" else (setup, mode)
-    for setup in SETUPS
-    for mode in MODES
-]
+# vLLM 0.33.0 renders gpt-oss (config.json model_type gpt_oss) with the harmony library and
+# ignores --chat-template; draftset renders it the same way (mask/harmony.py). Its system
+# message holds the server's date: the server gets today's (VLLM_SYSTEM_START_DATE), the
+# build pins its own instant (template.now), and the two must agree.
+CASES = [(setup, mode) for setup in SETUPS for mode in MODES]
 
 
 @pytest.mark.parametrize(("setup", "mode"), CASES)
@@ -242,3 +251,85 @@ def test_tools_as_given_fail_against_vllm(servers: dict[str, str], tmp_path: Pat
     messages = "\n".join(check.details["messages"])
     assert "context differs from the server's prompt at token" in messages
     assert "'description': null" in messages or 'description": null' in messages
+
+
+MISTRAL_CONVERSATIONS = [
+    {
+        "id": "plain",
+        "messages": [
+            {"role": "user", "content": "Name a primary color."},
+            {"role": "assistant", "content": "Blue."},
+        ],
+    },
+    {
+        "id": "system_multi",
+        "messages": [
+            {"role": "system", "content": "Answer briefly."},
+            {"role": "user", "content": "Name a color."},
+            {"role": "assistant", "content": "Blue."},
+            {"role": "user", "content": "用一句话介绍东京 🗼"},
+            {"role": "assistant", "content": "東京は日本の首都です 🇯🇵✨"},
+        ],
+    },
+    {
+        "id": "tool",
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": "Current weather for a city.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"city": {"type": "string"}},
+                        "required": ["city"],
+                    },
+                },
+            }
+        ],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "call00001",
+                        "type": "function",  # Mistral's ids are 9 characters
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call00001", "content": "sunny"},
+            {"role": "assistant", "content": "It is sunny in Paris."},
+        ],
+    },
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mistral_rows_equal_vllms_mistral_mode(
+    servers: dict[str, str], mode: str, tmp_path: Path
+) -> None:
+    """Mistral-NeMo built from its real tekken file (transformers' conversion, mistral-common's
+    generated template) equals what vLLM serves with `--tokenizer-mode mistral` (mistral-common,
+    no template), proven by `verify --render-server` in every mode. That mode refuses
+    `chat_template_kwargs` (even empty) and a request ending with a finished answer (HTTP 400):
+    verify sends no empty kwargs and renders such an answer continued, its stop token after it
+    (before both, every row failed "the server refused the row")."""
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(c) + "\n" for c in MISTRAL_CONVERSATIONS))
+    out = tmp_path / "set"
+    built = api.build(
+        sources=[str(src)],
+        tokenizer=str(REAL_FAMILIES["mistral_nemo"].folder()),
+        turns=mode,
+        out=str(out),
+        workers=1,
+        progress=False,
+    )
+    assert built.ok
+    result = api.verify(out, render_server=servers["mistral_nemo"], speculators=False)
+    check = _render_check(result)
+    assert check.status == "pass", (check.summary, check.details.get("messages"))
+    assert check.details["rows_checked"] == {"all": 3, "last": 3, "each": 5}[mode]

@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 from unicode_torture import PIECES, torture_rows
 
 from draftset.checks.verify import fast_checks, run_verify
-from draftset.commands.verify import main
+from draftset.cli import main as cli_main
 from draftset.config.options import BuildOptions
 from draftset.config.recipe import load_recipe
 from draftset.output.base import arrow_schema
@@ -125,6 +125,11 @@ ROWS = [
         ],
     },
 ]
+
+
+def main(argv: list[str]) -> int:
+    """`draftset verify ...` (the command, through the CLI's parser and exit codes)."""
+    return cli_main(["verify", *argv])
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -884,7 +889,9 @@ def test_manifest_field_of_the_wrong_type_is_one_line_exit_2(
     built, tmp_path, capsys, path, value, said
 ):
     """verify and report stopped with a traceback (TypeError, AttributeError) before."""
-    from draftset.commands.report import main as report_main
+
+    def report_main(argv: list[str]) -> int:
+        return cli_main(["report", *argv])
 
     folder = copy_set(built["all"], tmp_path)
     m = manifest(folder)
@@ -954,7 +961,9 @@ def test_turn_after_retokenized_history_is_context_and_verify_agrees(tool_loop_s
 )
 def test_malformed_mixture_section_is_one_line_for_report(built, tmp_path, capsys, section, value):
     """report read `mixture.dedup` unchecked (TypeError / ValueError tracebacks)."""
-    from draftset.commands.report import main as report_main
+
+    def report_main(argv: list[str]) -> int:
+        return cli_main(["report", *argv])
 
     folder = copy_set(built["all"], tmp_path)
     m = manifest(folder)

@@ -178,7 +178,7 @@ def test_overwrite_of_a_draftset_output_keeps_what_the_user_added(tmp_path, caps
 
 
 def test_an_empty_folder_added_to_a_set_is_the_users(tmp_path):
-    from draftset.config.preflight import foreign_entries, replaceable
+    from draftset.output.folder import foreign_entries, replaceable
 
     src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
     out = tmp_path / "out"

@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from draftset.core import reasons
-from draftset.core.counters import Accounting, SourceCounts, count_results
+from draftset.core.counters import Accounting, SourceCounts
 from draftset.core.records import Conversation, PromptOnly, Reject
 from draftset.mask.encode import EncodedRow
 from draftset.mask.render import ConversationPlan, RowPlan
-from draftset.mask.step import ItemResult
+from draftset.mask.step import ItemResult, count_results
 
 
 def numbered(start: int) -> SourceCounts:

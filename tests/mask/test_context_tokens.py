@@ -18,8 +18,8 @@ from conftest import qwen3_tokenizer_dir, trl_template
 
 from draftset.config.options import BuildOptions
 from draftset.core import reasons
-from draftset.core.counters import count_results
 from draftset.core.records import Conversation
+from draftset.mask.step import count_results
 from draftset.mask.template import ChatTemplate, TemplateSpec, describe_template
 from draftset.output.readback import supervised_runs
 from draftset.pipeline.build import mask_config

@@ -487,3 +487,84 @@ def test_argument_shape_is_probed_per_template():
         "glm4_7": False,
         "gptoss": False,
     }
+
+
+# --- Mistral: mistral-common, the tokenizer vLLM's `--tokenizer-mode mistral` serves with ------
+MISTRAL_TOOL = {
+    "tools": TOOLS,
+    "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call00001",  # Mistral's tool-call ids are 9 characters
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": CALL_ARGUMENTS},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call00001", "content": "sunny, 21 C"},
+        {"role": "assistant", "content": "It is sunny in Paris."},
+    ],
+}
+
+
+def test_mistral_nemo_rows_equal_mistral_common(tmp_path):
+    """Mistral-NeMo built from its real tekken file (mistral-common's): every `each` row's
+    context is, id for id, what mistral-common's own tokenizer encodes for the chat request
+    (``encode_chat_completion``, serving mode: what vLLM feeds the model with
+    ``--tokenizer-mode mistral``), and its supervised tokens are what it encodes for the
+    answer after that prompt, ``</s>`` included (finetuning mode, the request ending with the
+    answer). Independent of transformers' template and of draftset."""
+    import pyarrow as pa
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.protocol.instruct.validator import ValidationMode
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+    from real_families import tekken_file
+
+    from draftset.config.options import BuildOptions
+    from draftset.pipeline.build import run_build
+    from draftset.sources.read import Source
+
+    fam = REAL_FAMILIES["mistral_nemo"]
+    # Mistral-NeMo has no reasoning (mistral-common refuses a ThinkChunk for its tokenizer)
+    skip = ("tool", "reasoning")
+    convs = {c: v for c, v in CONVERSATIONS.items() if c not in skip} | {"tool9": MISTRAL_TOOL}
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(_row(c, fam, v)) + "\n" for c, v in convs.items()))
+    out = tmp_path / "set"
+    opts = BuildOptions([Source("convs", src)], str(fam.folder()), out, turns="each", workers=1)
+    run_build(opts)
+    serve = MistralTokenizer.from_file(str(tekken_file("tekken_240718")))
+    train = MistralTokenizer.from_file(
+        str(tekken_file("tekken_240718")), mode=ValidationMode.finetuning
+    )
+    with pa.memory_map(str(next(out.glob("data-*.arrow")))) as mm:
+        table = pa.ipc.open_stream(mm).read_all()
+    checked = 0
+    for rid, ids, mask in zip(
+        table["id"].to_pylist(),
+        table["input_ids"].to_pylist(),
+        table["loss_mask"].to_pylist(),
+        strict=True,
+    ):
+        cid, _, k = rid.rpartition("#")
+        conv = convs[cid]
+        msgs = conv["messages"]
+        j = [i for i, m in enumerate(msgs) if m["role"] == "assistant"][int(k)]
+        tools = conv.get("tools")
+        prompt = serve.encode_chat_completion(
+            ChatCompletionRequest.from_openai(messages=msgs[:j], tools=tools)
+        ).tokens
+        full = train.encode_chat_completion(
+            ChatCompletionRequest.from_openai(messages=msgs[: j + 1], tools=tools)
+        ).tokens
+        assert full[: len(prompt)] == prompt, rid
+        start = mask.index(1)
+        assert ids[:start] == prompt, rid
+        assert ids[start:] == full[len(prompt) :] and all(mask[start:]), rid
+        checked += 1
+    # single, multi (2 turns), unicode, tool9 (2 turns)
+    assert checked == 6

@@ -1,5 +1,5 @@
 """The row step notes the facts the summary counts before it drops a row's texts, so whoever
-runs a batch can count it (`counters.count_results`) without the driver's copy of the row."""
+runs a batch can count it (`mask.step.count_results`) without the driver's copy of the row."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from conftest import qwen3_tokenizer_dir
 
 from draftset.config.options import BuildOptions
 from draftset.core import reasons
-from draftset.core.counters import count_results
 from draftset.core.records import Conversation
+from draftset.mask.step import count_results
 from draftset.mask.template import ChatTemplate, TemplateSpec, describe_template
 from draftset.pipeline.build import mask_config
 

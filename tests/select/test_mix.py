@@ -140,7 +140,7 @@ def test_mode_mix_meets_targets_and_verifies(tmp_path):
     manifest = json.loads((res.out / "manifest.json").read_text())
     assert manifest["mixture"]["mix"]["total"] == 12
     assert_verifies(res.out)
-    from draftset.inspect.report import build_report
+    from draftset.review.report import build_report
 
     html = build_report(res.out)
     assert "<h2>Mixture</h2>" in html and "Mix: 12 rows" in html

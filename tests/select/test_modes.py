@@ -7,18 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from draftset.core.modes import MODES, NO_REASONING, NO_THINKING, THINKING, row_mode
 from draftset.core.records import Conversation, PreTokenized, PromptOnly, Reject
-from draftset.select.modes import (
-    MODES,
-    NO_REASONING,
-    NO_THINKING,
-    THINKING,
-    MixError,
-    MixTargets,
-    largest_remainder,
-    row_mode,
-    select_mix,
-)
+from draftset.select.modes import MixError, MixTargets, largest_remainder, select_mix
 
 
 def conv(answer: dict, system: str | None = None, meta: dict | None = None) -> Conversation:

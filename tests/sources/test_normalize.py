@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from draftset.core import reasons
 from draftset.core.records import Conversation, PreTokenized, PromptOnly, RawRow, Reject
+from draftset.mask.reads import as_template_reads
 from draftset.sources.normalize import (
     FORMATS,
     ROLE_TABLE,
-    as_template_reads,
     detect_format,
     normalize,
 )

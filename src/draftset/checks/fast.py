@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from draftset.core import reasons
 from draftset.core.words import plural
@@ -573,7 +572,3 @@ def check_drafter_fitness(
         summary += " — no row has a DFlash anchor: a DFlash trainer has nothing to sample"
         return CheckResult("drafter_fitness", "fail", summary, n, [], details)
     return CheckResult("drafter_fitness", "pass", summary, details=details)
-
-
-def arrow_table_ok(table: pa.Table | None) -> bool:
-    return table is not None and all(c in table.column_names for c in REQUIRED_COLUMNS)

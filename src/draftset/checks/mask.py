@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from draftset.config import defaults
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
 from draftset.core.words import plural
 from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.mask.limits import RenderLimit, bounded_row
+from draftset.mask.reads import as_template_reads
 from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import (
     ChatTemplate,
@@ -52,7 +52,6 @@ from draftset.output.readback import (
     supervised_runs,
 )
 from draftset.select import mix  # reading, ids and filters only; never build's masking code
-from draftset.sources.normalize import as_template_reads
 from draftset.sources.read import Source, SourceError, describe_inputs, sha256_file
 
 FULL_CHECK_MAX_ROWS = 20_000

@@ -35,9 +35,9 @@ from draftset.checks.mask import (
 )
 from draftset.core.errors import UsageError
 from draftset.core.records import Conversation
+from draftset.mask.reads import as_template_reads
 from draftset.mask.template import ChatTemplate
 from draftset.output.readback import CheckResult, OutputSet, Problems
-from draftset.sources.normalize import as_template_reads
 
 RENDER_PATH = "/v1/chat/completions/render"
 TIMEOUT_S = 60.0
@@ -61,17 +61,21 @@ class RenderServer:
         tools: list[Any] | None,
         kwargs: dict[str, Any],
         generation_prompt: bool,
+        continue_final: bool = False,
     ) -> list[int]:
         """Token ids the server would feed the model (raises `RenderRefused` on a 4xx/5xx)."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
             "add_generation_prompt": generation_prompt,
-            "continue_final_message": False,
-            "chat_template_kwargs": kwargs,
+            "continue_final_message": continue_final,
         }
+        if kwargs:  # vLLM's mistral-common mode refuses any chat_template_kwargs, even {}
+            body["chat_template_kwargs"] = kwargs
         if tools:
             body["tools"] = tools
+        if kwargs.get("reasoning_effort") is not None:  # harmony reads the request's field
+            body["reasoning_effort"] = kwargs["reasoning_effort"]
         data = _post(self.url + RENDER_PATH, body)
         ids = data.get("token_ids") if isinstance(data, dict) else None
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
@@ -161,9 +165,11 @@ def _window(tmpl: ChatTemplate, ids: list[int], at: int) -> str:
 
 def _messages(tmpl: ChatTemplate, conv: Conversation) -> list[dict[str, Any]]:
     """What a client sends: the messages with inline reasoning as the template reads it."""
-    _, renders_reasoning, _ = _shape(tmpl)  # (parts, reasoning, string arguments)
+    _, renders_reasoning, string_arguments = _shape(tmpl)  # (parts, reasoning, arguments)
     asst = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
-    msgs = as_template_reads(conv.messages[: asst[-1] + 1], conv.meta, False, renders_reasoning)
+    msgs = as_template_reads(
+        conv.messages[: asst[-1] + 1], conv.meta, False, renders_reasoning, string_arguments
+    )
     return [_wire(m) for m in msgs]
 
 
@@ -237,7 +243,10 @@ def check_row(
                     f" row {_window(tmpl, ids, at)} vs server {_window(tmpl, prompt, at)}"
                 )
                 continue
-            full = server.render(msgs[: turn + 1], tools, kwargs, False)
+            if tmpl.harmony is not None:
+                problems.extend(_harmony_generation(tmpl, msgs[turn], ids[start:end], turn, stops))
+                continue
+            full, open_end = _finished(server, msgs[: turn + 1], tools, kwargs)
             served, given = tmpl.decode(full), tmpl.decode(prompt)
             run_text = tmpl.decode(ids[start:end])
             after = served[len(given) :] if served.startswith(given) else None
@@ -246,14 +255,27 @@ def check_row(
                 continue
             cut = min((k + len(s) for s in stops if (k := after.find(s)) >= 0), default=-1)
             generation = after[:cut] if cut >= 0 else after
+            if open_end:  # the answer as continued: the model's stop token follows it
+                generation = next((after + s for s in stops if run_text == after + s), after)
             if run_text != generation:
                 problems.append(
                     f"turn {turn}: supervised tokens differ from the server's generation:"
                     f" tokens {start}..{end} spell {run_text[:80]!r}, the server's is"
                     f" {generation[:80]!r}"
                 )
-        whole = server.render(msgs[: last_turn + 1], tools, kwargs, False)
+        if tmpl.harmony is not None:
+            # the server renders history, not generations: the row must end with its last
+            # generation, whose context was compared above
+            if runs and runs[-1][1] != len(ids):
+                problems.append(
+                    f"the row's text differs from the server's render (first differing token"
+                    f" {runs[-1][1]}: context after the last generation)"
+                )
+            return problems
+        whole, open_end = _finished(server, msgs[: last_turn + 1], tools, kwargs)
         served_row, row_text = tmpl.decode(whole), tmpl.decode(ids)
+        if open_end:  # the row ends with the stop token the model wrote after its answer
+            served_row = next((served_row + s for s in stops if row_text == served_row + s), "")
         if served_row != row_text:
             at = _first_difference(ids, whole)
             where = f" (first differing token {at})" if at is not None else ""
@@ -261,6 +283,43 @@ def check_row(
     except RenderRefused as exc:
         problems.append(f"the server refused the row: {exc}")
     return problems
+
+
+def _finished(
+    server: RenderServer, messages: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any]
+) -> tuple[list[int], bool]:
+    """The server's render of a conversation ending with an answer, and whether that answer
+    is left open. A server that refuses to render a finished answer (vLLM's mistral-common
+    mode: "Expected last role User or Tool (or Assistant with prefix) for serving") renders
+    it continued: the answer's tokens without the stop token the model writes after them."""
+    try:
+        return server.render(messages, tools, kwargs, False), False
+    except RenderRefused:
+        try:
+            return server.render(messages, tools, kwargs, False, continue_final=True), True
+        except RenderRefused:
+            pass
+        raise
+
+
+def _harmony_generation(
+    tmpl: ChatTemplate, message: dict[str, Any], run: list[int], turn: int, stops: Any
+) -> list[str]:
+    """gpt-oss under vLLM: the supervised tokens, read back by the harmony library's parser
+    (as vLLM reads the model's output), are the row's message, and end with a stop token."""
+    assert tmpl.harmony is not None
+    try:
+        parsed: Any = tmpl.harmony.parse_generation(run)
+    except Exception as exc:  # the parser's own words: the tokens are no harmony message
+        parsed = f"no harmony messages ({exc})"
+    want = tmpl.harmony.expected_generation(message)
+    last = tmpl.decode(run[-1:])
+    if parsed == want and last in stops:
+        return []
+    return [
+        f"turn {turn}: supervised tokens differ from the server's generation: they parse as"
+        f" {str(parsed)[:160]} ending {last!r}, the row's message is {str(want)[:160]}"
+    ]
 
 
 def check_render_server(

@@ -36,10 +36,10 @@ from draftset.checks.mask import (
     source_pass,
 )
 from draftset.checks.serving import RenderServer, check_render_server
-from draftset.config import defaults
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.core.errors import UsageError
 from draftset.core.files import write_json_atomic
+from draftset.core.version import package_version
 from draftset.mask.template import TokenizerError
 from draftset.output.base import safe_name
 from draftset.output.readback import (
@@ -205,14 +205,11 @@ def write_record(
     """Write `verify.json` beside the set: when, which draftset, the options, every check and
     the sha256 of the set's files as verified. Atomic (a reader never sees half a file); not
     one of the set's files, so it never trips verify's own checks."""
-    # lazy: importlib.metadata (~70 ms) only when a record is written
-    from draftset import __version__
-
     path = out.folder / VERIFY_RECORD
     data = {
         "format": RECORD_FORMAT,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "draftset_version": __version__,
+        "draftset_version": package_version(),
         "passed": not any(r.failed for r in results),
         "options": options or {},
         "checks": [r.to_json() for r in results],
@@ -278,7 +275,9 @@ def check_speculators_load(out: OutputSet) -> CheckResult:
     n = out.num_rows
     how = "speculators.train.data.ArrowDataset"
     try:
-        from speculators.train.data import ArrowDataset  # needs hs_connectors, openai, torch
+        # lazy: an optional extra that needs hs_connectors, openai and torch (seconds to import):
+        # only this check loads it, when installed
+        from speculators.train.data import ArrowDataset
 
         ds: Any = ArrowDataset(
             max_len=int(out.options.get("max_length") or defaults.MAX_LENGTH),

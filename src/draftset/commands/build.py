@@ -11,7 +11,6 @@ from draftset.commands.common import (
     add_no_progress,
     progress_wanted,
     sigterm_as_interrupt,
-    standalone,
 )
 from draftset.commands.options import add_options, parsed
 from draftset.config.schema import BuildArgs
@@ -60,8 +59,8 @@ def cmd_build(args: argparse.Namespace) -> int:
             progress=progress_wanted(args),
             helper=getattr(args, "helper", None),  # started ahead by `cli.main`
         )
-    from draftset.commands.verify import print_results
-    from draftset.console import print_build_summary
+    from draftset.commands.verify import print_results  # lazy: after the build, as above
+    from draftset.pipeline.summary import print_build_summary  # lazy: as above
 
     print_build_summary(result)
     if not result.finalized:
@@ -76,7 +75,3 @@ def cmd_build(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     print(f"next: draftset verify {result.out}   (re-derives every mask from the sources)")
     return EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    return standalone("build", argv)

@@ -76,10 +76,3 @@ def add_no_progress(p: argparse.ArgumentParser, what: str = "no progress bar") -
 def progress_wanted(args: argparse.Namespace) -> bool:
     """A progress bar on a terminal unless --no-progress."""
     return not args.no_progress and sys.stderr.isatty()
-
-
-def standalone(command: str, argv: list[str] | None) -> int:
-    """``python -m draftset.commands.<command>``: the CLI's parser and exit codes."""
-    from draftset.cli import main  # lazy: cli loads the commands when it runs
-
-    return main([command, *(sys.argv[1:] if argv is None else argv)])

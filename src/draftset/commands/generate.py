@@ -13,7 +13,6 @@ from draftset.commands.common import (
     add_command,
     add_no_progress,
     progress_wanted,
-    standalone,
 )
 from draftset.commands.options import add_options, parsed
 from draftset.config.schema import GenerateArgs
@@ -107,11 +106,3 @@ def print_summary(r: GenerateResult, console: Console | None = None) -> None:
     if errors:
         console.print(f"errors: {safe(r.errors)}")
     sys.stdout.flush()
-
-
-def main(argv: list[str] | None = None) -> int:
-    return standalone("generate", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

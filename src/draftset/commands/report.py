@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from draftset.commands.common import add_command, standalone
+from draftset.commands.common import add_command
 from draftset.commands.options import add_options, parsed
 from draftset.config.schema import ReportArgs
 from draftset.core.errors import EXIT_OK
@@ -32,13 +32,3 @@ def cmd_report(args: argparse.Namespace) -> int:
     path = api.report(**parsed(args, ReportArgs))
     print(f"report written to {path}")
     return EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    return standalone("report", argv)
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())

@@ -11,7 +11,6 @@ from draftset.commands.common import (
     add_command,
     add_no_progress,
     progress_wanted,
-    standalone,
 )
 from draftset.commands.options import add_options, parsed
 from draftset.config.schema import RunArgs
@@ -120,11 +119,3 @@ def print_summary(result: RunResult) -> None:
         print(f"verified: {out}" + (f"   report: {report}" if "report" in result.resumed else ""))
     else:
         print(f"draftset: verify failed for {out} (details above)", file=sys.stderr)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return standalone("run", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from draftset.commands.common import add_command, standalone
+from draftset.commands.common import add_command
 from draftset.commands.options import add_options, parsed
 from draftset.config.schema import ShowArgs
 from draftset.core.errors import EXIT_OK
@@ -46,13 +46,3 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     api.show(**parsed(args, ShowArgs))
     return EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    return standalone("show", argv)
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 
-from draftset.commands.common import add_command, standalone
+from draftset.commands.common import add_command
 from draftset.commands.options import add_options, parsed
 from draftset.config.schema import VerifyArgs
 from draftset.core.errors import EXIT_FAIL, EXIT_OK
@@ -84,13 +84,3 @@ def print_results(
             "[green]verify passed[/]"
             + (" (with skips)" if any(r.status == "skip" for r in results) else "")
         )
-
-
-def main(argv: list[str] | None = None) -> int:
-    return standalone("verify", argv)
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())

@@ -3,7 +3,7 @@
 The CLI and recipes parse into it (`draftset.api.build_options`), preflight checks and resolves
 it (`config.preflight.check_build`) before any work, and each stage takes the part it needs:
 `selection_spec()` for selection, `template_spec()` for the template load, `length_rules()` for
-the row step. The defaults themselves live in `config.defaults`, shared with the CLI's help.
+the row step. The defaults themselves live in `core.defaults`, shared with the CLI's help.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from draftset.config import defaults
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.mask.encode import LengthRules
 from draftset.mask.render import TurnMode
 from draftset.mask.serving import DEFAULT_SERVING_ENGINE

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -23,84 +22,21 @@ from draftset.core.files import blocking_parent
 from draftset.engine.base import available_cpus
 from draftset.mask.ambient import now_iso, valid_now
 from draftset.mask.template import _resolve_tokenizer_path, config_vocab_size
+from draftset.output.folder import (
+    MANIFEST_FORMAT,
+    foreign_entries,
+    is_draftset_output,
+    replaceable,
+)
 from draftset.sources.presets import apply_preset
 from draftset.sources.read import HUB_PREFIX
 
 if TYPE_CHECKING:
     from draftset.config.options import BuildOptions
 
-MANIFEST_FORMAT = "draftset/1"
-"""The ``format`` key of every manifest.json draftset writes: the marker that lets
-``--overwrite`` replace a folder (any ``draftset/<n>`` version counts)."""
-
 
 class PreflightError(UsageError):
     """Unusable options or output path, found before any work (exit code 2)."""
-
-
-def is_draftset_output(folder: Path) -> bool:
-    """True when ``folder/manifest.json`` is a JSON object with ``"format": "draftset/<n>"``."""
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    fmt = manifest.get("format") if isinstance(manifest, dict) else None
-    return isinstance(fmt, str) and fmt.startswith("draftset/")
-
-
-DRAFTSET_LATER_FILES = ("manifest.json", "verify.json")
-"""Files draftset writes into a set that its manifest's ``files`` does not list: the manifest
-itself and `verify`'s record."""
-
-
-def foreign_entries(folder: Path) -> list[str]:
-    """Entries inside a draftset output that its manifest does not list (relative paths, a
-    folder as ``name/``): what ``--overwrite`` would destroy.
-
-    Only a file the manifest names (``files``, plus manifest.json and verify.json) is
-    draftset's; a folder is draftset's when everything in it is (Parquet's ``data/``).
-    """
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        listed = set(manifest.get("files") or {}) | set(DRAFTSET_LATER_FILES)
-    except (OSError, ValueError, TypeError, AttributeError):
-        listed = set(DRAFTSET_LATER_FILES)
-
-    def walk(here: Path, prefix: str) -> tuple[list[str], bool]:
-        """(foreign entries below ``here``, whether any listed file is there)."""
-        try:
-            entries = sorted(os.scandir(here), key=lambda e: e.name)
-        except OSError:
-            return [prefix or "."], False
-        found: list[str] = []
-        any_listed = False
-        for entry in entries:
-            rel = prefix + entry.name
-            if entry.is_dir(follow_symlinks=False):
-                inner, has_listed = walk(Path(entry.path), rel + "/")
-                any_listed |= has_listed
-                if not has_listed:
-                    found.append(rel + "/")  # a folder of the user's: named, not its files
-                else:
-                    found += inner
-            elif rel in listed and entry.is_file(follow_symlinks=False):
-                any_listed = True
-            else:
-                found.append(rel)
-        return found, any_listed
-
-    return walk(folder, "")[0]
-
-
-def replaceable(folder: Path) -> bool:
-    """An existing folder ``--overwrite`` may replace: empty, or a draftset output holding
-    only what draftset wrote (`foreign_entries`)."""
-    try:
-        with os.scandir(folder) as entries:
-            empty = next(entries, None) is None
-    except OSError:
-        return False
-    return empty or (is_draftset_output(folder) and not foreign_entries(folder))
 
 
 def not_replaceable_reason(folder: Path, shown: str) -> str:
@@ -326,9 +262,9 @@ def template_syntax_error(text: str) -> str | None:
     fails is transformers' own compiler asked, so a template it accepts is never refused.
     """
     # lazy: jinja2 only when a --chat-template file is given
-    import jinja2
-    import jinja2.ext
-    import jinja2.sandbox
+    import jinja2  # lazy: as above
+    import jinja2.ext  # lazy: as above
+    import jinja2.sandbox  # lazy: as above
 
     class _GenerationTag(jinja2.ext.Extension):
         tags: ClassVar[set[str]] = {"generation"}

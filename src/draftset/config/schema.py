@@ -18,8 +18,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from draftset.config import defaults
 from draftset.config.fields import NOT_IN_RECIPE, NOT_ON_CLI, Cli, finite, one_of
+from draftset.core import defaults
 
 PathLike = str | Path
 Strings = str | list[str]

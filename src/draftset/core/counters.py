@@ -6,26 +6,16 @@ output rows: a row counts as written when at least one of its rows was written, 
 none was; ``rows_out`` and ``row_rejects`` count the individual rows.
 
 Counters are declared once, as dataclass fields, and merge by addition (``a + b``, ``+=``) the
-way datatrove's stats merge across ranks: a batch's counts (`count_results`, pure) added up in
-any grouping equal the counts of the whole stream. The JSON form, the totals and the merge are
-derived from the fields, so a new counter is one new line here.
+way datatrove's stats merge across ranks: a batch's counts (`mask.step.count_results`, pure)
+added up in any grouping equal the counts of the whole stream. The JSON form, the totals and
+the merge are derived from the fields, so a new counter is one new line here.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from functools import cache
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
-
-from draftset.core import reasons
-from draftset.core.records import PromptOnly, Reject
-
-if TYPE_CHECKING:  # the row step's result type; core never imports the mask stage at run time
-    from draftset.mask.step import ItemResult
+from typing import Any
 
 
 @dataclass
@@ -171,52 +161,3 @@ class Accounting:
             "per_source": {name: c.to_json() for name, c in self.sources.items()},
             "total": self.total().to_json(),
         }
-
-
-def count_results(results: Sequence[ItemResult]) -> Accounting:
-    """The counts of one batch of row-step results: pure, so whoever ran the batch can count it;
-    the driver adds the batches up (``acct += count_results(results)``)."""
-    acct = Accounting(list(dict.fromkeys(res.item.source for res in results)))
-    for res in results:
-        item = res.item
-        counts = acct[item.source]
-        if isinstance(item, Reject):
-            counts.rejected[item.reason] += 1
-            counts.row_rejects[item.reason] += 1
-            continue
-        if isinstance(item, PromptOnly):
-            counts.needs_generation += 1
-            continue
-        counts.row_rejects.update(r.reason for r in res.rejects)
-        if res.rows:
-            counts.written += 1
-            counts.rows_out += len(res.rows)
-            for r in res.rows:
-                counts.tokens += int(r.input_ids.shape[0])
-                counts.supervised_tokens += int(r.loss_mask.sum(dtype=np.int64))
-                counts.truncated += int(r.truncated)
-        else:
-            counts.rejected[res.rejects[0].reason] += 1
-        if res.plan_stats is not None:
-            stats = res.plan_stats
-            for name in _summed_by_name(type(stats)):  # the fields both declare, added in place
-                value = getattr(stats, name)
-                if isinstance(value, Counter):
-                    getattr(counts, name).update(value)
-                elif value:
-                    setattr(counts, name, getattr(counts, name) + value)
-            counts.supervised_turns += sum(rp.supervised_turns for rp in stats.rows)
-        if res.placeholder_only:
-            if not res.rows and any(r.reason == reasons.NO_SUPERVISED_TURN for r in res.rejects):
-                counts.placeholder_rows += 1
-        elif res.empty_think and res.rows:
-            counts.empty_think_rows += 1
-    return acct
-
-
-@cache
-def _summed_by_name(stats_type: type) -> tuple[str, ...]:
-    """The row step's per-row counters (`render.ConversationPlan`) named like a field here:
-    summed into it by name, so a new counter is declared in the two places it means something."""
-    ours = {f.name for f in fields(SourceCounts)}
-    return tuple(f.name for f in fields(stats_type) if f.name in ours)

@@ -106,18 +106,6 @@ ROW_REJECT_REASONS = frozenset(
     }
 )
 
-TURN_CONTEXT_REASONS = frozenset(
-    {
-        TURN_NOT_GENERABLE,
-        TURN_NO_END_OF_TURN,
-        TURN_HISTORY_RENDER_DIFFERS,
-        TURN_PLACEHOLDER,
-        TURN_NOT_LAST,
-        TURN_NO_PROMPT,
-        TURN_HISTORY_TOKENS_DIFFER,
-    }
-)
-
 EXPLANATIONS: dict[str, str] = {
     INVALID_JSON: "the line or document does not parse as JSON",
     INVALID_UTF8: "bytes that are not UTF-8",

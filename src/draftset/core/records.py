@@ -42,6 +42,14 @@ class RawRow:
     file: str | None = None
 
 
+INLINE_REASONING = "inline_reasoning"
+"""``Conversation.meta`` key: message index -> assistant content as the row wrote it, for turns
+whose leading ``<think>…</think>`` was moved to ``reasoning_content``."""
+ARGUMENTS_TEXT = "arguments_text"
+"""``Conversation.meta`` key: message index -> {call index: the call's ``arguments`` exactly as
+the row wrote them, a JSON string}, for templates that read arguments as a string."""
+
+
 @dataclass(slots=True)
 class Conversation:
     """A normalized chat that has at least one assistant turn."""

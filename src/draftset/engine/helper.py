@@ -16,6 +16,7 @@ A spawned child re-running a script that calls draftset at its top level (no
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import multiprocessing
 import os
@@ -158,9 +159,5 @@ def import_tokenizer_loader() -> None:
 def release_memory() -> None:
     """Give freed heap pages back to the OS (glibc keeps them otherwise: ~70 MB here)."""
     gc.collect()
-    try:
-        import ctypes
-
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: the pages stay, no harm
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the pages stay, nothing breaks
-        pass

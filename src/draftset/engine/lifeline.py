@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
@@ -67,8 +68,6 @@ def quiet_resource_tracker() -> None:
     rerun's output: the cleanup is right, the warning alarms for nothing. Called before the
     first spawn-started pool; a tracker already running is left as it is.
     """
-    from multiprocessing import resource_tracker
-
     tracker = resource_tracker._resource_tracker
     if getattr(tracker, "_fd", None) is not None:
         return

@@ -56,11 +56,6 @@ class Dialog:
     ends_at_tool_call: bool = False  # ended after a tool call that has no recorded result
 
 
-def answer_points(job: Job) -> int:
-    """How many answers the row needs (0: nothing to generate)."""
-    return sum(1 for _ in _plan(job.messages, job.prompt_only))
-
-
 def _plan(msgs: list[Message], prompt_only: bool) -> list[tuple[int, int]]:
     """(index where the answer goes, index after the recorded answer and its tool results).
 

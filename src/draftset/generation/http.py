@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from draftset.config import defaults
+from draftset.core import defaults
 from draftset.generation.wire import BodyTooLarge, Client, Response, WireError, parse_target
 from draftset.sources.read import _has_lone_surrogate
 

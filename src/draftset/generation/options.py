@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from draftset.config import defaults
+from draftset.core import defaults
 from draftset.core.errors import UsageError
 from draftset.generation.http import concurrency_problem
 from draftset.generation.wire import redact_url

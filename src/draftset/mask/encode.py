@@ -17,8 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from draftset.config import defaults
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.core.records import PreTokenized, Reject
 from draftset.mask.render import RowPlan
 

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from draftset.core import reasons
+from draftset.core.modes import NO_REASONING, row_mode
 from draftset.core.records import Conversation, Normalized
 from draftset.mask.template import _compile
-from draftset.select.modes import NO_REASONING, row_mode
 
 _ANSWER, _REASONING = "ANSWER-7f3a", "REASONING-7f3a"
 

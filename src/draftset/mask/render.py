@@ -21,8 +21,8 @@ from typing import Literal
 from draftset.core import reasons
 from draftset.core.records import Conversation, Message, Reject
 from draftset.mask.ambient import clock_kwargs, valid_now
+from draftset.mask.reads import as_template_reads
 from draftset.mask.template import Renderer, as_content_parts
-from draftset.sources.normalize import as_template_reads
 
 TurnMode = Literal["all", "last", "each"]
 NEXT_TURN_PROBE = "DRAFTSET_NEXT_TURN_PROBE_5d2c"

@@ -66,6 +66,7 @@ from types import BuiltinFunctionType
 from typing import Any
 
 import jinja2
+from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from draftset.mask.limits import RENDER_CAP_FLOOR, RenderTooLarge
@@ -215,7 +216,6 @@ def constant_too_large(env: Any, template_text: str, cap: int = RENDER_CAP_FLOOR
     Walks the parsed template (parsing folds nothing) bottom-up, sizing each foldable
     operation from its operands, which are known to be small by then.
     """
-    from jinja2 import nodes
 
     def walk(node: nodes.Node) -> str | None:
         for child in node.iter_child_nodes():
@@ -251,6 +251,8 @@ def compile_template(template_text: str) -> Any:
     raise as transformers raises them (same parser, same extensions).
     """
     try:
+        # lazy: transformers' template module costs ~0.7 s warm (python -X importtime); a worker
+        # that compiles from a kit or a build that fails early never pays it
         from transformers.utils.chat_template_utils import _compile_jinja_template
     except ImportError:
         return None

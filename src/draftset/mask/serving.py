@@ -17,12 +17,10 @@ ServingEngine = Literal["vllm", "sglang", "transformers"]
 SERVING_ENGINES: tuple[str, ...] = ("vllm", "sglang", "transformers")
 # the engine the README recommends for serving and for `draftset generate`
 DEFAULT_SERVING_ENGINE: ServingEngine = "vllm"
-# the version each rule was read from (vLLM's is also proven against its renderer in the tests)
-RULE_VERSIONS: dict[str, str] = {
-    "vllm": "vllm 0.33.0 (ChatCompletionToolsParam / FunctionDefinition)",
-    "sglang": "sglang main @ 002897c (protocol.Tool / Function); not run here: unproven",
-    "transformers": "transformers apply_chat_template / `transformers serve`: tools as given",
-}
+# the version each rule was read from (vLLM's is also proven against its renderer in the tests):
+# vllm: vllm 0.33.0 (ChatCompletionToolsParam / FunctionDefinition)
+# sglang: sglang main @ 002897c (protocol.Tool / Function); not run here: unproven
+# transformers: transformers apply_chat_template / `transformers serve`: tools as given
 
 
 class ToolRejected(ValueError):

@@ -9,12 +9,17 @@ runs, the driver decides what is written.
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass, field, replace
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
+from functools import cache
 from pathlib import Path
 
-from draftset.config import defaults
-from draftset.core import reasons
-from draftset.core.records import Conversation, Normalized, PreTokenized, Reject
+import numpy as np
+
+from draftset.core import defaults, reasons
+from draftset.core.counters import Accounting, SourceCounts
+from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
 from draftset.mask.encode import (
     EncodedRow,
     LengthRules,
@@ -47,7 +52,7 @@ class ItemResult:
     rows: list[EncodedRow] = field(default_factory=list)
     rejects: list[Reject] = field(default_factory=list)
     plan_stats: ConversationPlan | None = None
-    # facts about the row that the summary's hints count (`counters.count_results`), noted
+    # facts about the row that the summary's hints count (`count_results` below), noted
     # before the row's texts are dropped: every answer a placeholder; written, with answers
     # without reasoning that the template trains as an empty think block
     placeholder_only: bool = False
@@ -174,3 +179,52 @@ def _internal_error(item: Conversation, exc: Exception) -> Reject:
         f"{type(exc).__name__}: {exc} (at {Path(where.filename).name}:{where.lineno};"
         " please report it)",
     )
+
+
+def count_results(results: Sequence[ItemResult]) -> Accounting:
+    """The counts of one batch of row-step results: pure, so whoever ran the batch can count it;
+    the driver adds the batches up (``acct += count_results(results)``)."""
+    acct = Accounting(list(dict.fromkeys(res.item.source for res in results)))
+    for res in results:
+        item = res.item
+        counts = acct[item.source]
+        if isinstance(item, Reject):
+            counts.rejected[item.reason] += 1
+            counts.row_rejects[item.reason] += 1
+            continue
+        if isinstance(item, PromptOnly):
+            counts.needs_generation += 1
+            continue
+        counts.row_rejects.update(r.reason for r in res.rejects)
+        if res.rows:
+            counts.written += 1
+            counts.rows_out += len(res.rows)
+            for r in res.rows:
+                counts.tokens += int(r.input_ids.shape[0])
+                counts.supervised_tokens += int(r.loss_mask.sum(dtype=np.int64))
+                counts.truncated += int(r.truncated)
+        else:
+            counts.rejected[res.rejects[0].reason] += 1
+        if res.plan_stats is not None:
+            stats = res.plan_stats
+            for name in _summed_by_name(type(stats)):  # the fields both declare, added in place
+                value = getattr(stats, name)
+                if isinstance(value, Counter):
+                    getattr(counts, name).update(value)
+                elif value:
+                    setattr(counts, name, getattr(counts, name) + value)
+            counts.supervised_turns += sum(rp.supervised_turns for rp in stats.rows)
+        if res.placeholder_only:
+            if not res.rows and any(r.reason == reasons.NO_SUPERVISED_TURN for r in res.rejects):
+                counts.placeholder_rows += 1
+        elif res.empty_think and res.rows:
+            counts.empty_think_rows += 1
+    return acct
+
+
+@cache
+def _summed_by_name(stats_type: type) -> tuple[str, ...]:
+    """The row step's per-row counters (`render.ConversationPlan`) named like a field here:
+    summed into it by name, so a new counter is declared in the two places it means something."""
+    ours = {f.name for f in fields(SourceCounts)}
+    return tuple(f.name for f in fields(stats_type) if f.name in ours)

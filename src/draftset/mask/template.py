@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from draftset.config import defaults
+from draftset.core import defaults
 from draftset.core.errors import UsageError
 from draftset.core.hub import hub_offline
 from draftset.core.records import Message
 from draftset.mask.ambient import clock_kwargs, render_stock, split_clock
+from draftset.mask.harmony import HarmonyRender, served_with_harmony
 from draftset.mask.limits import (
     RENDER_CAP_FACTOR,
     RENDER_CAP_FLOOR,
@@ -189,6 +190,7 @@ class RenderKit:
     renders_reasoning: bool = True  # ... and renders reasoning_content before the answer
     string_arguments: bool = False  # ... and reads tool-call arguments as a JSON string
     serving_engine: str = DEFAULT_SERVING_ENGINE  # tools prepared as this engine does
+    harmony: bool = False  # the engine renders with harmony, not the template (mask/harmony.py)
 
 
 class Renderer:
@@ -202,6 +204,7 @@ class Renderer:
     renders_reasoning: bool = True
     string_arguments: bool = False
     serving_engine: str = "transformers"  # tools as given unless a spec or kit says otherwise
+    harmony: HarmonyRender | None = None  # set: the engine ignores the template (gpt-oss, vLLM)
     _compiled: Any
     _base_kwargs: dict[str, Any]
     # most characters one render may produce (`limits.render_char_cap`); None = unbounded
@@ -224,6 +227,7 @@ class Renderer:
         r.renders_reasoning = kit.renders_reasoning
         r.string_arguments = kit.string_arguments
         r.serving_engine = kit.serving_engine
+        r.harmony = HarmonyRender() if kit.harmony else None
         r._compiled = compiled
         r._base_kwargs = kit.base_kwargs
         return r
@@ -245,6 +249,8 @@ class Renderer:
         ``row_kwargs`` (the template options a row was generated with, recorded by `generate`)
         override the run's ``--template-kwargs``.
         """
+        if self.harmony is not None:
+            return self._render_harmony(messages, tools, add_generation_prompt, row_kwargs)
         if self._compiled is None:  # only a full ChatTemplate (fast=False) lacks it
             return self.render_reference(messages, tools, add_generation_prompt, row_kwargs)
         return self._render_compiled(messages, tools, add_generation_prompt, row_kwargs)
@@ -254,6 +260,21 @@ class Renderer:
         if self.max_chars is not None and len(text) > self.max_chars:
             raise _too_large(self.max_chars)
         return text
+
+    def _render_harmony(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool,
+        row_kwargs: dict[str, Any] | None,
+    ) -> str:
+        """What the engine renders instead of the template (mask/harmony.py)."""
+        assert self.harmony is not None
+        kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
+        text = self.harmony.render(
+            messages, self.served_tools(tools), add_generation_prompt, kwargs
+        )
+        return self.check_size(text)
 
     def render_reference(
         self,
@@ -337,7 +358,7 @@ class Renderer:
     @property
     def has_generation_tags(self) -> bool:
         """The template marks assistant output with ``{% generation %}`` blocks."""
-        return bool(_GENERATION_TAG.search(self.template_text))
+        return self.harmony is None and bool(_GENERATION_TAG.search(self.template_text))
 
     def generation_tag_spans(
         self,
@@ -431,8 +452,10 @@ class ChatTemplate(Renderer):
     def __init__(self, spec: TemplateSpec, fast: bool = True) -> None:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         try:
+            # lazy: transformers costs ~2-4 s (python -X importtime); workers rebuilding from a
+            # kit, `draftset --help` and show never load it
             from transformers import AutoTokenizer
-            from transformers.utils import logging as hf_logging
+            from transformers.utils import logging as hf_logging  # lazy: as above
 
             hf_logging.set_verbosity_error()
             path = _resolve_tokenizer_path(spec.tokenizer)
@@ -448,6 +471,10 @@ class ChatTemplate(Renderer):
         self.spec = spec
         self.backend = backend
         self.path = Path(path) if Path(path).is_dir() else None
+        # vLLM renders gpt-oss with harmony and ignores the template (mask/harmony.py)
+        self.harmony = (
+            HarmonyRender() if served_with_harmony(path, self.path, spec.serving_engine) else None
+        )
         self.template_text: str = spec.chat_template or self._own_template()
         self.template_kwargs = dict(spec.template_kwargs)
         self.serving_engine = spec.serving_engine
@@ -509,6 +536,7 @@ class ChatTemplate(Renderer):
             self.renders_reasoning,
             self.string_arguments,
             self.serving_engine,
+            self.harmony is not None,
         )
 
     def render_reference(
@@ -519,6 +547,8 @@ class ChatTemplate(Renderer):
         row_kwargs: dict[str, Any] | None = None,
     ) -> str:
         """The plain path: `transformers`' public ``apply_chat_template(tokenize=False)``."""
+        if self.harmony is not None:
+            return self._render_harmony(messages, tools, add_generation_prompt, row_kwargs)
         kwargs, clock = split_clock({**self.template_kwargs, **self._clock, **(row_kwargs or {})})
         if clock is not None:  # apply_chat_template cannot pass a function to the template
             special = self.tokenizer.special_tokens_map
@@ -567,6 +597,8 @@ class ChatTemplate(Renderer):
         tmpl = getattr(self.tokenizer, "chat_template", None)
         if isinstance(tmpl, dict):  # named templates: use the default one
             tmpl = tmpl.get("default")
+        if not tmpl and self.harmony is not None:
+            return ""  # the engine needs none: it renders harmony
         if not tmpl:
             raise TokenizerError(
                 f"tokenizer {self.spec.tokenizer!r} has no chat template; pass --chat-template FILE"
@@ -604,8 +636,8 @@ def model_stop_ids(tokenizer: str, folder: Path | None, n_tokens: int) -> list[i
     """``generation_config_stop_ids`` of the tokenizer folder, or of the hub repo's own
     ``generation_config.json`` when the tokenizer is a hub id (None when it has none)."""
     if folder is None:
-        try:  # lazy: only hub ids need it
-            from huggingface_hub import hf_hub_download
+        try:
+            from huggingface_hub import hf_hub_download  # lazy: only hub ids need it (~40 ms)
 
             folder = Path(hf_hub_download(tokenizer, "generation_config.json")).parent
         except Exception:  # no such file in the repo, or offline: nothing to read

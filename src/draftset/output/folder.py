@@ -18,6 +18,75 @@ from typing import Any
 
 from draftset.core.errors import UsageError
 
+MANIFEST_FORMAT = "draftset/1"
+"""The ``format`` key of every manifest.json draftset writes: the marker that lets
+``--overwrite`` replace a folder (any ``draftset/<n>`` version counts)."""
+
+
+def is_draftset_output(folder: Path) -> bool:
+    """True when ``folder/manifest.json`` is a JSON object with ``"format": "draftset/<n>"``."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    fmt = manifest.get("format") if isinstance(manifest, dict) else None
+    return isinstance(fmt, str) and fmt.startswith("draftset/")
+
+
+DRAFTSET_LATER_FILES = ("manifest.json", "verify.json")
+"""Files draftset writes into a set that its manifest's ``files`` does not list: the manifest
+itself and `verify`'s record."""
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """Entries inside a draftset output that its manifest does not list (relative paths, a
+    folder as ``name/``): what ``--overwrite`` would destroy.
+
+    Only a file the manifest names (``files``, plus manifest.json and verify.json) is
+    draftset's; a folder is draftset's when everything in it is (Parquet's ``data/``).
+    """
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        listed = set(manifest.get("files") or {}) | set(DRAFTSET_LATER_FILES)
+    except (OSError, ValueError, TypeError, AttributeError):
+        listed = set(DRAFTSET_LATER_FILES)
+
+    def walk(here: Path, prefix: str) -> tuple[list[str], bool]:
+        """(foreign entries below ``here``, whether any listed file is there)."""
+        try:
+            entries = sorted(os.scandir(here), key=lambda e: e.name)
+        except OSError:
+            return [prefix or "."], False
+        found: list[str] = []
+        any_listed = False
+        for entry in entries:
+            rel = prefix + entry.name
+            if entry.is_dir(follow_symlinks=False):
+                inner, has_listed = walk(Path(entry.path), rel + "/")
+                any_listed |= has_listed
+                if not has_listed:
+                    found.append(rel + "/")  # a folder of the user's: named, not its files
+                else:
+                    found += inner
+            elif rel in listed and entry.is_file(follow_symlinks=False):
+                any_listed = True
+            else:
+                found.append(rel)
+        return found, any_listed
+
+    return walk(folder, "")[0]
+
+
+def replaceable(folder: Path) -> bool:
+    """An existing folder ``--overwrite`` may replace: empty, or a draftset output holding
+    only what draftset wrote (`foreign_entries`)."""
+    try:
+        with os.scandir(folder) as entries:
+            empty = next(entries, None) is None
+    except OSError:
+        return False
+    return empty or (is_draftset_output(folder) and not foreign_entries(folder))
+
 
 class OutputExistsError(UsageError):
     """The output folder exists and --overwrite was not given (exit code 2)."""
@@ -92,9 +161,6 @@ def finalize_output(tmp: Path, out: Path) -> None:
     """
     (tmp / TMP_MARKER).unlink(missing_ok=True)  # finished: no longer a run in progress
     if out.exists():
-        # lazy: preflight imports output
-        from draftset.config.preflight import foreign_entries, replaceable
-
         if not replaceable(out):
             theirs = foreign_entries(out)[:5]
             held = f" (holds {', '.join(theirs)}, which draftset did not write)" if theirs else ""

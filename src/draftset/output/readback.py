@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from draftset.config import defaults
+from draftset.core import defaults
 from draftset.core.errors import UsageError
 from draftset.output import DEFAULT_FORMAT, FORMATS, layout
 from draftset.output.base import Layout, RowAccess, rel_name

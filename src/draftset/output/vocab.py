@@ -30,7 +30,7 @@ def write_token_freq(
 def save_token_freq_pt(path: Path, ids: np.ndarray, counts: np.ndarray) -> bool:
     """``torch.save`` of {id: count} (what speculators reads); False when torch is missing."""
     try:
-        import torch  # optional extra: only for the .pt file speculators reads
+        import torch  # lazy: optional extra, ~3 s to import; only for the .pt speculators reads
     except ImportError:
         return False
     torch.save(dict(zip(ids.tolist(), counts.tolist(), strict=True)), path)

@@ -24,10 +24,11 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from draftset.checks.verify import fast_checks
 from draftset.config.options import BuildOptions
 from draftset.config.preflight import check_build
 from draftset.core import reasons
-from draftset.core.counters import Accounting, count_results
+from draftset.core.counters import Accounting
 from draftset.core.errors import RunError
 from draftset.core.records import Normalized, PromptOnly, Reject
 from draftset.core.step import Sink
@@ -44,7 +45,7 @@ from draftset.engine.inline import InlineEngine
 from draftset.engine.pool import LocalPoolEngine
 from draftset.engine.worker import load_and_keep
 from draftset.mask.encode import EncodedRow
-from draftset.mask.step import ItemResult, MaskConfig
+from draftset.mask.step import ItemResult, MaskConfig, count_results
 from draftset.mask.template import (
     ChatTemplate,
     TemplateInfo,
@@ -56,14 +57,14 @@ from draftset.mask.template import (
 from draftset.output import writer_class
 from draftset.output.base import Writer
 from draftset.output.folder import finalize_output, prepare_output
-from draftset.output.manifest import build_manifest, write_manifest
-from draftset.output.readback import CheckResult
+from draftset.output.readback import CheckResult, open_output
 from draftset.output.vocab import (
     load_token_freq_pt,
     save_token_freq_pt,
     write_draft_vocab,
     write_token_freq,
 )
+from draftset.pipeline.manifest import build_manifest, write_manifest
 from draftset.select.mix import Selection, plan_selection, selection_total
 from draftset.sources.read import HUB_PREFIX, Source, scan_source
 
@@ -107,8 +108,6 @@ class BuildResult:
 
     def row(self, index: int) -> dict[str, Any]:
         """One row of the written set: id, source, input_ids, loss_mask (numpy), seq_len."""
-        from draftset.output.readback import open_output
-
         return open_output(self.out).row(index)
 
 
@@ -344,8 +343,6 @@ def _run(stage: _Stage, on_progress: Callable[[int, int], None] | None, t0: floa
     seconds = time.monotonic() - t0
     checks = []
     if writer.rows or acct.total().needs_generation:
-        from draftset.checks.verify import fast_checks
-
         pt = opts.out / "token_freq.pt"  # read in the helper while the checks recount here
         load_pt = (
             stage.prefetched("reading token_freq.pt", load_token_freq_pt, pt)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from draftset.config import defaults
+from draftset.core import defaults
 from draftset.engine import helper
 
 

@@ -42,7 +42,6 @@ from draftset.generation.options import (
     check_servers,
 )
 from draftset.generation.store import errors_path
-from draftset.inspect.report import write_report
 from draftset.mask.template import _resolve_tokenizer_path
 from draftset.pipeline.run_answers import answer_queue, fmt_counts
 from draftset.pipeline.run_resume import open_state, settings_of
@@ -59,6 +58,7 @@ from draftset.pipeline.run_state import (
     our_output,
     report_path,
 )
+from draftset.review.report import write_report
 
 if TYPE_CHECKING:
     from draftset.output.readback import CheckResult
@@ -136,7 +136,7 @@ def _verify(
     # run_verify records the result beside the set (OUT/verify.json), where `report` reads it
     server = None
     if opts.render_server:
-        from draftset.checks.serving import connect  # lazy, as above
+        from draftset.checks.serving import connect  # lazy: as above
 
         server = connect(opts.render_server)
     checks = run_verify(opts.build.out, speculators=opts.speculators, render_server=server)

@@ -158,7 +158,7 @@ def _clean(opts: RunOptions, data: dict[str, Any]) -> None:
     work = opts.work_dir
     ours = our_output(opts)
     if ours:
-        from draftset.config.preflight import foreign_entries  # lazy: build's checks
+        from draftset.output.folder import foreign_entries  # lazy: build's checks
 
         theirs = foreign_entries(opts.build.out)
         if theirs:

@@ -26,10 +26,15 @@ import numpy as np
 from draftset.core import reasons
 from draftset.core.counters import Accounting
 from draftset.core.ids import IdRegistry, duplicate_id_message
+from draftset.core.modes import row_mode
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
+from draftset.select.decontam import Decontaminator, load_benchmark_prompts
+from draftset.select.dedup import make_dedupers
+from draftset.select.modes import MixTargets, select_mix
 from draftset.sources.normalize import UNREAD_FIELDS
+from draftset.sources.overlay import Overlay
 from draftset.sources.presets import source_normalizer
-from draftset.sources.read import Source, count_rows, iter_raw_rows
+from draftset.sources.read import Source, count_rows, iter_raw_rows, sha256_file
 
 
 @dataclass
@@ -139,13 +144,9 @@ class Filters:
     """The stateful row filters of one pass, in their fixed order."""
 
     def __init__(self, spec: SelectionSpec) -> None:
-        from draftset.select.dedup import make_dedupers
-
         self.steps: list[Any] = []
         self.decontaminator = None
         if spec.decontaminate:
-            from draftset.select.decontam import Decontaminator, load_benchmark_prompts
-
             items = load_benchmark_prompts(spec.decontaminate)
             self.decontaminator = Decontaminator(items, n=spec.decontaminate_ngram)
             self.steps.append(self.decontaminator)
@@ -203,8 +204,6 @@ def _is_candidate(item: Normalized) -> bool:
 
 def _mix_selection(spec: SelectionSpec) -> tuple[set[tuple[str, int]], dict[str, Any]]:
     """Pre-pass: every candidate row's (source, mode), then a selection meeting the targets."""
-    from draftset.select.modes import MixTargets, row_mode, select_mix
-
     assert spec.mix is not None
     names = [s.name for s in spec.sources]
     keys: list[tuple[str, int]] = []
@@ -253,8 +252,6 @@ class Selection:
         if not self.spec.overlay:
             yield from self._selected()
             return
-        from draftset.sources.overlay import Overlay
-
         overlay = Overlay(self.spec.overlay)  # after selection: answers rejoin their rows by id
         try:
             for item in self._selected():
@@ -295,15 +292,11 @@ def selection_total(plan: tuple[dict[str, int], dict[str, np.ndarray | None]]) -
 
 def benchmark_files(spec: SelectionSpec) -> list[dict[str, Any]]:
     """Decontamination files with their hashes, for the manifest."""
-    from draftset.sources.read import sha256_file
-
     return [{"path": p, "sha256": sha256_file(Path(p))} for p in spec.decontaminate]
 
 
 def overlay_files(spec: SelectionSpec) -> list[dict[str, Any]]:
     """`run`'s answer / error files with their hashes, for the manifest (verify re-reads them)."""
-    from draftset.sources.read import sha256_file
-
     return [
         {"path": p, "sha256": sha256_file(Path(p)) if Path(p).exists() else None}
         for p in spec.overlay

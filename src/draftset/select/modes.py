@@ -4,16 +4,7 @@ per-source targets.
 A drafter trained only on thinking answers collapses when served with thinking off (and the
 reverse), so a mixture records each row's mode and can ask for a share of each.
 
-Modes (`row_mode`), first match wins:
-
-- ``thinking``: an assistant turn has non-empty ``reasoning_content`` (recorded reasoning wins
-  over any "off" flag: the row does hold a thinking answer);
-- ``no_thinking``: thinking is explicitly off for the row: ``metadata.chat_template_kwargs.
-  enable_thinking`` is false, ``metadata.thinking == "off"`` (set by the Nemotron presets from
-  the set's ``reasoning: off`` column), the Llama-Nemotron system prompt is exactly
-  ``detailed thinking off``, a system turn holds ``/no_think`` (Nemotron v1.5 / Nano-2 and
-  Qwen3 soft switch), or the run renders with ``enable_thinking=False``;
-- ``no_reasoning``: everything else (plain chat / instruction data, no statement either way).
+Each row's mode is `draftset.core.modes.row_mode` (the rules are there).
 
 `select_mix` is the selection: given each candidate row's source and mode (arrays) and the
 targets, it returns a boolean mask whose per-mode and per-source counts equal integer targets
@@ -33,62 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from draftset.core.errors import UsageError
-from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly
-
-THINKING = "thinking"
-NO_THINKING = "no_thinking"
-NO_REASONING = "no_reasoning"
-MODES: tuple[str, ...] = (THINKING, NO_THINKING, NO_REASONING)
-
-NEMOTRON_OFF_PROMPT = "detailed thinking off"
-NO_THINK_SWITCH = "/no_think"
-
-
-# --- per row -------------------------------------------------------------------------------------
-
-
-def _meta_says_off(meta: Mapping[str, Any]) -> bool:
-    metadata = meta.get("metadata")
-    for holder in (meta, metadata if isinstance(metadata, Mapping) else {}):
-        kwargs = holder.get("chat_template_kwargs")
-        if isinstance(kwargs, Mapping) and kwargs.get("enable_thinking") is False:
-            return True
-        thinking = holder.get("thinking")
-        if thinking is False or (isinstance(thinking, str) and thinking.lower() == "off"):
-            return True
-    return False
-
-
-def _prompt_says_off(messages: Sequence[Mapping[str, Any]]) -> bool:
-    for m in messages:
-        if m.get("role") != "system":
-            continue
-        text = m.get("content") or ""
-        if text.strip().lower() == NEMOTRON_OFF_PROMPT or NO_THINK_SWITCH in text:
-            return True
-    return False
-
-
-def row_mode(item: Normalized, template_kwargs: Mapping[str, Any] | None = None) -> str:
-    """The row's mode, one of `MODES` (rules in the module docstring).
-
-    ``template_kwargs`` are the run's template options: ``enable_thinking=False`` there makes
-    every row without recorded reasoning ``no_thinking``.
-    """
-    if isinstance(item, PreTokenized):
-        return NO_REASONING  # no messages to look at
-    if not isinstance(item, Conversation | PromptOnly):
-        raise TypeError(f"row_mode needs a Conversation or PromptOnly, got {type(item).__name__}")
-    if any(m.get("role") == "assistant" and m.get("reasoning_content") for m in item.messages):
-        return THINKING
-    if (
-        _meta_says_off(item.meta)
-        or _prompt_says_off(item.messages)
-        or (template_kwargs is not None and template_kwargs.get("enable_thinking") is False)
-    ):
-        return NO_THINKING
-    return NO_REASONING
-
+from draftset.core.modes import MODES
 
 # --- targets and report --------------------------------------------------------------------------
 

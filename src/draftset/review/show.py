@@ -20,7 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from draftset.config import defaults
+from draftset.core import defaults
 from draftset.core.errors import UsageError
 from draftset.core.terminal import visible, visible_parts
 from draftset.core.words import plural

@@ -10,7 +10,7 @@ request alone, so a demo runs anywhere in seconds and a resumed run gives the sa
   (so tool-calling prompts end at that call, as they do when a real model calls a tool);
 - after a tool result it answers in text.
 
-Run it with ``python -m draftset.testing.standin_server --port 8000`` (prints its URL), or in
+Run it with ``python examples/standin_server.py --port 8000`` (prints its URL), or in
 a thread: ``with StandinServer() as srv: srv.url``. Standard library only.
 """
 
@@ -138,7 +138,7 @@ class StandinServer:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
-        prog="python -m draftset.testing.standin_server",
+        prog="python examples/standin_server.py",
         description="A deterministic stand-in for a vLLM server (not a model): for demos/tests.",
     )
     ap.add_argument("--port", type=int, default=8000, help="0 picks a free port")

@@ -1,7 +1,8 @@
 """manifest.json: what a set was built from, how, what it holds, and every file's sha256.
 
 `verify` proves a set against this record, `--overwrite` recognises a draftset output by its
-``format`` key, and `draftset run` by its ``run`` section.
+``format`` key, and `draftset run` by its ``run`` section. It is the build job's record of all
+its stages (options, sources, template, selection), so it lives with the job, not the writers.
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from draftset import __version__
 from draftset.config.options import BuildOptions
 from draftset.core.counters import Accounting
+from draftset.core.version import package_version
 from draftset.mask.ambient import reads_clock
 from draftset.mask.template import TemplateInfo
 from draftset.output.base import Writer, rel_name
+from draftset.output.folder import MANIFEST_FORMAT
 from draftset.select.mix import SelectionSpec, benchmark_files, overlay_files
 from draftset.sources.read import describe_inputs, sha256_file
 
@@ -58,8 +60,8 @@ def build_manifest(
     for extra in SIDE_FILES:
         files[extra] = sha256_file(folder / extra)
     manifest: dict[str, Any] = {
-        "draftset_version": __version__,
-        "format": "draftset/1",
+        "draftset_version": package_version(),
+        "format": MANIFEST_FORMAT,
         "output_format": writer.format,
         "inputs": [
             {
@@ -90,7 +92,12 @@ def build_manifest(
             "eot_tokens": list(info.kit.eot_tokens),
             # the instant the template's strftime_now read (mask/ambient.py); verify renders
             # with it, so a set built one day still verifies the next
-            **({"now": opts.template_now} if reads_clock(info.kit.template_text) else {}),
+            # (harmony's system message holds the date: mask/harmony.py)
+            **(
+                {"now": opts.template_now}
+                if reads_clock(info.kit.template_text) or info.kit.harmony
+                else {}
+            ),
             "serving_engine": info.kit.serving_engine,
         },
         "options": options,

@@ -17,12 +17,10 @@ from typing import Any
 import numpy as np
 
 from draftset.checks.verify import fast_checks, read_record
-from draftset.config import defaults
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.core.counters import SUMMARY_COLUMNS, summary_row
 from draftset.core.errors import UsageError
 from draftset.core.terminal import visible, visible_parts
-from draftset.inspect.show import load_decoder
 from draftset.output.readback import (
     OutputSet,
     RowStats,
@@ -30,6 +28,7 @@ from draftset.output.readback import (
     row_stats,
     supervised_runs,
 )
+from draftset.review.show import load_decoder
 
 COVERAGE_MARKS = (1024, 4096, 8192, 16384, 32000, 65536)
 EXAMPLE_ROWS = 4

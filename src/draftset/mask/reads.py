@@ -1,0 +1,71 @@
+"""What a chat template is given for a row: the normalized messages put back the way this
+template reads them (docs/semantics.md: one rule for build and verify).
+
+`sources.normalize` moves inline reasoning and keeps the tool-call arguments as written in
+``Conversation.meta``; a template concern decides what it sees, so it lives beside the template.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from draftset.core.records import ARGUMENTS_TEXT, INLINE_REASONING, Message
+from draftset.mask.template import as_content_parts
+
+
+def as_template_reads(
+    messages: list[Message],
+    meta: dict[str, Any],
+    content_parts: bool = False,
+    renders_reasoning: bool = True,
+    string_arguments: bool = False,
+) -> list[Message]:
+    """The messages a template is given (docs/semantics.md, one rule for build and verify).
+
+    Inline reasoning stays moved only when the template renders ``reasoning_content`` before
+    the answer (``renders_reasoning``, probed once per template); otherwise the turn gets its
+    content back exactly as written. A move may change the render (gpt-oss: the analysis
+    channel; MiniMax-M3: ``<mm:think>``): the turn is then rendered as the model writes
+    reasoning (docs/semantics.md). Templates that read content only as a list of parts
+    (``content_parts``) get the text as one text part. Templates that read tool-call
+    arguments only as a string (``string_arguments``) get each call's arguments as the row
+    wrote them (the JSON text the model generated), or as compact JSON when the row gave an
+    object.
+    """
+    inline = meta.get(INLINE_REASONING) if not renders_reasoning else None
+    out = messages
+    if string_arguments:
+        out = _arguments_as_text(out, meta.get(ARGUMENTS_TEXT) or {})
+    if inline:
+        out = list(messages)
+        for i, original in inline.items():
+            if i < len(out):
+                msg = {k: v for k, v in out[i].items() if k != "reasoning_content"}
+                msg["content"] = original
+                out[i] = msg
+    return as_content_parts(out) if content_parts else out
+
+
+def _arguments_as_text(messages: list[Message], texts: dict[int, dict[int, str]]) -> list[Message]:
+    out = list(messages)
+    for i, m in enumerate(messages):
+        calls = m.get("tool_calls")
+        if m.get("role") != "assistant" or not calls:
+            continue
+        written = texts.get(i) or {}
+        out[i] = {
+            **m,
+            "tool_calls": [
+                {
+                    **c,
+                    "function": {
+                        **c["function"],
+                        "arguments": written.get(k)
+                        or json.dumps(c["function"]["arguments"], ensure_ascii=False),
+                    },
+                }
+                for k, c in enumerate(calls)
+            ],
+        }
+    return out

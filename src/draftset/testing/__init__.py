@@ -1,1 +1,0 @@
-"""Helpers for trying draftset without a GPU: a stand-in for a vLLM server."""

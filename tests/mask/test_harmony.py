@@ -1,0 +1,178 @@
+"""gpt-oss under vLLM (issue 24): vLLM 0.33.0 ignores the chat template of a ``gpt_oss`` model
+and renders harmony (mask/harmony.py). With ``serving_engine: vllm`` a gpt-oss set's context
+tokens equal what vLLM feeds the model, and its supervised tokens are what the model writes.
+
+The reference is vLLM itself: ``tests/data/serving/gpt_oss_vllm_prompts.json`` holds the token
+ids `vllm launch render` returned for every turn's prompt of the serving conversations
+(``_source`` in the file), with the server's date pinned to 2026-01-15; the live-server suite is
+tests/checks/test_render_server.py. Needs the harmony library (``draftset[harmony]``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import REPO, trl_template
+
+from draftset.checks.verify import run_verify
+from draftset.config.options import BuildOptions
+from draftset.core.errors import UsageError
+from draftset.pipeline.build import run_build
+from draftset.sources.read import Source
+
+DATA = REPO / "tests" / "data" / "serving"
+RECORDED = json.loads((DATA / "gpt_oss_vllm_prompts.json").read_text())
+NOW = "2026-01-15T09:30:00"  # the recorded server's VLLM_SYSTEM_START_DATE, a past day
+LENML = Path(sys.prefix) / "share" / "draftset-test-tokenizers" / "lenml" / "gptoss"
+
+
+def model_folder(root: Path, config: bool = True) -> Path:
+    """The real gpt-oss tokenizer files + gpt-oss's config.json and generation_config.json."""
+    if not (LENML / "tokenizer.json").is_file():
+        pytest.fail(f"{LENML}/tokenizer.json is missing: run `scripts/setup.sh test`")
+    folder = root / ("gptoss" if config else "gptoss-noconfig")
+    folder.mkdir()
+    for f in LENML.iterdir():
+        (folder / f.name).symlink_to(f)
+    for f in (DATA / "models" / "gpt_oss").glob("*.json"):
+        if config or f.name != "config.json":
+            (folder / f.name).write_text(f.read_text())
+    return folder
+
+
+def build(tmp: Path, folder: Path, turns: str, **kw) -> Path:
+    opts = BuildOptions(
+        [Source("conversations", DATA / "conversations.jsonl")],
+        str(folder),
+        tmp / f"set-{turns}",
+        turns=turns,
+        workers=1,
+        template_now=NOW,
+        # what the previous session's suite passed to vLLM: the engine ignores it for gpt-oss
+        chat_template_path=str(trl_template("gptoss")),
+        **kw,
+    )
+    return run_build(opts).out
+
+
+def rows(out: Path) -> list[tuple[str, list[int], list[int]]]:
+    with pa.memory_map(str(next(out.glob("*.arrow")))) as f:
+        t = pa.ipc.open_stream(f).read_all()
+    return list(
+        zip(
+            t["id"].to_pylist(),
+            t["input_ids"].to_pylist(),
+            t["loss_mask"].to_pylist(),
+            strict=True,
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return model_folder(tmp_path_factory.mktemp("tok"))
+
+
+def test_each_rows_context_is_vllms_prompt(tmp_path: Path, folder: Path) -> None:
+    """Every `each` row: the tokens before its supervised run are, id for id, the prompt vLLM
+    rendered for that turn (built "on" 2026-01-15, today being later: the pinned clock); the
+    run is what gpt-oss writes — its analysis, then the answer ending <|return|> or one call
+    ending <|call|> — read back by the harmony library's own parser as the row's message.
+    Before, the set was rendered with trl's gpt-oss template: no row's context was vLLM's."""
+    from openai_harmony import HarmonyEncodingName, Role, StreamableParser, load_harmony_encoding
+
+    enc = load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+    convs = {
+        c["id"]: c for c in map(json.loads, (DATA / "conversations.jsonl").read_text().splitlines())
+    }
+    out = build(tmp_path, folder, "each")
+    written = rows(out)
+    assert len(written) == 14
+    for rid, ids, mask in written:
+        conv_id, _, k = rid.rpartition("#")
+        messages = convs[conv_id]["messages"]
+        j = [i for i, m in enumerate(messages) if m["role"] == "assistant"][int(k)]
+        start = mask.index(1)
+        assert ids[:start] == RECORDED["prompts"][conv_id][str(j)], rid
+        assert all(mask[start:]), rid  # the row ends with its generation
+        parser = StreamableParser(enc, role=Role.ASSISTANT)
+        for tok in ids[start:]:
+            parser.process(tok)
+        got = [(m.channel, m.recipient, m.content[0].text) for m in parser.messages]
+        msg = messages[j]
+        want = (
+            [("analysis", None, msg["reasoning_content"])] if msg.get("reasoning_content") else []
+        )
+        if msg.get("tool_calls"):
+            fn = msg["tool_calls"][0]["function"]
+            want.append(("commentary", f"functions.{fn['name']}", fn["arguments"]))
+        else:
+            want.append(("final", None, msg["content"]))
+        assert got == want, rid
+        assert enc.decode(ids[-1:]) == ("<|call|>" if msg.get("tool_calls") else "<|return|>")
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["template"]["now"] == NOW  # harmony's system message reads the date
+    assert [
+        f for f in run_verify(out, speculators=False) if f.failed and f.name != "drafter_fitness"
+    ] == []
+
+
+def test_all_supervises_only_turns_vllm_prompts_as_generated(tmp_path: Path, folder: Path) -> None:
+    """`all`: vLLM's later prompts drop an answered turn's analysis and end its answer with
+    <|end|>, not the <|return|> the model wrote: such a turn is context, counted; a tool call
+    (kept as written) stays supervised. Every supervised run's context is vLLM's prompt."""
+    out = build(tmp_path, folder, "all")
+    by_id = {rid: (ids, mask) for rid, ids, mask in rows(out)}
+    for conv_id, turns in RECORDED["prompts"].items():
+        if conv_id not in by_id:
+            continue
+        ids, mask = by_id[conv_id]
+        starts = [i for i in range(1, len(mask)) if mask[i] and not mask[i - 1]]
+        prompts = [p for p in turns.values() if ids[: len(p)] == p]
+        for s in starts:
+            assert any(len(p) == s for p in prompts), (conv_id, s)
+    # multi_turn_reasoning: turn 1 (analysis + "7" + <|return|>) is not what the next prompt
+    # holds, so only turn 3 is supervised; the tool loop keeps all three turns
+    assert sum(np.diff([0, *by_id["multi_turn_reasoning"][1]]) == 1) == 1
+    assert sum(np.diff([0, *by_id["tool_loop_empty_reasoning"][1]]) == 1) == 3
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["counts"]["total"]["context_turns_by_reason"] == {"history_render_differs": 2}
+
+
+def test_harmony_only_for_gpt_oss_served_by_vllm(tmp_path: Path, folder: Path) -> None:
+    """The choice is vLLM's own (``config.json`` model_type ``gpt_oss``), not a registry: the
+    same files without config.json, or with serving_engine transformers, render the template."""
+    from draftset.mask.template import ChatTemplate, TemplateSpec
+
+    text = trl_template("gptoss").read_text()
+    served = ChatTemplate(TemplateSpec(str(folder), text, now=NOW, serving_engine="vllm"))
+    plain = ChatTemplate(TemplateSpec(str(folder), text, now=NOW, serving_engine="transformers"))
+    bare = model_folder(tmp_path, config=False)
+    no_config = ChatTemplate(TemplateSpec(str(bare), text, now=NOW, serving_engine="vllm"))
+    # a system prompt: vLLM gives it as the developer message's instructions
+    chat = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "What is 2+2?"},
+    ]
+    assert served.harmony is not None and plain.harmony is None and no_config.harmony is None
+    vllm = RECORDED["prompts"]["system_reasoning"]["2"]
+    for t, equal in ((served, True), (plain, False), (no_config, False)):
+        text = t.render(chat, add_generation_prompt=True)
+        assert (t.tokenizer.encode(text, add_special_tokens=False) == vllm) is equal
+
+
+def test_missing_library_is_one_line(monkeypatch, folder: Path) -> None:
+    """Without the harmony library: a usage error (exit 2) naming the extra, before any work."""
+    from draftset.mask import harmony
+    from draftset.mask.template import ChatTemplate, TemplateSpec
+
+    monkeypatch.setitem(sys.modules, "openai_harmony", None)
+    monkeypatch.setattr(harmony, "_ENCODING", [])
+    with pytest.raises(UsageError) as err:
+        ChatTemplate(TemplateSpec(str(folder), None, now=NOW, serving_engine="vllm"))
+    assert "draftset[harmony]" in str(err.value) and "\n" not in str(err.value)
