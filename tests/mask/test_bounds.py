@@ -155,6 +155,38 @@ def test_time_limit_in_the_main_thread_restores_the_alarm_handler():
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
+def test_a_retry_on_the_way_out_never_leaves_the_timer_firing():
+    """The timeout is raised again every 0.1 s until the block has ended. One that landed on
+    the way out, in an enclosing block's exit before the timer's own (two context managers
+    deep: a probe on a machine with a load of 11), replaced the first and skipped the
+    disarming: the timer then fired for ever, ending the process at exit with SIGALRM."""
+    import signal
+
+    before = signal.getsignal(signal.SIGALRM)
+
+    class SlowExit:  # an enclosing block whose exit takes longer than the retry interval
+        def __enter__(self) -> None:
+            self.limit = time_limit(0.2)
+            self.limit.__enter__()
+
+        def __exit__(self, *exc: object) -> bool | None:
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 0.5:
+                pass
+            return self.limit.__exit__(*exc)
+
+    block = SlowExit()  # held, as a traceback holds the frames of the blocks it passed
+    try:
+        with pytest.raises(RenderTimeout), block:
+            while True:
+                pass
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        assert signal.getsignal(signal.SIGALRM) == before
+    finally:  # before the fix: the timer is still running; stop it for the other tests
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+
+
 # --- too_long without tokenizing everything -------------------------------------------------
 def _qwen_backend():
     from tokenizers import Tokenizer

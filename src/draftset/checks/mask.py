@@ -137,12 +137,13 @@ def _shape(tmpl: ChatTemplate) -> tuple[bool, bool, bool]:
     through the public path."""
     shape = getattr(tmpl, "verify_shape", None)
     if shape is None:
-        parts = probe_content_parts(tmpl.render_reference)
-        shape = (
-            parts,
-            probe_renders_reasoning(tmpl.render_reference, parts),
-            probe_string_arguments(tmpl.render_reference, parts),
-        )
+        with tmpl.bounded_probes():
+            parts = probe_content_parts(tmpl.render_reference)
+            shape = (
+                parts,
+                probe_renders_reasoning(tmpl.render_reference, parts),
+                probe_string_arguments(tmpl.render_reference, parts),
+            )
         tmpl.verify_shape = shape  # type: ignore[attr-defined]
     return shape
 

@@ -37,6 +37,10 @@ class SidecarError(RunError):
     """The helper process died (the job's own exceptions are re-raised as they are)."""
 
 
+class MainGuardMissing(SidecarError):
+    """The helper could not start: the calling script lacks its ``__main__`` guard."""
+
+
 MAIN_GUARD = (
     "a script that calls draftset (build, run, verify, ...) must do so under"
     ' `if __name__ == "__main__":` (draftset starts its worker processes with spawn, which'
@@ -87,7 +91,9 @@ class Sidecar:
         if self._process is not None:
             self._process.join(5)  # reaped by the pool already, or about to be
             if self._process.exitcode == _REFUSED:  # it said why in one line: nothing to add
-                raise SidecarError(f"the helper process could not start: {MAIN_GUARD}") from None
+                raise MainGuardMissing(
+                    f"the helper process could not start: {MAIN_GUARD}"
+                ) from None
         raise SidecarError(
             f"the helper process died while {what} (killed, or out of memory?)"
         ) from exc

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.core.modes import NO_REASONING, row_mode
 from draftset.core.records import Conversation, Normalized
-from draftset.mask.template import _compile
+from draftset.mask.limits import RENDER_CAP_FLOOR, RenderLimit, time_limit
+from draftset.mask.template import TokenizerError, _compile, render_within
 
 _ANSWER, _REASONING = "ANSWER-7f3a", "REASONING-7f3a"
 
@@ -58,10 +60,13 @@ class EmptyThinkProbe:
         template_text: str,
         base_kwargs: Mapping[str, Any],
         call: Callable[..., bool] | None = None,
+        *,
+        timeout: float | None = defaults.RENDER_TIMEOUT,
+        name: str = "(given as text)",
     ) -> None:
         self.template_text = template_text
         self.base_kwargs = dict(base_kwargs)
-        self.call = call or trains_empty_think
+        self.call = call or partial(trains_empty_think, timeout=timeout, name=name)
         self._cache: dict[str, bool] = {}
 
     def thinks(self, row_kwargs_json: str = "{}") -> bool:
@@ -71,26 +76,42 @@ class EmptyThinkProbe:
         return self._cache[row_kwargs_json]
 
 
-def trains_empty_think(template_text: str, kwargs: dict[str, Any]) -> bool:
+def trains_empty_think(
+    template_text: str,
+    kwargs: dict[str, Any],
+    timeout: float | None = defaults.RENDER_TIMEOUT,
+    name: str = "(given as text)",
+) -> bool:
     """Render ``user, assistant`` with and without reasoning and compare the generations: the
     template "thinks" when the generation with reasoning, minus the reasoning text, equals the
     generation without it (same wrapper, nothing inside) and that wrapper is not blank. A
-    template that cannot render the probe says False."""
+    template that cannot render the probe says False; one that passes a bound (``timeout``
+    for the three renders, a row's size cap on each) is a `TokenizerError` naming ``name``."""
     try:
         compiled = _compile(template_text)
 
         def render(msgs: list[dict[str, Any]], gen: bool) -> str:
-            return str(
-                compiled.render(
-                    messages=msgs, tools=None, documents=None, add_generation_prompt=gen, **kwargs
-                )
+            return render_within(
+                compiled,
+                RENDER_CAP_FLOOR,
+                messages=msgs,
+                tools=None,
+                documents=None,
+                add_generation_prompt=gen,
+                **kwargs,
             )
 
         user = {"role": "user", "content": "Q"}
         plain = {"role": "assistant", "content": _ANSWER}
         with_r = {**plain, "reasoning_content": _REASONING, "thinking": _REASONING}
-        prompt = render([user], True)
-        full_plain, full_r = render([user, plain], False), render([user, with_r], False)
+        with time_limit(timeout):
+            prompt = render([user], True)
+            full_plain, full_r = render([user, plain], False), render([user, with_r], False)
+    except RenderLimit as exc:
+        raise TokenizerError(
+            f"chat template {name}: a probe render (does it train an empty think block)"
+            f" stopped: {exc.message or exc}"
+        ) from None
     except Exception:
         return False
     if not (full_plain.startswith(prompt) and full_r.startswith(prompt)):

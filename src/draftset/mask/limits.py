@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -112,7 +113,11 @@ def _alarm(seconds: float) -> Iterator[None]:
     armed = True
 
     def on_alarm(signum: int, frame: Any) -> None:
-        if armed:  # a signal already pending when the block ended is ignored
+        # a signal already pending when the block ended is ignored; so is one that lands
+        # while a limit is being handled (on its way out through the exits of the blocks,
+        # this one's included: raised there, it would skip the disarming below and fire on
+        # for ever, seen on a loaded machine); once that handling ends, it fires again
+        if armed and not isinstance(sys.exception(), RenderLimit):
             raise RenderTimeout(_timeout_message(seconds))
 
     previous = signal.signal(signal.SIGALRM, on_alarm)

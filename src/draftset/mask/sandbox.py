@@ -44,11 +44,14 @@ in, so nothing can change them):
   decided by ``getattr`` above (``list.append`` is refused there).
 
 Values a template builds are bounded before they are built (docs/semantics.md, "Bounded work"):
-``*`` and ``**`` are intercepted binary operators (`call_binop`), and a str method that pads
-to a width (``center``, ``ljust``, ``rjust``, ``zfill``, ``expandtabs``) is checked in `call`: a
-result longer than ``value_cap`` characters (items, digits) raises `RenderTooLarge` from its
-operands' sizes, so ``'x' * 3000000000`` costs nothing. Jinja never folds an intercepted
-operator into a constant while compiling, so compiling such a template costs nothing either.
+``*``, ``**`` and ``+`` are intercepted binary operators (`call_binop`), ``~`` is compiled to
+`MemoSandbox.call_concat` (`BoundedCodeGenerator`, Jinja's ``code_generator_class`` hook), and a
+str method that pads to a width (``center``, ``ljust``, ``rjust``, ``zfill``, ``expandtabs``) is
+checked in `call`: a result longer than ``value_cap`` characters (items, digits) raises
+`RenderTooLarge` from its operands' sizes, so ``'x' * 3000000000`` costs nothing, and a string
+doubled in a loop (``s ~ s``, ``s + s``) stops at the cap instead of at the timeout, gigabytes
+later. Jinja never folds an intercepted operator into a constant while compiling, so compiling
+such a template costs nothing either.
 
 A compiled template's globals are one plain dict (`MemoSandbox.make_globals`) instead of Jinja's
 ChainMap over the environment's, which every render copied key by key in Python.
@@ -67,6 +70,7 @@ from typing import Any
 
 import jinja2
 from jinja2 import nodes
+from jinja2.compiler import CodeGenerator, Frame
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from draftset.mask.limits import RENDER_CAP_FLOOR, RenderTooLarge
@@ -113,24 +117,63 @@ def _refuse(size: int, cap: int, what: str) -> RenderTooLarge:
     )
 
 
+class BoundedCodeGenerator(CodeGenerator):
+    """Jinja's code generator, except that ``a ~ b`` calls ``environment.call_concat`` with the
+    join Jinja would call, so the joined size is checked first (`MemoSandbox.call_concat`)."""
+
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        # the join Jinja's own visit_Concat picks (jinja2/compiler.py, 3.1)
+        if frame.eval_ctx.volatile:
+            join = "(markup_join if context.eval_ctx.volatile else str_join)"
+        elif frame.eval_ctx.autoescape:
+            join = "markup_join"
+        else:
+            join = "str_join"
+        self.write(f"environment.call_concat({join}, (")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+
 class MemoSandbox(ImmutableSandboxedEnvironment):
     """`ImmutableSandboxedEnvironment` whose attribute verdicts are kept per (type, name)."""
 
     _memo: dict[tuple[type, str], bool]
     _abc_token: object
-    # the operators that build a value far larger than their operands: never folded into a
-    # constant while compiling, checked by `call_binop` while rendering. ``+`` (at most the
-    # sum of two values a render already holds) is not: templates use it ~50 times a render,
-    # and each intercepted operator costs a Python call (~8% of a render)
-    intercepted_binops = frozenset({"*", "**"})
+    # the operators that build a value larger than their operands: never folded into a
+    # constant while compiling, checked by `call_binop` while rendering. ``+`` too: at most the
+    # sum of two values a render holds, but ``s + s`` in a loop doubles a string to gigabytes
+    # within the time bound (3.5 GB in 5 s)
+    intercepted_binops = frozenset({"*", "**", "+"})
+    code_generator_class = BoundedCodeGenerator
     value_cap: int = RENDER_CAP_FLOOR
     """Most characters (items, digits) one value may have; the renderer sets the row's cap."""
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "+":  # the common case, kept to two len() calls
+            if type(left) is str and type(right) is str:
+                if len(left) + len(right) > self.value_cap:
+                    raise _refuse(len(left) + len(right), self.value_cap, "str + str")
+                return left + right
+            size = binop_result_size(operator, left, right)
+            if size > self.value_cap:
+                raise _refuse(size, self.value_cap, f"{type(left).__name__} + ...")
+            return left + right
         size = binop_result_size(operator, left, right)
         if size > self.value_cap:
             raise _refuse(size, self.value_cap, f"{type(left).__name__} {operator} ...")
         return super().call_binop(context, operator, left, right)
+
+    def call_concat(self, join: Any, parts: tuple[Any, ...]) -> Any:
+        """``a ~ b ~ ...``: Jinja's own join of the parts (``str_join`` or ``markup_join``),
+        refused before it runs when the parts' text is longer than ``value_cap``."""
+        size = 0
+        for part in parts:
+            size += len(part) if type(part) is str else len(str(part))
+        if size > self.value_cap:
+            raise _refuse(size, self.value_cap, "~")
+        return join(parts)
 
     @classmethod
     def overlay_of(cls, env: ImmutableSandboxedEnvironment) -> MemoSandbox:

@@ -90,7 +90,12 @@ class MaskStep:
         self.vocab_size = config.vocab_size
         self.render_timeout = config.render_timeout
         self.template_kwargs = config.spec.template_kwargs
-        self.probe = EmptyThinkProbe(self.template.template_text, self.template.base_kwargs)
+        self.probe = EmptyThinkProbe(
+            self.template.template_text,
+            self.template.base_kwargs,
+            timeout=config.render_timeout,
+            name=config.spec.template_name(),
+        )
         self._bound: tuple[int | None] | None = None  # token_bytes_bound, once needed
 
     def __call__(self, batch: list[Normalized]) -> list[ItemResult]:

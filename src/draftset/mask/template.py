@@ -18,6 +18,7 @@ import json
 import os
 import re
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -316,24 +317,15 @@ class Renderer:
                 add_generation_prompt=add_generation_prompt,
                 **kwargs,
             )
-        # the same render as pieces (Jinja's render is "".join of them), so a template that
-        # writes without end is stopped at the cap instead of filling memory
-        cap = self.max_chars
-        pieces = self._compiled.generate(
+        return render_within(
+            self._compiled,
+            self.max_chars,
             messages=chat,
             tools=tools,
             documents=None,
             add_generation_prompt=add_generation_prompt,
             **kwargs,
         )
-        parts: list[str] = []
-        size = 0
-        while chunk := list(islice(pieces, 256)):  # counted a chunk at a time: C-speed
-            size += sum(map(len, chunk))
-            if size > cap:
-                raise _too_large(cap)
-            parts += chunk
-        return "".join(parts)
 
     def served_tools(self, tools: list[dict[str, Any]] | None) -> list[Any] | None:
         """``tools`` as the serving engine gives them to the template (mask/serving.py)."""
@@ -408,6 +400,27 @@ def config_vocab_size(tokenizer: str) -> int | None:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return n if n > 0 else None
+
+
+def render_within(compiled: Any, cap: int, **variables: Any) -> str:
+    """``compiled.render(**variables)`` that stops at ``cap`` characters (`RenderTooLarge`).
+
+    The same render as pieces (Jinja's render is "".join of them), so a template that writes
+    without end is stopped at the cap instead of filling memory; and every value it builds is
+    held to the same cap (`MemoSandbox.value_cap`).
+    """
+    env = compiled.environment
+    if type(env) is MemoSandbox:
+        env.value_cap = cap
+    pieces = compiled.generate(**variables)
+    parts: list[str] = []
+    size = 0
+    while chunk := list(islice(pieces, 256)):  # counted a chunk at a time: C-speed
+        size += sum(map(len, chunk))
+        if size > cap:
+            raise _too_large(cap)
+        parts += chunk
+    return "".join(parts)
 
 
 def _too_large(cap: int) -> RenderTooLarge:
@@ -501,21 +514,13 @@ class ChatTemplate(Renderer):
         self.special_tokens = frozenset(
             str(tok) for tok in self.tokenizer.added_tokens_decoder.values() if tok.special
         )
-        # the probes are renders too: bounded like a row's (time, and the size cap of a row)
-        self.max_chars = RENDER_CAP_FLOOR
-        try:
-            with time_limit(spec.render_timeout):
-                self.content_parts = probe_content_parts(self.render)
-                self.renders_reasoning = probe_renders_reasoning(self.render, self.content_parts)
-                self.string_arguments = probe_string_arguments(self.render, self.content_parts)
-                self.eot_tokens: tuple[str, ...] = self._end_of_turn_tokens(spec.eot_tokens)
-        except RenderLimit as exc:
-            raise TokenizerError(
-                f"chat template {name}: a probe render (how it reads messages) stopped: "
-                f"{exc.message or exc}"
-            ) from None
-        finally:
-            self.max_chars = None
+        with self.bounded_probes():
+            self.content_parts = probe_content_parts(self.render)
+            self.renders_reasoning = probe_renders_reasoning(self.render, self.content_parts)
+            self.string_arguments = probe_string_arguments(self.render, self.content_parts)
+        # read from files, not rendered: outside the probes' time bound (a vocabulary of
+        # 150k tokens took seconds on a loaded machine)
+        self.eot_tokens: tuple[str, ...] = self._end_of_turn_tokens(spec.eot_tokens)
         if not self.eot_tokens:
             raise TokenizerError(
                 "no end-of-turn token found for this template; pass --eot-token (e.g. '<|im_end|>')"
@@ -523,6 +528,30 @@ class ChatTemplate(Renderer):
         self.eot_ids = frozenset(
             self.tokenizer.convert_tokens_to_ids(tok) for tok in self.eot_tokens
         )
+
+    @contextlib.contextmanager
+    def bounded_probes(self) -> Iterator[None]:
+        """The probes are renders too, bounded like a row's: ``--render-timeout`` for them all,
+        and a row's size cap on each render and each value it builds. A probe past a bound is
+        one usage line (exit 2) naming the bound and the template, before any row is read.
+
+        Inside a row's bounds (`bounded_row`: verify probes on its first row when the shape
+        was not asked before) those bounds hold: a second timer would replace the row's and
+        cancel it on leaving, and the row's cap would be dropped."""
+        if self.max_chars is not None:
+            yield
+            return
+        self.max_chars = RENDER_CAP_FLOOR
+        try:
+            with time_limit(self.spec.render_timeout):
+                yield
+        except RenderLimit as exc:
+            raise TokenizerError(
+                f"chat template {self.spec.template_name()}: a probe render (how it reads"
+                f" messages) stopped: {exc.message or exc}"
+            ) from None
+        finally:
+            self.max_chars = None
 
     # --- rendering ---------------------------------------------------------------------------
     def kit(self) -> RenderKit:

@@ -35,6 +35,7 @@ from draftset.core.step import Sink
 from draftset.core.words import plural
 from draftset.engine.base import Engine
 from draftset.engine.helper import (
+    MainGuardMissing,
     Sidecar,
     SidecarError,
     import_tokenizer_loader,
@@ -67,6 +68,7 @@ from draftset.output.vocab import (
 from draftset.pipeline.manifest import build_manifest, write_manifest
 from draftset.select.mix import Selection, plan_selection, selection_total
 from draftset.sources.read import HUB_PREFIX, Source, scan_source
+from draftset.sources.shapes import check_row_shapes
 
 BATCH_ROWS = 64
 ADVISORY_CHECKS = frozenset({"drafter_fitness"})
@@ -150,6 +152,7 @@ def run_build(
     """
     t0 = time.monotonic()
     opts = check_build(opts)  # before any work: output path, template file, options
+    check_row_shapes(opts.sources)  # a source of unknown rows: exit 2 before the tokenizer
     spec = opts.template_spec()
     workers = opts.workers or os.cpu_count() or 1
     if not uses_helper(opts.workers, opts.engine):  # inline: the driver runs the row step
@@ -175,6 +178,8 @@ def run_build(
         def loaded() -> TemplateInfo:
             try:
                 return side.result(pending, f"loading tokenizer {spec.tokenizer!r}")
+            except MainGuardMissing:  # the caller's script, not the tokenizer (docs/api.md)
+                raise
             except SidecarError as exc:
                 raise TokenizerError(str(exc)) from exc
 

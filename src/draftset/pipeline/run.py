@@ -59,6 +59,7 @@ from draftset.pipeline.run_state import (
     report_path,
 )
 from draftset.review.report import write_report
+from draftset.sources.shapes import check_row_shapes
 
 if TYPE_CHECKING:
     from draftset.output.readback import CheckResult
@@ -175,6 +176,7 @@ def run(
     _check_servers(opts.generate)
     _resolve_tokenizer_path(opts.build.tokenizer)  # a missing folder: exit 2 before any work
     _check_apart(opts)
+    check_row_shapes(opts.build.sources)  # a source of unknown rows: exit 2 before any work
     settings = settings_of(opts)
     state, resumed = open_state(opts, settings)
     work = opts.work_dir

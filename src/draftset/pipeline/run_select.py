@@ -22,6 +22,7 @@ from draftset.mask.hygiene import (
     lacks_reasoning,
     row_kwargs_key,
 )
+from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.template import ChatTemplate
 from draftset.pipeline.run_state import RunOptions, maybe_die
 
@@ -51,7 +52,12 @@ def select_rows(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dic
         sources=[], endpoints=[], out=work, thinking=thinking, seed=opts.generate.seed
     )
     tmpl = ChatTemplate(b.template_spec())
-    probe = EmptyThinkProbe(tmpl.template_text, tmpl.base_kwargs)  # no kit: no tokenizer dump
+    probe = EmptyThinkProbe(  # no kit: no tokenizer dump
+        tmpl.template_text,
+        tmpl.base_kwargs,
+        timeout=b.render_timeout,
+        name=tmpl.spec.template_name(),
+    )
     regenerate = opts.generate.regenerate
     spec = b.selection_spec()
     plan = None if spec.mix else plan_selection(b.sources, b.max_samples, b.seed)
@@ -69,7 +75,7 @@ def select_rows(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dic
             assert isinstance(item, Conversation | PromptOnly)
             row_kwargs = {**kwargs, "enable_thinking": chooser.thinking_for(item.id)}
             first = next((i for i, m in enumerate(msgs) if m["role"] == "assistant"), len(msgs))
-            problem = _prompt_problem(tmpl, msgs[:first], item.tools, row_kwargs, b.max_length)
+            problem = _prompt_problem(tmpl, item, msgs[:first], row_kwargs, b)
             if problem is not None:
                 reason, message = problem
                 line = {"id": item.id, "reason": reason, "message": message}
@@ -133,14 +139,19 @@ def _needs_answer(
 
 def _prompt_problem(
     tmpl: Any,
+    item: Conversation | PromptOnly,
     msgs: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None,
     row_kwargs: dict[str, Any],
-    max_length: int,
+    b: BuildOptions,
 ) -> tuple[str, str] | None:
-    """``too_long`` when the rendered prompt alone leaves no room for an answer."""
+    """``too_long`` when the rendered prompt alone leaves no room for an answer; the render
+    bounded as build bounds a row's (``template_timeout``, ``template_too_large``)."""
+    max_length = b.max_length
     try:
-        text = tmpl.render(msgs, tools, add_generation_prompt=True, row_kwargs=row_kwargs)
+        with bounded_row(tmpl, item, b.render_timeout):
+            text = tmpl.render(msgs, item.tools, add_generation_prompt=True, row_kwargs=row_kwargs)
+    except RenderLimit as exc:
+        return exc.reason, exc.message
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return reasons.TEMPLATE_ERROR, first

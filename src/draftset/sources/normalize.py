@@ -232,22 +232,36 @@ def _row_id(data: dict[str, Any], source: str, row: int) -> str:
     return f"{source}:{row}"
 
 
-def shape_hint(data: dict[str, Any]) -> str:
-    """How to read a row of an unknown shape, built from its own keys: a list of messages
-    mapped with ``--field messages=KEY``; two text columns as Alpaca instruction/output; one
-    as a prompt (answered by `draftset run` / `generate`)."""
-    keys = [str(k) for k, v in data.items() if k not in ID_KEYS]
+def field_mapping(data: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
+    """A shape and field mapping that would read a row of an unknown shape, built from its own
+    keys: a list of messages as ``messages``; two text columns as Alpaca instruction/output; one
+    as a prompt (answered by `draftset run` / `generate`). None when no key fits."""
+    keys = [k for k in data if isinstance(k, str) and k not in ID_KEYS]
     lists = [k for k in keys if isinstance(data[k], list) and data[k]]
     lists = [k for k in lists if all(isinstance(m, dict) for m in data[k])]
     texts = [k for k in keys if isinstance(data[k], str)]
     if lists:
-        how = f"--format messages --field messages={lists[0]}"
-    elif len(texts) >= 2:
-        how = f"--format alpaca --field instruction={texts[0]} --field output={texts[1]}"
-    elif texts:
-        how = f"--format prompt --field prompt={texts[0]} (a prompt without an answer)"
-    else:
+        return "messages", {"messages": lists[0]}
+    if len(texts) >= 2:
+        return "alpaca", {"instruction": texts[0], "output": texts[1]}
+    if texts:
+        return "prompt", {"prompt": texts[0]}
+    return None
+
+
+def mapping_options(fmt: str, fields: dict[str, str]) -> str:
+    """``--format F --field K=V ...``: a `field_mapping` as command-line options."""
+    return " ".join([f"--format {fmt}", *(f"--field {k}={v}" for k, v in fields.items())])
+
+
+def shape_hint(data: dict[str, Any]) -> str:
+    """How to read a row of an unknown shape (`field_mapping`), as options to give."""
+    mapping = field_mapping(data)
+    if mapping is None:
         return "map its columns with --format and --field (see docs/formats.md)"
+    how = mapping_options(*mapping)
+    if mapping[0] == "prompt":
+        how += " (a prompt without an answer)"
     return f"map its columns with --format / --field, e.g. {how} (see docs/formats.md)"
 
 

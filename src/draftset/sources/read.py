@@ -18,6 +18,7 @@ import os
 import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import IO, Any
 
@@ -691,6 +692,18 @@ def iter_raw_rows(source: Source) -> Iterator[RawRow]:
         except _READ_ERRORS as exc:
             raise SourceError(f"{path}: cannot read: {exc}") from exc
         _check_unchanged(path, source, before, "while it was read")
+
+
+def file_head(source: Source, path: Path, n: int) -> list[RawRow]:
+    """The first ``n`` rows of one of the source's files as `iter_raw_rows` reads them
+    (numbered from 0 in this file); [] when the file cannot be read (its full read says why)."""
+    try:
+        return [
+            _raw_row(source.name, i, v)
+            for i, v in enumerate(islice(_iter_file_values(path, source), n))
+        ]
+    except (SourceError, *_READ_ERRORS):
+        return []
 
 
 def _raw_row(name: str, row: int, value: Any, file: str | None = None) -> RawRow:

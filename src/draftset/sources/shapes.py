@@ -1,0 +1,81 @@
+"""A source whose rows draftset cannot read at all is a usage error, found from its first rows.
+
+Rows in an unknown shape (``{"text": ...}``) are each rejected ``unknown_format``; when a whole
+source is like that, the build used to load the tokenizer, read every row, reject them all and
+end with exit 1 ("no row to write") after seconds to hours, with the hint buried in
+``rejects.jsonl``. `check_row_shapes` reads the first rows of every file of every local source,
+normalized exactly as the build will (the source's preset, format and field mapping), before any
+other work: a source whose every file begins with `SHAPE_SAMPLE` rows none of which has a known
+shape is exit 2, one line naming the file, the keys seen and the ``--format`` / ``--field``
+mapping built from them (or the preset whose layout they are). A file where some of those rows
+have a known shape, or a folder where some files do, builds as before: the other rows are
+rejected ``unknown_format``, each with the same hint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from draftset.core import reasons
+from draftset.core.records import Reject
+from draftset.sources.normalize import field_mapping, mapping_options
+from draftset.sources.presets import preset_hint, source_normalizer
+from draftset.sources.read import HUB_PREFIX, Source, SourceError, file_head, list_files
+
+SHAPE_SAMPLE = 100
+"""Rows read from the start of each file to decide that none has a known shape."""
+
+
+def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> None:
+    """Raise `SourceError` (exit 2) for a source whose every file begins with ``sample`` rows
+    in an unknown shape (a folder where only some files do builds, those rows rejected); hub
+    sources are not read here (that is a download)."""
+    for source in sources:
+        if str(source.path).startswith(HUB_PREFIX):
+            continue
+        read = source_normalizer(source)
+        files = list_files(Path(source.path))
+        heads = [(path, _unknown_head(source, path, read, sample)) for path in files]
+        if heads and all(head is not None for _, head in heads):
+            path, head = heads[0]
+            assert head is not None
+            raise SourceError(_message(source, path, *head))
+
+
+def _unknown_head(
+    source: Source, path: Path, read: Any, sample: int
+) -> tuple[int, dict[str, Any]] | None:
+    """(rows read, the first row's data) when every row among the file's first ``sample`` that
+    is an object is ``unknown_format`` (and there is one); None otherwise."""
+    rows = file_head(source, path, sample)
+    objects = [raw for raw in rows if raw.data is not None]  # others: their own rejects
+    for raw in objects:
+        item = read(raw)
+        if not (isinstance(item, Reject) and item.reason == reasons.UNKNOWN_FORMAT):
+            return None
+    return (len(rows), objects[0].data) if objects else None
+
+
+def _message(source: Source, path: Path, seen: int, data: dict[str, Any]) -> str:
+    """One line: the file, the keys seen, and the mapping built from them as a command's
+    options and as a recipe's source entry."""
+    keys = [str(k) for k in data]
+    shown = ", ".join(keys[:20]) + (f" (+{len(keys) - 20} more)" if len(keys) > 20 else "")
+    rows = f"its first {seen:,} rows" if seen > 1 else "its only row"
+    where = str(path) if Path(source.path) == path else f"{path} (source {source.path})"
+    head = f"{where}: no known row shape in {rows} (keys [{shown}])"
+    preset = preset_hint(data)
+    if preset is not None:
+        return f"{head}; {preset}"
+    mapping = field_mapping(data)
+    if mapping is None:
+        return f"{head}; map its columns with --format and --field (see docs/formats.md)"
+    fmt, fields = mapping
+    what = " (a prompt without an answer)" if fmt == "prompt" else ""
+    given = ", ".join(f"{k}: {v}" for k, v in fields.items())
+    return (
+        f"{head}; map its columns, e.g. draftset build {source.path} {mapping_options(fmt, fields)}"
+        f" --tokenizer TOK --out DIR{what}, or in a recipe"
+        f" {{path: {source.path}, format: {fmt}, fields: {{{given}}}}} (see docs/formats.md)"
+    )

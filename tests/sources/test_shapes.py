@@ -1,0 +1,116 @@
+"""A source of rows in an unknown shape is one exit-2 line, from its first rows, before any work.
+
+Before (issue 25, item 15): ``{"text": ...}`` rows loaded the tokenizer, were read and rejected
+one by one, and the build ended with exit 1 ("no rows written") after 8 s (46 s on a loaded
+machine), the hint only in the reject notes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import qwen3_tokenizer_dir
+
+from draftset.cli import main
+from draftset.sources.read import Source, SourceError
+from draftset.sources.shapes import check_row_shapes
+
+CHAT = {
+    "messages": [
+        {"role": "user", "content": "Name a colour."},
+        {"role": "assistant", "content": "Blue, like a clear summer sky over a calm sea."},
+    ]
+}
+
+OTHER_CHAT = {
+    "messages": [
+        {"role": "user", "content": "Name a fruit."},
+        {"role": "assistant", "content": "A ripe pear, sweet and soft after a week on the shelf."},
+    ]
+}
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_unknown_rows_are_one_line_exit_2_before_the_tokenizer_loads(tmp_path, capsys):
+    """The tokenizer named here cannot be loaded (its tokenizer.json is not one): the shape
+    line comes first, so nothing (no tokenizer load, no row pass) ran before it."""
+    src = write_jsonl(tmp_path / "t.jsonl", [{"text": "What is the capital of France?"}] * 3)
+    bogus = tmp_path / "tok"
+    bogus.mkdir()
+    (bogus / "tokenizer.json").write_text("not a tokenizer")
+    rc = main(["build", str(src), "--tokenizer", str(bogus), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    line = err.strip()
+    assert "\n" not in line, err
+    assert f"{src}: no known row shape in its first 3 rows (keys [text])" in line
+    assert f"e.g. draftset build {src} --format prompt --field prompt=text" in line
+    assert f"{{path: {src}, format: prompt, fields: {{prompt: text}}}}" in line
+    assert "tokenizer" not in line.replace("--tokenizer TOK", "")
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_suggested_mapping_reads_the_rows(tmp_path, capsys):
+    """The options the line suggests work as written: two text columns as Alpaca."""
+    answer = "Blue, like a clear summer sky over a calm sea on a long and quiet afternoon."
+    rows = [{"q": f"Name colour number {i}.", "a": answer} for i in range(2)]
+    src = write_jsonl(tmp_path / "qa.jsonl", rows)
+    tok = str(qwen3_tokenizer_dir())
+    assert main(["build", str(src), "--tokenizer", tok, "--out", str(tmp_path / "o")]) == 2
+    line = capsys.readouterr().err
+    assert "--format alpaca --field instruction=q --field output=a" in line
+    options = ["--format", "alpaca", "--field", "instruction=q", "--field", "output=a"]
+    args = ["build", str(src), *options, "--tokenizer", tok, "--out", str(tmp_path / "o")]
+    assert main([*args, "--no-progress", "--workers", "1"]) == 0
+    assert len((tmp_path / "o" / "rejects.jsonl").read_text().splitlines()) == 0
+
+
+def test_a_file_where_some_rows_are_known_builds_and_rejects_the_others(tmp_path, capsys):
+    src = write_jsonl(tmp_path / "mixed.jsonl", [CHAT, {"text": "Hi?"}, OTHER_CHAT])
+    out = tmp_path / "o"
+    tok = str(qwen3_tokenizer_dir())
+    args = ["build", str(src), "--tokenizer", tok, "--out", str(out), "--no-progress"]
+    assert main([*args, "--workers", "1"]) == 0, capsys.readouterr().err
+    rejects = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    assert [(r["row"], r["reason"]) for r in rejects] == [(1, "unknown_format")]
+    assert "--format prompt --field prompt=text" in rejects[0]["message"]
+
+
+def test_a_folder_where_some_files_are_known_is_not_refused(tmp_path):
+    folder = tmp_path / "data"
+    write_jsonl(folder / "a.jsonl", [{"text": "Hi?"}])
+    write_jsonl(folder / "b.jsonl", [CHAT])
+    check_row_shapes([Source("data", folder)])  # builds; a.jsonl's row is rejected
+    (folder / "b.jsonl").unlink()
+    with pytest.raises(SourceError, match=r"a\.jsonl \(source .*data\): no known row shape"):
+        check_row_shapes([Source("data", folder)])
+
+
+def test_known_shapes_and_given_mappings_pass(tmp_path):
+    src = write_jsonl(tmp_path / "t.jsonl", [{"text": "Hi?"}])
+    check_row_shapes([Source("t", src, format="prompt", fields={"prompt": "text"})])
+    check_row_shapes([Source("c", write_jsonl(tmp_path / "c.jsonl", [CHAT]))])
+    # rows that are not objects have their own rejects (not_an_object): no shape to judge
+    check_row_shapes([Source("n", write_jsonl(tmp_path / "n.jsonl", [1, "x"]))])
+
+
+def test_only_the_first_rows_are_read(tmp_path):
+    """From the first rows: a file whose known rows start later is not read that far."""
+    src = write_jsonl(tmp_path / "late.jsonl", [{"text": "Hi?"}] * 3 + [CHAT])
+    check_row_shapes([Source("late", src)])
+    with pytest.raises(SourceError, match="in its first 3 rows"):
+        check_row_shapes([Source("late", src)], sample=3)
+
+
+def test_a_preset_layout_is_named(tmp_path):
+    row = {"answer_generation": {"query": "Weather in Paris?", "train_messages": []}}
+    src = write_jsonl(tmp_path / "tb.jsonl", [row])
+    with pytest.raises(SourceError, match="preset 'toolbench'"):
+        check_row_shapes([Source("tb", src)])
