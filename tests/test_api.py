@@ -3,7 +3,6 @@ that carry the CLI's exit codes, and the CLI built on it (byte-identical sets)."
 
 from __future__ import annotations
 
-import inspect
 import json
 import multiprocessing
 import os
@@ -18,14 +17,16 @@ from conftest import REPO, qwen3_bundled_dir, qwen3_tokenizer_dir
 
 from draftset import api
 from draftset.checks.verify import VerifyUsageError
-from draftset.cli import _build_parser, build_arguments, main
+from draftset.cli import _build_parser, main
+from draftset.commands.build import build_arguments
 from draftset.config.preflight import PreflightError
 from draftset.config.recipe import RecipeError
+from draftset.config.schema import BuildArgs, GenerateArgs
 from draftset.core import errors
-from draftset.generation.job import GenerateUsageError
+from draftset.generation.options import GenerateUsageError
 from draftset.mask.template import TokenizerError
 from draftset.output.readback import NotADraftsetError
-from draftset.pipeline.run import RunUsageError
+from draftset.pipeline.run_state import RunUsageError
 from draftset.sources.presets import UnknownPresetError
 
 QWEN3_VOCAB = 151936
@@ -238,7 +239,7 @@ def test_every_run_level_error_is_a_draftset_error():
     from draftset.generation.store import StoreError
     from draftset.output.folder import OutputExistsError
     from draftset.pipeline.build import AccountingError, OutputWriteError
-    from draftset.pipeline.run import RunFailed
+    from draftset.pipeline.run_state import RunFailed
     from draftset.review.show import ShowError
     from draftset.select.modes import MixError
     from draftset.sources.read import SourceError
@@ -292,15 +293,10 @@ def test_every_exception_class_in_draftset_is_a_draftset_error_or_internal():
     assert seen >= INTERNAL_EXCEPTIONS  # no stale names
 
 
-@pytest.mark.parametrize(
-    "module", ["checks.verify", "review.show", "review.report", "generation.job"]
-)
-def test_standalone_mains_print_one_line_and_exit_2(module, capsys):
-    """`python -m draftset.<module>` parses and maps errors exactly like `draftset`."""
-    import importlib
-
-    main_of = importlib.import_module(f"draftset.{module}").main
-    assert main_of(["--no-such-option"]) == 2
+@pytest.mark.parametrize("command", ["build", "verify", "show", "report", "generate", "run"])
+def test_every_command_prints_one_line_and_exits_2_on_a_bad_option(command, capsys):
+    """Each command parses and maps errors exactly like `draftset` (one dispatcher)."""
+    assert main([command, "--no-such-option"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("draftset: error: "), err
 
@@ -308,9 +304,7 @@ def test_standalone_mains_print_one_line_and_exit_2(module, capsys):
 # --- the CLI is a layer over the API ---------------------------------------------------------
 def test_every_build_option_maps_to_an_api_argument(src):
     args = _build_parser().parse_args(["build", str(src)])
-    params = set(inspect.signature(api.build).parameters) - {"progress"}
-    assert set(build_arguments(args)) == params - {"mix"}  # mix: recipe only
-    assert set(inspect.signature(api.build_options).parameters) == params
+    assert set(build_arguments(args)) == set(BuildArgs.model_fields) - {"mix"} | {"recipe"}
 
 
 # --- the helper process starts ahead of the driver's own start-up --------------------------------
@@ -381,11 +375,13 @@ def test_version_is_printed_on_stdout(capsys):
 
 
 def test_every_generate_option_has_an_api_argument(src):
-    """api.generate builds generate's namespace by hand: a new CLI option must reach it."""
+    """The command's options are the schema's fields, which api.generate validates its
+    keyword arguments by: a new option reaches both, or neither."""
     args = _build_parser().parse_args(["generate", str(src), "--endpoint", "e", "--out", "o"])
     cli = set(vars(args)) - {"handler", "command", "no_progress"}
-    renamed = {"inputs": "sources", "endpoint": "endpoints", "field": "fields"}
-    assert {renamed.get(n, n) for n in cli} <= set(inspect.signature(api.generate).parameters)
+    assert cli == set(GenerateArgs.model_fields)
+    with pytest.raises(errors.UsageError, match="no_such_option"):
+        api.generate_options(src, endpoints="http://e", out="o", no_such_option=1)
 
 
 def test_cli_build_calls_the_api(src, tmp_path, monkeypatch):

@@ -291,7 +291,8 @@ def test_every_reason_code_has_an_explanation():
 
 def test_run_summary_says_context_only_turns_and_the_turns_each_hint(tmp_path, capsys):
     """Before: `run` said nothing of the turns `build` counts and hints (`--turns each`)."""
-    from draftset.pipeline.run import RunResult, _print_summary
+    from draftset.commands.run import print_summary as _print_summary
+    from draftset.pipeline.run_state import RunResult
 
     out = tmp_path / "set"
     out.mkdir()

@@ -14,7 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from draftset.generation.job import GenerateOptions, run_generate
+from draftset.generation.job import run_generate
+from draftset.generation.options import GenerateOptions
 from draftset.sources.read import Source
 
 

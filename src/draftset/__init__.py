@@ -1,6 +1,6 @@
 """draftset: verified, fully accounted training sets for speculative-decoding drafters.
 
-The Python API: ``from draftset import build, verify, run, report, generate`` (docs/api.md;
+The Python API: ``from draftset import build, verify, run, report, show, generate`` (docs/api.md;
 the same functions as ``draftset.api``). They load on first use: worker processes import this
 package too, and must not pay for the API's imports.
 """
@@ -10,9 +10,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from draftset.api import DraftsetError, VerifyResult, build, generate, report, run, verify
+    from draftset.api import (
+        DraftsetError,
+        VerifyResult,
+        build,
+        generate,
+        report,
+        run,
+        show,
+        verify,
+    )
 
-__all__ = ["DraftsetError", "VerifyResult", "build", "generate", "report", "run", "verify"]
+__all__ = [
+    "DraftsetError",
+    "VerifyResult",
+    "build",
+    "generate",
+    "report",
+    "run",
+    "show",
+    "verify",
+]
 
 
 def __getattr__(name: str) -> object:

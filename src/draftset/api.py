@@ -1,38 +1,52 @@
-"""The Python API: `build`, `verify`, `run`, `report`, `generate` (docs/api.md).
+"""The Python API: `build`, `verify`, `run`, `report`, `show`, `generate` (docs/api.md).
 
-Keyword arguments are named like the command-line options (underscores; the repeatable ones
-plural: ``fields``, ``eot_tokens``, ``placeholders``, ``endpoints``), and the CLI is a layer
-over these functions: `draftset build` and `draftset verify` parse their options into exactly
-these arguments, so the command and the API cannot drift. A recipe path may be given as for the
-CLI; arguments that are not None override it. Results are returned, never printed (progress
-bars only with ``progress=True``). Errors raise `DraftsetError` subclasses whose ``exit_code``
-is the command's (2: unusable arguments or inputs, found before any work; 1: the job failed).
+Keyword arguments are the fields of each job's option schema (`config.schema`), named like the
+command-line options (underscores; the repeatable ones plural: ``fields``, ``eot_tokens``,
+``placeholders``, ``endpoints``), and validated by it. The CLI is a layer over these
+functions: every command (`draftset.commands`) parses its options, declared by the same
+schema, into exactly these arguments, so the command and the API cannot drift. A recipe path
+may be given as for the CLI; arguments that are not None override it. Results are returned,
+never printed (progress bars only with ``progress=True``; `show` prints: that is its job).
+Errors raise `DraftsetError` subclasses whose ``exit_code`` is the command's (2: unusable
+arguments or inputs, found before any work; 1: the job failed).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import dataclasses
 import json as _json
-import math
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftset.core import defaults, reasons
+from draftset.config.fields import Model, flag_of, given, validated
+from draftset.config.schema import (
+    BuildArgs,
+    GenerateArgs,
+    GenerateSection,
+    ReportArgs,
+    RunArgs,
+    ShowArgs,
+    SourceEntry,
+    VerifyArgs,
+    VerifySection,
+)
 from draftset.core.errors import DraftsetError, UsageError
 
 if TYPE_CHECKING:  # the stage modules load on the first call, not on `import draftset.api`
+    from rich.console import Console
+
     from draftset.config.options import BuildOptions
     from draftset.engine.helper import Sidecar
-    from draftset.generation.job import GenerateResult
+    from draftset.generation.options import GenerateOptions
+    from draftset.generation.outcomes import GenerateResult
     from draftset.output.readback import CheckResult
     from draftset.pipeline.build import BuildResult
-    from draftset.pipeline.run import RunResult
+    from draftset.pipeline.run_state import RunOptions, RunResult
     from draftset.sources.read import Source
 
 __all__ = [
@@ -41,8 +55,11 @@ __all__ = [
     "build",
     "build_options",
     "generate",
+    "generate_options",
     "report",
     "run",
+    "run_options",
+    "show",
     "verify",
 ]
 
@@ -62,51 +79,29 @@ def _not_in_a_spawned_import() -> None:
 def build(
     recipe: str | Path | None = None,
     *,
-    sources: Sequence[str | Path | Source | Mapping[str, Any]] | None = None,
-    tokenizer: str | Path | None = None,
-    out: str | Path | None = None,
-    chat_template: str | Path | None = None,
-    template_kwargs: Mapping[str, Any] | str | None = None,
-    format: str | None = None,
-    fields: Mapping[str, str] | Sequence[str] | None = None,
-    preset: str | None = None,
-    turns: str | None = None,
-    max_length: int | None = None,
-    truncation: str | None = None,
-    min_supervised_tokens: int | None = None,
-    max_samples: int | None = None,
-    seed: int | None = None,
-    workers: int | None = None,
-    engine: str | None = None,
-    ray_address: str | None = None,
-    draft_vocab_size: int | None = None,
-    target_vocab_size: int | None = None,
-    eot_tokens: Sequence[str] | str | None = None,
-    placeholders: Sequence[str] | str | None = None,
-    overwrite: bool | None = None,
-    dedup: str | None = None,
-    near_dup_threshold: float | None = None,
-    decontaminate: Sequence[str | Path] | str | Path | None = None,
-    mix: Mapping[str, Any] | None = None,
-    render_timeout: float | None = None,
-    output_format: str | None = None,
-    serving_engine: str | None = None,
     progress: ProgressArg = False,
+    helper: Sidecar | None = None,
+    **options: Any,
 ) -> BuildResult:
     """`draftset build`: tokenize and mask chat data into a verified, fully accounted set.
 
-    ``sources``: paths (``PATH@weight=W`` / ``PATH@count=N`` as on the command line; ``format``,
-    ``fields`` and ``preset`` apply to these), `Source` objects, or recipe-style mappings
-    (``{"path": ..., "weight": 2}``). Returns the `BuildResult`: ``.ok`` (what the command
-    exits 0 on), ``.counts``, ``.per_source``, ``.rows``, ``.checks`` (verify's fast checks),
-    ``.row(i)``. Raises `DraftsetError` (``exit_code`` 2) for unusable arguments before any work.
+    ``options``: the fields of `config.schema.BuildArgs` (its ``--help`` text, defaults and
+    bounds). ``sources``: paths (``PATH@weight=W`` / ``PATH@count=N`` as on the command line;
+    ``format``, ``fields`` and ``preset`` apply to these), `Source` objects, or recipe-style
+    mappings (``{"path": ..., "weight": 2}``). Returns the `BuildResult`: ``.ok`` (what the
+    command exits 0 on), ``.counts``, ``.per_source``, ``.rows``, ``.checks`` (verify's fast
+    checks), ``.row(i)``. Raises `DraftsetError` (``exit_code`` 2) for unusable arguments
+    before any work. ``helper``: the build's helper process when the caller started it ahead
+    (`pipeline.helper_ahead`; the command line does); otherwise it is started here, before the
+    options are parsed and the stage modules imported (~0.5 s of the template load's path).
     """
     _not_in_a_spawned_import()
-    given = dict(locals())
-    del given["progress"]
-    helper = _helper_ahead(recipe, workers, engine)
+    if helper is None:
+        from draftset.pipeline.helper_ahead import start_helper  # lazy: a lean import
+
+        helper = start_helper(recipe, options.get("workers"), options.get("engine"))
     try:
-        opts = build_options(**given)  # the same arguments, merged and checked
+        opts = build_options(recipe=recipe, **options)  # merged over the recipe, and checked
 
         # lazy: stage modules load on the first call, not on import draftset.api
         from draftset.pipeline.build import run_build
@@ -118,132 +113,88 @@ def build(
             helper.kill()
 
 
-def _helper_ahead(recipe: Any, workers: int | None, engine: str | None) -> Sidecar | None:
-    """The build's helper process, started before the driver parses the options and imports its
-    stage modules (~0.5 s of the template load's critical path), when the arguments alone say
-    the build will use one (a recipe may change the engine and workers: then it starts later).
-    Its first job imports the tokenizer loader; it is stopped on any error."""
-    if recipe is not None:
-        return None
-    from draftset.engine.helper import Sidecar, import_tokenizer_loader, uses_helper
-
-    if not uses_helper(workers, engine or defaults.ENGINE):
-        return None
-    side = Sidecar()
-    side.submit(import_tokenizer_loader)
-    return side
+def _given(
+    model: type[Model], options: Mapping[str, Any], error: type[UsageError] = UsageError
+) -> Model:
+    """``options`` checked by the job's schema; None means "not given" (the recipe's value, else
+    the default, stands). An unusable value is one ``error`` line naming its flag (exit 2)."""
+    values = {k: v for k, v in options.items() if v is not None}
+    return validated(model, values, name_of=lambda name: flag_of(model, name), error=error)
 
 
-def build_options(
-    recipe: str | Path | None = None,
-    *,
-    sources: Sequence[str | Path | Source | Mapping[str, Any]] | None = None,
-    tokenizer: str | Path | None = None,
-    out: str | Path | None = None,
-    chat_template: str | Path | None = None,
-    template_kwargs: Mapping[str, Any] | str | None = None,
-    format: str | None = None,
-    fields: Mapping[str, str] | Sequence[str] | None = None,
-    preset: str | None = None,
-    turns: str | None = None,
-    max_length: int | None = None,
-    truncation: str | None = None,
-    min_supervised_tokens: int | None = None,
-    max_samples: int | None = None,
-    seed: int | None = None,
-    workers: int | None = None,
-    engine: str | None = None,
-    ray_address: str | None = None,
-    draft_vocab_size: int | None = None,
-    target_vocab_size: int | None = None,
-    eot_tokens: Sequence[str] | str | None = None,
-    placeholders: Sequence[str] | str | None = None,
-    overwrite: bool | None = None,
-    dedup: str | None = None,
-    near_dup_threshold: float | None = None,
-    decontaminate: Sequence[str | Path] | str | Path | None = None,
-    mix: Mapping[str, Any] | None = None,
-    render_timeout: float | None = None,
-    output_format: str | None = None,
-    serving_engine: str | None = None,
-) -> BuildOptions:
+def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOptions:
     """`build`'s arguments merged over the recipe and the defaults, and checked: the
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.options import BuildOptions
-    from draftset.config.recipe import parse_json_object
-    from draftset.mask.serving import DEFAULT_SERVING_ENGINE
+    from draftset.config.preflight import check_values  # lazy: a stage, loaded on first use
 
-    conf, srcs = _recipe_and_sources(recipe, sources, format, fields, preset)
+    # lazy: the stages load on the first call, not on import draftset.api
+    from draftset.config.recipe import BUILD_KEYS, parse_json_object
+    from draftset.core.reasons import DEFAULT_PLACEHOLDERS  # lazy: a stage, loaded on first use
 
-    def pick(name: str, value: Any, default: Any) -> Any:
-        if value is not None:
-            return value
-        from_recipe = conf.get(name)
-        return default if from_recipe is None else from_recipe
-
-    tok = pick("tokenizer", tokenizer, None)
-    out_dir = pick("out", out, None)
-    if not tok:
+    explicit = given(_given(BuildArgs, options))
+    if explicit.get("template_kwargs") == "":  # the command line's empty JSON text: not given
+        del explicit["template_kwargs"]
+    conf, srcs = _recipe_and_sources(
+        recipe,
+        explicit.pop("sources", None),
+        explicit.get("format"),
+        explicit.get("fields"),
+        explicit.get("preset"),
+    )
+    from_recipe = {k: v for k, v in conf.items() if k in BUILD_KEYS and v is not None}
+    from_recipe.pop("sources", None)
+    o = BuildArgs.model_validate({**from_recipe, **explicit})  # the defaults for the rest
+    if not o.tokenizer:
         raise UsageError("--tokenizer is required (or `tokenizer:` in the recipe)")
-    if not out_dir:
+    if not o.out:
         raise UsageError("--out is required (or `out:` in the recipe)")
-    kwargs = conf.get("template_kwargs") or {}
-    if isinstance(template_kwargs, str):  # the command line's JSON text ("" = not given)
-        if template_kwargs:
-            kwargs = parse_json_object(template_kwargs, "--template-kwargs")
-    elif template_kwargs is not None:
-        kwargs = dict(template_kwargs)
-    template = pick("chat_template", chat_template, None)
+    kwargs = o.template_kwargs or {}
+    if isinstance(kwargs, str):  # the command line's JSON text
+        kwargs = parse_json_object(kwargs, "--template-kwargs")
+    template = o.chat_template
     if template and not Path(template).is_file():
         raise UsageError(f"chat template file not found: {template}")
     opts = BuildOptions(
         sources=srcs,
-        tokenizer=str(tok),
-        out=Path(out_dir),
+        tokenizer=str(o.tokenizer),
+        out=Path(o.out),
         chat_template_path=str(template) if template else None,
-        template_kwargs=kwargs,
-        eot_tokens=_strings(eot_tokens) or _strings(conf.get("eot_tokens")),
-        max_length=int(pick("max_length", max_length, defaults.MAX_LENGTH)),
-        truncation=pick("truncation", truncation, defaults.TRUNCATION),
-        min_supervised_tokens=int(
-            pick("min_supervised_tokens", min_supervised_tokens, defaults.MIN_SUPERVISED_TOKENS)
-        ),
-        turns=pick("turns", turns, defaults.TURNS),
-        seed=int(pick("seed", seed, defaults.SEED)),
-        max_samples=pick("max_samples", max_samples, None),
-        workers=int(pick("workers", workers, defaults.WORKERS)),
-        engine=pick("engine", engine, defaults.ENGINE),
-        ray_address=pick("ray_address", ray_address, None),
-        draft_vocab_size=pick("draft_vocab_size", draft_vocab_size, None),
-        target_vocab_size=pick("target_vocab_size", target_vocab_size, None),
-        placeholders=_strings(placeholders)
-        or _strings(conf.get("placeholders"))
-        or reasons.DEFAULT_PLACEHOLDERS,
-        overwrite=bool(pick("overwrite", overwrite, False)),
-        dedup=pick("dedup", dedup, defaults.DEDUP),
-        near_dup_threshold=float(
-            pick("near_dup_threshold", near_dup_threshold, defaults.NEAR_DUP_THRESHOLD)
-        ),
-        decontaminate=list(_strings(decontaminate) or _strings(conf.get("decontaminate"))),
-        mix=dict(mix) if mix is not None else conf.get("mix"),
-        render_timeout=_seconds(pick("render_timeout", render_timeout, defaults.RENDER_TIMEOUT)),
-        output_format=str(pick("output_format", output_format, defaults.OUTPUT_FORMAT)),
-        serving_engine=str(pick("serving_engine", serving_engine, DEFAULT_SERVING_ENGINE)),
+        template_kwargs=dict(kwargs),
+        eot_tokens=_strings(o.eot_tokens),
+        max_length=o.max_length,
+        truncation=o.truncation,
+        min_supervised_tokens=o.min_supervised_tokens,
+        turns=o.turns,  # type: ignore[arg-type]  # one of TURN_MODES, checked by the schema
+        seed=o.seed,
+        max_samples=o.max_samples,
+        workers=o.workers,
+        engine=o.engine,
+        ray_address=o.ray_address,
+        draft_vocab_size=o.draft_vocab_size,
+        target_vocab_size=o.target_vocab_size,
+        placeholders=_strings(o.placeholders) or DEFAULT_PLACEHOLDERS,
+        overwrite=o.overwrite,
+        dedup=o.dedup,
+        near_dup_threshold=o.near_dup_threshold,
+        decontaminate=list(_strings(o.decontaminate)),
+        mix=dict(o.mix) if o.mix is not None else None,
+        render_timeout=o.render_timeout,
+        output_format=o.output_format,
+        **({"serving_engine": o.serving_engine} if o.serving_engine else {}),
     )
     if opts.engine != "ray":  # a recipe's ray_address waits for engine: ray; an explicit one
-        if ray_address is not None:  # with a local engine is a mistake
+        if "ray_address" in explicit:  # with a local engine is a mistake
             raise UsageError("--ray-address needs --engine ray")
         opts.ray_address = None
-    from draftset.config.preflight import check_values  # lazy: see the module's imports
-
     check_values(opts)
     return opts
 
 
 def _recipe_and_sources(
     recipe: str | Path | None,
-    sources: Sequence[str | Path | Source | Mapping[str, Any]] | None,
+    sources: Sequence[Any] | None,
     fmt: str | None,
     fields: Mapping[str, str] | Sequence[str] | None,
     preset: str | None,
@@ -252,7 +203,7 @@ def _recipe_and_sources(
     with a unique name and present on disk (or on the hub)."""
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.recipe import load_recipe, unique_names
-    from draftset.sources.read import HUB_PREFIX
+    from draftset.sources.read import HUB_PREFIX  # lazy: a stage, loaded on first use
 
     conf: dict[str, Any] = {}
     if recipe is not None and not isinstance(recipe, str | os.PathLike):
@@ -277,17 +228,6 @@ def _recipe_and_sources(
     return conf, srcs
 
 
-def _seconds(value: Any) -> float:
-    """``--render-timeout``: a finite number of seconds >= 0 (0 = no bound)."""
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = -1.0
-    if not (seconds >= 0 and math.isfinite(seconds)):
-        raise UsageError(f"--render-timeout must be a number of seconds >= 0, not {value!r}")
-    return seconds
-
-
 def _strings(value: Any) -> tuple[str, ...]:
     """A repeatable option: one value or a list (a lone string is one value, not characters)."""
     if value is None:
@@ -297,18 +237,21 @@ def _strings(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
+def _fields(fields: Mapping[str, str] | Sequence[str] | None) -> dict[str, str] | None:
+    """``fields`` as a mapping: given as one, or as the command line's ``CANONICAL=COLUMN``."""
+    from draftset.config.recipe import parse_fields  # lazy: as above
+
+    if isinstance(fields, Mapping):
+        return dict(fields) or None
+    return parse_fields(list(fields) if fields else None)
+
+
 def _source(
     spec: Any, fmt: str | None, fields: Mapping[str, str] | Sequence[str] | None, preset: str | None
 ) -> Source:
     # lazy: stage modules load on the first call, not on import draftset.api
-    from draftset.config.recipe import (
-        SOURCE_KEYS,
-        RecipeError,
-        parse_fields,
-        parse_source_arg,
-        source_name,
-    )
-    from draftset.sources.read import Source
+    from draftset.config.recipe import SOURCE_KEYS, RecipeError, parse_source_arg, source_from_entry
+    from draftset.sources.read import Source  # lazy: a stage, loaded on first use
 
     if isinstance(spec, Source):
         return spec
@@ -318,21 +261,8 @@ def _source(
             raise RecipeError(
                 f"source {dict(spec)!r}: needs a path; keys are {sorted(SOURCE_KEYS)}"
             )
-        path = Path(spec["path"])
-        return Source(
-            name=str(spec.get("name") or source_name(path)),
-            path=path,
-            format=spec.get("format"),
-            fields=spec.get("fields"),
-            weight=spec.get("weight"),
-            count=spec.get("count"),
-            preset=spec.get("preset"),
-        )
-    if isinstance(fields, Mapping):
-        mapped: dict[str, str] | None = dict(fields) or None
-    else:
-        mapped = parse_fields(list(fields) if fields else None)
-    return parse_source_arg(str(spec), fmt, mapped, preset)
+        return source_from_entry(validated(SourceEntry, spec, error=RecipeError))
+    return parse_source_arg(str(spec), fmt, _fields(fields), preset)
 
 
 @contextmanager
@@ -384,207 +314,306 @@ class VerifyResult:
         }
 
 
-def verify(
-    dir: str | Path,
-    *,
-    tokenizer: str | Path | None = None,
-    sample: int | None = None,
-    seed: int = 0,
-    block_size: int = defaults.BLOCK_SIZE,
-    placeholders: Sequence[str] | str | None = None,
-    fast: bool = False,
-    json: str | Path | None = None,
-    speculators: bool = True,
-    render_server: str | None = None,
-) -> VerifyResult:
+def verify(dir: str | Path, **options: Any) -> VerifyResult:
     """`draftset verify`: prove a built set is what its manifest says (docs/verify.md).
 
-    ``fast``: only the checks that need neither sources nor tokenizer. ``json``: also write the
-    result to that file. A full run records its result in ``dir/verify.json`` (for `report`).
-    ``render_server``: URL of a vLLM render server (`vllm launch render`) to compare the rows
-    with; an unreachable one is a usage error before any work.
-    Raises `DraftsetError` (exit code 2) for unusable arguments or a folder that is not a set.
+    ``options``: the fields of `config.schema.VerifyArgs`. ``fast``: only the checks that need
+    neither sources nor tokenizer. ``json``: also write the result to that file. A full run
+    records its result in ``dir/verify.json`` (for `report`). ``render_server``: URL of a vLLM
+    render server (`vllm launch render`) to compare the rows with; an unreachable one is a
+    usage error before any work. Raises `DraftsetError` (exit code 2) for unusable arguments
+    or a folder that is not a set.
     """
     _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.checks.verify import VERIFY_RECORD, VerifyUsageError, fast_checks, run_verify
 
-    if sample is not None and sample < 1:
-        raise VerifyUsageError("--sample must be >= 1")
-    if block_size < 2:
-        raise VerifyUsageError("--block-size must be >= 2")
+    o = _given(VerifyArgs, {**options, "dir": dir}, VerifyUsageError)
     server = None
-    if render_server:
-        if fast:
+    if o.render_server:
+        if o.fast:
             raise VerifyUsageError("--render-server needs the full verify (not --fast)")
-        from draftset.checks.serving import connect  # lazy, as above
+        from draftset.checks.serving import connect  # lazy: as above
 
-        server = connect(render_server)
-    if fast:
-        checks = fast_checks(dir, block_size)
+        server = connect(o.render_server)
+    if o.fast:
+        checks = fast_checks(o.dir, o.block_size)
     else:
         checks = run_verify(
-            dir,
-            tokenizer=str(tokenizer) if tokenizer else None,
-            sample=sample,
-            seed=seed,
-            block_size=block_size,
-            placeholders=_strings(placeholders) or None,
-            speculators=speculators,
+            o.dir,
+            tokenizer=str(o.tokenizer) if o.tokenizer else None,
+            sample=o.sample,
+            seed=o.seed,
+            block_size=o.block_size,
+            placeholders=_strings(o.placeholders) or None,
+            speculators=o.speculators,
             render_server=server,
         )
     recorded = None
-    if not fast and not any(c.name == "verify_record" for c in checks):
-        recorded = Path(dir) / VERIFY_RECORD
-    result = VerifyResult(Path(dir), checks, recorded, fast, str(dir))
-    if json:
-        Path(json).write_text(
+    if not o.fast and not any(c.name == "verify_record" for c in checks):
+        recorded = Path(o.dir) / VERIFY_RECORD
+    result = VerifyResult(Path(o.dir), checks, recorded, o.fast, str(o.dir))
+    if o.json:
+        Path(o.json).write_text(
             _json.dumps(result.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
     return result
 
 
-# --- run, report, generate --------------------------------------------------------------------
+# --- run, report, show, generate --------------------------------------------------------------
 def run(
     recipe: str | Path,
     *,
-    restart: bool = False,
-    endpoints: Sequence[str] | str | None = None,
-    tokenizer: str | Path | None = None,
-    work: str | Path | None = None,
-    workers: int | None = None,
-    engine: str | None = None,
-    ray_address: str | None = None,
     progress: bool = False,
-    speculators: bool = True,
     say: Callable[[str], None] | None = None,
+    show_checks: Callable[[list[CheckResult]], None] | None = None,
+    **options: Any,
 ) -> RunResult:
     """`draftset run`: recipe → answers from the target → build → verify → report, resumable.
 
-    ``say`` receives the stage lines the command prints (default: nothing is printed).
-    Returns the `RunResult` (``.ok``: verify passed). Raises `RunUsageError` (exit code 2) and
-    `RunFailed` (1: generation could not finish; call again to resume).
+    ``options``: the fields of `config.schema.RunArgs` (what replaces the recipe's values).
+    ``say`` receives the stage lines the command prints, ``show_checks`` verify's checks
+    (default: nothing is printed). Returns the `RunResult` (``.ok``: verify passed). Raises
+    `RunUsageError` (exit code 2) and `RunFailed` (1: generation could not finish; call again
+    to resume).
     """
     _not_in_a_spawned_import()
-    # lazy: stage modules load on the first call, not on import draftset.api (and run imports api)
-    from draftset.pipeline import run as run_mod
+    # lazy: stage modules load on the first call, not on import draftset.api
+    from draftset.pipeline.run import run as run_stages
 
-    opts = run_mod.options_from_recipe(
-        recipe,
-        restart=restart,
-        workers=workers,
-        engine=engine,
-        ray_address=ray_address,
-        endpoints=list(_strings(endpoints)) or None,
-        work=work,
-        progress=progress,
-        tokenizer=str(tokenizer) if tokenizer else None,
+    opts = run_options(recipe, progress=progress, **options)
+    return run_stages(opts, say=say, show_checks=show_checks)
+
+
+def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -> RunOptions:
+    """`run`'s arguments over the recipe (its build keys, ``generate:`` and ``verify:``
+    sections), checked: the `RunOptions` a run starts from."""
+    # lazy: stage modules load on the first call, not on import draftset.api
+    from draftset.config.recipe import load_recipe
+
+    # lazy: the stages load on the first call, not on import draftset.api
+    from draftset.generation.options import GenerateUsageError, split_thinking
+
+    # lazy: the stages load on the first call, not on import draftset.api
+    from draftset.pipeline.run_state import RunOptions, RunUsageError
+
+    o = _given(RunArgs, {**options, "recipe": recipe}, RunUsageError)
+    path = Path(o.recipe)
+    if path.suffix not in (".yaml", ".yml"):
+        raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
+    build = build_options(
+        path, workers=o.workers, engine=o.engine, ray_address=o.ray_address, tokenizer=o.tokenizer
     )
-    opts = replace(opts, speculators=speculators, echo=False)
-    return run_mod.run(opts, say=say or (lambda _line: None))
+    conf = load_recipe(path)
+    gen = _generate_section(conf.get("generate"), str(path))
+    if o.endpoints:
+        gen = gen.model_copy(update={"endpoints": list(_strings(o.endpoints))})
+    try:  # the thinking setting and the template kwargs agree (checked before any work)
+        split_thinking(build.template_kwargs, gen.thinking, "generate.thinking", "template_kwargs")
+    except GenerateUsageError as exc:
+        raise RunUsageError(str(exc)) from None
+    return RunOptions(
+        build=build,
+        generate=gen,
+        work=Path(o.work) if o.work else None,
+        restart=o.restart,
+        progress=progress,
+        speculators=o.speculators,
+        render_server=_render_server(conf.get("verify"), str(path)),
+    )
 
 
-def report(
-    dir: str | Path,
-    *,
-    output: str | Path | None = None,
-    tokenizer: str | Path | None = None,
-    block_size: int = defaults.BLOCK_SIZE,
-) -> Path:
+def _generate_section(section: Any, recipe: str) -> GenerateSection:
+    """The recipe's ``generate:`` mapping, typed by `config.schema.GenerateSection`."""
+    from draftset.pipeline.run_state import RunUsageError  # lazy: as above
+
+    if not isinstance(section, dict):
+        raise RunUsageError(f"recipe {recipe} needs a `generate:` mapping for `draftset run`")
+    unknown = set(section) - set(GenerateSection.model_fields)
+    if unknown:
+        raise RunUsageError(f"recipe {recipe}: unknown generate keys {sorted(unknown)}")
+    values = {k: v for k, v in section.items() if v is not None}
+    gen = validated(GenerateSection, values, recipe="generate.", strict=True, error=RunUsageError)
+    thinking = gen.thinking  # YAML's `thinking: off` is a boolean
+    return gen.model_copy(
+        update={
+            "endpoints": list(_strings(gen.endpoints)),
+            "extra_body": dict(gen.extra_body or {}),
+            "thinking": ("on" if thinking else "off") if isinstance(thinking, bool) else thinking,
+        }
+    )
+
+
+def _render_server(section: Any, where: str) -> str | None:
+    """The recipe's `verify: {render_server: URL}`, checked to answer before any work."""
+    from draftset.pipeline.run_state import RunUsageError  # lazy: as above
+
+    if section is None:
+        return None
+    if not isinstance(section, dict) or set(section) - set(VerifySection.model_fields):
+        raise RunUsageError(f"{where}: `verify:` takes only `render_server: URL`")
+    url = validated(
+        VerifySection, section, recipe="verify.", strict=True, error=RunUsageError
+    ).render_server
+    if url is None:
+        return None
+    from draftset.checks.serving import connect  # lazy: only recipes that use it
+
+    return connect(url).url
+
+
+def report(dir: str | Path, **options: Any) -> Path:
     """`draftset report`: write the self-contained HTML report; returns its path
-    (default ``dir/report.html``)."""
+    (default ``dir/report.html``). ``options``: the fields of `config.schema.ReportArgs`."""
     _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.review.report import write_report
 
-    return write_report(dir, output, str(tokenizer) if tokenizer else None, block_size)
+    o = _given(ReportArgs, {**options, "dir": dir})
+    tokenizer = str(o.tokenizer) if o.tokenizer else None
+    return write_report(o.dir, o.output, tokenizer, o.block_size)
+
+
+def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> None:
+    """`draftset show`: print one row (``row=N`` or ``row_id=ID``) with its supervised tokens
+    highlighted, on ``console`` (default: stdout). The one API function that prints: showing
+    is what it does. ``options``: the fields of `config.schema.ShowArgs`."""
+    _not_in_a_spawned_import()
+    # lazy: stage modules load on the first call, not on import draftset.api
+    from draftset.review.show import ShowError
+    from draftset.review.show import show as show_row  # lazy: a stage, loaded on first use
+
+    o = _given(ShowArgs, {**options, "dir": dir}, ShowError)
+    if (o.row is None) == (o.row_id is None):
+        raise ShowError("give one of row (an index into the set) or row_id")
+    tokenizer = str(o.tokenizer) if o.tokenizer else None
+    show_row(o.dir, o.row, o.row_id, o.tokens, tokenizer, console, o.block_size)
 
 
 def generate(
-    sources: Sequence[str | Path] | str | Path,
-    *,
-    endpoints: Sequence[str] | str,
-    out: str | Path,
-    model: str | None = None,
-    api_key: str | None = None,
-    format: str | None = None,
-    fields: Mapping[str, str] | Sequence[str] | None = None,
-    preset: str | None = None,
-    concurrency: int | None = None,
-    request_timeout: float | None = None,
-    max_retries: int | None = None,
-    backoff: float | None = None,
-    backoff_cap: float | None = None,
-    health_interval: float | None = None,
-    give_up_after: float | None = None,
-    temperature: float | None = None,
-    top_p: float | None = None,
-    top_k: int | None = None,
-    max_tokens: int | None = None,
-    seed: int | None = None,
-    extra_body: Mapping[str, Any] | str | None = None,
-    chat_template_kwargs: Mapping[str, Any] | str | None = None,
-    thinking: str | None = None,
-    return_token_ids: bool = False,
-    keep_length: bool = False,
-    retry_errors: bool = False,
-    max_response_bytes: int | None = None,
-    restart: bool = False,
-    tokenizer: str | Path | None = None,
-    progress: bool = False,
+    sources: Sequence[str | Path] | str | Path, *, progress: bool = False, **options: Any
 ) -> GenerateResult:
     """`draftset generate`: the target model answers the prompts (docs/generate.md).
 
-    Options left None take `GenerateOptions`' defaults (the command's). Returns the
-    `GenerateResult` (``.ok``: every row ended as an answer or an error line). Runs its own
-    event loop (inside a running loop, as in Jupyter, await `draftset.generation.job.run_generate`).
+    ``options``: the fields of `config.schema.GenerateArgs` (``endpoints`` and ``out`` are
+    required). Returns the `GenerateResult` (``.ok``: every row ended as an answer or an error
+    line). Runs its own event loop (inside a running loop, as in Jupyter, await
+    `draftset.generation.job.run_generate` with `generate_options`' result).
     """
     _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.generation.console import progress as generate_progress
-    from draftset.generation.job import GenerateOptions, options_from_args, run_generate
+    from draftset.generation.job import run_generate  # lazy: a stage, loaded on first use
 
-    base = {f.name: f.default for f in dataclasses.fields(GenerateOptions)}
-
-    def or_default(value: Any, name: str) -> Any:
-        return base[name] if value is None else value
-
-    def as_json(value: Mapping[str, Any] | str | None) -> str | None:
-        return _json.dumps(dict(value)) if isinstance(value, Mapping) else value
-
-    args = argparse.Namespace(
-        inputs=[str(s) for s in _strings(sources)],
-        endpoint=list(_strings(endpoints)),
-        out=str(out),
-        model=model,
-        api_key=api_key,
-        format=format,
-        field=[f"{k}={v}" for k, v in fields.items()]
-        if isinstance(fields, Mapping)
-        else (list(fields) if fields else None),
-        concurrency=or_default(concurrency, "concurrency"),
-        request_timeout=or_default(request_timeout, "request_timeout"),
-        max_retries=or_default(max_retries, "max_retries"),
-        backoff=or_default(backoff, "backoff_base"),
-        backoff_cap=or_default(backoff_cap, "backoff_cap"),
-        health_interval=or_default(health_interval, "health_interval"),
-        give_up_after=or_default(give_up_after, "give_up_after"),
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        max_tokens=max_tokens,
-        seed=seed,
-        extra_body=as_json(extra_body),
-        chat_template_kwargs=as_json(chat_template_kwargs),
-        thinking=thinking,
-        return_token_ids=return_token_ids,
-        keep_length=keep_length,
-        retry_errors=retry_errors,
-        preset=preset,
-        max_response_bytes=or_default(max_response_bytes, "max_response_bytes"),
-        restart=restart,
-        tokenizer=str(tokenizer) if tokenizer is not None else None,
-    )
-    opts = options_from_args(args)
+    opts = generate_options(sources, **options)
     with generate_progress(enabled=progress) as update:
         return asyncio.run(run_generate(opts, update))
+
+
+def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any) -> GenerateOptions:
+    """`generate`'s arguments checked and resolved: the `GenerateOptions` the job runs with."""
+    # lazy: stage modules load on the first call, not on import draftset.api
+    from draftset.config.recipe import source_name, unique_names
+
+    # lazy: the stages load on the first call, not on import draftset.api
+    from draftset.generation.options import (
+        GenerateOptions,
+        GenerateUsageError,
+        api_key_from_env,
+        check_servers,
+        special_tokens_of,
+        split_thinking,
+    )
+    from draftset.sources.presets import apply_preset  # lazy: a stage, loaded on first use
+    from draftset.sources.read import HUB_PREFIX, Source  # lazy: a stage, loaded on first use
+
+    o = _given(GenerateArgs, {**options, "sources": sources}, GenerateUsageError)
+    paths = _strings(o.sources)
+    fields = _fields(o.fields)  # RecipeError (exit 2) for a bad --field
+    if len(paths) == 1 and paths[0].endswith((".yaml", ".yml")):
+        if o.format or o.fields or o.preset:
+            raise GenerateUsageError(
+                "with a recipe, give format / fields / preset per source in the recipe"
+            )
+        srcs = _recipe_sources(Path(paths[0]))
+    else:
+        srcs = [Source(source_name(Path(p)), Path(p), o.format, fields) for p in paths]
+    srcs = unique_names(srcs)
+    for s in srcs:
+        if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
+            raise GenerateUsageError(f"source not found: {s.path}")
+    if o.preset:
+        apply_preset(o.preset)  # raises UnknownPresetError (exit 2) for an unknown name
+        for s in srcs:
+            s.preset = o.preset
+    extra = _json_object(o.extra_body, "--extra-body")
+    kwargs, thinking = split_thinking(
+        _json_object(o.chat_template_kwargs, "--chat-template-kwargs"),
+        o.thinking,
+        "--thinking",
+        "--chat-template-kwargs",
+    )
+    out = Path(o.out)
+    if out.is_dir():
+        raise GenerateUsageError(f"--out {out} is a folder; give a .jsonl file")
+    endpoints = list(_strings(o.endpoints))
+    check_servers(endpoints, o.concurrency, extra)
+    return GenerateOptions(
+        sources=srcs,
+        endpoints=endpoints,
+        out=out,
+        model=o.model,
+        api_key=o.api_key or api_key_from_env(),
+        concurrency=o.concurrency,
+        request_timeout=o.request_timeout,
+        max_retries=o.max_retries,
+        backoff_base=o.backoff,
+        backoff_cap=o.backoff_cap,
+        health_interval=o.health_interval,
+        give_up_after=o.give_up_after,
+        temperature=o.temperature,
+        top_p=o.top_p,
+        top_k=o.top_k,
+        max_tokens=o.max_tokens,
+        seed=o.seed,
+        extra_body=extra,
+        chat_template_kwargs=kwargs,
+        thinking=thinking,
+        keep_length=o.keep_length,
+        return_token_ids=o.return_token_ids,
+        retry_errors=o.retry_errors,
+        special_tokens=special_tokens_of(str(o.tokenizer) if o.tokenizer else None),
+        max_response_bytes=o.max_response_bytes,
+        restart=o.restart,
+    )
+
+
+def _recipe_sources(path: Path) -> list[Source]:
+    """The sources of a `build` recipe, each with its own format, fields and preset. Selection
+    (weights, counts, max_samples, mix, dedup, decontamination) is build's: generate answers
+    every row, and says so (on stderr) when the recipe selects."""
+    from draftset.config.recipe import load_recipe  # lazy: as above
+    from draftset.generation.options import GenerateUsageError
+
+    recipe = load_recipe(path)
+    sources: list[Source] = recipe.get("sources") or []
+    if not sources:
+        raise GenerateUsageError(f"recipe {path} lists no sources")
+    selects = [k for k in ("max_samples", "mix", "decontaminate") if recipe.get(k)]
+    selects += ["weight/count"] if any(s.weight or s.count for s in sources) else []
+    if selects:
+        print(
+            f"draftset: note: generate answers every row of the recipe's sources; its "
+            f"selection ({', '.join(selects)}) applies when the set is built",
+            file=sys.stderr,
+        )
+    return sources
+
+
+def _json_object(value: Mapping[str, Any] | str | None, what: str) -> dict[str, Any]:
+    """A JSON object option: a mapping, or the command line's JSON text ("" = none)."""
+    from draftset.config.recipe import parse_json_object  # lazy: as above
+
+    if isinstance(value, Mapping):
+        return dict(value)
+    return parse_json_object(value, what) if value else {}

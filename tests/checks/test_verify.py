@@ -20,7 +20,8 @@ from conftest import REPO, llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_templ
 from tokenizers import Tokenizer
 from unicode_torture import PIECES, torture_rows
 
-from draftset.checks.verify import fast_checks, main, run_verify
+from draftset.checks.verify import fast_checks, run_verify
+from draftset.cli import main as cli_main
 from draftset.config.options import BuildOptions
 from draftset.config.recipe import load_recipe
 from draftset.output.base import arrow_schema
@@ -124,6 +125,11 @@ ROWS = [
         ],
     },
 ]
+
+
+def main(argv: list[str]) -> int:
+    """`draftset verify ...` (the command, through the CLI's parser and exit codes)."""
+    return cli_main(["verify", *argv])
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -797,7 +803,8 @@ def test_printed_results_escape_control_characters_from_ids():
 
     from rich.console import Console
 
-    from draftset.checks.verify import CheckResult, print_results
+    from draftset.checks.verify import CheckResult
+    from draftset.commands.verify import print_results
 
     bad = "row\x1b]0;title\x07\u202e"
     res = CheckResult("mask_fidelity", "fail", "x", 1, [bad], {"messages": [f"{bad}: run"]})
@@ -882,7 +889,9 @@ def test_manifest_field_of_the_wrong_type_is_one_line_exit_2(
     built, tmp_path, capsys, path, value, said
 ):
     """verify and report stopped with a traceback (TypeError, AttributeError) before."""
-    from draftset.review.report import main as report_main
+
+    def report_main(argv: list[str]) -> int:
+        return cli_main(["report", *argv])
 
     folder = copy_set(built["all"], tmp_path)
     m = manifest(folder)
@@ -952,7 +961,9 @@ def test_turn_after_retokenized_history_is_context_and_verify_agrees(tool_loop_s
 )
 def test_malformed_mixture_section_is_one_line_for_report(built, tmp_path, capsys, section, value):
     """report read `mixture.dedup` unchecked (TypeError / ValueError tracebacks)."""
-    from draftset.review.report import main as report_main
+
+    def report_main(argv: list[str]) -> int:
+        return cli_main(["report", *argv])
 
     folder = copy_set(built["all"], tmp_path)
     m = manifest(folder)

@@ -10,7 +10,8 @@ from conftest import qwen3_tokenizer_dir
 from draftset import api
 from draftset.core import reasons
 from draftset.core.ids import IdRegistry, duplicate_id_message
-from draftset.generation.job import Job, iter_inputs
+from draftset.generation.dialog import Job
+from draftset.generation.inputs import iter_inputs
 from draftset.output.readback import open_output
 from draftset.sources.read import Source
 

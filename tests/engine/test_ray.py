@@ -496,8 +496,8 @@ def test_ray_address_needs_engine_ray(inputs, tmp_path, capsys):
 def test_recipes_run_and_the_api_carry_the_engine_and_it_never_decides_the_set(tmp_path):
     """`engine:`/`ray_address:` in a recipe, overridden by `draftset run`'s options; the run's
     settings (what a resume must match) leave them out: the set does not depend on them."""
-    from draftset.api import build_options
-    from draftset.pipeline.run import options_from_recipe, settings_of
+    from draftset.api import build_options, run_options
+    from draftset.pipeline.run_resume import settings_of
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text(
@@ -508,9 +508,9 @@ def test_recipes_run_and_the_api_carry_the_engine_and_it_never_decides_the_set(t
     )
     opts = build_options(recipe)
     assert (opts.engine, opts.ray_address) == ("ray", "127.0.0.1:6379")
-    run = options_from_recipe(recipe, engine="local")
+    run = run_options(recipe, engine="local")
     assert (run.build.engine, run.build.ray_address) == ("local", None)  # the option wins
-    ray_run = options_from_recipe(recipe)
+    ray_run = run_options(recipe)
     assert ray_run.build.engine == "ray"
     assert settings_of(run) == settings_of(ray_run)
     with pytest.raises(DraftsetError, match="engine must be local or ray"):

@@ -23,12 +23,17 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from fault_server import FaultServer
 from serving import CHAIN, _free_port, _serving_missing, transformers_serve
 
+from draftset.cli import main as cli_main
 from draftset.core.records import Conversation, RawRow
-from draftset.generation.job import main
 from draftset.generation.store import recover
 from draftset.sources.normalize import normalize
 
 FAST = ["--backoff", "0.01", "--backoff-cap", "0.05", "--health-interval", "0.1", "--no-progress"]
+
+
+def main(argv: list[str]) -> int:
+    """`draftset generate ...` (the command, through the CLI's parser and exit codes)."""
+    return cli_main(["generate", *argv])
 
 
 def write_rows(path: Path, rows: list[Any]) -> Path:
@@ -446,7 +451,7 @@ def test_missing_source_exits_2(tmp_path: Path, server: FaultServer) -> None:
 
 
 # --- crash safety: SIGKILL mid-run, then resume -------------------------------------------
-_CHILD = "import sys; from draftset.generation.job import main; sys.exit(main(sys.argv[1:]))"
+_CHILD = "import sys; from draftset.cli import main; sys.exit(main(['generate', *sys.argv[1:]]))"
 
 
 def _child(src: Path, out: Path, url: str) -> subprocess.Popen[bytes]:
@@ -731,7 +736,7 @@ def test_api_key_from_the_environment_redacted_everywhere(
 
 
 def test_api_key_environment_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    from draftset.generation.job import api_key_from_env
+    from draftset.generation.options import api_key_from_env
 
     monkeypatch.delenv("DRAFTSET_API_KEY", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "from-openai")

@@ -322,7 +322,8 @@ def test_bad_render_timeout_is_one_line_exit_2(tmp_path, capsys, value):
 
 def test_render_timeout_from_a_recipe(tmp_path):
     from draftset.api import build_options
-    from draftset.cli import _build_parser, build_arguments
+    from draftset.cli import _build_parser
+    from draftset.commands.build import build_arguments
 
     src = tmp_path / "a.jsonl"
     src.write_text(json.dumps(chat(0, "Hi?")) + "\n")

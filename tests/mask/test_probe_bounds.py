@@ -198,7 +198,7 @@ def test_run_bounds_the_prompt_render_of_a_row(tmp_path, attack, reason):
     from draftset.config.options import BuildOptions
     from draftset.core.records import Conversation
     from draftset.mask.template import ChatTemplate, TemplateSpec
-    from draftset.pipeline.run import _prompt_problem
+    from draftset.pipeline.run_select import _prompt_problem
     from draftset.sources.read import Source
 
     text = attack + (BOUNDS / "chatml.jinja").read_text()

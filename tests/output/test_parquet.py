@@ -199,7 +199,7 @@ def test_bad_output_format_is_one_line_exit_2(
     args = [str(recipe), "--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(tmp_path / "o")]
     assert main(["build", *args]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "draftset: error: output_format must be arrow or parquet, not 'csv'"
+    assert err == 'draftset: error: recipe key output_format: must be arrow or parquet, got "csv"'
     assert not (tmp_path / "o").exists()
 
 
@@ -207,7 +207,8 @@ def test_draftset_run_writes_parquet_from_the_recipe(tmp_path: Path) -> None:
     sys.path.insert(0, str(Path(__file__).parents[1]))
     from fault_server import FaultServer
 
-    from draftset.pipeline.run import options_from_recipe, run
+    from draftset.api import run_options
+    from draftset.pipeline.run import run
 
     rows = [
         {"id": "p1", "messages": [{"role": "user", "content": "Name a colour."}]},
@@ -230,7 +231,7 @@ def test_draftset_run_writes_parquet_from_the_recipe(tmp_path: Path) -> None:
             "generate": {"endpoints": [srv.url], "max_tokens": 32, "thinking": "on"},
         }
         (tmp_path / "run.yaml").write_text(json.dumps(recipe))
-        opts = options_from_recipe(tmp_path / "run.yaml")
+        opts = run_options(tmp_path / "run.yaml")
         opts.speculators = False
         result = run(opts, say=lambda _line: None)
     assert result.ok

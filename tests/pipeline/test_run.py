@@ -22,8 +22,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from fault_server import FaultServer
 
-from draftset.pipeline import run as run_mod
-from draftset.pipeline.run import KILL_ENV, RunUsageError, options_from_recipe, run
+from draftset.api import run_options
+from draftset.pipeline import run_answers, run_resume, run_select, run_state
+from draftset.pipeline.run import run
+from draftset.pipeline.run_state import KILL_ENV, RunUsageError
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = {
@@ -144,8 +146,8 @@ def _recipe(tmp: Path, tokenizer: Path, url: str, name: str = "recipe", **genera
     return path
 
 
-def _run(recipe: Path, **kw: Any) -> run_mod.RunResult:
-    opts = options_from_recipe(recipe, **kw)
+def _run(recipe: Path, **kw: Any) -> run_state.RunResult:
+    opts = run_options(recipe, **kw)
     opts.speculators = False  # proven elsewhere; keeps this file fast
     return run(opts, say=print)
 
@@ -184,7 +186,7 @@ def _rejects(out: Path) -> dict[str, dict[str, Any]]:
 class _RoundTrip:
     tmp: Path
     srv: FaultServer
-    result: run_mod.RunResult
+    result: run_state.RunResult
     requests: list[dict[str, Any]]  # what the reference run sent
 
 
@@ -268,7 +270,7 @@ def test_kill_in_each_stage_then_rerun_gives_the_same_set(
     before = len(srv.requests)
     srv.attempts.clear()
     crash = _recipe(tmp_path, qwen3_dir, srv.url, "crash", concurrency=1)
-    for stage in run_mod.STAGES:
+    for stage in run_state.STAGES:
         proc = _child(crash, stage)
         assert proc.returncode == -9, (stage, proc.returncode, proc.stderr[-2000:])
     proc = _child(crash, None)
@@ -284,18 +286,18 @@ def test_kill_in_each_stage_then_rerun_gives_the_same_set(
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
     assert not list(tmp_path.glob(".crash-out.draftset-tmp-*")), "a killed build's folder is left"
     state = json.loads((tmp_path / "crash-out.run" / "state.json").read_text())
-    assert state["done"] == list(run_mod.STAGES)
+    assert state["done"] == list(run_state.STAGES)
     # the timeline keeps every attempt: each stage was killed once, then finished
     outcomes: dict[str, list[str]] = {}
     for a in state["attempts"]:
         outcomes.setdefault(a["stage"], []).append(a["outcome"])
-    assert outcomes == {s: ["killed", "done"] for s in run_mod.STAGES}, outcomes
+    assert outcomes == {s: ["killed", "done"] for s in run_state.STAGES}, outcomes
     line = next(x for x in proc.stdout.splitlines() if x.startswith("timeline: "))
-    assert line.count("killed then ") == len(run_mod.STAGES), line
+    assert line.count("killed then ") == len(run_state.STAGES), line
     # ... and the report shows it
     report = (tmp_path / "crash-out-report.html").read_text()
     assert "Timeline (every attempt" in report
-    assert report.count("<td>killed (found by the next run at ") == len(run_mod.STAGES)
+    assert report.count("<td>killed (found by the next run at ") == len(run_state.STAGES)
 
 
 class _Crash(Exception):
@@ -312,7 +314,7 @@ def test_changed_model_or_recipe_refused_unless_restart(
     with FaultServer() as srv:
         recipe = _recipe(tmp_path, qwen3_dir, srv.url, concurrency=1)
         monkeypatch.setenv(KILL_ENV, "generate")
-        monkeypatch.setattr(run_mod, "_maybe_die", crash)
+        monkeypatch.setattr(run_answers, "maybe_die", crash)
         with pytest.raises(_Crash, match="generate"):  # stopped in the middle of generation
             _run(recipe)
         assert 0 < len(srv.requests) < 7
@@ -505,7 +507,7 @@ def test_which_rows_are_sent(regenerate: str, expected: list[str | None]) -> Non
         ),
     ]
     b = BuildOptions(sources=[], tokenizer="t", out=Path("o"))
-    got = [run_mod._needs_answer(r, b, regenerate, Thinks()) for r in rows]  # type: ignore[arg-type]
+    got = [run_select._needs_answer(r, b, regenerate, Thinks()) for r in rows]  # type: ignore[arg-type]
     assert [why for why, _ in got] == expected
     assert got[1][1] == [user, user]  # the placeholder turn is dropped: a prompt again
 
@@ -567,26 +569,26 @@ def test_same_tokenizer_and_sources_spelled_otherwise_are_no_change(
     tok = tmp_path / "tok"
     shutil.copytree(qwen3_dir, tok)
     recipe = _recipe(tmp_path, tok, "http://127.0.0.1:9/v1")
-    first = run_mod.settings_of(options_from_recipe(recipe))
+    first = run_resume.settings_of(run_options(recipe))
     monkeypatch.chdir(tmp_path)
     for spelling in ("tok", "./tok/", "../" + tmp_path.name + "/tok"):
-        again = run_mod.settings_of(options_from_recipe(recipe, tokenizer=spelling))
-        assert run_mod.changed_settings(first, again) == [], spelling
+        again = run_resume.settings_of(run_options(recipe, tokenizer=spelling))
+        assert run_resume.changed_settings(first, again) == [], spelling
     relative = json.loads(recipe.read_text())  # sources and recipe given relative too
     relative["sources"] = [{"path": os.path.relpath(s["path"])} for s in relative["sources"]]
     relative["tokenizer"] = "tok"
     recipe.write_text(json.dumps(relative))
-    again = run_mod.settings_of(options_from_recipe(Path(recipe.name)))
-    assert run_mod.changed_settings(first, again) == []
+    again = run_resume.settings_of(run_options(Path(recipe.name)))
+    assert run_resume.changed_settings(first, again) == []
     moved = tmp_path / "elsewhere"  # the same files in another folder: the same tokenizer
     shutil.copytree(tok, moved)
-    again = run_mod.settings_of(options_from_recipe(recipe, tokenizer=str(moved)))
-    assert run_mod.changed_settings(first, again) == []
+    again = run_resume.settings_of(run_options(recipe, tokenizer=str(moved)))
+    assert run_resume.changed_settings(first, again) == []
     # other content under the same path is a change
     config = tok / "tokenizer_config.json"
     config.write_text(config.read_text().replace("}", ', "x": 1}', 1))
-    again = run_mod.settings_of(options_from_recipe(recipe, tokenizer="tok"))
-    assert run_mod.changed_settings(first, again) == ["recipe.tokenizer"]
+    again = run_resume.settings_of(run_options(recipe, tokenizer="tok"))
+    assert run_resume.changed_settings(first, again) == ["recipe.tokenizer"]
 
 
 def test_run_end_to_end_other_model_relative_tokenizer_and_restart_keeps_user_files(
@@ -621,7 +623,7 @@ def test_run_end_to_end_other_model_relative_tokenizer_and_restart_keeps_user_fi
         assert total["read"] == total["written"] + total["rejected"] + total["needs_generation"]
         sent = len(srv.requests)
         again = _run(recipe, tokenizer=str(tmp_path / "tok"))  # absolute now: the same one
-        assert again.resumed == list(run_mod.STAGES) and len(srv.requests) == sent
+        assert again.resumed == list(run_state.STAGES) and len(srv.requests) == sent
         (out / "NOTES.md").write_text("my notes")
         with pytest.raises(RunUsageError, match=r"holds files draftset did not write: NOTES.md"):
             _run(recipe, tokenizer="tok", restart=True)

@@ -13,10 +13,11 @@ import pytest
 from conftest import qwen3_tokenizer_dir
 
 from draftset.checks.verify import run_verify
+from draftset.cli import main as cli_main
 from draftset.config.options import BuildOptions
 from draftset.core.terminal import UNSAFE
 from draftset.pipeline.build import run_build
-from draftset.review.report import build_report, coverage_curve, main
+from draftset.review.report import build_report, coverage_curve
 from draftset.sources.read import Source
 
 EVIL = "<script>alert(1)</script>"
@@ -61,6 +62,11 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+def main(argv: list[str]) -> int:
+    """`draftset report ...` (the command, through the CLI's parser and exit codes)."""
+    return cli_main(["report", *argv])
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,11 @@ import pytest
 from conftest import qwen3_tokenizer_dir
 from rich.console import Console
 
+from draftset.cli import main as cli_main
 from draftset.config.options import BuildOptions
 from draftset.core.terminal import UNSAFE
 from draftset.pipeline.build import run_build
-from draftset.review.show import SUPERVISED_STYLE, main, show
+from draftset.review.show import SUPERVISED_STYLE, show
 from draftset.sources.read import Source
 
 ROWS = [
@@ -30,6 +31,11 @@ ROWS = [
         "messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}],
     },
 ]
+
+
+def main(argv: list[str]) -> int:
+    """`draftset show ...` (the command, through the CLI's parser and exit codes)."""
+    return cli_main(["show", *argv])
 
 
 @pytest.fixture(scope="module")

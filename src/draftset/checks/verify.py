@@ -1,30 +1,24 @@
-"""`draftset verify DIR`: prove a built training set is what its manifest says it is.
+"""Verify: prove a built training set is what its manifest says it is (`draftset verify DIR`).
 
-Exit codes: 0 every check passed (skips allowed, always printed with their reason), 1 any check
-failed (each failure names the check, its count and up to 5 example row ids), 2 unusable
-arguments (one line on stderr). The checks and their thresholds are documented in
-docs/verify.md. `fast_checks` is the subset that needs neither sources nor tokenizer; build runs
-it before reporting success. A full run (not --fast) records its result, its time and the sha256
-of the set's files in DIR/verify.json, which `draftset report` shows (or marks stale).
+Every check returns a `CheckResult`; a failure names the check, its count and up to 5 example
+row ids (the command prints them: `draftset.commands.verify`). The checks and their thresholds
+are documented in docs/verify.md. `fast_checks` is the subset that needs neither sources nor
+tokenizer; build runs it before reporting success. A full run (not --fast) records its result,
+its time and the sha256 of the set's files in DIR/verify.json, which `draftset report` shows
+(or marks stale).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
-
-from draftset import api
 from draftset.checks.fast import (
     check_accounting,
     check_draft_vocab,
@@ -43,9 +37,8 @@ from draftset.checks.mask import (
 )
 from draftset.checks.serving import RenderServer, check_render_server
 from draftset.core import defaults, reasons
-from draftset.core.errors import EXIT_FAIL, EXIT_OK, UsageError
+from draftset.core.errors import UsageError
 from draftset.core.files import write_json_atomic
-from draftset.core.terminal import visible
 from draftset.core.version import package_version
 from draftset.mask.template import TokenizerError
 from draftset.output.base import safe_name
@@ -65,10 +58,7 @@ __all__ = [
     "CheckResult",
     "RecordStatus",
     "fast_checks",
-    "main",
-    "print_results",
     "read_record",
-    "register_cli",
     "run_verify",
     "write_record",
 ]
@@ -334,123 +324,3 @@ def check_speculators_load(out: OutputSet) -> CheckResult:
             "speculators_load", "fail", f"{how}: " + "; ".join(problems), len(problems)
         )
     return CheckResult("speculators_load", "pass", f"{how} reads {count:,} rows back")
-
-
-# --- output --------------------------------------------------------------------------------------
-def _wide_console() -> Console:
-    """Terminal width on a terminal; wide enough for one line per check in logs."""
-    probe = Console(highlight=False)
-    return probe if probe.is_terminal else Console(highlight=False, width=160, soft_wrap=True)
-
-
-def print_results(
-    results: list[CheckResult], console: Console | None = None, verdict: bool = True
-) -> None:
-    """One line per check; failures with count, example ids and the first few messages; then
-    the verdict (``verdict=False``: the caller says its own, as `run` does: one verdict)."""
-    console = console or _wide_console()
-    style = {"pass": "green", "fail": "bold red", "skip": "yellow"}
-    for r in results:
-        label = r.status.upper()
-        line = f"[{style[r.status]}]{label:4}[/] {r.name}: {escape(visible(r.summary))}"
-        if r.failed:
-            line += f" [bold](count {r.count:,})[/]"
-            if r.examples:
-                line += " e.g. " + escape(visible(", ".join(r.examples)))
-        console.print(line)
-        if r.failed:
-            for msg in r.details.get("messages", []):
-                console.print(f"       {escape(visible(str(msg)))}")
-    failed = [r.name for r in results if r.failed]
-    if not verdict:
-        return
-    if failed:
-        console.print(f"[bold red]verify failed[/]: {', '.join(failed)}")
-    else:
-        console.print(
-            "[green]verify passed[/]"
-            + (" (with skips)" if any(r.status == "skip" for r in results) else "")
-        )
-
-
-VERIFY_HELP = """\
-Prove a built training set is what its manifest says: structure, file hashes, accounting,
-token counts, d2t/t2d, drafter fitness (the fast checks, which `build` runs too: --fast runs
-only these), then the tokenizer and template, the unchanged sources, every row's identity and
-its mask re-derived from its source row, placeholder leakage, truncation and speculators'
-loader. Every check is listed in docs/verify.md.
-
-Exit 0 every check passed (a skip always says why), 1 a check failed (named, with a count and
-example row ids), 2 unusable arguments. A full run records its result in DIR/verify.json,
-which `draftset report` shows.
-"""
-
-
-def register_cli(subparsers: Any) -> None:
-    """Add `draftset verify` to a subparsers object (handler(args) -> exit code)."""
-    p = subparsers.add_parser(
-        "verify",
-        help="check a built training set against its manifest and sources",
-        description=VERIFY_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("dir", metavar="DIR", help="a folder written by `draftset build`")
-    p.add_argument("--tokenizer", help="tokenizer folder (default: the path in the manifest)")
-    p.add_argument(
-        "--sample",
-        type=int,
-        help="mask-check N seeded rows (default: all rows of sets up to 20,000, else 2,000)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
-    p.add_argument(
-        "--block-size",
-        type=int,
-        default=DEFAULT_BLOCK_SIZE,
-        help="DFlash block size for anchor counts (default 16)",
-    )
-    p.add_argument(
-        "--placeholder",
-        action="append",
-        help="placeholder answer never to be supervised (repeatable; default: the manifest's"
-        " list, else 'OK.', 'OK'; empty answers always)",
-    )
-    p.add_argument(
-        "--fast", action="store_true", help="only the fast checks (no sources, no tokenizer)"
-    )
-    p.add_argument(
-        "--render-server",
-        metavar="URL",
-        help="also compare every checked row's context and supervised tokens with the renders"
-        " of this serving engine (`vllm launch render`; docs/verify.md)",
-    )
-    p.add_argument("--json", metavar="FILE", help="write every check result as JSON to FILE")
-    p.set_defaults(handler=cmd_verify)
-
-
-def cmd_verify(args: argparse.Namespace) -> int:
-    result = api.verify(
-        args.dir,
-        tokenizer=args.tokenizer,
-        sample=args.sample,
-        seed=args.seed,
-        block_size=args.block_size,
-        placeholders=args.placeholder,
-        fast=args.fast,
-        json=args.json,
-        render_server=args.render_server,
-    )
-    print_results(result.checks)
-    if result.recorded is not None:
-        print(f"result recorded in {Path(args.dir) / VERIFY_RECORD} (shown by `draftset report`)")
-    return EXIT_OK if result.ok else EXIT_FAIL
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone ``python -m draftset.checks.verify``: the CLI's parser and exit codes."""
-    from draftset.cli import main as cli_main  # lazy: cli imports this module for its command
-
-    return cli_main(["verify", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

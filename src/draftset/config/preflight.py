@@ -15,14 +15,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from draftset.core import defaults
+from draftset.config.fields import flag_of, validated
+from draftset.config.schema import BuildArgs
 from draftset.core.errors import UsageError
 from draftset.core.files import blocking_parent
 from draftset.engine.base import available_cpus
 from draftset.mask.ambient import now_iso, valid_now
-from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import _resolve_tokenizer_path, config_vocab_size
-from draftset.output import FORMATS
 from draftset.output.folder import (
     MANIFEST_FORMAT,
     foreign_entries,
@@ -85,7 +84,8 @@ def check_build(opts: BuildOptions) -> BuildOptions:
 
 
 def check_values(opts: BuildOptions) -> None:
-    """The option values `draftset build` refuses (exit 2), in the order it always checked.
+    """The option values `draftset build` refuses (exit 2): the schema's types, choices and
+    bounds (`config.schema.BuildArgs`), then what it cannot say alone.
 
     Run when the API builds its options (so a bad value fails before anything else) and again
     by `check_build` (so `BuildOptions` made by hand are checked the same way).
@@ -93,28 +93,32 @@ def check_values(opts: BuildOptions) -> None:
     for bench in opts.decontaminate:
         if not Path(bench).exists():
             raise UsageError(f"--decontaminate file not found: {bench}")
-    if opts.dedup not in ("exact", "near", "none"):
-        raise UsageError(f"dedup must be exact, near or none, not {opts.dedup!r}")
+    values = {name: getattr(opts, name) for name in _SCHEMA_CHECKED}
+    validated(BuildArgs, values, name_of=lambda name: flag_of(BuildArgs, name))
     for s in opts.sources:
         if s.preset:
             apply_preset(s.preset)  # raises UnknownPresetError (exit 2) for an unknown name
-    if opts.truncation not in ("drop", "truncate"):
-        raise UsageError(f"truncation must be drop or truncate, not {opts.truncation!r}")
-    if opts.turns not in ("all", "last", "each"):
-        raise UsageError(f"turns must be all, last or each, not {opts.turns!r}")
-    if opts.engine not in defaults.ENGINES:
-        raise UsageError(f"engine must be local or ray, not {opts.engine!r}")
-    if opts.max_length < 1 or opts.min_supervised_tokens < 0 or opts.workers < 0:
-        raise UsageError("--max-length must be >= 1, --min-supervised-tokens and --workers >= 0")
-    if opts.serving_engine not in SERVING_ENGINES:
-        raise UsageError(
-            f"serving_engine must be {', '.join(SERVING_ENGINES)}, not {opts.serving_engine!r}"
-        )
     check_workers(opts.workers, opts.engine, opts.ray_address)
-    if opts.output_format not in FORMATS:
-        raise UsageError(
-            f"output_format must be {' or '.join(FORMATS)}, not {opts.output_format!r}"
-        )
+
+
+_SCHEMA_CHECKED = (
+    "max_length",
+    "truncation",
+    "min_supervised_tokens",
+    "turns",
+    "seed",
+    "max_samples",
+    "workers",
+    "engine",
+    "dedup",
+    "near_dup_threshold",
+    "render_timeout",
+    "draft_vocab_size",
+    "target_vocab_size",
+    "output_format",
+    "serving_engine",
+)
+"""The `BuildOptions` fields that are `BuildArgs` fields of the same name and meaning."""
 
 
 def check_workers(workers: int, engine: str, ray_address: str | None) -> None:

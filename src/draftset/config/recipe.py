@@ -1,8 +1,9 @@
-"""Recipe files and source specs: turn user input into `BuildOptions`.
+"""Recipe files and source specs: turn user input into `BuildOptions`' sources and values.
 
 A recipe is YAML with the same names as the command-line options (underscores), plus a
-``sources`` list. Paths in a recipe are relative to the recipe file. Options given on the
-command line override the recipe.
+``sources`` list; `config.schema` declares the keys and validates their values strictly (a
+mistyped one is one line naming the key). Paths in a recipe are relative to the recipe file.
+Options given on the command line override the recipe.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from draftset.config.fields import recipe_keys, validated
+from draftset.config.schema import BuildArgs, SourceEntry
 from draftset.core.errors import UsageError
 from draftset.sources.presets import apply_preset
 from draftset.sources.read import HUB_PREFIX, Source
@@ -24,43 +27,32 @@ class RecipeError(UsageError):
     """A recipe or source spec that cannot be used (exit code 2)."""
 
 
-RECIPE_KEYS = {
-    "tokenizer",
-    "chat_template",
-    "template_kwargs",
-    "out",
-    "max_length",
-    "truncation",
-    "min_supervised_tokens",
-    "turns",
-    "seed",
-    "max_samples",
-    "workers",
-    "engine",
-    "ray_address",
-    "draft_vocab_size",
-    "target_vocab_size",
-    "eot_tokens",
-    "placeholders",
-    "overwrite",
-    "dedup",
-    "near_dup_threshold",
-    "decontaminate",
-    "mix",
-    "render_timeout",
-    "output_format",
-    "serving_engine",
-    "sources",
-    "generate",  # `draftset run` only (build ignores it); checked by run.generate_settings
-    "verify",  # `draftset run` only: {render_server: URL}; checked by run.options_from_recipe
+BUILD_KEYS = frozenset(recipe_keys(BuildArgs))
+RECIPE_KEYS = BUILD_KEYS | {
+    "generate",  # `draftset run` only (build ignores it): `config.schema.GenerateSection`
+    "verify",  # `draftset run` only: `config.schema.VerifySection`
 }
-SOURCE_KEYS = {"path", "name", "weight", "count", "format", "fields", "preset"}
+SOURCE_KEYS = frozenset(SourceEntry.model_fields)
 _SUFFIXES = re.compile(r"(\.(jsonl|json|parquet|arrow|gz|zst))+$")
 
 
 def source_name(path: Path) -> str:
     """A readable label from a path: the file name without data/compression suffixes."""
     return _SUFFIXES.sub("", path.name) or path.name
+
+
+def source_from_entry(entry: SourceEntry, path: Path | None = None) -> Source:
+    """The `Source` of a recipe's ``sources:`` entry (``path``: resolved against the recipe)."""
+    path = Path(entry.path) if path is None else path
+    return Source(
+        name=str(entry.name or source_name(path)),
+        path=path,
+        format=entry.format,
+        fields=entry.fields,
+        weight=entry.weight,
+        count=entry.count,
+        preset=entry.preset,
+    )
 
 
 def unique_names(sources: list[Source]) -> list[Source]:
@@ -151,6 +143,10 @@ def load_recipe(path: Path) -> dict[str, Any]:
     unknown = set(data) - RECIPE_KEYS
     if unknown:
         raise RecipeError(f"recipe {path}: unknown keys {sorted(unknown)}")
+    values = {k: v for k, v in data.items() if k in BUILD_KEYS and v is not None}
+    validated(
+        BuildArgs, values, recipe="", strict=True, error=RecipeError
+    )  # one line naming a mistyped key
     base = path.parent
     out = dict(data)
     sources = []
@@ -164,20 +160,13 @@ def load_recipe(path: Path) -> dict[str, Any]:
         bad = set(entry) - SOURCE_KEYS
         if bad:
             raise RecipeError(f"recipe {path}: sources[{i}] unknown keys {sorted(bad)}")
-        p = Path(entry["path"])
-        if not str(entry["path"]).startswith(HUB_PREFIX) and not p.is_absolute():
-            p = Path(os.path.normpath(base / p))
-        sources.append(
-            Source(
-                name=str(entry.get("name") or source_name(p)),
-                path=p,
-                format=entry.get("format"),
-                fields=entry.get("fields"),
-                weight=entry.get("weight"),
-                count=entry.get("count"),
-                preset=entry.get("preset"),
-            )
+        spec = validated(
+            SourceEntry, entry, recipe=f"sources[{i}].", strict=True, error=RecipeError
         )
+        p = Path(spec.path)
+        if not str(spec.path).startswith(HUB_PREFIX) and not p.is_absolute():
+            p = Path(os.path.normpath(base / p))
+        sources.append(source_from_entry(spec, p))
     out["sources"] = sources
     bench = data.get("decontaminate") or []
     bench = [bench] if isinstance(bench, str) else bench

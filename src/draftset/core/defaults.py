@@ -1,6 +1,7 @@
-"""Every default of a build, in one place: `BuildOptions`, the worker's `LengthRules`, the
-CLI's help, recipes and the Python API read them from here (before, 4096 was written in four
-places). Only `typing` is imported: worker processes import this through `encode`.
+"""Every default of a job (build, generate, run, verify), in one place: the option schema
+(`config.schema`, whence the CLI's help, recipes and the API), `BuildOptions` and the worker's
+`LengthRules` read them from here (before, 4096 was written in four places). Only `typing` is
+imported: worker processes import this through `encode`.
 
 The placeholder answers are `reasons.DEFAULT_PLACEHOLDERS` (build and verify share it there).
 """
@@ -32,3 +33,23 @@ OUTPUT_FORMAT: Final = "arrow"
 the formats are `draftset.output.FORMATS`."""
 BLOCK_SIZE: Final = 16
 """DFlash block size for anchor counts (verify, report)."""
+TURN_MODES: Final = ("all", "last", "each")
+TRUNCATIONS: Final = ("drop", "truncate")
+DEDUPS: Final = ("exact", "near", "none")
+"""Exact content hash, + MinHash near-duplicates, or none."""
+
+# `draftset generate` and a recipe's `generate:` section (what `draftset run` asks the servers)
+CONCURRENCY: Final = 16
+"""Requests in flight per endpoint."""
+REQUEST_TIMEOUT: Final = 600.0
+MAX_RETRIES: Final = 6
+BACKOFF: Final = 0.5
+BACKOFF_CAP: Final = 30.0
+HEALTH_INTERVAL: Final = 5.0
+GIVE_UP_AFTER: Final = 600.0
+MAX_RESPONSE_BYTES: Final = 32 * 1024 * 1024
+"""Largest response body, also after gzip/deflate decoding (32 MiB)."""
+API_KEY_ENV: Final = "OPENAI_API_KEY"
+"""The variable a recipe's `generate.api_key_env` names by default."""
+REGENERATE: Final = ("missing", "missing_reasoning", "all")
+"""`draftset run`: which rows the target answers again (`generate.regenerate`)."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from draftset.core import defaults
 from draftset.generation.wire import BodyTooLarge, Client, Response, WireError, parse_target
 from draftset.sources.read import _has_lone_surrogate
 
@@ -28,7 +29,7 @@ FAILURES_BEFORE_CHECK = 3
 """Consecutive transient failures after which an endpoint is health-checked at once (and taken
 out only if the check fails too): one prompt the server cannot handle must not take it out."""
 
-DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_RESPONSE_BYTES = defaults.MAX_RESPONSE_BYTES
 """Largest response body accepted, as received and after gzip/deflate decoding."""
 
 RESPONSE_TOO_LARGE = "response_too_large"

@@ -7,10 +7,8 @@ dataset text goes through `html.escape` (a row holding `<script>` renders as tex
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -571,52 +569,3 @@ def write_report(
     except OSError as exc:
         raise UsageError(str(exc)) from None
     return path
-
-
-REPORT_HELP = """\
-Write one self-contained HTML page about a built set (default DIR/report.html): the last full
-`draftset verify` (passed, FAILED, or STALE when the set changed since), the fast checks,
-composition by source, rejects and context-only turns by reason (each reason explained),
-sequence-length and supervised-token histograms, truncation, DFlash anchors, the
-draft-vocabulary coverage curve (to choose --draft-vocab-size) and example rows with the mask
-highlighted. No script, no network: open it anywhere.
-"""
-
-
-def register_cli(subparsers: Any) -> None:
-    """Add `draftset report` to a subparsers object (handler(args) -> exit code)."""
-    p = subparsers.add_parser(
-        "report",
-        help="write a self-contained HTML report of a built set",
-        description=REPORT_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("dir", metavar="DIR", help="a folder written by `draftset build`")
-    p.add_argument("-o", "--output", help="HTML file to write (default: DIR/report.html)")
-    p.add_argument(
-        "--tokenizer", help="tokenizer folder for the example rows (default: the manifest's)"
-    )
-    p.add_argument(
-        "--block-size",
-        type=int,
-        default=defaults.BLOCK_SIZE,
-        help=f"DFlash block size (default {defaults.BLOCK_SIZE})",
-    )
-    p.set_defaults(handler=cmd_report)
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    path = write_report(args.dir, args.output, args.tokenizer, args.block_size)
-    print(f"report written to {path}")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone ``python -m draftset.review.report``: the CLI's parser and exit codes."""
-    from draftset.cli import main as cli_main  # lazy: cli imports this module for its command
-
-    return cli_main(["report", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,8 +10,6 @@ escaped (`\\x1b`, `\\u202e`). Without colours (piped, `NO_COLOR`) supervised run
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -119,19 +117,6 @@ def _not_in_set(out: OutputSet, row_id: str) -> str:
     )
 
 
-def row_index(value: str) -> int:
-    """``--row``: an index into the set; a value that is not one (``pad-1``) is likely an id."""
-    try:
-        index = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a row index (0, 1, 2, ...): for a row id use --id {value}"
-        ) from None
-    if index < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative: row indices start at 0")
-    return index
-
-
 def row_facts(
     r: dict[str, Any], eot: set[int], block_size: int = defaults.BLOCK_SIZE
 ) -> dict[str, Any]:
@@ -229,60 +214,3 @@ def show(
     legend.append("  control characters: escaped (\\x1b, \\u202e)", style="dim")
     console.print(legend)
     console.print(Panel(text, title=Text(visible(str(r["id"]))), title_align="left"))
-
-
-SHOW_HELP = """\
-Print one row of a built set: its facts (id, source, tokens, supervised tokens, runs,
-truncated, DFlash anchors) and its text with the supervised tokens (loss_mask = 1)
-highlighted; --tokens marks token boundaries. Without colours (piped, NO_COLOR) supervised runs
-are wrapped in ⟦…⟧. Control characters from the data (ESC sequences, bidi overrides) are shown
-as escapes (\\x1b, \\u202e), never sent to the terminal. Decoding needs the tokenizer: the
-manifest's path, or --tokenizer.
-"""
-
-
-def register_cli(subparsers: Any) -> None:
-    """Add `draftset show` to a subparsers object (handler(args) -> exit code)."""
-    p = subparsers.add_parser(
-        "show",
-        help="print one training row with its supervised tokens highlighted",
-        description=SHOW_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("dir", metavar="DIR", help="a folder written by `draftset build`")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument(
-        "--row",
-        type=row_index,
-        metavar="N",
-        help="the set's row N (0-based index in the set; rejects.jsonl's `row` is another"
-        " thing: a rejected row's index in its source)",
-    )
-    which.add_argument(
-        "--id", dest="row_id", metavar="ID", help="the row with this id (e.g. pad-1)"
-    )
-    p.add_argument("--tokens", action="store_true", help="show token boundaries")
-    p.add_argument("--tokenizer", help="tokenizer folder (default: the path in the manifest)")
-    p.add_argument(
-        "--block-size",
-        type=int,
-        default=defaults.BLOCK_SIZE,
-        help="DFlash block size for the anchor count",
-    )
-    p.set_defaults(handler=cmd_show)
-
-
-def cmd_show(args: argparse.Namespace) -> int:
-    show(args.dir, args.row, args.row_id, args.tokens, args.tokenizer, block_size=args.block_size)
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone ``python -m draftset.review.show``: the CLI's parser and exit codes."""
-    from draftset.cli import main as cli_main  # lazy: cli imports this module for its command
-
-    return cli_main(["show", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,77 @@
+"""`draftset build`: tokenize and mask chat data into a verified, accounted training set."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from draftset.commands.common import (
+    add_command,
+    add_no_progress,
+    progress_wanted,
+    sigterm_as_interrupt,
+)
+from draftset.commands.options import add_options, parsed
+from draftset.config.schema import BuildArgs
+from draftset.core.errors import EXIT_FAIL, EXIT_OK
+
+BUILD_HELP = """\
+Tokenize chat data with the target model's own chat template into a loss-masked,
+fully accounted training set: an HF save_to_disk folder read as-is by speculators, or
+Parquet shards for datasets.load_dataset and the hub (--output-format parquet).
+
+Supervised tokens are exactly what the target model generates at serving time for an
+assistant turn: reasoning, content, tool-call markup and the end-of-turn token. Prompt-only
+rows are never given answers: they go to DIR/prompts.jsonl for `draftset generate`
+(`draftset run RECIPE.yaml` does the whole round trip: answers, build, verify, report).
+
+SOURCE is a file (.jsonl .json .parquet .arrow, optionally .gz/.zst), a folder of them,
+or an HF save_to_disk folder; PATH@weight=W or PATH@count=N mixes sources. A single
+RECIPE.yaml argument reads everything from a recipe (command-line options override it).
+"""
+
+
+def register(sub: Any) -> None:
+    b = add_command(sub, "build", "tokenize and mask chat data into a training set", BUILD_HELP)
+    b.add_argument("inputs", nargs="+", metavar="SOURCE|RECIPE.yaml")
+    add_options(b, BuildArgs)
+    add_no_progress(b)
+    b.set_defaults(handler=cmd_build)
+
+
+def build_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """`draftset build`'s parsed options as `draftset.api.build`'s keyword arguments (the
+    command is this mapping and nothing else: both run `api.build`)."""
+    inputs = list(args.inputs)
+    recipe = inputs[0] if len(inputs) == 1 and inputs[0].endswith((".yaml", ".yml")) else None
+    return {"recipe": recipe, **parsed(args, BuildArgs), "sources": None if recipe else inputs}
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    # lazy: the API (and its stages) after parsing; the printers after the build (the helper
+    # process starts loading the template sooner without their imports ahead of it)
+    from draftset import api
+
+    with sigterm_as_interrupt():
+        result = api.build(
+            **build_arguments(args),
+            progress=progress_wanted(args),
+            helper=getattr(args, "helper", None),  # started ahead by `cli.main`
+        )
+    from draftset.commands.verify import print_results  # lazy: after the build, as above
+    from draftset.pipeline.summary import print_build_summary  # lazy: as above
+
+    print_build_summary(result)
+    if not result.finalized:
+        print(
+            f"draftset: no rows written: nothing was created at {result.out}"
+            " (rejects above, by reason)",
+            file=sys.stderr,
+        )
+        return EXIT_FAIL
+    print_results(result.checks)
+    if not result.ok:
+        return EXIT_FAIL
+    print(f"next: draftset verify {result.out}   (re-derives every mask from the sources)")
+    return EXIT_OK

@@ -1,0 +1,78 @@
+"""What every command shares: one-line argument errors, SIGTERM as Ctrl-C, the progress flag."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from draftset.core.errors import UsageError
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage otherwise)
+        raise UsageError(message)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: handled exactly like Ctrl-C (clean-up runs), exit code 143 (128 + 15)."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: let the clean-up finish
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises `Terminated` in this block (main thread only); the old handler after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def build_helper_ahead(argv: list[str]) -> Any:
+    """`draftset build`'s helper process, started before the command's parser is built: the
+    option schema's imports (pydantic: ~0.15 s, several times that on a loaded machine) would
+    delay the template load by as much. Only ``--workers`` and ``--engine`` decide it (read
+    here, the flags `BuildArgs` gives them: a test holds them equal); a recipe, ``--help`` or
+    a value argparse would refuse leaves the choice to `api.build`. The caller stops it."""
+    if any(a in ("-h", "--help", "--version") or a.endswith((".yaml", ".yml")) for a in argv):
+        return None
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--workers", type=int)
+    early.add_argument("--engine")
+    try:
+        known, _ = early.parse_known_args(argv[1:])
+    except (SystemExit, argparse.ArgumentError):  # a bad value: the real parser says so
+        return None
+    from draftset.pipeline.helper_ahead import start_helper  # lazy: only for a build
+
+    return start_helper(None, known.workers, known.engine)
+
+
+def add_command(sub: Any, name: str, help: str, description: str) -> argparse.ArgumentParser:
+    return sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def add_no_progress(p: argparse.ArgumentParser, what: str = "no progress bar") -> None:
+    p.add_argument("--no-progress", action="store_true", help=what)
+
+
+def progress_wanted(args: argparse.Namespace) -> bool:
+    """A progress bar on a terminal unless --no-progress."""
+    return not args.no_progress and sys.stderr.isatty()

@@ -1,0 +1,121 @@
+"""`draftset run RECIPE.yaml`: raw rows to a verified set, answers from the target, resumable."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from draftset.commands.common import (
+    add_command,
+    add_no_progress,
+    progress_wanted,
+)
+from draftset.commands.options import add_options, parsed
+from draftset.config.schema import RunArgs
+from draftset.core.errors import EXIT_FAIL, EXIT_OK
+from draftset.core.terminal import visible
+from draftset.core.words import plural
+
+if TYPE_CHECKING:
+    from draftset.pipeline.run_state import RunResult
+
+RUN_HELP = """\
+From raw rows to a verified set in one resumable command, answers from the target model:
+select rows exactly as `build` does; have the target model (vLLM, SGLang, transformers serve)
+answer prompt-only rows, rows whose answers are placeholders ("OK.", empty) and, with
+`regenerate: missing_reasoning | all`, rows without reasoning / every row; build the set with
+the answers rejoining their rows (same ids, same sources); verify it; write the report.
+
+RECIPE.yaml is a `build` recipe plus a `generate:` section (see docs/run.md):
+  generate:
+    endpoints: [http://127.0.0.1:8000/v1]   # API key from $OPENAI_API_KEY (api_key_env)
+    thinking: mix:0.5                        # on | off | mix:F
+    max_tokens: 4096
+    temperature: 0.6                         # top_p, top_k, seed, extra_body
+    concurrency: 64
+    request_timeout: 600
+    regenerate: missing                      # missing | missing_reasoning | all
+
+State lives in OUT.run/ (the answers the set is built from: keep it). Rerun the same command
+after a crash or kill to resume; a changed recipe, input or generation setting (or a server
+now serving another model) is refused (exit 2) unless --restart.
+Exit codes: 0 verify passed, 1 verify failed or the run stopped (rerun to resume), 2 unusable
+recipe / arguments / changed settings.
+"""
+
+
+def register(sub: Any) -> None:
+    p = add_command(
+        sub, "run", "recipe -> answers from the target -> verified set, resumable", RUN_HELP
+    )
+    add_options(p, RunArgs)
+    add_no_progress(p, "no progress bars")
+    p.set_defaults(handler=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    # RunUsageError, generate's StoreError (2) and RunFailed (1) are DraftsetErrors: `cli.main`
+    # prints their one line and returns their exit code
+    from draftset import api  # lazy: the stages load when the command runs
+    from draftset.commands.verify import print_results
+
+    result = api.run(
+        **parsed(args, RunArgs),
+        progress=progress_wanted(args),
+        say=lambda text: print(visible(text), flush=True),  # paths may hold ESC
+        show_checks=lambda checks: print_results(checks, verdict=False),  # one verdict: run's
+    )
+    print_summary(result)
+    return EXIT_OK if result.passed else EXIT_FAIL
+
+
+def _fmt_counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v:,}" for k, v in sorted(counts.items()))
+
+
+def print_summary(result: RunResult) -> None:
+    from draftset.console import unread_fields_notes  # lazy: rich, after the run
+
+    manifest = json.loads((result.out / "manifest.json").read_text(encoding="utf-8"))
+    total = (manifest.get("counts") or {}).get("total") or {}
+    run_info = manifest.get("run") or {}
+    print(
+        f"run: {plural(total.get('read', 0), 'row')} read, {total.get('written', 0):,} written,"
+        f" {total.get('rejected', 0):,} rejected; answers by {run_info.get('model')!r}:"
+        f" {run_info.get('answered', 0):,} ({_fmt_counts(run_info.get('queued') or {})}),"
+        f" {run_info.get('ends_at_tool_call', 0):,} end at a tool call"
+    )
+    if run_info.get("special_tokens_stripped"):
+        print(
+            f"note: {run_info['special_tokens_stripped']:,} answers ended with a special token's"
+            " text (a stop token the server leaked): cut before building"
+        )
+    context = total.get("context_turns_by_reason") or {}
+    if context:  # as build's summary says them: turns trained as context only
+        print(f"assistant turns kept as context only: {_fmt_counts(context)}")
+    if total.get("empty_think_rows"):
+        n = total["empty_think_rows"]
+        print(
+            f"note: {plural(n, 'row')} {'has' if n == 1 else 'have'} answers without reasoning,"
+            " trained as empty think blocks under this thinking template; `regenerate:"
+            " missing_reasoning` in the recipe's generate section has the target answer them"
+        )
+    differ = {
+        k: context[k] for k in ("history_render_differs", "history_tokens_differ") if context.get(k)
+    }
+    if differ:
+        print(
+            f"hint: {_fmt_counts(differ)} assistant turns kept as context only: the server shows"
+            " them differently in later prompts (text or tokens) than the model generated them;"
+            " `turns: each` in the recipe (--turns each) supervises every turn in its own row"
+        )
+    per_source = (manifest.get("counts") or {}).get("per_source") or {}
+    for line in unread_fields_notes({n: c.get("unread_fields") for n, c in per_source.items()}):
+        print(line)
+    out, report = visible(str(result.out)), visible(str(result.report))
+    if result.passed:  # the report's path was printed by its stage (unless done before)
+        print(f"verified: {out}" + (f"   report: {report}" if "report" in result.resumed else ""))
+    else:
+        print(f"draftset: verify failed for {out} (details above)", file=sys.stderr)

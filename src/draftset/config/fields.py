@@ -1,0 +1,279 @@
+"""How a job's options are declared once (`config.schema`) and read from three places.
+
+An option is one field of a pydantic model: its name (the API's keyword and the recipe's key),
+its type, its default, its help text (``description``, where ``{default}`` is filled in) and its
+bounds (``Field(ge=...)``). Two markers add what only one reader needs: `Cli` (flag, metavar,
+action) for the command line, `NOT_IN_RECIPE` for an option a recipe cannot set. `Choices`
+names a registry (``config.defaults.ENGINES``, the input formats of `sources.normalize`) whose
+module loads only when the names are needed: `draftset build` starts its template load before
+the stage modules import.
+
+`validated` turns a ValidationError into the one-line `UsageError` (exit code 2) the CLI prints,
+naming the key: ``recipe key generate.max_tokens: expected an integer, got "64"``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypeVar, get_args, get_origin
+
+from pydantic import AfterValidator, BaseModel, ValidationError
+from pydantic_core import PydanticCustomError
+
+from draftset.core.errors import UsageError
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+class Choices(Sequence[str]):
+    """The names an option takes, from a registry: a tuple, or ``"module:NAME"`` imported on
+    first use (a keys-of-a-dict registry gives its keys)."""
+
+    def __init__(self, registry: Sequence[str] | str) -> None:
+        self._registry = registry
+        self._names: tuple[str, ...] | None = None if isinstance(registry, str) else tuple(registry)
+
+    @property
+    def lazy(self) -> bool:
+        return isinstance(self._registry, str)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        if self._names is None:
+            module, _, name = str(self._registry).partition(":")
+            self._names = tuple(getattr(importlib.import_module(module), name))
+        return self._names
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.names[i]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.names
+
+    def spoken(self) -> str:
+        """``a, b or c``: how a message lists them."""
+        names = list(self.names)
+        return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+    def check(self, value: Any) -> Any:
+        if value is not None and value not in self.names:
+            raise PydanticCustomError("choice", "must be {choices}", {"choices": self.spoken()})
+        return value
+
+
+def one_of(registry: Sequence[str] | str) -> Any:
+    """Annotated metadata: the value is one of the registry's names (also argparse's choices)."""
+    choices = Choices(registry)
+    return AfterValidator(choices.check), choices
+
+
+@dataclass(frozen=True)
+class Cli:
+    """How a field appears on the command line (absent: ``--name-with-dashes``, typed by the
+    field's annotation, default None so a recipe's value stands)."""
+
+    flags: tuple[str, ...] = ()
+    metavar: str | None = None
+    action: str | None = None  # "append" (repeatable), "store_true"
+    positional: bool = False
+    nargs: str | None = None
+    required: bool = False
+    mutex: str | None = None  # a mutually exclusive group's name
+    type: Callable[[str], Any] | None = None  # argparse's conversion, when not the annotation's
+    shown: bool = True  # False: an API / recipe option the command line does not have
+
+
+NOT_ON_CLI = Cli(shown=False)
+
+
+@dataclass(frozen=True)
+class _NotInRecipe:
+    """A command-line / API option a recipe cannot set (per-source settings, the run's own)."""
+
+
+NOT_IN_RECIPE = _NotInRecipe()
+
+
+def marker(model: type[BaseModel], name: str, kind: type) -> Any:
+    """The field's marker of ``kind``; the last one wins (a shared type's, then the field's own)."""
+    field = model.model_fields.get(name)
+    found = [m for m in field.metadata if isinstance(m, kind)] if field else []
+    return found[-1] if found else None
+
+
+def cli_of(model: type[BaseModel], name: str) -> Cli:
+    return marker(model, name, Cli) or Cli()
+
+
+def choices_of(model: type[BaseModel], name: str) -> Choices | None:
+    return marker(model, name, Choices)
+
+
+def recipe_keys(model: type[BaseModel]) -> list[str]:
+    return [n for n in model.model_fields if marker(model, n, _NotInRecipe) is None]
+
+
+def cli_fields(model: type[BaseModel]) -> list[str]:
+    return [n for n in model.model_fields if cli_of(model, n).shown]
+
+
+def flag_of(model: type[BaseModel], name: str) -> str:
+    """``--max-length`` for ``max_length`` (the first of its flags), ``DIR`` for a positional."""
+    cli = cli_of(model, name)
+    if cli.positional:
+        return cli.metavar or name.upper()
+    return cli.flags[0] if cli.flags else "--" + name.replace("_", "-")
+
+
+def help_of(model: type[BaseModel], name: str) -> str | None:
+    field = model.model_fields[name]
+    text = field.description
+    if text and "{default}" in text:
+        default = field.default
+        if isinstance(default, float) and default.is_integer():
+            default = int(default)  # "default 600", not "600.0"
+        shown = f"{default:,}" if isinstance(default, int) and default > 99_999 else str(default)
+        text = text.replace("{default}", shown)
+    return text
+
+
+def scalar_type(annotation: Any) -> Any:
+    """The argparse conversion of an annotation: int, float or str (``X | None`` is X's)."""
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        annotation = args[0]
+    if annotation in (int, float):
+        return annotation
+    return None
+
+
+# --- one-line errors --------------------------------------------------------------------------
+def _describe(annotation: Any) -> str:
+    """What a type accepts, in words (``an integer``, ``a string or a list of strings``)."""
+    if get_origin(annotation) is Annotated:
+        return _describe(get_args(annotation)[0])
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        words = [_describe(a) for a in args if a is not type(None)]
+        return " or ".join(dict.fromkeys(words))
+    if origin in (list, tuple, Sequence) or annotation in (list, tuple):
+        inner = _describe(args[0]) if args else "values"
+        plural = {"a string": "strings", "a path": "paths", "a mapping": "mappings"}.get(
+            inner, "values"
+        )
+        return f"a list of {plural}"
+    if origin in (dict, Mapping) or annotation is dict:
+        return "a mapping"
+    return {
+        bool: "true or false",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        Path: "a path",
+    }.get(annotation, "a value of another type")
+
+
+def _shown(value: Any) -> str:
+    """A value as a message quotes it: JSON's spelling for what YAML/JSON could hold."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_BOUNDS = {
+    "greater_than_equal": (">=", "ge"),
+    "greater_than": (">", "gt"),
+    "less_than_equal": ("<=", "le"),
+    "less_than": ("<", "lt"),
+}
+
+
+def _problem(model: type[BaseModel], exc: ValidationError, data: Mapping[str, Any]) -> tuple:
+    """(field name, what is wrong, the value given) of the first error."""
+    err = exc.errors()[0]
+    name = str(err["loc"][0]) if err["loc"] else ""
+    value = data.get(name, err.get("input"))
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    if kind in _BOUNDS:
+        sign, key = _BOUNDS[kind]
+        bound = ctx[key]
+        bound = int(bound) if isinstance(bound, float) and bound.is_integer() else bound
+        return name, f"must be {sign} {bound}", value
+    if kind == "choice":
+        return name, f"must be {ctx['choices']}", value
+    if kind == "finite_number":
+        return name, "must be a finite number", value
+    if kind == "extra_forbidden":
+        return name, "is not an option", None
+    if kind == "missing":
+        return name, "is required", None
+    field = model.model_fields.get(name)
+    if field is None:
+        return name, str(err["msg"]), value
+    return name, f"expected {_describe(field.annotation)}", value
+
+
+def validated(
+    model: type[Model],
+    data: Mapping[str, Any],
+    *,
+    recipe: str | None = None,
+    strict: bool = False,
+    name_of: Callable[[str], str] | None = None,
+    error: type[UsageError] = UsageError,
+) -> Model:
+    """``data`` validated by ``model``; a bad value is one `UsageError` line naming its key.
+
+    ``recipe``: the key's dotted prefix in a recipe (``""`` top level, ``"generate."``): YAML's
+    types are exact, so validate with ``strict=True`` there (``"64"`` is no integer). Otherwise
+    a value out of bounds is named as ``name_of`` spells it (the command-line flag: the command
+    line reaches these checks), a name not among the choices by its key (argparse refuses those
+    on the command line: only the API and recipes reach this).
+    """
+    try:
+        return model.model_validate(dict(data), strict=strict)
+    except ValidationError as exc:
+        name, what, value = _problem(model, exc, data)
+        if recipe is not None:
+            got = "" if what == "is required" else f", got {_shown(value)}"
+            raise error(f"recipe key {recipe}{name}: {what}{got}") from None
+        if what == "is not an option":
+            raise error(f"{name!r} is not an option of this job") from None
+        choice = err_type(exc) == "choice"
+        spelled = name_of(name) if name_of and not choice else name
+        if what.startswith("must be"):
+            raise error(f"{spelled} {what}, not {value!r}") from None
+        raise error(f"{spelled}: {what}, got {value!r}") from None
+
+
+def err_type(exc: ValidationError) -> str:
+    return str(exc.errors()[0]["type"])
+
+
+def given(model: BaseModel) -> dict[str, Any]:
+    """The fields set explicitly (not defaulted), as plain values."""
+    return {k: getattr(model, k) for k in model.model_fields_set}
+
+
+def finite(value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise PydanticCustomError("finite_number", "must be a finite number")
+    return value

@@ -1,0 +1,171 @@
+"""`GenerateOptions`: what one `draftset generate` job runs with, resolved and checked (by
+`draftset.api.generate` from `config.schema.GenerateArgs`, or by `draftset run` from a
+recipe's `generate:` section)."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from draftset.core import defaults
+from draftset.core.errors import UsageError
+from draftset.generation.http import concurrency_problem
+from draftset.generation.wire import redact_url
+from draftset.sources.read import Source
+
+API_KEY_ENV = ("DRAFTSET_API_KEY", "OPENAI_API_KEY")
+"""Environment variables read, in this order, for the API key when ``--api-key`` is not given."""
+
+SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
+RESERVED_BODY_KEYS = frozenset(
+    {"model", "messages", "tools", "chat_template_kwargs", "stream", "n"}
+)
+
+
+class GenerateUsageError(UsageError):
+    """Unusable arguments: one line on stderr, exit code 2."""
+
+
+def split_thinking(
+    kwargs: dict[str, Any], thinking: str | bool | None, flag: str, kwargs_flag: str
+) -> tuple[dict[str, Any], str]:
+    """(template kwargs to send, ``on`` / ``off`` / ``mix:F``): ``enable_thinking`` in the
+    template kwargs counts as the setting (and is not sent twice). ``flag`` / ``kwargs_flag``
+    name the two options in messages (``--thinking``, or a recipe's ``generate.thinking``)."""
+    kwargs = dict(kwargs)
+    if isinstance(thinking, bool):  # YAML's `thinking: off` is a boolean
+        thinking = "on" if thinking else "off"
+    if "enable_thinking" in kwargs:
+        given = "on" if kwargs.pop("enable_thinking") else "off"
+        if thinking is not None and thinking != given:
+            raise GenerateUsageError(
+                f"{flag} {thinking} contradicts enable_thinking in {kwargs_flag}"
+            )
+        return kwargs, given
+    thinking = thinking or "on"
+    if thinking in ("on", "off"):
+        return kwargs, thinking
+    kind, _, value = thinking.partition(":")
+    try:
+        fraction = float(value)
+    except ValueError:
+        fraction = -1.0
+    if kind != "mix" or not 0.0 <= fraction <= 1.0:
+        raise GenerateUsageError(
+            f"{flag} must be on, off or mix:F with 0 <= F <= 1, not {thinking!r}"
+        )
+    return kwargs, thinking
+
+
+def check_servers(
+    endpoints: list[str], concurrency: int, extra_body: dict[str, Any], prefix: str = "--"
+) -> None:
+    """What the option schema cannot say alone: http(s) URLs, a concurrency the endpoints'
+    connections can take, no request field set twice. ``prefix``: ``--`` for the command
+    line's flags, ``generate.`` for a recipe's keys."""
+    for url in endpoints:
+        if not str(url).startswith(("http://", "https://")):
+            name = "--endpoint" if prefix == "--" else f"{prefix}endpoints:"
+            raise GenerateUsageError(f"{name} {redact_url(str(url))!r} is not an http(s) URL")
+    if problem := concurrency_problem(concurrency, len(endpoints), f"{prefix}concurrency"):
+        raise GenerateUsageError(problem)
+    clash = sorted(RESERVED_BODY_KEYS & extra_body.keys())
+    if clash:
+        raise GenerateUsageError(
+            f"{prefix}{'extra-body' if prefix == '--' else 'extra_body'} may not set {clash}:"
+            " use the dedicated options"
+        )
+
+
+@dataclass
+class GenerateOptions:
+    sources: list[Source]
+    endpoints: list[str]
+    out: Path
+    model: str | None = None
+    api_key: str | None = None  # resolved by whoever builds the options (CLI: env fallback)
+    concurrency: int = defaults.CONCURRENCY  # per endpoint
+    request_timeout: float = defaults.REQUEST_TIMEOUT
+    max_retries: int = defaults.MAX_RETRIES
+    backoff_base: float = defaults.BACKOFF
+    backoff_cap: float = defaults.BACKOFF_CAP
+    health_interval: float = defaults.HEALTH_INTERVAL
+    give_up_after: float = defaults.GIVE_UP_AFTER
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    thinking: str = "on"  # on | off | mix:F
+    keep_length: bool = False
+    return_token_ids: bool = False
+    retry_errors: bool = False
+    max_response_bytes: int = defaults.MAX_RESPONSE_BYTES
+    restart: bool = False  # discard the previous run's answers (only files generate wrote)
+    # texts of the target tokenizer's special tokens (--tokenizer; `run`: its template's): a
+    # leaked stop token ending an answer is cut, any other such text fails the row
+    special_tokens: tuple[str, ...] = ()
+
+    def sampling(self) -> dict[str, Any]:
+        """Every generation option sent with each request (recorded in each row's metadata)."""
+        out = {k: getattr(self, k) for k in SAMPLING_FLAGS if getattr(self, k) is not None}
+        out.update(self.extra_body)
+        return out
+
+    def settings(self) -> dict[str, Any]:
+        """What a resumed run must share with the run that began the answers file: sampling,
+        template options, thinking, how length cut-offs and token ids are kept, and how the
+        inputs are read (the model is added once the endpoints name it)."""
+        return {
+            "sampling": self.sampling(),
+            "chat_template_kwargs": self.chat_template_kwargs,
+            "thinking": self.thinking,
+            "keep_length": self.keep_length,
+            "return_token_ids": self.return_token_ids,
+            "inputs": {
+                s.name: {
+                    "format": s.format,
+                    "fields": s.fields,
+                    "preset": s.preset,
+                }
+                for s in self.sources
+            },
+        }
+
+    def thinking_for(self, row_id: str) -> bool:
+        """Thinking on or off for one row; ``mix:F`` draws it from the seed and the row id, so a
+        resumed run makes the same choice for the same row."""
+        if self.thinking in ("on", "off"):
+            return self.thinking == "on"
+        fraction = float(self.thinking.partition(":")[2])
+        return random.Random(f"{self.seed or 0}:{row_id}").random() < fraction
+
+
+def api_key_from_env() -> str | None:
+    """The API key from ``DRAFTSET_API_KEY`` or ``OPENAI_API_KEY`` (None when neither is set)."""
+    for name in API_KEY_ENV:
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
+
+
+def special_tokens_of(folder: str | None, strict: bool = True) -> tuple[str, ...]:
+    """The texts of a tokenizer folder's special tokens (``tokenizer.json``): --tokenizer, and
+    `run`'s tokenizer (``strict=False``: a hub id or a folder without the file gives none)."""
+    if folder is None:
+        return ()
+    path = Path(folder).expanduser() / "tokenizer.json"
+    try:
+        from tokenizers import Tokenizer  # lazy: only with a tokenizer
+
+        added = Tokenizer.from_file(str(path)).get_added_tokens_decoder().values()
+    except Exception as exc:
+        if not strict:
+            return ()
+        raise GenerateUsageError(f"--tokenizer: cannot read {path}: {exc}") from exc
+    return tuple(sorted(t.content for t in added if t.special))

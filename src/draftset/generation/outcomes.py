@@ -1,0 +1,70 @@
+"""What became of a row in `draftset generate`: the reason codes of its error lines.
+
+Reason codes are part of the output format (the errors file's ``reason``): never rename, only
+add."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from draftset.generation.dialog import (
+    STOP_LENGTH,
+    STOP_NOTHING,
+    STOP_TOOL_MISMATCH,
+)
+
+# --- error reason codes (errors file `reason`; part of the format: never rename, only add) ---
+LENGTH = STOP_LENGTH  # an answer hit max_tokens (finish_reason "length"); kept with --keep-length
+TOOL_MISMATCH = STOP_TOOL_MISMATCH  # the model's tool calls differ from the recorded ones
+NOTHING_TO_GENERATE = STOP_NOTHING  # no user turn (or tool result) to answer
+HTTP_4XX = "http_4xx"  # the server refused the request (4xx other than 429): not retried
+RETRIES_EXHAUSTED = "retries_exhausted"  # 429 / 5xx / timeouts / connection errors, every try
+INVALID_RESPONSE = "invalid_response"  # every try got a 200 whose body is not a completion
+PRETOKENIZED = "pretokenized"  # input_ids rows carry no text to send
+MODEL_MISMATCH = "model_mismatch"  # an answer's `model` names another model than the run's
+# RESPONSE_TOO_LARGE = "response_too_large": a response body (or its gzip/deflate decoding) over
+# --max-response-bytes; not retried, the connection is closed having read at most that much.
+# SPECIAL_TOKEN_IN_ANSWER = "special_token_in_answer" (with --tokenizer): an answer holds a
+# special token's text anywhere but at its very end (docs/generate.md); not retried.
+# input rows that `normalize` rejects keep its own code (reasons.UNKNOWN_FORMAT, ...), and
+# reasons.DUPLICATE_ID marks a row whose id is already used in this run.
+
+RETRYABLE_REASONS = frozenset({RETRIES_EXHAUSTED, INVALID_RESPONSE, MODEL_MISMATCH})
+"""Error lines that ``--retry-errors`` removes so their rows are tried again."""
+
+WRITTEN = "written"  # outcome of a row that went to the output file
+
+
+@dataclass
+class GenerateResult:
+    out: Path
+    errors: Path
+    model: str = ""
+    total_rows: int = 0
+    skipped: int = 0  # already in the output / errors file when the run started
+    torn_bytes: int = 0  # torn tail cut from the files at start
+    outcomes: Counter[str] = field(default_factory=Counter)  # WRITTEN or an error reason
+    requests: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    aborted: str | None = None  # why the run stopped before the end (resume to finish)
+    endpoints: dict[str, int] = field(default_factory=dict)  # requests per endpoint
+    ejections: dict[str, int] = field(default_factory=dict)  # times each endpoint was taken out
+    special_stripped: int = 0  # answers whose trailing leaked stop-token text was cut
+
+    @property
+    def done(self) -> int:
+        return sum(self.outcomes.values())
+
+    @property
+    def ok(self) -> bool:
+        """What `draftset generate` exits 0 on: not stopped early (errors are counted lines)."""
+        return self.aborted is None
+
+
+ProgressFn = Callable[[GenerateResult], None]

@@ -1,0 +1,161 @@
+"""Resuming a `generate` run exactly once by id: the rows already done, and refusing answers made
+with other settings, another model, or by something that is not `generate`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from draftset.core.ids import IdRegistry
+from draftset.generation.http import EndpointPool
+from draftset.generation.options import GenerateOptions, GenerateUsageError
+from draftset.generation.outcomes import RETRYABLE_REASONS, GenerateResult
+from draftset.generation.store import (
+    drop_ids,
+    errors_path,
+    first_line,
+    read_run,
+    recover,
+    run_path,
+    write_run,
+)
+
+
+def done_ids(opts: GenerateOptions, result: GenerateResult) -> IdRegistry:
+    """Keys of the rows already done (in either file), after cutting torn tails."""
+    errs = errors_path(opts.out)
+    if opts.retry_errors and errs.exists():
+        found = recover(errs)
+        if any(found.reasons.get(r) for r in RETRYABLE_REASONS):
+            drop_ids(errs, _ids_with_reasons(errs, RETRYABLE_REASONS))
+    done = IdRegistry()
+    for path in (opts.out, errs):
+        found = recover(path)
+        result.torn_bytes += found.torn_bytes
+        for i in found.ids:
+            done.claim(i)
+    return done
+
+
+def _ids_with_reasons(path: Path, wanted: frozenset[str]) -> set[str]:
+    ids = set()
+    with path.open("rb") as f:
+        for line in f:
+            obj = json.loads(line)
+            if obj.get("reason") in wanted:
+                ids.add(obj["id"])
+    return ids
+
+
+def previous_run(opts: GenerateOptions) -> dict[str, Any] | None:
+    """What the answers file beside ``opts.out`` was generated with (None: nothing to resume).
+
+    Refuses (`GenerateUsageError`) a file that `generate` did not write, also with --restart.
+    """
+    out, errs = opts.out, errors_path(opts.out)
+    present = [p for p in (out, errs) if p.exists() and p.stat().st_size > 0]
+    run = read_run(out)
+    if present and run is None:
+        run = _legacy_run(out, errs)  # answers of a draftset before the run file, or not ours
+    return run if present else None
+
+
+def remove_previous(out: Path) -> None:
+    """``--restart``: remove the previous run's output, errors and run file (checked to be
+    `generate`'s by `previous_run`), saying so on stderr."""
+    removed = [p for p in (out, errors_path(out), run_path(out)) if p.exists()]
+    for p in removed:
+        p.unlink()
+    if removed:
+        names = ", ".join(str(p) for p in removed)
+        print(f"draftset: --restart: removed the previous run's {names}", file=sys.stderr)
+
+
+def _legacy_run(out: Path, errs: Path) -> dict[str, Any]:
+    """Settings read back from the first output line of a file without a run file; a file whose
+    lines are not `generate`'s is refused (never appended to, never removed)."""
+    try:
+        first = first_line(out)
+        first_error = first_line(errs)
+    except OSError as exc:
+        raise GenerateUsageError(f"cannot read {out}: {exc}") from None
+    meta = (first or {}).get("metadata")
+    ours_out = first is None or (
+        isinstance(meta, dict) and isinstance(meta.get("sampling"), dict) and "answers" in meta
+    )
+    ours_err = first_error is None or isinstance(first_error.get("reason"), str)
+    if not (ours_out and ours_err) or (first is None and first_error is None):
+        raise GenerateUsageError(
+            f"{out} exists and was not written by draftset generate "
+            f"(no {run_path(out).name}); choose another --out"
+        )
+    if not isinstance(meta, dict):
+        return {"legacy": True, "settings": None, "model": None}
+    kwargs = dict(meta.get("chat_template_kwargs") or {})
+    kwargs.pop("enable_thinking", None)
+    return {
+        "legacy": True,
+        "settings": {"sampling": meta.get("sampling"), "chat_template_kwargs": kwargs},
+        "model": meta.get("model"),
+    }
+
+
+def check_and_record(
+    opts: GenerateOptions, pool: EndpointPool, previous: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Refuse to resume answers made with other settings or another model; write the run file."""
+    settings = opts.settings()
+    root = next((ep.model_roots.get(pool.model) for ep in pool.endpoints if ep.model_roots), None)
+    reported: list[str] = []
+    if previous is not None:
+        changes = []
+        old_model = previous.get("model")
+        if old_model is not None and old_model != pool.model:
+            changes.append(f"model {old_model!r} -> {pool.model!r}")
+        old_root = previous.get("model_root")
+        if old_root and root and old_root != root:
+            changes.append(f"model weights {old_root!r} -> {root!r}")
+        old = previous.get("settings")
+        if old is not None:
+            old = dict(old)
+            new = {k: v for k, v in settings.items() if k in old or not previous.get("legacy")}
+            # a source read another way is a change; a source added or left out is not
+            old_inputs, new_inputs = old.pop("inputs", None) or {}, new.pop("inputs", {})
+            if isinstance(old_inputs, dict):
+                shared = old_inputs.keys() & new_inputs.keys()
+                old["inputs"] = {k: old_inputs[k] for k in shared}
+                new["inputs"] = {k: new_inputs[k] for k in shared}
+            changes += _differences(old, new)
+        if changes:
+            raise GenerateUsageError(
+                f"{opts.out} holds answers generated with other settings: {'; '.join(changes)}. "
+                "Rerun with the same settings to resume, or add --restart to discard them"
+            )
+        reported = list(previous.get("reported_models") or [])
+    run = {
+        "model": pool.model,
+        "model_root": root,
+        "reported_models": reported,
+        "settings": settings,
+        "endpoints": [ep.url for ep in pool.endpoints],
+    }
+    write_run(opts.out, run)
+    return run
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """``name old -> new`` for every setting that changed (nested keys joined with dots; the
+    sampling options named by themselves, as on the command line)."""
+    out = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        name = key if key == "sampling" or not prefix else f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, "" if key == "sampling" else f"{name}.")
+        else:
+            out.append(f"{name} {a!r} -> {b!r}")
+    return out

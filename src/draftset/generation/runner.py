@@ -1,0 +1,246 @@
+"""One row answered: the request bodies, special tokens in answers, the row's one output or
+error line."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from typing import Any
+
+from draftset.core.reasons import (
+    SPECIAL_TOKEN_IN_ANSWER,
+    special_token_pattern,
+)
+from draftset.generation.dialog import (
+    Dialog,
+    Job,
+    run_dialog,
+)
+from draftset.generation.http import (
+    RESPONSE_TOO_LARGE,
+    Completion,
+    EndpointPool,
+    FinalError,
+    RetriesExhausted,
+    RetryPolicy,
+    complete,
+)
+from draftset.generation.inputs import error_line
+from draftset.generation.options import GenerateOptions
+from draftset.generation.outcomes import (
+    HTTP_4XX,
+    INVALID_RESPONSE,
+    LENGTH,
+    MODEL_MISMATCH,
+    RETRIES_EXHAUSTED,
+    TOOL_MISMATCH,
+    WRITTEN,
+    GenerateResult,
+    ProgressFn,
+)
+from draftset.generation.store import (
+    LineWriter,
+    errors_path,
+    write_run,
+)
+from draftset.mask.ambient import now_iso
+
+
+# --- one row ---------------------------------------------------------------------------------
+class Runner:
+    """Shared state of a run: the pool, the files, the counters."""
+
+    def __init__(self, opts: GenerateOptions, pool: EndpointPool, result: GenerateResult) -> None:
+        self.opts = opts
+        self.pool = pool
+        self.result = result
+        self.policy = RetryPolicy(
+            opts.max_retries, opts.backoff_base, opts.backoff_cap, opts.request_timeout
+        )
+        self.sampling = opts.sampling()
+        self.rng = random.Random()
+        self.out = LineWriter(opts.out)
+        self.errors = LineWriter(errors_path(opts.out), ascii_fallback=True)
+        self.progress: ProgressFn | None = None
+        self.run_file: dict[str, Any] | None = None  # rewritten when a new model name is reported
+        self.special = special_token_pattern(set(opts.special_tokens))
+        self.special_at_end = (
+            re.compile(f"(?:{self.special.pattern})\\Z") if self.special is not None else None
+        )
+
+    def kwargs_for(self, job: Job) -> tuple[dict[str, Any], bool]:
+        thinking = self.opts.thinking_for(job.id)
+        return {**self.opts.chat_template_kwargs, "enable_thinking": thinking}, thinking
+
+    def body(
+        self, messages: list[dict[str, Any]], job: Job, kwargs: dict[str, Any]
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.pool.model, "messages": messages}
+        if job.tools:
+            body["tools"] = job.tools
+        body.update(self.sampling)
+        body["chat_template_kwargs"] = kwargs
+        if self.opts.return_token_ids:
+            body["return_token_ids"] = True
+        return body
+
+    async def ask(
+        self, messages: list[dict[str, Any]], job: Job, kwargs: dict[str, Any]
+    ) -> Completion:
+        try:
+            comp = await complete(
+                self.pool, self.body(messages, job, kwargs), self.policy, self.rng
+            )
+        except RetriesExhausted as exc:
+            self._count(exc.attempts)
+            raise
+        self._count(comp.attempts, comp)
+        self._ingest_special(comp)
+        return comp
+
+    def _ingest_special(self, comp: Completion) -> None:
+        """Special tokens' texts in an answer (docs/generate.md): one that ends the answer is
+        the token the server stopped on, leaked as text (`transformers serve`: ``"Hello
+        world.<|im_end|>"``): the model stopped there, so it is cut (the template writes the
+        end-of-turn itself) and counted. Anywhere else the text after it was not generated
+        in this turn, or is markup the model writes only as a control token: the row fails,
+        `special_token_in_answer`. Cut before the answer becomes the next request's history.
+        """
+        if self.special is None:
+            return
+        msg = comp.message
+        fields = [k for k in ("reasoning_content", "content") if isinstance(msg.get(k), str)]
+        last = next((k for k in reversed(fields) if msg[k]), None)
+        at_end = self.special_at_end
+        end = at_end.search(msg[last]) if at_end is not None and last is not None else None
+        if last is not None and end is not None:
+            msg[last] = msg[last][: end.start()]
+            comp.special_stripped = end.group(0)
+            self.result.special_stripped += 1
+        for k in fields:
+            hit = self.special.search(msg[k])
+            if hit:
+                raise FinalError(
+                    SPECIAL_TOKEN_IN_ANSWER,
+                    f"the answer's {k} holds the text of special token {hit.group(0)!r}"
+                    " before its end: the server leaked a token the model ends turns with",
+                )
+
+    def _count(self, attempts: int, comp: Completion | None = None) -> None:
+        r = self.result
+        r.requests += attempts
+        r.retries += attempts - 1
+        if comp is not None:
+            r.prompt_tokens += comp.usage.get("prompt_tokens", 0)
+            r.completion_tokens += comp.usage.get("completion_tokens", 0)
+            r.endpoints[comp.endpoint] = r.endpoints.get(comp.endpoint, 0) + 1
+
+    async def answer(self, job: Job) -> None:
+        """Answer one row and write its one line (output or error). `NoEndpoint` propagates:
+        that row is left for the next run."""
+        kwargs, thinking = self.kwargs_for(job)
+        asked_at = now_iso()  # what the server's strftime_now reads, for build to render with
+        try:
+            dialog = await run_dialog(job, lambda msgs: self.ask(msgs, job, kwargs))
+        except FinalError as exc:
+            if exc.kind in (RESPONSE_TOO_LARGE, SPECIAL_TOKEN_IN_ANSWER):
+                self.fail(error_line(job.id, job.source, job.row, exc.kind, str(exc)))
+                return
+            self.fail(
+                error_line(job.id, job.source, job.row, HTTP_4XX, str(exc), status=exc.status)
+            )
+            return
+        except RetriesExhausted as exc:
+            reason = INVALID_RESPONSE if exc.last.kind == "invalid_response" else RETRIES_EXHAUSTED
+            extra = {"error_kind": exc.last.kind, "attempts": exc.attempts}
+            self.fail(error_line(job.id, job.source, job.row, reason, str(exc), **extra))
+            return
+        if dialog.stop and not (dialog.stop == LENGTH and self.opts.keep_length):
+            extra: dict[str, Any] = {"answers": len(dialog.completions)}
+            if dialog.stop == TOOL_MISMATCH:
+                extra["messages"] = dialog.messages  # what the model did, to inspect
+            self.fail(
+                error_line(job.id, job.source, job.row, dialog.stop, dialog.stop_message, **extra)
+            )
+            return
+        model = self.pool.model
+        other = next((c.model for c in dialog.completions if _other_model(c, model)), None)
+        if other is not None:  # a drafter learns its target: never another model's answer
+            self._note_model(other)
+            msg = f"answered by {other!r}, not this run's model {model!r}"
+            self.fail(error_line(job.id, job.source, job.row, MODEL_MISMATCH, msg, model=other))
+            return
+        line = self.record(job, dialog, kwargs, thinking, asked_at)
+        try:
+            self.out.write(line)
+        except UnicodeEncodeError:  # parse_completion refuses such text; never write it anyway
+            msg = "the answer holds text that is not valid Unicode (a lone surrogate)"
+            self.fail(error_line(job.id, job.source, job.row, INVALID_RESPONSE, msg))
+            return
+        self._note_model(line["metadata"]["model"])
+        self.result.outcomes[WRITTEN] += 1
+        self._tick()
+
+    def _note_model(self, reported: str) -> None:
+        """Keep every model name the server reported in its answers in the run file."""
+        run = self.run_file
+        if run is not None and reported not in run["reported_models"]:
+            run["reported_models"].append(reported)
+            write_run(self.opts.out, run)
+
+    def fail(self, line: dict[str, Any]) -> None:
+        self.errors.write(line)
+        self.result.outcomes[line["reason"]] += 1
+        self._tick()
+
+    def _tick(self) -> None:
+        if self.progress:
+            self.progress(self.result)
+
+    def record(
+        self, job: Job, d: Dialog, kwargs: dict[str, Any], thinking: bool, asked_at: str
+    ) -> dict[str, Any]:
+        last = d.completions[-1]
+        usage: Counter[str] = Counter()
+        for c in d.completions:
+            usage.update(c.usage)
+        meta: dict[str, Any] = {
+            "model": last.model or self.pool.model,
+            "endpoint": last.endpoint,
+            "finish_reason": last.finish_reason,
+            "usage": dict(usage),
+            "sampling": self.sampling,
+            "thinking": "on" if thinking else "off",
+            "chat_template_kwargs": kwargs,
+            # the client's clock when the answers were asked for: the day a template's
+            # strftime_now wrote into the server's prompt (no request field can set it)
+            "template_now": asked_at,
+            "answers": len(d.completions),
+            "origin": job.origin,
+        }
+        stripped = [c.special_stripped for c in d.completions if c.special_stripped]
+        if stripped:  # leaked stop-token text cut from the end of these answers
+            meta["special_tokens_stripped"] = stripped
+        if d.stop == LENGTH:
+            meta["truncated"] = True
+        if d.ends_at_tool_call:
+            meta["ends_at_tool_call"] = True
+        token_ids = [
+            {"message": idx, "prompt": c.prompt_token_ids, "completion": c.completion_token_ids}
+            for idx, c in zip(d.answer_index, d.completions, strict=True)
+            if c.prompt_token_ids is not None or c.completion_token_ids is not None
+        ]
+        if token_ids:
+            meta["token_ids"] = {"turns": token_ids}
+        line: dict[str, Any] = {"id": job.id, "messages": d.messages}
+        if job.tools:
+            line["tools"] = job.tools
+        line["metadata"] = meta
+        return line
+
+
+def _other_model(comp: Completion, model: str) -> bool:
+    """True when the response names a model that is not the run's (a server that switched
+    models mid-run, a proxy routing elsewhere); a response without ``model`` is the run's."""
+    return comp.model is not None and comp.model != model

@@ -1,0 +1,148 @@
+"""Stage 2 of `draftset run`: `draftset generate`'s own job answers the queue (routing,
+retries, exactly once by id, resume after ``kill -9``) into ``answers.jsonl``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from draftset.generation.console import progress
+from draftset.generation.job import Unreachable, run_generate
+from draftset.generation.options import (
+    GenerateOptions,
+    GenerateUsageError,
+    api_key_from_env,
+    special_tokens_of,
+    split_thinking,
+)
+from draftset.generation.store import errors_path, recover
+from draftset.pipeline.run_state import (
+    KILL_ENV,
+    RunFailed,
+    RunOptions,
+    RunState,
+    RunUsageError,
+    maybe_die,
+)
+from draftset.sources.read import Source
+
+
+def generate_options(opts: RunOptions, out: Path, model: str | None) -> Any:
+    """`draftset generate`'s options for the queue (keyword arguments only)."""
+    g = opts.generate
+    kwargs, thinking = split_thinking(
+        opts.build.template_kwargs, g.thinking, "generate.thinking", "template_kwargs"
+    )
+    return GenerateOptions(
+        sources=[Source(name="queue", path=out.parent / "queue.jsonl")],
+        endpoints=list(g.endpoints),
+        out=out,
+        model=model,
+        # the recipe's variable, else DRAFTSET_API_KEY / OPENAI_API_KEY as `generate` reads them
+        api_key=os.environ.get(g.api_key_env) or api_key_from_env(),
+        concurrency=g.concurrency,
+        request_timeout=g.request_timeout,
+        max_retries=g.max_retries,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        top_k=g.top_k,
+        max_tokens=g.max_tokens,
+        seed=g.seed,
+        extra_body=dict(g.extra_body or {}),
+        chat_template_kwargs=kwargs,
+        thinking=thinking,
+        return_token_ids=g.return_token_ids,
+        # a stop token the server leaks as text is cut, counted (docs/generate.md)
+        special_tokens=special_tokens_of(opts.build.tokenizer, strict=False),
+    )
+
+
+# --- stage 2: generate ------------------------------------------------------------------------
+def _pinned_model(state: RunState, answers: Path) -> str | None:
+    """The model this run was answered by: the state's, or the first answer line's."""
+    if state.data.get("model"):
+        return str(state.data["model"])
+    if answers.exists():
+        with answers.open("rb") as f:
+            for line in f:
+                try:
+                    meta = json.loads(line).get("metadata") or {}
+                except ValueError:
+                    break
+                if meta.get("model"):
+                    return str(meta["model"])
+    return None
+
+
+def answer_queue(
+    opts: RunOptions, state: RunState, work: Path, say: Callable[[str], None]
+) -> dict[str, Any]:
+    answers = work / "answers.jsonl"
+    queued = int(state.data["select"]["queued_total"])
+    if queued == 0:
+        say("generate: nothing to answer")
+        return {"model": state.data.get("model"), "answers": 0, "errors": {}}
+    pinned = _pinned_model(state, answers) or opts.generate.model
+    gopts = generate_options(opts, answers, pinned)
+    if pinned and not state.data.get("model"):
+        state.data["model"] = pinned
+        state.save()
+    kill = os.environ.get(KILL_ENV) == "generate"
+    with progress(enabled=opts.progress) as bar:
+
+        def tick(result: Any) -> None:
+            if bar is not None:
+                bar(result)
+            if kill and result.done >= 2:
+                maybe_die("generate")
+
+        try:
+            result = asyncio.run(run_generate(gopts, tick))
+        except GenerateUsageError as exc:
+            if pinned and "not --model" in str(exc):
+                raise RunUsageError(
+                    f"model changed: this run was answered by {pinned!r} and {exc}; rerun with"
+                    " --restart to start over with the model now served"
+                ) from None
+            raise RunUsageError(str(exc)) from None
+        except Unreachable as exc:
+            raise RunFailed(f"{exc}; rerun the same command to resume") from None
+    if result.model and not state.data.get("model"):
+        state.data["model"] = result.model
+    if result.aborted:
+        state.save()
+        raise RunFailed(f"generation stopped early: {result.aborted}; rerun to resume")
+    done_out, done_err = recover(answers), recover(errors_path(answers))
+    if done_out.lines + done_err.lines != queued:
+        state.save()
+        raise RunFailed(
+            f"generation ended with {done_out.lines + done_err.lines:,} of {queued:,} rows"
+            " answered or failed; rerun to resume"
+        )
+    ends_at_tool = stripped = 0
+    with answers.open("rb") as f:
+        for line in f:
+            meta = json.loads(line).get("metadata") or {}
+            ends_at_tool += bool(meta.get("ends_at_tool_call"))
+            stripped += len(meta.get("special_tokens_stripped") or ())
+    say(
+        f"generate: {done_out.lines:,} answered by {state.data.get('model')!r},"
+        f" {done_err.lines:,} errors"
+        + (f" ({fmt_counts(done_err.reasons)})" if done_err.reasons else "")
+        + f"; {result.requests:,} requests this time, {result.skipped:,} rows already done"
+    )
+    return {
+        "model": state.data.get("model"),
+        "answers": done_out.lines,
+        "errors": dict(sorted(done_err.reasons.items())),
+        "ends_at_tool_call": ends_at_tool,
+        "special_tokens_stripped": stripped,
+    }
+
+
+def fmt_counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v:,}" for k, v in sorted(counts.items()))

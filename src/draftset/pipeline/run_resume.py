@@ -1,0 +1,177 @@
+"""What decides a run's set (recipe, input files by sha256, generation settings): a rerun whose
+settings differ from the state's is refused, naming what changed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from draftset.mask.template import tokenizer_files_fingerprint
+from draftset.output.folder import remove_stale_tmp
+from draftset.pipeline.run_state import (
+    STATE_FORMAT,
+    WORK_FILES,
+    RunOptions,
+    RunState,
+    RunUsageError,
+    our_output,
+    report_path,
+)
+from draftset.sources.read import HUB_PREFIX, describe_inputs
+
+_FREE_GENERATE_KEYS = {
+    "endpoints",
+    "api_key_env",
+    "concurrency",
+    "request_timeout",
+    "max_retries",
+}
+
+
+def settings_of(opts: RunOptions) -> dict[str, Any]:
+    """What decides the final set: recipe, input files (sha256) and generation settings."""
+    b = opts.build
+    skip = {"sources", "out", "workers", "engine", "ray_address", "overwrite"}
+    skip |= {"overlay", "run_info", "given_paths"}
+    recipe = {k: v for k, v in asdict(b).items() if k not in skip}
+    recipe["tokenizer"] = tokenizer_identity(b.tokenizer)
+    if b.chat_template_path:
+        recipe["chat_template_path"] = _real(b.chat_template_path)
+    recipe["decontaminate"] = [_real(p) for p in b.decontaminate]
+    recipe["sources"] = [
+        {
+            "name": s.name,
+            "path": _real(s.path),
+            "format": s.format,
+            "fields": s.fields,
+            "weight": s.weight,
+            "count": s.count,
+            "preset": s.preset,
+        }
+        for s in b.sources
+    ]
+    inputs = {
+        s.name: [[_real(f["path"]), f["sha256"]] for f in describe_inputs(s)] for s in b.sources
+    }
+    gen = {k: v for k, v in opts.generate.model_dump().items() if k not in _FREE_GENERATE_KEYS}
+    gen["extra_body"] = gen["extra_body"] or {}  # as recorded before the schema: a mapping
+    return json.loads(json.dumps({"recipe": recipe, "inputs": inputs, "generate": gen}))
+
+
+def _real(path: str | Path) -> str:
+    """A local path resolved (``tok``, ``./tok/`` and ``/abs/tok`` are one folder); an ``hf:``
+    source as it is."""
+    text = str(path)
+    return text if text.startswith(HUB_PREFIX) else str(Path(text).expanduser().resolve())
+
+
+def tokenizer_identity(name: str) -> str:
+    """A local tokenizer folder by its content (``sha256:...`` of its files: moved or spelled
+    otherwise it is the same tokenizer, edited in place it is not); a hub id as it is."""
+    path = Path(name).expanduser()
+    return f"sha256:{tokenizer_files_fingerprint(path)}" if path.is_dir() else name
+
+
+def _comparable(settings: dict[str, Any]) -> dict[str, Any]:
+    """A state file's settings as this version records them: a run begun when the tokenizer
+    was recorded by its path compares by that folder's content now, its paths resolved."""
+    recipe = settings.get("recipe")
+    if not isinstance(recipe, dict):
+        return settings
+    recipe = dict(recipe)
+    tok = recipe.get("tokenizer")
+    if isinstance(tok, str) and not tok.startswith("sha256:"):
+        recipe["tokenizer"] = tokenizer_identity(tok)
+    for s in recipe.get("sources") or ():
+        if isinstance(s, dict) and isinstance(s.get("path"), str):
+            s["path"] = _real(s["path"])
+    out = {**settings, "recipe": recipe}
+    inputs = settings.get("inputs")
+    if isinstance(inputs, dict):
+        out["inputs"] = {
+            name: [[_real(f[0]), *f[1:]] if isinstance(f, list) and f else f for f in files]
+            for name, files in inputs.items()
+            if isinstance(files, list)
+        }
+    return out
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict) and obj:
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: obj}
+
+
+def changed_settings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Dotted names of the settings that differ (``recipe.max_length``, ``inputs.prompts``)."""
+    a, b = _flatten(old), _flatten(new)
+    names = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    short = []
+    for n in names:  # inputs.NAME.0.1 -> inputs.NAME (the file changed)
+        parts = n.split(".")
+        key = ".".join(parts[:2]) if parts[0] in ("inputs",) else n
+        if parts[0] == "recipe" and parts[1] == "sources":
+            key = "recipe.sources"
+        if key not in short:
+            short.append(key)
+    return short
+
+
+def open_state(opts: RunOptions, settings: dict[str, Any]) -> tuple[RunState, list[str]]:
+    work = opts.work_dir
+    path = work / "state.json"
+    if work.exists() and not path.exists() and any(work.iterdir()):
+        raise RunUsageError(f"{work} exists and is not a draftset run folder (no state.json)")
+    if path.exists():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            raise RunUsageError(f"{path} is not readable JSON") from None
+        if data.get("format") != STATE_FORMAT:
+            raise RunUsageError(f"{path} is not a draftset run state file")
+        if opts.restart:
+            _clean(opts, data)
+        else:
+            changed = changed_settings(_comparable(data.get("settings") or {}), settings)
+            if changed:
+                raise RunUsageError(
+                    f"the recipe, inputs or generation settings changed since {work} was"
+                    f" started: {', '.join(changed)}; rerun with --restart to start over"
+                )
+            state = RunState(path, data)
+            state.close_killed()
+            return state, list(data.get("done") or [])
+    work.mkdir(parents=True, exist_ok=True)
+    state = RunState.new(path, settings)
+    state.save()
+    return state, []
+
+
+def _clean(opts: RunOptions, data: dict[str, Any]) -> None:
+    """--restart: remove what this run wrote (its work files, its output), nothing else."""
+    work = opts.work_dir
+    ours = our_output(opts)
+    if ours:
+        from draftset.output.folder import foreign_entries  # lazy: build's checks
+
+        theirs = foreign_entries(opts.build.out)
+        if theirs:
+            raise RunUsageError(
+                f"--restart: {opts.build.out} holds files draftset did not write:"
+                f" {', '.join(theirs[:5])}; move them out first (nothing was removed)"
+            )
+    for name in WORK_FILES:
+        (work / name).unlink(missing_ok=True)
+    remove_stale_tmp(opts.build.out)  # a killed build's folder (marker-checked)
+    if ours:
+        shutil.rmtree(opts.build.out)
+    report = report_path(opts.build.out)
+    report.with_name(f".{report.name}.tmp").unlink(missing_ok=True)
+    if report.exists() and data.get("report"):
+        report.unlink()

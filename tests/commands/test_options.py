@@ -1,0 +1,127 @@
+"""The option schema (`config.schema`) is the one declaration of every option: each command's
+``--help`` lists every option its model declares, and a recipe value of the wrong type is one
+line naming the key, exit code 2 (before the schema, several ended in Python tracebacks and
+``temperature: -1`` / ``max_tokens: true`` were accepted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from draftset.cli import COMMANDS, main
+from draftset.config.fields import cli_fields, cli_of, flag_of
+from draftset.config.schema import (
+    BuildArgs,
+    GenerateArgs,
+    ReportArgs,
+    RunArgs,
+    ShowArgs,
+    VerifyArgs,
+)
+
+MODELS = {
+    "build": BuildArgs,
+    "verify": VerifyArgs,
+    "show": ShowArgs,
+    "report": ReportArgs,
+    "generate": GenerateArgs,
+    "run": RunArgs,
+}
+
+
+def test_every_command_has_its_schema() -> None:
+    assert set(MODELS) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_lists_every_option_the_schema_declares(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = MODELS[command]
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    for name in cli_fields(model):
+        for flag in cli_of(model, name).flags or (flag_of(model, name),):
+            assert flag in text, (command, name, flag)
+        help_text = model.model_fields[name].description
+        if help_text and "{default}" not in help_text:  # its first words, as argparse wraps
+            assert " ".join(help_text.split()[:2]) in " ".join(text.split()), (command, name)
+
+
+def _sources(tmp_path: Path) -> Path:
+    src = tmp_path / "in.jsonl"
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"}]}
+    src.write_text(json.dumps(row) + "\n")
+    return src
+
+
+def _recipe(tmp_path: Path, generate: dict | None = None, **top: object) -> Path:
+    """A run recipe (JSON is YAML: the values keep their exact types)."""
+    recipe = {
+        "tokenizer": str(tmp_path / "tok"),
+        "out": str(tmp_path / "out"),
+        "sources": [str(_sources(tmp_path))],
+        "generate": {"endpoints": ["http://127.0.0.1:9/v1"], **(generate or {})},
+        **top,
+    }
+    path = tmp_path / "r.yaml"
+    path.write_text(json.dumps(recipe))
+    return path
+
+
+RUN_CASES = [
+    ({"max_tokens": "64"}, 'recipe key generate.max_tokens: expected an integer, got "64"'),
+    ({"concurrency": "8"}, 'recipe key generate.concurrency: expected an integer, got "8"'),
+    ({"request_timeout": "x"}, 'recipe key generate.request_timeout: expected a number, got "x"'),
+    ({"api_key_env": 5}, "recipe key generate.api_key_env: expected a string, got 5"),
+    ({"temperature": "hot"}, 'recipe key generate.temperature: expected a number, got "hot"'),
+    ({"temperature": -1}, "recipe key generate.temperature: must be >= 0, got -1"),
+    ({"max_tokens": True}, "recipe key generate.max_tokens: expected an integer, got true"),
+    ({"regenerate": "some"}, "recipe key generate.regenerate: must be missing,"),
+]
+
+
+@pytest.mark.parametrize(("generate", "line"), RUN_CASES)
+def test_a_mistyped_generate_value_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], generate: dict, line: str
+) -> None:
+    assert main(["run", str(_recipe(tmp_path, generate))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"draftset: error: {line}"), err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.run").exists()
+
+
+BUILD_CASES = [
+    ({"max_length": "64"}, 'recipe key max_length: expected an integer, got "64"'),
+    ({"workers": "2"}, 'recipe key workers: expected an integer, got "2"'),
+    ({"overwrite": "yes"}, 'recipe key overwrite: expected true or false, got "yes"'),
+    ({"render_timeout": "5s"}, 'recipe key render_timeout: expected a number, got "5s"'),
+    ({"eot_tokens": 7}, "recipe key eot_tokens: expected a string or a list of strings, got 7"),
+]
+
+
+@pytest.mark.parametrize(("top", "line"), BUILD_CASES)
+@pytest.mark.parametrize("command", ["build", "run"])
+def test_a_mistyped_build_value_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, top: dict, line: str
+) -> None:
+    assert main([command, str(_recipe(tmp_path, **top))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"draftset: error: {line}"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_mistyped_source_entry_names_its_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipe = _recipe(tmp_path)
+    data = json.loads(recipe.read_text())
+    data["sources"] = [{"path": data["sources"][0], "weight": "heavy"}]
+    recipe.write_text(json.dumps(data))
+    assert main(["build", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert err == 'draftset: error: recipe key sources[0].weight: expected a number, got "heavy"\n'
