@@ -377,8 +377,8 @@ def test_every_shared_sample_file_is_accounted_for(tmp_path):
     )
     sources = [Source(f"{p.parent.name}/{p.name}", p) for p in files]
     # a file none of whose first rows has a known shape is refused up front (exit 2, naming
-    # the file and a --format/--field mapping or a preset), never built into a set of rejects: drop each
-    # refused file and build the rest
+    # the file and a --format/--field mapping or a preset), never built into a set of rejects:
+    # drop each refused file and build the rest
     refused = []
     while True:
         try:

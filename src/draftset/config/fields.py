@@ -4,7 +4,7 @@ An option is one field of a pydantic model: its name (the API's keyword and the 
 its type, its default, its help text (``description``, where ``{default}`` is filled in) and its
 bounds (``Field(ge=...)``). Two markers add what only one reader needs: `Cli` (flag, metavar,
 action) for the command line, `NOT_IN_RECIPE` for an option a recipe cannot set. `Choices`
-names a registry (``config.defaults.ENGINES``, the input formats of `sources.normalize`) whose
+names a registry (``engine.CHOICES``, the input formats of `sources.normalize`) whose
 module loads only when the names are needed: `draftset build` starts its template load before
 the stage modules import.
 

@@ -20,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from draftset.config.fields import NOT_IN_RECIPE, NOT_ON_CLI, Cli, finite, one_of
 from draftset.core import defaults
+from draftset.engine import CHOICES as ENGINE_CHOICES
 
 PathLike = str | Path
 Strings = str | list[str]
@@ -53,7 +54,7 @@ Workers = Annotated[
 ]
 Engine = Annotated[
     str,
-    *one_of(defaults.ENGINES),
+    *one_of(ENGINE_CHOICES),
     Field(
         description="where render/encode runs: local processes (default) or Ray actors on a"
         " cluster (needs draftset[ray]; same output bytes; --workers then counts actors,"
@@ -468,7 +469,7 @@ class RunArgs(Options):
     ] = None
     engine: Annotated[
         str | None,
-        *one_of(defaults.ENGINES),
+        *one_of(ENGINE_CHOICES),
         Field(
             description="where the build's render/encode runs (default local; ray needs"
             " draftset[ray])"

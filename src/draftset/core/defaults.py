@@ -22,7 +22,6 @@ WORKERS: Final = 0
 """Render/encode processes; 0 = all cores (with ``--engine ray``: all the cluster's CPUs)."""
 ENGINE: Final = "local"
 """What runs the row step: ``local`` (this machine's processes) or ``ray`` (a Ray cluster)."""
-ENGINES: Final = ("local", "ray")
 DEDUP: Final = "exact"
 NEAR_DUP_THRESHOLD: Final = 0.8
 RENDER_TIMEOUT: Final = 5.0

@@ -20,6 +20,10 @@ only ``--engine ray`` loads Ray's)."""
 IN_DRIVER = "inline"
 """The one engine that runs the row step in the driver (its class says ``in_driver``)."""
 
+CHOICES: tuple[str, ...] = tuple(name for name in ENGINES if name != IN_DRIVER)
+"""The engines a user can name (``--engine``): every registered one but the driver itself, which
+``local`` with one worker becomes."""
+
 
 def engine_name(engine: str, workers: int | None) -> str:
     """The engine that runs: ``engine`` as asked, except ``local`` with one worker, which runs
