@@ -1001,3 +1001,23 @@ def test_tool_call_arguments_are_sent_as_json_text(tmp_path: Path, server: Fault
     assert all(isinstance(json.loads(a), dict) for a in sent)
     # the answers file keeps the row's own shape (build reads it as before)
     assert by_id(tmp_path / "o.jsonl")["same"]["messages"][1]["tool_calls"]
+
+
+def test_reasoning_effort_is_also_sent_as_the_request_field(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    """vLLM renders gpt-oss through harmony, which reads the effort from the request's own
+    ``reasoning_effort`` and ignores ``chat_template_kwargs``; build renders the row with the
+    kwargs recorded in its metadata, so both must carry the same effort."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "hi"}])
+    out = tmp_path / "o.jsonl"
+    extra = ["--chat-template-kwargs", '{"reasoning_effort": "high"}']
+    assert generate(src, out, server.url, extra=extra) == 0
+    sent = server.requests[0]
+    assert sent["reasoning_effort"] == "high"
+    assert sent["chat_template_kwargs"]["reasoning_effort"] == "high"
+    assert by_id(out)["a"]["metadata"]["chat_template_kwargs"]["reasoning_effort"] == "high"
+    # without it in the kwargs, no field is sent (the server's default stands)
+    out2 = tmp_path / "o2.jsonl"
+    assert generate(src, out2, server.url) == 0
+    assert "reasoning_effort" not in server.requests[-1]

@@ -81,6 +81,10 @@ class Runner:
             body["tools"] = job.tools
         body.update(self.sampling)
         body["chat_template_kwargs"] = kwargs
+        if "reasoning_effort" in kwargs and "reasoning_effort" not in body:
+            # vLLM's harmony render (gpt-oss) reads the effort from the request's own field and
+            # ignores chat_template_kwargs; build renders with the kwargs recorded per row
+            body["reasoning_effort"] = kwargs["reasoning_effort"]
         if self.opts.return_token_ids:
             body["return_token_ids"] = True
         return body
