@@ -148,3 +148,20 @@ def test_a_block_result_carries_counts_and_names_not_rows(tmp_path):
     size = len(pickle.dumps(result))
     assert size < shard.stat().st_size / 10  # no row bytes in it
     assert EncodedRow.__name__.encode() not in pickle.dumps(result)
+
+
+@pytest.mark.parametrize("output_format", ["arrow", "parquet"])
+def test_a_relative_out_folder_builds_with_workers_writing_blocks(
+    tmp_path, monkeypatch, output_format
+):
+    """`--out out` (relative to the working folder): the workers write the blocks' shards under
+    the folder's absolute path, and the driver names them relative to its own (a relative
+    `--out` with more than one block ended in a ValueError traceback, no set)."""
+    monkeypatch.setattr(block_mod, "BLOCK_ROWS", 7)
+    src = write_source(tmp_path / "golden.jsonl")
+    monkeypatch.chdir(tmp_path)
+    built = run_build(options(src, Path("rel"), workers=2, output_format=output_format))
+    assert built.ok and built.rows > 30
+    files = json.loads((tmp_path / "rel" / "manifest.json").read_text())["files"]
+    assert sum(1 for n in files if n.startswith(("data-", "data/"))) >= 7
+    assert all(not Path(n).is_absolute() and (tmp_path / "rel" / n).is_file() for n in files)

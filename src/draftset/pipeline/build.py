@@ -162,7 +162,9 @@ def _run(
     notes = [_skipped_note(name, entries) for name, entries in skipped.items() if entries]
     made = [d for d in (opts.out.absolute(), *opts.out.absolute().parents) if not d.exists()][1:]
     try:
-        tmp = prepare_output(opts.out, opts.overwrite)
+        # absolute: the workers write the blocks' shards into it from their own working folders,
+        # and the manifest names every file relative to it
+        tmp = prepare_output(opts.out, opts.overwrite).absolute()
     except OSError as exc:
         _remove_empty(made)
         raise OutputWriteError(f"cannot create {opts.out}: {exc.strerror or exc}") from exc
@@ -175,7 +177,7 @@ def _run(
         blocks = cut_blocks(selected.rows())
         # the workers write the blocks' shards into the temporary folder themselves (a format
         # without shards, one file for the set, is written here: `_sharded`)
-        folder = tmp.absolute()
+        folder = tmp
         fmt = opts.output_format if _sharded(opts.output_format) else None
         info, stream = stage.start(
             blocks,
