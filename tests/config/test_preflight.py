@@ -12,6 +12,7 @@ import pytest
 import zstandard
 from conftest import qwen3_tokenizer_dir
 
+import draftset.engine.factory as factory_mod
 import draftset.pipeline.build as build_mod
 from draftset.cli import main
 
@@ -40,8 +41,11 @@ def no_work(monkeypatch):
         raise AssertionError("work started before the error was found")
 
     monkeypatch.setattr(build_mod, "plan_selection", boom)
-    monkeypatch.setattr(build_mod, "ChatTemplate", boom)
-    monkeypatch.setattr(build_mod, "Sidecar", boom)
+    # the template load and the helper process are the engine factory's (engine/factory.py);
+    # the helper `draftset build` starts ahead of parsing (pipeline/helper_ahead.py) only
+    # imports, and is stopped on any error
+    monkeypatch.setattr(factory_mod, "ChatTemplate", boom)
+    monkeypatch.setattr(factory_mod, "Sidecar", boom)
 
 
 def build_argv(*sources: Path | str, out: Path | str, extra: tuple[str, ...] = ()) -> list[str]:
