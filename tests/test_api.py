@@ -490,7 +490,8 @@ def test_a_script_without_the_main_guard_gets_one_line_not_a_traceback_per_proce
     child_lines = [line for line in err.splitlines() if line.startswith("draftset: ")]
     assert len(child_lines) == 1 and guard in child_lines[0], err
     last = err.strip().splitlines()[-1]  # the parent's own exception, from the script
-    assert "draftset.mask.template.TokenizerError" in last or "SidecarError" in last, last
+    # MainGuardMissing is the SidecarError docs/api.md promises (was a TokenizerError)
+    assert last.startswith("draftset.engine.helper.MainGuardMissing: "), last
     assert guard in last, last
     assert not out.exists()
 
