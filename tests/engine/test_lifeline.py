@@ -186,8 +186,10 @@ def test_sigterm_always_ends_the_process_promptly(tmp_path):
             # the build had renamed its set into place when the signal came (a quick machine
             # finishes within 8 s): then the set must be whole, never a half-written one
             from draftset.checks.verify import fast_checks
+            from draftset.pipeline.build import ADVISORY_CHECKS
 
-            assert not [c.name for c in fast_checks(out) if c.failed], (delay, took)
+            failed = [c.name for c in fast_checks(out) if c.failed]
+            assert not set(failed) - ADVISORY_CHECKS, (delay, took, failed)
 
 
 def test_kill_9_while_workers_write_their_shards_leaves_nothing_finished(tmp_path):

@@ -46,10 +46,12 @@ class Choices(Sequence[str]):
 
     @property
     def names(self) -> tuple[str, ...]:
-        if self._names is None:
-            module, _, name = str(self._registry).partition(":")
-            self._names = tuple(getattr(importlib.import_module(module), name))
-        return self._names
+        if self._names is not None:
+            return self._names
+        # read each time, not cached: a format or engine registered after the first check
+        # (a plugin, a test) is a valid choice from then on
+        module, _, name = str(self._registry).partition(":")
+        return tuple(getattr(importlib.import_module(module), name))
 
     def __getitem__(self, i: Any) -> Any:
         return self.names[i]
