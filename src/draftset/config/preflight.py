@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from draftset.config.fields import flag_of, validated
 from draftset.config.schema import BuildArgs
 from draftset.core.errors import UsageError
-from draftset.core.files import blocking_parent
+from draftset.core.files import cannot_create
 from draftset.engine.base import available_cpus
 from draftset.mask.ambient import now_iso, valid_now
 from draftset.mask.template import _resolve_tokenizer_path, config_vocab_size
@@ -191,12 +191,9 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
     for inp in inputs:
         if inp == real or inp.is_relative_to(real):
             raise PreflightError(f"--out {out} contains the input {inp}")
-    blocked = blocking_parent(real)
-    if blocked is not None:
-        kind, parent = blocked
-        if kind == "file":
-            raise PreflightError(f"--out {out} is under a file ({parent}), not a folder")
-        raise PreflightError(f"--out {out}: cannot create folders in {parent}")
+    problem = cannot_create(real, "folders")
+    if problem is not None:
+        raise PreflightError(f"--out {out}{problem}")
     if not real.exists():
         return
     if not real.is_dir():

@@ -23,16 +23,16 @@ def write_json_atomic(path: Path, data: Any, indent: int = 2, tmp: Path | None =
         tmp.unlink(missing_ok=True)
 
 
-def blocking_parent(path: Path) -> tuple[str, Path] | None:
-    """What keeps anything from being created at ``path``: ``("file", P)`` when its nearest
-    existing parent P is a file, ``("unwritable", P)`` when P is a folder it may not write;
-    None when it can be created. Shared by build's ``--out`` folder check and generate's
-    ``--out`` file check, each saying it in its own words."""
+def cannot_create(path: Path, what: str) -> str | None:
+    """Why nothing can be created at ``path``, as the end of a sentence about it (" is under
+    a file (P), not a folder" / ": cannot create WHAT in P"), from its nearest existing
+    parent P; None when it can be. Shared by build's ``--out`` folder check (``what``:
+    "folders") and generate's ``--out`` file check ("files")."""
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
-                return "file", parent
+                return f" is under a file ({parent}), not a folder"
             if not os.access(parent, os.W_OK | os.X_OK):
-                return "unwritable", parent
+                return f": cannot create {what} in {parent}"
             return None
     return None

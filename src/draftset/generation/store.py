@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from draftset.core.errors import UsageError
-from draftset.core.files import blocking_parent, write_json_atomic
+from draftset.core.files import cannot_create, write_json_atomic
 
 FSYNC_EVERY_LINES = 200
 FSYNC_EVERY_SECONDS = 5.0
@@ -185,12 +185,9 @@ def check_output_path(out: Path) -> None:
                 f"{which} {path} is not a regular file (a device, FIFO or socket): generate"
                 " appends answers and resumes from them; give a .jsonl file path"
             )
-    blocked = blocking_parent(out)
-    if blocked is not None:
-        kind, folder = blocked
-        if kind == "file":
-            raise StoreError(f"--out {out} is under a file ({folder}), not a folder")
-        raise StoreError(f"--out {out}: cannot create files in {folder}")
+    problem = cannot_create(out, "files")
+    if problem is not None:
+        raise StoreError(f"--out {out}{problem}")
 
 
 class Locked(StoreError):
