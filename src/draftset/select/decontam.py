@@ -202,17 +202,24 @@ class Decontaminator:
         """A `reasons.CONTAMINATED` reject naming the benchmark file and item, or None."""
         if not isinstance(item, Conversation | PromptOnly):
             return None
-        self.checked[item.source] += 1
-        k = self.match(self._texts(item))
+        return self.record(item.source, item.row, item.id, self.find(item))
+
+    def find(self, item: Conversation | PromptOnly) -> int | None:
+        """The benchmark item the row shares an n-gram with (pure: a worker can ask)."""
+        return self.match(self._texts(item))
+
+    def record(self, source: str, row: int, row_id: str, k: int | None) -> Reject | None:
+        """`check` on the row's facts (``k``: what `find` said): counts it, and the reject."""
+        self.checked[source] += 1
         if k is None:
             return None
         bench = self.items[k]
-        self.removed[item.source] += 1
+        self.removed[source] += 1
         self.removed_by_benchmark[bench.file] += 1
         self.matched_items[k] += 1
         how = f"a {self.n}-word n-gram" if len(words(bench.text)) >= self.n else "a whole turn"
         msg = f"shares {how} with benchmark {bench.label()} ({bench.file}): {_clip(bench.text)}"
-        return Reject(item.source, item.row, item.id, reasons.CONTAMINATED, msg)
+        return Reject(source, row, row_id, reasons.CONTAMINATED, msg)
 
     def stats(self, top: int = 20) -> dict[str, Any]:
         """Counters for the manifest / report (JSON-ready)."""

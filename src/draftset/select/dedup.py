@@ -117,14 +117,14 @@ class _Kept:
         self._ids = bytearray()
         self._id_end = array("Q")
 
-    def add(self, item: Conversation | PromptOnly) -> int:
-        s = self._source_index.get(item.source)
+    def add(self, source: str, row: int, row_id: str) -> int:
+        s = self._source_index.get(source)
         if s is None:
-            s = self._source_index[item.source] = len(self.sources)
-            self.sources.append(item.source)
+            s = self._source_index[source] = len(self.sources)
+            self.sources.append(source)
         self.source_of.append(s)
-        self.row_of.append(item.row)
-        self._ids += item.id.encode("utf-8", "surrogatepass")
+        self.row_of.append(row)
+        self._ids += row_id.encode("utf-8", "surrogatepass")
         self._id_end.append(len(self._ids))
         return len(self.row_of) - 1
 
@@ -165,21 +165,29 @@ class ExactDeduper:
         self._kept = _Kept()
         self.counters = _Counters("exact")
 
+    @staticmethod
+    def key(item: Conversation | PromptOnly) -> int:
+        """The row's content digest (where it is read: a worker, or the driver)."""
+        return digest64(("p" if isinstance(item, PromptOnly) else "c") + content_key(item))
+
     def check(self, item: Normalized) -> Reject | None:
         """A `reasons.DUPLICATE` reject naming the kept row, or None (the row is kept)."""
         if not isinstance(item, Conversation | PromptOnly):
             return None
-        self.counters.checked[item.source] += 1
-        key = digest64(("p" if isinstance(item, PromptOnly) else "c") + content_key(item))
+        return self.check_key(item.source, item.row, item.id, self.key(item))
+
+    def check_key(self, source: str, row: int, row_id: str, key: int) -> Reject | None:
+        """`check` on the row's facts: its content digest decides, not its bytes."""
+        self.counters.checked[source] += 1
         k = self._seen.get(key)
         if k is None:
-            self._seen.put(key, self._kept.add(item))
+            self._seen.put(key, self._kept.add(source, row, row_id))
             return None
         kept_id, kept_source, kept_row = self._kept.describe(k)
-        self.counters.removed[item.source] += 1
-        self.counters.pairs[(kept_source, item.source)] += 1
+        self.counters.removed[source] += 1
+        self.counters.pairs[(kept_source, source)] += 1
         msg = f"exact duplicate of id {kept_id!r} (source {kept_source}, row {kept_row})"
-        return Reject(item.source, item.row, item.id, reasons.DUPLICATE, msg)
+        return Reject(source, row, row_id, reasons.DUPLICATE, msg)
 
     def stats(self) -> dict[str, Any]:
         """Counters for the manifest / report (JSON-ready)."""
@@ -255,16 +263,33 @@ class NearDeduper:
         m.update_batch(list(grams))
         return m
 
+    def hashes(self, item: Conversation | PromptOnly) -> np.ndarray | None:
+        """The MinHash values of the row's prompt, None without words (pure: a worker can
+        compute them; `check_hashes` decides on them)."""
+        m = self.signature(prompt_text(item))
+        return None if m is None else m.hashvalues
+
     def check(self, item: Normalized) -> Reject | None:
         """A `reasons.NEAR_DUPLICATE` reject naming the kept row, or None (kept)."""
         if not isinstance(item, Conversation | PromptOnly):
             return None
-        m = self.signature(prompt_text(item))
-        if m is None:
+        return self.check_hashes(item.source, item.row, item.id, self.hashes(item))
+
+    def check_hashes(
+        self, source: str, row: int, row_id: str, hashes: np.ndarray | None
+    ) -> Reject | None:
+        """`check` on the row's facts: its prompt's MinHash values, not its text."""
+        if hashes is None:
             self.skipped_empty += 1
             return None
-        self.counters.checked[item.source] += 1
-        sig = np.asarray(m.hashvalues, dtype=np.uint32)
+        m = self._minhash(
+            num_perm=self.num_perm,
+            hashvalues=hashes,
+            permutations=self._template.permutations,
+            scheme=self._template.scheme,
+        )
+        self.counters.checked[source] += 1
+        sig = np.asarray(hashes, dtype=np.uint32)
         best, best_k = 0.0, -1
         for k in self._lsh.query(m):
             sim = float(np.count_nonzero(self._signatures[k] == sig)) / self.num_perm
@@ -272,14 +297,14 @@ class NearDeduper:
                 best, best_k = sim, k
         if best_k >= 0 and best >= self.threshold:
             kept_id, kept_source, kept_row = self._kept.describe(best_k)
-            self.counters.removed[item.source] += 1
-            self.counters.pairs[(kept_source, item.source)] += 1
+            self.counters.removed[source] += 1
+            self.counters.pairs[(kept_source, source)] += 1
             msg = (
                 f"prompt near-duplicate (estimated Jaccard {best:.2f} >= {self.threshold}) "
                 f"of id {kept_id!r} (source {kept_source}, row {kept_row})"
             )
-            return Reject(item.source, item.row, item.id, reasons.NEAR_DUPLICATE, msg)
-        k = self._kept.add(item)
+            return Reject(source, row, row_id, reasons.NEAR_DUPLICATE, msg)
+        k = self._kept.add(source, row, row_id)
         self._signatures.append(sig)
         self._lsh.insert(k, m, check_duplication=False)
         return None

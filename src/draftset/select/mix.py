@@ -23,13 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from draftset.core import reasons
-from draftset.core.counters import Accounting
-from draftset.core.ids import IdRegistry, duplicate_id_message
+from draftset.core.counters import Accounting, SourceCounts
 from draftset.core.modes import row_mode
-from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
+from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, RawRow
 from draftset.select.decontam import Decontaminator, load_benchmark_prompts
 from draftset.select.dedup import make_dedupers
+from draftset.select.facts import Decider, Scanner, apply
 from draftset.select.modes import MixTargets, select_mix
 from draftset.sources.normalize import UNREAD_FIELDS
 from draftset.sources.overlay import Overlay
@@ -125,20 +124,6 @@ def plan_selection(
     return available, selections
 
 
-# --- ids ------------------------------------------------------------------------------------------
-def _unique_id(item: Normalized, registry: IdRegistry, file: str | None = None) -> Normalized:
-    """Give a colliding id its source (and file) prefix; reject when even that is taken."""
-    if isinstance(item, Reject):
-        return item
-    rid = registry.claim_row_id(item.id, item.source, file)
-    if rid is not None:
-        item.id = rid
-        return item
-    return Reject(
-        item.source, item.row, item.id, reasons.DUPLICATE_ID, duplicate_id_message(item.id)
-    )
-
-
 # --- filters: decontamination and deduplication ------------------------------------------------
 class Filters:
     """The stateful row filters of one pass, in their fixed order."""
@@ -152,13 +137,6 @@ class Filters:
             self.steps.append(self.decontaminator)
         self.dedupers = make_dedupers(spec.dedup, spec.near_dup_threshold)
         self.steps.extend(self.dedupers)
-
-    def apply(self, item: Normalized) -> Normalized:
-        for step in self.steps:
-            reject = step.check(item)
-            if reject is not None:
-                return reject
-        return item
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {"dedup": [d.stats() for d in self.dedupers]}
@@ -176,7 +154,8 @@ def _stream(
 ) -> Iterator[Normalized]:
     """Every selected row, normalized, with a unique id, through the filters; ``keep``: the
     mix's choice, made after the filters (a row it leaves out counts as sampled out)."""
-    registry = IdRegistry()
+    decider = Decider(filters)
+    scanner = Scanner(filters)
     for src in spec.sources:
         chosen = selections[src.name]
         counts = acct[src.name]
@@ -185,15 +164,23 @@ def _stream(
             if chosen is not None and not chosen[raw.row]:
                 counts.sampled_out += 1
                 continue
-            item: Normalized = raw.reject if raw.reject is not None else norm(raw)
-            if isinstance(item, Conversation | PromptOnly) and UNREAD_FIELDS in item.meta:
-                counts.unread_fields.update(item.meta.pop(UNREAD_FIELDS))
-            item = filters.apply(_unique_id(item, registry, raw.file))
+            item = read_item(raw, norm, counts)
+            item = apply(item, decider.decide(raw.source, raw.row, scanner.facts(item, raw.file)))
             if keep is not None and not keep(item):
                 counts.sampled_out += 1
                 continue
             counts.read += 1
             yield item
+
+
+def read_item(
+    raw: RawRow, norm: Callable[[RawRow], Normalized], counts: SourceCounts
+) -> Normalized:
+    """A read row normalized (its reader's reject, if any); fields it left unread counted."""
+    item: Normalized = raw.reject if raw.reject is not None else norm(raw)
+    if isinstance(item, Conversation | PromptOnly) and UNREAD_FIELDS in item.meta:
+        counts.unread_fields.update(item.meta.pop(UNREAD_FIELDS))
+    return item
 
 
 # --- the mode / source mix --------------------------------------------------------------------

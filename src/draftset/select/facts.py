@@ -1,0 +1,127 @@
+"""Selection on facts: the run's ordered, stateful choices made without the rows' bytes (issue 27).
+
+What the selection steps decide on is a few facts a row: its kind, its id, its content digest
+(exact dedup), the benchmark item it shares an n-gram with (decontamination), its prompt's
+MinHash values (near dedup). `Scanner` computes them where the row is read: a build's worker
+reading its own block of a source, or the driver for a source it reads itself. `Decider` is the
+ordered part, run by the driver in input order: unique ids, the first copy kept, the steps'
+counters; it turns each row's facts into a `Decision` (a reject, a new id, or nothing), and
+`apply` makes it on the row wherever the row is. `select.mix.Selection` and the build's blocks
+go through the same three, so a row is decided the same way whoever read it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from draftset.core import reasons
+from draftset.core.ids import IdRegistry, duplicate_id_message
+from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
+from draftset.select.dedup import ExactDeduper, NearDeduper
+
+if TYPE_CHECKING:  # the filters hold the steps; mix.py imports this module
+    from draftset.select.mix import Filters
+
+CONVERSATION, PROMPT, PRETOKENIZED, REJECT = range(4)
+"""A row's kind, as normalized."""
+
+
+class RowFacts(NamedTuple):
+    """What the selection decides a row on (never its text)."""
+
+    kind: int
+    id: str | None  # as normalized (None for a reject)
+    file: str | None  # the file inside a source of several (ids of two files never collide)
+    key: int = 0  # exact dedup: the content digest (0: not asked for)
+    bench: int | None = None  # decontamination: the benchmark item it shares an n-gram with
+    hashes: np.ndarray | None = None  # near dedup: its prompt's MinHash values
+
+
+Decision = Reject | str | None
+"""A selection reject, the row's new (source-prefixed) id, or None: kept as it is."""
+
+
+def kind_of(item: Normalized) -> int:
+    if isinstance(item, Conversation):
+        return CONVERSATION
+    if isinstance(item, PromptOnly):
+        return PROMPT
+    if isinstance(item, PreTokenized):
+        return PRETOKENIZED
+    return REJECT
+
+
+class Scanner:
+    """Computes a row's facts (pure per row: any worker, any order)."""
+
+    def __init__(self, filters: Filters) -> None:
+        self.decontaminator = filters.decontaminator
+        self.exact = any(isinstance(d, ExactDeduper) for d in filters.dedupers)
+        self.near = next((d for d in filters.dedupers if isinstance(d, NearDeduper)), None)
+
+    def facts(self, item: Normalized, file: str | None) -> RowFacts:
+        kind = kind_of(item)
+        if kind == REJECT:
+            return RowFacts(kind, None, file)
+        assert not isinstance(item, Reject)
+        if kind == PRETOKENIZED:
+            return RowFacts(kind, item.id, file)
+        assert isinstance(item, Conversation | PromptOnly)
+        return RowFacts(
+            kind,
+            item.id,
+            file,
+            ExactDeduper.key(item) if self.exact else 0,
+            self.decontaminator.find(item) if self.decontaminator is not None else None,
+            self.near.hashes(item) if self.near is not None else None,
+        )
+
+
+class Decider:
+    """The ordered choices of one pass, made on facts in input order: a row's id, or its
+    source-prefixed id when taken (`IdRegistry`), then decontamination, exact and near dedup
+    (the first copy in input order is kept). The counters stay in ``filters``."""
+
+    def __init__(self, filters: Filters) -> None:
+        self.filters = filters
+        self.registry = IdRegistry()
+
+    def decide(self, source: str, row: int, facts: RowFacts) -> Decision:
+        if facts.kind == REJECT or facts.id is None:
+            return None
+        rid = self.registry.claim_row_id(facts.id, source, facts.file)
+        if rid is None:
+            msg = duplicate_id_message(facts.id)
+            return Reject(source, row, facts.id, reasons.DUPLICATE_ID, msg)
+        if facts.kind in (CONVERSATION, PROMPT):
+            reject = self._filter(source, row, rid, facts)
+            if reject is not None:
+                return reject
+        return rid if rid != facts.id else None
+
+    def _filter(self, source: str, row: int, rid: str, facts: RowFacts) -> Reject | None:
+        filters = self.filters
+        if filters.decontaminator is not None:
+            reject = filters.decontaminator.record(source, row, rid, facts.bench)
+            if reject is not None:
+                return reject
+        for step in filters.dedupers:
+            if isinstance(step, ExactDeduper):
+                reject = step.check_key(source, row, rid, facts.key)
+            else:
+                reject = step.check_hashes(source, row, rid, facts.hashes)
+            if reject is not None:
+                return reject
+        return None
+
+
+def apply(item: Normalized, decision: Decision) -> Normalized:
+    """The decision made on the row itself."""
+    if decision is None or isinstance(item, Reject):
+        return item
+    if isinstance(decision, Reject):
+        return decision
+    item.id = decision
+    return item
