@@ -372,10 +372,12 @@ def _check_zstd_frames(raw: IO[bytes], path: Path) -> None:
     raw.seek(0)
 
 
-def _iter_lines(stream: IO[bytes]) -> Iterator[bytes]:
+def _split_lines(stream: IO[bytes]) -> Iterator[bytes]:
     """Split a byte stream on ``b"\\n"`` only (never on U+2028 etc.), in bounded chunks.
 
-    A trailing ``\\r`` is removed (CRLF files); a final line without newline is yielded.
+    Each line comes without its ``\\n`` but with any ``\\r``, so its length + 1 is where the
+    next line starts (range planning needs byte offsets); a final line without newline is
+    yielded.
     """
     pending: list[bytes] = []
     while chunk := stream.read(CHUNK_BYTES):
@@ -384,12 +386,17 @@ def _iter_lines(stream: IO[bytes]) -> Iterator[bytes]:
             pending.append(chunk)
             continue
         pending.append(parts[0])
-        yield _chomp(b"".join(pending))
-        for line in parts[1:-1]:
-            yield _chomp(line)
+        yield b"".join(pending)
+        yield from parts[1:-1]
         pending = [parts[-1]] if parts[-1] else []
     if pending:
-        yield _chomp(b"".join(pending))
+        yield b"".join(pending)
+
+
+def _iter_lines(stream: IO[bytes]) -> Iterator[bytes]:
+    """The lines of `_split_lines` with a trailing ``\\r`` removed (CRLF files)."""
+    for line in _split_lines(stream):
+        yield _chomp(line)
 
 
 def _chomp(line: bytes) -> bytes:
@@ -427,25 +434,33 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
-def _iter_jsonl_values(stream: IO[bytes], label: str) -> Iterator[Any]:
-    """Parsed values (or `RowProblem`) of the non-blank lines of a JSON Lines stream."""
-    for lineno, line in enumerate(_iter_lines(stream), start=1):
+def _jsonl_row_lines(stream: IO[bytes], lineno: int = 1) -> Iterator[tuple[int, int, bytes]]:
+    """``(line number, byte offset, line)`` of each row of a JSON Lines stream positioned at
+    the start of line ``lineno``: CRLF removed, a BOM removed from line 1, blank lines skipped.
+
+    The one place that says which lines are rows, so counting, planning ranges and reading
+    (whole or from a range's offset) agree; offsets count from where the stream started.
+    """
+    offset = 0
+    for raw in _split_lines(stream):
+        line = _chomp(raw)
         if lineno == 1 and line.startswith(_BOM):
             line = line[len(_BOM) :]
-        if _is_blank(line):
-            continue
-        yield _parse_line(line, f"{label}:{lineno}")
+        if not _is_blank(line):
+            yield lineno, offset, line
+        lineno += 1
+        offset += len(raw) + 1
+
+
+def _iter_jsonl_values(stream: IO[bytes], label: str, lineno: int = 1) -> Iterator[Any]:
+    """Parsed values (or `RowProblem`) of the rows of a JSON Lines stream (see
+    `_jsonl_row_lines`); reject messages name ``label:line``."""
+    for at, _, line in _jsonl_row_lines(stream, lineno):
+        yield _parse_line(line, f"{label}:{at}")
 
 
 def _count_jsonl(stream: IO[bytes]) -> int:
-    first = True
-    n = 0
-    for line in _iter_lines(stream):
-        if first and line.startswith(_BOM):
-            line = line[len(_BOM) :]
-        first = False
-        n += not _is_blank(line)
-    return n
+    return sum(1 for _ in _jsonl_row_lines(stream))
 
 
 # --- .json: document or JSON Lines ------------------------------------------------------------
