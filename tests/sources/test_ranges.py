@@ -152,6 +152,18 @@ def test_ranges_read_exactly_what_the_whole_read_reads(tmp_path, kind, size):
     check_plan(src, ranges, size)
 
 
+@pytest.mark.parametrize("size", [1, 4, 1000])
+def test_ranges_of_a_folder_written_by_datasets(tmp_path, size):
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / "hf"
+    datasets.Dataset.from_list(TABLE).save_to_disk(str(folder), num_shards=3)
+    src = Source(name="s", path=folder)
+    assert range_readable(src)
+    ranges = plan_ranges(src, size)
+    assert [r.data for r in read_by_ranges(src, ranges)] == TABLE
+    check_plan(src, ranges, size)
+
+
 def test_the_torture_file_has_what_it_should(tmp_path):
     """The property above is only as good as its file: rejects of every kind, line numbers
     that differ from row numbers."""
