@@ -848,7 +848,7 @@ def _counted(path: Path, source: Source, count: Callable[[Path], _T]) -> _T:
 # --- row ranges: a worker reads its own part of a source ----------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RowRange:
     """Rows [first, first + rows) of one source, all within one of its file entries: what a
     worker reads itself (`iter_raw_range`) instead of being sent the rows."""
