@@ -16,11 +16,11 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -47,6 +47,8 @@ _WHITESPACE = frozenset(b" \t\r\n\f\v")
 _TEXT_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json"}
 _BINARY_KINDS = {".parquet": "parquet", ".arrow": "arrow"}
 _COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".zstd": "zst"}
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -372,10 +374,12 @@ def _check_zstd_frames(raw: IO[bytes], path: Path) -> None:
     raw.seek(0)
 
 
-def _iter_lines(stream: IO[bytes]) -> Iterator[bytes]:
+def _split_lines(stream: IO[bytes]) -> Iterator[bytes]:
     """Split a byte stream on ``b"\\n"`` only (never on U+2028 etc.), in bounded chunks.
 
-    A trailing ``\\r`` is removed (CRLF files); a final line without newline is yielded.
+    Each line comes without its ``\\n`` but with any ``\\r``, so its length + 1 is where the
+    next line starts (range planning needs byte offsets); a final line without newline is
+    yielded.
     """
     pending: list[bytes] = []
     while chunk := stream.read(CHUNK_BYTES):
@@ -384,12 +388,17 @@ def _iter_lines(stream: IO[bytes]) -> Iterator[bytes]:
             pending.append(chunk)
             continue
         pending.append(parts[0])
-        yield _chomp(b"".join(pending))
-        for line in parts[1:-1]:
-            yield _chomp(line)
+        yield b"".join(pending)
+        yield from parts[1:-1]
         pending = [parts[-1]] if parts[-1] else []
     if pending:
-        yield _chomp(b"".join(pending))
+        yield b"".join(pending)
+
+
+def _iter_lines(stream: IO[bytes]) -> Iterator[bytes]:
+    """The lines of `_split_lines` with a trailing ``\\r`` removed (CRLF files)."""
+    for line in _split_lines(stream):
+        yield _chomp(line)
 
 
 def _chomp(line: bytes) -> bytes:
@@ -427,25 +436,33 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
-def _iter_jsonl_values(stream: IO[bytes], label: str) -> Iterator[Any]:
-    """Parsed values (or `RowProblem`) of the non-blank lines of a JSON Lines stream."""
-    for lineno, line in enumerate(_iter_lines(stream), start=1):
+def _jsonl_row_lines(stream: IO[bytes], lineno: int = 1) -> Iterator[tuple[int, int, bytes]]:
+    """``(line number, byte offset, line)`` of each row of a JSON Lines stream positioned at
+    the start of line ``lineno``: CRLF removed, a BOM removed from line 1, blank lines skipped.
+
+    The one place that says which lines are rows, so counting, planning ranges and reading
+    (whole or from a range's offset) agree; offsets count from where the stream started.
+    """
+    offset = 0
+    for raw in _split_lines(stream):
+        line = _chomp(raw)
         if lineno == 1 and line.startswith(_BOM):
             line = line[len(_BOM) :]
-        if _is_blank(line):
-            continue
-        yield _parse_line(line, f"{label}:{lineno}")
+        if not _is_blank(line):
+            yield lineno, offset, line
+        lineno += 1
+        offset += len(raw) + 1
+
+
+def _iter_jsonl_values(stream: IO[bytes], label: str, lineno: int = 1) -> Iterator[Any]:
+    """Parsed values (or `RowProblem`) of the rows of a JSON Lines stream (see
+    `_jsonl_row_lines`); reject messages name ``label:line``."""
+    for at, _, line in _jsonl_row_lines(stream, lineno):
+        yield _parse_line(line, f"{label}:{at}")
 
 
 def _count_jsonl(stream: IO[bytes]) -> int:
-    first = True
-    n = 0
-    for line in _iter_lines(stream):
-        if first and line.startswith(_BOM):
-            line = line[len(_BOM) :]
-        first = False
-        n += not _is_blank(line)
-    return n
+    return sum(1 for _ in _jsonl_row_lines(stream))
 
 
 # --- .json: document or JSON Lines ------------------------------------------------------------
@@ -576,12 +593,46 @@ def _table_files(path: Path) -> list[tuple[Path, str]]:
     return [(path, _kind(path)[0])]
 
 
-def _iter_table_rows(path: Path) -> Iterator[dict[str, Any]]:
+def _iter_table_rows(
+    path: Path, skip: int = 0, take: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """Rows of an Arrow-backed entry; with ``skip`` / ``take``, rows [skip, skip + take) only.
+
+    What lies outside is never converted: Parquet row groups outside the range are not read
+    (metadata gives their sizes), Arrow batches before it are passed over.
+    """
+    end = None if take is None else skip + take
+    base = 0  # the entry's row number of the current file's first row
     for f, kind in _table_files(path):
+        if end is not None and base >= end:
+            return
+        at = base  # the entry's row number of the next batch's first row
+        size = None
         if kind == "parquet":
-            yield from _rows_of_batches(pq.ParquetFile(f).iter_batches(batch_size=ARROW_ROWS))
+            pf = pq.ParquetFile(f)
+            size = pf.metadata.num_rows
+            groups: list[int] = []
+            pos = base
+            for i in range(pf.num_row_groups):
+                n = pf.metadata.row_group(i).num_rows
+                if pos + n > skip and (end is None or pos < end):
+                    at = at if groups else pos
+                    groups.append(i)
+                pos += n
+            batches: Iterable[pa.RecordBatch] = (
+                pf.iter_batches(batch_size=ARROW_ROWS, row_groups=groups) if groups else ()
+            )
         else:
-            yield from _rows_of_batches(_arrow_batches(f))
+            batches = _arrow_batches(f)
+        for batch in batches:
+            lo = max(skip - at, 0)
+            hi = batch.num_rows if end is None else min(end - at, batch.num_rows)
+            if lo < hi:
+                yield from _rows_of_batches([batch.slice(lo, hi - lo)])
+            at += batch.num_rows
+            if end is not None and at >= end:
+                return
+        base = at if size is None else base + size
 
 
 def _count_table_rows(path: Path) -> int:
@@ -681,17 +732,28 @@ def iter_raw_rows(source: Source) -> Iterator[RawRow]:
             yield _raw_row(source.name, row, value)
         return
     row = 0
-    files = list_files(Path(source.path))
-    for path in files:
-        file = _label(path, Path(source.path)) if len(files) > 1 else None
-        before = _check_unchanged(path, source, source.seen.get(str(path)), "since it was counted")
-        try:
-            for value in _iter_file_values(path, source):
-                yield _raw_row(source.name, row, value, file)
-                row += 1
-        except _READ_ERRORS as exc:
-            raise SourceError(f"{path}: cannot read: {exc}") from exc
-        _check_unchanged(path, source, before, "while it was read")
+    for path, file in _entries(source):
+        for value in _read_checked(path, source, _iter_file_values(path, source)):
+            yield _raw_row(source.name, row, value, file)
+            row += 1
+
+
+def _entries(source: Source) -> list[tuple[Path, str | None]]:
+    """(file entry, the label its rows carry as `RawRow.file`: None for a one-file source)."""
+    root = Path(source.path)
+    files = list_files(root)
+    return [(path, _label(path, root) if len(files) > 1 else None) for path in files]
+
+
+def _read_checked(path: Path, source: Source, values: Iterable[Any]) -> Iterator[Any]:
+    """``values`` (read lazily from ``path``), refused with `SourceError` when the file differs
+    from its state in ``source.seen`` or changes while read; read errors name the file."""
+    before = _check_unchanged(path, source, source.seen.get(str(path)), "since it was counted")
+    try:
+        yield from values
+    except _READ_ERRORS as exc:
+        raise SourceError(f"{path}: cannot read: {exc}") from exc
+    _check_unchanged(path, source, before, "while it was read")
 
 
 def file_head(source: Source, path: Path, n: int) -> list[RawRow]:
@@ -763,17 +825,154 @@ def count_rows(source: Source) -> int:
     metadata for Parquet); used for seeded sampling before the main pass."""
     if hub_ref(source) is not None:
         return len(_hub_dataset(source))
-    total = 0
+    return sum(
+        _counted(path, source, lambda p: _count_file_rows(p, source))
+        for path in list_files(Path(source.path))
+    )
+
+
+def _counted(path: Path, source: Source, count: Callable[[Path], _T]) -> _T:
+    """``count(path)``, recording the file's state in ``source.seen`` for the read to check;
+    `SourceError` naming the file when it cannot be read or changes meanwhile."""
+    before = _file_state(path)
+    try:
+        result = count(path)
+    except _READ_ERRORS as exc:
+        raise SourceError(f"{path}: cannot read: {exc}") from exc
+    state = _check_unchanged(path, source, before, "while it was counted")
+    if state is not None:
+        source.seen[str(path)] = state
+    return result
+
+
+# --- row ranges: a worker reads its own part of a source ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RowRange:
+    """Rows [first, first + rows) of one source, all within one of its file entries: what a
+    worker reads itself (`iter_raw_range`) instead of being sent the rows."""
+
+    source: str  # the source's name
+    path: str  # the file (or save_to_disk folder) holding them, as `list_files` gives it
+    file: str | None  # the label `RawRow.file` carries for these rows (None: one-file source)
+    first: int  # row number (across the source's files) of the range's first row
+    rows: int
+    offset: int  # JSONL: byte offset where the first row's line starts; tables: rows to skip
+    lineno: int  # JSONL: that line's 1-based number (reject messages name it); 0 for tables
+
+
+def _range_kind(path: Path) -> str | None:
+    """How a range of this file entry is read without what precedes it: ``"jsonl"`` (seek to a
+    byte offset), ``"table"`` (skip rows by batch / row group sizes), or None (compressed, or a
+    ``.json`` document: readable only from its start)."""
+    if path.is_dir():
+        return "table"
+    kind, compression = _kind(path)
+    if kind in ("parquet", "arrow"):
+        return "table"
+    if compression is None and (kind == "jsonl" or _json_is_lines(path, None)):
+        return "jsonl"
+    return None
+
+
+def range_readable(source: Source) -> bool:
+    """True when every file entry of the source can be read from a range's start without
+    reading what precedes it (uncompressed JSON Lines, Parquet, Arrow, save_to_disk folders),
+    so `plan_ranges` / `iter_raw_range` apply; False for hub sources, compressed files and
+    ``.json`` documents (read those whole with `iter_raw_rows`)."""
+    if hub_ref(source) is not None:
+        return False
     for path in list_files(Path(source.path)):
-        before = _file_state(path)
         try:
-            total += _count_file_rows(path, source)
+            if _range_kind(path) is None:
+                return False
         except _READ_ERRORS as exc:
             raise SourceError(f"{path}: cannot read: {exc}") from exc
-        state = _check_unchanged(path, source, before, "while it was counted")
-        if state is not None:
-            source.seen[str(path)] = state
-    return total
+    return True
+
+
+def _range_starts(path: Path, every: int) -> tuple[int, list[tuple[int, int]]]:
+    """(rows of the entry, ``(offset, lineno)`` of its rows 0, every, 2 * every, ...).
+
+    JSON Lines: one pass over the bytes, no JSON parsing (as counting); tables: their counts.
+    """
+    kind = _range_kind(path)
+    if kind is None:
+        raise ValueError(f"{path}: cannot be read by ranges (see range_readable)")
+    if kind == "table":
+        total = _count_table_rows(path)
+        return total, [(skip, 0) for skip in range(0, total, every)]
+    starts: list[tuple[int, int]] = []
+    total = 0
+    with path.open("rb") as stream:
+        for lineno, offset, _ in _jsonl_row_lines(stream):
+            if total % every == 0:
+                starts.append((offset, lineno))
+            total += 1
+    return total, starts
+
+
+def plan_ranges(source: Source, rows_per_range: int) -> list[RowRange]:
+    """Cut every file entry of a range-readable source into ranges of at most
+    ``rows_per_range`` rows, in row order (a range never spans two entries; an empty entry
+    gives none), so workers can read a source's rows themselves.
+
+    Counts as `count_rows` does (its rows add up to the same number) and records
+    ``source.seen`` the same way, so `iter_raw_range` refuses a file changed since;
+    `SourceError` for a file that cannot be read or changes meanwhile, `ValueError` for a
+    source that is not `range_readable`.
+    """
+    if rows_per_range < 1:
+        raise ValueError(f"rows_per_range must be at least 1, not {rows_per_range}")
+    if hub_ref(source) is not None:
+        raise ValueError(f"{source.path}: a hub source cannot be read by ranges")
+    ranges: list[RowRange] = []
+    row = 0
+    for path, file in _entries(source):
+        total, starts = _counted(path, source, lambda p: _range_starts(p, rows_per_range))
+        for i, (offset, lineno) in enumerate(starts):
+            done = i * rows_per_range
+            rows = min(rows_per_range, total - done)
+            ranges.append(RowRange(source.name, str(path), file, row + done, rows, offset, lineno))
+        row += total
+    return ranges
+
+
+def iter_raw_range(source: Source, rng: RowRange) -> Iterator[RawRow]:
+    """Exactly the `RawRow`s `iter_raw_rows` yields for rows ``rng.first`` to
+    ``rng.first + rng.rows - 1`` (numbers, data, file label, rejects), reading only the range's
+    own part of the file: a worker reads its rows without the main process sending them.
+
+    `SourceError` naming the file when it differs from ``source.seen`` (recorded by
+    `plan_ranges`), changes while read, or cannot be read.
+    """
+    if rng.source != source.name:
+        raise ValueError(f"range of source {rng.source!r} read as source {source.name!r}")
+    path = Path(rng.path)
+    values = _range_values(path, source, rng)
+    row = rng.first
+    for value in _read_checked(path, source, values):
+        yield _raw_row(source.name, row, value, rng.file)
+        row += 1
+    if row != rng.first + rng.rows:
+        raise SourceError(
+            f"{path}: cannot read: it holds {row - rng.first} of rows {rng.first}.."
+            f"{rng.first + rng.rows - 1} where they were counted; did it change?"
+        )
+
+
+def _range_values(path: Path, source: Source, rng: RowRange) -> Iterator[Any]:
+    """The row values of a range: table rows skipped by count, JSON Lines read from the
+    range's byte offset (reject messages number lines from ``rng.lineno``)."""
+    found = None if path.is_dir() else _name_kind(path)
+    if found is None or found[0] in ("parquet", "arrow"):
+        yield from _iter_table_rows(path, rng.offset, rng.rows)
+        return
+    with path.open("rb") as stream:
+        stream.seek(rng.offset)
+        label = _label(path, Path(source.path))
+        yield from islice(_iter_jsonl_values(stream, label, rng.lineno), rng.rows)
 
 
 def sha256_file(path: Path) -> str:
