@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from draftset.mask.step import ItemResult, MaskConfig, MaskStep, count_results
 from draftset.mask.template import Renderer
 from draftset.output import writer_class
 from draftset.output.base import ShardedWriter, Writer, WriterCounts
+from draftset.select.mix import SelectionSpec
+from draftset.select.ranged import RangedSelection, RangeFacts, Readers, ReadTask
 
 BATCH_ROWS = 64
 """Rows per row-step call inside a block (the tokenizer's batch)."""
@@ -84,6 +87,12 @@ def cut_blocks(
         yield Block(index, batches, count)
 
 
+def read_tasks(ranged: RangedSelection) -> list[ReadTask]:
+    """The sources cut into ranges of at most `BLOCK_ROWS` rows: each a block its worker
+    reads, renders, encodes and writes itself."""
+    return ranged.tasks(BLOCK_ROWS)
+
+
 @dataclass
 class BlockResult:
     """What a worker hands back for one block: no row bytes."""
@@ -108,6 +117,7 @@ class BlockJob:
     output_format: str | None  # None: a format without shards, which the driver writes
     folder: Path
     vocab_size: int
+    selection: SelectionSpec | None = None  # the workers read their ranges (`select.ranged`)
 
     def build(self, template: Renderer | None = None) -> BlockRunner:
         return BlockRunner(self, self.config.build(template))
@@ -123,22 +133,39 @@ class BlockRunner:
     def __init__(self, job: BlockJob, step: MaskStep) -> None:
         self.job = job
         self.step = step
+        self.readers = Readers(job.selection) if job.selection is not None else None
 
-    def __call__(self, block: Block) -> BlockResult:
+    def __call__(self, block: Block | ReadTask) -> BlockResult | RangeFacts:
+        if isinstance(block, Block):
+            batches = (pickle.loads(data) for data in block.batches)
+            return self._write(block.index, block.rows, batches)
+        assert self.readers is not None, "a read task needs the job's selection"
+        if block.decisions is None:  # the first read: the facts the driver decides on
+            return self.readers.scan(block)
+        rows = self.readers.selected_rows(block)
+        try:
+            return self._write(block.index, block.selected, _batches(rows, BATCH_ROWS))
+        finally:
+            rows.close()  # after a failure too: the source file is not left open
+
+    def _write(
+        self, index: int, rows_in: int, batches: Iterable[Sequence[Normalized]]
+    ) -> BlockResult:
+        """The row step on each batch; the rows written to the block's own shard(s)."""
         job = self.job
         if job.output_format is None:  # one file for the whole set: the driver writes the rows
-            results = [r for data in block.batches for r in self.step(pickle.loads(data))]
+            results = [r for batch in batches for r in self.step(list(batch))]
             empty = WriterCounts(0, 0, 0, 0, np.zeros(0, np.int64), np.zeros(0, np.int64))
             acct = count_results(results)
-            return BlockResult(block.index, block.rows, [], empty, acct, results=results)
-        writer = writer_class(job.output_format)(job.folder, job.vocab_size, block.index)
+            return BlockResult(index, rows_in, [], empty, acct, results=results)
+        writer = writer_class(job.output_format)(job.folder, job.vocab_size, index)
         assert isinstance(writer, ShardedWriter)
         acct = Accounting([])
         rejects: list[str] = []
         prompts: list[str] = []
         try:
-            for data in block.batches:
-                results = self.step(pickle.loads(data))
+            for batch in batches:
+                results = self.step(list(batch))
                 acct += count_results(results)
                 write_results(results, writer, rejects, prompts)
             parts = writer.close()
@@ -146,7 +173,13 @@ class BlockRunner:
             writer.abandon()  # no file left open (the build removes the folder next)
             raise
         names = [p.relative_to(job.folder).as_posix() for p in parts]
-        return BlockResult(block.index, block.rows, names, writer.counts(), acct, rejects, prompts)
+        return BlockResult(index, rows_in, names, writer.counts(), acct, rejects, prompts)
+
+
+def _batches(rows: Iterator[Normalized], n: int) -> Iterator[list[Normalized]]:
+    """``rows`` in lists of ``n`` (the last shorter); itertools.batched is Python 3.12."""
+    while batch := list(islice(rows, n)):
+        yield batch
 
 
 def _line(obj: dict[str, Any]) -> str:

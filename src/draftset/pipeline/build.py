@@ -43,9 +43,10 @@ from draftset.output.vocab import (
     write_draft_vocab,
     write_token_freq,
 )
-from draftset.pipeline.block import Block, BlockJob, cut_blocks, write_results
+from draftset.pipeline.block import Block, BlockJob, cut_blocks, read_tasks, write_results
 from draftset.pipeline.manifest import build_manifest, write_manifest
 from draftset.select.mix import Selection, plan_selection, selection_total
+from draftset.select.ranged import RangedSelection, ReadTask, why_driver_reads
 from draftset.sources.read import HUB_PREFIX, Source, scan_source
 from draftset.sources.shapes import check_row_shapes
 
@@ -173,16 +174,30 @@ def _run(
     writer: Writer | None = None
     sinks: list[_JsonlSink] = []
     try:
-        selected = Selection(selection, plan)
-        blocks = cut_blocks(selected.rows())
+        # the workers read their own ranges of the sources when they can (`select.ranged`):
+        # the driver then decides on the rows' facts and never holds a row; else it reads
+        # and selects, and cuts the selected rows into blocks
+        ranged = (
+            None
+            if plan is None or why_driver_reads(selection)
+            else RangedSelection(selection, plan)
+        )
+        selected: Selection | RangedSelection = ranged or Selection(selection, plan)
+        tasks = read_tasks(ranged) if ranged else []
+        blocks = iter(tasks) if ranged else cut_blocks(selected.rows())
         # the workers write the blocks' shards into the temporary folder themselves (a format
         # without shards, one file for the set, is written here: `_sharded`)
         folder = tmp
         fmt = opts.output_format if _sharded(opts.output_format) else None
+        reads = selection if ranged else None
         info, stream = stage.start(
             blocks,
-            lambda info: BlockJob(mask_config(opts, spec, info), fmt, folder, info.vocab_size),
+            lambda info: BlockJob(
+                mask_config(opts, spec, info), fmt, folder, info.vocab_size, reads
+            ),
         )
+        if ranged:  # the first read gave the facts; the second reads, renders and writes
+            stream = iter(_decided(ranged, tasks, stage.engine.map(stream)))
         vocab_size = info.vocab_size
         writer = writer_class(opts.output_format)(folder, vocab_size)
         rejects = _JsonlSink(tmp / "rejects.jsonl")
@@ -217,7 +232,8 @@ def _run(
             [*shards, *vocab_files],
             tmp,
             skipped,
-            engine=stage.engine.describe(),
+            # who read the rows: never the set's bytes, only how it was built
+            engine={**stage.engine.describe(), "rows_read_by": "workers" if ranged else "driver"},
             selection=selection,
             mixture=selected.report,
         )
@@ -241,6 +257,13 @@ def _run(
         )
         checks = fast_checks(opts.out, load_pt=load_pt)
     return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
+
+
+def _decided(ranged: RangedSelection, tasks: list[ReadTask], facts: Iterator[Any]) -> list[Any]:
+    """Every read task with the driver's decisions on its rows, decided in input order."""
+    decided = [ranged.decide(task, scanned) for task, scanned in zip(tasks, facts, strict=True)]
+    ranged.finish()
+    return decided
 
 
 def _sharded(output_format: str) -> bool:

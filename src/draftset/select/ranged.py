@@ -1,0 +1,193 @@
+"""Selection where the workers read (issue 27): the driver decides on facts, never on rows.
+
+Each source is cut into row ranges (`sources.read.plan_ranges`: byte offsets of JSONL lines,
+row groups of Parquet); a `ReadTask` is one range and the sampling plan's slice of it. A
+worker reads and normalizes its range twice: first for the rows' facts (`scan`: a few bytes a
+row, `select.facts.RowFacts`), then, once the driver has decided on them, for the rows
+themselves with the decisions made on them (`selected_rows`), which it renders and writes. The
+driver (`RangedSelection`) plans the tasks and decides on each task's facts in input order, so
+ids, the first copy kept and every counter are the ones `select.mix.Selection` gives reading
+the rows itself.
+
+Not for every run: a source read in one piece (compressed, a ``.json`` document, the hub), a
+mode/source mix (a pre-pass over every row) or `run`'s answer overlay keep the driver reading
+(`why_driver_reads`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from draftset.core.counters import Accounting, SourceCounts
+from draftset.core.records import Normalized
+from draftset.select.facts import Decider, Decision, RowFacts, Scanner, apply
+from draftset.select.mix import Filters, SelectionSpec, read_item
+from draftset.sources.presets import source_normalizer
+from draftset.sources.read import (
+    RowRange,
+    Source,
+    SourceError,
+    iter_raw_range,
+    plan_ranges,
+    range_readable,
+)
+
+
+@dataclass
+class ReadTask:
+    """One range of one source, read by a worker: first for its facts, then (``decisions``
+    set) for its selected rows."""
+
+    index: int
+    source: Source
+    range: RowRange
+    chosen: np.ndarray | None  # the sampling plan's rows of the range (None: all)
+    decisions: dict[int, Decision] | None = None  # by row offset in the range; None: scan
+
+    @property
+    def selected(self) -> int:
+        """Rows of the range the sampling plan takes (the progress bar counts these)."""
+        return self.range.rows if self.chosen is None else int(self.chosen.sum())
+
+    def offsets(self) -> Iterator[tuple[int, Any]]:
+        """(offset, raw row) of the range's rows the sampling plan takes."""
+        chosen = self.chosen
+        first = self.range.first
+        for raw in iter_raw_range(self.source, self.range):
+            if chosen is None or chosen[raw.row - first]:
+                yield raw.row - first, raw
+
+
+@dataclass
+class RangeFacts:
+    """A scanned range: one entry per row (None: not in the sampling plan), and the fields
+    its rows left unread."""
+
+    index: int
+    facts: list[RowFacts | None]
+    unread: Counter[str] = field(default_factory=Counter)
+
+
+def why_driver_reads(spec: SelectionSpec) -> str | None:
+    """Why this run's rows must be read by the driver, or None: the workers read them."""
+    if spec.mix is not None:
+        return "a mode/source mix chooses among every row first"
+    if spec.overlay:
+        return "answers rejoin their rows by id"
+    for s in spec.sources:
+        if not range_readable(s):
+            return f"source {s.name} is read in one piece (compressed, a JSON document, the hub)"
+    return None
+
+
+class Readers:
+    """A worker's normalizers by source name, and its scanner (built on first use: the
+    benchmark index of decontamination loads once per worker)."""
+
+    def __init__(self, spec: SelectionSpec) -> None:
+        self.spec = spec
+        self._norms: dict[str, Any] = {}
+        self._scanner: Scanner | None = None
+
+    def normalizer(self, source: Source) -> Any:
+        norm = self._norms.get(source.name)
+        if norm is None:
+            norm = self._norms[source.name] = source_normalizer(source)
+        return norm
+
+    @property
+    def scanner(self) -> Scanner:
+        if self._scanner is None:
+            self._scanner = Scanner(Filters(self.spec))
+        return self._scanner
+
+    def scan(self, task: ReadTask) -> RangeFacts:
+        """The facts of every row of the range (the worker's first read)."""
+        facts: list[RowFacts | None] = [None] * task.range.rows
+        counts = SourceCounts()
+        norm, scanner = self.normalizer(task.source), self.scanner
+        for i, raw in task.offsets():
+            facts[i] = scanner.facts(read_item(raw, norm, counts), raw.file)
+        return RangeFacts(task.index, facts, counts.unread_fields)
+
+    def selected_rows(self, task: ReadTask) -> Iterator[Normalized]:
+        """The range's selected rows with the driver's decisions made (the second read)."""
+        assert task.decisions is not None
+        decisions, norm, counts = task.decisions, self.normalizer(task.source), SourceCounts()
+        for i, raw in task.offsets():
+            yield apply(read_item(raw, norm, counts), decisions.get(i))
+
+
+def _check_same(counted: Source, planned: Source, rows: int, available: int) -> None:
+    """The ranges were planned on the files the sampling plan counted (else the plan's rows
+    would not be these rows): `SourceError` naming the source otherwise."""
+    states = {str(Path(k).absolute()): v for k, v in counted.seen.items()}
+    changed = [k for k, v in planned.seen.items() if states.get(k, v) != v]
+    if changed or rows != available:
+        where = changed[0] if changed else str(counted.path)
+        raise SourceError(
+            f"{where}: cannot read: the file changed since it was counted ({available:,} rows,"
+            f" now {rows:,}); is something writing it?"
+        )
+
+
+class RangedSelection:
+    """The driver's side: the read tasks in input order, then a decision per scanned range,
+    in the same order; `counts` and `report` as `select.mix.Selection` keeps them."""
+
+    def __init__(
+        self,
+        spec: SelectionSpec,
+        plan: tuple[dict[str, int], dict[str, np.ndarray | None]],
+    ) -> None:
+        self.spec = spec
+        self.plan = plan
+        self.counts = Accounting([s.name for s in spec.sources])
+        self.filters = Filters(spec)
+        self.decider = Decider(self.filters)
+        self.report: dict[str, Any] = {}
+
+    def tasks(self, rows_per_range: int) -> list[ReadTask]:
+        """Every source cut into ranges, with the sampling plan's slices. Paths are made
+        absolute: a worker's working folder may not be the driver's."""
+        available, selections = self.plan
+        tasks: list[ReadTask] = []
+        for s in self.spec.sources:
+            self.counts[s.name].available = available[s.name]
+            source = replace(s, path=Path(s.path).absolute(), seen={})
+            chosen = selections[s.name]
+            ranges = plan_ranges(source, rows_per_range)
+            _check_same(s, source, sum(r.rows for r in ranges), available[s.name])
+            for rng in ranges:
+                part = None if chosen is None else chosen[rng.first : rng.first + rng.rows]
+                tasks.append(ReadTask(len(tasks), source, rng, part))
+        return tasks
+
+    def decide(self, task: ReadTask, scanned: RangeFacts) -> ReadTask:
+        """The task again, with the decisions on its rows (in input order: call it for the
+        tasks in order)."""
+        assert scanned.index == task.index
+        counts = self.counts[task.source.name]
+        name, first = task.source.name, task.range.first
+        decisions: dict[int, Decision] = {}
+        decide = self.decider.decide
+        for i, facts in enumerate(scanned.facts):
+            if facts is None:
+                continue
+            decision = decide(name, first + i, facts)
+            if decision is not None:
+                decisions[i] = decision
+        counts.read += task.selected
+        counts.sampled_out += task.range.rows - task.selected
+        counts.unread_fields.update(scanned.unread)
+        return replace(task, decisions=decisions)
+
+    def finish(self) -> None:
+        """Every range decided: the filters' report, as `Selection` makes it."""
+        self.report.update(self.filters.stats())

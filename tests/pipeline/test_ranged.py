@@ -1,0 +1,199 @@
+"""The workers read their own ranges (issue 27): the driver decides on facts, never on rows.
+
+A set built with the workers reading (each range scanned for facts, decided by the driver,
+read again and written by a worker) must hold the rows, rejects, prompts, token histogram,
+counts and selection report of the same build with the driver reading every row itself
+(`select.mix.Selection`, the reference), whatever the ids, duplicates, contamination or
+sampling; and the same bytes for every worker count.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import qwen3_tokenizer_dir
+
+import draftset.pipeline.block as block_mod
+import draftset.pipeline.build as build_mod
+import draftset.select.mix as mix_mod
+from draftset.config.options import BuildOptions
+from draftset.output.readback import open_output
+from draftset.pipeline.build import run_build
+from draftset.select.ranged import why_driver_reads
+from draftset.sources.read import Source
+
+
+def chat(q: str, a: str, rid: str | None = None) -> dict:
+    row: dict = {"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}
+    if rid is not None:
+        row["id"] = rid
+    return row
+
+
+def write_jsonl(path: Path, rows: list, extra: dict[int, str] | None = None) -> Path:
+    lines = [json.dumps(r) for r in rows]
+    for at, text in sorted((extra or {}).items(), reverse=True):
+        lines.insert(at, text)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def make_sources(root: Path) -> tuple[list[Source], Path]:
+    """Two sources with every case the selection decides: ids taken in another file and in
+    another source, exact and near duplicates across sources and ranges, a contaminated
+    prompt, a bad line, a blank line, a prompt-only row, pretokenized-free chats."""
+    folder = root / "a"
+    folder.mkdir()
+    first = [
+        chat(f"What is {i} plus {i}? Explain the sum.", f"It is {2 * i}.", f"r{i}")
+        for i in range(12)
+    ]
+    first.append({"messages": [{"role": "user", "content": "waiting for an answer"}], "id": "p0"})
+    first.append(chat("Name the capital city of France for me please", "Paris.", "bench"))
+    write_jsonl(folder / "one.jsonl", first, {3: "{not json", 6: "   "})
+    second = [
+        chat(f"What is {i} plus {i}? Explain the sum.", f"It is {2 * i}!", f"r{i}")
+        for i in range(4)
+    ]
+    second += [
+        chat(f"Tell me a story number {i} about a brave dog", f"Story {i}.", f"s{i}")
+        for i in range(9)
+    ]
+    second.append(chat("Tell me a story number 3 about a brave dog today", "Story 3.", "near"))
+    write_jsonl(folder / "two.jsonl", second)
+    table = [
+        chat(f"Spell the word number {i} backwards", f"{i}".join("ab"), f"r{i % 3}")
+        for i in range(10)
+    ]
+    table += [chat("What is 5 plus 5? Explain the sum.", "It is 10.", "dup")]
+    pq.write_table(pa.Table.from_pylist(table), root / "b.parquet", row_group_size=4)
+    bench = root / "bench.txt"
+    bench.write_text("Name the capital city of France for me please\n", encoding="utf-8")
+    return [Source("a", folder), Source("b", root / "b.parquet")], bench
+
+
+def options(sources: list[Source], out: Path, bench: Path, **kw) -> BuildOptions:
+    return BuildOptions(sources, str(qwen3_tokenizer_dir()), out, decontaminate=[str(bench)], **kw)
+
+
+def read_set(out: Path) -> dict:
+    written = open_output(out)
+    rows = [written.row(i) for i in range(written.num_rows)]
+    manifest = json.loads((out / "manifest.json").read_text())
+    return {
+        "rows": [
+            (r["id"], r["source"], r["input_ids"].tolist(), r["loss_mask"].tolist()) for r in rows
+        ],
+        "rejects": (out / "rejects.jsonl").read_text(),
+        "prompts": (out / "prompts.jsonl").read_text(),
+        "token_freq": np.load(out / "token_freq.npy").tolist(),
+        "counts": manifest["counts"],
+        "mixture": manifest.get("mixture"),
+        "reads": manifest["engine"]["rows_read_by"],
+    }
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"dedup": "exact"},
+        {"dedup": "near", "near_dup_threshold": 0.5},
+        {"dedup": "exact", "max_samples": 20, "seed": 3},
+        {"dedup": "none", "turns": "each"},
+    ],
+    ids=["exact", "near", "sampled", "no-dedup"],
+)
+def test_workers_reading_equals_the_driver_reading(tmp_path, monkeypatch, kw):
+    monkeypatch.setattr(block_mod, "BLOCK_ROWS", 5)  # ranges of 5 rows: decisions cross them
+    sources, bench = make_sources(tmp_path)
+    ranged = run_build(options(sources, tmp_path / "ranged", bench, workers=2, **kw))
+    monkeypatch.setattr(build_mod, "why_driver_reads", lambda spec: "the reference")
+    driver = run_build(options(sources, tmp_path / "driver", bench, workers=1, **kw))
+    assert ranged.ok and driver.ok
+    got, want = read_set(ranged.out), read_set(driver.out)
+    assert (got.pop("reads"), want.pop("reads")) == ("workers", "driver")
+    assert got == want
+    # the cases happened: file- and source-prefixed ids, duplicates, the benchmark's prompt
+    reasons = want["counts"]["total"]["rejected_by_reason"]
+    if "max_samples" in kw:
+        total = want["counts"]["total"]
+        assert total["sampled_out"] == total["available"] - 20 > 0
+        return
+    ids = " ".join(r[0] for r in got["rows"])
+    assert "b:r" in ids and ("a/two.jsonl:r" in ids or kw["dedup"] == "near")
+    assert reasons.get("contaminated") == 1 and reasons.get("invalid_json") == 1
+    assert reasons.get("duplicate_id", 0) >= 1
+    if kw["dedup"] != "none":
+        assert reasons.get("duplicate", 0) >= 1
+    if kw["dedup"] == "near":
+        assert reasons.get("near_duplicate", 0) >= 1
+
+
+def test_worker_counts_write_the_same_bytes_with_the_workers_reading(tmp_path, monkeypatch):
+    monkeypatch.setattr(block_mod, "BLOCK_ROWS", 4)
+    sources, bench = make_sources(tmp_path)
+    one = run_build(options(sources, tmp_path / "w1", bench, workers=1)).out
+    two = run_build(options(sources, tmp_path / "w2", bench, workers=2)).out
+    names = sorted(p.relative_to(one).as_posix() for p in one.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(two).as_posix() for p in two.rglob("*") if p.is_file())
+    assert sum(n.startswith("data-") for n in names) >= 8  # one shard per range at least
+    for name in names:
+        if name != "manifest.json":
+            assert (one / name).read_bytes() == (two / name).read_bytes(), name
+    m1, m2 = (json.loads((d / "manifest.json").read_text()) for d in (one, two))
+    assert m1.pop("engine") != m2.pop("engine") and m1 == m2
+
+
+def test_the_driver_never_reads_a_row_when_the_workers_do(tmp_path, monkeypatch):
+    """No whole-source read in the driver: `iter_raw_rows` is never called (the workers'
+    `iter_raw_range` reads every row), and with the inline engine neither."""
+
+    def refuse(source):
+        raise AssertionError(f"the driver read {source.name} row by row")
+
+    monkeypatch.setattr(mix_mod, "iter_raw_rows", refuse)
+    sources, bench = make_sources(tmp_path)
+    built = run_build(options(sources, tmp_path / "out", bench, workers=1))
+    assert built.ok and built.rows > 20
+    assert read_set(built.out)["reads"] == "workers"
+
+
+def test_runs_the_driver_must_read(tmp_path):
+    """A mix, an overlay or a source read in one piece keep the driver reading: said why."""
+    sources, _ = make_sources(tmp_path)
+    spec = options(sources, tmp_path / "o", tmp_path / "x").selection_spec()
+    assert why_driver_reads(spec) is None
+    gz = tmp_path / "c.jsonl.gz"
+
+    gz.write_bytes(gzip.compress(b'{"messages": []}\n'))
+    spec.sources.append(Source("c", gz))
+    assert "source c is read in one piece" in why_driver_reads(spec)
+    spec.sources.pop()
+    spec.mix = {"modes": {"thinking": 1.0}}
+    assert "mix" in why_driver_reads(spec)
+    spec.mix, spec.overlay = None, ["answers.jsonl"]
+    assert "answers" in why_driver_reads(spec)
+
+
+def test_a_source_changed_after_the_count_is_refused(tmp_path, monkeypatch):
+    """The ranges are planned on the files the sampling plan counted: a row appended between
+    the count and the plan is a one-line error naming the file, not a set of other rows."""
+    sources, bench = make_sources(tmp_path)
+    real = mix_mod.plan_selection
+
+    def count_then_append(srcs, max_samples, seed):
+        plan = real(srcs, max_samples, seed)
+        with (tmp_path / "a" / "two.jsonl").open("a") as f:
+            f.write(json.dumps(chat("late", "row", "late")) + "\n")
+        return plan
+
+    monkeypatch.setattr(build_mod, "plan_selection", count_then_append)
+    with pytest.raises(Exception, match=r"two\.jsonl: cannot read: the file changed"):
+        run_build(options(sources, tmp_path / "out", bench, workers=1))
+    assert not (tmp_path / "out").exists()
