@@ -143,8 +143,8 @@ def test_manifest_records_the_engine_outside_the_set(tmp_path):
         )
         built[workers] = run_build(opts)
     m1, m2 = (built[w].manifest for w in (1, 2))
-    assert m1["engine"] == {"name": "inline", "workers": 1}
-    assert m2["engine"] == {"name": "local", "workers": 2}
+    assert m1["engine"] == {"name": "inline", "workers": 1, "rows_read_by": "workers"}
+    assert m2["engine"] == {"name": "local", "workers": 2, "rows_read_by": "workers"}
     assert m1["files"] == m2["files"]  # the set's bytes do not depend on the engine
     assert built[1].rows == built[2].rows == 40
     a = np.load(built[1].out / "token_freq.npy")

@@ -33,7 +33,7 @@ from draftset.config.options import BuildOptions
 from draftset.core.errors import DraftsetError
 from draftset.output.folder import TMP_MARKER
 from draftset.pipeline.build import run_build
-from draftset.sources.read import Source
+from draftset.sources.read import Source, iter_raw_rows
 
 SRC = Path(draftset.__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "data"
@@ -103,13 +103,27 @@ def generated(path: Path, n: int) -> Path:
     return path
 
 
+DRIVER_READS = [EXAMPLES / "sharegpt_conversations.json", EXAMPLES / "alpaca.jsonl.gz"]
+"""Bundled sources read in one piece (a JSON document, gzip): with one of them the driver
+reads every row; `inputs` holds their rows as JSON Lines, so the workers read their ranges."""
+
+
+def as_jsonl(path: Path, folder: Path) -> Path:
+    """The rows of a source read in one piece, as a JSON Lines file of the same name."""
+    rows = [r.data for r in iter_raw_rows(Source(path.name.split(".")[0], path))]
+    out = folder / (path.name.split(".")[0] + ".jsonl")
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return out
+
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Every row shape and reject, ~2,100 rows: ~10 blocks the workers read themselves."""
     folder = tmp_path_factory.mktemp("ray-inputs")
     return [
         EXAMPLES / "chat_messages.jsonl",
-        EXAMPLES / "sharegpt_conversations.json",
-        EXAMPLES / "alpaca.jsonl.gz",
+        as_jsonl(DRIVER_READS[0], folder),
+        as_jsonl(DRIVER_READS[1], folder),
         EXAMPLES / "prompts.jsonl",
         EXAMPLES / "bad_rows.jsonl",
         generated(folder / "generated.jsonl", 2000),
@@ -119,7 +133,10 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 @pytest.fixture(scope="module")
 def local_build(inputs: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reference: the local engine (process pool) over the same inputs and options."""
-    out = tmp_path_factory.mktemp("ray-ref") / "local"
+    return build_locally(inputs, tmp_path_factory.mktemp("ray-ref") / "local")
+
+
+def build_locally(inputs: list[Path], out: Path) -> Path:
     run_build(
         BuildOptions(
             sources=[Source(p.name.split(".")[0], p) for p in inputs],
@@ -176,12 +193,35 @@ def test_ray_build_on_a_private_local_cluster_is_byte_identical(inputs, local_bu
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     engine = assert_same_set(local_build, out)
-    assert engine == {"name": "ray", "workers": 2, "cluster": {"cpus": 2.0, "nodes": 1}}
+    assert engine == {
+        "name": "ray",
+        "workers": 2,
+        "cluster": {"cpus": 2.0, "nodes": 1},
+        "rows_read_by": "workers",
+    }
     generated = json.loads((out / "manifest.json").read_text())["counts"]["per_source"]["generated"]
     assert generated["read"] == 2000 + 40  # every row read once, duplicates included
     assert generated["written"] > 1500
     assert generated["rejected_by_reason"]["too_long"] >= 15  # the over-long rows
     assert not proc.stderr.strip()  # no Ray chatter on the terminal
+
+
+def test_ray_where_the_driver_reads_is_byte_identical(inputs, tmp_path):
+    """A source read in one piece keeps the driver reading (and cutting the blocks): Ray's set
+    is still the local engine's, byte for byte."""
+    sources = [*inputs[:1], *DRIVER_READS, *inputs[3:]]
+    local = build_locally(sources, tmp_path / "local")
+    out = tmp_path / "ray"
+    proc = subprocess.run(
+        build_cmd(sources, out, "--engine", "ray", "--workers", "2"),
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=TEST_SECONDS - 10,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    engine = assert_same_set(local, out)
+    assert engine["rows_read_by"] == "driver"
 
 
 def test_one_worker_builds_the_same_bytes_as_two(inputs, local_build, tmp_path):
@@ -198,7 +238,11 @@ def test_one_worker_builds_the_same_bytes_as_two(inputs, local_build, tmp_path):
             target_vocab_size=151936,
         )
     )
-    assert assert_same_set(local_build, out) == {"name": "inline", "workers": 1}
+    assert assert_same_set(local_build, out) == {
+        "name": "inline",
+        "workers": 1,
+        "rows_read_by": "workers",
+    }
     shards = [p for p in out.iterdir() if p.suffix == ".arrow"]
     assert len(shards) >= 8  # one per block of 256 rows: several per worker
 
@@ -319,7 +363,12 @@ def test_ray_build_on_a_two_node_cluster_is_byte_identical(inputs, local_build, 
     assert proc.returncode == 0, proc.stderr[-2000:]
     engine = assert_same_set(local_build, out)
     # --workers unset: one actor per CPU of the cluster, one on each node
-    assert engine == {"name": "ray", "workers": 2, "cluster": {"cpus": 2.0, "nodes": 2}}
+    assert engine == {
+        "name": "ray",
+        "workers": 2,
+        "cluster": {"cpus": 2.0, "nodes": 2},
+        "rows_read_by": "workers",
+    }
 
 
 def test_a_ray_client_address_builds_the_same_set(inputs, cluster, tmp_path):
@@ -396,7 +445,7 @@ import draftset.pipeline.block
 from draftset.config.options import BuildOptions
 from draftset.engine.ray import RayEngine
 from draftset.pipeline.build import run_build
-from draftset.sources.read import Source
+from draftset.sources.read import Source, iter_raw_rows
 
 spec = json.loads(sys.argv[1])
 draftset.pipeline.block.BLOCK_ROWS = spec["block_rows"]

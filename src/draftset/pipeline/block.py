@@ -34,7 +34,13 @@ from draftset.select.ranged import RangedSelection, RangeFacts, Readers, ReadTas
 BATCH_ROWS = 64
 """Rows per row-step call inside a block (the tokenizer's batch)."""
 BLOCK_ROWS = 1024
-"""Rows per block at most: a block is one task and its own shard file(s)."""
+"""Rows per block at most when the driver cuts them; when the workers read (`read_tasks`), the
+unit their ranges are cut in and the least a block takes."""
+BLOCK_SHARE = 64
+"""When the workers read, a block takes 1/`BLOCK_SHARE` of the selected rows still to come:
+~250 shards for a million rows, small blocks at the end so no worker waits on a straggler."""
+BLOCK_MAX_ROWS = 65_536
+"""Selected rows per block at most when the workers read (a shard of a few hundred MB)."""
 BLOCK_BYTES = 8_000_000
 """Pickled row bytes per block at most (long rows make shorter blocks: flat memory)."""
 
@@ -88,9 +94,9 @@ def cut_blocks(
 
 
 def read_tasks(ranged: RangedSelection) -> list[ReadTask]:
-    """The sources cut into ranges of at most `BLOCK_ROWS` rows: each a block its worker
-    reads, renders, encodes and writes itself."""
-    return ranged.tasks(BLOCK_ROWS)
+    """The sources cut into blocks (`RangedSelection.tasks`, sized by `BLOCK_ROWS`,
+    `BLOCK_SHARE`, `BLOCK_MAX_ROWS`): each one its worker reads, renders, encodes and writes."""
+    return ranged.tasks(BLOCK_ROWS, BLOCK_SHARE, BLOCK_MAX_ROWS)
 
 
 @dataclass

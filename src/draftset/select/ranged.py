@@ -124,6 +124,36 @@ class Readers:
             yield apply(read_item(raw, norm, counts), decisions.get(i))
 
 
+def _selected(chosen: np.ndarray | None, rows: int) -> int:
+    return rows if chosen is None else int(chosen.sum())
+
+
+def _join(
+    units: list[tuple[Source, RowRange, np.ndarray | None]], unit: int, share: int, most: int
+) -> list[ReadTask]:
+    """Consecutive ranges of one file joined into tasks (see `RangedSelection.tasks`)."""
+    left = sum(_selected(chosen, rng.rows) for _, rng, chosen in units)
+    tasks: list[ReadTask] = []
+    i = 0
+    while i < len(units):
+        source, first, _ = units[i]
+        want = min(most, max(unit, left // share))
+        rows = taken = 0
+        parts: list[np.ndarray | None] = []
+        while i < len(units):
+            src, rng, chosen = units[i]
+            if src is not source or rng.path != first.path or (rows and taken >= want):
+                break
+            rows += rng.rows
+            taken += _selected(chosen, rng.rows)
+            parts.append(chosen)
+            i += 1
+        chosen_all = None if all(p is None for p in parts) else np.concatenate(parts)
+        tasks.append(ReadTask(len(tasks), source, replace(first, rows=rows), chosen_all))
+        left -= taken
+    return tasks
+
+
 def _check_same(counted: Source, planned: Source, rows: int, available: int) -> None:
     """The ranges were planned on the files the sampling plan counted (else the plan's rows
     would not be these rows): `SourceError` naming the source otherwise."""
@@ -153,21 +183,25 @@ class RangedSelection:
         self.decider = Decider(self.filters)
         self.report: dict[str, Any] = {}
 
-    def tasks(self, rows_per_range: int) -> list[ReadTask]:
-        """Every source cut into ranges, with the sampling plan's slices. Paths are made
-        absolute: a worker's working folder may not be the driver's."""
+    def tasks(self, unit: int, share: int = 1, most: int | None = None) -> list[ReadTask]:
+        """Every source cut into read tasks, with the sampling plan's slices: ranges of
+        ``unit`` rows (`plan_ranges`), joined while in one file into tasks of about 1/``share``
+        of the selected rows still to come, at least ``unit`` and at most ``most`` (big tasks
+        first, small ones at the end to keep every worker busy: few shards, no straggler).
+        Decided by the plan alone, never the worker count. Paths are made absolute: a worker's
+        working folder may not be the driver's."""
         available, selections = self.plan
-        tasks: list[ReadTask] = []
+        units: list[tuple[Source, RowRange, np.ndarray | None]] = []
         for s in self.spec.sources:
             self.counts[s.name].available = available[s.name]
             source = replace(s, path=Path(s.path).absolute(), seen={})
-            chosen = selections[s.name]
-            ranges = plan_ranges(source, rows_per_range)
+            ranges = plan_ranges(source, unit)
             _check_same(s, source, sum(r.rows for r in ranges), available[s.name])
+            chosen = selections[s.name]
             for rng in ranges:
                 part = None if chosen is None else chosen[rng.first : rng.first + rng.rows]
-                tasks.append(ReadTask(len(tasks), source, rng, part))
-        return tasks
+                units.append((source, rng, part))
+        return _join(units, unit, share, most or unit)
 
     def decide(self, task: ReadTask, scanned: RangeFacts) -> ReadTask:
         """The task again, with the decisions on its rows (in input order: call it for the
