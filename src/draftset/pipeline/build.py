@@ -16,8 +16,9 @@ import errno
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +185,9 @@ def _run(
         )
         selected: Selection | RangedSelection = ranged or Selection(selection, plan)
         tasks = read_tasks(ranged) if ranged else []
-        blocks = iter(tasks) if ranged else cut_blocks(selected.rows())
+        # while the template loads (a core idle), the driver scans the first ranges itself
+        early = ranged.scan_ahead(tasks, stage.ready) if ranged else []
+        blocks = iter(tasks[len(early) :]) if ranged else cut_blocks(selected.rows())
         # the workers write the blocks' shards into the temporary folder themselves (a format
         # without shards, one file for the set, is written here: `_sharded`)
         folder = tmp
@@ -196,8 +199,9 @@ def _run(
                 mask_config(opts, spec, info), fmt, folder, info.vocab_size, reads
             ),
         )
-        if ranged:  # the first read gave the facts; the second reads, renders and writes
-            stream = iter(_decided(ranged, tasks, stage.engine.map(stream)))
+        if ranged:  # the first read gives the facts; the second reads, renders and writes,
+            # interleaved: a range is written as soon as it and every range before are decided
+            stream = _decided(ranged, tasks, chain(early, stage.engine.map(stream)))
         vocab_size = info.vocab_size
         writer = writer_class(opts.output_format)(folder, vocab_size)
         rejects = _JsonlSink(tmp / "rejects.jsonl")
@@ -259,11 +263,14 @@ def _run(
     return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
 
 
-def _decided(ranged: RangedSelection, tasks: list[ReadTask], facts: Iterator[Any]) -> list[Any]:
-    """Every read task with the driver's decisions on its rows, decided in input order."""
-    decided = [ranged.decide(task, scanned) for task, scanned in zip(tasks, facts, strict=True)]
+def _decided(
+    ranged: RangedSelection, tasks: list[ReadTask], facts: Iterable[Any]
+) -> Iterator[ReadTask]:
+    """Each read task with the driver's decisions on its rows, decided in input order as the
+    scanned ranges come back."""
+    for task, scanned in zip(tasks, facts, strict=True):
+        yield ranged.decide(task, scanned)
     ranged.finish()
-    return decided
 
 
 def _sharded(output_format: str) -> bool:

@@ -17,7 +17,7 @@ mode/source mix (a pre-pass over every row) or `run`'s answer overlay keep the d
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -202,6 +202,17 @@ class RangedSelection:
                 part = None if chosen is None else chosen[rng.first : rng.first + rng.rows]
                 units.append((source, rng, part))
         return _join(units, unit, share, most or unit)
+
+    def scan_ahead(self, tasks: list[ReadTask], ready: Callable[[], bool]) -> list[RangeFacts]:
+        """The first tasks scanned here, until ``ready()`` (the template has loaded and the
+        workers take over): the driver reads rows only while it would otherwise wait."""
+        readers = Readers(self.spec)
+        early: list[RangeFacts] = []
+        for task in tasks:
+            if ready():
+                break
+            early.append(readers.scan(task))
+        return early
 
     def decide(self, task: ReadTask, scanned: RangeFacts) -> ReadTask:
         """The task again, with the decisions on its rows (in input order: call it for the

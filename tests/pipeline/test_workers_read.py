@@ -22,6 +22,7 @@ from conftest import qwen3_tokenizer_dir
 import draftset.pipeline.block as block_mod
 import draftset.pipeline.build as build_mod
 import draftset.select.mix as mix_mod
+import draftset.select.ranged as ranged_mod
 from draftset.config.options import BuildOptions
 from draftset.output.readback import open_output
 from draftset.pipeline.build import run_build
@@ -197,3 +198,22 @@ def test_a_source_changed_after_the_count_is_refused(tmp_path, monkeypatch):
     with pytest.raises(Exception, match=r"two\.jsonl: cannot read: the file changed"):
         run_build(options(sources, tmp_path / "out", bench, workers=1))
     assert not (tmp_path / "out").exists()
+
+
+def test_ranges_the_driver_scans_while_the_template_loads_give_the_same_set(tmp_path, monkeypatch):
+    """The driver scans the first ranges itself until the template has loaded: however many
+    it scans (none, some, all), the decisions and so the set are the same."""
+    monkeypatch.setattr(block_mod, "BLOCK_ROWS", 5)
+    sources, bench = make_sources(tmp_path)
+    real = ranged_mod.RangedSelection.scan_ahead
+    sets = {}
+    for ahead in (0, 3, 1000):
+
+        def scan_ahead(self, tasks, ready, ahead=ahead):
+            calls = iter(range(10**6))
+            return real(self, tasks, lambda: next(calls) >= ahead)
+
+        monkeypatch.setattr(ranged_mod.RangedSelection, "scan_ahead", scan_ahead)
+        built = run_build(options(sources, tmp_path / f"a{ahead}", bench, workers=2))
+        sets[ahead] = read_set(built.out)
+    assert sets[0] == sets[3] == sets[1000] and len(sets[0]["rows"]) > 20
