@@ -1,18 +1,23 @@
 """How many worker cores one driver feeds: driver and worker CPU per row, as slopes.
 
-    python bench/driver_share.py                      # 6K and 18K rows of the mix, Qwen3.6
-    python bench/driver_share.py --small 6000 --large 18000 --workers 2 --template qwen3_6
+    python bench/driver_share.py                      # 10K and 30K rows of the mix, Qwen3.6
+    python bench/driver_share.py --small 10000 --large 30000 --workers 2 --compare
 
 Builds the same data at two sizes (the small one is the head of the large one) with
 ``draftset build --workers W`` run in-process by ``drivers/cpu_split.py``, which reports the
 driver's own CPU (every thread of the main process) and its children's (the workers and the
-helper). The slopes between the sizes are the steady-state costs per row, start-up excluded:
+helper). The sizes are above the rows the driver scans itself while the template loads
+(8,192: a start-up cost the slope must not count). The slopes between the sizes are the
+steady-state costs per row, start-up excluded:
 
 - ``d``, driver CPU per row; ``w``, worker CPU per row; ``w / d``, the worker cores one driver
   keeps busy (issue 27's target: >= 32);
 - the modelled ceiling: ``1 / d`` rows per second per driver, whatever the cluster;
-- the driver's read + normalize + select alone per row (run here, no build): the part of ``d``
-  that stays while the driver still reads;
+- with ``--compare``, the same builds with the driver reading every row (what a mix, `run`'s
+  overlay or a compressed source still take, and every build before the workers read), side
+  by side under the same load;
+- read + normalize + select per row in one process (run here, no build): what a driver that
+  reads spends a row;
 - at the large size, the build's wall time against the limit's (``drivers/limit.py``: render
   and batch-encode, nothing else; target >= 0.95x as rows/s) and its CPU per row against
   ``limit-fast``'s (target <= 1.2x).
@@ -50,13 +55,17 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in load_average())
 
 
-def build_once(data: Path, tok: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+def build_once(
+    data: Path, tok: Path, out: Path, args: argparse.Namespace, driver_reads: bool = False
+) -> dict[str, Any]:
     cmd = [sys.executable, str(DRIVERS / "cpu_split.py"), "build", str(data)]
     cmd += ["--tokenizer", str(tok), "--out", str(out), "--workers", str(args.workers)]
     cmd += [arg for t in QWEN3_STOPS for arg in ("--eot-token", t)]
     cmd += ["--max-length", str(args.max_length), "--no-progress", "--overwrite"]
     cmd += ["--chat-template", str(args.template_path)] if args.template_path else []
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(out.parent / "hf"), "TQDM_DISABLE": "1"}
+    if driver_reads:
+        env["BENCH_DRIVER_READS"] = "1"
     before = {"load": _load(), "busy": busy_cores(0.5)}
     m = run_measured(cmd, env=env, cwd=REPO, timeout=args.timeout)
     if m.returncode != 0:
@@ -97,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--small", type=int, default=6000)
-    p.add_argument("--large", type=int, default=18000)
+    p.add_argument("--small", type=int, default=10000)
+    p.add_argument("--large", type=int, default=30000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--data", action="append", default=None, help="'mix' (default) or files")
     p.add_argument("--template", default="qwen3_6", help="trl template name or file")
@@ -107,6 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=3600)
     p.add_argument("--no-limit", action="store_true", help="skip the limit runs")
     p.add_argument("--json", type=Path, help="also write the figures to this file")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="also build with the driver reading every row (the path before the workers read)",
+    )
     args = p.parse_args(argv)
     args.data = args.data or ["mix"]
     args.shared = None
@@ -120,37 +134,45 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"argv": sys.argv, "small": args.small, "large": args.large}
     with tempfile.TemporaryDirectory(prefix="share-", dir=peers.CACHE) as tmp:
         work = Path(tmp)
-        runs = {}
+        modes = ["workers read", "driver reads"] if args.compare else ["workers read"]
+        runs: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in modes}
         for n, data in ((args.small, small), (args.large, large)):
-            r = build_once(data, tok, work / f"w{args.workers}-{n}" / "out", args)
-            runs[n] = r
-            print(
-                f"build --workers {args.workers}, {n} rows (load {r['load']}, busy "
-                f"{r['busy']:.1f}): wall {r['wall']:.1f} s, driver {r['driver_cpu']:.1f} CPU-s, "
-                f"workers {r['worker_cpu']:.1f} CPU-s, peak RSS sum {r['peak_rss'] / 2**30:.2f}"
-                f" GiB, others {r['others']:.1f} cores"
-            )
+            for mode in modes:  # side by side, alternating, under the same load
+                r = build_once(
+                    data, tok, work / f"w{args.workers}-{n}" / "out", args, mode == "driver reads"
+                )
+                runs[mode][n] = r
+                print(
+                    f"build --workers {args.workers}, {n} rows, {mode} (load {r['load']}, busy "
+                    f"{r['busy']:.1f}): wall {r['wall']:.1f} s, driver {r['driver_cpu']:.1f}"
+                    f" CPU-s, workers {r['worker_cpu']:.1f} CPU-s, peak RSS sum"
+                    f" {r['peak_rss'] / 2**30:.2f} GiB, others {r['others']:.1f} cores"
+                )
         rows = args.large - args.small
-        d = (runs[args.large]["driver_cpu"] - runs[args.small]["driver_cpu"]) / rows
-        w = (runs[args.large]["worker_cpu"] - runs[args.small]["worker_cpu"]) / rows
         report["runs"] = runs
-        report["driver_ms_per_row"] = d * 1e3
-        report["worker_ms_per_row"] = w * 1e3
-        print(f"driver CPU per row (slope): {d * 1e3:.4f} ms")
-        print(f"worker CPU per row (slope): {w * 1e3:.4f} ms")
+        for mode in modes:
+            big, little = runs[mode][args.large], runs[mode][args.small]
+            d = (big["driver_cpu"] - little["driver_cpu"]) / rows
+            w = (big["worker_cpu"] - little["worker_cpu"]) / rows
+            report[mode] = {"driver_ms_per_row": d * 1e3, "worker_ms_per_row": w * 1e3}
+            print(f"{mode}: driver CPU per row (slope) {d * 1e3:.4f} ms, workers {w * 1e3:.4f} ms")
+            if d > 0:
+                print(
+                    f"{mode}: worker / driver {w / d:.1f} (target >= 32): cores one driver feeds;"
+                    f" modelled ceiling {1 / d:,.0f} rows/s per driver"
+                )
+                report[mode].update(cores_fed=w / d, ceiling_rows_per_s=1 / d)
         sel = selection_cpu(large, tok)
         report["selection_ms_per_row"] = sel * 1e3
-        print(f"of which read + normalize + select alone: {sel * 1e3:.4f} ms (load {_load()})")
-        if d > 0:
-            print(f"worker / driver: {w / d:.1f} (target >= 32): cores one driver feeds")
-            print(f"modelled ceiling: {1 / d:,.0f} rows/s per driver")
-            report["cores_fed"] = w / d
-            report["ceiling_rows_per_s"] = 1 / d
+        print(
+            f"read + normalize + select in one process: {sel * 1e3:.4f} ms a row (load"
+            f" {_load()}): what a driver that reads spends; the workers now read twice"
+        )
         if not args.no_limit:
             plans = make_plans(
                 ["limit", "limit-fast"], large, tok, work, 2, args.max_length, args.template_path
             )
-            mine = runs[args.large]
+            mine = runs["workers read"][args.large]
             for plan in plans:
                 load = _load()
                 m = run_measured(plan.cmd, env=plan.env, cwd=REPO, timeout=args.timeout)

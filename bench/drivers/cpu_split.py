@@ -2,6 +2,10 @@
 process (the driver, all its threads) and of its reaped children (the workers, the helper).
 
 usage: python cpu_split.py build DATA --tokenizer DIR --out OUT ...
+
+With ``BENCH_DRIVER_READS=1`` the build reads every row in the driver (the path a mix or a
+compressed source takes, and every build's before issue 27's workers read): the reference
+`driver_share.py --compare` measures beside the default.
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # as the draftset CLI s
 
 def main() -> int:
     from draftset.cli import main as draftset_main
+
+    if os.environ.get("BENCH_DRIVER_READS"):  # the reference: the driver reads every row
+        import draftset.pipeline.build as build
+
+        build.why_driver_reads = lambda spec: "the bench asked the driver to read"
 
     try:
         code = draftset_main(sys.argv[1:])

@@ -38,6 +38,9 @@ from draftset.sources.read import (
     range_readable,
 )
 
+SCAN_AHEAD_ROWS = 8192
+"""Rows the driver scans at most while the template loads (a start-up cost, never a row's)."""
+
 
 @dataclass
 class ReadTask:
@@ -203,15 +206,20 @@ class RangedSelection:
                 units.append((source, rng, part))
         return _join(units, unit, share, most or unit)
 
-    def scan_ahead(self, tasks: list[ReadTask], ready: Callable[[], bool]) -> list[RangeFacts]:
+    def scan_ahead(
+        self, tasks: list[ReadTask], ready: Callable[[], bool], most: int = SCAN_AHEAD_ROWS
+    ) -> list[RangeFacts]:
         """The first tasks scanned here, until ``ready()`` (the template has loaded and the
-        workers take over): the driver reads rows only while it would otherwise wait."""
+        workers take over) or ``most`` rows: the driver reads rows only while it would
+        otherwise wait, at start-up."""
         readers = Readers(self.spec)
         early: list[RangeFacts] = []
+        rows = 0
         for task in tasks:
-            if ready():
+            if rows >= most or ready():
                 break
             early.append(readers.scan(task))
+            rows += task.range.rows
         return early
 
     def decide(self, task: ReadTask, scanned: RangeFacts) -> ReadTask:
