@@ -63,6 +63,7 @@ def build_once(
     cmd += [arg for t in QWEN3_STOPS for arg in ("--eot-token", t)]
     cmd += ["--max-length", str(args.max_length), "--no-progress", "--overwrite"]
     cmd += ["--chat-template", str(args.template_path)] if args.template_path else []
+    cmd += ["--engine", args.engine]
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(out.parent / "hf"), "TQDM_DISABLE": "1"}
     if driver_reads:
         env["BENCH_DRIVER_READS"] = "1"
@@ -109,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small", type=int, default=10000)
     p.add_argument("--large", type=int, default=30000)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument(
+        "--engine",
+        default="local",
+        help="local or ray (a private Ray: its actors are not the driver's reaped children, so"
+        " only the driver's figure counts; the workers' reads as 0)",
+    )
     p.add_argument("--data", action="append", default=None, help="'mix' (default) or files")
     p.add_argument("--template", default="qwen3_6", help="trl template name or file")
     p.add_argument("--seed", type=int, default=0)

@@ -442,25 +442,32 @@ from pathlib import Path
 
 import ray
 import draftset.pipeline.block
+import draftset.select.ranged
 from draftset.config.options import BuildOptions
 from draftset.engine.ray import RayEngine
+from draftset.pipeline.block import BlockResult
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source, iter_raw_rows
 
 spec = json.loads(sys.argv[1])
 draftset.pipeline.block.BLOCK_ROWS = spec["block_rows"]
+draftset.select.ranged.SCAN_AHEAD_ROWS = 0  # every range read by the actors, twice
 seen = {}
 plain_map = RayEngine.map
 
 def map_then_kill(self, batches):
-    for k, results in enumerate(plain_map(self, batches)):
-        if k == 2:  # mid-run: blocks are in flight on every actor
-            pid = ray.get(self._actors[0].ready.remote())
-            os.kill(pid, signal.SIGKILL)
-            seen["killed"] = pid
+    written = 0  # the blocks written: this map is the second read's (the first is nested in it)
+    for results in plain_map(self, batches):
+        if isinstance(results, BlockResult):
+            written += 1
+            if written == 3:  # mid-run: reads and writes are in flight on every actor
+                pid = ray.get(self._actors[0].ready.remote())
+                os.kill(pid, signal.SIGKILL)
+                seen["killed"] = pid
         yield results
-    seen["restarted"] = ray.get(self._actors[0].ready.remote())
-    seen["batches"] = k + 1
+    if written:
+        seen["restarted"] = ray.get(self._actors[0].ready.remote())
+        seen["batches"] = written
 
 RayEngine.map = map_then_kill
 result = run_build(BuildOptions(

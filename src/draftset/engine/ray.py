@@ -169,6 +169,7 @@ class RayEngine(Engine):
             self._actors = [actor.remote() for _ in range(self.workers)]
             self._pending_ready = [a.ready.remote() for a in self._actors]
             self._config: list[Any] | None = None
+            self._load = [0] * self.workers
         except BaseException:
             self.close(failed=True)
             raise
@@ -188,7 +189,9 @@ class RayEngine(Engine):
     def map(self, batches: Iterable[Batch]) -> Iterator[Any]:
         assert self._config is not None, "start() first"
         ray = self._ray
-        load = [0] * self.workers
+        # unfinished tasks per actor, shared by every map running at once (a build's reads and
+        # writes interleave): a task goes to the actor with the fewest of either
+        load = self._load
         window: deque[tuple[Any, int]] = deque()
         limit = IN_FLIGHT_PER_WORKER * self.workers
 

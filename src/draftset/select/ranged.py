@@ -207,11 +207,12 @@ class RangedSelection:
         return _join(units, unit, share, most or unit)
 
     def scan_ahead(
-        self, tasks: list[ReadTask], ready: Callable[[], bool], most: int = SCAN_AHEAD_ROWS
+        self, tasks: list[ReadTask], ready: Callable[[], bool], most: int | None = None
     ) -> list[RangeFacts]:
         """The first tasks scanned here, until ``ready()`` (the template has loaded and the
         workers take over) or ``most`` rows: the driver reads rows only while it would
-        otherwise wait, at start-up."""
+        otherwise wait, at start-up (``most``: `SCAN_AHEAD_ROWS`)."""
+        most = SCAN_AHEAD_ROWS if most is None else most
         readers = Readers(self.spec)
         early: list[RangeFacts] = []
         rows = 0
