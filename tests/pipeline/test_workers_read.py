@@ -27,7 +27,7 @@ from draftset.config.options import BuildOptions
 from draftset.output.readback import open_output
 from draftset.pipeline.build import run_build
 from draftset.select.ranged import why_driver_reads
-from draftset.sources.read import Source
+from draftset.sources.read import Source, SourceError
 
 
 def chat(q: str, a: str, rid: str | None = None) -> dict:
@@ -217,3 +217,34 @@ def test_ranges_the_driver_scans_while_the_template_loads_give_the_same_set(tmp_
         built = run_build(options(sources, tmp_path / f"a{ahead}", bench, workers=2))
         sets[ahead] = read_set(built.out)
     assert sets[0] == sets[3] == sets[1000] and len(sets[0]["rows"]) > 20
+
+
+def test_a_source_changed_while_the_workers_read_it_is_refused(tmp_path, monkeypatch):
+    """A file appended to after the driver planned the ranges: whoever reads it (a worker, or
+    the driver scanning ahead while the template loads) refuses, since the size and time it
+    was counted at no longer hold; the build fails naming the file and leaves nothing, never
+    writing rows the count did not see."""
+    sources, bench = make_sources(tmp_path)
+    real = ranged_mod.RangedSelection.tasks
+
+    def plan_then_append(self, *args, **kw):
+        tasks = real(self, *args, **kw)
+        with (tmp_path / "a" / "one.jsonl").open("a") as f:
+            f.write(json.dumps(chat("late", "row", "late")) + "\n")
+        return tasks
+
+    monkeypatch.setattr(ranged_mod.RangedSelection, "tasks", plan_then_append)
+    with pytest.raises(SourceError, match=r"one\.jsonl: cannot read: the file changed"):
+        run_build(options(sources, tmp_path / "out", bench, workers=2))
+    assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b.parquet", "bench.txt"]
+
+
+def test_an_empty_source_beside_others_adds_no_task(tmp_path, monkeypatch):
+    monkeypatch.setattr(block_mod, "BLOCK_ROWS", 5)
+    sources, bench = make_sources(tmp_path)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n", encoding="utf-8")
+    built = run_build(options([*sources, Source("e", empty)], tmp_path / "o", bench, workers=2))
+    assert built.ok and built.per_source["e"]["read"] == 0
+    assert read_set(built.out)["reads"] == "workers"
