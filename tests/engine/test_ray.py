@@ -182,16 +182,22 @@ def assert_same_set(local: Path, ray: Path) -> dict:
     return engine
 
 
-def test_ray_build_on_a_private_local_cluster_is_byte_identical(inputs, local_build, tmp_path):
-    out = tmp_path / "ray"
+def private_ray_build(sources: list[Path], out: Path) -> subprocess.CompletedProcess[str]:
+    """`draftset build --engine ray --workers 2` on a private Ray, in a subprocess: exit 0."""
     proc = subprocess.run(
-        build_cmd(inputs, out, "--engine", "ray", "--workers", "2"),
+        build_cmd(sources, out, "--engine", "ray", "--workers", "2"),
         env=env(),
         capture_output=True,
         text=True,
         timeout=TEST_SECONDS - 10,
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_ray_build_on_a_private_local_cluster_is_byte_identical(inputs, local_build, tmp_path):
+    out = tmp_path / "ray"
+    proc = private_ray_build(inputs, out)
     engine = assert_same_set(local_build, out)
     assert engine == {
         "name": "ray",
@@ -212,14 +218,7 @@ def test_ray_where_the_driver_reads_is_byte_identical(inputs, tmp_path):
     sources = [*inputs[:1], *DRIVER_READS, *inputs[3:]]
     local = build_locally(sources, tmp_path / "local")
     out = tmp_path / "ray"
-    proc = subprocess.run(
-        build_cmd(sources, out, "--engine", "ray", "--workers", "2"),
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=TEST_SECONDS - 10,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    private_ray_build(sources, out)
     engine = assert_same_set(local, out)
     assert engine["rows_read_by"] == "driver"
 
