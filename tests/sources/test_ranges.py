@@ -375,3 +375,25 @@ def test_a_table_range_converts_only_its_own_rows(tmp_path, monkeypatch, kind):
     assert sum(converted) == 7
     if kind == "parquet":  # row groups of 5 rows: 7..13 lie in groups 1 and 2 only
         assert groups == [[1, 2]]
+
+
+def test_a_range_read_for_some_of_its_rows_parses_only_those(tmp_path, monkeypatch):
+    """``wanted``: the rows a sampling plan takes, the same RawRows as the whole read gives
+    them; the other lines are not parsed (a garbage line left out is no reject)."""
+    path = tmp_path / "s.jsonl"
+    lines = [json.dumps({"messages": [], "i": i}) for i in range(10)]
+    lines[3] = "{garbage"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    src = Source("s", path)
+    whole = list(iter_raw_rows(src))
+    (rng,) = plan_ranges(src, 100)
+    wanted = [i % 3 != 0 for i in range(10)]  # rows 0, 3, 6, 9 left out
+    got = list(iter_raw_range(src, rng, wanted))
+    assert [r.row for r in got] == [i for i in range(10) if wanted[i]]
+    assert got == [r for r in whole if wanted[r.row]]
+    assert all(r.reject is None for r in got)  # the garbage line was not parsed
+    parsed = []
+    real = read._parse_line
+    monkeypatch.setattr(read, "_parse_line", lambda *a: parsed.append(1) or real(*a))
+    list(iter_raw_range(src, rng, wanted))
+    assert len(parsed) == sum(wanted)

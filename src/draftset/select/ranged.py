@@ -59,12 +59,11 @@ class ReadTask:
         return self.range.rows if self.chosen is None else int(self.chosen.sum())
 
     def offsets(self) -> Iterator[tuple[int, Any]]:
-        """(offset, raw row) of the range's rows the sampling plan takes."""
-        chosen = self.chosen
+        """(offset, raw row) of the range's rows the sampling plan takes (the others are not
+        even parsed)."""
         first = self.range.first
-        for raw in iter_raw_range(self.source, self.range):
-            if chosen is None or chosen[raw.row - first]:
-                yield raw.row - first, raw
+        for raw in iter_raw_range(self.source, self.range, self.chosen):
+            yield raw.row - first, raw
 
 
 @dataclass

@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -939,10 +939,14 @@ def plan_ranges(source: Source, rows_per_range: int) -> list[RowRange]:
     return ranges
 
 
-def iter_raw_range(source: Source, rng: RowRange) -> Iterator[RawRow]:
+def iter_raw_range(
+    source: Source, rng: RowRange, wanted: Sequence[bool] | None = None
+) -> Iterator[RawRow]:
     """Exactly the `RawRow`s `iter_raw_rows` yields for rows ``rng.first`` to
     ``rng.first + rng.rows - 1`` (numbers, data, file label, rejects), reading only the range's
     own part of the file: a worker reads its rows without the main process sending them.
+    ``wanted`` (one flag a row of the range): only those rows, the others not even parsed (a
+    sampling plan's rows).
 
     `SourceError` naming the file when it differs from ``source.seen`` (recorded by
     `plan_ranges`), changes while read, or cannot be read.
@@ -950,10 +954,11 @@ def iter_raw_range(source: Source, rng: RowRange) -> Iterator[RawRow]:
     if rng.source != source.name:
         raise ValueError(f"range of source {rng.source!r} read as source {source.name!r}")
     path = Path(rng.path)
-    values = _range_values(path, source, rng)
+    values = _range_values(path, source, rng, wanted)
     row = rng.first
     for value in _read_checked(path, source, values):
-        yield _raw_row(source.name, row, value, rng.file)
+        if value is not _UNWANTED:
+            yield _raw_row(source.name, row, value, rng.file)
         row += 1
     if row != rng.first + rng.rows:
         raise SourceError(
@@ -962,17 +967,28 @@ def iter_raw_range(source: Source, rng: RowRange) -> Iterator[RawRow]:
         )
 
 
-def _range_values(path: Path, source: Source, rng: RowRange) -> Iterator[Any]:
+_UNWANTED = object()
+"""A row of a range its reader did not ask for (`iter_raw_range`'s ``wanted``)."""
+
+
+def _range_values(
+    path: Path, source: Source, rng: RowRange, wanted: Sequence[bool] | None
+) -> Iterator[Any]:
     """The row values of a range: table rows skipped by count, JSON Lines read from the
-    range's byte offset (reject messages number lines from ``rng.lineno``)."""
+    range's byte offset (reject messages number lines from ``rng.lineno``); `_UNWANTED` for a
+    row ``wanted`` leaves out (a JSON line not parsed)."""
     found = None if path.is_dir() else _name_kind(path)
     if found is None or found[0] in ("parquet", "arrow"):
-        yield from _iter_table_rows(path, rng.offset, rng.rows)
+        values = _iter_table_rows(path, rng.offset, rng.rows)
+        for i, value in enumerate(values):
+            yield value if wanted is None or wanted[i] else _UNWANTED
         return
     with path.open("rb") as stream:
         stream.seek(rng.offset)
         label = _label(path, Path(source.path))
-        yield from islice(_iter_jsonl_values(stream, label, rng.lineno), rng.rows)
+        lines = islice(_jsonl_row_lines(stream, rng.lineno), rng.rows)
+        for i, (at, _, line) in enumerate(lines):
+            yield _parse_line(line, f"{label}:{at}") if wanted is None or wanted[i] else _UNWANTED
 
 
 def sha256_file(path: Path) -> str:
