@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 from conftest import REPO, qwen3_tokenizer_dir
 
+from draftset.engine.lifeline import _running, _session_processes
 from draftset.output.folder import TMP_MARKER, prepare_output, remove_stale_tmp
 
 
@@ -222,3 +223,30 @@ def test_kill_9_while_workers_write_their_shards_leaves_nothing_finished(tmp_pat
         f"data-{i:05d}-of-00003.arrow"
         for i in range(3)  # one shard per block of 1,024 rows
     ]
+
+
+def test_the_guard_finds_a_private_ray_s_stragglers_by_their_session_folder(tmp_path):
+    """A process Ray started in the last half second before the driver died, whose parent
+    (the raylet) died with the driver, is no longer below it: the guard finds it by the file
+    it holds in the session folder Ray names after the driver's pid, and only such ones."""
+    driver = 4_000_000  # no such process: only its number is in the folder's name
+    ours = tmp_path / f"session_2026-12-02_10-00-00_123_{driver}" / "logs"
+    other = tmp_path / f"session_2026-12-02_10-00-00_123_{driver}1" / "logs"
+    procs = []
+    for folder in (ours, other):
+        folder.mkdir(parents=True)
+        log = folder / "worker.out"
+        code = f"import time; f = open({str(log)!r}, 'w'); time.sleep(60)"
+        procs.append(subprocess.Popen([sys.executable, "-c", code]))
+    try:
+        deadline = time.monotonic() + 20
+        while not _session_processes(driver, {os.getpid()}):
+            assert time.monotonic() < deadline, "the straggler's file never showed"
+            time.sleep(0.05)
+        assert _session_processes(driver, {os.getpid()}) == [procs[0].pid]
+        assert _session_processes(driver, {os.getpid(), procs[0].pid}) == []  # spared
+        assert _running(os.getpid()) and not _running(driver)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -606,7 +606,11 @@ def test_kill_9_of_a_driver_leaves_nothing_of_its_private_ray(inputs, tmp_path):
     """The raylet's ``ray::DashboardAgent`` and ``ray::RuntimeEnvAgent`` outlived a killed
     driver by minutes; the driver's guard ends every process of the run within seconds."""
     out = tmp_path / "killed"
-    cmd = build_cmd(inputs, out, "--engine", "ray", "--workers", "1")
+    # enough rows that the kill lands mid-run: the ~2,100 of `inputs` built in ~7 s, so the kill
+    # could land while the driver was already shutting its Ray down (its guard closed), and a
+    # worker Ray started then outlived it: a flaky failure, not the case under test
+    more = generated(tmp_path / "more.jsonl", 20_000)
+    cmd = build_cmd([*inputs, more], out, "--engine", "ray", "--workers", "1")
     proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + TEST_SECONDS - 30
     try:
@@ -623,6 +627,7 @@ def test_kill_9_of_a_driver_leaves_nothing_of_its_private_ray(inputs, tmp_path):
             time.sleep(0.2)
         time.sleep(1.0)  # the guard has seen them
         kids = driver.children(recursive=True)
+        assert proc.poll() is None, "the build ended before the kill: not a kill mid-run"
         proc.kill()
         proc.wait(10)
         _, alive = psutil.wait_procs(kids, timeout=15)

@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -132,6 +133,15 @@ def _start_time(pid: int) -> str | None:
     return stat.rpartition(")")[2].split()[19]
 
 
+def _running(pid: int) -> bool:
+    """The process is there and not a zombie (a killed driver stays one until reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def _descendants(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
@@ -168,6 +178,41 @@ def _watch(driver: int, exempt: set[int]) -> None:
         if _start_time(pid) == started:  # the same process, not a new one with its pid
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+    # a process started since the last look whose parent died with the driver (Ray's raylet
+    # ends with it) has moved to init, out of the tree: found by the session folder it holds
+    # (looked for again while it may still be starting, when the driver is gone; a `close`
+    # waits for this watcher, so it looks once)
+    driver_gone = not _running(driver)
+    for wait in SWEEP_AFTER if driver_gone else SWEEP_AFTER[:1]:
+        time.sleep(wait)
+        for pid in _session_processes(driver, {me, driver, *exempt}):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+SWEEP_AFTER = (0.0, 0.5, 1.0)
+"""Seconds before each look for the private Ray's stragglers once the driver is gone."""
+
+
+def _session_processes(driver: int, spare: set[int]) -> list[int]:
+    """Processes holding a file in the Ray session folder the driver started (Ray names it
+    ``session_<date>_<time>_<driver pid>`` and every process it starts writes its log there),
+    but ``spare`` (the driver itself holds some, and so may the build's own processes)."""
+    mark = re.compile(rf"/session_[^/]*_{driver}/")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in spare:
+            continue
+        try:
+            fds = list((entry / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if mark.search(os.readlink(fd)):
+                    found.append(int(entry.name))
+                    break
+    return found
 
 
 if __name__ == "__main__":
