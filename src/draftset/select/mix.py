@@ -126,17 +126,15 @@ def plan_selection(
 
 # --- filters: decontamination and deduplication ------------------------------------------------
 class Filters:
-    """The stateful row filters of one pass, in their fixed order."""
+    """The stateful row filters of one pass: decontamination, then the dedupers, in that order
+    (`select.facts.Decider` runs them)."""
 
     def __init__(self, spec: SelectionSpec) -> None:
-        self.steps: list[Any] = []
         self.decontaminator = None
         if spec.decontaminate:
             items = load_benchmark_prompts(spec.decontaminate)
             self.decontaminator = Decontaminator(items, n=spec.decontaminate_ngram)
-            self.steps.append(self.decontaminator)
         self.dedupers = make_dedupers(spec.dedup, spec.near_dup_threshold)
-        self.steps.extend(self.dedupers)
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {"dedup": [d.stats() for d in self.dedupers]}

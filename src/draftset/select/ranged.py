@@ -56,7 +56,7 @@ class ReadTask:
     @property
     def selected(self) -> int:
         """Rows of the range the sampling plan takes (the progress bar counts these)."""
-        return self.range.rows if self.chosen is None else int(self.chosen.sum())
+        return _selected(self.chosen, self.range.rows)
 
     def offsets(self) -> Iterator[tuple[int, Any]]:
         """(offset, raw row) of the range's rows the sampling plan takes (the others are not
@@ -90,12 +90,13 @@ def why_driver_reads(spec: SelectionSpec) -> str | None:
 
 class Readers:
     """A worker's normalizers by source name, and its scanner (built on first use: the
-    benchmark index of decontamination loads once per worker)."""
+    benchmark index of decontamination loads once per worker; ``filters``: ones already built,
+    the driver's own when it scans ahead)."""
 
-    def __init__(self, spec: SelectionSpec) -> None:
+    def __init__(self, spec: SelectionSpec, filters: Filters | None = None) -> None:
         self.spec = spec
         self._norms: dict[str, Any] = {}
-        self._scanner: Scanner | None = None
+        self._scanner: Scanner | None = Scanner(filters) if filters is not None else None
 
     def normalizer(self, source: Source) -> Any:
         norm = self._norms.get(source.name)
@@ -212,7 +213,7 @@ class RangedSelection:
         workers take over) or ``most`` rows: the driver reads rows only while it would
         otherwise wait, at start-up (``most``: `SCAN_AHEAD_ROWS`)."""
         most = SCAN_AHEAD_ROWS if most is None else most
-        readers = Readers(self.spec)
+        readers = Readers(self.spec, self.filters)  # its pure parts: no second benchmark index
         early: list[RangeFacts] = []
         rows = 0
         for task in tasks:

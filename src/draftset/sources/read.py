@@ -454,11 +454,18 @@ def _jsonl_row_lines(stream: IO[bytes], lineno: int = 1) -> Iterator[tuple[int, 
         offset += len(raw) + 1
 
 
-def _iter_jsonl_values(stream: IO[bytes], label: str, lineno: int = 1) -> Iterator[Any]:
+_UNWANTED = object()
+"""A row of a range its reader did not ask for (`iter_raw_range`'s ``wanted``)."""
+
+
+def _iter_jsonl_values(
+    stream: IO[bytes], label: str, lineno: int = 1, wanted: Sequence[bool] | None = None
+) -> Iterator[Any]:
     """Parsed values (or `RowProblem`) of the rows of a JSON Lines stream (see
-    `_jsonl_row_lines`); reject messages name ``label:line``."""
-    for at, _, line in _jsonl_row_lines(stream, lineno):
-        yield _parse_line(line, f"{label}:{at}")
+    `_jsonl_row_lines`); reject messages name ``label:line``. With ``wanted`` (a flag per row
+    from the stream's start), a row left out is `_UNWANTED`, its line not parsed."""
+    for i, (at, _, line) in enumerate(_jsonl_row_lines(stream, lineno)):
+        yield _parse_line(line, f"{label}:{at}") if wanted is None or wanted[i] else _UNWANTED
 
 
 def _count_jsonl(stream: IO[bytes]) -> int:
@@ -967,10 +974,6 @@ def iter_raw_range(
         )
 
 
-_UNWANTED = object()
-"""A row of a range its reader did not ask for (`iter_raw_range`'s ``wanted``)."""
-
-
 def _range_values(
     path: Path, source: Source, rng: RowRange, wanted: Sequence[bool] | None
 ) -> Iterator[Any]:
@@ -986,9 +989,7 @@ def _range_values(
     with path.open("rb") as stream:
         stream.seek(rng.offset)
         label = _label(path, Path(source.path))
-        lines = islice(_jsonl_row_lines(stream, rng.lineno), rng.rows)
-        for i, (at, _, line) in enumerate(lines):
-            yield _parse_line(line, f"{label}:{at}") if wanted is None or wanted[i] else _UNWANTED
+        yield from islice(_iter_jsonl_values(stream, label, rng.lineno, wanted), rng.rows)
 
 
 def sha256_file(path: Path) -> str:
