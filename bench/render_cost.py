@@ -112,7 +112,10 @@ def main() -> int:
     )
     p.add_argument("--rounds", type=int, default=3, help="rounds of --stock-sandbox")
     args = p.parse_args()
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # CPU time of one thread, as in a worker
+    # CPU time of one thread on the tokenizer's pool path, as a Ray actor encodes (its
+    # one-thread path, TOKENIZERS_PARALLELISM=false, costs more: bench/tokenizer_paths.py)
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    os.environ["RAYON_NUM_THREADS"] = "1"
     tok = qwen3_tokenizer()
     peers.CACHE.mkdir(parents=True, exist_ok=True)
     template = resolve_template(args.template) if args.template else None

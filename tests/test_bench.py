@@ -83,3 +83,16 @@ def test_sampler_finds_the_peaks_of_a_whole_tree():
     assert m.peak_rss >= 200 * 2**20
     assert m.peak_pss >= 190 * 2**20  # the child's pages are its own: PSS close to RSS
     assert m.measurer_cpu_seconds >= 0
+
+
+def test_tokenizer_paths_compares_the_two_batch_paths_on_the_same_ids(tmp_path):
+    """`bench/tokenizer_paths.py` runs on a fresh machine, measures both paths every round and
+    asserts they give the same ids (its figure is docs/benchmarks.md's "Session 13")."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "fresh")}
+    cmd = [sys.executable, str(REPO / "bench" / "tokenizer_paths.py"), "--rows", "16"]
+    r = subprocess.run(
+        cmd + ["--rounds", "2"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("round ") == 2
+    assert "one-thread path (false)" in r.stdout and "same ids" in r.stdout

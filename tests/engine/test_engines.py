@@ -187,3 +187,22 @@ def test_pool_workers_use_the_tokenizers_threads_from_the_api_as_from_the_cli(mo
             job = pool._pool.submit(os.getenv, "TOKENIZERS_PARALLELISM")  # type: ignore[attr-defined]
             assert job.result(timeout=60) == seen, given
             pool.finish()
+
+
+def test_a_ray_actor_encodes_on_the_tokenizers_pool_with_one_thread(monkeypatch):
+    """A Ray actor used to set TOKENIZERS_PARALLELISM=false: the Rust tokenizer's one-thread
+    batch path, which costs 20-40% more CPU for the same ids than its pool path run on one
+    thread (docs/benchmarks.md, "Session 13"). Now it takes the pool path, with one thread for
+    the one CPU it asks Ray for; values the user set are kept."""
+    from draftset.engine.ray import ACTOR_CPUS, _Worker
+
+    assert ACTOR_CPUS == 1
+    for given, seen in ((None, ("true", "1")), (("false", "4"), ("false", "4"))):
+        for name in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS"):
+            monkeypatch.setenv(name, "x")  # recorded, so the test's own value comes back after
+            monkeypatch.delenv(name)
+        if given is not None:
+            monkeypatch.setenv("TOKENIZERS_PARALLELISM", given[0])
+            monkeypatch.setenv("RAYON_NUM_THREADS", given[1])
+        _Worker()
+        assert (os.environ["TOKENIZERS_PARALLELISM"], os.environ["RAYON_NUM_THREADS"]) == seen

@@ -37,6 +37,8 @@ from draftset.mask.template import import_template_compiler
 RAY_EXTRA = "draftset[ray]"
 CONNECT_TIMEOUT = 5.0
 """Seconds to reach a cluster's address before giving up (ray.init itself retries for minutes)."""
+ACTOR_CPUS = 1
+"""CPUs each actor asks Ray for, and the tokenizer threads it runs."""
 START_TIMEOUT = 300.0
 """Seconds for every actor to be placed and started: no free CPUs fails the build, never hangs."""
 MAX_RESTARTS = 3
@@ -124,7 +126,12 @@ class _Worker:
     """One Ray actor: a `MaskStep`, built on its first batch (and again after a restart)."""
 
     def __init__(self) -> None:
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        # the Rust tokenizer's batch encode on its thread pool, one thread for the one CPU the
+        # actor holds: its one-thread path (TOKENIZERS_PARALLELISM=false, used here before)
+        # costs 20-40% more CPU for the same ids (docs/benchmarks.md, "Session 13"); values
+        # the user set (a runtime env) are kept
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+        os.environ.setdefault("RAYON_NUM_THREADS", str(ACTOR_CPUS))
         import_template_compiler()  # the heavy imports, while the driver's template loads
         self.step: Any = None
 
@@ -162,7 +169,7 @@ class RayEngine(Engine):
                     f"--workers {self.workers}: the Ray cluster has {self.cpus:g} CPUs"
                 )
             actor = ray.remote(_Worker).options(
-                num_cpus=1,
+                num_cpus=ACTOR_CPUS,
                 max_restarts=MAX_RESTARTS,
                 max_task_retries=MAX_TASK_RETRIES,
             )
