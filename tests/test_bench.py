@@ -91,7 +91,7 @@ def test_tokenizer_paths_compares_the_two_batch_paths_on_the_same_ids(tmp_path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "fresh")}
     cmd = [sys.executable, str(REPO / "bench" / "tokenizer_paths.py"), "--rows", "16"]
     r = subprocess.run(
-        cmd + ["--rounds", "2"], env=env, capture_output=True, text=True, timeout=300
+        [*cmd, "--rounds", "2"], env=env, capture_output=True, text=True, timeout=300
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("round ") == 2

@@ -41,6 +41,7 @@ def no_work(monkeypatch):
         raise AssertionError("work started before the error was found")
 
     monkeypatch.setattr(build_mod, "plan_selection", boom)
+    monkeypatch.setattr(build_mod, "plan_read", boom)
     # the template load and the helper process are the engine factory's (engine/factory.py);
     # the helper `draftset build` starts ahead of parsing (pipeline/helper_ahead.py) only
     # imports, and is stopped on any error

@@ -182,22 +182,26 @@ def test_runs_the_driver_must_read(tmp_path):
     assert "answers" in why_driver_reads(spec)
 
 
-def test_a_source_changed_after_the_count_is_refused(tmp_path, monkeypatch):
-    """The ranges are planned on the files the sampling plan counted: a row appended between
-    the count and the plan is a one-line error naming the file, not a set of other rows."""
+def test_a_source_changed_after_its_ranges_were_planned_is_refused(tmp_path, monkeypatch):
+    """The ranges are planned in one pass over each file, which the sampling plan's counts
+    come from: a row appended after the planning is a one-line error naming the file when a
+    worker reads it, not a set of other rows."""
     sources, bench = make_sources(tmp_path)
-    real = mix_mod.plan_selection
+    real = block_mod.plan_read
 
-    def count_then_append(srcs, max_samples, seed):
-        plan = real(srcs, max_samples, seed)
+    def plan_then_append(spec):
+        ranges = real(spec)
         with (tmp_path / "a" / "two.jsonl").open("a") as f:
             f.write(json.dumps(chat("late", "row", "late")) + "\n")
-        return plan
+        return ranges
 
-    monkeypatch.setattr(build_mod, "plan_selection", count_then_append)
+    monkeypatch.setattr(build_mod, "plan_read", plan_then_append)
+    counted = []
+    monkeypatch.setattr(mix_mod, "count_rows", lambda s: counted.append(s) or 0)
     with pytest.raises(Exception, match=r"two\.jsonl: cannot read: the file changed"):
         run_build(options(sources, tmp_path / "out", bench, workers=1))
     assert not (tmp_path / "out").exists()
+    assert counted == []  # the plan took the ranges' counts: no second pass over the files
 
 
 def test_ranges_the_driver_scans_while_the_template_loads_give_the_same_set(tmp_path, monkeypatch):

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from draftset.select.mix import SelectionSpec, plan_selection
-from draftset.select.ranged import RangedSelection
-from draftset.sources.read import Source
+from draftset.select.ranged import RangedSelection, plan_source_ranges
+from draftset.sources.read import Source, count_rows
 
 
 def write_rows(path: Path, n: int) -> Path:
@@ -19,9 +19,28 @@ def write_rows(path: Path, n: int) -> Path:
     return path
 
 
-def tasks_of(sources: list[Source], max_samples=None, **kw):
+def tasks_of(sources: list[Source], max_samples=None, unit=1, **kw):
     spec = SelectionSpec(sources, max_samples=max_samples)
-    return RangedSelection(spec, plan_selection(sources, max_samples, 0)).tasks(**kw)
+    ranges = plan_source_ranges(spec, unit)
+    plan = plan_selection(sources, max_samples, 0, ranges.available)
+    return RangedSelection(spec, ranges, plan).tasks(**kw)
+
+
+def test_the_ranges_count_the_rows_as_the_sampling_plan_does(tmp_path):
+    """The ranges are planned in one pass over each file and the sampling plan takes its
+    counts from them: the same counts, so the same plan, as counting the sources itself."""
+    folder = tmp_path / "f"
+    folder.mkdir()
+    write_rows(folder / "a.jsonl", 37)
+    (folder / "b.jsonl").write_text('{"messages": []}\n\n  \nnot json\n', encoding="utf-8")
+    sources = [Source("f", folder), Source("o", write_rows(tmp_path / "o.jsonl", 30))]
+    ranges = plan_source_ranges(SelectionSpec(sources), 4)
+    assert ranges.available == {s.name: count_rows(s) for s in sources} == {"f": 39, "o": 30}
+    for seed in (0, 1):
+        counted = plan_selection(sources, 50, seed)
+        given = plan_selection(sources, 50, seed, ranges.available)
+        assert counted[0] == given[0]
+        assert all(np.array_equal(counted[1][k], given[1][k]) for k in ("f", "o"))
 
 
 def test_tasks_take_a_share_of_what_is_left_within_bounds(tmp_path):

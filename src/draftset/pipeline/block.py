@@ -29,7 +29,14 @@ from draftset.mask.template import Renderer
 from draftset.output import writer_class
 from draftset.output.base import ShardedWriter, Writer, WriterCounts
 from draftset.select.mix import SelectionSpec
-from draftset.select.ranged import RangedSelection, RangeFacts, Readers, ReadTask
+from draftset.select.ranged import (
+    RangedSelection,
+    RangeFacts,
+    Readers,
+    ReadTask,
+    SourceRanges,
+    plan_source_ranges,
+)
 
 BATCH_ROWS = 64
 """Rows per row-step call inside a block (the tokenizer's batch)."""
@@ -93,10 +100,16 @@ def cut_blocks(
         yield Block(index, batches, count)
 
 
+def plan_read(spec: SelectionSpec) -> SourceRanges:
+    """The sources cut into `BLOCK_ROWS`-row ranges, the unit blocks are joined from; the
+    sampling plan takes its counts from them (one pass over each file)."""
+    return plan_source_ranges(spec, BLOCK_ROWS)
+
+
 def read_tasks(ranged: RangedSelection) -> list[ReadTask]:
-    """The sources cut into blocks (`RangedSelection.tasks`, sized by `BLOCK_ROWS`,
-    `BLOCK_SHARE`, `BLOCK_MAX_ROWS`): each one its worker reads, renders, encodes and writes."""
-    return ranged.tasks(BLOCK_ROWS, BLOCK_SHARE, BLOCK_MAX_ROWS)
+    """The sources cut into blocks (`RangedSelection.tasks`, sized by `BLOCK_SHARE` and
+    `BLOCK_MAX_ROWS`): each one its worker reads, renders, encodes and writes."""
+    return ranged.tasks(BLOCK_SHARE, BLOCK_MAX_ROWS)
 
 
 @dataclass

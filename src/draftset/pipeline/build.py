@@ -44,7 +44,14 @@ from draftset.output.vocab import (
     write_draft_vocab,
     write_token_freq,
 )
-from draftset.pipeline.block import Block, BlockJob, cut_blocks, read_tasks, write_results
+from draftset.pipeline.block import (
+    Block,
+    BlockJob,
+    cut_blocks,
+    plan_read,
+    read_tasks,
+    write_results,
+)
 from draftset.pipeline.manifest import build_manifest, write_manifest
 from draftset.select.mix import Selection, plan_selection, selection_total
 from draftset.select.ranged import RangedSelection, ReadTask, why_driver_reads
@@ -158,7 +165,17 @@ def _run(
     names = [s.name for s in opts.sources]
     acct = Accounting(names)
     selection = opts.selection_spec()
-    plan = None if selection.mix else plan_selection(opts.sources, opts.max_samples, opts.seed)
+    # the workers read their own ranges of the sources when they can (`select.ranged`): the
+    # ranges are planned first, in one pass over each file, and the sampling plan takes its
+    # counts from them; else the driver reads, and the plan counts the sources itself
+    ranges = None if why_driver_reads(selection) else plan_read(selection)
+    plan = (
+        None
+        if selection.mix
+        else plan_selection(
+            opts.sources, opts.max_samples, opts.seed, ranges.available if ranges else None
+        )
+    )
     total = selection_total(plan) if plan else 0
     skipped = {s.name: _skipped_files(s) for s in opts.sources}
     notes = [_skipped_note(name, entries) for name, entries in skipped.items() if entries]
@@ -175,13 +192,10 @@ def _run(
     writer: Writer | None = None
     sinks: list[_JsonlSink] = []
     try:
-        # the workers read their own ranges of the sources when they can (`select.ranged`):
-        # the driver then decides on the rows' facts and never holds a row; else it reads
-        # and selects, and cuts the selected rows into blocks
+        # where the workers read, the driver decides on the rows' facts and never holds a
+        # row; else it reads and selects, and cuts the selected rows into blocks
         ranged = (
-            None
-            if plan is None or why_driver_reads(selection)
-            else RangedSelection(selection, plan)
+            None if ranges is None or plan is None else RangedSelection(selection, ranges, plan)
         )
         selected: Selection | RangedSelection = ranged or Selection(selection, plan)
         tasks = read_tasks(ranged) if ranged else []

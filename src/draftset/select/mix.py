@@ -113,10 +113,17 @@ def _selection(name: str, available: int, quota: int, seed: int) -> np.ndarray |
 
 
 def plan_selection(
-    sources: list[Source], max_samples: int | None, seed: int
+    sources: list[Source],
+    max_samples: int | None,
+    seed: int,
+    available: dict[str, int] | None = None,
 ) -> tuple[dict[str, int], dict[str, np.ndarray | None]]:
-    """Rows available per source and the seeded selection of rows each source contributes."""
-    available = {s.name: count_rows(s) for s in sources}
+    """Rows available per source and the seeded selection of rows each source contributes.
+
+    ``available``: the rows per source, already counted (`select.ranged.SourceRanges` counts
+    them while it plans the workers' ranges); else each source is counted here."""
+    if available is None:
+        available = {s.name: count_rows(s) for s in sources}
     quotas = _quotas(sources, available, max_samples)
     selections = {
         s.name: _selection(s.name, available[s.name], quotas[s.name], seed) for s in sources

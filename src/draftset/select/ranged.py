@@ -32,7 +32,6 @@ from draftset.sources.presets import source_normalizer
 from draftset.sources.read import (
     RowRange,
     Source,
-    SourceError,
     iter_raw_range,
     plan_ranges,
     range_readable,
@@ -157,17 +156,30 @@ def _join(
     return tasks
 
 
-def _check_same(counted: Source, planned: Source, rows: int, available: int) -> None:
-    """The ranges were planned on the files the sampling plan counted (else the plan's rows
-    would not be these rows): `SourceError` naming the source otherwise."""
-    states = {str(Path(k).absolute()): v for k, v in counted.seen.items()}
-    changed = [k for k, v in planned.seen.items() if states.get(k, v) != v]
-    if changed or rows != available:
-        where = changed[0] if changed else str(counted.path)
-        raise SourceError(
-            f"{where}: cannot read: the file changed since it was counted ({available:,} rows,"
-            f" now {rows:,}); is something writing it?"
-        )
+@dataclass(frozen=True)
+class SourceRanges:
+    """Every source cut into ranges of ``unit`` rows (`plan_ranges`), each source with its
+    path made absolute (a worker's working folder may not be the driver's) and the state of
+    each file as planned (``Source.seen``: a worker refuses a file changed since). One pass
+    over each file: the sampling plan takes its row counts from here (`available`)."""
+
+    unit: int
+    sources: dict[str, tuple[Source, list[RowRange]]]
+
+    @property
+    def available(self) -> dict[str, int]:
+        """Rows per source, as `count_rows` counts them."""
+        return {name: sum(r.rows for r in ranges) for name, (_, ranges) in self.sources.items()}
+
+
+def plan_source_ranges(spec: SelectionSpec, unit: int) -> SourceRanges:
+    """`SourceRanges` of the run's sources (`SourceError` for a file that cannot be read or
+    changes while planned)."""
+    planned: dict[str, tuple[Source, list[RowRange]]] = {}
+    for s in spec.sources:
+        source = replace(s, path=Path(s.path).absolute(), seen={})
+        planned[s.name] = (source, plan_ranges(source, unit))
+    return SourceRanges(unit, planned)
 
 
 class RangedSelection:
@@ -177,29 +189,29 @@ class RangedSelection:
     def __init__(
         self,
         spec: SelectionSpec,
+        ranges: SourceRanges,
         plan: tuple[dict[str, int], dict[str, np.ndarray | None]],
     ) -> None:
         self.spec = spec
+        self.ranges = ranges
         self.plan = plan
         self.counts = Accounting([s.name for s in spec.sources])
         self.filters = Filters(spec)
         self.decider = Decider(self.filters)
         self.report: dict[str, Any] = {}
 
-    def tasks(self, unit: int, share: int = 1, most: int | None = None) -> list[ReadTask]:
-        """Every source cut into read tasks, with the sampling plan's slices: ranges of
-        ``unit`` rows (`plan_ranges`), joined while in one file into tasks of about 1/``share``
-        of the selected rows still to come, at least ``unit`` and at most ``most`` (big tasks
-        first, small ones at the end to keep every worker busy: few shards, no straggler).
-        Decided by the plan alone, never the worker count. Paths are made absolute: a worker's
-        working folder may not be the driver's."""
+    def tasks(self, share: int = 1, most: int | None = None) -> list[ReadTask]:
+        """Every source's ranges (`SourceRanges`, of ``unit`` rows) with the sampling plan's
+        slices, joined while in one file into tasks of about 1/``share`` of the selected rows
+        still to come, at least ``unit`` and at most ``most`` (big tasks first, small ones at
+        the end to keep every worker busy: few shards, no straggler). Decided by the plan
+        alone, never the worker count."""
         available, selections = self.plan
+        unit = self.ranges.unit
         units: list[tuple[Source, RowRange, np.ndarray | None]] = []
         for s in self.spec.sources:
             self.counts[s.name].available = available[s.name]
-            source = replace(s, path=Path(s.path).absolute(), seen={})
-            ranges = plan_ranges(source, unit)
-            _check_same(s, source, sum(r.rows for r in ranges), available[s.name])
+            source, ranges = self.ranges.sources[s.name]
             chosen = selections[s.name]
             for rng in ranges:
                 part = None if chosen is None else chosen[rng.first : rng.first + rng.rows]
