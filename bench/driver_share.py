@@ -19,8 +19,9 @@ steady-state costs per row, start-up excluded:
 - read + normalize + select per row in one process (run here, no build): what a driver that
   reads spends a row;
 - at the large size, the build's wall time against the limit's (``drivers/limit.py``: render
-  and batch-encode, nothing else; target >= 0.95x as rows/s) and its CPU per row against
-  ``limit-fast``'s (target <= 1.2x).
+  and batch-encode, nothing else; target >= 0.95x as rows/s) and its CPU against
+  ``limit-fast``'s (target <= 1.2x); and, with ``limit-fast`` run at both sizes beside the
+  builds, both CPU costs per row as slopes (start-up excluded on both sides) and their ratio.
 
 The load average before each run is printed with it: on a shared machine, read the CPU figures
 (steady) before the wall times (not).
@@ -143,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         modes = ["workers read", "driver reads"] if args.compare else ["workers read"]
         runs: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in modes}
+        fast: dict[int, float] = {}  # limit-fast's CPU seconds at each size
         for n, data in ((args.small, small), (args.large, large)):
             for mode in modes:  # side by side, alternating, under the same load
                 r = build_once(
@@ -155,8 +157,31 @@ def main(argv: list[str] | None = None) -> int:
                     f" CPU-s, workers {r['worker_cpu']:.1f} CPU-s, peak RSS sum"
                     f" {r['peak_rss'] / 2**30:.2f} GiB, others {r['others']:.1f} cores"
                 )
+            if not args.no_limit and args.engine == "local":  # its slope, beside the build's
+                (plan,) = make_plans(
+                    ["limit-fast"], data, tok, work, 2, args.max_length, args.template_path
+                )
+                load = _load()
+                m = run_measured(plan.cmd, env=plan.env, cwd=REPO, timeout=args.timeout)
+                if m.returncode == 0:
+                    fast[n] = m.cpu_seconds
+                    print(f"limit-fast, {n} rows (load {load}): CPU {m.cpu_seconds:.1f} s")
         rows = args.large - args.small
         report["runs"] = runs
+        if len(fast) == 2:  # CPU per row in the steady state, start-up excluded on both sides
+            mine = runs["workers read"]
+            build_slope = (mine[args.large]["tree_cpu"] - mine[args.small]["tree_cpu"]) / rows
+            fast_slope = (fast[args.large] - fast[args.small]) / rows
+            report["cpu_per_row_slope"] = {
+                "build_ms": build_slope * 1e3,
+                "limit_fast_ms": fast_slope * 1e3,
+                "ratio": build_slope / fast_slope,
+            }
+            print(
+                f"CPU per row (slope, start-up excluded): build {build_slope * 1e3:.3f} ms,"
+                f" limit-fast {fast_slope * 1e3:.3f} ms: {build_slope / fast_slope:.2f}x"
+                " (target <= 1.2x)"
+            )
         for mode in modes:
             big, little = runs[mode][args.large], runs[mode][args.small]
             d = (big["driver_cpu"] - little["driver_cpu"]) / rows
