@@ -21,7 +21,8 @@ steady-state costs per row, start-up excluded:
 - at the large size, the build's wall time against the limit's (``drivers/limit.py``: render
   and batch-encode, nothing else; target >= 0.95x as rows/s) and its CPU against
   ``limit-fast``'s (target <= 1.2x); and, with ``limit-fast`` run at both sizes beside the
-  builds, both CPU costs per row as slopes (start-up excluded on both sides) and their ratio.
+  builds, both CPU costs per row as slopes (start-up excluded on both sides) and their ratio
+  (the large size's limit-fast run is also the one the build is compared with).
 
 The load average before each run is printed with it: on a shared machine, read the CPU figures
 (steady) before the wall times (not).
@@ -144,7 +145,19 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         modes = ["workers read", "driver reads"] if args.compare else ["workers read"]
         runs: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in modes}
-        fast: dict[int, float] = {}  # limit-fast's CPU seconds at each size
+        # limit-fast at each size beside the builds (its slope); the large one is also the
+        # build's limit-fast comparison below, not measured a second time
+        fast: dict[int, tuple[Any, str]] = {}
+
+        def limit_run(name: str, data: Path) -> tuple[Any, str] | None:
+            (plan,) = make_plans([name], data, tok, work, 2, args.max_length, args.template_path)
+            load = _load()
+            m = run_measured(plan.cmd, env=plan.env, cwd=REPO, timeout=args.timeout)
+            if m.returncode != 0:
+                print(f"{name} failed: {m.stderr[-500:]}")
+                return None
+            return m, load
+
         for n, data in ((args.small, small), (args.large, large)):
             for mode in modes:  # side by side, alternating, under the same load
                 r = build_once(
@@ -158,20 +171,16 @@ def main(argv: list[str] | None = None) -> int:
                     f" {r['peak_rss'] / 2**30:.2f} GiB, others {r['others']:.1f} cores"
                 )
             if not args.no_limit and args.engine == "local":  # its slope, beside the build's
-                (plan,) = make_plans(
-                    ["limit-fast"], data, tok, work, 2, args.max_length, args.template_path
-                )
-                load = _load()
-                m = run_measured(plan.cmd, env=plan.env, cwd=REPO, timeout=args.timeout)
-                if m.returncode == 0:
-                    fast[n] = m.cpu_seconds
-                    print(f"limit-fast, {n} rows (load {load}): CPU {m.cpu_seconds:.1f} s")
+                got = limit_run("limit-fast", data)
+                if got is not None:
+                    fast[n] = got
+                    print(f"limit-fast, {n} rows (load {got[1]}): CPU {got[0].cpu_seconds:.1f} s")
         rows = args.large - args.small
         report["runs"] = runs
         if len(fast) == 2:  # CPU per row in the steady state, start-up excluded on both sides
             mine = runs["workers read"]
             build_slope = (mine[args.large]["tree_cpu"] - mine[args.small]["tree_cpu"]) / rows
-            fast_slope = (fast[args.large] - fast[args.small]) / rows
+            fast_slope = (fast[args.large][0].cpu_seconds - fast[args.small][0].cpu_seconds) / rows
             report["cpu_per_row_slope"] = {
                 "build_ms": build_slope * 1e3,
                 "limit_fast_ms": fast_slope * 1e3,
@@ -201,20 +210,17 @@ def main(argv: list[str] | None = None) -> int:
             f" {_load()}): what a driver that reads spends; the workers now read twice"
         )
         if not args.no_limit:
-            plans = make_plans(
-                ["limit", "limit-fast"], large, tok, work, 2, args.max_length, args.template_path
-            )
             mine = runs["workers read"][args.large]
-            for plan in plans:
-                load = _load()
-                m = run_measured(plan.cmd, env=plan.env, cwd=REPO, timeout=args.timeout)
-                if m.returncode != 0:
-                    print(f"{plan.name} failed: {m.stderr[-500:]}")
+            for name in ("limit", "limit-fast"):
+                got = fast.get(args.large) if name == "limit-fast" else None
+                got = got or limit_run(name, large)
+                if got is None:
                     continue
-                report[plan.name] = {"wall": m.seconds, "cpu": m.cpu_seconds, "load": load}
+                m, load = got
+                report[name] = {"wall": m.seconds, "cpu": m.cpu_seconds, "load": load}
                 print(
-                    f"{plan.name} (load {load}): wall {m.seconds:.1f} s, CPU {m.cpu_seconds:.1f}"
-                    f" s; build / {plan.name}: rows/s {m.seconds / mine['wall']:.2f}x,"
+                    f"{name} (load {load}): wall {m.seconds:.1f} s, CPU {m.cpu_seconds:.1f}"
+                    f" s; build / {name}: rows/s {m.seconds / mine['wall']:.2f}x,"
                     f" CPU {mine['tree_cpu'] / m.cpu_seconds:.2f}x"
                 )
     if args.json:

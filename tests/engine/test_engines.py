@@ -191,7 +191,7 @@ def test_pool_workers_use_the_tokenizers_threads_from_the_api_as_from_the_cli(mo
 
 def test_a_ray_actor_encodes_on_the_tokenizers_pool_with_one_thread(monkeypatch):
     """A Ray actor used to set TOKENIZERS_PARALLELISM=false: the Rust tokenizer's one-thread
-    batch path, which costs 20-40% more CPU for the same ids than its pool path run on one
+    batch path, which costs 1.25x the CPU for the same ids of its pool path run on one
     thread (docs/benchmarks.md, "Session 13"). Now it takes the pool path, with one thread for
     the one CPU it asks Ray for; values the user set are kept."""
     from draftset.engine.ray import ACTOR_CPUS, _Worker

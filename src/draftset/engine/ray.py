@@ -128,7 +128,7 @@ class _Worker:
     def __init__(self) -> None:
         # the Rust tokenizer's batch encode on its thread pool, one thread for the one CPU the
         # actor holds: its one-thread path (TOKENIZERS_PARALLELISM=false, used here before)
-        # costs 20-40% more CPU for the same ids (docs/benchmarks.md, "Session 13"); values
+        # costs 1.25x the CPU for the same ids (docs/benchmarks.md, "Session 13"); values
         # the user set (a runtime env) are kept
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
         os.environ.setdefault("RAYON_NUM_THREADS", str(ACTOR_CPUS))
