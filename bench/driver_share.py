@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import busy_cores, load_average, run_measured
 from run import (
     DRIVERS,
-    QWEN3_STOPS,
     REPO,
+    build_args,
     head_file,
     make_plans,
     peers,
@@ -60,12 +60,9 @@ def _load() -> str:
 def build_once(
     data: Path, tok: Path, out: Path, args: argparse.Namespace, driver_reads: bool = False
 ) -> dict[str, Any]:
-    cmd = [sys.executable, str(DRIVERS / "cpu_split.py"), "build", str(data)]
-    cmd += ["--tokenizer", str(tok), "--out", str(out), "--workers", str(args.workers)]
-    cmd += [arg for t in QWEN3_STOPS for arg in ("--eot-token", t)]
-    cmd += ["--max-length", str(args.max_length), "--no-progress", "--overwrite"]
-    cmd += ["--chat-template", str(args.template_path)] if args.template_path else []
-    cmd += ["--engine", args.engine]
+    cmd = [sys.executable, str(DRIVERS / "cpu_split.py")]
+    cmd += build_args(data, tok, out, args.workers, args.max_length, args.template_path)
+    cmd += ["--overwrite", "--engine", args.engine]
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(out.parent / "hf"), "TQDM_DISABLE": "1"}
     if driver_reads:
         env["BENCH_DRIVER_READS"] = "1"

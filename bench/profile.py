@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import data as bench_data
 import peers
-from run import QWEN3_STOPS, draftset_cli, qwen3_tokenizer, resolve_template
+from run import build_args, draftset_cli, qwen3_tokenizer, resolve_template
 
 # (substring of a frame "function (file:line)", stage); the deepest match on a stack wins.
 STAGES: list[tuple[str, str]] = [
@@ -121,10 +121,9 @@ def main() -> int:
         cmd = [spy, "record", "--threads", "--subprocesses", "--format", "raw"]
         cmd += [] if args.cpu else ["--idle"]
         cmd += ["--rate", str(args.rate), "-o", str(raw), "--"]
-        cmd += [str(draftset_cli()), "build", str(data), "--tokenizer", str(tok)]
-        cmd += [arg for t in QWEN3_STOPS for arg in ("--eot-token", t)]
-        cmd += ["--out", str(Path(tmp) / "out"), "--workers", str(args.workers), "--no-progress"]
-        cmd += ["--chat-template", str(template)] if template else []
+        cmd += [str(draftset_cli())]
+        # draftset's own default --max-length, as run.py's
+        cmd += build_args(data, tok, Path(tmp) / "out", args.workers, 4096, template)
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         stages = parse(raw, args.rate)

