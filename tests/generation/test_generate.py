@@ -56,6 +56,14 @@ def by_id(path: Path) -> dict[str, dict[str, Any]]:
     return {x["id"]: x for x in lines}
 
 
+def timeless(lines: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Rows without ``metadata.template_now``: the clock of the run that asked, which differs
+    between a run and its resume."""
+    for line in lines.values():
+        line["metadata"].pop("template_now", None)
+    return lines
+
+
 def generate(src: Path, out: Path, *endpoints: str, extra: list[str] | None = None) -> int:
     args = [str(src), "--out", str(out), *FAST, *(extra or [])]
     for url in endpoints:
@@ -326,9 +334,18 @@ def test_resume_skips_done_rows_and_cuts_a_torn_line(tmp_path: Path, server: Fau
     # simulate a crash: keep 5 lines, then a torn half line
     lines = out.read_bytes().splitlines(keepends=True)
     out.write_bytes(b"".join(lines[:5]) + lines[5][: len(lines[5]) // 2])
+    kept = {json.loads(line)["id"] for line in lines[:5]}
     first_requests = len(server.requests)
+    time.sleep(1.0)  # template_now has whole seconds: the resume asks at a later one
     assert generate(src, out, server.url) == 0
-    assert by_id(out) == full
+    resumed = by_id(out)
+    assert all(resumed[i] == full[i] for i in kept)  # the kept lines are untouched
+    asked_again = set(resumed) - kept
+    assert all(
+        resumed[i]["metadata"]["template_now"] > full[i]["metadata"]["template_now"]
+        for i in asked_again
+    )  # each re-asked row carries the clock of the run that asked it
+    assert timeless(resumed) == timeless(full)
     assert len(server.requests) - first_requests == 15  # only the missing rows were asked
     assert len(by_id(tmp_path / "o.errors.jsonl")) == 1
     assert recover(out).torn_bytes == 0
@@ -494,11 +511,6 @@ def test_sigkill_mid_run_then_resume_is_exactly_once(tmp_path: Path) -> None:
         proc = _child(src, out, srv.url)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err.decode()
-
-    def timeless(lines: dict) -> dict:  # when each row was asked differs between the runs
-        for line in lines.values():
-            line["metadata"].pop("template_now", None)
-        return lines
 
     assert timeless(by_id(out)) == timeless(by_id(ref))  # same set, each id exactly once
     assert by_id(tmp_path / "crash.errors.jsonl") == by_id(tmp_path / "ref.errors.jsonl")
