@@ -27,39 +27,50 @@ import data as bench_data
 import peers
 from run import build_args, draftset_cli, qwen3_tokenizer, resolve_template
 
-# (substring of a frame "function (file:line)", stage); the deepest match on a stack wins.
+# (substring of a frame "function (file:line)", stage); the deepest match on a stack wins (on
+# one frame, the later entry). Each names a draftset function as py-spy prints it (checked
+# by tests/test_bench.py, so a rename cannot silently move its time elsewhere) or, in
+# STDLIB_NEEDLES, the standard library's.
 STAGES: list[tuple[str, str]] = [
     ("_find_and_load", "imports"),
+    ("_process_worker", "worker: wait for work / pickle"),
+    ("import_tokenizer_loader", "imports"),  # the helper's first job: transformers, torch
     ("ChatTemplate.__init__", "tokenizer + template load"),
     ("Renderer.from_kit", "tokenizer + template load"),
+    ("init_worker", "worker start-up (imports, tokenizer)"),
+    ("plan_read", "plan the read ranges (pre-pass)"),
     ("count_rows", "count rows (pre-pass)"),
-    ("iter_items", "read + normalize"),
-    ("iter_raw_rows", "read (file, JSON parse)"),
-    ("(draftset/normalize.py", "normalize"),
-    ("_unique_id", "normalize"),
-    ("Processor.process", "span derivation"),
-    ("(draftset/render.py", "span derivation"),
-    ("ChatTemplate.render", "render (Jinja)"),
-    ("_render_compiled", "render (Jinja)"),
-    ("render_reference", "render (Jinja)"),
+    ("Readers.scan", "read + facts (first pass)"),
+    ("Readers.selected_rows", "read + normalize (second pass)"),
+    ("cut_blocks", "read + normalize + select (driver reads)"),
+    ("RangedSelection.decide", "selection decisions (driver)"),
+    ("MaskStep.process", "row step (other)"),
+    ("plan_conversation", "span derivation"),
+    ("Renderer.render", "render (Jinja)"),
+    ("ChatTemplate.render_reference", "render (Jinja)"),
     ("encode_plans", "encode (Rust encode_batch + ids/mask assembly)"),
     ("apply_length_rules", "length rules"),
     ("count_results", "accounting"),
-    ("(draftset/write.py", "Arrow write"),
+    ("write_results", "Arrow write"),
     ("write_token_freq", "token_freq (torch import + save)"),
-    ("_manifest", "manifest + file hashes"),
-    ("_ordered_results", "pipeline (submit/wait/unpickle)"),
-    ("_process_worker", "worker: wait for work / pickle"),
-    ("init_worker", "worker start-up (imports, tokenizer)"),
+    ("build_manifest", "manifest + file hashes"),
+    ("_drive", "driver: gather block results"),
     ("fast_checks", "post-build fast checks (verify)"),
 ]
+STDLIB_NEEDLES = {"_find_and_load", "_process_worker"}
+
+
+# stages an import below them does not belong to: a worker's loop, the helper's first job
+IMPORTS_OWN = {"startup / other", "worker: wait for work / pickle", "imports"}
 
 
 def classify(frames: list[str]) -> str:
+    """The stage of one sampled stack: its deepest match, but an import (a lazy one) counts
+    to the stage that asked for it, unless that is only a process's main loop."""
     stage = "startup / other"
     for frame in frames:
         for needle, name in STAGES:
-            if needle in frame and not (name == "imports" and stage != "startup / other"):
+            if needle in frame and not (name == "imports" and stage not in IMPORTS_OWN):
                 stage = name
     return stage
 

@@ -107,3 +107,54 @@ def test_timeline_builds_and_names_each_process(tmp_path):
     assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
     assert "| main |" in r.stdout and "| helper |" in r.stdout
     assert "cores busy per second" in r.stdout
+
+
+def test_profile_stages_name_functions_that_exist():
+    """bench/profile.py attributes samples by function name: every name in its table is a
+    draftset function or method (a rename would silently move its time to another stage, as
+    the workers' reading once showed as "wait for work")."""
+    import ast
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import profile as bench_profile  # bench/profile.py (first on the path), not the stdlib's
+
+    defined: set[str] = set()
+    for path in (REPO / "src" / "draftset").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        defined.add(f"{node.name}.{item.name}")
+    assert bench_profile.__file__.startswith(str(REPO / "bench"))
+    missing = [
+        needle
+        for needle, _ in bench_profile.STAGES
+        if needle not in bench_profile.STDLIB_NEEDLES and needle not in defined
+    ]
+    assert missing == []
+
+
+def test_profile_attributes_a_stack_to_its_deepest_stage():
+    """A worker reading its range is reading, not waiting; an import inside the template load
+    is the template load's."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import profile as bench_profile
+
+    def frames(*names: str) -> list[str]:
+        return [f"{n} (draftset/x.py:1)" for n in names]
+
+    read = frames("_process_worker", "process_batch", "BlockRunner.__call__", "Readers.scan")
+    assert bench_profile.classify(read) == "read + facts (first pass)"
+    waiting = frames("_process_worker", "Queue.get")
+    assert bench_profile.classify(waiting) == "worker: wait for work / pickle"
+    load = frames("load_and_keep", "ChatTemplate.__init__", "_find_and_load")
+    assert bench_profile.classify(load) == "tokenizer + template load"
+    step = frames("BlockRunner._write", "MaskStep.process", "plan_conversation", "Renderer.render")
+    assert bench_profile.classify(step) == "render (Jinja)"
+    helper = frames("_process_worker", "import_tokenizer_loader", "_handle_fromlist")
+    assert bench_profile.classify(helper) == "imports"  # not waiting: importing torch
+    unpickle = frames("_process_worker", "Queue.get", "_find_and_load")
+    assert bench_profile.classify(unpickle) == "imports"
