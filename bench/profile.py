@@ -61,7 +61,7 @@ STDLIB_NEEDLES = {"_find_and_load", "_process_worker"}
 
 
 # stages an import below them does not belong to: a worker's loop, the helper's first job
-IMPORTS_OWN = {"startup / other", "worker: wait for work / pickle", "imports"}
+IMPORTS_OWN = {"startup / other", "worker: wait for work / pickle"}
 
 
 def classify(frames: list[str]) -> str:
