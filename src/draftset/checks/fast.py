@@ -25,9 +25,8 @@ from draftset.output.readback import (
     OutputSet,
     Problems,
     RowStats,
-    iter_batches,
+    SetFacts,
     read_jsonl,
-    running_sum,
 )
 from draftset.output.vocab import load_token_freq_pt
 from draftset.sources.read import sha256_file
@@ -40,8 +39,10 @@ REJECT_KEYS = {"source", "row", "id", "reason", "message"}
 
 
 # --- 1. structure ---------------------------------------------------------------------------------
-def check_structure(out: OutputSet) -> CheckResult:
-    """Columns and dtypes, equal lengths, no empty rows, unique ids, token ids inside the vocab."""
+def check_structure(out: OutputSet, facts: SetFacts | None = None) -> CheckResult:
+    """Columns and dtypes, equal lengths, no empty rows, unique ids, token ids inside the vocab.
+
+    ``facts``: the set's `SetFacts` when already read (or handed back by a build's workers)."""
     p = Problems()
     for problem in out.layout.structure_problems(out.folder, out.state):
         p.add(problem)
@@ -60,7 +61,7 @@ def check_structure(out: OutputSet) -> CheckResult:
     max_len = int(out.options.get("max_length") or 0)
     min_sup = int(out.options.get("min_supervised_tokens") or 0)
     seen: set[str] = set()
-    for b in iter_batches(out):
+    for b in (facts or SetFacts.read(out)).batches:
         for r, rid in enumerate(b.ids):
             if rid is None or rid == "":
                 p.add("row without id", f"#{b.start_row + r}")
@@ -76,20 +77,13 @@ def check_structure(out: OutputSet) -> CheckResult:
         if max_len:
             for r in np.nonzero(b.lengths > max_len)[0]:
                 p.add(f"row longer than max_length {max_len}", _rid(b.ids, b.start_row, r))
-        # the positions are looked for only when the batch's range says some exist (this runs
-        # at the end of every build, over every token)
-        if b.tokens.size and (b.tokens.min() < 0 or (vocab and b.tokens.max() >= vocab)):
-            bad_tok = (b.tokens < 0) | (b.tokens >= vocab if vocab else False)
-            for r in _rows_of(np.nonzero(bad_tok)[0], b.offsets):
-                p.add(f"token id outside the vocabulary [0, {vocab})", _rid(b.ids, b.start_row, r))
-        if b.mask.size and (b.mask.min() < 0 or b.mask.max() > 1):
-            bad_mask = (b.mask != 0) & (b.mask != 1)
-            for r in _rows_of(np.nonzero(bad_mask)[0], b.offsets):
-                p.add("loss_mask value other than 0/1", _rid(b.ids, b.start_row, r))
-        if not bad_len.any():
-            cs = running_sum(b.mask == 1)
-            sup = cs[b.offsets[1:]] - cs[b.offsets[:-1]]
-            for r in np.nonzero(sup < max(min_sup, 1))[0]:
+        bad_tok = (b.token_min < 0) | ((b.token_max >= vocab) if vocab else False)
+        for r in np.nonzero(bad_tok)[0]:
+            p.add(f"token id outside the vocabulary [0, {vocab})", _rid(b.ids, b.start_row, r))
+        for r in b.bad_mask_rows:
+            p.add("loss_mask value other than 0/1", _rid(b.ids, b.start_row, r))
+        if b.supervised_within is not None:
+            for r in np.nonzero(b.supervised_within < max(min_sup, 1))[0]:
                 p.add(
                     "fewer supervised tokens than min_supervised_tokens",
                     _rid(b.ids, b.start_row, r),
@@ -105,15 +99,8 @@ def _rid(ids: list[str | None], start: int, r: int | np.integer) -> str:
     return rid if rid else f"#{start + int(r)}"
 
 
-def _rows_of(positions: np.ndarray, offsets: np.ndarray) -> list[int]:
-    """Distinct row indices (within a batch) holding the given flat token positions."""
-    if positions.size == 0:
-        return []
-    return sorted(set((np.searchsorted(offsets, positions, side="right") - 1).tolist()))
-
-
 # --- 2. accounting --------------------------------------------------------------------------------
-def check_accounting(out: OutputSet, stats: RowStats | None = None) -> CheckResult:
+def check_accounting(out: OutputSet, facts: SetFacts | None = None) -> CheckResult:
     """Counts in the manifest balance and equal the data, rejects.jsonl and prompts.jsonl."""
     p = Problems()
     m = out.manifest
@@ -123,8 +110,9 @@ def check_accounting(out: OutputSet, stats: RowStats | None = None) -> CheckResu
         p.add("manifest counts and inputs name different sources")
     _check_balance(p, counts, out.options.get("turns", "all"))
     _check_total(p, (m.get("counts") or {}).get("total"), counts)
-    _check_counts_match_data(p, out, counts)
-    _check_conversations(p, out, counts)
+    facts = facts or SetFacts.read(out)
+    _check_counts_match_data(p, out, counts, facts)
+    _check_conversations(p, out, counts, facts)
     rejects = _check_rejects_file(p, out, counts)
     prompts = _check_prompts_file(p, out, counts)
     return p.result(
@@ -180,7 +168,9 @@ def _check_total(p: Problems, total: Any, counts: dict[str, Any]) -> None:
             )
 
 
-def _check_conversations(p: Problems, out: OutputSet, counts: dict[str, Any]) -> None:
+def _check_conversations(
+    p: Problems, out: OutputSet, counts: dict[str, Any], facts: SetFacts
+) -> None:
     """Conversation-level counts against the data: outside ``--turns each`` every rejected
     conversation is one reject line (``rejected_by_reason`` = ``row_rejects_by_reason``, which
     rejects.jsonl proves); with ``each``, ``written`` is the number of distinct conversations
@@ -188,7 +178,11 @@ def _check_conversations(p: Problems, out: OutputSet, counts: dict[str, Any]) ->
     each = out.options.get("turns") == "each"
     bases: dict[str, set[str]] = {}
     if each and out.readable and "id" in out.column_names and "source" in out.column_names:
-        for rid, src in zip(out.ids(), out.sources(), strict=True):
+        if facts.batches:
+            ids, sources = facts.ids(), facts.sources()
+        else:
+            ids, sources = out.ids(), out.sources()
+        for rid, src in zip(ids, sources, strict=True):
             base = str(rid).rsplit("#", 1)[0] if rid else ""
             bases.setdefault(str(src), set()).add(base)
     for name, c in counts.items():
@@ -214,28 +208,26 @@ def _check_conversations(p: Problems, out: OutputSet, counts: dict[str, Any]) ->
                 )
 
 
-def _data_counts(out: OutputSet) -> tuple[Counter[str], Counter[str], Counter[str]]:
+def _data_counts(facts: SetFacts) -> tuple[Counter[str], Counter[str], Counter[str]]:
     """Rows, tokens and supervised tokens per source, counted in the data itself."""
     rows_by: Counter[str] = Counter()
     tok_by: Counter[str] = Counter()
     sup_by: Counter[str] = Counter()
-    if out.readable and all(c in out.column_names for c in REQUIRED_COLUMNS):
-        for b in iter_batches(out):
-            mlen = np.minimum(b.lengths, b.mask_lengths)
-            cs = running_sum(b.mask == 1)
-            moff = np.concatenate([[0], np.cumsum(b.mask_lengths)])
-            sup = (cs[moff[:-1] + mlen] - cs[moff[:-1]]).tolist()
-            for src, n, s in zip(b.sources, b.lengths.tolist(), sup, strict=True):
-                key = str(src)
-                rows_by[key] += 1
-                tok_by[key] += n
-                sup_by[key] += s
+    for b in facts.batches:
+        sup = b.supervised_common.tolist()
+        for src, n, s in zip(b.sources, b.lengths.tolist(), sup, strict=True):
+            key = str(src)
+            rows_by[key] += 1
+            tok_by[key] += n
+            sup_by[key] += s
     return rows_by, tok_by, sup_by
 
 
-def _check_counts_match_data(p: Problems, out: OutputSet, counts: dict[str, Any]) -> None:
+def _check_counts_match_data(
+    p: Problems, out: OutputSet, counts: dict[str, Any], facts: SetFacts
+) -> None:
     """The manifest's per-source and total rows / tokens / supervised tokens equal the data."""
-    rows_by, tok_by, sup_by = _data_counts(out)
+    rows_by, tok_by, sup_by = _data_counts(facts)
     for src in rows_by:
         if src not in counts:
             p.add("rows from a source the manifest does not name", src)
@@ -348,7 +340,8 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
         if not safe_name(name) or not path.is_file():
             p.add("listed file missing", name)
             continue
-        out.sha256[name] = sha256_file(path)
+        if name not in out.sha256:  # a build's shards were hashed by the workers that wrote them
+            out.sha256[name] = sha256_file(path)
         if out.sha256[name] != digest:
             p.add("sha256 differs from the manifest", name)
     # a file that looks like a shard but is not one of the set's (another run's shard, a copy,

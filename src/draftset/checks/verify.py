@@ -46,8 +46,8 @@ from draftset.output.readback import (
     VERIFY_RECORD,
     CheckResult,
     OutputSet,
+    SetFacts,
     open_output,
-    row_stats,
 )
 from draftset.sources.read import sha256_file
 
@@ -70,14 +70,22 @@ class VerifyUsageError(UsageError):
 
 
 def _fast(
-    out: OutputSet, block_size: int, load_pt: Callable[[Path], dict[int, int] | None] | None = None
+    out: OutputSet,
+    block_size: int,
+    load_pt: Callable[[Path], dict[int, int] | None] | None = None,
+    facts: SetFacts | None = None,
 ) -> list[CheckResult]:
-    stats = row_stats(out, block_size)
-    ids = out.ids() if out.readable and "id" in out.column_names else None
+    # one pass over the set's tokens for every check (none when the facts came with the call)
+    facts = facts if facts is not None else SetFacts.read(out, block_size)
+    stats = facts.row_stats(out.vocab_size)
+    if facts.batches:
+        ids: list[str | None] | None = facts.ids()
+    else:
+        ids = out.ids() if out.readable and "id" in out.column_names else None
     return [
-        check_structure(out),
+        check_structure(out, facts),
         check_file_hashes(out),
-        check_accounting(out, stats),
+        check_accounting(out, facts),
         check_token_freq(out, stats, load_pt),
         check_draft_vocab(out, stats),
         check_drafter_fitness(out, stats, block_size, ids),
@@ -88,15 +96,21 @@ def fast_checks(
     out_dir: Path | str | OutputSet,
     block_size: int = DEFAULT_BLOCK_SIZE,
     load_pt: Callable[[Path], dict[int, int] | None] | None = None,
+    facts: SetFacts | None = None,
+    digests: dict[str, str] | None = None,
 ) -> list[CheckResult]:
     """Structure, file hashes, accounting, token_freq recount, d2t/t2d, drafter fitness.
 
     No sources and no tokenizer needed; vectorized, seconds on a big set. Raises
     NotADraftsetError when ``out_dir`` is not a draftset output. ``load_pt``: see
     `check_token_freq`. Never writes the verify record (only a full run does).
+
+    ``facts`` and ``digests`` (a build's: its workers read back each shard they wrote, its
+    `SetFacts` and sha256) stand for reading the shards here; the set is then not read again.
     """
     out = out_dir if isinstance(out_dir, OutputSet) else open_output(Path(out_dir))
-    return _fast(out, block_size, load_pt)
+    out.sha256.update(digests or {})
+    return _fast(out, block_size, load_pt, facts)
 
 
 def run_verify(

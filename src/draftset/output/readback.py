@@ -10,8 +10,8 @@ numpy, so memory stays flat however big the set is.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -426,8 +426,13 @@ def _signed(values: np.ndarray) -> np.ndarray:
 def iter_batches(out: OutputSet) -> Iterator[Batch]:
     """Record batches of the set as numpy arrays (requires the required columns to exist)."""
     assert out.readable
-    start = 0
-    for rb in out.record_batches():
+    return as_batches(out.record_batches())
+
+
+def as_batches(record_batches: Iterable[pa.RecordBatch], start: int = 0) -> Iterator[Batch]:
+    """Record batches (of a set, or of one shard file) as numpy arrays, rows numbered from
+    ``start``."""
+    for rb in record_batches:
         ids_col = rb.column("input_ids")
         mask_col = rb.column("loss_mask")
         lengths = _filled(pc.list_value_length(ids_col), 0)
@@ -513,29 +518,151 @@ def _count_between(cs: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
 
 def row_stats(out: OutputSet, block_size: int = defaults.BLOCK_SIZE) -> RowStats:
     """Per-row statistics and the supervised-token recount over the whole set."""
-    size = max(out.vocab_size, 1)
-    freq = np.zeros(size, dtype=np.int64)
-    cols: dict[str, list[np.ndarray]] = {
-        k: [] for k in ("seq_len", "supervised", "runs", "pairs", "anchors", "full_blocks")
-    }
-    if out.readable and _has_columns(out):
-        for b in iter_batches(out):
-            if b.tokens.size != b.mask.size or not np.array_equal(b.lengths, b.mask_lengths):
-                b = _trim_to_common(b)
-            st = batch_stats(b, block_size)
-            cols["seq_len"].append(b.lengths)
-            for k, v in st.items():
-                cols[k].append(v)
-            sup = b.tokens[b.mask == 1]
-            sup = sup[sup >= 0]
-            if sup.size:
-                top = int(sup.max()) + 1
+    return SetFacts.read(out, block_size).row_stats(out.vocab_size)
+
+
+@dataclass
+class BatchFacts:
+    """What the fast checks need of one record batch, from one pass over its tokens: per-row
+    numbers, the rows holding impossible values, the supervised-token histogram (sparse).
+
+    Pure in the batch, so it is computed wherever the batch is read: by `verify` here, and in
+    a build by the worker that wrote the shard, from the file it wrote (issue 27: the driver
+    then never reads the set's tokens back; `SetFacts.gather`). Every field is what the
+    checks computed from the batch itself before, so both give the same results.
+    """
+
+    start_row: int
+    ids: list[str | None]
+    sources: list[str | None]
+    lengths: np.ndarray  # tokens per row
+    mask_lengths: np.ndarray
+    seq_len: np.ndarray  # the column as stored (-1 where null)
+    token_min: np.ndarray  # per row; 0 for an empty row
+    token_max: np.ndarray  # per row; -1 for an empty row
+    bad_mask_rows: list[int]  # rows (in the batch) holding a loss_mask value other than 0/1
+    supervised_within: np.ndarray | None
+    """Supervised positions per row along the token offsets; None when the lengths differ."""
+    supervised_common: np.ndarray
+    """Supervised positions per row within its common length (ids and mask): the data counts."""
+    stats: dict[str, np.ndarray]  # `batch_stats` of the batch cut to common lengths, + seq_len
+    freq_ids: np.ndarray  # supervised token ids that occur (ascending, >= 0)
+    freq_counts: np.ndarray
+
+    @property
+    def rows(self) -> int:
+        return len(self.ids)
+
+
+def batch_facts(b: Batch, block_size: int = defaults.BLOCK_SIZE) -> BatchFacts:
+    """The `BatchFacts` of one batch (see there)."""
+    n = len(b.lengths)
+    nonempty = b.lengths > 0
+    token_min = np.zeros(n, dtype=np.int64)
+    token_max = np.full(n, -1, dtype=np.int64)
+    if b.tokens.size and nonempty.any():
+        starts = b.offsets[:-1][nonempty]  # empty rows between them add no element
+        token_min[nonempty] = np.minimum.reduceat(b.tokens, starts)
+        token_max[nonempty] = np.maximum.reduceat(b.tokens, starts)
+    bad_mask_rows: list[int] = []
+    if b.mask.size and (b.mask.min() < 0 or b.mask.max() > 1):
+        bad_mask_rows = _rows_of(np.nonzero((b.mask != 0) & (b.mask != 1))[0], b.offsets)
+    same = b.tokens.size == b.mask.size and np.array_equal(b.lengths, b.mask_lengths)
+    t = b if same else _trim_to_common(b)
+    stats = batch_stats(t, block_size)
+    stats["seq_len"] = t.lengths
+    if np.array_equal(b.lengths, b.mask_lengths):
+        common = stats["supervised"]
+    else:
+        mlen = np.minimum(b.lengths, b.mask_lengths)
+        cs = running_sum(b.mask == 1)
+        moff = np.concatenate([[0], np.cumsum(b.mask_lengths)])
+        common = (cs[moff[:-1] + mlen] - cs[moff[:-1]]).astype(np.int64)
+    bad_len = (b.lengths != b.mask_lengths) | (b.lengths != b.seq_len)
+    within = None if bad_len.any() else stats["supervised"]
+    sup = t.tokens[t.mask == 1]
+    sup = sup[sup >= 0]
+    counts = np.bincount(sup) if sup.size else np.zeros(0, dtype=np.int64)
+    freq_ids = np.flatnonzero(counts)
+    return BatchFacts(
+        b.start_row,
+        b.ids,
+        b.sources,
+        b.lengths,
+        b.mask_lengths,
+        b.seq_len,
+        token_min,
+        token_max,
+        bad_mask_rows,
+        within,
+        common,
+        stats,
+        freq_ids.astype(np.int64),
+        counts[freq_ids].astype(np.int64),
+    )
+
+
+def shard_facts(
+    fmt_layout: Layout, path: Path, block_size: int = defaults.BLOCK_SIZE
+) -> list[BatchFacts]:
+    """The facts of one shard file, its rows numbered from 0 (read back from the file)."""
+    return [batch_facts(b, block_size) for b in as_batches(fmt_layout.batches(path))]
+
+
+@dataclass
+class SetFacts:
+    """The `BatchFacts` of a whole set, in row order: what the fast checks read instead of the
+    tokens."""
+
+    batches: list[BatchFacts]
+
+    @classmethod
+    def read(cls, out: OutputSet, block_size: int = defaults.BLOCK_SIZE) -> SetFacts:
+        """Read every batch of the set once (none when the set lacks the required columns)."""
+        if not (out.readable and _has_columns(out)):
+            return cls([])
+        return cls([batch_facts(b, block_size) for b in iter_batches(out)])
+
+    @classmethod
+    def gather(cls, shards: Iterable[list[BatchFacts]]) -> SetFacts:
+        """Shards' facts (each numbered from 0, as `shard_facts` gives them) in set order."""
+        batches: list[BatchFacts] = []
+        start = 0
+        for facts in shards:
+            for f in facts:
+                batches.append(replace(f, start_row=start + f.start_row))
+            start += sum(f.rows for f in facts)
+        return cls(batches)
+
+    def ids(self) -> list[str | None]:
+        return [i for f in self.batches for i in f.ids]
+
+    def sources(self) -> list[str | None]:
+        return [s for f in self.batches for s in f.sources]
+
+    def row_stats(self, vocab_size: int) -> RowStats:
+        """Per-row statistics and the supervised-token recount (`row_stats`)."""
+        freq = np.zeros(max(vocab_size, 1), dtype=np.int64)
+        for f in self.batches:
+            if f.freq_ids.size:
+                top = int(f.freq_ids[-1]) + 1
                 if top > freq.size:
                     freq = np.concatenate([freq, np.zeros(top - freq.size, dtype=np.int64)])
-                freq[:top] += np.bincount(sup, minlength=top)
-    empty = np.zeros(0, dtype=np.int64)
-    joined = {k: (np.concatenate(v) if v else empty) for k, v in cols.items()}
-    return RowStats(token_freq=freq, **joined)
+                freq[f.freq_ids] += f.freq_counts
+        names = ("seq_len", "supervised", "runs", "pairs", "anchors", "full_blocks")
+        empty = np.zeros(0, dtype=np.int64)
+        joined = {
+            k: (np.concatenate([f.stats[k] for f in self.batches]) if self.batches else empty)
+            for k in names
+        }
+        return RowStats(token_freq=freq, **joined)
+
+
+def _rows_of(positions: np.ndarray, offsets: np.ndarray) -> list[int]:
+    """Distinct row indices (within a batch) holding the given flat token positions."""
+    if positions.size == 0:
+        return []
+    return sorted(set((np.searchsorted(offsets, positions, side="right") - 1).tolist()))
 
 
 def _has_columns(out: OutputSet) -> bool:

@@ -26,8 +26,9 @@ from draftset.core.counters import Accounting
 from draftset.core.records import Normalized, PromptOnly, Reject
 from draftset.mask.step import ItemResult, MaskConfig, MaskStep, count_results
 from draftset.mask.template import Renderer
-from draftset.output import writer_class
+from draftset.output import layout, writer_class
 from draftset.output.base import ShardedWriter, Writer, WriterCounts
+from draftset.output.readback import BatchFacts, shard_facts
 from draftset.select.mix import SelectionSpec
 from draftset.select.ranged import (
     RangedSelection,
@@ -37,6 +38,7 @@ from draftset.select.ranged import (
     SourceRanges,
     plan_source_ranges,
 )
+from draftset.sources.read import sha256_file
 
 BATCH_ROWS = 64
 """Rows per row-step call inside a block (the tokenizer's batch)."""
@@ -126,6 +128,10 @@ class BlockResult:
     results: list[ItemResult] | None = None
     """The row step's results themselves, only for a format the workers cannot write in blocks
     (one file for the whole set: `output.base.Writer` without shards); the driver writes them."""
+    facts: list[list[BatchFacts]] = field(default_factory=list)
+    """Per part: what the fast checks need of it, read back from the file the worker wrote
+    (`output.readback.shard_facts`), so the driver never reads the set's tokens."""
+    digests: list[str] = field(default_factory=list)  # per part: the file's sha256
 
 
 @dataclass(frozen=True)
@@ -192,7 +198,15 @@ class BlockRunner:
             writer.abandon()  # no file left open (the build removes the folder next)
             raise
         names = [p.relative_to(job.folder).as_posix() for p in parts]
-        return BlockResult(index, rows_in, names, writer.counts(), acct, rejects, prompts)
+        # read back what was written, here where it was written: the set's checks and manifest
+        # need each shard's facts and sha256, and the driver would otherwise read every token
+        fmt = layout(job.output_format)
+        facts = [shard_facts(fmt, part) for part in parts]
+        digests = [sha256_file(part) for part in parts]
+        counts = writer.counts()
+        return BlockResult(
+            index, rows_in, names, counts, acct, rejects, prompts, None, facts, digests
+        )
 
 
 def _batches(rows: Iterator[Normalized], n: int) -> Iterator[list[Normalized]]:

@@ -35,9 +35,9 @@ from draftset.engine.helper import Sidecar
 from draftset.mask.step import MaskConfig
 from draftset.mask.template import TemplateInfo, TemplateSpec
 from draftset.output import writer_class
-from draftset.output.base import ShardedWriter, Writer
+from draftset.output.base import ShardedWriter, Writer, rel_name
 from draftset.output.folder import finalize_output, prepare_output
-from draftset.output.readback import CheckResult, open_output
+from draftset.output.readback import BatchFacts, CheckResult, SetFacts, open_output
 from draftset.output.vocab import (
     load_token_freq_pt,
     save_token_freq_pt,
@@ -47,6 +47,7 @@ from draftset.output.vocab import (
 from draftset.pipeline.block import (
     Block,
     BlockJob,
+    BlockResult,
     cut_blocks,
     plan_read,
     read_tasks,
@@ -221,7 +222,8 @@ def _run(
         rejects = _JsonlSink(tmp / "rejects.jsonl")
         prompts = _JsonlSink(tmp / "prompts.jsonl")
         sinks = [rejects, prompts]
-        for done in _drive(stage.engine, stream, acct, writer, rejects, prompts):
+        read_back = _ReadBack()
+        for done in _drive(stage.engine, stream, acct, writer, rejects, prompts, read_back):
             if on_progress:
                 on_progress(done, total or done)
         stage.engine.finish()  # all work is back: the workers exit now
@@ -230,6 +232,7 @@ def _run(
         if note:
             notes.append(note)
         shards = writer.close()
+        facts, digests = read_back.named(shards, tmp)
         rejects.close()
         prompts.close()
         vocab_files = _write_vocab(opts, stage, tmp, writer, vocab_size, notes)
@@ -250,6 +253,7 @@ def _run(
             [*shards, *vocab_files],
             tmp,
             skipped,
+            digests={tmp / name: digest for name, digest in digests.items()},
             # who read the rows: never the set's bytes, only how it was built
             engine={**stage.engine.describe(), "rows_read_by": "workers" if ranged else "driver"},
             selection=selection,
@@ -273,8 +277,34 @@ def _run(
             if pt.is_file()
             else None
         )
-        checks = fast_checks(opts.out, load_pt=load_pt)
+        checks = fast_checks(opts.out, load_pt=load_pt, facts=facts, digests=digests)
     return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
+
+
+class _ReadBack:
+    """What the workers read back of the shards they wrote (`BlockResult.facts`, `.digests`),
+    in part order: the build's checks and manifest take them instead of reading the set again
+    (issue 27: the driver's work stays a few bytes a row, to the end)."""
+
+    def __init__(self) -> None:
+        self.facts: list[list[BatchFacts]] = []
+        self.digests: list[str] = []
+
+    def add(self, result: BlockResult) -> None:
+        if len(result.facts) != len(result.parts) or len(result.digests) != len(result.parts):
+            raise RunError(f"block {result.index}: a worker sent no read-back of its shards")
+        self.facts.extend(result.facts)
+        self.digests.extend(result.digests)
+
+    def named(self, shards: list[Path], folder: Path) -> tuple[SetFacts | None, dict[str, str]]:
+        """The set's facts, and its shards' digests by name in ``folder``, once the writer has
+        named the parts (``shards``: its finished files, the parts first, in order); (None, {})
+        when no block wrote a shard (an empty set's one shard is the driver's)."""
+        n = len(self.digests)
+        if n == 0 or len(shards) < n:
+            return None, {}
+        names = [rel_name(folder, shard) for shard in shards[:n]]
+        return SetFacts.gather(self.facts), dict(zip(names, self.digests, strict=True))
 
 
 def _decided(
@@ -321,10 +351,12 @@ def _drive(
     writer: Writer,
     rejects: _JsonlSink,
     prompts: _JsonlSink,
+    read_back: _ReadBack,
 ) -> Iterator[int]:
-    """The blocks' results in block order: their counts added up, their shards gathered, their
-    reject and prompt lines written; yields the input rows done so far. No row passes here,
-    but for a format without shards (its rows come back and are written here, in order)."""
+    """The blocks' results in block order: their counts added up, their shards gathered (with
+    what the workers read back of them), their reject and prompt lines written; yields the
+    input rows done so far. No row passes here, but for a format without shards (its rows
+    come back and are written here, in order)."""
     done = 0
     for result in engine.map(blocks):
         acct += result.accounting
@@ -333,6 +365,7 @@ def _drive(
         else:
             assert isinstance(writer, ShardedWriter)
             writer.add_block([writer.folder / name for name in result.parts], result.counts)
+            read_back.add(result)
         rejects.write_lines(result.rejects)
         prompts.write_lines(result.prompts)
         done += result.rows_in

@@ -37,9 +37,11 @@ def build_manifest(
     engine: dict[str, Any] | None = None,
     selection: SelectionSpec | None = None,
     mixture: dict[str, Any] | None = None,
+    digests: dict[Path, str] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a finished build in ``folder``: ``written`` are the files the writer and
-    the vocabulary step wrote (hashed with the side files)."""
+    the vocabulary step wrote (hashed with the side files, but for those in ``digests``: the
+    shards the workers hashed after writing them)."""
     given = opts.given_paths or {}
     options = {
         "turns": opts.turns,
@@ -56,7 +58,8 @@ def build_manifest(
         "chat_template_path_as_given": given.get("chat_template", opts.chat_template_path),
         "render_timeout": opts.render_timeout,
     }
-    files = {rel_name(folder, p): sha256_file(p) for p in written}
+    known = digests or {}
+    files = {rel_name(folder, p): known.get(p) or sha256_file(p) for p in written}
     for extra in SIDE_FILES:
         files[extra] = sha256_file(folder / extra)
     manifest: dict[str, Any] = {
