@@ -155,7 +155,9 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
         kwargs = parse_json_object(kwargs, "--template-kwargs")
     template = o.chat_template
     if template and not Path(template).is_file():
-        raise UsageError(f"chat template file not found: {template}")
+        from draftset.config.preflight import missing_chat_template  # lazy: a stage
+
+        raise UsageError(missing_chat_template(template))
     opts = BuildOptions(
         sources=srcs,
         tokenizer=str(o.tokenizer),

@@ -389,3 +389,55 @@ def test_more_workers_than_cpus_is_one_line_before_any_work(
     line = one_line(capsys)
     assert line.startswith(f"draftset: error: --workers {n}: this machine has {n - 1} CPUs"), line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]
+
+
+# --- found by an outside probe (session 19) -------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("empty.txt", ""),
+        ("blank.txt", "\n   \n\n"),
+        ("no-prompts.jsonl", '{"answer": 1}\n{"score": 2}\n'),
+    ],
+)
+def test_a_decontaminate_file_without_prompts_is_one_line_before_any_work(
+    tmp_path, capsys, no_work, name, text
+):
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    bench = tmp_path / name
+    bench.write_text(text, encoding="utf-8")
+    argv = build_argv(src, out=tmp_path / "out", extra=("--decontaminate", str(bench)))
+    assert main(argv) == 2
+    line = one_line(capsys)
+    assert line.startswith("draftset: error: --decontaminate") and "no benchmark prompts" in line
+    assert str(bench) in line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_target_vocab_size_below_the_tokenizers_is_one_line_not_a_crash(
+    tmp_path, capsys, workers
+):
+    """It used to pass the checks and crash in the writer on the first row (`ValueError: token
+    id beyond vocabulary size`, exit 1); it is refused when the tokenizer loads, before rows."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1), chat(2)])
+    argv = build_argv(src, out=tmp_path / "out", extra=("--target-vocab-size", "100"))
+    argv = [*argv, "--eot-token", "<|im_end|>"]
+    argv[argv.index("--workers") + 1] = workers
+    assert main(argv) == 2
+    line = one_line(capsys)
+    assert line.startswith("draftset: error: --target-vocab-size 100 is smaller than")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_chat_template_folder_is_named_a_folder(tmp_path, capsys, no_work):
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    folder = tmp_path / "templates"
+    folder.mkdir()
+    argv = build_argv(src, out=tmp_path / "out", extra=("--chat-template", str(folder)))
+    assert main(argv) == 2
+    line = one_line(capsys)
+    assert line == (
+        f"draftset: error: --chat-template {folder} is a folder, not a template file (give the"
+        " .jinja file; without --chat-template the tokenizer folder's own template is used)"
+    )

@@ -60,6 +60,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             helper=getattr(args, "helper", None),  # started ahead by `cli.main`
         )
     from draftset.commands.verify import print_results  # lazy: after the build, as above
+    from draftset.pipeline.build import ADVISORY_CHECKS  # lazy: as above
     from draftset.pipeline.summary import print_build_summary  # lazy: as above
 
     print_build_summary(result)
@@ -70,7 +71,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAIL
-    print_results(result.checks)
+    print_results(result.checks, advisory=ADVISORY_CHECKS)
     if not result.ok:
         return EXIT_FAIL
     print(f"next: draftset verify {result.out}   (re-derives every mask from the sources)")

@@ -60,12 +60,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     # prints their one line and returns their exit code
     from draftset import api  # lazy: the stages load when the command runs
     from draftset.commands.verify import print_results
+    from draftset.pipeline.build import ADVISORY_CHECKS  # lazy: as above
 
     result = api.run(
         **parsed(args, RunArgs),
         progress=progress_wanted(args),
         say=lambda text: print(visible(text), flush=True),  # paths may hold ESC
-        show_checks=lambda checks: print_results(checks, verdict=False),  # one verdict: run's
+        # one verdict: run's; drafter fitness is advice there as in build
+        show_checks=lambda checks: print_results(checks, verdict=False, advisory=ADVISORY_CHECKS),
     )
     print_summary(result)
     return EXIT_OK if result.passed else EXIT_FAIL

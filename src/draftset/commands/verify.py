@@ -57,7 +57,10 @@ def _wide_console() -> Console:
 
 
 def print_results(
-    results: list[CheckResult], console: Console | None = None, verdict: bool = True
+    results: list[CheckResult],
+    console: Console | None = None,
+    verdict: bool = True,
+    advisory: frozenset[str] = frozenset(),
 ) -> None:
     """One line per check; failures with count, example ids and the first few messages; then
     the verdict (``verdict=False``: the caller says its own, as `run` does: one verdict)."""
@@ -65,7 +68,11 @@ def print_results(
     style = {"pass": "green", "fail": "bold red", "skip": "yellow"}
     for r in results:
         label = r.status.upper()
-        line = f"[{style[r.status]}]{label:4}[/] {r.name}: {escape(visible(r.summary))}"
+        if r.failed and r.name in advisory:  # advice (build's drafter fitness): not a failure
+            label, r_style = "WARN", "bold yellow"
+        else:
+            r_style = style[r.status]
+        line = f"[{r_style}]{label:4}[/] {r.name}: {escape(visible(r.summary))}"
         if r.failed:
             line += f" [bold](count {r.count:,})[/]"
             if r.examples:
@@ -74,7 +81,8 @@ def print_results(
         if r.failed:
             for msg in r.details.get("messages", []):
                 console.print(f"       {escape(visible(str(msg)))}")
-    failed = [r.name for r in results if r.failed]
+    failed = [r.name for r in results if r.failed and r.name not in advisory]
+    warned = [r.name for r in results if r.failed and r.name in advisory]
     if not verdict:
         return
     if failed:
@@ -83,4 +91,5 @@ def print_results(
         console.print(
             "[green]verify passed[/]"
             + (" (with skips)" if any(r.status == "skip" for r in results) else "")
+            + (f"; advice above: {', '.join(warned)}" if warned else "")
         )

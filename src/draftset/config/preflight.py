@@ -28,6 +28,7 @@ from draftset.output.folder import (
     is_draftset_output,
     replaceable,
 )
+from draftset.select.decontam import check_benchmark_file
 from draftset.sources.presets import apply_preset
 from draftset.sources.read import HUB_PREFIX
 
@@ -93,6 +94,7 @@ def check_values(opts: BuildOptions) -> None:
     for bench in opts.decontaminate:
         if not Path(bench).exists():
             raise UsageError(f"--decontaminate file not found: {bench}")
+        check_benchmark_file(bench)  # a file with no prompt would decontaminate nothing
     values = {name: getattr(opts, name) for name in _SCHEMA_CHECKED}
     validated(BuildArgs, values, name_of=lambda name: flag_of(BuildArgs, name))
     for s in opts.sources:
@@ -232,13 +234,23 @@ def local_sources(sources: list[Any]) -> list[Path]:
     ]
 
 
+def missing_chat_template(path: str | Path) -> str:
+    """Why ``--chat-template PATH`` is not a file, in one line."""
+    if Path(path).is_dir():
+        return (
+            f"--chat-template {path} is a folder, not a template file (give the .jinja file;"
+            " without --chat-template the tokenizer folder's own template is used)"
+        )
+    return f"chat template file not found: {path}"
+
+
 def check_chat_template(path: str | None) -> None:
     """A ``--chat-template`` file that exists, is UTF-8, not blank, and parses as Jinja."""
     if not path:
         return
     p = Path(path)
     if not p.is_file():
-        raise PreflightError(f"chat template file not found: {path}")
+        raise PreflightError(missing_chat_template(path))
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

@@ -56,13 +56,18 @@ def source_from_entry(entry: SourceEntry, path: Path | None = None) -> Source:
 
 
 def unique_names(sources: list[Source]) -> list[Source]:
-    seen: dict[str, int] = {}
+    """Every source its own name: a later source named like an earlier one becomes
+    ``NAME-2`` (``-3``, ...), never a name another source has (its file's stem or its recipe
+    ``name:``), so no two sources' rows and counts are ever taken for one's."""
+    given = {s.name for s in sources}
+    used: set[str] = set()
     for s in sources:
-        base = s.name
-        n = seen.get(base, 0)
-        seen[base] = n + 1
-        if n:
-            s.name = f"{base}-{n + 1}"
+        if s.name in used:
+            n = 2
+            while f"{s.name}-{n}" in used or f"{s.name}-{n}" in given:
+                n += 1
+            s.name = f"{s.name}-{n}"
+        used.add(s.name)
     return sources
 
 
@@ -130,6 +135,16 @@ def preset_hub_path(name: str) -> str:
     return f"{HUB_PREFIX}{preset.hub_id}{config}@{preset.hub_split}"
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error in one line: what and where (its own text spans several lines, with the
+    offending line quoted)."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    context = getattr(exc, "context", None)
+    return f"{context + ': ' if context else ''}{problem}{where}"
+
+
 def load_recipe(path: Path) -> dict[str, Any]:
     """Read a recipe, validate its keys, resolve its paths; returns plain option values."""
     try:
@@ -137,7 +152,7 @@ def load_recipe(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise RecipeError(f"cannot read recipe {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise RecipeError(f"recipe {path} is not valid YAML: {exc}") from None
+        raise RecipeError(f"recipe {path} is not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise RecipeError(f"recipe {path} must be a mapping")
     unknown = set(data) - RECIPE_KEYS

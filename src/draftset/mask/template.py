@@ -615,9 +615,14 @@ class ChatTemplate(Renderer):
 
     def vocab_size(self, override: int | None = None) -> int:
         """Target model vocabulary size: config.json's `vocab_size` (may exceed the tokenizer's)."""
-        if override is not None:
-            return override
         n = len(self.tokenizer)
+        if override is not None:
+            if override < n:  # its ids would not fit the model's embedding: refuse, never cut
+                raise TokenizerError(
+                    f"--target-vocab-size {override} is smaller than the tokenizer's {n} tokens"
+                    " (the target model's config.json vocab_size is at least that)"
+                )
+            return override
         configured = config_vocab_size(str(self.path)) if self.path is not None else None
         return n if configured is None else max(n, configured)
 

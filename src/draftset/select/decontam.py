@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from draftset.core import reasons
+from draftset.core.errors import UsageError
 from draftset.core.records import Conversation, Normalized, PromptOnly, RawRow, Reject
 from draftset.sources.normalize import ID_KEYS, normalize
 from draftset.sources.read import Source, iter_raw_rows
@@ -82,11 +83,33 @@ def load_benchmark_prompts(paths: Iterable[str | Path]) -> list[BenchItem]:
     items: list[BenchItem] = []
     for path in paths:
         path = Path(path)
-        found = list(_txt_items(path) if _is_txt(path) else _data_items(path))
+        found = list(_items(path))
         if not found:
-            raise ValueError(f"{path}: no benchmark prompts found (no user turns / text lines)")
+            raise NoBenchmarkPrompts(_no_prompts(path))
         items.extend(found)
     return items
+
+
+class NoBenchmarkPrompts(UsageError):
+    """A ``--decontaminate`` file that gives no prompt (exit 2): it would decontaminate nothing."""
+
+
+def check_benchmark_file(path: str | Path) -> None:
+    """Raise `NoBenchmarkPrompts` unless ``path`` gives a prompt (reads up to its first one):
+    `build` checks each ``--decontaminate`` file so before any work."""
+    if next(_items(Path(path)), None) is None:
+        raise NoBenchmarkPrompts(_no_prompts(Path(path)))
+
+
+def _no_prompts(path: Path) -> str:
+    return (
+        f"--decontaminate {path}: no benchmark prompts in it (a .txt file gives one per"
+        " non-blank line, other files the user turns of their rows)"
+    )
+
+
+def _items(path: Path) -> Iterator[BenchItem]:
+    return _txt_items(path) if _is_txt(path) else _data_items(path)
 
 
 def _is_txt(path: Path) -> bool:

@@ -1,0 +1,80 @@
+"""Source names are unique without taking a name another source has (no rows lost to naming).
+
+Two files called ``data`` become ``data`` and ``data-2``; a third source already named
+``data-2`` (its file's stem, or its recipe ``name:``) used to be given the same name, and the
+build then mistook its rows for the other's ("did it change?", or accounting that does not
+balance). Each source now gets a name no other source has.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import qwen3_tokenizer_dir
+
+from draftset.cli import main
+from draftset.config.recipe import unique_names
+from draftset.sources.read import Source
+
+
+def names(given: list[str]) -> list[str]:
+    return [s.name for s in unique_names([Source(n, Path(f"/x/{i}")) for i, n in enumerate(given)])]
+
+
+def test_a_renamed_duplicate_never_takes_a_name_another_source_has():
+    assert names(["data", "data", "data-2"]) == ["data", "data-3", "data-2"]
+    assert names(["data-2", "data", "data"]) == ["data-2", "data", "data-3"]
+    assert names(["a", "a", "a", "a-3"]) == ["a", "a-2", "a-4", "a-3"]
+    assert names(["a", "b", "c"]) == ["a", "b", "c"]
+    got = names(["data", "data", "data-2", "data-2", "data-3"])
+    assert len(set(got)) == len(got) and got[0] == "data" and got[4] == "data-3"
+
+
+def chat(i: int) -> dict:
+    return {
+        "messages": [
+            {"role": "user", "content": f"Question {i} from somewhere?"},
+            {"role": "assistant", "content": f"Answer {i}."},
+        ]
+    }
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_three_files_whose_names_collide_build_with_every_row(tmp_path, suffix):
+    paths = []
+    for k, (folder, stem) in enumerate([("d1", "data"), ("d2", "data"), ("d4", "data-2")]):
+        path = tmp_path / folder / f"{stem}{suffix}"
+        path.parent.mkdir()
+        rows = [chat(10 * k + i) for i in range(k + 2)]  # 2, 3 and 4 rows
+        if suffix == ".json":
+            path.write_text(json.dumps(rows), encoding="utf-8")
+        else:
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        paths.append(str(path))
+    out = tmp_path / "out"
+    code = main(
+        [
+            "build",
+            *paths,
+            "--tokenizer",
+            str(qwen3_tokenizer_dir()),
+            "--eot-token",
+            "<|im_end|>",
+            "--out",
+            str(out),
+            "--workers",
+            "1",
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    per_source = manifest["counts"]["per_source"]
+    assert sorted(per_source) == ["data", "data-2", "data-3"]
+    assert {n: c["written"] for n, c in per_source.items()} == {
+        "data": 2,
+        "data-3": 3,
+        "data-2": 4,
+    }
