@@ -974,3 +974,17 @@ def test_malformed_mixture_section_is_one_line_for_report(built, tmp_path, capsy
     assert (
         len(err) == 1 and "manifest.json is malformed: mixture.dedup" in err[0] and value in err[0]
     )
+
+
+@pytest.mark.parametrize("fmt", ["draftset/2", "draftset/1.5", "draftset/"])
+def test_a_manifest_of_another_format_version_is_refused_not_guessed(built, tmp_path, capsys, fmt):
+    """A manifest saying another `format` (a later draftset's layout) used to be read as this
+    version's and could pass; it is one line, exit 2, naming the format."""
+    out = copy_set(built["all"], tmp_path)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["format"] = fmt
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert cli_main(["verify", str(out), "--fast"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("draftset: error: ")
+    assert f"manifest format '{fmt}' is not the one this draftset reads ('draftset/1')" in err[0]

@@ -23,6 +23,7 @@ from draftset.core import defaults
 from draftset.core.errors import UsageError
 from draftset.output import DEFAULT_FORMAT, FORMATS, layout
 from draftset.output.base import Layout, RowAccess, rel_name
+from draftset.output.folder import MANIFEST_FORMAT
 
 Status = Literal["pass", "fail", "skip"]
 
@@ -207,6 +208,11 @@ def open_output(folder: Path) -> OutputSet:
     ):
         raise NotADraftsetError(
             f"not a draftset output (manifest format is not draftset/*): {folder}"
+        )
+    if manifest["format"] != MANIFEST_FORMAT:  # another version's layout: never guessed at
+        raise NotADraftsetError(
+            f"{mpath}: manifest format {manifest['format']!r} is not the one this draftset"
+            f" reads ({MANIFEST_FORMAT!r}); use the draftset version that built the set"
         )
     problem = manifest_problem(manifest)
     if problem:
