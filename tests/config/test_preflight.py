@@ -441,3 +441,21 @@ def test_a_chat_template_folder_is_named_a_folder(tmp_path, capsys, no_work):
         f"draftset: error: --chat-template {folder} is a folder, not a template file (give the"
         " .jinja file; without --chat-template the tokenizer folder's own template is used)"
     )
+
+
+def test_a_failed_overwrite_says_the_earlier_set_is_left_as_it_was(tmp_path, capsys):
+    """Every row rejected under --overwrite: the earlier set stays (as before); the last line
+    used to say "nothing was created at OUT" while OUT was right there."""
+    out = tmp_path / "out"
+    good = write_jsonl(tmp_path / "good.jsonl", [chat(1)])
+    eot = ("--eot-token", "<|im_end|>")
+    assert main(build_argv(good, out=out, extra=eot)) == 0
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    bad = write_jsonl(tmp_path / "bad.jsonl", [chat(2, answer="OK.")])  # a placeholder only
+    capsys.readouterr()
+    assert main(build_argv(bad, out=out, extra=(*eot, "--overwrite"))) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"draftset: no rows written: {out} is left as it was (rejects above, by reason)"
+    )
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

@@ -65,11 +65,10 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     print_build_summary(result)
     if not result.finalized:
-        print(
-            f"draftset: no rows written: nothing was created at {result.out}"
-            " (rejects above, by reason)",
-            file=sys.stderr,
-        )
+        where = f"nothing was created at {result.out}"
+        if result.out.exists():  # --overwrite of an earlier set: that set is untouched
+            where = f"{result.out} is left as it was"
+        print(f"draftset: no rows written: {where} (rejects above, by reason)", file=sys.stderr)
         return EXIT_FAIL
     print_results(result.checks, advisory=ADVISORY_CHECKS)
     if not result.ok:
