@@ -52,8 +52,10 @@ STAGES: list[tuple[str, str]] = [
     ("apply_length_rules", "length rules"),
     ("count_results", "accounting"),
     ("write_results", "Arrow write"),
+    ("shard_facts", "read the shard back (check facts)"),
+    ("sha256_file", "file hashes"),
     ("write_token_freq", "token_freq (torch import + save)"),
-    ("build_manifest", "manifest + file hashes"),
+    ("build_manifest", "manifest"),
     ("_drive", "driver: gather block results"),
     ("fast_checks", "post-build fast checks (verify)"),
 ]
