@@ -31,11 +31,11 @@ from draftset.config.schema import (
     ReportArgs,
     RunArgs,
     ShowArgs,
-    SourceEntry,
     VerifyArgs,
     VerifySection,
 )
 from draftset.core.errors import DraftsetError, UsageError
+from draftset.core.files import output_file_problem, write_output_file
 
 if TYPE_CHECKING:  # the stage modules load on the first call, not on `import draftset.api`
     from rich.console import Console
@@ -252,7 +252,13 @@ def _source(
     spec: Any, fmt: str | None, fields: Mapping[str, str] | Sequence[str] | None, preset: str | None
 ) -> Source:
     # lazy: stage modules load on the first call, not on import draftset.api
-    from draftset.config.recipe import SOURCE_KEYS, RecipeError, parse_source_arg, source_from_entry
+    from draftset.config.recipe import (
+        SOURCE_KEYS,
+        RecipeError,
+        parse_source_arg,
+        source_entry,
+        source_from_entry,
+    )
     from draftset.sources.read import Source  # lazy: a stage, loaded on first use
 
     if isinstance(spec, Source):
@@ -263,7 +269,7 @@ def _source(
             raise RecipeError(
                 f"source {dict(spec)!r}: needs a path; keys are {sorted(SOURCE_KEYS)}"
             )
-        return source_from_entry(validated(SourceEntry, spec, error=RecipeError))
+        return source_from_entry(source_entry(dict(spec), f"source {spec['path']}"))
     return parse_source_arg(str(spec), fmt, _fields(fields), preset)
 
 
@@ -282,6 +288,93 @@ def _progress(label: str, progress: ProgressArg) -> Iterator[Callable[[int, int]
 
 
 # --- verify -----------------------------------------------------------------------------------
+VERIFY_JSON_KIND = "draftset-verify-json/"
+VERIFY_JSON_FORMAT = VERIFY_JSON_KIND + "1"
+"""The ``format`` of what ``verify --json FILE`` writes: how `verify` knows a file it may
+replace (any ``draftset-verify-json/<n>``; a file written before the key: exactly the keys
+``dir``, ``passed``, ``checks``)."""
+_JSON_SNIFF_LIMIT = 64 << 20  # a larger file is recognised by its opening line alone
+
+
+def _is_verify_json(path: Path) -> bool:
+    """Whether ``path`` holds what ``verify --json`` writes (`VerifyResult.to_json`)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(_JSON_SNIFF_LIMIT + 1)
+    except OSError:
+        return False
+    if len(text) > _JSON_SNIFF_LIMIT:
+        return text.startswith(f'{{\n  "format": "{VERIFY_JSON_KIND}'.encode())
+    try:
+        data = _json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(data, dict):
+        return False
+    if str(data.get("format", "")).startswith(VERIFY_JSON_KIND):
+        return True
+    return (
+        set(data) == {"dir", "passed", "checks"}
+        and isinstance(data["passed"], bool)
+        and isinstance(data["checks"], list)
+    )
+
+
+def _set_sources(dir: Path) -> list[str]:
+    """The source files and folders the set's manifest names (absolute paths; none when the
+    manifest cannot be read: opening the set then says why)."""
+    try:
+        manifest = _json.loads((Path(dir) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    found: list[str] = []
+    inputs = manifest.get("inputs") if isinstance(manifest, dict) else None
+    for inp in inputs if isinstance(inputs, list) else []:
+        if not isinstance(inp, dict):
+            continue
+        files = inp.get("files") if isinstance(inp.get("files"), list) else []
+        for p in [inp.get("path"), *(f.get("path") for f in files if isinstance(f, dict))]:
+            if isinstance(p, str) and os.path.isabs(p) and p not in found:
+                found.append(p)
+    return found
+
+
+def _output_file_check(
+    dir: Path,
+    path: Path,
+    flag: str,
+    what: str,
+    ours: Callable[[Path], bool],
+    error: type[UsageError],
+    may_write: Path | None = None,
+    read_as_input: bool = True,
+) -> Callable[[], None]:
+    """The check of a file a command writes about the set ``dir`` (`core.files.
+    output_file_problem`), run now, before any work, and returned to be repeated just before
+    the file is replaced: it raises ``error`` (exit 2) naming the path and why. A folder
+    without a manifest is not checked now: opening it as a set refuses it first, before any
+    file is written."""
+    sources = _set_sources(dir)
+
+    def check() -> None:
+        problem = output_file_problem(
+            path,
+            flag,
+            what=what,
+            ours=ours,
+            set_dir=dir,
+            set_may_write=may_write,
+            sources=sources,
+            read_as_input=read_as_input,
+        )
+        if problem:
+            raise error(problem)
+
+    if (Path(dir) / "manifest.json").is_file():
+        check()
+    return check
+
+
 @dataclass
 class VerifyResult:
     """Every check of one `verify`: ``ok`` is what the command exits 0 on."""
@@ -308,8 +401,9 @@ class VerifyResult:
         raise KeyError(name)
 
     def to_json(self) -> dict[str, Any]:
-        """What ``draftset verify --json FILE`` writes."""
+        """What ``draftset verify --json FILE`` writes (``format``: `VERIFY_JSON_FORMAT`)."""
         return {
+            "format": VERIFY_JSON_FORMAT,
             "dir": self.dir_as_given or str(self.dir),
             "passed": self.ok,
             "checks": [c.to_json() for c in self.checks],
@@ -331,6 +425,16 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
     from draftset.checks.verify import VERIFY_RECORD, VerifyUsageError, fast_checks, run_verify
 
     o = _given(VerifyArgs, {**options, "dir": dir}, VerifyUsageError)
+    check_json = None
+    if o.json:  # before any work: never over a file draftset did not write, nor into the set
+        check_json = _output_file_check(
+            Path(o.dir),
+            Path(o.json),
+            "--json",
+            "a verify result",
+            _is_verify_json,
+            VerifyUsageError,
+        )
     server = None
     if o.render_server:
         if o.fast:
@@ -356,9 +460,13 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
         recorded = Path(o.dir) / VERIFY_RECORD
     result = VerifyResult(Path(o.dir), checks, recorded, o.fast, str(o.dir))
     if o.json:
-        Path(o.json).write_text(
-            _json.dumps(result.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
+        text = _json.dumps(result.to_json(), indent=2, ensure_ascii=False) + "\n"
+        try:
+            write_output_file(Path(o.json), text, check_json)
+        except OSError as exc:
+            raise VerifyUsageError(
+                f"--json {o.json}: cannot write: {exc.strerror or exc}"
+            ) from None
     return result
 
 
@@ -469,11 +577,26 @@ def report(dir: str | Path, **options: Any) -> Path:
     (default ``dir/report.html``). ``options``: the fields of `config.schema.ReportArgs`."""
     _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
-    from draftset.review.report import write_report
+    from draftset.review.report import default_report_path, is_report_file, write_report
 
     o = _given(ReportArgs, {**options, "dir": dir})
+    default = default_report_path(o.dir)
+    path = Path(o.output) if o.output else default
+    # before any work: never over a file draftset did not write, nor into the set but its
+    # default report.html
+    check = _output_file_check(
+        Path(o.dir),
+        path,
+        "-o" if o.output else "",
+        "a report",
+        is_report_file,
+        UsageError,
+        may_write=default,
+        # an .html in a source folder is skipped (an unsupported type); a -o x.json is not
+        read_as_input=not path.name.lower().endswith((".html", ".htm")),
+    )
     tokenizer = str(o.tokenizer) if o.tokenizer else None
-    return write_report(o.dir, o.output, tokenizer, o.block_size)
+    return write_report(o.dir, path, tokenizer, o.block_size, check=check)
 
 
 def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> None:

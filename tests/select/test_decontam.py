@@ -13,6 +13,7 @@ from draftset.core.records import Conversation, PreTokenized, PromptOnly, Reject
 from draftset.select.decontam import (
     BenchItem,
     Decontaminator,
+    NoBenchmarkPrompts,
     benchmark,
     load_benchmark_prompts,
     words,
@@ -149,8 +150,9 @@ def test_load_any_build_input(tmp_path: Path) -> None:
     ]
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="no benchmark prompts"):
+    with pytest.raises(NoBenchmarkPrompts, match="no benchmark prompts") as err:
         load_benchmark_prompts([empty])
+    assert err.value.exit_code == 2  # a usage error: one line, never a traceback
 
 
 REAL = ["fastchat_mt_bench_question.jsonl", "eagle_gsm8k_question.jsonl"]

@@ -374,7 +374,8 @@ default page): never listed in the manifest, never flagged."""
 
 def unlisted_files(folder: Path, listed: dict[str, Any]) -> list[str]:
     """Every file under ``folder`` (relative, ``/``-separated) that is neither listed nor one of
-    `AFTER_BUILD_FILES` (a verify record being written, ``.verify.json.tmp-PID``, neither)."""
+    `AFTER_BUILD_FILES` (a verify record or the default report being written,
+    ``.verify.json.tmp-PID``, ``.report.html.tmp-PID``, neither)."""
     found: list[str] = []
     for root, dirs, names in os.walk(folder):
         dirs.sort()
@@ -382,8 +383,8 @@ def unlisted_files(folder: Path, listed: dict[str, Any]) -> list[str]:
             name = rel_name(folder, Path(root) / n)
             if name in listed or name in AFTER_BUILD_FILES:
                 continue
-            if name.startswith(f".{VERIFY_RECORD}.tmp-"):
-                continue
+            if name.startswith((f".{VERIFY_RECORD}.tmp-", ".report.html.tmp-")):
+                continue  # a record or the default report being written (atomic rename)
             found.append(name)
     return found
 

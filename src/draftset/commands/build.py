@@ -27,7 +27,8 @@ rows are never given answers: they go to DIR/prompts.jsonl for `draftset generat
 (`draftset run RECIPE.yaml` does the whole round trip: answers, build, verify, report).
 
 SOURCE is a file (.jsonl .json .parquet .arrow, optionally .gz/.zst), a folder of them,
-or an HF save_to_disk folder; PATH@weight=W or PATH@count=N mixes sources. A single
+or an HF save_to_disk folder; PATH@weight=W or PATH@count=N mixes sources (W: a share of
+--max-samples, 0 = none; a path that exists is read as it is, @ and all). A single
 RECIPE.yaml argument reads everything from a recipe (command-line options override it).
 """
 

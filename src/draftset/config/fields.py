@@ -238,6 +238,7 @@ def validated(
     data: Mapping[str, Any],
     *,
     recipe: str | None = None,
+    subject: str | None = None,
     strict: bool = False,
     name_of: Callable[[str], str] | None = None,
     error: type[UsageError] = UsageError,
@@ -245,7 +246,9 @@ def validated(
     """``data`` validated by ``model``; a bad value is one `UsageError` line naming its key.
 
     ``recipe``: the key's dotted prefix in a recipe (``""`` top level, ``"generate."``): YAML's
-    types are exact, so validate with ``strict=True`` there (``"64"`` is no integer). Otherwise
+    types are exact, so validate with ``strict=True`` there (``"64"`` is no integer).
+    ``subject``: what the values belong to, named first (``source a.jsonl@count=-1: count must
+    be >= 0, got -1``): a source given on the command line or to the API. Otherwise
     a value out of bounds is named as ``name_of`` spells it (the command-line flag: the command
     line reaches these checks), a name not among the choices by its key (argparse refuses those
     on the command line: only the API and recipes reach this).
@@ -257,6 +260,10 @@ def validated(
         if recipe is not None:
             got = "" if what == "is required" else f", got {_shown(value)}"
             raise error(f"recipe key {recipe}{name}: {what}{got}") from None
+        if subject is not None:
+            quiet = what in ("is required", "is not an option")
+            got = "" if quiet else f", got {_shown(value)}"
+            raise error(f"{subject}: {name} {what}{got}") from None
         if what == "is not an option":
             raise error(f"{name!r} is not an option of this job") from None
         choice = err_type(exc) == "choice"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from draftset.config.fields import flag_of, validated
+from draftset.config.recipe import check_source
 from draftset.config.schema import BuildArgs
 from draftset.core.errors import UsageError
 from draftset.core.files import cannot_create
@@ -98,9 +99,23 @@ def check_values(opts: BuildOptions) -> None:
     values = {name: getattr(opts, name) for name in _SCHEMA_CHECKED}
     validated(BuildArgs, values, name_of=lambda name: flag_of(BuildArgs, name))
     for s in opts.sources:
+        check_source(s)  # weight and count as a recipe's (a `Source` made by hand too)
         if s.preset:
             apply_preset(s.preset)  # raises UnknownPresetError (exit 2) for an unknown name
+    check_sampling(opts)
     check_workers(opts.workers, opts.engine, opts.ray_address)
+
+
+def check_sampling(opts: BuildOptions) -> None:
+    """``--max-samples`` split by weight when every source has weight 0 takes no row: the
+    build would read everything and end with nothing written (exit 1); refused before."""
+    if not opts.max_samples or opts.mix is not None or not opts.sources:
+        return  # no split by weight (a mix chooses rows by its shares, not by weight)
+    if all(s.count is None and s.weight == 0 for s in opts.sources):
+        raise UsageError(
+            f"--max-samples {opts.max_samples}: every source has weight 0, so no row would be"
+            " taken (give a source a weight above 0, or a count)"
+        )
 
 
 _SCHEMA_CHECKED = (

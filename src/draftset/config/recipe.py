@@ -71,33 +71,77 @@ def unique_names(sources: list[Source]) -> list[Source]:
     return sources
 
 
+# ``@weight=W`` / ``@count=N`` (comma-separated) ending a command-line source; a value holds no
+# ``,``, ``@`` nor ``/`` (``data@v2/a.jsonl``, ``hf:ID@SPLIT``: no suffix, the whole is the path)
+_SOURCE_OPTIONS = re.compile(r"@(\w+=[^,@/]*(?:,\w+=[^,@/]*)*)\Z")
+SOURCE_OPTIONS = ("weight", "count")  # what the command line's suffix may set
+
+
+def split_source_arg(arg: str) -> tuple[str, str | None]:
+    """``(path, options)`` of a command-line source: an existing file or folder is the path
+    whatever it holds (``x@y.jsonl``, ``w@weight=2.jsonl``); else a trailing
+    ``@key=value[,key=value]`` is its options (None: none)."""
+    try:
+        exists = Path(arg).exists()
+    except (OSError, ValueError):  # a name too long, a NUL byte: no such path
+        exists = False
+    if exists:
+        return arg, None
+    found = _SOURCE_OPTIONS.search(arg)
+    if found is None:
+        return arg, None
+    return arg[: found.start()], found.group(1)
+
+
+def _number(text: str) -> int | float | str:
+    """A suffix value as the number it spells (the schema then checks it), else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def source_entry(data: dict[str, Any], subject: str) -> SourceEntry:
+    """``data`` checked as a source by `SourceEntry`, as a recipe's ``sources:`` entries are
+    (bounds, types, choices): a bad value is one line naming ``subject`` (``source
+    a.jsonl@count=-1: count must be >= 0, got -1``). The command line's ``@`` options, the API's
+    source strings and `Source` objects go through it."""
+    return validated(SourceEntry, data, subject=subject, error=RecipeError)
+
+
+def check_source(source: Source) -> None:
+    """A `Source` made by hand (the API takes them as they are) checked as a recipe source."""
+    mixing = {k: getattr(source, k) for k in SOURCE_OPTIONS if getattr(source, k) is not None}
+    source_entry({"path": source.path, **mixing}, f"source {source.name}")
+
+
 def parse_source_arg(
     arg: str, fmt: str | None, fields: dict[str, str] | None, preset: str | None = None
 ) -> Source:
-    """``PATH``, ``PATH@weight=2`` or ``PATH@count=500`` from the command line."""
-    path_text, _, opts = arg.partition("@")
-    weight = count = None
-    for part in filter(None, opts.split(",")):
+    """``PATH``, ``PATH@weight=2``, ``PATH@count=500`` or ``PATH@weight=2,count=500`` from the
+    command line (or a string in the API's ``sources``): `split_source_arg`, then the values
+    checked as a recipe's are (`source_entry`)."""
+    path_text, opts = split_source_arg(arg)
+    mixing: dict[str, Any] = {}
+    for part in opts.split(",") if opts else []:
         key, _, value = part.partition("=")
-        try:
-            if key == "weight":
-                weight = float(value)
-            elif key == "count":
-                count = int(value)
-            else:
-                raise ValueError
-        except ValueError:
-            raise RecipeError(
-                f"bad source option {part!r} in {arg!r} (use weight=W or count=N)"
-            ) from None
+        if key not in SOURCE_OPTIONS or key in mixing:
+            why = "given twice" if key in mixing else "use weight=W or count=N"
+            raise RecipeError(f"bad source option {part!r} in {arg!r} ({why})")
+        mixing[key] = _number(value)
+    if not path_text:
+        raise RecipeError(f"source {arg!r} names no path before its @ options")
+    entry = source_entry({"path": path_text, **mixing}, f"source {arg}")
     path = Path(path_text)
     return Source(
         name=source_name(path),
         path=path,
         format=fmt,
         fields=fields,
-        weight=weight,
-        count=count,
+        weight=entry.weight,
+        count=entry.count,
         preset=preset,
     )
 

@@ -164,7 +164,8 @@ class SourceEntry(Options):
 
     path: PathLike
     name: str | None = None
-    weight: float | None = Field(None, ge=0)
+    # a share of --max-samples (0: none of it); finite, so shares can be split
+    weight: float | None = Field(None, ge=0, allow_inf_nan=False)
     count: int | None = Field(None, ge=0)
     format: Annotated[str | None, *one_of(INPUT_FORMATS)] = None
     fields: dict[str, str] | None = None

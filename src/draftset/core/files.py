@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,3 +38,111 @@ def cannot_create(path: Path, what: str) -> str | None:
                 return f": cannot create {what} in {parent}"
             return None
     return None
+
+
+def output_file_problem(
+    path: Path | str,
+    flag: str,
+    *,
+    what: str,
+    ours: Callable[[Path], bool],
+    set_dir: Path | str,
+    set_may_write: Path | str | None = None,
+    sources: Iterable[Path | str] = (),
+    read_as_input: bool = True,
+) -> str | None:
+    """Why a command may not write the file ``path`` it was given (``flag``: "-o", "--json";
+    "" for a default path) about the set ``set_dir``: a one-line usage error naming it, or None
+    when it may. Checked before any work: never write over what draftset did not write.
+
+    Refused: a path inside the set folder (its files are the set's own), except
+    ``set_may_write`` (`report`'s default ``DIR/report.html``); one of the set's ``sources``
+    (files or folders, as the manifest names them), or, when a source folder would read the
+    file as a row file (``read_as_input``: a ``.json`` would be, an ``.html`` not), a path
+    inside one; a
+    folder; an existing regular file that ``ours`` does not recognise as draftset's own output
+    of this kind (``what``: "a report", "a verify result"), unless it is empty; anything but
+    a regular file, a FIFO or a character device (a pipe, a terminal, ``/dev/null`` are written
+    as streams: nothing is replaced); a path whose folder is missing or cannot be written.
+    Paths are compared after resolving symbolic links and ``..``: both the path's own place
+    (its folder resolved) and where a link there points."""
+    shown = f"{flag} {path}" if flag else str(path)
+    path = Path(path)
+    absolute = Path(os.path.abspath(path))
+    places = {absolute.parent.resolve() / absolute.name, Path(os.path.realpath(path))}
+    home = Path(os.path.realpath(set_dir))
+    allowed = Path(os.path.realpath(set_may_write)) if set_may_write is not None else None
+    for place in places:
+        if place == home:
+            return f"{shown} is the set folder {set_dir}; name a file outside it"
+        if home in place.parents and place != allowed:
+            only = f"; only the default {set_may_write} may be written there" if allowed else ""
+            return (
+                f"{shown} is inside the set {set_dir} (its files are the set's own{only});"
+                " choose a path outside it"
+            )
+    named = [(source, Path(os.path.realpath(source))) for source in sources]
+    for source, src in named:
+        if src in places:
+            return f"{shown} is the source {source} of the set {set_dir}"
+    for source, src in named if read_as_input else ():
+        if any(src in place.parents for place in places):
+            return (
+                f"{shown} is inside the source folder {source} of the set {set_dir}"
+                " (a rebuild would read it as input)"
+            )
+    try:
+        st = path.stat()
+    except (FileNotFoundError, NotADirectoryError):  # new (or under a file: said below)
+        st = None
+    except OSError as exc:  # a loop of links, a name too long, a folder we may not enter
+        return f"{shown}: cannot use it: {exc.strerror or exc}"
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            return f"{shown} is a folder, not a file; name the file to write"
+        if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):
+            return None  # a pipe, a terminal, /dev/null: written as a stream, nothing replaced
+        if not stat.S_ISREG(st.st_mode):
+            return f"{shown} is not a regular file"
+        if st.st_size and not ours(path):
+            return (
+                f"{shown}: the file exists and is not {what} draftset wrote;"
+                " choose another path or remove it"
+            )
+    real = Path(os.path.realpath(path))
+    problem = cannot_create(real, "files")
+    if problem:
+        return f"{shown}{problem}"
+    if not real.parent.is_dir():
+        return f"{shown}: the folder {real.parent} does not exist"
+    return None
+
+
+def write_output_file(path: Path | str, text: str, check: Callable[[], None] | None = None) -> None:
+    """``text`` at ``path`` (a path `output_file_problem` allowed), all or nothing: written to
+    ``.NAME.tmp-PID`` beside it, flushed, then renamed over it (over a symbolic link's target,
+    the link kept). ``check`` runs just before the rename (the path's check repeated after a
+    long run: it raises to refuse). A FIFO or character device (a pipe, a terminal,
+    ``/dev/null``) is written as a stream instead. An error leaves no temporary file."""
+    try:
+        mode = os.stat(path).st_mode  # through links: /dev/stdout is a pipe's magic link
+    except OSError:
+        mode = 0
+    if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+        if check is not None:
+            check()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
+    real = Path(os.path.realpath(path))
+    tmp = real.with_name(f".{real.name}.tmp-{os.getpid()}")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if check is not None:
+            check()
+        os.replace(tmp, real)
+    finally:
+        tmp.unlink(missing_ok=True)

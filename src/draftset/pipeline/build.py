@@ -54,7 +54,7 @@ from draftset.pipeline.block import (
     write_results,
 )
 from draftset.pipeline.manifest import build_manifest, write_manifest
-from draftset.select.mix import Selection, plan_selection, selection_total
+from draftset.select.mix import Selection, plan_selection, sampling_notes, selection_total
 from draftset.select.ranged import RangedSelection, ReadTask, why_driver_reads
 from draftset.sources.read import HUB_PREFIX, Source, scan_source
 from draftset.sources.shapes import check_row_shapes
@@ -228,6 +228,8 @@ def _run(
                 on_progress(done, total or done)
         stage.engine.finish()  # all work is back: the workers exit now
         acct += selected.counts  # the stream is drained: available, read, sampled_out
+        available = {name: c.available for name, c in acct.sources.items()}
+        notes += sampling_notes(opts.sources, available, opts.max_samples, opts.mix)
         note = _no_end_of_turn_note(acct, opts, info)
         if note:
             notes.append(note)

@@ -11,6 +11,7 @@ import html
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from draftset.checks.verify import fast_checks, read_record
 from draftset.core import defaults, reasons
 from draftset.core.counters import SUMMARY_COLUMNS, summary_row
 from draftset.core.errors import UsageError
+from draftset.core.files import write_output_file
 from draftset.core.terminal import visible, visible_parts
 from draftset.output.readback import (
     OutputSet,
@@ -30,6 +32,11 @@ from draftset.output.readback import (
 )
 from draftset.review.show import load_decoder
 
+DEFAULT_REPORT = "report.html"
+GENERATOR_TAG = '<meta name="generator" content="draftset report">'
+"""In the head of every page `write_report` writes: how `report` knows a file it may replace."""
+OLD_OPENING = b'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta http-equiv='
+SNIFF_BYTES = 4096
 COVERAGE_MARKS = (1024, 4096, 8192, 16384, 32000, 65536)
 EXAMPLE_ROWS = 4
 CSS = """
@@ -405,6 +412,7 @@ def build_report(
     csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"{GENERATOR_TAG}"
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
         f"<title>draftset report — {_e(out.folder.name)}</title><style>{CSS}</style></head><body>"
         + "\n".join(sec)
@@ -556,16 +564,44 @@ def _example_sections(out: OutputSet, tokenizer: str | None, examples: int, seed
     return sec
 
 
+def default_report_path(folder: Path | str) -> Path:
+    """Where `report` writes without ``-o``: ``DIR/report.html`` (the one file it may write
+    inside the set: `checks.fast.AFTER_BUILD_FILES`)."""
+    return Path(folder) / DEFAULT_REPORT
+
+
+def is_report_file(path: Path) -> bool:
+    """Whether ``path`` is a page `write_report` wrote (the one kind of file `report` replaces):
+    its first few KB hold `GENERATOR_TAG`, or, written before the tag, the exact opening and
+    title every report had."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError:
+        return False
+    if GENERATOR_TAG.encode() in head:
+        return True
+    return head.startswith(OLD_OPENING) and "<title>draftset report — ".encode() in head
+
+
 def write_report(
     folder: Path | str,
     output: Path | str | None = None,
     tokenizer: str | None = None,
     block_size: int = defaults.BLOCK_SIZE,
+    check: Callable[[], None] | None = None,
 ) -> Path:
-    """Write the report; an unreadable set or unwritable file is a `UsageError` (exit 2)."""
-    path = Path(output) if output else Path(folder) / "report.html"
+    """Write the report (default `default_report_path`), atomically: a temporary file beside
+    it renamed over it. ``check`` runs just before the rename (the caller's check of the path,
+    repeated after the rendering). An unreadable set or unwritable file is a `UsageError`
+    (exit 2). The path itself is the caller's to check (`draftset.api.report`)."""
+    path = Path(output) if output else default_report_path(folder)
     try:
-        path.write_text(build_report(folder, tokenizer, block_size), encoding="utf-8")
+        page = build_report(folder, tokenizer, block_size)
     except OSError as exc:
         raise UsageError(str(exc)) from None
+    try:
+        write_output_file(path, page, check)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
     return path

@@ -26,6 +26,7 @@ import numpy as np
 from draftset.core.counters import Accounting, SourceCounts
 from draftset.core.modes import row_mode
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, RawRow
+from draftset.core.words import plural
 from draftset.select.decontam import Decontaminator, load_benchmark_prompts
 from draftset.select.dedup import make_dedupers
 from draftset.select.facts import Decider, Scanner, apply
@@ -62,10 +63,17 @@ class SelectionSpec:
 
 
 # --- per-source sampling by weight / count ------------------------------------------------------
+def _weight(source: Source) -> float:
+    return source.weight if source.weight is not None else 1.0
+
+
 def _quotas(
     sources: list[Source], available: dict[str, int], max_samples: int | None
 ) -> dict[str, int]:
-    """Rows to take from each source: explicit counts first, the rest split by weight."""
+    """Rows to take from each source: explicit counts first (at most what a source has), the
+    rest of ``max_samples`` split by weight. A weight-0 source takes no row of the split, and
+    none of the rows a short source cannot give (those go on, in order, to the weighted
+    sources with rows left); without ``max_samples`` every source gives every row."""
     quotas: dict[str, int] = {}
     for s in sources:
         if s.count is not None:
@@ -75,29 +83,32 @@ def _quotas(
         for s in rest:
             quotas[s.name] = available[s.name]
         return quotas
-    budget = max(0, max_samples - sum(quotas.values()))
-    weights = [s.weight if s.weight is not None else 1.0 for s in rest]
-    total_w = sum(weights)
-    if not rest or total_w <= 0:
+    for s in rest:
+        quotas[s.name] = 0
+    weighted = [s for s in rest if _weight(s) > 0]
+    if not weighted:
         return quotas
+    budget = max(0, max_samples - sum(quotas.values()))
+    weights = [_weight(s) for s in weighted]
+    total_w = sum(weights)
     # largest remainder, then cap at what each source has and hand leftovers on in order
     raw = [budget * w / total_w for w in weights]
     take = [int(x) for x in raw]
     leftover = budget - sum(take)
-    for i in sorted(range(len(rest)), key=lambda i: (-(raw[i] - take[i]), i))[:leftover]:
+    for i in sorted(range(len(weighted)), key=lambda i: (-(raw[i] - take[i]), i))[:leftover]:
         take[i] += 1
     spill = 0
-    for i, s in enumerate(rest):
+    for i, s in enumerate(weighted):
         take[i] = take[i] + spill
         spill = max(0, take[i] - available[s.name])
         take[i] = min(take[i], available[s.name])
-    for i, s in enumerate(rest):
+    for i, s in enumerate(weighted):
         if spill <= 0:
             break
         extra = min(spill, available[s.name] - take[i])
         take[i] += extra
         spill -= extra
-    for i, s in enumerate(rest):
+    for i, s in enumerate(weighted):
         quotas[s.name] = take[i]
     return quotas
 
@@ -272,6 +283,35 @@ class Selection:
             yield from _stream(spec, selections, counts, filters, keep)
             self.report["mix"] = mix_report
         self.report.update(filters.stats())
+
+
+def sampling_notes(
+    sources: list[Source],
+    available: dict[str, int],
+    max_samples: int | None,
+    mix: dict[str, Any] | None = None,
+) -> list[str]:
+    """What the weight/count sampling did that the options alone do not say: a source with
+    fewer rows than its ``count`` (every row taken), a weight 0 that cannot act (no
+    ``--max-samples`` to split: every row taken). Lines for the build's notes. A mix chooses
+    by its own shares (a count it cannot meet is a `MixError`), so it has none."""
+    if mix is not None:
+        return []
+    notes = []
+    for s in sources:
+        have = available.get(s.name)
+        if have is None:
+            continue
+        if s.count is not None and s.count > have:
+            notes.append(
+                f"source {s.name}: count {s.count:,} asked, {have:,} available (all taken)"
+            )
+        elif s.count is None and s.weight == 0 and max_samples is None:
+            notes.append(
+                f"source {s.name}: weight 0 has no effect without --max-samples"
+                f" (all {plural(have, 'row')} taken)"
+            )
+    return notes
 
 
 def selection_total(plan: tuple[dict[str, int], dict[str, np.ndarray | None]]) -> int:

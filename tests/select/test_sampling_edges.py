@@ -1,0 +1,96 @@
+"""Per-source sampling at its edges: weight 0, counts larger than a source.
+
+A source with weight 0 takes no row when `--max-samples` splits rows by weight: it is still
+read and accounted, every row counted as sampled out (``available = read + sampled_out``).
+Before, a lone weight-0 source ended in ``KeyError`` in `plan_selection`, and a weight-0
+source took the rows another source could not give (the spill). A count larger than its
+source takes every row, as before, and says so in a note.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from draftset.select import mix
+from draftset.select.mix import Selection, SelectionSpec, plan_selection
+from draftset.sources.read import Source
+
+
+def source(tmp_path: Path, name: str, n: int, **mixing) -> Source:
+    path = tmp_path / f"{name}.jsonl"
+    rows = [
+        {
+            "id": f"{name}{i}",
+            "messages": [
+                {"role": "user", "content": f"{name} question {i}"},
+                {"role": "assistant", "content": f"answer {i}"},
+            ],
+        }
+        for i in range(n)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return Source(name, path, **mixing)
+
+
+def taken(plan) -> dict[str, int]:
+    available, selections = plan
+    return {n: available[n] if s is None else int(s.sum()) for n, s in selections.items()}
+
+
+def test_a_lone_weight_zero_source_takes_no_row(tmp_path):
+    a = source(tmp_path, "a", 3, weight=0.0)
+    assert taken(plan_selection([a], 2, 0)) == {"a": 0}
+
+
+def test_a_weight_zero_source_beside_others_takes_no_row_and_counts_them_sampled_out(tmp_path):
+    a, b = source(tmp_path, "a", 3, weight=0.0), source(tmp_path, "b", 4)
+    spec = SelectionSpec([a, b], max_samples=2, seed=0)
+    plan = plan_selection(spec.sources, spec.max_samples, spec.seed)
+    assert taken(plan) == {"a": 0, "b": 2}
+    sel = Selection(spec, plan)
+    rows = list(sel.rows())
+    assert [r.source for r in rows] == ["b", "b"]
+    ca, cb = sel.counts["a"], sel.counts["b"]
+    assert (ca.available, ca.read, ca.sampled_out) == (3, 0, 3)
+    assert (cb.available, cb.read, cb.sampled_out) == (4, 2, 2)
+
+
+def test_rows_a_short_source_cannot_give_never_go_to_a_weight_zero_source(tmp_path):
+    a, b = source(tmp_path, "a", 5, weight=0.0), source(tmp_path, "b", 1, weight=1.0)
+    c = source(tmp_path, "c", 5, weight=1.0)
+    assert taken(plan_selection([a, b], 3, 0)) == {"a": 0, "b": 1}
+    # the spill still reaches a weighted source that has rows left
+    assert taken(plan_selection([a, b, c], 4, 0)) == {"a": 0, "b": 1, "c": 3}
+
+
+def test_weights_and_counts_mix_with_a_weight_zero_source(tmp_path):
+    a = source(tmp_path, "a", 5, weight=0.0)
+    b = source(tmp_path, "b", 5, count=2)
+    assert taken(plan_selection([a, b], 4, 0)) == {"a": 0, "b": 2}
+
+
+def test_without_max_samples_every_row_is_taken_whatever_the_weight(tmp_path):
+    a = source(tmp_path, "a", 3, weight=0.0)
+    assert taken(plan_selection([a], None, 0)) == {"a": 3}
+
+
+def test_a_count_larger_than_its_source_takes_every_row_and_notes_it(tmp_path):
+    a, b = source(tmp_path, "a", 3, count=100), source(tmp_path, "b", 4, count=4)
+    assert taken(plan_selection([a, b], None, 0)) == {"a": 3, "b": 4}
+    notes = mix.sampling_notes([a, b], {"a": 3, "b": 4}, None)
+    assert notes == ["source a: count 100 asked, 3 available (all taken)"]
+
+
+def test_a_weight_zero_without_max_samples_is_noted(tmp_path):
+    a, b = source(tmp_path, "a", 3, weight=0.0), source(tmp_path, "b", 2, weight=0.0)
+    assert mix.sampling_notes([a, b], {"a": 3, "b": 2}, 2) == []
+    assert mix.sampling_notes([a], {"a": 3}, None) == [
+        "source a: weight 0 has no effect without --max-samples (all 3 rows taken)"
+    ]
+
+
+def test_no_note_for_an_ordinary_selection(tmp_path):
+    a, b = source(tmp_path, "a", 3, count=3), source(tmp_path, "b", 4, weight=2.0)
+    assert mix.sampling_notes([a, b], {"a": 3, "b": 4}, 5) == []
+    assert mix.sampling_notes([a, b], {"a": 3, "b": 4}, None) == []
