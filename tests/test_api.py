@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO, qwen3_bundled_dir, qwen3_tokenizer_dir
@@ -317,9 +318,9 @@ def sidecars(monkeypatch) -> list[str]:
     events: list[str] = []
 
     class Recorded(helper_module.Sidecar):
-        def __init__(self) -> None:
+        def __init__(self, *args: Any) -> None:
             events.append("helper")
-            super().__init__()
+            super().__init__(*args)
 
     monkeypatch.setattr(helper_module, "Sidecar", Recorded)
     monkeypatch.setattr(build_module, "Sidecar", Recorded)

@@ -55,6 +55,23 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def tokenizer_threads(workers: int | None) -> int:
+    """The Rust tokenizer's threads for each of ``workers`` row-step processes on this machine
+    (None or 0: one per CPU): its CPUs shared out, at least one. With its default, a pool of
+    every CPU per process, two workers on two CPUs ran up to four encode threads beside two
+    renders: 4-8% more CPU for the same ids (docs/benchmarks.md, "Issue 27, session 19")."""
+    cpus = available_cpus()
+    return max(1, cpus // (workers or cpus))
+
+
+def hold_tokenizer_threads(threads: int | None) -> None:
+    """In a row-step process, before its tokenizer encodes (the pool's size is read once):
+    ``RAYON_NUM_THREADS``, unless the user set it. The pool path itself is kept
+    (``TOKENIZERS_PARALLELISM=true``: its one-thread loop costs 1.25x the CPU)."""
+    if threads:
+        os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
+
+
 def unpack(batch: Batch) -> list[Normalized]:
     return pickle.loads(batch) if isinstance(batch, bytes) else batch
 

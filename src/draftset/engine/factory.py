@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from draftset.engine import ENGINES, engine_name
-from draftset.engine.base import Batch, Engine, EnginePlan, WorkerTask
+from draftset.engine.base import Batch, Engine, EnginePlan, WorkerTask, tokenizer_threads
 from draftset.engine.helper import (
     MainGuardMissing,
     Sidecar,
@@ -148,7 +148,7 @@ def open_stage(
     # while the workers start and the driver reads ahead: the driver neither renders nor
     # imports torch through AutoTokenizer, and workers render from the kit. With the local
     # engine the helper keeps the template and is one of the workers itself.
-    with helper or Sidecar() as side:
+    with helper or Sidecar(tokenizer_threads(workers)) as side:
         # the head of the load (at once when the helper was started ahead: api.build)
         imported = side.submit(import_tokenizer_loader)
         load = load_and_keep if cls.helper_works else load_template_info

@@ -29,6 +29,7 @@ from typing import Any, NoReturn, TypeVar
 
 from draftset.core.errors import RunError
 from draftset.engine import IN_DRIVER, engine_name
+from draftset.engine.base import hold_tokenizer_threads
 from draftset.engine.lifeline import die_with_parent, quiet_resource_tracker
 
 T = TypeVar("T")
@@ -61,14 +62,24 @@ def refuse_to_spawn_while_starting() -> None:
         raise SystemExit(_REFUSED)
 
 
+def _start_helper(threads: int | None) -> None:
+    die_with_parent()
+    hold_tokenizer_threads(threads)
+
+
 class Sidecar:
     """A single spawn-started helper process; jobs run one after another, state is kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int | None = None) -> None:
+        """``threads``: the tokenizer's threads in the helper when it runs the row step as one
+        of the workers (`base.tokenizer_threads`), set before anything there encodes."""
         refuse_to_spawn_while_starting()
         quiet_resource_tracker()  # a kill -9 then prints no "leaked semaphore" warning
         self._ex = ProcessPoolExecutor(
-            1, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent
+            1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start_helper,
+            initargs=(threads,),
         )
         self._process: Any = None  # the child, once started: its exit code explains a death
 

@@ -24,7 +24,14 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 from draftset.engine import worker
-from draftset.engine.base import Batch, Engine, EnginePlan, WorkerTask, kitless
+from draftset.engine.base import (
+    Batch,
+    Engine,
+    EnginePlan,
+    WorkerTask,
+    kitless,
+    tokenizer_threads,
+)
 from draftset.engine.helper import Sidecar, refuse_to_spawn_while_starting, stop_pool
 from draftset.engine.lifeline import quiet_resource_tracker
 
@@ -61,7 +68,7 @@ class LocalPoolEngine(Engine):
             self._pool_size,
             mp_context=ctx,
             initializer=worker.init_worker,
-            initargs=(self._configs,),
+            initargs=(self._configs, tokenizer_threads(workers)),
         )
         # With ``start_after`` (the helper importing the tokenizer loader), the processes start
         # when it is done: their own imports (~1.3 CPU-s) would otherwise take CPU from the

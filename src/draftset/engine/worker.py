@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from draftset.engine.base import WorkerTask, unpack
+from draftset.engine.base import WorkerTask, hold_tokenizer_threads, unpack
 from draftset.engine.lifeline import die_with_parent
 from draftset.mask.template import (
     ChatTemplate,
@@ -30,14 +30,16 @@ _KEPT: ChatTemplate | None = None  # the helper's loaded template (see `load_and
 _DONE = 0  # batches this process ran
 
 
-def init_worker(configs: Any) -> None:
+def init_worker(configs: Any, threads: int | None = None) -> None:
     """Start-up: imports happen while the template loads; then one task arrives (the build's
     block job, or a bare `MaskConfig`).
 
     ``None`` instead of a config means the load failed: the worker stays empty and is shut down.
+    ``threads``: the tokenizer's threads here (`base.tokenizer_threads`: the CPUs shared out).
     """
     global _STEP
     die_with_parent()  # a killed build leaves no worker behind
+    hold_tokenizer_threads(threads)
     # the Rust tokenizer's own threads, as the CLI's builds always had them (it sets this before
     # spawning; the Python API sets nothing): one thread per worker made a `build(workers=2)`
     # ~17% slower (docs/benchmarks.md, "Session 9"); a value the user set is kept

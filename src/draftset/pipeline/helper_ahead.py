@@ -13,6 +13,7 @@ from typing import Any
 
 from draftset.core import defaults
 from draftset.engine import helper
+from draftset.engine.base import tokenizer_threads
 
 
 def start_helper(recipe: Any, workers: Any, engine: Any) -> helper.Sidecar | None:
@@ -27,6 +28,7 @@ def start_helper(recipe: Any, workers: Any, engine: Any) -> helper.Sidecar | Non
         return None
     if not helper.uses_helper(workers, engine or defaults.ENGINE):
         return None
-    side = helper.Sidecar()  # through the module: a test may stand in for the class
+    # through the module: a test may stand in for the class
+    side = helper.Sidecar(tokenizer_threads(workers))
     side.submit(helper.import_tokenizer_loader)
     return side
