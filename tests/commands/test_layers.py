@@ -31,7 +31,7 @@ def test_build_starts_its_helper_before_the_schema_loads(tmp_path: Path) -> None
     script = (
         "import sys\n"
         "import draftset.engine.helper as h\n"
-        "def seen(self):\n"
+        "def seen(self, *args, **kwargs):\n"
         "    print('pydantic' in sys.modules, 'draftset.config.schema' in sys.modules)\n"
         "    raise SystemExit(0)\n"
         "h.Sidecar.__init__ = seen\n"
