@@ -4,11 +4,20 @@ a block, a batch shorter than a block, all or no tokens supervised)."""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from draftset.output.readback import Batch, batch_facts, batch_stats
+from draftset.output.readback import (
+    FREQ_LIMIT,
+    Batch,
+    SetFacts,
+    Strings,
+    batch_facts,
+    batch_stats,
+)
 
 
 def reference_stats(masks: list[list[int]], block: int) -> dict[str, list[int]]:
@@ -131,3 +140,97 @@ def test_batch_facts_equal_the_per_row_definitions(rows, short_mask):
     consistent = bool(np.array_equal(lengths, mask_lengths))
     assert (f.supervised_within is not None) == consistent
     assert dict(zip(f.freq_ids.tolist(), f.freq_counts.tolist(), strict=True)) == freq
+
+
+def _sound_batch(n: int, start: int = 0) -> Batch:
+    """``n`` rows as a build writes them: ids ``chats-0000123``, one source, 200 tokens each."""
+    lengths = np.full(n, 200, dtype=np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    rng = np.random.default_rng(0)
+    return Batch(
+        start,
+        [f"chats-{i:07d}" for i in range(start, start + n)],
+        ["chats"] * n,
+        lengths,
+        lengths.copy(),
+        lengths.copy(),
+        rng.zipf(1.3, size=int(offsets[-1])).clip(0, 150_000).astype(np.int32),
+        (rng.random(int(offsets[-1])) < 0.6).astype(np.int8),
+        offsets,
+    )
+
+
+def test_set_facts_hold_a_few_bytes_a_row():
+    """A build's driver keeps every shard's facts to the end (issue 27: memory flat in the row
+    count): ids and sources as Arrow columns, per-row numbers as int32 with equal arrays shared,
+    the token histograms folded into one count, not a Python str per id and source, int64 per
+    number and a histogram per batch (~270 bytes a row before)."""
+    sent = batch_facts(_sound_batch(2048), 16)
+    assert pickle.loads(pickle.dumps(sent)).ids == sent.ids  # travels from a worker unchanged
+    facts = SetFacts()
+    facts.add_shard([sent])
+    f = facts.batches[0]
+    held = f.ids.array.nbytes + f.sources.array.nbytes
+    arrays = {id(a): a for a in _arrays(f)}
+    held += sum(a.nbytes for a in arrays.values())
+    assert held / f.rows < 64, held / f.rows
+
+
+def _arrays(f) -> list[np.ndarray]:
+    out = [f.lengths, f.mask_lengths, f.seq_len, f.token_min, f.token_max, f.supervised_common]
+    out += [f.freq_ids, f.freq_counts, *f.stats.values()]
+    return out + ([f.supervised_within] if f.supervised_within is not None else [])
+
+
+def test_batch_facts_keep_wide_values_wide():
+    """Token ids outside int32 (a broken set stored as int64) are not wrapped by the narrowing:
+    the structure check must still see them outside the vocabulary; a supervised id of 2**40 is
+    counted without 2**40 counters, and left out of the set's dense recount."""
+    b = _sound_batch(3)
+    b.tokens = b.tokens.astype(np.int64)
+    b.tokens[5] = 2**40
+    b.mask[5] = 1
+    b.tokens[400] = -(2**35)
+    f = batch_facts(b, 16)
+    assert f.token_max.tolist() == [2**40, int(b.tokens[200:400].max()), int(b.tokens[400:].max())]
+    assert f.token_min[2] == -(2**35)
+    assert f.freq_ids[-1] == 2**40 and f.freq_counts[-1] == 1
+    facts = SetFacts()
+    facts.add(f)
+    sup = b.tokens[(b.mask == 1) & (b.tokens >= 0) & (b.tokens < FREQ_LIMIT)]
+    assert np.array_equal(facts.row_stats(10).token_freq, np.bincount(sup))
+
+
+def test_set_facts_fold_the_histograms_in_set_order():
+    """Shards numbered from 0 get their place in the set; the folded recount equals one
+    bincount over every supervised token, whatever the vocabulary size given."""
+    a, b = _sound_batch(5), _sound_batch(7)
+    facts = SetFacts.gather([[batch_facts(a, 16)], [batch_facts(b, 16)]])
+    assert [f.start_row for f in facts.batches] == [0, 5] and facts.rows == 12
+    assert all(f.freq_ids.size == 0 for f in facts.batches)
+    sup = np.concatenate([x.tokens[x.mask == 1] for x in (a, b)])
+    want = np.bincount(sup)
+    got = facts.row_stats(0).token_freq
+    assert np.array_equal(got, want)
+    wide = facts.row_stats(want.size + 50).token_freq
+    assert wide.size == want.size + 50 and np.array_equal(wide[: want.size], want)
+    assert not wide[want.size :].any()
+    assert facts.row_stats(0).seq_len.dtype == np.int64
+
+
+def test_strings_column():
+    s = Strings(["a", None, "bb", "a"])
+    assert Strings(["bé", None]).tolist() == ["bé", None]
+    assert len(s) == 4 and s[1] is None and s[2] == "bb" and s[-1] == "a"
+    assert list(s) == ["a", None, "bb", "a"] and s[1:3] == [None, "bb"]
+    assert s == ["a", None, "bb", "a"] and s != ["a"]
+    d = Strings(["x", "x", "y"], dictionary=True)
+    assert d.tolist() == ["x", "x", "y"] and d[2] == "y"
+    joined = Strings.joined([Strings(["a", "b"]), Strings([]), Strings(["c"])])
+    assert joined.tolist() == ["a", "b", "c"] and joined[2] == "c" and len(joined) == 3
+    assert joined.distinct()
+    assert not Strings.joined([Strings(["a"]), Strings(["a"])]).distinct()
+    assert not Strings(["a", None]).distinct()
+    assert not Strings(["a", ""]).distinct()
+    assert Strings.joined([]).distinct() and len(Strings.joined([])) == 0

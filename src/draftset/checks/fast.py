@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,15 +60,18 @@ def check_structure(out: OutputSet, facts: SetFacts | None = None) -> CheckResul
     vocab = out.vocab_size
     max_len = int(out.options.get("max_length") or 0)
     min_sup = int(out.options.get("min_supervised_tokens") or 0)
-    seen: set[str] = set()
-    for b in (facts or SetFacts.read(out)).batches:
-        for r, rid in enumerate(b.ids):
-            if rid is None or rid == "":
-                p.add("row without id", f"#{b.start_row + r}")
-            elif rid in seen:
-                p.add("duplicate id", rid)
-            else:
-                seen.add(rid)
+    facts = facts or SetFacts.read(out)
+    # ids one by one (a set of every id) only when the vectorized pass finds one missing or twice
+    seen: set[str] | None = None if facts.id_column().distinct() else set()
+    for b in facts.batches:
+        if seen is not None:
+            for r, rid in enumerate(b.ids):
+                if rid is None or rid == "":
+                    p.add("row without id", f"#{b.start_row + r}")
+                elif rid in seen:
+                    p.add("duplicate id", rid)
+                else:
+                    seen.add(rid)
         bad_len = (b.lengths != b.mask_lengths) | (b.lengths != b.seq_len)
         for r in np.nonzero(bad_len)[0]:
             p.add("len(input_ids), len(loss_mask), seq_len differ", _rid(b.ids, b.start_row, r))
@@ -94,7 +97,7 @@ def check_structure(out: OutputSet, facts: SetFacts | None = None) -> CheckResul
     )
 
 
-def _rid(ids: list[str | None], start: int, r: int | np.integer) -> str:
+def _rid(ids: Sequence[str | None], start: int, r: int | np.integer) -> str:
     rid = ids[int(r)]
     return rid if rid else f"#{start + int(r)}"
 
@@ -533,7 +536,7 @@ def check_draft_vocab(out: OutputSet, stats: RowStats) -> CheckResult:
 
 # --- 8. drafter fitness ---------------------------------------------------------------------------
 def check_drafter_fitness(
-    out: OutputSet, stats: RowStats, block_size: int, ids: list[str | None] | None = None
+    out: OutputSet, stats: RowStats, block_size: int, ids: Sequence[str | None] | None = None
 ) -> CheckResult:
     """Rows without two consecutive supervised tokens and DFlash anchor availability."""
     n = int(stats.seq_len.size)

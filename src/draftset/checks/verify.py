@@ -14,7 +14,7 @@ import importlib.util
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,8 +78,9 @@ def _fast(
     # one pass over the set's tokens for every check (none when the facts came with the call)
     facts = facts if facts is not None else SetFacts.read(out, block_size)
     stats = facts.row_stats(out.vocab_size)
+    ids: Sequence[str | None] | None
     if facts.batches:
-        ids: list[str | None] | None = facts.ids()
+        ids = facts.id_column()
     else:
         ids = out.ids() if out.readable and "id" in out.column_names else None
     return [

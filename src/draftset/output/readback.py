@@ -10,10 +10,10 @@ numpy, so memory stays flat however big the set is.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import numpy as np
 import pyarrow as pa
@@ -527,6 +527,103 @@ def row_stats(out: OutputSet, block_size: int = defaults.BLOCK_SIZE) -> RowStats
     return SetFacts.read(out, block_size).row_stats(out.vocab_size)
 
 
+class Strings(Sequence[str | None]):
+    """A column of strings kept as one Arrow array: its bytes and a 4-byte offset a row, where
+    a Python list holds a ~60-byte str object a row (ids), or 4 bytes a row (``dictionary``:
+    sources, a few names repeated). What `BatchFacts` keep of ids and sources, so a build's
+    driver holds a few bytes a row however many rows the workers read back (issue 27)."""
+
+    __slots__ = ("array",)
+
+    def __init__(
+        self, values: list[str | None] | pa.ChunkedArray, dictionary: bool = False
+    ) -> None:
+        if isinstance(values, pa.ChunkedArray):  # `joined`: the batches' arrays, not copied
+            self.array: pa.Array | pa.ChunkedArray = values
+            return
+        array = _string_array(values)
+        self.array = array.dictionary_encode() if dictionary else array
+
+    @classmethod
+    def joined(cls, parts: Iterable[Strings]) -> Strings:
+        """Several columns as one, in order (the set's ids from its batches' facts)."""
+        arrays = [p.array for p in parts]
+        return cls(pa.chunked_array(arrays, type=arrays[0].type if arrays else pa.string()))
+
+    def distinct(self) -> bool:
+        """No null, no empty string and no value twice (one vectorized pass)."""
+        a = self.array
+        if a.null_count:
+            return False
+        if len(a) and pc.min_max(pc.utf8_length(a))["min"].as_py() == 0:
+            return False
+        return pc.count_distinct(a).as_py() == len(a)  # type: ignore[no-any-return]
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    @overload
+    def __getitem__(self, index: int) -> str | None: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str | None]: ...
+    def __getitem__(self, index: int | slice) -> str | list[str | None] | None:
+        if isinstance(index, slice):
+            return self.tolist()[index]
+        return self.array[index].as_py()  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[str | None]:
+        return iter(self.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Strings):
+            return self.tolist() == other.tolist()
+        return isinstance(other, list) and self.tolist() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def tolist(self) -> list[str | None]:
+        return self.array.to_pylist()  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return f"Strings({self.tolist()!r})"
+
+
+def _string_array(values: list[str | None]) -> pa.Array:
+    """A string array from its buffers (`pa.array` on a list imports pandas where it is
+    installed: ~0.5 s and ~80 MB in every worker and the driver)."""
+    encoded = [b"" if v is None else v.encode() for v in values]
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=offsets[1:])
+    nulls = [i for i, v in enumerate(values) if v is None]
+    validity = None
+    if nulls:
+        valid = np.ones(len(values), dtype=bool)
+        valid[nulls] = False
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
+    return pa.StringArray.from_buffers(
+        len(values),
+        pa.py_buffer(offsets.tobytes()),
+        pa.py_buffer(b"".join(encoded)),
+        validity,
+        len(nulls),
+    )
+
+
+def _narrow(values: np.ndarray, seen: list[np.ndarray]) -> np.ndarray:
+    """An integer per-row array as int32 when its values fit (lengths and counts always do;
+    a broken set's token ids may not), sharing one object with an equal array already kept
+    (``seen``: lengths, mask lengths and seq_len of a sound batch are one array)."""
+    if values.dtype.kind == "i" and values.size and values.dtype.itemsize > 4:
+        info = np.iinfo(np.int32)
+        if info.min <= int(values.min()) and int(values.max()) <= info.max:
+            values = values.astype(np.int32)
+    for kept in seen:
+        if kept.dtype == values.dtype and np.array_equal(kept, values):
+            return kept
+    seen.append(values)
+    return values
+
+
 @dataclass
 class BatchFacts:
     """What the fast checks need of one record batch, from one pass over its tokens: per-row
@@ -539,9 +636,9 @@ class BatchFacts:
     """
 
     start_row: int
-    ids: list[str | None]
-    sources: list[str | None]
-    lengths: np.ndarray  # tokens per row
+    ids: Strings
+    sources: Strings
+    lengths: np.ndarray  # tokens per row (int32 where it fits, as every per-row array here)
     mask_lengths: np.ndarray
     seq_len: np.ndarray  # the column as stored (-1 where null)
     token_min: np.ndarray  # per row; 0 for an empty row
@@ -587,24 +684,23 @@ def batch_facts(b: Batch, block_size: int = defaults.BLOCK_SIZE) -> BatchFacts:
     bad_len = (b.lengths != b.mask_lengths) | (b.lengths != b.seq_len)
     within = None if bad_len.any() else stats["supervised"]
     sup = t.tokens[t.mask == 1]
-    sup = sup[sup >= 0]
-    counts = np.bincount(sup) if sup.size else np.zeros(0, dtype=np.int64)
-    freq_ids = np.flatnonzero(counts)
+    freq_ids, freq_counts = _sparse_counts(sup[sup >= 0])
+    seen: list[np.ndarray] = []
     return BatchFacts(
         b.start_row,
-        b.ids,
-        b.sources,
-        b.lengths,
-        b.mask_lengths,
-        b.seq_len,
-        token_min,
-        token_max,
+        Strings(b.ids),
+        Strings(b.sources, dictionary=True),
+        _narrow(b.lengths, seen),
+        _narrow(b.mask_lengths, seen),
+        _narrow(b.seq_len, seen),
+        _narrow(token_min, seen),
+        _narrow(token_max, seen),
         bad_mask_rows,
-        within,
-        common,
-        stats,
-        freq_ids.astype(np.int64),
-        counts[freq_ids].astype(np.int64),
+        None if within is None else _narrow(within, seen),
+        _narrow(common, seen),
+        {k: _narrow(v, seen) for k, v in stats.items()},
+        _narrow(freq_ids, seen),
+        _narrow(freq_counts, seen),
     )
 
 
@@ -615,50 +711,98 @@ def shard_facts(
     return [batch_facts(b, block_size) for b in as_batches(fmt_layout.batches(path))]
 
 
-@dataclass
-class SetFacts:
-    """The `BatchFacts` of a whole set, in row order: what the fast checks read instead of the
-    tokens."""
+FREQ_LIMIT = 1 << 24
+"""Supervised token ids counted densely up to here (16.7M: above any vocabulary). Only a broken
+set holds larger ones (the structure check names their rows); a recount of ids up to 2**63 as
+one dense array would not fit in memory, so they are left out of it."""
 
-    batches: list[BatchFacts]
+_NONE = np.zeros(0, dtype=np.int32)
+
+
+def _sparse_counts(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which ids occur and how often (ascending): bincount where the ids are a vocabulary's,
+    else by sorting (an id of 2**40 must not allocate 2**40 counters)."""
+    if not ids.size:
+        return _NONE.astype(np.int64), _NONE.astype(np.int64)
+    if int(ids.max()) < FREQ_LIMIT:
+        counts = np.bincount(ids)
+        present = np.flatnonzero(counts)
+        return present.astype(np.int64), counts[present].astype(np.int64)
+    present, counts = np.unique(ids, return_counts=True)
+    return present.astype(np.int64), counts.astype(np.int64)
+
+
+class SetFacts:
+    """The `BatchFacts` of a whole set, in row order, with their token histograms folded into
+    one dense count as they arrive: what the fast checks read instead of the tokens. Held to the
+    end of a build, so it keeps a few bytes a row (`Strings`, int32) and no per-batch histogram."""
+
+    def __init__(self) -> None:
+        self.batches: list[BatchFacts] = []
+        self.token_freq = np.zeros(0, dtype=np.int64)
+        self.rows = 0
+
+    def add(self, facts: BatchFacts, start_row: int | None = None) -> None:
+        """One batch in set order (``start_row``: where it starts in the set, default its own)."""
+        if facts.freq_ids.size:
+            keep = facts.freq_ids < FREQ_LIMIT
+            ids, counts = facts.freq_ids[keep], facts.freq_counts[keep]
+            if ids.size and int(ids[-1]) >= self.token_freq.size:
+                grown = np.zeros(int(ids[-1]) + 1, dtype=np.int64)
+                grown[: self.token_freq.size] = self.token_freq
+                self.token_freq = grown
+            self.token_freq[ids] += counts
+        start = facts.start_row if start_row is None else start_row
+        self.batches.append(replace(facts, start_row=start, freq_ids=_NONE, freq_counts=_NONE))
+        self.rows = start + facts.rows
+
+    def add_shard(self, facts: Iterable[BatchFacts]) -> None:
+        """One shard's facts (its rows numbered from 0, as `shard_facts` gives them), after
+        every shard before it."""
+        base = self.rows
+        for f in facts:
+            self.add(f, base + f.start_row)
 
     @classmethod
     def read(cls, out: OutputSet, block_size: int = defaults.BLOCK_SIZE) -> SetFacts:
         """Read every batch of the set once (none when the set lacks the required columns)."""
-        if not (out.readable and _has_columns(out)):
-            return cls([])
-        return cls([batch_facts(b, block_size) for b in iter_batches(out)])
+        facts = cls()
+        if out.readable and _has_columns(out):
+            for b in iter_batches(out):
+                facts.add(batch_facts(b, block_size))
+        return facts
 
     @classmethod
     def gather(cls, shards: Iterable[list[BatchFacts]]) -> SetFacts:
         """Shards' facts (each numbered from 0, as `shard_facts` gives them) in set order."""
-        batches: list[BatchFacts] = []
-        start = 0
-        for facts in shards:
-            for f in facts:
-                batches.append(replace(f, start_row=start + f.start_row))
-            start += sum(f.rows for f in facts)
-        return cls(batches)
+        facts = cls()
+        for shard in shards:
+            facts.add_shard(shard)
+        return facts
 
     def ids(self) -> list[str | None]:
         return [i for f in self.batches for i in f.ids]
+
+    def id_column(self) -> Strings:
+        """The set's ids as one column (indexable; a few bytes a row, not a list of str)."""
+        return Strings.joined(f.ids for f in self.batches)
 
     def sources(self) -> list[str | None]:
         return [s for f in self.batches for s in f.sources]
 
     def row_stats(self, vocab_size: int) -> RowStats:
         """Per-row statistics and the supervised-token recount (`row_stats`)."""
-        freq = np.zeros(max(vocab_size, 1), dtype=np.int64)
-        for f in self.batches:
-            if f.freq_ids.size:
-                top = int(f.freq_ids[-1]) + 1
-                if top > freq.size:
-                    freq = np.concatenate([freq, np.zeros(top - freq.size, dtype=np.int64)])
-                freq[f.freq_ids] += f.freq_counts
+        size = max(vocab_size, 1, self.token_freq.size)
+        freq = np.zeros(size, dtype=np.int64)
+        freq[: self.token_freq.size] = self.token_freq
         names = ("seq_len", "supervised", "runs", "pairs", "anchors", "full_blocks")
         empty = np.zeros(0, dtype=np.int64)
-        joined = {
-            k: (np.concatenate([f.stats[k] for f in self.batches]) if self.batches else empty)
+        joined = {  # int64 again: the consumers compute with them
+            k: (
+                np.concatenate([f.stats[k] for f in self.batches]).astype(np.int64)
+                if self.batches
+                else empty
+            )
             for k in names
         }
         return RowStats(token_freq=freq, **joined)

@@ -37,7 +37,7 @@ from draftset.mask.template import TemplateInfo, TemplateSpec
 from draftset.output import writer_class
 from draftset.output.base import ShardedWriter, Writer, rel_name
 from draftset.output.folder import finalize_output, prepare_output
-from draftset.output.readback import BatchFacts, CheckResult, SetFacts, open_output
+from draftset.output.readback import CheckResult, SetFacts, open_output
 from draftset.output.vocab import (
     load_token_freq_pt,
     save_token_freq_pt,
@@ -289,13 +289,14 @@ class _ReadBack:
     (issue 27: the driver's work stays a few bytes a row, to the end)."""
 
     def __init__(self) -> None:
-        self.facts: list[list[BatchFacts]] = []
+        self.facts = SetFacts()  # folded as each block comes back, in block order
         self.digests: list[str] = []
 
     def add(self, result: BlockResult) -> None:
         if len(result.facts) != len(result.parts) or len(result.digests) != len(result.parts):
             raise RunError(f"block {result.index}: a worker sent no read-back of its shards")
-        self.facts.extend(result.facts)
+        for shard in result.facts:
+            self.facts.add_shard(shard)
         self.digests.extend(result.digests)
 
     def named(self, shards: list[Path], folder: Path) -> tuple[SetFacts | None, dict[str, str]]:
@@ -306,7 +307,7 @@ class _ReadBack:
         if n == 0 or len(shards) < n:
             return None, {}
         names = [rel_name(folder, shard) for shard in shards[:n]]
-        return SetFacts.gather(self.facts), dict(zip(names, self.digests, strict=True))
+        return self.facts, dict(zip(names, self.digests, strict=True))
 
 
 def _decided(
