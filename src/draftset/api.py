@@ -577,7 +577,8 @@ def report(dir: str | Path, **options: Any) -> Path:
     (default ``dir/report.html``). ``options``: the fields of `config.schema.ReportArgs`."""
     _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
-    from draftset.review.report import default_report_path, is_report_file, write_report
+    from draftset.output.folder import is_report_file
+    from draftset.review.report import default_report_path, write_report
 
     o = _given(ReportArgs, {**options, "dir": dir})
     default = default_report_path(o.dir)

@@ -459,3 +459,59 @@ def test_a_failed_overwrite_says_the_earlier_set_is_left_as_it_was(tmp_path, cap
         f"draftset: no rows written: {out} is left as it was (rejects above, by reason)"
     )
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize(
+    "left",
+    ["report.html", ".report.html.tmp-{dead}", ".verify.json.tmp-{dead}"],
+    ids=["report-page", "killed-report", "killed-verify"],
+)
+def test_overwrite_replaces_what_report_and_verify_wrote(tmp_path, capsys, left):
+    """build, `draftset report`, build --overwrite: the set's own report page (it carries
+    report's generator tag) and a killed report's or verify's temporary file are draftset's,
+    so --overwrite replaces the set; a report.html of the user's (no tag) is still refused."""
+    from draftset.api import report
+    from draftset.output.folder import foreign_entries
+
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1), chat(2)])
+    out = tmp_path / "out"
+    assert main(build_argv(src, out=out)) == 0
+    dead = _dead_pid()
+    name = left.format(dead=dead)
+    if name == "report.html":
+        report(out)
+    else:
+        (out / name).write_text("<html>half a page")
+    assert foreign_entries(out) == []
+    capsys.readouterr()
+    assert main(build_argv(src, out=out, extra=("--overwrite",))) == 0
+    assert not (out / name).exists()
+    (out / "report.html").write_text("<html>my own notes</html>")
+    assert foreign_entries(out) == ["report.html"]
+    assert main(build_argv(src, out=out, extra=("--overwrite",))) == 2
+    assert "report.html" in one_line(capsys)
+
+
+def test_a_live_writers_temporary_file_is_not_replaced(tmp_path):
+    """A report still being written (its process alive) is not a leftover."""
+    from draftset.output.folder import foreign_entries
+
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    out = tmp_path / "out"
+    assert main(build_argv(src, out=out)) == 0
+    (out / f".report.html.tmp-{os.getpid()}").write_text("<html>")
+    assert foreign_entries(out) == [f".report.html.tmp-{os.getpid()}"]
+
+
+def _dead_pid() -> int:
+    """A process id no process has now (a child that has exited and been reaped)."""
+    import subprocess
+    import sys
+
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(child.stdout)

@@ -37,13 +37,53 @@ DRAFTSET_LATER_FILES = ("manifest.json", "verify.json")
 """Files draftset writes into a set that its manifest's ``files`` does not list: the manifest
 itself and `verify`'s record."""
 
+REPORT_PAGE = "report.html"
+"""`draftset report`'s default page inside a set: draftset's when `is_report_file` says so."""
+REPORT_GENERATOR_TAG = '<meta name="generator" content="draftset report">'
+"""In the head of every page `draftset report` writes: how a page it may replace is known."""
+_OLD_REPORT_OPENING = (
+    b'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta http-equiv='
+)
+_SNIFF_BYTES = 4096
+_WRITING = re.compile(r"\.(?:verify\.json|report\.html)\.tmp-([0-9]+)")
+"""The temporary name `verify`'s record and `report`'s page have until their atomic rename
+(``.NAME.tmp-PID``): a leftover of draftset's once that process is gone."""
+
+
+def is_report_file(path: Path) -> bool:
+    """Whether ``path`` is a page `draftset report` wrote: its first few KB hold
+    `REPORT_GENERATOR_TAG`, or, written before the tag, the exact opening and title every
+    report had. A page of the user's under that name is theirs."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+    except OSError:
+        return False
+    if REPORT_GENERATOR_TAG.encode() in head:
+        return True
+    return head.startswith(_OLD_REPORT_OPENING) and "<title>draftset report — ".encode() in head
+
+
+def _draftset_wrote_later(entry: os.DirEntry[str]) -> bool:
+    """A top-level file of a set that draftset wrote after the build: its report page, or the
+    temporary file of a `verify` or `report` killed before its rename (its process gone; a
+    live one is still writing, and its file is not ours to remove yet)."""
+    if not entry.is_file(follow_symlinks=False):
+        return False
+    if entry.name == REPORT_PAGE:
+        return is_report_file(Path(entry.path))
+    writing = _WRITING.fullmatch(entry.name)
+    return writing is not None and not _alive(int(writing.group(1)))
+
 
 def foreign_entries(folder: Path) -> list[str]:
     """Entries inside a draftset output that its manifest does not list (relative paths, a
     folder as ``name/``): what ``--overwrite`` would destroy.
 
     Only a file the manifest names (``files``, plus manifest.json and verify.json) is
-    draftset's; a folder is draftset's when everything in it is (Parquet's ``data/``).
+    draftset's, and, at the top, `draftset report`'s page and a killed `verify`'s or `report`'s
+    temporary file (`_draftset_wrote_later`); a folder is draftset's when everything in it is
+    (Parquet's ``data/``).
     """
     try:
         manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
@@ -70,6 +110,8 @@ def foreign_entries(folder: Path) -> list[str]:
                     found += inner
             elif rel in listed and entry.is_file(follow_symlinks=False):
                 any_listed = True
+            elif not prefix and _draftset_wrote_later(entry):
+                continue
             else:
                 found.append(rel)
         return found, any_listed

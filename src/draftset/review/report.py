@@ -23,6 +23,7 @@ from draftset.core.counters import SUMMARY_COLUMNS, summary_row
 from draftset.core.errors import UsageError
 from draftset.core.files import write_output_file
 from draftset.core.terminal import visible, visible_parts
+from draftset.output.folder import REPORT_GENERATOR_TAG, REPORT_PAGE
 from draftset.output.readback import (
     OutputSet,
     RowStats,
@@ -32,11 +33,8 @@ from draftset.output.readback import (
 )
 from draftset.review.show import load_decoder
 
-DEFAULT_REPORT = "report.html"
-GENERATOR_TAG = '<meta name="generator" content="draftset report">'
-"""In the head of every page `write_report` writes: how `report` knows a file it may replace."""
-OLD_OPENING = b'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta http-equiv='
-SNIFF_BYTES = 4096
+DEFAULT_REPORT = REPORT_PAGE
+GENERATOR_TAG = REPORT_GENERATOR_TAG
 COVERAGE_MARKS = (1024, 4096, 8192, 16384, 32000, 65536)
 EXAMPLE_ROWS = 4
 CSS = """
@@ -568,20 +566,6 @@ def default_report_path(folder: Path | str) -> Path:
     """Where `report` writes without ``-o``: ``DIR/report.html`` (the one file it may write
     inside the set: `checks.fast.AFTER_BUILD_FILES`)."""
     return Path(folder) / DEFAULT_REPORT
-
-
-def is_report_file(path: Path) -> bool:
-    """Whether ``path`` is a page `write_report` wrote (the one kind of file `report` replaces):
-    its first few KB hold `GENERATOR_TAG`, or, written before the tag, the exact opening and
-    title every report had."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(SNIFF_BYTES)
-    except OSError:
-        return False
-    if GENERATOR_TAG.encode() in head:
-        return True
-    return head.startswith(OLD_OPENING) and "<title>draftset report — ".encode() in head
 
 
 def write_report(
