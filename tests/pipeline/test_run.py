@@ -629,3 +629,26 @@ def test_run_end_to_end_other_model_relative_tokenizer_and_restart_keeps_user_fi
             _run(recipe, tokenizer="tok", restart=True)
         assert (out / "NOTES.md").read_text() == "my notes"
         assert (tmp_path / "recipe-out.run" / "answers.jsonl").exists()
+
+
+@pytest.mark.parametrize("theirs", ["file", "folder"])
+def test_a_report_path_draftset_did_not_write_is_refused_before_anything(
+    tmp_path: Path, qwen3_dir: Path, theirs: str
+) -> None:
+    """`run` writes its report beside the set, OUT-report.html, renamed over whatever was
+    there at the end of the run: a page of the user's by that name was lost after hours of
+    work (a folder, a raw error). Refused before any work, like build's --out, and left as
+    it is; draftset's own earlier page is replaced (the kill-and-rerun test above)."""
+    recipe = _recipe(tmp_path, qwen3_dir, "http://127.0.0.1:9/v1")
+    page = tmp_path / "recipe-out-report.html"
+    if theirs == "file":
+        page.write_text("<html>my notes on the last run</html>")
+    else:
+        page.mkdir()
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    with pytest.raises(run_state.RunUsageError) as exc:
+        _run(recipe)
+    assert str(exc.value).startswith(f"{page} exists and is not a report draftset wrote")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
+    if theirs == "file":
+        assert page.read_text() == "<html>my notes on the last run</html>"

@@ -43,6 +43,7 @@ from draftset.generation.options import (
 )
 from draftset.generation.store import errors_path
 from draftset.mask.template import _resolve_tokenizer_path
+from draftset.output.folder import is_report_file
 from draftset.pipeline.run_answers import answer_queue, fmt_counts
 from draftset.pipeline.run_resume import open_state, settings_of
 from draftset.pipeline.run_select import select_rows
@@ -154,6 +155,11 @@ def _report(opts: RunOptions, say: Callable[[str], None]) -> Path:
     tmp = path.with_name(f".{path.name}.tmp")
     write_report(opts.build.out, tmp)  # then renamed: a killed run leaves no half report
     maybe_die("report")
+    try:
+        _check_report_path(path)  # again: the run may have taken hours
+    except RunUsageError:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     say(f"report: {path}")
     return path
@@ -224,6 +230,17 @@ def _check_apart(opts: RunOptions) -> None:
     sources = local_sources(opts.build.sources)
     check_apart_from_sources("--out", opts.build.out, sources)
     check_apart_from_sources("--work", opts.work_dir, sources)
+    _check_report_path(report_path(opts.build.out))
+
+
+def _check_report_path(path: Path) -> None:
+    """The report is renamed over ``path`` at the end: only over a page `draftset report`
+    wrote (checked before the first stage, and again before the rename)."""
+    if (path.exists() or path.is_symlink()) and not (path.is_file() and is_report_file(path)):
+        raise RunUsageError(
+            f"{path} exists and is not a report draftset wrote; `draftset run` writes its"
+            " report there: move it, or choose another out"
+        )
 
 
 def _check_servers(g: GenerateSection) -> None:
