@@ -65,3 +65,23 @@ def test_a_set_only_table_has_no_value_array_and_grows_in_chunks(monkeypatch):
     assert table._values is None
     assert len(table) == 5000 and not any(table.add(k) for k in keys)
     assert all(table.get(k) == 0 for k in keys) and table.get(digest64("x")) is None
+
+
+def test_a_set_of_300k_digests_takes_4_mib():
+    """Issue 27 (memory flat in the row count): the table doubles past two thirds full, not
+    half: 300,000 ids take 512Ki slots (4 MiB), where doubling at half took 1Mi (8 MiB)."""
+    table = DigestTable()
+    for i in range(300_000):
+        table.add(digest64(str(i)))
+    assert table._keys.nbytes == 4 * 2**20 and len(table) == 300_000
+    assert sum(table.add(digest64(str(i))) for i in range(300_000)) == 0
+
+
+def test_a_table_never_fills_up():
+    """Every size keeps a free slot past the last key, so a probe for a missing key ends."""
+    for capacity in (0, 1, 2, 3, 10, 11):
+        table = DigestTable(capacity=capacity)
+        for i in range(1, 200):
+            table.put(i, i)
+            assert len(table) < table._keys.size
+        assert table.get(10_000) is None

@@ -610,13 +610,21 @@ def _string_array(values: list[str | None]) -> pa.Array:
 
 
 def _narrow(values: np.ndarray, seen: list[np.ndarray]) -> np.ndarray:
-    """An integer per-row array as int32 when its values fit (lengths and counts always do;
-    a broken set's token ids may not), sharing one object with an equal array already kept
-    (``seen``: lengths, mask lengths and seq_len of a sound batch are one array)."""
-    if values.dtype.kind == "i" and values.size and values.dtype.itemsize > 4:
-        info = np.iinfo(np.int32)
-        if info.min <= int(values.min()) and int(values.max()) <= info.max:
-            values = values.astype(np.int32)
+    """An integer per-row array in the narrowest of int16 / int32 its values fit (lengths and
+    counts under 32,768 tokens a row: int16; token ids: int32; a broken set's ids may need
+    int64, kept), sharing one object with an equal array already kept (``seen``: lengths, mask
+    lengths and seq_len of a sound batch are one array). Readers compare, list or cast them
+    to int64 (`SetFacts.row_stats`), never compute in the narrow type."""
+    if values.dtype.kind == "i" and values.size and values.dtype.itemsize > 2:
+        low, high = int(values.min()), int(values.max())
+        for narrow in (np.int16, np.int32):
+            info = np.iinfo(narrow)
+            if (
+                np.dtype(narrow).itemsize < values.dtype.itemsize
+                and info.min <= low <= high <= info.max
+            ):
+                values = values.astype(narrow)
+                break
     for kept in seen:
         if kept.dtype == values.dtype and np.array_equal(kept, values):
             return kept
@@ -638,7 +646,7 @@ class BatchFacts:
     start_row: int
     ids: Strings
     sources: Strings
-    lengths: np.ndarray  # tokens per row (int32 where it fits, as every per-row array here)
+    lengths: np.ndarray  # tokens per row (int16 or int32 where it fits, as every per-row array)
     mask_lengths: np.ndarray
     seq_len: np.ndarray  # the column as stored (-1 where null)
     token_min: np.ndarray  # per row; 0 for an empty row
