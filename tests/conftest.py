@@ -103,3 +103,21 @@ def qwen3_dir() -> Path:
 @pytest.fixture(scope="session")
 def llama32_dir() -> Path:
     return llama32_tokenizer_dir()
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fail the test if a build gets as far as counting rows or loading the tokenizer."""
+    import draftset.engine.factory as factory_mod
+    import draftset.pipeline.build as build_mod
+
+    def boom(*a, **k):
+        raise AssertionError("work started before the error was found")
+
+    monkeypatch.setattr(build_mod, "plan_selection", boom)
+    monkeypatch.setattr(build_mod, "plan_read", boom)
+    # the template load and the helper process are the engine factory's (engine/factory.py);
+    # the helper `draftset build` starts ahead of parsing (pipeline/helper_ahead.py) only
+    # imports, and is stopped on any error
+    monkeypatch.setattr(factory_mod, "ChatTemplate", boom)
+    monkeypatch.setattr(factory_mod, "Sidecar", boom)

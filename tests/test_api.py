@@ -522,3 +522,22 @@ def test_no_job_runs_inside_a_spawned_childs_import_of_the_script(
     assert stopped.value.code == 2
     assert 'if __name__ == "__main__":' in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "needle"),
+    [
+        ("max_length", "4096", "--max-length: expected an integer, got '4096'"),
+        ("max_length", True, "--max-length: expected an integer, got True"),
+        ("workers", 2.0, "--workers: expected an integer, got 2.0"),
+        ("seed", "7", "--seed: expected an integer, got '7'"),
+    ],
+)
+def test_the_api_takes_each_value_in_its_own_type(src, tmp_path, option, value, needle):
+    """A recipe's values are checked strictly (YAML's types are exact); the API coerced its
+    keywords: ``max_length="4096"`` ran with 4096 and ``max_length=True`` with a max length of
+    1, rejecting every row as too long. Now one line naming the option, before any work."""
+    with pytest.raises(errors.UsageError) as info:
+        api.build(src, tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o", **{option: value})
+    assert str(info.value) == needle
+    assert not (tmp_path / "o").exists()

@@ -117,9 +117,13 @@ def _given(
     model: type[Model], options: Mapping[str, Any], error: type[UsageError] = UsageError
 ) -> Model:
     """``options`` checked by the job's schema; None means "not given" (the recipe's value, else
-    the default, stands). An unusable value is one ``error`` line naming its flag (exit 2)."""
+    the default, stands). An unusable value is one ``error`` line naming its flag (exit 2).
+    Strictly, as a recipe's: ``max_length="4096"`` or ``True`` is no integer (the command line
+    converts its text to each option's type before this)."""
     values = {k: v for k, v in options.items() if v is not None}
-    return validated(model, values, name_of=lambda name: flag_of(model, name), error=error)
+    return validated(
+        model, values, strict=True, name_of=lambda name: flag_of(model, name), error=error
+    )
 
 
 def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOptions:
@@ -578,7 +582,10 @@ def report(dir: str | Path, **options: Any) -> Path:
     _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.output.folder import is_report_file
-    from draftset.review.report import default_report_path, write_report
+    from draftset.review.report import (  # lazy: as above
+        default_report_path,
+        write_report,
+    )
 
     o = _given(ReportArgs, {**options, "dir": dir})
     default = default_report_path(o.dir)

@@ -12,7 +12,6 @@ import pytest
 import zstandard
 from conftest import qwen3_tokenizer_dir
 
-import draftset.engine.factory as factory_mod
 import draftset.pipeline.build as build_mod
 from draftset.cli import main
 
@@ -31,22 +30,6 @@ def write_jsonl(path: Path, rows: list) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
-
-
-@pytest.fixture
-def no_work(monkeypatch):
-    """Fail the test if the build gets as far as counting rows or loading the tokenizer."""
-
-    def boom(*a, **k):
-        raise AssertionError("work started before the error was found")
-
-    monkeypatch.setattr(build_mod, "plan_selection", boom)
-    monkeypatch.setattr(build_mod, "plan_read", boom)
-    # the template load and the helper process are the engine factory's (engine/factory.py);
-    # the helper `draftset build` starts ahead of parsing (pipeline/helper_ahead.py) only
-    # imports, and is stopped on any error
-    monkeypatch.setattr(factory_mod, "ChatTemplate", boom)
-    monkeypatch.setattr(factory_mod, "Sidecar", boom)
 
 
 def build_argv(*sources: Path | str, out: Path | str, extra: tuple[str, ...] = ()) -> list[str]:

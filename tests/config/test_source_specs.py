@@ -17,8 +17,6 @@ from pathlib import Path
 import pytest
 from conftest import qwen3_tokenizer_dir
 
-import draftset.engine.factory as factory_mod
-import draftset.pipeline.build as build_mod
 from draftset import api
 from draftset.cli import main
 from draftset.config.recipe import RecipeError, parse_source_arg
@@ -42,19 +40,6 @@ def write_jsonl(path: Path, n: int, first: int = 0) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(chat(first + i)) + "\n" for i in range(n)))
     return path
-
-
-@pytest.fixture
-def no_work(monkeypatch):
-    """Fail the test if the build gets as far as counting rows or loading the tokenizer."""
-
-    def boom(*a, **k):
-        raise AssertionError("work started before the error was found")
-
-    monkeypatch.setattr(build_mod, "plan_selection", boom)
-    monkeypatch.setattr(build_mod, "plan_read", boom)
-    monkeypatch.setattr(factory_mod, "ChatTemplate", boom)
-    monkeypatch.setattr(factory_mod, "Sidecar", boom)
 
 
 def build(*args: str) -> int:
