@@ -541,3 +541,16 @@ def test_the_api_takes_each_value_in_its_own_type(src, tmp_path, option, value, 
         api.build(src, tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o", **{option: value})
     assert str(info.value) == needle
     assert not (tmp_path / "o").exists()
+
+
+def test_a_tuple_is_a_list_to_the_api(src, tmp_path):
+    """Strict types, but a Python caller's tuple of sources or stop tokens is the list it is
+    (it was accepted before the API became strict, and must stay so)."""
+    opts = api.build_options(
+        sources=(str(src),),
+        tokenizer=qwen3_tokenizer_dir(),
+        out=tmp_path / "o",
+        eot_tokens=("<|im_end|>", "<|endoftext|>"),
+    )
+    assert [s.path for s in opts.sources] == [src]
+    assert list(opts.eot_tokens) == ["<|im_end|>", "<|endoftext|>"]

@@ -119,8 +119,10 @@ def _given(
     """``options`` checked by the job's schema; None means "not given" (the recipe's value, else
     the default, stands). An unusable value is one ``error`` line naming its flag (exit 2).
     Strictly, as a recipe's: ``max_length="4096"`` or ``True`` is no integer (the command line
-    converts its text to each option's type before this)."""
-    values = {k: v for k, v in options.items() if v is not None}
+    converts its text to each option's type before this); a tuple is taken as the list it is."""
+    values = {
+        k: list(v) if isinstance(v, tuple) else v for k, v in options.items() if v is not None
+    }
     return validated(
         model, values, strict=True, name_of=lambda name: flag_of(model, name), error=error
     )
