@@ -15,6 +15,22 @@ def write_jsonl(path: Path, rows: list) -> Path:
     return path
 
 
+def chats(
+    n: int, prefix: str = "c", question: str = "Question {i}?", answer: str = "Answer {i}."
+) -> list[dict]:
+    """``n`` one-exchange conversations with ids ``{prefix}0``... (the texts' ``{i}`` filled)."""
+    return [
+        {
+            "id": f"{prefix}{i}",
+            "messages": [
+                {"role": "user", "content": question.format(i=i)},
+                {"role": "assistant", "content": answer.format(i=i)},
+            ],
+        }
+        for i in range(n)
+    ]
+
+
 def read_rows(folder: Path) -> list[dict]:
     state = json.loads((folder / "state.json").read_text())
     rows: list[dict] = []

@@ -7,23 +7,14 @@ import json
 from pathlib import Path
 
 from conftest import qwen3_tokenizer_dir
+from rows import chats
+from rows import write_jsonl as write_rows
 
 from draftset.cli import main
 
 
 def write_jsonl(path: Path, n: int) -> Path:
-    rows = [
-        {
-            "id": f"c{i}",
-            "messages": [
-                {"role": "user", "content": f"Question {i}?"},
-                {"role": "assistant", "content": f"Answer {i}."},
-            ],
-        }
-        for i in range(n)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    return write_rows(path, chats(n))
 
 
 def build(*args: str) -> int:

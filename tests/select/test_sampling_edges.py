@@ -9,8 +9,9 @@ source takes every row, as before, and says so in a note.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from rows import chats, write_jsonl
 
 from draftset.select import mix
 from draftset.select.mix import Selection, SelectionSpec, plan_selection
@@ -19,17 +20,7 @@ from draftset.sources.read import Source
 
 def source(tmp_path: Path, name: str, n: int, **mixing) -> Source:
     path = tmp_path / f"{name}.jsonl"
-    rows = [
-        {
-            "id": f"{name}{i}",
-            "messages": [
-                {"role": "user", "content": f"{name} question {i}"},
-                {"role": "assistant", "content": f"answer {i}"},
-            ],
-        }
-        for i in range(n)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(path, chats(n, name, f"{name} question {{i}}", "answer {i}"))
     return Source(name, path, **mixing)
 
 
