@@ -578,9 +578,13 @@ def _render_server(section: Any, where: str) -> str | None:
     return connect(url).url
 
 
-def report(dir: str | Path, **options: Any) -> Path:
+def report(
+    dir: str | Path, *, on_verdict: Callable[[str], None] | None = None, **options: Any
+) -> Path:
     """`draftset report`: write the self-contained HTML report; returns its path
-    (default ``dir/report.html``). ``options``: the fields of `config.schema.ReportArgs`."""
+    (default ``dir/report.html``). ``options``: the fields of `config.schema.ReportArgs`.
+    ``on_verdict`` receives the page's verification in one line (the fast checks run now, the
+    last full verify); a set that fails its checks still gets its page."""
     _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.output.folder import is_report_file
@@ -606,7 +610,7 @@ def report(dir: str | Path, **options: Any) -> Path:
         read_as_input=not path.name.lower().endswith((".html", ".htm")),
     )
     tokenizer = str(o.tokenizer) if o.tokenizer else None
-    return write_report(o.dir, path, tokenizer, o.block_size, check=check)
+    return write_report(o.dir, path, tokenizer, o.block_size, check=check, on_verdict=on_verdict)
 
 
 def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> None:

@@ -91,7 +91,7 @@ def no_work():
     import draftset.review.report as report
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(report, "build_report", forbidden)
+    mp.setattr(report, "render_report", forbidden)
     mp.setattr(checks, "fast_checks", forbidden)
     mp.setattr(checks, "run_verify", forbidden)
     yield mp
@@ -214,14 +214,14 @@ def test_report_replaces_a_report_written_before_the_marker(work, capsys):
 def test_report_refuses_a_file_that_appears_while_it_renders(work, capsys, monkeypatch):
     import draftset.review.report as report
 
-    render = report.build_report
+    render = report.render_report
 
     def slow_render(*a, **k):
         page = render(*a, **k)
         (work / "late.html").write_bytes(NOTES)  # the user's file, written meanwhile
         return page
 
-    monkeypatch.setattr(report, "build_report", slow_render)
+    monkeypatch.setattr(report, "render_report", slow_render)
     refused(["report", "set", "-o", "late.html"], capsys, "-o late.html: the file exists")
     assert (work / "late.html").read_bytes() == NOTES
     assert not [p for p in work.rglob(".*tmp*")]

@@ -214,3 +214,24 @@ def test_report_shows_a_passed_full_verify(fresh_set):
 def test_unreadable_record_is_said_plainly(fresh_set):
     (fresh_set / "verify.json").write_text("{not json")
     assert "cannot be read" in verification(build_report(fresh_set))
+
+
+def test_the_command_says_the_checks_of_the_set_it_reported(fresh_set, capsys):
+    """`draftset report` on a set failing its checks wrote the page (FAILED inside) and said
+    only "report written to": exit 0 and a terminal that looked like all was well. It still
+    writes the page (the report's job, exit 0) and now says the verdict in a line."""
+    assert cli_main(["report", str(fresh_set)]) == 0
+    out = capsys.readouterr().out
+    assert "checks: fast checks passed; no full verify recorded (draftset verify DIR)" in out
+    assert not [r for r in run_verify(fresh_set, sample=1, speculators=False) if r.failed]
+    capsys.readouterr()
+    assert cli_main(["report", str(fresh_set)]) == 0
+    assert "checks: fast checks passed; the last full verify passed" in capsys.readouterr().out
+    with (fresh_set / "rejects.jsonl").open("a") as f:  # changed after the build and the verify
+        f.write("\n")
+    assert cli_main(["report", str(fresh_set)]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith("checks: fast checks FAILED: file_hashes"), line
+    assert line.endswith(
+        "the last full verify is STALE (the set changed since: draftset verify DIR)"
+    ), line

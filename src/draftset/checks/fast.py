@@ -370,6 +370,10 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
     )
 
 
+ADVISORY_CHECKS = frozenset({"drafter_fitness"})
+"""Fast checks that advise (DFlash fitness) and do not fail a build."""
+
+
 AFTER_BUILD_FILES = frozenset({"manifest.json", VERIFY_RECORD, "report.html"})
 """Files draftset itself writes into a finished set (the manifest, `verify`'s record, `report`'s
 default page): never listed in the manifest, never flagged."""

@@ -16,7 +16,9 @@ Write one self-contained HTML page about a built set (default DIR/report.html): 
 composition by source, rejects and context-only turns by reason (each reason explained),
 sequence-length and supervised-token histograms, truncation, DFlash anchors, the
 draft-vocabulary coverage curve (to choose --draft-vocab-size) and example rows with the mask
-highlighted. No script, no network: open it anywhere.
+highlighted. No script, no network: open it anywhere. Prints the path and the verification in
+one line (`checks: ...`); exits 0 once the page is written, whatever the set's checks say
+(`draftset verify DIR` is the command whose exit code judges a set).
 """
 
 
@@ -29,6 +31,9 @@ def register(sub: Any) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from draftset import api  # lazy: the stages load when the command runs
 
-    path = api.report(**parsed(args, ReportArgs))
+    verdicts: list[str] = []
+    path = api.report(**parsed(args, ReportArgs), on_verdict=verdicts.append)
     print(f"report written to {path}")
+    for line in verdicts:
+        print(f"checks: {line}")
     return EXIT_OK

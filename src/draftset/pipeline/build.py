@@ -22,6 +22,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from draftset.checks.fast import ADVISORY_CHECKS
 from draftset.checks.verify import fast_checks
 from draftset.config.options import BuildOptions
 from draftset.config.preflight import check_build
@@ -58,9 +59,6 @@ from draftset.select.mix import Selection, plan_selection, sampling_notes, selec
 from draftset.select.ranged import RangedSelection, ReadTask, why_driver_reads
 from draftset.sources.read import HUB_PREFIX, Source, scan_source
 from draftset.sources.shapes import check_row_shapes
-
-ADVISORY_CHECKS = frozenset({"drafter_fitness"})
-"""Fast checks that advise (DFlash fitness) and do not fail a build."""
 
 
 @dataclass

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from draftset.checks.fast import ADVISORY_CHECKS
 from draftset.checks.verify import fast_checks, read_record
 from draftset.core import defaults, reasons
 from draftset.core.counters import SUMMARY_COLUMNS, summary_row
@@ -25,6 +26,7 @@ from draftset.core.files import write_output_file
 from draftset.core.terminal import visible, visible_parts
 from draftset.output.folder import REPORT_GENERATOR_TAG, REPORT_PAGE
 from draftset.output.readback import (
+    CheckResult,
     OutputSet,
     RowStats,
     open_output,
@@ -387,14 +389,48 @@ def build_report(
     seed: int = 0,
 ) -> str:
     """The report page as a string."""
+    return render_report(folder, tokenizer, block_size, examples, seed)[0]
+
+
+def verdict_line(rec: Any, fast: list[CheckResult]) -> str:
+    """The page's verification section in one line, for the terminal: the fast checks run now
+    and the last full verify (passed, FAILED, STALE, unreadable or none recorded). A set that
+    fails still gets its page (the report's job); this line says so where it is run."""
+    failed = [c.name for c in fast if c.failed and c.name not in ADVISORY_CHECKS]
+    advice = [c.name for c in fast if c.failed and c.name in ADVISORY_CHECKS]
+    line = f"fast checks FAILED: {', '.join(failed)}" if failed else "fast checks passed"
+    if advice:
+        line += f" (advice: {', '.join(advice)})"
+    data = rec.record
+    if rec.error:
+        return f"{line}; the last full verify cannot be read ({rec.error})"
+    if data is None:
+        return f"{line}; no full verify recorded (draftset verify DIR)"
+    full = [str(c.get("name")) for c in data.get("checks") or [] if c.get("status") == "fail"]
+    if rec.stale:
+        return f"{line}; the last full verify is STALE (the set changed since: draftset verify DIR)"
+    if full:
+        return f"{line}; the last full verify FAILED: {', '.join(full)}"
+    return f"{line}; the last full verify passed"
+
+
+def render_report(
+    folder: Path | str,
+    tokenizer: str | None,
+    block_size: int,
+    examples: int = EXAMPLE_ROWS,
+    seed: int = 0,
+) -> tuple[str, str]:
+    """The page and its `verdict_line` (what `write_report` writes and says)."""
     out = open_output(Path(folder))
     stats: RowStats = row_stats(out, block_size)
     m = out.manifest
     counts = (m.get("counts") or {}).get("per_source") or {}
     total = (m.get("counts") or {}).get("total") or {}
+    record, fast = read_record(out), fast_checks(out, block_size)
     sec: list[str] = [
         _header_section(out, stats),
-        _verification_section(read_record(out), fast_checks(out, block_size)),
+        _verification_section(record, fast),
         _composition_section(counts),
         _rejects_section(total),
     ]
@@ -408,7 +444,7 @@ def build_report(
     sec.append(_coverage_section(stats))
     sec += _example_sections(out, tokenizer, examples, seed)
     csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
-    return (
+    page = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"{GENERATOR_TAG}"
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
@@ -416,6 +452,7 @@ def build_report(
         + "\n".join(sec)
         + "</body></html>\n"
     )
+    return page, verdict_line(record, fast)
 
 
 def _header_section(out: OutputSet, stats: RowStats) -> str:
@@ -574,18 +611,22 @@ def write_report(
     tokenizer: str | None = None,
     block_size: int = defaults.BLOCK_SIZE,
     check: Callable[[], None] | None = None,
+    on_verdict: Callable[[str], None] | None = None,
 ) -> Path:
     """Write the report (default `default_report_path`), atomically: a temporary file beside
     it renamed over it. ``check`` runs just before the rename (the caller's check of the path,
-    repeated after the rendering). An unreadable set or unwritable file is a `UsageError`
-    (exit 2). The path itself is the caller's to check (`draftset.api.report`)."""
+    repeated after the rendering); ``on_verdict`` receives the page's `verdict_line` once it
+    is written. An unreadable set or unwritable file is a `UsageError` (exit 2). The path
+    itself is the caller's to check (`draftset.api.report`)."""
     path = Path(output) if output else default_report_path(folder)
     try:
-        page = build_report(folder, tokenizer, block_size)
+        page, verdict = render_report(folder, tokenizer, block_size)
     except OSError as exc:
         raise UsageError(str(exc)) from None
     try:
         write_output_file(path, page, check)
     except OSError as exc:
         raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    if on_verdict is not None:
+        on_verdict(verdict)
     return path
