@@ -18,9 +18,9 @@ from draftset.core import reasons
 from draftset.core.words import plural
 from draftset.engine.helper import SidecarError
 from draftset.output.base import rel_name, safe_name
+from draftset.output.folder import DRAFTSET_LATER_FILES, REPORT_PAGE, TMP_WHILE_WRITTEN
 from draftset.output.readback import (
     REQUIRED_COLUMNS,
-    VERIFY_RECORD,
     CheckResult,
     OutputSet,
     Problems,
@@ -374,7 +374,7 @@ ADVISORY_CHECKS = frozenset({"drafter_fitness"})
 """Fast checks that advise (DFlash fitness) and do not fail a build."""
 
 
-AFTER_BUILD_FILES = frozenset({"manifest.json", VERIFY_RECORD, "report.html"})
+AFTER_BUILD_FILES = frozenset({*DRAFTSET_LATER_FILES, REPORT_PAGE})
 """Files draftset itself writes into a finished set (the manifest, `verify`'s record, `report`'s
 default page): never listed in the manifest, never flagged."""
 
@@ -390,7 +390,7 @@ def unlisted_files(folder: Path, listed: dict[str, Any]) -> list[str]:
             name = rel_name(folder, Path(root) / n)
             if name in listed or name in AFTER_BUILD_FILES:
                 continue
-            if name.startswith((f".{VERIFY_RECORD}.tmp-", ".report.html.tmp-")):
+            if name.startswith(TMP_WHILE_WRITTEN):
                 continue  # a record or the default report being written (atomic rename)
             found.append(name)
     return found

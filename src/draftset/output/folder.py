@@ -45,9 +45,10 @@ _OLD_REPORT_OPENING = (
     b'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta http-equiv='
 )
 _SNIFF_BYTES = 4096
-_WRITING = re.compile(r"\.(?:verify\.json|report\.html)\.tmp-([0-9]+)")
-"""The temporary name `verify`'s record and `report`'s page have until their atomic rename
-(``.NAME.tmp-PID``): a leftover of draftset's once that process is gone."""
+TMP_WHILE_WRITTEN = (".verify.json.tmp-", f".{REPORT_PAGE}.tmp-")
+"""How the temporary names of `verify`'s record and `report`'s page begin until their atomic
+rename (``.NAME.tmp-PID``): a leftover of draftset's once that process is gone."""
+_WRITING = re.compile("(?:" + "|".join(map(re.escape, TMP_WHILE_WRITTEN)) + ")([0-9]+)")
 
 
 def is_report_file(path: Path) -> bool:

@@ -35,8 +35,6 @@ from draftset.output.readback import (
 )
 from draftset.review.show import load_decoder
 
-DEFAULT_REPORT = REPORT_PAGE
-GENERATOR_TAG = REPORT_GENERATOR_TAG
 COVERAGE_MARKS = (1024, 4096, 8192, 16384, 32000, 65536)
 EXAMPLE_ROWS = 4
 CSS = """
@@ -446,7 +444,7 @@ def render_report(
     csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
     page = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f"{GENERATOR_TAG}"
+        f"{REPORT_GENERATOR_TAG}"
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
         f"<title>draftset report — {_e(out.folder.name)}</title><style>{CSS}</style></head><body>"
         + "\n".join(sec)
@@ -602,7 +600,7 @@ def _example_sections(out: OutputSet, tokenizer: str | None, examples: int, seed
 def default_report_path(folder: Path | str) -> Path:
     """Where `report` writes without ``-o``: ``DIR/report.html`` (the one file it may write
     inside the set: `checks.fast.AFTER_BUILD_FILES`)."""
-    return Path(folder) / DEFAULT_REPORT
+    return Path(folder) / REPORT_PAGE
 
 
 def write_report(
