@@ -393,12 +393,21 @@ class VerifyResult:
 
     @property
     def ok(self) -> bool:
-        return not any(c.failed for c in self.checks)
+        return not self.failed
 
     @property
     def failed(self) -> list[str]:
-        """Names of the failing checks."""
-        return [c.name for c in self.checks if c.failed]
+        """Names of the failing checks (advice, `ADVISORY_CHECKS`, is not a failure)."""
+        from draftset.checks.fast import failing  # lazy: the stages load on first use
+
+        return failing(self.checks)
+
+    @property
+    def advice(self) -> list[str]:
+        """Names of the advisory checks that did not pass (DFlash drafter fitness)."""
+        from draftset.checks.fast import ADVISORY_CHECKS  # lazy: as above
+
+        return [c.name for c in self.checks if c.failed and c.name in ADVISORY_CHECKS]
 
     def __getitem__(self, name: str) -> CheckResult:
         for c in self.checks:

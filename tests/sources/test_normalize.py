@@ -382,7 +382,9 @@ def test_think_tags_move_to_reasoning(content, expected_content, expected_reason
 def test_unterminated_think():
     out = norm({"messages": [user("q"), assistant("<think>\nstill going")]})
     assert out.messages[1] == assistant("", reasoning_content="still going")
-    assert out.meta["reasoning_unterminated"] is True
+    assert out.meta["reasoning_unterminated"] == {1: True}  # the cut answer's message index
+    shifted = norm({"system": "s", "messages": [user("q"), assistant("<think>\nstill going")]})
+    assert shifted.meta["reasoning_unterminated"] == {2: True}  # after the inserted system turn
 
 
 def test_think_in_content_kept_when_reasoning_key_present():

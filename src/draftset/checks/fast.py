@@ -371,7 +371,13 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
 
 
 ADVISORY_CHECKS = frozenset({"drafter_fitness"})
-"""Fast checks that advise (DFlash fitness) and do not fail a build."""
+"""Checks that advise (DFlash fitness: whether the set suits a drafter, not whether it is
+right) and fail nothing: not a build, a run, a report's verdict, nor `verify`."""
+
+
+def failing(results: Sequence[CheckResult]) -> list[str]:
+    """Names of the checks that fail a set: failed, and not advice (`ADVISORY_CHECKS`)."""
+    return [r.name for r in results if r.failed and r.name not in ADVISORY_CHECKS]
 
 
 AFTER_BUILD_FILES = frozenset({*DRAFTSET_LATER_FILES, REPORT_PAGE})

@@ -377,6 +377,7 @@ def expected_rows(
     if reasons.special_token_in_answer(originals, _special_pattern(tmpl)) is not None:
         return [], Counter(), SPECIAL_TOKEN_TEXT
     msgs = as_template_reads(originals, conv.meta, *_shape(tmpl))
+    cut_off = reasons.cut_off_answers(originals, conv.meta)
     context: Counter[str] = Counter()
     rows: list[tuple[str, Expected]] = []
     if mode == "each":
@@ -385,8 +386,9 @@ def expected_rows(
             if j == 0:
                 context[reasons.TURN_NO_PROMPT] += 1
                 continue
-            if reasons.is_placeholder_answer(originals[j], placeholders):
-                context[reasons.TURN_PLACEHOLDER] += 1
+            why = reasons.never_supervised(originals[j], j, cut_off, placeholders)
+            if why is not None:
+                context[why] += 1
                 continue
             try:
                 prompt = render(msgs[:j], True)
@@ -417,8 +419,9 @@ def expected_rows(
             if j == 0:
                 context[reasons.TURN_NO_PROMPT] += 1
                 continue
-            if reasons.is_placeholder_answer(originals[j], placeholders):
-                context[reasons.TURN_PLACEHOLDER] += 1
+            why = reasons.never_supervised(originals[j], j, cut_off, placeholders)
+            if why is not None:
+                context[why] += 1
                 continue
             prompt = render(msgs[:j], True)
             full = whole if j == asst[-1] else render(msgs[: j + 1])

@@ -26,6 +26,7 @@ from draftset.checks.fast import (
     check_file_hashes,
     check_structure,
     check_token_freq,
+    failing,
 )
 from draftset.checks.mask import (
     check_sources,
@@ -225,7 +226,7 @@ def write_record(
         "format": RECORD_FORMAT,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "draftset_version": package_version(),
-        "passed": not any(r.failed for r in results),
+        "passed": not failing(results),
         "options": options or {},
         "checks": [r.to_json() for r in results],
         "files": set_digests(out),

@@ -25,9 +25,9 @@ only these), then the tokenizer and template, the unchanged sources, every row's
 its mask re-derived from its source row, placeholder leakage, truncation and speculators'
 loader. Every check is listed in docs/verify.md.
 
-Exit 0 every check passed (a skip always says why), 1 a check failed (named, with a count and
-example row ids), 2 unusable arguments. A full run records its result in DIR/verify.json,
-which `draftset report` shows.
+Exit 0 every check passed (a skip always says why; drafter fitness is advice, WARN, as in
+`build`), 1 a check failed (named, with a count and example row ids), 2 unusable arguments.
+A full run records its result in DIR/verify.json, which `draftset report` shows.
 """
 
 
@@ -41,9 +41,10 @@ def register(sub: Any) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from draftset import api  # lazy: the stages load when the command runs
+    from draftset.checks.fast import ADVISORY_CHECKS  # lazy: as above
 
     result = api.verify(**parsed(args, VerifyArgs))
-    print_results(result.checks)
+    print_results(result.checks, advisory=ADVISORY_CHECKS)
     if result.recorded is not None:
         shown = Path(args.dir) / result.recorded.name
         print(f"result recorded in {shown} (shown by `draftset report`)")

@@ -8,6 +8,8 @@ the output format: never rename one, only add.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from typing import Any
 
 # --- row rejects: reading -------------------------------------------------------------------
 INVALID_JSON = "invalid_json"  # a line / document that does not parse as JSON
@@ -64,6 +66,9 @@ TURN_HISTORY_RENDER_DIFFERS = "history_render_differs"  # full render shows it d
 TURN_PLACEHOLDER = "placeholder_answer"  # "OK.", "", whitespace: never supervised
 TURN_NOT_LAST = "not_last_turn"  # --turns last: earlier turns are context by request
 TURN_NO_PROMPT = "no_prompt"  # the first message: nothing before it to generate from
+# the answer was cut off (max tokens, an unclosed think block): the template would close it with
+# markup and an end-of-turn token the model never generated
+TURN_TRUNCATED = "answer_truncated"
 # `all`: the row's tokens before the turn are not the served prompt's tokens (same text,
 # tokenized in other pieces: e.g. a history generation's edge merges differently)
 TURN_HISTORY_TOKENS_DIFFER = "history_tokens_differ"
@@ -147,6 +152,8 @@ EXPLANATIONS: dict[str, str] = {
     TURN_PLACEHOLDER: 'a placeholder answer ("OK.", empty): never supervised',
     TURN_NOT_LAST: "--turns last: earlier turns are context by request",
     TURN_NO_PROMPT: "the first message: nothing before it to generate it from",
+    TURN_TRUNCATED: "the answer was cut off (max tokens, an unclosed think block): its"
+    " rendered end and end-of-turn token were never generated",
     TURN_HISTORY_TOKENS_DIFFER: "the row's tokens before this turn differ from the served"
     " prompt's (the history re-tokenizes differently): --turns each supervises every turn in"
     " its own row",
@@ -179,6 +186,41 @@ def is_placeholder_answer(msg: dict, placeholders: tuple[str, ...] = DEFAULT_PLA
     return not msg.get("tool_calls") and is_placeholder(answer_text(msg), placeholders)
 
 
+REASONING_UNTERMINATED = "reasoning_unterminated"
+"""Key of a conversation's meta: {message index: True} for answers whose think block the
+normalizer found unclosed (sources/normalize.py); a preset's rows say it in their
+``metadata`` (``metadata.reasoning_unterminated``), as `generate` says ``metadata.truncated``."""
+
+
+def cut_off_answers(messages: list[dict], meta: dict) -> frozenset[int]:
+    """The one rule build and verify share for `answer_truncated`: the assistant messages known
+    to be cut off before the model ended them. An unclosed ``<think>`` (the normalizer's
+    `REASONING_UNTERMINATED`), and the last answer when the row's ``metadata`` says
+    ``truncated`` (`generate --keep-length`: it hit max_tokens) or ``reasoning_unterminated``
+    (a preset's trace cut before its end marker). The template would close such an answer with
+    markup and an end-of-turn token the model never generated, so it is never supervised."""
+    cut = {i for i in meta.get(REASONING_UNTERMINATED) or () if isinstance(i, int)}
+    recorded = meta.get("metadata")
+    if isinstance(recorded, dict) and (
+        recorded.get("truncated") is True or recorded.get(REASONING_UNTERMINATED) is True
+    ):
+        last = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+        cut.update(last[-1:])
+    return frozenset(cut)
+
+
+def never_supervised(
+    msg: dict, j: int, cut_off: frozenset[int], placeholders: tuple[str, ...]
+) -> str | None:
+    """Why assistant message ``j`` is context whatever the template renders (build and verify
+    ask this before any render): a placeholder answer, or one cut off (`cut_off_answers`)."""
+    if is_placeholder_answer(msg, placeholders):
+        return TURN_PLACEHOLDER
+    if j in cut_off:
+        return TURN_TRUNCATED
+    return None
+
+
 def drops_content(msg: dict, generation: str) -> bool:
     """The one rule build and verify share for `template_drops_content`: the template rendered
     this turn without its text or the name of a tool it calls (string content given to a
@@ -201,23 +243,52 @@ def special_token_in_answer(
     messages: list[dict], pattern: re.Pattern[str] | None
 ) -> tuple[int, str, str] | None:
     """The one rule build and verify share for `special_token_in_answer`: the first assistant
-    message whose content or reasoning holds a special token's text, as (message index, field,
-    token). Such text tokenizes to the control token itself (``<|im_end|>`` -> 151645): a stop
-    token the model emits only to end its turn, or markup only the template writes. Its being
-    there means the server leaked it (`transformers serve`: ``"Hello world.<|im_end|>"``), and
-    what the model generated around it cannot be told from the text."""
+    message whose content, reasoning or tool calls (names, argument keys and values) hold a
+    special token's text, as (message index, field, token). Such text tokenizes to the control
+    token itself (``<|im_end|>`` -> 151645): a stop token the model emits only to end its turn,
+    or markup only the template writes. Its being there means the server leaked it
+    (`transformers serve`: ``"Hello world.<|im_end|>"``), and what the model generated around
+    it cannot be told from the text; in a call's arguments the turn's supervision would even
+    stop there, the rest of the call made context."""
     if pattern is None:
         return None
     for i, msg in enumerate(messages):
         if msg.get("role") != "assistant":
             continue
-        for key in ("reasoning_content", "content"):
-            value = msg.get(key)
-            texts = [value] if isinstance(value, str) else []
-            if isinstance(value, list):
-                texts = [p.get("text") for p in value if isinstance(p, dict)]
-            for text in texts:
-                hit = pattern.search(text) if isinstance(text, str) else None
-                if hit:
-                    return i, key, hit.group(0)
+        for key, text in answer_strings(msg):
+            hit = pattern.search(text)
+            if hit:
+                return i, key, hit.group(0)
     return None
+
+
+def answer_strings(msg: dict) -> Iterator[tuple[str, str]]:
+    """(field, text) of every string an assistant message gives the template to render."""
+    for key in ("reasoning_content", "content"):
+        value = msg.get(key)
+        if isinstance(value, str):
+            yield key, value
+        elif isinstance(value, list):
+            for part in value:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    yield key, part["text"]
+    for n, call in enumerate(msg.get("tool_calls") or ()):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict):
+            continue
+        for field in ("name", "arguments"):
+            for text in _strings(fn.get(field)):
+                yield f"tool_calls[{n}].function.{field}", text
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(k)
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)

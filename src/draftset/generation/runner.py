@@ -10,6 +10,7 @@ from typing import Any
 
 from draftset.core.reasons import (
     SPECIAL_TOKEN_IN_ANSWER,
+    special_token_in_answer,
     special_token_pattern,
 )
 from draftset.generation.dialog import (
@@ -130,6 +131,12 @@ class Runner:
                     f"the answer's {k} holds the text of special token {hit.group(0)!r}"
                     " before its end: the server leaked a token the model ends turns with",
                 )
+        leak = special_token_in_answer([{**msg, "role": "assistant"}], self.special)
+        if leak is not None:  # in a tool call: never the end of the answer, nothing to cut
+            raise FinalError(
+                SPECIAL_TOKEN_IN_ANSWER,
+                f"the answer's {leak[1]} holds the text of special token {leak[2]!r}",
+            )
 
     def _count(self, attempts: int, comp: Completion | None = None) -> None:
         r = self.result

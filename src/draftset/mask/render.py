@@ -346,9 +346,10 @@ def _plan_whole(
     """`all` and `last`: one row, the full render, supervised where it equals the generation.
 
     ``messages`` are rendered; ``originals`` (the normalized messages) decide placeholders and
-    hold the text each generation must contain.
+    cut-off answers and hold the text each generation must contain.
     """
     row_kwargs = row_template_kwargs(conv)
+    cut_off = reasons.cut_off_answers(originals, conv.meta)
     try:
         full = tmpl.render(messages, conv.tools, row_kwargs=row_kwargs)
         spans: list[tuple[int, int, int]] = []
@@ -359,8 +360,9 @@ def _plan_whole(
             if j == 0:  # nothing before it: no prompt it could have been generated from
                 plan.context_turns[reasons.TURN_NO_PROMPT] += 1
                 continue
-            if reasons.is_placeholder_answer(originals[j], placeholders):
-                plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
+            why = reasons.never_supervised(originals[j], j, cut_off, placeholders)
+            if why is not None:
+                plan.context_turns[why] += 1
                 continue
             is_last = j == assistant_idx[-1]
             turn = derive_turn(tmpl, messages, conv.tools, j, full if is_last else None, row_kwargs)
@@ -435,13 +437,15 @@ def _plan_each(
 ) -> None:
     """`each`: one row per assistant turn j, rendered as the server sees it at that step."""
     row_kwargs = row_template_kwargs(conv)
+    cut_off = reasons.cut_off_answers(originals, conv.meta)
     for k, j in enumerate(assistant_idx):
         row_id = f"{conv.id}#{k}"
         if j == 0:
             plan.context_turns[reasons.TURN_NO_PROMPT] += 1
             continue
-        if reasons.is_placeholder_answer(originals[j], placeholders):
-            plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
+        why = reasons.never_supervised(originals[j], j, cut_off, placeholders)
+        if why is not None:
+            plan.context_turns[why] += 1
             continue
         try:
             full = tmpl.render(messages[: j + 1], conv.tools, row_kwargs=row_kwargs)

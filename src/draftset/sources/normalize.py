@@ -395,7 +395,7 @@ def _messages(
             raise RowProblem(reasons.INVALID_CONTENT, f"'system' is {_type(system)}, not a string")
         if messages[0]["role"] != "system":
             messages.insert(0, {"role": "system", "content": system})
-            for key in (INLINE_REASONING, ARGUMENTS_TEXT):
+            for key in (INLINE_REASONING, ARGUMENTS_TEXT, reasons.REASONING_UNTERMINATED):
                 shifted = meta.get(key)
                 if shifted:  # keys are message indices
                     meta[key] = {i + 1: value for i, value in shifted.items()}
@@ -569,8 +569,8 @@ def _assistant(i: int, turn: dict[str, Any], content: Any, meta: dict[str, Any])
     if not reasoning:
         original = text
         text, reasoning, unterminated = _split_think(text)
-        if unterminated:
-            meta["reasoning_unterminated"] = True
+        if unterminated:  # cut off: never supervised (reasons.cut_off_answers)
+            meta.setdefault(reasons.REASONING_UNTERMINATED, {})[i] = True
         if text != original:
             meta.setdefault(INLINE_REASONING, {})[i] = original
     first = len(calls or [])
