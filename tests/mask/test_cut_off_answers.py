@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import qwen3_tokenizer_dir, trl_template
+from conftest import llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
 
 from draftset.checks.fast import failing
 from draftset.checks.verify import run_verify
@@ -205,3 +205,24 @@ def test_special_token_rule_looks_into_tool_calls_only_of_answers():
     )
     # a user or tool message is tokenized by the server as the prompt: not concerned
     assert reasons.special_token_in_answer([U("<|im_end|>"), A("fine")], pattern) is None
+
+
+def test_an_all_reasoning_answer_the_template_drops_is_rejected_in_build_and_verify(tmp_path):
+    """Llama's templates drop reasoning: an answer of reasoning alone rendered as `<|eot_id|>`
+    and was written with that one token supervised (verify then failed it as a placeholder)."""
+    rows = [
+        {"id": "silent", "messages": [U("Think silently."), A("", reasoning_content="Hmm.")]},
+        {"id": "fine", "messages": [U("Say hi."), A("Hi.", reasoning_content="Greet.")]},
+    ]
+    src = write_jsonl(tmp_path / "r.jsonl", rows)
+    opts = BuildOptions(
+        [Source("chats", src)],
+        str(llama32_tokenizer_dir()),
+        tmp_path / "llama",
+        chat_template_path=str(trl_template("llama3_2")),
+        workers=1,
+    )
+    out = run_build(opts).out
+    assert rejects(out)["silent"]["reason"] == "template_drops_content"
+    assert sorted(set_rows(out)) == ["fine"]
+    assert not failed(run_verify(out, speculators=False))

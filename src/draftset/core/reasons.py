@@ -225,12 +225,18 @@ def drops_content(msg: dict, generation: str) -> bool:
     """The one rule build and verify share for `template_drops_content`: the template rendered
     this turn without its text or the name of a tool it calls (string content given to a
     template that reads only lists of parts, tool calls given to a template without tool
-    support), so supervising it would teach markup alone."""
+    support, an all-reasoning answer given to a template that drops reasoning), so supervising
+    it would teach markup alone."""
     text = str(msg.get("content") or "").strip()
     if text and text not in generation:
         return True
     names = [str((c.get("function") or {}).get("name")) for c in msg.get("tool_calls") or ()]
-    return any(n not in generation for n in names)
+    if any(n not in generation for n in names):
+        return True
+    # an answer that is all reasoning, under a template that drops reasoning (Llama): the
+    # generation would be the end-of-turn token alone
+    reasoning = str(msg.get("reasoning_content") or "").strip()
+    return not text and not names and bool(reasoning) and reasoning not in generation
 
 
 def special_token_pattern(special_texts: frozenset[str] | set[str]) -> re.Pattern[str] | None:
