@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftset.config.fields import Model, flag_of, given, validated
+from draftset.config.fields import Model, flag_of, given, json_value_problem, validated
 from draftset.config.schema import (
     BuildArgs,
     GenerateArgs,
@@ -706,6 +706,8 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
         raise GenerateUsageError(f"--out {out} is a folder; give a .jsonl file")
     endpoints = list(_strings(o.endpoints))
     check_servers(endpoints, o.concurrency, extra)
+    if problem := json_value_problem(kwargs, "--chat-template-kwargs"):
+        raise GenerateUsageError(problem)
     return GenerateOptions(
         sources=srcs,
         endpoints=endpoints,

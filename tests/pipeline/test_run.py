@@ -625,7 +625,7 @@ def test_run_end_to_end_other_model_relative_tokenizer_and_restart_keeps_user_fi
         again = _run(recipe, tokenizer=str(tmp_path / "tok"))  # absolute now: the same one
         assert again.resumed == list(run_state.STAGES) and len(srv.requests) == sent
         (out / "NOTES.md").write_text("my notes")
-        with pytest.raises(RunUsageError, match=r"holds files draftset did not write: NOTES.md"):
+        with pytest.raises(RunUsageError, match=r"files draftset did not write: NOTES.md"):
             _run(recipe, tokenizer="tok", restart=True)
         assert (out / "NOTES.md").read_text() == "my notes"
         assert (tmp_path / "recipe-out.run" / "answers.jsonl").exists()
@@ -652,3 +652,38 @@ def test_a_report_path_draftset_did_not_write_is_refused_before_anything(
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
     if theirs == "file":
         assert page.read_text() == "<html>my notes on the last run</html>"
+
+
+@pytest.mark.parametrize(
+    "case", ["out-holds-theirs", "work-is-out", "work-inside-out", "work-file"]
+)
+def test_an_output_or_work_folder_run_cannot_use_is_refused_before_anything(
+    tmp_path: Path, qwen3_dir: Path, case: str
+) -> None:
+    """`run` selected rows and paid for their answers, then refused its output folder (a
+    folder of the user's), or a `--work` that is the output or inside it (every rerun then
+    failed the same way), or crashed on a `--work` that is a file (NotADirectoryError)."""
+    recipe = _recipe(tmp_path, qwen3_dir, "http://127.0.0.1:9/v1")
+    out = tmp_path / "recipe-out"
+    work = None
+    if case == "out-holds-theirs":
+        out.mkdir()
+        (out / "thesis.txt").write_text("mine")
+    elif case == "work-is-out":
+        work = out
+    elif case == "work-inside-out":
+        work = out / "w"
+    else:
+        work = tmp_path / "notes.txt"
+        work.write_text("mine")
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    with pytest.raises(run_state.RunUsageError) as exc:
+        _run(recipe, work=work)
+    needle = {
+        "out-holds-theirs": "output folder exists and was not written by this run",
+        "work-is-out": "overlap",
+        "work-inside-out": "overlap",
+        "work-file": "is a file, not a folder",
+    }[case]
+    assert needle in str(exc.value)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before

@@ -281,7 +281,15 @@ def test_missing_or_bad_role(turn, fragment):
 def test_typed_parts_are_joined():
     parts = [{"type": "text", "value": "a "}, {"type": "text", "text": "b"}, {"text": "c"}]
     row = {"messages": [{"role": "user", "content": parts}, assistant("x")]}
-    assert norm(row).messages[0] == user("a bc")
+    out = norm(row)
+    # joined by a newline, as vLLM joins them for a template that reads content as a string;
+    # the parts kept for templates that read lists (they get them as sent, mask/reads.py)
+    assert out.messages[0] == user("a \nb\nc")
+    assert out.meta["text_parts"] == {0: ["a ", "b", "c"]}
+    one = norm(
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}, assistant("x")]}
+    )
+    assert one.messages[0] == user("a") and "text_parts" not in one.meta
 
 
 def test_dict_answer_content():

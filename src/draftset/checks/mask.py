@@ -40,6 +40,7 @@ from draftset.mask.template import (
     missing_stops_message,
     model_stop_ids,
     probe_content_parts,
+    probe_part_lists,
     probe_renders_reasoning,
     probe_string_arguments,
 )
@@ -132,9 +133,9 @@ def _stop_ids(tmpl: ChatTemplate) -> frozenset[int]:
     return ids
 
 
-def _shape(tmpl: ChatTemplate) -> tuple[bool, bool, bool]:
-    """(content as parts, renders reasoning, arguments as text): the per-template probes,
-    through the public path."""
+def _shape(tmpl: ChatTemplate) -> tuple[bool, bool, bool, bool]:
+    """(content as parts, renders reasoning, arguments as text, renders lists of parts): the
+    per-template probes, through the public path."""
     shape = getattr(tmpl, "verify_shape", None)
     if shape is None:
         with tmpl.bounded_probes():
@@ -143,6 +144,7 @@ def _shape(tmpl: ChatTemplate) -> tuple[bool, bool, bool]:
                 parts,
                 probe_renders_reasoning(tmpl.render_reference, parts),
                 probe_string_arguments(tmpl.render_reference, parts),
+                parts or probe_part_lists(tmpl.render_reference),
             )
         tmpl.verify_shape = shape  # type: ignore[attr-defined]
     return shape
@@ -376,7 +378,9 @@ def expected_rows(
     originals = originals[: asst[-1] + 1]
     if reasons.special_token_in_answer(originals, _special_pattern(tmpl)) is not None:
         return [], Counter(), SPECIAL_TOKEN_TEXT
-    msgs = as_template_reads(originals, conv.meta, *_shape(tmpl))
+    if tmpl.harmony is not None and reasons.split_message(originals, conv.meta) is not None:
+        return [], Counter(), SPLIT_UNDER_HARMONY
+    msgs = as_template_reads(originals, conv.meta, *_shape(tmpl), tmpl.harmony is not None)
     cut_off = reasons.cut_off_answers(originals, conv.meta)
     context: Counter[str] = Counter()
     rows: list[tuple[str, Expected]] = []
@@ -448,6 +452,7 @@ def expected_rows(
 
 DROPS_CONTENT = "the template's render of an assistant turn does not contain its text or tools"
 SPECIAL_TOKEN_TEXT = "an assistant answer holds the text of a special token"
+SPLIT_UNDER_HARMONY = "a message of several text parts, which harmony tokenizes part by part"
 
 
 def _special_pattern(tmpl: ChatTemplate) -> re.Pattern[str] | None:
@@ -965,6 +970,8 @@ def _check_rejection(
         p.add("rejected as template_drops_content but every generation holds its text", conv.id)
     if reasons.SPECIAL_TOKEN_IN_ANSWER in reasons_given and error != SPECIAL_TOKEN_TEXT:
         p.add("rejected as special_token_in_answer but no answer holds such text", conv.id)
+    if reasons.UNSUPPORTED_CONTENT in reasons_given and error != SPLIT_UNDER_HARMONY:
+        p.add("rejected as unsupported_content but the row reads and renders", conv.id)
 
 
 def _compare_pretokenized(

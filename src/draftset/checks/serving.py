@@ -34,7 +34,7 @@ from draftset.checks.mask import (
     pick_rows,
 )
 from draftset.core.errors import UsageError
-from draftset.core.records import Conversation
+from draftset.core.records import INLINE_REASONING, PART_TEXTS, Conversation
 from draftset.mask.reads import as_template_reads
 from draftset.mask.template import ChatTemplate
 from draftset.output.readback import CheckResult, OutputSet, Problems
@@ -164,12 +164,19 @@ def _window(tmpl: ChatTemplate, ids: list[int], at: int) -> str:
 
 
 def _messages(tmpl: ChatTemplate, conv: Conversation) -> list[dict[str, Any]]:
-    """What a client sends: the messages with inline reasoning as the template reads it."""
-    _, renders_reasoning, string_arguments = _shape(tmpl)  # (parts, reasoning, arguments)
+    """What a client sends: the messages with inline reasoning as the template reads it, and
+    a message the row gave as several text parts as those parts (the server joins or passes
+    them as it does for any client: not draftset's choice)."""
+    _, renders_reasoning, string_arguments, _ = _shape(tmpl)
     asst = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
     msgs = as_template_reads(
         conv.messages[: asst[-1] + 1], conv.meta, False, renders_reasoning, string_arguments
     )
+    parts = conv.meta.get(PART_TEXTS) or {}
+    inline = conv.meta.get(INLINE_REASONING) or {}
+    for i, texts in parts.items():
+        if i < len(msgs) and i not in inline:  # a moved think block: its text as read
+            msgs[i] = {**msgs[i], "content": [{"type": "text", "text": t} for t in texts]}
     return [_wire(m) for m in msgs]
 
 

@@ -286,3 +286,37 @@ def finite(value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
         raise PydanticCustomError("finite_number", "must be a finite number")
     return value
+
+
+def json_value_problem(value: Any, what: str) -> str | None:
+    """Why a JSON-object option holds something JSON cannot (one line), or None. YAML reads an
+    unquoted date as a date, which no template call, request body or manifest can carry (it
+    failed the build at its last step, writing the manifest)."""
+    bad = _not_json(value, "")
+    if bad is None:
+        return None
+    where, found = bad
+    hint = " (YAML reads an unquoted date as a date: quote it)" if "date" in found else ""
+    return f"{what}: {where or 'the value'} is {found}, not a JSON value{hint}"
+
+
+def _not_json(value: Any, where: str) -> tuple[str, str] | None:
+    """(where, what) of the first value JSON cannot hold, or None."""
+    if value is None or isinstance(value, str | bool | int):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (where, repr(value))
+    if isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            if (bad := _not_json(v, f"{where}[{i}]")) is not None:
+                return bad
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            at = f"{where}.{k}" if where else str(k)
+            if not isinstance(k, str):
+                return at, f"a key of type {type(k).__name__}"
+            if (bad := _not_json(v, at)) is not None:
+                return bad
+        return None
+    return where, f"of type {type(value).__name__}"

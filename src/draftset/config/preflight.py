@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from draftset.config.fields import flag_of, validated
+from draftset.config.fields import flag_of, json_value_problem, validated
 from draftset.config.recipe import check_source
 from draftset.config.schema import BuildArgs
 from draftset.core.errors import UsageError
 from draftset.core.files import cannot_create
+from draftset.core.modes import MODES
 from draftset.engine.base import available_cpus
 from draftset.mask.ambient import now_iso, valid_now
 from draftset.mask.template import _resolve_tokenizer_path, config_vocab_size
@@ -30,6 +32,7 @@ from draftset.output.folder import (
     replaceable,
 )
 from draftset.select.decontam import check_benchmark_file
+from draftset.sources.normalize import MAPPABLE_FIELDS
 from draftset.sources.presets import apply_preset
 from draftset.sources.read import HUB_PREFIX
 
@@ -100,10 +103,46 @@ def check_values(opts: BuildOptions) -> None:
     validated(BuildArgs, values, name_of=lambda name: flag_of(BuildArgs, name))
     for s in opts.sources:
         check_source(s)  # weight and count as a recipe's (a `Source` made by hand too)
+        unknown = sorted(set(s.fields or {}) - MAPPABLE_FIELDS)
+        if unknown:  # `ouptut=code` mapped a column nothing reads: every answer was lost
+            raise PreflightError(
+                f"source {s.name}: --field {unknown[0]}={s.fields[unknown[0]]}: no row shape"
+                f" reads a field {unknown[0]!r} (fields: {', '.join(sorted(MAPPABLE_FIELDS))})"
+            )
         if s.preset:
             apply_preset(s.preset)  # raises UnknownPresetError (exit 2) for an unknown name
     check_sampling(opts)
+    check_mix(opts.mix, [s.name for s in opts.sources])
+    if problem := json_value_problem(opts.template_kwargs, "--template-kwargs"):
+        raise PreflightError(problem)
     check_workers(opts.workers, opts.engine, opts.ray_address)
+
+
+def check_mix(mix: Any, source_names: list[str]) -> None:
+    """``mix:`` (docs/mixtures.md): `modes` and/or `sources`, each a mapping of known names to
+    shares (numbers >= 0). A misspelled source took no row and shrank the set without a word;
+    a share given as text failed deep in the build with a traceback."""
+    if mix is None:
+        return
+    if not isinstance(mix, dict) or not mix or set(mix) - {"modes", "sources"}:
+        raise PreflightError("mix takes `modes` and/or `sources` share mappings")
+    known = {"modes": list(MODES), "sources": source_names}
+    for key, shares in mix.items():
+        if shares is None:
+            continue
+        if not isinstance(shares, dict) or not shares:
+            raise PreflightError(f"mix.{key} must be a mapping of names to shares, got {shares!r}")
+        for name, share in shares.items():
+            ok = isinstance(share, int | float) and not isinstance(share, bool)
+            if not ok or not math.isfinite(share) or share < 0:
+                raise PreflightError(f"mix.{key}.{name}: a share is a number >= 0, got {share!r}")
+        unknown = sorted(str(n) for n in shares if n not in known[key])
+        if unknown:
+            what = "mode" if key == "modes" else "source"
+            raise PreflightError(
+                f"mix.{key}: no {what} named {', '.join(map(repr, unknown))}"
+                f" ({what}s: {', '.join(known[key])})"
+            )
 
 
 def check_sampling(opts: BuildOptions) -> None:

@@ -209,6 +209,19 @@ def cut_off_answers(messages: list[dict], meta: dict) -> frozenset[int]:
     return frozenset(cut)
 
 
+def split_message(messages: list[dict], meta: dict) -> tuple[int, int] | None:
+    """(message index, parts) of the first message other than a tool result that the row gave
+    as several text parts (``meta["text_parts"]``, sources/normalize.py), or None. vLLM serves
+    gpt-oss with harmony, which tokenizes each part of such a message on its own: no text of
+    the row encodes to those tokens, so build and verify reject the row under harmony
+    (`unsupported_content`); a tool result's parts harmony joins into one text."""
+    parts = meta.get("text_parts") or {}
+    for i in sorted(k for k in parts if isinstance(k, int)):
+        if i < len(messages) and messages[i].get("role") != "tool":
+            return i, len(parts[i])
+    return None
+
+
 def never_supervised(
     msg: dict, j: int, cut_off: frozenset[int], placeholders: tuple[str, ...]
 ) -> str | None:

@@ -45,6 +45,11 @@ class RawRow:
 INLINE_REASONING = "inline_reasoning"
 """``Conversation.meta`` key: message index -> assistant content as the row wrote it, for turns
 whose leading ``<think>…</think>`` was moved to ``reasoning_content``."""
+PART_TEXTS = "text_parts"
+"""``Conversation.meta`` key: message index -> the texts of its content's text parts, for
+messages given as more than one part. The content itself is those texts joined by a newline,
+as vLLM joins them for a template that reads content as a string; a template that reads lists
+of parts is given the parts (`mask.reads.as_template_reads`), as vLLM passes them."""
 ARGUMENTS_TEXT = "arguments_text"
 """``Conversation.meta`` key: message index -> {call index: the call's ``arguments`` exactly as
 the row wrote them, a JSON string}, for templates that read arguments as a string."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from draftset.config.fields import json_value_problem
 from draftset.core import defaults
 from draftset.core.errors import UsageError
 from draftset.generation.http import concurrency_problem
@@ -71,6 +72,9 @@ def check_servers(
             name = "--endpoint" if prefix == "--" else f"{prefix}endpoints:"
             raise GenerateUsageError(f"{name} {redact_url(str(url))!r} is not an http(s) URL")
     if problem := concurrency_problem(concurrency, len(endpoints), f"{prefix}concurrency"):
+        raise GenerateUsageError(problem)
+    name = "extra-body" if prefix == "--" else "extra_body"
+    if problem := json_value_problem(extra_body, f"{prefix}{name}"):
         raise GenerateUsageError(problem)
     clash = sorted(RESERVED_BODY_KEYS & extra_body.keys())
     if clash:

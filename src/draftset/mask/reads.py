@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from draftset.core.records import ARGUMENTS_TEXT, INLINE_REASONING, Message
+from draftset.core.records import ARGUMENTS_TEXT, INLINE_REASONING, PART_TEXTS, Message
 from draftset.mask.template import as_content_parts
 
 
@@ -20,6 +20,8 @@ def as_template_reads(
     content_parts: bool = False,
     renders_reasoning: bool = True,
     string_arguments: bool = False,
+    part_lists: bool = False,
+    tool_parts: bool = False,
 ) -> list[Message]:
     """The messages a template is given (docs/semantics.md, one rule for build and verify).
 
@@ -31,7 +33,10 @@ def as_template_reads(
     (``content_parts``) get the text as one text part. Templates that read tool-call
     arguments only as a string (``string_arguments``) get each call's arguments as the row
     wrote them (the JSON text the model generated), or as compact JSON when the row gave an
-    object.
+    object. A message the row gave as several text parts (`PART_TEXTS`) is those parts for a
+    template that renders lists of parts (``part_lists``), its texts joined by a newline
+    otherwise: what vLLM gives the template in each case (a tool result: always joined by a
+    newline, except under harmony (``tool_parts``), which joins them itself).
     """
     inline = meta.get(INLINE_REASONING) if not renders_reasoning else None
     out = messages
@@ -44,6 +49,14 @@ def as_template_reads(
                 msg = {k: v for k, v in out[i].items() if k != "reasoning_content"}
                 msg["content"] = original
                 out[i] = msg
+    parts = meta.get(PART_TEXTS) if part_lists or content_parts else None
+    if parts:
+        out = list(out)
+        for i, texts in parts.items():
+            kept = i < len(out) and i not in (inline or {})
+            kept = kept and (out[i].get("role") != "tool" or tool_parts)
+            if kept:
+                out[i] = {**out[i], "content": [{"type": "text", "text": t} for t in texts]}
     return as_content_parts(out) if content_parts else out
 
 

@@ -280,9 +280,29 @@ def plan_conversation(
             )
         )
         return plan
+    split = reasons.split_message(messages, conv.meta) if tmpl.harmony is not None else None
+    if split is not None:
+        plan.rejects.append(
+            Reject(
+                conv.source,
+                conv.row,
+                conv.id,
+                reasons.UNSUPPORTED_CONTENT,
+                f"message {split[0]} is {split[1]} text parts: vLLM serves this model with"
+                " harmony, which tokenizes each part on its own (no row text holds those"
+                " tokens); join the parts in the data",
+            )
+        )
+        return plan
     # what the template is given: inline reasoning and content shape as it reads them
     shown = as_template_reads(
-        messages, conv.meta, tmpl.content_parts, tmpl.renders_reasoning, tmpl.string_arguments
+        messages,
+        conv.meta,
+        tmpl.content_parts,
+        tmpl.renders_reasoning,
+        tmpl.string_arguments,
+        tmpl.part_lists,
+        tmpl.harmony is not None,
     )
     if mode == "each":
         _plan_each(tmpl, conv, shown, messages, assistant_idx, placeholders, plan)

@@ -190,6 +190,7 @@ class RenderKit:
     content_parts: bool = False  # the template reads content as a list of typed parts
     renders_reasoning: bool = True  # ... and renders reasoning_content before the answer
     string_arguments: bool = False  # ... and reads tool-call arguments as a JSON string
+    part_lists: bool = False  # ... renders a list of text parts (given a row's parts as sent)
     serving_engine: str = DEFAULT_SERVING_ENGINE  # tools prepared as this engine does
     harmony: bool = False  # the engine renders with harmony, not the template (mask/harmony.py)
 
@@ -204,6 +205,7 @@ class Renderer:
     content_parts: bool = False
     renders_reasoning: bool = True
     string_arguments: bool = False
+    part_lists: bool = False
     serving_engine: str = "transformers"  # tools as given unless a spec or kit says otherwise
     harmony: HarmonyRender | None = None  # set: the engine ignores the template (gpt-oss, vLLM)
     _compiled: Any
@@ -227,6 +229,7 @@ class Renderer:
         r.content_parts = kit.content_parts
         r.renders_reasoning = kit.renders_reasoning
         r.string_arguments = kit.string_arguments
+        r.part_lists = kit.part_lists
         r.serving_engine = kit.serving_engine
         r.harmony = HarmonyRender() if kit.harmony else None
         r._compiled = compiled
@@ -518,6 +521,7 @@ class ChatTemplate(Renderer):
             self.content_parts = probe_content_parts(self.render)
             self.renders_reasoning = probe_renders_reasoning(self.render, self.content_parts)
             self.string_arguments = probe_string_arguments(self.render, self.content_parts)
+            self.part_lists = self.content_parts or probe_part_lists(self.render)
         # read from files, not rendered: outside the probes' time bound (a vocabulary of
         # 150k tokens took seconds on a loaded machine)
         self.eot_tokens: tuple[str, ...] = self._end_of_turn_tokens(spec.eot_tokens)
@@ -564,6 +568,7 @@ class ChatTemplate(Renderer):
             self.content_parts,
             self.renders_reasoning,
             self.string_arguments,
+            self.part_lists,
             self.serving_engine,
             self.harmony is not None,
         )
@@ -731,6 +736,23 @@ def probe_content_parts(render: Any) -> bool:
         return _PROBE_USER in render(as_content_parts(msgs), None, True)
     except Exception:
         return False
+
+
+_PROBE_PART_1 = "DRAFTSET_PROBE_PART_ONE_7f3a"
+_PROBE_PART_2 = "DRAFTSET_PROBE_PART_TWO_7f3a"
+
+
+def probe_part_lists(render: Any) -> bool:
+    """True when the template renders a message's list of text parts as their texts (it loops
+    over the content): vLLM then hands it a row's parts as sent (its "openai" content format),
+    where a template that reads content only as a string gets them joined by a newline."""
+    parts = [{"type": "text", "text": _PROBE_PART_1}, {"type": "text", "text": _PROBE_PART_2}]
+    try:
+        text = render([{"role": "user", "content": parts}], None, True)
+    except Exception:
+        return False
+    shown = _PROBE_PART_1 in text and _PROBE_PART_2 in text
+    return shown and "'type'" not in text and '"type"' not in text  # not the list's repr / JSON
 
 
 def probe_renders_reasoning(render: Any, content_parts: bool = False) -> bool:

@@ -91,12 +91,7 @@ def _build(opts: RunOptions, state: RunState, work: Path, say: Callable[[str], N
     # lazy: the build job (engines, process pool) loads when used, not at CLI start
     from draftset.pipeline.build import run_build
 
-    out = opts.build.out
-    if out.exists() and not opts.build.overwrite and not our_output(opts):
-        raise RunUsageError(
-            f"output folder exists and was not written by this run: {out}"
-            " (set `overwrite: true` in the recipe to replace it)"
-        )
+    _check_out(opts)  # again: a folder may have appeared while the answers came in
     state.save()
     answers = work / "answers.jsonl"
     overlay = [answers, errors_path(answers), work / "too_long.jsonl"]
@@ -222,15 +217,44 @@ def run(
 
 
 def _check_apart(opts: RunOptions) -> None:
-    """The output and the work folder are no source, not inside one, holding none (build's
-    check, made before the first stage: the build stage comes after paying for answers)."""
+    """The output and the work folder are no source, not inside one, holding none, apart from
+    each other, the work folder no file, the output folder one the build may replace (build's
+    checks, made before the first stage: the build stage comes after paying for answers)."""
     # lazy: build's preflight loads when a run starts
     from draftset.config.preflight import check_apart_from_sources, local_sources
 
     sources = local_sources(opts.build.sources)
     check_apart_from_sources("--out", opts.build.out, sources)
     check_apart_from_sources("--work", opts.work_dir, sources)
-    _check_report_path(report_path(opts.build.out))
+    work, out = opts.work_dir, opts.build.out
+    if (work.exists() or work.is_symlink()) and not work.is_dir():
+        raise RunUsageError(f"--work {work} is a file, not a folder")
+    real_work, real_out = work.resolve(), out.resolve()
+    if real_work.is_relative_to(real_out) or real_out.is_relative_to(real_work):
+        raise RunUsageError(
+            f"--work {work} and the output folder {out} overlap: the build replaces its"
+            " output folder; give each its own place"
+        )
+    _check_out(opts)
+    _check_report_path(report_path(out))
+
+
+def _check_out(opts: RunOptions) -> None:
+    """The build stage may put its set at the output folder: a new one, this run's own, or
+    (``overwrite: true``) a draftset output; never a file or a folder of the user's."""
+    # lazy: build's preflight loads when a run starts
+    from draftset.config.preflight import PreflightError, check_output_path
+
+    out = opts.build.out
+    if out.exists() and not opts.build.overwrite and not our_output(opts):
+        raise RunUsageError(
+            f"output folder exists and was not written by this run: {out}"
+            " (set `overwrite: true` in the recipe to replace it)"
+        )
+    try:  # the build stage replaces it (overwrite): a draftset output, nothing else
+        check_output_path(out, True, [], [])
+    except PreflightError as exc:
+        raise RunUsageError(str(exc)) from None
 
 
 def _check_report_path(path: Path) -> None:

@@ -15,9 +15,11 @@ import json
 from typing import Any
 
 from draftset.core import reasons
+from draftset.core.reasons import REASONING_UNTERMINATED
 from draftset.core.records import (
     ARGUMENTS_TEXT,
     INLINE_REASONING,
+    PART_TEXTS,
     Conversation,
     Message,
     Normalized,
@@ -295,6 +297,19 @@ _SHAPE_READS: dict[str, frozenset[str]] = {
 }
 
 
+MAPPABLE_FIELDS = frozenset(
+    (
+        *_ALWAYS_READ,
+        *(key for keys in _SHAPE_READS.values() for key in keys),
+        "input_ids",
+        "loss_mask",
+        *_TURN_FIELDS,
+    )
+)
+"""The canonical names ``fields`` (``--field CANONICAL=COLUMN``) may map: what a shape reads
+(docs/formats.md, "Field mapping"); any other name maps a column nothing reads."""
+
+
 def unread_fields(
     original: dict[str, Any],
     data: dict[str, Any],
@@ -395,7 +410,7 @@ def _messages(
             raise RowProblem(reasons.INVALID_CONTENT, f"'system' is {_type(system)}, not a string")
         if messages[0]["role"] != "system":
             messages.insert(0, {"role": "system", "content": system})
-            for key in (INLINE_REASONING, ARGUMENTS_TEXT, reasons.REASONING_UNTERMINATED):
+            for key in (INLINE_REASONING, ARGUMENTS_TEXT, PART_TEXTS, REASONING_UNTERMINATED):
                 shifted = meta.get(key)
                 if shifted:  # keys are message indices
                     meta[key] = {i + 1: value for i, value in shifted.items()}
@@ -547,7 +562,7 @@ def _parse_turn(
         return _assistant(i, turn, content, meta)
     if mapped == "tool":
         return _tool(i, turn, content)
-    text, reasoning, calls = _content(i, content)
+    text, reasoning, calls = _content(i, content, meta)
     if reasoning is not None or calls:
         raise RowProblem(
             reasons.INVALID_CONTENT, f"turn {i} ({role}) has reasoning or tool-call parts"
@@ -556,7 +571,7 @@ def _parse_turn(
 
 
 def _assistant(i: int, turn: dict[str, Any], content: Any, meta: dict[str, Any]) -> Message:
-    text, part_reasoning, calls = _content(i, content)
+    text, part_reasoning, calls = _content(i, content, meta)
     reasoning = _first(turn, REASONING_KEYS)
     if reasoning is not None and not isinstance(reasoning, str):
         raise RowProblem(reasons.INVALID_CONTENT, f"turn {i}: reasoning is {_type(reasoning)}")
@@ -570,7 +585,7 @@ def _assistant(i: int, turn: dict[str, Any], content: Any, meta: dict[str, Any])
         original = text
         text, reasoning, unterminated = _split_think(text)
         if unterminated:  # cut off: never supervised (reasons.cut_off_answers)
-            meta.setdefault(reasons.REASONING_UNTERMINATED, {})[i] = True
+            meta.setdefault(REASONING_UNTERMINATED, {})[i] = True
         if text != original:
             meta.setdefault(INLINE_REASONING, {})[i] = original
     first = len(calls or [])
@@ -619,7 +634,7 @@ def _tool(i: int, turn: dict[str, Any], content: Any) -> Message:
     elif isinstance(content, list) and all(
         isinstance(p, dict) and isinstance(p.get("type"), str) for p in content
     ):
-        text, reasoning, calls = _content(i, content)
+        text, reasoning, calls = _content(i, content)  # a tool result: joined, always
         if reasoning is not None or calls:
             raise RowProblem(
                 reasons.INVALID_CONTENT, f"turn {i} (tool) has reasoning or tool-call parts"
@@ -642,14 +657,23 @@ def _tool(i: int, turn: dict[str, Any], content: Any) -> Message:
 # --- content ----------------------------------------------------------------------------------
 
 
-def _content(i: int, value: Any) -> tuple[str, str | None, list[dict[str, Any]] | None]:
-    """(text, reasoning from typed parts, tool calls from typed parts) of a turn's content."""
+def _content(
+    i: int, value: Any, meta: dict[str, Any] | None = None
+) -> tuple[str, str | None, list[dict[str, Any]] | None]:
+    """(text, reasoning from typed parts, tool calls from typed parts) of a turn's content.
+
+    Text parts are joined by a newline, as vLLM joins them for a template that reads content as
+    a string; several of them are also kept in ``meta`` (`PART_TEXTS`) for templates that read
+    lists of parts, which vLLM gives the parts as sent."""
     if type(value) is str:
         return value, None, None
     if value is None:
         return "", None, None
     if isinstance(value, list):
-        return _parts(i, value)
+        texts, reasoning, calls = _parts(i, value)
+        if len(texts) > 1 and meta is not None:
+            meta.setdefault(PART_TEXTS, {})[i] = texts
+        return "\n".join(texts), reasoning, calls
     if isinstance(value, dict):
         for key in CONTENT_TEXT_KEYS:
             text = value.get(key)
@@ -661,7 +685,7 @@ def _content(i: int, value: Any) -> tuple[str, str | None, list[dict[str, Any]] 
     raise RowProblem(reasons.INVALID_CONTENT, msg)
 
 
-def _parts(i: int, parts: list[Any]) -> tuple[str, str | None, list[dict[str, Any]] | None]:
+def _parts(i: int, parts: list[Any]) -> tuple[list[str], str | None, list[dict[str, Any]] | None]:
     texts: list[str] = []
     thoughts: list[str] = []
     calls: list[dict[str, Any]] = []
@@ -685,7 +709,7 @@ def _parts(i: int, parts: list[Any]) -> tuple[str, str | None, list[dict[str, An
             raise RowProblem(reasons.UNSUPPORTED_CONTENT, f"turn {i}: {ptype!r} part (text only)")
         else:
             raise RowProblem(reasons.UNSUPPORTED_CONTENT, f"turn {i}: unknown part type {ptype!r}")
-    return "".join(texts), ("".join(thoughts) if thoughts else None), calls or None
+    return texts, ("".join(thoughts) if thoughts else None), calls or None
 
 
 # --- tool calls and tools -----------------------------------------------------------------------

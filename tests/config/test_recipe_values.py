@@ -1,0 +1,103 @@
+"""Recipe values the schema alone cannot judge are one line, exit 2, before any work.
+
+An outside probe found: a share given as text under `mix:` failed deep in the build with a
+traceback (`TypeError: must be real number, not str`); a misspelled source name under
+`mix.sources` took no row and shrank the set without a word (8 rows became 3); an unquoted
+date in `template_kwargs` (YAML reads it as a date) failed the build at its last step,
+writing the manifest, after every row was rendered; the same in `generate.extra_body`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import qwen3_tokenizer_dir
+
+from draftset import api
+from draftset.cli import main
+from draftset.core.errors import UsageError
+
+
+def recipe(tmp: Path, extra: str) -> Path:
+    data = tmp / "c.jsonl"
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    data.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    path = tmp / "recipe.yaml"
+    path.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\neot_tokens: ['<|im_end|>']\nout: {tmp / 'out'}\n"
+        f"sources:\n  - path: {data}\n    name: chats\n{extra}",
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (
+            "mix: {modes: {thinking: half, no_thinking: 0.5}}",
+            "mix.modes.thinking: a share is a number >= 0, got 'half'",
+        ),
+        ("mix: {modes: x}", "mix.modes must be a mapping of names to shares, got 'x'"),
+        ("mix: {sources: x}", "mix.sources must be a mapping of names to shares, got 'x'"),
+        (
+            "mix: {modes: {thinking: null}}",
+            "mix.modes.thinking: a share is a number >= 0, got None",
+        ),
+        ("mix: {modes: {thinking: -1}}", "got -1"),
+        (
+            "mix: {sources: {chats: 0.5, nosuch: 0.5}}",
+            "mix.sources: no source named 'nosuch' (sources: chats)",
+        ),
+        ("mix: {modes: {thinkin: 1}}", "mix.modes: no mode named 'thinkin'"),
+        (
+            "template_kwargs: {cutoff: 2026-01-01}",
+            "--template-kwargs: cutoff is of type date, not a JSON value (YAML reads an unquoted"
+            " date as a date: quote it)",
+        ),
+        (
+            "template_kwargs: {a: [1, {b: .nan}]}",
+            "--template-kwargs: a[1].b is nan, not a JSON value",
+        ),
+    ],
+)
+def test_bad_recipe_values_are_one_line_before_any_work(tmp_path, capsys, no_work, extra, needle):
+    assert main(["build", str(recipe(tmp_path, extra + "\n"))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_api_checks_the_same_values(tmp_path, no_work):
+    base = {"tokenizer": str(qwen3_tokenizer_dir()), "out": str(tmp_path / "o")}
+    src = recipe(tmp_path, "").parent / "c.jsonl"
+    with pytest.raises(UsageError, match=r"mix\.modes must be a mapping"):
+        api.build(sources=[str(src)], mix={"modes": "x"}, **base)
+    with pytest.raises(
+        UsageError, match=r"--template-kwargs: a is of type object, not a JSON value"
+    ):
+        api.build(sources=[str(src)], template_kwargs={"a": object()}, **base)
+    with pytest.raises(UsageError, match=r"--extra-body: a is of type set, not a JSON value"):
+        api.generate(
+            sources=[str(src)],
+            endpoints=["http://127.0.0.1:9/v1"],
+            out=str(tmp_path / "g.jsonl"),
+            extra_body={"a": {1}},
+        )
+    assert not (tmp_path / "g.lock").exists()
+
+
+def test_a_field_no_shape_reads_is_refused(tmp_path, capsys, no_work):
+    """`--field ouptut=code` mapped a column nothing reads: every row became prompt-only and
+    the set had no training row, exit 0, with a generic note about unread fields."""
+    data = tmp_path / "mbpp.jsonl"
+    data.write_text(json.dumps({"text": "Add two numbers.", "code": "a + b"}) + "\n")
+    argv = ["build", str(data), "--format", "alpaca", "--field", "instruction=text"]
+    argv += ["--field", "ouptut=code", "--tokenizer", str(qwen3_tokenizer_dir())]
+    argv += ["--eot-token", "<|im_end|>", "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--field ouptut=code: no row shape reads a field 'ouptut'" in err[0]
+    assert "output" in err[0]  # the names it could have meant are listed
