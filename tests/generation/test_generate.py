@@ -841,6 +841,19 @@ def test_out_that_generate_did_not_write_is_refused_even_with_restart(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "mine.jsonl"]
 
 
+def test_the_refusal_names_the_file_that_is_not_generates(
+    tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only `b.errors.jsonl` (the user's) was there: the refusal named `b.jsonl`, which did
+    not exist."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    theirs = write_rows(tmp_path / "b.errors.jsonl", [{"note": "my own data"}])
+    assert generate(src, tmp_path / "b.jsonl", server.url) == 2
+    err = capsys.readouterr().err
+    assert f"{theirs} exists and was not written by draftset generate" in err
+    assert not server.requests and not (tmp_path / "b.jsonl").exists()
+
+
 def test_out_that_is_a_source_or_inside_one_is_refused_before_anything(
     tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
 ) -> None:

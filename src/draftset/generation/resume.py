@@ -87,8 +87,10 @@ def _legacy_run(out: Path, errs: Path) -> dict[str, Any]:
     )
     ours_err = first_error is None or isinstance(first_error.get("reason"), str)
     if not (ours_out and ours_err) or (first is None and first_error is None):
+        # name the file that is there and not ours (only the errors file may exist)
+        theirs = out if out.exists() and (not ours_out or first_error is None) else errs
         raise GenerateUsageError(
-            f"{out} exists and was not written by draftset generate "
+            f"{theirs} exists and was not written by draftset generate "
             f"(no {run_path(out).name}); choose another --out"
         )
     if not isinstance(meta, dict):

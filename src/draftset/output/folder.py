@@ -120,6 +120,14 @@ def foreign_entries(folder: Path) -> list[str]:
     return walk(folder, "")[0]
 
 
+def _empty(folder: Path) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
+
+
 def replaceable(folder: Path) -> bool:
     """An existing folder ``--overwrite`` may replace: empty, or a draftset output holding
     only what draftset wrote (`foreign_entries`)."""
@@ -196,14 +204,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def finalize_output(tmp: Path, out: Path) -> None:
+def finalize_output(tmp: Path, out: Path, overwrite: bool = True) -> None:
     """Atomically put the finished folder in place (replacing an old one).
 
     The folder being replaced is checked again (the run may have taken hours): only an empty
-    folder or a draftset output holding nothing but what draftset wrote is ever removed.
+    folder or a draftset output holding nothing but what draftset wrote is ever removed, and
+    without ``overwrite`` nothing but an empty folder (another build's set that appeared at
+    ``out`` meanwhile was replaced, both builds reporting success).
     """
     (tmp / TMP_MARKER).unlink(missing_ok=True)  # finished: no longer a run in progress
     if out.exists():
+        if not overwrite and not _empty(out):
+            raise OutputExistsError(
+                f"{out} appeared during the build (another build writing there?) and was left"
+                " as it is; rerun with --overwrite to replace it, or choose another --out"
+            )
         if not replaceable(out):
             theirs = foreign_entries(out)[:5]
             held = f" (holds {', '.join(theirs)}, which draftset did not write)" if theirs else ""

@@ -260,7 +260,7 @@ def _run(
             mixture=selected.report,
         )
         write_manifest(tmp, manifest)
-        finalize_output(tmp, opts.out)
+        finalize_output(tmp, opts.out, opts.overwrite)
     except BaseException as exc:  # nothing half-written stays behind, whatever the failure
         _let_go(stage, blocks, writer, sinks)
         shutil.rmtree(tmp, ignore_errors=True)
