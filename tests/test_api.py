@@ -554,3 +554,30 @@ def test_a_tuple_is_a_list_to_the_api(src, tmp_path):
     )
     assert [s.path for s in opts.sources] == [src]
     assert list(opts.eot_tokens) == ["<|im_end|>", "<|endoftext|>"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "needle"),
+    [
+        ({"count": "3"}, "count"),
+        ({"count": True}, "count"),
+        ({"weight": "2"}, "weight"),
+        ({"wieght": 2}, "unknown keys ['wieght']"),
+    ],
+)
+def test_a_source_mapping_is_checked_as_strictly_as_a_recipe_entry(
+    src, tmp_path, no_work, entry, needle
+):
+    """`{"count": "3"}` ran with 3 and `{"count": True}` with 1 (a recipe refuses both), and a
+    misspelled key was reported as a missing path."""
+    with pytest.raises(RecipeError, match=re.escape(needle)):
+        api.build(sources=[{"path": str(src), **entry}], tokenizer="t", out=str(tmp_path / "o"))
+
+
+def test_a_source_mapping_takes_a_path_object_and_numbers(src, tmp_path, no_work):
+    opts = api.build_options(
+        sources=[{"path": Path(src), "count": 2, "weight": 1}],
+        tokenizer=str(qwen3_tokenizer_dir()),
+        out=str(tmp_path / "o"),
+    )
+    assert (opts.sources[0].count, opts.sources[0].weight) == (2, 1)

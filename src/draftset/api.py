@@ -269,13 +269,16 @@ def _source(
 
     if isinstance(spec, Source):
         return spec
-    if isinstance(spec, Mapping):
-        bad = set(spec) - SOURCE_KEYS
-        if "path" not in spec or bad:
+    if isinstance(spec, Mapping):  # checked as a recipe's `sources:` entry is: strictly
+        bad = sorted(set(spec) - SOURCE_KEYS)
+        if bad:
             raise RecipeError(
-                f"source {dict(spec)!r}: needs a path; keys are {sorted(SOURCE_KEYS)}"
+                f"source {dict(spec)!r}: unknown keys {bad}; keys are {sorted(SOURCE_KEYS)}"
             )
-        return source_from_entry(source_entry(dict(spec), f"source {spec['path']}"))
+        if "path" not in spec:
+            raise RecipeError(f"source {dict(spec)!r}: needs a path")
+        entry = source_entry(dict(spec), f"source {spec['path']}", strict=True)
+        return source_from_entry(entry)
     return parse_source_arg(str(spec), fmt, _fields(fields), preset)
 
 

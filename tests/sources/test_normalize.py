@@ -357,9 +357,23 @@ def test_reasoning_keys(key):
     assert norm(row).messages[1] == assistant("a", reasoning_content="r")
 
 
-def test_empty_reasoning_is_not_reasoning():
+def test_empty_reasoning_is_kept_as_given():
+    """vLLM gives the template an explicit "" (Qwen3 then reads it as the reasoning and leaves
+    the content whole); dropping it made the template split a `</think>` in the content, or
+    moved an inline think block the server leaves in place (docs/formats.md, "Reasoning")."""
     row = {"messages": [user("q"), assistant("a", reasoning_content="")]}
-    assert norm(row).messages[1] == assistant("a")
+    assert norm(row).messages[1] == assistant("a", reasoning_content="")
+    inline = {"messages": [user("q"), assistant("<think>\nr\n</think>\n\na", reasoning_content="")]}
+    out = norm(inline)
+    assert out.messages[1] == assistant("<think>\nr\n</think>\n\na", reasoning_content="")
+    assert "inline_reasoning" not in out.meta
+
+
+def test_reasoning_wins_over_reasoning_content_as_in_vllm():
+    """vLLM's request model moves `reasoning_content` to `reasoning` only when `reasoning` is
+    not set: `reasoning` wins."""
+    row = {"messages": [user("q"), assistant("4", reasoning="Add.", reasoning_content="Sum.")]}
+    assert norm(row).messages[1] == assistant("4", reasoning_content="Add.")
 
 
 def test_reasoning_parts():

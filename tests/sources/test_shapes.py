@@ -114,3 +114,15 @@ def test_a_preset_layout_is_named(tmp_path):
     src = write_jsonl(tmp_path / "tb.jsonl", [row])
     with pytest.raises(SourceError, match="preset 'toolbench'"):
         check_row_shapes([Source("tb", src)])
+
+
+def test_a_preset_that_does_not_fit_the_rows_is_named(tmp_path):
+    """`--preset skythought` on chat rows said "no known row shape ... map its columns with
+    --format messages --field messages=messages", and that command failed the same way: the
+    preset was the cause and was never named."""
+    src = write_jsonl(tmp_path / "chat.jsonl", [CHAT])
+    with pytest.raises(SourceError) as exc:
+        check_row_shapes([Source("chat", src, preset="skythought")])
+    msg = str(exc.value)
+    assert "\n" not in msg and "are not the layout of preset 'skythought'" in msg
+    assert "keys [messages]" in msg and "--field" not in msg

@@ -103,12 +103,13 @@ def _number(text: str) -> int | float | str:
     return text
 
 
-def source_entry(data: dict[str, Any], subject: str) -> SourceEntry:
+def source_entry(data: dict[str, Any], subject: str, strict: bool = False) -> SourceEntry:
     """``data`` checked as a source by `SourceEntry`, as a recipe's ``sources:`` entries are
     (bounds, types, choices): a bad value is one line naming ``subject`` (``source
     a.jsonl@count=-1: count must be >= 0, got -1``). The command line's ``@`` options, the API's
-    source strings and `Source` objects go through it."""
-    return validated(SourceEntry, data, subject=subject, error=RecipeError)
+    source strings and `Source` objects go through it; ``strict`` (an API mapping, typed by its
+    caller as a recipe is): ``"3"`` and ``True`` are no count."""
+    return validated(SourceEntry, data, subject=subject, strict=strict, error=RecipeError)
 
 
 def check_source(source: Source) -> None:

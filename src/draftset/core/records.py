@@ -9,7 +9,8 @@ Normalized message schema (OpenAI chat form, what HF chat templates expect):
 
 - ``role``: one of ``system``, ``user``, ``assistant``, ``tool``;
 - ``content``: always a ``str`` (``""`` allowed);
-- assistant only, optional: ``reasoning_content`` (str, present only when the row had reasoning),
+- assistant only, optional: ``reasoning_content`` (str, present when the row gave reasoning, ``""``
+  included: a template reads an empty string as given),
   ``tool_calls``: ``[{"type": "function", "function": {"name": str, "arguments": dict}}]`` (an
   ``"id"`` key is kept when the source had one);
 - tool only, optional: ``tool_call_id`` (str), ``name`` (str).

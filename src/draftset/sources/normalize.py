@@ -63,7 +63,8 @@ CALL_ROLES = frozenset({"function_call"})
 ID_KEYS = ("id", "uid", "question_id", "prompt_id", "conversation_id", "task_id", "query_id")
 """Keys holding a row's own id, first present wins; else the id is ``"{source}:{row}"``."""
 
-REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
+# vLLM's order: an OpenAI request's ``reasoning`` wins over the older ``reasoning_content``
+REASONING_KEYS = ("reasoning", "reasoning_content", "thinking")
 TURN_LIST_KEYS = ("messages", "conversations", "chosen_messages")
 INSTRUCTION_KEYS = ("instruction", "prompt")
 ANSWER_KEYS = ("output", "completion", "response", "chosen")
@@ -581,7 +582,7 @@ def _assistant(i: int, turn: dict[str, Any], content: Any, meta: dict[str, Any])
                 reasons.INVALID_CONTENT, f"turn {i}: reasoning given twice, differently"
             )
         reasoning = part_reasoning
-    if not reasoning:
+    if reasoning is None:  # an explicit "" is reasoning given (empty): the content stays whole
         original = text
         text, reasoning, unterminated = _split_think(text)
         if unterminated:  # cut off: never supervised (reasons.cut_off_answers)
@@ -594,7 +595,7 @@ def _assistant(i: int, turn: dict[str, Any], content: Any, meta: dict[str, Any])
     if written:
         meta.setdefault(ARGUMENTS_TEXT, {})[i] = written
     msg: Message = {"role": "assistant", "content": text}
-    if reasoning:
+    if reasoning is not None:  # "" kept: vLLM gives the template "", which reads it as given
         msg["reasoning_content"] = reasoning
     if calls:
         msg["tool_calls"] = calls

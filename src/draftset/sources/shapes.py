@@ -45,25 +45,34 @@ def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> None:
 
 def _unknown_head(
     source: Source, path: Path, read: Any, sample: int
-) -> tuple[int, dict[str, Any]] | None:
-    """(rows read, the first row's data) when every row among the file's first ``sample`` that
-    is an object is ``unknown_format`` (and there is one); None otherwise."""
+) -> tuple[int, dict[str, Any], str] | None:
+    """(rows read, the first row's data, its reject message) when every row among the file's
+    first ``sample`` that is an object is ``unknown_format`` (and there is one); None
+    otherwise."""
     rows = file_head(source, path, sample)
     objects = [raw for raw in rows if raw.data is not None]  # others: their own rejects
+    first = ""
     for raw in objects:
         item = read(raw)
         if not (isinstance(item, Reject) and item.reason == reasons.UNKNOWN_FORMAT):
             return None
-    return (len(rows), objects[0].data) if objects else None
+        first = first or item.message
+    return (len(rows), objects[0].data, first) if objects else None
 
 
-def _message(source: Source, path: Path, seen: int, data: dict[str, Any]) -> str:
+def _message(source: Source, path: Path, seen: int, data: dict[str, Any], why: str) -> str:
     """One line: the file, the keys seen, and the mapping built from them as a command's
-    options and as a recipe's source entry."""
+    options and as a recipe's source entry; with a preset, that the rows are not its layout."""
     keys = [str(k) for k in data]
     shown = ", ".join(keys[:20]) + (f" (+{len(keys) - 20} more)" if len(keys) > 20 else "")
     rows = f"its first {seen:,} rows" if seen > 1 else "its only row"
     where = str(path) if Path(source.path) == path else f"{path} (source {source.path})"
+    if source.preset:  # the preset is what failed: a mapping of the raw keys would not help
+        return (
+            f"{where}: {rows} (keys [{shown}]) are not the layout of preset"
+            f" {source.preset!r} ({why}); drop the preset, or give the one of this data"
+            " (docs/mixtures.md)"
+        )
     head = f"{where}: no known row shape in {rows} (keys [{shown}])"
     preset = preset_hint(data)
     if preset is not None:
