@@ -101,3 +101,15 @@ def test_a_field_no_shape_reads_is_refused(tmp_path, capsys, no_work):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--field ouptut=code: no row shape reads a field 'ouptut'" in err[0]
     assert "output" in err[0]  # the names it could have meant are listed
+
+
+def test_counts_adding_up_to_more_than_max_samples_are_refused(tmp_path, capsys, no_work):
+    """`a@count=6 b@count=3 --max-samples 4` took 9 rows, no word said."""
+    src = recipe(tmp_path, "").parent / "c.jsonl"
+    other = tmp_path / "d.jsonl"
+    other.write_text(src.read_text())
+    argv = ["build", f"{src}@count=6", f"{other}@count=3", "--max-samples", "4"]
+    argv += ["--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the sources' counts add up to 9, more than that" in err[0]

@@ -841,6 +841,18 @@ def test_out_that_generate_did_not_write_is_refused_even_with_restart(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "mine.jsonl"]
 
 
+def test_an_empty_source_is_exit_1_not_success(
+    tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`generate` on an empty file printed "input rows 0" and exited 0 (`build` on the same
+    file exits 1): never exit 0 having done nothing."""
+    src = tmp_path / "empty.jsonl"
+    src.write_text("")
+    assert generate(src, tmp_path / "a.jsonl", server.url) == 1
+    assert "the sources hold no row: nothing to answer" in capsys.readouterr().err
+    assert not server.requests
+
+
 def test_the_refusal_names_the_file_that_is_not_generates(
     tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -126,3 +126,21 @@ def test_a_preset_that_does_not_fit_the_rows_is_named(tmp_path):
     msg = str(exc.value)
     assert "\n" not in msg and "are not the layout of preset 'skythought'" in msg
     assert "keys [messages]" in msg and "--field" not in msg
+
+
+def test_no_mapping_is_suggested_from_objects_that_are_not_messages(tmp_path):
+    """FastChat answer files (`choices: [{index, turns}]`, `answer_id`, `model_id`): the line
+    suggested `--format messages --field messages=choices`, which rejected every row."""
+    row = {
+        "question_id": 81,
+        "answer_id": "abc",
+        "model_id": "gpt-4",
+        "choices": [{"index": 0, "turns": ["An answer."]}],
+        "tstamp": 1.0,
+    }
+    src = write_jsonl(tmp_path / "answers.jsonl", [row])
+    with pytest.raises(SourceError) as exc:
+        check_row_shapes([Source("answers", src)])
+    msg = str(exc.value)
+    assert "messages=choices" not in msg and "--field instruction=answer_id" not in msg
+    assert "map its columns with --format and --field (see docs/formats.md)" in msg

@@ -45,7 +45,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """0 done (errors counted), 1 could not run or stopped early, 2 bad arguments."""
+    """0 done (errors counted), 1 could not run, stopped early or had no row, 2 bad
+    arguments."""
     from draftset import api  # lazy: the stages load when the command runs
 
     try:
@@ -54,6 +55,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print("draftset: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     print_summary(result)
+    if result.total_rows == 0:  # as `build` on an empty source: never exit 0 having done nothing
+        print("draftset: the sources hold no row: nothing to answer", file=sys.stderr)
+        return EXIT_FAIL
     if result.aborted:
         print(
             f"draftset: stopped early: {result.aborted}; rerun the same command to resume",

@@ -147,13 +147,20 @@ def check_mix(mix: Any, source_names: list[str]) -> None:
 
 def check_sampling(opts: BuildOptions) -> None:
     """``--max-samples`` split by weight when every source has weight 0 takes no row: the
-    build would read everything and end with nothing written (exit 1); refused before."""
+    build would read everything and end with nothing written (exit 1); counts adding up to more
+    than it take more rows than it says. Both refused before."""
     if not opts.max_samples or opts.mix is not None or not opts.sources:
         return  # no split by weight (a mix chooses rows by its shares, not by weight)
     if all(s.count is None and s.weight == 0 for s in opts.sources):
         raise UsageError(
             f"--max-samples {opts.max_samples}: every source has weight 0, so no row would be"
             " taken (give a source a weight above 0, or a count)"
+        )
+    counted = sum(s.count for s in opts.sources if s.count is not None)
+    if counted > opts.max_samples:  # took them all: 9 rows for --max-samples 4, no word said
+        raise UsageError(
+            f"--max-samples {opts.max_samples}: the sources' counts add up to {counted:,},"
+            " more than that (lower a count, or raise --max-samples)"
         )
 
 

@@ -241,8 +241,9 @@ def field_mapping(data: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
     as a prompt (answered by `draftset run` / `generate`). None when no key fits."""
     keys = [k for k in data if isinstance(k, str) and k not in ID_KEYS]
     lists = [k for k in keys if isinstance(data[k], list) and data[k]]
-    lists = [k for k in lists if all(isinstance(m, dict) for m in data[k])]
-    texts = [k for k in keys if isinstance(data[k], str)]
+    lists = [k for k in lists if all(_looks_like_message(m) for m in data[k])]
+    # an identifier column (`answer_id`, `model_id`) is never a prompt or an answer
+    texts = [k for k in keys if isinstance(data[k], str) and not k.lower().endswith("id")]
     if lists:
         return "messages", {"messages": lists[0]}
     if len(texts) >= 2:
@@ -250,6 +251,16 @@ def field_mapping(data: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
     if texts:
         return "prompt", {"prompt": texts[0]}
     return None
+
+
+def _looks_like_message(value: Any) -> bool:
+    """A message object: a role and a content (FastChat's `choices` list of `{index, turns}`
+    objects is not one: `--field messages=choices` was suggested and rejected every row)."""
+    return (
+        isinstance(value, dict)
+        and ("role" in value or "from" in value)
+        and ("content" in value or "value" in value)
+    )
 
 
 def mapping_options(fmt: str, fields: dict[str, str]) -> str:
