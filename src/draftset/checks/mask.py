@@ -378,9 +378,18 @@ def expected_rows(
     originals = originals[: asst[-1] + 1]
     if reasons.special_token_in_answer(originals, _special_pattern(tmpl)) is not None:
         return [], Counter(), SPECIAL_TOKEN_TEXT
-    if tmpl.harmony is not None and reasons.split_message(originals, conv.meta) is not None:
+    harmony, engine = tmpl.harmony is not None, tmpl.serving_engine
+    if harmony and reasons.split_message(originals, conv.meta) is not None:
         return [], Counter(), SPLIT_UNDER_HARMONY
-    msgs = as_template_reads(originals, conv.meta, *_shape(tmpl), tmpl.harmony is not None)
+    if reasons.server_merge_problem(originals, conv.meta, tmpl.template_text, engine, harmony):
+        return [], Counter(), MERGED_BY_SERVER
+    msgs = as_template_reads(
+        originals,
+        conv.meta,
+        *_shape(tmpl),
+        harmony,
+        reasons.developer_role(tmpl.template_text, engine, harmony),
+    )
     cut_off = reasons.cut_off_answers(originals, conv.meta)
     context: Counter[str] = Counter()
     rows: list[tuple[str, Expected]] = []
@@ -453,6 +462,7 @@ def expected_rows(
 DROPS_CONTENT = "the template's render of an assistant turn does not contain its text or tools"
 SPECIAL_TOKEN_TEXT = "an assistant answer holds the text of a special token"
 SPLIT_UNDER_HARMONY = "a message of several text parts, which harmony tokenizes part by part"
+MERGED_BY_SERVER = "developer and system messages the server merges into one at the start"
 
 
 def _special_pattern(tmpl: ChatTemplate) -> re.Pattern[str] | None:
@@ -970,7 +980,10 @@ def _check_rejection(
         p.add("rejected as template_drops_content but every generation holds its text", conv.id)
     if reasons.SPECIAL_TOKEN_IN_ANSWER in reasons_given and error != SPECIAL_TOKEN_TEXT:
         p.add("rejected as special_token_in_answer but no answer holds such text", conv.id)
-    if reasons.UNSUPPORTED_CONTENT in reasons_given and error != SPLIT_UNDER_HARMONY:
+    if reasons.UNSUPPORTED_CONTENT in reasons_given and error not in (
+        SPLIT_UNDER_HARMONY,
+        MERGED_BY_SERVER,
+    ):
         p.add("rejected as unsupported_content but the row reads and renders", conv.id)
 
 

@@ -34,7 +34,7 @@ from draftset.checks.mask import (
     pick_rows,
 )
 from draftset.core.errors import UsageError
-from draftset.core.records import INLINE_REASONING, PART_TEXTS, Conversation
+from draftset.core.records import DEVELOPER, INLINE_REASONING, PART_TEXTS, Conversation
 from draftset.mask.reads import as_template_reads
 from draftset.mask.template import ChatTemplate
 from draftset.output.readback import CheckResult, OutputSet, Problems
@@ -177,6 +177,9 @@ def _messages(tmpl: ChatTemplate, conv: Conversation) -> list[dict[str, Any]]:
     for i, texts in parts.items():
         if i < len(msgs) and i not in inline:  # a moved think block: its text as read
             msgs[i] = {**msgs[i], "content": [{"type": "text", "text": t} for t in texts]}
+    for i in conv.meta.get(DEVELOPER) or {}:  # sent as the row gave it: the server converts
+        if i < len(msgs) and msgs[i].get("role") == "system":
+            msgs[i] = {**msgs[i], "role": "developer"}
     return [_wire(m) for m in msgs]
 
 

@@ -222,6 +222,44 @@ def split_message(messages: list[dict], meta: dict) -> tuple[int, int] | None:
     return None
 
 
+def names_developer(template_text: str) -> bool:
+    """vLLM's test of a template's developer role (``_detect_developer_role_support``): the
+    quoted name anywhere in its text."""
+    return '"developer"' in template_text or "'developer'" in template_text
+
+
+def merged_by_server(messages: list[dict], meta: dict, template_text: str) -> bool:
+    """vLLM, given a developer message and a template that does not name that role, converts it
+    to system and merges every system message into one at the start (``\n\n`` between them)
+    when one is not first or there are several: the turns then sit at other places than the
+    row's, so build and verify reject such a row (`unsupported_content`)."""
+    developer = meta.get("developer") or {}
+    if not any(i < len(messages) for i in developer) or names_developer(template_text):
+        return False
+    systems = [i for i, m in enumerate(messages) if m.get("role") == "system"]
+    return len(systems) > 1 or any(i > 0 for i in systems)
+
+
+def server_merge_problem(
+    messages: list[dict], meta: dict, template_text: str, engine: str, harmony: bool
+) -> str | None:
+    """Why a serving engine would render this row's system and developer messages at other
+    places than the row's (`merged_by_server`), or None. Not for `transformers` (it gives the
+    template the developer role as sent) nor under harmony (its own developer message)."""
+    if harmony or engine == "transformers" or not merged_by_server(messages, meta, template_text):
+        return None
+    return (
+        f"{engine} merges this row's developer and system messages into one at the start for"
+        " a template that does not name the developer role: its turns would sit elsewhere than"
+        " the row's; give the row one system message, first"
+    )
+
+
+def developer_role(template_text: str, engine: str, harmony: bool) -> bool:
+    """Whether the template is given a row's developer messages as ``developer``."""
+    return not harmony and (engine == "transformers" or names_developer(template_text))
+
+
 def never_supervised(
     msg: dict, j: int, cut_off: frozenset[int], placeholders: tuple[str, ...]
 ) -> str | None:

@@ -46,6 +46,11 @@ class RawRow:
 INLINE_REASONING = "inline_reasoning"
 """``Conversation.meta`` key: message index -> assistant content as the row wrote it, for turns
 whose leading ``<think>…</think>`` was moved to ``reasoning_content``."""
+DEVELOPER = "developer"
+"""``Conversation.meta`` key: message index -> True for messages the row gave as ``developer``
+(normalized to ``system``). vLLM gives a template that names the role the message as
+``developer``; for any other it converts it to ``system`` and merges every system message into
+one at the start (`mask.reads.as_template_reads`, `reasons.merged_by_server`)."""
 PART_TEXTS = "text_parts"
 """``Conversation.meta`` key: message index -> the texts of its content's text parts, for
 messages given as more than one part. The content itself is those texts joined by a newline,

@@ -10,7 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from draftset.core.records import ARGUMENTS_TEXT, INLINE_REASONING, PART_TEXTS, Message
+from draftset.core.records import (
+    ARGUMENTS_TEXT,
+    DEVELOPER,
+    INLINE_REASONING,
+    PART_TEXTS,
+    Message,
+)
 from draftset.mask.template import as_content_parts
 
 
@@ -22,6 +28,7 @@ def as_template_reads(
     string_arguments: bool = False,
     part_lists: bool = False,
     tool_parts: bool = False,
+    developer_role: bool = False,
 ) -> list[Message]:
     """The messages a template is given (docs/semantics.md, one rule for build and verify).
 
@@ -36,7 +43,9 @@ def as_template_reads(
     object. A message the row gave as several text parts (`PART_TEXTS`) is those parts for a
     template that renders lists of parts (``part_lists``), its texts joined by a newline
     otherwise: what vLLM gives the template in each case (a tool result: always joined by a
-    newline, except under harmony (``tool_parts``), which joins them itself).
+    newline, except under harmony (``tool_parts``), which joins them itself). A message the
+    row gave as ``developer`` is that role again for a template that names it
+    (``developer_role``; `reasons.names_developer`), ``system`` otherwise.
     """
     inline = meta.get(INLINE_REASONING) if not renders_reasoning else None
     out = messages
@@ -57,6 +66,12 @@ def as_template_reads(
             kept = kept and (out[i].get("role") != "tool" or tool_parts)
             if kept:
                 out[i] = {**out[i], "content": [{"type": "text", "text": t} for t in texts]}
+    developer = meta.get(DEVELOPER) if developer_role else None
+    if developer:  # a template that names the role gets it, as vLLM gives it
+        out = [
+            {**m, "role": "developer"} if i in developer and m.get("role") == "system" else m
+            for i, m in enumerate(out)
+        ]
     return as_content_parts(out) if content_parts else out
 
 

@@ -280,7 +280,15 @@ def plan_conversation(
             )
         )
         return plan
-    split = reasons.split_message(messages, conv.meta) if tmpl.harmony is not None else None
+    harmony = tmpl.harmony is not None
+    engine = tmpl.serving_engine
+    merged = reasons.server_merge_problem(messages, conv.meta, tmpl.template_text, engine, harmony)
+    if merged is not None:
+        plan.rejects.append(
+            Reject(conv.source, conv.row, conv.id, reasons.UNSUPPORTED_CONTENT, merged)
+        )
+        return plan
+    split = reasons.split_message(messages, conv.meta) if harmony else None
     if split is not None:
         plan.rejects.append(
             Reject(
@@ -302,7 +310,8 @@ def plan_conversation(
         tmpl.renders_reasoning,
         tmpl.string_arguments,
         tmpl.part_lists,
-        tmpl.harmony is not None,
+        harmony,
+        reasons.developer_role(tmpl.template_text, engine, harmony),
     )
     if mode == "each":
         _plan_each(tmpl, conv, shown, messages, assistant_idx, placeholders, plan)

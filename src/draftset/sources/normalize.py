@@ -18,6 +18,7 @@ from draftset.core import reasons
 from draftset.core.reasons import REASONING_UNTERMINATED
 from draftset.core.records import (
     ARGUMENTS_TEXT,
+    DEVELOPER,
     INLINE_REASONING,
     PART_TEXTS,
     Conversation,
@@ -422,7 +423,14 @@ def _messages(
             raise RowProblem(reasons.INVALID_CONTENT, f"'system' is {_type(system)}, not a string")
         if messages[0]["role"] != "system":
             messages.insert(0, {"role": "system", "content": system})
-            for key in (INLINE_REASONING, ARGUMENTS_TEXT, PART_TEXTS, REASONING_UNTERMINATED):
+            shifted_keys = (
+                INLINE_REASONING,
+                ARGUMENTS_TEXT,
+                PART_TEXTS,
+                REASONING_UNTERMINATED,
+                DEVELOPER,
+            )
+            for key in shifted_keys:
                 shifted = meta.get(key)
                 if shifted:  # keys are message indices
                     meta[key] = {i + 1: value for i, value in shifted.items()}
@@ -550,6 +558,8 @@ def _parse_turns(
         else:
             content = turn["content"] if "content" in turn else turn.get("value")
         out.append(_parse_turn(i, turn, role, content, meta))
+        if isinstance(role, str) and role.lower() == "developer":
+            meta.setdefault(DEVELOPER, {})[i] = True  # a server gives it back as developer
     return out
 
 
