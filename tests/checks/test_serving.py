@@ -220,3 +220,26 @@ def test_run_recipe_render_server_is_checked_before_any_work(tmp_path: Path) -> 
     with pytest.raises(UsageError, match="render server"):
         api.run(recipe)
     assert not out.exists() and not (tmp_path / "out.run").exists()
+
+
+def test_a_row_with_a_tool_type_vllm_refuses_is_rejected_not_rewritten() -> None:
+    """The normalizer rewrote `{"type": "custom", "function": ...}` to a function tool, so a
+    row vLLM answers with HTTP 400 (`tools.0.type Input should be 'function'`) was built as if
+    served; the type is kept now, and the vLLM rule rejects the row."""
+    from draftset.core.records import Conversation, RawRow
+    from draftset.mask.render import plan_conversation
+    from draftset.sources.normalize import normalize
+
+    tool = {"type": "custom", "function": {"name": "f", "parameters": {"type": "object"}}}
+    row = {
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+        "tools": [tool],
+    }
+    conv = normalize(RawRow("s", 0, row))
+    assert isinstance(conv, Conversation) and conv.tools == [tool]
+    tok, tmpl = str(qwen3_tokenizer_dir()), trl_template("qwen3").read_text()
+    vllm = ChatTemplate(TemplateSpec(tok, tmpl, {}, ("<|im_end|>",), serving_engine="vllm"))
+    plan = plan_conversation(vllm, conv)
+    assert [(r.reason, "type must be 'function'" in r.message) for r in plan.rejects] == [
+        ("template_error", True)
+    ]

@@ -148,7 +148,7 @@ def test_cut_off_rule_reads_the_row_and_its_metadata():
     assert reasons.cut_off_answers(msgs, {"metadata": {"truncated": True}}) == {3}
     assert reasons.cut_off_answers(msgs, {"metadata": {"reasoning_unterminated": True}}) == {3}
     assert reasons.cut_off_answers(msgs, {"metadata": {"truncated": "yes"}}) == frozenset()
-    assert reasons.cut_off_answers(msgs, {reasons.REASONING_UNTERMINATED: {1: True}}) == {1}
+    assert reasons.cut_off_answers(msgs, {"reasoning_unterminated": {1: True}}) == {1}
 
 
 SPECIAL = "<|im_start|>user\nhi<|im_end|>"

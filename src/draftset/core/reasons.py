@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from draftset.core import records  # meta keys (not reason codes: kept out of this namespace)
+
 # --- row rejects: reading -------------------------------------------------------------------
 INVALID_JSON = "invalid_json"  # a line / document that does not parse as JSON
 INVALID_UTF8 = "invalid_utf8"  # bytes that are not UTF-8
@@ -186,12 +188,6 @@ def is_placeholder_answer(msg: dict, placeholders: tuple[str, ...] = DEFAULT_PLA
     return not msg.get("tool_calls") and is_placeholder(answer_text(msg), placeholders)
 
 
-REASONING_UNTERMINATED = "reasoning_unterminated"
-"""Key of a conversation's meta: {message index: True} for answers whose think block the
-normalizer found unclosed (sources/normalize.py); a preset's rows say it in their
-``metadata`` (``metadata.reasoning_unterminated``), as `generate` says ``metadata.truncated``."""
-
-
 def cut_off_answers(messages: list[dict], meta: dict) -> frozenset[int]:
     """The one rule build and verify share for `answer_truncated`: the assistant messages known
     to be cut off before the model ended them. An unclosed ``<think>`` (the normalizer's
@@ -199,10 +195,10 @@ def cut_off_answers(messages: list[dict], meta: dict) -> frozenset[int]:
     ``truncated`` (`generate --keep-length`: it hit max_tokens) or ``reasoning_unterminated``
     (a preset's trace cut before its end marker). The template would close such an answer with
     markup and an end-of-turn token the model never generated, so it is never supervised."""
-    cut = {i for i in meta.get(REASONING_UNTERMINATED) or () if isinstance(i, int)}
+    cut = {i for i in meta.get(records.REASONING_UNTERMINATED) or () if isinstance(i, int)}
     recorded = meta.get("metadata")
     if isinstance(recorded, dict) and (
-        recorded.get("truncated") is True or recorded.get(REASONING_UNTERMINATED) is True
+        recorded.get("truncated") is True or recorded.get(records.REASONING_UNTERMINATED) is True
     ):
         last = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
         cut.update(last[-1:])
@@ -215,7 +211,7 @@ def split_message(messages: list[dict], meta: dict) -> tuple[int, int] | None:
     gpt-oss with harmony, which tokenizes each part of such a message on its own: no text of
     the row encodes to those tokens, so build and verify reject the row under harmony
     (`unsupported_content`); a tool result's parts harmony joins into one text."""
-    parts = meta.get("text_parts") or {}
+    parts = meta.get(records.PART_TEXTS) or {}
     for i in sorted(k for k in parts if isinstance(k, int)):
         if i < len(messages) and messages[i].get("role") != "tool":
             return i, len(parts[i])
@@ -233,7 +229,7 @@ def merged_by_server(messages: list[dict], meta: dict, template_text: str) -> bo
     to system and merges every system message into one at the start (``\n\n`` between them)
     when one is not first or there are several: the turns then sit at other places than the
     row's, so build and verify reject such a row (`unsupported_content`)."""
-    developer = meta.get("developer") or {}
+    developer = meta.get(records.DEVELOPER) or {}
     if not any(i < len(messages) for i in developer) or names_developer(template_text):
         return False
     systems = [i for i, m in enumerate(messages) if m.get("role") == "system"]

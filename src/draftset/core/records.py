@@ -46,6 +46,10 @@ class RawRow:
 INLINE_REASONING = "inline_reasoning"
 """``Conversation.meta`` key: message index -> assistant content as the row wrote it, for turns
 whose leading ``<think>…</think>`` was moved to ``reasoning_content``."""
+REASONING_UNTERMINATED = "reasoning_unterminated"
+"""``Conversation.meta`` key: message index -> True for answers whose think block the
+normalizer found unclosed: cut off, never supervised (`reasons.cut_off_answers`); a preset's
+rows say it in their ``metadata``, as `generate` says ``metadata.truncated``."""
 DEVELOPER = "developer"
 """``Conversation.meta`` key: message index -> True for messages the row gave as ``developer``
 (normalized to ``system``). vLLM gives a template that names the role the message as

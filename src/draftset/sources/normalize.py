@@ -15,12 +15,12 @@ import json
 from typing import Any
 
 from draftset.core import reasons
-from draftset.core.reasons import REASONING_UNTERMINATED
 from draftset.core.records import (
     ARGUMENTS_TEXT,
     DEVELOPER,
     INLINE_REASONING,
     PART_TEXTS,
+    REASONING_UNTERMINATED,
     Conversation,
     Message,
     Normalized,
@@ -835,7 +835,10 @@ def _tool_schema(tool: Any, where: str) -> dict[str, Any]:
         raise RowProblem(reasons.INVALID_TOOLS, f"{where} is {_type(tool)}, not an object")
     fn = tool.get("function")
     if isinstance(fn, dict):
-        wrapped = tool if tool.get("type") == "function" else {"type": "function", "function": fn}
+        # a tool that names its type keeps it: the serving engine judges it (vLLM refuses any
+        # type but `function`: mask/serving.py), where rewriting it served a request vLLM refuses
+        typed = tool.get("type") is not None
+        wrapped = tool if typed else {"type": "function", "function": fn}
     else:
         fn, wrapped = tool, {"type": "function", "function": tool}
     name = fn.get("name")
