@@ -67,12 +67,18 @@ class EmptyThinkProbe:
         self.template_text = template_text
         self.base_kwargs = dict(base_kwargs)
         self.call = call or partial(trains_empty_think, timeout=timeout, name=name)
-        self._cache: dict[str, bool] = {}
+        self._cache: dict[str, str] = {}
 
     def thinks(self, row_kwargs_json: str = "{}") -> bool:
+        return bool(self.wrapper(row_kwargs_json))
+
+    def wrapper(self, row_kwargs_json: str = "{}") -> str:
+        """The text the template writes before an answer without reasoning (Qwen3's
+        ``<think>\n\n</think>\n\n``), or "" when it trains no empty think block."""
         if row_kwargs_json not in self._cache:
             kwargs = {**self.base_kwargs, **json.loads(row_kwargs_json)}
-            self._cache[row_kwargs_json] = bool(self.call(self.template_text, kwargs))
+            found = self.call(self.template_text, kwargs)
+            self._cache[row_kwargs_json] = found if isinstance(found, str) else ""
         return self._cache[row_kwargs_json]
 
 
@@ -81,12 +87,14 @@ def trains_empty_think(
     kwargs: dict[str, Any],
     timeout: float | None = defaults.RENDER_TIMEOUT,
     name: str = "(given as text)",
-) -> bool:
+) -> str:
     """Render ``user, assistant`` with and without reasoning and compare the generations: the
     template "thinks" when the generation with reasoning, minus the reasoning text, equals the
     generation without it (same wrapper, nothing inside) and that wrapper is not blank. A
     template that cannot render the probe says False; one that passes a bound (``timeout``
-    for the three renders, a row's size cap on each) is a `TokenizerError` naming ``name``."""
+    for the three renders, a row's size cap on each) is a `TokenizerError` naming ``name``.
+    Returns that wrapper (what the generation writes before the answer), "" when it does not
+    think."""
     try:
         compiled = _compile(template_text)
 
@@ -113,13 +121,13 @@ def trains_empty_think(
             f" stopped: {exc.message or exc}"
         ) from None
     except Exception:
-        return False
+        return ""
     if not (full_plain.startswith(prompt) and full_r.startswith(prompt)):
-        return False
+        return ""
     gen_plain, gen_r = full_plain[len(prompt) :], full_r[len(prompt) :]
     if _REASONING not in gen_r or _ANSWER not in gen_plain:
-        return False
+        return ""
     wrapper = gen_plain[: gen_plain.index(_ANSWER)]
     squash = re.compile(r"\s+")
     same = squash.sub("", gen_r.replace(_REASONING, "")) == squash.sub("", gen_plain)
-    return same and bool(wrapper.strip())
+    return wrapper if same and wrapper.strip() else ""

@@ -155,8 +155,16 @@ class MaskStep:
         if all_placeholder_answers(item, self.placeholders):
             res.placeholder_only = True
         elif res.rows and lacks_reasoning(item, self.template_kwargs):
-            assert isinstance(item, Conversation)
-            res.empty_think = self.probe.thinks(row_kwargs_key(item))
+            assert isinstance(item, Conversation) and res.plan_stats is not None
+            wrapper = self.probe.wrapper(row_kwargs_key(item))
+            # the row's own supervised text, not the template's habit: a turn it renders
+            # without the block (no user turn before it, Qwen3) is no empty think block
+            res.empty_think = bool(wrapper) and any(
+                text.startswith(wrapper)
+                for rp in res.plan_stats.rows
+                for text, supervised in rp.segments
+                if supervised
+            )
 
     def _token_bytes(self, plans: list[RowPlan]) -> int | None:
         """`token_bytes_bound`, worked out (~1 s) the first time a row is long enough to
