@@ -581,3 +581,16 @@ def test_a_source_mapping_takes_a_path_object_and_numbers(src, tmp_path, no_work
         out=str(tmp_path / "o"),
     )
     assert (opts.sources[0].count, opts.sources[0].weight) == (2, 1)
+
+
+def test_callback_keywords_are_checked_before_any_work(tmp_path):
+    """`report(S, on_verdict="x")` raised TypeError after writing the page, `show(S,
+    console="x")` an AttributeError inside rich, `run(recipe, say="x")` a TypeError."""
+    with pytest.raises(errors.UsageError, match="on_verdict: expected a callable or None, got str"):
+        api.report(tmp_path / "set", on_verdict="x")
+    with pytest.raises(errors.UsageError, match="console: expected a rich Console"):
+        api.show(tmp_path / "set", row=0, console="x")
+    for name in ("say", "show_checks"):
+        with pytest.raises(errors.UsageError, match=f"{name}: expected a callable"):
+            api.run(tmp_path / "recipe.yaml", **{name: "x"})
+    assert list(tmp_path.iterdir()) == []

@@ -282,6 +282,13 @@ def _source(
     return parse_source_arg(str(spec), fmt, _fields(fields), preset)
 
 
+def _callback(value: Any, name: str) -> None:
+    """A callback keyword is a callable or None: `report(..., on_verdict="x")` failed after
+    writing the page, `show(..., console="x")` deep in rich, with raw tracebacks."""
+    if value is not None and not callable(value):
+        raise UsageError(f"{name}: expected a callable or None, got {type(value).__name__}")
+
+
 @contextmanager
 def _progress(label: str, progress: ProgressArg) -> Iterator[Callable[[int, int], None] | None]:
     if callable(progress):
@@ -506,6 +513,8 @@ def run(
     to resume).
     """
     _not_in_a_spawned_import()
+    _callback(say, "say")
+    _callback(show_checks, "show_checks")
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.pipeline.run import run as run_stages
 
@@ -598,6 +607,7 @@ def report(
     ``on_verdict`` receives the page's verification in one line (the fast checks run now, the
     last full verify); a set that fails its checks still gets its page."""
     _not_in_a_spawned_import()
+    _callback(on_verdict, "on_verdict")
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.output.folder import is_report_file
     from draftset.review.report import (  # lazy: as above
@@ -630,6 +640,8 @@ def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> 
     highlighted, on ``console`` (default: stdout). The one API function that prints: showing
     is what it does. ``options``: the fields of `config.schema.ShowArgs`."""
     _not_in_a_spawned_import()
+    if console is not None and not hasattr(console, "print"):
+        raise UsageError(f"console: expected a rich Console or None, got {type(console).__name__}")
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.review.show import ShowError
     from draftset.review.show import show as show_row  # lazy: a stage, loaded on first use

@@ -243,3 +243,33 @@ def test_a_row_with_a_tool_type_vllm_refuses_is_rejected_not_rewritten() -> None
     assert [(r.reason, "type must be 'function'" in r.message) for r in plan.rejects] == [
         ("template_error", True)
     ]
+
+
+def test_vllm_drops_claude_codes_billing_header_from_system_text() -> None:
+    """vLLM 0.33 drops a system text's first line when it is Claude Code's per-request
+    billing header: the row's context held 26 tokens the served model never sees (verify
+    --render-server caught it; build now renders what vLLM renders)."""
+    from draftset.mask.serving import served_system_texts
+
+    header = "x-anthropic-billing-header: cc_version=1.0.80; cch=abc123"
+    msgs = [{"role": "system", "content": f"{header}\nYou are a coding agent."}]
+    assert served_system_texts(msgs, {}, "vllm")[0][0]["content"] == "You are a coding agent."
+    assert served_system_texts(msgs, {}, "transformers")[0] is msgs
+    parts = {"text_parts": {0: [header, "Be brief."]}}
+    joined = [{"role": "system", "content": f"{header}\nBe brief."}]
+    got, meta = served_system_texts(joined, parts, "vllm")
+    assert got[0]["content"] == "Be brief." and meta["text_parts"] == {0: ["Be brief."]}
+    tok, tmpl = str(qwen3_tokenizer_dir()), trl_template("qwen3").read_text()
+    from draftset.core.records import Conversation
+    from draftset.mask.render import plan_conversation
+
+    vllm = ChatTemplate(TemplateSpec(tok, tmpl, {}, ("<|im_end|>",), serving_engine="vllm"))
+    conv = Conversation(
+        "c",
+        "s",
+        0,
+        [*msgs, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+    )
+    (row,) = plan_conversation(vllm, conv).rows
+    text = "".join(t for t, _ in row.segments)
+    assert "billing" not in text and "You are a coding agent." in text

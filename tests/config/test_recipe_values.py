@@ -113,3 +113,11 @@ def test_counts_adding_up_to_more_than_max_samples_are_refused(tmp_path, capsys,
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the sources' counts add up to 9, more than that" in err[0]
+
+
+def test_a_nan_threshold_is_named_as_not_finite(tmp_path, capsys, no_work):
+    """`--near-dup-threshold nan` said "must be <= 1, not nan"."""
+    src = recipe(tmp_path, "").parent / "c.jsonl"
+    argv = ["build", str(src), "--near-dup-threshold", "nan", "--tokenizer", "t"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    assert "--near-dup-threshold must be a finite number, not nan" in capsys.readouterr().err

@@ -92,8 +92,8 @@ def test_each_rows_context_is_vllms_prompt(tmp_path: Path, folder: Path) -> None
     }
     out = build(tmp_path, folder, "each")
     written = rows(out)
-    # 24 turns in all, less the two of several-part messages (unsupported_content)
-    assert len(written) == 22
+    # 25 turns in all, less the two of several-part messages (unsupported_content)
+    assert len(written) == 23
     for rid, ids, mask in written:
         conv_id, _, k = rid.rpartition("#")
         if conv_id not in RECORDED["prompts"]:

@@ -32,7 +32,7 @@ from draftset.core.words import plural
 from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.reads import as_template_reads
-from draftset.mask.serving import SERVING_ENGINES
+from draftset.mask.serving import SERVING_ENGINES, served_system_texts
 from draftset.mask.template import (
     ChatTemplate,
     TemplateSpec,
@@ -383,9 +383,10 @@ def expected_rows(
         return [], Counter(), SPLIT_UNDER_HARMONY
     if reasons.server_merge_problem(originals, conv.meta, tmpl.template_text, engine, harmony):
         return [], Counter(), MERGED_BY_SERVER
+    served, served_meta = served_system_texts(originals, conv.meta, "" if harmony else engine)
     msgs = as_template_reads(
-        originals,
-        conv.meta,
+        served,
+        served_meta,
         *_shape(tmpl),
         harmony,
         reasons.developer_role(tmpl.template_text, engine, harmony),

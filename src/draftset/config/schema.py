@@ -49,7 +49,8 @@ Workers = Annotated[
     int,
     Field(
         ge=0,
-        description="render/encode processes (default: all cores; output is identical for any N)",
+        description="render/encode processes (default and 0: all cores; output is identical"
+        " for any N)",
     ),
 ]
 Engine = Annotated[
@@ -243,7 +244,12 @@ class BuildArgs(Options):
     ] = defaults.DEDUP
     near_dup_threshold: Annotated[
         float,
-        Field(ge=0, le=1, description="Jaccard threshold for --dedup near ({default})"),
+        Field(
+            ge=0,
+            le=1,
+            allow_inf_nan=False,
+            description="Jaccard threshold for --dedup near ({default})",
+        ),
     ] = defaults.NEAR_DUP_THRESHOLD
     decontaminate: Annotated[
         PathList | None,

@@ -22,6 +22,7 @@ from draftset.core import reasons
 from draftset.core.records import Conversation, Message, Reject
 from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.mask.reads import as_template_reads
+from draftset.mask.serving import served_system_texts
 from draftset.mask.template import Renderer, as_content_parts
 
 TurnMode = Literal["all", "last", "each"]
@@ -303,9 +304,11 @@ def plan_conversation(
         )
         return plan
     # what the template is given: inline reasoning and content shape as it reads them
+    # system text as the engine hands it over (vLLM drops Claude Code's billing header line)
+    served, served_meta = served_system_texts(messages, conv.meta, "" if harmony else engine)
     shown = as_template_reads(
-        messages,
-        conv.meta,
+        served,
+        served_meta,
         tmpl.content_parts,
         tmpl.renders_reasoning,
         tmpl.string_arguments,

@@ -120,3 +120,45 @@ def prepare_tools(tools: list[Any] | None, engine: str) -> list[Any] | None:
     if engine == "sglang":
         return [_sglang_tool(t, i) for i, t in enumerate(tools)]
     raise ValueError(f"unknown serving engine {engine!r} (one of {', '.join(SERVING_ENGINES)})")
+
+
+CLAUDE_CODE_BILLING_HEADER = "x-anthropic-billing-header"
+"""vLLM 0.33 drops a system text part's first line when it starts with this (Claude Code's
+per-request attribution header, `_strip_claude_code_billing_header` in
+``vllm/renderers/chat_utils/chat_message.py``): the served model never sees it."""
+
+
+def served_system_texts(
+    messages: list[dict[str, Any]], meta: dict[str, Any], engine: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``messages`` (and ``meta``'s text parts) with system text as ``engine`` gives it to the
+    template: vLLM without Claude Code's billing-header line, every other engine as it is."""
+    if engine != "vllm":
+        return messages, meta
+    parts = meta.get("text_parts") or {}
+    out, new_parts = messages, dict(parts)
+    for i, m in enumerate(messages):
+        if m.get("role") != "system":
+            continue
+        texts = parts.get(i) or [m.get("content") or ""]
+        kept = [_without_header(t) for t in texts]
+        if kept == texts:
+            continue
+        kept = [t for t in kept if t is not None]
+        if out is messages:
+            out = list(messages)
+        out[i] = {**m, "content": "\n".join(kept)}
+        if i in parts:
+            new_parts[i] = kept
+    if out is messages:
+        return messages, meta
+    return out, {**meta, "text_parts": new_parts}
+
+
+def _without_header(text: str) -> str | None:
+    """A text part as vLLM keeps it: without a first line that is the billing header (None
+    when nothing is left: the part is dropped)."""
+    if not isinstance(text, str) or not text.startswith(CLAUDE_CODE_BILLING_HEADER):
+        return text
+    rest = text.partition("\n")[2]
+    return rest or None
