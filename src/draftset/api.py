@@ -151,6 +151,11 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     )
     from_recipe = {k: v for k, v in conf.items() if k in BUILD_KEYS and v is not None}
     from_recipe.pop("sources", None)
+    if isinstance(from_recipe.get("template_kwargs"), str):  # JSON text is the command line's
+        raise UsageError(
+            "recipe key template_kwargs: expected a mapping (e.g. {enable_thinking: false}),"
+            " got a string"
+        )
     o = BuildArgs.model_validate({**from_recipe, **explicit})  # the defaults for the rest
     if not o.tokenizer:
         raise UsageError("--tokenizer is required (or `tokenizer:` in the recipe)")
@@ -536,7 +541,7 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
 
     o = _given(RunArgs, {**options, "recipe": recipe}, RunUsageError)
     path = Path(o.recipe)
-    if path.suffix not in (".yaml", ".yml"):
+    if path.suffix.lower() not in (".yaml", ".yml"):
         raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
     build = build_options(
         path, workers=o.workers, engine=o.engine, ray_address=o.ray_address, tokenizer=o.tokenizer
@@ -693,7 +698,7 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     o = _given(GenerateArgs, {**options, "sources": sources}, GenerateUsageError)
     paths = _strings(o.sources)
     fields = _fields(o.fields)  # RecipeError (exit 2) for a bad --field
-    if len(paths) == 1 and paths[0].endswith((".yaml", ".yml")):
+    if len(paths) == 1 and paths[0].lower().endswith((".yaml", ".yml")):
         if o.format or o.fields or o.preset:
             raise GenerateUsageError(
                 "with a recipe, give format / fields / preset per source in the recipe"

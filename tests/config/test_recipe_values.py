@@ -121,3 +121,25 @@ def test_a_nan_threshold_is_named_as_not_finite(tmp_path, capsys, no_work):
     argv = ["build", str(src), "--near-dup-threshold", "nan", "--tokenizer", "t"]
     assert main([*argv, "--out", str(tmp_path / "o")]) == 2
     assert "--near-dup-threshold must be a finite number, not nan" in capsys.readouterr().err
+
+
+def test_a_recipe_is_given_alone_and_read_whatever_its_suffix_case(tmp_path, capsys, no_work):
+    """`draftset build good.yaml x.jsonl` said "--tokenizer is required" of a recipe that has
+    one; `GOOD.YAML` was not read as a recipe at all."""
+    path = recipe(tmp_path, "mix: {modes: x}\n")
+    src = path.parent / "c.jsonl"
+    assert main(["build", str(path), str(src)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{path} is a recipe: give it alone" in err[0]
+    upper = path.with_name("GOOD.YAML")
+    upper.write_text(path.read_text())
+    assert main(["build", str(upper)]) == 2  # read as the recipe it is: its mix is refused
+    assert "mix.modes must be a mapping" in capsys.readouterr().err
+
+
+def test_a_string_template_kwargs_in_a_recipe_names_the_recipe_key(tmp_path, capsys, no_work):
+    """It named the command line's flag: `--template-kwargs is not valid JSON`."""
+    path = recipe(tmp_path, "template_kwargs: 'enable_thinking: false'\n")
+    assert main(["build", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "recipe key template_kwargs: expected a mapping" in err and "--template" not in err

@@ -14,7 +14,7 @@ from draftset.commands.common import (
 )
 from draftset.commands.options import add_options, parsed
 from draftset.config.schema import BuildArgs
-from draftset.core.errors import EXIT_FAIL, EXIT_OK
+from draftset.core.errors import EXIT_FAIL, EXIT_OK, UsageError
 
 BUILD_HELP = """\
 Tokenize chat data with the target model's own chat template into a loss-masked,
@@ -45,7 +45,13 @@ def build_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """`draftset build`'s parsed options as `draftset.api.build`'s keyword arguments (the
     command is this mapping and nothing else: both run `api.build`)."""
     inputs = list(args.inputs)
-    recipe = inputs[0] if len(inputs) == 1 and inputs[0].endswith((".yaml", ".yml")) else None
+    recipes = [i for i in inputs if i.lower().endswith((".yaml", ".yml"))]
+    if recipes and len(inputs) > 1:  # it said "--tokenizer is required" of a recipe that has one
+        raise UsageError(
+            f"{recipes[0]} is a recipe: give it alone (its sources are listed in it), or give"
+            " source files and options without it"
+        )
+    recipe = recipes[0] if recipes else None
     return {"recipe": recipe, **parsed(args, BuildArgs), "sources": None if recipe else inputs}
 
 

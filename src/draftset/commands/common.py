@@ -46,7 +46,8 @@ def build_helper_ahead(argv: list[str]) -> Any:
     delay the template load by as much. Only ``--workers`` and ``--engine`` decide it (read
     here, the flags `BuildArgs` gives them: a test holds them equal); a recipe, ``--help`` or
     a value argparse would refuse leaves the choice to `api.build`. The caller stops it."""
-    if any(a in ("-h", "--help", "--version") or a.endswith((".yaml", ".yml")) for a in argv):
+    recipe = any(a.lower().endswith((".yaml", ".yml")) for a in argv)
+    if recipe or any(a in ("-h", "--help", "--version") for a in argv):
         return None
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--workers", type=int)
