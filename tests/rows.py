@@ -38,3 +38,36 @@ def read_rows(folder: Path) -> list[dict]:
         with pa.OSFile(str(folder / f["filename"]), "rb") as src:
             rows += pa.ipc.open_stream(src).read_all().to_pylist()
     return rows
+
+
+def user(content: str) -> dict:
+    return {"role": "user", "content": content}
+
+
+def assistant(content: str, **keys: object) -> dict:
+    return {"role": "assistant", "content": content, **keys}
+
+
+def build_rows(
+    folder: Path, rows: list[dict], tokenizer: Path, template: Path | None = None, **options: object
+) -> Path:
+    """``rows`` written as ``folder``.jsonl and built (inline, one worker) into ``folder``."""
+    from draftset.config.options import BuildOptions
+    from draftset.pipeline.build import run_build
+    from draftset.sources.read import Source
+
+    src = write_jsonl(folder.with_suffix(".jsonl"), rows)
+    opts = BuildOptions(
+        [Source(folder.name, src)],
+        str(tokenizer),
+        folder,
+        chat_template_path=str(template) if template else None,
+        workers=1,
+        **options,  # type: ignore[arg-type]
+    )
+    return run_build(opts).out
+
+
+def rejects_by_id(folder: Path) -> dict[str, dict]:
+    lines = (folder / "rejects.jsonl").read_text(encoding="utf-8").splitlines()
+    return {r["id"]: r for r in map(json.loads, lines)}

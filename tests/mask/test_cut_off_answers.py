@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
+from rows import build_rows
 
 from draftset.checks.fast import failing
 from draftset.checks.verify import run_verify
@@ -214,15 +215,7 @@ def test_an_all_reasoning_answer_the_template_drops_is_rejected_in_build_and_ver
         {"id": "silent", "messages": [U("Think silently."), A("", reasoning_content="Hmm.")]},
         {"id": "fine", "messages": [U("Say hi."), A("Hi.", reasoning_content="Greet.")]},
     ]
-    src = write_jsonl(tmp_path / "r.jsonl", rows)
-    opts = BuildOptions(
-        [Source("chats", src)],
-        str(llama32_tokenizer_dir()),
-        tmp_path / "llama",
-        chat_template_path=str(trl_template("llama3_2")),
-        workers=1,
-    )
-    out = run_build(opts).out
+    out = build_rows(tmp_path / "llama", rows, llama32_tokenizer_dir(), trl_template("llama3_2"))
     assert rejects(out)["silent"]["reason"] == "template_drops_content"
     assert sorted(set_rows(out)) == ["fine"]
     assert not failed(run_verify(out, speculators=False))

@@ -12,20 +12,17 @@ elsewhere); tests/checks/test_render_server.py holds both kinds against vLLM its
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from conftest import qwen3_tokenizer_dir, trl_template
+from rows import build_rows, rejects_by_id
 
 from draftset.checks.fast import failing
 from draftset.checks.verify import run_verify
-from draftset.config.options import BuildOptions
 from draftset.core import reasons
 from draftset.core.records import RawRow
 from draftset.mask.reads import as_template_reads
-from draftset.pipeline.build import run_build
 from draftset.sources.normalize import normalize
-from draftset.sources.read import Source
 
 
 def U(c):
@@ -73,18 +70,8 @@ def test_rows_the_server_would_merge_are_rejected_and_verify_agrees(tmp_path: Pa
         {"id": "middle", "messages": [U("Hi."), A("Hello."), D("Now terse."), U("A?"), A("B.")]},
         {"id": "system_twice", "messages": [S("One."), U("q"), S("Two."), U("r"), A("s")]},
     ]
-    src = tmp_path / "d.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    opts = BuildOptions(
-        [Source("d", src)],
-        str(qwen3_tokenizer_dir()),
-        tmp_path / "out",
-        chat_template_path=str(trl_template("qwen3")),
-        workers=1,
-    )
-    out = run_build(opts).out
-    lines = (out / "rejects.jsonl").read_text().splitlines()
-    rejected = {r["id"]: r for r in map(json.loads, lines)}
+    out = build_rows(tmp_path / "d", rows, qwen3_tokenizer_dir(), trl_template("qwen3"))
+    rejected = rejects_by_id(out)
     assert sorted(rejected) == ["both", "middle"]
     assert {r["reason"] for r in rejected.values()} == {"unsupported_content"}
     assert "merges this row's developer and system messages" in rejected["both"]["message"]

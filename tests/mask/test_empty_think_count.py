@@ -11,34 +11,18 @@ from __future__ import annotations
 import json
 
 from conftest import qwen3_tokenizer_dir
-
-from draftset.config.options import BuildOptions
-from draftset.pipeline.build import run_build
-from draftset.sources.read import Source
+from rows import assistant, build_rows, user
 
 
 def test_only_rows_that_train_the_block_are_counted(tmp_path):
     rows = [
-        {
-            "id": "bare",
-            "messages": [
-                {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": "Hello there."},
-            ],
-        },
+        {"id": "bare", "messages": [user("Hi"), assistant("Hello there.")]},
         {
             "id": "no_user",
-            "messages": [
-                {"role": "system", "content": "Be kind."},
-                {"role": "assistant", "content": "You're great!"},
-            ],
+            "messages": [{"role": "system", "content": "Be kind."}, assistant("Yes.")],
         },
     ]
-    src = tmp_path / "r.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = run_build(
-        BuildOptions([Source("r", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1)
-    ).out
+    out = build_rows(tmp_path / "r", rows, qwen3_tokenizer_dir())
     total = json.loads((out / "manifest.json").read_text())["counts"]["total"]
     assert total["written"] == 2
     assert total["empty_think_rows"] == 1  # "bare" only
