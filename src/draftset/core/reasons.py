@@ -121,7 +121,8 @@ EXPLANATIONS: dict[str, str] = {
     UNKNOWN_ROLE: "a role name draftset does not know (never guessed)",
     EMPTY_CONVERSATION: "no messages at all",
     INVALID_CONTENT: "a message of the wrong type (content not text or parts, role not text)",
-    UNSUPPORTED_CONTENT: "image, audio or other non-text parts",
+    UNSUPPORTED_CONTENT: "image, audio or other non-text parts, or a shape the serving engine"
+    " would not render as given (docs/semantics.md)",
     INVALID_TOOL_CALL: "a tool call without a name or with arguments that are not JSON",
     INVALID_TOOLS: "`tools` is not a list of tool schemas",
     INVALID_PRETOKENIZED: "input_ids / loss_mask malformed",
