@@ -427,6 +427,20 @@ def test_moved_think_is_given_back_to_templates_that_do_not_render_reasoning():
     assert "inline_reasoning" not in norm({"messages": [user("q"), assistant("a")]}).meta
 
 
+def test_a_moved_think_block_is_not_given_back_as_parts_beside_its_reasoning():
+    """An answer given as parts whose text opens with a think block: the block is moved to
+    `reasoning_content`; a template that reads lists of parts and renders reasoning was given
+    the parts too, so it rendered the reasoning twice."""
+    parts = [{"type": "text", "text": "<think>\nR\n</think>"}, {"type": "text", "text": "A."}]
+    out = norm({"messages": [user("q"), {"role": "assistant", "content": parts}]})
+    assert out.messages[1] == assistant("A.", reasoning_content="R")
+    shown = as_template_reads(out.messages, out.meta, renders_reasoning=True, part_lists=True)
+    assert shown[1] == assistant("A.", reasoning_content="R")
+    # a template that does not render reasoning gets the answer back as written, once
+    back = as_template_reads(out.messages, out.meta, renders_reasoning=False, part_lists=True)
+    assert back[1] == assistant("<think>\nR\n</think>\nA.")
+
+
 def test_think_only_in_assistant_turns():
     assert norm({"messages": [user("<think>x</think>q")]}).messages == [user("<think>x</think>q")]
 

@@ -60,9 +60,10 @@ def as_template_reads(
                 out[i] = msg
     parts = meta.get(PART_TEXTS) if part_lists or content_parts else None
     if parts:
+        moved = meta.get(INLINE_REASONING) or {}  # its text as read above, never twice
         out = list(out)
         for i, texts in parts.items():
-            kept = i < len(out) and i not in (inline or {})
+            kept = i < len(out) and i not in moved
             kept = kept and (out[i].get("role") != "tool" or tool_parts)
             if kept:
                 out[i] = {**out[i], "content": [{"type": "text", "text": t} for t in texts]}
