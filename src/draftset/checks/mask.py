@@ -31,8 +31,8 @@ from draftset.core.records import Conversation, Normalized, PreTokenized, Prompt
 from draftset.core.words import plural
 from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.mask.limits import RenderLimit, bounded_row
-from draftset.mask.reads import as_template_reads
-from draftset.mask.serving import SERVING_ENGINES, served_system_texts
+from draftset.mask.reads import served_reads
+from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import (
     ChatTemplate,
     TemplateSpec,
@@ -379,18 +379,9 @@ def expected_rows(
     if reasons.special_token_in_answer(originals, _special_pattern(tmpl)) is not None:
         return [], Counter(), SPECIAL_TOKEN_TEXT
     harmony, engine = tmpl.harmony is not None, tmpl.serving_engine
-    if harmony and reasons.split_message(originals, conv.meta) is not None:
-        return [], Counter(), SPLIT_UNDER_HARMONY
-    if reasons.server_merge_problem(originals, conv.meta, tmpl.template_text, engine, harmony):
-        return [], Counter(), MERGED_BY_SERVER
-    served, served_meta = served_system_texts(originals, conv.meta, "" if harmony else engine)
-    msgs = as_template_reads(
-        served,
-        served_meta,
-        *_shape(tmpl),
-        harmony,
-        reasons.developer_role(tmpl.template_text, engine, harmony),
-    )
+    if reasons.unservable(originals, conv.meta, tmpl.template_text, engine, harmony):
+        return [], Counter(), UNSERVABLE
+    msgs = served_reads(originals, conv.meta, _shape(tmpl), tmpl.template_text, engine, harmony)
     cut_off = reasons.cut_off_answers(originals, conv.meta)
     context: Counter[str] = Counter()
     rows: list[tuple[str, Expected]] = []
@@ -462,8 +453,7 @@ def expected_rows(
 
 DROPS_CONTENT = "the template's render of an assistant turn does not contain its text or tools"
 SPECIAL_TOKEN_TEXT = "an assistant answer holds the text of a special token"
-SPLIT_UNDER_HARMONY = "a message of several text parts, which harmony tokenizes part by part"
-MERGED_BY_SERVER = "developer and system messages the server merges into one at the start"
+UNSERVABLE = "a row the serving engine would not render as given (reasons.unservable)"
 
 
 def _special_pattern(tmpl: ChatTemplate) -> re.Pattern[str] | None:
@@ -981,10 +971,7 @@ def _check_rejection(
         p.add("rejected as template_drops_content but every generation holds its text", conv.id)
     if reasons.SPECIAL_TOKEN_IN_ANSWER in reasons_given and error != SPECIAL_TOKEN_TEXT:
         p.add("rejected as special_token_in_answer but no answer holds such text", conv.id)
-    if reasons.UNSUPPORTED_CONTENT in reasons_given and error not in (
-        SPLIT_UNDER_HARMONY,
-        MERGED_BY_SERVER,
-    ):
+    if reasons.UNSUPPORTED_CONTENT in reasons_given and error != UNSERVABLE:
         p.add("rejected as unsupported_content but the row reads and renders", conv.id)
 
 

@@ -34,7 +34,7 @@ from draftset.checks.mask import (
     pick_rows,
 )
 from draftset.core.errors import UsageError
-from draftset.core.records import DEVELOPER, INLINE_REASONING, PART_TEXTS, Conversation
+from draftset.core.records import Conversation
 from draftset.mask.reads import as_template_reads
 from draftset.mask.template import ChatTemplate
 from draftset.output.readback import CheckResult, OutputSet, Problems
@@ -170,16 +170,15 @@ def _messages(tmpl: ChatTemplate, conv: Conversation) -> list[dict[str, Any]]:
     _, renders_reasoning, string_arguments, _ = _shape(tmpl)
     asst = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
     msgs = as_template_reads(
-        conv.messages[: asst[-1] + 1], conv.meta, False, renders_reasoning, string_arguments
+        conv.messages[: asst[-1] + 1],
+        conv.meta,
+        False,
+        renders_reasoning,
+        string_arguments,
+        part_lists=True,  # every row's parts as parts, tool results' too, and developer
+        tool_parts=True,  # messages as developer: the server's own handling is the referee
+        developer_role=True,
     )
-    parts = conv.meta.get(PART_TEXTS) or {}
-    inline = conv.meta.get(INLINE_REASONING) or {}
-    for i, texts in parts.items():
-        if i < len(msgs) and i not in inline:  # a moved think block: its text as read
-            msgs[i] = {**msgs[i], "content": [{"type": "text", "text": t} for t in texts]}
-    for i in conv.meta.get(DEVELOPER) or {}:  # sent as the row gave it: the server converts
-        if i < len(msgs) and msgs[i].get("role") == "system":
-            msgs[i] = {**msgs[i], "role": "developer"}
     return [_wire(m) for m in msgs]
 
 

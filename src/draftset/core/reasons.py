@@ -206,50 +206,47 @@ def cut_off_answers(messages: list[dict], meta: dict) -> frozenset[int]:
     return frozenset(cut)
 
 
-def split_message(messages: list[dict], meta: dict) -> tuple[int, int] | None:
-    """(message index, parts) of the first message other than a tool result that the row gave
-    as several text parts (``meta["text_parts"]``, sources/normalize.py), or None. vLLM serves
-    gpt-oss with harmony, which tokenizes each part of such a message on its own: no text of
-    the row encodes to those tokens, so build and verify reject the row under harmony
-    (`unsupported_content`); a tool result's parts harmony joins into one text."""
-    parts = meta.get(records.PART_TEXTS) or {}
-    for i in sorted(k for k in parts if isinstance(k, int)):
-        if i < len(messages) and messages[i].get("role") != "tool":
-            return i, len(parts[i])
-    return None
-
-
-def names_developer(template_text: str) -> bool:
-    """vLLM's test of a template's developer role (``_detect_developer_role_support``): the
-    quoted name anywhere in its text."""
-    return '"developer"' in template_text or "'developer'" in template_text
-
-
-def merged_by_server(messages: list[dict], meta: dict, template_text: str) -> bool:
-    """vLLM, given a developer message and a template that does not name that role, converts it
-    to system and merges every system message into one at the start (``\n\n`` between them)
-    when one is not first or there are several: the turns then sit at other places than the
-    row's, so build and verify reject such a row (`unsupported_content`)."""
-    developer = meta.get(records.DEVELOPER) or {}
-    if not any(i < len(messages) for i in developer) or names_developer(template_text):
-        return False
-    systems = [i for i, m in enumerate(messages) if m.get("role") == "system"]
-    return len(systems) > 1 or any(i > 0 for i in systems)
-
-
-def server_merge_problem(
+def unservable(
     messages: list[dict], meta: dict, template_text: str, engine: str, harmony: bool
 ) -> str | None:
-    """Why a serving engine would render this row's system and developer messages at other
-    places than the row's (`merged_by_server`), or None. Not for `transformers` (it gives the
-    template the developer role as sent) nor under harmony (its own developer message)."""
-    if harmony or engine == "transformers" or not merged_by_server(messages, meta, template_text):
+    """The one rule build and verify share for rows the serving engine would not render as
+    given (`unsupported_content`), as one line, or None:
+
+    - under harmony (vLLM's gpt-oss), a message other than a tool result that the row gave as
+      several text parts (``meta["text_parts"]``): harmony tokenizes each part on its own, and
+      no text of the row encodes to those tokens (a tool result's parts it joins);
+    - a developer message (``meta["developer"]``) under a template that does not name the
+      role, with a system message not first or several of them: vLLM converts it to system and
+      merges every system message into one at the start, so the turns would sit elsewhere
+      than the row's. Not for `transformers` (it gives the role as sent) nor under harmony
+      (its own developer message).
+    """
+    parts = meta.get(records.PART_TEXTS) or {}
+    split = [i for i in parts if i < len(messages) and messages[i].get("role") != "tool"]
+    if harmony and split:
+        i = min(split)
+        return (
+            f"message {i} is {len(parts[i])} text parts: vLLM serves this model with harmony,"
+            " which tokenizes each part on its own (no row text holds those tokens); join the"
+            " parts in the data"
+        )
+    developer = [i for i in meta.get(records.DEVELOPER) or {} if i < len(messages)]
+    if harmony or engine == "transformers" or not developer or names_developer(template_text):
+        return None
+    systems = [i for i, m in enumerate(messages) if m.get("role") == "system"]
+    if len(systems) < 2 and not any(i > 0 for i in systems):
         return None
     return (
         f"{engine} merges this row's developer and system messages into one at the start for"
         " a template that does not name the developer role: its turns would sit elsewhere than"
         " the row's; give the row one system message, first"
     )
+
+
+def names_developer(template_text: str) -> bool:
+    """vLLM's test of a template's developer role (``_detect_developer_role_support``): the
+    quoted name anywhere in its text."""
+    return '"developer"' in template_text or "'developer'" in template_text
 
 
 def developer_role(template_text: str, engine: str, harmony: bool) -> bool:

@@ -54,7 +54,7 @@ DEVELOPER = "developer"
 """``Conversation.meta`` key: message index -> True for messages the row gave as ``developer``
 (normalized to ``system``). vLLM gives a template that names the role the message as
 ``developer``; for any other it converts it to ``system`` and merges every system message into
-one at the start (`mask.reads.as_template_reads`, `reasons.merged_by_server`)."""
+one at the start (`mask.reads.as_template_reads`, `reasons.unservable`)."""
 PART_TEXTS = "text_parts"
 """``Conversation.meta`` key: message index -> the texts of its content's text parts, for
 messages given as more than one part. The content itself is those texts joined by a newline,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from draftset.core.reasons import developer_role
 from draftset.core.records import (
     ARGUMENTS_TEXT,
     DEVELOPER,
@@ -17,7 +18,31 @@ from draftset.core.records import (
     PART_TEXTS,
     Message,
 )
+from draftset.mask.serving import served_system_texts
 from draftset.mask.template import as_content_parts
+
+
+def served_reads(
+    messages: list[Message],
+    meta: dict[str, Any],
+    shape: tuple[bool, bool, bool, bool],
+    template_text: str,
+    engine: str,
+    harmony: bool,
+) -> list[Message]:
+    """What the template is given as the serving engine hands a row over (build's and verify's
+    one path): system text as the engine keeps it (`served_system_texts`), then
+    `as_template_reads` with the template's probed ``shape`` (content as parts, renders
+    reasoning, arguments as text, renders lists of parts) and the developer role when the
+    template is given it."""
+    served, served_meta = served_system_texts(messages, meta, engine, harmony)
+    return as_template_reads(
+        served,
+        served_meta,
+        *shape,
+        tool_parts=harmony,
+        developer_role=developer_role(template_text, engine, harmony),
+    )
 
 
 def as_template_reads(

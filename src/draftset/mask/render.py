@@ -21,8 +21,7 @@ from typing import Literal
 from draftset.core import reasons
 from draftset.core.records import Conversation, Message, Reject
 from draftset.mask.ambient import clock_kwargs, valid_now
-from draftset.mask.reads import as_template_reads
-from draftset.mask.serving import served_system_texts
+from draftset.mask.reads import served_reads
 from draftset.mask.template import Renderer, as_content_parts
 
 TurnMode = Literal["all", "last", "each"]
@@ -281,41 +280,17 @@ def plan_conversation(
             )
         )
         return plan
-    harmony = tmpl.harmony is not None
-    engine = tmpl.serving_engine
-    merged = reasons.server_merge_problem(messages, conv.meta, tmpl.template_text, engine, harmony)
-    if merged is not None:
+    harmony, engine = tmpl.harmony is not None, tmpl.serving_engine
+    problem = reasons.unservable(messages, conv.meta, tmpl.template_text, engine, harmony)
+    if problem is not None:
         plan.rejects.append(
-            Reject(conv.source, conv.row, conv.id, reasons.UNSUPPORTED_CONTENT, merged)
+            Reject(conv.source, conv.row, conv.id, reasons.UNSUPPORTED_CONTENT, problem)
         )
         return plan
-    split = reasons.split_message(messages, conv.meta) if harmony else None
-    if split is not None:
-        plan.rejects.append(
-            Reject(
-                conv.source,
-                conv.row,
-                conv.id,
-                reasons.UNSUPPORTED_CONTENT,
-                f"message {split[0]} is {split[1]} text parts: vLLM serves this model with"
-                " harmony, which tokenizes each part on its own (no row text holds those"
-                " tokens); join the parts in the data",
-            )
-        )
-        return plan
-    # what the template is given: inline reasoning and content shape as it reads them
-    # system text as the engine hands it over (vLLM drops Claude Code's billing header line)
-    served, served_meta = served_system_texts(messages, conv.meta, "" if harmony else engine)
-    shown = as_template_reads(
-        served,
-        served_meta,
-        tmpl.content_parts,
-        tmpl.renders_reasoning,
-        tmpl.string_arguments,
-        tmpl.part_lists,
-        harmony,
-        reasons.developer_role(tmpl.template_text, engine, harmony),
-    )
+    # what the template is given: system text, inline reasoning, content shape and roles as
+    # the serving engine hands them over and the template reads them
+    shape = (tmpl.content_parts, tmpl.renders_reasoning, tmpl.string_arguments, tmpl.part_lists)
+    shown = served_reads(messages, conv.meta, shape, tmpl.template_text, engine, harmony)
     if mode == "each":
         _plan_each(tmpl, conv, shown, messages, assistant_idx, placeholders, plan)
     else:

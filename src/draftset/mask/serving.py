@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from draftset.core.records import PART_TEXTS
+
 ServingEngine = Literal["vllm", "sglang", "transformers"]
 SERVING_ENGINES: tuple[str, ...] = ("vllm", "sglang", "transformers")
 # the engine the README recommends for serving and for `draftset generate`
@@ -129,13 +131,14 @@ per-request attribution header, `_strip_claude_code_billing_header` in
 
 
 def served_system_texts(
-    messages: list[dict[str, Any]], meta: dict[str, Any], engine: str
+    messages: list[dict[str, Any]], meta: dict[str, Any], engine: str, harmony: bool = False
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``messages`` (and ``meta``'s text parts) with system text as ``engine`` gives it to the
-    template: vLLM without Claude Code's billing-header line, every other engine as it is."""
-    if engine != "vllm":
+    template: vLLM without Claude Code's billing-header line (its harmony path keeps it), every
+    other engine as it is."""
+    if engine != "vllm" or harmony:
         return messages, meta
-    parts = meta.get("text_parts") or {}
+    parts = meta.get(PART_TEXTS) or {}
     out, new_parts = messages, dict(parts)
     for i, m in enumerate(messages):
         if m.get("role") != "system":
@@ -152,7 +155,7 @@ def served_system_texts(
             new_parts[i] = kept
     if out is messages:
         return messages, meta
-    return out, {**meta, "text_parts": new_parts}
+    return out, {**meta, PART_TEXTS: new_parts}
 
 
 def _without_header(text: str) -> str | None:
