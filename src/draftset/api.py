@@ -35,7 +35,7 @@ from draftset.config.schema import (
     VerifySection,
 )
 from draftset.core.errors import DraftsetError, UsageError
-from draftset.core.files import output_file_problem, write_output_file
+from draftset.core.files import is_recipe, output_file_problem, write_output_file
 
 if TYPE_CHECKING:  # the stage modules load on the first call, not on `import draftset.api`
     from rich.console import Console
@@ -541,7 +541,7 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
 
     o = _given(RunArgs, {**options, "recipe": recipe}, RunUsageError)
     path = Path(o.recipe)
-    if path.suffix.lower() not in (".yaml", ".yml"):
+    if not is_recipe(path):
         raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
     build = build_options(
         path, workers=o.workers, engine=o.engine, ray_address=o.ray_address, tokenizer=o.tokenizer
@@ -698,7 +698,7 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     o = _given(GenerateArgs, {**options, "sources": sources}, GenerateUsageError)
     paths = _strings(o.sources)
     fields = _fields(o.fields)  # RecipeError (exit 2) for a bad --field
-    if len(paths) == 1 and paths[0].lower().endswith((".yaml", ".yml")):
+    if len(paths) == 1 and is_recipe(paths[0]):
         if o.format or o.fields or o.preset:
             raise GenerateUsageError(
                 "with a recipe, give format / fields / preset per source in the recipe"

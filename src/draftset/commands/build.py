@@ -15,6 +15,7 @@ from draftset.commands.common import (
 from draftset.commands.options import add_options, parsed
 from draftset.config.schema import BuildArgs
 from draftset.core.errors import EXIT_FAIL, EXIT_OK, UsageError
+from draftset.core.files import is_recipe
 
 BUILD_HELP = """\
 Tokenize chat data with the target model's own chat template into a loss-masked,
@@ -45,7 +46,7 @@ def build_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """`draftset build`'s parsed options as `draftset.api.build`'s keyword arguments (the
     command is this mapping and nothing else: both run `api.build`)."""
     inputs = list(args.inputs)
-    recipes = [i for i in inputs if i.lower().endswith((".yaml", ".yml"))]
+    recipes = [i for i in inputs if is_recipe(i)]
     if recipes and len(inputs) > 1:  # it said "--tokenizer is required" of a recipe that has one
         raise UsageError(
             f"{recipes[0]} is a recipe: give it alone (its sources are listed in it), or give"

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from draftset.core.errors import UsageError
+from draftset.core.files import is_recipe
 
 
 class Parser(argparse.ArgumentParser):
@@ -46,8 +47,7 @@ def build_helper_ahead(argv: list[str]) -> Any:
     delay the template load by as much. Only ``--workers`` and ``--engine`` decide it (read
     here, the flags `BuildArgs` gives them: a test holds them equal); a recipe, ``--help`` or
     a value argparse would refuse leaves the choice to `api.build`. The caller stops it."""
-    recipe = any(a.lower().endswith((".yaml", ".yml")) for a in argv)
-    if recipe or any(a in ("-h", "--help", "--version") for a in argv):
+    if any(a in ("-h", "--help", "--version") or is_recipe(a) for a in argv):
         return None
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--workers", type=int)

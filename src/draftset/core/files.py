@@ -146,3 +146,11 @@ def write_output_file(path: Path | str, text: str, check: Callable[[], None] | N
         os.replace(tmp, real)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+RECIPE_SUFFIXES = (".yaml", ".yml")
+
+
+def is_recipe(path: str | Path) -> bool:
+    """A recipe file by its name (``.yaml`` / ``.yml``, any case: ``GOOD.YAML`` is one)."""
+    return str(path).lower().endswith(RECIPE_SUFFIXES)

@@ -120,21 +120,20 @@ def foreign_entries(folder: Path) -> list[str]:
     return walk(folder, "")[0]
 
 
-def _empty(folder: Path) -> bool:
+def _empty(folder: Path) -> bool | None:
+    """Whether ``folder`` holds no entry; None when it cannot be read."""
     try:
         with os.scandir(folder) as entries:
             return next(entries, None) is None
     except OSError:
-        return False
+        return None
 
 
 def replaceable(folder: Path) -> bool:
     """An existing folder ``--overwrite`` may replace: empty, or a draftset output holding
     only what draftset wrote (`foreign_entries`)."""
-    try:
-        with os.scandir(folder) as entries:
-            empty = next(entries, None) is None
-    except OSError:
+    empty = _empty(folder)
+    if empty is None:
         return False
     return empty or (is_draftset_output(folder) and not foreign_entries(folder))
 
@@ -214,7 +213,7 @@ def finalize_output(tmp: Path, out: Path, overwrite: bool = True) -> None:
     """
     (tmp / TMP_MARKER).unlink(missing_ok=True)  # finished: no longer a run in progress
     if out.exists():
-        if not overwrite and not _empty(out):
+        if not overwrite and _empty(out) is not True:
             raise OutputExistsError(
                 f"{out} appeared during the build (another build writing there?) and was left"
                 " as it is; rerun with --overwrite to replace it, or choose another --out"
