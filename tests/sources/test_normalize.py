@@ -297,8 +297,26 @@ def test_dict_answer_content():
     assert norm(row).messages[1] == assistant("A")
 
 
-def test_null_content_is_empty():
-    assert norm({"messages": [user(None), assistant("a")]}).messages[0] == user("")
+def test_missing_content_is_empty():
+    assert norm({"messages": [{"role": "user"}, assistant("a")]}).messages[0] == user("")
+    assert norm({"messages": [user("q"), {"role": "assistant"}]}).messages[1] == assistant("")
+
+
+@pytest.mark.parametrize("role", ["user", "system", "developer", "tool"])
+def test_null_content_outside_assistant_turns_is_refused_as_a_server_refuses_it(role):
+    """vLLM (and OpenAI) refuse a request whose user / system / tool message has ``content:
+    null``: the row has no served form, so the answer after it was not generated from "" (the
+    guess draftset made before). Missing content is "" (the server reads it as no parts)."""
+    first = {"role": role, "content": None}
+    row = {"messages": [first, user("q"), assistant("a")]}
+    assert f"({role}) content is null" in reject(row, reasons.INVALID_CONTENT).message
+    sharegpt = {"conversations": [{"from": "human", "value": None}, {"from": "gpt", "value": "a"}]}
+    assert "content is null" in reject(sharegpt, reasons.INVALID_CONTENT).message
+
+
+def test_null_assistant_content_is_empty():
+    """An assistant message may have ``content: null`` (the OpenAI spec; tool-call turns)."""
+    assert norm({"messages": [user("q"), assistant(None)]}).messages[1] == assistant("")
 
 
 @pytest.mark.parametrize(
@@ -316,7 +334,7 @@ def test_wrong_content_type(content, fragment):
     assert fragment in reject(row, reasons.INVALID_CONTENT).message
 
 
-@pytest.mark.parametrize("ptype", ["image", "image_url", "input_audio", "video", "refusal"])
+@pytest.mark.parametrize("ptype", ["image", "image_url", "input_audio", "video", "file"])
 def test_non_text_parts_are_unsupported(ptype):
     row = {"messages": [{"role": "user", "content": [{"type": ptype, ptype: "x"}]}]}
     assert repr(ptype) in reject(row, reasons.UNSUPPORTED_CONTENT).message
@@ -380,6 +398,25 @@ def test_reasoning_parts():
     content = [{"type": "reasoning", "value": "think"}, {"type": "text", "value": "say"}]
     row = {"messages": [user("q"), {"role": "assistant", "content": content}]}
     assert norm(row).messages[1] == assistant("say", reasoning_content="think")
+
+
+def test_anthropic_thinking_parts_are_reasoning():
+    """Anthropic's ``{"type": "thinking", "thinking": ...}`` (with its ``signature``) is the
+    turn's reasoning, as a ``reasoning`` part is (it was refused: no 'text' key)."""
+    content = [
+        {"type": "thinking", "thinking": "plan", "signature": "EqQB"},
+        {"type": "text", "text": "say"},
+    ]
+    row = {"messages": [user("q"), {"role": "assistant", "content": content}]}
+    assert norm(row).messages[1] == assistant("say", reasoning_content="plan")
+
+
+def test_refusal_parts_are_the_answer_text():
+    """OpenAI's ``{"type": "refusal", "refusal": ...}`` is what the model said; vLLM reads it as
+    text (its ``TEXT_PART_TYPES``), so draftset does too (it was unsupported_content)."""
+    content = [{"type": "refusal", "refusal": "I can't help with that."}]
+    row = {"messages": [user("q"), {"role": "assistant", "content": content}]}
+    assert norm(row).messages[1] == assistant("I can't help with that.")
 
 
 @pytest.mark.parametrize(
@@ -958,3 +995,11 @@ def test_toolllama_conversations_read_as_sharegpt():
         "assistant",
     ]
     assert "unread_fields" not in item.meta
+
+
+def test_each_turn_reads_its_own_content_key():
+    """A row mixing ``content`` and ``value`` turns reads each turn's own key."""
+    row = {"messages": [{"role": "user", "value": "q"}, {"role": "assistant", "content": "a"}]}
+    assert norm(row).messages == [user("q"), assistant("a")]
+    row = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "value": "a"}]}
+    assert norm(row).messages == [user("q"), assistant("a")]

@@ -79,7 +79,8 @@ ALPACA_SEPARATOR = "\n\n"
 """Between an Alpaca ``instruction`` and a non-empty ``input`` (the Stanford Alpaca prompt's
 own section break; LLaMA-Factory uses ``"\\n"``)."""
 
-TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
+"""Parts read as text; vLLM reads these (and ``thinking``, which draftset reads as reasoning)."""
 REASONING_PARTS = frozenset({"reasoning", "thinking"})
 MEDIA_PARTS = frozenset(
     {
@@ -553,10 +554,12 @@ def _parse_turns(
             role = turn.get("role")
             if role is None:
                 role = turn.get("from")
-        if content_key is not None:
-            content = turn.get(content_key)
-        else:
-            content = turn["content"] if "content" in turn else turn.get("value")
+        key = content_key or ("content" if "content" in turn else "value")
+        content = turn.get(key)
+        if content is None and key in turn and _role(i, role) != "assistant":
+            # a server refuses the request (OpenAI's and vLLM's schema): no served form
+            msg = f"turn {i} ({role}) content is null (an OpenAI-compatible server refuses it)"
+            raise RowProblem(reasons.INVALID_CONTENT, msg)
         out.append(_parse_turn(i, turn, role, content, meta))
         if isinstance(role, str) and role.lower() == "developer":
             meta.setdefault(DEVELOPER, {})[i] = True  # a server gives it back as developer
@@ -718,9 +721,10 @@ def _parts(i: int, parts: list[Any]) -> tuple[list[str], str | None, list[dict[s
         if not isinstance(ptype, str):
             raise RowProblem(reasons.INVALID_CONTENT, f"turn {i}: part {j} type is {_type(ptype)}")
         if ptype in TEXT_PARTS or ptype in REASONING_PARTS:
-            text = part.get("text")
-            if text is None:
-                text = part.get("value")
+            # the text under "text" or "value", or under the type's own name (OpenAI's
+            # "refusal", Anthropic's "thinking")
+            keys = ("text", "value", ptype)
+            text = next((part[k] for k in keys if part.get(k) is not None), None)
             if not isinstance(text, str):
                 msg = f"turn {i}: {ptype} part {j} has no string 'text' or 'value'"
                 raise RowProblem(reasons.INVALID_CONTENT, msg)
