@@ -144,3 +144,44 @@ def test_no_mapping_is_suggested_from_objects_that_are_not_messages(tmp_path):
     msg = str(exc.value)
     assert "messages=choices" not in msg and "--field instruction=answer_id" not in msg
     assert "map its columns with --format and --field (see docs/formats.md)" in msg
+
+
+HERMES = {
+    "conversations": [
+        {
+            "from": "system",
+            "value": "You are a function calling AI model.\n<tools>\n"
+            '[{"type": "function", "function": {"name": "get_time", "parameters": {}}}]\n</tools>',
+        },
+        {"from": "human", "value": "What time is it?"},
+        {
+            "from": "gpt",
+            "value": '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>',
+        },
+        {"from": "tool", "value": '<tool_response>\n{"time": "12:00"}\n</tool_response>'},
+        {"from": "gpt", "value": "It is noon."},
+    ]
+}
+
+
+def test_hermes_markup_without_its_preset_is_named(tmp_path):
+    """Hermes-format rows read as plain ShareGPT build (their calls and `<tools>` prompt
+    supervised as the text they are), so they are no shape error; but the user most likely
+    wanted the preset, which gives the target's template real tool calls and tools: the build
+    says so (it said nothing, and the calls were trained as Hermes' text)."""
+    src = write_jsonl(tmp_path / "h.jsonl", [CHAT, HERMES])
+    notes = check_row_shapes([Source("h", src)])
+    assert len(notes) == 1 and "\n" not in notes[0]
+    assert "preset: hermes-function-calling" in notes[0] and "<tool_call>" in notes[0]
+    assert check_row_shapes([Source("h", src, preset="hermes-function-calling")]) == []
+    assert check_row_shapes([Source("c", write_jsonl(tmp_path / "c.jsonl", [CHAT]))]) == []
+    plain = {"conversations": [{"from": "human", "value": "What is <tool_call>?"}]}
+    assert check_row_shapes([Source("p", write_jsonl(tmp_path / "p.jsonl", [plain]))]) == []
+
+
+def test_the_build_prints_the_hermes_note(tmp_path, capsys):
+    src = write_jsonl(tmp_path / "h.jsonl", [HERMES])
+    tok = str(qwen3_tokenizer_dir())
+    argv = ["build", str(src), "--tokenizer", tok, "--out", str(tmp_path / "out")]
+    assert main([*argv, "--eot-token", "<|im_end|>", "--eot-token", "<|endoftext|>"]) == 0
+    assert "preset: hermes-function-calling" in capsys.readouterr().out

@@ -131,14 +131,14 @@ def run_build(
     """
     t0 = time.monotonic()
     opts = check_build(opts)  # before any work: output path, template file, options
-    check_row_shapes(opts.sources)  # a source of unknown rows: exit 2 before the tokenizer
+    source_notes = check_row_shapes(opts.sources)  # unknown rows: exit 2 before the tokenizer
     spec = opts.template_spec()
     # the factory picks the engine (inline, local pool, Ray) and loads the template where
     # that engine wants it: in the driver, or in the helper while the workers start
     with open_stage(
         spec, opts.engine, opts.workers, opts.ray_address, opts.target_vocab_size, helper
     ) as stage:
-        return _run(opts, spec, stage, on_progress, t0)
+        return _run(opts, spec, stage, on_progress, t0, source_notes)
 
 
 def mask_config(opts: BuildOptions, spec: TemplateSpec, info: TemplateInfo) -> MaskConfig:
@@ -160,6 +160,7 @@ def _run(
     stage: RowStage,
     on_progress: Callable[[int, int], None] | None,
     t0: float,
+    source_notes: list[str],
 ) -> BuildResult:
     names = [s.name for s in opts.sources]
     acct = Accounting(names)
@@ -177,7 +178,7 @@ def _run(
     )
     total = selection_total(plan) if plan else 0
     skipped = {s.name: _skipped_files(s) for s in opts.sources}
-    notes = [_skipped_note(name, entries) for name, entries in skipped.items() if entries]
+    notes = source_notes + [_skipped_note(n, entries) for n, entries in skipped.items() if entries]
     made = [d for d in (opts.out.absolute(), *opts.out.absolute().parents) if not d.exists()][1:]
     try:
         # absolute: the workers write the blocks' shards into it from their own working folders,

@@ -269,6 +269,22 @@ def _hermes_responses(text: str) -> list[Row]:
     return out
 
 
+def hermes_markup(data: Any) -> bool:
+    """Whether a plain chat row is Hermes function calling: a system turn listing ``<tools>``
+    and an assistant turn writing ``<tool_call>`` (the layout `hermes_row` reads)."""
+    turns = data.get("conversations", data.get("messages")) if isinstance(data, dict) else None
+    tools = calls = False
+    for turn in turns if isinstance(turns, list) else []:
+        if not isinstance(turn, dict):
+            continue
+        role = str(turn.get("from", turn.get("role"))).lower()
+        text = turn.get("value", turn.get("content"))
+        if isinstance(text, str):
+            tools = tools or (role == "system" and "<tools>" in text)
+            calls = calls or (role in ("gpt", "assistant") and "<tool_call>" in text)
+    return tools and calls
+
+
 def hermes_row(row: Row) -> Row:
     """NousResearch hermes-function-calling-v1: ShareGPT with inline XML tool markup.
 

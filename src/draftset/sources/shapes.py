@@ -18,46 +18,58 @@ from pathlib import Path
 from typing import Any
 
 from draftset.core import reasons
-from draftset.core.records import Reject
+from draftset.core.records import RawRow, Reject
 from draftset.sources.normalize import field_mapping, mapping_options
-from draftset.sources.presets import preset_hint, source_normalizer
+from draftset.sources.presets import hermes_markup, preset_hint, source_normalizer
 from draftset.sources.read import HUB_PREFIX, Source, SourceError, file_head, list_files
 
 SHAPE_SAMPLE = 100
 """Rows read from the start of each file to decide that none has a known shape."""
 
 
-def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> None:
+def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> list[str]:
     """Raise `SourceError` (exit 2) for a source whose every file begins with ``sample`` rows
     in an unknown shape (a folder where only some files do builds, those rows rejected); hub
-    sources are not read here (that is a download)."""
+    sources are not read here (that is a download). Returns notes for the build's summary:
+    a source read as plain chat whose first rows are a preset's markup (`hermes_markup`)."""
+    notes: list[str] = []
     for source in sources:
         if str(source.path).startswith(HUB_PREFIX):
             continue
         read = source_normalizer(source)
         files = list_files(Path(source.path))
-        heads = [(path, _unknown_head(source, path, read, sample)) for path in files]
-        if heads and all(head is not None for _, head in heads):
-            path, head = heads[0]
-            assert head is not None
-            raise SourceError(_message(source, path, *head))
+        heads = [_head(source, path, read, sample) for path in files]
+        if heads and all(unknown is not None for _, unknown in heads):
+            path = files[0]
+            unknown = heads[0][1]
+            assert unknown is not None
+            raise SourceError(_message(source, path, *unknown))
+        plain = not (source.preset or source.format or source.fields)
+        if plain and any(hermes_markup(raw.data) for rows, _ in heads for raw in rows):
+            notes.append(
+                f"source {source.name}: its rows write tool calls as Hermes `<tool_call>` text"
+                " after a `<tools>` system prompt; read as plain chat, they are trained as that"
+                " text, not as the target's template renders tools and calls: give the source"
+                " `preset: hermes-function-calling` (or --preset hermes-function-calling)"
+            )
+    return notes
 
 
-def _unknown_head(
+def _head(
     source: Source, path: Path, read: Any, sample: int
-) -> tuple[int, dict[str, Any], str] | None:
-    """(rows read, the first row's data, its reject message) when every row among the file's
-    first ``sample`` that is an object is ``unknown_format`` (and there is one); None
-    otherwise."""
+) -> tuple[list[RawRow], tuple[int, dict[str, Any], str] | None]:
+    """The file's first ``sample`` rows, and (rows read, the first row's data, its reject
+    message) when every one of them that is an object is ``unknown_format`` (and there is
+    one), else None."""
     rows = file_head(source, path, sample)
     objects = [raw for raw in rows if raw.data is not None]  # others: their own rejects
     first = ""
     for raw in objects:
         item = read(raw)
         if not (isinstance(item, Reject) and item.reason == reasons.UNKNOWN_FORMAT):
-            return None
+            return rows, None
         first = first or item.message
-    return (len(rows), objects[0].data, first) if objects else None
+    return rows, ((len(rows), objects[0].data, first) if objects else None)
 
 
 def _message(source: Source, path: Path, seen: int, data: dict[str, Any], why: str) -> str:
