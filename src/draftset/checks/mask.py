@@ -409,7 +409,7 @@ def expected_rows(
             if gen is None:
                 context[str(why)] += 1
                 continue
-            if reasons.drops_content(originals[j], gen):
+            if reasons.drops_content(originals[j], gen, reasons.answer_parts(conv.meta, j)):
                 error = error or DROPS_CONTENT
                 continue
             rows.append((f"{conv.id}#{k}", Expected(full, [(len(prompt), gen, j)])))
@@ -439,7 +439,7 @@ def expected_rows(
             if gen is None:
                 context[str(why)] += 1
             elif whole.startswith(prompt) and whole.startswith(gen, len(prompt)):
-                if reasons.drops_content(originals[j], gen):
+                if reasons.drops_content(originals[j], gen, reasons.answer_parts(conv.meta, j)):
                     return [], context, DROPS_CONTENT
                 gens.append((len(prompt), gen, j))
             else:

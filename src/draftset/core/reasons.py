@@ -266,14 +266,16 @@ def never_supervised(
     return None
 
 
-def drops_content(msg: dict, generation: str) -> bool:
+def drops_content(msg: dict, generation: str, parts: list[str] | None = None) -> bool:
     """The one rule build and verify share for `template_drops_content`: the template rendered
     this turn without its text or the name of a tool it calls (string content given to a
     template that reads only lists of parts, tool calls given to a template without tool
     support, an all-reasoning answer given to a template that drops reasoning), so supervising
-    it would teach markup alone."""
+    it would teach markup alone. ``parts``: the texts of an answer the row gave as several
+    parts (`answer_parts`), which a template that loops over parts joins its own way
+    (Qwen3.6 ``Red.Green.``, Mistral ``Red.\n\nGreen.``): each in order is its text then."""
     text = str(msg.get("content") or "").strip()
-    if text and text not in generation:
+    if text and text not in generation and not (parts and _in_order(parts, generation)):
         return True
     names = [str((c.get("function") or {}).get("name")) for c in msg.get("tool_calls") or ()]
     if any(n not in generation for n in names):
@@ -282,6 +284,22 @@ def drops_content(msg: dict, generation: str) -> bool:
     # generation would be the end-of-turn token alone
     reasoning = str(msg.get("reasoning_content") or "").strip()
     return not text and not names and bool(reasoning) and reasoning not in generation
+
+
+def answer_parts(meta: dict, j: int) -> list[str] | None:
+    """The texts of message ``j`` when the row gave it as several text parts, else None."""
+    parts = (meta.get(records.PART_TEXTS) or {}).get(j)
+    return parts if isinstance(parts, list) else None
+
+
+def _in_order(parts: list[str], text: str) -> bool:
+    at = 0
+    for part in (p.strip() for p in parts):
+        found = text.find(part, at)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return True
 
 
 def special_token_pattern(special_texts: frozenset[str] | set[str]) -> re.Pattern[str] | None:

@@ -379,7 +379,8 @@ def _plan_whole(
                     full = turn.continued  # the row ends with the stop the model emits
                 start = len(turn.prompt)
                 if full.startswith(turn.prompt) and full.startswith(turn.generation, start):
-                    if reasons.drops_content(originals[j], turn.generation):
+                    parts = reasons.answer_parts(conv.meta, j)
+                    if reasons.drops_content(originals[j], turn.generation, parts):
                         plan.rejects.append(_drops_reject(conv, j))
                         return
                     spans.append((start, start + len(turn.generation), j))
@@ -464,7 +465,8 @@ def _plan_each(
             plan.context_turns[turn.reason] += 1
             continue
         assert turn.prompt is not None and turn.generation is not None
-        if reasons.drops_content(originals[j], turn.generation):
+        parts = reasons.answer_parts(conv.meta, j)
+        if reasons.drops_content(originals[j], turn.generation, parts):
             plan.rejects.append(_drops_reject(conv, j, row_id))
             continue
         start = len(turn.prompt)
