@@ -273,3 +273,15 @@ def test_vllm_drops_claude_codes_billing_header_from_system_text() -> None:
     (row,) = plan_conversation(vllm, conv).rows
     text = "".join(t for t, _ in row.segments)
     assert "billing" not in text and "You are a coding agent." in text
+
+
+def test_vllm_keeps_the_billing_header_of_a_developer_message() -> None:
+    """vLLM strips the header from ``role == "system"`` messages only: a row's developer
+    message (normalized to system, `records.DEVELOPER`) keeps it, as the served prompt does
+    (an outside probe against `vllm launch render`: draftset had stripped it)."""
+    from draftset.mask.serving import served_system_texts
+
+    header = "x-anthropic-billing-header: cc_version=1.0.80; cch=abc123"
+    msgs = [{"role": "system", "content": f"{header}\nBe brief."}]
+    got, _ = served_system_texts(msgs, {"developer": {0: True}}, "vllm")
+    assert got[0]["content"] == f"{header}\nBe brief."

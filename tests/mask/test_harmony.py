@@ -183,3 +183,94 @@ def test_missing_library_is_one_line(monkeypatch, folder: Path) -> None:
     with pytest.raises(UsageError) as err:
         ChatTemplate(TemplateSpec(str(folder), None, now=NOW, serving_engine="vllm"))
     assert "draftset[harmony]" in str(err.value) and "\n" not in str(err.value)
+
+
+def _plan(folder: Path, row: dict, turns: str = "each"):
+    from draftset.core.records import RawRow
+    from draftset.mask.render import plan_conversation
+    from draftset.mask.template import ChatTemplate, TemplateSpec
+    from draftset.sources.normalize import normalize
+
+    tmpl = ChatTemplate(TemplateSpec(str(folder), None, now=NOW, serving_engine="vllm"))
+    conv = normalize(RawRow("s", 0, row))
+    return tmpl, plan_conversation(tmpl, conv, turns)
+
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+
+
+def test_a_tool_result_of_parts_is_joined_as_harmony_joins_it(folder: Path) -> None:
+    """vLLM's harmony path joins a tool result's text parts with nothing (its
+    ``flatten_input_text_content``), where its chat-template path joins them with a newline;
+    draftset wrote ``rain\\ncold`` (the normalizer never recorded a tool message's parts), and
+    verify --render-server, sending the same joined text, passed it (outside probe)."""
+    parts = [{"type": "text", "text": "rain"}, {"type": "text", "text": "cold"}]
+    row = {
+        "tools": TOOLS,
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [CALL]},
+            {"role": "tool", "tool_call_id": "c1", "content": parts},
+            {"role": "assistant", "content": "Cold rain."},
+        ],
+    }
+    _, plan = _plan(folder, row)
+    text = "".join(t for t, _ in plan.rows[-1].segments)
+    assert "<|message|>raincold<|end|>" in text and "rain\ncold" not in text
+
+
+def test_special_token_text_outside_answers_is_refused_under_harmony(folder: Path) -> None:
+    """Harmony encodes message text as ordinary text (``Explain <|end|>`` is ``<``, ``|``,
+    ``end``...); draftset's rows are text encoded by the tokenizer, which makes it the control
+    token. No text of the row encodes to the served prompt: the row is refused, named."""
+    row = {
+        "messages": [
+            {"role": "user", "content": "Explain <|end|> and <|start|>assistant tokens."},
+            {"role": "assistant", "content": "They are harmony control tokens."},
+        ]
+    }
+    _, plan = _plan(folder, row)
+    assert not plan.rows
+    assert [r.reason for r in plan.rejects] == ["unsupported_content"]
+    assert "'<|end|>'" in plan.rejects[0].message and "harmony" in plan.rejects[0].message
+
+
+def test_empty_string_arguments_stay_empty_under_harmony(folder: Path) -> None:
+    """vLLM's harmony path writes a call's arguments as given: ``""`` is an empty message
+    (``json<|message|><|call|>``); draftset wrote the normalized ``{}``."""
+    call = {**CALL, "function": {"name": "get_weather", "arguments": ""}}
+    row = {
+        "tools": TOOLS,
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "rain"},
+            {"role": "assistant", "content": "Rain."},
+        ],
+    }
+    _, plan = _plan(folder, row)
+    texts = ["".join(t for t, _ in r.segments) for r in plan.rows]
+    assert texts and all("json<|message|><|call|>" in t for t in texts), texts
+
+
+def test_two_calls_in_one_message_are_refused_under_harmony(folder: Path) -> None:
+    """gpt-oss stops after one call (``<|call|>``): an assistant message with two is two
+    generations the row merged, and the second one's prompt is not in the row. docs/semantics.md
+    says such a row is rejected; build wrote the first call supervised and the second as
+    context, which verify then failed (outside probe)."""
+    second = {
+        "id": "c2",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": "{}"},
+    }
+    row = {
+        "tools": TOOLS,
+        "messages": [
+            {"role": "user", "content": "Weather here and there?"},
+            {"role": "assistant", "content": None, "tool_calls": [CALL, second]},
+        ],
+    }
+    for turns in ("each", "all"):
+        _, plan = _plan(folder, row, turns)
+        assert not plan.rows and [r.reason for r in plan.rejects] == ["template_drops_content"]

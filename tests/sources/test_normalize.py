@@ -400,15 +400,18 @@ def test_reasoning_parts():
     assert norm(row).messages[1] == assistant("say", reasoning_content="think")
 
 
-def test_anthropic_thinking_parts_are_reasoning():
-    """Anthropic's ``{"type": "thinking", "thinking": ...}`` (with its ``signature``) is the
-    turn's reasoning, as a ``reasoning`` part is (it was refused: no 'text' key)."""
+def test_anthropic_thinking_parts_are_refused():
+    """Anthropic's ``{"type": "thinking", "thinking": ...}``: vLLM reads it as text of the
+    answer (its ``TEXT_PART_TYPES``), so every later prompt holds it as content; read as
+    reasoning, draftset's context differed from vLLM's (an outside probe against its
+    renderer); read as text, the answer would train reasoning as plain content. Refused, named."""
     content = [
         {"type": "thinking", "thinking": "plan", "signature": "EqQB"},
         {"type": "text", "text": "say"},
     ]
     row = {"messages": [user("q"), {"role": "assistant", "content": content}]}
-    assert norm(row).messages[1] == assistant("say", reasoning_content="plan")
+    msg = reject(row, reasons.UNSUPPORTED_CONTENT).message
+    assert "Anthropic 'thinking' part 0" in msg and "reasoning_content" in msg
 
 
 def test_refusal_parts_are_the_answer_text():

@@ -379,7 +379,10 @@ def expected_rows(
     if reasons.special_token_in_answer(originals, _special_pattern(tmpl)) is not None:
         return [], Counter(), SPECIAL_TOKEN_TEXT
     harmony, engine = tmpl.harmony is not None, tmpl.serving_engine
-    if reasons.unservable(originals, conv.meta, tmpl.template_text, engine, harmony):
+    special = _special_pattern(tmpl)
+    if reasons.unservable(
+        originals, conv.meta, tmpl.template_text, engine, harmony, special, conv.tools
+    ):
         return [], Counter(), UNSERVABLE
     msgs = served_reads(originals, conv.meta, _shape(tmpl), tmpl.template_text, engine, harmony)
     cut_off = reasons.cut_off_answers(originals, conv.meta)

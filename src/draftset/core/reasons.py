@@ -7,6 +7,7 @@ the output format: never rename one, only add.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -207,7 +208,13 @@ def cut_off_answers(messages: list[dict], meta: dict) -> frozenset[int]:
 
 
 def unservable(
-    messages: list[dict], meta: dict, template_text: str, engine: str, harmony: bool
+    messages: list[dict],
+    meta: dict,
+    template_text: str,
+    engine: str,
+    harmony: bool,
+    special: re.Pattern[str] | None = None,
+    tools: Any = None,
 ) -> str | None:
     """The one rule build and verify share for rows the serving engine would not render as
     given (`unsupported_content`), as one line, or None:
@@ -215,6 +222,9 @@ def unservable(
     - under harmony (vLLM's gpt-oss), a message other than a tool result that the row gave as
       several text parts (``meta["text_parts"]``): harmony tokenizes each part on its own, and
       no text of the row encodes to those tokens (a tool result's parts it joins);
+    - under harmony, a special token's text (``special``, `special_token_pattern`) in a
+      message or the tools: harmony encodes it as ordinary text, the row's text would encode
+      it as the control token (answers are `special_token_in_answer`'s, checked first);
     - a developer message (``meta["developer"]``) under a template that does not name the
       role, with a system message not first or several of them: vLLM converts it to system and
       merges every system message into one at the start, so the turns would sit elsewhere
@@ -230,6 +240,15 @@ def unservable(
             " which tokenizes each part on its own (no row text holds those tokens); join the"
             " parts in the data"
         )
+    if harmony and special is not None:
+        found = _special_text(messages, tools, special)
+        if found is not None:
+            where, token = found
+            return (
+                f"{where} holds the text of special token {token!r}: vLLM serves this model"
+                " with harmony, which encodes it as ordinary text (no row text encodes to"
+                " those tokens)"
+            )
     developer = [i for i in meta.get(records.DEVELOPER) or {} if i < len(messages)]
     if harmony or engine == "transformers" or not developer or names_developer(template_text):
         return None
@@ -241,6 +260,26 @@ def unservable(
         " a template that does not name the developer role: its turns would sit elsewhere than"
         " the row's; give the row one system message, first"
     )
+
+
+def _special_text(
+    messages: list[dict], tools: Any, special: re.Pattern[str]
+) -> tuple[str, str] | None:
+    """(where, token) of the first special token's text in a message's content (its parts too)
+    or the tools' JSON."""
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        texts = content if isinstance(content, list) else [content]
+        for t in texts:
+            text = t.get("text") if isinstance(t, dict) else t
+            hit = special.search(text) if isinstance(text, str) else None
+            if hit:
+                return f"message {i} ({m.get('role')})", hit.group(0)
+    if tools:
+        hit = special.search(json.dumps(tools, ensure_ascii=False))
+        if hit:
+            return "the tools", hit.group(0)
+    return None
 
 
 def names_developer(template_text: str) -> bool:
@@ -278,7 +317,9 @@ def drops_content(msg: dict, generation: str, parts: list[str] | None = None) ->
     if text and text not in generation and not (parts and _in_order(parts, generation)):
         return True
     names = [str((c.get("function") or {}).get("name")) for c in msg.get("tool_calls") or ()]
-    if any(n not in generation for n in names):
+    # each call writes its name: two calls of one tool need it twice (gpt-oss writes only the
+    # first call of a message, where it stops)
+    if any(generation.count(n) < names.count(n) for n in set(names)):
         return True
     # an answer that is all reasoning, under a template that drops reasoning (Llama): the
     # generation would be the end-of-turn token alone

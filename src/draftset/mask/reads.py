@@ -83,13 +83,14 @@ def as_template_reads(
                 msg = {k: v for k, v in out[i].items() if k != "reasoning_content"}
                 msg["content"] = original
                 out[i] = msg
-    parts = meta.get(PART_TEXTS) if part_lists or content_parts else None
+    parts = meta.get(PART_TEXTS) if part_lists or content_parts or tool_parts else None
     if parts:
         moved = meta.get(INLINE_REASONING) or {}  # its text as read above, never twice
         out = list(out)
         for i, texts in parts.items():
             kept = i < len(out) and i not in moved
-            kept = kept and (out[i].get("role") != "tool" or tool_parts)
+            is_tool = out[i].get("role") == "tool" if kept else False
+            kept = kept and (tool_parts if is_tool else part_lists or content_parts)
             if kept:
                 out[i] = {**out[i], "content": [{"type": "text", "text": t} for t in texts]}
     developer = meta.get(DEVELOPER) if developer_role else None
@@ -115,8 +116,9 @@ def _arguments_as_text(messages: list[Message], texts: dict[int, dict[int, str]]
                     **c,
                     "function": {
                         **c["function"],
-                        "arguments": written.get(k)
-                        or json.dumps(c["function"]["arguments"], ensure_ascii=False),
+                        "arguments": written[k]
+                        if k in written
+                        else json.dumps(c["function"]["arguments"], ensure_ascii=False),
                     },
                 }
                 for k, c in enumerate(calls)

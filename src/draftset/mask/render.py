@@ -281,7 +281,9 @@ def plan_conversation(
         )
         return plan
     harmony, engine = tmpl.harmony is not None, tmpl.serving_engine
-    problem = reasons.unservable(messages, conv.meta, tmpl.template_text, engine, harmony)
+    problem = reasons.unservable(
+        messages, conv.meta, tmpl.template_text, engine, harmony, _special_pattern(tmpl), conv.tools
+    )
     if problem is not None:
         plan.rejects.append(
             Reject(conv.source, conv.row, conv.id, reasons.UNSUPPORTED_CONTENT, problem)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from draftset.core.records import PART_TEXTS
+from draftset.core.records import DEVELOPER, PART_TEXTS
 
 ServingEngine = Literal["vllm", "sglang", "transformers"]
 SERVING_ENGINES: tuple[str, ...] = ("vllm", "sglang", "transformers")
@@ -134,14 +134,15 @@ def served_system_texts(
     messages: list[dict[str, Any]], meta: dict[str, Any], engine: str, harmony: bool = False
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``messages`` (and ``meta``'s text parts) with system text as ``engine`` gives it to the
-    template: vLLM without Claude Code's billing-header line (its harmony path keeps it), every
-    other engine as it is."""
+    template: vLLM without Claude Code's billing-header line in a system message (a developer
+    message keeps it, and so does its harmony path), every other engine as it is."""
     if engine != "vllm" or harmony:
         return messages, meta
     parts = meta.get(PART_TEXTS) or {}
+    developer = meta.get(DEVELOPER) or {}  # vLLM strips system messages' only
     out, new_parts = messages, dict(parts)
     for i, m in enumerate(messages):
-        if m.get("role") != "system":
+        if m.get("role") != "system" or i in developer:
             continue
         texts = parts.get(i) or [m.get("content") or ""]
         kept = [_without_header(t) for t in texts]

@@ -586,7 +586,7 @@ def _parse_turn(
             return {"role": "assistant", "content": "", "tool_calls": calls}
         return _assistant(i, turn, content, meta)
     if mapped == "tool":
-        return _tool(i, turn, content)
+        return _tool(i, turn, content, meta)
     text, reasoning, calls = _content(i, content, meta)
     if reasoning is not None or calls:
         raise RowProblem(
@@ -633,7 +633,7 @@ def _written_arguments(tool_calls: Any, first: int) -> dict[int, str]:
         fn = c.get("function") if isinstance(c, dict) else None
         src = fn if isinstance(fn, dict) else c
         args = src.get("arguments") if isinstance(src, dict) else None
-        if isinstance(args, str) and args.strip():
+        if isinstance(args, str):  # "" too: vLLM's harmony path writes it as given
             out[first + k] = args
     return out
 
@@ -653,13 +653,15 @@ def _split_think(text: str) -> tuple[str, str | None, bool]:
     return text[end + len(THINK_CLOSE) :].lstrip("\n"), reasoning, False
 
 
-def _tool(i: int, turn: dict[str, Any], content: Any) -> Message:
+def _tool(i: int, turn: dict[str, Any], content: Any, meta: dict[str, Any]) -> Message:
     if isinstance(content, str):
         text = content
     elif isinstance(content, list) and all(
         isinstance(p, dict) and isinstance(p.get("type"), str) for p in content
     ):
-        text, reasoning, calls = _content(i, content)  # a tool result: joined, always
+        # joined by a newline, as vLLM's template path joins a tool result's parts; the parts
+        # kept for its harmony path, which joins them with nothing (mask/reads.py)
+        text, reasoning, calls = _content(i, content, meta)
         if reasoning is not None or calls:
             raise RowProblem(
                 reasons.INVALID_CONTENT, f"turn {i} (tool) has reasoning or tool-call parts"
@@ -720,9 +722,16 @@ def _parts(i: int, parts: list[Any]) -> tuple[list[str], str | None, list[dict[s
         ptype = part.get("type", "text")
         if not isinstance(ptype, str):
             raise RowProblem(reasons.INVALID_CONTENT, f"turn {i}: part {j} type is {_type(ptype)}")
+        if ptype == "thinking" and "thinking" in part:
+            # Anthropic's form: vLLM reads it as text of the answer, in the prompt of every
+            # later turn too, where draftset would give the template reasoning: the two differ
+            msg = (
+                f"turn {i}: Anthropic 'thinking' part {j} (vLLM reads it as answer text);"
+                " give the reasoning as reasoning_content"
+            )
+            raise RowProblem(reasons.UNSUPPORTED_CONTENT, msg)
         if ptype in TEXT_PARTS or ptype in REASONING_PARTS:
-            # the text under "text" or "value", or under the type's own name (OpenAI's
-            # "refusal", Anthropic's "thinking")
+            # the text under "text" or "value", or OpenAI's "refusal" under its own name
             keys = ("text", "value", ptype)
             text = next((part[k] for k in keys if part.get(k) is not None), None)
             if not isinstance(text, str):
