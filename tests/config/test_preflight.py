@@ -249,21 +249,21 @@ def test_a_template_that_does_not_compile_is_a_tokenizer_error_not_a_traceback()
         ChatTemplate(spec)
 
 
-@pytest.mark.parametrize("errno_set", [True, False])
-def test_disk_full_is_one_line_exit_1_and_leaves_no_folder(
-    tmp_path, monkeypatch, capsys, errno_set
-):
+@pytest.mark.parametrize("style", ["errno", "pyarrow", "numpy"])
+def test_disk_full_is_one_line_exit_1_and_leaves_no_folder(tmp_path, monkeypatch, capsys, style):
     src = write_jsonl(tmp_path / "a.jsonl", [chat(1), chat(2)])
 
     def full(*a, **k):
-        if errno_set:
+        if style == "errno":
             raise OSError(errno.ENOSPC, "No space left on device")
+        if style == "numpy":  # np.save's short write on a full disk: no errno (a traceback)
+            raise OSError("151669 requested and 2032 written")
         raise OSError("IOError: [Errno 28] No space left on device")  # pyarrow's style
 
     monkeypatch.setattr(build_mod, "write_token_freq", full)
     assert main(build_argv(src, out=tmp_path / "new" / "out")) == 1
     line = one_line(capsys)
-    assert "No space left on device" in line and "out" in line
+    assert ("No space left on device" in line or "is the disk full?" in line) and "out" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]  # not even new/
 
 
@@ -498,3 +498,16 @@ def _dead_pid() -> int:
         check=True,
     )
     return int(child.stdout)
+
+
+@pytest.mark.parametrize("name", ["add_generation_prompt", "messages", "tools", "documents"])
+def test_template_kwargs_naming_what_the_render_passes_is_exit_2(tmp_path, capsys, name):
+    """``--template-kwargs '{"add_generation_prompt": true}'`` loaded the tokenizer and then
+    rejected every row template_error ("render_within() got multiple values for keyword
+    argument"), exit 1."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    extra = ("--template-kwargs", json.dumps({name: True}))
+    assert main(build_argv(src, out=tmp_path / "out", extra=extra)) == 2
+    line = one_line(capsys)
+    assert f"--template-kwargs: {name!r}" in line and "draftset sets it" in line
+    assert not (tmp_path / "out").exists()

@@ -176,6 +176,9 @@ def test_pretokenized():
         ({"input_ids": [1, 2], "loss_mask": [1]}, "2 tokens but loss_mask has 1"),
         ({"input_ids": [1, -2], "loss_mask": [1, 1]}, "input_ids[1] = -2"),
         ({"input_ids": [1, 2.0], "loss_mask": [1, 1]}, "input_ids[1] = 2.0"),
+        # past any vocabulary and int64: the encoder crashed the run (OverflowError)
+        ({"input_ids": [1, 2**63], "loss_mask": [1, 1]}, f"input_ids[1] = {2**63}"),
+        ({"input_ids": [2**31, 1], "loss_mask": [1, 1]}, f"input_ids[0] = {2**31}"),
         ({"input_ids": [1, 2], "loss_mask": [1, 2]}, "loss_mask[1] = 2"),
         ({"input_ids": "1 2", "loss_mask": [1, 2]}, "must be lists"),
     ],
@@ -224,6 +227,15 @@ def test_kto_label():
     row = {"messages": [user("q"), assistant("a")], "label": False}
     assert reject(row, reasons.UNDESIRABLE_EXAMPLE).id == "src:0"
     assert isinstance(norm({**row, "label": True}), Conversation)
+
+
+@pytest.mark.parametrize("label", [0, "false", "False", "0", " no "])
+def test_kto_label_as_csv_and_pandas_exports_spell_false(label):
+    """Only a JSON ``false`` was undesirable: ``"false"``, ``0``... were trained on."""
+    row = {"messages": [user("q"), assistant("a")], "label": label}
+    assert repr(label) in reject(row, reasons.UNDESIRABLE_EXAMPLE).message
+    for good in (1, "true", "True", "1", "yes"):
+        assert isinstance(norm({**row, "label": good}), Conversation)
 
 
 # --- ids -------------------------------------------------------------------------------------

@@ -686,11 +686,37 @@ def test_draftset_outputs_inside_a_source_folder_are_skipped_and_named(tmp_path)
     write(data, "w/queue.jsonl", jsonl_bytes([{"f": "queued"}]))
     write(data, "answers.jsonl", jsonl_bytes([{"f": "answer"}]))
     write(data, "answers.run.json", json.dumps({"format": "draftset-generate-run"}).encode())
+    # generate's errors beside its run file: rows it could not answer (a tool_mismatch row
+    # holds messages, and was trained on), not rows to build from
+    write(data, "answers.errors.jsonl", jsonl_bytes([{"f": "error"}]))
+    write(data, "other.errors.jsonl", jsonl_bytes([{"f": "not generate's"}]))
     write(data, "other.run.json", json.dumps({"format": "not ours"}).encode())
     files, skipped = read.scan_source(data)
-    assert [p.name for p in files] == ["answers.jsonl", "mine.jsonl", "other.run.json"]
+    assert [p.name for p in files] == [
+        "answers.jsonl",
+        "mine.jsonl",
+        "other.errors.jsonl",
+        "other.run.json",
+    ]
     assert skipped == [
+        {"path": "answers.errors.jsonl", "why": "a draftset generate errors file, not rows"},
         {"path": "answers.run.json", "why": "a draftset generate run file, not rows"},
         {"path": "old-set", "why": "a draftset output (built set), not input"},
         {"path": "w", "why": "a draftset run work folder, not input"},
     ]
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_dataset_dict_folder_is_refused_naming_its_splits(tmp_path, nested):
+    """`DatasetDict.save_to_disk` (train + test): both splits were read into one source, the
+    test split trained on, and ``dataset_dict.json`` rejected as a row; nothing said so."""
+    root = tmp_path / "data"
+    dd = root / "dd" if nested else root
+    make_save_to_disk(dd / "train", [[{"input_ids": [1], "loss_mask": [1]}]])
+    make_save_to_disk(dd / "test", [[{"input_ids": [2], "loss_mask": [1]}]])
+    write(dd, "dataset_dict.json", json.dumps({"splits": ["train", "test"]}).encode())
+    with pytest.raises(read.SourceError) as exc:
+        read.scan_source(root)
+    msg = str(exc.value)
+    assert "DatasetDict" in msg and "(splits: train, test)" in msg and f"{dd / 'train'}" in msg
+    assert read.scan_source(dd / "train")[0] == [dd / "train"]  # one split: read as before

@@ -185,3 +185,21 @@ def test_the_build_prints_the_hermes_note(tmp_path, capsys):
     argv = ["build", str(src), "--tokenizer", tok, "--out", str(tmp_path / "out")]
     assert main([*argv, "--eot-token", "<|im_end|>", "--eot-token", "<|endoftext|>"]) == 0
     assert "preset: hermes-function-calling" in capsys.readouterr().out
+
+
+def test_a_mapped_column_no_row_has_is_exit_2(tmp_path):
+    """``--field output=cod`` (a typo for ``code``): every row became a prompt, the build wrote
+    an empty set and said "verify passed", exit 0 (`run` would have re-answered them all)."""
+    rows = [{"text": f"Write f{i}.", "code": f"def f{i}(): pass"} for i in range(3)]
+    src = write_jsonl(tmp_path / "m.jsonl", rows)
+    typo = Source("m", src, format="alpaca", fields={"instruction": "text", "output": "cod"})
+    with pytest.raises(SourceError) as exc:
+        check_row_shapes([typo])
+    msg = str(exc.value)
+    assert "\n" not in msg and "output=cod" in msg and "keys [text, code]" in msg
+    right = Source("m", src, format="alpaca", fields={"instruction": "text", "output": "code"})
+    assert check_row_shapes([right]) == []
+    # a column some rows have (optional: an alpaca input) is not an error
+    some = write_jsonl(tmp_path / "s.jsonl", [{**rows[0], "extra": "x"}, rows[1]])
+    opt = Source("s", some, format="alpaca", fields={"instruction": "text", "input": "extra"})
+    assert check_row_shapes([opt]) == []

@@ -115,7 +115,18 @@ def check_values(opts: BuildOptions) -> None:
     check_mix(opts.mix, [s.name for s in opts.sources])
     if problem := json_value_problem(opts.template_kwargs, "--template-kwargs"):
         raise PreflightError(problem)
+    taken = sorted(set(opts.template_kwargs or {}) & RENDER_VARIABLES)
+    if taken:
+        raise PreflightError(
+            f"--template-kwargs: {taken[0]!r} is a variable draftset sets itself on every render"
+            f" ({', '.join(sorted(RENDER_VARIABLES))}); leave it out"
+        )
     check_workers(opts.workers, opts.engine, opts.ray_address)
+
+
+RENDER_VARIABLES = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
+"""What every render of a chat template is given by draftset itself (as by transformers'
+``apply_chat_template``): a template option of the same name cannot be passed beside them."""
 
 
 def check_mix(mix: Any, source_names: list[str]) -> None:

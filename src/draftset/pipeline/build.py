@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -267,7 +268,7 @@ def _run(
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_empty(made)
         if isinstance(exc, OSError) and _is_disk_error(exc):
-            raise OutputWriteError(f"cannot write {opts.out}: {exc.strerror or exc}") from exc
+            raise OutputWriteError(f"cannot write {opts.out}: {_disk_error(exc)}") from exc
         raise
     seconds = time.monotonic() - t0
     checks = []
@@ -423,8 +424,21 @@ _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
 
 
 def _is_disk_error(exc: OSError) -> bool:
-    # pyarrow's IO errors carry the OS message but not always the errno
-    return exc.errno in _DISK_ERRNOS or "No space left on device" in str(exc)
+    # pyarrow's IO errors carry the OS message but not always the errno; numpy's short write
+    # (np.save on a full disk) carries neither
+    return (
+        exc.errno in _DISK_ERRNOS
+        or "No space left on device" in str(exc)
+        or _SHORT_WRITE.fullmatch(str(exc)) is not None
+    )
+
+
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
+
+
+def _disk_error(exc: OSError) -> str:
+    text = str(exc.strerror or exc)
+    return f"{text} (a short write: is the disk full?)" if _SHORT_WRITE.fullmatch(text) else text
 
 
 def _skipped_files(source: Source) -> list[dict[str, str]]:

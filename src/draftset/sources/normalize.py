@@ -172,10 +172,9 @@ def normalize(
         if shape == "pretokenized":
             ids, mask = _pretokenized(data)
             return PreTokenized(rid, source, row, ids, mask)
-        if data.get("label") is False:
-            raise RowProblem(
-                reasons.UNDESIRABLE_EXAMPLE, "label is false (undesirable KTO example)"
-            )
+        if _undesirable(data.get("label")):
+            msg = f"label is {data['label']!r} (undesirable KTO example)"
+            raise RowProblem(reasons.UNDESIRABLE_EXAMPLE, msg)
         meta: dict[str, Any] = {"format": shape}
         messages = _messages(data, shape, turn_keys, meta)
         tools = _tools(data)
@@ -383,9 +382,9 @@ def _pretokenized(data: dict[str, Any]) -> tuple[list[int], list[int]]:
     if len(ids) != len(mask):
         msg = f"input_ids has {len(ids)} tokens but loss_mask has {len(mask)} values"
         raise RowProblem(reasons.INVALID_PRETOKENIZED, msg)
-    if not all(type(t) is int and t >= 0 for t in ids):
-        i = next(i for i, t in enumerate(ids) if not (type(t) is int and t >= 0))
-        msg = f"input_ids[{i}] = {ids[i]!r} is not a non-negative integer"
+    if not all(type(t) is int and 0 <= t < _ID_LIMIT for t in ids):
+        i = next(i for i, t in enumerate(ids) if not (type(t) is int and 0 <= t < _ID_LIMIT))
+        msg = f"input_ids[{i}] = {ids[i]!r} is not a token id (an integer 0 <= id < 2**31)"
         raise RowProblem(reasons.INVALID_PRETOKENIZED, msg)
     if not all(type(m) is int and 0 <= m <= 1 for m in mask):
         bad = next((i for i, m in enumerate(mask) if not _is_bit(m)), None)
@@ -394,6 +393,20 @@ def _pretokenized(data: dict[str, Any]) -> tuple[list[int], list[int]]:
             raise RowProblem(reasons.INVALID_PRETOKENIZED, msg)
         mask = [int(m) for m in mask]  # booleans
     return ids, mask
+
+
+_ID_LIMIT = 2**31
+"""Token ids are stored as int32; a larger one is no token of any vocabulary."""
+
+
+def _undesirable(label: Any) -> bool:
+    """A KTO ``label`` that marks the example bad: ``false``, and how CSV and pandas exports
+    spell it (``0``, ``"false"``, ``"False"``, ``"0"``, ``"no"``); they were trained on."""
+    if isinstance(label, bool):
+        return not label
+    if isinstance(label, int):
+        return label == 0
+    return isinstance(label, str) and label.strip().lower() in ("false", "0", "no")
 
 
 def _is_bit(value: Any) -> bool:

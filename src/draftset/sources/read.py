@@ -165,6 +165,7 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
         return [path], []
     if is_hf_dataset_dir(path):
         return [path], []
+    _refuse_dataset_dict(path)
     found: list[Path] = []
     skipped: list[dict[str, str]] = []
 
@@ -187,6 +188,8 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
             else:
                 keep.append(d)
         dirnames[:] = keep
+        if "dataset_dict.json" in filenames:
+            _refuse_dataset_dict(here)
         generated = _generate_files(here, filenames)
         for f in filenames:
             if f.startswith("."):
@@ -203,6 +206,26 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
     found.sort(key=lambda p: p.relative_to(path).parts)
     skipped.sort(key=lambda e: e["path"].split("/"))
     return found, skipped
+
+
+def _refuse_dataset_dict(folder: Path) -> None:
+    """A ``DatasetDict.save_to_disk`` folder (``dataset_dict.json`` and a folder a split) is
+    several splits: reading it as one source trained on the test split too, and read its
+    ``dataset_dict.json`` as a row. Which split is the user's to say."""
+    marker = folder / "dataset_dict.json"
+    if not marker.is_file():
+        return
+    try:
+        splits = json.loads(marker.read_text(encoding="utf-8")).get("splits")
+    except (OSError, ValueError, AttributeError):
+        splits = None
+    names = [str(x) for x in splits] if isinstance(splits, list) else []
+    listed = f" (splits: {', '.join(names)})" if names else ""
+    example = f", e.g. {folder / names[0]}" if names else ""
+    raise SourceError(
+        f"{folder}: a DatasetDict saved with save_to_disk{listed}: give one split's folder as"
+        f" the source{example}"
+    )
 
 
 def _json_format(path: Path) -> str:
@@ -230,13 +253,17 @@ def _made_by_draftset(folder: Path) -> str | None:
 
 
 def _generate_files(here: Path, names: list[str]) -> dict[str, str]:
-    """`generate`'s run file (``X.run.json``) beside its answers in a source folder:
-    its record of settings, not rows (the answers ``X.jsonl`` and ``X.errors.jsonl`` are
-    read as usual)."""
+    """`generate`'s run file (``X.run.json``) beside its answers in a source folder: its
+    record of settings, not rows; and its errors (``X.errors.jsonl`` beside that run file):
+    the rows it could not answer, some with messages the target disagreed with, not rows to
+    train on. The answers ``X.jsonl`` are read as usual."""
     out: dict[str, str] = {}
     for name in names:
         if name.endswith(".run.json") and _json_format(here / name) == "draftset-generate-run":
             out[name] = "a draftset generate run file, not rows"
+            errors = name.removesuffix(".run.json") + ".errors.jsonl"
+            if errors in names:
+                out[errors] = "a draftset generate errors file, not rows"
     return out
 
 

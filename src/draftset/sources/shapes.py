@@ -44,6 +44,9 @@ def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> list[
             unknown = heads[0][1]
             assert unknown is not None
             raise SourceError(_message(source, path, *unknown))
+        missing = _unmapped_columns(source, [raw for rows, _ in heads for raw in rows])
+        if missing is not None:
+            raise SourceError(missing)
         plain = not (source.preset or source.format or source.fields)
         if plain and any(hermes_markup(raw.data) for rows, _ in heads for raw in rows):
             notes.append(
@@ -53,6 +56,24 @@ def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> list[
                 " `preset: hermes-function-calling` (or --preset hermes-function-calling)"
             )
     return notes
+
+
+def _unmapped_columns(source: Source, rows: list[RawRow]) -> str | None:
+    """One line when a ``--field`` mapping names a column none of the source's first rows has
+    (a typo: every answer or prompt read as absent); None otherwise."""
+    objects = [raw.data for raw in rows if isinstance(raw.data, dict)]
+    if not source.fields or not objects:
+        return None
+    for canonical, column in source.fields.items():
+        if canonical in ("role", "content"):  # keys of each turn, not of the row
+            continue
+        if not any(column in data for data in objects):
+            keys = ", ".join(str(k) for k in objects[0])
+            return (
+                f"{source.path}: --field {canonical}={column}: no row among its first"
+                f" {len(objects):,} has a column {column!r} (keys [{keys}]); check the name"
+            )
+    return None
 
 
 def _head(
