@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json as _json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -237,8 +238,20 @@ def _recipe_and_sources(
         raise UsageError("no sources given")
     for s in srcs:
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
-            raise UsageError(f"source not found: {s.path}")
+            raise UsageError(_not_found(s.path))
     return conf, srcs
+
+
+def _not_found(path: Path) -> str:
+    """``source not found``, and how options are written when the path looks like it holds
+    some (``a.jsonl@count=2@weight=3``: one ``@``, then comma-separated options)."""
+    text = str(path)
+    if re.search(r"@\w+=", text):
+        return (
+            f"source not found: {text} (source options follow one @, comma-separated:"
+            " PATH@count=2,weight=3)"
+        )
+    return f"source not found: {text}"
 
 
 def _strings(value: Any) -> tuple[str, ...]:

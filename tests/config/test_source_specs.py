@@ -239,3 +239,12 @@ def test_paths_holding_at_signs_build(tmp_path, monkeypatch):
         ("w@weight=2.jsonl", None, None),
     ]
     assert manifest["counts"]["total"]["written"] == 3
+
+
+def test_options_after_two_at_signs_say_how_options_are_written(tmp_path, capsys):
+    """``a.jsonl@count=2@weight=3`` said "source not found: a.jsonl@count=2": the path looked
+    wrong, where the options were."""
+    src = write_jsonl(tmp_path / "a.jsonl", 3)
+    assert build(f"{src}@count=2@weight=3", "--out", str(tmp_path / "out")) == EXIT_USAGE
+    line = one_error_line(capsys)
+    assert "source not found" in line and "PATH@count=2,weight=3" in line

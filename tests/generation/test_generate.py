@@ -1058,3 +1058,32 @@ def test_reasoning_effort_is_also_sent_as_the_request_field(
     out2 = tmp_path / "o2.jsonl"
     assert generate(src, out2, server.url) == 0
     assert "reasoning_effort" not in server.requests[-1]
+
+
+def test_sigterm_ends_generate_with_a_line_and_143(tmp_path: Path) -> None:
+    """SIGTERM killed `generate` by the default handler: exit 143 with nothing on stderr
+    (build said "terminated"). Now it ends as Ctrl-C does, with a line saying how to resume,
+    and the rerun resumes."""
+    import signal
+    import subprocess
+    import time
+
+    src = write_rows(
+        tmp_path / "p.jsonl",
+        [{"id": f"p{i}", "messages": [{"role": "user", "content": f"Q{i}?"}]} for i in range(40)],
+    )
+    out = tmp_path / "answers.jsonl"
+    with FaultServer(latency=0.5) as srv:
+        exe = str(Path(sys.executable).with_name("draftset"))
+        argv = [exe, "generate", str(src), "--out", str(out)]
+        argv += ["--endpoint", srv.url, "--concurrency", "2", *FAST]
+        proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while srv.completions < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 143, err
+        assert "terminated; rerun the same command to resume" in err and "Traceback" not in err
+        assert main([str(src), "--out", str(out), "--endpoint", srv.url, *FAST]) == 0
+    assert len(by_id(out)) == 40

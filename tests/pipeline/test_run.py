@@ -680,7 +680,8 @@ def test_an_output_or_work_folder_run_cannot_use_is_refused_before_anything(
     with pytest.raises(run_state.RunUsageError) as exc:
         _run(recipe, work=work)
     needle = {
-        "out-holds-theirs": "output folder exists and was not written by this run",
+        # not "set `overwrite: true`", which was refused too
+        "out-holds-theirs": "`overwrite: true` would not replace it either",
         "work-is-out": "overlap",
         "work-inside-out": "overlap",
         "work-file": "is a file, not a folder",

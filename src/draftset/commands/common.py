@@ -28,6 +28,14 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated
 
 
+def interrupted(exc: KeyboardInterrupt) -> int:
+    """The line and exit code of a resumable command (`generate`, `run`) stopped by Ctrl-C
+    (130) or SIGTERM (143)."""
+    how, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+    print(f"draftset: {how}; rerun the same command to resume", file=sys.stderr)
+    return code
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM raises `Terminated` in this block (main thread only); the old handler after."""

@@ -12,7 +12,9 @@ from rich.table import Table
 from draftset.commands.common import (
     add_command,
     add_no_progress,
+    interrupted,
     progress_wanted,
+    sigterm_as_interrupt,
 )
 from draftset.commands.options import add_options, parsed
 from draftset.config.schema import GenerateArgs
@@ -50,10 +52,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from draftset import api  # lazy: the stages load when the command runs
 
     try:
-        result = api.generate(**parsed(args, GenerateArgs), progress=progress_wanted(args))
-    except KeyboardInterrupt:
-        print("draftset: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+        with sigterm_as_interrupt():
+            result = api.generate(**parsed(args, GenerateArgs), progress=progress_wanted(args))
+    except KeyboardInterrupt as exc:
+        return interrupted(exc)
     print_summary(result)
     if result.total_rows == 0:  # as `build` on an empty source: never exit 0 having done nothing
         print("draftset: the sources hold no row: nothing to answer", file=sys.stderr)

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 from draftset.commands.common import (
     add_command,
     add_no_progress,
+    interrupted,
     progress_wanted,
+    sigterm_as_interrupt,
 )
 from draftset.commands.options import add_options, parsed
 from draftset.config.schema import RunArgs
@@ -62,13 +64,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     from draftset.commands.verify import print_results
     from draftset.pipeline.build import ADVISORY_CHECKS  # lazy: as above
 
-    result = api.run(
-        **parsed(args, RunArgs),
-        progress=progress_wanted(args),
-        say=lambda text: print(visible(text), flush=True),  # paths may hold ESC
-        # one verdict: run's; drafter fitness is advice there as in build
-        show_checks=lambda checks: print_results(checks, verdict=False, advisory=ADVISORY_CHECKS),
-    )
+    try:
+        with sigterm_as_interrupt():
+            result = api.run(
+                **parsed(args, RunArgs),
+                progress=progress_wanted(args),
+                say=lambda text: print(visible(text), flush=True),  # paths may hold ESC
+                # one verdict: run's; drafter fitness is advice there as in build
+                show_checks=lambda checks: print_results(
+                    checks, verdict=False, advisory=ADVISORY_CHECKS
+                ),
+            )
+    except KeyboardInterrupt as exc:
+        return interrupted(exc)
     print_summary(result)
     return EXIT_OK if result.passed else EXIT_FAIL
 

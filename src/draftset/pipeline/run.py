@@ -244,8 +244,14 @@ def _check_out(opts: RunOptions) -> None:
     (``overwrite: true``) a draftset output; never a file or a folder of the user's."""
     # lazy: build's preflight loads when a run starts
     from draftset.config.preflight import PreflightError, check_output_path
+    from draftset.output.folder import replaceable  # lazy: as above
 
     out = opts.build.out
+    if out.is_dir() and not our_output(opts) and not replaceable(out):
+        raise RunUsageError(  # overwrite would not replace it either: never suggest it
+            f"output folder {out} exists and is not a draftset output (or holds files draftset"
+            " did not write): `overwrite: true` would not replace it either; name a new `out`"
+        )
     if out.exists() and not opts.build.overwrite and not our_output(opts):
         raise RunUsageError(
             f"output folder exists and was not written by this run: {out}"
