@@ -285,3 +285,28 @@ def test_vllm_keeps_the_billing_header_of_a_developer_message() -> None:
     msgs = [{"role": "system", "content": f"{header}\nBe brief."}]
     got, _ = served_system_texts(msgs, {"developer": {0: True}}, "vllm")
     assert got[0]["content"] == f"{header}\nBe brief."
+
+
+def test_render_server_requests_carry_the_call_ids_a_client_must_send() -> None:
+    """vLLM refuses a tool call without ``id`` (HTTP 400, OpenAI's schema): verify
+    --render-server failed every row whose calls had none (glaive, ShareGPT function calls),
+    though its set was right. The request gives such a call an id and ``type`` as a client
+    must; a template that renders ids then shows the difference, as it should."""
+    from draftset.checks.serving import _messages
+    from draftset.core.records import RawRow
+    from draftset.sources.normalize import normalize
+
+    row = {
+        "messages": [
+            {"role": "user", "content": "Time?"},
+            {"role": "assistant", "function_call": {"name": "now", "arguments": "{}"}},
+            {"role": "function", "name": "now", "content": "12:00"},
+            {"role": "assistant", "content": "Noon."},
+        ]
+    }
+    conv = normalize(RawRow("s", 0, row))
+    tmpl = ChatTemplate(TemplateSpec(str(qwen3_tokenizer_dir()), trl_template("qwen3").read_text()))
+    sent = _messages(tmpl, conv)
+    (call,) = sent[1]["tool_calls"]
+    assert call["type"] == "function" and isinstance(call["id"], str) and call["id"]
+    assert call["function"] == {"name": "now", "arguments": "{}"}

@@ -179,19 +179,26 @@ def _messages(tmpl: ChatTemplate, conv: Conversation) -> list[dict[str, Any]]:
         tool_parts=True,  # messages as developer: the server's own handling is the referee
         developer_role=True,
     )
-    return [_wire(m) for m in msgs]
+    return [_wire(m, i) for i, m in enumerate(msgs)]
 
 
-def _wire(message: dict[str, Any]) -> dict[str, Any]:
-    """The OpenAI wire form: tool-call arguments as JSON text (the server parses them back)."""
+def _wire(message: dict[str, Any], index: int) -> dict[str, Any]:
+    """The OpenAI wire form: tool-call arguments as JSON text (the server parses them back),
+    and a call without an ``id`` given one (``call_<message>_<call>``) with its ``type``, as a
+    client must: the server refuses a call without (HTTP 400)."""
     out = dict(message)
     calls = out.get("tool_calls")
     if isinstance(calls, list):
         out["tool_calls"] = [
-            {**c, "function": {**c["function"], "arguments": _json_text(c["function"])}}
+            {
+                "id": f"call_{index}_{k}",
+                "type": "function",
+                **c,
+                "function": {**c["function"], "arguments": _json_text(c["function"])},
+            }
             if isinstance(c, dict) and isinstance(c.get("function"), dict)
             else c
-            for c in calls
+            for k, c in enumerate(calls)
         ]
     return out
 
