@@ -439,3 +439,15 @@ def test_readmes_own_jsonl_build_works_with_the_bundled_tokenizer(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "mine" / "manifest.json").is_file()
+
+
+def test_not_generable_turns_get_a_hint_saying_what_the_rule_saw(tmp_path, capsys):
+    """Every answer `not_generable` (DeepSeek-R1's own template pre-fills ``<think>\\n`` and
+    renders past answers without it; recorded reasoning under ``enable_thinking: false``): the
+    build ended with no rows and a reason count, nothing saying what to change."""
+    src = write_jsonl(tmp_path / "a.jsonl", [TWO_TURNS_WITH_REASONING])
+    kwargs = ("--template-kwargs", '{"enable_thinking": false}')
+    build(str(src), "--out", str(tmp_path / "set"), "--no-progress", *kwargs)
+    lines = capsys.readouterr().out.splitlines()
+    hint = [ln for ln in lines if ln.startswith("hint: 2 turns were not_generable")]
+    assert len(hint) == 1 and "enable_thinking" in hint[0] and "<think>" in hint[0], lines

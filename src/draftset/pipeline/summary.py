@@ -57,6 +57,16 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
             " generated it (history_tokens_differ: same text, other tokens); --turns each"
             " supervises every turn in its own row"
         )
+    not_generable = total.context_turns.get("not_generable", 0)
+    if not_generable:
+        console.print(
+            f"hint: {plural(not_generable, 'turn')} {_were(not_generable)} not_generable: the"
+            " template's render of the answer does not begin with its generation prompt, so"
+            " what the model generates cannot be read from it (reasoning recorded under"
+            " enable_thinking false; a template that pre-fills `<think>\n` but renders answers"
+            " without it, as DeepSeek-R1's own: use one that renders them as generated);"
+            " docs/semantics.md, \"The rule\""
+        )
     if total.generation_tags_disagree:
         console.print(
             f"note: the template's {{% generation %}} tags mark something other than what the"
