@@ -65,7 +65,7 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
             " what the model generates cannot be read from it (reasoning recorded under"
             " enable_thinking false; a template that pre-fills `<think>\n` but renders answers"
             " without it, as DeepSeek-R1's own: use one that renders them as generated);"
-            " docs/semantics.md, \"The rule\""
+            ' docs/semantics.md, "The rule"'
         )
     if total.generation_tags_disagree:
         console.print(
