@@ -11,6 +11,8 @@ verify prepare tools here, by the set's ``serving_engine``, before every render
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Literal
 
 from draftset.core.records import DEVELOPER, PART_TEXTS
@@ -166,3 +168,39 @@ def _without_header(text: str) -> str | None:
         return text
     rest = text.partition("\n")[2]
     return rest or None
+
+
+# vLLM 0.33's `--tokenizer-mode auto` (vllm/config/model.py, vllm/tokenizers/registry.py): an
+# architecture served with the model's own prompt encoder instead of its chat template
+_OWN_ENCODER_ARCHITECTURES = {
+    "DeepseekV32ForCausalLM": "deepseek_v32",
+    "DeepseekV4ForCausalLM": "deepseek_v4",
+    "DeepseekV4ForConditionalGeneration": "deepseek_v4",
+    "DeepseekV41ForCausalLM": "deepseek_v41",
+    "InklingForCausalLM": "inkling",
+    "InklingForConditionalGeneration": "inkling",
+    "KimiK3ForConditionalGeneration": "kimi_k3",
+    "MoonshotKimiaForCausalLM": "kimi_audio",
+    "Alpamayo2Super": "alpamayo2_super",
+}
+
+
+def vllm_own_encoder(folder: str | Path) -> str | None:
+    """The tokenizer mode vLLM 0.33 serves a local model folder with by default when that mode
+    does not render the chat template (None: it renders the template, or harmony, which
+    draftset reproduces): ``mistral`` for a Mistral repo (``consolidated*.safetensors`` beside
+    ``tekken.json`` or ``tokenizer.model.v*``), else the architecture's own encoder."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        return None
+    names = [p.name for p in root.iterdir()]
+    weights = any(n.startswith("consolidated") and n.endswith(".safetensors") for n in names)
+    if weights and any(n == "tekken.json" or n.startswith("tokenizer.model.v") for n in names):
+        return "mistral"
+    try:
+        cfg = json.loads((root / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    archs = cfg.get("architectures") if isinstance(cfg, dict) else None
+    arch = archs[0] if isinstance(archs, list) and archs else None
+    return _OWN_ENCODER_ARCHITECTURES.get(arch) if isinstance(arch, str) else None

@@ -34,6 +34,7 @@ from draftset.core.words import plural
 from draftset.engine.base import Batch, Engine
 from draftset.engine.factory import RowStage, open_stage
 from draftset.engine.helper import Sidecar
+from draftset.mask.serving import vllm_own_encoder
 from draftset.mask.step import MaskConfig
 from draftset.mask.template import TemplateInfo, TemplateSpec
 from draftset.output import writer_class
@@ -230,9 +231,7 @@ def _run(
         acct += selected.counts  # the stream is drained: available, read, sampled_out
         available = {name: c.available for name, c in acct.sources.items()}
         notes += sampling_notes(opts.sources, available, opts.max_samples, opts.mix)
-        note = _no_end_of_turn_note(acct, opts, info)
-        if note:
-            notes.append(note)
+        notes += [n for n in (_no_end_of_turn_note(acct, opts, info), _own_encoder_note(opts)) if n]
         shards = writer.close()
         facts, digests = read_back.named(shards, tmp)
         rejects.close()
@@ -397,6 +396,20 @@ def _write_vocab(
     if size:
         files += write_draft_vocab(tmp, writer.token_freq, size, vocab_size)
     return files
+
+
+def _own_encoder_note(opts: BuildOptions) -> str:
+    """The model is one vLLM serves with its own encoder by default, not the chat template the
+    rows follow (`vllm_own_encoder`): said once, with what to do."""
+    folder = Path(opts.tokenizer).expanduser()
+    mode = vllm_own_encoder(folder) if opts.serving_engine == "vllm" else None
+    if mode is None:
+        return ""
+    return (
+        f"vLLM serves this model with its own {mode!r} encoder by default (--tokenizer-mode"
+        f" auto), not the chat template these rows follow: serve it with --tokenizer-mode hf,"
+        " or check the set against your server with verify --render-server (docs/semantics.md)"
+    )
 
 
 def _no_end_of_turn_note(acct: Accounting, opts: BuildOptions, info: TemplateInfo) -> str:
