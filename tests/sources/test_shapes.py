@@ -203,3 +203,18 @@ def test_a_mapped_column_no_row_has_is_exit_2(tmp_path):
     some = write_jsonl(tmp_path / "s.jsonl", [{**rows[0], "extra": "x"}, rows[1]])
     opt = Source("s", some, format="alpaca", fields={"instruction": "text", "input": "extra"})
     assert check_row_shapes([opt]) == []
+
+
+@pytest.mark.parametrize("text", ["", "\n\n  \n", "[]"])
+def test_a_source_without_rows_is_exit_2_before_any_work(tmp_path, text):
+    """An empty file loaded the tokenizer, then ended "no rows written ... (rejects above, by
+    reason)" with no reject above, exit 1."""
+    name = "e.json" if text == "[]" else "e.jsonl"
+    src = tmp_path / name
+    src.write_text(text)
+    with pytest.raises(SourceError, match=r"e\.jsonl?: it holds no rows"):
+        check_row_shapes([Source("e", src)])
+    folder = tmp_path / "f"
+    write_jsonl(folder / "a.jsonl", [])
+    write_jsonl(folder / "b.jsonl", [CHAT])
+    assert check_row_shapes([Source("f", folder)]) == []  # one file has rows: builds

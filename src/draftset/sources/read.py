@@ -790,16 +790,17 @@ def _read_checked(path: Path, source: Source, values: Iterable[Any]) -> Iterator
     _check_unchanged(path, source, before, "while it was read")
 
 
-def file_head(source: Source, path: Path, n: int) -> list[RawRow]:
+def file_head(source: Source, path: Path, n: int) -> list[RawRow] | None:
     """The first ``n`` rows of one of the source's files as `iter_raw_rows` reads them
-    (numbered from 0 in this file); [] when the file cannot be read (its full read says why)."""
+    (numbered from 0 in this file); None when the file cannot be read (its full read says
+    why), [] when it holds no row."""
     try:
         return [
             _raw_row(source.name, i, v)
             for i, v in enumerate(islice(_iter_file_values(path, source), n))
         ]
     except (SourceError, *_READ_ERRORS):
-        return []
+        return None
 
 
 def _raw_row(name: str, row: int, value: Any, file: str | None = None) -> RawRow:

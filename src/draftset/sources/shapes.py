@@ -39,16 +39,19 @@ def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> list[
         read = source_normalizer(source)
         files = list_files(Path(source.path))
         heads = [_head(source, path, read, sample) for path in files]
+        if heads and all(rows == [] for rows, _ in heads):  # read, and not one row in them
+            what = "its files hold" if len(files) > 1 else "it holds"
+            raise SourceError(f"{source.path}: {what} no rows (empty, or only blank lines)")
         if heads and all(unknown is not None for _, unknown in heads):
             path = files[0]
             unknown = heads[0][1]
             assert unknown is not None
             raise SourceError(_message(source, path, *unknown))
-        missing = _unmapped_columns(source, [raw for rows, _ in heads for raw in rows])
+        missing = _unmapped_columns(source, [raw for rows, _ in heads for raw in rows or []])
         if missing is not None:
             raise SourceError(missing)
         plain = not (source.preset or source.format or source.fields)
-        if plain and any(hermes_markup(raw.data) for rows, _ in heads for raw in rows):
+        if plain and any(hermes_markup(raw.data) for rows, _ in heads for raw in rows or []):
             notes.append(
                 f"source {source.name}: its rows write tool calls as Hermes `<tool_call>` text"
                 " after a `<tools>` system prompt; read as plain chat, they are trained as that"
@@ -78,11 +81,13 @@ def _unmapped_columns(source: Source, rows: list[RawRow]) -> str | None:
 
 def _head(
     source: Source, path: Path, read: Any, sample: int
-) -> tuple[list[RawRow], tuple[int, dict[str, Any], str] | None]:
-    """The file's first ``sample`` rows, and (rows read, the first row's data, its reject
-    message) when every one of them that is an object is ``unknown_format`` (and there is
-    one), else None."""
+) -> tuple[list[RawRow] | None, tuple[int, dict[str, Any], str] | None]:
+    """The file's first ``sample`` rows (None: unreadable), and (rows read, the first row's
+    data, its reject message) when every one of them that is an object is ``unknown_format``
+    (and there is one), else None."""
     rows = file_head(source, path, sample)
+    if rows is None:  # unreadable: the build's own read says why
+        return None, None
     objects = [raw for raw in rows if raw.data is not None]  # others: their own rejects
     first = ""
     for raw in objects:
