@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftset.config.fields import Model, flag_of, given, json_value_problem, validated
+from draftset.config.fields import (
+    Model,
+    flag_of,
+    given,
+    json_value_problem,
+    validated,
+)
 from draftset.config.schema import (
     BuildArgs,
     GenerateArgs,

@@ -511,3 +511,13 @@ def test_template_kwargs_naming_what_the_render_passes_is_exit_2(tmp_path, capsy
     line = one_line(capsys)
     assert f"--template-kwargs: {name!r}" in line and "draftset sets it" in line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["no", "false", "False", "off"])
+def test_template_kwargs_spelling_a_boolean_as_text_is_exit_2(tmp_path, capsys, value):
+    """``{"enable_thinking": "no"}`` was accepted: a non-empty string is true to Jinja, so
+    thinking stayed on, silently."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    extra = ("--template-kwargs", json.dumps({"enable_thinking": value}))
+    assert main(build_argv(src, out=tmp_path / "out", extra=extra)) == 2
+    assert f"enable_thinking is the string {value!r}" in one_line(capsys)

@@ -1087,3 +1087,10 @@ def test_sigterm_ends_generate_with_a_line_and_143(tmp_path: Path) -> None:
         assert "terminated; rerun the same command to resume" in err and "Traceback" not in err
         assert main([str(src), "--out", str(out), "--endpoint", srv.url, *FAST]) == 0
     assert len(by_id(out)) == 40
+
+
+def test_chat_template_kwargs_spelling_a_boolean_as_text_is_exit_2(tmp_path: Path, capsys) -> None:
+    src = write_rows(tmp_path / "p.jsonl", [{"messages": [{"role": "user", "content": "Hi"}]}])
+    extra = ["--chat-template-kwargs", '{"enable_thinking": "false"}']
+    assert generate(src, tmp_path / "a.jsonl", "http://127.0.0.1:9/v1", extra=extra) == 2
+    assert "enable_thinking is the string 'false'" in capsys.readouterr().err

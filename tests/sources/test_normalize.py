@@ -1018,3 +1018,17 @@ def test_each_turn_reads_its_own_content_key():
     assert norm(row).messages == [user("q"), assistant("a")]
     row = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "value": "a"}]}
     assert norm(row).messages == [user("q"), assistant("a")]
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"prompt": ""},
+        {"prompt": "   "},
+        {"messages": [{"role": "system", "content": " "}, {"role": "user", "content": "\n"}]},
+    ],
+)
+def test_a_prompt_without_text_is_rejected_not_queued(row):
+    """An empty prompt was queued and sent to the server, which answered an empty request
+    (and "" and "   " were then each other's duplicates)."""
+    assert "no text" in reject(row, reasons.EMPTY_CONVERSATION).message

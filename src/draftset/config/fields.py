@@ -288,6 +288,21 @@ def finite(value: float | None) -> float | None:
     return value
 
 
+_BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no", "on", "off"})
+
+
+def boolean_text_problem(kwargs: dict[str, Any] | None, what: str) -> str | None:
+    """Why template options spell a boolean as text (one line), or None: any non-empty string
+    is true to a template (``{"enable_thinking": "no"}`` kept thinking on, silently)."""
+    for key, value in (kwargs or {}).items():
+        if isinstance(value, str) and value.strip().lower() in _BOOLEAN_WORDS:
+            return (
+                f"{what}: {key} is the string {value!r}, which a template reads as true;"
+                f" give the JSON boolean ({key}: true or false)"
+            )
+    return None
+
+
 def json_value_problem(value: Any, what: str) -> str | None:
     """Why a JSON-object option holds something JSON cannot (one line), or None. YAML reads an
     unquoted date as a date, which no template call, request body or manifest can carry (it

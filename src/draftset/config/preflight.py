@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from draftset.config.fields import flag_of, json_value_problem, validated
+from draftset.config.fields import boolean_text_problem, flag_of, json_value_problem, validated
 from draftset.config.recipe import check_source
 from draftset.config.schema import BuildArgs
 from draftset.core.errors import UsageError
@@ -114,6 +114,8 @@ def check_values(opts: BuildOptions) -> None:
     check_sampling(opts)
     check_mix(opts.mix, [s.name for s in opts.sources])
     if problem := json_value_problem(opts.template_kwargs, "--template-kwargs"):
+        raise PreflightError(problem)
+    if problem := boolean_text_problem(opts.template_kwargs, "--template-kwargs"):
         raise PreflightError(problem)
     taken = sorted(set(opts.template_kwargs or {}) & RENDER_VARIABLES)
     if taken:

@@ -22,7 +22,7 @@ NOT_AN_OBJECT = "not_an_object"  # a JSON value that is not an object (row must 
 # --- row rejects: normalizing ---------------------------------------------------------------
 UNKNOWN_FORMAT = "unknown_format"  # no known shape matches the row's keys
 UNKNOWN_ROLE = "unknown_role"  # a role name not in the documented table (never guessed)
-EMPTY_CONVERSATION = "empty_conversation"  # no messages at all
+EMPTY_CONVERSATION = "empty_conversation"  # no messages at all, or a prompt of blank text
 INVALID_CONTENT = "invalid_content"  # wrong types (content not str/parts, role not str, ...)
 UNSUPPORTED_CONTENT = "unsupported_content"  # e.g. image/audio parts in a text-only pipeline
 INVALID_TOOL_CALL = "invalid_tool_call"  # tool call without a name, arguments not JSON, ...
@@ -120,7 +120,7 @@ EXPLANATIONS: dict[str, str] = {
     NOT_AN_OBJECT: "a JSON value that is not an object",
     UNKNOWN_FORMAT: "no known row shape matches its keys (see --format / --field)",
     UNKNOWN_ROLE: "a role name draftset does not know (never guessed)",
-    EMPTY_CONVERSATION: "no messages at all",
+    EMPTY_CONVERSATION: "no messages at all, or a prompt with no text in any message",
     INVALID_CONTENT: "a message of the wrong type (content not text or parts, role not text)",
     UNSUPPORTED_CONTENT: "image, audio or other non-text parts, or a shape the serving engine"
     " would not render as given (docs/semantics.md)",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from draftset.config.fields import json_value_problem
+from draftset.config.fields import boolean_text_problem, json_value_problem
 from draftset.core import defaults
 from draftset.core.errors import UsageError
 from draftset.generation.http import concurrency_problem
@@ -36,6 +36,8 @@ def split_thinking(
     """(template kwargs to send, ``on`` / ``off`` / ``mix:F``): ``enable_thinking`` in the
     template kwargs counts as the setting (and is not sent twice). ``flag`` / ``kwargs_flag``
     name the two options in messages (``--thinking``, or a recipe's ``generate.thinking``)."""
+    if problem := boolean_text_problem(kwargs, kwargs_flag):  # "false" was thinking on
+        raise GenerateUsageError(problem)
     kwargs = dict(kwargs)
     if isinstance(thinking, bool):  # YAML's `thinking: off` is a boolean
         thinking = "on" if thinking else "off"

@@ -188,6 +188,10 @@ def normalize(
         meta[UNREAD_FIELDS] = unread
     if any(m["role"] == "assistant" for m in messages):
         return Conversation(rid, source, row, messages, tools, meta)
+    if not any(str(m.get("content") or "").strip() for m in messages):
+        # nothing to answer: sent as it is, the model would answer an empty request
+        msg = "the prompt has no text (every message is empty or whitespace)"
+        return Reject(source, row, rid, reasons.EMPTY_CONVERSATION, msg)
     return PromptOnly(rid, source, row, messages, tools, meta)
 
 
