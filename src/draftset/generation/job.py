@@ -81,6 +81,17 @@ async def _open_pool(opts: GenerateOptions) -> EndpointPool:
     return pool
 
 
+def check_reachable(opts: GenerateOptions) -> None:
+    """`Unreachable` (or `GenerateUsageError`: not ``--model``) now, as the first step of a run
+    would find it: `draftset run` asks before it selects rows, which takes minutes on big data."""
+
+    async def probe() -> None:
+        pool = await _open_pool(opts)
+        await pool.close()
+
+    asyncio.run(probe())
+
+
 async def _close_clients(eps: list[Endpoint]) -> None:
     for ep in eps:
         await ep.aclose()

@@ -44,7 +44,7 @@ from draftset.generation.options import (
 from draftset.generation.store import errors_path
 from draftset.mask.template import _resolve_tokenizer_path
 from draftset.output.folder import is_report_file
-from draftset.pipeline.run_answers import answer_queue, fmt_counts
+from draftset.pipeline.run_answers import answer_queue, fmt_counts, generate_options
 from draftset.pipeline.run_resume import open_state, settings_of
 from draftset.pipeline.run_select import select_rows
 from draftset.pipeline.run_state import (
@@ -183,6 +183,8 @@ def run(
     work = opts.work_dir
     if resumed:
         say(f"resuming {work}: {', '.join(resumed)} already done")
+    if "generate" not in state.done:  # a server down: said now, not after selecting the rows
+        _check_reachable(opts, state, work)
     result = RunResult(opts.build.out, work, False, state.data, resumed=list(resumed))
     for stage in STAGES:
         if stage in state.done:
@@ -271,6 +273,18 @@ def _check_report_path(path: Path) -> None:
             f"{path} exists and is not a report draftset wrote; `draftset run` writes its"
             " report there: move it, or choose another out"
         )
+
+
+def _check_reachable(opts: RunOptions, state: RunState, work: Path) -> None:
+    """Every endpoint down (or serving another model than the recipe's): exit 2 before the
+    first stage, one line. (Found by the first request before: after selecting every row.)"""
+    from draftset.generation.job import Unreachable, check_reachable  # lazy: as above
+
+    model = state.data.get("model") or opts.generate.model
+    try:
+        check_reachable(generate_options(opts, work / "answers.jsonl", model))
+    except Unreachable as exc:
+        raise RunUsageError(f"{exc}: start the server, or fix generate.endpoints") from None
 
 
 def _check_servers(g: GenerateSection) -> None:
