@@ -1032,3 +1032,13 @@ def test_a_prompt_without_text_is_rejected_not_queued(row):
     """An empty prompt was queued and sent to the server, which answered an empty request
     (and "" and "   " were then each other's duplicates)."""
     assert "no text" in reject(row, reasons.EMPTY_CONVERSATION).message
+
+
+def test_a_second_turn_list_is_an_unread_field():
+    """``conversations`` beside ``messages``: the second conversation was dropped without a
+    word (not among the row's unread fields, where a second answer column is)."""
+    other = [{"from": "human", "value": "Other?"}, {"from": "gpt", "value": "Yes."}]
+    row = {"messages": [user("q"), assistant("a")], "conversations": other}
+    out = norm(row)
+    assert out.messages == [user("q"), assistant("a")]
+    assert out.meta["unread_fields"] == ("conversations",)

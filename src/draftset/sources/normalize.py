@@ -342,6 +342,9 @@ def unread_fields(
     if shape == "alpaca":  # the first answer key wins; a second one is not read
         answer = next((k for k in ANSWER_KEYS if data.get(k) is not None), None)
         read -= {k for k in ANSWER_KEYS if k != answer}
+    if shape in ("messages", "sharegpt"):  # the first turn list present is the one read
+        used = next((k for k in TURN_LIST_KEYS if data.get(k) is not None), None)
+        read -= {k for k in TURN_LIST_KEYS if k != used}
     if shape == "prompt":  # the one prompt key `_prompt_turns` / `_alpaca_turns` reads
         if _first(data, INSTRUCTION_KEYS) is not None:
             used = "instruction" if data.get("instruction") is not None else "prompt"
