@@ -255,7 +255,7 @@ class BuildArgs(Options):
         PathList | None,
         Cli(action="append", metavar="FILE"),
         Field(
-            description="benchmark prompts (any readable file, or .txt one per line); rows"
+            description="benchmark prompts (a data file build reads, or .txt one per line); rows"
             " sharing a 13-word n-gram with one are removed (repeatable)"
         ),
     ] = None
