@@ -720,3 +720,13 @@ def test_a_dataset_dict_folder_is_refused_naming_its_splits(tmp_path, nested):
     msg = str(exc.value)
     assert "DatasetDict" in msg and "(splits: train, test)" in msg and f"{dd / 'train'}" in msg
     assert read.scan_source(dd / "train")[0] == [dd / "train"]  # one split: read as before
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
+def test_a_utf16_or_utf32_file_is_refused_naming_its_encoding(tmp_path, encoding):
+    """A UTF-16 export (Windows tools) read as UTF-8: two lines became three rows of noise, all
+    rejected invalid_json / invalid_utf8, with no word of the encoding."""
+    path = tmp_path / "chats.jsonl"
+    path.write_text('{"prompt": "Hi?"}\n{"prompt": "Yo?"}\n', encoding=encoding)  # with a BOM
+    with pytest.raises(read.SourceError, match=f"{encoding.upper()} text .*save it as UTF-8"):
+        read.scan_source(path)

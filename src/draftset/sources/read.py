@@ -137,10 +137,24 @@ def _check_readable(path: Path) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise SourceError(f"{path}: cannot read: not a regular file")
     try:
-        with path.open("rb"):
-            pass
+        with path.open("rb") as f:
+            head = f.read(4)
     except OSError as exc:
         raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    wide = next((name for bom, name in _WIDE_BOMS if head.startswith(bom)), None)
+    if wide is not None:  # read as UTF-8 it was rows of noise, each rejected
+        raise SourceError(
+            f"{path}: cannot read: {wide} text (its byte-order mark); save it as UTF-8"
+        )
+
+
+# UTF-32 first: its little-endian mark begins with UTF-16's
+_WIDE_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
 
 
 def _walk_error(exc: OSError) -> None:
