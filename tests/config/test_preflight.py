@@ -165,6 +165,21 @@ def test_overwrite_of_a_draftset_output_keeps_what_the_user_added(tmp_path, caps
     assert main(build_argv(src, out=out, extra=(*fmt, "--overwrite"))) == 0
 
 
+def test_overwrite_keeps_a_file_draftset_wrote_that_the_user_changed(tmp_path, capsys):
+    """Notes appended to rejects.jsonl were deleted by --overwrite without a word (the file's
+    name was draftset's; its content, by the manifest's sha256, no longer was)."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1), chat(2, answer="OK.")])
+    out = tmp_path / "out"
+    assert main(build_argv(src, out=out)) == 0
+    capsys.readouterr()
+    with (out / "rejects.jsonl").open("a") as f:
+        f.write("# checked by hand: the OK. row is fine to drop\n")
+    before = (out / "rejects.jsonl").read_bytes()
+    assert main(build_argv(src, out=out, extra=("--overwrite",))) == 2
+    assert "rejects.jsonl (changed since draftset wrote it)" in one_line(capsys)
+    assert (out / "rejects.jsonl").read_bytes() == before
+
+
 def test_an_empty_folder_added_to_a_set_is_the_users(tmp_path):
     from draftset.output.folder import foreign_entries, replaceable
 

@@ -8,6 +8,7 @@ or a draftset output is ever removed).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -77,20 +78,42 @@ def _draftset_wrote_later(entry: os.DirEntry[str]) -> bool:
     return writing is not None and not _alive(int(writing.group(1)))
 
 
+CHANGE_CHECKED_BYTES = 64 * 1024 * 1024
+"""Files up to this size are hashed before ``--overwrite`` replaces them (rejects, prompts,
+the small JSON files: what a user edits); the shards, gigabytes, are not."""
+
+
+def _changed(path: Path, digest: Any) -> bool:
+    """A listed file whose content no longer has the manifest's sha256 (small files only)."""
+    if not isinstance(digest, str):
+        return False
+    try:
+        if path.stat().st_size > CHANGE_CHECKED_BYTES:
+            return False
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return False
+    return h.hexdigest() != digest
+
+
 def foreign_entries(folder: Path) -> list[str]:
     """Entries inside a draftset output that its manifest does not list (relative paths, a
     folder as ``name/``): what ``--overwrite`` would destroy.
 
     Only a file the manifest names (``files``, plus manifest.json and verify.json) is
-    draftset's, and, at the top, `draftset report`'s page and a killed `verify`'s or `report`'s
+    draftset's, unless its content changed since (`_changed`: named with a note), and, at the top, `draftset report`'s page and a killed `verify`'s or `report`'s
     temporary file (`_draftset_wrote_later`); a folder is draftset's when everything in it is
     (Parquet's ``data/``).
     """
     try:
         manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        listed = set(manifest.get("files") or {}) | set(DRAFTSET_LATER_FILES)
+        digests = dict(manifest.get("files") or {})
+        listed = set(digests) | set(DRAFTSET_LATER_FILES)
     except (OSError, ValueError, TypeError, AttributeError):
-        listed = set(DRAFTSET_LATER_FILES)
+        digests, listed = {}, set(DRAFTSET_LATER_FILES)
 
     def walk(here: Path, prefix: str) -> tuple[list[str], bool]:
         """(foreign entries below ``here``, whether any listed file is there)."""
@@ -111,6 +134,8 @@ def foreign_entries(folder: Path) -> list[str]:
                     found += inner
             elif rel in listed and entry.is_file(follow_symlinks=False):
                 any_listed = True
+                if _changed(Path(entry.path), digests.get(rel)):
+                    found.append(f"{rel} (changed since draftset wrote it)")
             elif not prefix and _draftset_wrote_later(entry):
                 continue
             else:
