@@ -71,3 +71,17 @@ def build_rows(
 def rejects_by_id(folder: Path) -> dict[str, dict]:
     lines = (folder / "rejects.jsonl").read_text(encoding="utf-8").splitlines()
     return {r["id"]: r for r in map(json.loads, lines)}
+
+
+def supervised_text(row: dict, tokenizer: Path) -> list[str]:
+    """Each supervised run of a set's row, decoded with the tokenizer in folder ``tokenizer``
+    (special tokens kept)."""
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
+    ids, mask = np.array(row["input_ids"]), np.array(row["loss_mask"])
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask, [0]])))
+    return [
+        tok.decode(ids[a:b].tolist(), skip_special_tokens=False) for a, b in edges.reshape(-1, 2)
+    ]

@@ -10,10 +10,8 @@ six families; the rows were lost).
 
 from __future__ import annotations
 
-import numpy as np
 from conftest import qwen3_tokenizer_dir, trl_template
-from rows import assistant, build_rows, read_rows, rejects_by_id, user
-from tokenizers import Tokenizer
+from rows import assistant, build_rows, read_rows, rejects_by_id, supervised_text, user
 
 from draftset.checks.fast import failing
 from draftset.checks.verify import run_verify
@@ -27,12 +25,7 @@ ROWS = [
 
 
 def supervised(row: dict) -> list[str]:
-    tok = Tokenizer.from_file(str(qwen3_tokenizer_dir() / "tokenizer.json"))
-    ids, mask = np.array(row["input_ids"]), np.array(row["loss_mask"])
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask, [0]])))
-    return [
-        tok.decode(ids[a:b].tolist(), skip_special_tokens=False) for a, b in edges.reshape(-1, 2)
-    ]
+    return supervised_text(row, qwen3_tokenizer_dir())
 
 
 def test_an_answer_of_parts_trains_as_a_parts_reading_template_renders_it(tmp_path):

@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
 from rows import build_rows
+from rows import supervised_text as decoded_runs
 
 from draftset.checks.fast import failing
 from draftset.checks.verify import run_verify
@@ -92,14 +92,7 @@ def rejects(folder: Path) -> dict[str, dict]:
 
 
 def supervised_text(row: dict) -> list[str]:
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(qwen3_tokenizer_dir() / "tokenizer.json"))
-    ids, mask = np.array(row["input_ids"]), np.array(row["loss_mask"])
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask, [0]])))
-    return [
-        tok.decode(ids[a:b].tolist(), skip_special_tokens=False) for a, b in edges.reshape(-1, 2)
-    ]
+    return decoded_runs(row, qwen3_tokenizer_dir())
 
 
 def failed(results) -> set[str]:

@@ -104,9 +104,10 @@ def foreign_entries(folder: Path) -> list[str]:
     folder as ``name/``): what ``--overwrite`` would destroy.
 
     Only a file the manifest names (``files``, plus manifest.json and verify.json) is
-    draftset's, unless its content changed since (`_changed`: named with a note), and, at the top, `draftset report`'s page and a killed `verify`'s or `report`'s
-    temporary file (`_draftset_wrote_later`); a folder is draftset's when everything in it is
-    (Parquet's ``data/``).
+    draftset's, unless its content changed since (`_changed`: named with a note), and, at the
+    top, `draftset report`'s page and a killed `verify`'s or `report`'s temporary file
+    (`_draftset_wrote_later`); a folder is draftset's when everything in it is (Parquet's
+    ``data/``).
     """
     try:
         manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
