@@ -232,10 +232,20 @@ def test_kto_label():
 @pytest.mark.parametrize("label", [0, "false", "False", "0", " no "])
 def test_kto_label_as_csv_and_pandas_exports_spell_false(label):
     """Only a JSON ``false`` was undesirable: ``"false"``, ``0``... were trained on."""
-    row = {"messages": [user("q"), assistant("a")], "label": label}
+    row = {"prompt": [user("q")], "completion": [assistant("a")], "label": label}
     assert repr(label) in reject(row, reasons.UNDESIRABLE_EXAMPLE).message
     for good in (1, "true", "True", "1", "yes"):
         assert isinstance(norm({**row, "label": good}), Conversation)
+
+
+def test_a_label_outside_the_kto_shape_is_a_verdict_only_when_it_says_false():
+    """A chat row's ``label`` of ``0`` or ``"no"`` may be a class or a gold answer (BoolQ):
+    not a reason to drop the row. ``false`` / ``"false"`` still are."""
+    row = {"messages": [user("Is it?"), assistant("No.")]}
+    for kept in (0, "0", "no"):
+        assert isinstance(norm({**row, "label": kept}), Conversation)
+    for bad in (False, "False"):
+        assert reject({**row, "label": bad}, reasons.UNDESIRABLE_EXAMPLE)
 
 
 # --- ids -------------------------------------------------------------------------------------

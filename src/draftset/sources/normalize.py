@@ -172,7 +172,7 @@ def normalize(
         if shape == "pretokenized":
             ids, mask = _pretokenized(data)
             return PreTokenized(rid, source, row, ids, mask)
-        if _undesirable(data.get("label")):
+        if _undesirable(data.get("label"), "completion" in data):
             msg = f"label is {data['label']!r} (undesirable KTO example)"
             raise RowProblem(reasons.UNDESIRABLE_EXAMPLE, msg)
         meta: dict[str, Any] = {"format": shape}
@@ -406,14 +406,20 @@ _ID_LIMIT = 2**31
 """Token ids are stored as int32; a larger one is no token of any vocabulary."""
 
 
-def _undesirable(label: Any) -> bool:
-    """A KTO ``label`` that marks the example bad: ``false``, and how CSV and pandas exports
-    spell it (``0``, ``"false"``, ``"False"``, ``"0"``, ``"no"``); they were trained on."""
+def _undesirable(label: Any, kto_shape: bool) -> bool:
+    """A KTO ``label`` that marks the example bad: ``false`` or the text ``"false"`` (any case:
+    CSV exports), which were trained on; in TRL's KTO shape (``prompt`` / ``completion`` /
+    ``label``) also ``0``, ``"0"`` and ``"no"``. Elsewhere a ``label`` of ``0`` or ``"no"`` may
+    be a class or a gold answer, not a verdict on the row."""
     if isinstance(label, bool):
         return not label
+    if isinstance(label, str) and label.strip().lower() == "false":
+        return True
+    if not kto_shape:
+        return False
     if isinstance(label, int):
         return label == 0
-    return isinstance(label, str) and label.strip().lower() in ("false", "0", "no")
+    return isinstance(label, str) and label.strip().lower() in ("0", "no")
 
 
 def _is_bit(value: Any) -> bool:
