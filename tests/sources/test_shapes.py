@@ -218,3 +218,6 @@ def test_a_source_without_rows_is_exit_2_before_any_work(tmp_path, text):
     write_jsonl(folder / "a.jsonl", [])
     write_jsonl(folder / "b.jsonl", [CHAT])
     assert check_row_shapes([Source("f", folder)]) == []  # one file has rows: builds
+    # an empty source beside one with rows builds, and the build says so
+    (notes,) = [check_row_shapes([Source("e", src), Source("f", folder)])]
+    assert notes == [f"source {src}: it holds no rows (empty, or only blank lines)"]

@@ -30,18 +30,20 @@ SHAPE_SAMPLE = 100
 def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> list[str]:
     """Raise `SourceError` (exit 2) for a source whose every file begins with ``sample`` rows
     in an unknown shape (a folder where only some files do builds, those rows rejected); hub
-    sources are not read here (that is a download). Returns notes for the build's summary:
-    a source read as plain chat whose first rows are a preset's markup (`hermes_markup`)."""
+    sources are not read here (that is a download). Every source without a row is exit 2 too
+    (one of several: a note). Returns notes for the build's summary: empty sources, and a
+    source read as plain chat whose first rows are a preset's markup (`hermes_markup`)."""
     notes: list[str] = []
-    for source in sources:
-        if str(source.path).startswith(HUB_PREFIX):
-            continue
+    empty: list[str] = []  # sources without a row: the build's error when all are
+    local = [s for s in sources if not str(s.path).startswith(HUB_PREFIX)]
+    for source in local:
         read = source_normalizer(source)
         files = list_files(Path(source.path))
         heads = [_head(source, path, read, sample) for path in files]
         if heads and all(rows == [] for rows, _ in heads):  # read, and not one row in them
             what = "its files hold" if len(files) > 1 else "it holds"
-            raise SourceError(f"{source.path}: {what} no rows (empty, or only blank lines)")
+            empty.append(f"{source.path}: {what} no rows (empty, or only blank lines)")
+            continue
         if heads and all(unknown is not None for _, unknown in heads):
             path = files[0]
             unknown = heads[0][1]
@@ -58,7 +60,9 @@ def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> list[
                 " text, not as the target's template renders tools and calls: give the source"
                 " `preset: hermes-function-calling` (or --preset hermes-function-calling)"
             )
-    return notes
+    if empty and len(empty) == len(sources):  # nothing at all to build from: before any work
+        raise SourceError(empty[0])
+    return [f"source {line}" for line in empty] + notes
 
 
 def _unmapped_columns(source: Source, rows: list[RawRow]) -> str | None:
