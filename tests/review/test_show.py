@@ -159,3 +159,15 @@ def test_show_cli_piped_output_is_plain_and_escaped(hostile, capsys):
     assert out.index("\u27e6<think>") < out.index("Here: clear\\x1b[2J") < out.rindex("\u27e7")
     assert out.index("Repeat: clear\\x1b[2J") < out.index("\u27e6<think>")
     assert "evil\\x1b]0;id\\x07" in out  # the id too
+
+
+def test_another_models_tokenizer_is_refused_not_decoded_into_garbage(folder, capsys):
+    """`show --tokenizer` of another model (Llama-3.2 on a Qwen3 set) printed its decoding of
+    the set's ids, garbage, without a word. A tokenizer whose size is not the manifest's
+    ``tokenizer_size`` is not the set's: refused, one line."""
+    from conftest import llama32_tokenizer_dir
+
+    assert main([str(folder), "--row", "0", "--tokenizer", str(llama32_tokenizer_dir())]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not the tokenizer this set was built with" in err[0], err
+    assert main([str(folder), "--row", "0", "--tokenizer", str(qwen3_tokenizer_dir())]) == 0

@@ -59,6 +59,15 @@ def load_decoder(out: OutputSet, tokenizer: str | None = None) -> tuple[Decoder,
         backend = Tokenizer.from_file(str(path))
     except Exception as exc:
         raise ShowError(f"cannot load tokenizer {path}: {exc}") from None
+    built_with = (out.manifest.get("tokenizer") or {}).get("tokenizer_size")
+    size = backend.get_vocab_size(with_added_tokens=True)
+    # transformers may count a few tokens more than the file (Qwen3.5: 248,077 to 248,070):
+    # only a size off by more than 1% is surely another tokenizer, whose decoding is garbage
+    if isinstance(built_with, int) and abs(size - built_with) > built_with // 100:
+        raise ShowError(
+            f"{tok} is not the tokenizer this set was built with: it has {size:,} tokens, the"
+            f" set's had {built_with:,} (give that one with --tokenizer)"
+        )
     eot = {
         i
         for t in (out.manifest.get("template") or {}).get("eot_tokens") or []
