@@ -284,7 +284,10 @@ def _check_reachable(opts: RunOptions, state: RunState, work: Path) -> None:
     try:
         check_reachable(generate_options(opts, work / "answers.jsonl", model))
     except Unreachable as exc:
-        raise RunUsageError(f"{exc}: start the server, or fix generate.endpoints") from None
+        raise RunUsageError(
+            f"{exc}: start the server, or fix generate.endpoints (`draftset build` builds"
+            " rows that need no answers without one)"
+        ) from None
 
 
 def _check_servers(g: GenerateSection) -> None:
