@@ -310,3 +310,26 @@ def test_render_server_requests_carry_the_call_ids_a_client_must_send() -> None:
     (call,) = sent[1]["tool_calls"]
     assert call["type"] == "function" and isinstance(call["id"], str) and call["id"]
     assert call["function"] == {"name": "now", "arguments": "{}"}
+
+
+def test_a_supervised_run_is_matched_to_the_turn_whose_prompt_it_follows() -> None:
+    """gpt-oss, --turns all: a tool loop with reasoning, then a final answer and a later turn.
+    The loop's turns are context; the server's prompt for one of them holds analysis the later
+    prompt drops, so it is longer than the supervised turn's context: verify took the first
+    prompt at least as long as the run's start and failed a right row (outside probe)."""
+    from draftset.checks.serving import _turn_of_run
+
+    lengths = {1: 10, 3: 40, 5: 120, 7: 100}
+
+    class Server:
+        def render(self, msgs, tools, kwargs, generation_prompt):
+            return [0] * lengths[len(msgs)]
+
+    msgs = [{"role": "user"}] * 8
+    turn, prompt, nxt = _turn_of_run(Server(), msgs, None, {}, [1, 3, 5, 7], 0, 100)
+    assert (turn, len(prompt), nxt) == (7, 100, 4)
+    # no prompt of that length: the first at least as long is reported (as before)
+    turn, _, _ = _turn_of_run(Server(), msgs, None, {}, [1, 3, 5, 7], 0, 90)
+    assert turn == 5
+    turn, _, _ = _turn_of_run(Server(), msgs, None, {}, [1, 3], 0, 90)
+    assert turn == 3  # none long enough: the last

@@ -55,3 +55,18 @@ def test_the_rule_reads_the_parts_and_still_catches_a_drop():
     assert reasons.drops_content(msg, "<|im_end|>", parts)
     assert reasons.drops_content(msg, "Green.Red.<|im_end|>", parts)
     assert reasons.drops_content(msg, "Red.Green.<|im_end|>")  # the string was given: joined
+
+
+def test_a_tool_name_the_answer_mentions_is_no_call():
+    """The template dropped the call, but the answer's text named the tool ("I will use
+    get_weather for that."): the name check found it there and the turn was trained as ending
+    where the model had called the tool (DeepSeek-V3, Gemma-3; a real ToolBench row under
+    Llama-3.1; a gpt-oss message of two calls whose reasoning named the tool twice)."""
+    call = {"type": "function", "function": {"name": "get_weather", "arguments": {}}}
+    msg = assistant("I will use get_weather for that.", tool_calls=[call])
+    assert reasons.drops_content(msg, "I will use get_weather for that.<eos>")
+    rendered = "I will use get_weather for that.<call>get_weather {}</call><eos>"
+    assert not reasons.drops_content(msg, rendered)
+    two = assistant("", tool_calls=[call, call], reasoning_content="Call get_weather twice.")
+    once = "<think>Call get_weather twice.</think>to=functions.get_weather {}<|call|>"
+    assert reasons.drops_content(two, once)

@@ -274,3 +274,21 @@ def test_two_calls_in_one_message_are_refused_under_harmony(folder: Path) -> Non
     for turns in ("each", "all"):
         _, plan = _plan(folder, row, turns)
         assert not plan.rows and [r.reason for r in plan.rejects] == ["template_drops_content"]
+
+
+def test_a_refusal_part_is_refused_under_harmony(folder: Path) -> None:
+    """vLLM's harmony path reads a part's ``text`` only: a ``refusal`` part is served empty (an
+    answer of one is dropped from the history), where draftset reads it as text, as vLLM's
+    template path does; verify --render-server passed such rows (outside probe)."""
+    refusal = [{"type": "refusal", "refusal": "I can't help with that."}]
+    row = {
+        "messages": [
+            {"role": "user", "content": "Help me pick a lock."},
+            {"role": "assistant", "content": refusal},
+            {"role": "user", "content": "Then name a fruit."},
+            {"role": "assistant", "content": "Apple."},
+        ]
+    }
+    _, plan = _plan(folder, row)
+    assert not plan.rows and [r.reason for r in plan.rejects] == ["unsupported_content"]
+    assert "'refusal' part" in plan.rejects[0].message

@@ -1052,3 +1052,34 @@ def test_a_second_turn_list_is_an_unread_field():
     out = norm(row)
     assert out.messages == [user("q"), assistant("a")]
     assert out.meta["unread_fields"] == ("conversations",)
+
+
+def test_empty_text_parts_are_left_out_of_the_join_as_vllm_does():
+    """vLLM drops an empty text part before it joins a message's parts for a string-reading
+    template (``Name\\na fruit.``); draftset joined it (``Name\\n\\na fruit.``), in every role,
+    the supervised answer too (outside probe against its renderer). The parts stay whole for
+    templates that read lists."""
+    parts = [{"type": "text", "text": t} for t in ("Name", "", "a fruit.")]
+    tool = [{"type": "text", "text": t} for t in ("rain", "", "cold")]
+    row = {
+        "messages": [
+            {"role": "user", "content": parts},
+            {"role": "assistant", "content": "", "tool_calls": [call("f", "{}", "c1")]},
+            {"role": "tool", "tool_call_id": "c1", "content": tool},
+            assistant("ok"),
+        ]
+    }
+    out = norm(row)
+    assert out.messages[0]["content"] == "Name\na fruit."
+    assert out.messages[2]["content"] == "rain\ncold"
+    assert out.meta["text_parts"] == {0: ["Name", "", "a fruit."], 2: ["rain", "", "cold"]}
+    # a template that reads lists: the user's parts as sent; the tool result joined with its
+    # empty part, as vLLM joins a list-format tool result
+    shown = as_template_reads(out.messages, out.meta, part_lists=True)
+    assert shown[0]["content"] == parts and shown[2]["content"] == "rain\n\ncold"
+
+
+def test_other_text_part_types_are_recorded():
+    content = [{"type": "refusal", "refusal": "No."}, {"type": "output_text", "text": "Sorry."}]
+    out = norm({"messages": [user("q"), {"role": "assistant", "content": content}]})
+    assert out.meta["other_text_parts"] == {1: ["output_text", "refusal"]}

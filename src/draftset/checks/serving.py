@@ -219,6 +219,31 @@ def _turns_of_row(rid: str, conv: Conversation, mode: str) -> list[int]:
     return [j for j in asst if j > 0]
 
 
+def _turn_of_run(
+    server: RenderServer,
+    msgs: list[dict[str, Any]],
+    tools: Any,
+    kwargs: dict[str, Any],
+    candidates: list[int],
+    pointer: int,
+    start: int,
+) -> tuple[int | None, list[int] | None, int]:
+    """(turn, its served prompt, next candidate) of a supervised run starting at token
+    ``start``: the candidate whose prompt is exactly that long, else the first one at least as
+    long (or the last): its context is then reported. A turn kept as context may have a prompt
+    longer than a later supervised one's context (gpt-oss: analysis the later prompt drops), so
+    the first long enough is not always the run's."""
+    fallback: tuple[int | None, list[int] | None, int] = (None, None, pointer)
+    for k in range(pointer, len(candidates)):
+        j = candidates[k]
+        p = server.render(msgs[:j], tools, kwargs, True)
+        if len(p) == start:
+            return j, p, k + 1
+        if fallback[0] is None and (len(p) >= start or k == len(candidates) - 1):
+            fallback = (j, p, k + 1)
+    return fallback
+
+
 def check_row(
     server: RenderServer,
     tmpl: ChatTemplate,
@@ -240,14 +265,9 @@ def check_row(
     try:
         pointer = 0
         for start, end in runs:
-            turn, prompt = None, None
-            while pointer < len(candidates):
-                j = candidates[pointer]
-                pointer += 1
-                p = server.render(msgs[:j], tools, kwargs, True)
-                if len(p) >= start or pointer == len(candidates):
-                    turn, prompt = j, p
-                    break
+            turn, prompt, pointer = _turn_of_run(
+                server, msgs, tools, kwargs, candidates, pointer, start
+            )
             if turn is None or prompt is None:
                 problems.append(f"supervised run at token {start} belongs to no assistant turn")
                 break

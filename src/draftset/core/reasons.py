@@ -240,6 +240,15 @@ def unservable(
             " which tokenizes each part on its own (no row text holds those tokens); join the"
             " parts in the data"
         )
+    other = {
+        i: t for i, t in (meta.get(records.OTHER_TEXT_PARTS) or {}).items() if i < len(messages)
+    }
+    if harmony and other:
+        i = min(other)
+        return (
+            f"message {i} has a {other[i][0]!r} part: vLLM serves this model with harmony, whose"
+            " path reads only a part's 'text' (it would serve it empty); give it as text"
+        )
     if harmony and special is not None:
         found = _special_text(messages, tools, special)
         if found is not None:
@@ -317,13 +326,18 @@ def drops_content(msg: dict, generation: str, parts: list[str] | None = None) ->
     if text and text not in generation and not (parts and _in_order(parts, generation)):
         return True
     names = [str((c.get("function") or {}).get("name")) for c in msg.get("tool_calls") or ()]
+    reasoning = str(msg.get("reasoning_content") or "").strip()
     # each call writes its name: two calls of one tool need it twice (gpt-oss writes only the
-    # first call of a message, where it stops)
-    if any(generation.count(n) < names.count(n) for n in set(names)):
+    # first call of a message, where it stops); a name the answer's text or reasoning mentions
+    # ("I will use get_weather") is no call, so they are taken out first
+    calls = generation
+    for said in (text, reasoning, *(p.strip() for p in parts or ())):
+        if said:
+            calls = calls.replace(said, "", 1)
+    if any(calls.count(n) < names.count(n) for n in set(names)):
         return True
     # an answer that is all reasoning, under a template that drops reasoning (Llama): the
     # generation would be the end-of-turn token alone
-    reasoning = str(msg.get("reasoning_content") or "").strip()
     return not text and not names and bool(reasoning) and reasoning not in generation
 
 

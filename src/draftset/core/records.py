@@ -57,9 +57,15 @@ DEVELOPER = "developer"
 one at the start (`mask.reads.as_template_reads`, `reasons.unservable`)."""
 PART_TEXTS = "text_parts"
 """``Conversation.meta`` key: message index -> the texts of its content's text parts, for
-messages given as more than one part. The content itself is those texts joined by a newline,
-as vLLM joins them for a template that reads content as a string; a template that reads lists
-of parts is given the parts (`mask.reads.as_template_reads`), as vLLM passes them."""
+messages given as more than one part. The content itself is the non-empty ones joined by a
+newline, as vLLM joins them for a template that reads content as a string; a template that
+reads lists of parts is given the parts (`mask.reads.as_template_reads`), as vLLM passes them
+(a tool result's joined by a newline, empty ones too)."""
+OTHER_TEXT_PARTS = "other_text_parts"
+"""``Conversation.meta`` key: message index -> the types of its text parts other than
+``text`` (``refusal``, ``input_text``, ``output_text``): read as text, as vLLM's template path
+reads them; its harmony path reads only a part's ``text`` key, so there such a row is not
+served as given (`reasons.unservable`)."""
 ARGUMENTS_TEXT = "arguments_text"
 """``Conversation.meta`` key: message index -> {call index: the call's ``arguments`` exactly as
 the row wrote them, a JSON string}, for templates that read arguments as a string."""

@@ -67,9 +67,10 @@ def as_template_reads(
     wrote them (the JSON text the model generated), or as compact JSON when the row gave an
     object. A message the row gave as several text parts (`PART_TEXTS`) is those parts for a
     template that renders lists of parts (``part_lists``), its texts joined by a newline
-    otherwise: what vLLM gives the template in each case (a tool result: always joined by a
-    newline, except under harmony (``tool_parts``), which joins them itself). A message the
-    row gave as ``developer`` is that role again for a template that names it
+    otherwise (the empty ones left out, as the normalized content): what vLLM gives the
+    template in each case (a tool result: joined by a newline, for a list-reading template
+    with its empty parts too, except under harmony (``tool_parts``), which joins them itself).
+    A message the row gave as ``developer`` is that role again for a template that names it
     (``developer_role``; `reasons.names_developer`), ``system`` otherwise.
     """
     inline = meta.get(INLINE_REASONING) if not renders_reasoning else None
@@ -90,6 +91,9 @@ def as_template_reads(
         for i, texts in parts.items():
             kept = i < len(out) and i not in moved
             is_tool = out[i].get("role") == "tool" if kept else False
+            if kept and is_tool and not tool_parts:  # vLLM joins a list-format tool result's
+                out[i] = {**out[i], "content": "\n".join(texts)}  # parts, empty ones too
+                continue
             kept = kept and (tool_parts if is_tool else part_lists or content_parts)
             if kept:
                 out[i] = {**out[i], "content": [{"type": "text", "text": t} for t in texts]}

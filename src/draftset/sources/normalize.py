@@ -19,6 +19,7 @@ from draftset.core.records import (
     ARGUMENTS_TEXT,
     DEVELOPER,
     INLINE_REASONING,
+    OTHER_TEXT_PARTS,
     PART_TEXTS,
     REASONING_UNTERMINATED,
     Conversation,
@@ -454,6 +455,7 @@ def _messages(
                 INLINE_REASONING,
                 ARGUMENTS_TEXT,
                 PART_TEXTS,
+                OTHER_TEXT_PARTS,
                 REASONING_UNTERMINATED,
                 DEVELOPER,
             )
@@ -724,9 +726,14 @@ def _content(
         return "", None, None
     if isinstance(value, list):
         texts, reasoning, calls = _parts(i, value)
-        if len(texts) > 1 and meta is not None:
-            meta.setdefault(PART_TEXTS, {})[i] = texts
-        return "\n".join(texts), reasoning, calls
+        if meta is not None:
+            if len(texts) > 1:
+                meta.setdefault(PART_TEXTS, {})[i] = texts
+            other = sorted({t for p in value if (t := _part_type(p)) in TEXT_PARTS - {"text"}})
+            if other:
+                meta.setdefault(OTHER_TEXT_PARTS, {})[i] = other
+        # vLLM drops an empty part before it joins them (its `if parse_res`)
+        return "\n".join(t for t in texts if t), reasoning, calls
     if isinstance(value, dict):
         for key in CONTENT_TEXT_KEYS:
             text = value.get(key)
@@ -736,6 +743,11 @@ def _content(
         raise RowProblem(reasons.INVALID_CONTENT, msg)
     msg = f"turn {i}: content is {_type(value)}, expected a string or a list of parts"
     raise RowProblem(reasons.INVALID_CONTENT, msg)
+
+
+def _part_type(part: Any) -> str | None:
+    kind = part.get("type", "text") if isinstance(part, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _parts(i: int, parts: list[Any]) -> tuple[list[str], str | None, list[dict[str, Any]] | None]:
