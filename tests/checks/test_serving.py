@@ -310,6 +310,9 @@ def test_render_server_requests_carry_the_call_ids_a_client_must_send() -> None:
     (call,) = sent[1]["tool_calls"]
     assert call["type"] == "function" and isinstance(call["id"], str) and call["id"]
     assert call["function"] == {"name": "now", "arguments": "{}"}
+    # and the result the id of the call it answers, as a client pairs them (harmony names the
+    # result's author by it)
+    assert sent[2]["tool_call_id"] == call["id"]
 
 
 def test_a_supervised_run_is_matched_to_the_turn_whose_prompt_it_follows() -> None:

@@ -292,3 +292,22 @@ def test_a_refusal_part_is_refused_under_harmony(folder: Path) -> None:
     _, plan = _plan(folder, row)
     assert not plan.rows and [r.reason for r in plan.rejects] == ["unsupported_content"]
     assert "'refusal' part" in plan.rejects[0].message
+
+
+def test_a_tool_result_without_an_id_is_authored_by_the_call_it_answers(folder: Path) -> None:
+    """Glaive and ToolBench rows have no call ids: a client must send them (vLLM refuses a
+    call without), pairing each result with its call, and vLLM then authors the result
+    ``functions.NAME``; draftset wrote ``functions.`` with no name (outside probe)."""
+    bare = {"type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    row = {
+        "tools": TOOLS,
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [bare]},
+            {"role": "tool", "content": "rain"},
+            {"role": "assistant", "content": "Rain."},
+        ],
+    }
+    _, plan = _plan(folder, row)
+    text = "".join(t for t, _ in plan.rows[-1].segments)
+    assert "<|start|>functions.get_weather<|channel|>commentary to=assistant<|message|>rain" in text

@@ -179,7 +179,24 @@ def _messages(tmpl: ChatTemplate, conv: Conversation) -> list[dict[str, Any]]:
         tool_parts=True,  # messages as developer: the server's own handling is the referee
         developer_role=True,
     )
-    return [_wire(m, i) for i, m in enumerate(msgs)]
+    return _paired([_wire(m, i) for i, m in enumerate(msgs)])
+
+
+def _paired(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A tool result without ``tool_call_id`` given the id of the next call not answered yet,
+    as a client pairs them (vLLM names a result's author by it under harmony)."""
+    pending: list[str] = []
+    out = []
+    for m in msgs:
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            pending = [c["id"] for c in m["tool_calls"] if isinstance(c, dict) and "id" in c]
+        if m.get("role") == "tool":
+            if m.get("tool_call_id") is None and pending:
+                m = {**m, "tool_call_id": pending[0]}
+            if m.get("tool_call_id") in pending:
+                pending.remove(m["tool_call_id"])
+        out.append(m)
+    return out
 
 
 def _wire(message: dict[str, Any], index: int) -> dict[str, Any]:

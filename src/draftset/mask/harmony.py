@@ -219,11 +219,7 @@ class HarmonyRender:
         harmony = [self._system(kwargs)]
         if instructions or tools:
             harmony.append(self._developer(instructions, tools))
-        names: dict[Any, Any] = {}
-        for m in chat:
-            for call in m.get("tool_calls") or []:
-                names[call.get("id")] = (call.get("function") or {}).get("name")
-        for m in chat:
+        for m, names in zip(chat, _tool_names(chat), strict=True):
             harmony.extend(self._message(m, names))
         harmony = _drop_analysis(harmony)
         ids = self.enc.render_conversation_for_completion(
@@ -355,6 +351,32 @@ class HarmonyRender:
         else:
             out.append(("final", None, text))
         return out
+
+
+def _tool_names(chat: list[dict[str, Any]]) -> list[dict[Any, Any]]:
+    """Per message, the call id -> tool name map vLLM finds a tool result's author in. A
+    result without a ``tool_call_id`` is paired, in order, with the calls not answered yet, as
+    a client must pair them (it sends an id for each: vLLM refuses a call without); left
+    without one, vLLM would write the author ``functions.`` with no name. An id the calls do not
+    hold stays unnamed, as vLLM leaves it."""
+    names: dict[Any, Any] = {}
+    for m in chat:
+        for call in m.get("tool_calls") or []:
+            names[call.get("id")] = (call.get("function") or {}).get("name")
+    out: list[dict[Any, Any]] = []
+    pending: list[Any] = []
+    for m in chat:
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            pending = [(c.get("function") or {}).get("name") for c in m["tool_calls"]]
+        if m.get("role") == "tool":
+            given = m.get("tool_call_id")
+            name = names.get(given, "") if given is not None else (pending or [""])[0]
+            if name in pending:
+                pending.remove(name)
+            out.append({**names, m.get("tool_call_id", ""): name})
+        else:
+            out.append(names)
+    return out
 
 
 def _flatten(content: Any) -> str | None:
