@@ -1083,3 +1083,12 @@ def test_other_text_part_types_are_recorded():
     content = [{"type": "refusal", "refusal": "No."}, {"type": "output_text", "text": "Sorry."}]
     out = norm({"messages": [user("q"), {"role": "assistant", "content": content}]})
     assert out.meta["other_text_parts"] == {1: ["output_text", "refusal"]}
+
+
+def test_whitespace_arguments_are_no_arguments():
+    """``arguments: "  "`` was invalid_tool_call; vLLM renders it (as ``{}``, harmony as the
+    text): no arguments, the text kept for templates that read it as written."""
+    row = {"messages": [user("q"), assistant("", tool_calls=[call("f", "  ", "c1")])]}
+    out = norm(row)
+    assert out.messages[1]["tool_calls"][0]["function"]["arguments"] == {}
+    assert out.meta["arguments_text"] == {1: {0: "  "}}

@@ -844,7 +844,9 @@ def _call(obj: Any, where: str) -> dict[str, Any]:
 
 
 def _arguments(args: Any, where: str) -> dict[str, Any]:
-    if args is None or args == "":
+    # no arguments: none, "", or only whitespace (vLLM reads "  " as {} too; its harmony path
+    # writes the text as given, kept in ARGUMENTS_TEXT)
+    if args is None or (isinstance(args, str) and not args.strip()):
         return {}
     if isinstance(args, str):
         try:
