@@ -336,3 +336,33 @@ def test_a_supervised_run_is_matched_to_the_turn_whose_prompt_it_follows() -> No
     assert turn == 5
     turn, _, _ = _turn_of_run(Server(), msgs, None, {}, [1, 3], 0, 90)
     assert turn == 3  # none long enough: the last
+
+
+def test_tool_results_are_paired_with_calls_by_id_else_in_order() -> None:
+    """One rule for build's harmony authors and verify's requests (`answered_calls`)."""
+    from draftset.mask.serving import answered_calls
+
+    def calls(*ids):
+        return [
+            {"id": i, "function": {"name": "f"}} if i else {"function": {"name": "f"}} for i in ids
+        ]
+
+    msgs = [
+        {"role": "user"},
+        {"role": "assistant", "tool_calls": calls("a", "b")},
+        {"role": "tool", "tool_call_id": "b"},  # by id
+        {"role": "tool"},  # the next not answered: a
+        {"role": "tool", "tool_call_id": "zz"},  # an id no call holds: none
+        {"role": "assistant", "tool_calls": calls(None, None)},
+        {"role": "tool"},
+        {"role": "tool"},
+        {"role": "tool"},  # more results than calls: none
+    ]
+    assert answered_calls(msgs) == {
+        2: (1, 1),
+        3: (1, 0),
+        4: None,
+        6: (5, 0),
+        7: (5, 1),
+        8: None,
+    }

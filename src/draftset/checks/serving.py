@@ -36,6 +36,7 @@ from draftset.checks.mask import (
 from draftset.core.errors import UsageError
 from draftset.core.records import Conversation
 from draftset.mask.reads import as_template_reads
+from draftset.mask.serving import answered_calls
 from draftset.mask.template import ChatTemplate
 from draftset.output.readback import CheckResult, OutputSet, Problems
 
@@ -183,19 +184,14 @@ def _messages(tmpl: ChatTemplate, conv: Conversation) -> list[dict[str, Any]]:
 
 
 def _paired(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A tool result without ``tool_call_id`` given the id of the next call not answered yet,
-    as a client pairs them (vLLM names a result's author by it under harmony)."""
-    pending: list[str] = []
-    out = []
-    for m in msgs:
-        if m.get("role") == "assistant" and m.get("tool_calls"):
-            pending = [c["id"] for c in m["tool_calls"] if isinstance(c, dict) and "id" in c]
-        if m.get("role") == "tool":
-            if m.get("tool_call_id") is None and pending:
-                m = {**m, "tool_call_id": pending[0]}
-            if m.get("tool_call_id") in pending:
-                pending.remove(m["tool_call_id"])
-        out.append(m)
+    """A tool result without ``tool_call_id`` given the id of the call it answers
+    (`answered_calls`: the next one not answered yet), as a client pairs them."""
+    out = list(msgs)
+    for i, call in answered_calls(msgs).items():
+        if call is not None and msgs[i].get("tool_call_id") is None:
+            called = msgs[call[0]]["tool_calls"][call[1]]
+            if isinstance(called, dict) and "id" in called:
+                out[i] = {**msgs[i], "tool_call_id": called["id"]}
     return out
 
 

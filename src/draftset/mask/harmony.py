@@ -38,6 +38,7 @@ from typing import Any
 
 from draftset.core.errors import UsageError
 from draftset.mask.ambient import split_clock
+from draftset.mask.serving import answered_calls
 
 HARMONY_MODEL_TYPE = "gpt_oss"
 """The ``config.json`` model type vLLM renders with harmony (``hf_config.model_type``)."""
@@ -145,8 +146,9 @@ class HarmonyRender:
             content = content.with_function_tools(functions)
         return h.Message.from_role_and_content(h.Role.DEVELOPER, content)
 
-    def _message(self, msg: dict[str, Any], names: dict[Any, Any]) -> list[Any]:
-        """``parse_chat_input_to_harmony_message``: one chat message as harmony messages."""
+    def _message(self, msg: dict[str, Any], tool_name: str) -> list[Any]:
+        """``parse_chat_input_to_harmony_message``: one chat message as harmony messages
+        (``tool_name``: a tool result's, `_tool_names`)."""
         h = self.h
         role = msg.get("role")
         calls = msg.get("tool_calls") or []
@@ -161,8 +163,7 @@ class HarmonyRender:
             out.extend(self._call(call) for call in calls)
             return out
         if role == "tool":
-            name = names.get(msg.get("tool_call_id", ""), "")
-            author = h.Author.new(h.Role.TOOL, f"functions.{name}")
+            author = h.Author.new(h.Role.TOOL, f"functions.{tool_name}")
             text = _flatten(msg.get("content")) or ""
             return [
                 h.Message.from_author_and_content(author, text)
@@ -219,8 +220,9 @@ class HarmonyRender:
         harmony = [self._system(kwargs)]
         if instructions or tools:
             harmony.append(self._developer(instructions, tools))
-        for m, names in zip(chat, _tool_names(chat), strict=True):
-            harmony.extend(self._message(m, names))
+        names = _tool_names(chat)
+        for i, m in enumerate(chat):
+            harmony.extend(self._message(m, names.get(i, "")))
         harmony = _drop_analysis(harmony)
         ids = self.enc.render_conversation_for_completion(
             h.Conversation.from_messages(harmony),
@@ -353,29 +355,13 @@ class HarmonyRender:
         return out
 
 
-def _tool_names(chat: list[dict[str, Any]]) -> list[dict[Any, Any]]:
-    """Per message, the call id -> tool name map vLLM finds a tool result's author in. A
-    result without a ``tool_call_id`` is paired, in order, with the calls not answered yet, as
-    a client must pair them (it sends an id for each: vLLM refuses a call without); left
-    without one, vLLM would write the author ``functions.`` with no name. An id the calls do not
-    hold stays unnamed, as vLLM leaves it."""
-    names: dict[Any, Any] = {}
-    for m in chat:
-        for call in m.get("tool_calls") or []:
-            names[call.get("id")] = (call.get("function") or {}).get("name")
-    out: list[dict[Any, Any]] = []
-    pending: list[Any] = []
-    for m in chat:
-        if m.get("role") == "assistant" and m.get("tool_calls"):
-            pending = [(c.get("function") or {}).get("name") for c in m["tool_calls"]]
-        if m.get("role") == "tool":
-            given = m.get("tool_call_id")
-            name = names.get(given, "") if given is not None else (pending or [""])[0]
-            if name in pending:
-                pending.remove(name)
-            out.append({**names, m.get("tool_call_id", ""): name})
-        else:
-            out.append(names)
+def _tool_names(chat: list[dict[str, Any]]) -> dict[int, str]:
+    """Per tool result, the name of the tool whose call it answers (`answered_calls`): vLLM
+    writes its author ``functions.NAME``, ``functions.`` when it answers no call."""
+    out: dict[int, str] = {}
+    for i, call in answered_calls(chat).items():
+        fn = chat[call[0]]["tool_calls"][call[1]].get("function") or {} if call else {}
+        out[i] = str(fn.get("name") or "")
     return out
 
 

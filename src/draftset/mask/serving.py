@@ -204,3 +204,30 @@ def vllm_own_encoder(folder: str | Path) -> str | None:
     archs = cfg.get("architectures") if isinstance(cfg, dict) else None
     arch = archs[0] if isinstance(archs, list) and archs else None
     return _OWN_ENCODER_ARCHITECTURES.get(arch) if isinstance(arch, str) else None
+
+
+def answered_calls(messages: list[dict[str, Any]]) -> dict[int, tuple[int, int] | None]:
+    """Per tool message index, the call it answers as (message index, call index), or None.
+
+    By its ``tool_call_id`` (the last call with that id; an id no call holds answers none, as
+    vLLM finds none); without one, the next call of the latest calling message not answered
+    yet, in order, as a client pairs them: it must send an id for each (vLLM refuses a call
+    without), and vLLM's harmony path names a result's author by it. Build (harmony) and
+    verify's requests pair results alike through this."""
+    by_id: dict[Any, tuple[int, int]] = {}
+    for i, m in enumerate(messages):
+        for k, call in enumerate(m.get("tool_calls") or []):
+            if isinstance(call, dict) and call.get("id") is not None:
+                by_id[call["id"]] = (i, k)
+    out: dict[int, tuple[int, int] | None] = {}
+    pending: list[tuple[int, int]] = []
+    for i, m in enumerate(messages):
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            pending = [(i, k) for k in range(len(m["tool_calls"]))]
+        elif m.get("role") == "tool":
+            given = m.get("tool_call_id")
+            call = by_id.get(given) if given is not None else (pending[0] if pending else None)
+            if call in pending:
+                pending.remove(call)
+            out[i] = call
+    return out
