@@ -171,3 +171,29 @@ def test_another_models_tokenizer_is_refused_not_decoded_into_garbage(folder, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not the tokenizer this set was built with" in err[0], err
     assert main([str(folder), "--row", "0", "--tokenizer", str(qwen3_tokenizer_dir())]) == 0
+
+
+def test_same_size_tokenizer_with_another_vocabulary_is_refused(folder, tmp_path, capsys):
+    """A tokenizer of the set's size whose vocabulary differs (here Qwen3's with two tokens'
+    ids swapped, as a retrained or re-ordered vocabulary would) decoded the set's ids silently
+    into other text. The manifest's sampled-vocabulary digest tells it apart; a copy of the
+    set's own tokenizer in another folder is still accepted."""
+    import shutil
+
+    src = qwen3_tokenizer_dir()
+    copy = tmp_path / "copy"
+    shutil.copytree(src, copy)
+    assert main([str(folder), "--row", "0", "--tokenizer", str(copy)]) == 0
+    capsys.readouterr()
+
+    other = tmp_path / "other"
+    shutil.copytree(src, other)
+    spec = json.loads((other / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = spec["model"]["vocab"]
+    by_id = {i: t for t, i in vocab.items()}
+    a, b = by_id[0], by_id[151642]  # ids 0 and the last are both in the sample
+    vocab[a], vocab[b] = 151642, 0
+    (other / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    assert main([str(folder), "--row", "0", "--tokenizer", str(other)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not the tokenizer this set was built with" in err[0], err

@@ -104,3 +104,18 @@ def _too_full(count: int, slots: int) -> bool:
     """More than two thirds of the slots taken: time to double (a free slot always remains,
     so a probe always ends)."""
     return count * 3 > slots * 2
+
+
+def vocabulary_sample_sha256(backend: object, samples: int = 4096) -> str:
+    """sha256 of every ~n/4096-th token of a `tokenizers` backend's model vocabulary.
+
+    Says whether a tokenizer decodes a set's ids as the one it was built with did: unlike the
+    files' fingerprint it is the same for every copy of a tokenizer (a tokenizer-only folder,
+    the full model folder, transformers' own backend, which may add a few added tokens to the
+    file's), and unlike the size it tells two vocabularies of one size apart. A few ms where
+    reading the whole vocabulary takes a second (Gemma-3's 262K tokens).
+    """
+    n = backend.get_vocab_size(with_added_tokens=False)  # type: ignore[attr-defined]
+    tokens = [backend.id_to_token(i) or "" for i in range(0, n, max(1, n // samples))]  # type: ignore[attr-defined]
+    text = f"{n}\n" + "\n".join(tokens)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

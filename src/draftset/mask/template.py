@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from draftset.core import defaults
+from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.errors import UsageError
 from draftset.core.hub import hub_offline
 from draftset.core.records import Message
@@ -443,6 +444,7 @@ class TemplateInfo:
     template_kwargs: dict[str, Any]
     vocab_size: int
     tokenizer_size: int
+    vocabulary_sample_sha256: str  # core.digests.vocabulary_sample_sha256: show's decoder check
 
 
 def load_template_info(spec: TemplateSpec, target_vocab_size: int | None = None) -> TemplateInfo:
@@ -459,6 +461,7 @@ def describe_template(t: ChatTemplate, target_vocab_size: int | None = None) -> 
         template_kwargs=dict(t.template_kwargs),
         vocab_size=t.vocab_size(target_vocab_size),
         tokenizer_size=len(t.tokenizer),
+        vocabulary_sample_sha256=vocabulary_sample_sha256(t.backend),
     )
 
 

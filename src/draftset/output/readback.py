@@ -292,6 +292,7 @@ _MANIFEST_SHAPE: dict[str, Any] = {
         "fingerprint": _OPT_STR,
         "vocab_size": _INT,
         "tokenizer_size": _OPT_INT,
+        "vocabulary_sample_sha256": _OPT_STR,
     },
     "template": {"text": _OPT_STR, "sha256": _OPT_STR, "kwargs": _OPT_DICT, "eot_tokens": [_STR]},
     "options": {

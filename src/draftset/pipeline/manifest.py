@@ -87,6 +87,7 @@ def build_manifest(
             "fingerprint": info.fingerprint,
             "vocab_size": info.vocab_size,
             "tokenizer_size": info.tokenizer_size,
+            "vocabulary_sample_sha256": info.vocabulary_sample_sha256,
         },
         "template": {
             "text": info.kit.template_text,

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from draftset.core import defaults
+from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.errors import UsageError
 from draftset.core.terminal import visible, visible_parts
 from draftset.core.words import plural
@@ -59,7 +60,8 @@ def load_decoder(out: OutputSet, tokenizer: str | None = None) -> tuple[Decoder,
         backend = Tokenizer.from_file(str(path))
     except Exception as exc:
         raise ShowError(f"cannot load tokenizer {path}: {exc}") from None
-    built_with = (out.manifest.get("tokenizer") or {}).get("tokenizer_size")
+    recorded = out.manifest.get("tokenizer") or {}
+    built_with = recorded.get("tokenizer_size")
     size = backend.get_vocab_size(with_added_tokens=True)
     # transformers may count a few tokens more than the file (Qwen3.5: 248,077 to 248,070):
     # only a size off by more than 1% is surely another tokenizer, whose decoding is garbage
@@ -67,6 +69,13 @@ def load_decoder(out: OutputSet, tokenizer: str | None = None) -> tuple[Decoder,
         raise ShowError(
             f"{tok} is not the tokenizer this set was built with: it has {size:,} tokens, the"
             f" set's had {built_with:,} (give that one with --tokenizer)"
+        )
+    # one of the same size can still spell its ids otherwise (older sets lack the digest)
+    sample = recorded.get("vocabulary_sample_sha256")
+    if isinstance(sample, str) and vocabulary_sample_sha256(backend) != sample:
+        raise ShowError(
+            f"{tok} is not the tokenizer this set was built with: its vocabulary differs from"
+            " the one the manifest records (give that one with --tokenizer)"
         )
     eot = {
         i
