@@ -701,3 +701,38 @@ def test_a_server_that_is_down_is_exit_2_before_the_rows_are_selected(
     assert str(exc.value).startswith("no endpoint answered GET /v1/models")
     assert "start the server, or fix generate.endpoints" in str(exc.value)
     assert not list(tmp_path.rglob("queue.jsonl"))  # no row was selected
+
+
+def test_every_error_generate_records_is_a_reject_build_accepts() -> None:
+    """`response_too_large` was one of generate's codes but not a row reject reason: a run
+    whose server sent one over-large answer wrote a rejects.jsonl line verify called
+    malformed, and failed (exit 1, "rerun", which cannot help)."""
+    from draftset.core import reasons
+    from draftset.generation import http, outcomes
+
+    codes = {
+        v
+        for k, v in vars(outcomes).items()
+        if k.isupper() and isinstance(v, str) and k not in ("WRITTEN",)
+    }
+    codes |= {http.RESPONSE_TOO_LARGE, reasons.SPECIAL_TOKEN_IN_ANSWER}
+    assert codes - reasons.ROW_REJECT_REASONS == set()
+    assert all(c in reasons.EXPLANATIONS for c in codes)
+
+
+def test_run_with_an_over_large_answer_rejects_that_row_and_verifies(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """End to end: the row whose answer inflates past the largest response body (a gzip
+    bomb, 64 KiB on the wire) is a `response_too_large` reject, the others are built, and
+    verify passes."""
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        conf = json.loads(recipe.read_text())
+        big = _rows(tmp_path / "data" / "big.jsonl", [{"id": "big0", "prompt": "q [gzipbomb]"}])
+        conf["sources"].append({"path": str(big)})
+        recipe.write_text(json.dumps(conf))
+        result = _run(recipe)
+    assert result.passed
+    rejects = _rejects(result.out)
+    assert rejects["big0"]["reason"] == "response_too_large"

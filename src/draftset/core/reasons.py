@@ -58,6 +58,7 @@ GEN_RETRIES_EXHAUSTED = "retries_exhausted"  # 429 / 5xx / timeouts on every try
 GEN_INVALID_RESPONSE = "invalid_response"  # every try got a body that is not a completion
 GEN_PRETOKENIZED = "pretokenized"  # no text to send
 GEN_MODEL_MISMATCH = "model_mismatch"  # the answer came from another model than the run's
+GEN_RESPONSE_TOO_LARGE = "response_too_large"  # the body (or its gzip decoding) was too large
 
 # --- outcomes that are not rejects ----------------------------------------------------------
 NEEDS_GENERATION = "needs_generation"  # prompt-only: written to prompts.jsonl
@@ -111,6 +112,7 @@ ROW_REJECT_REASONS = frozenset(
         GEN_INVALID_RESPONSE,
         GEN_PRETOKENIZED,
         GEN_MODEL_MISMATCH,
+        GEN_RESPONSE_TOO_LARGE,
     }
 )
 
@@ -164,6 +166,8 @@ EXPLANATIONS: dict[str, str] = {
     SPECIAL_TOKEN_IN_ANSWER: "an answer holds a special token's text (a leaked stop token?),"
     " which would encode as the control token itself",
     GEN_MODEL_MISMATCH: "the answer came from another model than the run's",
+    GEN_RESPONSE_TOO_LARGE: "the server's response body (or its gzip decoding) was larger than"
+    " the largest accepted (32 MiB by default)",
 }
 """One line per reason code, for people: the report explains every code it shows."""
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from draftset.core import defaults
+from draftset.core import defaults, reasons
 from draftset.generation.wire import BodyTooLarge, Client, Response, WireError, parse_target
 from draftset.sources.read import _has_lone_surrogate
 
@@ -32,7 +32,7 @@ out only if the check fails too): one prompt the server cannot handle must not t
 DEFAULT_MAX_RESPONSE_BYTES = defaults.MAX_RESPONSE_BYTES
 """Largest response body accepted, as received and after gzip/deflate decoding."""
 
-RESPONSE_TOO_LARGE = "response_too_large"
+RESPONSE_TOO_LARGE = reasons.GEN_RESPONSE_TOO_LARGE
 
 MAX_RETRY_AFTER = 60.0
 """A server's Retry-After is honoured up to this many seconds, or the request timeout when that

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from draftset.core import reasons
 from draftset.generation.dialog import (
     STOP_LENGTH,
     STOP_NOTHING,
@@ -20,12 +21,12 @@ from draftset.generation.dialog import (
 LENGTH = STOP_LENGTH  # an answer hit max_tokens (finish_reason "length"); kept with --keep-length
 TOOL_MISMATCH = STOP_TOOL_MISMATCH  # the model's tool calls differ from the recorded ones
 NOTHING_TO_GENERATE = STOP_NOTHING  # no user turn (or tool result) to answer
-HTTP_4XX = "http_4xx"  # the server refused the request (4xx other than 429): not retried
-RETRIES_EXHAUSTED = "retries_exhausted"  # 429 / 5xx / timeouts / connection errors, every try
-INVALID_RESPONSE = "invalid_response"  # every try got a 200 whose body is not a completion
-PRETOKENIZED = "pretokenized"  # input_ids rows carry no text to send
-MODEL_MISMATCH = "model_mismatch"  # an answer's `model` names another model than the run's
-# RESPONSE_TOO_LARGE = "response_too_large": a response body (or its gzip/deflate decoding) over
+HTTP_4XX = reasons.GEN_HTTP_4XX  # the server refused (4xx other than 429): not retried
+RETRIES_EXHAUSTED = reasons.GEN_RETRIES_EXHAUSTED  # 429 / 5xx / timeouts / resets, every try
+INVALID_RESPONSE = reasons.GEN_INVALID_RESPONSE  # every try: a 200 that is no completion
+PRETOKENIZED = reasons.GEN_PRETOKENIZED  # input_ids rows carry no text to send
+MODEL_MISMATCH = reasons.GEN_MODEL_MISMATCH  # the answer's `model` is not the run's
+# reasons.GEN_RESPONSE_TOO_LARGE (http.py): a response body, or its gzip/deflate decoding, over
 # --max-response-bytes; not retried, the connection is closed having read at most that much.
 # SPECIAL_TOKEN_IN_ANSWER = "special_token_in_answer" (with --tokenizer): an answer holds a
 # special token's text anywhere but at its very end (docs/generate.md); not retried.
