@@ -701,6 +701,29 @@ def test_a_server_that_is_down_is_exit_2_before_the_rows_are_selected(
     assert str(exc.value).startswith("no endpoint answered GET /v1/models")
     assert "start the server, or fix generate.endpoints" in str(exc.value)
     assert not list(tmp_path.rglob("queue.jsonl"))  # no row was selected
+    # exit 2 leaves nothing behind: a state.json left here asked the corrected recipe (the
+    # server started, max_length changed too) for --restart although no stage had run
+    assert not (tmp_path / "recipe-out.run").exists()
+    conf = json.loads(recipe.read_text())
+    with FaultServer() as srv:
+        conf["generate"]["endpoints"] = [srv.url]
+        conf["max_length"] = 300
+        recipe.write_text(json.dumps(conf))
+        assert _run(recipe).passed
+
+
+def test_a_run_folder_where_no_stage_began_is_no_run_to_resume(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """A state.json with no stage begun (an earlier version wrote it before refusing a server
+    that was down) holds nothing to keep: another recipe starts afresh, not "changed"."""
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        work = tmp_path / "recipe-out.run"
+        work.mkdir()
+        state = run_state.RunState.new(work / "state.json", {"recipe": {"max_length": 1}})
+        state.save()
+        assert _run(recipe).passed
 
 
 def test_every_error_generate_records_is_a_reject_build_accepts() -> None:

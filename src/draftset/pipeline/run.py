@@ -45,7 +45,7 @@ from draftset.generation.store import errors_path
 from draftset.mask.template import _resolve_tokenizer_path
 from draftset.output.folder import is_report_file
 from draftset.pipeline.run_answers import answer_queue, fmt_counts, generate_options
-from draftset.pipeline.run_resume import open_state, settings_of
+from draftset.pipeline.run_resume import open_state, run_begun, settings_of
 from draftset.pipeline.run_select import select_rows
 from draftset.pipeline.run_state import (
     KILL_ENV,
@@ -179,12 +179,15 @@ def run(
     _check_apart(opts)
     check_row_shapes(opts.build.sources)  # a source of unknown rows: exit 2 before any work
     settings = settings_of(opts)
-    state, resumed = open_state(opts, settings)
     work = opts.work_dir
+    begun = run_begun(work)
+    if not begun:  # a server down: said now, not after selecting the rows; nothing written
+        _check_reachable(opts, opts.generate.model, work)
+    state, resumed = open_state(opts, settings)
     if resumed:
         say(f"resuming {work}: {', '.join(resumed)} already done")
-    if "generate" not in state.done:  # a server down: said now, not after selecting the rows
-        _check_reachable(opts, state, work)
+    if begun and "generate" not in state.done:  # with the model the run began with
+        _check_reachable(opts, state.data.get("model") or opts.generate.model, work)
     result = RunResult(opts.build.out, work, False, state.data, resumed=list(resumed))
     for stage in STAGES:
         if stage in state.done:
@@ -275,12 +278,11 @@ def _check_report_path(path: Path) -> None:
         )
 
 
-def _check_reachable(opts: RunOptions, state: RunState, work: Path) -> None:
+def _check_reachable(opts: RunOptions, model: str | None, work: Path) -> None:
     """Every endpoint down (or serving another model than the recipe's): exit 2 before the
     first stage, one line. (Found by the first request before: after selecting every row.)"""
     from draftset.generation.job import Unreachable, check_reachable  # lazy: as above
 
-    model = state.data.get("model") or opts.generate.model
     try:
         check_reachable(generate_options(opts, work / "answers.jsonl", model))
     except Unreachable as exc:

@@ -123,6 +123,16 @@ def changed_settings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return short
 
 
+def run_begun(work: Path) -> bool:
+    """Whether ``work`` holds a run that began a stage (a state.json with an attempt): one
+    refused before its first stage holds nothing to resume or to keep settings for."""
+    try:
+        data = json.loads((work / "state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return (work / "state.json").exists()  # unreadable: `open_state` says what it is
+    return not isinstance(data, dict) or bool(data.get("attempts") or data.get("done"))
+
+
 def open_state(opts: RunOptions, settings: dict[str, Any]) -> tuple[RunState, list[str]]:
     work = opts.work_dir
     path = work / "state.json"
@@ -133,9 +143,11 @@ def open_state(opts: RunOptions, settings: dict[str, Any]) -> tuple[RunState, li
             data = json.loads(path.read_text(encoding="utf-8"))
         except ValueError:
             raise RunUsageError(f"{path} is not readable JSON") from None
-        if data.get("format") != STATE_FORMAT:
+        if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
             raise RunUsageError(f"{path} is not a draftset run state file")
-        if opts.restart:
+        if not run_begun(work) and set(work.iterdir()) == {path}:
+            pass  # no stage began and nothing else is here: a new run, written below
+        elif opts.restart:
             _clean(opts, data)
         else:
             changed = changed_settings(_comparable(data.get("settings") or {}), settings)
