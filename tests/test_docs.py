@@ -103,3 +103,20 @@ def test_run_md_snippet_runs_as_a_script(tmp_path, standin, guarded):
         from draftset.engine.helper import MainGuardMissing, SidecarError
 
         assert issubclass(MainGuardMissing, SidecarError)
+
+
+def test_readme_python_api_snippet_runs_with_the_readmes_tokenizer(tmp_path):
+    """The README's API snippet, with ``TOK`` the bundled tokenizer the README's quick start
+    sets it to, run as a script from a copy of the repo's examples: it died on the missing
+    stop tokens (the folder has no generation_config.json) with a CLI flag as the advice."""
+    readme = REPO / "README.md"
+    (code,) = [b for b in python_blocks(readme) if "from draftset import build" in b]
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    script = tmp_path / "snippet.py"
+    script.write_text(f"TOK = {str(qwen3_bundled_dir())!r}\n" + code, encoding="utf-8")
+    p = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=900
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    first, second = p.stdout.strip().splitlines()[-2:]
+    assert first.startswith("True ") and second == "True", p.stdout

@@ -693,6 +693,7 @@ def missing_stops_message(tokenizer: str) -> str:
         f"no generation_config.json with an eos_token_id beside the tokenizer {tokenizer}: the"
         " stop tokens are read from it, never guessed; put the model's generation_config.json"
         " in the tokenizer folder, or pass --eot-token TOKEN for each token the server stops on"
+        " (`eot_tokens` in a recipe or the Python API)"
     )
 
 
