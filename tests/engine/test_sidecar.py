@@ -73,3 +73,32 @@ def test_worker_module_stays_lean():
     code = "import sys, draftset.mask.step; print(sorted({'pyarrow', 'torch'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_script_read_from_standard_input_is_told_why_workers_cannot_start(tmp_path):
+    """``python - <<EOF`` with worker processes: the spawned helper tried to re-import
+    ``<stdin>`` as a file and died; the caller said "killed, or out of memory?". It is neither:
+    one line says what to do (a file, or workers=1; ``python -c`` has no file and works)."""
+    code = (
+        "from draftset.engine.helper import Sidecar\n"
+        "import os\n"
+        "with Sidecar() as side:\n"
+        "    print(side.call('asking', os.getpid))\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-"],
+        input=code,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert p.returncode == 1
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("draftset.engine.helper.SidecarError:"), p.stderr[-2000:]
+    assert "standard input" in last and "workers=1" in last, last
+    assert "out of memory" not in p.stderr
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert p.returncode == 0, p.stderr[-2000:]

@@ -62,6 +62,23 @@ def refuse_to_spawn_while_starting() -> None:
         raise SystemExit(_REFUSED)
 
 
+def check_main_respawnable() -> None:
+    """A script read from standard input (``python - <<EOF``) names ``<stdin>`` as its file,
+    which a spawned child then fails to import; the caller heard "killed, or out of memory?".
+    Said in one line before any process starts. (``python -c`` and notebooks have no file:
+    the children skip it.)"""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if getattr(getattr(main, "__spec__", None), "name", None) is not None or path is None:
+        return
+    if not os.path.isfile(path):
+        raise SidecarError(
+            f"the calling script has no file ({path!r}: read from standard input?), and"
+            " draftset's worker processes (spawn) import the script again from its file: save"
+            " it as a file and run that, or pass workers=1 (standard input is fine then)"
+        )
+
+
 def _start_helper(threads: int | None) -> None:
     die_with_parent()
     hold_tokenizer_threads(threads)
@@ -74,6 +91,7 @@ class Sidecar:
         """``threads``: the tokenizer's threads in the helper when it runs the row step as one
         of the workers (`base.tokenizer_threads`), set before anything there encodes."""
         refuse_to_spawn_while_starting()
+        check_main_respawnable()
         quiet_resource_tracker()  # a kill -9 then prints no "leaked semaphore" warning
         self._ex = ProcessPoolExecutor(
             1,

@@ -32,7 +32,12 @@ from draftset.engine.base import (
     kitless,
     tokenizer_threads,
 )
-from draftset.engine.helper import Sidecar, refuse_to_spawn_while_starting, stop_pool
+from draftset.engine.helper import (
+    Sidecar,
+    check_main_respawnable,
+    refuse_to_spawn_while_starting,
+    stop_pool,
+)
 from draftset.engine.lifeline import quiet_resource_tracker
 
 IN_FLIGHT_PER_WORKER = 3
@@ -57,6 +62,7 @@ class LocalPoolEngine(Engine):
         start_after: Future[Any] | None = None,
     ) -> None:
         refuse_to_spawn_while_starting()
+        check_main_respawnable()
         self.workers = workers
         self._helper = helper if workers > 1 else None
         self._pool_size = workers - 1 if self._helper else workers
