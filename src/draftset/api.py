@@ -742,7 +742,7 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     )
     out = Path(o.out)
     if out.is_dir():
-        raise GenerateUsageError(f"--out {out} is a folder; give a .jsonl file")
+        raise GenerateUsageError(f"--out {out} is a folder; give a .jsonl file path")
     endpoints = list(_strings(o.endpoints))
     check_servers(endpoints, o.concurrency, extra)
     if problem := json_value_problem(kwargs, "--chat-template-kwargs"):
