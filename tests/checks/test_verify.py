@@ -988,3 +988,133 @@ def test_a_manifest_of_another_format_version_is_refused_not_guessed(built, tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("draftset: error: ")
     assert f"manifest format '{fmt}' is not the one this draftset reads ('draftset/1')" in err[0]
+
+
+# --- the same text in other tokens ---------------------------------------------------------------
+def respell(ids: list[int], at: int, tok: Tokenizer) -> list[int]:
+    """``ids`` with the token at ``at`` replaced by its text spelled as ordinary tokens (a
+    special token's text encoded as text, or a word split into pieces): the decoded row is
+    the same, the tokens are not the model's."""
+    text = tok.decode([ids[at]], skip_special_tokens=False)
+    pieces = [tok.token_to_id(c) for c in text] if len(text) > 1 else []
+    if not pieces or None in pieces:  # byte-level pieces of a word: its first byte, the rest
+        head = tok.encode(text[:1], add_special_tokens=False).ids
+        pieces = head + tok.encode(text[1:], add_special_tokens=False).ids
+    assert tok.decode(pieces, skip_special_tokens=False) == text and pieces != [ids[at]]
+    return pieces
+
+
+@pytest.mark.parametrize("name", ["all", "each"])
+@pytest.mark.parametrize("where", ["context", "supervised"])
+def test_the_same_text_in_other_tokens_fails_mask_fidelity(built, tmp_path, tok, name, where):
+    """A row whose decoded text is right but whose tokens are not the model's: the context
+    before the (only) supervised run with `<|im_start|>` spelled as six ordinary tokens, or the
+    supervised reasoning with `</think>` spelled as `</`, `think`, `>` (a pipeline that encoded
+    the prompt or the answer with special tokens off, or across a different split). verify
+    compared the first run's context and every run only as decoded text, and passed both."""
+    folder = copy_set(built[name], tmp_path)
+    rows = read_rows(folder)
+    rid = "think" if name == "all" else "think#0"
+    row = find_row(rows, rid)
+    ids, mask = row["input_ids"], row["loss_mask"]
+    if where == "context":
+        special = tok.token_to_id("<|im_start|>")
+        at = max(i for i in range(len(ids)) if ids[i] == special and not mask[i])
+    else:
+        at = ids.index(tok.token_to_id("</think>"))
+        assert mask[at] == 1
+    pieces = respell(ids, at, tok)
+    row["input_ids"] = ids[:at] + pieces + ids[at + 1 :]
+    row["loss_mask"] = mask[:at] + [mask[at]] * len(pieces) + mask[at + 1 :]
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}, [r.to_json() for r in results if r.failed]
+    assert by_name(results)["mask_fidelity"].examples == [rid]
+
+
+def test_a_column_draftset_does_not_write_fails_structure(built, tmp_path):
+    """A `labels` column beside `loss_mask` (here every token, as `input_ids`): trainers that
+    read `labels` by convention learn a mask that contradicts the set's. verify checked only
+    that its own columns were there and passed it (with the column also in the features)."""
+    folder = copy_set(built["all"], tmp_path)
+    rows = read_rows(folder)
+    for r in rows:
+        r["seq_len"] = len(r["input_ids"])
+        r["labels"] = list(r["input_ids"])
+    schema = arrow_schema().append(pa.field("labels", pa.list_(pa.int32())))
+    table = pa.Table.from_pylist(rows, schema=schema)
+    with (
+        pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "wb") as sink,
+        pa.ipc.new_stream(sink, table.schema) as w,
+    ):
+        w.write_table(table)
+    info = json.loads((folder / "dataset_info.json").read_text())
+    info["features"]["labels"] = {"feature": {"dtype": "int32", "_type": "Value"}, "_type": "List"}
+    (folder / "dataset_info.json").write_text(json.dumps(info))
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"structure"}, [r.to_json() for r in results if r.failed]
+    assert "column labels" in by_name(results)["structure"].summary
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("_format_columns", ["input_ids", "seq_len"]), ("_output_all_columns", True)],
+)
+def test_a_loader_setting_draftset_does_not_write_fails_structure(built, tmp_path, key, value):
+    """state.json's `_format_columns` naming only some columns hides `loss_mask` from
+    `load_from_disk`; verify passed it."""
+    folder = copy_set(built["all"], tmp_path)
+    state = json.loads((folder / "state.json").read_text())
+    state[key] = value
+    (folder / "state.json").write_text(json.dumps(state))
+    reseal(folder)
+    assert failed(verify(folder)) == {"structure"}
+
+
+def reject_instead(folder: Path, rid: str, reason: str, row: int) -> None:
+    """Drop written row ``rid`` (input row ``row`` of source chats) and write a reject line for
+    it instead, every count edited to match and the set resealed: a careful forger's (or a
+    buggy stage's) silent loss of a good row under a plausible reason."""
+    write_rows(folder, [r for r in read_rows(folder) if r["id"] != rid])
+    line = {"source": "chats", "row": row, "id": rid, "reason": reason, "message": "x"}
+    with (folder / "rejects.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+    m = manifest(folder)
+    for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
+        c["written"] -= 1
+        c["rejected"] += 1
+        for key in ("rejected_by_reason", "row_rejects_by_reason"):
+            c[key][reason] = c[key].get(reason, 0) + 1
+    save_manifest(folder, m)
+    reseal(folder)
+
+
+@pytest.mark.parametrize(
+    "reason", ["duplicate", "near_duplicate", "contaminated", "undesirable_example", "length"]
+)
+def test_a_good_row_rejected_for_what_reading_and_selection_decide_fails(built, tmp_path, reason):
+    """A good conversation dropped as a duplicate (none was), contaminated (no benchmark
+    given), ... passed: verify justified only the reasons of the row step. It re-reads and
+    re-selects every row, so a reject those stages would have made and did not is wrong."""
+    folder = copy_set(built["all"], tmp_path)
+    reject_instead(folder, "sys", reason, 0)
+    results = verify(folder)
+    assert failed(results) == {"row_identity"}, [r.to_json() for r in results if r.failed]
+    assert by_name(results)["row_identity"].examples == ["sys"]
+
+
+def test_sampled_verify_also_justifies_a_share_of_the_rejections(built, tmp_path):
+    """`--sample N` (the default above 20,000 rows) chose output rows only: a good row
+    rejected `no_supervised_turn` has none, so no sample ever looked at it. The same share of
+    input rows is now re-derived too, seeded: over seeds, about that share catches it."""
+    folder = copy_set(built["all"], tmp_path)
+    reject_instead(folder, "sys", "no_supervised_turn", 0)
+    n = manifest(folder)["totals"]["rows"]
+    caught = 0
+    for seed in range(12):
+        results = verify(folder, sample=n // 2, seed=seed)
+        assert failed(results) <= {"mask_fidelity"}
+        caught += "mask_fidelity" in failed(results)
+    assert 2 <= caught <= 10, caught

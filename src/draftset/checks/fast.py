@@ -55,6 +55,9 @@ def check_structure(out: OutputSet, facts: SetFacts | None = None) -> CheckResul
             p.add(f"missing column {name}")
         elif not schema.field(name).type.equals(dtype):
             p.add(f"column {name} is {schema.field(name).type}, expected {dtype}")
+    for name in schema.names:  # e.g. `labels`, which trainers read instead of loss_mask
+        if name not in REQUIRED_COLUMNS:
+            p.add(f"column {name} is not one draftset writes (a loader may train on it)")
     if p.count:
         return p.result("structure", "")
     vocab = out.vocab_size

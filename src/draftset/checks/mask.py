@@ -32,6 +32,7 @@ from draftset.core.words import plural
 from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.reads import served_reads
+from draftset.mask.render import server_completion_ids
 from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import (
     ChatTemplate,
@@ -530,13 +531,17 @@ def compare_row(
         else:
             v.mask.append("row text differs from the re-render of its source row")
             return v
+    server = server_completion_ids(conv)
     by_start = {start: (gen, j) for start, gen, j in exp.gens}
     run_at = {start: i for i, (start, _, _) in enumerate(pieces)}
     kept = len(text.rstrip("\ufffd")) if v.truncated else len(text) + 1
     in_row = sum(1 for start, _, _ in exp.gens if start < kept)  # the cut removed the others
     served = _served_context(tmpl, ids, runs, raw, [run_at.get(g[0]) for g in exp.gens[:in_row]])
     demoted = {exp.gens[g][0] for g, ok in served.items() if not ok}
-    v.context[reasons.TURN_HISTORY_TOKENS_DIFFER] += len(demoted)
+    # the first generation is never made context (a difference there is a wrong row, below)
+    v.context[reasons.TURN_HISTORY_TOKENS_DIFFER] += sum(
+        1 for g, ok in served.items() if g and not ok
+    )
     matched: set[int] = set()
     for i, (start, end, run) in enumerate(pieces):
         is_last = i == len(pieces) - 1
@@ -552,6 +557,8 @@ def compare_row(
         if hit is not None and run == hit[0]:
             if int(ids[e_tok - 1]) not in _stop_ids(tmpl):
                 v.mask.append(f"run of turn {hit[1]} does not end with an end-of-turn token")
+            elif not _emitted_tokens(tmpl, ids[s_tok:e_tok], hit[0], server.get(hit[1])):
+                v.mask.append(_OTHER_TOKENS.format(j=hit[1]))
             matched.add(start)
             _leak(v, conv, hit[1], run, tmpl, ids[s_tok:e_tok], placeholders)
             continue
@@ -563,6 +570,8 @@ def compare_row(
             and hit[0].startswith(run.rstrip("\ufffd"))
         ):
             matched.add(start)  # a cut run is a prefix: only its source answer is judged
+            if not _emitted_tokens(tmpl, ids[s_tok:e_tok], hit[0], server.get(hit[1]), True):
+                v.mask.append(_OTHER_TOKENS.format(j=hit[1]))
             _leak(v, conv, hit[1], run, tmpl, ids[s_tok:e_tok], placeholders, decoded=False)
             continue
         v.mask.append(_classify(start, end, run, exp, conv))
@@ -574,6 +583,34 @@ def compare_row(
             continue  # cut off by truncation
         v.mask.append(f"assistant turn {j} should be supervised but is not: {_short(gen)}")
     return v
+
+
+_OTHER_TOKENS = (
+    "run of turn {j} spells its generation in other tokens than the model emits it"
+    " (tokenizer(G) in one piece, or the server's own ids)"
+)
+
+
+def _emitted_tokens(
+    tmpl: ChatTemplate,
+    run_ids: np.ndarray,
+    gen: str,
+    server: list[int] | None,
+    prefix: bool = False,
+) -> bool:
+    """Whether a supervised run (whose text is its generation's) holds the tokens the model
+    emits: ``tokenizer(G)`` in one piece (public path), or the ids the generation server
+    returned for it (with the end-of-turn token it may leave off). A run cut by truncation is
+    judged as a prefix. Equal text is not enough: `</think>` spelled `</`, `think`, `>`
+    decodes the same and is not what the model emits."""
+    want = list(tmpl.tokenizer(gen, add_special_tokens=False)["input_ids"])
+    have = [int(x) for x in run_ids]
+    accepted = [want]
+    if server:
+        accepted += [list(server), [*server, want[-1]]]
+    if prefix:
+        return any(a[: len(have)] == have for a in accepted)
+    return have in accepted
 
 
 def _served_context(
@@ -589,7 +626,8 @@ def _served_context(
     A generation the row supervises is judged on the row's own tokens before it. One it does
     not is judged on the tokens the row would hold had it been supervised: the row's tokens up
     to the end of the previous supervised generation, then the context text in one piece. The
-    first generation is its own prompt's encoding; only the generations in ``run_of_gen`` (the
+    first generation's tokens before it must be its prompt's encoding (build never makes it
+    context, so a difference there is a wrong row); only the generations in ``run_of_gen`` (the
     cut of a truncated row removed the others) are judged, and none after one the row lacks.
     """
     tok = tmpl.tokenizer
@@ -597,7 +635,7 @@ def _served_context(
     prev: tuple[int, int] | None = None  # (token end, char end) of the last supervised one
     for g, r in enumerate(run_of_gen):
         start, gen, _ = exp.gens[g]
-        if prev is not None:
+        if prev is not None or r is not None:
             want = tok(exp.text[:start], add_special_tokens=False)["input_ids"]
             if r is not None:
                 have = [int(x) for x in ids[: runs[r][0]]]
@@ -716,6 +754,13 @@ def pick_rows(n: int, sample: int | None, seed: int) -> tuple[list[int], bool]:
     return sorted(random.Random(seed).sample(range(n), sample)), False
 
 
+def input_chosen(key: tuple[str, int], seed: int, share: float) -> bool:
+    """Whether input row ``key`` (source, row) is in a seeded sample of that ``share`` of the
+    input rows, decided per row (no count of input rows is known before the pass)."""
+    digest = hashlib.blake2b(f"{seed}\0{key[0]}\0{key[1]}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") < share * 2**64
+
+
 @dataclass
 class _OutputIndex:
     """Where each input row went: output rows by id, rejects and queued prompts by position."""
@@ -794,12 +839,20 @@ def source_pass(
             used_rejects.add(key)
         if not own and not lines:
             ident.add("input row neither written nor rejected (row dropped?)", item.id)
+        for x in lines:  # reading and selection (re-run above) passed this row
+            if x.get("reason") not in reasons.ROW_STEP_REASONS:
+                ident.add(
+                    f"rejected as {x.get('reason')} but it reads and is selected as a row",
+                    item.id,
+                )
         for rid in own:
             r = row_of_id[rid]
             row_owner[r] = position
             if sources[r] != item.source:
                 ident.add("row's source column differs from its input row's source", rid)
         needs = full or any(row_of_id[rid] in chosen_set for rid in own)
+        # a sample of output rows never meets a rejected row: the same share of input rows
+        needs = needs or input_chosen(key, seed, len(chosen) / max(n, 1))
         if not own and lines and all(x.get("reason") in _BOUNDED for x in lines):
             needs = False  # rejected for the work it costs: not worth that work again here
         if isinstance(item, Conversation) and needs:

@@ -116,6 +116,24 @@ ROW_REJECT_REASONS = frozenset(
     }
 )
 
+ROW_STEP_REASONS = frozenset(
+    {
+        TEMPLATE_ERROR,
+        TEMPLATE_TIMEOUT,
+        TEMPLATE_TOO_LARGE,
+        NO_SUPERVISED_TURN,
+        TOO_LONG,
+        TOO_FEW_SUPERVISED_TOKENS,
+        TEMPLATE_DROPS_CONTENT,
+        INTERNAL_ERROR,
+        SPECIAL_TOKEN_IN_ANSWER,
+        UNSUPPORTED_CONTENT,
+        INVALID_PRETOKENIZED,
+    }
+)
+"""Reasons the row step (render, mask, encode) gives; every other one is decided by reading,
+selecting or generating, which verify re-runs, so a row those stages pass cannot carry it."""
+
 EXPLANATIONS: dict[str, str] = {
     INVALID_JSON: "the line or document does not parse as JSON",
     INVALID_UTF8: "bytes that are not UTF-8",

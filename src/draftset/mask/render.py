@@ -126,7 +126,7 @@ def row_template_kwargs(conv: Conversation) -> dict | None:
     return kwargs or None
 
 
-def _server_completion_ids(conv: Conversation) -> dict[int, list[int]]:
+def server_completion_ids(conv: Conversation) -> dict[int, list[int]]:
     """message index -> completion token ids, when the generation server returned them."""
     recorded = conv.meta.get("metadata")
     turns = (recorded.get("token_ids") or {}).get("turns") if isinstance(recorded, dict) else None
@@ -297,7 +297,7 @@ def plan_conversation(
         _plan_each(tmpl, conv, shown, messages, assistant_idx, placeholders, plan)
     else:
         _plan_whole(tmpl, conv, shown, messages, assistant_idx, mode, placeholders, plan)
-    server = _server_completion_ids(conv)
+    server = server_completion_ids(conv)
     if server:
         _attach_server_ids(tmpl, plan, server)
     return plan

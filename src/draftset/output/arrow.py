@@ -76,12 +76,9 @@ class ArrowWriter(ShardedWriter):
         state = {
             "_data_files": [{"filename": n} for n in shard_names],
             "_fingerprint": fingerprint,
-            "_format_columns": None,
-            "_format_kwargs": {},
+            **_LOADER_SETTINGS,
             # what speculators' own prepare step sets; its loader relies on it
             "_format_type": "torch",
-            "_output_all_columns": False,
-            "_split": None,
         }
         _write_json(self.folder / "dataset_info.json", info)
         _write_json(self.folder / "state.json", state)
@@ -128,9 +125,33 @@ class ArrowLayout(Layout):
         )
 
     def structure_problems(self, folder: Path, state: dict[str, Any]) -> list[str]:
+        """What ``load_from_disk`` reads besides the shards is what draftset wrote: a
+        `_format_columns` naming some columns hides `loss_mask`, a feature draftset does not
+        write describes a column it did not write."""
         if state.get("_format_type") != "torch":
             return ["state.json _format_type is not 'torch' (speculators' loader relies on it)"]
-        return []
+        problems = [
+            f"state.json {key} is {state.get(key)!r}, not draftset's {value!r}"
+            for key, value in _LOADER_SETTINGS.items()
+            if state.get(key, value) != value or key not in state
+        ]
+        try:
+            info = json.loads((folder / "dataset_info.json").read_text(encoding="utf-8"))
+            features = info.get("features") if isinstance(info, dict) else None
+        except (OSError, ValueError):
+            features = None
+        if features != HF_FEATURES:
+            problems.append("dataset_info.json features are not the columns draftset writes")
+        return problems
+
+
+_LOADER_SETTINGS: dict[str, Any] = {
+    "_format_columns": None,
+    "_format_kwargs": {},
+    "_output_all_columns": False,
+    "_split": None,
+}
+"""state.json's keys `load_from_disk` obeys, as `_write_metadata` writes them."""
 
 
 def _state(folder: Path) -> dict[str, Any]:
