@@ -12,6 +12,10 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
   ``slow_seconds``, a connection closed without response, a 200 with malformed JSON, a 200 JSON
   without ``choices``;
 - ``[length]``: every answer has ``finish_reason: "length"``; ``[400]``: always HTTP 400;
+- ``[finish:REASON]``: every answer has that ``finish_reason`` (vLLM's ``abort``, OpenAI's
+  ``content_filter``); ``[stopstr]``: ``finish_reason: "stop"`` with ``stop_reason: "###"``
+  (vLLM: a stop string ended it) and ``[stoptoken]`` with ``stop_reason: 151645`` (a stop
+  token id) — SGLang's ``matched_stop`` likewise with ``[matchedstr]``;
 - ``[call:NAME]``: the model calls tool NAME whenever the last message is not a tool result;
 - ``[reasoningfield]``: reasoning is returned as ``reasoning`` instead of ``reasoning_content``;
 - ``[huge]``: a 200 whose body is ``huge_bytes`` long; ``[gzipbomb]``: a 200 of ~64 KiB, gzip
@@ -223,6 +227,8 @@ def _completion(req: dict[str, Any], first: str, turn: int) -> dict[str, Any]:
     history = " | ".join(m["content"][:20] for m in msgs if m["role"] == "assistant")
     message: dict[str, Any] = {"role": "assistant"}
     finish = "length" if "[length]" in first else "stop"
+    if m_finish := re.search(r"\[finish:(\w+)\]", first):
+        finish = m_finish.group(1)
     call = _CALL.search(first)
     if call and last["role"] != "tool":
         message["content"] = None
@@ -258,6 +264,13 @@ def _completion(req: dict[str, Any], first: str, turn: int) -> dict[str, Any]:
             "total_tokens": 3 * len(msgs) + len(text.split()),
         },
     }
+    choice = out["choices"][0]
+    if "[stopstr]" in first:
+        choice["stop_reason"] = "###"
+    if "[stoptoken]" in first:
+        choice["stop_reason"] = 151645
+    if "[matchedstr]" in first:
+        choice["matched_stop"] = "###"
     if req.get("return_token_ids"):
         out["prompt_token_ids"] = list(range(3 * len(msgs)))
         out["choices"][0]["token_ids"] = list(range(100, 100 + len(text.split())))

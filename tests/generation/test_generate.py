@@ -1094,3 +1094,31 @@ def test_chat_template_kwargs_spelling_a_boolean_as_text_is_exit_2(tmp_path: Pat
     extra = ["--chat-template-kwargs", '{"enable_thinking": "false"}']
     assert generate(src, tmp_path / "a.jsonl", "http://127.0.0.1:9/v1", extra=extra) == 2
     assert "enable_thinking is the string 'false'" in capsys.readouterr().err
+
+
+def test_an_answer_the_model_did_not_end_itself_is_never_written(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    """vLLM's `finish_reason: "abort"`, OpenAI's `content_filter`, and a `stop` that a stop
+    string made (vLLM `stop_reason: "###"`, SGLang `matched_stop`): the server ended the
+    answer, not the model, yet only "length" was treated as cut, so the answer was trained
+    with `<|im_end|>` after it (docs/semantics.md: an answer the model did not end itself is
+    never supervised). A stop *token* id is the model's own end."""
+    rows = [
+        {"id": "abort", "prompt": "q [finish:abort]"},
+        {"id": "filter", "prompt": "q [finish:content_filter]"},
+        {"id": "stopstr", "prompt": "q [stopstr]"},
+        {"id": "matched", "prompt": "q [matchedstr]"},
+        {"id": "stoptoken", "prompt": "q [stoptoken]"},
+        {"id": "calls", "prompt": "q [call:f]"},
+        {"id": "ok", "prompt": "q"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "answers.jsonl"
+    assert generate(src, out, server.url) == 0
+    assert set(by_id(out)) == {"stoptoken", "calls", "ok"}
+    errors = by_id(tmp_path / "answers.errors.jsonl")
+    assert {k: v["reason"] for k, v in errors.items()} == dict.fromkeys(
+        ["abort", "filter", "stopstr", "matched"], "unfinished"
+    )
+    assert "'abort'" in errors["abort"]["message"] and "'###'" in errors["stopstr"]["message"]

@@ -59,6 +59,7 @@ GEN_INVALID_RESPONSE = "invalid_response"  # every try got a body that is not a 
 GEN_PRETOKENIZED = "pretokenized"  # no text to send
 GEN_MODEL_MISMATCH = "model_mismatch"  # the answer came from another model than the run's
 GEN_RESPONSE_TOO_LARGE = "response_too_large"  # the body (or its gzip decoding) was too large
+GEN_UNFINISHED = "unfinished"  # the server, not the model, ended an answer
 
 # --- outcomes that are not rejects ----------------------------------------------------------
 NEEDS_GENERATION = "needs_generation"  # prompt-only: written to prompts.jsonl
@@ -113,6 +114,7 @@ ROW_REJECT_REASONS = frozenset(
         GEN_PRETOKENIZED,
         GEN_MODEL_MISMATCH,
         GEN_RESPONSE_TOO_LARGE,
+        GEN_UNFINISHED,
     }
 )
 
@@ -184,6 +186,8 @@ EXPLANATIONS: dict[str, str] = {
     SPECIAL_TOKEN_IN_ANSWER: "an answer holds a special token's text (a leaked stop token?),"
     " which would encode as the control token itself",
     GEN_MODEL_MISMATCH: "the answer came from another model than the run's",
+    GEN_UNFINISHED: "the server ended the answer, not the model (finish_reason abort or"
+    " content_filter, or a stop string)",
     GEN_RESPONSE_TOO_LARGE: "the server's response body (or its gzip decoding) was larger than"
     " the largest accepted (32 MiB by default)",
 }

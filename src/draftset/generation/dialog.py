@@ -29,6 +29,7 @@ Ask = Callable[[list[Message]], Awaitable[Completion]]
 STOP_LENGTH = "length"
 STOP_TOOL_MISMATCH = "tool_mismatch"
 STOP_NOTHING = "nothing_to_generate"
+STOP_UNFINISHED = "unfinished"  # the server ended an answer (abort, a filter, a stop string)
 
 
 @dataclass
@@ -107,6 +108,11 @@ async def run_dialog(job: Job, ask: Ask) -> Dialog:
         if comp.finish_reason == "length":
             d.stop = STOP_LENGTH
             d.stop_message = f"answer {len(d.completions)} was cut at max_tokens"
+            return d
+        ended = comp.server_ended()
+        if ended is not None:  # never written: its end is not the model's (docs/semantics.md)
+            d.stop = STOP_UNFINISHED
+            d.stop_message = f"answer {len(d.completions)} {ended}, not by the model"
             return d
         if _names(comp.message) and not _names(recorded):
             d.ends_at_tool_call = True  # no result to give the model: the row ends here

@@ -120,6 +120,25 @@ class Completion:
     completion_token_ids: list[int] | None = None
     attempts: int = 1
     special_stripped: str | None = None  # a leaked stop token's text cut from the answer's end
+    stop_string: str | None = None  # the stop string that ended it (vLLM stop_reason, SGLang
+    # matched_stop): the server cut the answer there, the model did not end it
+
+    def server_ended(self) -> str | None:
+        """How the server, not the model, ended this answer (None: the model ended it, or it
+        was cut at max_tokens, which is "length"'s own reason). The model ends an answer with
+        a stop token (``stop``, with no stop string) or a tool call; vLLM's ``abort``, OpenAI's
+        ``content_filter`` and a stop string are the server's doing."""
+        if self.finish_reason == "length":
+            return None
+        if self.finish_reason not in MODEL_FINISH_REASONS:
+            return f"ended with finish_reason {self.finish_reason!r}"
+        if self.stop_string is not None:
+            return f"was ended by the stop string {self.stop_string!r}"
+        return None
+
+
+MODEL_FINISH_REASONS = frozenset({"stop", "tool_calls", "function_call"})
+"""finish_reason values that say the model itself ended the answer (OpenAI's, vLLM's, SGLang's)."""
 
 
 @dataclass
@@ -472,7 +491,18 @@ def parse_completion(content: bytes, endpoint: str) -> Completion:
         model=data.get("model") if isinstance(data.get("model"), str) else None,
         prompt_token_ids=_ids(data.get("prompt_token_ids") or choice.get("prompt_token_ids")),
         completion_token_ids=_ids(choice.get("token_ids")),
+        stop_string=_stop_string(choice),
     )
+
+
+def _stop_string(choice: dict[str, Any]) -> str | None:
+    """The stop *string* that ended a ``stop`` answer: vLLM's ``stop_reason`` or SGLang's
+    ``matched_stop`` as text (an int there is a stop token's id: the model's own end)."""
+    for key in ("stop_reason", "matched_stop"):
+        value = choice.get(key)
+        if isinstance(value, str):
+            return value
+    return None
 
 
 def _kept_message(msg: dict[str, Any]) -> dict[str, Any]:

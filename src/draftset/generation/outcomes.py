@@ -15,12 +15,14 @@ from draftset.generation.dialog import (
     STOP_LENGTH,
     STOP_NOTHING,
     STOP_TOOL_MISMATCH,
+    STOP_UNFINISHED,
 )
 
 # --- error reason codes (errors file `reason`; part of the format: never rename, only add) ---
 LENGTH = STOP_LENGTH  # an answer hit max_tokens (finish_reason "length"); kept with --keep-length
 TOOL_MISMATCH = STOP_TOOL_MISMATCH  # the model's tool calls differ from the recorded ones
 NOTHING_TO_GENERATE = STOP_NOTHING  # no user turn (or tool result) to answer
+UNFINISHED = STOP_UNFINISHED  # the server ended an answer (abort, content filter, stop string)
 HTTP_4XX = reasons.GEN_HTTP_4XX  # the server refused (4xx other than 429): not retried
 RETRIES_EXHAUSTED = reasons.GEN_RETRIES_EXHAUSTED  # 429 / 5xx / timeouts / resets, every try
 INVALID_RESPONSE = reasons.GEN_INVALID_RESPONSE  # every try: a 200 that is no completion
@@ -33,7 +35,7 @@ MODEL_MISMATCH = reasons.GEN_MODEL_MISMATCH  # the answer's `model` is not the r
 # input rows that `normalize` rejects keep its own code (reasons.UNKNOWN_FORMAT, ...), and
 # reasons.DUPLICATE_ID marks a row whose id is already used in this run.
 
-RETRYABLE_REASONS = frozenset({RETRIES_EXHAUSTED, INVALID_RESPONSE, MODEL_MISMATCH})
+RETRYABLE_REASONS = frozenset({RETRIES_EXHAUSTED, INVALID_RESPONSE, MODEL_MISMATCH, UNFINISHED})
 """Error lines that ``--retry-errors`` removes so their rows are tried again."""
 
 WRITTEN = "written"  # outcome of a row that went to the output file
