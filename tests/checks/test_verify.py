@@ -1118,3 +1118,42 @@ def test_sampled_verify_also_justifies_a_share_of_the_rejections(built, tmp_path
         assert failed(results) <= {"mask_fidelity"}
         caught += "mask_fidelity" in failed(results)
     assert 2 <= caught <= 10, caught
+
+
+def test_an_answer_that_copies_its_prompt_is_context_in_build_and_verify(tmp_path):
+    """An answer that is its user turn verbatim (an echoing server, a pipeline that padded
+    answers with the prompt): build supervised it and verify failed it as leakage, so
+    `draftset run` on such a genuine server answer could never finish. Both now agree: a
+    context turn, reason `prompt_copy`, like a placeholder."""
+    rows = [
+        {
+            "id": "echo",
+            "messages": [
+                {"role": "user", "content": "Say something nice."},
+                {"role": "assistant", "content": " Say something nice. "},
+                {"role": "user", "content": "Now for real."},
+                {"role": "assistant", "content": LONG},
+            ],
+        },
+        {
+            "id": "only",
+            "messages": [
+                {"role": "user", "content": "Hello there."},
+                {"role": "assistant", "content": "Hello there."},
+            ],
+        },
+    ]
+    src = write_jsonl(tmp_path / "echo.jsonl", rows)
+    out = run_build(
+        BuildOptions([Source("e", src)], str(qwen3_tokenizer_dir()), tmp_path / "out", workers=1)
+    ).out
+    m = manifest(out)
+    counts = m["counts"]["per_source"]["e"]
+    assert counts["context_turns_by_reason"].get("prompt_copy") == 2
+    assert counts["row_rejects_by_reason"] == {"no_supervised_turn": 1}
+    results = verify(out)
+    assert failed(results) == set(), [r.to_json() for r in results if r.failed]
+    (row,) = read_rows(out)
+    supervised = [t for t, k in zip(row["input_ids"], row["loss_mask"], strict=True) if k]
+    tok = Tokenizer.from_file(str(qwen3_tokenizer_dir() / "tokenizer.json"))
+    assert "Say something nice" not in tok.decode(supervised)

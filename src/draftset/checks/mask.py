@@ -395,7 +395,7 @@ def expected_rows(
             if j == 0:
                 context[reasons.TURN_NO_PROMPT] += 1
                 continue
-            why = reasons.never_supervised(originals[j], j, cut_off, placeholders)
+            why = reasons.never_supervised(originals, j, cut_off, placeholders)
             if why is not None:
                 context[why] += 1
                 continue
@@ -428,7 +428,7 @@ def expected_rows(
             if j == 0:
                 context[reasons.TURN_NO_PROMPT] += 1
                 continue
-            why = reasons.never_supervised(originals[j], j, cut_off, placeholders)
+            why = reasons.never_supervised(originals, j, cut_off, placeholders)
             if why is not None:
                 context[why] += 1
                 continue
@@ -729,10 +729,9 @@ def _leak(
         text = _short(reasons.answer_text(msg))
         v.leakage.append(f"placeholder answer supervised (turn {j}): {text}")
         return
-    prompt = next((m for m in reversed(conv.messages[:j]) if m["role"] == "user"), None)
-    content = str(msg.get("content") or "").strip()
-    if prompt is not None and content and content == str(prompt.get("content") or "").strip():
-        v.leakage.append(f"answer of turn {j} is a verbatim copy of its prompt: {_short(content)}")
+    if reasons.copies_its_prompt(conv.messages, j):
+        text = _short(str(msg.get("content") or "").strip())
+        v.leakage.append(f"answer of turn {j} is a verbatim copy of its prompt: {text}")
 
 
 # --- the row-level pass --------------------------------------------------------------------------

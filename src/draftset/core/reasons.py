@@ -69,6 +69,7 @@ TURN_NOT_GENERABLE = "not_generable"  # render(0..j) does not start with render(
 TURN_NO_END_OF_TURN = "no_end_of_turn"  # no end-of-turn token after the generation prompt
 TURN_HISTORY_RENDER_DIFFERS = "history_render_differs"  # full render shows it differently
 TURN_PLACEHOLDER = "placeholder_answer"  # "OK.", "", whitespace: never supervised
+TURN_PROMPT_COPY = "prompt_copy"  # the answer is its user turn verbatim: never supervised
 TURN_NOT_LAST = "not_last_turn"  # --turns last: earlier turns are context by request
 TURN_NO_PROMPT = "no_prompt"  # the first message: nothing before it to generate from
 # the answer was cut off (max tokens, an unclosed think block): the template would close it with
@@ -176,6 +177,8 @@ EXPLANATIONS: dict[str, str] = {
     " history than the model generated it (e.g. reasoning stripped): --turns each supervises"
     " every turn in its own row",
     TURN_PLACEHOLDER: 'a placeholder answer ("OK.", empty): never supervised',
+    TURN_PROMPT_COPY: "the answer is its user turn verbatim (an echo, or padding): never"
+    " supervised",
     TURN_NOT_LAST: "--turns last: earlier turns are context by request",
     TURN_NO_PROMPT: "the first message: nothing before it to generate it from",
     TURN_TRUNCATED: "the answer was cut off (max tokens, an unclosed think block): its"
@@ -329,15 +332,28 @@ def developer_role(template_text: str, engine: str, harmony: bool) -> bool:
 
 
 def never_supervised(
-    msg: dict, j: int, cut_off: frozenset[int], placeholders: tuple[str, ...]
+    messages: list, j: int, cut_off: frozenset[int], placeholders: tuple[str, ...]
 ) -> str | None:
     """Why assistant message ``j`` is context whatever the template renders (build and verify
-    ask this before any render): a placeholder answer, or one cut off (`cut_off_answers`)."""
+    ask this before any render): a placeholder answer, one cut off (`cut_off_answers`), or one
+    that is its user turn verbatim (verify's leakage check fails such a supervised answer)."""
+    msg = messages[j]
     if is_placeholder_answer(msg, placeholders):
         return TURN_PLACEHOLDER
     if j in cut_off:
         return TURN_TRUNCATED
+    if copies_its_prompt(messages, j):
+        return TURN_PROMPT_COPY
     return None
+
+
+def copies_its_prompt(messages: list, j: int) -> bool:
+    """Assistant message ``j``'s text is the last user turn before it, verbatim (stripped)."""
+    content = messages[j].get("content")
+    text = content.strip() if isinstance(content, str) else ""
+    prompt = next((m for m in reversed(messages[:j]) if m.get("role") == "user"), None)
+    asked = prompt.get("content") if prompt is not None else None
+    return bool(text) and isinstance(asked, str) and text == asked.strip()
 
 
 def drops_content(msg: dict, generation: str, parts: list[str] | None = None) -> bool:

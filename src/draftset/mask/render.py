@@ -369,7 +369,7 @@ def _plan_whole(
             if j == 0:  # nothing before it: no prompt it could have been generated from
                 plan.context_turns[reasons.TURN_NO_PROMPT] += 1
                 continue
-            why = reasons.never_supervised(originals[j], j, cut_off, placeholders)
+            why = reasons.never_supervised(originals, j, cut_off, placeholders)
             if why is not None:
                 plan.context_turns[why] += 1
                 continue
@@ -453,7 +453,7 @@ def _plan_each(
         if j == 0:
             plan.context_turns[reasons.TURN_NO_PROMPT] += 1
             continue
-        why = reasons.never_supervised(originals[j], j, cut_off, placeholders)
+        why = reasons.never_supervised(originals, j, cut_off, placeholders)
         if why is not None:
             plan.context_turns[why] += 1
             continue
