@@ -707,6 +707,7 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
         GenerateOptions,
         GenerateUsageError,
         api_key_from_env,
+        api_key_problem,
         check_servers,
         special_tokens_of,
         split_thinking,
@@ -745,6 +746,9 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
         raise GenerateUsageError(f"--out {out} is a folder; give a .jsonl file path")
     endpoints = list(_strings(o.endpoints))
     check_servers(endpoints, o.concurrency, extra)
+    api_key = o.api_key or api_key_from_env()
+    if problem := api_key_problem(api_key, "given" if o.api_key else "from the environment"):
+        raise GenerateUsageError(problem)
     if problem := json_value_problem(kwargs, "--chat-template-kwargs"):
         raise GenerateUsageError(problem)
     return GenerateOptions(
@@ -752,7 +756,7 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
         endpoints=endpoints,
         out=out,
         model=o.model,
-        api_key=o.api_key or api_key_from_env(),
+        api_key=api_key,
         concurrency=o.concurrency,
         request_timeout=o.request_timeout,
         max_retries=o.max_retries,

@@ -1122,3 +1122,37 @@ def test_an_answer_the_model_did_not_end_itself_is_never_written(
         ["abort", "filter", "stopstr", "matched"], "unfinished"
     )
     assert "'abort'" in errors["abort"]["message"] and "'###'" in errors["stopstr"]["message"]
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:99999/v1", "http://127.0.0.1:abc/v1", "http://[::1/v1"]
+)
+def test_an_endpoint_url_that_does_not_parse_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    """A port out of range, a port that is no number, an unclosed IPv6 bracket: a 40-line
+    traceback from the HTTP client's URL parser and exit 1, after the rows were read."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "hi"}])
+    assert generate(src, tmp_path / "o.jsonl", url) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("draftset: error: --endpoint"), err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize("key", ["abc\r\nX-Injected: 1", "k\u00e9y\u20ac", "two words"])
+def test_an_api_key_no_http_header_can_carry_is_one_line_exit_2(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    server: FaultServer,
+    key: str,
+) -> None:
+    """A key with a CR/LF was written into the request as is (a header of the key's choosing
+    reached the server); a non-Latin-1 key was a UnicodeEncodeError traceback. Neither is a key
+    any server issues: refused before any request, without echoing the key."""
+    monkeypatch.setenv("DRAFTSET_API_KEY", key)
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "hi"}])
+    assert generate(src, tmp_path / "o.jsonl", server.url) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "API key" in err[0] and key not in err[0], err
+    assert not server.requests

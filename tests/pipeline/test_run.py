@@ -759,3 +759,19 @@ def test_run_with_an_over_large_answer_rejects_that_row_and_verifies(
     assert result.passed
     rejects = _rejects(result.out)
     assert rejects["big0"]["reason"] == "response_too_large"
+
+
+@pytest.mark.parametrize("case", ["unset", "newline"])
+def test_an_api_key_run_cannot_send_is_exit_2_before_anything(
+    tmp_path: Path, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """`generate.api_key_env: MY_KEY` with MY_KEY unset ran keyless, and the user saw only
+    HTTP 401s; a key with a newline went out as two headers. Both said before any work."""
+    recipe = _recipe(tmp_path, qwen3_dir, "http://127.0.0.1:9/v1", api_key_env="MY_KEY")
+    monkeypatch.delenv("MY_KEY", raising=False)
+    if case == "newline":
+        monkeypatch.setenv("MY_KEY", "abc\nX-Injected: 1")
+    with pytest.raises(run_state.RunUsageError) as exc:
+        _run(recipe)
+    assert ("MY_KEY, which is not set" if case == "unset" else "a newline") in str(exc.value)
+    assert not (tmp_path / "recipe-out.run").exists()

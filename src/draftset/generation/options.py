@@ -14,7 +14,7 @@ from draftset.config.fields import boolean_text_problem, json_value_problem
 from draftset.core import defaults
 from draftset.core.errors import UsageError
 from draftset.generation.http import concurrency_problem
-from draftset.generation.wire import redact_url
+from draftset.generation.wire import parse_target, redact_url
 from draftset.sources.read import Source
 
 API_KEY_ENV = ("DRAFTSET_API_KEY", "OPENAI_API_KEY")
@@ -70,9 +70,13 @@ def check_servers(
     connections can take, no request field set twice. ``prefix``: ``--`` for the command
     line's flags, ``generate.`` for a recipe's keys."""
     for url in endpoints:
+        name = "--endpoint" if prefix == "--" else f"{prefix}endpoints:"
         if not str(url).startswith(("http://", "https://")):
-            name = "--endpoint" if prefix == "--" else f"{prefix}endpoints:"
             raise GenerateUsageError(f"{name} {redact_url(str(url))!r} is not an http(s) URL")
+        try:  # the client's own parser: a port out of range, an unclosed IPv6 bracket
+            parse_target(str(url))
+        except ValueError as exc:
+            raise GenerateUsageError(f"{name} {exc}") from None
     if problem := concurrency_problem(concurrency, len(endpoints), f"{prefix}concurrency"):
         raise GenerateUsageError(problem)
     name = "extra-body" if prefix == "--" else "extra_body"
@@ -150,6 +154,21 @@ class GenerateOptions:
             return self.thinking == "on"
         fraction = float(self.thinking.partition(":")[2])
         return random.Random(f"{self.seed or 0}:{row_id}").random() < fraction
+
+
+def api_key_problem(key: str | None, where: str) -> str | None:
+    """Why ``key`` cannot be sent as ``Authorization: Bearer KEY`` (never echoing it), or None.
+
+    Keys servers issue are visible ASCII; a CR/LF would end the header early and put the
+    rest in a header of its own, a non-Latin-1 character cannot be encoded at all."""
+    if key is None or all("!" <= c <= "~" for c in key):
+        return None
+    bad = next(c for c in key if not "!" <= c <= "~")
+    what = {"\r": "a carriage return", "\n": "a newline", " ": "a space"}.get(bad)
+    return (
+        f"the API key {where} holds {what or f'the character U+{ord(bad):04X}'}, which no HTTP"
+        " header carries (keys are visible ASCII): copy it again without it"
+    )
 
 
 def api_key_from_env() -> str | None:

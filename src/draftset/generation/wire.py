@@ -71,10 +71,13 @@ class Target:
 
 def parse_target(url: str) -> Target:
     """Split an ``http(s)://[user:pass@]host[:port]/prefix`` URL; the credentials never show."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:  # "Port out of range 0-65535", "Invalid IPv6 URL", ...
+        raise ValueError(f"{redact_url(url)!r} is not a valid URL: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{redact_url(url)!r} is not an http(s) URL")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     auth = None
     if parts.username is not None:
         pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"

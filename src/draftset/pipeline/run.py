@@ -36,9 +36,12 @@ from typing import TYPE_CHECKING, Any
 from draftset.checks.verify import run_verify
 from draftset.config.schema import GenerateSection
 from draftset.console import progress_bar
+from draftset.core import defaults
 from draftset.core.words import plural
 from draftset.generation.options import (
     GenerateUsageError,
+    api_key_from_env,
+    api_key_problem,
     check_servers,
 )
 from draftset.generation.store import errors_path
@@ -300,3 +303,12 @@ def _check_servers(g: GenerateSection) -> None:
         check_servers(list(g.endpoints), g.concurrency, g.extra_body or {}, prefix="generate.")
     except GenerateUsageError as exc:
         raise RunUsageError(str(exc)) from None
+    named = g.api_key_env != defaults.API_KEY_ENV  # the recipe names its own variable
+    if named and os.environ.get(g.api_key_env) is None:
+        raise RunUsageError(
+            f"generate.api_key_env names ${g.api_key_env}, which is not set: export it, or"
+            " leave api_key_env out for a server without a key"
+        )
+    key = os.environ.get(g.api_key_env) or api_key_from_env()
+    if problem := api_key_problem(key, "from the environment"):
+        raise RunUsageError(problem)
