@@ -1157,3 +1157,21 @@ def test_an_answer_that_copies_its_prompt_is_context_in_build_and_verify(tmp_pat
     supervised = [t for t, k in zip(row["input_ids"], row["loss_mask"], strict=True) if k]
     tok = Tokenizer.from_file(str(qwen3_tokenizer_dir() / "tokenizer.json"))
     assert "Say something nice" not in tok.decode(supervised)
+
+
+def test_a_changed_benchmark_file_fails_sources(tmp_path):
+    """verify re-selects with the `--decontaminate` files, whose sha256 the manifest records;
+    an edited one changes which rows are contaminated, yet `sources` said "input files
+    unchanged" and passed."""
+    bench = write_jsonl(tmp_path / "bench.jsonl", [{"prompt": "How are river deltas formed?"}])
+    src = write_jsonl(tmp_path / "chats.jsonl", ROWS[:2])
+    opts = BuildOptions(
+        [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / "out", workers=1
+    )
+    opts.decontaminate = [str(bench)]
+    out = run_build(opts).out
+    assert failed(verify(out)) == set()
+    write_jsonl(bench, [{"prompt": "Explain deltas in detail to a child."}])
+    results = verify(out)
+    assert "sources" in failed(results)
+    assert by_name(results)["sources"].examples == [str(bench)]

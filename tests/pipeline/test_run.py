@@ -775,3 +775,28 @@ def test_an_api_key_run_cannot_send_is_exit_2_before_anything(
         _run(recipe)
     assert ("MY_KEY, which is not set" if case == "unset" else "a newline") in str(exc.value)
     assert not (tmp_path / "recipe-out.run").exists()
+
+
+def test_an_edited_chat_template_or_benchmark_file_is_a_change(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """The recipe's `chat_template_path` and `decontaminate` files were recorded by path: a
+    finished run whose template was edited resumed as "already done" and said "verified", while
+    `draftset verify` failed the set (template changed since the build). By content now."""
+    recipe = _recipe(tmp_path, qwen3_dir, "http://127.0.0.1:9/v1")
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ 'x' }}")
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text('{"prompt": "what is the capital of france"}\n')
+    conf = json.loads(recipe.read_text())
+    conf.update(chat_template=str(template), decontaminate=[str(bench)])
+    recipe.write_text(json.dumps(conf))
+    first = run_resume.settings_of(run_options(recipe))
+    assert run_resume.changed_settings(first, run_resume.settings_of(run_options(recipe))) == []
+    template.write_text("{{ 'y' }}")
+    bench.write_text('{"prompt": "what is the capital of spain"}\n')
+    again = run_resume.settings_of(run_options(recipe))
+    assert run_resume.changed_settings(first, again) == [
+        "files.chat_template_path",
+        "files.decontaminate",
+    ]

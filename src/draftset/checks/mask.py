@@ -254,6 +254,13 @@ def check_sources(out: OutputSet) -> CheckResult:
         elif got != want:
             changed = [g[0] for g, w in zip(got, want, strict=True) if g != w]
             p.add("source sha256 changed", src.name, f"{src.name}: {', '.join(changed)}")
+    for bench in (out.manifest.get("selection") or {}).get("decontaminate") or []:
+        n_files += 1  # the rows it rejects as contaminated depend on its content
+        path = Path(str(bench.get("path")))
+        if not path.is_file():
+            p.add("benchmark file missing", str(path), f"{path} not found (--decontaminate)")
+        elif bench.get("sha256") is not None and sha256_file(path) != bench["sha256"]:
+            p.add("benchmark file changed", str(path), f"{path}: sha256 differs (--decontaminate)")
     for answers in (out.manifest.get("selection") or {}).get("overlay") or []:  # `draftset run`
         n_files += 1
         path = Path(answers["path"])

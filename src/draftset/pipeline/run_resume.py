@@ -20,7 +20,7 @@ from draftset.pipeline.run_state import (
     our_output,
     report_path,
 )
-from draftset.sources.read import HUB_PREFIX, describe_inputs
+from draftset.sources.read import HUB_PREFIX, describe_inputs, sha256_file
 
 _FREE_GENERATE_KEYS = {
     "endpoints",
@@ -58,7 +58,20 @@ def settings_of(opts: RunOptions) -> dict[str, Any]:
     }
     gen = {k: v for k, v in opts.generate.model_dump().items() if k not in _FREE_GENERATE_KEYS}
     gen["extra_body"] = gen["extra_body"] or {}  # as recorded before the schema: a mapping
-    return json.loads(json.dumps({"recipe": recipe, "inputs": inputs, "generate": gen}))
+    # files the build reads besides the sources, by content: an edited template or benchmark
+    # is a change, as an edited source is (verify would fail the set the resume calls done)
+    files = {
+        "chat_template_path": _sha256_or_none(b.chat_template_path),
+        "decontaminate": [_sha256_or_none(p) for p in b.decontaminate],
+    }
+    settings = {"recipe": recipe, "inputs": inputs, "generate": gen, "files": files}
+    return json.loads(json.dumps(settings))
+
+
+def _sha256_or_none(path: str | Path | None) -> str | None:
+    if path is None or not Path(path).expanduser().is_file():
+        return None  # no such file: preflight says so (or a hub name)
+    return sha256_file(Path(path).expanduser())
 
 
 def _real(path: str | Path) -> str:
@@ -150,7 +163,9 @@ def open_state(opts: RunOptions, settings: dict[str, Any]) -> tuple[RunState, li
         elif opts.restart:
             _clean(opts, data)
         else:
-            changed = changed_settings(_comparable(data.get("settings") or {}), settings)
+            old = _comparable(data.get("settings") or {})
+            old.setdefault("files", settings["files"])  # begun before files were recorded
+            changed = changed_settings(old, settings)
             if changed:
                 raise RunUsageError(
                     f"the recipe, inputs or generation settings changed since {work} was"
