@@ -800,3 +800,30 @@ def test_an_edited_chat_template_or_benchmark_file_is_a_change(
         "files.chat_template_path",
         "files.decontaminate",
     ]
+
+
+def test_a_second_run_of_the_same_work_folder_is_refused_while_one_runs(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """Two `draftset run`s of one recipe both selected, rewrote each other's queue and state
+    (one failed reading a queue that changed under it, one's build attempt was left "running").
+    The work folder's run.lock (flock) lets one in; the other is told who holds it, exit 2;
+    after the first ends the second runs."""
+    import fcntl
+    import os
+
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        work = tmp_path / "recipe-out.run"
+        work.mkdir()
+        fd = os.open(work / "run.lock", os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, b"4242\n")
+        try:
+            with pytest.raises(run_state.RunUsageError) as exc:
+                _run(recipe)
+            assert "another draftset run (pid 4242) is working in" in str(exc.value)
+            assert sorted(p.name for p in work.iterdir()) == ["run.lock"]
+        finally:
+            os.close(fd)
+        assert _run(recipe).passed

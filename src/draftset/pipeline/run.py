@@ -44,7 +44,7 @@ from draftset.generation.options import (
     api_key_problem,
     check_servers,
 )
-from draftset.generation.store import errors_path
+from draftset.generation.store import RunLock, StoreError, errors_path
 from draftset.mask.template import _resolve_tokenizer_path
 from draftset.output.folder import is_report_file
 from draftset.pipeline.run_answers import answer_queue, fmt_counts, generate_options
@@ -52,6 +52,7 @@ from draftset.pipeline.run_resume import open_state, run_begun, settings_of
 from draftset.pipeline.run_select import select_rows
 from draftset.pipeline.run_state import (
     KILL_ENV,
+    RUN_LOCK,
     STAGES,
     RunOptions,
     RunResult,
@@ -186,6 +187,27 @@ def run(
     begun = run_begun(work)
     if not begun:  # a server down: said now, not after selecting the rows; nothing written
         _check_reachable(opts, opts.generate.model, work)
+    with _run_lock(work):  # two runs of one recipe would rewrite each other's files
+        return _run_stages(opts, settings, begun, say, show_checks)
+
+
+def _run_lock(work: Path) -> RunLock:
+    """The work folder's `run.lock`, held (flock) for the whole run: released by the kernel
+    however the process ends, so never stale."""
+    try:
+        return RunLock(work, work / RUN_LOCK, command="run")
+    except StoreError as exc:
+        raise RunUsageError(str(exc).replace(" is writing ", " is working in ", 1)) from None
+
+
+def _run_stages(
+    opts: RunOptions,
+    settings: dict[str, Any],
+    begun: bool,
+    say: Callable[[str], None],
+    show_checks: Callable[[list[CheckResult]], None] | None,
+) -> RunResult:
+    work = opts.work_dir
     state, resumed = open_state(opts, settings)
     if resumed:
         say(f"resuming {work}: {', '.join(resumed)} already done")

@@ -12,6 +12,7 @@ from typing import Any
 from draftset.mask.template import tokenizer_files_fingerprint
 from draftset.output.folder import remove_stale_tmp
 from draftset.pipeline.run_state import (
+    RUN_LOCK,
     STATE_FORMAT,
     WORK_FILES,
     RunOptions,
@@ -149,7 +150,8 @@ def run_begun(work: Path) -> bool:
 def open_state(opts: RunOptions, settings: dict[str, Any]) -> tuple[RunState, list[str]]:
     work = opts.work_dir
     path = work / "state.json"
-    if work.exists() and not path.exists() and any(work.iterdir()):
+    held = [p for p in work.iterdir() if p.name != RUN_LOCK] if work.is_dir() else []
+    if work.exists() and not path.exists() and held:
         raise RunUsageError(f"{work} exists and is not a draftset run folder (no state.json)")
     if path.exists():
         try:
@@ -158,7 +160,7 @@ def open_state(opts: RunOptions, settings: dict[str, Any]) -> tuple[RunState, li
             raise RunUsageError(f"{path} is not readable JSON") from None
         if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
             raise RunUsageError(f"{path} is not a draftset run state file")
-        if not run_begun(work) and set(work.iterdir()) == {path}:
+        if not run_begun(work) and set(held) == {path}:
             pass  # no stage began and nothing else is here: a new run, written below
         elif opts.restart:
             _clean(opts, data)

@@ -151,6 +151,10 @@ def format_timeline(attempts: list[dict[str, Any]]) -> str:
 
 
 # files `run` writes in its work folder (and the only ones --restart removes)
+RUN_LOCK = "run.lock"
+"""`draftset run`'s lock in its work folder (flock, held while it runs; left in place, it holds
+no state, and never removed: a --restart deleting it under a waiting run would let two in)."""
+
 WORK_FILES = (
     "state.json",
     "state.json.tmp",
