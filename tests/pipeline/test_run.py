@@ -827,3 +827,41 @@ def test_a_second_run_of_the_same_work_folder_is_refused_while_one_runs(
         finally:
             os.close(fd)
         assert _run(recipe).passed
+
+
+def test_run_summary_says_answered_of_queued_and_the_errors(
+    tmp_path: Path, qwen3_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The last line said `answers by 'm': 26 (placeholder_answer=9, prompt_only=30)`: the
+    breakdown was what was queued (39), not the 26 answered, and the 13 errors were nowhere."""
+    from draftset.commands.run import print_summary
+
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        conf = json.loads(recipe.read_text())
+        cut = _rows(tmp_path / "data" / "cut.jsonl", [{"id": "c0", "prompt": "q [length]"}])
+        conf["sources"].append({"path": str(cut)})
+        recipe.write_text(json.dumps(conf))
+        result = _run(recipe)
+    capsys.readouterr()
+    print_summary(result)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("run: "))
+    info = json.loads((result.out / "manifest.json").read_text())["run"]
+    queued = sum(info["queued"].values())
+    errors = info["generation_errors"]
+    assert errors.get("length", 0) >= 1
+    assert f"{info['answered']:,} of {queued:,} queued" in line, line
+    detail = ", ".join(f"{k}={v:,}" for k, v in sorted(errors.items()))
+    assert f"{sum(errors.values()):,} not answered ({detail})" in line, line
+
+
+def test_a_server_of_another_model_is_named_in_the_recipes_terms(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """`run` said "not --model 'x'": run has no such flag, the recipe's key is generate.model."""
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url, model="other-model")
+        with pytest.raises(run_state.RunUsageError) as exc:
+            _run(recipe)
+    assert "not generate.model 'other-model'" in str(exc.value)
+    assert "--model" not in str(exc.value)

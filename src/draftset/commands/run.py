@@ -91,10 +91,14 @@ def print_summary(result: RunResult) -> None:
     manifest = json.loads((result.out / "manifest.json").read_text(encoding="utf-8"))
     total = (manifest.get("counts") or {}).get("total") or {}
     run_info = manifest.get("run") or {}
+    queued = run_info.get("queued") or {}
+    errors = run_info.get("generation_errors") or {}
     print(
         f"run: {plural(total.get('read', 0), 'row')} read, {total.get('written', 0):,} written,"
         f" {total.get('rejected', 0):,} rejected; answers by {run_info.get('model')!r}:"
-        f" {run_info.get('answered', 0):,} ({_fmt_counts(run_info.get('queued') or {})}),"
+        f" {run_info.get('answered', 0):,} of {sum(queued.values()):,} queued"
+        f" ({_fmt_counts(queued)}), {sum(errors.values()):,} not answered"
+        f"{f' ({_fmt_counts(errors)})' if errors else ''},"
         f" {run_info.get('ends_at_tool_call', 0):,} end at a tool call"
     )
     if run_info.get("special_tokens_stripped"):

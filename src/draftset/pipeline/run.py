@@ -315,6 +315,9 @@ def _check_reachable(opts: RunOptions, model: str | None, work: Path) -> None:
             f"{exc}: start the server, or fix generate.endpoints (`draftset build` builds"
             " rows that need no answers without one)"
         ) from None
+    except GenerateUsageError as exc:  # another model than asked: in the recipe's terms
+        text = str(exc).replace("not --model", "not generate.model")
+        raise RunUsageError(text.replace("pass --model", "set generate.model")) from None
 
 
 def _check_servers(g: GenerateSection) -> None:
