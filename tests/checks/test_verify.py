@@ -1175,3 +1175,18 @@ def test_a_changed_benchmark_file_fails_sources(tmp_path):
     results = verify(out)
     assert "sources" in failed(results)
     assert by_name(results)["sources"].examples == [str(bench)]
+
+
+def test_a_prompt_line_whose_messages_changed_fails_row_identity(built, tmp_path):
+    """prompts.jsonl is what `generate` answers: its line for p1 asked another question (the
+    messages replaced, hashes resealed) and verify, comparing only the id, passed it."""
+    folder = copy_set(built["all"], tmp_path)
+    path = folder / "prompts.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    (p1,) = [x for x in lines if x["id"] == "p1"]
+    p1["messages"] = [{"role": "user", "content": "Write a limerick instead."}]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"row_identity"}, [r.to_json() for r in results if r.failed]
+    assert by_name(results)["row_identity"].examples == ["p1"]

@@ -938,6 +938,8 @@ def _check_unwritten(
     line = idx.prompts_at.get(key)
     if line is None or line.get("id") != item.id:
         ident.add("prompt-only row missing from prompts.jsonl", item.id)
+    elif line != json.loads(json.dumps(item.to_json(), ensure_ascii=False)):
+        ident.add("prompts.jsonl line differs from its input row (what generate asks)", item.id)
 
 
 def _check_rows(

@@ -95,6 +95,14 @@ class PromptOnly:
     tools: list[dict[str, Any]] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def to_json(self) -> dict[str, Any]:
+        """Its prompts.jsonl line (what `generate` answers; verify compares it whole)."""
+        line: dict[str, Any] = {"id": self.id, "messages": self.messages}
+        if self.tools:
+            line["tools"] = self.tools
+        line["metadata"] = {"source": self.source, "row": self.row}
+        return line
+
 
 @dataclass(slots=True)
 class PreTokenized:

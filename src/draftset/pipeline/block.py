@@ -229,11 +229,7 @@ def write_results(
             rejects.append(_line(item.to_json()))
             continue
         if isinstance(item, PromptOnly):
-            line: dict[str, Any] = {"id": item.id, "messages": item.messages}
-            if item.tools:
-                line["tools"] = item.tools
-            line["metadata"] = {"source": item.source, "row": item.row}
-            prompts.append(_line(line))
+            prompts.append(_line(item.to_json()))
             continue
         rejects.extend(_line(r.to_json()) for r in res.rejects)
         if res.rows:
