@@ -86,6 +86,7 @@ def test_to_json_keeps_its_keys_and_order():
         "generation_tags_disagree",
         "placeholder_rows",
         "empty_think_rows",
+        "reasoning_not_rendered",
         "unread_fields",  # a mapping by field name, not "_by_reason"
     ]
     assert c.to_json()["rejected"] == c.rejected_total == 5 * 3  # field 5: x=5, y=10

@@ -87,6 +87,7 @@ def _fmt_counts(counts: dict[str, int]) -> str:
 
 def print_summary(result: RunResult) -> None:
     from draftset.console import unread_fields_notes  # lazy: rich, after the run
+    from draftset.pipeline.summary import reasoning_note  # lazy: as above, build's wording
 
     manifest = json.loads((result.out / "manifest.json").read_text(encoding="utf-8"))
     total = (manifest.get("counts") or {}).get("total") or {}
@@ -116,6 +117,8 @@ def print_summary(result: RunResult) -> None:
             " trained as empty think blocks under this thinking template; `regenerate:"
             " missing_reasoning` in the recipe's generate section has the target answer them"
         )
+    if total.get("reasoning_not_rendered"):
+        print(reasoning_note(total["reasoning_not_rendered"]))
     differ = {
         k: context[k] for k in ("history_render_differs", "history_tokens_differ") if context.get(k)
     }

@@ -42,6 +42,8 @@ class SourceCounts:
     generation_tags_disagree: int = 0  # rows where they mark something else
     placeholder_rows: int = 0  # rejected no_supervised_turn: every answer a placeholder
     empty_think_rows: int = 0  # written rows trained as empty think blocks (thinking template)
+    reasoning_not_rendered: int = 0  # supervised answers whose recorded reasoning the template
+    # does not write (Llama-3.x): trained without it
     # rows per top-level text field their shape did not read (a trace in `code`, ...); JSON
     # name as is: the keys are the source's field names, not reasons
     unread_fields: Counter[str] = field(default_factory=Counter, metadata={"keyed": True})

@@ -347,6 +347,14 @@ def never_supervised(
     return None
 
 
+def reasoning_not_rendered(msg: dict, generation: str) -> bool:
+    """A supervised answer's recorded reasoning is not in its generation: the template does not
+    render reasoning (Llama-3.x), so only the answer is trained (a note, not a reject: that is
+    what the model generates under this template)."""
+    reasoning = str(msg.get("reasoning_content") or "").strip()
+    return bool(reasoning) and reasoning not in generation
+
+
 def copies_its_prompt(messages: list, j: int) -> bool:
     """Assistant message ``j``'s text is the last user turn before it, verbatim (stripped)."""
     content = messages[j].get("content")

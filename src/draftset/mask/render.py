@@ -78,6 +78,7 @@ class ConversationPlan:
     # templates with {% generation %} tags: does what they mark equal the derived spans?
     generation_tags_agree: int = 0
     generation_tags_disagree: int = 0
+    reasoning_not_rendered: int = 0  # supervised answers whose recorded reasoning G lacks
     server_ids_used: int = 0  # generations whose tokens came from the server
     server_ids_mismatch: int = 0  # server ids that did not decode to the generation: re-encoded
 
@@ -385,6 +386,8 @@ def _plan_whole(
                     if reasons.drops_content(originals[j], turn.generation, parts):
                         plan.rejects.append(_drops_reject(conv, j))
                         return
+                    if reasons.reasoning_not_rendered(originals[j], turn.generation):
+                        plan.reasoning_not_rendered += 1
                     spans.append((start, start + len(turn.generation), j))
                     continue
                 turn.reason = reasons.TURN_HISTORY_RENDER_DIFFERS
@@ -471,6 +474,8 @@ def _plan_each(
         if reasons.drops_content(originals[j], turn.generation, parts):
             plan.rejects.append(_drops_reject(conv, j, row_id))
             continue
+        if reasons.reasoning_not_rendered(originals[j], turn.generation):
+            plan.reasoning_not_rendered += 1
         start = len(turn.prompt)
         text = full if turn.continued is None else turn.continued
         plan.rows.append(make_row(conv, row_id, text, [(start, start + len(turn.generation), j)]))

@@ -92,6 +92,8 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
             " trained as empty think blocks under this thinking template; `draftset run` with"
             " `regenerate: missing_reasoning` has the target model answer them with reasoning"
         )
+    if total.reasoning_not_rendered:
+        console.print(reasoning_note(total.reasoning_not_rendered))
     for line in unread_fields_notes({n: dict(c.unread_fields) for n, c in acct.sources.items()}):
         console.print(escape(line))
     rate = total.read / result.seconds if result.seconds > 0 else 0.0
@@ -102,3 +104,12 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
     for note in result.notes:
         console.print(f"note: {safe(note)}")
     sys.stdout.flush()
+
+
+def reasoning_note(n: int) -> str:
+    """Recorded reasoning the template drops: said, since those answers train without it."""
+    return (
+        f"note: {plural(n, 'supervised answer')}'s recorded reasoning is not rendered by this"
+        " template (it has no place for it, e.g. Llama-3.x): only the answers are trained;"
+        " for reasoning, build for a target whose template renders it"
+    )
