@@ -1190,3 +1190,34 @@ def test_a_prompt_line_whose_messages_changed_fails_row_identity(built, tmp_path
     results = verify(folder)
     assert failed(results) == {"row_identity"}, [r.to_json() for r in results if r.failed]
     assert by_name(results)["row_identity"].examples == ["p1"]
+
+
+def test_a_row_rejected_too_long_that_fits_fails_mask_fidelity(built, tmp_path):
+    """build rejects an over-long row from a byte bound without tokenizing it (docs/semantics.md
+    "Length"): a wrong bound would lose rows silently, and verify passed a good 67-token row
+    rejected `too_long` under --max-length 4096. It now counts the row's tokens as the contract
+    writes them (context and generations each tokenized in one piece) and fails one that fits."""
+    folder = copy_set(built["all"], tmp_path)
+    reject_instead(folder, "sys", "too_long", 0)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}, [r.to_json() for r in results if r.failed]
+    assert by_name(results)["mask_fidelity"].examples == ["sys"]
+
+
+def test_a_row_rightly_rejected_too_long_passes(tmp_path):
+    """The other side: a row truly over --max-length (beside a short one that is written)."""
+    short = {
+        "id": "short",
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello to you, my friend, on this fine day."},
+        ],
+    }
+    src = write_jsonl(tmp_path / "c.jsonl", [ROWS[0], short])
+    opts = BuildOptions(
+        [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1
+    )
+    opts.max_length = 40
+    out = run_build(opts).out
+    assert manifest(out)["counts"]["total"]["rejected_by_reason"] == {"too_long": 1}
+    assert "mask_fidelity" not in failed(verify(out))

@@ -868,6 +868,7 @@ def source_pass(
             context_by_source.setdefault(item.source, Counter()).update(context)
             if not own:
                 _check_rejection(maskp, item, lines, expected, error)
+                _check_too_long(maskp, tmpl, item.id, lines, expected, opts)
         mine = [rid for rid in own if row_of_id[rid] in chosen_set]
         checked += len(mine)
         context = _check_rows(
@@ -879,6 +880,8 @@ def source_pass(
             for rid, _ in expected:
                 if rid not in row_of_id and not any(x.get("id") == rid for x in lines):
                     maskp.add("expected row missing and not rejected", rid)
+            if own and lines:  # a turn's row rejected beside written ones
+                _check_too_long(maskp, tmpl, item.id, lines, expected, opts)
     _check_every_output_row(ident, idx, row_owner, used_rejects)
     if full:
         _compare_context_counts(maskp, out, context_by_source)
@@ -1020,6 +1023,55 @@ def _bounded_expected_rows(
             return expected_rows(tmpl, conv, mode, placeholders)
     except RenderLimit as exc:
         return [], Counter(), f"{exc.reason}: {exc.message}"
+
+
+_LENGTH_SLACK = 2
+"""Tokens per generation a row's length may differ between tokenizing its pieces apart (what
+verify counts) and build's encoding (a turn made context joins its neighbours in one piece,
+which may merge a token or two at each edge): a `too_long` row is wrong only beyond that."""
+
+
+def _check_too_long(
+    p: Problems,
+    tmpl: ChatTemplate,
+    conv_id: str,
+    lines: list[dict[str, Any]],
+    expected: list[tuple[str, Expected]],
+    options: dict[str, Any],
+) -> None:
+    """A `too_long` reject (build decides it from a byte bound, untokenized, when it can)
+    whose expected row fits --max-length when counted as the contract tokenizes it: the
+    context and each generation in one piece apiece."""
+    max_len = int(options.get("max_length") or 0)
+    if options.get("truncation", "drop") != "drop" or max_len <= 0:
+        return
+    by_id = dict(expected)
+    for x in lines:
+        if x.get("reason") != reasons.TOO_LONG:
+            continue
+        rid = str(x.get("id") or conv_id)
+        exp = by_id.get(rid) or (by_id.get(conv_id) if len(by_id) == 1 else None)
+        if exp is None:
+            continue
+        n = _contract_length(tmpl, exp)
+        if n + _LENGTH_SLACK * len(exp.gens) <= max_len:
+            p.add(
+                "rejected as too_long but it fits --max-length",
+                rid,
+                f"{rid}: rejected as too_long, but its {n:,} tokens fit --max-length {max_len:,}",
+            )
+
+
+def _contract_length(tmpl: ChatTemplate, exp: Expected) -> int:
+    """Tokens of an expected row: context pieces and generations, each tokenized apart."""
+    pieces, at = [], 0
+    for start, gen, _ in exp.gens:
+        pieces += [exp.text[at:start], gen]
+        at = start + len(gen)
+    pieces.append(exp.text[at:])
+    texts = [t for t in pieces if t]
+    encoded = tmpl.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    return sum(len(ids) for ids in encoded)
 
 
 def _check_rejection(
