@@ -1156,3 +1156,32 @@ def test_an_api_key_no_http_header_can_carry_is_one_line_exit_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "API key" in err[0] and key not in err[0], err
     assert not server.requests
+
+
+def test_a_row_changed_under_its_id_is_not_resumed_from_its_old_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], server: FaultServer
+) -> None:
+    """Rerunning `generate` after editing a row in place (a new system prompt, same id) said
+    "already done" and kept the answer to the old question: a stale cache. Each answer line
+    records its input row's digest; a row whose input changed is refused, naming it."""
+    rows = [
+        {
+            "id": "a",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "hi"},
+            ],
+        },
+        {"id": "b", "prompt": "hello"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url) == 0
+    assert generate(src, out, server.url) == 0  # unchanged: resumed, nothing asked again
+    capsys.readouterr()
+    rows[0]["messages"][0]["content"] = "Be thorough."
+    write_rows(src, rows)
+    assert generate(src, out, server.url) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "row 'a' changed since its answer was written" in err[0], err
+    assert by_id(out)["a"]["messages"][0]["content"] == "Be brief."  # nothing rewritten

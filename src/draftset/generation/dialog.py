@@ -17,6 +17,8 @@ did) the recorded results cannot follow, and the conversation stops with ``tool_
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +45,12 @@ class Job:
     tools: list[dict[str, Any]] | None
     prompt_only: bool
     origin: dict[str, Any] = field(default_factory=dict)
+
+    def input_digest(self) -> str:
+        """A digest of what the row asks (its messages and tools as read): an answer line
+        records it, so a resume can tell a row edited under its id from the one answered."""
+        text = json.dumps([self.messages, self.tools], sort_keys=True, ensure_ascii=False)
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 @dataclass

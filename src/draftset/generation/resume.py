@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from draftset.core.ids import IdRegistry
+from draftset.generation.dialog import Job
 from draftset.generation.http import EndpointPool
 from draftset.generation.options import GenerateOptions, GenerateUsageError
 from draftset.generation.outcomes import RETRYABLE_REASONS, GenerateResult
@@ -23,20 +24,34 @@ from draftset.generation.store import (
 )
 
 
-def done_ids(opts: GenerateOptions, result: GenerateResult) -> IdRegistry:
-    """Keys of the rows already done (in either file), after cutting torn tails."""
+def done_ids(opts: GenerateOptions, result: GenerateResult) -> tuple[IdRegistry, dict[str, str]]:
+    """Keys of the rows already done (in either file), after cutting torn tails, and the input
+    digest each answer line recorded (`Job.input_digest`)."""
     errs = errors_path(opts.out)
     if opts.retry_errors and errs.exists():
         found = recover(errs)
         if any(found.reasons.get(r) for r in RETRYABLE_REASONS):
             drop_ids(errs, _ids_with_reasons(errs, RETRYABLE_REASONS))
     done = IdRegistry()
+    inputs: dict[str, str] = {}
     for path in (opts.out, errs):
         found = recover(path)
         result.torn_bytes += found.torn_bytes
         for i in found.ids:
             done.claim(i)
-    return done
+        inputs.update(found.inputs)
+    return done, inputs
+
+
+def check_unchanged(job: Job, answered: dict[str, str], out: Path) -> None:
+    """A row already answered must be the row that was answered: one edited under its id (a
+    new system prompt, ...) would keep the answer to the old question (`GenerateUsageError`)."""
+    was = answered.get(job.id)
+    if was is not None and was != job.input_digest():
+        raise GenerateUsageError(
+            f"row {job.id!r} changed since its answer was written to {out} (its messages or"
+            " tools differ): --restart answers every row again, or give changed rows new ids"
+        )
 
 
 def _ids_with_reasons(path: Path, wanted: frozenset[str]) -> set[str]:

@@ -229,6 +229,7 @@ class Runner:
             "template_now": asked_at,
             "answers": len(d.completions),
             "origin": job.origin,
+            "input_digest": job.input_digest(),  # a resume refuses the row edited under its id
         }
         stripped = [c.special_stripped for c in d.completions if c.special_stripped]
         if stripped:  # leaked stop-token text cut from the end of these answers

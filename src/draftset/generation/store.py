@@ -31,6 +31,8 @@ class Recovered:
     lines: int = 0
     torn_bytes: int = 0  # bytes of a torn last line that were cut away
     reasons: dict[str, int] = field(default_factory=dict)  # errors file: count by reason
+    # answers file: id -> the digest of the input row it answered (`Job.input_digest`)
+    inputs: dict[str, str] = field(default_factory=dict)
 
 
 class StoreError(UsageError):
@@ -68,6 +70,9 @@ def recover(path: Path, truncate: bool = True) -> Recovered:
             reason = obj.get("reason")
             if isinstance(reason, str):
                 found.reasons[reason] = found.reasons.get(reason, 0) + 1
+            meta = obj.get("metadata")
+            if isinstance(meta, dict) and isinstance(meta.get("input_digest"), str):
+                found.inputs[obj["id"]] = meta["input_digest"]
             good_end += len(line)
     if good_end < size:
         found.torn_bytes = size - good_end
