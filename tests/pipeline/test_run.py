@@ -865,3 +865,35 @@ def test_a_server_of_another_model_is_named_in_the_recipes_terms(
             _run(recipe)
     assert "not generate.model 'other-model'" in str(exc.value)
     assert "--model" not in str(exc.value)
+
+
+def test_a_row_padded_with_copies_of_its_prompts_is_sent_like_a_placeholder_row() -> None:
+    """build makes an answer that is its user turn verbatim a context turn (`prompt_copy`), so
+    a row whose every answer is such a pad has nothing to train on: `run` asks the target for
+    it as it does for "OK." pads (before, it was rejected `no_supervised_turn`)."""
+    from draftset.config.options import BuildOptions
+    from draftset.core.records import Conversation
+
+    class Thinks:
+        def thinks(self, _kwargs: str = "{}") -> bool:
+            return True
+
+    user = {"role": "user", "content": "Name a colour."}
+    copied = Conversation(
+        "copy", "s", 0, [user, {"role": "assistant", "content": "Name a colour."}]
+    )
+    mixed = Conversation(
+        "mixed",
+        "s",
+        1,
+        [
+            user,
+            {"role": "assistant", "content": "OK."},
+            user,
+            {"role": "assistant", "content": " Name a colour. "},
+        ],
+    )
+    real = Conversation("real", "s", 2, [user, {"role": "assistant", "content": "Blue."}])
+    b = BuildOptions(sources=[], tokenizer="t", out=Path("o"))
+    got = [run_select._needs_answer(r, b, "missing", Thinks())[0] for r in (copied, mixed, real)]  # type: ignore[arg-type]
+    assert got == ["placeholder_answer", "placeholder_answer", None]

@@ -18,7 +18,7 @@ from draftset.generation.options import (
 )
 from draftset.mask.hygiene import (
     EmptyThinkProbe,
-    all_placeholder_answers,
+    all_padded_answers,
     lacks_reasoning,
     row_kwargs_key,
 )
@@ -124,7 +124,7 @@ def _needs_answer(
         return Q_PROMPT, item.messages
     if not isinstance(item, Conversation):
         return None, []
-    if all_placeholder_answers(item, b.placeholders):
+    if all_padded_answers(item, b.placeholders):  # "OK." or the prompt copied
         return Q_PLACEHOLDER, [m for m in item.messages if m["role"] != "assistant"]
     if regenerate == "all":
         return Q_ALL, item.messages
