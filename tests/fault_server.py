@@ -12,6 +12,8 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
   ``slow_seconds``, a connection closed without response, a 200 with malformed JSON, a 200 JSON
   without ``choices``;
 - ``[length]``: every answer has ``finish_reason: "length"``; ``[400]``: always HTTP 400;
+- ``[legacycall]``: the legacy ``message.function_call`` with ``finish_reason:
+  "function_call"``; ``[fcnocall]``: that finish_reason with no call at all;
 - ``[finish:REASON]``: every answer has that ``finish_reason`` (vLLM's ``abort``, OpenAI's
   ``content_filter``); ``[stopstr]``: ``finish_reason: "stop"`` with ``stop_reason: "###"``
   (vLLM: a stop string ended it) and ``[stoptoken]`` with ``stop_reason: 151645`` (a stop
@@ -265,6 +267,13 @@ def _completion(req: dict[str, Any], first: str, turn: int) -> dict[str, Any]:
         },
     }
     choice = out["choices"][0]
+    if "[legacycall]" in first:  # the pre-tools OpenAI shape: message.function_call
+        message.pop("content", None)
+        message["content"] = None
+        message["function_call"] = {"name": "lookup", "arguments": '{"q": 1}'}
+        choice["finish_reason"] = "function_call"
+    if "[fcnocall]" in first:
+        choice["finish_reason"] = "function_call"
     if "[stopstr]" in first:
         choice["stop_reason"] = "###"
     if "[stoptoken]" in first:

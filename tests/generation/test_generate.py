@@ -1185,3 +1185,62 @@ def test_a_row_changed_under_its_id_is_not_resumed_from_its_old_answer(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "row 'a' changed since its answer was written" in err[0], err
     assert by_id(out)["a"]["messages"][0]["content"] == "Be brief."  # nothing rewritten
+
+
+def test_an_answer_with_no_user_turn_before_it_is_not_asked_for(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    """`[assistant]` and `[system, assistant]` were sent as `messages: []` / the system prompt
+    alone (an answer to nothing, written for the second); a recorded opener before the first
+    user turn was regenerated from nothing. Such a turn is kept as recorded (build makes it
+    context, `no_prompt`), and a row with nothing else is `nothing_to_generate`."""
+    hello = {"role": "assistant", "content": "Hello! How can I help?"}
+    rows = [
+        {"id": "only", "messages": [hello]},
+        {"id": "sys", "messages": [{"role": "system", "content": "Be kind."}, hello]},
+        {
+            "id": "opener",
+            "messages": [
+                hello,
+                {"role": "user", "content": "2+2?"},
+                {"role": "assistant", "content": "4"},
+            ],
+        },
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url) == 0
+    errors = by_id(tmp_path / "o.errors.jsonl")
+    assert {k: v["reason"] for k, v in errors.items()} == {
+        "only": "nothing_to_generate",
+        "sys": "nothing_to_generate",
+    }
+    sent = [r["messages"] for r in server.requests]
+    assert sent == [[hello, {"role": "user", "content": "2+2?"}]], sent
+    assert by_id(out)["opener"]["messages"][0] == hello
+
+
+def test_a_legacy_function_call_is_a_tool_call_not_an_empty_answer(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    """`message.function_call` (OpenAI's shape before `tool_calls`) with `content: null` was
+    written as an empty answer (its reasoning then `<|im_end|>` supervised); a `function_call`
+    finish with no call at all was written as an ordinary answer."""
+    rows = [{"id": "legacy", "prompt": "q [legacycall]"}, {"id": "none", "prompt": "q [fcnocall]"}]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url, extra=["--max-retries", "0"]) == 0
+    answer = by_id(out)["legacy"]["messages"][-1]
+    assert answer["tool_calls"] == [
+        {"type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
+    ]
+    assert by_id(tmp_path / "o.errors.jsonl")["none"]["reason"] == "invalid_response"
+
+
+def test_a_streamed_body_says_so() -> None:
+    """A streaming-only server's reply read "body is not JSON: Expecting value" with no hint."""
+    from draftset.generation.http import TransientError, parse_completion
+
+    with pytest.raises(TransientError) as exc:
+        parse_completion(b'data: {"choices": []}\n\ndata: [DONE]\n\n', "http://x/v1")
+    assert "server-sent events" in str(exc.value)

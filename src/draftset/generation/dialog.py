@@ -73,15 +73,18 @@ def _plan(msgs: list[Message], prompt_only: bool) -> list[tuple[int, int]]:
     """
     plan: list[tuple[int, int]] = []
     i = 0
+    asked = False  # a user turn (or tool result) came before: there is something to answer
     while i < len(msgs):
         role = msgs[i]["role"]
         if role == "assistant":
             j = i + 1
             while j < len(msgs) and msgs[j]["role"] == "tool":
                 j += 1
-            plan.append((i, j))
+            if asked:  # an opener before any user turn is kept as recorded (never asked for)
+                plan.append((i, j))
             i = j
             continue
+        asked = asked or role in ("user", "tool")
         nxt = msgs[i + 1]["role"] if i + 1 < len(msgs) else None
         if _wants_answer(role, nxt, prompt_only):
             plan.append((i + 1, i + 1))

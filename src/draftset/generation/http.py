@@ -468,6 +468,12 @@ def parse_completion(content: bytes, endpoint: str) -> Completion:
     except UnicodeDecodeError as exc:
         raise TransientError("invalid_response", f"body is not UTF-8 (byte {exc.start})") from None
     except ValueError as exc:
+        if content.lstrip().startswith((b"data:", b"event:")):  # server-sent events
+            raise TransientError(
+                "invalid_response",
+                "body is a stream of server-sent events, not JSON: the server streams though"
+                " draftset does not ask it to (a streaming-only proxy?)",
+            ) from None
         raise TransientError("invalid_response", f"body is not JSON: {exc}") from None
     if (b"\\ud" in content or b"\\uD" in content) and _has_lone_surrogate(data):
         raise TransientError(
@@ -482,6 +488,8 @@ def parse_completion(content: bytes, endpoint: str) -> Completion:
     if not isinstance(msg, dict) or not isinstance(finish, str):
         raise TransientError("invalid_response", "choices[0] lacks a message or finish_reason")
     message = _kept_message(msg)
+    if finish == "function_call" and not message.get("tool_calls"):
+        raise TransientError("invalid_response", "finish_reason function_call without a call")
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     return Completion(
         message=message,
@@ -508,6 +516,9 @@ def _stop_string(choice: dict[str, Any]) -> str | None:
 def _kept_message(msg: dict[str, Any]) -> dict[str, Any]:
     content = msg.get("content")
     calls = msg.get("tool_calls")
+    legacy = msg.get("function_call")  # OpenAI's shape before tool_calls: one call, no id
+    if calls is None and isinstance(legacy, dict):
+        calls = [{"type": "function", "function": legacy}]
     reasoning = msg.get("reasoning_content")
     if reasoning is None:
         reasoning = msg.get("reasoning")
