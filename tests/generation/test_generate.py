@@ -1244,3 +1244,53 @@ def test_a_streamed_body_says_so() -> None:
     with pytest.raises(TransientError) as exc:
         parse_completion(b'data: {"choices": []}\n\ndata: [DONE]\n\n', "http://x/v1")
     assert "server-sent events" in str(exc.value)
+
+
+def test_an_edited_row_is_found_before_any_request_and_a_fixed_error_row_is_retried(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], server: FaultServer
+) -> None:
+    """The edit check ran as rows streamed in: with new rows in front of the edited one, answers
+    were asked for (and paid) before the exit 2. Error lines carried no digest, so a row fixed
+    after its error (`[length]` removed) stayed "done" with its old error; an answered row
+    edited into one that no longer reads kept its stale answer. Now: a pass before any request
+    refuses edited answered rows, and a changed errored row is tried again."""
+    rows = [
+        {"id": "a", "prompt": "first question"},
+        {"id": "cut", "prompt": "too long an answer [length]"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url) == 0
+    assert by_id(tmp_path / "o.errors.jsonl")["cut"]["reason"] == "length"
+    # the errored row fixed: tried again, answered; its old error line gone
+    rows[1]["prompt"] = "a short answer please"
+    write_rows(src, rows)
+    assert generate(src, out, server.url) == 0
+    assert "cut" in by_id(out) and "cut" not in by_id(tmp_path / "o.errors.jsonl")
+    # an answered row edited behind new rows: refused before any request
+    sent = len(server.requests)
+    capsys.readouterr()
+    new = [{"id": f"n{i}", "prompt": f"new {i}"} for i in range(5)]
+    write_rows(src, [*new, {"id": "a", "prompt": "another question"}, rows[1]])
+    assert generate(src, out, server.url) == 2
+    assert len(server.requests) == sent
+    assert "row 'a' changed since its answer was written" in capsys.readouterr().err
+    # an answered row that no longer reads: refused too
+    write_rows(src, [{"id": "a", "messages": [{"role": "wizard", "content": "?"}]}, rows[1]])
+    assert generate(src, out, server.url) == 2
+    assert "row 'a' was answered but no longer reads" in capsys.readouterr().err
+
+
+def test_a_row_that_did_not_read_and_was_fixed_is_tried_again(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    """A row rejected while reading (`unknown_role`) and fixed since stayed "done" with its old
+    error on every rerun; it is read and answered now."""
+    rows = [{"id": "w", "messages": [{"role": "wizard", "content": "?"}]}]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url) == 0
+    assert by_id(tmp_path / "o.errors.jsonl")["w"]["reason"] == "unknown_role"
+    write_rows(src, [{"id": "w", "messages": [{"role": "user", "content": "?"}]}])
+    assert generate(src, out, server.url) == 0
+    assert "w" in by_id(out) and "w" not in by_id(tmp_path / "o.errors.jsonl")

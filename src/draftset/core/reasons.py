@@ -119,6 +119,24 @@ ROW_REJECT_REASONS = frozenset(
     }
 )
 
+READING_REASONS = frozenset(
+    {
+        INVALID_JSON,
+        INVALID_UTF8,
+        NOT_AN_OBJECT,
+        UNKNOWN_FORMAT,
+        UNKNOWN_ROLE,
+        EMPTY_CONVERSATION,
+        INVALID_CONTENT,
+        UNSUPPORTED_CONTENT,
+        INVALID_TOOL_CALL,
+        INVALID_TOOLS,
+        INVALID_PRETOKENIZED,
+        UNDESIRABLE_EXAMPLE,
+    }
+)
+"""Reasons of reading and normalizing a row (its own content): one that reads now was fixed."""
+
 ROW_STEP_REASONS = frozenset(
     {
         TEMPLATE_ERROR,

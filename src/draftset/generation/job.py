@@ -32,7 +32,6 @@ from draftset.generation.options import GenerateOptions, GenerateUsageError
 from draftset.generation.outcomes import GenerateResult, ProgressFn
 from draftset.generation.resume import (
     check_and_record,
-    check_unchanged,
     done_ids,
     previous_run,
     remove_previous,
@@ -141,7 +140,7 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
                 previous = None
             run_file = check_and_record(opts, pool, previous)
             result.total_rows = sum(count_rows(s) for s in opts.sources)
-            done, answered = done_ids(opts, result)
+            done = done_ids(opts, result)
         except BaseException:
             await pool.close()
             raise
@@ -150,7 +149,7 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
         runner.run_file = run_file
         runner.progress = progress
         try:
-            await _drive(runner, opts, done, answered)
+            await _drive(runner, opts, done)
         except NoEndpoint as exc:
             result.aborted = str(exc)
         finally:
@@ -174,9 +173,7 @@ def _check_out_apart(opts: GenerateOptions) -> None:
         check_apart_from_sources("--out", path, sources)
 
 
-async def _drive(
-    runner: Runner, opts: GenerateOptions, done: IdRegistry, answered: dict[str, str]
-) -> None:
+async def _drive(runner: Runner, opts: GenerateOptions, done: IdRegistry) -> None:
     """Feed jobs to a fixed set of workers through a small queue (memory stays bounded).
 
     A worker that fails (e.g. `NoEndpoint`) cancels the feeding loop, which then raises that
@@ -205,8 +202,6 @@ async def _drive(
         for item in iter_inputs(opts.sources):
             key = item.id if isinstance(item, Job) else item["id"]
             if key in done:
-                if isinstance(item, Job):
-                    check_unchanged(item, answered, opts.out)
                 result.skipped += 1
                 continue
             if isinstance(item, dict):

@@ -11,6 +11,7 @@ from typing import Any
 from draftset.core.ids import IdRegistry
 from draftset.generation.dialog import Job
 from draftset.generation.http import EndpointPool
+from draftset.generation.inputs import iter_inputs
 from draftset.generation.options import GenerateOptions, GenerateUsageError
 from draftset.generation.outcomes import RETRYABLE_REASONS, GenerateResult
 from draftset.generation.store import (
@@ -24,34 +25,68 @@ from draftset.generation.store import (
 )
 
 
-def done_ids(opts: GenerateOptions, result: GenerateResult) -> tuple[IdRegistry, dict[str, str]]:
-    """Keys of the rows already done (in either file), after cutting torn tails, and the input
-    digest each answer line recorded (`Job.input_digest`)."""
+def done_ids(opts: GenerateOptions, result: GenerateResult) -> IdRegistry:
+    """Keys of the rows already done (in either file), after cutting torn tails; a row whose
+    input changed since its line was written is refused (an answer) or tried again (an error):
+    `check_inputs`, one pass over the inputs before any request."""
     errs = errors_path(opts.out)
     if opts.retry_errors and errs.exists():
         found = recover(errs)
         if any(found.reasons.get(r) for r in RETRYABLE_REASONS):
             drop_ids(errs, _ids_with_reasons(errs, RETRYABLE_REASONS))
+    answers, errors = recover(opts.out), recover(errs)
+    result.torn_bytes += answers.torn_bytes + errors.torn_bytes
+    if answers.inputs or errors.inputs or errors.unread:
+        retry = check_inputs(opts, answers.inputs, errors.inputs, errors.unread)
+        if retry:
+            drop_ids(errs, retry)
+            errors = recover(errs)
     done = IdRegistry()
-    inputs: dict[str, str] = {}
-    for path in (opts.out, errs):
-        found = recover(path)
-        result.torn_bytes += found.torn_bytes
+    for found in (answers, errors):
         for i in found.ids:
             done.claim(i)
-        inputs.update(found.inputs)
-    return done, inputs
+    return done
 
 
-def check_unchanged(job: Job, answered: dict[str, str], out: Path) -> None:
-    """A row already answered must be the row that was answered: one edited under its id (a
-    new system prompt, ...) would keep the answer to the old question (`GenerateUsageError`)."""
-    was = answered.get(job.id)
-    if was is not None and was != job.input_digest():
-        raise GenerateUsageError(
-            f"row {job.id!r} changed since its answer was written to {out} (its messages or"
-            " tools differ): --restart answers every row again, or give changed rows new ids"
-        )
+def check_inputs(
+    opts: GenerateOptions,
+    answered: dict[str, str],
+    errored: dict[str, str],
+    unread: set[str] | None = None,
+) -> set[str]:
+    """Compare every input row with the digest its line recorded (`Job.input_digest`): an
+    answered row edited under its id, or one that no longer reads, is refused
+    (`GenerateUsageError`: the answer is to the old question); the ids of errored rows that
+    changed, and of rows that did not read (``unread``) and read now, are returned, to be
+    tried again. One pass over the inputs before any request."""
+    unread = unread or set()
+    retry: set[str] = set()
+    for item in iter_inputs(opts.sources):
+        key = item.id if isinstance(item, Job) else str(item.get("id"))
+        if key in answered:
+            if not isinstance(item, Job):
+                raise GenerateUsageError(
+                    f"row {key!r} was answered but no longer reads ({item.get('reason')}:"
+                    f" {item.get('message')}): fix the row, or --restart to answer every row"
+                    " again"
+                )
+            if item.input_digest() != answered[key]:
+                raise GenerateUsageError(
+                    f"row {key!r} changed since its answer was written to {opts.out} (its"
+                    " messages or tools differ): --restart answers every row again, or give"
+                    " changed rows new ids"
+                )
+        elif isinstance(item, Job) and _error_is_stale(item, errored, unread):
+            retry.add(key)
+    return retry
+
+
+def _error_is_stale(job: Job, errored: dict[str, str], unread: set[str]) -> bool:
+    """The row's error line is about another version of it: recorded for other content, or
+    for a row that did not read then (it reads now: fixed)."""
+    if job.id in unread:
+        return True
+    return job.id in errored and job.input_digest() != errored[job.id]
 
 
 def _ids_with_reasons(path: Path, wanted: frozenset[str]) -> set[str]:

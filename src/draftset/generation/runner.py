@@ -156,23 +156,24 @@ class Runner:
             dialog = await run_dialog(job, lambda msgs: self.ask(msgs, job, kwargs))
         except FinalError as exc:
             if exc.kind in (RESPONSE_TOO_LARGE, SPECIAL_TOKEN_IN_ANSWER):
-                self.fail(error_line(job.id, job.source, job.row, exc.kind, str(exc)))
+                self.fail(error_line(job.id, job.source, job.row, exc.kind, str(exc)), job)
                 return
             self.fail(
-                error_line(job.id, job.source, job.row, HTTP_4XX, str(exc), status=exc.status)
+                error_line(job.id, job.source, job.row, HTTP_4XX, str(exc), status=exc.status), job
             )
             return
         except RetriesExhausted as exc:
             reason = INVALID_RESPONSE if exc.last.kind == "invalid_response" else RETRIES_EXHAUSTED
             extra = {"error_kind": exc.last.kind, "attempts": exc.attempts}
-            self.fail(error_line(job.id, job.source, job.row, reason, str(exc), **extra))
+            self.fail(error_line(job.id, job.source, job.row, reason, str(exc), **extra), job)
             return
         if dialog.stop and not (dialog.stop == LENGTH and self.opts.keep_length):
             extra: dict[str, Any] = {"answers": len(dialog.completions)}
             if dialog.stop == TOOL_MISMATCH:
                 extra["messages"] = dialog.messages  # what the model did, to inspect
             self.fail(
-                error_line(job.id, job.source, job.row, dialog.stop, dialog.stop_message, **extra)
+                error_line(job.id, job.source, job.row, dialog.stop, dialog.stop_message, **extra),
+                job,
             )
             return
         model = self.pool.model
@@ -180,14 +181,16 @@ class Runner:
         if other is not None:  # a drafter learns its target: never another model's answer
             self._note_model(other)
             msg = f"answered by {other!r}, not this run's model {model!r}"
-            self.fail(error_line(job.id, job.source, job.row, MODEL_MISMATCH, msg, model=other))
+            self.fail(
+                error_line(job.id, job.source, job.row, MODEL_MISMATCH, msg, model=other), job
+            )
             return
         line = self.record(job, dialog, kwargs, thinking, asked_at)
         try:
             self.out.write(line)
         except UnicodeEncodeError:  # parse_completion refuses such text; never write it anyway
             msg = "the answer holds text that is not valid Unicode (a lone surrogate)"
-            self.fail(error_line(job.id, job.source, job.row, INVALID_RESPONSE, msg))
+            self.fail(error_line(job.id, job.source, job.row, INVALID_RESPONSE, msg), job)
             return
         self._note_model(line["metadata"]["model"])
         self.result.outcomes[WRITTEN] += 1
@@ -200,7 +203,11 @@ class Runner:
             run["reported_models"].append(reported)
             write_run(self.opts.out, run)
 
-    def fail(self, line: dict[str, Any]) -> None:
+    def fail(self, line: dict[str, Any], job: Job | None = None) -> None:
+        """Write an error line; for a row that was asked about, with its input digest (a
+        resume tries a changed row again instead of keeping its old error)."""
+        if job is not None:
+            line["input_digest"] = job.input_digest()
         self.errors.write(line)
         self.result.outcomes[line["reason"]] += 1
         self._tick()

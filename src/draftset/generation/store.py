@@ -18,6 +18,7 @@ from typing import Any
 
 from draftset.core.errors import UsageError
 from draftset.core.files import cannot_create, write_json_atomic
+from draftset.core.reasons import READING_REASONS
 
 FSYNC_EVERY_LINES = 200
 FSYNC_EVERY_SECONDS = 5.0
@@ -31,8 +32,9 @@ class Recovered:
     lines: int = 0
     torn_bytes: int = 0  # bytes of a torn last line that were cut away
     reasons: dict[str, int] = field(default_factory=dict)  # errors file: count by reason
-    # answers file: id -> the digest of the input row it answered (`Job.input_digest`)
+    # id -> the digest of the input row the line is about (`Job.input_digest`)
     inputs: dict[str, str] = field(default_factory=dict)
+    unread: set[str] = field(default_factory=set)  # ids of rows that did not read (errors file)
 
 
 class StoreError(UsageError):
@@ -70,9 +72,12 @@ def recover(path: Path, truncate: bool = True) -> Recovered:
             reason = obj.get("reason")
             if isinstance(reason, str):
                 found.reasons[reason] = found.reasons.get(reason, 0) + 1
-            meta = obj.get("metadata")
-            if isinstance(meta, dict) and isinstance(meta.get("input_digest"), str):
-                found.inputs[obj["id"]] = meta["input_digest"]
+                if reason in READING_REASONS:
+                    found.unread.add(obj["id"])
+            meta = obj.get("metadata")  # an answer line's; an error line's is top-level
+            digest = (meta if isinstance(meta, dict) else obj).get("input_digest")
+            if isinstance(digest, str):
+                found.inputs[obj["id"]] = digest
             good_end += len(line)
     if good_end < size:
         found.torn_bytes = size - good_end
