@@ -1125,13 +1125,26 @@ def test_an_answer_the_model_did_not_end_itself_is_never_written(
 
 
 @pytest.mark.parametrize(
-    "url", ["http://127.0.0.1:99999/v1", "http://127.0.0.1:abc/v1", "http://[::1/v1"]
+    "url",
+    [
+        "http://127.0.0.1:99999/v1",
+        "http://127.0.0.1:abc/v1",
+        "http://[::1/v1",
+        "http://127.0.0.1:8000/v1\r\nX-Injected: 1",
+        "http://127.0.0.1:8000/v 1",
+        "http://127.0.0.1:8000/v1\t",
+        "http://127.0.0.1:8000/v\u00e9",
+        "http://127.0.0.1:0/v1",
+        "http://127.0.0.1:/v1",
+    ],
 )
 def test_an_endpoint_url_that_does_not_parse_is_one_line_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str
 ) -> None:
     """A port out of range, a port that is no number, an unclosed IPv6 bracket: a 40-line
-    traceback from the HTTP client's URL parser and exit 1, after the rows were read."""
+    traceback from the HTTP client's URL parser and exit 1, after the rows were read. CR/LF,
+    spaces, tabs or non-ASCII went into the request line raw; port 0 or an empty port quietly
+    meant port 80."""
     src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "hi"}])
     assert generate(src, tmp_path / "o.jsonl", url) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -761,7 +761,7 @@ def test_run_with_an_over_large_answer_rejects_that_row_and_verifies(
     assert rejects["big0"]["reason"] == "response_too_large"
 
 
-@pytest.mark.parametrize("case", ["unset", "newline"])
+@pytest.mark.parametrize("case", ["unset", "empty", "newline"])
 def test_an_api_key_run_cannot_send_is_exit_2_before_anything(
     tmp_path: Path, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
@@ -769,11 +769,11 @@ def test_an_api_key_run_cannot_send_is_exit_2_before_anything(
     HTTP 401s; a key with a newline went out as two headers. Both said before any work."""
     recipe = _recipe(tmp_path, qwen3_dir, "http://127.0.0.1:9/v1", api_key_env="MY_KEY")
     monkeypatch.delenv("MY_KEY", raising=False)
-    if case == "newline":
-        monkeypatch.setenv("MY_KEY", "abc\nX-Injected: 1")
+    if case != "unset":
+        monkeypatch.setenv("MY_KEY", "abc\nX-Injected: 1" if case == "newline" else "")
     with pytest.raises(run_state.RunUsageError) as exc:
         _run(recipe)
-    assert ("MY_KEY, which is not set" if case == "unset" else "a newline") in str(exc.value)
+    assert ("a newline" if case == "newline" else "MY_KEY, which is not set") in str(exc.value)
     assert not (tmp_path / "recipe-out.run").exists()
 
 
@@ -897,3 +897,24 @@ def test_a_row_padded_with_copies_of_its_prompts_is_sent_like_a_placeholder_row(
     b = BuildOptions(sources=[], tokenizer="t", out=Path("o"))
     got = [run_select._needs_answer(r, b, "missing", Thinks())[0] for r in (copied, mixed, real)]  # type: ignore[arg-type]
     assert got == ["placeholder_answer", "placeholder_answer", None]
+
+
+def test_restart_refuses_while_a_generate_writes_the_runs_answers(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """`run --restart` unlinked answers.lock, answers.jsonl and the errors file under a
+    `generate` writing them, then generated beside it. It now takes that lock first: held, it
+    removes nothing and says who holds it."""
+    from draftset.generation.store import RunLock
+
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        assert _run(recipe).passed
+        work = tmp_path / "recipe-out.run"
+        before = sorted(p.name for p in work.iterdir())
+        with RunLock(work / "answers.jsonl"), pytest.raises(run_state.RunUsageError) as exc:
+            _run(recipe, restart=True)
+        assert "another draftset generate" in str(exc.value)
+        assert "nothing was removed" in str(exc.value)
+        assert sorted(p.name for p in work.iterdir()) == before
+        assert _run(recipe, restart=True).passed  # released: the restart goes ahead

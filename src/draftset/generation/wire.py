@@ -71,11 +71,18 @@ class Target:
 
 def parse_target(url: str) -> Target:
     """Split an ``http(s)://[user:pass@]host[:port]/prefix`` URL; the credentials never show."""
+    bad = next((c for c in url if not "!" <= c <= "~"), None)
+    if bad is not None:  # it would go into the request line raw: CR/LF, spaces, non-ASCII
+        raise ValueError(
+            f"{redact_url(url)!r} is not a valid URL: it holds {bad!r} (percent-encode it)"
+        )
     try:
         parts = urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:  # "Port out of range 0-65535", "Invalid IPv6 URL", ...
         raise ValueError(f"{redact_url(url)!r} is not a valid URL: {exc}") from None
+    if parts.port == 0 or parts.netloc.endswith(":"):  # urlsplit reads both as "no port"
+        raise ValueError(f"{redact_url(url)!r} is not a valid URL: give a port from 1 to 65535")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{redact_url(url)!r} is not an http(s) URL")
     auth = None

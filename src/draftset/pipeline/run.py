@@ -329,10 +329,10 @@ def _check_servers(g: GenerateSection) -> None:
     except GenerateUsageError as exc:
         raise RunUsageError(str(exc)) from None
     named = g.api_key_env != defaults.API_KEY_ENV  # the recipe names its own variable
-    if named and os.environ.get(g.api_key_env) is None:
+    if named and not os.environ.get(g.api_key_env):  # empty counts as unset, as generate's
         raise RunUsageError(
-            f"generate.api_key_env names ${g.api_key_env}, which is not set: export it, or"
-            " leave api_key_env out for a server without a key"
+            f"generate.api_key_env names ${g.api_key_env}, which is not set (or empty): export"
+            " it, or leave api_key_env out for a server without a key"
         )
     key = os.environ.get(g.api_key_env) or api_key_from_env()
     if problem := api_key_problem(key, "from the environment"):

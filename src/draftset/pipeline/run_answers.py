@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from draftset.core.words import plural
 from draftset.generation.console import progress
 from draftset.generation.job import Unreachable, run_generate
 from draftset.generation.options import (
@@ -133,7 +134,8 @@ def answer_queue(
         f"generate: {done_out.lines:,} answered by {state.data.get('model')!r},"
         f" {done_err.lines:,} errors"
         + (f" ({fmt_counts(done_err.reasons)})" if done_err.reasons else "")
-        + f"; {result.requests:,} requests this time, {result.skipped:,} rows already done"
+        + f"; {plural(result.requests, 'request')} this time,"
+        + f" {plural(result.skipped, 'row')} already done"
     )
     return {
         "model": state.data.get("model"),

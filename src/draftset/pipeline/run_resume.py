@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from draftset.generation.store import RunLock, StoreError
 from draftset.mask.template import tokenizer_files_fingerprint
 from draftset.output.folder import remove_stale_tmp
 from draftset.pipeline.run_state import (
@@ -195,8 +196,13 @@ def _clean(opts: RunOptions, data: dict[str, Any]) -> None:
                 f"--restart: {opts.build.out} holds files draftset did not write:"
                 f" {', '.join(theirs[:5])}; move them out first (nothing was removed)"
             )
-    for name in WORK_FILES:
-        (work / name).unlink(missing_ok=True)
+    try:  # a generate writing the run's answers (its lock held) would lose them under it
+        lock = RunLock(work / "answers.jsonl")
+    except StoreError as exc:
+        raise RunUsageError(f"--restart: {exc} (nothing was removed)") from None
+    with lock:
+        for name in WORK_FILES:
+            (work / name).unlink(missing_ok=True)
     remove_stale_tmp(opts.build.out)  # a killed build's folder (marker-checked)
     if ours:
         shutil.rmtree(opts.build.out)

@@ -166,8 +166,9 @@ WORK_FILES = (
     "answers.errors.jsonl",
     "answers.errors.jsonl.tmp",
     "answers.run.json",  # generate's record of its settings and model
-    "answers.lock",  # generate's lock (held only while it runs)
 )
+"""What --restart removes. Never a lock (`answers.lock`, `run.lock`): deleting one under its
+holder would let a second writer in beside it."""
 
 
 def our_output(opts: RunOptions) -> bool:
