@@ -1221,3 +1221,69 @@ def test_a_row_rightly_rejected_too_long_passes(tmp_path):
     out = run_build(opts).out
     assert manifest(out)["counts"]["total"]["rejected_by_reason"] == {"too_long": 1}
     assert "mask_fidelity" not in failed(verify(out))
+
+
+def test_an_ok_answer_whose_reasoning_the_template_drops_is_context_in_build_and_verify(
+    tmp_path,
+):
+    """ "OK" with recorded reasoning under Llama-3.2 (which renders no reasoning): build
+    supervised it (answer + reasoning is no placeholder), verify failed the supervised "OK" as
+    a placeholder. As rendered it is one: both make it context (`placeholder_answer`)."""
+    from conftest import llama32_tokenizer_dir
+
+    rows = [
+        {
+            "id": "ok",
+            "messages": [
+                {"role": "user", "content": "Ready?"},
+                {"role": "assistant", "content": " OK. ", "reasoning_content": "Yes, ready."},
+                {"role": "user", "content": "How are river deltas formed?"},
+                {"role": "assistant", "content": LONG},
+            ],
+        }
+    ]
+    src = write_jsonl(tmp_path / "ok.jsonl", rows)
+    opts = BuildOptions([Source("o", src)], str(llama32_tokenizer_dir()), tmp_path / "o", workers=1)
+    opts.chat_template_path = str(trl_template("llama3_2"))
+    out = run_build(opts).out
+    assert manifest(out)["counts"]["total"]["context_turns_by_reason"] == {"placeholder_answer": 1}
+    results = verify(out)
+    assert failed(results) == set(), [r.to_json() for r in results if r.failed]
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["no_supervised_turn", "template_drops_content", "template_error", "unsupported_content"],
+)
+def test_a_turn_row_of_each_dropped_under_a_reason_verify_derives_fails(built, tmp_path, reason):
+    """`--turns each`: a good turn row (`multi#1`, its sibling `multi#0` written) dropped
+    under a reason verify re-derives passed: turn-level reject lines beside written rows were
+    never justified (a whole conversation's were)."""
+    folder = copy_set(built["each"], tmp_path)
+    write_rows(folder, [r for r in read_rows(folder) if r["id"] != "multi#1"])
+    line = {"source": "chats", "row": 7, "id": "multi#1", "reason": reason, "message": "x"}
+    with (folder / "rejects.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+    m = manifest(folder)
+    for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
+        c["row_rejects_by_reason"][reason] = c["row_rejects_by_reason"].get(reason, 0) + 1
+    save_manifest(folder, m)
+    reseal(folder)
+    results = verify(folder)
+    assert "mask_fidelity" in failed(results), [r.to_json() for r in results if r.failed]
+    assert "multi#1" in by_name(results)["mask_fidelity"].examples
+
+
+def test_a_too_long_reject_under_truncate_fails(tmp_path):
+    """`--truncation truncate` cuts a long row, never rejects it `too_long`: such a line was
+    never checked there."""
+    src = write_jsonl(tmp_path / "chats.jsonl", ROWS[:2])
+    opts = BuildOptions(
+        [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / "t", workers=1
+    )
+    opts.truncation = "truncate"
+    folder = run_build(opts).out
+    reject_instead(folder, "sys", "too_long", 0)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}, [r.to_json() for r in results if r.failed]
+    assert by_name(results)["mask_fidelity"].examples == ["sys"]

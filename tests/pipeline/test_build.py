@@ -626,3 +626,36 @@ def test_a_build_failing_mid_run_leaves_no_file_open(tmp_path, monkeypatch, outp
         if target.startswith(str(tmp_path)):
             open_here.append(target)
     assert open_here == []
+
+
+def test_server_ids_that_spell_the_stop_token_as_text_are_not_kept(tmp_path):
+    """Ids that decode to the generation but spell `<|im_end|>` as ordinary tokens (one a
+    character) were kept (they decode equal), and verify then failed the row (its run
+    does not end with an end-of-turn token). No model emits its stop token as text: such ids
+    are a mismatch, and the generation is encoded from its text."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()))
+    answer = tok("Fine.", add_special_tokens=False).input_ids
+    spelled = [i for t in "<|im_end|>" for i in tok.convert_tokens_to_ids([t])]
+    assert tok.decode(answer + spelled) == "Fine.<|im_end|>" and len(spelled) > 1
+    row = chat(1, "Fine.")
+    row["metadata"] = {
+        "chat_template_kwargs": {"enable_thinking": False},
+        "token_ids": {"turns": [{"message": 1, "completion": answer + spelled}]},
+    }
+    src = write_jsonl(tmp_path / "a.jsonl", [row])
+    res = run_build(
+        BuildOptions(
+            [Source("a", src)],
+            str(qwen3_tokenizer_dir()),
+            tmp_path / "o",
+            chat_template_path=str(trl_template("qwen3_6")),
+            workers=1,
+        )
+    )
+    (r,) = read_rows(res.out)
+    sup = [i for i, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m]
+    assert sup == tok("Fine.<|im_end|>", add_special_tokens=False).input_ids
+    c = res.accounting["a"]
+    assert (c.server_ids_used, c.server_ids_mismatch) == (0, 1)

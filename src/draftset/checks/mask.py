@@ -423,6 +423,9 @@ def expected_rows(
             if reasons.drops_content(originals[j], gen, reasons.answer_parts(conv.meta, j)):
                 error = error or DROPS_CONTENT
                 continue
+            if reasons.placeholder_as_rendered(originals[j], gen, placeholders):
+                context[reasons.TURN_PLACEHOLDER] += 1
+                continue
             rows.append((f"{conv.id}#{k}", Expected(full, [(len(prompt), gen, j)])))
         return rows, context, error
     try:
@@ -452,7 +455,10 @@ def expected_rows(
             elif whole.startswith(prompt) and whole.startswith(gen, len(prompt)):
                 if reasons.drops_content(originals[j], gen, reasons.answer_parts(conv.meta, j)):
                     return [], context, DROPS_CONTENT
-                gens.append((len(prompt), gen, j))
+                if reasons.placeholder_as_rendered(originals[j], gen, placeholders):
+                    context[reasons.TURN_PLACEHOLDER] += 1
+                else:
+                    gens.append((len(prompt), gen, j))
             else:
                 context[reasons.TURN_HISTORY_RENDER_DIFFERS] += 1
     except Exception as exc:
@@ -868,7 +874,7 @@ def source_pass(
             context_by_source.setdefault(item.source, Counter()).update(context)
             if not own:
                 _check_rejection(maskp, item, lines, expected, error)
-                _check_too_long(maskp, tmpl, item.id, lines, expected, opts)
+                _check_too_long(maskp, tmpl, item, lines, expected, opts)
         mine = [rid for rid in own if row_of_id[rid] in chosen_set]
         checked += len(mine)
         context = _check_rows(
@@ -881,7 +887,8 @@ def source_pass(
                 if rid not in row_of_id and not any(x.get("id") == rid for x in lines):
                     maskp.add("expected row missing and not rejected", rid)
             if own and lines:  # a turn's row rejected beside written ones
-                _check_too_long(maskp, tmpl, item.id, lines, expected, opts)
+                _check_too_long(maskp, tmpl, item, lines, expected, opts)
+                _check_turn_rejects(maskp, lines, expected)
     _check_every_output_row(ident, idx, row_owner, used_rejects)
     if full:
         _compare_context_counts(maskp, out, context_by_source)
@@ -1034,7 +1041,7 @@ which may merge a token or two at each edge): a `too_long` row is wrong only bey
 def _check_too_long(
     p: Problems,
     tmpl: ChatTemplate,
-    conv_id: str,
+    conv: Conversation,
     lines: list[dict[str, Any]],
     expected: list[tuple[str, Expected]],
     options: dict[str, Any],
@@ -1043,17 +1050,22 @@ def _check_too_long(
     whose expected row fits --max-length when counted as the contract tokenizes it: the
     context and each generation in one piece apiece."""
     max_len = int(options.get("max_length") or 0)
-    if options.get("truncation", "drop") != "drop" or max_len <= 0:
-        return
+    truncating = options.get("truncation", "drop") != "drop"
+    conv_id, server = conv.id, server_completion_ids(conv)
     by_id = dict(expected)
     for x in lines:
         if x.get("reason") != reasons.TOO_LONG:
             continue
         rid = str(x.get("id") or conv_id)
+        if truncating:  # build cuts such a row instead
+            p.add("rejected as too_long under --truncation truncate, which cuts instead", rid)
+            continue
+        if max_len <= 0:
+            continue
         exp = by_id.get(rid) or (by_id.get(conv_id) if len(by_id) == 1 else None)
         if exp is None:
             continue
-        n = _contract_length(tmpl, exp)
+        n = _contract_length(tmpl, exp, server)
         if n + _LENGTH_SLACK * len(exp.gens) <= max_len:
             p.add(
                 "rejected as too_long but it fits --max-length",
@@ -1062,16 +1074,63 @@ def _check_too_long(
             )
 
 
-def _contract_length(tmpl: ChatTemplate, exp: Expected) -> int:
-    """Tokens of an expected row: context pieces and generations, each tokenized apart."""
-    pieces, at = [], 0
-    for start, gen, _ in exp.gens:
-        pieces += [exp.text[at:start], gen]
+def _contract_length(
+    tmpl: ChatTemplate, exp: Expected, server: dict[int, list[int]] | None = None
+) -> int:
+    """Tokens of an expected row: context pieces and generations, each tokenized apart — a
+    generation as the server's own ids when the row recorded ids that spell it (build uses
+    them then), with the end-of-turn token they may leave off."""
+    pieces, at, n = [], 0, 0
+    for start, gen, j in exp.gens:
+        pieces.append(exp.text[at:start])
+        kept = _server_length(tmpl, (server or {}).get(j), gen)
+        if kept is None:
+            pieces.append(gen)
+        else:
+            n += kept
         at = start + len(gen)
     pieces.append(exp.text[at:])
     texts = [t for t in pieces if t]
     encoded = tmpl.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
-    return sum(len(ids) for ids in encoded)
+    return n + sum(len(ids) for ids in encoded)
+
+
+_DERIVED = frozenset(
+    {
+        reasons.NO_SUPERVISED_TURN,
+        reasons.TEMPLATE_ERROR,
+        reasons.TEMPLATE_DROPS_CONTENT,
+        reasons.SPECIAL_TOKEN_IN_ANSWER,
+        reasons.UNSUPPORTED_CONTENT,
+    }
+)
+"""Row-step reasons verify re-derives: a turn row it expects cannot carry one."""
+
+
+def _check_turn_rejects(
+    p: Problems, lines: list[dict[str, Any]], expected: list[tuple[str, Expected]]
+) -> None:
+    """`--turns each`: a turn's reject line beside its conversation's written rows, for a turn
+    verify derives a row for, under a reason it re-derives, is a good row dropped."""
+    ids = {rid for rid, _ in expected}
+    for x in lines:
+        rid, why = x.get("id"), x.get("reason")
+        if rid in ids and why in _DERIVED:
+            p.add(f"rejected as {why} but verify derives the turn's row", str(rid))
+
+
+def _server_length(tmpl: ChatTemplate, ids: list[int] | None, gen: str) -> int | None:
+    """How many tokens the server's ids for a generation make in the row (build keeps them
+    when they spell it, adding the end-of-turn token they may leave off), else None."""
+    if not ids:
+        return None
+    text = tmpl.backend.decode(ids, skip_special_tokens=False)
+    if text == gen:
+        return len(ids)
+    tail = tmpl.tokenizer(gen[len(text) :], add_special_tokens=False)["input_ids"]
+    if gen.startswith(text) and len(tail) == 1 and tail[0] in _stop_ids(tmpl):
+        return len(ids) + 1
+    return None
 
 
 def _check_rejection(

@@ -373,6 +373,17 @@ def reasoning_not_rendered(msg: dict, generation: str) -> bool:
     return bool(reasoning) and reasoning not in generation
 
 
+def placeholder_as_rendered(
+    msg: dict, generation: str, placeholders: tuple[str, ...] = DEFAULT_PLACEHOLDERS
+) -> bool:
+    """A placeholder once the template dropped its reasoning ("OK." with recorded reasoning,
+    under Llama-3.x): what would be supervised is the dummy answer alone, so it is context
+    (`TURN_PLACEHOLDER`), by the rule build and verify share."""
+    return reasoning_not_rendered(msg, generation) and is_placeholder_answer(
+        {**msg, "reasoning_content": None}, placeholders
+    )
+
+
 def copies_its_prompt(messages: list, j: int) -> bool:
     """Assistant message ``j``'s text is the last user turn before it, verbatim (stripped)."""
     content = messages[j].get("content")

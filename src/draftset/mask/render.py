@@ -331,7 +331,9 @@ def _attach_server_ids(
                 continue
             text = row.segments[seg_index][0]
             decoded = tmpl.decode(ids)
-            if decoded == text:
+            ends = tmpl.find_end_of_turn(text) == len(text)
+            # equal text is not enough: a stop token spelled as text is no model's end
+            if decoded == text and (not ends or (ids and ids[-1] in tmpl.eot_ids)):
                 row.server_ids[seg_index] = list(ids)
             elif tmpl.find_end_of_turn(text) == len(text) and text.startswith(decoded):
                 tail = tmpl.backend.encode(text[len(decoded) :], add_special_tokens=False).ids
@@ -386,6 +388,9 @@ def _plan_whole(
                     if reasons.drops_content(originals[j], turn.generation, parts):
                         plan.rejects.append(_drops_reject(conv, j))
                         return
+                    if reasons.placeholder_as_rendered(originals[j], turn.generation, placeholders):
+                        plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
+                        continue
                     if reasons.reasoning_not_rendered(originals[j], turn.generation):
                         plan.reasoning_not_rendered += 1
                     spans.append((start, start + len(turn.generation), j))
@@ -473,6 +478,9 @@ def _plan_each(
         parts = reasons.answer_parts(conv.meta, j)
         if reasons.drops_content(originals[j], turn.generation, parts):
             plan.rejects.append(_drops_reject(conv, j, row_id))
+            continue
+        if reasons.placeholder_as_rendered(originals[j], turn.generation, placeholders):
+            plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
             continue
         if reasons.reasoning_not_rendered(originals[j], turn.generation):
             plan.reasoning_not_rendered += 1
