@@ -79,46 +79,6 @@ TURN_TRUNCATED = "answer_truncated"
 # tokenized in other pieces: e.g. a history generation's edge merges differently)
 TURN_HISTORY_TOKENS_DIFFER = "history_tokens_differ"
 
-ROW_REJECT_REASONS = frozenset(
-    {
-        INVALID_JSON,
-        INVALID_UTF8,
-        NOT_AN_OBJECT,
-        UNKNOWN_FORMAT,
-        UNKNOWN_ROLE,
-        EMPTY_CONVERSATION,
-        INVALID_CONTENT,
-        UNSUPPORTED_CONTENT,
-        INVALID_TOOL_CALL,
-        INVALID_TOOLS,
-        INVALID_PRETOKENIZED,
-        UNDESIRABLE_EXAMPLE,
-        DUPLICATE_ID,
-        TEMPLATE_ERROR,
-        TEMPLATE_TIMEOUT,
-        TEMPLATE_TOO_LARGE,
-        NO_SUPERVISED_TURN,
-        TOO_LONG,
-        TOO_FEW_SUPERVISED_TOKENS,
-        TEMPLATE_DROPS_CONTENT,
-        INTERNAL_ERROR,
-        SPECIAL_TOKEN_IN_ANSWER,
-        DUPLICATE,
-        NEAR_DUPLICATE,
-        CONTAMINATED,
-        GEN_LENGTH,
-        GEN_TOOL_MISMATCH,
-        GEN_NOTHING,
-        GEN_HTTP_4XX,
-        GEN_RETRIES_EXHAUSTED,
-        GEN_INVALID_RESPONSE,
-        GEN_PRETOKENIZED,
-        GEN_MODEL_MISMATCH,
-        GEN_RESPONSE_TOO_LARGE,
-        GEN_UNFINISHED,
-    }
-)
-
 READING_REASONS = frozenset(
     {
         INVALID_JSON,
@@ -154,6 +114,29 @@ ROW_STEP_REASONS = frozenset(
 )
 """Reasons the row step (render, mask, encode) gives; every other one is decided by reading,
 selecting or generating, which verify re-runs, so a row those stages pass cannot carry it."""
+
+ROW_REJECT_REASONS = (
+    READING_REASONS
+    | ROW_STEP_REASONS
+    | frozenset(
+        {
+            DUPLICATE_ID,
+            DUPLICATE,
+            NEAR_DUPLICATE,
+            CONTAMINATED,
+            GEN_LENGTH,
+            GEN_TOOL_MISMATCH,
+            GEN_NOTHING,
+            GEN_HTTP_4XX,
+            GEN_RETRIES_EXHAUSTED,
+            GEN_INVALID_RESPONSE,
+            GEN_PRETOKENIZED,
+            GEN_MODEL_MISMATCH,
+            GEN_RESPONSE_TOO_LARGE,
+            GEN_UNFINISHED,
+        }
+    )
+)
 
 EXPLANATIONS: dict[str, str] = {
     INVALID_JSON: "the line or document does not parse as JSON",
