@@ -619,8 +619,9 @@ def _emitted_tokens(
     want = list(tmpl.tokenizer(gen, add_special_tokens=False)["input_ids"])
     have = [int(x) for x in run_ids]
     accepted = [want]
-    if server:
-        accepted += [list(server), [*server, want[-1]]]
+    kept = _kept_server_ids(tmpl, server, gen)
+    if kept is not None:
+        accepted.append(kept)
     if prefix:
         return any(a[: len(have)] == have for a in accepted)
     return have in accepted
@@ -827,6 +828,7 @@ def source_pass(
     n = len(idx.ids)
     chosen, full = pick_rows(n, sample, seed)
     chosen_set = set(chosen)
+    share = len(chosen) / max(n, 1)  # of the input rows re-derived besides the chosen rows
     ident = Problems()
     maskp = Problems()
     leak = Problems()
@@ -864,7 +866,7 @@ def source_pass(
                 ident.add("row's source column differs from its input row's source", rid)
         needs = full or any(row_of_id[rid] in chosen_set for rid in own)
         # a sample of output rows never meets a rejected row: the same share of input rows
-        needs = needs or input_chosen(key, seed, len(chosen) / max(n, 1))
+        needs = needs or input_chosen(key, seed, share)
         if not own and lines and all(x.get("reason") in _BOUNDED for x in lines):
             needs = False  # rejected for the work it costs: not worth that work again here
         if isinstance(item, Conversation) and needs:
@@ -1083,11 +1085,11 @@ def _contract_length(
     pieces, at, n = [], 0, 0
     for start, gen, j in exp.gens:
         pieces.append(exp.text[at:start])
-        kept = _server_length(tmpl, (server or {}).get(j), gen)
+        kept = _kept_server_ids(tmpl, (server or {}).get(j), gen)
         if kept is None:
             pieces.append(gen)
         else:
-            n += kept
+            n += len(kept)
         at = start + len(gen)
     pieces.append(exp.text[at:])
     texts = [t for t in pieces if t]
@@ -1119,17 +1121,18 @@ def _check_turn_rejects(
             p.add(f"rejected as {why} but verify derives the turn's row", str(rid))
 
 
-def _server_length(tmpl: ChatTemplate, ids: list[int] | None, gen: str) -> int | None:
-    """How many tokens the server's ids for a generation make in the row (build keeps them
-    when they spell it, adding the end-of-turn token they may leave off), else None."""
+def _kept_server_ids(tmpl: ChatTemplate, ids: list[int] | None, gen: str) -> list[int] | None:
+    """The ids a generation server returned for a generation as a row may hold them: when they
+    spell it ending in an end-of-turn id, or spell it but for that token, which is appended
+    (a stop token spelled as text is no model's end); else None (the row holds tokenizer(G))."""
     if not ids:
         return None
     text = tmpl.backend.decode(ids, skip_special_tokens=False)
     if text == gen:
-        return len(ids)
+        return list(ids) if ids[-1] in _stop_ids(tmpl) else None
     tail = tmpl.tokenizer(gen[len(text) :], add_special_tokens=False)["input_ids"]
     if gen.startswith(text) and len(tail) == 1 and tail[0] in _stop_ids(tmpl):
-        return len(ids) + 1
+        return [*ids, tail[0]]
     return None
 
 

@@ -362,9 +362,11 @@ def placeholder_as_rendered(
     """A placeholder once the template dropped its reasoning ("OK." with recorded reasoning,
     under Llama-3.x): what would be supervised is the dummy answer alone, so it is context
     (`TURN_PLACEHOLDER`), by the rule build and verify share."""
-    return reasoning_not_rendered(msg, generation) and is_placeholder_answer(
+    if not str(msg.get("reasoning_content") or "").strip():
+        return False  # nothing to drop: `is_placeholder_answer` judged it before any render
+    return is_placeholder_answer(
         {**msg, "reasoning_content": None}, placeholders
-    )
+    ) and reasoning_not_rendered(msg, generation)
 
 
 def copies_its_prompt(messages: list, j: int) -> bool:

@@ -14,7 +14,7 @@ from draftset.config.fields import boolean_text_problem, json_value_problem
 from draftset.core import defaults
 from draftset.core.errors import UsageError
 from draftset.generation.http import concurrency_problem
-from draftset.generation.wire import parse_target, redact_url
+from draftset.generation.wire import not_visible_ascii, parse_target, redact_url
 from draftset.sources.read import Source
 
 API_KEY_ENV = ("DRAFTSET_API_KEY", "OPENAI_API_KEY")
@@ -161,9 +161,9 @@ def api_key_problem(key: str | None, where: str) -> str | None:
 
     Keys servers issue are visible ASCII; a CR/LF would end the header early and put the
     rest in a header of its own, a non-Latin-1 character cannot be encoded at all."""
-    if key is None or all("!" <= c <= "~" for c in key):
+    bad = None if key is None else not_visible_ascii(key)
+    if bad is None:
         return None
-    bad = next(c for c in key if not "!" <= c <= "~")
     what = {"\r": "a carriage return", "\n": "a newline", " ": "a space"}.get(bad)
     return (
         f"the API key {where} holds {what or f'the character U+{ord(bad):04X}'}, which no HTTP"

@@ -208,9 +208,15 @@ class RunLock:
     """An exclusive `flock` on ``OUT``'s lock file for the whole run. The kernel drops it when
     the process ends in any way (``kill -9`` included), so there is never a stale lock."""
 
-    def __init__(self, out: Path, path: Path | None = None, command: str = "generate") -> None:
-        """``path``: the lock file (default ``lock_path(out)``); ``command``: the one that
-        holds such a lock, for the message (`draftset run` locks its work folder too)."""
+    def __init__(
+        self,
+        out: Path,
+        path: Path | None = None,
+        command: str = "generate",
+        doing: str = "is writing",
+    ) -> None:
+        """``path``: the lock file (default ``lock_path(out)``); ``command`` and ``doing``: what
+        the holder is, for the message (`draftset run` locks its work folder too)."""
         # lazy: fcntl is POSIX-only: needed only to lock
         import fcntl
 
@@ -230,7 +236,7 @@ class RunLock:
             self.fd = -1
             who = f" (pid {holder})" if holder.isdigit() else ""
             raise Locked(
-                f"another draftset {command}{who} is writing {out} (lock {path}); "
+                f"another draftset {command}{who} {doing} {out} (lock {path}); "
                 "wait for it or stop it first"
             ) from None
         os.ftruncate(self.fd, 0)

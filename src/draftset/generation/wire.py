@@ -69,9 +69,15 @@ class Target:
         return host if self.port == default else f"{host}:{self.port}"
 
 
+def not_visible_ascii(text: str) -> str | None:
+    """The first character of ``text`` that is not visible ASCII (a space, CR/LF, a control,
+    non-ASCII), else None: what may not go raw into a request line or header."""
+    return next((c for c in text if not "!" <= c <= "~"), None)
+
+
 def parse_target(url: str) -> Target:
     """Split an ``http(s)://[user:pass@]host[:port]/prefix`` URL; the credentials never show."""
-    bad = next((c for c in url if not "!" <= c <= "~"), None)
+    bad = not_visible_ascii(url)
     if bad is not None:  # it would go into the request line raw: CR/LF, spaces, non-ASCII
         raise ValueError(
             f"{redact_url(url)!r} is not a valid URL: it holds {bad!r} (percent-encode it)"

@@ -335,7 +335,7 @@ def _attach_server_ids(
             # equal text is not enough: a stop token spelled as text is no model's end
             if decoded == text and (not ends or (ids and ids[-1] in tmpl.eot_ids)):
                 row.server_ids[seg_index] = list(ids)
-            elif tmpl.find_end_of_turn(text) == len(text) and text.startswith(decoded):
+            elif ends and text.startswith(decoded):
                 tail = tmpl.backend.encode(text[len(decoded) :], add_special_tokens=False).ids
                 if len(tail) == 1 and tail[0] in tmpl.eot_ids:
                     row.server_ids[seg_index] = [*ids, tail[0]]

@@ -195,9 +195,9 @@ def _run_lock(work: Path) -> RunLock:
     """The work folder's `run.lock`, held (flock) for the whole run: released by the kernel
     however the process ends, so never stale."""
     try:
-        return RunLock(work, work / RUN_LOCK, command="run")
+        return RunLock(work, work / RUN_LOCK, command="run", doing="is working in")
     except StoreError as exc:
-        raise RunUsageError(str(exc).replace(" is writing ", " is working in ", 1)) from None
+        raise RunUsageError(str(exc)) from None
 
 
 def _run_stages(

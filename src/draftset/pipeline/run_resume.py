@@ -145,6 +145,11 @@ def run_begun(work: Path) -> bool:
         data = json.loads((work / "state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return (work / "state.json").exists()  # unreadable: `open_state` says what it is
+    return _began(data)
+
+
+def _began(data: Any) -> bool:
+    """A parsed state that records an attempt or a finished stage (or is not a state)."""
     return not isinstance(data, dict) or bool(data.get("attempts") or data.get("done"))
 
 
@@ -161,7 +166,7 @@ def open_state(opts: RunOptions, settings: dict[str, Any]) -> tuple[RunState, li
             raise RunUsageError(f"{path} is not readable JSON") from None
         if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
             raise RunUsageError(f"{path} is not a draftset run state file")
-        if not run_begun(work) and set(held) == {path}:
+        if not _began(data) and set(held) == {path}:
             pass  # no stage began and nothing else is here: a new run, written below
         elif opts.restart:
             _clean(opts, data)
