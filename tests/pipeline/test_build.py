@@ -402,20 +402,25 @@ def test_every_shared_sample_file_is_accounted_for(tmp_path):
     assert per["sharegpt/fastchat_dummy_conversation.json"].written == 500
 
 
+def build_qwen3_6(src: Path, out: Path):
+    """One source ``a`` built with the real Qwen3 tokenizer under trl's Qwen3.6 template."""
+    return run_build(
+        BuildOptions(
+            [Source("a", src)],
+            str(qwen3_tokenizer_dir()),
+            out,
+            chat_template_path=str(trl_template("qwen3_6")),
+            workers=1,
+        )
+    )
+
+
 def test_row_template_kwargs_recorded_by_generate_win(tmp_path):
     """A row answered with thinking off is rendered with thinking off, whatever the run default."""
     row = chat(1, "Four.")
     row["metadata"] = {"chat_template_kwargs": {"enable_thinking": False}}
     src = write_jsonl(tmp_path / "a.jsonl", [row, chat(2, "Five.")])
-    res = run_build(
-        BuildOptions(
-            [Source("a", src)],
-            str(qwen3_tokenizer_dir()),
-            tmp_path / "o",
-            chat_template_path=str(trl_template("qwen3_6")),
-            workers=1,
-        )
-    )
+    res = build_qwen3_6(src, tmp_path / "o")
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()))
@@ -448,15 +453,7 @@ def test_server_token_ids_are_kept_when_they_spell_the_generation(tmp_path):
         },
     }
     src = write_jsonl(tmp_path / "a.jsonl", [good, bad])
-    res = run_build(
-        BuildOptions(
-            [Source("a", src)],
-            str(qwen3_tokenizer_dir()),
-            tmp_path / "o",
-            chat_template_path=str(trl_template("qwen3_6")),
-            workers=1,
-        )
-    )
+    res = build_qwen3_6(src, tmp_path / "o")
     rows = read_rows(res.out)
     sup = [[i for i, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m] for r in rows]
     assert sup == [odd, canonical]
@@ -645,15 +642,7 @@ def test_server_ids_that_spell_the_stop_token_as_text_are_not_kept(tmp_path):
         "token_ids": {"turns": [{"message": 1, "completion": answer + spelled}]},
     }
     src = write_jsonl(tmp_path / "a.jsonl", [row])
-    res = run_build(
-        BuildOptions(
-            [Source("a", src)],
-            str(qwen3_tokenizer_dir()),
-            tmp_path / "o",
-            chat_template_path=str(trl_template("qwen3_6")),
-            workers=1,
-        )
-    )
+    res = build_qwen3_6(src, tmp_path / "o")
     (r,) = read_rows(res.out)
     sup = [i for i, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m]
     assert sup == tok("Fine.<|im_end|>", add_special_tokens=False).input_ids

@@ -146,6 +146,13 @@ def _recipe(tmp: Path, tokenizer: Path, url: str, name: str = "recipe", **genera
     return path
 
 
+def _add_source(recipe: Path, path: Path, rows: list[dict[str, Any]]) -> None:
+    """Write ``rows`` to ``path`` and add it to the recipe's sources."""
+    conf = json.loads(recipe.read_text())
+    conf["sources"].append({"path": str(_rows(path, rows))})
+    recipe.write_text(json.dumps(conf))
+
+
 def _run(recipe: Path, **kw: Any) -> run_state.RunResult:
     opts = run_options(recipe, **kw)
     opts.speculators = False  # proven elsewhere; keeps this file fast
@@ -604,13 +611,8 @@ def test_run_end_to_end_other_model_relative_tokenizer_and_restart_keeps_user_fi
     shutil.copytree(qwen3_dir, tmp_path / "tok")
     with FaultServer() as srv:
         recipe = _recipe(tmp_path, tmp_path / "tok", srv.url, regenerate="missing")
-        conf = json.loads(recipe.read_text())
-        prompts = _rows(
-            tmp_path / "data" / "switch.jsonl",
-            [{"id": f"sw{i}", "prompt": f"q{i} [model:other-model]"} for i in range(3)],
-        )
-        conf["sources"].append({"path": str(prompts)})
-        recipe.write_text(json.dumps(conf))
+        switched = [{"id": f"sw{i}", "prompt": f"q{i} [model:other-model]"} for i in range(3)]
+        _add_source(recipe, tmp_path / "data" / "switch.jsonl", switched)
         result = _run(recipe, tokenizer="tok")
         assert result.passed
         out = result.out
@@ -751,10 +753,9 @@ def test_run_with_an_over_large_answer_rejects_that_row_and_verifies(
     verify passes."""
     with FaultServer() as srv:
         recipe = _recipe(tmp_path, qwen3_dir, srv.url)
-        conf = json.loads(recipe.read_text())
-        big = _rows(tmp_path / "data" / "big.jsonl", [{"id": "big0", "prompt": "q [gzipbomb]"}])
-        conf["sources"].append({"path": str(big)})
-        recipe.write_text(json.dumps(conf))
+        _add_source(
+            recipe, tmp_path / "data" / "big.jsonl", [{"id": "big0", "prompt": "q [gzipbomb]"}]
+        )
         result = _run(recipe)
     assert result.passed
     rejects = _rejects(result.out)
@@ -838,10 +839,7 @@ def test_run_summary_says_answered_of_queued_and_the_errors(
 
     with FaultServer() as srv:
         recipe = _recipe(tmp_path, qwen3_dir, srv.url)
-        conf = json.loads(recipe.read_text())
-        cut = _rows(tmp_path / "data" / "cut.jsonl", [{"id": "c0", "prompt": "q [length]"}])
-        conf["sources"].append({"path": str(cut)})
-        recipe.write_text(json.dumps(conf))
+        _add_source(recipe, tmp_path / "data" / "cut.jsonl", [{"id": "c0", "prompt": "q [length]"}])
         result = _run(recipe)
     capsys.readouterr()
     print_summary(result)
