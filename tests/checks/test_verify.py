@@ -1287,3 +1287,78 @@ def test_a_too_long_reject_under_truncate_fails(tmp_path):
     results = verify(folder)
     assert failed(results) == {"mask_fidelity"}, [r.to_json() for r in results if r.failed]
     assert by_name(results)["mask_fidelity"].examples == ["sys"]
+
+
+@pytest.mark.parametrize("reason", ["too_few_supervised_tokens", "internal_error"])
+def test_a_good_row_rejected_too_few_supervised_or_internal_error_fails(built, tmp_path, reason):
+    """A good 40-token answer dropped as `too_few_supervised_tokens` (under the default
+    --min-supervised-tokens 1) or as `internal_error` (a draftset bug met on the row) passed:
+    verify justified neither. It now counts the supervised tokens the contract writes, and a
+    row it derives cleanly was no bug's to lose."""
+    folder = copy_set(built["all"], tmp_path)
+    reject_instead(folder, "sys", reason, 0)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}, [r.to_json() for r in results if r.failed]
+    assert by_name(results)["mask_fidelity"].examples == ["sys"]
+
+
+def test_rows_rightly_rejected_too_few_supervised_tokens_pass(tmp_path):
+    """The other side: a short answer under --min-supervised-tokens 20, and (truncating) a
+    row whose first --max-length tokens are all context, are rightly rejected."""
+    short = {
+        "id": "short",
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello!"},
+        ],
+    }
+    src = write_jsonl(tmp_path / "c.jsonl", [ROWS[0], short])
+    opts = BuildOptions(
+        [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1
+    )
+    opts.min_supervised_tokens = 20
+    out = run_build(opts).out
+    assert manifest(out)["counts"]["total"]["rejected_by_reason"] == {
+        "too_few_supervised_tokens": 1
+    }
+    assert failed(verify(out)) == set()
+
+    long_prompt = {
+        "id": "lp",
+        "messages": [
+            {"role": "user", "content": "Summarise: " + LONG * 3},
+            {"role": "assistant", "content": LONG},
+        ],
+    }
+    friend = {
+        "id": "friend",
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello to you, my friend, on this fine day."},
+        ],
+    }
+    src = write_jsonl(tmp_path / "t.jsonl", [long_prompt, friend])
+    opts = BuildOptions(
+        [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / "t", workers=1
+    )
+    opts.truncation, opts.max_length = "truncate", 40
+    out = run_build(opts).out
+    assert manifest(out)["counts"]["total"]["rejected_by_reason"] == {
+        "too_few_supervised_tokens": 1
+    }
+    assert failed(verify(out)) == set()
+
+
+def test_a_truncated_row_rejected_too_few_supervised_tokens_that_has_them_fails(tmp_path):
+    """Truncating: a row whose first --max-length tokens hold a whole answer, rejected as
+    `too_few_supervised_tokens`, is a good row lost."""
+    src = write_jsonl(tmp_path / "chats.jsonl", ROWS[:2])
+    opts = BuildOptions(
+        [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / "t", workers=1
+    )
+    opts.truncation, opts.max_length = "truncate", 80
+    folder = run_build(opts).out
+    reject_instead(folder, "sys", "too_few_supervised_tokens", 0)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}, [r.to_json() for r in results if r.failed]
+    assert by_name(results)["mask_fidelity"].examples == ["sys"]

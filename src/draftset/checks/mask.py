@@ -876,7 +876,7 @@ def source_pass(
             context_by_source.setdefault(item.source, Counter()).update(context)
             if not own:
                 _check_rejection(maskp, item, lines, expected, error)
-                _check_too_long(maskp, tmpl, item, lines, expected, opts)
+                _check_length_rejects(maskp, tmpl, item, lines, expected, opts)
         mine = [rid for rid in own if row_of_id[rid] in chosen_set]
         checked += len(mine)
         context = _check_rows(
@@ -889,7 +889,7 @@ def source_pass(
                 if rid not in row_of_id and not any(x.get("id") == rid for x in lines):
                     maskp.add("expected row missing and not rejected", rid)
             if own and lines:  # a turn's row rejected beside written ones
-                _check_too_long(maskp, tmpl, item, lines, expected, opts)
+                _check_length_rejects(maskp, tmpl, item, lines, expected, opts)
                 _check_turn_rejects(maskp, lines, expected)
     _check_every_output_row(ident, idx, row_owner, used_rejects)
     if full:
@@ -1040,7 +1040,7 @@ verify counts) and build's encoding (a turn made context joins its neighbours in
 which may merge a token or two at each edge): a `too_long` row is wrong only beyond that."""
 
 
-def _check_too_long(
+def _check_length_rejects(
     p: Problems,
     tmpl: ChatTemplate,
     conv: Conversation,
@@ -1048,53 +1048,71 @@ def _check_too_long(
     expected: list[tuple[str, Expected]],
     options: dict[str, Any],
 ) -> None:
-    """A `too_long` reject (build decides it from a byte bound, untokenized, when it can)
-    whose expected row fits --max-length when counted as the contract tokenizes it: the
-    context and each generation in one piece apiece."""
+    """`too_long` and `too_few_supervised_tokens` rejects (build decides both from a byte
+    bound, untokenized, when it can) whose expected row the length rules keep when counted
+    as the contract tokenizes it: the context and each generation in one piece apiece."""
     max_len = int(options.get("max_length") or 0)
+    min_sup = int(options.get("min_supervised_tokens") or 0)
     truncating = options.get("truncation", "drop") != "drop"
     conv_id, server = conv.id, server_completion_ids(conv)
     by_id = dict(expected)
     for x in lines:
-        if x.get("reason") != reasons.TOO_LONG:
+        why = x.get("reason")
+        if why not in (reasons.TOO_LONG, reasons.TOO_FEW_SUPERVISED_TOKENS):
             continue
         rid = str(x.get("id") or conv_id)
-        if truncating:  # build cuts such a row instead
+        if why == reasons.TOO_LONG and truncating:  # build cuts such a row instead
             p.add("rejected as too_long under --truncation truncate, which cuts instead", rid)
-            continue
-        if max_len <= 0:
             continue
         exp = by_id.get(rid) or (by_id.get(conv_id) if len(by_id) == 1 else None)
         if exp is None:
             continue
-        n = _contract_length(tmpl, exp, server)
-        if n + _LENGTH_SLACK * len(exp.gens) <= max_len:
+        pieces = _contract_pieces(tmpl, exp, server)
+        n = sum(k for k, _ in pieces)
+        slack = _LENGTH_SLACK * len(exp.gens)
+        if why == reasons.TOO_LONG and max_len > 0 and n + slack <= max_len:
             p.add(
                 "rejected as too_long but it fits --max-length",
                 rid,
                 f"{rid}: rejected as too_long, but its {n:,} tokens fit --max-length {max_len:,}",
             )
+        if why != reasons.TOO_FEW_SUPERVISED_TOKENS:
+            continue
+        if not truncating and max_len > 0 and n - slack > max_len:
+            continue  # too long as well: either reason is right
+        kept = max_len - slack if truncating and max_len > 0 else n
+        supervised, at = 0, 0
+        for k, sup in pieces:  # inside the kept ones, however the context's edges merge
+            if sup:
+                supervised += max(0, min(k, kept - at))
+            at += k
+        if supervised >= min_sup:
+            p.add(
+                "rejected as too_few_supervised_tokens but it has enough",
+                rid,
+                f"{rid}: rejected as too_few_supervised_tokens, but it supervises"
+                f" {supervised:,} tokens >= --min-supervised-tokens {min_sup:,}",
+            )
 
 
-def _contract_length(
+def _contract_pieces(
     tmpl: ChatTemplate, exp: Expected, server: dict[int, list[int]] | None = None
-) -> int:
-    """Tokens of an expected row: context pieces and generations, each tokenized apart — a
-    generation as the server's own ids when the row recorded ids that spell it (build uses
-    them then), with the end-of-turn token they may leave off."""
-    pieces, at, n = [], 0, 0
+) -> list[tuple[int, bool]]:
+    """(tokens, supervised) of an expected row's pieces in order: context pieces and
+    generations, each tokenized apart — a generation as the server's own ids when the row
+    recorded ids that spell it (build uses them then), with the end-of-turn token they may
+    leave off."""
+    pieces: list[tuple[str | int, bool]] = []
+    at = 0
     for start, gen, j in exp.gens:
-        pieces.append(exp.text[at:start])
+        pieces.append((exp.text[at:start], False))
         kept = _kept_server_ids(tmpl, (server or {}).get(j), gen)
-        if kept is None:
-            pieces.append(gen)
-        else:
-            n += len(kept)
+        pieces.append((gen if kept is None else len(kept), True))
         at = start + len(gen)
-    pieces.append(exp.text[at:])
-    texts = [t for t in pieces if t]
-    encoded = tmpl.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
-    return n + sum(len(ids) for ids in encoded)
+    pieces.append((exp.text[at:], False))
+    texts = [t for t, _ in pieces if isinstance(t, str) and t]
+    encoded = iter(tmpl.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+    return [(t if isinstance(t, int) else len(next(encoded)) if t else 0, sup) for t, sup in pieces]
 
 
 _DERIVED = frozenset(
@@ -1104,9 +1122,11 @@ _DERIVED = frozenset(
         reasons.TEMPLATE_DROPS_CONTENT,
         reasons.SPECIAL_TOKEN_IN_ANSWER,
         reasons.UNSUPPORTED_CONTENT,
+        reasons.INTERNAL_ERROR,
     }
 )
-"""Row-step reasons verify re-derives: a turn row it expects cannot carry one."""
+"""Row-step reasons verify re-derives: a turn row it expects cannot carry one (nor a draftset
+bug's: verify derives that row cleanly)."""
 
 
 def _check_turn_rejects(
@@ -1145,6 +1165,8 @@ def _check_rejection(
         p.add("rejected as no_supervised_turn but has a supervisable turn", conv.id)
     if reasons.TEMPLATE_ERROR in reasons_given and error is None and expected:
         p.add("rejected as template_error but the template renders", conv.id)
+    if reasons.INTERNAL_ERROR in reasons_given and error is None and expected:
+        p.add("rejected as internal_error (a draftset bug) but verify derives its row", conv.id)
     if reasons.TEMPLATE_DROPS_CONTENT in reasons_given and error != DROPS_CONTENT:
         p.add("rejected as template_drops_content but every generation holds its text", conv.id)
     if reasons.SPECIAL_TOKEN_IN_ANSWER in reasons_given and error != SPECIAL_TOKEN_TEXT:
