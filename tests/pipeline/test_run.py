@@ -865,6 +865,20 @@ def test_a_server_of_another_model_is_named_in_the_recipes_terms(
     assert "--model" not in str(exc.value)
 
 
+def test_servers_of_different_models_are_named_in_the_recipes_terms(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """Two endpoints serving different models and no generate.model: generate's advice is
+    "pass --model", which `run` does not have; it says to set generate.model."""
+    with FaultServer() as a, FaultServer(model="another-model") as b:
+        recipe = _recipe(tmp_path, qwen3_dir, a.url, endpoints=[a.url, b.url])
+        with pytest.raises(run_state.RunUsageError) as exc:
+            _run(recipe)
+    assert "set generate.model" in str(exc.value), str(exc.value)
+    assert "another-model" in str(exc.value)
+    assert "--model" not in str(exc.value)
+
+
 def test_a_row_padded_with_copies_of_its_prompts_is_sent_like_a_placeholder_row() -> None:
     """build makes an answer that is its user turn verbatim a context turn (`prompt_copy`), so
     a row whose every answer is such a pad has nothing to train on: `run` asks the target for

@@ -87,7 +87,7 @@ async def _open_pool(opts: GenerateOptions) -> EndpointPool:
 
 
 def check_reachable(opts: GenerateOptions) -> None:
-    """`Unreachable` (or `GenerateUsageError`: not ``--model``) now, as the first step of a run
+    """`Unreachable` (or `ModelNotServed`/`NoCommonModel`) now, as the first step of a run
     would find it: `draftset run` asks before it selects rows, which takes minutes on big data."""
 
     async def probe() -> None:
@@ -102,21 +102,39 @@ async def _close_clients(eps: list[Endpoint]) -> None:
         await ep.aclose()
 
 
+class ModelNotServed(GenerateUsageError):
+    """An endpoint does not serve the model asked for; ``wording(option)`` names the option
+    in the caller's terms (``--model``, a recipe's ``generate.model``)."""
+
+    def __init__(self, url: str, served: list[str], wanted: str) -> None:
+        self.url, self.served, self.wanted = url, served, wanted
+        super().__init__(self.wording("--model"))
+
+    def wording(self, option: str) -> str:
+        return f"{self.url} serves {self.served}, not {option} {self.wanted!r}"
+
+
+class NoCommonModel(GenerateUsageError):
+    """No model asked for, and the endpoints do not all serve one and the same."""
+
+    def __init__(self, listing: str) -> None:
+        self.listing = listing
+        super().__init__(self.wording("pass --model"))
+
+    def wording(self, advice: str) -> str:
+        return f"endpoints do not serve exactly one common model ({self.listing}); {advice}"
+
+
 def _served_model(wanted: str | None, up: list[Endpoint]) -> str:
     """The model every reachable endpoint must serve: ``--model``, or the one they all serve."""
     if wanted is not None:
         for ep in up:
             if wanted not in ep.served_models:
-                raise GenerateUsageError(
-                    f"{ep.url} serves {ep.served_models}, not --model {wanted!r}"
-                )
+                raise ModelNotServed(ep.url, ep.served_models, wanted)
         return wanted
     names = {tuple(ep.served_models) for ep in up}
     if len(names) != 1 or len(up[0].served_models) != 1:
-        listing = ", ".join(f"{ep.url}: {ep.served_models}" for ep in up)
-        raise GenerateUsageError(
-            f"endpoints do not serve exactly one common model ({listing}); pass --model"
-        )
+        raise NoCommonModel(", ".join(f"{ep.url}: {ep.served_models}" for ep in up))
     return up[0].served_models[0]
 
 

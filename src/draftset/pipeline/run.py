@@ -306,7 +306,12 @@ def _check_report_path(path: Path) -> None:
 def _check_reachable(opts: RunOptions, model: str | None, work: Path) -> None:
     """Every endpoint down (or serving another model than the recipe's): exit 2 before the
     first stage, one line. (Found by the first request before: after selecting every row.)"""
-    from draftset.generation.job import Unreachable, check_reachable  # lazy: as above
+    from draftset.generation.job import (  # lazy: as above
+        ModelNotServed,
+        NoCommonModel,
+        Unreachable,
+        check_reachable,
+    )
 
     try:
         check_reachable(generate_options(opts, work / "answers.jsonl", model))
@@ -315,9 +320,10 @@ def _check_reachable(opts: RunOptions, model: str | None, work: Path) -> None:
             f"{exc}: start the server, or fix generate.endpoints (`draftset build` builds"
             " rows that need no answers without one)"
         ) from None
-    except GenerateUsageError as exc:  # another model than asked: in the recipe's terms
-        text = str(exc).replace("not --model", "not generate.model")
-        raise RunUsageError(text.replace("pass --model", "set generate.model")) from None
+    except ModelNotServed as exc:  # in the recipe's terms
+        raise RunUsageError(exc.wording("generate.model")) from None
+    except NoCommonModel as exc:
+        raise RunUsageError(exc.wording("set generate.model")) from None
 
 
 def _check_servers(g: GenerateSection) -> None:

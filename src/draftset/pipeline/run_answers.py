@@ -12,7 +12,7 @@ from typing import Any
 
 from draftset.core.words import plural
 from draftset.generation.console import progress
-from draftset.generation.job import Unreachable, run_generate
+from draftset.generation.job import ModelNotServed, NoCommonModel, Unreachable, run_generate
 from draftset.generation.options import (
     GenerateOptions,
     GenerateUsageError,
@@ -103,12 +103,15 @@ def answer_queue(
 
         try:
             result = asyncio.run(run_generate(gopts, tick))
+        except ModelNotServed as exc:  # only a pinned model is asked for
+            raise RunUsageError(
+                f"model changed: this run is pinned to {pinned!r} and"
+                f" {exc.wording('generate.model')}; rerun with --restart to start over with the"
+                " model now served"
+            ) from None
+        except NoCommonModel as exc:
+            raise RunUsageError(exc.wording("set generate.model")) from None
         except GenerateUsageError as exc:
-            if pinned and "not --model" in str(exc):
-                raise RunUsageError(
-                    f"model changed: this run was answered by {pinned!r} and {exc}; rerun with"
-                    " --restart to start over with the model now served"
-                ) from None
             raise RunUsageError(str(exc)) from None
         except Unreachable as exc:
             raise RunFailed(f"{exc}; rerun the same command to resume") from None
