@@ -1362,3 +1362,42 @@ def test_a_truncated_row_rejected_too_few_supervised_tokens_that_has_them_fails(
     results = verify(folder)
     assert failed(results) == {"mask_fidelity"}, [r.to_json() for r in results if r.failed]
     assert by_name(results)["mask_fidelity"].examples == ["sys"]
+
+
+@pytest.mark.parametrize("mode", ["all", "each"])
+def test_an_answer_weighted_zero_is_context_in_build_and_verify(tmp_path, mode):
+    """OpenAI fine-tuning's `weight: 0` (LLaMA-Factory's `loss_weight: 0.0`) on an answer
+    says "do not train on it": build trained it. Now it is context (`weight_zero`) in build
+    and verify alike, and a row whose every answer is weighted 0 is `no_supervised_turn`."""
+    rows = [
+        {
+            "id": "w",
+            "messages": [
+                {"role": "user", "content": "Capital of France?"},
+                {"role": "assistant", "content": "Paris, as if you did not know.", "weight": 0},
+                {"role": "user", "content": "How are river deltas formed?"},
+                {"role": "assistant", "content": LONG, "weight": 1},
+            ],
+        },
+        {
+            "id": "none",
+            "messages": [
+                {"role": "user", "content": "Say A"},
+                {"role": "assistant", "content": "BAD ANSWER", "loss_weight": 0.0},
+            ],
+        },
+    ]
+    src = write_jsonl(tmp_path / "w.jsonl", rows)
+    opts = BuildOptions([Source("w", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1)
+    opts.turns = mode
+    out = run_build(opts).out
+    counts = manifest(out)["counts"]["total"]
+    assert counts["context_turns_by_reason"] == {"weight_zero": 2}
+    assert counts["row_rejects_by_reason"] == {"no_supervised_turn": 1}
+    tok = Tokenizer.from_file(str(qwen3_tokenizer_dir() / "tokenizer.json"))
+    for row in read_rows(out):
+        supervised = [t for t, k in zip(row["input_ids"], row["loss_mask"], strict=True) if k]
+        assert "Paris" not in tok.decode(supervised)
+        assert "Rivers carry sediment" in tok.decode(supervised)
+    results = verify(out)
+    assert failed(results) == set(), [r.to_json() for r in results if r.failed]

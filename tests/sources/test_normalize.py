@@ -1092,3 +1092,146 @@ def test_whitespace_arguments_are_no_arguments():
     out = norm(row)
     assert out.messages[1]["tool_calls"][0]["function"]["arguments"] == {}
     assert out.meta["arguments_text"] == {1: {0: "  "}}
+
+
+# --- session 24: reading probes (a whole conversation in `chosen`, weights, text keys, ids) ----
+
+
+def test_ultrafeedback_binarized_rows_are_read_once_not_doubled():
+    """HuggingFaceH4/ultrafeedback_binarized: `messages` and `chosen` each hold the whole
+    conversation (user + answer) and `prompt` its first user text. `chosen` was appended to
+    `messages`: user, answer, user, answer — a conversation that never happened, trained."""
+    conv = [user("What is 2+2?"), assistant("It is 4.")]
+    row = {
+        "prompt": "What is 2+2?",
+        "prompt_id": "abc",
+        "chosen": conv,
+        "rejected": [user("What is 2+2?"), assistant("Five.")],
+        "messages": conv,
+        "score_chosen": 8.0,
+        "score_rejected": 2.0,
+    }
+    out = norm(row)
+    assert isinstance(out, Conversation), out
+    assert out.messages == conv
+    assert out.id == "abc"
+    # the same set without `messages`: `chosen` is the conversation, `prompt` its first turn
+    without = {k: v for k, v in row.items() if k != "messages"}
+    assert norm(without).messages == conv
+    # and the TRL layout keeps appending an answer-only `chosen` to a prompt list
+    trl = {"prompt": [user("q")], "chosen": [assistant("good")], "rejected": [assistant("x")]}
+    assert norm(trl).messages == [user("q"), assistant("good")]
+
+
+def test_a_whole_chosen_conversation_that_differs_from_its_prompt_is_rejected():
+    """Which conversation would be trained is unclear: rejected, named, not guessed."""
+    row = {"messages": [user("q1"), assistant("a")], "chosen": [user("q2"), assistant("b")]}
+    assert "chosen" in reject(row, reasons.INVALID_CONTENT).message
+    row = {"prompt": "q1", "chosen": [user("q2"), assistant("b")]}
+    assert "chosen" in reject(row, reasons.INVALID_CONTENT).message
+
+
+def test_a_completion_after_messages_that_already_end_in_an_answer():
+    """`messages` ending in an answer plus a `completion`: the same answer is read once; a
+    different one was read as two answers in a row (rejected later as no_supervised_turn,
+    hiding why) and is now rejected for what it is."""
+    row = {"messages": [user("q"), assistant("X")], "completion": "X"}
+    assert norm(row).messages == [user("q"), assistant("X")]
+    row = {"messages": [user("q"), assistant("X")], "completion": "Y"}
+    assert "completion" in reject(row, reasons.INVALID_CONTENT).message
+
+
+@pytest.mark.parametrize("key", ["weight", "loss_weight"])
+def test_a_turn_weighted_zero_is_marked_not_trained(key):
+    """OpenAI's fine-tuning `weight: 0`, LLaMA-Factory's `loss_weight: 0.0` and axolotl's
+    ShareGPT `weight: 0` say "do not train on this answer": the key was never read."""
+    from draftset.core.records import NOT_TRAINED
+
+    row = {
+        "messages": [
+            user("Capital of France?"),
+            assistant("Paris, as if everyone doesn't know.", **{key: 0}),
+            user("Who wrote Hamlet?"),
+            assistant("Shakespeare.", **{key: 1.0}),
+        ]
+    }
+    out = norm(row)
+    assert isinstance(out, Conversation)
+    assert out.meta[NOT_TRAINED] == {1: True}
+    assert all(key not in m for m in out.messages)  # never given to the template
+    sharegpt = {
+        "system": "Be brief.",
+        "conversations": [
+            {"from": "human", "value": "Say B"},
+            {"from": "gpt", "value": "BAD B", key: 0},
+        ],
+    }
+    assert norm(sharegpt).meta[NOT_TRAINED] == {2: True}  # shifted past the system turn
+
+
+@pytest.mark.parametrize("weight", [0.5, -1, 2, "0", [0]])
+def test_a_weight_the_binary_mask_cannot_express_is_rejected(weight):
+    row = {"messages": [user("q"), assistant("a", weight=weight)]}
+    assert "weight" in reject(row, reasons.INVALID_CONTENT).message
+
+
+def test_a_null_weight_is_no_weight():
+    """A Parquet column of weights is null where a row gave none: trained as usual."""
+    from draftset.core.records import NOT_TRAINED
+
+    out = norm({"messages": [user("q"), assistant("a", weight=None)]})
+    assert out.messages == [user("q"), assistant("a")]
+    assert NOT_TRAINED not in out.meta
+
+
+def test_turn_text_under_text_is_read_and_a_turn_without_text_is_not_empty():
+    """{"role": "user", "text": ...} (OpenAssistant's key) was read as an empty turn and the
+    answer trained against an empty prompt; a turn with no text key at all read as ""."""
+    row = {"messages": [{"role": "user", "text": "Translate 'chat'."}, assistant("Cat.")]}
+    assert norm(row).messages == [user("Translate 'chat'."), assistant("Cat.")]
+    row = {"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "text": "a"}]}
+    assert norm(row).messages == [user("q"), assistant("a")]
+    row = {"messages": [{"role": "user", "body": "q"}, assistant("a")]}
+    out = reject(row, reasons.INVALID_CONTENT)
+    assert "turn 0" in out.message and "body" in out.message
+    # an assistant turn that only calls a tool has no content, rightly
+    row = {"messages": [user("q"), {"role": "assistant", "tool_calls": [call("f", "{}")]}]}
+    assert isinstance(norm(row), Conversation)
+
+
+def test_a_null_content_beside_a_sharegpt_value_reads_the_value():
+    """Parquet/Arrow of mixed ShareGPT and OpenAI rows give every turn all four keys, the unused
+    pair null: the ShareGPT rows were rejected (`content is null`) or, in history, trained
+    with an empty earlier answer."""
+    turns = [
+        {"from": "human", "value": "q", "role": None, "content": None},
+        {"from": "gpt", "value": "first", "role": None, "content": None},
+        {"from": "human", "value": "q2", "role": None, "content": None},
+        {"from": "gpt", "value": "second", "role": None, "content": None},
+    ]
+    out = norm({"conversations": turns})
+    assert out.messages == [user("q"), assistant("first"), user("q2"), assistant("second")]
+    openai = [
+        {"from": None, "value": None, "role": "user", "content": "q"},
+        {"from": None, "value": None, "role": "assistant", "content": "a"},
+    ]
+    assert norm({"conversations": openai}).messages == [user("q"), assistant("a")]
+
+
+def test_a_trl_prompt_list_is_no_unread_field():
+    """TRL's `prompt` list + `chosen`: read as the conversation, yet noted as "not read"."""
+    row = {"prompt": [user("Say hi")], "chosen": [assistant("hi")], "rejected": [assistant("x")]}
+    out = norm(row)
+    assert out.messages == [user("Say hi"), assistant("hi")]
+    assert "unread_fields" not in out.meta
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(float("nan"), "src:0"), (float("inf"), "src:0"), (7.0, "7"), (7.5, "7.5"), (7, "7")],
+)
+def test_float_ids_from_dataframes(value, expected):
+    """pandas writes a missing id as NaN: it became the id "nan" (and "nan:nan", then the third
+    such row a `duplicate_id`); an integer id column with a gap is floats: "7.0"."""
+    row = {"id": value, "messages": [user("q"), assistant("a")]}
+    assert norm(row).id == expected

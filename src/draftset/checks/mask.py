@@ -393,7 +393,7 @@ def expected_rows(
     ):
         return [], Counter(), UNSERVABLE
     msgs = served_reads(originals, conv.meta, _shape(tmpl), tmpl.template_text, engine, harmony)
-    cut_off = reasons.cut_off_answers(originals, conv.meta)
+    marks = reasons.row_marks(originals, conv.meta)
     context: Counter[str] = Counter()
     rows: list[tuple[str, Expected]] = []
     if mode == "each":
@@ -402,7 +402,7 @@ def expected_rows(
             if j == 0:
                 context[reasons.TURN_NO_PROMPT] += 1
                 continue
-            why = reasons.never_supervised(originals, j, cut_off, placeholders)
+            why = reasons.never_supervised(originals, j, marks, placeholders)
             if why is not None:
                 context[why] += 1
                 continue
@@ -438,7 +438,7 @@ def expected_rows(
             if j == 0:
                 context[reasons.TURN_NO_PROMPT] += 1
                 continue
-            why = reasons.never_supervised(originals, j, cut_off, placeholders)
+            why = reasons.never_supervised(originals, j, marks, placeholders)
             if why is not None:
                 context[why] += 1
                 continue

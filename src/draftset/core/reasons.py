@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from draftset.core import records  # meta keys (not reason codes: kept out of this namespace)
@@ -70,6 +70,7 @@ TURN_NO_END_OF_TURN = "no_end_of_turn"  # no end-of-turn token after the generat
 TURN_HISTORY_RENDER_DIFFERS = "history_render_differs"  # full render shows it differently
 TURN_PLACEHOLDER = "placeholder_answer"  # "OK.", "", whitespace: never supervised
 TURN_PROMPT_COPY = "prompt_copy"  # the answer is its user turn verbatim: never supervised
+TURN_WEIGHT_ZERO = "weight_zero"  # the row weighted the answer 0 (OpenAI's `weight`, ...)
 TURN_NOT_LAST = "not_last_turn"  # --turns last: earlier turns are context by request
 TURN_NO_PROMPT = "no_prompt"  # the first message: nothing before it to generate from
 # the answer was cut off (max tokens, an unclosed think block): the template would close it with
@@ -180,6 +181,7 @@ EXPLANATIONS: dict[str, str] = {
     TURN_PLACEHOLDER: 'a placeholder answer ("OK.", empty): never supervised',
     TURN_PROMPT_COPY: "the answer is its user turn verbatim (an echo, or padding): never"
     " supervised",
+    TURN_WEIGHT_ZERO: "the row weights the answer 0 (`weight`, `loss_weight`): not to train on",
     TURN_NOT_LAST: "--turns last: earlier turns are context by request",
     TURN_NO_PROMPT: "the first message: nothing before it to generate it from",
     TURN_TRUNCATED: "the answer was cut off (max tokens, an unclosed think block): its"
@@ -332,17 +334,26 @@ def developer_role(template_text: str, engine: str, harmony: bool) -> bool:
     return not harmony and (engine == "transformers" or names_developer(template_text))
 
 
+def row_marks(messages: list[dict], meta: dict) -> dict[int, str]:
+    """Assistant messages the row itself marks never supervised, by index: cut off
+    (`cut_off_answers`) or weighted 0 (the normalizer's `NOT_TRAINED`)."""
+    marks = {j: TURN_WEIGHT_ZERO for j in meta.get(records.NOT_TRAINED) or () if isinstance(j, int)}
+    marks.update({j: TURN_TRUNCATED for j in cut_off_answers(messages, meta)})
+    return marks
+
+
 def never_supervised(
-    messages: list, j: int, cut_off: frozenset[int], placeholders: tuple[str, ...]
+    messages: list, j: int, marks: Mapping[int, str], placeholders: tuple[str, ...]
 ) -> str | None:
     """Why assistant message ``j`` is context whatever the template renders (build and verify
-    ask this before any render): a placeholder answer, one cut off (`cut_off_answers`), or one
-    that is its user turn verbatim (verify's leakage check fails such a supervised answer)."""
+    ask this before any render): a placeholder answer, one the row marks (`row_marks`: cut off,
+    weighted 0), or one that is its user turn verbatim (verify's leakage check fails such a
+    supervised answer)."""
     msg = messages[j]
     if is_placeholder_answer(msg, placeholders):
         return TURN_PLACEHOLDER
-    if j in cut_off:
-        return TURN_TRUNCATED
+    if j in marks:
+        return marks[j]
     if copies_its_prompt(messages, j):
         return TURN_PROMPT_COPY
     return None

@@ -50,6 +50,10 @@ REASONING_UNTERMINATED = "reasoning_unterminated"
 """``Conversation.meta`` key: message index -> True for answers whose think block the
 normalizer found unclosed: cut off, never supervised (`reasons.cut_off_answers`); a preset's
 rows say it in their ``metadata``, as `generate` says ``metadata.truncated``."""
+NOT_TRAINED = "not_trained"
+"""``Conversation.meta`` key: message index -> True for answers the row weighted 0 (OpenAI's
+``weight``, LLaMA-Factory's ``loss_weight``): context, never supervised
+(`reasons.never_supervised`)."""
 DEVELOPER = "developer"
 """``Conversation.meta`` key: message index -> True for messages the row gave as ``developer``
 (normalized to ``system``). vLLM gives a template that names the role the message as

@@ -361,7 +361,7 @@ def _plan_whole(
     cut-off answers and hold the text each generation must contain.
     """
     row_kwargs = row_template_kwargs(conv)
-    cut_off = reasons.cut_off_answers(originals, conv.meta)
+    marks = reasons.row_marks(originals, conv.meta)
     try:
         full = tmpl.render(messages, conv.tools, row_kwargs=row_kwargs)
         spans: list[tuple[int, int, int]] = []
@@ -372,7 +372,7 @@ def _plan_whole(
             if j == 0:  # nothing before it: no prompt it could have been generated from
                 plan.context_turns[reasons.TURN_NO_PROMPT] += 1
                 continue
-            why = reasons.never_supervised(originals, j, cut_off, placeholders)
+            why = reasons.never_supervised(originals, j, marks, placeholders)
             if why is not None:
                 plan.context_turns[why] += 1
                 continue
@@ -455,13 +455,13 @@ def _plan_each(
 ) -> None:
     """`each`: one row per assistant turn j, rendered as the server sees it at that step."""
     row_kwargs = row_template_kwargs(conv)
-    cut_off = reasons.cut_off_answers(originals, conv.meta)
+    marks = reasons.row_marks(originals, conv.meta)
     for k, j in enumerate(assistant_idx):
         row_id = f"{conv.id}#{k}"
         if j == 0:
             plan.context_turns[reasons.TURN_NO_PROMPT] += 1
             continue
-        why = reasons.never_supervised(originals, j, cut_off, placeholders)
+        why = reasons.never_supervised(originals, j, marks, placeholders)
         if why is not None:
             plan.context_turns[why] += 1
             continue

@@ -12,6 +12,7 @@ template that does not render ``reasoning_content`` before the answer gets it ba
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from draftset.core import reasons
@@ -19,6 +20,7 @@ from draftset.core.records import (
     ARGUMENTS_TEXT,
     DEVELOPER,
     INLINE_REASONING,
+    NOT_TRAINED,
     OTHER_TEXT_PARTS,
     PART_TEXTS,
     REASONING_UNTERMINATED,
@@ -67,6 +69,23 @@ ID_KEYS = ("id", "uid", "question_id", "prompt_id", "conversation_id", "task_id"
 
 # vLLM's order: an OpenAI request's ``reasoning`` wins over the older ``reasoning_content``
 REASONING_KEYS = ("reasoning", "reasoning_content", "thinking")
+WEIGHT_KEYS = ("weight", "loss_weight")
+"""An answer's training weight: OpenAI fine-tuning's and axolotl's ``weight``, LLaMA-Factory's
+``loss_weight``; 0 marks it not to train on (`NOT_TRAINED`), 1 (or null) trains it."""
+TURN_TEXT_KEYS = ("content", "value", "text")
+"""Where a turn's text is: OpenAI ``content``, ShareGPT ``value``, OpenAssistant ``text`` —
+the first one not null."""
+_TURN_KEYS_NOT_TEXT = frozenset(
+    (
+        *TURN_TEXT_KEYS,
+        *REASONING_KEYS,
+        *WEIGHT_KEYS,
+        *("role", "from", "name", "id", "type", "tool_call_id", "model", "lang", "language"),
+        *("timestamp", "created_at", "finish_reason", "status", "recipient", "channel"),
+    )
+)
+"""Turn keys whose strings are not the turn's text (a textless turn with text elsewhere is
+rejected, that key named: `_check_textless`)."""
 TURN_LIST_KEYS = ("messages", "conversations", "chosen_messages")
 INSTRUCTION_KEYS = ("instruction", "prompt")
 ANSWER_KEYS = ("output", "completion", "response", "chosen")
@@ -121,6 +140,8 @@ def detect_format(data: dict[str, Any]) -> str | None:
     prompt = data.get("prompt")
     if isinstance(prompt, list) or (prompt is None and isinstance(data.get("chosen"), list)):
         return "messages"  # TRL conversational: prompt/completion or prompt/chosen as messages
+    if _whole_conversation(_first(data, ("completion", "chosen"))):
+        return "messages"  # ultrafeedback_binarized without `messages`: prompt text + chosen
     instruction = _first(data, INSTRUCTION_KEYS)
     if isinstance(instruction, str) and _first(data, ANSWER_KEYS) not in (None, ""):
         return "alpaca"
@@ -236,9 +257,12 @@ def _row_id(data: dict[str, Any], source: str, row: int) -> str:
         if isinstance(value, str):
             if value:
                 return value
-        elif isinstance(value, int | float) and not isinstance(value, bool):
+        elif isinstance(value, int) and not isinstance(value, bool):
             return str(value)
-    return f"{source}:{row}"
+        elif isinstance(value, float) and math.isfinite(value):
+            # a dataframe's integer id column with a gap is floats: 7.0 is the id 7
+            return str(int(value)) if value.is_integer() else str(value)
+    return f"{source}:{row}"  # none, or NaN (a dataframe's missing id)
 
 
 def field_mapping(data: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
@@ -346,6 +370,8 @@ def unread_fields(
     if shape in ("messages", "sharegpt"):  # the first turn list present is the one read
         used = next((k for k in TURN_LIST_KEYS if data.get(k) is not None), None)
         read -= {k for k in TURN_LIST_KEYS if k != used}
+        if used is None:  # TRL conversational: the `prompt` list is the turns
+            read.add("prompt")
     if shape == "prompt":  # the one prompt key `_prompt_turns` / `_alpaca_turns` reads
         if _first(data, INSTRUCTION_KEYS) is not None:
             used = "instruction" if data.get("instruction") is not None else "prompt"
@@ -458,6 +484,7 @@ def _messages(
                 OTHER_TEXT_PARTS,
                 REASONING_UNTERMINATED,
                 DEVELOPER,
+                NOT_TRAINED,
             )
             for key in shifted_keys:
                 shifted = meta.get(key)
@@ -467,7 +494,8 @@ def _messages(
 
 
 def _turn_list(data: dict[str, Any]) -> list[Any]:
-    """The raw turns of a messages / ShareGPT row, plus a preference row's chosen answer."""
+    """The raw turns of a messages / ShareGPT row, plus a preference row's chosen answer (or
+    its chosen conversation, when ``chosen`` holds the whole of it)."""
     for key in TURN_LIST_KEYS:
         turns = data.get(key)
         if turns is not None:
@@ -479,11 +507,11 @@ def _turn_list(data: dict[str, Any]) -> list[Any]:
                 msg = f"no 'messages' or 'conversations' list; keys {_keys(data)}"
                 raise RowProblem(reasons.UNKNOWN_FORMAT, msg)
             turns = []
+    answer = None if key == "chosen_messages" else _first(data, ("completion", "chosen"))
+    if _whole_conversation(answer):
+        return _chosen_conversation(key, turns, answer)
     if not isinstance(turns, list):
         raise RowProblem(reasons.INVALID_CONTENT, f"'{key}' is {_type(turns)}, not a list")
-    if key == "chosen_messages":
-        return turns
-    answer = _first(data, ("completion", "chosen"))
     if answer is None:
         return turns
     if isinstance(answer, str):
@@ -492,7 +520,50 @@ def _turn_list(data: dict[str, Any]) -> list[Any]:
         answer = [answer]
     elif not isinstance(answer, list):
         raise RowProblem(reasons.INVALID_CONTENT, f"chosen answer is {_type(answer)}")
+    if turns and answer and _raw_role(turns[-1]) == "assistant":
+        if [_raw_text(t) for t in turns[-len(answer) :]] == [_raw_text(t) for t in answer]:
+            return turns  # the answer, given twice
+        which = "completion" if data.get("completion") is not None else "chosen"
+        raise RowProblem(
+            reasons.INVALID_CONTENT,
+            f"'{key}' already ends in an answer and '{which}' gives another"
+            " (which one to train is unclear)",
+        )
     return turns + answer
+
+
+def _raw_role(turn: Any) -> str | None:
+    """A raw turn's normalized role (None: no such turn, or a role not in the table)."""
+    if not isinstance(turn, dict):
+        return None
+    role = turn.get("role")
+    role = turn.get("from") if role is None else role
+    return ROLE_TABLE.get(role.lower()) if isinstance(role, str) else None
+
+
+def _raw_text(turn: Any) -> Any:
+    return _first(turn, TURN_TEXT_KEYS) if isinstance(turn, dict) else turn
+
+
+def _whole_conversation(answer: Any) -> bool:
+    """A preference row's ``chosen`` holding the whole conversation (ultrafeedback_binarized,
+    HH-RLHF as messages), not the answer alone: it has a user or system turn."""
+    return isinstance(answer, list) and any(_raw_role(t) in ("user", "system") for t in answer)
+
+
+def _chosen_conversation(key: str, turns: Any, chosen: list[Any]) -> list[Any]:
+    """``chosen`` is the conversation; the row's prompt (a turn list, or the first user text)
+    must be where it begins, or which conversation to train is unclear."""
+    if isinstance(turns, list) and turns == chosen[: len(turns)]:
+        return chosen
+    if isinstance(turns, str):
+        first = next((t for t in chosen if _raw_role(t) == "user"), None)
+        if _raw_text(first) == turns:
+            return chosen
+    raise RowProblem(
+        reasons.INVALID_CONTENT,
+        f"'chosen' holds a whole conversation that does not begin with '{key}'",
+    )
 
 
 def _alpaca_turns(data: dict[str, Any], shape: str, with_answer: bool) -> list[Any]:
@@ -582,16 +653,60 @@ def _parse_turns(
             role = turn.get("role")
             if role is None:
                 role = turn.get("from")
-        key = content_key or ("content" if "content" in turn else "value")
-        content = turn.get(key)
-        if content is None and key in turn and _role(i, role) != "assistant":
-            # a server refuses the request (OpenAI's and vLLM's schema): no served form
-            msg = f"turn {i} ({role}) content is null (an OpenAI-compatible server refuses it)"
-            raise RowProblem(reasons.INVALID_CONTENT, msg)
+        key = content_key or next(
+            (k for k in TURN_TEXT_KEYS if turn.get(k) is not None),
+            next((k for k in TURN_TEXT_KEYS if k in turn), None),
+        )
+        content = turn.get(key) if key is not None else None
+        if content is None:
+            _check_textless(i, turn, role, key)
+        if _role(i, role) == "assistant":
+            _read_weight(i, turn, meta)
         out.append(_parse_turn(i, turn, role, content, meta))
         if isinstance(role, str) and role.lower() == "developer":
             meta.setdefault(DEVELOPER, {})[i] = True  # a server gives it back as developer
     return out
+
+
+def _check_textless(i: int, turn: dict[str, Any], role: Any, key: str | None) -> None:
+    """A turn with no text. Null content in a user, system or tool turn is refused by a server
+    (OpenAI's and vLLM's schema); absent, the server reads it as no parts (""). But a turn whose
+    text sits under another key would be read as empty: rejected, that key named."""
+    assistant = _role(i, role) == "assistant"
+    if assistant and (turn.get("tool_calls") or _first(turn, REASONING_KEYS) is not None):
+        return  # an answer that calls a tool or only reasons: no content, rightly
+    others = [
+        str(k)
+        for k, v in turn.items()
+        if k not in _TURN_KEYS_NOT_TEXT and isinstance(v, str) and v.strip()
+    ]
+    if others:
+        name = key or "content"
+        msg = (
+            f"turn {i} ({role}) has no text under {name!r} but {others[0]!r} holds text"
+            f" (map it: --field content={others[0]})"
+        )
+        raise RowProblem(reasons.INVALID_CONTENT, msg)
+    if key is not None and key in turn and not assistant:
+        msg = f"turn {i} ({role}) content is null (an OpenAI-compatible server refuses it)"
+        raise RowProblem(reasons.INVALID_CONTENT, msg)
+
+
+def _read_weight(i: int, turn: dict[str, Any], meta: dict[str, Any]) -> None:
+    """An answer's training weight (`WEIGHT_KEYS`): 0 marks it `NOT_TRAINED`; a weight the
+    mask cannot express (it trains a token or not) rejects the row."""
+    for key in WEIGHT_KEYS:
+        weight = turn.get(key)
+        if weight is None:
+            continue
+        if type(weight) not in (int, float, bool) or weight not in (0, 1):
+            msg = (
+                f"turn {i}: {key} is {weight!r}; the loss mask trains an answer or not"
+                " (weight 0 or 1)"
+            )
+            raise RowProblem(reasons.INVALID_CONTENT, msg)
+        if weight == 0:
+            meta.setdefault(NOT_TRAINED, {})[i] = True
 
 
 def _role(i: int, role: Any) -> str:
