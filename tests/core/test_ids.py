@@ -60,3 +60,23 @@ def test_build_and_generate_give_colliding_rows_the_same_ids(tmp_path: Path):
     jobs = [item.id for item in items if isinstance(item, Job)]
     errors = [(e["row"], e["reason"], e["message"]) for e in items if isinstance(e, dict)]
     assert jobs == built and errors == dup
+
+
+def test_an_id_unique_in_its_file_is_never_a_duplicate(tmp_path: Path):
+    """v.jsonl has id "0"; w.jsonl's row 0 has no id (made up as "w:0") and its row 1 the id
+    "0": taken, then its prefixed form "w:0" taken by the made-up id, so a row whose id is
+    unique in its file was rejected `duplicate_id`. It is named by its position now; build and
+    generate agree, and the id a third time in one file is still a duplicate."""
+    v, w = tmp_path / "v.jsonl", tmp_path / "w.jsonl"
+    v.write_text(json.dumps(_chat("0", 0)) + "\n")
+    no_id = {k: x for k, x in _chat("-", 1).items() if k != "id"}
+    w.write_text("".join(json.dumps(r) + "\n" for r in [no_id, _chat("0", 2)]))
+    out = tmp_path / "o"
+    api.build(sources=[v, w], tokenizer=str(qwen3_tokenizer_dir()), out=out, workers=1)
+    built = list(open_output(out).ids())
+    assert built == ["0", "w:0", "w:1:0"]
+    assert not (out / "rejects.jsonl").read_text().strip()
+    items = list(iter_inputs([Source("v", v), Source("w", w)]))
+    assert [item.id for item in items if isinstance(item, Job)] == built
+    ids = IdRegistry()
+    assert [ids.claim_row_id("a", "s", None, k) for k in range(3)] == ["a", "s:a", None]

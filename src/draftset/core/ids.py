@@ -1,9 +1,12 @@
 """Row ids unique across one run: the one registry `build` and `generate` share.
 
 Both keep a row's own id when it is free, else its source-prefixed form ``source:id`` (for a
-source folder of several files ``source/file:id``, the file relative to the folder); when both
-are taken the row is a `reasons.DUPLICATE_ID`. Ids are held as 8-byte digests in a
-`DigestTable` (~16 bytes a row, flat memory for millions of rows).
+source folder of several files ``source/file:id``, the file relative to the folder). When that
+is taken too, by the same id earlier in the same file, the row is a `reasons.DUPLICATE_ID` (the
+id a third time in one file); when another row took it by accident (a made-up ``source:row``
+id, an explicit id spelled like a prefixed one), the row's position names it:
+``source:row:id``. Ids are held as 8-byte digests in `DigestTable`s (~16 bytes a row, flat
+memory for millions of rows).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ class IdRegistry:
 
     def __init__(self) -> None:
         self._seen = DigestTable()
+        self._prefixed = DigestTable()  # (prefix, id) pairs that took their prefixed form
 
     def __contains__(self, row_id: str) -> bool:
         return self._seen.get(digest64(row_id)) is not None
@@ -27,15 +31,25 @@ class IdRegistry:
         """Take ``row_id``; False when it was taken already."""
         return self._seen.add(digest64(row_id))
 
-    def claim_row_id(self, row_id: str, source: str, file: str | None = None) -> str | None:
+    def claim_row_id(
+        self, row_id: str, source: str, file: str | None = None, row: int | None = None
+    ) -> str | None:
         """The row's id, or when it is taken ``source:id`` (a source of one file) or
         ``source/file:id`` (a source of several files: ids of different files never collide
-        by accident); None when both are taken (a real duplicate within one file)."""
+        by accident); when that is taken by the same id of the same file before, None (a real
+        duplicate within one file); when by another row's id, ``source:row:id``."""
         prefix = f"{source}/{file}" if file else source
-        for option in (row_id, f"{prefix}:{row_id}"):
-            if self.claim(option):
-                return option
-        return None
+        if self.claim(row_id):
+            return row_id
+        prefixed = f"{prefix}:{row_id}"
+        pair = digest64(f"{prefix}\x00{row_id}")
+        if self.claim(prefixed):
+            self._prefixed.add(pair)
+            return prefixed
+        if row is None or self._prefixed.get(pair) is not None:
+            return None
+        placed = f"{source}:{row}:{row_id}"
+        return placed if self.claim(placed) else None
 
 
 def duplicate_id_message(row_id: str) -> str:

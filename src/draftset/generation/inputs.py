@@ -22,7 +22,7 @@ def _unique(
     """(resume key, True when it is the row's own id or its source-prefixed form): build's
     rule (`IdRegistry.claim_row_id`), then a made-up key for the error line of a row without."""
     if candidate is not None:
-        own = ids.claim_row_id(candidate, source, file)
+        own = ids.claim_row_id(candidate, source, file, row)
         if own is not None:
             return own, True
     fallback = f"{source}:{row}" if candidate is None else f"{source}:{row}#duplicate"

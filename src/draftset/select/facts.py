@@ -91,7 +91,7 @@ class Decider:
     def decide(self, source: str, row: int, facts: RowFacts) -> Decision:
         if facts.kind == REJECT or facts.id is None:
             return None
-        rid = self.registry.claim_row_id(facts.id, source, facts.file)
+        rid = self.registry.claim_row_id(facts.id, source, facts.file, row)
         if rid is None:
             msg = duplicate_id_message(facts.id)
             return Reject(source, row, facts.id, reasons.DUPLICATE_ID, msg)
