@@ -730,3 +730,35 @@ def test_a_utf16_or_utf32_file_is_refused_naming_its_encoding(tmp_path, encoding
     path.write_text('{"prompt": "Hi?"}\n{"prompt": "Yo?"}\n', encoding=encoding)  # with a BOM
     with pytest.raises(read.SourceError, match=f"{encoding.upper()} text .*save it as UTF-8"):
         read.scan_source(path)
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("data/train-00000-of-00001.parquet", "data/test-00000-of-00001.parquet"),
+        ("train.jsonl", "validation.jsonl"),
+        ("train/part-0.jsonl", "dev/part-0.jsonl", "README.md"),
+        ("chats_train.jsonl.gz", "chats_eval.jsonl.gz"),
+    ],
+)
+def test_a_folder_of_several_splits_is_refused_naming_them(tmp_path, names):
+    """A hub dataset downloaded as it is (`data/train-…parquet` beside `data/test-…`) was read
+    as one source: the test split trained on, as a DatasetDict folder was before it was
+    refused. Which split is the user's to say."""
+    root = tmp_path / "hub"
+    for name in names:
+        write(root, name, b'{"prompt": "Hi?"}\n')
+    with pytest.raises(read.SourceError, match="files of several splits") as exc:
+        read.scan_source(root)
+    first = root / names[0]
+    assert f"e.g. {first}" in str(exc.value)
+    assert read.scan_source(first)[0] == [first]  # one split's file: read as before
+
+
+def test_a_folder_of_one_split_or_of_unrelated_names_is_read(tmp_path):
+    """Only several different splits are refused: train shards alone, or names that merely
+    contain a split word inside another word (`contest`, `evaluator`), read as before."""
+    root = tmp_path / "d"
+    for name in ("train-0.jsonl", "train-1.jsonl", "contest.jsonl", "evaluator_notes.jsonl"):
+        write(root, name, b'{"prompt": "Hi?"}\n')
+    assert len(read.scan_source(root)[0]) == 4

@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from draftset.core import reasons
 from draftset.core.errors import UsageError
 from draftset.core.hub import hub_offline
 from draftset.core.records import RawRow, Reject, RowProblem
+from draftset.core.words import plural
 from draftset.sources.normalize import detect_format
 
 CHUNK_BYTES = 1 << 20
@@ -218,8 +220,51 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
     if not found:
         raise SourceError(f"{path}: folder holds no supported data files")
     found.sort(key=lambda p: p.relative_to(path).parts)
+    _refuse_several_splits(path, found)
     skipped.sort(key=lambda e: e["path"].split("/"))
     return found, skipped
+
+
+SPLIT_WORDS = {
+    "train": "train",
+    "training": "train",
+    "validation": "validation",
+    "valid": "validation",
+    "val": "validation",
+    "dev": "validation",
+    "test": "test",
+    "testing": "test",
+    "eval": "test",
+    "evaluation": "test",
+}
+"""Words naming a split in a file or folder name (the keywords `datasets` resolves data files
+by), between ``-``, ``_``, ``.``, a space or a path separator."""
+
+
+def _split_of(relative: Path) -> str | None:
+    """The split a data file's path inside its source folder names (its last such word)."""
+    words = re.split(r"[-_. /\\]+", relative.as_posix().lower())
+    named = [SPLIT_WORDS[w] for w in words if w in SPLIT_WORDS]
+    return named[-1] if named else None
+
+
+def _refuse_several_splits(folder: Path, files: list[Path]) -> None:
+    """A folder whose files name several splits (a hub dataset downloaded as is:
+    ``data/train-00000-of-00001.parquet`` beside ``data/test-…``) read as one source trained on
+    its test split, as a DatasetDict folder would (`_refuse_dataset_dict`)."""
+    by_split: dict[str, list[Path]] = {}
+    for f in files:
+        split = _split_of(f.relative_to(folder))
+        if split is not None:
+            by_split.setdefault(split, []).append(f)
+    if len(by_split) < 2:
+        return
+    listed = ", ".join(f"{k}: {plural(len(v), 'file')}" for k, v in sorted(by_split.items()))
+    first = by_split.get("train", next(iter(by_split.values())))[0]
+    raise SourceError(
+        f"{folder}: files of several splits ({listed}): give one split's files as the"
+        f" sources, e.g. {first}"
+    )
 
 
 def _refuse_dataset_dict(folder: Path) -> None:
