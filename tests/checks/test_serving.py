@@ -366,3 +366,75 @@ def test_tool_results_are_paired_with_calls_by_id_else_in_order() -> None:
         7: (5, 1),
         8: None,
     }
+
+
+class _TransformersRenderServer:
+    """A stand-in for `vllm launch render`: the tokenizer's own template through transformers
+    (what the server does for a plain conversation), tokenized as the server tokenizes."""
+
+    url, model = "local", "stand-in"
+
+    def __init__(self, folder: Path, kwargs: dict) -> None:
+        from transformers import AutoTokenizer
+
+        self.tok = AutoTokenizer.from_pretrained(str(folder))
+        self.kwargs = kwargs
+
+    def render(self, messages, tools, kwargs, generation_prompt, continue_final=False):
+        text = self.tok.apply_chat_template(
+            messages,
+            tools=tools,
+            add_generation_prompt=generation_prompt,
+            tokenize=False,
+            **{**self.kwargs, **kwargs},
+        )
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("mode", ["all", "last", "each"])
+def test_render_server_accepts_glm_turns_that_end_with_the_next_header(
+    tmp_path: Path, mode: str
+) -> None:
+    """GLM ends a turn with the next turn's header (`<|user|>`, an eos id): the server's render
+    of a conversation ending in an answer has no stop token, so `--render-server` failed every
+    supervised run and every row text of a right GLM set (outside probe against vLLM)."""
+    from real_families import REAL_FAMILIES
+
+    from draftset.checks.mask import load_template
+    from draftset.checks.serving import check_render_server
+    from draftset.output.readback import open_output
+
+    fam = REAL_FAMILIES["glm4_7"]
+    kwargs = dict(fam.kwargs)
+    rows = [
+        {
+            "id": "two",
+            "messages": [
+                {"role": "user", "content": "Favourite colour?"},
+                {"role": "assistant", "content": "Blue."},
+                {"role": "user", "content": "Why?"},
+                {"role": "assistant", "content": LONG_ANSWER},
+            ],
+        }
+    ]
+    src = tmp_path / "c.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / mode
+    api.build(
+        sources=[src],
+        tokenizer=str(fam.folder()),
+        out=out,
+        workers=1,
+        turns=mode,
+        template_kwargs=kwargs,
+    )
+    assert api.verify(out).ok
+    folder = open_output(out)
+    result = check_render_server(
+        folder,
+        load_template(folder.manifest, None),
+        _TransformersRenderServer(fam.folder(), kwargs),
+        None,
+        0,
+    )
+    assert result.status == "pass", result.to_json()

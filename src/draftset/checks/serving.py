@@ -304,7 +304,9 @@ def check_row(
                 continue
             cut = min((k + len(s) for s in stops if (k := after.find(s)) >= 0), default=-1)
             generation = after[:cut] if cut >= 0 else after
-            if open_end:  # the answer as continued: the model's stop token follows it
+            if cut < 0:  # no stop token in the render: the answer left open by the server,
+                # or a template that ends a turn with the next turn's header (GLM's `<|user|>`,
+                # an eos id): the stop token the model writes follows the rendered answer
                 generation = next((after + s for s in stops if run_text == after + s), after)
             if run_text != generation:
                 problems.append(
@@ -323,8 +325,12 @@ def check_row(
             return problems
         whole, open_end = _finished(server, msgs[: last_turn + 1], tools, kwargs)
         served_row, row_text = tmpl.decode(whole), tmpl.decode(ids)
-        if open_end:  # the row ends with the stop token the model wrote after its answer
-            served_row = next((served_row + s for s in stops if row_text == served_row + s), "")
+        if open_end or (
+            msgs[last_turn].get("role") == "assistant"
+            and not any(served_row.endswith(s) for s in stops)
+        ):  # the row ends with the stop token the model wrote after its answer (as above)
+            ended = (served_row + s for s in stops if row_text == served_row + s)
+            served_row = next(ended, "" if open_end else served_row)
         if served_row != row_text:
             at = _first_difference(ids, whole)
             where = f" (first differing token {at})" if at is not None else ""
