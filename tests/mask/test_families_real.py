@@ -254,6 +254,7 @@ def run_family(name: str, work: Path) -> Outcome:
                 turns="each",
                 workers=1,
                 dedup="none",
+                **({"serving_engine": fam.serving_engine} if fam.serving_engine else {}),
             )
         )
     except Exception as exc:
@@ -383,13 +384,16 @@ def _trl(name: str) -> str:
 
 
 # --- golden: GLM's next-header stop, DeepSeek's string arguments, on the real files ----------
-def _template(name: str, **kwargs: Any):
+def _template(name: str, engine: str | None = None, **kwargs: Any):
     from draftset.mask.template import ChatTemplate, TemplateSpec
 
     fam = REAL_FAMILIES[name]
     tfile = fam.template_file()
     text = tfile.read_text(encoding="utf-8") if tfile else None
-    return ChatTemplate(TemplateSpec(str(fam.folder()), text, {**dict(fam.kwargs), **kwargs}))
+    spec = TemplateSpec(str(fam.folder()), text, {**dict(fam.kwargs), **kwargs})
+    if engine is not None:
+        spec.serving_engine = engine
+    return ChatTemplate(spec)
 
 
 def _supervised(t: Any, row: dict[str, Any], mode: str = "all") -> tuple[list[str], str, list]:
@@ -453,8 +457,10 @@ def test_glm4_7_tool_call_ends_with_observation_and_the_answer_with_user():
 @pytest.mark.parametrize("mode", ["all", "each"])
 def test_deepseek_v3_1_tool_calls_keep_their_arguments_as_text(mode):
     """DeepSeek-V3.1 concatenates `arguments`: given the row's JSON text, not an object (which
-    made the template raise: every tool-call row was template_error)."""
-    runs, _, rejects = _supervised(_template("deepseek_v3_1"), CONVERSATIONS["tool"] | {}, mode)
+    made the template raise: every tool-call row was template_error) — where the serving
+    engine hands the template arguments as they were sent (transformers)."""
+    t = _template("deepseek_v3_1", "transformers")
+    runs, _, rejects = _supervised(t, CONVERSATIONS["tool"] | {}, mode)
     assert not rejects
     assert runs == [
         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
@@ -464,10 +470,37 @@ def test_deepseek_v3_1_tool_calls_keep_their_arguments_as_text(mode):
     ]
 
 
+@pytest.mark.parametrize("name", ["deepseek_v3_1", "deepseek_r1"])
+def test_string_argument_templates_cannot_render_a_call_vllm_serves(name):
+    """vLLM (0.33, `_postprocess_messages`) parses every call's `arguments` into an object
+    before the template runs; DeepSeek-V3.1's and R1's templates concatenate them and raise,
+    so vLLM answers HTTP 400 to any request holding a call (an outside probe against vLLM).
+    draftset gave these templates the text and built rows vLLM can never serve; under the
+    `vllm` engine the turns whose render holds a call are `template_error` now, as vLLM says,
+    and the turns before any call are kept."""
+    runs, _, rejects = _supervised(_template(name), CONVERSATIONS["tool"] | {}, "all")
+    assert (runs, rejects) == ([], ["template_error"])
+    if name == "deepseek_v3_1":
+        chat = {
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello! How can I help?"},
+                *CONVERSATIONS["tool"]["messages"],
+            ],
+            "tools": CONVERSATIONS["tool"].get("tools"),
+        }
+        runs, _, rejects = _supervised(_template(name), chat, "each")
+        assert runs == ["Hello! How can I help?<｜end▁of▁sentence｜>"]
+        assert rejects == ["template_error", "template_error"]
+
+
 def test_deepseek_r1_renders_the_call_in_context():
     """R1's prompt pre-fills <think>: the call turn is not generable, the answer after the
-    tool result is; its context holds the call with the row's arguments."""
-    runs, text, rejects = _supervised(_template("deepseek_r1"), CONVERSATIONS["tool"] | {})
+    tool result is; its context holds the call with the row's arguments (an engine that
+    hands the template arguments as sent)."""
+    runs, text, rejects = _supervised(
+        _template("deepseek_r1", "transformers"), CONVERSATIONS["tool"] | {}
+    )
     assert not rejects
     assert runs == ["It is sunny in Paris.<｜end▁of▁sentence｜>"]
     assert f"get_weather\n```json\n{CALL_ARGUMENTS}\n```" in text

@@ -33,13 +33,19 @@ def served_reads(
     """What the template is given as the serving engine hands a row over (build's and verify's
     one path): system text as the engine keeps it (`served_system_texts`), then
     `as_template_reads` with the template's probed ``shape`` (content as parts, renders
-    reasoning, arguments as text, renders lists of parts) and the developer role when the
-    template is given it."""
+    reasoning, arguments as text — not under vLLM, which gives objects —, renders lists of
+    parts) and the developer role when the template is given it."""
     served, served_meta = served_system_texts(messages, meta, engine, harmony)
+    content_parts, renders_reasoning, string_arguments, part_lists = shape
     return as_template_reads(
         served,
         served_meta,
-        *shape,
+        content_parts,
+        renders_reasoning,
+        # vLLM parses every call's arguments into an object before any template runs (0.33,
+        # `_postprocess_messages`): a template that reads them only as text raises there
+        string_arguments and engine != "vllm",
+        part_lists,
         tool_parts=harmony,
         developer_role=developer_role(template_text, engine, harmony),
     )
