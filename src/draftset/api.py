@@ -135,6 +135,19 @@ def _given(
     )
 
 
+def _home(o: Model, *names: str) -> Model:
+    """``o`` with the path options ``names`` resolved once for the checks and the writer alike:
+    a leading ``~`` is the home folder (`Path.expanduser`), as the shell makes it of an unquoted
+    ``--out ~/x``; a quoted ``'~/x'``, ``--out=~/x`` or the API's ``out="~/x"`` were checked at
+    ``$HOME/x`` but written to ``./~/x``."""
+    update = {}
+    for name in names:
+        value = getattr(o, name)
+        if isinstance(value, str | os.PathLike) and str(value).startswith("~"):
+            update[name] = Path(value).expanduser()
+    return o.model_copy(update=update) if update else o
+
+
 def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOptions:
     """`build`'s arguments merged over the recipe and the defaults, and checked: the
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
@@ -163,7 +176,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
             "recipe key template_kwargs: expected a mapping (e.g. {enable_thinking: false}),"
             " got a string"
         )
-    o = BuildArgs.model_validate({**from_recipe, **explicit})  # the defaults for the rest
+    o = _home(BuildArgs.model_validate({**from_recipe, **explicit}), "out")  # defaults for the rest
     if not o.tokenizer:
         raise UsageError("--tokenizer is required (or `tokenizer:` in the recipe)")
     if not o.out:
@@ -473,7 +486,7 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.checks.verify import VERIFY_RECORD, VerifyUsageError, fast_checks, run_verify
 
-    o = _given(VerifyArgs, {**options, "dir": dir}, VerifyUsageError)
+    o = _home(_given(VerifyArgs, {**options, "dir": dir}, VerifyUsageError), "dir", "json")
     check_json = None
     if o.json:  # before any work: never over a file draftset did not write, nor into the set
         check_json = _output_file_check(
@@ -558,7 +571,7 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
     # lazy: the stages load on the first call, not on import draftset.api
     from draftset.pipeline.run_state import RunOptions, RunUsageError
 
-    o = _given(RunArgs, {**options, "recipe": recipe}, RunUsageError)
+    o = _home(_given(RunArgs, {**options, "recipe": recipe}, RunUsageError), "recipe", "work")
     path = Path(o.recipe)
     if not is_recipe(path):
         raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
@@ -639,7 +652,7 @@ def report(
         write_report,
     )
 
-    o = _given(ReportArgs, {**options, "dir": dir})
+    o = _home(_given(ReportArgs, {**options, "dir": dir}), "dir", "output")
     default = default_report_path(o.dir)
     path = Path(o.output) if o.output else default
     # before any work: never over a file draftset did not write, nor into the set but its
@@ -670,7 +683,7 @@ def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> 
     from draftset.review.show import ShowError
     from draftset.review.show import show as show_row  # lazy: a stage, loaded on first use
 
-    o = _given(ShowArgs, {**options, "dir": dir}, ShowError)
+    o = _home(_given(ShowArgs, {**options, "dir": dir}, ShowError), "dir")
     if (o.row is None) == (o.row_id is None):
         raise ShowError("give one of row (an index into the set) or row_id")
     tokenizer = str(o.tokenizer) if o.tokenizer else None
@@ -715,7 +728,7 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     from draftset.sources.presets import apply_preset  # lazy: a stage, loaded on first use
     from draftset.sources.read import HUB_PREFIX, Source  # lazy: a stage, loaded on first use
 
-    o = _given(GenerateArgs, {**options, "sources": sources}, GenerateUsageError)
+    o = _home(_given(GenerateArgs, {**options, "sources": sources}, GenerateUsageError), "out")
     paths = _strings(o.sources)
     fields = _fields(o.fields)  # RecipeError (exit 2) for a bad --field
     if len(paths) == 1 and is_recipe(paths[0]):

@@ -1401,3 +1401,39 @@ def test_an_answer_weighted_zero_is_context_in_build_and_verify(tmp_path, mode):
         assert "Rivers carry sediment" in tok.decode(supervised)
     results = verify(out)
     assert failed(results) == set(), [r.to_json() for r in results if r.failed]
+
+
+@pytest.mark.parametrize("given", ["file", "empty-folder", "missing"])
+def test_a_tokenizer_that_is_no_tokenizer_folder_is_exit_2_before_any_check(
+    built, tmp_path, capsys, monkeypatch, given
+):
+    """`verify --tokenizer FILE` (or a folder without tokenizer files) ran every check, failed
+    the tokenizer check, exited 1 and overwrote the set's recorded verify result with a FAIL;
+    `build` and `show` refuse the same mistake up front. One line, exit 2, before any check,
+    verify.json as it was."""
+    import draftset.checks.verify as checks
+
+    folder = copy_set(built["all"], tmp_path)
+    assert main([str(folder), "--sample", "1"]) == 0
+    capsys.readouterr()
+    record = (folder / "verify.json").read_bytes()
+    tok = tmp_path / "tok"
+    if given == "file":
+        tok.write_text("not a tokenizer")
+    elif given == "empty-folder":
+        tok.mkdir()
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("a check ran before the tokenizer was checked")
+
+    monkeypatch.setattr(checks, "_fast", forbidden)
+    assert main([str(folder), "--tokenizer", str(tok)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("draftset: error: "), err
+    needle = {
+        "file": "tokenizer path is not a folder",
+        "empty-folder": "holds no tokenizer files",
+        "missing": "tokenizer folder not found",
+    }[given]
+    assert needle in err and str(tok) in err, err
+    assert (folder / "verify.json").read_bytes() == record

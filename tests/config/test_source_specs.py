@@ -212,6 +212,49 @@ def test_recipe_and_api_refuse_max_samples_when_every_source_has_weight_zero(
         assert ALL_ZERO in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["a.jsonl", "--max-samples", "0"], "--max-samples 0: no row would be taken"),
+        (["a.jsonl@count=0"], "the source a has count 0, so no row would be taken"),
+        (
+            ["a.jsonl@count=0", "b.jsonl@count=0", "--max-samples", "5"],
+            "every source has count 0 (a, b), so no row would be taken",
+        ),
+        (
+            ["a.jsonl@count=0", "b.jsonl@weight=0", "--max-samples", "2"],
+            "--max-samples 2: every source has count 0 or weight 0, so no row would be taken",
+        ),
+    ],
+)
+def test_a_selection_that_takes_no_row_is_refused_before_any_work(
+    tmp_path, monkeypatch, capsys, no_work, args, needle
+):
+    """`build ... --max-samples 0` (or every source `@count=0`) read every row, then ended
+    "no rows written", exit 1, with 0 rejects: every row sampled out. Said before any work,
+    exit 2, as the every-weight-0 case is."""
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "a.jsonl", 3)
+    write_jsonl(tmp_path / "b.jsonl", 3, first=10)
+    assert build(*args, "--out", "o") == 2
+    assert needle in one_error_line(capsys)
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_api_and_a_recipe_refuse_a_selection_that_takes_no_row(
+    tmp_path, monkeypatch, capsys, no_work
+):
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "a.jsonl", 3)
+    (tmp_path / "r.yaml").write_text("out: o\nsources: [{path: a.jsonl, count: 0}]\n")
+    assert build("r.yaml") == 2
+    assert "the source a has count 0" in one_error_line(capsys)
+    with pytest.raises(DraftsetError) as info:
+        api.build(sources=["a.jsonl"], tokenizer=str(qwen3_tokenizer_dir()), out="o", max_samples=0)
+    assert info.value.exit_code == EXIT_USAGE
+    assert "--max-samples 0: no row would be taken" in str(info.value)
+
+
 def test_a_weight_zero_source_beside_another_builds_and_is_accounted(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_jsonl(tmp_path / "a.jsonl", 3)

@@ -1307,3 +1307,32 @@ def test_a_row_that_did_not_read_and_was_fixed_is_tried_again(
     write_rows(src, [{"id": "w", "messages": [{"role": "user", "content": "?"}]}])
     assert generate(src, out, server.url) == 0
     assert "w" in by_id(out) and "w" not in by_id(tmp_path / "o.errors.jsonl")
+
+
+@pytest.mark.parametrize("where", ["in-set", "in-a-folder-of-the-set", "link-into-set"])
+def test_out_inside_a_built_set_is_refused_before_any_request(
+    tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """`generate p.jsonl --out out/set/ans.jsonl` wrote ans.jsonl, ans.errors.jsonl, ans.lock
+    and ans.run.json into the set, whose verify then failed (files not in its manifest).
+    Refused as `report -o` and `verify --json` refuse a path inside a set: one line, exit 2,
+    before any request, nothing written."""
+    src = write_rows(tmp_path / "p.jsonl", [{"id": "p0", "prompt": "q0"}])
+    built = tmp_path / "out" / "set"
+    (built / "checkpoints").mkdir(parents=True)
+    (built / "manifest.json").write_text('{"format": "draftset/1", "files": []}')
+    out = {
+        "in-set": built / "ans.jsonl",
+        "in-a-folder-of-the-set": built / "checkpoints" / "ans.jsonl",
+        "link-into-set": tmp_path / "ans.jsonl",
+    }[where]
+    if where == "link-into-set":
+        out.symlink_to(built / "ans.jsonl")
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    sent = len(server.requests)
+    assert generate(src, out, server.url) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--out {out} is inside the set {built}" in err[0], err
+    assert "choose a path outside it" in err[0]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
+    assert len(server.requests) == sent

@@ -930,3 +930,33 @@ def test_restart_refuses_while_a_generate_writes_the_runs_answers(
         assert "nothing was removed" in str(exc.value)
         assert sorted(p.name for p in work.iterdir()) == before
         assert _run(recipe, restart=True).passed  # released: the restart goes ahead
+
+
+@pytest.mark.parametrize("theirs", ["notes", "built-set", "foreign-state"])
+def test_a_work_folder_that_is_no_run_folder_is_refused_without_a_lock_left_in_it(
+    tmp_path: Path, qwen3_dir: Path, theirs: str
+) -> None:
+    """`run --work mine` (a folder of the user's, or a built set) was refused "not a draftset
+    run folder", but only after the work folder's run.lock had been created in it: a set
+    given as --work then failed verify (run.lock is not in its manifest) and `build
+    --overwrite` refused it. The folder is checked first; nothing is written into it."""
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        mine = tmp_path / "mine"
+        mine.mkdir()
+        if theirs == "notes":
+            (mine / "notes.txt").write_text("mine")
+            needle = "is not a draftset run folder (no state.json)"
+        elif theirs == "built-set":
+            (mine / "manifest.json").write_text('{"format": "draftset/1"}')
+            (mine / "data-00000.arrow").write_bytes(b"rows")
+            needle = "is not a draftset run folder (no state.json)"
+        else:
+            (mine / "state.json").write_text('{"format": "something-else"}')
+            needle = "is not a draftset run state file"
+        before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+        with pytest.raises(run_state.RunUsageError) as exc:
+            _run(recipe, work=mine)
+        assert needle in str(exc.value)
+        assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
+        assert not srv.requests  # no row was sent either

@@ -197,3 +197,16 @@ def test_same_size_tokenizer_with_another_vocabulary_is_refused(folder, tmp_path
     assert main([str(folder), "--row", "0", "--tokenizer", str(other)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not the tokenizer this set was built with" in err[0], err
+
+
+@pytest.mark.parametrize("command", ["show", "verify", "report"])
+def test_block_size_below_two_is_refused_alike(folder, tmp_path, capsys, command):
+    """A DFlash block of B tokens is its anchor and B - 1 targets (docs/verify.md): B = 1 has
+    no target. `verify --block-size` and `report --block-size` refused 1, `show --block-size 1`
+    counted anchors for it. One bound, one line, exit 2."""
+    extra = {"show": ["--row", "0"], "verify": ["--fast"], "report": ["-o", str(tmp_path / "r")]}
+    argv = [command, str(folder), *extra[command], "--block-size", "1"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--block-size" in err[0] and ">= 2" in err[0], err
+    assert cli_main([command, str(folder), *extra[command], "--block-size", "2"]) == 0

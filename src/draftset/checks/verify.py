@@ -41,7 +41,7 @@ from draftset.core import defaults, reasons
 from draftset.core.errors import UsageError
 from draftset.core.files import write_json_atomic
 from draftset.core.version import package_version
-from draftset.mask.template import TokenizerError
+from draftset.mask.template import TokenizerError, _resolve_tokenizer_path
 from draftset.output.base import safe_name
 from draftset.output.readback import (
     VERIFY_RECORD,
@@ -134,11 +134,11 @@ def run_verify(
     ``render_server``: also compare the rows with that engine's renders (`checks.serving`).
     """
     out = open_output(Path(out_dir))
+    if tokenizer:  # a file, a folder without tokenizer files: exit 2 before any check, as build
+        _resolve_tokenizer_path(tokenizer)  # (a FAIL recorded over the set's verify.json before)
     results = _fast(out, block_size)
     if placeholders is None:
         placeholders = tuple(out.options.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
-    if tokenizer and not Path(tokenizer).expanduser().exists():
-        raise TokenizerError(f"tokenizer folder not found: {tokenizer}")
     try:
         tmpl = load_template(out.manifest, tokenizer)
     except TokenizerError as exc:

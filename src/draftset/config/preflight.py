@@ -159,15 +159,39 @@ def check_mix(mix: Any, source_names: list[str]) -> None:
 
 
 def check_sampling(opts: BuildOptions) -> None:
-    """``--max-samples`` split by weight when every source has weight 0 takes no row: the
-    build would read everything and end with nothing written (exit 1); counts adding up to more
-    than it take more rows than it says. Both refused before."""
-    if not opts.max_samples or opts.mix is not None or not opts.sources:
+    """A selection that takes no row — ``--max-samples 0``, every source ``count: 0``, or
+    ``--max-samples`` split by weight when every other source has weight 0 — would read
+    everything and end with nothing written (exit 1, every row "sampled out"); counts adding up
+    to more than ``--max-samples`` take more rows than it says. All refused before any work."""
+    if not opts.sources:
+        return
+    if opts.max_samples == 0:  # a mix's total too
+        raise UsageError(
+            "--max-samples 0: no row would be taken (give a number above 0, or leave"
+            " --max-samples out to take every row)"
+        )
+    if all(s.count == 0 for s in opts.sources):  # a mix's per-source counts too
+        names = [s.name for s in opts.sources]
+        who = (
+            f"the source {names[0]} has count 0"
+            if len(names) == 1
+            else f"every source has count 0 ({', '.join(names)})"
+        )
+        raise UsageError(
+            f"{who}, so no row would be taken (give a source a count above 0, or leave its"
+            " count out to take every row)"
+        )
+    if not opts.max_samples or opts.mix is not None:
         return  # no split by weight (a mix chooses rows by its shares, not by weight)
     if all(s.count is None and s.weight == 0 for s in opts.sources):
         raise UsageError(
             f"--max-samples {opts.max_samples}: every source has weight 0, so no row would be"
             " taken (give a source a weight above 0, or a count)"
+        )
+    if all(s.count == 0 or (s.count is None and s.weight == 0) for s in opts.sources):
+        raise UsageError(
+            f"--max-samples {opts.max_samples}: every source has count 0 or weight 0, so no row"
+            " would be taken (give a source a count or a weight above 0)"
         )
     counted = sum(s.count for s in opts.sources if s.count is not None)
     if counted > opts.max_samples:  # took them all: 9 rows for --max-samples 4, no word said

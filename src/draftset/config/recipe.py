@@ -224,18 +224,23 @@ def load_recipe(path: Path) -> dict[str, Any]:
             SourceEntry, entry, recipe=f"sources[{i}].", strict=True, error=RecipeError
         )
         p = Path(spec.path)
-        if not str(spec.path).startswith(HUB_PREFIX) and not p.is_absolute():
-            p = Path(os.path.normpath(base / p))
+        if not str(spec.path).startswith(HUB_PREFIX):
+            p = p.expanduser()  # `~/data` is the home folder's, not the recipe folder's `~`
+            if not p.is_absolute():
+                p = Path(os.path.normpath(base / p))
         sources.append(source_from_entry(spec, p))
     out["sources"] = sources
     bench = data.get("decontaminate") or []
     bench = [bench] if isinstance(bench, str) else bench
-    out["decontaminate"] = [str(p if Path(p).is_absolute() else base / p) for p in bench]
+    bench = [Path(p).expanduser() for p in bench]
+    out["decontaminate"] = [str(p if p.is_absolute() else base / p) for p in bench]
     mix = data.get("mix")
     if mix is not None and (not isinstance(mix, dict) or set(mix) - {"modes", "sources"}):
         raise RecipeError(f"recipe {path}: mix takes `modes` and/or `sources` share mappings")
     for key in ("tokenizer", "chat_template", "out"):
         value = out.get(key)
+        if isinstance(value, str) and value.startswith("~"):
+            out[key] = value = str(Path(value).expanduser())
         if not value or Path(value).is_absolute():
             continue
         if key == "out" or (base / value).exists():  # a hub id stays as it is

@@ -590,6 +590,4 @@ class ShowArgs(Options):
         bool, Cli(action="store_true"), Field(description="show token boundaries")
     ] = False
     tokenizer: ManifestTokenizer = None
-    block_size: Annotated[
-        int, Field(ge=1, description="DFlash block size for the anchor count")
-    ] = defaults.BLOCK_SIZE
+    block_size: BlockSize = defaults.BLOCK_SIZE  # >= 2 as verify's and report's: B - 1 targets

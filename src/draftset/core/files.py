@@ -68,19 +68,10 @@ def output_file_problem(
     (its folder resolved) and where a link there points."""
     shown = f"{flag} {path}" if flag else str(path)
     path = Path(path)
-    absolute = Path(os.path.abspath(path))
-    places = {absolute.parent.resolve() / absolute.name, Path(os.path.realpath(path))}
-    home = Path(os.path.realpath(set_dir))
-    allowed = Path(os.path.realpath(set_may_write)) if set_may_write is not None else None
-    for place in places:
-        if place == home:
-            return f"{shown} is the set folder {set_dir}; name a file outside it"
-        if home in place.parents and place != allowed:
-            only = f"; only the default {set_may_write} may be written there" if allowed else ""
-            return (
-                f"{shown} is inside the set {set_dir} (its files are the set's own{only});"
-                " choose a path outside it"
-            )
+    places = places_of(path)
+    problem = inside_set_problem(path, shown, set_dir, set_may_write)
+    if problem:
+        return problem
     named = [(source, Path(os.path.realpath(source))) for source in sources]
     for source, src in named:
         if src in places:
@@ -115,6 +106,33 @@ def output_file_problem(
         return f"{shown}{problem}"
     if not real.parent.is_dir():
         return f"{shown}: the folder {real.parent} does not exist"
+    return None
+
+
+def places_of(path: Path | str) -> set[Path]:
+    """Where a file written at ``path`` lands, symbolic links and ``..`` resolved: its own
+    place (its folder resolved) and, when ``path`` is a link, where the link points."""
+    absolute = Path(os.path.abspath(path))
+    return {absolute.parent.resolve() / absolute.name, Path(os.path.realpath(path))}
+
+
+def inside_set_problem(
+    path: Path | str, shown: str, set_dir: Path | str, set_may_write: Path | str | None = None
+) -> str | None:
+    """Why a file a command writes (``shown``: the flag and the path as given) may not be at
+    ``path``: it is the set folder ``set_dir`` or inside it (the set's files are its own; only
+    ``set_may_write``, `report`'s default page, may be written there). None when it is not."""
+    home = Path(os.path.realpath(set_dir))
+    allowed = Path(os.path.realpath(set_may_write)) if set_may_write is not None else None
+    for place in places_of(path):
+        if place == home:
+            return f"{shown} is the set folder {set_dir}; name a file outside it"
+        if home in place.parents and place != allowed:
+            only = f"; only the default {set_may_write} may be written there" if allowed else ""
+            return (
+                f"{shown} is inside the set {set_dir} (its files are the set's own{only});"
+                " choose a path outside it"
+            )
     return None
 
 

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from draftset.core.errors import UsageError
-from draftset.core.files import cannot_create, write_json_atomic
+from draftset.core.files import cannot_create, inside_set_problem, write_json_atomic
 from draftset.core.reasons import READING_REASONS
+from draftset.output.folder import enclosing_set
 
 FSYNC_EVERY_LINES = 200
 FSYNC_EVERY_SECONDS = 5.0
@@ -183,11 +184,15 @@ def run_path(out: Path) -> Path:
 
 
 def check_output_path(out: Path) -> None:
-    """``--out`` and the files beside it (errors, run file, lock) are regular files, or can
-    be created, in a writable folder: one line (`StoreError`, exit 2) before any request, not
-    a traceback from the first write (``/dev/null``, a folder, a FIFO, an unwritable path)."""
+    """``--out`` and the files beside it (errors, run file, lock) are outside any built set,
+    regular files, or can be created, in a writable folder: one line (`StoreError`, exit 2)
+    before any request, not a traceback from the first write (a path inside a set,
+    ``/dev/null``, a folder, a FIFO, an unwritable path)."""
     for path in (out, errors_path(out), run_path(out), lock_path(out)):
         which = "--out" if path == out else f"--out {out}: {path.name}"
+        built = enclosing_set(path)  # its files would fail the set's verify (as report -o's)
+        if built is not None and (problem := inside_set_problem(path, f"{which} {path}", built)):
+            raise StoreError(problem)
         if path.is_dir():
             raise StoreError(f"{which} {path} is a folder; give a .jsonl file path")
         if path.exists() and not path.is_file():

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from draftset.core.errors import UsageError
+from draftset.core.files import places_of
 
 MANIFEST_FORMAT = "draftset/1"
 """The ``format`` key of every manifest.json draftset writes: the marker that lets
@@ -32,6 +33,17 @@ def is_draftset_output(folder: Path) -> bool:
         return False
     fmt = manifest.get("format") if isinstance(manifest, dict) else None
     return isinstance(fmt, str) and fmt.startswith("draftset/")
+
+
+def enclosing_set(path: Path) -> Path | None:
+    """The built set (`is_draftset_output`) a file written at ``path`` would land in: a folder
+    above ``path``'s place or above where a link there points (`core.files.places_of`); None
+    when there is none. Nothing may be written into a set but what its manifest lists."""
+    for place in sorted(places_of(path)):
+        for folder in place.parents:
+            if is_draftset_output(folder):
+                return folder
+    return None
 
 
 DRAFTSET_LATER_FILES = ("manifest.json", "verify.json")

@@ -48,7 +48,7 @@ from draftset.generation.store import RunLock, StoreError, errors_path
 from draftset.mask.template import _resolve_tokenizer_path
 from draftset.output.folder import is_report_file
 from draftset.pipeline.run_answers import answer_queue, fmt_counts, generate_options
-from draftset.pipeline.run_resume import open_state, run_begun, settings_of
+from draftset.pipeline.run_resume import open_state, read_run_folder, run_begun, settings_of
 from draftset.pipeline.run_select import select_rows
 from draftset.pipeline.run_state import (
     KILL_ENV,
@@ -184,6 +184,9 @@ def run(
     check_row_shapes(opts.build.sources)  # a source of unknown rows: exit 2 before any work
     settings = settings_of(opts)
     work = opts.work_dir
+    # a folder that is no run folder (the user's, a set): refused before its lock is created
+    # in it; `open_state` checks again under the lock (see `_run_lock`)
+    read_run_folder(work)
     begun = run_begun(work)
     if not begun:  # a server down: said now, not after selecting the rows; nothing written
         _check_reachable(opts, opts.generate.model, work)
@@ -193,7 +196,13 @@ def run(
 
 def _run_lock(work: Path) -> RunLock:
     """The work folder's `run.lock`, held (flock) for the whole run: released by the kernel
-    however the process ends, so never stale."""
+    however the process ends, so never stale.
+
+    Taken only after `read_run_folder` found ``work`` absent, holding nothing but a lock, or
+    a run folder: the lock file is never created in a folder of the user's or a set. Two runs
+    racing for one folder both pass that check, and the lock lets one in; the state is read
+    again under the lock, so a folder that changed in between is still refused (its lock file
+    then stays: that window is a folder filled by someone else within milliseconds)."""
     try:
         return RunLock(work, work / RUN_LOCK, command="run", doing="is working in")
     except StoreError as exc:

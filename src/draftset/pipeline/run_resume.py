@@ -153,19 +153,34 @@ def _began(data: Any) -> bool:
     return not isinstance(data, dict) or bool(data.get("attempts") or data.get("done"))
 
 
+def read_run_folder(work: Path) -> dict[str, Any] | None:
+    """The run state in ``work`` (its parsed ``state.json``), or None when ``work`` holds no
+    run yet: it does not exist, or holds nothing but a `run.lock`. Any other folder is not a
+    run folder: `RunUsageError`. `draftset run` asks before it takes the folder's lock (no lock
+    file is created in a folder of the user's, or in a set) and again under the lock."""
+    path = work / "state.json"
+    held = [p for p in work.iterdir() if p.name != RUN_LOCK] if work.is_dir() else []
+    if not path.exists():
+        if held:
+            raise RunUsageError(f"{work} exists and is not a draftset run folder (no state.json)")
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))  # written atomically: whole
+    except OSError as exc:
+        raise RunUsageError(f"{path}: cannot read: {exc.strerror}") from None
+    except ValueError:
+        raise RunUsageError(f"{path} is not readable JSON") from None
+    if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
+        raise RunUsageError(f"{path} is not a draftset run state file")
+    return data
+
+
 def open_state(opts: RunOptions, settings: dict[str, Any]) -> tuple[RunState, list[str]]:
     work = opts.work_dir
     path = work / "state.json"
-    held = [p for p in work.iterdir() if p.name != RUN_LOCK] if work.is_dir() else []
-    if work.exists() and not path.exists() and held:
-        raise RunUsageError(f"{work} exists and is not a draftset run folder (no state.json)")
-    if path.exists():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError:
-            raise RunUsageError(f"{path} is not readable JSON") from None
-        if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
-            raise RunUsageError(f"{path} is not a draftset run state file")
+    data = read_run_folder(work)  # again, under the lock: the folder may have changed
+    if data is not None:
+        held = [p for p in work.iterdir() if p.name != RUN_LOCK]
         if not _began(data) and set(held) == {path}:
             pass  # no stage began and nothing else is here: a new run, written below
         elif opts.restart:
