@@ -94,8 +94,9 @@ def build(
 
     ``options``: the fields of `config.schema.BuildArgs` (its ``--help`` text, defaults and
     bounds). ``sources``: paths (``PATH@weight=W`` / ``PATH@count=N`` as on the command line;
-    ``format``, ``fields`` and ``preset`` apply to these), `Source` objects, or recipe-style
-    mappings (``{"path": ..., "weight": 2}``). Returns the `BuildResult`: ``.ok`` (what the
+    ``format``, ``fields`` and ``preset`` apply to these, and are refused when no source is
+    one: a recipe's sources), `Source` objects, or recipe-style mappings (``{"path": ...,
+    "weight": 2}``). Returns the `BuildResult`: ``.ok`` (what the
     command exits 0 on), ``.counts``, ``.per_source``, ``.rows``, ``.checks`` (verify's fast
     checks), ``.row(i)``. Raises `DraftsetError` (``exit_code`` 2) for unusable arguments
     before any work. ``helper``: the build's helper process when the caller started it ahead
@@ -222,7 +223,7 @@ def _recipe_and_sources(
     """The recipe's settings and the sources to read (the arguments' over the recipe's), each
     with a unique name and present on disk (or on the hub)."""
     # lazy: stage modules load on the first call, not on import draftset.api
-    from draftset.config.recipe import load_recipe, unique_names
+    from draftset.config.recipe import load_recipe, unique_names, unused_layout
     from draftset.sources.read import HUB_PREFIX  # lazy: a stage, loaded on first use
 
     conf: dict[str, Any] = {}
@@ -231,6 +232,12 @@ def _recipe_and_sources(
             f"recipe must be a path to a recipe file, not {type(recipe).__name__};"
             " pass source files as sources=[...]"
         )
+    # the layout applies to the sources given as paths: refused when no source is one
+    as_paths = any(isinstance(s, str | os.PathLike) for s in sources or ())
+    if not as_paths and (sources or recipe is not None):
+        where = recipe if sources is None else None
+        if problem := unused_layout(fmt, _fields(fields), preset, where):
+            raise UsageError(problem)
     if recipe is not None:
         conf = load_recipe(Path(recipe))
         if sources is None and not conf.get("sources"):
@@ -700,7 +707,7 @@ def generate(
 def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any) -> GenerateOptions:
     """`generate`'s arguments checked and resolved: the `GenerateOptions` the job runs with."""
     # lazy: stage modules load on the first call, not on import draftset.api
-    from draftset.config.recipe import source_name, unique_names
+    from draftset.config.recipe import source_name, unique_names, unused_layout
 
     # lazy: the stages load on the first call, not on import draftset.api
     from draftset.generation.options import (
@@ -719,10 +726,8 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     paths = _strings(o.sources)
     fields = _fields(o.fields)  # RecipeError (exit 2) for a bad --field
     if len(paths) == 1 and is_recipe(paths[0]):
-        if o.format or o.fields or o.preset:
-            raise GenerateUsageError(
-                "with a recipe, give format / fields / preset per source in the recipe"
-            )
+        if problem := unused_layout(o.format, fields, o.preset, paths[0]):
+            raise GenerateUsageError(problem)
         srcs = _recipe_sources(Path(paths[0]))
     else:
         srcs = [Source(source_name(Path(p)), Path(p), o.format, fields) for p in paths]

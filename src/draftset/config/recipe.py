@@ -159,6 +159,46 @@ def parse_fields(pairs: list[str] | None) -> dict[str, str] | None:
     return out
 
 
+def unused_layout(
+    fmt: str | None,
+    fields: dict[str, str] | None,
+    preset: str | None,
+    recipe: str | os.PathLike[str] | None,
+) -> str | None:
+    """Why ``--format`` / ``--field`` / ``--preset`` would do nothing (one line), or None.
+
+    They apply to the sources given as paths (the command line's); a recipe's sources, and the
+    API's `Source` objects and mappings, carry their own (``format:``, ``fields:``, ``preset:``
+    per source). Given with a recipe they were ignored silently, exit 0 (``recipe``: its path;
+    None: the API's sources, none of them a path)."""
+    given = []
+    keys = []
+    if fmt:
+        given.append(f"--format {fmt}")
+        keys.append(f"format: {fmt}")
+    for canonical, column in (fields or {}).items():
+        given.append(f"--field {canonical}={column}")
+    if fields:
+        keys.append("fields: {" + ", ".join(f"{k}: {v}" for k, v in fields.items()) + "}")
+    if preset:
+        given.append(f"--preset {preset}")
+        keys.append(f"preset: {preset}")
+    if not given:
+        return None
+    flags = " ".join(given)
+    verb = "applies" if len(given) == 1 else "apply"
+    entry = "{path: ..., " + ", ".join(keys) + "}"
+    if recipe is not None:
+        return (
+            f"{flags} {verb} to command-line sources only, not to the sources of recipe"
+            f" {recipe}: set it per source there (sources: [{entry}])"
+        )
+    return (
+        f"{flags} {verb} to sources given as paths only, and every source is a mapping or a"
+        f" Source: set it in each one ({entry})"
+    )
+
+
 def parse_json_object(text: str, what: str) -> dict[str, Any]:
     try:
         obj = json.loads(text)
