@@ -144,7 +144,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     from draftset.config.preflight import check_values  # lazy: a stage, loaded on first use
 
     # lazy: the stages load on the first call, not on import draftset.api
-    from draftset.config.recipe import BUILD_KEYS, parse_json_object
+    from draftset.config.recipe import BUILD_KEYS, RECIPE_PATH_KEYS, parse_json_object
     from draftset.core.reasons import DEFAULT_PLACEHOLDERS  # lazy: a stage, loaded on first use
 
     explicit = given(_given(BuildArgs, options))
@@ -156,6 +156,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
         explicit.get("format"),
         explicit.get("fields"),
         explicit.get("preset"),
+        needed=[k for k in RECIPE_PATH_KEYS if k not in explicit],  # the recipe's files used
     )
     from_recipe = {k: v for k, v in conf.items() if k in BUILD_KEYS and v is not None}
     from_recipe.pop("sources", None)
@@ -219,9 +220,11 @@ def _recipe_and_sources(
     fmt: str | None,
     fields: Mapping[str, str] | Sequence[str] | None,
     preset: str | None,
+    needed: Sequence[str] = (),
 ) -> tuple[dict[str, Any], list[Source]]:
     """The recipe's settings and the sources to read (the arguments' over the recipe's), each
-    with a unique name and present on disk (or on the hub)."""
+    with a unique name and present on disk (or on the hub); ``needed``: the recipe's path keys
+    whose files are used (`config.recipe.load_recipe`)."""
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.recipe import load_recipe, unique_names, unused_layout
     from draftset.sources.read import HUB_PREFIX  # lazy: a stage, loaded on first use
@@ -239,7 +242,7 @@ def _recipe_and_sources(
         if problem := unused_layout(fmt, _fields(fields), preset, where):
             raise UsageError(problem)
     if recipe is not None:
-        conf = load_recipe(Path(recipe))
+        conf = load_recipe(Path(recipe), needed)
         if sources is None and not conf.get("sources"):
             raise UsageError(f"recipe {recipe} lists no sources")
     if sources is not None:
