@@ -29,6 +29,7 @@ from draftset.config.fields import (
     flag_of,
     given,
     json_value_problem,
+    unknown_keys,
     validated,
 )
 from draftset.config.schema import (
@@ -307,7 +308,8 @@ def _source(
         bad = sorted(set(spec) - SOURCE_KEYS)
         if bad:
             raise RecipeError(
-                f"source {dict(spec)!r}: unknown keys {bad}; keys are {sorted(SOURCE_KEYS)}"
+                f"source {dict(spec)!r}: {unknown_keys(bad, SOURCE_KEYS)};"
+                f" keys are {sorted(SOURCE_KEYS)}"
             )
         if "path" not in spec:
             raise RecipeError(f"source {dict(spec)!r}: needs a path")
@@ -602,7 +604,8 @@ def _generate_section(section: Any, recipe: str) -> GenerateSection:
         raise RunUsageError(f"recipe {recipe} needs a `generate:` mapping for `draftset run`")
     unknown = set(section) - set(GenerateSection.model_fields)
     if unknown:
-        raise RunUsageError(f"recipe {recipe}: unknown generate keys {sorted(unknown)}")
+        known = GenerateSection.model_fields
+        raise RunUsageError(f"recipe {recipe}: generate: {unknown_keys(unknown, known)}")
     values = {k: v for k, v in section.items() if v is not None}
     gen = validated(GenerateSection, values, recipe="generate.", strict=True, error=RunUsageError)
     thinking = gen.thinking  # YAML's `thinking: off` is a boolean
@@ -621,8 +624,10 @@ def _render_server(section: Any, where: str) -> str | None:
 
     if section is None:
         return None
-    if not isinstance(section, dict) or set(section) - set(VerifySection.model_fields):
-        raise RunUsageError(f"{where}: `verify:` takes only `render_server: URL`")
+    known = set(VerifySection.model_fields)
+    if not isinstance(section, dict) or set(section) - known:
+        bad = f" ({unknown_keys(set(section) - known, known)})" if isinstance(section, dict) else ""
+        raise RunUsageError(f"{where}: `verify:` takes only `render_server: URL`{bad}")
     url = validated(
         VerifySection, section, recipe="verify.", strict=True, error=RunUsageError
     ).render_server

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from draftset.config.fields import recipe_keys, validated
+from draftset.config.fields import recipe_keys, unknown_keys, validated
 from draftset.config.schema import BuildArgs, SourceEntry
 from draftset.core.errors import UsageError
 from draftset.core.hub import hub_offline
@@ -36,6 +36,7 @@ RECIPE_KEYS = BUILD_KEYS | {
     "verify",  # `draftset run` only: `config.schema.VerifySection`
 }
 SOURCE_KEYS = frozenset(SourceEntry.model_fields)
+MIX_KEYS = frozenset({"modes", "sources"})
 _SUFFIXES = re.compile(r"(\.(jsonl|json|parquet|arrow|gz|zst))+$")
 
 
@@ -251,7 +252,11 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
         raise RecipeError(f"recipe {path} must be a mapping")
     unknown = set(data) - RECIPE_KEYS
     if unknown:
-        raise RecipeError(f"recipe {path}: unknown keys {sorted(unknown)}")
+        per_source = {
+            k: f"a key of each source (sources: [{{path: ..., {k}: ...}}])"
+            for k in SOURCE_KEYS - RECIPE_KEYS
+        }
+        raise RecipeError(f"recipe {path}: {unknown_keys(unknown, RECIPE_KEYS, per_source)}")
     values = {k: v for k, v in data.items() if k in BUILD_KEYS and v is not None}
     validated(
         BuildArgs, values, recipe="", strict=True, error=RecipeError
@@ -268,7 +273,7 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
             raise RecipeError(f"recipe {path}: sources[{i}] needs a path (or a preset)")
         bad = set(entry) - SOURCE_KEYS
         if bad:
-            raise RecipeError(f"recipe {path}: sources[{i}] unknown keys {sorted(bad)}")
+            raise RecipeError(f"recipe {path}: sources[{i}] {unknown_keys(bad, SOURCE_KEYS)}")
         spec = validated(
             SourceEntry, entry, recipe=f"sources[{i}].", strict=True, error=RecipeError
         )
@@ -289,8 +294,9 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
     if out.get("tokenizer"):
         out["tokenizer"] = recipe_tokenizer(out["tokenizer"], base)
     mix = data.get("mix")
-    if mix is not None and (not isinstance(mix, dict) or set(mix) - {"modes", "sources"}):
-        raise RecipeError(f"recipe {path}: mix takes `modes` and/or `sources` share mappings")
+    if mix is not None and (not isinstance(mix, dict) or set(mix) - MIX_KEYS):
+        bad = f" ({unknown_keys(set(mix) - MIX_KEYS, MIX_KEYS)})" if isinstance(mix, dict) else ""
+        raise RecipeError(f"recipe {path}: mix takes `modes` and/or `sources` share mappings{bad}")
     return out
 
 
