@@ -29,6 +29,7 @@ from draftset.config.fields import (
     flag_of,
     given,
     json_value_problem,
+    unknown_keys,
     validated,
 )
 from draftset.config.schema import (
@@ -94,8 +95,9 @@ def build(
 
     ``options``: the fields of `config.schema.BuildArgs` (its ``--help`` text, defaults and
     bounds). ``sources``: paths (``PATH@weight=W`` / ``PATH@count=N`` as on the command line;
-    ``format``, ``fields`` and ``preset`` apply to these), `Source` objects, or recipe-style
-    mappings (``{"path": ..., "weight": 2}``). Returns the `BuildResult`: ``.ok`` (what the
+    ``format``, ``fields`` and ``preset`` apply to these, and are refused when no source is
+    one: a recipe's sources), `Source` objects, or recipe-style mappings (``{"path": ...,
+    "weight": 2}``). Returns the `BuildResult`: ``.ok`` (what the
     command exits 0 on), ``.counts``, ``.per_source``, ``.rows``, ``.checks`` (verify's fast
     checks), ``.row(i)``. Raises `DraftsetError` (``exit_code`` 2) for unusable arguments
     before any work. ``helper``: the build's helper process when the caller started it ahead
@@ -156,7 +158,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     from draftset.config.preflight import check_values  # lazy: a stage, loaded on first use
 
     # lazy: the stages load on the first call, not on import draftset.api
-    from draftset.config.recipe import BUILD_KEYS, parse_json_object
+    from draftset.config.recipe import BUILD_KEYS, RECIPE_PATH_KEYS, parse_json_object
     from draftset.core.reasons import DEFAULT_PLACEHOLDERS  # lazy: a stage, loaded on first use
 
     explicit = given(_given(BuildArgs, options))
@@ -168,6 +170,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
         explicit.get("format"),
         explicit.get("fields"),
         explicit.get("preset"),
+        needed=[k for k in RECIPE_PATH_KEYS if k not in explicit],  # the recipe's files used
     )
     from_recipe = {k: v for k, v in conf.items() if k in BUILD_KEYS and v is not None}
     from_recipe.pop("sources", None)
@@ -231,11 +234,13 @@ def _recipe_and_sources(
     fmt: str | None,
     fields: Mapping[str, str] | Sequence[str] | None,
     preset: str | None,
+    needed: Sequence[str] = (),
 ) -> tuple[dict[str, Any], list[Source]]:
     """The recipe's settings and the sources to read (the arguments' over the recipe's), each
-    with a unique name and present on disk (or on the hub)."""
+    with a unique name and present on disk (or on the hub); ``needed``: the recipe's path keys
+    whose files are used (`config.recipe.load_recipe`)."""
     # lazy: stage modules load on the first call, not on import draftset.api
-    from draftset.config.recipe import load_recipe, unique_names
+    from draftset.config.recipe import load_recipe, unique_names, unused_layout
     from draftset.sources.read import HUB_PREFIX  # lazy: a stage, loaded on first use
 
     conf: dict[str, Any] = {}
@@ -244,8 +249,14 @@ def _recipe_and_sources(
             f"recipe must be a path to a recipe file, not {type(recipe).__name__};"
             " pass source files as sources=[...]"
         )
+    # the layout applies to the sources given as paths: refused when no source is one
+    as_paths = any(isinstance(s, str | os.PathLike) for s in sources or ())
+    if not as_paths and (sources or recipe is not None):
+        where = recipe if sources is None else None
+        if problem := unused_layout(fmt, _fields(fields), preset, where):
+            raise UsageError(problem)
     if recipe is not None:
-        conf = load_recipe(Path(recipe))
+        conf = load_recipe(Path(recipe), needed)
         if sources is None and not conf.get("sources"):
             raise UsageError(f"recipe {recipe} lists no sources")
     if sources is not None:
@@ -310,7 +321,8 @@ def _source(
         bad = sorted(set(spec) - SOURCE_KEYS)
         if bad:
             raise RecipeError(
-                f"source {dict(spec)!r}: unknown keys {bad}; keys are {sorted(SOURCE_KEYS)}"
+                f"source {dict(spec)!r}: {unknown_keys(bad, SOURCE_KEYS)};"
+                f" keys are {sorted(SOURCE_KEYS)}"
             )
         if "path" not in spec:
             raise RecipeError(f"source {dict(spec)!r}: needs a path")
@@ -605,7 +617,8 @@ def _generate_section(section: Any, recipe: str) -> GenerateSection:
         raise RunUsageError(f"recipe {recipe} needs a `generate:` mapping for `draftset run`")
     unknown = set(section) - set(GenerateSection.model_fields)
     if unknown:
-        raise RunUsageError(f"recipe {recipe}: unknown generate keys {sorted(unknown)}")
+        known = GenerateSection.model_fields
+        raise RunUsageError(f"recipe {recipe}: generate: {unknown_keys(unknown, known)}")
     values = {k: v for k, v in section.items() if v is not None}
     gen = validated(GenerateSection, values, recipe="generate.", strict=True, error=RunUsageError)
     thinking = gen.thinking  # YAML's `thinking: off` is a boolean
@@ -624,8 +637,10 @@ def _render_server(section: Any, where: str) -> str | None:
 
     if section is None:
         return None
-    if not isinstance(section, dict) or set(section) - set(VerifySection.model_fields):
-        raise RunUsageError(f"{where}: `verify:` takes only `render_server: URL`")
+    known = set(VerifySection.model_fields)
+    if not isinstance(section, dict) or set(section) - known:
+        bad = f" ({unknown_keys(set(section) - known, known)})" if isinstance(section, dict) else ""
+        raise RunUsageError(f"{where}: `verify:` takes only `render_server: URL`{bad}")
     url = validated(
         VerifySection, section, recipe="verify.", strict=True, error=RunUsageError
     ).render_server
@@ -713,7 +728,7 @@ def generate(
 def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any) -> GenerateOptions:
     """`generate`'s arguments checked and resolved: the `GenerateOptions` the job runs with."""
     # lazy: stage modules load on the first call, not on import draftset.api
-    from draftset.config.recipe import source_name, unique_names
+    from draftset.config.recipe import source_name, unique_names, unused_layout
 
     # lazy: the stages load on the first call, not on import draftset.api
     from draftset.generation.options import (
@@ -732,10 +747,8 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     paths = _strings(o.sources)
     fields = _fields(o.fields)  # RecipeError (exit 2) for a bad --field
     if len(paths) == 1 and is_recipe(paths[0]):
-        if o.format or o.fields or o.preset:
-            raise GenerateUsageError(
-                "with a recipe, give format / fields / preset per source in the recipe"
-            )
+        if problem := unused_layout(o.format, fields, o.preset, paths[0]):
+            raise GenerateUsageError(problem)
         srcs = _recipe_sources(Path(paths[0]))
     else:
         srcs = [Source(source_name(Path(p)), Path(p), o.format, fields) for p in paths]

@@ -125,3 +125,25 @@ def test_a_mistyped_source_entry_names_its_place(
     assert main(["build", str(recipe)]) == 2
     err = capsys.readouterr().err
     assert err == 'draftset: error: recipe key sources[0].weight: expected a number, got "heavy"\n'
+
+
+@pytest.mark.parametrize(
+    ("given", "line"),
+    [
+        (["--workers", "abc"], "argument --workers: invalid int value: 'abc'"),
+        (["--workers", "2.5"], "argument --workers: invalid int value: '2.5'"),
+        (["--workers"], "argument --workers: expected one argument"),
+        (["--engine"], "argument --engine: expected one argument"),
+        (["--engine", "bogus"], "argument --engine: invalid choice: 'bogus'"),
+    ],
+)
+def test_a_bad_early_read_value_is_said_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: list[str], line: str
+) -> None:
+    """`build` reads --workers and --engine ahead of its parser (to start its helper sooner):
+    a value that read refuses is the main parser's one line, not a usage line and the error
+    twice."""
+    src = _sources(tmp_path)
+    assert main(["build", str(src), "--out", str(tmp_path / "o"), *given]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"draftset: error: {line}"), err

@@ -143,3 +143,55 @@ def test_a_string_template_kwargs_in_a_recipe_names_the_recipe_key(tmp_path, cap
     assert main(["build", str(path)]) == 2
     err = capsys.readouterr().err
     assert "recipe key template_kwargs: expected a mapping" in err and "--template" not in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--format", "alpaca"], "--format alpaca applies to command-line sources only"),
+        (["--field", "prompt=text"], "--field prompt=text applies to command-line sources only"),
+        (["--preset", "openorca"], "--preset openorca applies to command-line sources only"),
+    ],
+)
+def test_a_source_layout_flag_with_a_recipe_is_refused(tmp_path, capsys, no_work, flags, needle):
+    """`build recipe.yaml --format alpaca` built with the flag ignored, exit 0: the layout
+    flags apply to command-line sources; a recipe's sources set theirs per source."""
+    path = recipe(tmp_path, "")
+    assert main(["build", str(path), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    key = {"--format": "format: alpaca", "--field": "fields: {prompt: text}"}
+    assert key.get(flags[0], "preset: openorca") in err[0] and str(path) in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_api_refuses_a_source_layout_that_applies_to_no_source(tmp_path, no_work):
+    """The API's ``format`` / ``fields`` / ``preset`` apply to sources given as paths: with a
+    recipe's sources, or only `Source` objects and mappings, they did nothing."""
+    path = recipe(tmp_path, "")
+    with pytest.raises(UsageError, match=r"--format alpaca applies to command-line sources"):
+        api.build(path, format="alpaca")
+    with pytest.raises(UsageError, match=r"--field prompt=text applies to command-line sources"):
+        api.build(path, fields={"prompt": "text"})
+    src = str(path.parent / "c.jsonl")
+    base = {"tokenizer": str(qwen3_tokenizer_dir()), "out": str(tmp_path / "o")}
+    with pytest.raises(UsageError, match=r"--preset openorca applies to sources given as paths"):
+        api.build(sources=[{"path": src}], preset="openorca", **base)
+
+
+def test_run_refuses_the_source_layout_flags(tmp_path, capsys):
+    """`run` has no --format / --field / --preset (its sources are the recipe's): refused."""
+    path = recipe(tmp_path, "generate: {endpoints: ['http://127.0.0.1:9/v1']}\n")
+    for flags in (["--format", "alpaca"], ["--field", "prompt=text"], ["--preset", "openorca"]):
+        assert main(["run", str(path), *flags]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"unrecognized arguments: {' '.join(flags)}" in err[0], err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.run").exists()
+
+
+def test_generate_names_where_a_recipe_sets_the_layout(tmp_path, capsys):
+    path = recipe(tmp_path, "")
+    argv = ["generate", str(path), "--endpoint", "http://127.0.0.1:9/v1"]
+    assert main([*argv, "--out", str(tmp_path / "g.jsonl"), "--field", "prompt=text"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "(sources: [{path: ..., fields: {prompt: text}}])" in err[0], err

@@ -30,7 +30,9 @@ rows are never given answers: they go to DIR/prompts.jsonl for `draftset generat
 SOURCE is a file (.jsonl .json .parquet .arrow, optionally .gz/.zst), a folder of them,
 or an HF save_to_disk folder; PATH@weight=W or PATH@count=N mixes sources (W: a share of
 --max-samples, 0 = none; a path that exists is read as it is, @ and all). A single
-RECIPE.yaml argument reads everything from a recipe (command-line options override it).
+RECIPE.yaml argument reads everything from a recipe (command-line options override it;
+--format, --field and --preset apply to command-line sources only: a recipe's sources take
+format:, fields: and preset: per source).
 """
 
 

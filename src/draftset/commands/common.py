@@ -54,15 +54,17 @@ def build_helper_ahead(argv: list[str]) -> Any:
     option schema's imports (pydantic: ~0.15 s, several times that on a loaded machine) would
     delay the template load by as much. Only ``--workers`` and ``--engine`` decide it (read
     here, the flags `BuildArgs` gives them: a test holds them equal); a recipe, ``--help`` or
-    a value argparse would refuse leaves the choice to `api.build`. The caller stops it."""
+    a value argparse would refuse leaves the choice to `api.build`, and the message to the
+    command's parser (this read says nothing: a plain ArgumentParser printed its usage line
+    and the error before the command's parser said it again). The caller stops it."""
     if any(a in ("-h", "--help", "--version") or is_recipe(a) for a in argv):
         return None
-    early = argparse.ArgumentParser(add_help=False)
+    early = Parser(add_help=False)  # its `error` raises: nothing printed here
     early.add_argument("--workers", type=int)
     early.add_argument("--engine")
     try:
         known, _ = early.parse_known_args(argv[1:])
-    except (SystemExit, argparse.ArgumentError):  # a bad value: the real parser says so
+    except (UsageError, argparse.ArgumentError):  # a bad value: the real parser says so
         return None
     from draftset.pipeline.helper_ahead import start_helper  # lazy: only for a build
 

@@ -14,12 +14,13 @@ naming the key: ``recipe key generate.max_tokens: expected an integer, got "64"`
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 import math
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, get_args, get_origin
@@ -335,3 +336,24 @@ def _not_json(value: Any, where: str) -> tuple[str, str] | None:
                 return bad
         return None
     return where, f"of type {type(value).__name__}"
+
+
+def unknown_keys(
+    unknown: Iterable[str], known: Iterable[str], elsewhere: Mapping[str, str] | None = None
+) -> str:
+    """``unknown keys ['max_lenght']: did you mean 'max_length'?`` — the keys a mapping may
+    not hold, each with the known key it is closest to (difflib), if any. ``elsewhere``: keys
+    that belong in another place, with where (``format`` at a recipe's top level: a key of
+    each source), said instead of a near miss."""
+    names = sorted(str(k) for k in unknown)
+    choices = sorted(str(k) for k in known)
+    text = f"unknown keys {names}"
+    placed = [f"{k} is {elsewhere[k]}" for k in names if elsewhere and k in elsewhere]
+    if placed:
+        return f"{text}: {'; '.join(placed)}"
+    meant = {k: m[0] for k in names if (m := difflib.get_close_matches(k, choices, n=1))}
+    if not meant:
+        return text
+    if len(names) == 1:
+        return f"{text}: did you mean {meant[names[0]]!r}?"
+    return f"{text}: did you mean {', '.join(f'{m!r} for {k!r}' for k, m in meant.items())}?"

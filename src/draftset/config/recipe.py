@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from draftset.config.fields import recipe_keys, validated
+from draftset.config.fields import recipe_keys, unknown_keys, validated
 from draftset.config.schema import BuildArgs, SourceEntry
 from draftset.core.errors import UsageError
+from draftset.core.hub import hub_offline
+from draftset.mask.template import could_be_hub_id
 from draftset.sources.presets import apply_preset
 from draftset.sources.read import HUB_PREFIX, Source
 
@@ -33,6 +36,7 @@ RECIPE_KEYS = BUILD_KEYS | {
     "verify",  # `draftset run` only: `config.schema.VerifySection`
 }
 SOURCE_KEYS = frozenset(SourceEntry.model_fields)
+MIX_KEYS = frozenset({"modes", "sources"})
 _SUFFIXES = re.compile(r"(\.(jsonl|json|parquet|arrow|gz|zst))+$")
 
 
@@ -159,6 +163,46 @@ def parse_fields(pairs: list[str] | None) -> dict[str, str] | None:
     return out
 
 
+def unused_layout(
+    fmt: str | None,
+    fields: dict[str, str] | None,
+    preset: str | None,
+    recipe: str | os.PathLike[str] | None,
+) -> str | None:
+    """Why ``--format`` / ``--field`` / ``--preset`` would do nothing (one line), or None.
+
+    They apply to the sources given as paths (the command line's); a recipe's sources, and the
+    API's `Source` objects and mappings, carry their own (``format:``, ``fields:``, ``preset:``
+    per source). Given with a recipe they were ignored silently, exit 0 (``recipe``: its path;
+    None: the API's sources, none of them a path)."""
+    given = []
+    keys = []
+    if fmt:
+        given.append(f"--format {fmt}")
+        keys.append(f"format: {fmt}")
+    for canonical, column in (fields or {}).items():
+        given.append(f"--field {canonical}={column}")
+    if fields:
+        keys.append("fields: {" + ", ".join(f"{k}: {v}" for k, v in fields.items()) + "}")
+    if preset:
+        given.append(f"--preset {preset}")
+        keys.append(f"preset: {preset}")
+    if not given:
+        return None
+    flags = " ".join(given)
+    verb = "applies" if len(given) == 1 else "apply"
+    entry = "{path: ..., " + ", ".join(keys) + "}"
+    if recipe is not None:
+        return (
+            f"{flags} {verb} to command-line sources only, not to the sources of recipe"
+            f" {recipe}: set it per source there (sources: [{entry}])"
+        )
+    return (
+        f"{flags} {verb} to sources given as paths only, and every source is a mapping or a"
+        f" Source: set it in each one ({entry})"
+    )
+
+
 def parse_json_object(text: str, what: str) -> dict[str, Any]:
     try:
         obj = json.loads(text)
@@ -190,8 +234,14 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{context + ': ' if context else ''}{problem}{where}"
 
 
-def load_recipe(path: Path) -> dict[str, Any]:
-    """Read a recipe, validate its keys, resolve its paths; returns plain option values."""
+def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
+    """Read a recipe, validate its keys, resolve its paths; returns plain option values.
+
+    Every path is relative to the recipe's folder (never the current one); a ``tokenizer:``
+    that is no folder there stays as written when it can be a hub id (`recipe_tokenizer`).
+    ``needed``: the path keys (``tokenizer``, ``chat_template``, ``decontaminate``) whose
+    files the caller uses (not replaced by its own options): one the recipe names and that is
+    missing is one line naming where it was looked for (`recipe_path_problem`)."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -202,7 +252,11 @@ def load_recipe(path: Path) -> dict[str, Any]:
         raise RecipeError(f"recipe {path} must be a mapping")
     unknown = set(data) - RECIPE_KEYS
     if unknown:
-        raise RecipeError(f"recipe {path}: unknown keys {sorted(unknown)}")
+        per_source = {
+            k: f"a key of each source (sources: [{{path: ..., {k}: ...}}])"
+            for k in SOURCE_KEYS - RECIPE_KEYS
+        }
+        raise RecipeError(f"recipe {path}: {unknown_keys(unknown, RECIPE_KEYS, per_source)}")
     values = {k: v for k, v in data.items() if k in BUILD_KEYS and v is not None}
     validated(
         BuildArgs, values, recipe="", strict=True, error=RecipeError
@@ -219,30 +273,86 @@ def load_recipe(path: Path) -> dict[str, Any]:
             raise RecipeError(f"recipe {path}: sources[{i}] needs a path (or a preset)")
         bad = set(entry) - SOURCE_KEYS
         if bad:
-            raise RecipeError(f"recipe {path}: sources[{i}] unknown keys {sorted(bad)}")
+            raise RecipeError(f"recipe {path}: sources[{i}] {unknown_keys(bad, SOURCE_KEYS)}")
         spec = validated(
             SourceEntry, entry, recipe=f"sources[{i}].", strict=True, error=RecipeError
         )
         p = Path(spec.path)
         if not str(spec.path).startswith(HUB_PREFIX):
-            p = p.expanduser()  # `~/data` is the home folder's, not the recipe folder's `~`
-            if not p.is_absolute():
-                p = Path(os.path.normpath(base / p))
+            p = Path(beside_recipe(p, base))
         sources.append(source_from_entry(spec, p))
     out["sources"] = sources
+    for key in needed:
+        if data.get(key) and (problem := recipe_path_problem(key, data[key], path)):
+            raise RecipeError(problem)
     bench = data.get("decontaminate") or []
     bench = [bench] if isinstance(bench, str) else bench
-    bench = [Path(p).expanduser() for p in bench]
-    out["decontaminate"] = [str(p if p.is_absolute() else base / p) for p in bench]
+    out["decontaminate"] = [beside_recipe(p, base) for p in bench]
+    for key in ("chat_template", "out"):
+        if out.get(key):
+            out[key] = beside_recipe(out[key], base)
+    if out.get("tokenizer"):
+        out["tokenizer"] = recipe_tokenizer(out["tokenizer"], base)
     mix = data.get("mix")
-    if mix is not None and (not isinstance(mix, dict) or set(mix) - {"modes", "sources"}):
-        raise RecipeError(f"recipe {path}: mix takes `modes` and/or `sources` share mappings")
-    for key in ("tokenizer", "chat_template", "out"):
-        value = out.get(key)
-        if isinstance(value, str) and value.startswith("~"):
-            out[key] = value = str(Path(value).expanduser())
-        if not value or Path(value).is_absolute():
-            continue
-        if key == "out" or (base / value).exists():  # a hub id stays as it is
-            out[key] = os.path.normpath(base / value)
+    if mix is not None and (not isinstance(mix, dict) or set(mix) - MIX_KEYS):
+        bad = f" ({unknown_keys(set(mix) - MIX_KEYS, MIX_KEYS)})" if isinstance(mix, dict) else ""
+        raise RecipeError(f"recipe {path}: mix takes `modes` and/or `sources` share mappings{bad}")
     return out
+
+
+RECIPE_PATH_KEYS = ("tokenizer", "chat_template", "decontaminate")
+"""The keys naming files a build reads (beside ``sources`` and ``out``, checked on their own)."""
+_RELATIVE = "paths in a recipe are relative to its folder"
+
+
+def beside_recipe(value: str | os.PathLike[str], base: Path) -> str:
+    """A recipe's path: ``~`` expanded, a relative one joined to the recipe's folder ``base``."""
+    p = Path(value).expanduser()
+    return str(p if p.is_absolute() else os.path.normpath(base / p))
+
+
+def recipe_tokenizer(value: str | os.PathLike[str], base: Path) -> str:
+    """A recipe's ``tokenizer:``: a folder beside the recipe (or absolute), else the name as
+    written when it can be a hub id (``Qwen/Qwen3-8B``), else the path beside the recipe (whose
+    absence the tokenizer load names). Never a folder of the current one."""
+    beside = beside_recipe(value, base)
+    text = str(value)
+    if Path(text).expanduser().is_absolute() or Path(beside).exists():
+        return beside
+    return text if could_be_hub_id(text) else beside
+
+
+def recipe_path_problem(key: str, value: Any, recipe: Path) -> str | None:
+    """Why the file(s) a recipe's ``key`` names cannot be read (one line naming the path it
+    was resolved to), or None. A file in the current folder is never read in its place: a
+    ``tokenizer:`` found only there is refused, not taken for a hub id (transformers would
+    load that folder)."""
+    base = Path(os.path.abspath(recipe.parent))  # the path named in full
+    head = f"recipe {recipe}: {key}:"
+    if key in ("chat_template", "decontaminate"):
+        for v in [value] if isinstance(value, str | os.PathLike) else list(value):
+            resolved = beside_recipe(v, base)
+            if not Path(resolved).exists():
+                why = "" if Path(v).expanduser().is_absolute() else f" ({_RELATIVE})"
+                return f"{head} file not found: {resolved}{why}"
+        return None
+    if key != "tokenizer" or Path(str(value)).expanduser().is_absolute():
+        return None  # an absolute tokenizer: the tokenizer load says what is wrong with it
+    resolved = recipe_tokenizer(value, base)
+    beside = beside_recipe(value, base)
+    if resolved == beside:
+        if Path(beside).exists():
+            return None
+        return f"{head} folder not found: {beside} ({_RELATIVE})"
+    if Path(str(value)).exists():  # a hub id's name, but a folder of the current one
+        return (
+            f"{head} no folder {value} beside the recipe ({beside}); {_RELATIVE}, so the"
+            f" {value} in the current folder is not read: give its path from the recipe's"
+            " folder, or an absolute one"
+        )
+    if offline := hub_offline():
+        return (
+            f"{head} no folder {value} beside the recipe ({beside}), and as a hub id it"
+            f" needs the network: unset {offline}"
+        )
+    return None  # a hub id

@@ -92,7 +92,7 @@ HUB_HINT = "a hub id such as Qwen/Qwen3-8B is read from the hub when online"
 _HUB_ID = re.compile(r"^(?:[\w\-.]+/)?[\w\-.]+$")
 
 
-def _could_be_hub_id(name: str) -> bool:
+def could_be_hub_id(name: str) -> bool:
     """huggingface_hub's repo-id rule: ``name`` or ``org/name`` of word characters, ``-`` and
     ``.``, no ``--`` or ``..``, at most 96 characters; never ``/abs``, ``./x``, ``~/x``."""
     return (
@@ -131,7 +131,7 @@ def _resolve_tokenizer_path(name: str) -> str:
                 f"tokenizer folder {name} holds no tokenizer files: expected {EXPECTED_FILES}"
             )
         return str(path)
-    if not _could_be_hub_id(name):
+    if not could_be_hub_id(name):
         raise TokenizerError(
             f"tokenizer folder not found: {name} (give the folder holding tokenizer.json; "
             f"{HUB_HINT})"

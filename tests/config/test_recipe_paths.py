@@ -1,0 +1,148 @@
+"""Paths in a recipe are relative to the recipe's folder, never to the current one.
+
+An outside probe found: `chat_template: cwd.jinja` in r/ct.yaml, with no r/cwd.jinja but a
+./cwd.jinja where the command ran, built with the current folder's template, exit 0 (the
+tokenizer had the same fallback). A source path already was resolved against the recipe's
+folder alone. Now every file path of a recipe is; a missing one is one line naming the path it
+was resolved to, exit 2, before any work. A `tokenizer:` that is no folder next to the recipe
+stays a hub id, unless a folder of that name in the current folder would be read instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import qwen3_tokenizer_dir
+
+from draftset.api import build_options
+from draftset.cli import main
+from draftset.config.recipe import RecipeError
+
+TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"
+
+
+def recipe(tmp: Path, **keys: object) -> Path:
+    """``tmp/r/ct.yaml`` with one source beside it; the test runs in ``tmp``."""
+    folder = tmp / "r"
+    folder.mkdir(exist_ok=True)
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    (folder / "c.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
+    data = {
+        "tokenizer": str(qwen3_tokenizer_dir()),
+        "eot_tokens": ["<|im_end|>"],
+        "out": "out",
+        "sources": ["c.jsonl"],
+        **keys,
+    }
+    path = folder / "ct.yaml"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("draftset: error: "), err
+    return err[0]
+
+
+def test_a_chat_template_missing_beside_the_recipe_is_not_read_from_the_current_folder(
+    tmp_path, monkeypatch, capsys, no_work
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cwd.jinja").write_text(TEMPLATE, encoding="utf-8")
+    recipe(tmp_path, chat_template="cwd.jinja")
+    assert main(["build", "r/ct.yaml"]) == 2  # the recipe named relative: its path in full
+    line = one_error_line(capsys)
+    assert f"chat_template: file not found: {tmp_path / 'r' / 'cwd.jinja'}" in line, line
+    assert "relative to its folder" in line
+    assert not (tmp_path / "r" / "out").exists()
+
+
+def test_a_chat_template_beside_the_recipe_is_read(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = recipe(tmp_path, chat_template="t.jinja")
+    (path.parent / "t.jinja").write_text(TEMPLATE, encoding="utf-8")
+    assert build_options(path).chat_template_path == str(tmp_path / "r" / "t.jinja")
+
+
+def test_a_command_line_chat_template_overrides_a_missing_one(tmp_path, monkeypatch):
+    """The recipe's path is checked only when it is used."""
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "mine.jinja"
+    mine.write_text(TEMPLATE, encoding="utf-8")
+    path = recipe(tmp_path, chat_template="gone.jinja")
+    assert build_options(path, chat_template=str(mine)).chat_template_path == str(mine)
+
+
+def test_a_decontaminate_file_missing_beside_the_recipe_names_where_it_was_looked_for(
+    tmp_path, monkeypatch, capsys, no_work
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench.txt").write_text("What is 2+2?\n", encoding="utf-8")
+    path = recipe(tmp_path, decontaminate=["bench.txt"])
+    assert main(["build", str(path)]) == 2
+    line = one_error_line(capsys)
+    assert f"decontaminate: file not found: {tmp_path / 'r' / 'bench.txt'}" in line, line
+
+
+def test_a_tokenizer_folder_beside_the_recipe_is_read(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = recipe(tmp_path, tokenizer="tok")
+    (path.parent / "tok").mkdir()
+    assert build_options(path).tokenizer == str(tmp_path / "r" / "tok")
+
+
+def test_a_tokenizer_only_in_the_current_folder_is_refused(tmp_path, monkeypatch, capsys, no_work):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tok").mkdir()
+    path = recipe(tmp_path, tokenizer="tok")
+    assert main(["build", str(path)]) == 2
+    line = one_error_line(capsys)
+    assert f"tokenizer: no folder tok beside the recipe ({tmp_path / 'r' / 'tok'})" in line, line
+
+
+@pytest.mark.parametrize("given", ["./tok", "../tok", "models/a/tok"])
+def test_a_tokenizer_path_missing_beside_the_recipe_is_named_resolved(
+    tmp_path, monkeypatch, capsys, no_work, given
+):
+    """A value that can only be a path (./, ../, more than one /) is the recipe folder's."""
+    cwd = tmp_path / "w" / "x"
+    (cwd / given).mkdir(parents=True)  # from the current folder: not read
+    monkeypatch.chdir(cwd)
+    path = recipe(tmp_path, tokenizer=given)
+    with pytest.raises(RecipeError, match="tokenizer: folder not found: "):
+        build_options(path)
+    assert main(["build", str(path)]) == 2
+    resolved = os.path.normpath(tmp_path / "r" / given)
+    assert f"folder not found: {resolved} (paths in a recipe" in one_error_line(capsys)
+
+
+def test_a_hub_id_stays_a_hub_id(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    path = recipe(tmp_path, tokenizer="Qwen/Qwen3-8B")
+    assert build_options(path).tokenizer == "Qwen/Qwen3-8B"
+
+
+def test_a_hub_id_offline_names_the_folder_it_looked_in(tmp_path, monkeypatch, capsys, no_work):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = recipe(tmp_path, tokenizer="Qwen/Qwen3-8B")
+    assert main(["build", str(path)]) == 2
+    line = one_error_line(capsys)
+    assert f"no folder Qwen/Qwen3-8B beside the recipe ({tmp_path / 'r' / 'Qwen'}" in line, line
+    assert "HF_HUB_OFFLINE" in line
+
+
+def test_run_reads_the_same_paths(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cwd.jinja").write_text(TEMPLATE, encoding="utf-8")
+    path = recipe(
+        tmp_path, chat_template="cwd.jinja", generate={"endpoints": ["http://127.0.0.1:9/v1"]}
+    )
+    assert main(["run", str(path)]) == 2
+    assert f"file not found: {tmp_path / 'r' / 'cwd.jinja'}" in one_error_line(capsys)
