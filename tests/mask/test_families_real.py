@@ -601,3 +601,34 @@ def test_mistral_nemo_rows_equal_mistral_common(tmp_path):
         checked += 1
     # single, multi (2 turns), unicode, tool9 (2 turns)
     assert checked == 6
+
+
+@pytest.mark.parametrize("mode", ["all", "each"])
+def test_an_answer_right_after_an_answer_is_not_merged_into_its_run(tmp_path, mode):
+    """Two assistant messages in a row under DeepSeek-V3.1, whose template writes no header
+    before the second: build supervised both, back to back, as one run, which verify (every
+    run one generation) failed (an outside probe). With `--turns all` the second is context
+    now (`follows_answer`) in build and verify alike; `each` gives it its own row."""
+    from draftset import api
+
+    fam = REAL_FAMILIES["deepseek_v3_1"]
+    row = {
+        "id": "consec",
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello, and welcome to the colour quiz of today."},
+            {"role": "assistant", "content": "Name a colour? Blue, as the sky on a fine day."},
+        ],
+    }
+    src = tmp_path / "c.jsonl"
+    src.write_text(json.dumps(row) + "\n")
+    out = tmp_path / "o"
+    api.build(sources=[src], tokenizer=str(fam.folder()), out=out, workers=1, turns=mode)
+    counts = json.loads((out / "manifest.json").read_text())["counts"]["total"]
+    if mode == "all":
+        assert counts["context_turns_by_reason"] == {"follows_answer": 1}
+        assert counts["supervised_turns"] == 1
+    else:
+        assert counts["rows_out"] == 2
+    results = api.verify(out)
+    assert results.ok, [c.to_json() for c in results.checks if c.failed]

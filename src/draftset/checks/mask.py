@@ -457,6 +457,8 @@ def expected_rows(
                     return [], context, DROPS_CONTENT
                 if reasons.placeholder_as_rendered(originals[j], gen, placeholders):
                     context[reasons.TURN_PLACEHOLDER] += 1
+                elif gens and gens[-1][0] + len(gens[-1][1]) == len(prompt):
+                    context[reasons.TURN_FOLLOWS_ANSWER] += 1  # build's rule: runs never touch
                 else:
                     gens.append((len(prompt), gen, j))
             else:

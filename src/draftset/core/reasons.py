@@ -71,6 +71,9 @@ TURN_HISTORY_RENDER_DIFFERS = "history_render_differs"  # full render shows it d
 TURN_PLACEHOLDER = "placeholder_answer"  # "OK.", "", whitespace: never supervised
 TURN_PROMPT_COPY = "prompt_copy"  # the answer is its user turn verbatim: never supervised
 TURN_WEIGHT_ZERO = "weight_zero"  # the row weighted the answer 0 (OpenAI's `weight`, ...)
+# `all`: the answer's generation starts where the previous supervised one ends (two assistant
+# messages in a row, no header between): one run would hold two generations
+TURN_FOLLOWS_ANSWER = "follows_answer"
 TURN_NOT_LAST = "not_last_turn"  # --turns last: earlier turns are context by request
 TURN_NO_PROMPT = "no_prompt"  # the first message: nothing before it to generate from
 # the answer was cut off (max tokens, an unclosed think block): the template would close it with
@@ -182,6 +185,8 @@ EXPLANATIONS: dict[str, str] = {
     TURN_PROMPT_COPY: "the answer is its user turn verbatim (an echo, or padding): never"
     " supervised",
     TURN_WEIGHT_ZERO: "the row weights the answer 0 (`weight`, `loss_weight`): not to train on",
+    TURN_FOLLOWS_ANSWER: "the answer follows the previous supervised answer with no prompt"
+    " between (two assistant messages in a row): in one row its run would merge with that one",
     TURN_NOT_LAST: "--turns last: earlier turns are context by request",
     TURN_NO_PROMPT: "the first message: nothing before it to generate it from",
     TURN_TRUNCATED: "the answer was cut off (max tokens, an unclosed think block): its"

@@ -391,6 +391,9 @@ def _plan_whole(
                     if reasons.placeholder_as_rendered(originals[j], turn.generation, placeholders):
                         plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
                         continue
+                    if spans and spans[-1][1] == start:  # one run would hold two answers
+                        plan.context_turns[reasons.TURN_FOLLOWS_ANSWER] += 1
+                        continue
                     if reasons.reasoning_not_rendered(originals[j], turn.generation):
                         plan.reasoning_not_rendered += 1
                     spans.append((start, start + len(turn.generation), j))
