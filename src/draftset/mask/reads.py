@@ -44,7 +44,8 @@ def served_reads(
         renders_reasoning,
         # vLLM parses every call's arguments into an object before any template runs (0.33,
         # `_postprocess_messages`): a template that reads them only as text raises there
-        string_arguments and engine != "vllm",
+        # (harmony is no template: it writes the arguments' text as the row gave it)
+        string_arguments and (engine != "vllm" or harmony),
         part_lists,
         tool_parts=harmony,
         developer_role=developer_role(template_text, engine, harmony),
