@@ -261,6 +261,9 @@ def _recipe_and_sources(
             raise UsageError(f"recipe {recipe} lists no sources")
     if sources is not None:
         srcs = [_source(s, fmt, fields, preset) for s in sources]
+        for s in srcs:  # `~/data.jsonl` quoted, or from Python: the home folder's, as unquoted
+            if str(s.path).startswith("~"):
+                s.path = s.path.expanduser()
     else:
         srcs = list(conf.get("sources") or [])
     srcs = unique_names(srcs)
@@ -741,7 +744,9 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
         split_thinking,
     )
     from draftset.sources.presets import apply_preset  # lazy: a stage, loaded on first use
-    from draftset.sources.read import HUB_PREFIX, Source  # lazy: a stage, loaded on first use
+
+    # lazy: a stage, loaded on first use
+    from draftset.sources.read import HUB_PREFIX, Source, SourceError, refuse_several_splits
 
     o = _home(_given(GenerateArgs, {**options, "sources": sources}, GenerateUsageError), "out")
     paths = _strings(o.sources)
@@ -751,11 +756,15 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
             raise GenerateUsageError(problem)
         srcs = _recipe_sources(Path(paths[0]))
     else:
-        srcs = [Source(source_name(Path(p)), Path(p), o.format, fields) for p in paths]
+        srcs = [Source(source_name(Path(p)), Path(p).expanduser(), o.format, fields) for p in paths]
     srcs = unique_names(srcs)
     for s in srcs:
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise GenerateUsageError(f"source not found: {s.path}")
+        try:
+            refuse_several_splits(s.path)  # as build's pre-flight
+        except SourceError as exc:
+            raise GenerateUsageError(str(exc)) from None
     if o.preset:
         apply_preset(o.preset)  # raises UnknownPresetError (exit 2) for an unknown name
         for s in srcs:

@@ -120,3 +120,28 @@ def test_a_recipes_tilde_is_the_home_folder_not_one_beside_the_recipe(
     assert opts.out == home / "t3"
     assert [s.path for s in opts.sources] == [home / "src.jsonl"]
     assert opts.decontaminate == [str(home / "bench.txt")]
+
+
+def test_a_source_path_with_a_leading_tilde_is_the_home_folders(tmp_path, monkeypatch):
+    """A quoted `'~/data.jsonl'` (or the API's `sources=["~/data.jsonl"]`) was "source not
+    found": the home folder's file, as the shell reads it unquoted."""
+    from conftest import qwen3_tokenizer_dir
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    row = {
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello there, friend."},
+        ]
+    }
+    (home / "data.jsonl").write_text(json.dumps(row) + "\n")
+    res = api.build(
+        sources=["~/data.jsonl"],
+        tokenizer=str(qwen3_tokenizer_dir()),
+        out=tmp_path / "o",
+        workers=1,
+    )
+    assert res.counts["written"] == 1

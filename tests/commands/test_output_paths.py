@@ -336,3 +336,21 @@ def test_a_path_inside_a_source_folder_is_refused_when_it_would_be_read(work, ca
     assert sorted(p.name for p in (work / "data").iterdir()) == ["src.jsonl"]
     no_work.undo()
     assert main(["report", "set", "-o", "data/r.html"]) == 0  # an .html is not read as rows
+
+
+# --- build --out inside a set ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("inner", ["set/inner", "set/a/b"])
+def test_build_out_inside_a_set_is_refused_before_any_work(work, capsys, inner):
+    """`build --out set/inner` wrote a nested set into a built set, which then failed its own
+    `verify` (files its manifest does not list) and `build --overwrite` refused it (an
+    outside probe). Refused as `report -o` refuses a path inside a set."""
+    before = snapshot(work)
+    refused(
+        ["build", "src.jsonl", "--tokenizer", str(qwen3_tokenizer_dir()), "--out", inner],
+        capsys,
+        f"--out {inner} is inside the set",
+    )
+    assert snapshot(work) == before
+    assert verifies(capsys)

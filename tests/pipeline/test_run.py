@@ -932,7 +932,7 @@ def test_restart_refuses_while_a_generate_writes_the_runs_answers(
         assert _run(recipe, restart=True).passed  # released: the restart goes ahead
 
 
-@pytest.mark.parametrize("theirs", ["notes", "built-set", "foreign-state"])
+@pytest.mark.parametrize("theirs", ["notes", "built-set", "foreign-state", "inside-a-set"])
 def test_a_work_folder_that_is_no_run_folder_is_refused_without_a_lock_left_in_it(
     tmp_path: Path, qwen3_dir: Path, theirs: str
 ) -> None:
@@ -951,12 +951,45 @@ def test_a_work_folder_that_is_no_run_folder_is_refused_without_a_lock_left_in_i
             (mine / "manifest.json").write_text('{"format": "draftset/1"}')
             (mine / "data-00000.arrow").write_bytes(b"rows")
             needle = "is not a draftset run folder (no state.json)"
+        elif theirs == "inside-a-set":  # a new subfolder of a set: the set fails verify then
+            (mine / "manifest.json").write_text('{"format": "draftset/1"}')
+            needle = f"is inside the set {mine}"
         else:
             (mine / "state.json").write_text('{"format": "something-else"}')
             needle = "is not a draftset run state file"
         before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
         with pytest.raises(run_state.RunUsageError) as exc:
-            _run(recipe, work=mine)
+            _run(recipe, work=mine / "work" if theirs == "inside-a-set" else mine)
         assert needle in str(exc.value)
         assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
         assert not srv.requests  # no row was sent either
+
+
+@pytest.mark.parametrize("regenerate", ["all", "missing_reasoning"])
+def test_a_row_with_answers_weighted_zero_is_not_regenerated(regenerate: str) -> None:
+    """`regenerate: all` (or `missing_reasoning`) sent a row with answers weighted 0 to the
+    target, and the answered row, which carries no weights, trained every answer (an outside
+    probe): such a row is built as it is, its weighted-0 answers context."""
+    from draftset.config.options import BuildOptions
+    from draftset.core.records import RawRow
+    from draftset.pipeline.run_select import _needs_answer
+    from draftset.sources.normalize import normalize
+
+    row = {
+        "messages": [
+            {"role": "user", "content": "Capital of France?"},
+            {"role": "assistant", "content": "Paris, as you know.", "weight": 0},
+            {"role": "user", "content": "And of Spain?"},
+            {"role": "assistant", "content": "Madrid."},
+        ]
+    }
+    item = normalize(RawRow("s", 0, row))
+
+    class Thinks:
+        def thinks(self, key: str) -> bool:
+            return True
+
+    b = BuildOptions([], "unused", Path("unused"))
+    assert _needs_answer(item, b, regenerate, Thinks()) == (None, [])
+    del row["messages"][1]["weight"]
+    assert _needs_answer(normalize(RawRow("s", 0, row)), b, regenerate, Thinks())[0] is not None

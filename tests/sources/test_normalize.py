@@ -1235,3 +1235,33 @@ def test_float_ids_from_dataframes(value, expected):
     such row a `duplicate_id`); an integer id column with a gap is floats: "7.0"."""
     row = {"id": value, "messages": [user("q"), assistant("a")]}
     assert norm(row).id == expected
+
+
+def test_reading_fixes_hold_for_calls_refusals_blank_columns_and_extra_turn_keys():
+    """Second probe of this session's reading rules: a legacy `function_call` given as JSON
+    text (content null) was rejected as "text under function_call"; an OpenAI `refusal`, or an
+    `author` key, on an answer without content rejected the row; `content: ""` beside the real
+    `value` (a Parquet/CSV export's blank cell) read the blank; a whole `chosen` whose turns
+    carry ids or weights `messages` lacks was refused."""
+    fc = {
+        "role": "assistant",
+        "content": None,
+        "function_call": json.dumps({"name": "now", "arguments": "{}"}),
+    }
+    row = {"messages": [user("Time?"), fc, {"role": "function", "name": "now", "content": "12"}]}
+    out = norm(row)
+    assert isinstance(out, Conversation), out
+    assert out.messages[1]["tool_calls"][0]["function"]["name"] == "now"
+    refusal = {"role": "assistant", "content": None, "refusal": "I can't help with that."}
+    assert norm({"messages": [user("q"), refusal]}).messages[1] == assistant("")
+    authored = {"role": "assistant", "content": None, "author": "bot"}
+    assert isinstance(
+        norm({"messages": [user("q"), authored, user("q2"), assistant("a")]}), Conversation
+    )
+    blank = {"role": "user", "content": "", "value": "What is the capital of Spain?"}
+    assert norm({"messages": [blank, assistant("Madrid.")]}).messages[0] == user(
+        "What is the capital of Spain?"
+    )
+    conv = [user("What is 2+2?"), assistant("It is 4.")]
+    weighted = [{**user("What is 2+2?"), "id": "u1"}, {**assistant("It is 4."), "loss_weight": 1.0}]
+    assert norm({"messages": weighted, "chosen": conv}).messages[1]["content"] == "It is 4."

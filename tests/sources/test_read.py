@@ -739,6 +739,7 @@ def test_a_utf16_or_utf32_file_is_refused_naming_its_encoding(tmp_path, encoding
         ("train.jsonl", "validation.jsonl"),
         ("train/part-0.jsonl", "dev/part-0.jsonl", "README.md"),
         ("chats_train.jsonl.gz", "chats_eval.jsonl.gz"),
+        ("train1.jsonl", "test1.jsonl"),  # digits part words too, as in `datasets`
     ],
 )
 def test_a_folder_of_several_splits_is_refused_naming_them(tmp_path, names):
@@ -749,10 +750,13 @@ def test_a_folder_of_several_splits_is_refused_naming_them(tmp_path, names):
     for name in names:
         write(root, name, b'{"prompt": "Hi?"}\n')
     with pytest.raises(read.SourceError, match="files of several splits") as exc:
-        read.scan_source(root)
+        read.refuse_several_splits(root)
     first = root / names[0]
     assert f"e.g. {first}" in str(exc.value)
-    assert read.scan_source(first)[0] == [first]  # one split's file: read as before
+    read.refuse_several_splits(first)  # one split's file: read as before
+    # a pre-flight of build, run and generate, not a reading rule: verify re-reads what a
+    # build read (a set built before the rule still verifies)
+    assert len(read.scan_source(root)[0]) == len([n for n in names if n != "README.md"])
 
 
 def test_a_folder_of_one_split_or_of_unrelated_names_is_read(tmp_path):
@@ -761,4 +765,22 @@ def test_a_folder_of_one_split_or_of_unrelated_names_is_read(tmp_path):
     root = tmp_path / "d"
     for name in ("train-0.jsonl", "train-1.jsonl", "contest.jsonl", "evaluator_notes.jsonl"):
         write(root, name, b'{"prompt": "Hi?"}\n')
+    read.refuse_several_splits(root)
     assert len(read.scan_source(root)[0]) == 4
+
+
+def test_build_and_generate_refuse_a_folder_of_several_splits_before_any_work(tmp_path):
+    from conftest import qwen3_tokenizer_dir
+
+    from draftset import api
+    from draftset.core.errors import UsageError
+
+    root = tmp_path / "hub"
+    write(root, "train.jsonl", b'{"prompt": "Hi?"}\n')
+    write(root, "test.jsonl", b'{"prompt": "Yo?"}\n')
+    with pytest.raises(UsageError, match="files of several splits"):
+        api.build(sources=[root], tokenizer=str(qwen3_tokenizer_dir()), out=tmp_path / "o")
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(UsageError, match="files of several splits"):
+        api.generate([root], out=tmp_path / "a.jsonl", endpoints=["http://127.0.0.1:9/v1"])
+    assert not (tmp_path / "a.jsonl").exists()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from draftset.core import reasons
-from draftset.core.records import Conversation, PromptOnly
+from draftset.core.records import NOT_TRAINED, Conversation, PromptOnly
 from draftset.generation.options import (
     GenerateOptions,
     split_thinking,
@@ -126,6 +126,8 @@ def _needs_answer(
         return None, []
     if all_padded_answers(item, b.placeholders):  # "OK." or the prompt copied
         return Q_PLACEHOLDER, [m for m in item.messages if m["role"] != "assistant"]
+    if item.meta.get(NOT_TRAINED):  # answers the row weighted 0: a regenerated row would
+        return None, []  # lose the weights and train them; built as it is, those turns context
     if regenerate == "all":
         return Q_ALL, item.messages
     if (

@@ -74,7 +74,7 @@ WEIGHT_KEYS = ("weight", "loss_weight")
 ``loss_weight``; 0 marks it not to train on (`NOT_TRAINED`), 1 (or null) trains it."""
 TURN_TEXT_KEYS = ("content", "value", "text")
 """Where a turn's text is: OpenAI ``content``, ShareGPT ``value``, OpenAssistant ``text`` —
-the first one not null."""
+the first one holding text (not null, not blank), else the first one not null."""
 _TURN_KEYS_NOT_TEXT = frozenset(
     (
         *TURN_TEXT_KEYS,
@@ -542,7 +542,14 @@ def _raw_role(turn: Any) -> str | None:
 
 
 def _raw_text(turn: Any) -> Any:
-    return _first(turn, TURN_TEXT_KEYS) if isinstance(turn, dict) else turn
+    if not isinstance(turn, dict):
+        return turn
+    return next((turn[k] for k in TURN_TEXT_KEYS if _has_text(turn.get(k))), None)
+
+
+def _said(turn: Any) -> tuple[str | None, Any]:
+    """Who said what in a raw turn (other keys — ids, weights — aside)."""
+    return _raw_role(turn), _raw_text(turn)
 
 
 def _whole_conversation(answer: Any) -> bool:
@@ -554,7 +561,9 @@ def _whole_conversation(answer: Any) -> bool:
 def _chosen_conversation(key: str, turns: Any, chosen: list[Any]) -> list[Any]:
     """``chosen`` is the conversation; the row's prompt (a turn list, or the first user text)
     must be where it begins, or which conversation to train is unclear."""
-    if isinstance(turns, list) and turns == chosen[: len(turns)]:
+    if isinstance(turns, list) and [_said(t) for t in turns] == [
+        _said(t) for t in chosen[: len(turns)]
+    ]:
         return chosen
     if isinstance(turns, str):
         first = next((t for t in chosen if _raw_role(t) == "user"), None)
@@ -654,8 +663,9 @@ def _parse_turns(
             if role is None:
                 role = turn.get("from")
         key = content_key or next(
-            (k for k in TURN_TEXT_KEYS if turn.get(k) is not None),
-            next((k for k in TURN_TEXT_KEYS if k in turn), None),
+            (k for k in TURN_TEXT_KEYS if _has_text(turn.get(k))),
+            next((k for k in TURN_TEXT_KEYS if turn.get(k) is not None), None)
+            or next((k for k in TURN_TEXT_KEYS if k in turn), None),
         )
         content = turn.get(key) if key is not None else None
         if content is None:
@@ -668,13 +678,21 @@ def _parse_turns(
     return out
 
 
+def _has_text(value: Any) -> bool:
+    """Text worth reading: not null, not a blank string (a Parquet/CSV export fills the unused
+    text columns with "" as often as with null)."""
+    return value is not None and not (isinstance(value, str) and not value.strip())
+
+
 def _check_textless(i: int, turn: dict[str, Any], role: Any, key: str | None) -> None:
-    """A turn with no text. Null content in a user, system or tool turn is refused by a server
-    (OpenAI's and vLLM's schema); absent, the server reads it as no parts (""). But a turn whose
-    text sits under another key would be read as empty: rejected, that key named."""
-    assistant = _role(i, role) == "assistant"
-    if assistant and (turn.get("tool_calls") or _first(turn, REASONING_KEYS) is not None):
-        return  # an answer that calls a tool or only reasons: no content, rightly
+    """A user, system or tool turn with no text. Null content is refused by a server (OpenAI's
+    and vLLM's schema); absent, the server reads it as no parts (""). But a turn whose text sits
+    under another key would be read as empty: rejected, that key named. An answer without
+    content is "" (a call, reasoning only, or a pad: never supervised as text it lacks)."""
+    if _role(i, role) == "assistant":
+        # no content: a call (`tool_calls`, legacy `function_call`), reasoning only, a refusal,
+        # or a pad; never trained as text it does not have (`""`, a placeholder)
+        return
     others = [
         str(k)
         for k, v in turn.items()
@@ -687,7 +705,7 @@ def _check_textless(i: int, turn: dict[str, Any], role: Any, key: str | None) ->
             f" (map it: --field content={others[0]})"
         )
         raise RowProblem(reasons.INVALID_CONTENT, msg)
-    if key is not None and key in turn and not assistant:
+    if key is not None and key in turn:
         msg = f"turn {i} ({role}) content is null (an OpenAI-compatible server refuses it)"
         raise RowProblem(reasons.INVALID_CONTENT, msg)
 

@@ -220,7 +220,6 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
     if not found:
         raise SourceError(f"{path}: folder holds no supported data files")
     found.sort(key=lambda p: p.relative_to(path).parts)
-    _refuse_several_splits(path, found)
     skipped.sort(key=lambda e: e["path"].split("/"))
     return found, skipped
 
@@ -238,22 +237,26 @@ SPLIT_WORDS = {
     "evaluation": "test",
 }
 """Words naming a split in a file or folder name (the keywords `datasets` resolves data files
-by), between ``-``, ``_``, ``.``, a space or a path separator."""
+by), between ``-``, ``_``, ``.``, a space, a digit or a path separator."""
 
 
 def _split_of(relative: Path) -> str | None:
     """The split a data file's path inside its source folder names (its last such word)."""
-    words = re.split(r"[-_. /\\]+", relative.as_posix().lower())
+    words = re.split(r"[-_. /\\0-9]+", relative.as_posix().lower())
     named = [SPLIT_WORDS[w] for w in words if w in SPLIT_WORDS]
     return named[-1] if named else None
 
 
-def _refuse_several_splits(folder: Path, files: list[Path]) -> None:
-    """A folder whose files name several splits (a hub dataset downloaded as is:
-    ``data/train-00000-of-00001.parquet`` beside ``data/test-…``) read as one source trained on
-    its test split, as a DatasetDict folder would (`_refuse_dataset_dict`)."""
+def refuse_several_splits(folder: Path) -> None:
+    """A source folder whose files name several splits (a hub dataset downloaded as is:
+    ``data/train-00000-of-00001.parquet`` beside ``data/test-…``) would be read as one source
+    and its test split trained on, as a DatasetDict folder would (`_refuse_dataset_dict`).
+    A pre-flight of `build`, `run` and `generate` (exit 2), not a reading rule: `verify`
+    re-reads what a build read."""
+    if not folder.is_dir() or is_hf_dataset_dir(folder):
+        return
     by_split: dict[str, list[Path]] = {}
-    for f in files:
+    for f in list_files(folder):
         split = _split_of(f.relative_to(folder))
         if split is not None:
             by_split.setdefault(split, []).append(f)

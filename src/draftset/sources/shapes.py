@@ -21,7 +21,14 @@ from draftset.core import reasons
 from draftset.core.records import RawRow, Reject
 from draftset.sources.normalize import field_mapping, mapping_options
 from draftset.sources.presets import hermes_markup, preset_hint, source_normalizer
-from draftset.sources.read import HUB_PREFIX, Source, SourceError, file_head, list_files
+from draftset.sources.read import (
+    HUB_PREFIX,
+    Source,
+    SourceError,
+    file_head,
+    list_files,
+    refuse_several_splits,
+)
 
 SHAPE_SAMPLE = 100
 """Rows read from the start of each file to decide that none has a known shape."""
@@ -37,6 +44,7 @@ def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> list[
     empty: list[str] = []  # sources without a row: the build's error when all are
     local = [s for s in sources if not str(s.path).startswith(HUB_PREFIX)]
     for source in local:
+        refuse_several_splits(Path(source.path))  # which split to train is the user's say
         read = source_normalizer(source)
         files = list_files(Path(source.path))
         heads = [_head(source, path, read, sample) for path in files]
