@@ -438,3 +438,20 @@ def test_render_server_accepts_glm_turns_that_end_with_the_next_header(
         0,
     )
     assert result.status == "pass", result.to_json()
+    if mode != "each":
+        return
+    # which stop token ends the turn is the next message's header, as the server renders it:
+    # `<|observation|>` (an eos id too) in place of `<|user|>` was accepted (second probe)
+    from draftset.checks.serving import check_row
+    from draftset.core.records import RawRow
+    from draftset.sources.normalize import normalize
+
+    tmpl = load_template(folder.manifest, None)
+    row = folder.row(0)
+    ids, mask = [int(i) for i in row["input_ids"]], row["loss_mask"]
+    assert row["id"] == "two#0" and tmpl.decode(ids[-1:]) == "<|user|>"
+    ids[-1] = tmpl.backend.token_to_id("<|observation|>")
+    server = _TransformersRenderServer(fam.folder(), kwargs)
+    conv = normalize(RawRow("c", 0, rows[0]))
+    problems = check_row(server, tmpl, conv, "two#0", ids, mask, "each", kwargs)
+    assert any("supervised tokens differ" in p for p in problems), problems

@@ -307,7 +307,8 @@ def check_row(
             if cut < 0:  # no stop token in the render: the answer left open by the server,
                 # or a template that ends a turn with the next turn's header (GLM's `<|user|>`,
                 # an eos id): the stop token the model writes follows the rendered answer
-                generation = next((after + s for s in stops if run_text == after + s), after)
+                ends = _next_header(server, msgs, turn, tools, kwargs, tmpl, served, stops)
+                generation = next((after + s for s in ends if run_text == after + s), after)
             if run_text != generation:
                 problems.append(
                     f"turn {turn}: supervised tokens differ from the server's generation:"
@@ -329,7 +330,8 @@ def check_row(
             msgs[last_turn].get("role") == "assistant"
             and not any(served_row.endswith(s) for s in stops)
         ):  # the row ends with the stop token the model wrote after its answer (as above)
-            ended = (served_row + s for s in stops if row_text == served_row + s)
+            ends = _next_header(server, msgs, last_turn, tools, kwargs, tmpl, served_row, stops)
+            ended = (served_row + s for s in ends if row_text == served_row + s)
             served_row = next(ended, "" if open_end else served_row)
         if served_row != row_text:
             at = _first_difference(ids, whole)
@@ -338,6 +340,31 @@ def check_row(
     except RenderRefused as exc:
         problems.append(f"the server refused the row: {exc}")
     return problems
+
+
+def _next_header(
+    server: RenderServer,
+    msgs: list[dict[str, Any]],
+    turn: int,
+    tools: Any,
+    kwargs: dict[str, Any],
+    tmpl: ChatTemplate,
+    served: str,
+    stops: Any,
+) -> tuple[str, ...]:
+    """The stop tokens that may end answer ``turn`` whose render (``served``) has none: the
+    one the server writes right after it when it renders the next message too (GLM ends a
+    call with `<|observation|>`, an answer with `<|user|>`), else any (the conversation's last
+    answer, or a server that renders no such header)."""
+    if turn + 1 >= len(msgs):
+        return tuple(stops)
+    try:
+        text = tmpl.decode(server.render(msgs[: turn + 2], tools, kwargs, False))
+    except RenderRefused:
+        return tuple(stops)
+    rest = text[len(served) :] if text.startswith(served) else ""
+    follows = tuple(s for s in stops if rest.startswith(s))
+    return follows or tuple(stops)
 
 
 def _finished(
