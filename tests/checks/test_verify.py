@@ -139,6 +139,28 @@ def write_jsonl(path: Path, rows: list) -> Path:
     return path
 
 
+def chat(rid: str, question: str, answer: str) -> dict:
+    """One question and its answer."""
+    return {
+        "id": rid,
+        "messages": [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": answer},
+        ],
+    }
+
+
+def build_rows(tmp_path: Path, rows: list, name: str = "o", **options) -> Path:
+    """A Qwen3 set of ``rows`` (source `chats`), one worker, with ``options`` set."""
+    src = write_jsonl(tmp_path / f"{name}.jsonl", rows)
+    opts = BuildOptions(
+        [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / name, workers=1
+    )
+    for key, value in options.items():
+        setattr(opts, key, value)
+    return run_build(opts).out
+
+
 @pytest.fixture(scope="module")
 def tok() -> Tokenizer:
     return Tokenizer.from_file(str(qwen3_tokenizer_dir() / "tokenizer.json"))
@@ -1206,19 +1228,8 @@ def test_a_row_rejected_too_long_that_fits_fails_mask_fidelity(built, tmp_path):
 
 def test_a_row_rightly_rejected_too_long_passes(tmp_path):
     """The other side: a row truly over --max-length (beside a short one that is written)."""
-    short = {
-        "id": "short",
-        "messages": [
-            {"role": "user", "content": "Hi"},
-            {"role": "assistant", "content": "Hello to you, my friend, on this fine day."},
-        ],
-    }
-    src = write_jsonl(tmp_path / "c.jsonl", [ROWS[0], short])
-    opts = BuildOptions(
-        [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1
-    )
-    opts.max_length = 40
-    out = run_build(opts).out
+    short = chat("short", "Hi", "Hello to you, my friend, on this fine day.")
+    out = build_rows(tmp_path, [ROWS[0], short], max_length=40)
     assert manifest(out)["counts"]["total"]["rejected_by_reason"] == {"too_long": 1}
     assert "mask_fidelity" not in failed(verify(out))
 
@@ -1277,12 +1288,7 @@ def test_a_turn_row_of_each_dropped_under_a_reason_verify_derives_fails(built, t
 def test_a_too_long_reject_under_truncate_fails(tmp_path):
     """`--truncation truncate` cuts a long row, never rejects it `too_long`: such a line was
     never checked there."""
-    src = write_jsonl(tmp_path / "chats.jsonl", ROWS[:2])
-    opts = BuildOptions(
-        [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / "t", workers=1
-    )
-    opts.truncation = "truncate"
-    folder = run_build(opts).out
+    folder = build_rows(tmp_path, ROWS[:2], "t", truncation="truncate")
     reject_instead(folder, "sys", "too_long", 0)
     results = verify(folder)
     assert failed(results) == {"mask_fidelity"}, [r.to_json() for r in results if r.failed]
@@ -1305,44 +1311,15 @@ def test_a_good_row_rejected_too_few_supervised_or_internal_error_fails(built, t
 def test_rows_rightly_rejected_too_few_supervised_tokens_pass(tmp_path):
     """The other side: a short answer under --min-supervised-tokens 20, and (truncating) a
     row whose first --max-length tokens are all context, are rightly rejected."""
-    short = {
-        "id": "short",
-        "messages": [
-            {"role": "user", "content": "Hi"},
-            {"role": "assistant", "content": "Hello!"},
-        ],
-    }
-    src = write_jsonl(tmp_path / "c.jsonl", [ROWS[0], short])
-    opts = BuildOptions(
-        [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1
-    )
-    opts.min_supervised_tokens = 20
-    out = run_build(opts).out
+    out = build_rows(tmp_path, [ROWS[0], chat("short", "Hi", "Hello!")], min_supervised_tokens=20)
     assert manifest(out)["counts"]["total"]["rejected_by_reason"] == {
         "too_few_supervised_tokens": 1
     }
     assert failed(verify(out)) == set()
 
-    long_prompt = {
-        "id": "lp",
-        "messages": [
-            {"role": "user", "content": "Summarise: " + LONG * 3},
-            {"role": "assistant", "content": LONG},
-        ],
-    }
-    friend = {
-        "id": "friend",
-        "messages": [
-            {"role": "user", "content": "Hi"},
-            {"role": "assistant", "content": "Hello to you, my friend, on this fine day."},
-        ],
-    }
-    src = write_jsonl(tmp_path / "t.jsonl", [long_prompt, friend])
-    opts = BuildOptions(
-        [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / "t", workers=1
-    )
-    opts.truncation, opts.max_length = "truncate", 40
-    out = run_build(opts).out
+    long_prompt = chat("lp", "Summarise: " + LONG * 3, LONG)
+    friend = chat("friend", "Hi", "Hello to you, my friend, on this fine day.")
+    out = build_rows(tmp_path, [long_prompt, friend], "t", truncation="truncate", max_length=40)
     assert manifest(out)["counts"]["total"]["rejected_by_reason"] == {
         "too_few_supervised_tokens": 1
     }
@@ -1352,12 +1329,7 @@ def test_rows_rightly_rejected_too_few_supervised_tokens_pass(tmp_path):
 def test_a_truncated_row_rejected_too_few_supervised_tokens_that_has_them_fails(tmp_path):
     """Truncating: a row whose first --max-length tokens hold a whole answer, rejected as
     `too_few_supervised_tokens`, is a good row lost."""
-    src = write_jsonl(tmp_path / "chats.jsonl", ROWS[:2])
-    opts = BuildOptions(
-        [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / "t", workers=1
-    )
-    opts.truncation, opts.max_length = "truncate", 80
-    folder = run_build(opts).out
+    folder = build_rows(tmp_path, ROWS[:2], "t", truncation="truncate", max_length=80)
     reject_instead(folder, "sys", "too_few_supervised_tokens", 0)
     results = verify(folder)
     assert failed(results) == {"mask_fidelity"}, [r.to_json() for r in results if r.failed]
