@@ -50,6 +50,11 @@ def _recipe(tmp_path, text: str):
         ),
         ("zzz: 1\n", "unknown keys ['zzz']"),
         ("format: alpaca\n", "unknown keys ['format']: format is a key of each source"),
+        (  # both said: the misplaced key's place and the misspelt key's meaning
+            "format: alpaca\nmax_lenght: 3\n",
+            "format is a key of each source (sources: [{path: ..., format: ...}]);"
+            " did you mean 'max_length' for 'max_lenght'?",
+        ),
         ("generat: {endpoints: [x]}\n", "unknown keys ['generat']: did you mean 'generate'?"),
         (
             "sources: [{path: c.jsonl, wieght: 2}]\n",

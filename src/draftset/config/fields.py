@@ -349,11 +349,11 @@ def unknown_keys(
     choices = sorted(str(k) for k in known)
     text = f"unknown keys {names}"
     placed = [f"{k} is {elsewhere[k]}" for k in names if elsewhere and k in elsewhere]
-    if placed:
-        return f"{text}: {'; '.join(placed)}"
-    meant = {k: m[0] for k in names if (m := difflib.get_close_matches(k, choices, n=1))}
-    if not meant:
-        return text
-    if len(names) == 1:
-        return f"{text}: did you mean {meant[names[0]]!r}?"
-    return f"{text}: did you mean {', '.join(f'{m!r} for {k!r}' for k, m in meant.items())}?"
+    rest = [k for k in names if not (elsewhere and k in elsewhere)]
+    meant = {k: m[0] for k in rest if (m := difflib.get_close_matches(k, choices, n=1))}
+    said = list(placed)
+    if len(names) == 1 and meant:
+        said.append(f"did you mean {meant[names[0]]!r}?")
+    elif meant:
+        said.append(f"did you mean {', '.join(f'{m!r} for {k!r}' for k, m in meant.items())}?")
+    return f"{text}: {'; '.join(said)}" if said else text
