@@ -494,6 +494,39 @@ def test_string_argument_templates_cannot_render_a_call_vllm_serves(name):
         assert rejects == ["template_error", "template_error"]
 
 
+def test_a_build_says_why_vllm_refuses_a_string_argument_templates_calls(tmp_path):
+    """Rows of DeepSeek-V3.1's tool calls are `template_error` under the `vllm` engine (vLLM
+    hands arguments over as objects, the template concatenates them): the build says so once,
+    with what to do, rather than leaving a Jinja type error to explain it."""
+    from draftset import api
+
+    fam = REAL_FAMILIES["deepseek_v3_1"]
+    src = tmp_path / "c.jsonl"
+    rows = [
+        {"id": "tool", **CONVERSATIONS["tool"]},
+        {
+            "id": "chat",
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello! How can I help you today?"},
+            ],
+        },
+    ]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = api.build(sources=[src], tokenizer=str(fam.folder()), out=tmp_path / "o", workers=1)
+    assert res.counts["row_rejects_by_reason"] == {"template_error": 1}
+    (note,) = [n for n in res.notes if "as objects" in n]
+    assert "--serving-engine" in note
+    res = api.build(
+        sources=[src],
+        tokenizer=str(fam.folder()),
+        out=tmp_path / "t",
+        workers=1,
+        serving_engine="transformers",
+    )
+    assert not [n for n in res.notes if "as objects" in n]
+
+
 def test_deepseek_r1_renders_the_call_in_context():
     """R1's prompt pre-fills <think>: the call turn is not generable, the answer after the
     tool result is; its context holds the call with the row's arguments (an engine that

@@ -231,7 +231,15 @@ def _run(
         acct += selected.counts  # the stream is drained: available, read, sampled_out
         available = {name: c.available for name, c in acct.sources.items()}
         notes += sampling_notes(opts.sources, available, opts.max_samples, opts.mix)
-        notes += [n for n in (_no_end_of_turn_note(acct, opts, info), _own_encoder_note(opts)) if n]
+        notes += [
+            n
+            for n in (
+                _no_end_of_turn_note(acct, opts, info),
+                _object_arguments_note(acct, info),
+                _own_encoder_note(opts),
+            )
+            if n
+        ]
         shards = writer.close()
         facts, digests = read_back.named(shards, tmp)
         rejects.close()
@@ -409,6 +417,23 @@ def _own_encoder_note(opts: BuildOptions) -> str:
         f"vLLM serves this model with its own {mode!r} encoder by default (--tokenizer-mode"
         f" auto), not the chat template these rows follow: serve it with --tokenizer-mode hf,"
         " or check the set against your server with verify --render-server (docs/semantics.md)"
+    )
+
+
+def _object_arguments_note(acct: Accounting, info: TemplateInfo) -> str:
+    """Once per run: the template reads tool-call arguments only as text (it concatenates
+    them: DeepSeek-V3.1, R1), which vLLM hands over as objects (`mask.reads.served_reads`): its
+    turns holding a call are `template_error`, as vLLM answers them with HTTP 400."""
+    kit = info.kit
+    n = acct.total().row_rejects.get(reasons.TEMPLATE_ERROR, 0)
+    if not n or not kit.string_arguments or kit.harmony or kit.serving_engine != "vllm":
+        return ""
+    return (
+        f"template_error rejects ({n:,}): this template reads tool-call arguments only as text,"
+        " and vLLM (--serving-engine vllm) hands them over as objects, so it refuses every"
+        " request whose render holds a call (HTTP 400): those turns have no served form."
+        " Serve with a template that reads arguments as objects, or build with the"
+        " --serving-engine you serve with"
     )
 
 
