@@ -80,3 +80,8 @@ def test_an_id_unique_in_its_file_is_never_a_duplicate(tmp_path: Path):
     assert [item.id for item in items if isinstance(item, Job)] == built
     ids = IdRegistry()
     assert [ids.claim_row_id("a", "s", None, k) for k in range(3)] == ["a", "s:a", None]
+    # a repeat within the file is a duplicate whether or not its prefixed form was free
+    ids = IdRegistry()
+    assert ids.claim("0") and ids.claim("w:0")  # another file's "0", a made-up "w:0"
+    got = [ids.claim_row_id("0", "w", None, k) for k in (1, 2, 5)]
+    assert got == ["w:1:0", None, None]

@@ -991,5 +991,9 @@ def test_a_row_with_answers_weighted_zero_is_not_regenerated(regenerate: str) ->
 
     b = BuildOptions([], "unused", Path("unused"))
     assert _needs_answer(item, b, regenerate, Thinks()) == (None, [])
+    padded = {
+        "messages": [row["messages"][0], {"role": "assistant", "content": "OK.", "weight": 0}]
+    }
+    assert _needs_answer(normalize(RawRow("s", 1, padded)), b, "missing", Thinks()) == (None, [])
     del row["messages"][1]["weight"]
     assert _needs_answer(normalize(RawRow("s", 0, row)), b, regenerate, Thinks())[0] is not None

@@ -261,3 +261,18 @@ def test_make_dedupers() -> None:
         make_dedupers("fuzzy")
     with pytest.raises(ValueError, match="threshold"):
         NearDeduper(threshold=1.5)
+
+
+def test_an_answer_weighted_zero_is_other_training_signal_for_exact_dedup() -> None:
+    """A row whose answer is weighted 0 (context, `weight_zero`) and the same conversation
+    without the weight (trained) were exact duplicates: the trained copy was dropped as a
+    duplicate of the one that trains nothing (an outside probe)."""
+    from draftset.core.records import RawRow
+    from draftset.sources.normalize import normalize
+
+    msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there."}]
+    weighted = [msgs[0], {**msgs[1], "weight": 0}]
+    a = normalize(RawRow("s", 0, {"messages": weighted}))
+    b = normalize(RawRow("s", 1, {"messages": msgs}))
+    c = normalize(RawRow("s", 2, {"messages": [msgs[0], {**msgs[1], "weight": 1}]}))
+    assert dedup.content_key(a) != dedup.content_key(b) == dedup.content_key(c)

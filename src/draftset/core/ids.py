@@ -1,12 +1,11 @@
 """Row ids unique across one run: the one registry `build` and `generate` share.
 
 Both keep a row's own id when it is free, else its source-prefixed form ``source:id`` (for a
-source folder of several files ``source/file:id``, the file relative to the folder). When that
-is taken too, by the same id earlier in the same file, the row is a `reasons.DUPLICATE_ID` (the
-id a third time in one file); when another row took it by accident (a made-up ``source:row``
-id, an explicit id spelled like a prefixed one), the row's position names it:
-``source:row:id``. Ids are held as 8-byte digests in `DigestTable`s (~16 bytes a row, flat
-memory for millions of rows).
+source folder of several files ``source/file:id``, the file relative to the folder), or when
+another row took that form by accident (a made-up ``source:row`` id, an explicit id spelled
+like a prefixed one) ``source:row:id``, its position. A second row of the same file whose own
+id is taken too is a `reasons.DUPLICATE_ID`. Ids are held as 8-byte digests in `DigestTable`s
+(~16 bytes a row, flat memory for millions of rows).
 """
 
 from __future__ import annotations
@@ -36,19 +35,19 @@ class IdRegistry:
     ) -> str | None:
         """The row's id, or when it is taken ``source:id`` (a source of one file) or
         ``source/file:id`` (a source of several files: ids of different files never collide
-        by accident); when that is taken by the same id of the same file before, None (a real
-        duplicate within one file); when by another row's id, ``source:row:id``."""
+        by accident), or when another row took that form by accident ``source:row:id``. A
+        second row of the same file whose id is taken too is None (a real duplicate)."""
         prefix = f"{source}/{file}" if file else source
         if self.claim(row_id):
             return row_id
+        if not self._prefixed.add(digest64(f"{prefix}\x00{row_id}")):
+            return None  # a second row of this file whose id is taken: a real duplicate
         prefixed = f"{prefix}:{row_id}"
-        pair = digest64(f"{prefix}\x00{row_id}")
         if self.claim(prefixed):
-            self._prefixed.add(pair)
             return prefixed
-        if row is None or self._prefixed.get(pair) is not None:
+        if row is None:
             return None
-        placed = f"{source}:{row}:{row_id}"
+        placed = f"{source}:{row}:{row_id}"  # another row took the prefixed form by accident
         return placed if self.claim(placed) else None
 
 

@@ -124,10 +124,10 @@ def _needs_answer(
         return Q_PROMPT, item.messages
     if not isinstance(item, Conversation):
         return None, []
-    if all_padded_answers(item, b.placeholders):  # "OK." or the prompt copied
-        return Q_PLACEHOLDER, [m for m in item.messages if m["role"] != "assistant"]
     if item.meta.get(NOT_TRAINED):  # answers the row weighted 0: a regenerated row would
         return None, []  # lose the weights and train them; built as it is, those turns context
+    if all_padded_answers(item, b.placeholders):  # "OK." or the prompt copied
+        return Q_PLACEHOLDER, [m for m in item.messages if m["role"] != "assistant"]
     if regenerate == "all":
         return Q_ALL, item.messages
     if (

@@ -33,7 +33,7 @@ import numpy as np
 
 from draftset.core import reasons
 from draftset.core.digests import DigestTable, digest64
-from draftset.core.records import Conversation, Normalized, PromptOnly, Reject
+from draftset.core.records import NOT_TRAINED, Conversation, Normalized, PromptOnly, Reject
 
 _WS = re.compile(r"\s+")
 _WORD = re.compile(r"\w+")
@@ -91,8 +91,11 @@ def _canonical_json(value: Any) -> str:
 def content_key(item: Conversation | PromptOnly) -> str:
     """The text whose hash decides exact duplicates (see the module docstring)."""
     parts = []
-    for m in item.messages:
+    untrained = item.meta.get(NOT_TRAINED) or {}  # a weighted-0 answer is other training signal
+    for j, m in enumerate(item.messages):
         fields = [m.get("role", ""), canonical_text(m.get("content") or "")]
+        if j in untrained:
+            fields.append("w:0")
         reasoning = m.get("reasoning_content")
         if reasoning:
             fields.append("r:" + canonical_text(reasoning))
