@@ -27,8 +27,8 @@ from draftset.mask.ambient import now_iso, valid_now
 from draftset.mask.template import _resolve_tokenizer_path, config_vocab_size
 from draftset.output.folder import (
     MANIFEST_FORMAT,
-    enclosing_set,
     foreign_entries,
+    inside_a_set,
     is_draftset_output,
     replaceable,
 )
@@ -284,11 +284,8 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
     real = Path(out).expanduser().resolve()
     if real == Path(real.anchor):
         raise PreflightError(f"--out {out} is the filesystem root")
-    if (outer := enclosing_set(real)) is not None:  # the set would fail its own verify
-        raise PreflightError(
-            f"--out {out} is inside the set {outer} (its files are the set's own);"
-            " choose a path outside it"
-        )
+    if problem := inside_a_set(real, f"--out {out}"):  # the set would fail its own verify
+        raise PreflightError(problem)
     for what, place in (("your home folder", Path.home()), ("the current folder", Path.cwd())):
         place = place.resolve()
         if real == place or place.is_relative_to(real):

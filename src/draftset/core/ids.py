@@ -18,7 +18,7 @@ class IdRegistry:
 
     def __init__(self) -> None:
         self._seen = DigestTable()
-        self._prefixed = DigestTable()  # (prefix, id) pairs that took their prefixed form
+        self._prefixed = DigestTable()  # (prefix, id) of rows whose own id was taken
 
     def __contains__(self, row_id: str) -> bool:
         return self._seen.get(digest64(row_id)) is not None

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from draftset.core.errors import UsageError
-from draftset.core.files import cannot_create, inside_set_problem, write_json_atomic
+from draftset.core.files import cannot_create, write_json_atomic
 from draftset.core.reasons import READING_REASONS
-from draftset.output.folder import enclosing_set
+from draftset.output.folder import inside_a_set
 
 FSYNC_EVERY_LINES = 200
 FSYNC_EVERY_SECONDS = 5.0
@@ -190,8 +190,7 @@ def check_output_path(out: Path) -> None:
     ``/dev/null``, a folder, a FIFO, an unwritable path)."""
     for path in (out, errors_path(out), run_path(out), lock_path(out)):
         which = "--out" if path == out else f"--out {out}: {path.name}"
-        built = enclosing_set(path)  # its files would fail the set's verify (as report -o's)
-        if built is not None and (problem := inside_set_problem(path, f"{which} {path}", built)):
+        if problem := inside_a_set(path, f"{which} {path}"):  # as report -o's
             raise StoreError(problem)
         if path.is_dir():
             raise StoreError(f"{which} {path} is a folder; give a .jsonl file path")

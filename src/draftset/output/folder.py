@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from draftset.core.errors import UsageError
-from draftset.core.files import places_of
+from draftset.core.files import inside_set_problem, places_of
 
 MANIFEST_FORMAT = "draftset/1"
 """The ``format`` key of every manifest.json draftset writes: the marker that lets
@@ -44,6 +44,14 @@ def enclosing_set(path: Path) -> Path | None:
             if is_draftset_output(folder):
                 return folder
     return None
+
+
+def inside_a_set(path: Path, shown: str) -> str | None:
+    """Why a file or folder a command writes may not be at ``path`` (``shown``: the flag and
+    the path as given): it lies inside a built set (`enclosing_set`), whose own verify would
+    then fail; None when it does not. `core.files.inside_set_problem` words it."""
+    outer = enclosing_set(path)
+    return None if outer is None else inside_set_problem(path, shown, outer)
 
 
 DRAFTSET_LATER_FILES = ("manifest.json", "verify.json")

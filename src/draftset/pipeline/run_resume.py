@@ -11,7 +11,7 @@ from typing import Any
 
 from draftset.generation.store import RunLock, StoreError
 from draftset.mask.template import tokenizer_files_fingerprint
-from draftset.output.folder import enclosing_set, remove_stale_tmp
+from draftset.output.folder import inside_a_set, remove_stale_tmp
 from draftset.pipeline.run_state import (
     RUN_LOCK,
     STATE_FORMAT,
@@ -159,11 +159,8 @@ def read_run_folder(work: Path) -> dict[str, Any] | None:
     run folder: `RunUsageError`. `draftset run` asks before it takes the folder's lock (no lock
     file is created in a folder of the user's, or in a set) and again under the lock."""
     path = work / "state.json"
-    if (outer := enclosing_set(work)) is not None:  # the set would fail its own verify
-        raise RunUsageError(
-            f"--work {work} is inside the set {outer} (its files are the set's own);"
-            " choose a path outside it"
-        )
+    if problem := inside_a_set(work, f"--work {work}"):  # the set would fail its own verify
+        raise RunUsageError(problem)
     held = [p for p in work.iterdir() if p.name != RUN_LOCK] if work.is_dir() else []
     if not path.exists():
         if held:
