@@ -542,9 +542,22 @@ def _raw_role(turn: Any) -> str | None:
 
 
 def _raw_text(turn: Any) -> Any:
+    """A raw turn's text (None: none that holds text)."""
     if not isinstance(turn, dict):
         return turn
-    return next((turn[k] for k in TURN_TEXT_KEYS if _has_text(turn.get(k))), None)
+    key = _text_key(turn)
+    value = turn.get(key) if key is not None else None
+    return value if _has_text(value) else None
+
+
+def _text_key(turn: dict[str, Any]) -> str | None:
+    """The key a turn's text is read from (`TURN_TEXT_KEYS`): the first holding text, else
+    the first not null, else the first present; None when the turn has none of them."""
+    for holds in (_has_text, lambda value: value is not None):
+        key = next((k for k in TURN_TEXT_KEYS if holds(turn.get(k))), None)
+        if key is not None:
+            return key
+    return next((k for k in TURN_TEXT_KEYS if k in turn), None)
 
 
 def _said(turn: Any) -> tuple[str | None, Any]:
@@ -662,16 +675,12 @@ def _parse_turns(
             role = turn.get("role")
             if role is None:
                 role = turn.get("from")
-        key = content_key or next(
-            (k for k in TURN_TEXT_KEYS if _has_text(turn.get(k))),
-            next((k for k in TURN_TEXT_KEYS if turn.get(k) is not None), None)
-            or next((k for k in TURN_TEXT_KEYS if k in turn), None),
-        )
+        key = content_key or _text_key(turn)
         content = turn.get(key) if key is not None else None
-        if content is None:
-            _check_textless(i, turn, role, key)
         if _role(i, role) == "assistant":
             _read_weight(i, turn, meta)
+        elif content is None:
+            _check_textless(i, turn, role, key)
         out.append(_parse_turn(i, turn, role, content, meta))
         if isinstance(role, str) and role.lower() == "developer":
             meta.setdefault(DEVELOPER, {})[i] = True  # a server gives it back as developer
@@ -687,12 +696,9 @@ def _has_text(value: Any) -> bool:
 def _check_textless(i: int, turn: dict[str, Any], role: Any, key: str | None) -> None:
     """A user, system or tool turn with no text. Null content is refused by a server (OpenAI's
     and vLLM's schema); absent, the server reads it as no parts (""). But a turn whose text sits
-    under another key would be read as empty: rejected, that key named. An answer without
-    content is "" (a call, reasoning only, or a pad: never supervised as text it lacks)."""
-    if _role(i, role) == "assistant":
-        # no content: a call (`tool_calls`, legacy `function_call`), reasoning only, a refusal,
-        # or a pad; never trained as text it does not have (`""`, a placeholder)
-        return
+    under another key would be read as empty: rejected, that key named. (An answer without
+    content is "": a call, reasoning only, a refusal or a pad, never supervised as text it
+    lacks; its caller does not ask.)"""
     others = [
         str(k)
         for k, v in turn.items()
