@@ -16,20 +16,12 @@ from pathlib import Path
 
 import pytest
 from fault_server import FaultServer
+from rows import chats
 
 from draftset import api
 from draftset.cli import main
 
-ROWS = [
-    {
-        "id": f"r{i}",
-        "messages": [
-            {"role": "user", "content": f"Question {i}: name a planet."},
-            {"role": "assistant", "content": f"Answer {i}: Mars, the red planet."},
-        ],
-    }
-    for i in range(2)
-]
+ROWS = chats(2, "r", "Question {i}: name a planet.", "Answer {i}: Mars, the red planet.")
 
 
 @pytest.fixture()

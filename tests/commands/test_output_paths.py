@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import qwen3_tokenizer_dir
+from rows import chats
 
 from draftset import api
 from draftset.cli import main
@@ -26,16 +27,7 @@ from draftset.core.errors import UsageError
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
 
-ROWS = [
-    {
-        "id": f"r{i}",
-        "messages": [
-            {"role": "user", "content": f"Question {i}: name a planet."},
-            {"role": "assistant", "content": f"Answer {i}: Mars, the red planet, fourth."},
-        ],
-    }
-    for i in range(3)
-]
+ROWS = chats(3, "r", "Question {i}: name a planet.", "Answer {i}: Mars, the red planet, fourth.")
 NOTES = b"my precious notes\n"
 GENERATOR = b'<meta name="generator" content="draftset report">'
 
