@@ -186,8 +186,7 @@ def run(
     work = opts.work_dir
     # a folder that is no run folder (the user's, a set): refused before its lock is created
     # in it; `open_state` checks again under the lock (see `_run_lock`)
-    read_run_folder(work)
-    begun = run_begun(work)
+    begun = run_begun(read_run_folder(work))
     if not begun:  # a server down: said now, not after selecting the rows; nothing written
         _check_reachable(opts, opts.generate.model, work)
     with _run_lock(work):  # two runs of one recipe would rewrite each other's files

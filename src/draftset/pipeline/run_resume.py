@@ -138,19 +138,11 @@ def changed_settings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return short
 
 
-def run_begun(work: Path) -> bool:
-    """Whether ``work`` holds a run that began a stage (a state.json with an attempt): one
-    refused before its first stage holds nothing to resume or to keep settings for."""
-    try:
-        data = json.loads((work / "state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return (work / "state.json").exists()  # unreadable: `open_state` says what it is
-    return _began(data)
-
-
-def _began(data: Any) -> bool:
-    """A parsed state that records an attempt or a finished stage (or is not a state)."""
-    return not isinstance(data, dict) or bool(data.get("attempts") or data.get("done"))
+def run_begun(data: dict[str, Any] | None) -> bool:
+    """Whether a run state (`read_run_folder`'s; None: no run yet) records an attempt or a
+    finished stage: one refused before its first stage holds nothing to resume or to keep
+    settings for."""
+    return data is not None and bool(data.get("attempts") or data.get("done"))
 
 
 def read_run_folder(work: Path) -> dict[str, Any] | None:
@@ -183,7 +175,7 @@ def open_state(opts: RunOptions, settings: dict[str, Any]) -> tuple[RunState, li
     data = read_run_folder(work)  # again, under the lock: the folder may have changed
     if data is not None:
         held = [p for p in work.iterdir() if p.name != RUN_LOCK]
-        if not _began(data) and set(held) == {path}:
+        if not run_begun(data) and set(held) == {path}:
             pass  # no stage began and nothing else is here: a new run, written below
         elif opts.restart:
             _clean(opts, data)
