@@ -455,3 +455,51 @@ def test_render_server_accepts_glm_turns_that_end_with_the_next_header(
     conv = normalize(RawRow("c", 0, rows[0]))
     problems = check_row(server, tmpl, conv, "two#0", ids, mask, "each", kwargs)
     assert any("supervised tokens differ" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("mode", ["all", "each"])
+def test_render_server_asks_each_render_of_a_row_once(tmp_path: Path, mode: str) -> None:
+    """A row's run check and its whole-row check rendered the same finished turn twice (and,
+    for templates ending a turn with the next header, that render twice more): one HTTP
+    request per row more than needed against a real server. Each distinct render is asked
+    once per row, and the verdict is the same."""
+    from real_families import REAL_FAMILIES
+
+    from draftset.checks.mask import load_template
+    from draftset.checks.serving import check_render_server
+    from draftset.output.readback import open_output
+
+    fam = REAL_FAMILIES["glm4_7"]
+    kwargs = dict(fam.kwargs)
+    src = tmp_path / "c.jsonl"
+    conversation = [
+        {"role": "user", "content": "Favourite colour?"},
+        {"role": "assistant", "content": LONG_ANSWER},
+        {"role": "user", "content": "Why?"},
+        {"role": "assistant", "content": LONG_ANSWER + " Blue."},
+    ]
+    src.write_text(json.dumps({"id": "two", "messages": conversation}) + "\n")
+    out = tmp_path / mode
+    api.build(
+        sources=[src],
+        tokenizer=str(fam.folder()),
+        out=out,
+        workers=1,
+        turns=mode,
+        template_kwargs=kwargs,
+    )
+
+    class Counting(_TransformersRenderServer):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            self.asked: list[str] = []
+
+        def render(self, messages, tools, kwargs, generation_prompt, continue_final=False):
+            self.asked.append(json.dumps([messages, generation_prompt, continue_final]))
+            return super().render(messages, tools, kwargs, generation_prompt, continue_final)
+
+    server = Counting(fam.folder(), kwargs)
+    folder = open_output(out)
+    result = check_render_server(folder, load_template(folder.manifest, None), server, None, 0)
+    assert result.status == "pass", result.to_json()
+    assert server.asked and len(server.asked) == len(set(server.asked)), server.asked

@@ -23,7 +23,7 @@ import json
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -86,6 +86,52 @@ class RenderServer:
 
 class RenderRefused(Exception):
     """The server answered a render request with an error (the row's message says which)."""
+
+
+class Renders(Protocol):
+    """What the row checks ask of a server (a `RenderServer`, or a row's memo of one)."""
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[Any] | None,
+        kwargs: dict[str, Any],
+        generation_prompt: bool,
+        continue_final: bool = False,
+    ) -> list[int]: ...
+
+
+class _RowRenders:
+    """One row's renders, each asked of the server once: the run check and the whole-row
+    check need the same finished turn (and, for templates ending a turn with the next header,
+    the same next render). Every request of the row goes through here, refusals included, so
+    a repeated render cannot answer differently from the first."""
+
+    def __init__(self, server: Renders) -> None:
+        self.server = server
+        self.seen: dict[tuple[int, bool, bool], list[int] | RenderRefused] = {}
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[Any] | None,
+        kwargs: dict[str, Any],
+        generation_prompt: bool,
+        continue_final: bool = False,
+    ) -> list[int]:
+        # within a row the messages are prefixes of one list, and tools and kwargs are fixed
+        key = (len(messages), generation_prompt, continue_final)
+        if key not in self.seen:
+            try:
+                self.seen[key] = self.server.render(
+                    messages, tools, kwargs, generation_prompt, continue_final
+                )
+            except RenderRefused as exc:
+                self.seen[key] = exc
+        got = self.seen[key]
+        if isinstance(got, RenderRefused):
+            raise got
+        return got
 
 
 def _post(url: str, body: dict[str, Any]) -> Any:
@@ -233,7 +279,7 @@ def _turns_of_row(rid: str, conv: Conversation, mode: str) -> list[int]:
 
 
 def _turn_of_run(
-    server: RenderServer,
+    server: Renders,
     msgs: list[dict[str, Any]],
     tools: Any,
     kwargs: dict[str, Any],
@@ -258,7 +304,7 @@ def _turn_of_run(
 
 
 def check_row(
-    server: RenderServer,
+    server: Renders,
     tmpl: ChatTemplate,
     conv: Conversation,
     rid: str,
@@ -268,6 +314,7 @@ def check_row(
     kwargs: dict[str, Any],
 ) -> list[str]:
     """Problems of one row against the server's renders (empty = equal)."""
+    server = _RowRenders(server)
     msgs = _messages(tmpl, conv)
     tools = conv.tools
     runs = _runs(mask)
@@ -343,7 +390,7 @@ def check_row(
 
 
 def _next_header(
-    server: RenderServer,
+    server: Renders,
     msgs: list[dict[str, Any]],
     turn: int,
     tools: Any,
@@ -368,7 +415,7 @@ def _next_header(
 
 
 def _finished(
-    server: RenderServer, messages: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any]
+    server: Renders, messages: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any]
 ) -> tuple[list[int], bool]:
     """The server's render of a conversation ending with an answer, and whether that answer
     is left open. A server that refuses to render a finished answer (vLLM's mistral-common
