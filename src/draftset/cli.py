@@ -91,7 +91,13 @@ def main(argv: list[str] | None = None) -> int:
 
             helper = build_helper_ahead(given)
         parser = _build_parser(given[0] if given else None)
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # a command may say where an option it lacks belongs (`run`: the recipe)
+            hint = getattr(args, "unknown_hint", None)
+            raise UsageError(
+                (hint(extra, given) if hint else None)
+                or f"unrecognized arguments: {' '.join(extra)}"
+            )
         args.helper = helper
         return int(args.handler(args))
     except DraftsetError as exc:  # every run-level error carries its exit code

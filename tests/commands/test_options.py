@@ -147,3 +147,33 @@ def test_a_bad_early_read_value_is_said_once(
     assert main(["build", str(src), "--out", str(tmp_path / "o"), *given]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"draftset: error: {line}"), err
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (["--format", "sharegpt"], "`format: sharegpt` on each entry of its `sources:`"),
+        (["--max-length", "4096"], "`max_length: 4096` at the recipe's top level"),
+        (["--temperature", "0.6"], "`temperature: 0.6` under its `generate:`"),
+        (["--turns=each"], "`turns: each` at the recipe's top level"),
+    ],
+)
+def test_run_says_where_in_the_recipe_a_build_or_generate_option_goes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: list[str], said: str
+) -> None:
+    """`run` takes its build and generate settings from the recipe; a user passing `build`'s or
+    `generate`'s flags got argparse's bare "unrecognized arguments" and no way forward."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("sources: [a.jsonl]\n")
+    assert main(["run", str(recipe), *given]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and said in err, err
+    assert not (tmp_path / "r.run").exists()
+
+
+def test_a_flag_no_command_knows_is_still_argparses_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", str(tmp_path / "r.yaml"), "--frobnicate"]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said == "draftset: error: unrecognized arguments: --frobnicate"

@@ -180,12 +180,17 @@ def test_the_api_refuses_a_source_layout_that_applies_to_no_source(tmp_path, no_
 
 
 def test_run_refuses_the_source_layout_flags(tmp_path, capsys):
-    """`run` has no --format / --field / --preset (its sources are the recipe's): refused."""
+    """`run` has no --format / --field / --preset (its sources are the recipe's): refused,
+    naming the source key that sets it."""
     path = recipe(tmp_path, "generate: {endpoints: ['http://127.0.0.1:9/v1']}\n")
-    for flags in (["--format", "alpaca"], ["--field", "prompt=text"], ["--preset", "openorca"]):
+    for flags, key in (
+        (["--format", "alpaca"], "format: alpaca"),
+        (["--field", "prompt=text"], "fields: {prompt: text}"),
+        (["--preset", "openorca"], "preset: openorca"),
+    ):
         assert main(["run", str(path), *flags]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and f"unrecognized arguments: {' '.join(flags)}" in err[0], err
+        assert len(err) == 1 and f"`{key}` on each entry of its `sources:`" in err[0], err
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.run").exists()
 
 

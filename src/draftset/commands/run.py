@@ -54,7 +54,43 @@ def register(sub: Any) -> None:
     )
     add_options(p, RunArgs)
     add_no_progress(p, "no progress bars")
-    p.set_defaults(handler=cmd_run)
+    p.set_defaults(handler=cmd_run, unknown_hint=recipe_place)
+
+
+def recipe_place(extra: list[str], argv: list[str]) -> str | None:
+    """Where in the recipe a `build` or `generate` flag given to `run` belongs (one line), or
+    None for a flag no command has: `run` reads those settings from its recipe, and argparse's
+    bare "unrecognized arguments" left the user no way forward."""
+    from draftset.config.fields import cli_fields, cli_of, flag_of
+    from draftset.config.schema import BuildArgs, GenerateSection, VerifySection
+
+    places: dict[str, tuple[str, str]] = {}
+    for model, where in (
+        (GenerateSection, "under its `generate:`"),
+        (VerifySection, "under its `verify:`"),
+        (BuildArgs, "at the recipe's top level"),
+    ):
+        for name in model.model_fields:
+            if model is not BuildArgs or name in cli_fields(model):
+                flags = cli_of(model, name).flags or (flag_of(model, name),)
+                for flag in flags:
+                    places.setdefault(flag, (name, where))
+    for name in ("format", "fields", "preset"):  # `SourceEntry`'s keys
+        places[flag_of(BuildArgs, name)] = (name, "on each entry of its `sources:`")
+    for arg in extra:
+        flag, eq, value = arg.partition("=")
+        if flag not in places:
+            continue
+        if not eq:
+            at = argv.index(arg) if arg in argv else -1
+            following = argv[at + 1] if 0 <= at < len(argv) - 1 else ""
+            value = following if following and not following.startswith("-") else "..."
+        key, where = places[flag]
+        if key == "fields":
+            canonical, _, column = value.partition("=")
+            value = f"{{{canonical}: {column or '...'}}}"
+        return f"run reads {flag} from its recipe: set `{key}: {value}` {where} (docs/run.md)"
+    return None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
