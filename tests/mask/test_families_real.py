@@ -494,6 +494,17 @@ def test_string_argument_templates_cannot_render_a_call_vllm_serves(name):
         assert rejects == ["template_error", "template_error"]
 
 
+@pytest.mark.parametrize("name", ["deepseek_v3_1", "deepseek_r1"])
+def test_string_argument_templates_cannot_render_a_call_sglang_serves(name):
+    """sglang 0.5.14+ parses every assistant call's string `arguments` into an object before
+    the template (`serving_chat.normalize_assistant_tool_call_arguments`, strict on the Jinja
+    path: not a JSON object is HTTP 400), as vLLM does: DeepSeek-V3.1's and R1's templates
+    concatenate them and raise, so SGLang 0.5.23 refuses any request holding a call. Read from
+    its source, not run here; draftset gave these templates the text under `sglang` too."""
+    runs, _, rejects = _supervised(_template(name, "sglang"), CONVERSATIONS["tool"] | {}, "all")
+    assert (runs, rejects) == ([], ["template_error"])
+
+
 def test_a_build_says_why_vllm_refuses_a_string_argument_templates_calls(tmp_path):
     """Rows of DeepSeek-V3.1's tool calls are `template_error` under the `vllm` engine (vLLM
     hands arguments over as objects, the template concatenates them): the build says so once,
@@ -525,6 +536,16 @@ def test_a_build_says_why_vllm_refuses_a_string_argument_templates_calls(tmp_pat
         serving_engine="transformers",
     )
     assert not [n for n in res.notes if "as objects" in n]
+    res = api.build(
+        sources=[src],
+        tokenizer=str(fam.folder()),
+        out=tmp_path / "s",
+        workers=1,
+        serving_engine="sglang",
+    )
+    assert res.counts["row_rejects_by_reason"] == {"template_error": 1}
+    (note,) = [n for n in res.notes if "as objects" in n]
+    assert "SGLang (--serving-engine sglang)" in note
 
 
 def test_deepseek_r1_renders_the_call_in_context():

@@ -33,7 +33,7 @@ def served_reads(
     """What the template is given as the serving engine hands a row over (build's and verify's
     one path): system text as the engine keeps it (`served_system_texts`), then
     `as_template_reads` with the template's probed ``shape`` (content as parts, renders
-    reasoning, arguments as text — not under vLLM, which gives objects —, renders lists of
+    reasoning, arguments as text — not under vLLM or SGLang, which give objects —, renders lists of
     parts) and the developer role when the template is given it."""
     served, served_meta = served_system_texts(messages, meta, engine, harmony)
     content_parts, renders_reasoning, string_arguments, part_lists = shape
@@ -42,10 +42,12 @@ def served_reads(
         served_meta,
         content_parts,
         renders_reasoning,
-        # vLLM parses every call's arguments into an object before any template runs (0.33,
-        # `_postprocess_messages`): a template that reads them only as text raises there
-        # (harmony is no template: it writes the arguments' text as the row gave it)
-        string_arguments and (engine != "vllm" or harmony),
+        # vLLM (0.33, `_postprocess_messages`) and SGLang (0.5.14+, as of 0.5.23
+        # `normalize_assistant_tool_call_arguments`; read from its source, not run here) parse
+        # every call's arguments into an object before any template runs: a template that reads
+        # them only as text raises there (vLLM's harmony is no template: it writes the
+        # arguments' text as the row gave it; SGLang renders gpt-oss with its template)
+        string_arguments and (engine == "transformers" or harmony),
         part_lists,
         tool_parts=harmony,
         developer_role=developer_role(template_text, engine, harmony),

@@ -420,18 +420,24 @@ def _own_encoder_note(opts: BuildOptions) -> str:
     )
 
 
+_OBJECT_ARGUMENTS_ENGINES = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
 def _object_arguments_note(acct: Accounting, info: TemplateInfo) -> str:
     """Once per run: the template reads tool-call arguments only as text (it concatenates
-    them: DeepSeek-V3.1, R1), which vLLM hands over as objects (`mask.reads.served_reads`): its
-    turns holding a call are `template_error`, as vLLM answers them with HTTP 400."""
+    them: DeepSeek-V3.1, R1), which vLLM and SGLang hand over as objects
+    (`mask.reads.served_reads`): its turns holding a call are `template_error`, as the server
+    answers them with HTTP 400."""
     kit = info.kit
     n = acct.total().row_rejects.get(reasons.TEMPLATE_ERROR, 0)
-    if not n or not kit.string_arguments or kit.harmony or kit.serving_engine != "vllm":
+    server = _OBJECT_ARGUMENTS_ENGINES.get(kit.serving_engine)
+    if not n or not kit.string_arguments or kit.harmony or server is None:
         return ""
     return (
         f"template_error rejects ({n:,}): this template reads tool-call arguments only as text,"
-        " and vLLM (--serving-engine vllm) hands them over as objects, so it refuses every"
-        " request whose render holds a call (HTTP 400): those turns have no served form."
+        f" and {server} (--serving-engine {kit.serving_engine}) hands them over as objects, so it"
+        " refuses every request whose render holds a call (HTTP 400): those turns have no"
+        " served form."
         " Serve with a template that reads arguments as objects, or build with the"
         " --serving-engine you serve with"
     )
