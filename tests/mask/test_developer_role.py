@@ -78,3 +78,25 @@ def test_rows_the_server_would_merge_are_rejected_and_verify_agrees(tmp_path: Pa
     # a lone first developer message is the system message vLLM makes of it; two system
     # messages without a developer one are left where they are (vLLM merges only then)
     assert not failing(run_verify(out, speculators=False))
+
+
+def test_sglang_gives_the_developer_role_as_sent(tmp_path: Path):
+    """sglang 0.5.23's Jinja path (`serving_chat._apply_jinja_template`) hands a `developer`
+    message to the template as `developer`, whatever the template names, and merges nothing
+    (read from its source, not run here): under `sglang` Qwen3 gets the role back (its template
+    renders no developer message, so neither does the served prompt) and the rows vLLM would
+    merge are built, not rejected."""
+    assert reasons.developer_role(trl_template("qwen3").read_text(), "sglang", False)
+    rows = [
+        {"id": "both", "messages": [S("Tutor."), D("One word."), U("A metal?"), A("Iron.")]},
+        {"id": "middle", "messages": [U("Hi."), A("Hello."), D("Now terse."), U("A?"), A("B.")]},
+    ]
+    out = build_rows(
+        tmp_path / "d",
+        rows,
+        qwen3_tokenizer_dir(),
+        trl_template("qwen3"),
+        serving_engine="sglang",
+    )
+    assert rejects_by_id(out) == {}
+    assert not failing(run_verify(out, speculators=False))

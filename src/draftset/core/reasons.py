@@ -296,8 +296,8 @@ def unservable(
                 " those tokens)"
             )
     developer = [i for i in meta.get(records.DEVELOPER) or {} if i < len(messages)]
-    if harmony or engine == "transformers" or not developer or names_developer(template_text):
-        return None
+    if harmony or engine != "vllm" or not developer or names_developer(template_text):
+        return None  # only vLLM merges (transformers and SGLang 0.5.23 give the role as sent)
     systems = [i for i, m in enumerate(messages) if m.get("role") == "system"]
     if len(systems) < 2 and not any(i > 0 for i in systems):
         return None
@@ -335,8 +335,10 @@ def names_developer(template_text: str) -> bool:
 
 
 def developer_role(template_text: str, engine: str, harmony: bool) -> bool:
-    """Whether the template is given a row's developer messages as ``developer``."""
-    return not harmony and (engine == "transformers" or names_developer(template_text))
+    """Whether the template is given a row's developer messages as ``developer``: always by
+    transformers and SGLang (0.5.23's Jinja path; read from its source, not run here), by vLLM
+    when the template names the role."""
+    return not harmony and (engine != "vllm" or names_developer(template_text))
 
 
 def row_marks(messages: list[dict], meta: dict) -> dict[int, str]:
