@@ -210,12 +210,23 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
 
 
 def build_and_verify(
-    setup: str, mode: str, url: str, root: Path, engine: str | None = None
+    setup: str,
+    mode: str,
+    url: str,
+    root: Path,
+    engine: str | None = None,
+    max_length: int | None = None,
 ) -> api.VerifyResult:
     s = SETUPS[setup]
     server = SERVERS[s.server]
     out = root / f"{setup}-{mode}-{engine or 'default'}"
+    cut = (
+        {"max_length": max_length, "truncation": "truncate", "min_supervised_tokens": 1}
+        if max_length
+        else {}
+    )
     built = api.build(
+        **cut,
         sources=[str(CONVERSATIONS)],
         tokenizer=str(model_folder(server.model, root / "models")),
         chat_template=str(trl_template(server.template)) if server.template else None,
@@ -250,6 +261,27 @@ def test_every_row_equals_vllms_render(
     assert check.status == "pass", (check.summary, check.details.get("messages"))
     assert result.ok, [c.summary for c in result.checks if c.failed]
     assert check.details["rows_checked"] > 0
+
+
+@pytest.mark.parametrize(
+    ("setup", "max_length"), [("qwen3_6_think", 300), ("gpt_oss", 200), ("glm4_7_nothink", 200)]
+)
+def test_rows_cut_by_truncation_equal_vllms_render(
+    servers: dict[str, str], setup: str, max_length: int, tmp_path: Path
+) -> None:
+    """`--truncation truncate` rows of exactly `max_length` tokens end inside a generation: the
+    row is a prefix of vLLM's render, its last run of vLLM's generation. `--render-server`
+    failed every such row of a right set (outside probe, session 25)."""
+    url = servers[SETUPS[setup].server]
+    result = build_and_verify(setup, "each", url, tmp_path, max_length=max_length)
+    check = _render_check(result)
+    assert check.status == "pass", (check.summary, check.details.get("messages"))
+    assert result.ok, [c.summary for c in result.checks if c.failed]
+    from draftset.output.readback import open_output
+
+    folder = open_output(next(tmp_path.glob(f"{setup}-each-*")))
+    lengths = [len(folder.row(i)["input_ids"]) for i in range(len(folder.ids()))]
+    assert max_length in lengths, "no row was cut: the test would prove nothing"
 
 
 def test_tools_as_given_fail_against_vllm(servers: dict[str, str], tmp_path: Path) -> None:

@@ -656,3 +656,58 @@ def test_sglang_rule_without_jsonschema_is_one_line(monkeypatch: pytest.MonkeyPa
     require_engine("vllm")
     with pytest.raises(UsageError, match=r"draftset\[sglang\]"):
         require_engine("sglang")
+
+
+@pytest.mark.parametrize("mode", ["all", "each"])
+def test_render_server_accepts_a_row_cut_by_truncation(tmp_path: Path, mode: str) -> None:
+    """A `--truncation truncate` row of exactly `max_length` tokens ends inside its last
+    generation: its run is a prefix of the server's generation and the row a prefix of the
+    server's render (docs/verify.md, rule 5). `--render-server` compared them whole and failed
+    every such row of a right set (outside probe against vLLM); a row that is not a prefix
+    still fails."""
+    from real_families import REAL_FAMILIES
+
+    from draftset.checks.mask import load_template
+    from draftset.checks.serving import check_render_server, check_row
+    from draftset.core.records import RawRow
+    from draftset.output.readback import open_output
+    from draftset.sources.normalize import normalize
+
+    fam = REAL_FAMILIES["glm4_7"]
+    kwargs = dict(fam.kwargs)
+    counting = " ".join(str(i) for i in range(1, 41)) + "."
+    conversation = [
+        {"role": "user", "content": "Say hi."},
+        {"role": "assistant", "content": "Hi."},
+        {"role": "user", "content": "Count to forty."},
+        {"role": "assistant", "content": counting},
+    ]
+    src = tmp_path / "c.jsonl"
+    src.write_text(json.dumps({"id": "count", "messages": conversation}) + "\n")
+    out = tmp_path / mode
+    api.build(
+        sources=[src],
+        tokenizer=str(fam.folder()),
+        out=out,
+        workers=1,
+        turns=mode,
+        template_kwargs=kwargs,
+        max_length=48,
+        truncation="truncate",
+        min_supervised_tokens=1,
+    )
+    assert api.verify(out).ok
+    folder = open_output(out)
+    cut = [i for i in range(len(folder.ids())) if len(folder.row(i)["input_ids"]) == 48]
+    assert cut, "no row was cut: the test would prove nothing"
+    tmpl = load_template(folder.manifest, None)
+    server = _TransformersRenderServer(fam.folder(), kwargs)
+    result = check_render_server(folder, tmpl, server, None, 0)
+    assert result.status == "pass", result.to_json()
+    # a cut row whose last run is not the generation's prefix still fails
+    row = folder.row(cut[0])
+    ids, mask = [int(i) for i in row["input_ids"]], row["loss_mask"]
+    ids[-2] = tmpl.backend.token_to_id("Hello")
+    conv = normalize(RawRow("c", 0, {"id": "count", "messages": conversation}))
+    problems = check_row(server, tmpl, conv, row["id"], ids, mask, mode, kwargs)
+    assert any("supervised tokens differ" in p for p in problems), problems

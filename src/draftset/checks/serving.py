@@ -312,8 +312,12 @@ def check_row(
     mask: np.ndarray,
     mode: str,
     kwargs: dict[str, Any],
+    cut: bool = False,
 ) -> list[str]:
-    """Problems of one row against the server's renders (empty = equal)."""
+    """Problems of one row against the server's renders (empty = equal). ``cut``: the row was
+    cut by `--truncation truncate` (it holds exactly `max_length` tokens): its last run may be
+    a prefix of the server's generation and the row a prefix of its render (docs/verify.md,
+    rule 5)."""
     server = _RowRenders(server)
     msgs = _messages(tmpl, conv)
     tools = conv.tools
@@ -339,8 +343,18 @@ def check_row(
                     f" row {_window(tmpl, ids, at)} vs server {_window(tmpl, prompt, at)}"
                 )
                 continue
+            cut_run = cut and end == len(ids)  # the run the cut ends inside
             if tmpl.harmony is not None:
-                problems.extend(_harmony_generation(tmpl, msgs[turn], ids[start:end], turn, stops))
+                run_ids = ids[start:end]
+                if cut_run:
+                    want = tmpl.harmony.generation_ids(msgs[turn])
+                    if want[: len(run_ids)] != run_ids:
+                        problems.append(
+                            f"turn {turn}: supervised tokens differ from the server's generation:"
+                            f" tokens {start}..{end} (cut by truncation) are no prefix of it"
+                        )
+                    continue
+                problems.extend(_harmony_generation(tmpl, msgs[turn], run_ids, turn, stops))
                 continue
             full, open_end = _finished(server, msgs[: turn + 1], tools, kwargs)
             served, given = tmpl.decode(full), tmpl.decode(prompt)
@@ -356,6 +370,8 @@ def check_row(
                 # an eos id): the stop token the model writes follows the rendered answer
                 ends = _next_header(server, msgs, turn, tools, kwargs, tmpl, served, stops)
                 generation = next((after + s for s in ends if run_text == after + s), after)
+            if cut_run and generation.startswith(run_text.rstrip("\ufffd")):
+                continue  # a cut answer: a prefix (its last character may be cut in its bytes)
             if run_text != generation:
                 problems.append(
                     f"turn {turn}: supervised tokens differ from the server's generation:"
@@ -373,6 +389,8 @@ def check_row(
             return problems
         whole, open_end = _finished(server, msgs[: last_turn + 1], tools, kwargs)
         served_row, row_text = tmpl.decode(whole), tmpl.decode(ids)
+        if cut and served_row.startswith(row_text.rstrip("\ufffd")):
+            return problems  # the row is the render's first `max_length` tokens' text
         if open_end or (
             msgs[last_turn].get("role") == "assistant"
             and not any(served_row.endswith(s) for s in stops)
@@ -460,6 +478,8 @@ def check_render_server(
 ) -> CheckResult:
     """`render_server`: chosen rows' context, supervised tokens and text equal the server's."""
     mode = str(out.options.get("turns", "all"))
+    truncating = out.options.get("truncation") == "truncate"
+    max_length = int(out.options.get("max_length") or -1)
     base_kwargs = dict((out.manifest.get("template") or {}).get("kwargs") or {})
     ids_col = out.ids()
     row_of_id = {rid: i for i, rid in enumerate(ids_col) if rid is not None}
@@ -484,7 +504,9 @@ def check_render_server(
             ids = [int(i) for i in row["input_ids"]]
             checked += 1
             turns += len(_runs(row["loss_mask"]))
-            for msg in check_row(server, tmpl, item, rid, ids, row["loss_mask"], mode, kwargs):
+            cut = truncating and len(ids) == max_length
+            mask = row["loss_mask"]
+            for msg in check_row(server, tmpl, item, rid, ids, mask, mode, kwargs, cut):
                 p.add(_kind(msg), rid, f"{rid}: {msg}")
     scope = f"all {checked:,} rows" if full else f"a seeded sample of {checked:,} rows"
     return p.result(
