@@ -15,7 +15,8 @@ from draftset.commands.common import (
     sigterm_as_interrupt,
 )
 from draftset.commands.options import add_options, parsed
-from draftset.config.schema import RunArgs
+from draftset.config.fields import cli_fields, cli_of, flag_of
+from draftset.config.schema import BuildArgs, GenerateSection, RunArgs, VerifySection
 from draftset.core.errors import EXIT_FAIL, EXIT_OK
 from draftset.core.terminal import visible
 from draftset.core.words import plural
@@ -61,9 +62,6 @@ def recipe_place(extra: list[str], argv: list[str]) -> str | None:
     """Where in the recipe a `build` or `generate` flag given to `run` belongs (one line), or
     None for a flag no command has: `run` reads those settings from its recipe, and argparse's
     bare "unrecognized arguments" left the user no way forward."""
-    from draftset.config.fields import cli_fields, cli_of, flag_of
-    from draftset.config.schema import BuildArgs, GenerateSection, VerifySection
-
     places: dict[str, tuple[str, str]] = {}
     for model, where in (
         (GenerateSection, "under its `generate:`"),

@@ -162,9 +162,9 @@ def require_engine(engine: str) -> None:
 def _checked_schema(schema: Any, index: int) -> Any:
     """``schema`` (a copy: rewritten in place) as sglang 0.5.23 gives it to the template, or
     ToolRejected where it answers HTTP 400."""
-    from jsonschema import SchemaError
+    validator = _schema_validator()  # one line when jsonschema is missing
+    from jsonschema import SchemaError  # lazy: only the sglang rule needs it (installed here)
 
-    validator = _schema_validator()
     try:
         normalize_schema_types(schema)
         validator.check_schema(schema)
