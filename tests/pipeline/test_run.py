@@ -1062,3 +1062,41 @@ def test_run_summary_of_a_set_that_is_gone_is_one_line_not_a_traceback(
     assert print_summary(result) is False
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "gone/manifest.json" in err[0] and "cannot read" in err[0], err
+
+
+def test_retry_errors_asks_again_exactly_the_rows_that_failed_for_a_passing_reason(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """Once generate was done, a row that ended `retries_exhausted` (a server hiccup) stayed a
+    reject: a rerun skipped the stage, and only --restart (every answer thrown away) asked it
+    again. `retry_errors` (`run --retry-errors`) asks exactly those rows again, then builds
+    and verifies the set with their answers; refusals (`http_4xx`, `length`) stay."""
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        flaky = [{"id": "f0", "prompt": "f [500x2]"}]  # fails both tries (max_retries 1)
+        _add_source(recipe, tmp_path / "data" / "flaky.jsonl", flaky)
+        first = _run(recipe)
+        assert _rejects(first.out)["f0"]["reason"] == "retries_exhausted"
+        sent = len(srv.requests)
+        assert _run(recipe).passed and len(srv.requests) == sent  # without it: not asked
+        retried = _run(recipe, retry_errors=True)
+        asked = [m["content"] for r in srv.requests[sent:] for m in r["messages"]]
+        assert asked == ["f [500x2]"], asked
+        sent = len(srv.requests)  # none left to retry: nothing asked, the set verified again
+        assert _run(recipe, retry_errors=True).passed and len(srv.requests) == sent
+    assert retried.passed
+    assert retried.resumed == ["select"]
+    rejects = _rejects(retried.out)
+    assert "f0" not in rejects and {"p-refused", "p-cut"} <= rejects.keys()
+    assert "f0" in _table(retried.out).column("id").to_pylist()
+    errors = json.loads((retried.out / "manifest.json").read_text())["run"]["generation_errors"]
+    assert "retries_exhausted" not in errors and errors["http_4xx"] == errors["length"] == 1
+
+
+def test_run_takes_retry_errors_on_the_command_line() -> None:
+    from draftset.cli import _build_parser
+    from draftset.commands.options import parsed
+    from draftset.config.schema import RunArgs
+
+    args = _build_parser().parse_args(["run", "r.yaml", "--retry-errors"])
+    assert parsed(args, RunArgs)["retry_errors"] is True

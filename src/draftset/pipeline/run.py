@@ -23,7 +23,7 @@ requested again); a rerun with another recipe, other inputs or other generation 
 (including the model the servers serve) is refused naming what changed, unless ``--restart``.
 Finished stages are checked, not trusted (`run_resume.recheck`): answer files changed since
 generate are refused, a set that is gone is built again from them, one that is there is
-verified again.
+verified again; ``retry_errors`` asks again the rows that failed for a passing reason.
 """
 
 from __future__ import annotations

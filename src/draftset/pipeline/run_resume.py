@@ -9,7 +9,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from draftset.generation.store import RunLock, StoreError
+from draftset.core.words import plural
+from draftset.generation.outcomes import RETRYABLE_REASONS
+from draftset.generation.store import RunLock, StoreError, recover
 from draftset.mask.template import tokenizer_files_fingerprint
 from draftset.output.folder import inside_a_set, remove_stale_tmp
 from draftset.pipeline.run_state import (
@@ -256,8 +258,9 @@ def _recorded_digests(opts: RunOptions, state: RunState) -> dict[str, str | None
 
 def recheck(opts: RunOptions, state: RunState) -> list[str]:
     """Before a rerun skips finished stages: an overlay file changed since generate finished
-    is refused (`RunUsageError`: the set would no longer match what was answered); a set
-    that is gone (or not this run's) is built again from the answers; a set that is
+    is refused (`RunUsageError`: the set would no longer match what was answered); with
+    ``retry_errors`` rows that failed for a passing reason are asked again (generate onward);
+    a set that is gone (or not this run's) is built again from the answers; a set that is
     there is verified again (a rerun never says verified without looking). Drops the stages
     to redo from ``state.done``; returns the lines saying why."""
     work, notes = opts.work_dir, []
@@ -271,6 +274,20 @@ def recheck(opts: RunOptions, state: RunState) -> list[str]:
                     f"{work / name} {what} since the generate stage finished (the set is"
                     " built from it); rerun with --restart to answer every row again"
                 )
+    if opts.retry_errors and "generate" in state.done:
+        found = recover(work / "answers.errors.jsonl", truncate=False).reasons
+        retry = {r: n for r, n in found.items() if r in RETRYABLE_REASONS}
+        if retry:
+            counts = ", ".join(f"{r}={n:,}" for r, n in sorted(retry.items()))
+            rows = plural(sum(retry.values()), "row")
+            notes.append(f"--retry-errors: asking again {rows} that failed ({counts})")
+            _redo(state, "generate")
+        else:
+            notes.append(
+                "--retry-errors: no row failed for a reason worth retrying ("
+                + ", ".join(sorted(RETRYABLE_REASONS))
+                + ")"
+            )
     if "build" in state.done and not our_output(opts):
         what = "is not this run's set" if opts.build.out.exists() else "is gone"
         notes.append(f"{opts.build.out} {what}: building it again from the answers in {work}")
