@@ -606,6 +606,7 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
         generate=gen,
         work=Path(o.work) if o.work else None,
         restart=o.restart,
+        retry_errors=o.retry_errors,
         progress=progress,
         speculators=o.speculators,
         render_server=_render_server(conf.get("verify"), str(path)),

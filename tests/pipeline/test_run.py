@@ -294,11 +294,14 @@ def test_kill_in_each_stage_then_rerun_gives_the_same_set(
     assert not list(tmp_path.glob(".crash-out.draftset-tmp-*")), "a killed build's folder is left"
     state = json.loads((tmp_path / "crash-out.run" / "state.json").read_text())
     assert state["done"] == list(run_state.STAGES)
-    # the timeline keeps every attempt: each stage was killed once, then finished
+    # the timeline keeps every attempt: each stage was killed once, then finished (verify
+    # twice: the run killed in report had verified the set, the last run verifies it again)
     outcomes: dict[str, list[str]] = {}
     for a in state["attempts"]:
         outcomes.setdefault(a["stage"], []).append(a["outcome"])
-    assert outcomes == {s: ["killed", "done"] for s in run_state.STAGES}, outcomes
+    expected = {s: ["killed", "done"] for s in run_state.STAGES}
+    expected["verify"].append("done")
+    assert outcomes == expected, outcomes
     line = next(x for x in proc.stdout.splitlines() if x.startswith("timeline: "))
     assert line.count("killed then ") == len(run_state.STAGES), line
     # ... and the report shows it
@@ -625,7 +628,8 @@ def test_run_end_to_end_other_model_relative_tokenizer_and_restart_keeps_user_fi
         assert total["read"] == total["written"] + total["rejected"] + total["needs_generation"]
         sent = len(srv.requests)
         again = _run(recipe, tokenizer=str(tmp_path / "tok"))  # absolute now: the same one
-        assert again.resumed == list(run_state.STAGES) and len(srv.requests) == sent
+        # (the set is verified again: only select, generate and build are skipped)
+        assert again.resumed == ["select", "generate", "build"] and len(srv.requests) == sent
         (out / "NOTES.md").write_text("my notes")
         with pytest.raises(RunUsageError, match=r"files draftset did not write: NOTES.md"):
             _run(recipe, tokenizer="tok", restart=True)
@@ -997,3 +1001,102 @@ def test_a_row_with_answers_weighted_zero_is_not_regenerated(regenerate: str) ->
     assert _needs_answer(normalize(RawRow("s", 1, padded)), b, "missing", Thinks()) == (None, [])
     del row["messages"][1]["weight"]
     assert _needs_answer(normalize(RawRow("s", 0, row)), b, regenerate, Thinks())[0] is not None
+
+
+def _attempts(work: Path, stage: str) -> int:
+    state = json.loads((work / "state.json").read_text())
+    return sum(a["stage"] == stage for a in state["attempts"])
+
+
+def test_a_rerun_of_a_finished_run_checks_its_set_again(tmp_path: Path, qwen3_dir: Path) -> None:
+    """A rerun of a finished run said `verified: OUT` without looking: with the set gone the
+    summary crashed (FileNotFoundError on its manifest), with its manifest or an answers file
+    edited it still said verified, exit 0. Now a rerun verifies the set again (a broken one
+    fails), a set that is gone is built again from the answers in the work folder (nothing
+    asked of the server), and an answers file changed under the work folder is refused,
+    named, unless --restart."""
+    import shutil
+
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        first = _run(recipe)
+        assert first.passed
+        out, work = first.out, first.work
+        sent = len(srv.requests)
+        shards = {p.name: p.read_bytes() for p in out.glob("*.arrow")}
+        # a rerun of the finished run verifies the set again
+        again = _run(recipe)
+        assert again.passed and again.resumed == ["select", "generate", "build"]
+        assert _attempts(work, "verify") == 2 and _attempts(work, "build") == 1
+        # ... and one whose manifest no longer matches its rows fails (exit 1), not verified
+        manifest = json.loads((out / "manifest.json").read_text())
+        manifest["counts"]["total"]["written"] += 1
+        (out / "manifest.json").write_text(json.dumps(manifest))
+        assert not _run(recipe).passed
+        # (an edited shard is a file draftset did not write: refused before any work)
+        # the set gone: built again from the answers in the work folder, no request sent
+        shutil.move(out, tmp_path / "moved-away")
+        rebuilt = _run(recipe)
+        assert rebuilt.passed and rebuilt.resumed == ["select", "generate"]
+        assert {p.name: p.read_bytes() for p in out.glob("*.arrow")} == shards
+        assert len(srv.requests) == sent
+        # an answers file changed under the work folder: refused, naming it (exit 2)
+        answers = work / "answers.jsonl"
+        answers.write_text(answers.read_text().replace("answer 0", "answer X", 1))
+        with pytest.raises(RunUsageError, match=r"answers\.jsonl changed since .*--restart"):
+            _run(recipe)
+        proc = _child(recipe, None)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "answers.jsonl changed since" in proc.stderr and "verified" not in proc.stdout
+        assert _run(recipe, restart=True).passed  # starts over, answers asked again
+
+
+def test_run_summary_of_a_set_that_is_gone_is_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`print_summary` read OUT/manifest.json unguarded: a traceback when it was gone."""
+    from draftset.commands.run import print_summary
+
+    result = run_state.RunResult(tmp_path / "gone", tmp_path / "gone.run", True, {})
+    assert print_summary(result) is False
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "gone/manifest.json" in err[0] and "cannot read" in err[0], err
+
+
+def test_retry_errors_asks_again_exactly_the_rows_that_failed_for_a_passing_reason(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """Once generate was done, a row that ended `retries_exhausted` (a server hiccup) stayed a
+    reject: a rerun skipped the stage, and only --restart (every answer thrown away) asked it
+    again. `retry_errors` (`run --retry-errors`) asks exactly those rows again, then builds
+    and verifies the set with their answers; refusals (`http_4xx`, `length`) stay."""
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        flaky = [{"id": "f0", "prompt": "f [500x2]"}]  # fails both tries (max_retries 1)
+        _add_source(recipe, tmp_path / "data" / "flaky.jsonl", flaky)
+        first = _run(recipe)
+        assert _rejects(first.out)["f0"]["reason"] == "retries_exhausted"
+        sent = len(srv.requests)
+        assert _run(recipe).passed and len(srv.requests) == sent  # without it: not asked
+        retried = _run(recipe, retry_errors=True)
+        asked = [m["content"] for r in srv.requests[sent:] for m in r["messages"]]
+        assert asked == ["f [500x2]"], asked
+        sent = len(srv.requests)  # none left to retry: nothing asked, the set verified again
+        assert _run(recipe, retry_errors=True).passed and len(srv.requests) == sent
+    assert retried.passed
+    assert retried.resumed == ["select"]
+    rejects = _rejects(retried.out)
+    assert "f0" not in rejects and {"p-refused", "p-cut"} <= rejects.keys()
+    assert "f0" in _table(retried.out).column("id").to_pylist()
+    errors = json.loads((retried.out / "manifest.json").read_text())["run"]["generation_errors"]
+    assert "retries_exhausted" not in errors and errors["http_4xx"] == errors["length"] == 1
+
+
+def test_run_takes_retry_errors_on_the_command_line() -> None:
+    from draftset.cli import _build_parser
+    from draftset.commands.options import parsed
+    from draftset.config.schema import RunArgs
+
+    args = _build_parser().parse_args(["run", "r.yaml", "--retry-errors"])
+    assert parsed(args, RunArgs)["retry_errors"] is True

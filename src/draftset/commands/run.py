@@ -42,8 +42,10 @@ RECIPE.yaml is a `build` recipe plus a `generate:` section (see docs/run.md):
     regenerate: missing                      # missing | missing_reasoning | all
 
 State lives in OUT.run/ (the answers the set is built from: keep it). Rerun the same command
-after a crash or kill to resume; a changed recipe, input or generation setting (or a server
-now serving another model) is refused (exit 2) unless --restart.
+after a crash or kill to resume: a finished set is verified again (built again from the
+answers when it is gone); a changed recipe, input, answers file or generation setting (or a
+server now serving another model) is refused (exit 2) unless --restart. --retry-errors asks
+again the rows that failed retries_exhausted / invalid_response / model_mismatch / unfinished.
 Exit codes: 0 verify passed, 1 verify failed or the run stopped (rerun to resume), 2 unusable
 recipe / arguments / changed settings.
 """
@@ -111,7 +113,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
     except KeyboardInterrupt as exc:
         return interrupted(exc)
-    print_summary(result)
+    if not print_summary(result):
+        return EXIT_FAIL
     return EXIT_OK if result.passed else EXIT_FAIL
 
 
@@ -119,11 +122,21 @@ def _fmt_counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{k}={v:,}" for k, v in sorted(counts.items()))
 
 
-def print_summary(result: RunResult) -> None:
+def print_summary(result: RunResult) -> bool:
+    """The run's summary, read from the set's manifest; False (one line on stderr) when it
+    cannot be read: a set removed after its verify is no verified set to report."""
     from draftset.console import unread_fields_notes  # lazy: rich, after the run
     from draftset.pipeline.summary import reasoning_note  # lazy: as above, build's wording
 
-    manifest = json.loads((result.out / "manifest.json").read_text(encoding="utf-8"))
+    path = result.out / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        print(f"draftset: {visible(str(path))}: cannot read: {exc.strerror}", file=sys.stderr)
+        return False
+    except ValueError:
+        print(f"draftset: {visible(str(path))}: cannot read: not JSON", file=sys.stderr)
+        return False
     total = (manifest.get("counts") or {}).get("total") or {}
     run_info = manifest.get("run") or {}
     queued = run_info.get("queued") or {}
@@ -165,8 +178,9 @@ def print_summary(result: RunResult) -> None:
     per_source = (manifest.get("counts") or {}).get("per_source") or {}
     for line in unread_fields_notes({n: c.get("unread_fields") for n, c in per_source.items()}):
         print(line)
-    out, report = visible(str(result.out)), visible(str(result.report))
-    if result.passed:  # the report's path was printed by its stage (unless done before)
-        print(f"verified: {out}" + (f"   report: {report}" if "report" in result.resumed else ""))
+    out = visible(str(result.out))
+    if result.passed:  # verified by this run (a rerun verifies again); report printed by its stage
+        print(f"verified: {out}")
     else:
         print(f"draftset: verify failed for {out} (details above)", file=sys.stderr)
+    return True

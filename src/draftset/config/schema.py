@@ -457,6 +457,14 @@ class RunArgs(Options):
         Cli(action="store_true"),
         Field(description="start over: remove this run's work files and output first"),
     ] = False
+    retry_errors: Annotated[
+        bool,
+        Cli(action="store_true"),
+        Field(
+            description="ask again the rows whose generation failed retries_exhausted /"
+            " invalid_response / model_mismatch / unfinished, then build and verify again"
+        ),
+    ] = False
     endpoints: Annotated[
         Strings | None,
         Cli(flags=("--endpoint",), action="append", metavar="URL"),

@@ -21,6 +21,9 @@ Stages, each recorded in ``<work>/state.json`` when finished (``<work>`` default
 A rerun of the same command resumes at the first unfinished stage (answered rows are never
 requested again); a rerun with another recipe, other inputs or other generation settings
 (including the model the servers serve) is refused naming what changed, unless ``--restart``.
+Finished stages are checked, not trusted (`run_resume.recheck`): answer files changed since
+generate are refused, a set that is gone is built again from them, one that is there is
+verified again; ``retry_errors`` asks again the rows that failed for a passing reason.
 """
 
 from __future__ import annotations
@@ -48,7 +51,14 @@ from draftset.generation.store import RunLock, StoreError, errors_path
 from draftset.mask.template import _resolve_tokenizer_path
 from draftset.output.folder import is_report_file
 from draftset.pipeline.run_answers import answer_queue, fmt_counts, generate_options
-from draftset.pipeline.run_resume import open_state, read_run_folder, run_begun, settings_of
+from draftset.pipeline.run_resume import (
+    open_state,
+    read_run_folder,
+    recheck,
+    run_begun,
+    settings_of,
+    work_file_digests,
+)
 from draftset.pipeline.run_select import select_rows
 from draftset.pipeline.run_state import (
     KILL_ENV,
@@ -217,8 +227,13 @@ def _run_stages(
 ) -> RunResult:
     work = opts.work_dir
     state, resumed = open_state(opts, settings)
-    if resumed:
-        say(f"resuming {work}: {', '.join(resumed)} already done")
+    if resumed:  # finished stages are checked, not taken on trust (drops those to redo)
+        notes = recheck(opts, state)
+        resumed = [s for s in resumed if s in state.done]
+        if resumed:
+            say(f"resuming {work}: {', '.join(resumed)} already done")
+        for note in notes:
+            say(note)
     if begun and "generate" not in state.done:  # with the model the run began with
         _check_reachable(opts, state.data.get("model") or opts.generate.model, work)
     result = RunResult(opts.build.out, work, False, state.data, resumed=list(resumed))
@@ -232,7 +247,11 @@ def _run_stages(
             if stage == "select":
                 facts = {"select": select_rows(opts, work, say)}
             elif stage == "generate":
-                facts = {"generate": answer_queue(opts, state, work, say)}
+                facts = {
+                    "generate": answer_queue(opts, state, work, say),
+                    # what the build reads from the work folder: a rerun compares (`recheck`)
+                    "work_files": work_file_digests(work),
+                }
             elif stage == "build":
                 _build(opts, state, work, say)
                 facts = {}

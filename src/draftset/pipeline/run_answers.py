@@ -57,6 +57,8 @@ def generate_options(opts: RunOptions, out: Path, model: str | None) -> Any:
         chat_template_kwargs=kwargs,
         thinking=thinking,
         return_token_ids=g.return_token_ids,
+        # `run --retry-errors`: generate drops those error lines at start and asks again
+        retry_errors=opts.retry_errors,
         # a stop token the server leaks as text is cut, counted (docs/generate.md)
         special_tokens=special_tokens_of(opts.build.tokenizer, strict=False),
     )

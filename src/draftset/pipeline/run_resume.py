@@ -9,11 +9,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from draftset.generation.store import RunLock, StoreError
+from draftset.core.words import plural
+from draftset.generation.outcomes import RETRYABLE_REASONS
+from draftset.generation.store import RunLock, StoreError, recover
 from draftset.mask.template import tokenizer_files_fingerprint
 from draftset.output.folder import inside_a_set, remove_stale_tmp
 from draftset.pipeline.run_state import (
     RUN_LOCK,
+    STAGES,
     STATE_FORMAT,
     WORK_FILES,
     RunOptions,
@@ -224,3 +227,81 @@ def _clean(opts: RunOptions, data: dict[str, Any]) -> None:
     report.with_name(f".{report.name}.tmp").unlink(missing_ok=True)
     if report.exists() and data.get("report"):
         report.unlink()
+
+
+# --- a rerun of a run whose stages are done: the set is checked, not taken on trust -----------
+OVERLAY_FILES = ("answers.jsonl", "answers.errors.jsonl", "too_long.jsonl")
+"""The work files the build stage reads as the answers overlay (the set's own sources)."""
+
+
+def work_file_digests(work: Path) -> dict[str, str | None]:
+    """sha256 of each overlay file (None: absent), recorded when generate finishes: a rerun
+    compares them, as it compares the user's inputs (`settings_of`)."""
+    return {n: sha256_file(work / n) if (work / n).is_file() else None for n in OVERLAY_FILES}
+
+
+def _recorded_digests(opts: RunOptions, state: RunState) -> dict[str, str | None] | None:
+    """The overlay digests the state recorded; for a run begun before they were recorded,
+    those of the set's manifest (`selection.overlay`), when the set is this run's."""
+    recorded = state.data.get("work_files")
+    if isinstance(recorded, dict):
+        return recorded
+    if not our_output(opts):
+        return None
+    try:
+        manifest = json.loads((opts.build.out / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    listed = (manifest.get("selection") or {}).get("overlay") or []
+    return {Path(str(f.get("path"))).name: f.get("sha256") for f in listed if isinstance(f, dict)}
+
+
+def recheck(opts: RunOptions, state: RunState) -> list[str]:
+    """Before a rerun skips finished stages: an overlay file changed since generate finished
+    is refused (`RunUsageError`: the set would no longer match what was answered); with
+    ``retry_errors`` rows that failed for a passing reason are asked again (generate onward);
+    a set that is gone (or not this run's) is built again from the answers; a set that is
+    there is verified again (a rerun never says verified without looking). Drops the stages
+    to redo from ``state.done``; returns the lines saying why."""
+    work, notes = opts.work_dir, []
+    if "generate" in state.done:
+        recorded = _recorded_digests(opts, state) or {}
+        now = work_file_digests(work)
+        for name in OVERLAY_FILES:
+            if name in recorded and recorded[name] != now[name]:
+                what = "is gone" if now[name] is None else "changed"
+                raise RunUsageError(
+                    f"{work / name} {what} since the generate stage finished (the set is"
+                    " built from it); rerun with --restart to answer every row again"
+                )
+    if opts.retry_errors and "generate" in state.done:
+        found = recover(work / "answers.errors.jsonl", truncate=False).reasons
+        retry = {r: n for r, n in found.items() if r in RETRYABLE_REASONS}
+        if retry:
+            counts = ", ".join(f"{r}={n:,}" for r, n in sorted(retry.items()))
+            rows = plural(sum(retry.values()), "row")
+            notes.append(f"--retry-errors: asking again {rows} that failed ({counts})")
+            _redo(state, "generate")
+        else:
+            notes.append(
+                "--retry-errors: no row failed for a reason worth retrying ("
+                + ", ".join(sorted(RETRYABLE_REASONS))
+                + ")"
+            )
+    if "build" in state.done and not our_output(opts):
+        what = "is not this run's set" if opts.build.out.exists() else "is gone"
+        notes.append(f"{opts.build.out} {what}: building it again from the answers in {work}")
+        _redo(state, "build")
+    elif "verify" in state.done:
+        notes.append(f"{opts.build.out}: verifying the set again")
+        _redo(state, "verify")
+    return notes
+
+
+def _redo(state: RunState, stage: str) -> None:
+    """Mark ``stage`` and every later one not done (saved: a kill now resumes there)."""
+    later = STAGES[STAGES.index(stage) :]
+    state.data["done"] = [s for s in state.done if s not in later]
+    if "verify" in later:
+        state.data.pop("verified", None)
+    state.save()

@@ -39,6 +39,7 @@ class RunOptions:
     generate: GenerateSection
     work: Path | None = None  # default: <out>.run beside the output folder
     restart: bool = False
+    retry_errors: bool = False  # ask again the rows generate failed for a passing reason
     progress: bool = False
     speculators: bool = True  # verify's speculators-loader check
     render_server: str | None = None  # recipe `verify: {render_server: URL}` (checks/serving.py)
