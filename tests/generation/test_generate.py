@@ -357,7 +357,7 @@ def test_retry_errors_flag_retries_transient_failures(tmp_path: Path, server: Fa
         [{"id": "a", "prompt": "flaky [500x3]"}, {"id": "b", "prompt": "x [400]"}],
     )
     out = tmp_path / "o.jsonl"
-    assert generate(src, out, server.url, extra=["--max-retries", "1"]) == 0
+    assert generate(src, out, server.url, extra=["--max-retries", "1"]) == 1  # none answered
     assert by_id(tmp_path / "o.errors.jsonl")["a"]["reason"] == "retries_exhausted"
     assert generate(src, out, server.url, extra=["--max-retries", "1", "--retry-errors"]) == 0
     assert set(by_id(out)) == {"a"}
@@ -1302,7 +1302,7 @@ def test_a_row_that_did_not_read_and_was_fixed_is_tried_again(
     rows = [{"id": "w", "messages": [{"role": "wizard", "content": "?"}]}]
     src = write_rows(tmp_path / "in.jsonl", rows)
     out = tmp_path / "o.jsonl"
-    assert generate(src, out, server.url) == 0
+    assert generate(src, out, server.url) == 1  # no row answered
     assert by_id(tmp_path / "o.errors.jsonl")["w"]["reason"] == "unknown_role"
     write_rows(src, [{"id": "w", "messages": [{"role": "user", "content": "?"}]}])
     assert generate(src, out, server.url) == 0
@@ -1336,3 +1336,30 @@ def test_out_inside_a_built_set_is_refused_before_any_request(
     assert "choose a path outside it" in err[0]
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
     assert len(server.requests) == sent
+
+
+# --- session 25: an outside probe's findings ---------------------------------------------------
+def test_a_run_that_answered_no_row_counts_its_requests_and_exits_1(
+    tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every answer HTTP 400: the summary said `0 requests (0 retries)` though 3 were sent, and
+    the run exited 0 with 0 of 3 rows answered. Requests are counted; no row answered is
+    exit 1 with one line naming the commonest error."""
+    rows = [{"id": f"r{i}", "prompt": f"refused {i} [400]"} for i in range(3)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    assert generate(src, tmp_path / "o.jsonl", server.url) == 1
+    cap = capsys.readouterr()
+    assert "; 3 requests (0 retries)" in cap.out, cap.out
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "no row answered: all 3 ended as errors, commonest 3 http_4xx" in err[0], err
+    assert "bad request (injected)" in err[0], err
+    assert len(server.requests) == 3
+    assert {x["reason"] for x in read_lines(tmp_path / "o.errors.jsonl")} == {"http_4xx"}
+    # a rerun asks for nothing (every row has its line) and still says no row is answered
+    assert generate(src, tmp_path / "o.jsonl", server.url) == 1
+    assert "no row answered" in capsys.readouterr().err
+    assert len(server.requests) == 3
+    # one answered row is success: the errors are counted lines
+    write_rows(src, [*rows, {"id": "ok", "prompt": "fine"}])
+    assert generate(src, tmp_path / "o.jsonl", server.url) == 0

@@ -997,3 +997,20 @@ def test_a_row_with_answers_weighted_zero_is_not_regenerated(regenerate: str) ->
     assert _needs_answer(normalize(RawRow("s", 1, padded)), b, "missing", Thinks()) == (None, [])
     del row["messages"][1]["weight"]
     assert _needs_answer(normalize(RawRow("s", 0, row)), b, regenerate, Thinks())[0] is not None
+
+
+def test_a_generate_stage_that_answered_no_row_fails_the_run(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """Every request refused (HTTP 400): generate's stage went on with 0 answered and the run
+    built a set from the kept rows alone. It fails, naming the commonest error."""
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        conf = json.loads(recipe.read_text())
+        rows = [{"id": f"r{i}", "prompt": f"refused {i} [400]"} for i in range(3)]
+        conf["sources"] = [{"path": str(_rows(tmp_path / "refused.jsonl", rows))}]
+        recipe.write_text(json.dumps(conf))
+        with pytest.raises(run_state.RunFailed) as exc:
+            _run(recipe)
+    assert "no row answered: all 3 ended as errors, commonest 3 http_4xx" in str(exc.value)
+    assert not (tmp_path / "recipe-out" / "manifest.json").exists()

@@ -66,6 +66,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAIL
+    if why := result.nothing_answered():  # never exit 0 having answered nothing
+        print(f"draftset: {why}", file=sys.stderr)
+        return EXIT_FAIL
     return EXIT_OK
 
 

@@ -83,6 +83,7 @@ class FinalError(Exception):
         super().__init__(message)
         self.kind = kind
         self.status = status
+        self.attempts = 0  # requests this row's turn sent (set by `complete`; 0: none sent)
 
 
 class TransientError(Exception):
@@ -398,6 +399,7 @@ async def complete(
         except FinalError as exc:
             # the server is fine; the request is not (a too-large body says nothing either way)
             ok = None if exc.kind == RESPONSE_TOO_LARGE else True
+            exc.attempts = attempt + 1  # counted in the summary like any other request
             raise
         finally:
             ep.requests += 1

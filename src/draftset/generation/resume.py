@@ -41,6 +41,8 @@ def done_ids(opts: GenerateOptions, result: GenerateResult) -> IdRegistry:
         if retry:
             drop_ids(errs, retry)
             errors = recover(errs)
+    result.answered_before = answers.lines
+    result.errors_before.update(errors.reasons)
     done = IdRegistry()
     for found in (answers, errors):
         for i in found.ids:
