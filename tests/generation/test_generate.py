@@ -1363,3 +1363,57 @@ def test_a_run_that_answered_no_row_counts_its_requests_and_exits_1(
     # one answered row is success: the errors are counted lines
     write_rows(src, [*rows, {"id": "ok", "prompt": "fine"}])
     assert generate(src, tmp_path / "o.jsonl", server.url) == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (
+            ["--temperature", "0.6", "--extra-body", '{"temperature": 1.5, "max_tokens": 9999}'],
+            "--extra-body sets temperature 1.5, and --temperature 0.6",
+        ),
+        (
+            ["--max-tokens", "32", "--extra-body", '{"max_tokens": 9999}'],
+            "--extra-body sets max_tokens 9999, and --max-tokens 32",
+        ),
+        (["--top-p", "0.9", "--extra-body", '{"top_p": 1}'], "top_p 1, and --top-p 0.9"),
+        (["--top-k", "20", "--extra-body", '{"top_k": -1}'], "top_k -1, and --top-k 20"),
+        (["--seed", "1", "--extra-body", '{"seed": 2}'], "seed 2, and --seed 1"),
+        (
+            ["--return-token-ids", "--extra-body", '{"return_token_ids": false}'],
+            "return_token_ids False, and --return-token-ids True",
+        ),
+        (
+            [
+                "--chat-template-kwargs",
+                '{"reasoning_effort": "low"}',
+                "--extra-body",
+                '{"reasoning_effort": "high"}',
+            ],
+            "reasoning_effort 'high', and --chat-template-kwargs reasoning_effort 'low'",
+        ),
+    ],
+)
+def test_extra_body_contradicting_a_sampling_option_is_exit_2(
+    tmp_path: Path,
+    server: FaultServer,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    said: str,
+) -> None:
+    """`--temperature 0.6 --extra-body '{"temperature": 1.5}'` sent 1.5, silently. Refused as
+    an `enable_thinking` contradiction is: one line, exit 2, before any request."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0], err
+    assert not server.requests and not (tmp_path / "o.jsonl").exists()
+
+
+def test_extra_body_may_set_a_field_no_option_sets_or_repeat_its_value(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    extra = ["--temperature", "0.6", "--extra-body", '{"temperature": 0.6, "max_tokens": 50}']
+    assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 0
+    assert server.requests[0]["temperature"] == 0.6 and server.requests[0]["max_tokens"] == 50
