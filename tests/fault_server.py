@@ -76,6 +76,7 @@ class FaultServer:
     down: bool = False  # answer 503 to everything (health checks included)
     close_after_reply: bool = False  # close every connection after one reply (no header says so)
     down_after: int | None = None  # go down after this many 200 completions (no timer races)
+    broken: bool = False  # 500 to every completion, fast, while /v1/models answers (a sick GPU)
     port: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)  # completion bodies received
     attempts: Counter[tuple[str, int]] = field(default_factory=Counter)
@@ -174,6 +175,8 @@ class FaultServer:
             await asyncio.sleep(self.latency)
         if req.get("model") != self.model:
             return _response(404, {"error": f"model {req.get('model')!r} not served"})
+        if self.broken:
+            return _response(500, {"error": "broken (injected)"})
         if "[400]" in first:
             return _response(400, {"error": "bad request (injected)"})
         if "[echoauth]" in first:

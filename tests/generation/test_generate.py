@@ -1417,3 +1417,24 @@ def test_extra_body_may_set_a_field_no_option_sets_or_repeat_its_value(
     extra = ["--temperature", "0.6", "--extra-body", '{"temperature": 0.6, "max_tokens": 50}']
     assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 0
     assert server.requests[0]["temperature"] == 0.6 and server.requests[0]["max_tokens"] == 50
+
+
+def test_a_broken_endpoint_beside_a_healthy_one_loses_no_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One server answered every completion with 500 at once while its /v1/models passed: it
+    always looked least loaded, so retries went back to it and rows ended `retries_exhausted`
+    (6 of 40) although a healthy server was there. A retry goes to another endpoint, and an
+    endpoint that keeps failing though its health check passes is cooled down."""
+    rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(40)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer(latency=0.02) as good, FaultServer(broken=True) as bad:
+        extra = ["--concurrency", "4", "--max-retries", "2", "--health-interval", "0.5"]
+        assert generate(src, out, good.url, bad.url, extra=extra) == 0
+        assert good.completions == 40
+        sent_to_bad = len(bad.requests)
+    assert len(by_id(out)) == 40
+    assert not read_lines(tmp_path / "o.errors.jsonl")
+    assert sent_to_bad <= 8, sent_to_bad  # cooled down, not asked for every row
+    assert f"cooled down (kept failing, health check passing): {bad.url}" in capsys.readouterr().out

@@ -104,6 +104,11 @@ def print_summary(r: GenerateResult, console: Console | None = None) -> None:
             "taken out of rotation (health check failed): "
             + ", ".join(f"{u} {n}x" for u, n in r.ejections.items())
         )
+    if r.cooldowns:
+        console.print(
+            "cooled down (kept failing, health check passing): "
+            + ", ".join(f"{u} {n}x" for u, n in r.cooldowns.items())
+        )
     if r.special_stripped:
         console.print(
             f"{r.special_stripped:,} answers ended with a special token's text (a stop token"

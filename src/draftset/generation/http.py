@@ -1,10 +1,12 @@
 """OpenAI-compatible endpoints for `generate`: routing, health, retries, response checks.
 
 Every request goes to the least-loaded healthy endpoint (fewest requests in flight, at most
-``concurrency`` each). An endpoint that keeps failing (connection errors, timeouts, 5xx) is
-taken out of rotation and probed on ``/v1/models`` until it answers again with the right model;
-then it is re-admitted. Transient failures are retried with exponential backoff and full jitter
-(a 429's ``Retry-After`` is honoured); a 4xx other than 429 is final. A 200 whose body is not a
+``concurrency`` each); a retry to one it has not failed on, when one can serve. An endpoint
+that keeps failing (connection errors, timeouts, 5xx) is taken out of rotation and probed on
+``/v1/models`` until it answers again with the right model; then it is re-admitted. One whose
+check passes while it keeps failing is cooled down when another endpoint can serve.
+Transient failures are retried with exponential backoff and full jitter (a 429's
+``Retry-After`` is honoured); a 4xx other than 429 is final. A 200 whose body is not a
 valid chat completion is treated as transient too: servers under load do emit those.
 """
 
@@ -33,6 +35,10 @@ DEFAULT_MAX_RESPONSE_BYTES = defaults.MAX_RESPONSE_BYTES
 """Largest response body accepted, as received and after gzip/deflate decoding."""
 
 RESPONSE_TOO_LARGE = reasons.GEN_RESPONSE_TOO_LARGE
+
+MAX_COOLDOWN = 60.0
+"""Longest cool-down of an endpoint that keeps failing while its health check passes (each
+cool-down in a row doubles, from ``health_interval``)."""
 
 MAX_RETRY_AFTER = 60.0
 """A server's Retry-After is honoured up to this many seconds, or the request timeout when that
@@ -154,6 +160,9 @@ class Endpoint:
     failures: int = 0  # consecutive transient failures
     requests: int = 0
     ejections: int = 0  # times taken out of rotation
+    cooldowns: int = 0  # times cooled down: failing, health check passing, another serving
+    cool_until: float = 0.0  # monotonic time before which it gets no request (others serve)
+    cooling_streak: int = 0  # cool-downs since its last success (each one twice as long)
     served_models: list[str] = field(default_factory=list)
     model_roots: dict[str, str] = field(default_factory=dict)  # id -> "root" (vLLM: weights path)
 
@@ -237,7 +246,12 @@ class EndpointPool:
     consecutive failures an endpoint pauses for an immediate ``/v1/models`` check; it is taken
     out only when that check fails (then probed every ``health_interval`` until it serves the
     model again). So a prompt the server answers with 500 every time ends as that row's error
-    while the endpoint keeps serving the other rows.
+    while the endpoint keeps serving the other rows. When the check passes but another
+    endpoint can serve, the failing one is cooled down instead (no request for
+    ``health_interval``, doubling per cool-down in a row up to `MAX_COOLDOWN`): a server that
+    fails every completion fast while its model list answers looked least loaded forever and
+    drew every retry. A retry goes to an endpoint this request has not failed on, when one can
+    serve.
     """
 
     def __init__(
@@ -258,8 +272,9 @@ class EndpointPool:
         self._waiting = 0  # acquire() calls waiting on the condition
         self.closed = False
 
-    async def acquire(self) -> Endpoint:
-        """Wait for a free slot on a healthy endpoint; the least loaded one wins."""
+    async def acquire(self, avoid: frozenset[str] = frozenset()) -> Endpoint:
+        """Wait for a free slot on a healthy endpoint; the least loaded one wins. ``avoid``:
+        the URLs this request failed on, used only when no other endpoint can serve."""
         if len(self.endpoints) == 1:  # the common case, without the condition's lock
             ep = self.endpoints[0]
             if ep.healthy and ep.in_flight < ep.concurrency and ep.url not in self._checkers:
@@ -267,7 +282,7 @@ class EndpointPool:
                 return ep
         async with self._changed:
             while True:
-                ep = self._pick()
+                ep = self._pick(avoid)
                 if ep is not None:
                     ep.in_flight += 1
                     return ep
@@ -285,12 +300,25 @@ class EndpointPool:
                 finally:
                     self._waiting -= 1
 
-    def _pick(self) -> Endpoint | None:
-        free = [
-            e
-            for e in self.endpoints
-            if e.healthy and e.in_flight < e.concurrency and e.url not in self._checkers
-        ]
+    def _serving(self, avoid: frozenset[str] = frozenset()) -> list[Endpoint]:
+        """Endpoints in rotation: healthy, not under a check, not cooling down, not in
+        ``avoid``; when that leaves none, the cooling ones too, then the avoided ones: a
+        request is never held back while an endpoint it could use is there."""
+        now = time.monotonic()
+        up = [e for e in self.endpoints if e.healthy and e.url not in self._checkers]
+        warm = [e for e in up if e.cool_until <= now]
+        for pool in (
+            [e for e in warm if e.url not in avoid],
+            [e for e in up if e.url not in avoid],
+            warm,
+            up,
+        ):
+            if pool:
+                return pool
+        return []
+
+    def _pick(self, avoid: frozenset[str] = frozenset()) -> Endpoint | None:
+        free = [e for e in self._serving(avoid) if e.in_flight < e.concurrency]
         if not free:
             return None
         if len(free) == 1:
@@ -308,6 +336,7 @@ class EndpointPool:
         ep.in_flight -= 1
         if ok:
             ep.failures = 0
+            ep.cooling_streak = 0
         elif ok is False:
             ep.failures += 1
             if ep.healthy and ep.failures >= FAILURES_BEFORE_CHECK:
@@ -341,6 +370,7 @@ class EndpointPool:
         serves the model again; a failed immediate check takes it out of rotation."""
         try:
             wait = 0.0 if first_now else self.health_interval
+            after_failures = first_now  # this check was made by failures, not an outage
             while not self.closed:
                 await asyncio.sleep(wait)
                 wait = self.health_interval
@@ -351,12 +381,15 @@ class EndpointPool:
                     up = False
                 if up:
                     async with self._changed:
+                        if after_failures and self._others_serve(ep):
+                            self._cool(ep)  # failing, though it lists the model: others serve
                         ep.healthy = True
                         ep.failures = 0
                         self._all_down_since = None
                         self._checkers.pop(ep.url, None)
                         self._changed.notify_all()
                     return
+                after_failures = False
                 async with self._changed:
                     self._eject(ep)
                     self._changed.notify_all()
@@ -366,6 +399,20 @@ class EndpointPool:
             if not self.closed:
                 async with self._changed:
                     self._changed.notify_all()
+
+    def _others_serve(self, ep: Endpoint) -> bool:
+        now = time.monotonic()
+        return any(
+            e is not ep and e.healthy and e.url not in self._checkers and e.cool_until <= now
+            for e in self.endpoints
+        )
+
+    def _cool(self, ep: Endpoint) -> None:
+        """No request to ``ep`` for a while (twice as long as its last cool-down in a row)."""
+        wait = min(self.health_interval * 2**ep.cooling_streak, MAX_COOLDOWN)
+        ep.cool_until = time.monotonic() + wait
+        ep.cooling_streak += 1
+        ep.cooldowns += 1
 
     async def close(self) -> None:
         self.closed = True
@@ -381,8 +428,9 @@ async def complete(
     """POST /chat/completions, retried; raises `FinalError`, `RetriesExhausted`, `NoEndpoint`."""
     payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
     attempt = 0
+    failed_on: frozenset[str] = frozenset()  # a retry goes elsewhere when it can
     while True:
-        ep = await pool.acquire()
+        ep = await pool.acquire(failed_on)
         ok: bool | None = None
         try:
             result = await _post(ep, payload, policy.request_timeout)
@@ -391,6 +439,7 @@ async def complete(
             return result
         except TransientError as exc:
             ok = None if exc.kind == "http_429" else False  # busy is not unhealthy
+            failed_on |= {ep.url}
             if attempt >= policy.max_retries:
                 raise RetriesExhausted(exc, attempt + 1) from None
             wait = policy.backoff(attempt, rng)

@@ -175,6 +175,7 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
             runner.errors.close()
             await pool.close()
             result.ejections = {ep.url: ep.ejections for ep in pool.endpoints if ep.ejections}
+            result.cooldowns = {ep.url: ep.cooldowns for ep in pool.endpoints if ep.cooldowns}
             result.seconds = time.monotonic() - t0
     return result
 
