@@ -1438,3 +1438,64 @@ def test_a_broken_endpoint_beside_a_healthy_one_loses_no_row(
     assert not read_lines(tmp_path / "o.errors.jsonl")
     assert sent_to_bad <= 8, sent_to_bad  # cooled down, not asked for every row
     assert f"cooled down (kept failing, health check passing): {bad.url}" in capsys.readouterr().out
+
+
+def test_the_run_file_says_whether_generate_finished_and_build_says_so(
+    tmp_path: Path, qwen3_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`generate` killed after 62 of 400 rows, then `build ans.jsonl` said "read 62 = written
+    62": nothing said 338 prompts were never answered, nor that rows ended in the errors file.
+    The run file records when generate finished (rows answered / errored / total); build of
+    an answers file notes a run that did not finish, and error rows, in its summary and
+    manifest."""
+    rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(30)]
+    rows.append({"id": "no", "prompt": "refused [400]"})
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "ans.jsonl"
+    run_file = tmp_path / "ans.run.json"
+    with FaultServer(latency=0.02, down_after=10) as srv:
+        extra = ["--concurrency", "2", "--give-up-after", "0.5"]
+        assert generate(src, out, srv.url, extra=extra) == 1  # stopped: every endpoint down
+        run = json.loads(run_file.read_text())
+        assert run["finished"] is False
+        answered = len(read_lines(out))
+        assert 0 < answered < 30
+
+        def build(name: str) -> dict[str, Any]:
+            capsys.readouterr()
+            args = ["build", str(out), "--tokenizer", str(qwen3_dir), "--out", str(tmp_path / name)]
+            assert cli_main(args) == 0
+            text = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+            manifest = json.loads((tmp_path / name / "manifest.json").read_text())
+            (status,) = manifest["inputs"][0]["generate"]
+            return {"text": text, "generate": status}
+
+        first = build("set1")
+        assert f"{out} is the output of a draftset generate that did not finish" in first["text"]
+        assert first["generate"]["finished"] is False
+        srv.down = False
+        assert generate(src, out, srv.url) == 0  # resumed to the end
+    run = json.loads(run_file.read_text())
+    assert run["finished"] is True
+    assert run["rows"] == {"input": 31, "answered": 30, "errors": {"http_4xx": 1}, "not_done": 0}
+    second = build("set2")
+    assert "did not finish" not in second["text"]
+    assert "1 row of it ended as an error in draftset generate (http_4xx=1" in second["text"]
+    assert second["generate"] == {
+        "file": str(out),
+        "run_file": str(run_file),
+        "finished": True,
+        "rows": {"input": 31, "answered": 30, "errors": {"http_4xx": 1}, "not_done": 0},
+    }
+    # an answers file of a draftset before the marker builds as before, its errors still said
+    del run["finished"], run["rows"]
+    run_file.write_text(json.dumps(run))
+    third = build("set3")
+    assert "did not finish" not in third["text"]
+    assert "1 row of it ended as an error in draftset generate" in third["text"]
+    assert third["generate"] == {
+        "file": str(out),
+        "run_file": str(run_file),
+        "finished": None,
+        "rows": {"errors": {"http_4xx": 1}},
+    }
