@@ -1499,3 +1499,18 @@ def test_the_run_file_says_whether_generate_finished_and_build_says_so(
         "finished": None,
         "rows": {"errors": {"http_4xx": 1}},
     }
+
+
+def test_a_null_content_answer_is_an_empty_answer_not_retried(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    """`content: null` and nothing else (finish_reason stop) was retried 6 times and ended
+    `invalid_response`, while `content: ""` was written: both are the model ending its answer
+    at once, written as an empty answer (build rejects it as a placeholder), asked once."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "say nothing [nullcontent]"}])
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url) == 0
+    assert server.attempts[("say nothing [nullcontent]", 0)] == 1
+    (line,) = read_lines(out)
+    assert line["messages"][-1] == {"role": "assistant", "content": ""}
+    assert not read_lines(tmp_path / "o.errors.jsonl")

@@ -144,6 +144,9 @@ class Completion:
         return None
 
 
+CALL_FINISH_REASONS = frozenset({"tool_calls", "function_call"})
+"""finish_reason values that say the answer is a tool call."""
+
 MODEL_FINISH_REASONS = frozenset({"stop", "tool_calls", "function_call"})
 """finish_reason values that say the model itself ended the answer (OpenAI's, vLLM's, SGLang's)."""
 
@@ -538,7 +541,7 @@ def parse_completion(content: bytes, endpoint: str) -> Completion:
         raise TransientError("invalid_response", "body has no choices[0].message") from None
     if not isinstance(msg, dict) or not isinstance(finish, str):
         raise TransientError("invalid_response", "choices[0] lacks a message or finish_reason")
-    message = _kept_message(msg)
+    message = _kept_message(msg, finish)
     if finish == "function_call" and not message.get("tool_calls"):
         raise TransientError("invalid_response", "finish_reason function_call without a call")
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
@@ -564,7 +567,11 @@ def _stop_string(choice: dict[str, Any]) -> str | None:
     return None
 
 
-def _kept_message(msg: dict[str, Any]) -> dict[str, Any]:
+def _kept_message(msg: dict[str, Any], finish: str) -> dict[str, Any]:
+    """The answer's fields; ``content: null`` with nothing else is the empty answer ``""`` (a
+    model that ended at once, as some servers spell it): written, then rejected by build as a
+    placeholder, as ``""`` is, not retried 6 times. With ``finish_reason`` ``tool_calls`` or
+    ``function_call`` it lacks the call it says it made: invalid, retried."""
     content = msg.get("content")
     calls = msg.get("tool_calls")
     legacy = msg.get("function_call")  # OpenAI's shape before tool_calls: one call, no id
@@ -579,8 +586,8 @@ def _kept_message(msg: dict[str, Any]) -> dict[str, Any]:
         raise TransientError("invalid_response", "message tool_calls are malformed")
     if reasoning is not None and not isinstance(reasoning, str):
         raise TransientError("invalid_response", "message reasoning is not a string")
-    if content is None and not calls and reasoning is None:
-        raise TransientError("invalid_response", "message has no content, reasoning or tool_calls")
+    if content is None and not calls and reasoning is None and finish in CALL_FINISH_REASONS:
+        raise TransientError("invalid_response", f"finish_reason {finish} without a tool call")
     out: dict[str, Any] = {"role": "assistant", "content": content or ""}
     if reasoning:
         out["reasoning_content"] = reasoning
