@@ -28,6 +28,8 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
   ``[echoauth200]``: a normal 200 answer whose content and reasoning echo it.
 - ``[model:NAME]``: a normal answer whose ``model`` field says NAME (a server that switched
   models, or a proxy routing to another one).
+- ``[nullcontent]``: ``content: null`` with no reasoning and no tool call, ``finish_reason:
+  "stop"`` (a model that ended its answer at once, as some servers spell an empty one).
 - ``[leak]``: every answer's last text field ends with ``<|im_end|>`` (a server that leaks the
   stop token's text, as `transformers serve` did).
 
@@ -76,6 +78,7 @@ class FaultServer:
     down: bool = False  # answer 503 to everything (health checks included)
     close_after_reply: bool = False  # close every connection after one reply (no header says so)
     down_after: int | None = None  # go down after this many 200 completions (no timer races)
+    broken: bool = False  # 500 to every completion, fast, while /v1/models answers (a sick GPU)
     port: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)  # completion bodies received
     attempts: Counter[tuple[str, int]] = field(default_factory=Counter)
@@ -174,6 +177,8 @@ class FaultServer:
             await asyncio.sleep(self.latency)
         if req.get("model") != self.model:
             return _response(404, {"error": f"model {req.get('model')!r} not served"})
+        if self.broken:
+            return _response(500, {"error": "broken (injected)"})
         if "[400]" in first:
             return _response(400, {"error": "bad request (injected)"})
         if "[echoauth]" in first:
@@ -250,6 +255,8 @@ def _completion(req: dict[str, Any], first: str, turn: int) -> dict[str, Any]:
     if kwargs.get("enable_thinking", True):
         field_name = "reasoning" if "[reasoningfield]" in first else "reasoning_content"
         message[field_name] = f"thinking about turn {turn}"
+    if "[nullcontent]" in first:  # the model ended at once: `content: null`, nothing else
+        message = {"role": "assistant", "content": None}
     if "[leak]" in first:
         leaky = "content" if message.get("content") else "reasoning_content"
         if message.get(leaky):

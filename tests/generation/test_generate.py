@@ -357,7 +357,7 @@ def test_retry_errors_flag_retries_transient_failures(tmp_path: Path, server: Fa
         [{"id": "a", "prompt": "flaky [500x3]"}, {"id": "b", "prompt": "x [400]"}],
     )
     out = tmp_path / "o.jsonl"
-    assert generate(src, out, server.url, extra=["--max-retries", "1"]) == 0
+    assert generate(src, out, server.url, extra=["--max-retries", "1"]) == 1  # none answered
     assert by_id(tmp_path / "o.errors.jsonl")["a"]["reason"] == "retries_exhausted"
     assert generate(src, out, server.url, extra=["--max-retries", "1", "--retry-errors"]) == 0
     assert set(by_id(out)) == {"a"}
@@ -1302,7 +1302,7 @@ def test_a_row_that_did_not_read_and_was_fixed_is_tried_again(
     rows = [{"id": "w", "messages": [{"role": "wizard", "content": "?"}]}]
     src = write_rows(tmp_path / "in.jsonl", rows)
     out = tmp_path / "o.jsonl"
-    assert generate(src, out, server.url) == 0
+    assert generate(src, out, server.url) == 1  # no row answered
     assert by_id(tmp_path / "o.errors.jsonl")["w"]["reason"] == "unknown_role"
     write_rows(src, [{"id": "w", "messages": [{"role": "user", "content": "?"}]}])
     assert generate(src, out, server.url) == 0
@@ -1336,3 +1336,181 @@ def test_out_inside_a_built_set_is_refused_before_any_request(
     assert "choose a path outside it" in err[0]
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
     assert len(server.requests) == sent
+
+
+# --- session 25: an outside probe's findings ---------------------------------------------------
+def test_a_run_that_answered_no_row_counts_its_requests_and_exits_1(
+    tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every answer HTTP 400: the summary said `0 requests (0 retries)` though 3 were sent, and
+    the run exited 0 with 0 of 3 rows answered. Requests are counted; no row answered is
+    exit 1 with one line naming the commonest error."""
+    rows = [{"id": f"r{i}", "prompt": f"refused {i} [400]"} for i in range(3)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    assert generate(src, tmp_path / "o.jsonl", server.url) == 1
+    cap = capsys.readouterr()
+    assert "; 3 requests (0 retries)" in cap.out, cap.out
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "no row answered: all 3 ended as errors, commonest 3 http_4xx" in err[0], err
+    assert "bad request (injected)" in err[0], err
+    assert len(server.requests) == 3
+    assert {x["reason"] for x in read_lines(tmp_path / "o.errors.jsonl")} == {"http_4xx"}
+    # a rerun asks for nothing (every row has its line) and still says no row is answered
+    assert generate(src, tmp_path / "o.jsonl", server.url) == 1
+    assert "no row answered" in capsys.readouterr().err
+    assert len(server.requests) == 3
+    # one answered row is success: the errors are counted lines
+    write_rows(src, [*rows, {"id": "ok", "prompt": "fine"}])
+    assert generate(src, tmp_path / "o.jsonl", server.url) == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (
+            ["--temperature", "0.6", "--extra-body", '{"temperature": 1.5, "max_tokens": 9999}'],
+            "--extra-body sets temperature 1.5, and --temperature 0.6",
+        ),
+        (
+            ["--max-tokens", "32", "--extra-body", '{"max_tokens": 9999}'],
+            "--extra-body sets max_tokens 9999, and --max-tokens 32",
+        ),
+        (["--top-p", "0.9", "--extra-body", '{"top_p": 1}'], "top_p 1, and --top-p 0.9"),
+        (["--top-k", "20", "--extra-body", '{"top_k": -1}'], "top_k -1, and --top-k 20"),
+        (["--seed", "1", "--extra-body", '{"seed": 2}'], "seed 2, and --seed 1"),
+        (
+            ["--return-token-ids", "--extra-body", '{"return_token_ids": false}'],
+            "return_token_ids False, and --return-token-ids True",
+        ),
+        (
+            [
+                "--chat-template-kwargs",
+                '{"reasoning_effort": "low"}',
+                "--extra-body",
+                '{"reasoning_effort": "high"}',
+            ],
+            "reasoning_effort 'high', and --chat-template-kwargs reasoning_effort 'low'",
+        ),
+    ],
+)
+def test_extra_body_contradicting_a_sampling_option_is_exit_2(
+    tmp_path: Path,
+    server: FaultServer,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    said: str,
+) -> None:
+    """`--temperature 0.6 --extra-body '{"temperature": 1.5}'` sent 1.5, silently. Refused as
+    an `enable_thinking` contradiction is: one line, exit 2, before any request."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0], err
+    assert not server.requests and not (tmp_path / "o.jsonl").exists()
+
+
+def test_extra_body_may_set_a_field_no_option_sets_or_repeat_its_value(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    extra = ["--temperature", "0.6", "--extra-body", '{"temperature": 0.6, "max_tokens": 50}']
+    assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 0
+    assert server.requests[0]["temperature"] == 0.6 and server.requests[0]["max_tokens"] == 50
+
+
+def test_a_broken_endpoint_beside_a_healthy_one_loses_no_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One server answered every completion with 500 at once while its /v1/models passed: it
+    always looked least loaded, so retries went back to it and rows ended `retries_exhausted`
+    (6 of 40) although a healthy server was there. A retry goes to another endpoint, and an
+    endpoint that keeps failing though its health check passes is cooled down."""
+    rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(40)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer(latency=0.02) as good, FaultServer(broken=True) as bad:
+        extra = ["--concurrency", "4", "--max-retries", "2", "--health-interval", "0.5"]
+        assert generate(src, out, good.url, bad.url, extra=extra) == 0
+        assert good.completions == 40
+        sent_to_bad = len(bad.requests)
+    assert len(by_id(out)) == 40
+    assert not read_lines(tmp_path / "o.errors.jsonl")
+    assert sent_to_bad <= 8, sent_to_bad  # cooled down, not asked for every row
+    assert f"cooled down (kept failing, health check passing): {bad.url}" in capsys.readouterr().out
+
+
+def test_the_run_file_says_whether_generate_finished_and_build_says_so(
+    tmp_path: Path, qwen3_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`generate` killed after 62 of 400 rows, then `build ans.jsonl` said "read 62 = written
+    62": nothing said 338 prompts were never answered, nor that rows ended in the errors file.
+    The run file records when generate finished (rows answered / errored / total); build of
+    an answers file notes a run that did not finish, and error rows, in its summary and
+    manifest."""
+    rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(30)]
+    rows.append({"id": "no", "prompt": "refused [400]"})
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "ans.jsonl"
+    run_file = tmp_path / "ans.run.json"
+    with FaultServer(latency=0.02, down_after=10) as srv:
+        extra = ["--concurrency", "2", "--give-up-after", "0.5"]
+        assert generate(src, out, srv.url, extra=extra) == 1  # stopped: every endpoint down
+        run = json.loads(run_file.read_text())
+        assert run["finished"] is False
+        answered = len(read_lines(out))
+        assert 0 < answered < 30
+
+        def build(name: str) -> dict[str, Any]:
+            capsys.readouterr()
+            args = ["build", str(out), "--tokenizer", str(qwen3_dir), "--out", str(tmp_path / name)]
+            assert cli_main(args) == 0
+            text = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+            manifest = json.loads((tmp_path / name / "manifest.json").read_text())
+            (status,) = manifest["inputs"][0]["generate"]
+            return {"text": text, "generate": status}
+
+        first = build("set1")
+        assert f"{out} is the output of a draftset generate that did not finish" in first["text"]
+        assert first["generate"]["finished"] is False
+        srv.down = False
+        assert generate(src, out, srv.url) == 0  # resumed to the end
+    run = json.loads(run_file.read_text())
+    assert run["finished"] is True
+    assert run["rows"] == {"input": 31, "answered": 30, "errors": {"http_4xx": 1}, "not_done": 0}
+    second = build("set2")
+    assert "did not finish" not in second["text"]
+    assert "1 row of it ended as an error in draftset generate (http_4xx=1" in second["text"]
+    assert second["generate"] == {
+        "file": str(out),
+        "run_file": str(run_file),
+        "finished": True,
+        "rows": {"input": 31, "answered": 30, "errors": {"http_4xx": 1}, "not_done": 0},
+    }
+    # an answers file of a draftset before the marker builds as before, its errors still said
+    del run["finished"], run["rows"]
+    run_file.write_text(json.dumps(run))
+    third = build("set3")
+    assert "did not finish" not in third["text"]
+    assert "1 row of it ended as an error in draftset generate" in third["text"]
+    assert third["generate"] == {
+        "file": str(out),
+        "run_file": str(run_file),
+        "finished": None,
+        "rows": {"errors": {"http_4xx": 1}},
+    }
+
+
+def test_a_null_content_answer_is_an_empty_answer_not_retried(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    """`content: null` and nothing else (finish_reason stop) was retried 6 times and ended
+    `invalid_response`, while `content: ""` was written: both are the model ending its answer
+    at once, written as an empty answer (build rejects it as a placeholder), asked once."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "say nothing [nullcontent]"}])
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url) == 0
+    assert server.attempts[("say nothing [nullcontent]", 0)] == 1
+    (line,) = read_lines(out)
+    assert line["messages"][-1] == {"role": "assistant", "content": ""}
+    assert not read_lines(tmp_path / "o.errors.jsonl")

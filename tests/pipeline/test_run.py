@@ -1100,3 +1100,33 @@ def test_run_takes_retry_errors_on_the_command_line() -> None:
 
     args = _build_parser().parse_args(["run", "r.yaml", "--retry-errors"])
     assert parsed(args, RunArgs)["retry_errors"] is True
+
+
+def test_a_generate_stage_that_answered_no_row_fails_the_run(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """Every request refused (HTTP 400): generate's stage went on with 0 answered and the run
+    built a set from the kept rows alone. It fails, naming the commonest error."""
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        conf = json.loads(recipe.read_text())
+        rows = [{"id": f"r{i}", "prompt": f"refused {i} [400]"} for i in range(3)]
+        conf["sources"] = [{"path": str(_rows(tmp_path / "refused.jsonl", rows))}]
+        recipe.write_text(json.dumps(conf))
+        with pytest.raises(run_state.RunFailed) as exc:
+            _run(recipe)
+    assert "no row answered: all 3 ended as errors, commonest 3 http_4xx" in str(exc.value)
+    assert not (tmp_path / "recipe-out" / "manifest.json").exists()
+
+
+def test_a_recipes_extra_body_contradicting_its_sampling_keys_is_exit_2(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """`generate: {max_tokens: 64, extra_body: {max_tokens: 9999}}` sent 9999, silently."""
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url, extra_body={"max_tokens": 9999})
+        with pytest.raises(run_state.RunUsageError) as exc:
+            _run(recipe)
+        assert not srv.requests
+    assert "generate.extra_body sets max_tokens 9999, and generate.max_tokens 64" in str(exc.value)
+    assert not (tmp_path / "recipe-out.run").exists()

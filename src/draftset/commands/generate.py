@@ -66,6 +66,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAIL
+    if why := result.nothing_answered():  # never exit 0 having answered nothing
+        print(f"draftset: {why}", file=sys.stderr)
+        return EXIT_FAIL
     return EXIT_OK
 
 
@@ -100,6 +103,11 @@ def print_summary(r: GenerateResult, console: Console | None = None) -> None:
         console.print(
             "taken out of rotation (health check failed): "
             + ", ".join(f"{u} {n}x" for u, n in r.ejections.items())
+        )
+    if r.cooldowns:
+        console.print(
+            "cooled down (kept failing, health check passing): "
+            + ", ".join(f"{u} {n}x" for u, n in r.cooldowns.items())
         )
     if r.special_stripped:
         console.print(

@@ -1,10 +1,12 @@
 """OpenAI-compatible endpoints for `generate`: routing, health, retries, response checks.
 
 Every request goes to the least-loaded healthy endpoint (fewest requests in flight, at most
-``concurrency`` each). An endpoint that keeps failing (connection errors, timeouts, 5xx) is
-taken out of rotation and probed on ``/v1/models`` until it answers again with the right model;
-then it is re-admitted. Transient failures are retried with exponential backoff and full jitter
-(a 429's ``Retry-After`` is honoured); a 4xx other than 429 is final. A 200 whose body is not a
+``concurrency`` each); a retry to one it has not failed on, when one can serve. An endpoint
+that keeps failing (connection errors, timeouts, 5xx) is taken out of rotation and probed on
+``/v1/models`` until it answers again with the right model; then it is re-admitted. One whose
+check passes while it keeps failing is cooled down when another endpoint can serve.
+Transient failures are retried with exponential backoff and full jitter (a 429's
+``Retry-After`` is honoured); a 4xx other than 429 is final. A 200 whose body is not a
 valid chat completion is treated as transient too: servers under load do emit those.
 """
 
@@ -33,6 +35,10 @@ DEFAULT_MAX_RESPONSE_BYTES = defaults.MAX_RESPONSE_BYTES
 """Largest response body accepted, as received and after gzip/deflate decoding."""
 
 RESPONSE_TOO_LARGE = reasons.GEN_RESPONSE_TOO_LARGE
+
+MAX_COOLDOWN = 60.0
+"""Longest cool-down of an endpoint that keeps failing while its health check passes (each
+cool-down in a row doubles, from ``health_interval``)."""
 
 MAX_RETRY_AFTER = 60.0
 """A server's Retry-After is honoured up to this many seconds, or the request timeout when that
@@ -83,6 +89,7 @@ class FinalError(Exception):
         super().__init__(message)
         self.kind = kind
         self.status = status
+        self.attempts = 0  # requests this row's turn sent (set by `complete`; 0: none sent)
 
 
 class TransientError(Exception):
@@ -137,6 +144,9 @@ class Completion:
         return None
 
 
+CALL_FINISH_REASONS = frozenset({"tool_calls", "function_call"})
+"""finish_reason values that say the answer is a tool call."""
+
 MODEL_FINISH_REASONS = frozenset({"stop", "tool_calls", "function_call"})
 """finish_reason values that say the model itself ended the answer (OpenAI's, vLLM's, SGLang's)."""
 
@@ -153,6 +163,9 @@ class Endpoint:
     failures: int = 0  # consecutive transient failures
     requests: int = 0
     ejections: int = 0  # times taken out of rotation
+    cooldowns: int = 0  # times cooled down: failing, health check passing, another serving
+    cool_until: float = 0.0  # monotonic time before which it gets no request (others serve)
+    cooling_streak: int = 0  # cool-downs since its last success (each one twice as long)
     served_models: list[str] = field(default_factory=list)
     model_roots: dict[str, str] = field(default_factory=dict)  # id -> "root" (vLLM: weights path)
 
@@ -236,7 +249,12 @@ class EndpointPool:
     consecutive failures an endpoint pauses for an immediate ``/v1/models`` check; it is taken
     out only when that check fails (then probed every ``health_interval`` until it serves the
     model again). So a prompt the server answers with 500 every time ends as that row's error
-    while the endpoint keeps serving the other rows.
+    while the endpoint keeps serving the other rows. When the check passes but another
+    endpoint can serve, the failing one is cooled down instead (no request for
+    ``health_interval``, doubling per cool-down in a row up to `MAX_COOLDOWN`): a server that
+    fails every completion fast while its model list answers looked least loaded forever and
+    drew every retry. A retry goes to an endpoint this request has not failed on, when one can
+    serve.
     """
 
     def __init__(
@@ -257,8 +275,9 @@ class EndpointPool:
         self._waiting = 0  # acquire() calls waiting on the condition
         self.closed = False
 
-    async def acquire(self) -> Endpoint:
-        """Wait for a free slot on a healthy endpoint; the least loaded one wins."""
+    async def acquire(self, avoid: frozenset[str] = frozenset()) -> Endpoint:
+        """Wait for a free slot on a healthy endpoint; the least loaded one wins. ``avoid``:
+        the URLs this request failed on, used only when no other endpoint can serve."""
         if len(self.endpoints) == 1:  # the common case, without the condition's lock
             ep = self.endpoints[0]
             if ep.healthy and ep.in_flight < ep.concurrency and ep.url not in self._checkers:
@@ -266,7 +285,7 @@ class EndpointPool:
                 return ep
         async with self._changed:
             while True:
-                ep = self._pick()
+                ep = self._pick(avoid)
                 if ep is not None:
                     ep.in_flight += 1
                     return ep
@@ -284,12 +303,25 @@ class EndpointPool:
                 finally:
                     self._waiting -= 1
 
-    def _pick(self) -> Endpoint | None:
-        free = [
-            e
-            for e in self.endpoints
-            if e.healthy and e.in_flight < e.concurrency and e.url not in self._checkers
-        ]
+    def _serving(self, avoid: frozenset[str] = frozenset()) -> list[Endpoint]:
+        """Endpoints in rotation: healthy, not under a check, not cooling down, not in
+        ``avoid``; when that leaves none, the cooling ones too, then the avoided ones: a
+        request is never held back while an endpoint it could use is there."""
+        now = time.monotonic()
+        up = [e for e in self.endpoints if e.healthy and e.url not in self._checkers]
+        warm = [e for e in up if e.cool_until <= now]
+        for pool in (
+            [e for e in warm if e.url not in avoid],
+            [e for e in up if e.url not in avoid],
+            warm,
+            up,
+        ):
+            if pool:
+                return pool
+        return []
+
+    def _pick(self, avoid: frozenset[str] = frozenset()) -> Endpoint | None:
+        free = [e for e in self._serving(avoid) if e.in_flight < e.concurrency]
         if not free:
             return None
         if len(free) == 1:
@@ -307,6 +339,7 @@ class EndpointPool:
         ep.in_flight -= 1
         if ok:
             ep.failures = 0
+            ep.cooling_streak = 0
         elif ok is False:
             ep.failures += 1
             if ep.healthy and ep.failures >= FAILURES_BEFORE_CHECK:
@@ -340,6 +373,7 @@ class EndpointPool:
         serves the model again; a failed immediate check takes it out of rotation."""
         try:
             wait = 0.0 if first_now else self.health_interval
+            after_failures = first_now  # this check was made by failures, not an outage
             while not self.closed:
                 await asyncio.sleep(wait)
                 wait = self.health_interval
@@ -350,12 +384,15 @@ class EndpointPool:
                     up = False
                 if up:
                     async with self._changed:
+                        if after_failures and self._others_serve(ep):
+                            self._cool(ep)  # failing, though it lists the model: others serve
                         ep.healthy = True
                         ep.failures = 0
                         self._all_down_since = None
                         self._checkers.pop(ep.url, None)
                         self._changed.notify_all()
                     return
+                after_failures = False
                 async with self._changed:
                     self._eject(ep)
                     self._changed.notify_all()
@@ -365,6 +402,20 @@ class EndpointPool:
             if not self.closed:
                 async with self._changed:
                     self._changed.notify_all()
+
+    def _others_serve(self, ep: Endpoint) -> bool:
+        now = time.monotonic()
+        return any(
+            e is not ep and e.healthy and e.url not in self._checkers and e.cool_until <= now
+            for e in self.endpoints
+        )
+
+    def _cool(self, ep: Endpoint) -> None:
+        """No request to ``ep`` for a while (twice as long as its last cool-down in a row)."""
+        wait = min(self.health_interval * 2**ep.cooling_streak, MAX_COOLDOWN)
+        ep.cool_until = time.monotonic() + wait
+        ep.cooling_streak += 1
+        ep.cooldowns += 1
 
     async def close(self) -> None:
         self.closed = True
@@ -380,8 +431,9 @@ async def complete(
     """POST /chat/completions, retried; raises `FinalError`, `RetriesExhausted`, `NoEndpoint`."""
     payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
     attempt = 0
+    failed_on: frozenset[str] = frozenset()  # a retry goes elsewhere when it can
     while True:
-        ep = await pool.acquire()
+        ep = await pool.acquire(failed_on)
         ok: bool | None = None
         try:
             result = await _post(ep, payload, policy.request_timeout)
@@ -390,6 +442,7 @@ async def complete(
             return result
         except TransientError as exc:
             ok = None if exc.kind == "http_429" else False  # busy is not unhealthy
+            failed_on |= {ep.url}
             if attempt >= policy.max_retries:
                 raise RetriesExhausted(exc, attempt + 1) from None
             wait = policy.backoff(attempt, rng)
@@ -398,6 +451,7 @@ async def complete(
         except FinalError as exc:
             # the server is fine; the request is not (a too-large body says nothing either way)
             ok = None if exc.kind == RESPONSE_TOO_LARGE else True
+            exc.attempts = attempt + 1  # counted in the summary like any other request
             raise
         finally:
             ep.requests += 1
@@ -487,7 +541,7 @@ def parse_completion(content: bytes, endpoint: str) -> Completion:
         raise TransientError("invalid_response", "body has no choices[0].message") from None
     if not isinstance(msg, dict) or not isinstance(finish, str):
         raise TransientError("invalid_response", "choices[0] lacks a message or finish_reason")
-    message = _kept_message(msg)
+    message = _kept_message(msg, finish)
     if finish == "function_call" and not message.get("tool_calls"):
         raise TransientError("invalid_response", "finish_reason function_call without a call")
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
@@ -513,7 +567,11 @@ def _stop_string(choice: dict[str, Any]) -> str | None:
     return None
 
 
-def _kept_message(msg: dict[str, Any]) -> dict[str, Any]:
+def _kept_message(msg: dict[str, Any], finish: str) -> dict[str, Any]:
+    """The answer's fields; ``content: null`` with nothing else is the empty answer ``""`` (a
+    model that ended at once, as some servers spell it): written, then rejected by build as a
+    placeholder, as ``""`` is, not retried 6 times. With ``finish_reason`` ``tool_calls`` or
+    ``function_call`` it lacks the call it says it made: invalid, retried."""
     content = msg.get("content")
     calls = msg.get("tool_calls")
     legacy = msg.get("function_call")  # OpenAI's shape before tool_calls: one call, no id
@@ -528,8 +586,8 @@ def _kept_message(msg: dict[str, Any]) -> dict[str, Any]:
         raise TransientError("invalid_response", "message tool_calls are malformed")
     if reasoning is not None and not isinstance(reasoning, str):
         raise TransientError("invalid_response", "message reasoning is not a string")
-    if content is None and not calls and reasoning is None:
-        raise TransientError("invalid_response", "message has no content, reasoning or tool_calls")
+    if content is None and not calls and reasoning is None and finish in CALL_FINISH_REASONS:
+        raise TransientError("invalid_response", f"finish_reason {finish} without a tool call")
     out: dict[str, Any] = {"role": "assistant", "content": content or ""}
     if reasoning:
         out["reasoning_content"] = reasoning

@@ -34,6 +34,7 @@ from draftset.generation.resume import (
     check_and_record,
     done_ids,
     previous_run,
+    record_end,
     remove_previous,
 )
 from draftset.generation.runner import Runner
@@ -175,7 +176,9 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
             runner.errors.close()
             await pool.close()
             result.ejections = {ep.url: ep.ejections for ep in pool.endpoints if ep.ejections}
+            result.cooldowns = {ep.url: ep.cooldowns for ep in pool.endpoints if ep.cooldowns}
             result.seconds = time.monotonic() - t0
+        record_end(opts, run_file, result)  # its lines are synced: the run file says so now
     return result
 
 

@@ -30,6 +30,38 @@ class GenerateUsageError(UsageError):
     """Unusable arguments: one line on stderr, exit code 2."""
 
 
+def extra_body_clash(
+    extra_body: dict[str, Any],
+    options: dict[str, Any],
+    kwargs: dict[str, Any],
+    prefix: str = "--",
+) -> str | None:
+    """Why ``extra_body`` may not go with the options, or None: a request field that a
+    dedicated option also sets, to another value (``options``: the sampling options and
+    ``return_token_ids`` by field name, None or False when not given; ``kwargs``: the template
+    kwargs, whose ``reasoning_effort`` is sent as that field too). The body builder lets the
+    extra body win, so ``--temperature 0.6`` went out as 1.5, and the run file recorded that
+    while the user believed 0.6; a contradiction is refused, as ``enable_thinking``'s is."""
+    cli = prefix == "--"
+    body_name = "--extra-body" if cli else f"{prefix}extra_body"
+    given = {
+        key: (f"--{key.replace('_', '-')}" if cli else f"{prefix}{key}", value)
+        for key, value in options.items()
+        if value is not None and value is not False
+    }
+    if "reasoning_effort" in kwargs:
+        name = "--chat-template-kwargs" if cli else "template_kwargs"
+        given["reasoning_effort"] = (f"{name} reasoning_effort", kwargs["reasoning_effort"])
+    for key in sorted(given.keys() & extra_body.keys()):
+        option, value = given[key]
+        if extra_body[key] != value:
+            return (
+                f"{body_name} sets {key} {extra_body[key]!r}, and {option} {value!r}: one"
+                " request field, two values; set it in one place"
+            )
+    return None
+
+
 def split_thinking(
     kwargs: dict[str, Any], thinking: str | bool | None, flag: str, kwargs_flag: str
 ) -> tuple[dict[str, Any], str]:

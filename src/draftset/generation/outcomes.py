@@ -58,11 +58,34 @@ class GenerateResult:
     aborted: str | None = None  # why the run stopped before the end (resume to finish)
     endpoints: dict[str, int] = field(default_factory=dict)  # requests per endpoint
     ejections: dict[str, int] = field(default_factory=dict)  # times each endpoint was taken out
+    cooldowns: dict[str, int] = field(default_factory=dict)  # times each was cooled down
     special_stripped: int = 0  # answers whose trailing leaked stop-token text was cut
+    answered_before: int = 0  # answer lines the output held when the run started
+    errors_before: Counter[str] = field(default_factory=Counter)  # error lines then, by reason
+    examples: dict[str, str] = field(default_factory=dict)  # reason -> its first message here
 
     @property
     def done(self) -> int:
         return sum(self.outcomes.values())
+
+    def nothing_answered(self) -> str | None:
+        """Why no row has an answer although the sources have rows (None: some have, or the
+        run stopped early, which says so itself): the run did nothing useful, exit 1."""
+        if self.aborted or self.outcomes[WRITTEN] or self.answered_before:
+            return None
+        errors = self.errors_before + Counter(
+            {k: n for k, n in self.outcomes.items() if k != WRITTEN}
+        )
+        if not errors:
+            return None
+        reason, n = max(errors.items(), key=lambda kv: (kv[1], kv[0]))
+        example = self.examples.get(reason)
+        why = f" ({' '.join(example.split())[:200]})" if example else ""
+        total = sum(errors.values())
+        return (
+            f"no row answered: all {total:,} ended as errors, commonest {n:,} {reason}{why};"
+            f" see {self.errors}"
+        )
 
     @property
     def ok(self) -> bool:

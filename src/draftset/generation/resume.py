@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from draftset.generation.dialog import Job
 from draftset.generation.http import EndpointPool
 from draftset.generation.inputs import iter_inputs
 from draftset.generation.options import GenerateOptions, GenerateUsageError
-from draftset.generation.outcomes import RETRYABLE_REASONS, GenerateResult
+from draftset.generation.outcomes import RETRYABLE_REASONS, WRITTEN, GenerateResult
 from draftset.generation.store import (
     drop_ids,
     errors_path,
@@ -41,6 +42,8 @@ def done_ids(opts: GenerateOptions, result: GenerateResult) -> IdRegistry:
         if retry:
             drop_ids(errs, retry)
             errors = recover(errs)
+    result.answered_before = answers.lines
+    result.errors_before.update(errors.reasons)
     done = IdRegistry()
     for found in (answers, errors):
         for i in found.ids:
@@ -192,9 +195,30 @@ def check_and_record(
         "reported_models": reported,
         "settings": settings,
         "endpoints": [ep.url for ep in pool.endpoints],
+        "finished": False,  # until this run has ended every row (`record_end`)
     }
     write_run(opts.out, run)
     return run
+
+
+def record_end(opts: GenerateOptions, run: dict[str, Any], result: GenerateResult) -> None:
+    """Write into the run file how the run ended: ``finished`` (every input row has its line)
+    and the rows answered, errored and not done. `build` reads it beside an answers file: a
+    file of a run killed or stopped early builds as any other, so only this says rows are
+    missing."""
+    errors = result.errors_before + Counter(
+        {k: n for k, n in result.outcomes.items() if k != WRITTEN}
+    )
+    answered = result.answered_before + result.outcomes[WRITTEN]
+    not_done = max(0, result.total_rows - result.skipped - result.done)
+    run["finished"] = result.aborted is None and not_done == 0
+    run["rows"] = {
+        "input": result.total_rows,
+        "answered": answered,
+        "errors": dict(sorted(errors.items())),
+        "not_done": not_done,
+    }
+    write_run(opts.out, run)
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:

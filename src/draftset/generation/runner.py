@@ -100,6 +100,9 @@ class Runner:
         except RetriesExhausted as exc:
             self._count(exc.attempts)
             raise
+        except FinalError as exc:  # a 4xx, a too-large body: requests all the same
+            self._count(exc.attempts)
+            raise
         self._count(comp.attempts, comp)
         self._ingest_special(comp)
         return comp
@@ -210,6 +213,7 @@ class Runner:
             line["input_digest"] = job.input_digest()
         self.errors.write(line)
         self.result.outcomes[line["reason"]] += 1
+        self.result.examples.setdefault(line["reason"], str(line.get("message", "")))
         self._tick()
 
     def _tick(self) -> None:

@@ -289,3 +289,35 @@ def first_line(path: Path) -> dict[str, Any] | None:
         for line in f:
             return _parse(line) if line.endswith(b"\n") else None
     return None
+
+
+def answers_status(path: Path) -> dict[str, Any] | None:
+    """How the `generate` run that wrote the answers file ``path`` ended, from the run file
+    beside it (None: no run file, so not generate's output, or one that does not read):
+    ``finished`` (None for a run file of a draftset before the marker) and its ``rows``
+    (``input``, ``answered``, ``errors`` by reason, ``not_done``; without an end recorded,
+    only ``errors``, counted in the errors file). `build` says what is missing from a set
+    built of it: the rows never answered, those that ended as errors."""
+    if not path.name.endswith(".jsonl") or path.name.endswith(".errors.jsonl"):
+        return None
+    if not run_path(path).is_file():
+        return None
+    try:
+        run = read_run(path)
+    except StoreError:
+        return None
+    if run is None:
+        return None
+    finished = run.get("finished")
+    rows = run.get("rows")
+    if not isinstance(rows, dict):
+        try:  # killed (no end recorded), or a run file before the marker: the errors file
+            errors = recover(errors_path(path), truncate=False).reasons
+        except (OSError, StoreError):
+            errors = {}
+        rows = {"errors": dict(sorted(errors.items()))}
+    return {
+        "run_file": str(run_path(path)),
+        "finished": finished if isinstance(finished, bool) else None,
+        "rows": rows,
+    }

@@ -34,6 +34,7 @@ from draftset.core.words import plural
 from draftset.engine.base import Batch, Engine
 from draftset.engine.factory import RowStage, open_stage
 from draftset.engine.helper import Sidecar
+from draftset.generation.store import answers_status, errors_path
 from draftset.mask.serving import vllm_own_encoder
 from draftset.mask.step import MaskConfig
 from draftset.mask.template import TemplateInfo, TemplateSpec
@@ -181,6 +182,8 @@ def _run(
     total = selection_total(plan) if plan else 0
     skipped = {s.name: _skipped_files(s) for s in opts.sources}
     notes = source_notes + [_skipped_note(n, entries) for n, entries in skipped.items() if entries]
+    generated = {s.name: _generated(s) for s in opts.sources}
+    notes += [note for name, runs in generated.items() for note in _generated_notes(name, runs)]
     made = [d for d in (opts.out.absolute(), *opts.out.absolute().parents) if not d.exists()][1:]
     try:
         # absolute: the workers write the blocks' shards into it from their own working folders,
@@ -267,6 +270,7 @@ def _run(
             engine={**stage.engine.describe(), "rows_read_by": "workers" if ranged else "driver"},
             selection=selection,
             mixture=selected.report,
+            generated=generated,
         )
         write_manifest(tmp, manifest)
         finalize_output(tmp, opts.out, opts.overwrite)
@@ -490,6 +494,51 @@ def _skipped_files(source: Source) -> list[dict[str, str]]:
     if str(source.path).startswith(HUB_PREFIX):
         return []
     return scan_source(source.path)[1]
+
+
+def _generated(source: Source) -> list[dict[str, Any]]:
+    """How the `draftset generate` runs that wrote a source's answers files ended (their run
+    files beside them; none for other files): a set built of a killed run's answers looked
+    complete, its unanswered and errored rows said nowhere."""
+    if str(source.path).startswith(HUB_PREFIX):
+        return []
+    found = []
+    for path in scan_source(source.path)[0]:
+        status = answers_status(path)
+        if status is not None:
+            found.append({"file": str(path), **status})
+    return found
+
+
+def _generated_notes(name: str, runs: list[dict[str, Any]]) -> list[str]:
+    """The build summary's notes on a source's answers files: a `generate` that did not
+    finish (rows it never answered are not in the set), rows that ended as its errors (in
+    neither the set nor its rejects)."""
+    notes = []
+    for run in runs:
+        rows = run["rows"]
+        if run["finished"] is False:
+            if "not_done" in rows:
+                got = (
+                    f"{rows['answered']:,} of {plural(rows['input'], 'row')} answered,"
+                    f" {rows['not_done']:,} not done yet"
+                )
+            else:
+                got = "no end recorded: killed, or still running"
+            notes.append(
+                f"source {name}: {run['file']} is the output of a draftset generate that did not"
+                f" finish ({run['run_file']}: {got}): the rows it has not answered are not in"
+                " this set; rerun that generate command to finish, then build again"
+            )
+        errors = rows.get("errors") or {}
+        if n := sum(errors.values()):
+            counts = ", ".join(f"{k}={v:,}" for k, v in sorted(errors.items()))
+            notes.append(
+                f"source {name}: {run['file']}: {plural(n, 'row')} of it ended as"
+                f" {'an error' if n == 1 else 'errors'} in draftset generate ({counts}; see"
+                f" {errors_path(Path(run['file']))}): not in this set, nor in its rejects"
+            )
+    return notes
 
 
 def _skipped_note(name: str, entries: list[dict[str, str]]) -> str:

@@ -38,6 +38,7 @@ def build_manifest(
     selection: SelectionSpec | None = None,
     mixture: dict[str, Any] | None = None,
     digests: dict[Path, str] | None = None,
+    generated: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a finished build in ``folder``: ``written`` are the files the writer and
     the vocabulary step wrote (hashed with the side files, but for those in ``digests``: the
@@ -78,6 +79,8 @@ def build_manifest(
                 "preset": s.preset,
                 "files": describe_inputs(s),
                 "skipped": (skipped or {}).get(s.name, []),
+                # answers files of `draftset generate`: whether it finished, its error rows
+                **({"generate": runs} if (runs := (generated or {}).get(s.name)) else {}),
             }
             for i, s in enumerate(opts.sources)
         ],

@@ -42,10 +42,12 @@ from draftset.console import progress_bar
 from draftset.core import defaults
 from draftset.core.words import plural
 from draftset.generation.options import (
+    SAMPLING_FLAGS,
     GenerateUsageError,
     api_key_from_env,
     api_key_problem,
     check_servers,
+    extra_body_clash,
 )
 from draftset.generation.store import RunLock, StoreError, errors_path
 from draftset.mask.template import _resolve_tokenizer_path
@@ -188,7 +190,7 @@ def run(
     `RunFailed` (exit 1: generation could not finish; rerun to resume).
     """
     say = say or (lambda _text: None)
-    _check_servers(opts.generate)
+    _check_servers(opts.generate, opts.build.template_kwargs)
     _resolve_tokenizer_path(opts.build.tokenizer)  # a missing folder: exit 2 before any work
     _check_apart(opts)
     check_row_shapes(opts.build.sources)  # a source of unknown rows: exit 2 before any work
@@ -353,14 +355,19 @@ def _check_reachable(opts: RunOptions, model: str | None, work: Path) -> None:
         raise RunUsageError(exc.wording("set generate.model")) from None
 
 
-def _check_servers(g: GenerateSection) -> None:
+def _check_servers(g: GenerateSection, template_kwargs: dict[str, Any]) -> None:
     """What the schema cannot check alone (`config.schema.GenerateSection` typed the values)."""
     if not g.endpoints:
         raise RunUsageError("generate.endpoints lists no server URL")
+    extra = dict(g.extra_body or {})
     try:
-        check_servers(list(g.endpoints), g.concurrency, g.extra_body or {}, prefix="generate.")
+        check_servers(list(g.endpoints), g.concurrency, extra, prefix="generate.")
     except GenerateUsageError as exc:
         raise RunUsageError(str(exc)) from None
+    options = {k: getattr(g, k) for k in SAMPLING_FLAGS}
+    options["return_token_ids"] = g.return_token_ids
+    if problem := extra_body_clash(extra, options, template_kwargs, prefix="generate."):
+        raise RunUsageError(problem)
     named = g.api_key_env != defaults.API_KEY_ENV  # the recipe names its own variable
     if named and not os.environ.get(g.api_key_env):  # empty counts as unset, as generate's
         raise RunUsageError(

@@ -122,6 +122,9 @@ def answer_queue(
     if result.aborted:
         state.save()
         raise RunFailed(f"generation stopped early: {result.aborted}; rerun to resume")
+    if why := result.nothing_answered():  # a set of the kept rows alone is not what was asked
+        state.save()
+        raise RunFailed(f"generation: {why}")
     done_out, done_err = recover(answers), recover(errors_path(answers))
     if done_out.lines + done_err.lines != queued:
         state.save()
