@@ -1130,3 +1130,32 @@ def test_a_recipes_extra_body_contradicting_its_sampling_keys_is_exit_2(
         assert not srv.requests
     assert "generate.extra_body sets max_tokens 9999, and generate.max_tokens 64" in str(exc.value)
     assert not (tmp_path / "recipe-out.run").exists()
+
+
+def test_a_build_stage_that_wrote_no_row_fails_the_run_with_its_reasons(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """Every row rejected by the build (here all longer than `max_length`): the verify stage
+    went on and failed with `folder not found` (exit 2, as if the recipe were wrong, after the
+    work was done). The run stops at the build, exit 1, naming the rejects' reasons."""
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url, regenerate="missing")
+        conf = json.loads(recipe.read_text())
+        rows = [
+            {
+                "id": f"r{i}",
+                "messages": [
+                    {"role": "user", "content": f"Question {i}, asked at some length here."},
+                    {"role": "assistant", "content": f"Answer {i}, given at some length too."},
+                ],
+            }
+            for i in range(3)
+        ]
+        conf["sources"] = [{"path": str(_rows(tmp_path / "answered.jsonl", rows))}]
+        conf["max_length"] = 8
+        recipe.write_text(json.dumps(conf))
+        with pytest.raises(run_state.RunFailed) as exc:
+            _run(recipe)
+        assert not srv.requests
+    assert "build: no rows written" in str(exc.value) and "too_long" in str(exc.value)
+    assert not (tmp_path / "recipe-out").exists()

@@ -66,6 +66,7 @@ from draftset.pipeline.run_state import (
     KILL_ENV,
     RUN_LOCK,
     STAGES,
+    RunFailed,
     RunOptions,
     RunResult,
     RunState,
@@ -128,6 +129,16 @@ def _build(opts: RunOptions, state: RunState, work: Path, say: Callable[[str], N
 
         result = run_build(bopts, on_progress=tick)
     total = result.accounting.total()
+    if not result.finalized:  # no set to verify: said here, not as a missing folder later
+        where = (
+            f"{opts.build.out} is left as it was"
+            if opts.build.out.exists()
+            else (f"nothing was created at {opts.build.out}")
+        )
+        raise RunFailed(
+            f"build: no rows written ({total.rejected_total:,} rejected:"
+            f" {fmt_counts(dict(total.rejected))}); {where}"
+        )
     say(
         f"build: {plural(total.written, 'row')} written, {total.rejected_total:,} rejected"
         f" ({fmt_counts(dict(total.rejected))})"
