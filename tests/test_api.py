@@ -594,3 +594,69 @@ def test_callback_keywords_are_checked_before_any_work(tmp_path):
         with pytest.raises(errors.UsageError, match=f"{name}: expected a callable"):
             api.run(tmp_path / "recipe.yaml", **{name: "x"})
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("progress", ["yes", 1, 0.0])
+def test_progress_takes_true_false_or_a_callable(src, tmp_path, progress):
+    """`build(progress="yes")` ran (a truthy string drew the bar), as did `progress=1`: the
+    API's types are exact, so anything but a bool or a callable is one line, before any work;
+    `generate` and `run` take a bool."""
+    with pytest.raises(errors.UsageError) as info:
+        api.build(
+            sources=[src], tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o", progress=progress
+        )
+    assert str(info.value) == (
+        f"progress: expected true/false or a callable f(done, total), got {progress!r}"
+    )
+    with pytest.raises(GenerateUsageError, match="progress: expected true/false, got"):
+        api.generate(
+            [src], endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a.jsonl", progress=progress
+        )
+    with pytest.raises(RunUsageError, match="progress: expected true/false, got"):
+        api.run(tmp_path / "recipe.yaml", progress=progress)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("bad", [5, 2.5, None, b"a.jsonl"])
+def test_a_source_of_another_type_is_refused_as_other_wrong_types_are(src, tmp_path, bad):
+    """`sources=[5]` said `source not found: 5` while `out=5` is a wrong type: a source is a
+    path, a `Source` or a mapping; anything else is named as the wrong type, by build and by
+    generate alike."""
+    with pytest.raises(errors.UsageError) as info:
+        api.build(sources=[src, bad], tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o")
+    want = f"--sources: expected a path, a Source or a mapping, got {bad!r}"
+    assert str(info.value) == want
+    with pytest.raises(GenerateUsageError):
+        api.generate_options([src, bad], endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_one_source_as_a_string_is_one_source_to_build_and_generate(src, tmp_path):
+    """`generate(IN)` took one string as one source and `build(sources=IN)` refused it: one
+    rule now, as for the other repeatable options (a list, or one string)."""
+    opts = api.build_options(sources=str(src), tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o")
+    assert [s.path for s in opts.sources] == [src]
+    opts = api.build_options(sources=src, tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o")
+    assert [s.path for s in opts.sources] == [src]
+    gen = api.generate_options(str(src), endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a")
+    assert [s.path for s in gen.sources] == [src]
+
+
+def test_build_result_row_index_is_checked_and_named(src, tmp_path):
+    """`row(100)` raised a bare IndexError from the reader, `row(-1)` pyarrow's "Offset must
+    be non-negative": an index is a list's (negative counts from the end), out of range names
+    the range, and a non-integer is a TypeError."""
+    result = api.build(sources=[src], tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o")
+    n = result.rows
+    assert result.row(-1)["id"] == result.row(n - 1)["id"]
+    assert result.row(-n)["id"] == result.row(0)["id"]
+    assert result.row(-1)["index"] == n - 1
+    for bad in (n, -n - 1, 100):
+        with pytest.raises(IndexError) as info:
+            result.row(bad)
+        assert str(info.value) == (
+            f"row {bad} out of range: the set has {n} rows (0 to {n - 1}, or -{n} to -1)"
+        )
+    for bad in ("1", 1.0, True):
+        with pytest.raises(TypeError, match=f"row index must be an integer, got {bad!r}"):
+            result.row(bad)

@@ -105,6 +105,7 @@ def build(
     options are parsed and the stage modules imported (~0.5 s of the template load's path).
     """
     _not_in_a_spawned_import()
+    _progress_arg(progress, UsageError, callback=True)
     if helper is None:
         from draftset.pipeline.helper_ahead import start_helper  # lazy: a lean import
 
@@ -161,6 +162,8 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     from draftset.config.recipe import BUILD_KEYS, RECIPE_PATH_KEYS, parse_json_object
     from draftset.core.reasons import DEFAULT_PLACEHOLDERS  # lazy: a stage, loaded on first use
 
+    if isinstance(options.get("sources"), str | os.PathLike):  # one source, as `generate` takes
+        options = {**options, "sources": [options["sources"]]}
     explicit = given(_given(BuildArgs, options))
     if explicit.get("template_kwargs") == "":  # the command line's empty JSON text: not given
         del explicit["template_kwargs"]
@@ -320,6 +323,8 @@ def _source(
 
     if isinstance(spec, Source):
         return spec
+    if not isinstance(spec, str | os.PathLike | Mapping):  # `5` is no path: not "not found"
+        raise UsageError(f"--sources: expected a path, a Source or a mapping, got {spec!r}")
     if isinstance(spec, Mapping):  # checked as a recipe's `sources:` entry is: strictly
         bad = sorted(set(spec) - SOURCE_KEYS)
         if bad:
@@ -332,6 +337,15 @@ def _source(
         entry = source_entry(dict(spec), f"source {spec['path']}", strict=True)
         return source_from_entry(entry)
     return parse_source_arg(str(spec), fmt, _fields(fields), preset)
+
+
+def _progress_arg(value: Any, error: type[UsageError], callback: bool = False) -> None:
+    """``progress`` is a bool (None: not given), or for `build` a callable ``f(done, total)``:
+    a truthy string or number drew the bar, as the API's types are exact elsewhere."""
+    if value is None or isinstance(value, bool) or (callback and callable(value)):
+        return
+    also = " or a callable f(done, total)" if callback else ""
+    raise error(f"progress: expected true/false{also}, got {value!r}")
 
 
 def _callback(value: Any, name: str) -> None:
@@ -586,6 +600,7 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
     # lazy: the stages load on the first call, not on import draftset.api
     from draftset.pipeline.run_state import RunOptions, RunUsageError
 
+    _progress_arg(progress, RunUsageError)
     o = _home(_given(RunArgs, {**options, "recipe": recipe}, RunUsageError), "recipe", "work")
     path = Path(o.recipe)
     if not is_recipe(path):
@@ -723,7 +738,9 @@ def generate(
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.generation.console import progress as generate_progress
     from draftset.generation.job import run_generate  # lazy: a stage, loaded on first use
+    from draftset.generation.options import GenerateUsageError
 
+    _progress_arg(progress, GenerateUsageError)
     opts = generate_options(sources, **options)
     with generate_progress(enabled=progress) as update:
         return asyncio.run(run_generate(opts, update))

@@ -855,6 +855,57 @@ def test_total_claiming_one_more_written_one_fewer_rejected_fails_accounting(bui
     assert "counts.total.written" in acc.examples
 
 
+@pytest.fixture(scope="module")
+def dup_set(tmp_path_factory) -> Path:
+    """Two copies of each of two conversations: two `duplicate` rejects."""
+    root = tmp_path_factory.mktemp("dups")
+    rows = [*ROWS[:2], *({**r, "id": f"{r['id']}-again"} for r in ROWS[:2])]
+    src = write_jsonl(root / "chats.jsonl", rows)
+    opts = BuildOptions([Source("chats", src)], str(qwen3_tokenizer_dir()), root / "set", workers=1)
+    return run_build(opts).out
+
+
+@pytest.mark.parametrize("field", ["removed", "removed_total", "pairs", "no step"])
+def test_edited_dedup_counts_fail_accounting(dup_set, tmp_path, field):
+    """The manifest's `mixture.dedup` numbers were shown by the report and never checked
+    (`removed_total 4` with 5 `duplicate` reject lines passed): each is the reject lines'
+    count of its reason, per source."""
+    folder = copy_set(dup_set, tmp_path)
+    m = manifest(folder)
+    (exact,) = [d for d in m["mixture"]["dedup"] if d["kind"] == "exact"]
+    lines = [json.loads(x) for x in (folder / "rejects.jsonl").read_text().splitlines()]
+    assert (
+        exact["removed"]
+        == {"chats": sum(r["reason"] == "duplicate" for r in lines)}
+        == {"chats": 2}
+    )
+    if field == "removed":
+        exact["removed"]["chats"] -= 1
+        exact["removed_total"] -= 1
+    elif field == "removed_total":
+        exact["removed_total"] -= 1
+    elif field == "pairs":
+        exact["pairs"][0]["count"] += 1
+    else:  # the reject lines say dedup removed rows; the manifest, that no dedup ran
+        m["mixture"]["dedup"] = []
+    save_manifest(folder, m)
+    results = fast_checks(folder)
+    assert failed(results) == {"accounting"}
+    acc = by_name(results)["accounting"]
+    assert any("mixture.dedup" in example for example in acc.examples), acc.examples
+
+
+def test_edited_input_file_bytes_fail_sources(built, tmp_path):
+    """`inputs[].files[].bytes` is checked against the input file, as its sha256 is."""
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    m["inputs"][0]["files"][0]["bytes"] += 1
+    save_manifest(folder, m)
+    results = verify(folder, sample=1)
+    assert failed(results) == {"sources"}
+    assert "source file size changed" in by_name(results)["sources"].summary
+
+
 @pytest.mark.parametrize("name", ["all", "each"])
 def test_source_claiming_a_rejected_conversation_written_fails_accounting(built, tmp_path, name):
     """A source whose written/rejected are moved by one (balance, rows_out kept) fails: outside
@@ -1109,8 +1160,28 @@ def reject_instead(folder: Path, rid: str, reason: str, row: int) -> None:
         c["rejected"] += 1
         for key in ("rejected_by_reason", "row_rejects_by_reason"):
             c[key][reason] = c[key].get(reason, 0) + 1
+    _forge_mixture(m, reason)
     save_manifest(folder, m)
     reseal(folder)
+
+
+def _forge_mixture(m: dict, reason: str) -> None:
+    """The `mixture` numbers of a dedup or decontamination reject, as the forger's own."""
+    kind = {"duplicate": "exact", "near_duplicate": "near"}.get(reason)
+    if kind is not None:
+        steps = m["mixture"]["dedup"]
+        if not any(d["kind"] == kind for d in steps):
+            steps.append({"kind": kind, "checked": {"chats": 9}, "removed": {}, "pairs": []})
+        step = next(d for d in steps if d["kind"] == kind)
+    elif reason == "contaminated":
+        step = m["mixture"].setdefault("decontamination", {"checked": {"chats": 9}})
+        step["removed_by_benchmark"] = {"bench.jsonl": step.get("removed_total", 0) + 1}
+    else:
+        return
+    step["removed"]["chats"] = step.setdefault("removed", {}).get("chats", 0) + 1
+    step["removed_total"] = step.get("removed_total", 0) + 1
+    if "pairs" in step:
+        step["pairs"] = [{"kept_source": "chats", "removed_source": "chats", "count": 1}]
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ second's (a folder of the user's appearing meanwhile was refused, a draftset out
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -61,3 +62,103 @@ def test_a_set_that_appears_during_the_build_is_replaced_only_with_overwrite(
         _build(second, out, overwrite=True)  # replacing what is there is what was asked
         names = [i["name"] for i in json.loads((out / "manifest.json").read_text())["inputs"]]
         assert names == ["b"]
+
+
+# A child that builds a tiny set by hand (no tokenizer) and replaces `out` with it, killed with
+# SIGKILL at one step of `finalize_output`: between the two renames, or while the old set is
+# being removed.
+_KILLED_AT = """
+import hashlib, json, os, pathlib, signal, shutil, sys
+import draftset.output.folder as F
+
+out, step = pathlib.Path(sys.argv[1]), sys.argv[2]
+tmp = F.prepare_output(out, overwrite=True)
+(tmp / "rows.bin").write_bytes(b"new" * 1000)
+files = {"rows.bin": hashlib.sha256(b"new" * 1000).hexdigest()}
+manifest = {"format": "draftset/1", "files": files, "set": "new"}
+(tmp / "manifest.json").write_text(json.dumps(manifest))
+rename, rmtree = pathlib.Path.rename, shutil.rmtree
+
+def killing_rename(self, target):
+    done = rename(self, target)
+    if step == "rename" and "draftset-old" in str(target):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return done
+
+def killing_rmtree(path, *args, **kwargs):
+    if step == "rmtree" and "draftset-old" in str(path):
+        (pathlib.Path(path) / "rows.bin").unlink()  # half removed
+        os.kill(os.getpid(), signal.SIGKILL)
+    return rmtree(path, *args, **kwargs)
+
+pathlib.Path.rename = killing_rename
+F.shutil.rmtree = killing_rmtree
+F.finalize_output(tmp, out)
+"""
+
+
+def _fake_set(folder: Path, name: str) -> None:
+    folder.mkdir()
+    (folder / "rows.bin").write_bytes(name.encode() * 1000)
+    files = {"rows.bin": hashlib.sha256(name.encode() * 1000).hexdigest()}
+    manifest = {"format": "draftset/1", "files": files, "set": name}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _set_name(folder: Path) -> str:
+    return json.loads((folder / "manifest.json").read_text())["set"]
+
+
+@pytest.mark.parametrize("step", ["rename", "rmtree"])
+def test_a_build_killed_while_it_replaces_the_old_set_leaves_nothing_the_next_build_keeps(
+    tmp_path, step
+):
+    """kill -9 between the two renames left the old set in `.out.draftset-old-PID` and the
+    finished new one, its marker already gone, in `.out.draftset-tmp-PID`; killed while the
+    old set was being removed, a half-removed `.out.draftset-old-PID`: nothing removed either,
+    ever. Now the next build on that --out puts the old set back (killed between the renames:
+    the build never finished) or keeps the new one it renamed into place, and removes the
+    rest."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    from draftset.output.folder import TMP_MARKER, prepare_output, replaceable
+
+    out = tmp_path / "out"
+    _fake_set(out, "old")
+    env = {"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"}
+    child = [sys.executable, "-c", _KILLED_AT, str(out), step]
+    proc = subprocess.run(child, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out."))
+    assert left, "the kill left nothing to clean up: the test did not reach its step"
+    if step == "rename":  # the new set, not renamed, still says it is no finished set
+        (tmp,) = tmp_path.glob(".out.draftset-tmp-*")
+        assert (tmp / TMP_MARKER).exists()
+    else:  # the new set is in place; --overwrite may replace it (the marker is the dead run's)
+        assert _set_name(out) == "new" and replaceable(out)
+    new = prepare_output(out, overwrite=True)  # the next build on the same --out
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == [new.name]
+    assert _set_name(out) == ("old" if step == "rename" else "new")
+    assert (out / "rows.bin").exists()
+    assert not (out / TMP_MARKER).exists()
+
+
+def test_only_old_sets_a_marker_proves_draftset_s_are_removed(tmp_path):
+    """A `.out.draftset-old-PID` folder no marker of that dead process vouches for (no
+    temporary folder of its replacing `out`, no marker in `out`) is the user's: kept."""
+    import subprocess
+    import sys
+
+    from draftset.output.folder import remove_stale_tmp
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    out = tmp_path / "out"
+    _fake_set(out, "current")
+    _fake_set(tmp_path / f".out.draftset-old-{p.pid}", "users")
+    assert remove_stale_tmp(out) == []
+    assert _set_name(tmp_path / f".out.draftset-old-{p.pid}") == "users"
+    assert _set_name(out) == "current"

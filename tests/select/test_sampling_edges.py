@@ -75,7 +75,11 @@ def test_a_count_larger_than_its_source_takes_every_row_and_notes_it(tmp_path):
 
 def test_a_weight_zero_without_max_samples_is_noted(tmp_path):
     a, b = source(tmp_path, "a", 3, weight=0.0), source(tmp_path, "b", 2, weight=0.0)
-    assert mix.sampling_notes([a, b], {"a": 3, "b": 2}, 2) == []
+    # with --max-samples a weight 0 acts (no weight-0 note; such a selection, taking no row,
+    # is refused before any work: only the note that the set is smaller than asked)
+    assert mix.sampling_notes([a, b], {"a": 3, "b": 2}, 2) == [
+        "max_samples 2 asked, 0 available (all taken; a source at weight 0 gives none)"
+    ]
     assert mix.sampling_notes([a], {"a": 3}, None) == [
         "source a: weight 0 has no effect without --max-samples (all 3 rows taken)"
     ]
@@ -85,3 +89,34 @@ def test_no_note_for_an_ordinary_selection(tmp_path):
     a, b = source(tmp_path, "a", 3, count=3), source(tmp_path, "b", 4, weight=2.0)
     assert mix.sampling_notes([a, b], {"a": 3, "b": 4}, 5) == []
     assert mix.sampling_notes([a, b], {"a": 3, "b": 4}, None) == []
+
+
+def test_max_samples_larger_than_the_sources_give_is_noted(tmp_path):
+    """`max_samples: 40` over two sources at count 5 gave 10 rows, `max_samples: 200` over 60
+    rows gave 60, without a word (a source's own count too high has its note): now the same
+    kind of note, not a failure."""
+    a, b = source(tmp_path, "a", 30, count=5), source(tmp_path, "b", 30, count=5)
+    assert taken(plan_selection([a, b], 40, 0)) == {"a": 5, "b": 5}
+    assert mix.sampling_notes([a, b], {"a": 30, "b": 30}, 40) == [
+        "max_samples 40 asked, 10 available (all taken; a source with a count gives at most"
+        " that many)"
+    ]
+    c, d = source(tmp_path, "c", 30), source(tmp_path, "d", 30, weight=2.0)
+    assert taken(plan_selection([c, d], 200, 0)) == {"c": 30, "d": 30}
+    assert mix.sampling_notes([c, d], {"c": 30, "d": 30}, 200) == [
+        "max_samples 200 asked, 60 available (all taken)"
+    ]
+    assert mix.sampling_notes([c, d], {"c": 30, "d": 30}, 60) == []
+
+
+def test_a_build_asking_more_rows_than_there_are_says_so(tmp_path):
+    """The note reaches the build's result (the summary prints its notes)."""
+    from conftest import qwen3_tokenizer_dir
+
+    from draftset.config.options import BuildOptions
+    from draftset.pipeline.build import run_build
+
+    a = source(tmp_path, "a", 6)
+    opts = BuildOptions([a], str(qwen3_tokenizer_dir()), tmp_path / "out", max_samples=40)
+    result = run_build(opts)
+    assert "max_samples 40 asked, 6 available (all taken)" in result.notes

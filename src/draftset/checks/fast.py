@@ -121,6 +121,7 @@ def check_accounting(out: OutputSet, facts: SetFacts | None = None) -> CheckResu
     _check_conversations(p, out, counts, facts)
     rejects = _check_rejects_file(p, out, counts)
     prompts = _check_prompts_file(p, out, counts)
+    _check_mixture(p, out, counts)
     return p.result(
         "accounting",
         f"{plural(len(counts), 'source')} balance; {plural(out.num_rows, 'row')},"
@@ -286,6 +287,107 @@ def _check_rejects_file(p: Problems, out: OutputSet, counts: dict[str, Any]) -> 
         if want != got:
             p.add("rejects.jsonl counts != row_rejects_by_reason", name, f"{name}: {got} != {want}")
     return len(lines)
+
+
+FILTER_REASONS = {"exact": reasons.DUPLICATE, "near": reasons.NEAR_DUPLICATE}
+"""The reject reason of each ``mixture.dedup`` kind: its ``removed`` counts are those lines."""
+
+
+def _check_mixture(p: Problems, out: OutputSet, counts: dict[str, Any]) -> None:
+    """``mixture``'s dedup and decontamination numbers (what the report shows) against the
+    reject lines of their reasons, per source (``row_rejects_by_reason``, which
+    rejects.jsonl proves): ``removed``, ``removed_total``, the pairs, by benchmark."""
+    if "mixture" not in out.manifest:  # older manifests: nothing to check
+        return
+    mixture = out.manifest.get("mixture") or {}
+
+    def lines_of(reason: str) -> dict[str, int]:
+        by_source = {
+            name: int((c.get("row_rejects_by_reason") or {}).get(reason, 0))
+            for name, c in counts.items()
+            if isinstance(c, dict)
+        }
+        return {name: k for name, k in by_source.items() if k}
+
+    for i, d in enumerate(mixture.get("dedup") or []):
+        where = f"mixture.dedup[{i}]"
+        reason = FILTER_REASONS.get(d.get("kind"))
+        if reason is None:
+            p.add("mixture.dedup kind unknown", where, f"{where}.kind {d.get('kind')!r}")
+            continue
+        want = lines_of(reason)
+        _check_removed(p, where, d, want, reason)
+        paired: Counter[str] = Counter()
+        for pair in d.get("pairs") or []:
+            paired[str(pair.get("removed_source"))] += int(pair.get("count") or 0)
+            if pair.get("kept_source") not in counts or pair.get("removed_source") not in counts:
+                p.add("mixture pair names an unknown source", where, f"{where}.pairs: {pair}")
+        if {n: k for n, k in paired.items() if k} != want:
+            p.add(
+                f"mixture pairs != {reason} reject lines",
+                where,
+                f"{where}.pairs count {dict(paired)} != {reason} reject lines {want}",
+            )
+    kinds = {d.get("kind") for d in mixture.get("dedup") or []}
+    for kind, reason in FILTER_REASONS.items():
+        if kind not in kinds and lines_of(reason):
+            p.add(
+                f"{reason} reject lines without a mixture.dedup {kind} step",
+                "mixture.dedup",
+                f"{sum(lines_of(reason).values())} {reason} reject lines, no {kind} dedup step",
+            )
+    dec = mixture.get("decontamination")
+    if dec is None and lines_of(reasons.CONTAMINATED):
+        p.add(
+            "contaminated reject lines without mixture.decontamination",
+            "mixture.decontamination",
+        )
+    if isinstance(dec, dict):
+        where = "mixture.decontamination"
+        want = lines_of(reasons.CONTAMINATED)
+        _check_removed(p, where, dec, want, reasons.CONTAMINATED)
+        by_bench = sum((dec.get("removed_by_benchmark") or {}).values())
+        if by_bench != sum(want.values()):
+            p.add(
+                "mixture removed_by_benchmark != contaminated reject lines",
+                where,
+                f"{where}.removed_by_benchmark sums to {by_bench} !="
+                f" {sum(want.values())} contaminated reject lines",
+            )
+
+
+def _check_removed(
+    p: Problems,
+    where: str,
+    stats: dict[str, Any],
+    want: dict[str, int],
+    reason: str,
+) -> None:
+    """One filter's ``removed`` / ``removed_total`` equal its reason's reject lines, and no
+    source removed more rows than it checked (``checked`` counts rows before a mix samples
+    them: not bounded by ``read``)."""
+    removed = {n: k for n, k in (stats.get("removed") or {}).items() if k}
+    if removed != want:
+        p.add(
+            f"mixture removed != {reason} reject lines",
+            where,
+            f"{where}.removed {removed} != {reason} reject lines {want}",
+        )
+    total = stats.get("removed_total")
+    if total is not None and total != sum(want.values()):
+        p.add(
+            f"mixture removed_total != {reason} reject lines",
+            where,
+            f"{where}.removed_total {total} != {sum(want.values())} {reason} reject lines",
+        )
+    checked = stats.get("checked") or {}
+    for name, k in removed.items():
+        if k > checked.get(name, 0):
+            p.add(
+                "mixture removed more rows than it checked",
+                where,
+                f"{where}.removed.{name} {k} > checked {checked.get(name, 0)}",
+            )
 
 
 def _check_prompts_file(p: Problems, out: OutputSet, counts: dict[str, Any]) -> int:

@@ -243,7 +243,8 @@ def check_sources(out: OutputSet) -> CheckResult:
             )
             continue
         try:
-            got = [(f["path"], f["sha256"]) for f in describe_inputs(src)]
+            described = describe_inputs(src)
+            got = [(f["path"], f["sha256"]) for f in described]
         except SourceError as exc:
             p.add("source unreadable", src.name, str(exc))
             continue
@@ -254,6 +255,12 @@ def check_sources(out: OutputSet) -> CheckResult:
         elif got != want:
             changed = [g[0] for g, w in zip(got, want, strict=True) if g != w]
             p.add("source sha256 changed", src.name, f"{src.name}: {', '.join(changed)}")
+        else:  # same content: the recorded size is the file's (a record edited is not)
+            sizes = [(f["path"], f.get("bytes")) for f in rec.get("files") or []]
+            now = {f["path"]: f["bytes"] for f in described}
+            wrong = [f"{p_} {b} != {now[p_]}" for p_, b in sizes if b != now.get(p_)]
+            if wrong:
+                p.add("source file size changed", src.name, f"{src.name}: bytes {', '.join(wrong)}")
     for bench in (out.manifest.get("selection") or {}).get("decontaminate") or []:
         n_files += 1  # the rows it rejects as contaminated depend on its content
         path = Path(str(bench.get("path")))

@@ -87,13 +87,16 @@ def is_report_file(path: Path) -> bool:
 
 
 def _draftset_wrote_later(entry: os.DirEntry[str]) -> bool:
-    """A top-level file of a set that draftset wrote after the build: its report page, or the
+    """A top-level file of a set that draftset wrote after the build: its report page, the
     temporary file of a `verify` or `report` killed before its rename (its process gone; a
-    live one is still writing, and its file is not ours to remove yet)."""
+    live one is still writing, and its file is not ours to remove yet), or the marker of a
+    build killed before it removed the set it replaced (`remove_stale_tmp`)."""
     if not entry.is_file(follow_symlinks=False):
         return False
     if entry.name == REPORT_PAGE:
         return is_report_file(Path(entry.path))
+    if entry.name == TMP_MARKER:  # a run killed just after renaming this set into place
+        return dead_run_marker(Path(entry.path).parent)
     writing = _WRITING.fullmatch(entry.name)
     return writing is not None and not _alive(int(writing.group(1)))
 
@@ -189,21 +192,27 @@ class OutputExistsError(UsageError):
 
 
 def prepare_output(out: Path, overwrite: bool) -> Path:
-    """Create and return the temporary build folder beside ``out``."""
-    if out.exists() and not overwrite:
-        raise OutputExistsError(f"output folder exists: {out} (pass --overwrite to replace it)")
+    """Create and return the temporary build folder beside ``out``.
+
+    A killed run's leftovers on this ``out`` go first (`remove_stale_tmp`): the set a run killed
+    between its two renames was replacing is back at ``out`` before ``out`` is looked at.
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_tmp(out)
+    if out.exists() and not overwrite:
+        raise OutputExistsError(f"output folder exists: {out} (pass --overwrite to replace it)")
     tmp = out.parent / f".{out.name}.draftset-tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    (tmp / TMP_MARKER).write_text(json.dumps(_tmp_owner(out)) + "\n", encoding="utf-8")
+    _write_marker(tmp, out, replacing=False)
     return tmp
 
 
 # Inside every temporary build folder: who made it, so a later run can tell a killed run's
-# leftover (removed) from anything else (never touched).
+# leftover (removed) from anything else (never touched). It stays until the folder is renamed
+# to ``out`` (a finished set that lost it before the rename would be nobody's), and in ``out``
+# until the set it replaced is gone (what proves `.out.draftset-old-PID` was draftset's).
 TMP_MARKER = ".draftset-build-in-progress"
 
 
@@ -211,31 +220,105 @@ def _tmp_owner(out: Path) -> dict[str, Any]:
     return {"pid": os.getpid(), "host": socket.gethostname(), "out": str(out.resolve())}
 
 
-def remove_stale_tmp(out: Path) -> list[Path]:
-    """Remove temporary folders that killed runs on this ``out`` left beside it.
+def _write_marker(folder: Path, out: Path, replacing: bool) -> None:
+    """Write ``folder``'s marker atomically (a torn marker would be nobody's). ``replacing``:
+    ``out`` is about to move to `.out.draftset-old-PID`, which the marker then vouches for."""
+    part = folder / f"{TMP_MARKER}.part"
+    part.write_text(json.dumps({**_tmp_owner(out), "replacing": replacing}) + "\n", "utf-8")
+    os.replace(part, folder / TMP_MARKER)
 
-    Only a real folder named ``.{out}.draftset-tmp-{pid}`` holding draftset's marker for this
-    very ``out``, made on this host by a process that is gone. Anything else stays.
+
+def _dead_owner(folder: Path, out: Path, pid: int | None = None) -> dict[str, Any] | None:
+    """``folder``'s marker when a process on this host, now gone, wrote it for this very
+    ``out`` (and, given ``pid``, was that process); None for anything else."""
+    try:
+        owner = json.loads((folder / TMP_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
+        return None
+    mine = {**_tmp_owner(out), "pid": owner["pid"]}
+    if any(owner.get(k) != v for k, v in mine.items()) or set(owner) - {*mine, "replacing"}:
+        return None
+    if (pid is not None and owner["pid"] != pid) or owner["pid"] == os.getpid():
+        return None
+    return None if _alive(owner["pid"]) else owner
+
+
+def dead_run_marker(folder: Path) -> bool:
+    """Whether ``folder`` (a set) holds the marker of a run killed after renaming it into place
+    and before it removed the set it replaced: the next run's to remove, not the user's."""
+    return _dead_owner(folder, folder) is not None
+
+
+def _remove_marked(folder: Path) -> bool:
+    """Remove a marked folder, its marker last (killed midway, what is left is still marked
+    and still removed next time); whether it is gone."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return False
+    for entry in entries:
+        if entry.name == TMP_MARKER:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            Path(entry.path).unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    return not folder.exists()
+
+
+def _real_folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def remove_stale_tmp(out: Path) -> list[Path]:
+    """Remove what killed runs on this ``out`` left beside it; the folders removed.
+
+    A temporary folder ``.{out}.draftset-tmp-{pid}`` only when it holds draftset's marker for
+    this very ``out``, made on this host by a process that is gone. A replaced set
+    ``.{out}.draftset-old-{pid}`` only when such a marker of that process vouches for it: the
+    temporary folder's (killed between its renames: the old set, whole, goes back to ``out``
+    when nothing is there) or the one in ``out`` (killed while removing it: ``out`` is the
+    finished new set, its marker removed last). Anything else stays.
     """
-    pattern = re.compile(re.escape(f".{out.name}.draftset-tmp-") + r"([0-9]+)")
+    name = re.escape(f".{out.name}.draftset-")
+    pattern = re.compile(name + r"(tmp|old)-([0-9]+)")
     removed: list[Path] = []
     try:
-        entries = list(out.parent.iterdir())
+        entries = sorted(out.parent.iterdir())
     except OSError:
         return removed
+    tmps: dict[int, tuple[Path, dict[str, Any]]] = {}
+    olds: dict[int, Path] = {}
     for entry in entries:
         m = pattern.fullmatch(entry.name)
-        if m is None or entry.is_symlink() or not entry.is_dir():
+        if m is None or not _real_folder(entry):
             continue
-        pid = int(m.group(1))
-        try:
-            owner = json.loads((entry / TMP_MARKER).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if owner != {**_tmp_owner(out), "pid": pid} or pid == os.getpid() or _alive(pid):
-            continue
-        shutil.rmtree(entry, ignore_errors=True)
-        removed.append(entry)
+        pid = int(m.group(2))
+        if m.group(1) == "old":
+            olds[pid] = entry
+        elif (owner := _dead_owner(entry, out, pid)) is not None:
+            tmps[pid] = (entry, owner)
+    in_out = _dead_owner(out, out) if _real_folder(out) else None
+    for pid, old in olds.items():
+        by_tmp = pid in tmps and tmps[pid][1].get("replacing") is True
+        by_out = in_out is not None and in_out["pid"] == pid and in_out.get("replacing") is True
+        if by_tmp and not by_out and not os.path.lexists(out) and is_draftset_output(old):
+            old.rename(out)  # killed between the renames: the build never finished
+        elif by_tmp or by_out:
+            shutil.rmtree(old, ignore_errors=True)
+            if old.exists():  # its proof stays while it does
+                tmps.pop(pid, None)
+                in_out = None if by_out else in_out
+                continue
+            removed.append(old)
+    for tmp, _ in tmps.values():
+        if _remove_marked(tmp):
+            removed.append(tmp)
+    if in_out is not None:
+        (out / TMP_MARKER).unlink(missing_ok=True)
     return removed
 
 
@@ -257,7 +340,6 @@ def finalize_output(tmp: Path, out: Path, overwrite: bool = True) -> None:
     without ``overwrite`` nothing but an empty folder (another build's set that appeared at
     ``out`` meanwhile was replaced, both builds reporting success).
     """
-    (tmp / TMP_MARKER).unlink(missing_ok=True)  # finished: no longer a run in progress
     if out.exists():
         if not overwrite and _empty(out) is not True:
             raise OutputExistsError(
@@ -271,9 +353,16 @@ def finalize_output(tmp: Path, out: Path, overwrite: bool = True) -> None:
                 f"{out} changed during the build and is no longer empty or only a draftset"
                 f" output{held}; it was left as it is"
             )
+        # killed from here on, the marker (in `tmp`, then in `out`) says `old` is draftset's
+        _write_marker(tmp, out, replacing=True)
         old = out.parent / f".{out.name}.draftset-old-{os.getpid()}"
         out.rename(old)
-        tmp.rename(out)
+        try:
+            tmp.rename(out)
+        except BaseException:
+            old.rename(out)  # the set being replaced goes back
+            raise
         shutil.rmtree(old)
     else:
         tmp.rename(out)
+    (out / TMP_MARKER).unlink(missing_ok=True)  # finished, and nothing left to remove

@@ -324,11 +324,19 @@ _MANIFEST_SHAPE: dict[str, Any] = {
     "mixture": {
         "dedup": [
             {
+                "kind": _STR,
+                "checked": {"*": _INT},
+                "removed": {"*": _INT},
                 "removed_total": _INT,
                 "pairs": [{"kept_source": _STR, "removed_source": _STR, "count": _INT}],
             }
         ],
-        "decontamination": {"removed_total": _INT, "removed_by_benchmark": {"*": _INT}},
+        "decontamination": {
+            "checked": {"*": _INT},
+            "removed": {"*": _INT},
+            "removed_total": _INT,
+            "removed_by_benchmark": {"*": _INT},
+        },
         "mix": {"total": _INT, "lines": [dict]},
     },
     "engine": dict,

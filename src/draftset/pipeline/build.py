@@ -98,8 +98,25 @@ class BuildResult:
         return self.accounting.total().rows_out
 
     def row(self, index: int) -> dict[str, Any]:
-        """One row of the written set: id, source, input_ids, loss_mask (numpy), seq_len."""
-        return open_output(self.out).row(index)
+        """One row of the written set: id, source, input_ids, loss_mask (numpy), seq_len.
+
+        ``index`` as a list's (negative counts from the end); out of range, an IndexError
+        naming the range (the reader's own said only "list index out of range", or pyarrow's
+        "Offset must be non-negative"); not an integer, a TypeError."""
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"row index must be an integer, got {index!r}")
+        out = open_output(self.out) if self.finalized else None
+        n = out.num_rows if out is not None else 0
+        if not -n <= index < n:
+            if out is None:
+                raise IndexError(f"row {index} out of range: no set was written ({self.out})")
+            if n == 0:  # only prompts for `generate`
+                raise IndexError(f"row {index} out of range: the set has no rows")
+            raise IndexError(
+                f"row {index} out of range: the set has {n} rows (0 to {n - 1}, or -{n} to -1)"
+            )
+        assert out is not None
+        return out.row(index % n)
 
 
 class _JsonlSink:

@@ -293,7 +293,8 @@ def sampling_notes(
 ) -> list[str]:
     """What the weight/count sampling did that the options alone do not say: a source with
     fewer rows than its ``count`` (every row taken), a weight 0 that cannot act (no
-    ``--max-samples`` to split: every row taken). Lines for the build's notes. A mix chooses
+    ``--max-samples`` to split: every row taken), a ``--max-samples`` the sources cannot give
+    (a smaller set than asked). Lines for the build's notes. A mix chooses
     by its own shares (a count it cannot meet is a `MixError`), so it has none."""
     if mix is not None:
         return []
@@ -310,6 +311,18 @@ def sampling_notes(
             notes.append(
                 f"source {s.name}: weight 0 has no effect without --max-samples"
                 f" (all {plural(have, 'row')} taken)"
+            )
+    if max_samples is not None and all(s.name in available for s in sources):
+        taken = sum(_quotas(sources, available, max_samples).values())
+        if taken < max_samples:  # the set is smaller than asked: say so, as for a count
+            why = []
+            if any(s.count is not None and s.count < available[s.name] for s in sources):
+                why.append("a source with a count gives at most that many")
+            if any(s.count is None and _weight(s) == 0 and available[s.name] for s in sources):
+                why.append("a source at weight 0 gives none")
+            because = "".join(f"; {w}" for w in why)
+            notes.append(
+                f"max_samples {max_samples:,} asked, {taken:,} available (all taken{because})"
             )
     return notes
 
