@@ -711,3 +711,47 @@ def test_render_server_accepts_a_row_cut_by_truncation(tmp_path: Path, mode: str
     conv = normalize(RawRow("c", 0, {"id": "count", "messages": conversation}))
     problems = check_row(server, tmpl, conv, row["id"], ids, mask, mode, kwargs)
     assert any("supervised tokens differ" in p for p in problems), problems
+
+
+def test_render_server_still_compares_a_whole_row_not_cut_by_truncation(tmp_path: Path) -> None:
+    """The truncation rule (prefixes) is for rows cut by `--truncation truncate` only: a name
+    reused inside the row check made every row after its first run judged as a prefix, so a
+    row missing its last token passed (docs-vs-code probe, session 25)."""
+    from draftset.checks.mask import load_template
+    from draftset.checks.serving import check_row
+    from draftset.core.records import RawRow
+    from draftset.output.readback import open_output
+    from draftset.sources.normalize import normalize
+
+    row = {
+        "id": "two",
+        "messages": [
+            {"role": "user", "content": "Favourite colour?"},
+            {"role": "assistant", "content": LONG_ANSWER},
+            {"role": "user", "content": "Why?"},
+            {"role": "assistant", "content": LONG_ANSWER + " Blue."},
+        ],
+    }
+    src = tmp_path / "c.jsonl"
+    src.write_text(json.dumps(row) + "\n")
+    folder_path = qwen3_tokenizer_dir()
+    out = tmp_path / "o"
+    api.build(
+        sources=[src],
+        tokenizer=str(folder_path),
+        chat_template=str(trl_template("qwen3")),
+        eot_tokens=["<|im_end|>", "<|endoftext|>"],
+        out=out,
+        workers=1,
+    )
+    folder = open_output(out)
+    tmpl = load_template(folder.manifest, None)
+    built = folder.row(0)
+    ids, mask = [int(i) for i in built["input_ids"]], built["loss_mask"]
+    server = _TransformersRenderServer(folder_path, {})
+    server.tok.chat_template = trl_template("qwen3").read_text()
+    conv = normalize(RawRow("c", 0, row))
+    assert check_row(server, tmpl, conv, "two", ids, mask, "all", {}) == []
+    assert tmpl.decode(ids[-1:]) == "\n"  # the separator after the last answer's stop token
+    short = check_row(server, tmpl, conv, "two", ids[:-1], mask[:-1], "all", {})
+    assert any("the row's text differs" in p for p in short), short

@@ -312,9 +312,9 @@ def check_row(
     mask: np.ndarray,
     mode: str,
     kwargs: dict[str, Any],
-    cut: bool = False,
+    truncated_row: bool = False,
 ) -> list[str]:
-    """Problems of one row against the server's renders (empty = equal). ``cut``: the row was
+    """Problems of one row against the server's renders (empty = equal). ``truncated_row``: it was
     cut by `--truncation truncate` (it holds exactly `max_length` tokens): its last run may be
     a prefix of the server's generation and the row a prefix of its render (docs/verify.md,
     rule 5)."""
@@ -343,7 +343,7 @@ def check_row(
                     f" row {_window(tmpl, ids, at)} vs server {_window(tmpl, prompt, at)}"
                 )
                 continue
-            cut_run = cut and end == len(ids)  # the run the cut ends inside
+            cut_run = truncated_row and end == len(ids)  # the run the cut ends inside
             if tmpl.harmony is not None:
                 run_ids = ids[start:end]
                 if cut_run:
@@ -363,9 +363,9 @@ def check_row(
             if after is None:
                 problems.append(f"turn {turn}: the server's turn render does not extend its prompt")
                 continue
-            cut = min((k + len(s) for s in stops if (k := after.find(s)) >= 0), default=-1)
-            generation = after[:cut] if cut >= 0 else after
-            if cut < 0:  # no stop token in the render: the answer left open by the server,
+            stop_end = min((k + len(s) for s in stops if (k := after.find(s)) >= 0), default=-1)
+            generation = after[:stop_end] if stop_end >= 0 else after
+            if stop_end < 0:  # no stop token in the render: the answer left open by the server,
                 # or a template that ends a turn with the next turn's header (GLM's `<|user|>`,
                 # an eos id): the stop token the model writes follows the rendered answer
                 ends = _next_header(server, msgs, turn, tools, kwargs, tmpl, served, stops)
@@ -389,7 +389,7 @@ def check_row(
             return problems
         whole, open_end = _finished(server, msgs[: last_turn + 1], tools, kwargs)
         served_row, row_text = tmpl.decode(whole), tmpl.decode(ids)
-        if cut and served_row.startswith(row_text.rstrip("\ufffd")):
+        if truncated_row and served_row.startswith(row_text.rstrip("\ufffd")):
             return problems  # the row is the render's first `max_length` tokens' text
         if open_end or (
             msgs[last_turn].get("role") == "assistant"
@@ -504,9 +504,9 @@ def check_render_server(
             ids = [int(i) for i in row["input_ids"]]
             checked += 1
             turns += len(_runs(row["loss_mask"]))
-            cut = truncating and len(ids) == max_length
+            truncated = truncating and len(ids) == max_length
             mask = row["loss_mask"]
-            for msg in check_row(server, tmpl, item, rid, ids, mask, mode, kwargs, cut):
+            for msg in check_row(server, tmpl, item, rid, ids, mask, mode, kwargs, truncated):
                 p.add(_kind(msg), rid, f"{rid}: {msg}")
     scope = f"all {checked:,} rows" if full else f"a seeded sample of {checked:,} rows"
     return p.result(
