@@ -156,6 +156,13 @@ def test_a_bad_early_read_value_is_said_once(
         (["--max-length", "4096"], "`max_length: 4096` at the recipe's top level"),
         (["--temperature", "0.6"], "`temperature: 0.6` under its `generate:`"),
         (["--turns=each"], "`turns: each` at the recipe's top level"),
+        (["--overwrite"], "`overwrite: true` at the recipe's top level"),
+        (["--eot-token", "<|im_end|>"], "`eot_tokens: [<|im_end|>]` at the recipe's top level"),
+        (
+            ["--seed", "3"],
+            "`seed: 3` at the recipe's top level (seed of the sampling), or `seed: 3` under its"
+            " `generate:` (sent with each request)",
+        ),
     ],
 )
 def test_run_says_where_in_the_recipe_a_build_or_generate_option_goes(
@@ -165,7 +172,7 @@ def test_run_says_where_in_the_recipe_a_build_or_generate_option_goes(
     `generate`'s flags got argparse's bare "unrecognized arguments" and no way forward."""
     recipe = tmp_path / "r.yaml"
     recipe.write_text("sources: [a.jsonl]\n")
-    assert main(["run", str(recipe), *given]) == 2
+    assert main(["run", *given, str(recipe)]) == 2  # before the recipe: the harder case
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and said in err, err
     assert not (tmp_path / "r.run").exists()

@@ -15,7 +15,7 @@ from draftset.commands.common import (
     sigterm_as_interrupt,
 )
 from draftset.commands.options import add_options, parsed
-from draftset.config.fields import cli_fields, cli_of, flag_of
+from draftset.config.fields import cli_fields, cli_of, flag_of, help_of
 from draftset.config.schema import BuildArgs, GenerateSection, RunArgs, VerifySection
 from draftset.core.errors import EXIT_FAIL, EXIT_OK
 from draftset.core.terminal import visible
@@ -64,33 +64,47 @@ def recipe_place(extra: list[str], argv: list[str]) -> str | None:
     """Where in the recipe a `build` or `generate` flag given to `run` belongs (one line), or
     None for a flag no command has: `run` reads those settings from its recipe, and argparse's
     bare "unrecognized arguments" left the user no way forward."""
-    places: dict[str, tuple[str, str]] = {}
+    places: dict[str, list[tuple[str, str, str | None, Any]]] = {}
     for model, where in (
+        (BuildArgs, "at the recipe's top level"),
         (GenerateSection, "under its `generate:`"),
         (VerifySection, "under its `verify:`"),
-        (BuildArgs, "at the recipe's top level"),
     ):
         for name in model.model_fields:
-            if model is not BuildArgs or name in cli_fields(model):
-                flags = cli_of(model, name).flags or (flag_of(model, name),)
-                for flag in flags:
-                    places.setdefault(flag, (name, where))
+            if model is BuildArgs and name not in cli_fields(model):
+                continue
+            cli = cli_of(model, name)
+            for flag in cli.flags or (flag_of(model, name),):
+                places.setdefault(flag, []).append((name, where, cli.action, model))
     for name in ("format", "fields", "preset"):  # `SourceEntry`'s keys
-        places[flag_of(BuildArgs, name)] = (name, "on each entry of its `sources:`")
+        places[flag_of(BuildArgs, name)] = [(name, "on each entry of its `sources:`", None, None)]
     for arg in extra:
         flag, eq, value = arg.partition("=")
         if flag not in places:
             continue
-        if not eq:
+        options = places[flag]
+        if options[0][2] == "store_true":
+            value = "true"
+        elif not eq:
             at = argv.index(arg) if arg in argv else -1
             following = argv[at + 1] if 0 <= at < len(argv) - 1 else ""
             value = following if following and not following.startswith("-") else "..."
-        key, where = places[flag]
-        if key == "fields":
-            canonical, _, column = value.partition("=")
-            value = f"{{{canonical}: {column or '...'}}}"
-        return f"run reads {flag} from its recipe: set `{key}: {value}` {where} (docs/run.md)"
+        said = []
+        for key, where, action, model in options:
+            shown = value
+            if key == "fields":
+                canonical, _, column = value.partition("=")
+                shown = f"{{{canonical}: {column or '...'}}}"
+            elif action == "append":
+                shown = f"[{value}]"
+            what = f" ({_first_clause(help_of(model, key))})" if len(options) > 1 else ""
+            said.append(f"`{key}: {shown}` {where}{what}")
+        return f"run reads {flag} from its recipe: set {', or '.join(said)} (docs/run.md)"
     return None
+
+
+def _first_clause(text: str | None) -> str:
+    return (text or "").split(";")[0].split(" (")[0].strip()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
