@@ -1381,7 +1381,7 @@ def test_a_run_that_answered_no_row_counts_its_requests_and_exits_1(
         (["--seed", "1", "--extra-body", '{"seed": 2}'], "seed 2, and --seed 1"),
         (
             ["--return-token-ids", "--extra-body", '{"return_token_ids": false}'],
-            "return_token_ids False, and --return-token-ids True",
+            "return_token_ids false, and --return-token-ids true",
         ),
         (
             [
@@ -1390,8 +1390,10 @@ def test_a_run_that_answered_no_row_counts_its_requests_and_exits_1(
                 "--extra-body",
                 '{"reasoning_effort": "high"}',
             ],
-            "reasoning_effort 'high', and --chat-template-kwargs reasoning_effort 'low'",
+            'reasoning_effort "high", and --chat-template-kwargs reasoning_effort "low"',
         ),
+        # JSON true is no seed 1 (Python's True == 1 let it through, and the body sent true)
+        (["--seed", "1", "--extra-body", '{"seed": true}'], "seed true, and --seed 1"),
     ],
 )
 def test_extra_body_contradicting_a_sampling_option_is_exit_2(
@@ -1417,6 +1419,9 @@ def test_extra_body_may_set_a_field_no_option_sets_or_repeat_its_value(
     extra = ["--temperature", "0.6", "--extra-body", '{"temperature": 0.6, "max_tokens": 50}']
     assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 0
     assert server.requests[0]["temperature"] == 0.6 and server.requests[0]["max_tokens"] == 50
+    # the same number spelled 1 and 1.0 is one value
+    extra = ["--temperature", "1", "--extra-body", '{"temperature": 1}']
+    assert generate(src, tmp_path / "o2.jsonl", server.url, extra=extra) == 0
 
 
 def test_a_broken_endpoint_beside_a_healthy_one_loses_no_row(

@@ -4,6 +4,7 @@ recipe's `generate:` section)."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from dataclasses import dataclass, field
@@ -54,12 +55,24 @@ def extra_body_clash(
         given["reasoning_effort"] = (f"{name} reasoning_effort", kwargs["reasoning_effort"])
     for key in sorted(given.keys() & extra_body.keys()):
         option, value = given[key]
-        if extra_body[key] != value:
+        if not _same_json(extra_body[key], value):
             return (
-                f"{body_name} sets {key} {extra_body[key]!r}, and {option} {value!r}: one"
-                " request field, two values; set it in one place"
+                f"{body_name} sets {key} {_json(extra_body[key])}, and {option} {_json(value)}:"
+                " one request field, two values; set it in one place"
             )
     return None
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """One JSON value: numbers by value (1 and 1.0), but true is no 1 (Python's ``True == 1``
+    let ``"seed": true`` past ``--seed 1``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return bool(a == b)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def split_thinking(
