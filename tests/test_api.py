@@ -660,3 +660,7 @@ def test_build_result_row_index_is_checked_and_named(src, tmp_path):
     for bad in ("1", 1.0, True):
         with pytest.raises(TypeError, match=f"row index must be an integer, got {bad!r}"):
             result.row(bad)
+    # numpy's integers index a list too (np.argmax, np.flatnonzero hand them out)
+    import numpy as np
+
+    assert result.row(np.int64(n - 1))["id"] == result.row(-1)["id"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import operator
 import re
 import shutil
 import time
@@ -103,8 +104,9 @@ class BuildResult:
         ``index`` as a list's (negative counts from the end); out of range, an IndexError
         naming the range (the reader's own said only "list index out of range", or pyarrow's
         "Offset must be non-negative"); not an integer, a TypeError."""
-        if isinstance(index, bool) or not isinstance(index, int):
+        if isinstance(index, bool) or not hasattr(type(index), "__index__"):
             raise TypeError(f"row index must be an integer, got {index!r}")
+        index = operator.index(index)  # numpy's integers too, as a list takes them
         out = open_output(self.out) if self.finalized else None
         n = out.num_rows if out is not None else 0
         if not -n <= index < n:
