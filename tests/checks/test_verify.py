@@ -1176,6 +1176,7 @@ def _forge_mixture(m: dict, reason: str) -> None:
     elif reason == "contaminated":
         step = m["mixture"].setdefault("decontamination", {"checked": {"chats": 9}})
         step["removed_by_benchmark"] = {"bench.jsonl": step.get("removed_total", 0) + 1}
+        step.setdefault("benchmarks", {"bench.jsonl": {"items": 1}})
     else:
         return
     step["removed"]["chats"] = step.setdefault("removed", {}).get("chats", 0) + 1
@@ -1480,3 +1481,25 @@ def test_a_tokenizer_that_is_no_tokenizer_folder_is_exit_2_before_any_check(
     }[given]
     assert needle in err and str(tok) in err, err
     assert (folder / "verify.json").read_bytes() == record
+
+
+def test_removed_by_benchmark_naming_a_benchmark_the_set_never_used_fails(tmp_path):
+    """`removed_by_benchmark` re-keyed to a file the build never decontaminated with still
+    summed right, and passed `accounting` (docs-vs-code probe, session 25): its keys must be
+    the decontamination's benchmark files."""
+    bench = write_jsonl(tmp_path / "bench.jsonl", [{"prompt": "How are river deltas formed?"}])
+    src = write_jsonl(tmp_path / "chats.jsonl", ROWS[:2])
+    opts = BuildOptions(
+        [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / "out", workers=1
+    )
+    opts.decontaminate = [str(bench)]
+    out = run_build(opts).out
+    dec = manifest(out)["mixture"]["decontamination"]
+    assert sum(dec["removed_by_benchmark"].values()) == 1, dec
+    assert failed(verify(out)) == set()
+    m = manifest(out)
+    m["mixture"]["decontamination"]["removed_by_benchmark"] = {"/tmp/x.jsonl": 1}
+    save_manifest(out, m)
+    results = verify(out)
+    assert "accounting" in failed(results), [r.to_json() for r in results if r.failed]
+    assert "/tmp/x.jsonl" in json.dumps(by_name(results)["accounting"].to_json())

@@ -346,6 +346,15 @@ def _check_mixture(p: Problems, out: OutputSet, counts: dict[str, Any]) -> None:
         where = "mixture.decontamination"
         want = lines_of(reasons.CONTAMINATED)
         _check_removed(p, where, dec, want, reasons.CONTAMINATED)
+        used = set(dec.get("benchmarks") or {})
+        unknown = sorted(set(dec.get("removed_by_benchmark") or {}) - used)
+        if unknown:
+            p.add(
+                "mixture removed_by_benchmark names a benchmark the set was not checked against",
+                where,
+                f"{where}.removed_by_benchmark names {unknown}, not among its benchmarks"
+                f" {sorted(used)}",
+            )
         by_bench = sum((dec.get("removed_by_benchmark") or {}).values())
         if by_bench != sum(want.values()):
             p.add(
