@@ -44,6 +44,8 @@ def done_ids(opts: GenerateOptions, result: GenerateResult) -> IdRegistry:
             errors = recover(errs)
     result.answered_before = answers.lines
     result.errors_before.update(errors.reasons)
+    for reason, message in errors.examples.items():  # a rerun's line says what the first said
+        result.examples.setdefault(reason, message)
     done = IdRegistry()
     for found in (answers, errors):
         for i in found.ids:

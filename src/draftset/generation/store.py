@@ -33,6 +33,7 @@ class Recovered:
     lines: int = 0
     torn_bytes: int = 0  # bytes of a torn last line that were cut away
     reasons: dict[str, int] = field(default_factory=dict)  # errors file: count by reason
+    examples: dict[str, str] = field(default_factory=dict)  # errors file: reason -> 1st message
     # id -> the digest of the input row the line is about (`Job.input_digest`)
     inputs: dict[str, str] = field(default_factory=dict)
     unread: set[str] = field(default_factory=set)  # ids of rows that did not read (errors file)
@@ -73,6 +74,7 @@ def recover(path: Path, truncate: bool = True) -> Recovered:
             reason = obj.get("reason")
             if isinstance(reason, str):
                 found.reasons[reason] = found.reasons.get(reason, 0) + 1
+                found.examples.setdefault(reason, str(obj.get("message", "")))
                 if reason in READING_REASONS:
                     found.unread.add(obj["id"])
             meta = obj.get("metadata")  # an answer line's; an error line's is top-level
