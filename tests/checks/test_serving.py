@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import REPO, llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
@@ -533,34 +534,18 @@ class _TransformersRenderServer:
         return self.tok(text, add_special_tokens=False)["input_ids"]
 
 
-@pytest.mark.parametrize("mode", ["all", "last", "each"])
-def test_render_server_accepts_glm_turns_that_end_with_the_next_header(
-    tmp_path: Path, mode: str
-) -> None:
-    """GLM ends a turn with the next turn's header (`<|user|>`, an eos id): the server's render
-    of a conversation ending in an answer has no stop token, so `--render-server` failed every
-    supervised run and every row text of a right GLM set (outside probe against vLLM)."""
+def _glm_set(tmp_path: Path, conversation: list[dict], mode: str, **build: Any) -> Any:
+    """A verified GLM-4.7-Flash set (real tokenizer files) of one conversation, id ``two``;
+    returns (the open set, its template, the template kwargs, the family)."""
     from real_families import REAL_FAMILIES
 
     from draftset.checks.mask import load_template
-    from draftset.checks.serving import check_render_server
     from draftset.output.readback import open_output
 
     fam = REAL_FAMILIES["glm4_7"]
     kwargs = dict(fam.kwargs)
-    rows = [
-        {
-            "id": "two",
-            "messages": [
-                {"role": "user", "content": "Favourite colour?"},
-                {"role": "assistant", "content": "Blue."},
-                {"role": "user", "content": "Why?"},
-                {"role": "assistant", "content": LONG_ANSWER},
-            ],
-        }
-    ]
     src = tmp_path / "c.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    src.write_text(json.dumps({"id": "two", "messages": conversation}) + "\n")
     out = tmp_path / mode
     api.build(
         sources=[src],
@@ -569,16 +554,32 @@ def test_render_server_accepts_glm_turns_that_end_with_the_next_header(
         workers=1,
         turns=mode,
         template_kwargs=kwargs,
+        **build,
     )
     assert api.verify(out).ok
     folder = open_output(out)
-    result = check_render_server(
-        folder,
-        load_template(folder.manifest, None),
-        _TransformersRenderServer(fam.folder(), kwargs),
-        None,
-        0,
-    )
+    return folder, load_template(folder.manifest, None), kwargs, fam
+
+
+@pytest.mark.parametrize("mode", ["all", "last", "each"])
+def test_render_server_accepts_glm_turns_that_end_with_the_next_header(
+    tmp_path: Path, mode: str
+) -> None:
+    """GLM ends a turn with the next turn's header (`<|user|>`, an eos id): the server's render
+    of a conversation ending in an answer has no stop token, so `--render-server` failed every
+    supervised run and every row text of a right GLM set (outside probe against vLLM)."""
+    from draftset.checks.serving import check_render_server
+
+    conversation = [
+        {"role": "user", "content": "Favourite colour?"},
+        {"role": "assistant", "content": "Blue."},
+        {"role": "user", "content": "Why?"},
+        {"role": "assistant", "content": LONG_ANSWER},
+    ]
+    rows = [{"id": "two", "messages": conversation}]
+    folder, tmpl, kwargs, fam = _glm_set(tmp_path, conversation, mode)
+    server = _TransformersRenderServer(fam.folder(), kwargs)
+    result = check_render_server(folder, tmpl, server, None, 0)
     assert result.status == "pass", result.to_json()
     if mode != "each":
         return
@@ -588,12 +589,10 @@ def test_render_server_accepts_glm_turns_that_end_with_the_next_header(
     from draftset.core.records import RawRow
     from draftset.sources.normalize import normalize
 
-    tmpl = load_template(folder.manifest, None)
     row = folder.row(0)
     ids, mask = [int(i) for i in row["input_ids"]], row["loss_mask"]
     assert row["id"] == "two#0" and tmpl.decode(ids[-1:]) == "<|user|>"
     ids[-1] = tmpl.backend.token_to_id("<|observation|>")
-    server = _TransformersRenderServer(fam.folder(), kwargs)
     conv = normalize(RawRow("c", 0, rows[0]))
     problems = check_row(server, tmpl, conv, "two#0", ids, mask, "each", kwargs)
     assert any("supervised tokens differ" in p for p in problems), problems
@@ -605,31 +604,15 @@ def test_render_server_asks_each_render_of_a_row_once(tmp_path: Path, mode: str)
     for templates ending a turn with the next header, that render twice more): one HTTP
     request per row more than needed against a real server. Each distinct render is asked
     once per row, and the verdict is the same."""
-    from real_families import REAL_FAMILIES
-
-    from draftset.checks.mask import load_template
     from draftset.checks.serving import check_render_server
-    from draftset.output.readback import open_output
 
-    fam = REAL_FAMILIES["glm4_7"]
-    kwargs = dict(fam.kwargs)
-    src = tmp_path / "c.jsonl"
     conversation = [
         {"role": "user", "content": "Favourite colour?"},
         {"role": "assistant", "content": LONG_ANSWER},
         {"role": "user", "content": "Why?"},
         {"role": "assistant", "content": LONG_ANSWER + " Blue."},
     ]
-    src.write_text(json.dumps({"id": "two", "messages": conversation}) + "\n")
-    out = tmp_path / mode
-    api.build(
-        sources=[src],
-        tokenizer=str(fam.folder()),
-        out=out,
-        workers=1,
-        turns=mode,
-        template_kwargs=kwargs,
-    )
+    folder, tmpl, kwargs, fam = _glm_set(tmp_path, conversation, mode)
 
     class Counting(_TransformersRenderServer):
         def __init__(self, *args) -> None:
@@ -641,8 +624,7 @@ def test_render_server_asks_each_render_of_a_row_once(tmp_path: Path, mode: str)
             return super().render(messages, tools, kwargs, generation_prompt, continue_final)
 
     server = Counting(fam.folder(), kwargs)
-    folder = open_output(out)
-    result = check_render_server(folder, load_template(folder.manifest, None), server, None, 0)
+    result = check_render_server(folder, tmpl, server, None, 0)
     assert result.status == "pass", result.to_json()
     assert server.asked and len(server.asked) == len(set(server.asked)), server.asked
 
@@ -665,16 +647,10 @@ def test_render_server_accepts_a_row_cut_by_truncation(tmp_path: Path, mode: str
     server's render (docs/verify.md, rule 5). `--render-server` compared them whole and failed
     every such row of a right set (outside probe against vLLM); a row that is not a prefix
     still fails."""
-    from real_families import REAL_FAMILIES
-
-    from draftset.checks.mask import load_template
     from draftset.checks.serving import check_render_server, check_row
     from draftset.core.records import RawRow
-    from draftset.output.readback import open_output
     from draftset.sources.normalize import normalize
 
-    fam = REAL_FAMILIES["glm4_7"]
-    kwargs = dict(fam.kwargs)
     counting = " ".join(str(i) for i in range(1, 41)) + "."
     conversation = [
         {"role": "user", "content": "Say hi."},
@@ -682,25 +658,11 @@ def test_render_server_accepts_a_row_cut_by_truncation(tmp_path: Path, mode: str
         {"role": "user", "content": "Count to forty."},
         {"role": "assistant", "content": counting},
     ]
-    src = tmp_path / "c.jsonl"
-    src.write_text(json.dumps({"id": "count", "messages": conversation}) + "\n")
-    out = tmp_path / mode
-    api.build(
-        sources=[src],
-        tokenizer=str(fam.folder()),
-        out=out,
-        workers=1,
-        turns=mode,
-        template_kwargs=kwargs,
-        max_length=48,
-        truncation="truncate",
-        min_supervised_tokens=1,
+    folder, tmpl, kwargs, fam = _glm_set(
+        tmp_path, conversation, mode, max_length=48, truncation="truncate", min_supervised_tokens=1
     )
-    assert api.verify(out).ok
-    folder = open_output(out)
     cut = [i for i in range(len(folder.ids())) if len(folder.row(i)["input_ids"]) == 48]
     assert cut, "no row was cut: the test would prove nothing"
-    tmpl = load_template(folder.manifest, None)
     server = _TransformersRenderServer(fam.folder(), kwargs)
     result = check_render_server(folder, tmpl, server, None, 0)
     assert result.status == "pass", result.to_json()
@@ -708,7 +670,7 @@ def test_render_server_accepts_a_row_cut_by_truncation(tmp_path: Path, mode: str
     row = folder.row(cut[0])
     ids, mask = [int(i) for i in row["input_ids"]], row["loss_mask"]
     ids[-2] = tmpl.backend.token_to_id("Hello")
-    conv = normalize(RawRow("c", 0, {"id": "count", "messages": conversation}))
+    conv = normalize(RawRow("c", 0, {"id": "two", "messages": conversation}))
     problems = check_row(server, tmpl, conv, row["id"], ids, mask, mode, kwargs)
     assert any("supervised tokens differ" in p for p in problems), problems
 

@@ -1253,17 +1253,22 @@ def test_an_answer_that_copies_its_prompt_is_context_in_build_and_verify(tmp_pat
     assert "Say something nice" not in tok.decode(supervised)
 
 
-def test_a_changed_benchmark_file_fails_sources(tmp_path):
-    """verify re-selects with the `--decontaminate` files, whose sha256 the manifest records;
-    an edited one changes which rows are contaminated, yet `sources` said "input files
-    unchanged" and passed."""
+def _decontaminated_set(tmp_path: Path) -> tuple[Path, Path]:
+    """(the benchmark file, a set built with it: ROWS' "sys" row is contaminated)."""
     bench = write_jsonl(tmp_path / "bench.jsonl", [{"prompt": "How are river deltas formed?"}])
     src = write_jsonl(tmp_path / "chats.jsonl", ROWS[:2])
     opts = BuildOptions(
         [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / "out", workers=1
     )
     opts.decontaminate = [str(bench)]
-    out = run_build(opts).out
+    return bench, run_build(opts).out
+
+
+def test_a_changed_benchmark_file_fails_sources(tmp_path):
+    """verify re-selects with the `--decontaminate` files, whose sha256 the manifest records;
+    an edited one changes which rows are contaminated, yet `sources` said "input files
+    unchanged" and passed."""
+    bench, out = _decontaminated_set(tmp_path)
     assert failed(verify(out)) == set()
     write_jsonl(bench, [{"prompt": "Explain deltas in detail to a child."}])
     results = verify(out)
@@ -1487,13 +1492,7 @@ def test_removed_by_benchmark_naming_a_benchmark_the_set_never_used_fails(tmp_pa
     """`removed_by_benchmark` re-keyed to a file the build never decontaminated with still
     summed right, and passed `accounting` (docs-vs-code probe, session 25): its keys must be
     the decontamination's benchmark files."""
-    bench = write_jsonl(tmp_path / "bench.jsonl", [{"prompt": "How are river deltas formed?"}])
-    src = write_jsonl(tmp_path / "chats.jsonl", ROWS[:2])
-    opts = BuildOptions(
-        [Source("chats", src)], str(qwen3_tokenizer_dir()), tmp_path / "out", workers=1
-    )
-    opts.decontaminate = [str(bench)]
-    out = run_build(opts).out
+    _, out = _decontaminated_set(tmp_path)
     dec = manifest(out)["mixture"]["decontamination"]
     assert sum(dec["removed_by_benchmark"].values()) == 1, dec
     assert failed(verify(out)) == set()
