@@ -475,7 +475,9 @@ def _no_end_of_turn_note(acct: Accounting, opts: BuildOptions, info: TemplateInf
     name = Path(opts.chat_template_path).name if opts.chat_template_path else opts.tokenizer
     return (
         f"{n:,} assistant turns are context only: template {name} writes none of the stop"
-        f" tokens ({', '.join(info.kit.eot_tokens)}) after them (no_end_of_turn)"
+        f" tokens ({', '.join(info.kit.eot_tokens)}) after them as their rows go on"
+        " (no_end_of_turn; a template may end a turn with the next message's header: GLM's"
+        " `<|user|>` after an answer, no stop token before a system message)"
     )
 
 
