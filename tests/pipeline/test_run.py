@@ -1159,3 +1159,23 @@ def test_a_build_stage_that_wrote_no_row_fails_the_run_with_its_reasons(
         assert not srv.requests
     assert "build: no rows written" in str(exc.value) and "too_long" in str(exc.value)
     assert not (tmp_path / "recipe-out").exists()
+
+
+def test_a_rerun_whose_set_holds_an_edited_file_says_how_to_go_on(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """A finished run's set with a shard edited (or a file added): the rerun refused with
+    build's line, `--out ... --overwrite replaces only what draftset wrote`, flags `run` does
+    not have. It names the files and the way on: remove the set, which the rerun builds again
+    from the answers in the work folder, nothing asked again."""
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        first = _run(recipe)
+        out = first.out
+        (shard,) = out.glob("*.arrow")
+        shard.write_bytes(shard.read_bytes() + b"\0")
+        with pytest.raises(RunUsageError) as exc:
+            _run(recipe)
+    said = str(exc.value)
+    assert shard.name in said and "--overwrite" not in said and "--out" not in said, said
+    assert f"remove {out}" in said and "built again from the answers" in said, said

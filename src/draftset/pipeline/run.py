@@ -314,7 +314,7 @@ def _check_out(opts: RunOptions) -> None:
     (``overwrite: true``) a draftset output; never a file or a folder of the user's."""
     # lazy: build's preflight loads when a run starts
     from draftset.config.preflight import PreflightError, check_output_path
-    from draftset.output.folder import replaceable  # lazy: as above
+    from draftset.output.folder import foreign_entries, replaceable  # lazy: as above
 
     out = opts.build.out
     if out.is_dir() and not our_output(opts) and not replaceable(out):
@@ -326,6 +326,15 @@ def _check_out(opts: RunOptions) -> None:
         raise RunUsageError(
             f"output folder exists and was not written by this run: {out}"
             " (set `overwrite: true` in the recipe to replace it)"
+        )
+    if out.is_dir() and our_output(opts) and not replaceable(out):
+        names = foreign_entries(out)
+        more = f" (+{len(names) - 5} more)" if len(names) > 5 else ""
+        raise RunUsageError(  # build's line names --out and --overwrite, which run has not
+            f"{out}, this run's set, holds files draftset did not write: "
+            f"{', '.join(names[:5])}{more}; the build stage would replace only what draftset"
+            f" wrote: move them out, or remove {out} to have it built again from the answers in"
+            f" {opts.work_dir} (nothing is asked again)"
         )
     try:  # the build stage replaces it (overwrite): a draftset output, nothing else
         check_output_path(out, True, [], [])
