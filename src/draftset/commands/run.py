@@ -19,7 +19,7 @@ from draftset.config.fields import cli_fields, cli_of, flag_of, help_of
 from draftset.config.schema import BuildArgs, GenerateSection, RunArgs, VerifySection
 from draftset.core.errors import EXIT_FAIL, EXIT_OK
 from draftset.core.terminal import visible
-from draftset.core.words import plural
+from draftset.core.words import fmt_counts, plural
 
 if TYPE_CHECKING:
     from draftset.pipeline.run_state import RunResult
@@ -132,10 +132,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if result.passed else EXIT_FAIL
 
 
-def _fmt_counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{k}={v:,}" for k, v in sorted(counts.items()))
-
-
 def print_summary(result: RunResult) -> bool:
     """The run's summary, read from the set's manifest; False (one line on stderr) when it
     cannot be read: a set removed after its verify is no verified set to report."""
@@ -159,8 +155,8 @@ def print_summary(result: RunResult) -> bool:
         f"run: {plural(total.get('read', 0), 'row')} read, {total.get('written', 0):,} written,"
         f" {total.get('rejected', 0):,} rejected; answers by {run_info.get('model')!r}:"
         f" {run_info.get('answered', 0):,} of {sum(queued.values()):,} queued"
-        f" ({_fmt_counts(queued)}), {sum(errors.values()):,} not answered"
-        f"{f' ({_fmt_counts(errors)})' if errors else ''},"
+        f" ({fmt_counts(queued)}), {sum(errors.values()):,} not answered"
+        f"{f' ({fmt_counts(errors)})' if errors else ''},"
         f" {run_info.get('ends_at_tool_call', 0):,} end at a tool call"
     )
     if run_info.get("special_tokens_stripped"):
@@ -170,7 +166,7 @@ def print_summary(result: RunResult) -> bool:
         )
     context = total.get("context_turns_by_reason") or {}
     if context:  # as build's summary says them: turns trained as context only
-        print(f"assistant turns kept as context only: {_fmt_counts(context)}")
+        print(f"assistant turns kept as context only: {fmt_counts(context)}")
     if total.get("empty_think_rows"):
         n = total["empty_think_rows"]
         print(
@@ -185,7 +181,7 @@ def print_summary(result: RunResult) -> bool:
     }
     if differ:
         print(
-            f"hint: {_fmt_counts(differ)} assistant turns kept as context only: the server shows"
+            f"hint: {fmt_counts(differ)} assistant turns kept as context only: the server shows"
             " them differently in later prompts (text or tokens) than the model generated them;"
             " `turns: each` in the recipe (--turns each) supervises every turn in its own row"
         )

@@ -5,6 +5,11 @@ from __future__ import annotations
 _IRREGULAR = {"entry": "entries", "was": "were", "is": "are", "has": "have"}
 
 
+def fmt_counts(counts: dict[str, int]) -> str:
+    """``a=1, b=1,200``: counts by name, sorted (reasons, sources), in one summary clause."""
+    return ", ".join(f"{k}={v:,}" for k, v in sorted(counts.items()))
+
+
 def plural(n: int, noun: str, many: str | None = None) -> str:
     """``n`` with thousands separators and ``noun`` in the number it takes: ``plural(1,
     "row")`` is "1 row", ``plural(1200, "entry")`` "1,200 entries"."""

@@ -31,7 +31,7 @@ from draftset.config.preflight import check_build
 from draftset.core import reasons
 from draftset.core.counters import Accounting
 from draftset.core.errors import RunError
-from draftset.core.words import plural
+from draftset.core.words import fmt_counts, plural
 from draftset.engine.base import Batch, Engine
 from draftset.engine.factory import RowStage, open_stage
 from draftset.engine.helper import Sidecar
@@ -553,7 +553,7 @@ def _generated_notes(name: str, runs: list[dict[str, Any]]) -> list[str]:
             )
         errors = rows.get("errors") or {}
         if n := sum(errors.values()):
-            counts = ", ".join(f"{k}={v:,}" for k, v in sorted(errors.items()))
+            counts = fmt_counts(errors)
             notes.append(
                 f"source {name}: {run['file']}: {plural(n, 'row')} of it ended as"
                 f" {'an error' if n == 1 else 'errors'} in draftset generate ({counts}; see"

@@ -40,7 +40,7 @@ from draftset.checks.verify import run_verify
 from draftset.config.schema import GenerateSection
 from draftset.console import progress_bar
 from draftset.core import defaults
-from draftset.core.words import plural
+from draftset.core.words import fmt_counts, plural
 from draftset.generation.options import (
     SAMPLING_FLAGS,
     GenerateUsageError,
@@ -52,7 +52,7 @@ from draftset.generation.options import (
 from draftset.generation.store import RunLock, StoreError, errors_path
 from draftset.mask.template import _resolve_tokenizer_path
 from draftset.output.folder import is_report_file
-from draftset.pipeline.run_answers import answer_queue, fmt_counts, generate_options
+from draftset.pipeline.run_answers import answer_queue, generate_options
 from draftset.pipeline.run_resume import (
     open_state,
     read_run_folder,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from draftset.core.words import plural
+from draftset.core.words import fmt_counts, plural
 from draftset.generation.console import progress
 from draftset.generation.job import ModelNotServed, NoCommonModel, Unreachable, run_generate
 from draftset.generation.options import (
@@ -152,7 +152,3 @@ def answer_queue(
         "ends_at_tool_call": ends_at_tool,
         "special_tokens_stripped": stripped,
     }
-
-
-def fmt_counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{k}={v:,}" for k, v in sorted(counts.items()))

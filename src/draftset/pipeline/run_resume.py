@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from draftset.core.words import plural
+from draftset.core.words import fmt_counts, plural
 from draftset.generation.outcomes import RETRYABLE_REASONS
 from draftset.generation.store import RunLock, StoreError, recover
 from draftset.mask.template import tokenizer_files_fingerprint
@@ -278,9 +278,8 @@ def recheck(opts: RunOptions, state: RunState) -> list[str]:
         found = recover(work / "answers.errors.jsonl", truncate=False).reasons
         retry = {r: n for r, n in found.items() if r in RETRYABLE_REASONS}
         if retry:
-            counts = ", ".join(f"{r}={n:,}" for r, n in sorted(retry.items()))
             rows = plural(sum(retry.values()), "row")
-            notes.append(f"--retry-errors: asking again {rows} that failed ({counts})")
+            notes.append(f"--retry-errors: asking again {rows} that failed ({fmt_counts(retry)})")
             _redo(state, "generate")
         else:
             notes.append(

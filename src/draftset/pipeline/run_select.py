@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from draftset.core import reasons
 from draftset.core.records import NOT_TRAINED, Conversation, PromptOnly
+from draftset.core.words import fmt_counts
 from draftset.generation.options import (
     GenerateOptions,
     split_thinking,
@@ -108,7 +109,7 @@ def select_rows(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dic
     by_why: Counter[str] = Counter()
     for c in queued.values():
         by_why.update(c)
-    detail = ", ".join(f"{k}={v:,}" for k, v in sorted(by_why.items())) or "none"
+    detail = fmt_counts(by_why) or "none"
     say(
         f"select: {total.read:,} rows selected; {n:,} to answer ({detail});"
         f" {sum(too_long.values()):,} prompts too long or unrenderable, never sent"
