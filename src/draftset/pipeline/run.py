@@ -49,11 +49,12 @@ from draftset.generation.options import (
     check_servers,
     extra_body_clash,
 )
-from draftset.generation.store import RunLock, StoreError, errors_path
+from draftset.generation.store import RunLock, StoreError
 from draftset.mask.template import _resolve_tokenizer_path
 from draftset.output.folder import is_report_file
 from draftset.pipeline.run_answers import answer_queue, generate_options
 from draftset.pipeline.run_resume import (
+    OVERLAY_FILES,
     open_state,
     read_run_folder,
     recheck,
@@ -110,12 +111,10 @@ def _build(opts: RunOptions, state: RunState, work: Path, say: Callable[[str], N
 
     _check_out(opts)  # again: a folder may have appeared while the answers came in
     state.save()
-    answers = work / "answers.jsonl"
-    overlay = [answers, errors_path(answers), work / "too_long.jsonl"]
     bopts = replace(
         opts.build,
         overwrite=True,
-        overlay=[str(p.resolve()) for p in overlay],
+        overlay=[str((work / name).resolve()) for name in OVERLAY_FILES],
         run_info=_run_info(opts, state),
     )
     kill = os.environ.get(KILL_ENV) == "build"

@@ -231,7 +231,8 @@ def _clean(opts: RunOptions, data: dict[str, Any]) -> None:
 
 # --- a rerun of a run whose stages are done: the set is checked, not taken on trust -----------
 OVERLAY_FILES = ("answers.jsonl", "answers.errors.jsonl", "too_long.jsonl")
-"""The work files the build stage reads as the answers overlay (the set's own sources)."""
+"""The work files the build stage reads as the answers overlay (the set's own sources; the
+second is the first's `errors_path`)."""
 
 
 def work_file_digests(work: Path) -> dict[str, str | None]:
