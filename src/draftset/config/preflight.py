@@ -27,7 +27,7 @@ from draftset.mask.ambient import now_iso, valid_now
 from draftset.mask.template import _resolve_tokenizer_path, config_vocab_size
 from draftset.output.folder import (
     MANIFEST_FORMAT,
-    foreign_entries,
+    foreign_listing,
     inside_a_set,
     is_draftset_output,
     replaceable,
@@ -48,12 +48,9 @@ class PreflightError(UsageError):
 def not_replaceable_reason(folder: Path, shown: str) -> str:
     """Why ``--overwrite`` refuses ``folder`` (named ``shown``), as the one-line message."""
     if is_draftset_output(folder):
-        names = foreign_entries(folder)
-        more = f" (+{len(names) - 5} more)" if len(names) > 5 else ""
-        names = names[:5]
         return (
             f"--out {shown} is a draftset output holding files draftset did not write:"
-            f" {', '.join(names)}{more}; --overwrite replaces only what draftset wrote"
+            f" {foreign_listing(folder)}; --overwrite replaces only what draftset wrote"
             " (move them out first, or choose another --out)"
         )
     return (

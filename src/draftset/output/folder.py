@@ -178,6 +178,13 @@ def _empty(folder: Path) -> bool | None:
         return None
 
 
+def foreign_listing(folder: Path, at_most: int = 5) -> str:
+    """`foreign_entries` for a one-line message: the first ``at_most``, then how many more."""
+    names = foreign_entries(folder)
+    more = f" (+{len(names) - at_most} more)" if len(names) > at_most else ""
+    return ", ".join(names[:at_most]) + more
+
+
 def replaceable(folder: Path) -> bool:
     """An existing folder ``--overwrite`` may replace: empty, or a draftset output holding
     only what draftset wrote (`foreign_entries`)."""

@@ -313,27 +313,25 @@ def _check_out(opts: RunOptions) -> None:
     (``overwrite: true``) a draftset output; never a file or a folder of the user's."""
     # lazy: build's preflight loads when a run starts
     from draftset.config.preflight import PreflightError, check_output_path
-    from draftset.output.folder import foreign_entries, replaceable  # lazy: as above
+    from draftset.output.folder import foreign_listing, replaceable  # lazy: as above
 
-    out = opts.build.out
-    if out.is_dir() and not our_output(opts) and not replaceable(out):
+    out, ours = opts.build.out, our_output(opts)
+    if out.is_dir() and not ours and not replaceable(out):
         raise RunUsageError(  # overwrite would not replace it either: never suggest it
             f"output folder {out} exists and is not a draftset output (or holds files draftset"
             " did not write): `overwrite: true` would not replace it either; name a new `out`"
         )
-    if out.exists() and not opts.build.overwrite and not our_output(opts):
+    if out.exists() and not opts.build.overwrite and not ours:
         raise RunUsageError(
             f"output folder exists and was not written by this run: {out}"
             " (set `overwrite: true` in the recipe to replace it)"
         )
-    if out.is_dir() and our_output(opts) and not replaceable(out):
-        names = foreign_entries(out)
-        more = f" (+{len(names) - 5} more)" if len(names) > 5 else ""
+    if out.is_dir() and ours and not replaceable(out):
         raise RunUsageError(  # build's line names --out and --overwrite, which run has not
-            f"{out}, this run's set, holds files draftset did not write: "
-            f"{', '.join(names[:5])}{more}; the build stage would replace only what draftset"
-            f" wrote: move them out, or remove {out} to have it built again from the answers in"
-            f" {opts.work_dir} (nothing is asked again)"
+            f"{out}, this run's set, holds files draftset did not write: {foreign_listing(out)};"
+            " the build stage would replace only what draftset wrote: move them out, or remove"
+            f" {out} to have it built again from the answers in {opts.work_dir} (nothing is"
+            " asked again)"
         )
     try:  # the build stage replaces it (overwrite): a draftset output, nothing else
         check_output_path(out, True, [], [])
