@@ -68,14 +68,23 @@ class GenerateResult:
     def done(self) -> int:
         return sum(self.outcomes.values())
 
+    @property
+    def answered(self) -> int:
+        """Answer lines in the output: those it held at the start and this run's."""
+        return self.answered_before + self.outcomes[WRITTEN]
+
+    @property
+    def error_counts(self) -> Counter[str]:
+        """Error lines by reason: those the errors file held at the start and this run's."""
+        this_run = Counter({k: n for k, n in self.outcomes.items() if k != WRITTEN})
+        return self.errors_before + this_run
+
     def nothing_answered(self) -> str | None:
         """Why no row has an answer although the sources have rows (None: some have, or the
         run stopped early, which says so itself): the run did nothing useful, exit 1."""
-        if self.aborted or self.outcomes[WRITTEN] or self.answered_before:
+        if self.aborted or self.answered:
             return None
-        errors = self.errors_before + Counter(
-            {k: n for k, n in self.outcomes.items() if k != WRITTEN}
-        )
+        errors = self.error_counts
         if not errors:
             return None
         reason, n = max(errors.items(), key=lambda kv: (kv[1], kv[0]))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from draftset.generation.dialog import Job
 from draftset.generation.http import EndpointPool
 from draftset.generation.inputs import iter_inputs
 from draftset.generation.options import GenerateOptions, GenerateUsageError
-from draftset.generation.outcomes import RETRYABLE_REASONS, WRITTEN, GenerateResult
+from draftset.generation.outcomes import RETRYABLE_REASONS, GenerateResult
 from draftset.generation.store import (
     drop_ids,
     errors_path,
@@ -208,16 +207,12 @@ def record_end(opts: GenerateOptions, run: dict[str, Any], result: GenerateResul
     and the rows answered, errored and not done. `build` reads it beside an answers file: a
     file of a run killed or stopped early builds as any other, so only this says rows are
     missing."""
-    errors = result.errors_before + Counter(
-        {k: n for k, n in result.outcomes.items() if k != WRITTEN}
-    )
-    answered = result.answered_before + result.outcomes[WRITTEN]
     not_done = max(0, result.total_rows - result.skipped - result.done)
     run["finished"] = result.aborted is None and not_done == 0
     run["rows"] = {
         "input": result.total_rows,
-        "answered": answered,
-        "errors": dict(sorted(errors.items())),
+        "answered": result.answered,
+        "errors": dict(sorted(result.error_counts.items())),
         "not_done": not_done,
     }
     write_run(opts.out, run)
