@@ -199,9 +199,10 @@ def _run(
         )
     )
     total = selection_total(plan) if plan else 0
-    skipped = {s.name: _skipped_files(s) for s in opts.sources}
+    scans = {s.name: _scan(s) for s in opts.sources}  # each source's folder listed once
+    skipped = {name: entries for name, (_, entries) in scans.items()}
     notes = source_notes + [_skipped_note(n, entries) for n, entries in skipped.items() if entries]
-    generated = {s.name: _generated(s) for s in opts.sources}
+    generated = {name: _generated(files) for name, (files, _) in scans.items()}
     notes += [note for name, runs in generated.items() for note in _generated_notes(name, runs)]
     made = [d for d in (opts.out.absolute(), *opts.out.absolute().parents) if not d.exists()][1:]
     try:
@@ -510,21 +511,20 @@ def _disk_error(exc: OSError) -> str:
     return f"{text} (a short write: is the disk full?)" if _SHORT_WRITE.fullmatch(text) else text
 
 
-def _skipped_files(source: Source) -> list[dict[str, str]]:
-    """Entries of a source folder skipped on purpose (hidden, unsupported type)."""
+def _scan(source: Source) -> tuple[list[Path], list[dict[str, str]]]:
+    """A local source's files and the entries of its folder skipped on purpose (hidden,
+    unsupported type); nothing for a hub dataset."""
     if str(source.path).startswith(HUB_PREFIX):
-        return []
-    return scan_source(source.path)[1]
+        return [], []
+    return scan_source(source.path)
 
 
-def _generated(source: Source) -> list[dict[str, Any]]:
+def _generated(files: list[Path]) -> list[dict[str, Any]]:
     """How the `draftset generate` runs that wrote a source's answers files ended (their run
     files beside them; none for other files): a set built of a killed run's answers looked
     complete, its unanswered and errored rows said nowhere."""
-    if str(source.path).startswith(HUB_PREFIX):
-        return []
     found = []
-    for path in scan_source(source.path)[0]:
+    for path in files:
         status = answers_status(path)
         if status is not None:
             found.append({"file": str(path), **status})
