@@ -753,7 +753,6 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
 
     # lazy: the stages load on the first call, not on import draftset.api
     from draftset.generation.options import (
-        SAMPLING_FLAGS,
         GenerateOptions,
         GenerateUsageError,
         api_key_from_env,
@@ -801,10 +800,7 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
         raise GenerateUsageError(f"--out {out} is a folder; give a .jsonl file path")
     endpoints = list(_strings(o.endpoints))
     check_servers(endpoints, o.concurrency, extra)
-    sampling = {k: getattr(o, k) for k in SAMPLING_FLAGS}
-    if problem := extra_body_clash(
-        extra, {**sampling, "return_token_ids": o.return_token_ids}, kwargs
-    ):
+    if problem := extra_body_clash(extra, o, kwargs):
         raise GenerateUsageError(problem)
     api_key = o.api_key or api_key_from_env()
     if problem := api_key_problem(api_key, "given" if o.api_key else "from the environment"):

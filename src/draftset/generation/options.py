@@ -33,16 +33,18 @@ class GenerateUsageError(UsageError):
 
 def extra_body_clash(
     extra_body: dict[str, Any],
-    options: dict[str, Any],
+    settings: Any,
     kwargs: dict[str, Any],
     prefix: str = "--",
 ) -> str | None:
     """Why ``extra_body`` may not go with the options, or None: a request field that a
-    dedicated option also sets, to another value (``options``: the sampling options and
-    ``return_token_ids`` by field name, None or False when not given; ``kwargs``: the template
-    kwargs, whose ``reasoning_effort`` is sent as that field too). The body builder lets the
-    extra body win, so ``--temperature 0.6`` went out as 1.5, and the run file recorded that
-    while the user believed 0.6; a contradiction is refused, as ``enable_thinking``'s is."""
+    dedicated option also sets, to another value (``settings``: the parsed options, whose
+    sampling options and ``return_token_ids`` are None or False when not given: `generate`'s
+    or a recipe's `generate:` section; ``kwargs``: the template kwargs, whose
+    ``reasoning_effort`` is sent as that field too). The body builder lets the extra body win,
+    so ``--temperature 0.6`` went out as 1.5, and the run file recorded that while the user
+    believed 0.6; a contradiction is refused, as ``enable_thinking``'s is."""
+    options = {k: getattr(settings, k) for k in (*SAMPLING_FLAGS, "return_token_ids")}
     cli = prefix == "--"
     body_name = "--extra-body" if cli else f"{prefix}extra_body"
     given = {

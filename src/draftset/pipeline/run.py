@@ -42,7 +42,6 @@ from draftset.console import progress_bar
 from draftset.core import defaults
 from draftset.core.words import fmt_counts, plural
 from draftset.generation.options import (
-    SAMPLING_FLAGS,
     GenerateUsageError,
     api_key_from_env,
     api_key_problem,
@@ -381,9 +380,7 @@ def _check_servers(g: GenerateSection, template_kwargs: dict[str, Any]) -> None:
         check_servers(list(g.endpoints), g.concurrency, extra, prefix="generate.")
     except GenerateUsageError as exc:
         raise RunUsageError(str(exc)) from None
-    options = {k: getattr(g, k) for k in SAMPLING_FLAGS}
-    options["return_token_ids"] = g.return_token_ids
-    if problem := extra_body_clash(extra, options, template_kwargs, prefix="generate."):
+    if problem := extra_body_clash(extra, g, template_kwargs, prefix="generate."):
         raise RunUsageError(problem)
     named = g.api_key_env != defaults.API_KEY_ENV  # the recipe names its own variable
     if named and not os.environ.get(g.api_key_env):  # empty counts as unset, as generate's
