@@ -524,25 +524,19 @@ def test_a_build_says_why_vllm_refuses_a_string_argument_templates_calls(tmp_pat
         },
     ]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    res = api.build(sources=[src], tokenizer=str(fam.folder()), out=tmp_path / "o", workers=1)
+
+    def build(engine: str | None) -> Any:
+        out = tmp_path / (engine or "default")
+        kw = {"serving_engine": engine} if engine else {}
+        return api.build(sources=[src], tokenizer=str(fam.folder()), out=out, workers=1, **kw)
+
+    res = build(None)
     assert res.counts["row_rejects_by_reason"] == {"template_error": 1}
     (note,) = [n for n in res.notes if "as objects" in n]
     assert "--serving-engine" in note
-    res = api.build(
-        sources=[src],
-        tokenizer=str(fam.folder()),
-        out=tmp_path / "t",
-        workers=1,
-        serving_engine="transformers",
-    )
+    res = build("transformers")
     assert not [n for n in res.notes if "as objects" in n]
-    res = api.build(
-        sources=[src],
-        tokenizer=str(fam.folder()),
-        out=tmp_path / "s",
-        workers=1,
-        serving_engine="sglang",
-    )
+    res = build("sglang")
     assert res.counts["row_rejects_by_reason"] == {"template_error": 1}
     (note,) = [n for n in res.notes if "as objects" in n]
     assert "SGLang (--serving-engine sglang)" in note
