@@ -14,6 +14,7 @@ verify) the issue asks for.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import sys
@@ -24,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import _package_dir, llama32_tokenizer_dir, qwen3_tokenizer_dir
+from conftest import REPO, _package_dir, llama32_tokenizer_dir, qwen3_tokenizer_dir
+
+SERVING_DATA = REPO / "tests" / "data" / "serving"
 
 
 @dataclass(frozen=True)
@@ -371,24 +374,38 @@ def _render(tok: Any, template: str, messages: list, tools: Any, gen: bool = Fal
     )
 
 
-def _as_parts(messages: list) -> list:
+@functools.cache
+def _vllm_formats() -> dict[str, str]:
+    """template text -> vLLM's content format for it, as vLLM 0.33 itself detected it
+    (tests/data/serving/content_formats.json; tests/checks/test_render_server.py re-checks)."""
+    recorded = json.loads((SERVING_DATA / "content_formats.json").read_text())["formats"]
+    return {(templates_dir() / f"{n}.jinja").read_text(): f for n, f in recorded.items()}
+
+
+def _as_served(template: str, messages: list) -> list:
+    """The messages as vLLM hands them to the template: each call given an id and each
+    result paired with the next call not answered yet, as a client must send them; then, for
+    a template vLLM reads as "openai" content, every non-tool content as a list of parts
+    (an empty string as one empty part)."""
+    out, pending = [], []
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            calls = [
+                {**c, "id": c.get("id") or f"call_{i}_{k}"} for k, c in enumerate(m["tool_calls"])
+            ]
+            m = {**m, "tool_calls": calls}
+            pending = [c["id"] for c in calls]
+        elif m["role"] == "tool" and "tool_call_id" not in m and pending:
+            m = {**m, "tool_call_id": pending.pop(0)}
+        out.append(m)
+    if _vllm_formats()[template] != "openai":
+        return out
     return [
         {**m, "content": [{"type": "text", "text": m["content"]}]}
-        if m["role"] != "tool" and isinstance(m.get("content"), str) and m["content"]
+        if m["role"] != "tool" and isinstance(m.get("content"), str)
         else m
-        for m in messages
+        for m in out
     ]
-
-
-def _shape(tok: Any, template: str, messages: list) -> list:
-    """Content as the template reads it: as text parts when a string is rendered as nothing."""
-    probe = [{"role": "user", "content": "SHAPEPROBE"}]
-    try:
-        if "SHAPEPROBE" in _render(tok, template, probe, None, True):
-            return messages
-    except Exception:
-        return messages
-    return _as_parts(messages)
 
 
 def _inline_moved(tok: Any, template: str, messages: list) -> list:
@@ -422,7 +439,7 @@ def expected_row(
     full render holds that generation right after P. None when nothing is supervised or the
     template raises.
     """
-    messages = _shape(tok, template, _inline_moved(tok, template, conv["messages"]))
+    messages = _as_served(template, _inline_moved(tok, template, conv["messages"]))
     # tool-call arguments stay objects: vLLM (the default engine, 0.33 `_postprocess_messages`)
     # parses them before any template runs, so a template that concatenates them raises (the
     # string-arguments rule of other engines: tests/mask/test_families_real.py, DeepSeek-V3.1)

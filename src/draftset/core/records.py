@@ -70,6 +70,11 @@ OTHER_TEXT_PARTS = "other_text_parts"
 ``text`` (``refusal``, ``input_text``, ``output_text``): read as text, as vLLM's template path
 reads them; its harmony path reads only a part's ``text`` key, so there such a row is not
 served as given (`reasons.unservable`)."""
+NO_CONTENT = "no_content"
+"""``Conversation.meta`` key: message index -> True for messages (other than tool results) the
+row gave no content at all (null, absent, an empty list of parts, a ShareGPT call turn): their
+normalized content is ``""``, but vLLM hands a template that loops over content such a message
+as no parts (``[]``) where ``""`` is one empty text part (`mask.reads.as_served_parts`)."""
 ARGUMENTS_TEXT = "arguments_text"
 """``Conversation.meta`` key: message index -> {call index: the call's ``arguments`` exactly as
 the row wrote them, a JSON string}, for templates that read arguments as a string."""

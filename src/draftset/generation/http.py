@@ -568,7 +568,8 @@ def _stop_string(choice: dict[str, Any]) -> str | None:
 
 
 def _kept_message(msg: dict[str, Any], finish: str) -> dict[str, Any]:
-    """The answer's fields; ``content: null`` with nothing else is the empty answer ``""`` (a
+    """The answer's fields (``content: null`` beside a call or reasoning kept as null); ``content:
+    null`` with nothing else is the empty answer ``""`` (a
     model that ended at once, as some servers spell it): written, then rejected by build as a
     placeholder, as ``""`` is, not retried 6 times. With ``finish_reason`` ``tool_calls`` or
     ``function_call`` it lacks the call it says it made: invalid, retried."""
@@ -588,7 +589,10 @@ def _kept_message(msg: dict[str, Any], finish: str) -> dict[str, Any]:
         raise TransientError("invalid_response", "message reasoning is not a string")
     if content is None and not calls and reasoning is None and finish in CALL_FINISH_REASONS:
         raise TransientError("invalid_response", f"finish_reason {finish} without a tool call")
-    out: dict[str, Any] = {"role": "assistant", "content": content or ""}
+    # a call or reasoning with content null keeps the null: vLLM hands a template that reads
+    # content as parts no parts for it, one empty part for "" (Qwen3-VL renders them apart)
+    kept = None if content is None and (calls or reasoning) else content or ""
+    out: dict[str, Any] = {"role": "assistant", "content": kept}
     if reasoning:
         out["reasoning_content"] = reasoning
     if calls:

@@ -15,10 +15,11 @@ from draftset.core.records import (
     ARGUMENTS_TEXT,
     DEVELOPER,
     INLINE_REASONING,
+    NO_CONTENT,
     PART_TEXTS,
     Message,
 )
-from draftset.mask.serving import served_system_texts
+from draftset.mask.serving import served_system_texts, with_call_ids
 from draftset.mask.template import as_content_parts
 
 
@@ -35,6 +36,9 @@ def served_reads(
     `as_template_reads` with the template's probed ``shape`` (content as parts, renders
     reasoning, arguments as text — not under vLLM or SGLang, which give objects —, renders lists of
     parts) and the developer role when the template is given it."""
+    on_template = engine == "vllm" and not harmony  # vLLM's own template path
+    if on_template:  # a call without an id is given one, its result paired, as a client must
+        messages = with_call_ids(messages)
     served, served_meta = served_system_texts(messages, meta, engine, harmony)
     content_parts, renders_reasoning, string_arguments, part_lists = shape
     return as_template_reads(
@@ -51,6 +55,7 @@ def served_reads(
         part_lists,
         tool_parts=harmony,
         developer_role=developer_role(template_text, engine, harmony),
+        every_part=on_template,
     )
 
 
@@ -63,6 +68,7 @@ def as_template_reads(
     part_lists: bool = False,
     tool_parts: bool = False,
     developer_role: bool = False,
+    every_part: bool = False,
 ) -> list[Message]:
     """The messages a template is given (docs/semantics.md, one rule for build and verify).
 
@@ -80,7 +86,9 @@ def as_template_reads(
     template in each case (a tool result: joined by a newline, for a list-reading template
     with its empty parts too, except under harmony (``tool_parts``), which joins them itself).
     A message the row gave as ``developer`` is that role again for a template that names it
-    (``developer_role``; `reasons.names_developer`), ``system`` otherwise.
+    (``developer_role``; `reasons.names_developer`), ``system`` otherwise. With
+    ``every_part`` (vLLM's template path) ``content_parts`` is vLLM's "openai" content format:
+    every message's content as parts, ``""`` and no content told apart (`as_served_parts`).
     """
     inline = meta.get(INLINE_REASONING) if not renders_reasoning else None
     out = messages
@@ -112,7 +120,24 @@ def as_template_reads(
             {**m, "role": "developer"} if i in developer and m.get("role") == "system" else m
             for i, m in enumerate(out)
         ]
+    if content_parts and every_part:
+        return as_served_parts(out, meta)
     return as_content_parts(out) if content_parts else out
+
+
+def as_served_parts(messages: list[Message], meta: dict[str, Any]) -> list[Message]:
+    """vLLM's "openai" content format (`mask.content_format`): every message but a tool
+    result with its content as a list of parts — a string as one text part, ``""`` included,
+    a message the row gave no content (`NO_CONTENT`) as no parts."""
+    empty = meta.get(NO_CONTENT) or {}
+    out = []
+    for i, m in enumerate(messages):
+        text = m.get("content")
+        if m.get("role") != "tool" and isinstance(text, str):
+            parts = [] if i in empty and not text else [{"type": "text", "text": text}]
+            m = {**m, "content": parts}
+        out.append(m)
+    return out
 
 
 def _arguments_as_text(messages: list[Message], texts: dict[int, dict[int, str]]) -> list[Message]:

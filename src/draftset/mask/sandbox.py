@@ -303,3 +303,11 @@ def compile_template(template_text: str) -> Any:
     if not memo_applies(env):
         return _compile_jinja_template(template_text)
     return MemoSandbox.overlay_of(env).from_string(template_text)
+
+
+def parse_template(template_text: str) -> nodes.Template:
+    """The template's syntax tree, parsed by transformers' environment (its extensions, such
+    as ``{% generation %}``, known), as vLLM parses it to choose the content format."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template  # lazy: as above
+
+    return _compile_jinja_template("").environment.parse(template_text)

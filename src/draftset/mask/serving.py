@@ -399,3 +399,32 @@ def answered_calls(messages: list[dict[str, Any]]) -> dict[int, tuple[int, int] 
                 pending.remove(call)
             out[i] = call
     return out
+
+
+def with_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as a client must send them to vLLM: a tool call without an ``id`` given
+    ``call_<message>_<call>`` (vLLM answers a call without one with HTTP 400), then a tool
+    result without ``tool_call_id`` given the id of the call it answers (`answered_calls`). A
+    template that names a result by its call's id (Gemma-4) then names the call the client
+    paired, as in the served prompt. The messages themselves are not changed."""
+    out = list(messages)
+    for i, m in enumerate(messages):
+        calls = m.get("tool_calls")
+        if not (m.get("role") == "assistant" and isinstance(calls, list)):
+            continue
+        if any(isinstance(c, dict) and c.get("id") is None for c in calls):
+            out[i] = {
+                **m,
+                "tool_calls": [
+                    {**c, "id": f"call_{i}_{k}"}
+                    if isinstance(c, dict) and c.get("id") is None
+                    else c
+                    for k, c in enumerate(calls)
+                ],
+            }
+    for i, call in answered_calls(out).items():
+        if call is not None and out[i].get("tool_call_id") is None:
+            called = out[call[0]]["tool_calls"][call[1]]
+            if isinstance(called, dict) and called.get("id") is not None:
+                out[i] = {**out[i], "tool_call_id": called["id"]}
+    return out

@@ -31,6 +31,7 @@ from draftset.core.errors import UsageError
 from draftset.core.hub import hub_offline
 from draftset.core.records import Message
 from draftset.mask.ambient import clock_kwargs, render_stock, split_clock
+from draftset.mask.content_format import content_format
 from draftset.mask.harmony import HarmonyRender, served_with_harmony
 from draftset.mask.limits import (
     RENDER_CAP_FACTOR,
@@ -522,10 +523,8 @@ class ChatTemplate(Renderer):
             str(tok) for tok in self.tokenizer.added_tokens_decoder.values() if tok.special
         )
         with self.bounded_probes():
-            self.content_parts = probe_content_parts(self.render)
-            self.renders_reasoning = probe_renders_reasoning(self.render, self.content_parts)
-            self.string_arguments = probe_string_arguments(self.render, self.content_parts)
-            self.part_lists = self.content_parts or probe_part_lists(self.render)
+            shape = probe_shape(self.render, self.template_text, self.serving_engine, self.harmony)
+        self.content_parts, self.renders_reasoning, self.string_arguments, self.part_lists = shape
         # read from files, not rendered: outside the probes' time bound (a vocabulary of
         # 150k tokens took seconds on a loaded machine)
         self.eot_tokens: tuple[str, ...] = self._end_of_turn_tokens(spec.eot_tokens)
@@ -729,6 +728,22 @@ def as_content_parts(messages: list[Message]) -> list[Message]:
         else m
         for m in messages
     ]
+
+
+def probe_shape(
+    render: Any, template_text: str, engine: str, harmony: Any
+) -> tuple[bool, bool, bool, bool]:
+    """(content as parts, renders reasoning, arguments as text, renders lists of parts): how
+    the template reads messages. On vLLM's template path the first and last are not probed
+    but vLLM's own choice, its content format (`mask.content_format`): a template that loops
+    over content gets every message's content as parts, any other strings."""
+    if engine == "vllm" and not harmony:
+        parts = lists = content_format(template_text) == "openai"
+    else:
+        parts = probe_content_parts(render)
+        lists = parts or probe_part_lists(render)
+    reasoning = probe_renders_reasoning(render, parts)
+    return parts, reasoning, probe_string_arguments(render, parts), lists
 
 
 def probe_content_parts(render: Any) -> bool:

@@ -20,6 +20,7 @@ from draftset.core.records import (
     ARGUMENTS_TEXT,
     DEVELOPER,
     INLINE_REASONING,
+    NO_CONTENT,
     NOT_TRAINED,
     OTHER_TEXT_PARTS,
     PART_TEXTS,
@@ -485,6 +486,7 @@ def _messages(
                 REASONING_UNTERMINATED,
                 DEVELOPER,
                 NOT_TRAINED,
+                NO_CONTENT,
             )
             for key in shifted_keys:
                 shifted = meta.get(key)
@@ -681,7 +683,11 @@ def _parse_turns(
             _read_weight(i, turn, meta)
         elif content is None:
             _check_textless(i, turn, role, key)
-        out.append(_parse_turn(i, turn, role, content, meta))
+        msg = _parse_turn(i, turn, role, content, meta)
+        out.append(msg)
+        call_turn = isinstance(role, str) and role.lower() in CALL_ROLES  # content: the call
+        if msg["role"] != "tool" and (content is None or content == [] or call_turn):
+            meta.setdefault(NO_CONTENT, {})[i] = True
         if isinstance(role, str) and role.lower() == "developer":
             meta.setdefault(DEVELOPER, {})[i] = True  # a server gives it back as developer
     return out
