@@ -1502,3 +1502,39 @@ def test_removed_by_benchmark_naming_a_benchmark_the_set_never_used_fails(tmp_pa
     results = verify(out)
     assert "accounting" in failed(results), [r.to_json() for r in results if r.failed]
     assert "/tmp/x.jsonl" in json.dumps(by_name(results)["accounting"].to_json())
+
+
+# --- files the set's layout does not account for -------------------------------------------------
+@pytest.mark.parametrize(
+    "name", ["data/train-00000-of-00001.parquet", "README.md", "extra.parquet", "sub/notes.txt"]
+)
+def test_a_listed_file_that_is_not_one_of_the_sets_fails_file_hashes(built, tmp_path, name):
+    """A file listed in the manifest with its sha256 is still no part of the set unless the
+    set's layout accounts for it: a Parquet shard of another build beside an Arrow set is what
+    `load_dataset(DIR)` reads. verify passed it once the forger added its digest."""
+    folder = copy_set(built["all"], tmp_path)
+    (folder / name).parent.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(b"PAR1 a shard of another build")
+    m = manifest(folder)
+    m["files"][name] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+    save_manifest(folder, m)
+    results = fast_checks(folder)
+    assert failed(results) == {"file_hashes"}, [r.to_json() for r in results if r.failed]
+    fh = by_name(results)["file_hashes"]
+    assert fh.examples == [name] and "not one of the set's files" in fh.summary
+
+
+def test_a_shard_state_json_lists_under_another_name_fails_file_hashes(built, tmp_path):
+    """state.json and the manifest both naming a shard draftset never names (a copy under
+    a name of the user's): the loader reads it, build never writes it."""
+    folder = copy_set(built["all"], tmp_path)
+    (folder / "data-00000-of-00001.arrow").rename(folder / "train.arrow")
+    state = json.loads((folder / "state.json").read_text())
+    state["_data_files"] = [{"filename": "train.arrow"}]
+    (folder / "state.json").write_text(json.dumps(state))
+    m = manifest(folder)
+    m["files"]["train.arrow"] = m["files"].pop("data-00000-of-00001.arrow")
+    m["files"]["state.json"] = hashlib.sha256((folder / "state.json").read_bytes()).hexdigest()
+    save_manifest(folder, m)
+    fh = by_name(fast_checks(folder))["file_hashes"]
+    assert fh.failed and fh.examples == ["train.arrow"], fh.to_json()

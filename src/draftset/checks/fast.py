@@ -436,17 +436,33 @@ def _reject_ok(obj: Any, counts: dict[str, Any]) -> bool:
 
 
 # --- file hashes ---------------------------------------------------------------------------------
+SIDE_FILES = ("token_freq.npy", "rejects.jsonl", "prompts.jsonl")
+"""Files every set has beside its rows, whatever the output format."""
+TORCH_FILE = "token_freq.pt"
+"""Written only when torch imported at build time: the one file a set may lack."""
+
+
+def set_files(out: OutputSet) -> set[str]:
+    """Every file the set's layout accounts for: its shards under the names the writer gives
+    them (as many as it has), the format's metadata, the side files, `TORCH_FILE` and the
+    d2t/t2d of the recorded ``draft_vocab_size``. Nothing else is ever one of a set's files,
+    listed in the manifest or not."""
+    count = len(out.data_files)
+    names = {out.layout.shard_name(i, count) for i in range(count)}
+    names |= {*out.layout.metadata_files, *SIDE_FILES, TORCH_FILE}
+    n = out.options.get("draft_vocab_size")
+    if n:
+        names |= {f"d2t-{n}.npy", f"t2d-{n}.npy"}
+    return names
+
+
 def check_file_hashes(out: OutputSet) -> CheckResult:
-    """Every output file the manifest lists exists with its recorded sha256, and none is missing."""
+    """Every output file the manifest lists exists with its recorded sha256, none is missing,
+    and every file in the folder is one the set's layout accounts for (`set_files`)."""
     p = Problems()
     files: dict[str, str] = out.manifest.get("files") or {}
-    expected = {
-        *out.data_names,
-        *out.layout.metadata_files,
-        "token_freq.npy",
-        "rejects.jsonl",
-        "prompts.jsonl",
-    }
+    own = set_files(out)
+    expected = {*out.data_names, *out.layout.metadata_files, *SIDE_FILES}
     n = out.options.get("draft_vocab_size")
     if n:
         expected |= {f"d2t-{n}.npy", f"t2d-{n}.npy"}
@@ -461,6 +477,17 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
             out.sha256[name] = sha256_file(path)
         if out.sha256[name] != digest:
             p.add("sha256 differs from the manifest", name)
+    # a file listed with its digest (or a shard the format's index names) is still no part
+    # of the set unless draftset writes it: a Parquet shard of another build beside an Arrow
+    # set is what `load_dataset(DIR)` reads, a README nothing proves
+    for name in sorted((set(files) | set(out.data_names)) - own):
+        p.add(
+            "file that is not one of the set's files (draftset writes no such file: move it out)",
+            name,
+            f"{name}: draftset writes no such file in a set of"
+            f" {plural(len(out.data_files), out.output_format + ' shard')}, though "
+            + ("the manifest lists it" if name in files else "the set's index names it"),
+        )
     # a file that looks like a shard but is not one of the set's (another run's shard, a copy,
     # a `datasets` cache file) is not part of the set, yet looks like it
     strays = set()
@@ -479,8 +506,8 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
             )
     return p.result(
         "file_hashes",
-        f"{plural(len(files), 'file')} match their manifest sha256; no file the manifest does"
-        " not list",
+        f"{plural(len(files), 'file')} match their manifest sha256; no file the set does"
+        " not account for",
     )
 
 
