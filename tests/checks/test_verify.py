@@ -697,7 +697,7 @@ def read_ids(folder: Path) -> list[str]:
 
 def replace_supervised_token(
     row: dict, tok: Tokenizer, old: str, new: str, supervised: bool = True
-) -> None:
+) -> int:
     """Swap one (supervised, or context) token for another of the same length in characters."""
     (a,) = tok.encode(old, add_special_tokens=False).ids
     (b,) = tok.encode(new, add_special_tokens=False).ids
@@ -705,6 +705,7 @@ def replace_supervised_token(
     mask = row["loss_mask"]
     at = next(i for i, t in enumerate(row["input_ids"]) if t == a and mask[i] == int(supervised))
     row["input_ids"][at] = b
+    return at
 
 
 @pytest.mark.parametrize(
@@ -716,7 +717,7 @@ def test_same_length_token_swap_fails_mask_fidelity(built, tmp_path, tok, old, n
     comparison can catch it."""
     folder = copy_set(built["all"], tmp_path)
     rows = read_rows(folder)
-    replace_supervised_token(find_row(rows, "sys"), tok, old, new, supervised)
+    at = replace_supervised_token(find_row(rows, "sys"), tok, old, new, supervised)
     write_rows(folder, rows)
     assert {"file_hashes", "mask_fidelity"} <= failed(verify(folder))
     reseal(folder)
@@ -724,6 +725,12 @@ def test_same_length_token_swap_fails_mask_fidelity(built, tmp_path, tok, old, n
     assert failed(results) == {"mask_fidelity"}
     mf = by_name(results)["mask_fidelity"]
     assert mf.examples == ["sys"] and mf.count >= 1
+    # the message says where: the token, and the row's text there beside the expected text
+    (msg,) = mf.details["messages"]
+    assert f"at token {at} " in msg, msg
+    row_side, expected_side = msg.split(" vs expected ")
+    assert new.strip() in row_side and old.strip() in expected_side, msg
+    assert new.strip() not in expected_side, msg
 
 
 @pytest.mark.parametrize("shift", [1, -1])
@@ -1538,3 +1545,28 @@ def test_a_shard_state_json_lists_under_another_name_fails_file_hashes(built, tm
     save_manifest(folder, m)
     fh = by_name(fast_checks(folder))["file_hashes"]
     assert fh.failed and fh.examples == ["train.arrow"], fh.to_json()
+
+
+# --- row order -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "first", "second"), [("each", "multi#0", "multi#1"), ("all", "sys", "ph")]
+)
+def test_rows_out_of_input_order_fail_row_identity_naming_the_pair(
+    built, tmp_path, name, first, second
+):
+    """Two turn rows of one conversation swapped (`--turns each`) passed: both belong to the
+    same input row, and the order was only checked between input rows. Rows are in input
+    order (caches are keyed by row index); the failure names the first pair out of order."""
+    folder = copy_set(built[name], tmp_path)
+    rows = read_rows(folder)
+    i, j = read_ids(folder).index(first), read_ids(folder).index(second)
+    assert j == i + 1
+    rows[i], rows[j] = rows[j], rows[i]
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"row_identity"}, [r.to_json() for r in results if r.failed]
+    ident = by_name(results)["row_identity"]
+    assert ident.examples == [second]
+    (msg,) = ident.details["messages"]
+    assert f"row {i} ({second}) comes before row {j} ({first})" in msg, msg
