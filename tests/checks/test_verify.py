@@ -1570,3 +1570,63 @@ def test_rows_out_of_input_order_fail_row_identity_naming_the_pair(
     assert ident.examples == [second]
     (msg,) = ident.details["messages"]
     assert f"row {i} ({second}) comes before row {j} ({first})" in msg, msg
+
+
+def test_context_after_the_last_supervised_run_in_other_tokens_fails_mask_fidelity(
+    tool_loop_set, tmp_path, tok
+):
+    """The context after the row's last supervised run (here the final turn, context:
+    `history_tokens_differ`) with `user` spelled `u`, `s`, `e`, `r`: the same text, a split
+    the tokenizer never makes. The token rule covered only the tokens before each run."""
+    folder = copy_set(tool_loop_set, tmp_path)
+    rows = read_rows(folder)
+    (row,) = rows
+    ids, mask = row["input_ids"], row["loss_mask"]
+    last_run_end = max(i for i, m in enumerate(mask) if m) + 1
+    at = next(i for i in range(last_run_end, len(ids)) if tok.decode([ids[i]]) == "user")
+    pieces = respell(ids, at, tok)
+    row["input_ids"] = ids[:at] + pieces + ids[at + 1 :]
+    row["loss_mask"] = mask[:at] + [0] * len(pieces) + mask[at + 1 :]
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}, [r.to_json() for r in results if r.failed]
+    (msg,) = by_name(results)["mask_fidelity"].details["messages"]
+    assert f"at token {at}" in msg and "after the last supervised run" in msg, msg
+
+
+def _float_mask_features(schema: pa.Schema) -> pa.Schema:
+    meta = json.loads(schema.metadata[b"huggingface"])
+    meta["info"]["features"]["loss_mask"]["feature"]["dtype"] = "float32"
+    return schema.with_metadata({b"huggingface": json.dumps(meta).encode()})
+
+
+@pytest.mark.parametrize(
+    ("tamper", "said"),
+    [
+        (_float_mask_features, "schema metadata"),
+        (lambda s: s.remove_metadata(), "schema metadata"),
+        (
+            lambda s: pa.schema([s.field(n) for n in reversed(s.names)], metadata=s.metadata),
+            "columns are in the order",
+        ),
+    ],
+    ids=["loss_mask_float32_in_the_features", "no_metadata", "columns_reordered"],
+)
+def test_a_shard_schema_draftset_does_not_write_fails_structure(built, tmp_path, tamper, said):
+    """The shard's own `huggingface` metadata is what `datasets` reads the features from (a
+    loss_mask declared float32 is cast so); the column order is what positional readers see.
+    verify compared only the columns' names and types and passed all three."""
+    folder = copy_set(built["all"], tmp_path)
+    table = pa.Table.from_pylist(read_rows(folder), schema=arrow_schema())
+    schema = tamper(table.schema)
+    table = table.select(schema.names).replace_schema_metadata(schema.metadata)
+    with (
+        pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "wb") as sink,
+        pa.ipc.new_stream(sink, table.schema) as w,
+    ):
+        w.write_table(table)
+    reseal(folder)
+    results = fast_checks(folder)
+    assert failed(results) == {"structure"}, [r.to_json() for r in results if r.failed]
+    assert said in by_name(results)["structure"].summary

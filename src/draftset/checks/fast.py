@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from draftset.core import reasons
 from draftset.core.words import plural
 from draftset.engine.helper import SidecarError
-from draftset.output.base import rel_name, safe_name
+from draftset.output.base import arrow_schema, rel_name, safe_name
 from draftset.output.folder import DRAFTSET_LATER_FILES, REPORT_PAGE, TMP_WHILE_WRITTEN
 from draftset.output.readback import (
     REQUIRED_COLUMNS,
@@ -58,6 +59,7 @@ def check_structure(out: OutputSet, facts: SetFacts | None = None) -> CheckResul
     for name in schema.names:  # e.g. `labels`, which trainers read instead of loss_mask
         if name not in REQUIRED_COLUMNS:
             p.add(f"column {name} is not one draftset writes (a loader may train on it)")
+    _check_schema_as_written(p, schema)
     if p.count:
         return p.result("structure", "")
     vocab = out.vocab_size
@@ -98,6 +100,26 @@ def check_structure(out: OutputSet, facts: SetFacts | None = None) -> CheckResul
     return p.result(
         "structure", f"{plural(n, 'row')}; columns, dtypes, lengths, ids and token ids ok"
     )
+
+
+def _check_schema_as_written(p: Problems, schema: pa.Schema) -> None:
+    """The shards' schema is the one build writes (`arrow_schema`) beyond names and types:
+    the column order (what a positional reader sees) and the `huggingface` metadata, from
+    which `datasets` takes the features of a Parquet or Arrow file (a loss_mask declared
+    float32 there is read as float32; dropped, the types are guessed)."""
+    written = arrow_schema()
+    if set(schema.names) == set(written.names) and schema.names != written.names:
+        p.add(
+            f"columns are in the order {', '.join(schema.names)}, not draftset's"
+            f" {', '.join(written.names)}"
+        )
+    if schema.metadata != written.metadata:
+        got = "none" if not schema.metadata else ", ".join(k.decode() for k in schema.metadata)
+        p.add(
+            "schema metadata is not the `huggingface` features draftset writes (datasets reads"
+            f" the columns' types from it; the shard has {got}"
+            + (", with other features)" if got == "huggingface" else ")")
+        )
 
 
 def _rid(ids: Sequence[str | None], start: int, r: int | np.integer) -> str:

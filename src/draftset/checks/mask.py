@@ -607,7 +607,35 @@ def compare_row(
         if v.truncated and start >= len(text.rstrip("\ufffd")):
             continue  # cut off by truncation
         v.mask.append(f"assistant turn {j} should be supervised but is not: {_short(gen)}")
+    if pieces and pieces[-1][0] in matched and pieces[-1][0] not in demoted:
+        last = next(g for g, (start, _, _) in enumerate(exp.gens) if start == pieces[-1][0])
+        tail_start = raw.gens[last][0] + len(raw.gens[last][1])
+        _check_trailing_context(v, tmpl, ids, runs[-1][1], raw.text[tail_start:], cut_allowed)
     return v
+
+
+def _check_trailing_context(
+    v: RowVerdict, tmpl: ChatTemplate, ids: np.ndarray, end: int, tail: str, cut: bool
+) -> None:
+    """The tokens after the row's last supervised run are its trailing context encoded in one
+    piece, as build encodes every segment (docs/semantics.md, "Tokens follow serving"); the
+    rule on the tokens before each run never reaches them. One tokenizer call on the text after
+    the last generation (in ``each`` and most ``all`` rows a newline or nothing). ``cut``: a
+    row cut at ``--max-length`` holds a prefix of them."""
+    want = list(tmpl.tokenizer(tail, add_special_tokens=False)["input_ids"])
+    have = [int(x) for x in ids[end:]]
+    if have == (want[: len(have)] if cut else want):
+        return
+    d = next((i for i, (a, b) in enumerate(zip(have, want, strict=False)) if a != b), None)
+    d = min(len(have), len(want)) if d is None else d
+    row_ids, built_ids = have[d : d + 4], want[d : d + 4]
+    row_text = _decode(tmpl, np.asarray(row_ids))
+    built_text = _decode(tmpl, np.asarray(built_ids))
+    v.mask.append(
+        "the context after the last supervised run is not its text encoded in one piece (as"
+        f" build encodes it): at token {end + d}, row {row_ids} {row_text!r}"
+        f" vs tokenizer(text) {built_ids} {built_text!r}"
+    )
 
 
 WINDOW = 12
