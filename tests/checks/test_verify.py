@@ -697,7 +697,7 @@ def read_ids(folder: Path) -> list[str]:
 
 def replace_supervised_token(
     row: dict, tok: Tokenizer, old: str, new: str, supervised: bool = True
-) -> None:
+) -> int:
     """Swap one (supervised, or context) token for another of the same length in characters."""
     (a,) = tok.encode(old, add_special_tokens=False).ids
     (b,) = tok.encode(new, add_special_tokens=False).ids
@@ -705,6 +705,7 @@ def replace_supervised_token(
     mask = row["loss_mask"]
     at = next(i for i, t in enumerate(row["input_ids"]) if t == a and mask[i] == int(supervised))
     row["input_ids"][at] = b
+    return at
 
 
 @pytest.mark.parametrize(
@@ -716,7 +717,7 @@ def test_same_length_token_swap_fails_mask_fidelity(built, tmp_path, tok, old, n
     comparison can catch it."""
     folder = copy_set(built["all"], tmp_path)
     rows = read_rows(folder)
-    replace_supervised_token(find_row(rows, "sys"), tok, old, new, supervised)
+    at = replace_supervised_token(find_row(rows, "sys"), tok, old, new, supervised)
     write_rows(folder, rows)
     assert {"file_hashes", "mask_fidelity"} <= failed(verify(folder))
     reseal(folder)
@@ -724,6 +725,12 @@ def test_same_length_token_swap_fails_mask_fidelity(built, tmp_path, tok, old, n
     assert failed(results) == {"mask_fidelity"}
     mf = by_name(results)["mask_fidelity"]
     assert mf.examples == ["sys"] and mf.count >= 1
+    # the message says where: the token, and the row's text there beside the expected text
+    (msg,) = mf.details["messages"]
+    assert f"at token {at} " in msg, msg
+    row_side, expected_side = msg.split(" vs expected ")
+    assert new.strip() in row_side and old.strip() in expected_side, msg
+    assert new.strip() not in expected_side, msg
 
 
 @pytest.mark.parametrize("shift", [1, -1])
@@ -1502,3 +1509,124 @@ def test_removed_by_benchmark_naming_a_benchmark_the_set_never_used_fails(tmp_pa
     results = verify(out)
     assert "accounting" in failed(results), [r.to_json() for r in results if r.failed]
     assert "/tmp/x.jsonl" in json.dumps(by_name(results)["accounting"].to_json())
+
+
+# --- files the set's layout does not account for -------------------------------------------------
+@pytest.mark.parametrize(
+    "name", ["data/train-00000-of-00001.parquet", "README.md", "extra.parquet", "sub/notes.txt"]
+)
+def test_a_listed_file_that_is_not_one_of_the_sets_fails_file_hashes(built, tmp_path, name):
+    """A file listed in the manifest with its sha256 is still no part of the set unless the
+    set's layout accounts for it: a Parquet shard of another build beside an Arrow set is what
+    `load_dataset(DIR)` reads. verify passed it once the forger added its digest."""
+    folder = copy_set(built["all"], tmp_path)
+    (folder / name).parent.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(b"PAR1 a shard of another build")
+    m = manifest(folder)
+    m["files"][name] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+    save_manifest(folder, m)
+    results = fast_checks(folder)
+    assert failed(results) == {"file_hashes"}, [r.to_json() for r in results if r.failed]
+    fh = by_name(results)["file_hashes"]
+    assert fh.examples == [name] and "not one of the set's files" in fh.summary
+
+
+def test_a_shard_state_json_lists_under_another_name_fails_file_hashes(built, tmp_path):
+    """state.json and the manifest both naming a shard draftset never names (a copy under
+    a name of the user's): the loader reads it, build never writes it."""
+    folder = copy_set(built["all"], tmp_path)
+    (folder / "data-00000-of-00001.arrow").rename(folder / "train.arrow")
+    state = json.loads((folder / "state.json").read_text())
+    state["_data_files"] = [{"filename": "train.arrow"}]
+    (folder / "state.json").write_text(json.dumps(state))
+    m = manifest(folder)
+    m["files"]["train.arrow"] = m["files"].pop("data-00000-of-00001.arrow")
+    m["files"]["state.json"] = hashlib.sha256((folder / "state.json").read_bytes()).hexdigest()
+    save_manifest(folder, m)
+    fh = by_name(fast_checks(folder))["file_hashes"]
+    assert fh.failed and fh.examples == ["train.arrow"], fh.to_json()
+
+
+# --- row order -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "first", "second"), [("each", "multi#0", "multi#1"), ("all", "sys", "ph")]
+)
+def test_rows_out_of_input_order_fail_row_identity_naming_the_pair(
+    built, tmp_path, name, first, second
+):
+    """Two turn rows of one conversation swapped (`--turns each`) passed: both belong to the
+    same input row, and the order was only checked between input rows. Rows are in input
+    order (caches are keyed by row index); the failure names the first pair out of order."""
+    folder = copy_set(built[name], tmp_path)
+    rows = read_rows(folder)
+    i, j = read_ids(folder).index(first), read_ids(folder).index(second)
+    assert j == i + 1
+    rows[i], rows[j] = rows[j], rows[i]
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"row_identity"}, [r.to_json() for r in results if r.failed]
+    ident = by_name(results)["row_identity"]
+    assert ident.examples == [second]
+    (msg,) = ident.details["messages"]
+    assert f"row {i} ({second}) comes before row {j} ({first})" in msg, msg
+
+
+def test_context_after_the_last_supervised_run_in_other_tokens_fails_mask_fidelity(
+    tool_loop_set, tmp_path, tok
+):
+    """The context after the row's last supervised run (here the final turn, context:
+    `history_tokens_differ`) with `user` spelled `u`, `s`, `e`, `r`: the same text, a split
+    the tokenizer never makes. The token rule covered only the tokens before each run."""
+    folder = copy_set(tool_loop_set, tmp_path)
+    rows = read_rows(folder)
+    (row,) = rows
+    ids, mask = row["input_ids"], row["loss_mask"]
+    last_run_end = max(i for i, m in enumerate(mask) if m) + 1
+    at = next(i for i in range(last_run_end, len(ids)) if tok.decode([ids[i]]) == "user")
+    pieces = respell(ids, at, tok)
+    row["input_ids"] = ids[:at] + pieces + ids[at + 1 :]
+    row["loss_mask"] = mask[:at] + [0] * len(pieces) + mask[at + 1 :]
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"mask_fidelity"}, [r.to_json() for r in results if r.failed]
+    (msg,) = by_name(results)["mask_fidelity"].details["messages"]
+    assert f"at token {at}" in msg and "after the last supervised run" in msg, msg
+
+
+def _float_mask_features(schema: pa.Schema) -> pa.Schema:
+    meta = json.loads(schema.metadata[b"huggingface"])
+    meta["info"]["features"]["loss_mask"]["feature"]["dtype"] = "float32"
+    return schema.with_metadata({b"huggingface": json.dumps(meta).encode()})
+
+
+@pytest.mark.parametrize(
+    ("tamper", "said"),
+    [
+        (_float_mask_features, "schema metadata"),
+        (lambda s: s.remove_metadata(), "schema metadata"),
+        (
+            lambda s: pa.schema([s.field(n) for n in reversed(s.names)], metadata=s.metadata),
+            "columns are in the order",
+        ),
+    ],
+    ids=["loss_mask_float32_in_the_features", "no_metadata", "columns_reordered"],
+)
+def test_a_shard_schema_draftset_does_not_write_fails_structure(built, tmp_path, tamper, said):
+    """The shard's own `huggingface` metadata is what `datasets` reads the features from (a
+    loss_mask declared float32 is cast so); the column order is what positional readers see.
+    verify compared only the columns' names and types and passed all three."""
+    folder = copy_set(built["all"], tmp_path)
+    table = pa.Table.from_pylist(read_rows(folder), schema=arrow_schema())
+    schema = tamper(table.schema)
+    table = table.select(schema.names).replace_schema_metadata(schema.metadata)
+    with (
+        pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "wb") as sink,
+        pa.ipc.new_stream(sink, table.schema) as w,
+    ):
+        w.write_table(table)
+    reseal(folder)
+    results = fast_checks(folder)
+    assert failed(results) == {"structure"}, [r.to_json() for r in results if r.failed]
+    assert said in by_name(results)["structure"].summary

@@ -181,7 +181,7 @@ def test_show_and_report_read_parquet(
         shown.append(capsys.readouterr().out)
     assert shown[0] == shown[1] and "chat" in shown[1]
     html = api.report(sets.parquet.out, output=tmp_path / "r.html").read_text()
-    assert "no file the manifest does not list" in html and ">fail<" not in html
+    assert "no file the set does not account for" in html and ">fail<" not in html
     rows = sets.parquet.manifest["totals"]
     assert f"{rows['rows']} / {rows['tokens']} / {rows['supervised_tokens']}" in html
 
@@ -237,3 +237,18 @@ def test_draftset_run_writes_parquet_from_the_recipe(tmp_path: Path) -> None:
     assert result.ok
     out = open_output(tmp_path / "out")
     assert out.output_format == "parquet" and sorted(out.ids()) == ["c1", "p1"]
+
+
+def test_a_listed_parquet_file_under_a_name_draftset_never_writes_is_caught(
+    sets: Sets, tmp_path: Path
+) -> None:
+    """A second shard, listed in the manifest with its sha256, under a name no build gives a
+    shard (`data/*.parquet`: a Parquet loader reads it). It was read as part of the set."""
+    out = _copy(sets.parquet.out, tmp_path)
+    extra = "data/extra.parquet"
+    shutil.copy(out / SHARD, out / extra)
+    m = json.loads((out / "manifest.json").read_text())
+    m["files"][extra] = m["files"][SHARD]
+    (out / "manifest.json").write_text(json.dumps(m))
+    res = {c.name: c for c in fast_checks(out)}
+    assert res["file_hashes"].failed and extra in res["file_hashes"].examples, res

@@ -134,6 +134,9 @@ class _IpcFileLayout(Layout):
     format = "ipc-file"
     shard_glob = "rows/*.arrows"
 
+    def shard_name(self, index: int, count: int) -> str:
+        return f"rows/part-{index}.arrows"
+
     def data_files(self, folder: Path, manifest: dict) -> list[Path]:
         return [folder / "rows" / "part-0.arrows"]
 

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from draftset.core import reasons
 from draftset.core.words import plural
 from draftset.engine.helper import SidecarError
-from draftset.output.base import rel_name, safe_name
+from draftset.output.base import arrow_schema, rel_name, safe_name
 from draftset.output.folder import DRAFTSET_LATER_FILES, REPORT_PAGE, TMP_WHILE_WRITTEN
 from draftset.output.readback import (
     REQUIRED_COLUMNS,
@@ -58,6 +59,7 @@ def check_structure(out: OutputSet, facts: SetFacts | None = None) -> CheckResul
     for name in schema.names:  # e.g. `labels`, which trainers read instead of loss_mask
         if name not in REQUIRED_COLUMNS:
             p.add(f"column {name} is not one draftset writes (a loader may train on it)")
+    _check_schema_as_written(p, schema)
     if p.count:
         return p.result("structure", "")
     vocab = out.vocab_size
@@ -98,6 +100,26 @@ def check_structure(out: OutputSet, facts: SetFacts | None = None) -> CheckResul
     return p.result(
         "structure", f"{plural(n, 'row')}; columns, dtypes, lengths, ids and token ids ok"
     )
+
+
+def _check_schema_as_written(p: Problems, schema: pa.Schema) -> None:
+    """The shards' schema is the one build writes (`arrow_schema`) beyond names and types:
+    the column order (what a positional reader sees) and the `huggingface` metadata, from
+    which `datasets` takes the features of a Parquet or Arrow file (a loss_mask declared
+    float32 there is read as float32; dropped, the types are guessed)."""
+    written = arrow_schema()
+    if set(schema.names) == set(written.names) and schema.names != written.names:
+        p.add(
+            f"columns are in the order {', '.join(schema.names)}, not draftset's"
+            f" {', '.join(written.names)}"
+        )
+    if schema.metadata != written.metadata:
+        got = "none" if not schema.metadata else ", ".join(k.decode() for k in schema.metadata)
+        p.add(
+            "schema metadata is not the `huggingface` features draftset writes (datasets reads"
+            f" the columns' types from it; the shard has {got}"
+            + (", with other features)" if got == "huggingface" else ")")
+        )
 
 
 def _rid(ids: Sequence[str | None], start: int, r: int | np.integer) -> str:
@@ -436,17 +458,33 @@ def _reject_ok(obj: Any, counts: dict[str, Any]) -> bool:
 
 
 # --- file hashes ---------------------------------------------------------------------------------
+SIDE_FILES = ("token_freq.npy", "rejects.jsonl", "prompts.jsonl")
+"""Files every set has beside its rows, whatever the output format."""
+TORCH_FILE = "token_freq.pt"
+"""Written only when torch imported at build time: the one file a set may lack."""
+
+
+def set_files(out: OutputSet) -> set[str]:
+    """Every file the set's layout accounts for: its shards under the names the writer gives
+    them (as many as it has), the format's metadata, the side files, `TORCH_FILE` and the
+    d2t/t2d of the recorded ``draft_vocab_size``. Nothing else is ever one of a set's files,
+    listed in the manifest or not."""
+    count = len(out.data_files)
+    names = {out.layout.shard_name(i, count) for i in range(count)}
+    names |= {*out.layout.metadata_files, *SIDE_FILES, TORCH_FILE}
+    n = out.options.get("draft_vocab_size")
+    if n:
+        names |= {f"d2t-{n}.npy", f"t2d-{n}.npy"}
+    return names
+
+
 def check_file_hashes(out: OutputSet) -> CheckResult:
-    """Every output file the manifest lists exists with its recorded sha256, and none is missing."""
+    """Every output file the manifest lists exists with its recorded sha256, none is missing,
+    and every file in the folder is one the set's layout accounts for (`set_files`)."""
     p = Problems()
     files: dict[str, str] = out.manifest.get("files") or {}
-    expected = {
-        *out.data_names,
-        *out.layout.metadata_files,
-        "token_freq.npy",
-        "rejects.jsonl",
-        "prompts.jsonl",
-    }
+    own = set_files(out)
+    expected = {*out.data_names, *out.layout.metadata_files, *SIDE_FILES}
     n = out.options.get("draft_vocab_size")
     if n:
         expected |= {f"d2t-{n}.npy", f"t2d-{n}.npy"}
@@ -461,6 +499,17 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
             out.sha256[name] = sha256_file(path)
         if out.sha256[name] != digest:
             p.add("sha256 differs from the manifest", name)
+    # a file listed with its digest (or a shard the format's index names) is still no part
+    # of the set unless draftset writes it: a Parquet shard of another build beside an Arrow
+    # set is what `load_dataset(DIR)` reads, a README nothing proves
+    for name in sorted((set(files) | set(out.data_names)) - own):
+        p.add(
+            "file that is not one of the set's files (draftset writes no such file: move it out)",
+            name,
+            f"{name}: draftset writes no such file in a set of"
+            f" {plural(len(out.data_files), out.output_format + ' shard')}, though "
+            + ("the manifest lists it" if name in files else "the set's index names it"),
+        )
     # a file that looks like a shard but is not one of the set's (another run's shard, a copy,
     # a `datasets` cache file) is not part of the set, yet looks like it
     strays = set()
@@ -479,8 +528,8 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
             )
     return p.result(
         "file_hashes",
-        f"{plural(len(files), 'file')} match their manifest sha256; no file the manifest does"
-        " not list",
+        f"{plural(len(files), 'file')} match their manifest sha256; no file the set does"
+        " not account for",
     )
 
 

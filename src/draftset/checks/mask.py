@@ -544,7 +544,10 @@ def compare_row(
         if cut_allowed and exp.text.startswith(text.rstrip("\ufffd")):
             v.truncated = True
         else:
-            v.mask.append("row text differs from the re-render of its source row")
+            v.mask.append(
+                "row text differs from the re-render of its source row"
+                + _first_difference(tmpl, ids, text, exp.text)
+            )
             return v
     server = server_completion_ids(conv)
     by_start = {start: (gen, j) for start, gen, j in exp.gens}
@@ -597,7 +600,59 @@ def compare_row(
         if v.truncated and start >= len(text.rstrip("\ufffd")):
             continue  # cut off by truncation
         v.mask.append(f"assistant turn {j} should be supervised but is not: {_short(gen)}")
+    if pieces and pieces[-1][0] in matched and pieces[-1][0] not in demoted:
+        last = next(g for g, (start, _, _) in enumerate(exp.gens) if start == pieces[-1][0])
+        tail_start = raw.gens[last][0] + len(raw.gens[last][1])
+        _check_trailing_context(v, tmpl, ids, runs[-1][1], raw.text[tail_start:], cut_allowed)
     return v
+
+
+def _check_trailing_context(
+    v: RowVerdict, tmpl: ChatTemplate, ids: np.ndarray, end: int, tail: str, cut: bool
+) -> None:
+    """The tokens after the row's last supervised run are its trailing context encoded in one
+    piece, as build encodes every segment (docs/semantics.md, "Tokens follow serving"); the
+    rule on the tokens before each run never reaches them. One tokenizer call on the text after
+    the last generation (in ``each`` and most ``all`` rows a newline or nothing). ``cut``: a
+    row cut at ``--max-length`` holds a prefix of them."""
+    want = list(tmpl.tokenizer(tail, add_special_tokens=False)["input_ids"])
+    have = [int(x) for x in ids[end:]]
+    if have == (want[: len(have)] if cut else want):
+        return
+    d = next((i for i, (a, b) in enumerate(zip(have, want, strict=False)) if a != b), None)
+    d = min(len(have), len(want)) if d is None else d
+    row_ids, built_ids = have[d : d + 4], want[d : d + 4]
+    row_text = _decode(tmpl, np.asarray(row_ids))
+    built_text = _decode(tmpl, np.asarray(built_ids))
+    v.mask.append(
+        "the context after the last supervised run is not its text encoded in one piece (as"
+        f" build encodes it): at token {end + d}, row {row_ids} {row_text!r}"
+        f" vs tokenizer(text) {built_ids} {built_text!r}"
+    )
+
+
+WINDOW = 12
+"""Characters shown on each side of a difference in a mask_fidelity message."""
+
+
+def _first_difference(tmpl: ChatTemplate, ids: np.ndarray, text: str, want: str) -> str:
+    """Where a row's decoded ``text`` first departs from the expected ``want``: the token
+    that holds that character (the shortest prefix of the row decoding past it; a failed row
+    only, so the few decodes of a binary search cost nothing) and both texts around it."""
+    at = next((i for i, (a, b) in enumerate(zip(text, want, strict=False)) if a != b), None)
+    at = min(len(text), len(want)) if at is None else at
+    lo, hi = 0, len(ids)
+    while lo < hi:  # the first token count whose decoded prefix reaches past character `at`
+        mid = (lo + hi) // 2
+        if len(_decode(tmpl, ids[: mid + 1])) > at:
+            hi = mid
+        else:
+            lo = mid + 1
+    start = max(0, at - WINDOW)
+    return (
+        f": at token {lo} (character {at}), row {text[start : at + WINDOW]!r}"
+        f" vs expected {want[start : at + WINDOW]!r}"
+    )
 
 
 _OTHER_TOKENS = (
@@ -835,7 +890,7 @@ def source_pass(
     maskp = Problems()
     leak = Problems()
     used_rejects: set[tuple[str, int]] = set()
-    row_owner: dict[int, int] = {}  # output row -> stream position of its input row
+    row_owner: dict[int, tuple[int, int]] = {}  # output row -> (input row's position, turn k)
     context_by_source: dict[str, Counter[str]] = {}
     checked = 0
     sources = out.sources()
@@ -846,7 +901,8 @@ def source_pass(
             continue
         expected: list[tuple[str, Expected]] = []
         error: str | None = None
-        if isinstance(item, PreTokenized) or mode != "each":
+        turn_rows = mode == "each" and not isinstance(item, PreTokenized)
+        if not turn_rows:
             own = [item.id] if item.id in row_of_id else []
         else:
             own = idx.each_rows.get(item.id, [])
@@ -863,7 +919,7 @@ def source_pass(
                 )
         for rid in own:
             r = row_of_id[rid]
-            row_owner[r] = position
+            row_owner[r] = (position, _turn_row(rid) if turn_rows else 0)
             if sources[r] != item.source:
                 ident.add("row's source column differs from its input row's source", rid)
         needs = full or any(row_of_id[rid] in chosen_set for rid in own)
@@ -1003,19 +1059,31 @@ def _check_every_output_row(
     row_owner: dict[int, int],
     used_rejects: set[tuple[str, int]],
 ) -> None:
-    """Every output row and reject line belongs to an input row, and rows keep input order."""
+    """Every output row and reject line belongs to an input row, and rows keep input order:
+    input rows in order, and one conversation's turn rows (``--turns each``) in turn order."""
     n = len(idx.ids)
     for r in range(n):
         if r not in row_owner:
             ident.add("output row id not found among the input rows", idx.ids[r] or f"#{r}")
-    order = [row_owner[r] for r in range(n) if r in row_owner]
-    for a, b in itertools.pairwise(order):
-        if b < a:
-            ident.add("rows are not in input order (build's order is deterministic)", None)
+    owned = [r for r in range(n) if r in row_owner]
+    for a, b in itertools.pairwise(owned):
+        if row_owner[b] < row_owner[a]:
+            first, second = idx.ids[a] or f"#{a}", idx.ids[b] or f"#{b}"
+            ident.add(
+                "rows are not in input order (build's order is deterministic)",
+                first,
+                f"row {a} ({first}) comes before row {b} ({second}), which build writes first"
+                " (the first pair out of order)",
+            )
             break
     for key in idx.rejects_at:
         if key not in used_rejects:
             ident.add("rejects.jsonl line for a row that is not an input row", f"{key[0]}:{key[1]}")
+
+
+def _turn_row(rid: str) -> int:
+    """k of a ``--turns each`` row id ``base#k``: its conversation's rows are in k order."""
+    return int(rid.rpartition("#")[2])
 
 
 _BOUNDED = frozenset({reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE})

@@ -27,6 +27,11 @@ from draftset.sources.read import sha256_file
 __all__ = ["LAYOUT", "WRITER", "ArrowLayout", "ArrowWriter", "arrow_schema"]
 
 
+def shard_name(index: int, count: int) -> str:
+    """The name of shard ``index`` of ``count``, as ``save_to_disk`` names its shards."""
+    return f"data-{index:05d}-of-{count:05d}.arrow"
+
+
 class ArrowWriter(ShardedWriter):
     """Streams rows into Arrow IPC shards in the save_to_disk layout."""
 
@@ -41,7 +46,7 @@ class ArrowWriter(ShardedWriter):
         return self.folder / f"data-{stem}.arrow.part"
 
     def shard_path(self, index: int, count: int) -> Path:
-        return self.folder / f"data-{index:05d}-of-{count:05d}.arrow"
+        return self.folder / shard_name(index, count)
 
     def open_part(self, path: Path) -> None:
         self._sink = pa.OSFile(str(path), "wb")
@@ -96,6 +101,9 @@ class ArrowLayout(Layout):
     shard_glob = "*.arrow"
     metadata_files = ("dataset_info.json", "state.json")
     speculators_loadable = True
+
+    def shard_name(self, index: int, count: int) -> str:
+        return shard_name(index, count)
 
     def data_files(self, folder: Path, manifest: dict[str, Any]) -> list[Path]:
         entries = _state(folder).get("_data_files") or []

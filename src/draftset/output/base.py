@@ -317,6 +317,10 @@ class Layout(ABC):
     """Whether speculators' loader reads this layout as-is (its load check runs only then)."""
 
     @abstractmethod
+    def shard_name(self, index: int, count: int) -> str:
+        """The name (relative to the folder) the writer gives shard ``index`` of ``count``."""
+
+    @abstractmethod
     def data_files(self, folder: Path, manifest: dict[str, Any]) -> list[Path]:
         """The shards holding the rows, in row order (what a loader of this format reads)."""
 

@@ -85,6 +85,9 @@ class ParquetLayout(Layout):
     format = "parquet"
     shard_glob = f"{DATA_DIR}/*.parquet"
 
+    def shard_name(self, index: int, count: int) -> str:
+        return shard_name(index, count)
+
     def data_files(self, folder: Path, manifest: dict[str, Any]) -> list[Path]:
         """The shards the manifest lists (else those in ``data/``), in name order = row order."""
         listed = [

@@ -244,7 +244,7 @@ def open_output(folder: Path) -> OutputSet:
             schema, rows = lay.scan(path)
             if out.schema is None:
                 out.schema = schema
-            elif not schema.equals(out.schema):
+            elif not schema.equals(out.schema, check_metadata=True):
                 raise pa.ArrowInvalid(f"{path.name} has another schema than the first shard")
             out.num_rows += rows
     except (OSError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
