@@ -64,6 +64,9 @@ class Source:
     weight: float | None = None
     count: int | None = None
     preset: str | None = None  # a known public set's layout (see presets.py)
+    # the name was given (a recipe's ``name:``), not derived from the path: it is kept as
+    # given, and a derived name equal to it is the one renamed (`config.recipe.unique_names`)
+    named: bool = field(default=False, compare=False)
     # (size, mtime_ns) of each file when it was counted: a file that changes between the
     # count and the read, or while it is read, stops the run (`_check_unchanged`)
     seen: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
