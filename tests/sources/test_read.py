@@ -784,3 +784,24 @@ def test_build_and_generate_refuse_a_folder_of_several_splits_before_any_work(tm
     with pytest.raises(UsageError, match="files of several splits"):
         api.generate([root], out=tmp_path / "a.jsonl", endpoints=["http://127.0.0.1:9/v1"])
     assert not (tmp_path / "a.jsonl").exists()
+
+
+def test_a_parquet_set_given_as_a_source_is_read_as_its_rows(tmp_path):
+    """A Parquet set (`--output-format parquet`) given as a source was read as a folder: its
+    manifest.json, verify.json and rejects.jsonl as rows (unknown_format), its prompts.jsonl
+    queued again as prompts. It is read as an Arrow set is: its data shards, in order."""
+    pre = [{"id": f"r{i}", "input_ids": [i + 1, 2], "loss_mask": [0, 1]} for i in range(5)]
+    shards = ["data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"]
+    for name, rows in zip(shards, (pre[:3], pre[3:]), strict=True):
+        (tmp_path / "set" / "data").mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / "set" / name)
+    files = {name: "0" * 64 for name in [*reversed(shards), "rejects.jsonl", "prompts.jsonl"]}
+    manifest = {"format": "draftset/1", "output_format": "parquet", "files": files}
+    write(tmp_path, "set/manifest.json", json.dumps(manifest).encode())
+    write(tmp_path, "set/verify.json", json.dumps({"ok": True}).encode())
+    write(tmp_path, "set/rejects.jsonl", jsonl_bytes([{"source": "a", "reason": "x"}]))
+    write(tmp_path, "set/prompts.jsonl", jsonl_bytes([{"messages": [{"role": "user"}]}]))
+    files_read, skipped = read.scan_source(tmp_path / "set")
+    assert files_read == [tmp_path / "set" / name for name in shards]
+    assert skipped == []
+    assert datas(read_all(tmp_path / "set")) == pre

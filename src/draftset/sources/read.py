@@ -182,8 +182,15 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
         _check_readable(path)  # first: sniffing a FIFO's compression would block
         _kind(path)
         return [path], []
-    if is_hf_dataset_dir(path):
+    if is_hf_dataset_dir(path):  # an Arrow set given as a source is one too
         return [path], []
+    shards = _parquet_set_shards(path)
+    if shards is not None:
+        for shard in shards:
+            _check_readable(shard)
+        if not shards:
+            raise SourceError(f"{path}: a draftset set whose manifest lists no data shards")
+        return shards, []
     _refuse_dataset_dict(path)
     found: list[Path] = []
     skipped: list[dict[str, str]] = []
@@ -293,6 +300,30 @@ def _refuse_dataset_dict(folder: Path) -> None:
     )
 
 
+def built_set_manifest(folder: Path) -> dict[str, Any] | None:
+    """The manifest of the set draftset built at ``folder`` (its manifest.json says
+    ``"format": "draftset/<n>"``), else None."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    fmt = manifest.get("format") if isinstance(manifest, dict) else None
+    return manifest if isinstance(fmt, str) and fmt.startswith("draftset/") else None
+
+
+def _parquet_set_shards(folder: Path) -> list[Path] | None:
+    """The data shards (``data/*.parquet``, in order) a Parquet set's manifest lists, when
+    ``folder`` is a set draftset built; None for any other folder. Read as a plain folder, its
+    manifest, verify record and rejects were rows, its prompts queued again as prompts."""
+    manifest = built_set_manifest(folder)
+    if manifest is None:
+        return None
+    listed = manifest.get("files")
+    names = [str(n) for n in listed] if isinstance(listed, dict) else []
+    shards = [n for n in names if n.startswith("data/") and n.endswith(".parquet")]
+    return [folder / n for n in sorted(shards)]
+
+
 def _json_format(path: Path) -> str:
     """The ``format`` string of a small JSON object file ("" when absent or unreadable)."""
     try:
@@ -310,7 +341,7 @@ def _made_by_draftset(folder: Path) -> str | None:
     read as training rows a second time, its prompts.jsonl as prompts; a `run` work folder
     holds the queue and answers of rows that are in the sources already.
     """
-    if _json_format(folder / "manifest.json").startswith("draftset/"):
+    if built_set_manifest(folder) is not None:
         return "a draftset output (built set), not input"
     if _json_format(folder / "state.json").startswith("draftset-run/"):
         return "a draftset run work folder, not input"
