@@ -805,3 +805,29 @@ def test_a_parquet_set_given_as_a_source_is_read_as_its_rows(tmp_path):
     assert files_read == [tmp_path / "set" / name for name in shards]
     assert skipped == []
     assert datas(read_all(tmp_path / "set")) == pre
+
+
+@pytest.mark.parametrize("doc", [ROWS, ROWS[0]])
+@pytest.mark.parametrize("name", ["a.jsonl", "a.ndjson", "a.jsonl.gz"])
+def test_one_json_document_named_jsonl_is_refused(tmp_path, doc, name):
+    """A pretty-printed JSON array saved as .jsonl was read line by line: every line rejected
+    invalid_json, and beside another source the file silently gone (exit 0)."""
+    data = (json.dumps(doc, indent=2) + "\n").encode()
+    path = write(tmp_path, name, gzip.compress(data) if name.endswith(".gz") else data)
+    renamed = name.replace(".jsonl", ".json").replace(".ndjson", ".json")
+    expected = f"{path}: one JSON document, not JSON Lines: rename it {renamed}"
+    with pytest.raises(SourceError, match=f"^{expected}"):
+        list_files(path)
+    with pytest.raises(SourceError, match=f"^{expected}"):
+        list_files(tmp_path)
+
+
+def test_json_lines_with_a_bad_first_line_are_still_read(tmp_path):
+    """Only a file that parses as one document is refused: a JSON Lines file whose first
+    lines are damaged still reads, those lines rejected."""
+    rows = [{"a": 1}, {"b": 2}]
+    path = write(tmp_path, "a.jsonl", b"{\n[\n" + jsonl_bytes(rows))
+    got = read_all(path)
+    assert [r.reject.reason for r in got[:2]] == [reasons.INVALID_JSON] * 2
+    assert datas(got[2:]) == rows
+    assert datas(read_all(write(tmp_path, "b.jsonl", b"[1, 2]\n"))) == [None]

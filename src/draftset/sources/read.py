@@ -153,6 +153,33 @@ def _check_readable(path: Path) -> None:
         )
 
 
+_LINES_SUFFIX = re.compile(r"\.(jsonl|ndjson)(?=(\.(gz|zst|zstd))?$)", re.IGNORECASE)
+
+
+def _refuse_one_document(path: Path) -> None:
+    """Raise `SourceError` for a JSON Lines file that is one JSON document (a pretty-printed
+    array or object): read line by line, every line was rejected ``invalid_json`` and, beside
+    other sources, the file silently gone. Judged on clear evidence only: its first non-blank
+    line is a lone ``[`` or ``{`` (never a row) and the whole file parses as one document, so a
+    JSON Lines file with damaged lines still reads, those lines rejected. (The reverse, JSON
+    Lines saved as ``.json``, is read as JSON Lines: `_json_is_lines`.)"""
+    found = _name_kind(path)
+    if found is None or found[0] != "jsonl":
+        return
+    try:
+        compression = found[1] or _sniff_compression(path)
+        with _open_bytes(path, compression) as stream:
+            first = next((line for line in _iter_lines(stream) if not _is_blank(line)), b"")
+        if first.removeprefix(_BOM).strip() not in (b"[", b"{"):
+            return
+        with _open_bytes(path, compression) as stream:
+            json.loads(stream.read().removeprefix(_BOM).decode("utf-8"))
+    except (*_READ_ERRORS, ValueError, RecursionError):  # not one document: read as lines
+        return
+    renamed = _LINES_SUFFIX.sub(".json", path.name)
+    raise SourceError(f"{path}: one JSON document, not JSON Lines: rename it {renamed}")
+
+
 # UTF-32 first: its little-endian mark begins with UTF-16's
 _WIDE_BOMS = (
     (b"\xff\xfe\x00\x00", "UTF-32"),
@@ -181,6 +208,7 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
     if not path.is_dir():
         _check_readable(path)  # first: sniffing a FIFO's compression would block
         _kind(path)
+        _refuse_one_document(path)
         return [path], []
     if is_hf_dataset_dir(path):  # an Arrow set given as a source is one too
         return [path], []
@@ -226,6 +254,7 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
                 skip(here / f, "unsupported type")
             else:
                 _check_readable(here / f)
+                _refuse_one_document(here / f)
                 found.append(here / f)
     if not found:
         raise SourceError(f"{path}: folder holds no supported data files")
