@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import os
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -831,3 +832,32 @@ def test_json_lines_with_a_bad_first_line_are_still_read(tmp_path):
     assert [r.reject.reason for r in got[:2]] == [reasons.INVALID_JSON] * 2
     assert datas(got[2:]) == rows
     assert datas(read_all(write(tmp_path, "b.jsonl", b"[1, 2]\n"))) == [None]
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("b.jsonl.bz2", "decompress it, or compress it with gzip or zstd"),
+        ("b.JSON.xz", "decompress it, or compress it with gzip or zstd"),
+        ("b.parquet.gz", "decompress it (Parquet and Arrow files are read uncompressed)"),
+    ],
+)
+def test_a_data_file_compressed_as_draftset_cannot_read_is_refused_in_a_folder(
+    tmp_path, name, hint
+):
+    """Inside a source folder it was skipped with a note (its rows silently left out, exit 0)
+    while named directly it was refused: refused in both places now, naming the file."""
+    folder = tmp_path / "data"
+    write(folder, "a.jsonl", jsonl_bytes(ROWS))
+    write(folder, "README.md", b"x")
+    path = write(folder, f"sub/{name}", b"x")
+    expected = f"{path}: a compressed data file draftset cannot read ({name.split('.')[-1]}): "
+    for source in (folder, path):
+        with pytest.raises(SourceError, match=f"^{re.escape(expected + hint)}$"):
+            list_files(source)
+    write(folder, "sub/old.jsonl.bak", b"x")  # not compressed data: skipped as before
+    path.unlink()
+    assert read.scan_source(folder)[1][-1] == {
+        "path": "sub/old.jsonl.bak",
+        "why": "unsupported type",
+    }

@@ -103,9 +103,34 @@ def _name_kind(path: Path) -> tuple[str, str | None] | None:
     return None
 
 
+_OTHER_COMPRESSIONS = frozenset(
+    {".bz2", ".xz", ".lzma", ".lz", ".lz4", ".br", ".sz", ".z", ".zip", ".7z", ".tgz", ".tar"}
+)
+"""Compression (or archive) suffixes draftset does not read: a data file so named is refused,
+never skipped like a README (its rows would be left out silently)."""
+
+
+def _compressed_unreadable(path: Path) -> str | None:
+    """Why a file whose name says it is data (``.jsonl``, ``.json``, ``.ndjson``, ``.parquet``,
+    ``.arrow``) cannot be read for its compression (``b.jsonl.bz2``, ``b.parquet.gz``), else
+    None: one line naming it, in a source folder as when named directly."""
+    stem, compression = os.path.splitext(path.name)
+    kind = os.path.splitext(stem)[1].lower()
+    comp = compression.lower()
+    if kind in _TEXT_KINDS and comp in _OTHER_COMPRESSIONS:
+        hint = "decompress it, or compress it with gzip or zstd"
+    elif kind in _BINARY_KINDS and (comp in _OTHER_COMPRESSIONS or comp in _COMPRESSIONS):
+        hint = "decompress it (Parquet and Arrow files are read uncompressed)"
+    else:
+        return None
+    return f"{path}: a compressed data file draftset cannot read ({compression[1:]}): {hint}"
+
+
 def _kind(path: Path) -> tuple[str, str | None]:
     """(container kind, compression) from the file name, sniffing compression magic bytes."""
     found = _name_kind(path)
+    if found is None and (why := _compressed_unreadable(path)):
+        raise SourceError(why)
     if found is None:
         raise SourceError(
             f"{path}: unsupported file type (expected .jsonl, .json, .parquet, .arrow, "
@@ -250,6 +275,8 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
                 skip(here / f, "hidden")
             elif f in generated:
                 skip(here / f, generated[f])
+            elif why := _compressed_unreadable(here / f):
+                raise SourceError(why)
             elif _name_kind(here / f) is None:
                 skip(here / f, "unsupported type")
             else:
