@@ -536,3 +536,43 @@ def test_template_kwargs_spelling_a_boolean_as_text_is_exit_2(tmp_path, capsys, 
     extra = ("--template-kwargs", json.dumps({"enable_thinking": value}))
     assert main(build_argv(src, out=tmp_path / "out", extra=extra)) == 2
     assert f"enable_thinking is the string {value!r}" in one_line(capsys)
+
+
+def test_a_set_built_with_another_tokenizer_is_refused_as_a_source(tmp_path, capsys, monkeypatch):
+    """A Llama-built set given as a source to a Qwen build was written with Llama's token ids
+    (they fit in Qwen's larger vocabulary: no range check caught it), exit 0. Refused before
+    the tokenizer loads, naming both; a set given back to its own tokenizer still builds."""
+    from conftest import llama32_tokenizer_dir, trl_template
+
+    data = write_jsonl(tmp_path / "chats.jsonl", [chat(i) for i in range(3)])
+    llama = llama32_tokenizer_dir()
+    llama_set = tmp_path / "llama-set"
+    argv = ["build", str(data), "--tokenizer", str(llama), "--out", str(llama_set)]
+    llama_options = ("--chat-template", str(trl_template("llama3_1")), "--workers", "1")
+    assert main([*argv, *llama_options, "--no-progress"]) == 0
+    capsys.readouterr()
+    for given in (llama_set, llama_set / "data-00000-of-00001.arrow"):
+        with monkeypatch.context() as m:
+            m.setattr(build_mod, "plan_selection", _no_work)
+            m.setattr(build_mod, "open_stage", _no_work)
+            assert main(build_argv(given, out=tmp_path / "qwen-set")) == 2
+        line = one_line(capsys)
+        assert f"{given}: a set draftset built with the tokenizer {llama}" in line
+        assert str(qwen3_tokenizer_dir()) in line and "--tokenizer" in line
+        assert not (tmp_path / "qwen-set").exists()
+    again = ["build", str(llama_set), "--tokenizer", str(llama), "--out", str(tmp_path / "again")]
+    assert main([*again, *llama_options, "--no-progress"]) == 0
+    capsys.readouterr()
+    # a tokenizer known only once loaded (no tokenizer.json here; a hub id): refused then
+    slow = tmp_path / "qwen-slow"
+    slow.mkdir()
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        (slow / name).write_bytes((qwen3_tokenizer_dir() / name).read_bytes())
+    argv = ["build", str(llama_set), "--tokenizer", str(slow), "--out", str(tmp_path / "q")]
+    assert main([*argv, "--eot-token", "<|im_end|>", "--workers", "1", "--no-progress"]) == 2
+    assert f"a set draftset built with the tokenizer {llama}, not" in one_line(capsys)
+    assert not (tmp_path / "q").exists()
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("work started before the error was found")

@@ -15,7 +15,7 @@ import pytest
 from conftest import qwen3_tokenizer_dir
 
 from draftset.cli import main
-from draftset.config.recipe import unique_names
+from draftset.config.recipe import RecipeError, load_recipe, unique_names
 from draftset.sources.read import Source
 
 
@@ -78,3 +78,44 @@ def test_three_files_whose_names_collide_build_with_every_row(tmp_path, suffix):
         "data-3": 3,
         "data-2": 4,
     }
+
+
+def test_an_explicit_name_keeps_its_name_and_the_derived_one_gets_the_suffix():
+    """A recipe's ``name: z2`` on one source renamed *another* source (derived name z2) to
+    z2-2 before, so a mix weight keyed ``z2`` went to the wrong source."""
+    named = Source("z2", Path("/x/z1.jsonl"), named=True)
+    derived = Source("z2", Path("/x/z2.jsonl"))
+    assert [s.name for s in unique_names([derived, named])] == ["z2-2", "z2"]
+    assert [s.name for s in unique_names([named, Source("z2", Path("/x/2"))])] == ["z2", "z2-2"]
+
+
+def test_two_sources_given_the_same_explicit_name_are_refused(tmp_path):
+    (tmp_path / "z1.jsonl").write_text(json.dumps(chat(1)) + "\n", encoding="utf-8")
+    (tmp_path / "z2.jsonl").write_text(json.dumps(chat(2)) + "\n", encoding="utf-8")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\nout: out\nsources:\n"
+        " - {path: z1.jsonl, name: chat}\n - {path: z2.jsonl, name: chat}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(RecipeError, match=r"two sources are named 'chat' \(.*z1.jsonl.*z2.jsonl"):
+        unique_names(load_recipe(recipe)["sources"])
+    assert main(["build", str(recipe), "--no-progress"]) == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_recipe_name_wins_over_a_file_stem_in_a_build(tmp_path):
+    for stem in ("z1", "z2"):
+        rows = [chat(i) for i in (range(10, 13) if stem == "z1" else range(2))]
+        (tmp_path / f"{stem}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8"
+        )
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\neot_tokens: ['<|im_end|>']\nout: out\n"
+        "workers: 1\nsources:\n - {path: z2.jsonl}\n - {path: z1.jsonl, name: z2}\n",
+        encoding="utf-8",
+    )
+    assert main(["build", str(recipe), "--no-progress"]) == 0
+    per_source = json.loads((tmp_path / "out" / "manifest.json").read_text())["counts"]
+    assert {n: c["written"] for n, c in per_source["per_source"].items()} == {"z2-2": 2, "z2": 3}

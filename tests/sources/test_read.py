@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import os
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -784,3 +785,79 @@ def test_build_and_generate_refuse_a_folder_of_several_splits_before_any_work(tm
     with pytest.raises(UsageError, match="files of several splits"):
         api.generate([root], out=tmp_path / "a.jsonl", endpoints=["http://127.0.0.1:9/v1"])
     assert not (tmp_path / "a.jsonl").exists()
+
+
+def test_a_parquet_set_given_as_a_source_is_read_as_its_rows(tmp_path):
+    """A Parquet set (`--output-format parquet`) given as a source was read as a folder: its
+    manifest.json, verify.json and rejects.jsonl as rows (unknown_format), its prompts.jsonl
+    queued again as prompts. It is read as an Arrow set is: its data shards, in order."""
+    pre = [{"id": f"r{i}", "input_ids": [i + 1, 2], "loss_mask": [0, 1]} for i in range(5)]
+    shards = ["data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"]
+    for name, rows in zip(shards, (pre[:3], pre[3:]), strict=True):
+        (tmp_path / "set" / "data").mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / "set" / name)
+    files = {name: "0" * 64 for name in [*reversed(shards), "rejects.jsonl", "prompts.jsonl"]}
+    manifest = {"format": "draftset/1", "output_format": "parquet", "files": files}
+    write(tmp_path, "set/manifest.json", json.dumps(manifest).encode())
+    write(tmp_path, "set/verify.json", json.dumps({"ok": True}).encode())
+    write(tmp_path, "set/rejects.jsonl", jsonl_bytes([{"source": "a", "reason": "x"}]))
+    write(tmp_path, "set/prompts.jsonl", jsonl_bytes([{"messages": [{"role": "user"}]}]))
+    files_read, skipped = read.scan_source(tmp_path / "set")
+    assert files_read == [tmp_path / "set" / name for name in shards]
+    assert skipped == []
+    assert datas(read_all(tmp_path / "set")) == pre
+
+
+@pytest.mark.parametrize("doc", [ROWS, ROWS[0]])
+@pytest.mark.parametrize("name", ["a.jsonl", "a.ndjson", "a.jsonl.gz"])
+def test_one_json_document_named_jsonl_is_refused(tmp_path, doc, name):
+    """A pretty-printed JSON array saved as .jsonl was read line by line: every line rejected
+    invalid_json, and beside another source the file silently gone (exit 0)."""
+    data = (json.dumps(doc, indent=2) + "\n").encode()
+    path = write(tmp_path, name, gzip.compress(data) if name.endswith(".gz") else data)
+    renamed = name.replace(".jsonl", ".json").replace(".ndjson", ".json")
+    expected = f"{path}: one JSON document, not JSON Lines: rename it {renamed}"
+    with pytest.raises(SourceError, match=f"^{expected}"):
+        list_files(path)
+    with pytest.raises(SourceError, match=f"^{expected}"):
+        list_files(tmp_path)
+
+
+def test_json_lines_with_a_bad_first_line_are_still_read(tmp_path):
+    """Only a file that parses as one document is refused: a JSON Lines file whose first
+    lines are damaged still reads, those lines rejected."""
+    rows = [{"a": 1}, {"b": 2}]
+    path = write(tmp_path, "a.jsonl", b"{\n[\n" + jsonl_bytes(rows))
+    got = read_all(path)
+    assert [r.reject.reason for r in got[:2]] == [reasons.INVALID_JSON] * 2
+    assert datas(got[2:]) == rows
+    assert datas(read_all(write(tmp_path, "b.jsonl", b"[1, 2]\n"))) == [None]
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("b.jsonl.bz2", "decompress it, or compress it with gzip or zstd"),
+        ("b.JSON.xz", "decompress it, or compress it with gzip or zstd"),
+        ("b.parquet.gz", "decompress it (Parquet and Arrow files are read uncompressed)"),
+    ],
+)
+def test_a_data_file_compressed_as_draftset_cannot_read_is_refused_in_a_folder(
+    tmp_path, name, hint
+):
+    """Inside a source folder it was skipped with a note (its rows silently left out, exit 0)
+    while named directly it was refused: refused in both places now, naming the file."""
+    folder = tmp_path / "data"
+    write(folder, "a.jsonl", jsonl_bytes(ROWS))
+    write(folder, "README.md", b"x")
+    path = write(folder, f"sub/{name}", b"x")
+    expected = f"{path}: a compressed data file draftset cannot read ({name.split('.')[-1]}): "
+    for source in (folder, path):
+        with pytest.raises(SourceError, match=f"^{re.escape(expected + hint)}$"):
+            list_files(source)
+    write(folder, "sub/old.jsonl.bak", b"x")  # not compressed data: skipped as before
+    path.unlink()
+    assert read.scan_source(folder)[1][-1] == {
+        "path": "sub/old.jsonl.bak",
+        "why": "unsupported type",
+    }

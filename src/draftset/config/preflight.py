@@ -24,7 +24,11 @@ from draftset.core.files import cannot_create
 from draftset.core.modes import MODES
 from draftset.engine.base import available_cpus
 from draftset.mask.ambient import now_iso, valid_now
-from draftset.mask.template import _resolve_tokenizer_path, config_vocab_size
+from draftset.mask.template import (
+    _resolve_tokenizer_path,
+    config_vocab_size,
+    folder_vocabulary_sample,
+)
 from draftset.output.folder import (
     MANIFEST_FORMAT,
     foreign_listing,
@@ -35,7 +39,7 @@ from draftset.output.folder import (
 from draftset.select.decontam import check_benchmark_file
 from draftset.sources.normalize import MAPPABLE_FIELDS
 from draftset.sources.presets import apply_preset
-from draftset.sources.read import HUB_PREFIX
+from draftset.sources.read import HUB_PREFIX, Source, built_set_manifest
 
 if TYPE_CHECKING:
     from draftset.config.options import BuildOptions
@@ -77,6 +81,7 @@ def check_build(opts: BuildOptions) -> BuildOptions:
     check_output_path(opts.out, opts.overwrite, sources, others)
     check_chat_template(opts.chat_template_path)
     check_options(resolved)
+    check_set_sources(resolved.sources, resolved.tokenizer)
     if resolved.template_now is None:  # one instant for every render of the build
         resolved = dataclasses.replace(resolved, template_now=now_iso())
     elif valid_now(resolved.template_now) is None:
@@ -432,3 +437,54 @@ def check_options(opts: BuildOptions) -> None:
         )
     if n > target:
         raise PreflightError(f"--draft-vocab-size {n} exceeds the target vocabulary size {target}")
+
+
+def _built_set_of(path: Path) -> tuple[Path, dict[str, Any]] | None:
+    """(the set, its manifest) when a source is a set draftset built or one of its data files
+    (``SET/data-….arrow``, ``SET/data/train-….parquet``), else None."""
+    for folder in (path, path.parent, path.parent.parent):
+        manifest = built_set_manifest(folder) if folder.is_dir() else None
+        if manifest is not None:
+            return folder, manifest
+    return None
+
+
+def set_tokenizer_problem(
+    sources: list[Source], tokenizer: str, vocabulary_sample: str | None
+) -> str | None:
+    """Why a built set among ``sources`` cannot be read by a build with ``tokenizer`` (whose
+    `vocabulary_sample_sha256` is ``vocabulary_sample``): its rows are another tokenizer's
+    token ids, which a larger vocabulary takes without a range check failing, every row then
+    written as other tokens. None when each set's manifest records this vocabulary (a set
+    recording none, written before it was recorded, is not judged)."""
+    for source in sources:
+        if vocabulary_sample is None or str(source.path).startswith(HUB_PREFIX):
+            continue
+        found = _built_set_of(Path(source.path))
+        if found is None:
+            continue
+        folder, manifest = found
+        recorded = manifest.get("tokenizer")
+        recorded = recorded if isinstance(recorded, dict) else {}
+        sample = recorded.get("vocabulary_sample_sha256")
+        if isinstance(sample, str) and sample != vocabulary_sample:
+            its = recorded.get("path") or "another tokenizer"
+            return (
+                f"{source.path}: a set draftset built with the tokenizer {its}, not this"
+                f" build's {tokenizer} (another vocabulary): its rows are that tokenizer's"
+                f" token ids; build with --tokenizer {its}, or build again from the sources"
+                f" its manifest lists ({folder / 'manifest.json'}, inputs) with this tokenizer"
+            )
+    return None
+
+
+def check_set_sources(sources: list[Source], tokenizer: str) -> None:
+    """`set_tokenizer_problem` before the tokenizer loads, for a tokenizer folder holding a
+    tokenizer.json (a hub id, or a folder without one, is judged once the tokenizer is
+    loaded: `pipeline.build`)."""
+    if not any(_built_set_of(path) for path in local_sources(sources)):
+        return
+    folder = Path(tokenizer).expanduser()
+    sample = folder_vocabulary_sample(folder) if folder.is_dir() else None
+    if problem := set_tokenizer_problem(sources, tokenizer, sample):
+        raise PreflightError(problem)

@@ -56,16 +56,31 @@ def source_from_entry(entry: SourceEntry, path: Path | None = None) -> Source:
         weight=entry.weight,
         count=entry.count,
         preset=entry.preset,
+        named=entry.name is not None,
     )
 
 
 def unique_names(sources: list[Source]) -> list[Source]:
-    """Every source its own name: a later source named like an earlier one becomes
-    ``NAME-2`` (``-3``, ...), never a name another source has (its file's stem or its recipe
-    ``name:``), so no two sources' rows and counts are ever taken for one's."""
-    given = {s.name for s in sources}
-    used: set[str] = set()
+    """Every source its own name, so no two sources' rows and counts are ever taken for one's.
+
+    A name given (a recipe's ``name:``) is kept as given: a mix weight or a reader keyed by it
+    must reach that source, so two sources given one name are refused (`RecipeError`). A
+    derived name (the file's stem) equal to a given one or to an earlier source's becomes
+    ``NAME-2`` (``-3``, ...), never a name another source has."""
+    explicit: dict[str, Source] = {}
     for s in sources:
+        if s.named and s.name in explicit:
+            raise RecipeError(
+                f"two sources are named {s.name!r} ({explicit[s.name].path}, {s.path}):"
+                " give each its own name"
+            )
+        if s.named:
+            explicit[s.name] = s
+    given = {s.name for s in sources}
+    used = set(explicit)
+    for s in sources:
+        if s.named:
+            continue
         if s.name in used:
             n = 2
             while f"{s.name}-{n}" in used or f"{s.name}-{n}" in given:

@@ -163,6 +163,21 @@ def tokenizer_files_fingerprint(folder: Path) -> str:
     return h.hexdigest()
 
 
+def folder_vocabulary_sample(folder: Path) -> str | None:
+    """`vocabulary_sample_sha256` of a tokenizer folder's ``tokenizer.json``, read with
+    `tokenizers` alone (a fraction of a second, no transformers): a set's manifest records it,
+    so a set's tokenizer is known before this one loads. None without a readable file."""
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer  # lazy: only a build given a built set reads it here
+
+    try:
+        return vocabulary_sample_sha256(Tokenizer.from_file(str(path)))
+    except Exception:  # unreadable here: the tokenizer's own load says why
+        return None
+
+
 def import_template_compiler() -> None:
     """Import transformers' template compiler now (~0.7 s): workers do it while they wait."""
     with contextlib.suppress(ImportError):

@@ -27,7 +27,7 @@ from typing import Any
 from draftset.checks.fast import ADVISORY_CHECKS
 from draftset.checks.verify import fast_checks
 from draftset.config.options import BuildOptions
-from draftset.config.preflight import check_build
+from draftset.config.preflight import PreflightError, check_build, set_tokenizer_problem
 from draftset.core import reasons
 from draftset.core.counters import Accounting
 from draftset.core.errors import RunError
@@ -241,6 +241,11 @@ def _run(
         if ranged:  # the first read gives the facts; the second reads, renders and writes,
             # interleaved: a range is written as soon as it and every range before are decided
             stream = _decided(ranged, tasks, chain(early, stage.engine.map(stream)))
+        # a hub id or a folder without tokenizer.json: known only now (`check_set_sources`)
+        if problem := set_tokenizer_problem(
+            opts.sources, opts.tokenizer, info.vocabulary_sample_sha256
+        ):
+            raise PreflightError(problem)
         vocab_size = info.vocab_size
         writer = writer_class(opts.output_format)(folder, vocab_size)
         rejects = _JsonlSink(tmp / "rejects.jsonl")

@@ -64,6 +64,9 @@ class Source:
     weight: float | None = None
     count: int | None = None
     preset: str | None = None  # a known public set's layout (see presets.py)
+    # the name was given (a recipe's ``name:``), not derived from the path: it is kept as
+    # given, and a derived name equal to it is the one renamed (`config.recipe.unique_names`)
+    named: bool = field(default=False, compare=False)
     # (size, mtime_ns) of each file when it was counted: a file that changes between the
     # count and the read, or while it is read, stops the run (`_check_unchanged`)
     seen: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
@@ -100,9 +103,34 @@ def _name_kind(path: Path) -> tuple[str, str | None] | None:
     return None
 
 
+_OTHER_COMPRESSIONS = frozenset(
+    {".bz2", ".xz", ".lzma", ".lz", ".lz4", ".br", ".sz", ".z", ".zip", ".7z", ".tgz", ".tar"}
+)
+"""Compression (or archive) suffixes draftset does not read: a data file so named is refused,
+never skipped like a README (its rows would be left out silently)."""
+
+
+def _compressed_unreadable(path: Path) -> str | None:
+    """Why a file whose name says it is data (``.jsonl``, ``.json``, ``.ndjson``, ``.parquet``,
+    ``.arrow``) cannot be read for its compression (``b.jsonl.bz2``, ``b.parquet.gz``), else
+    None: one line naming it, in a source folder as when named directly."""
+    stem, compression = os.path.splitext(path.name)
+    kind = os.path.splitext(stem)[1].lower()
+    comp = compression.lower()
+    if kind in _TEXT_KINDS and comp in _OTHER_COMPRESSIONS:
+        hint = "decompress it, or compress it with gzip or zstd"
+    elif kind in _BINARY_KINDS and (comp in _OTHER_COMPRESSIONS or comp in _COMPRESSIONS):
+        hint = "decompress it (Parquet and Arrow files are read uncompressed)"
+    else:
+        return None
+    return f"{path}: a compressed data file draftset cannot read ({compression[1:]}): {hint}"
+
+
 def _kind(path: Path) -> tuple[str, str | None]:
     """(container kind, compression) from the file name, sniffing compression magic bytes."""
     found = _name_kind(path)
+    if found is None and (why := _compressed_unreadable(path)):
+        raise SourceError(why)
     if found is None:
         raise SourceError(
             f"{path}: unsupported file type (expected .jsonl, .json, .parquet, .arrow, "
@@ -150,6 +178,33 @@ def _check_readable(path: Path) -> None:
         )
 
 
+_LINES_SUFFIX = re.compile(r"\.(jsonl|ndjson)(?=(\.(gz|zst|zstd))?$)", re.IGNORECASE)
+
+
+def _refuse_one_document(path: Path) -> None:
+    """Raise `SourceError` for a JSON Lines file that is one JSON document (a pretty-printed
+    array or object): read line by line, every line was rejected ``invalid_json`` and, beside
+    other sources, the file silently gone. Judged on clear evidence only: its first non-blank
+    line is a lone ``[`` or ``{`` (never a row) and the whole file parses as one document, so a
+    JSON Lines file with damaged lines still reads, those lines rejected. (The reverse, JSON
+    Lines saved as ``.json``, is read as JSON Lines: `_json_is_lines`.)"""
+    found = _name_kind(path)
+    if found is None or found[0] != "jsonl":
+        return
+    try:
+        compression = found[1] or _sniff_compression(path)
+        with _open_bytes(path, compression) as stream:
+            first = next((line for line in _iter_lines(stream) if not _is_blank(line)), b"")
+        if first.removeprefix(_BOM).strip() not in (b"[", b"{"):
+            return
+        with _open_bytes(path, compression) as stream:
+            json.loads(stream.read().removeprefix(_BOM).decode("utf-8"))
+    except (*_READ_ERRORS, ValueError, RecursionError):  # not one document: read as lines
+        return
+    renamed = _LINES_SUFFIX.sub(".json", path.name)
+    raise SourceError(f"{path}: one JSON document, not JSON Lines: rename it {renamed}")
+
+
 # UTF-32 first: its little-endian mark begins with UTF-16's
 _WIDE_BOMS = (
     (b"\xff\xfe\x00\x00", "UTF-32"),
@@ -178,9 +233,17 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
     if not path.is_dir():
         _check_readable(path)  # first: sniffing a FIFO's compression would block
         _kind(path)
+        _refuse_one_document(path)
         return [path], []
-    if is_hf_dataset_dir(path):
+    if is_hf_dataset_dir(path):  # an Arrow set given as a source is one too
         return [path], []
+    shards = _parquet_set_shards(path)
+    if shards is not None:
+        for shard in shards:
+            _check_readable(shard)
+        if not shards:
+            raise SourceError(f"{path}: a draftset set whose manifest lists no data shards")
+        return shards, []
     _refuse_dataset_dict(path)
     found: list[Path] = []
     skipped: list[dict[str, str]] = []
@@ -212,10 +275,13 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
                 skip(here / f, "hidden")
             elif f in generated:
                 skip(here / f, generated[f])
+            elif why := _compressed_unreadable(here / f):
+                raise SourceError(why)
             elif _name_kind(here / f) is None:
                 skip(here / f, "unsupported type")
             else:
                 _check_readable(here / f)
+                _refuse_one_document(here / f)
                 found.append(here / f)
     if not found:
         raise SourceError(f"{path}: folder holds no supported data files")
@@ -290,6 +356,30 @@ def _refuse_dataset_dict(folder: Path) -> None:
     )
 
 
+def built_set_manifest(folder: Path) -> dict[str, Any] | None:
+    """The manifest of the set draftset built at ``folder`` (its manifest.json says
+    ``"format": "draftset/<n>"``), else None."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    fmt = manifest.get("format") if isinstance(manifest, dict) else None
+    return manifest if isinstance(fmt, str) and fmt.startswith("draftset/") else None
+
+
+def _parquet_set_shards(folder: Path) -> list[Path] | None:
+    """The data shards (``data/*.parquet``, in order) a Parquet set's manifest lists, when
+    ``folder`` is a set draftset built; None for any other folder. Read as a plain folder, its
+    manifest, verify record and rejects were rows, its prompts queued again as prompts."""
+    manifest = built_set_manifest(folder)
+    if manifest is None:
+        return None
+    listed = manifest.get("files")
+    names = [str(n) for n in listed] if isinstance(listed, dict) else []
+    shards = [n for n in names if n.startswith("data/") and n.endswith(".parquet")]
+    return [folder / n for n in sorted(shards)]
+
+
 def _json_format(path: Path) -> str:
     """The ``format`` string of a small JSON object file ("" when absent or unreadable)."""
     try:
@@ -307,7 +397,7 @@ def _made_by_draftset(folder: Path) -> str | None:
     read as training rows a second time, its prompts.jsonl as prompts; a `run` work folder
     holds the queue and answers of rows that are in the sources already.
     """
-    if _json_format(folder / "manifest.json").startswith("draftset/"):
+    if built_set_manifest(folder) is not None:
         return "a draftset output (built set), not input"
     if _json_format(folder / "state.json").startswith("draftset-run/"):
         return "a draftset run work folder, not input"
