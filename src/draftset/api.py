@@ -43,7 +43,12 @@ from draftset.config.schema import (
     VerifySection,
 )
 from draftset.core.errors import DraftsetError, UsageError
-from draftset.core.files import is_recipe, output_file_problem, write_output_file
+from draftset.core.files import (
+    is_recipe,
+    other_config_problem,
+    output_file_problem,
+    write_output_file,
+)
 
 if TYPE_CHECKING:  # the stage modules load on the first call, not on `import draftset.api`
     from rich.console import Console
@@ -156,7 +161,10 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.options import BuildOptions
-    from draftset.config.preflight import check_values  # lazy: a stage, loaded on first use
+    from draftset.config.preflight import (  # lazy: a stage, loaded on first use
+        check_values,
+        template_kwargs_problem,
+    )
 
     # lazy: the stages load on the first call, not on import draftset.api
     from draftset.config.recipe import BUILD_KEYS, RECIPE_PATH_KEYS, parse_json_object
@@ -177,11 +185,6 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     )
     from_recipe = {k: v for k, v in conf.items() if k in BUILD_KEYS and v is not None}
     from_recipe.pop("sources", None)
-    if isinstance(from_recipe.get("template_kwargs"), str):  # JSON text is the command line's
-        raise UsageError(
-            "recipe key template_kwargs: expected a mapping (e.g. {enable_thinking: false}),"
-            " got a string"
-        )
     o = _home(BuildArgs.model_validate({**from_recipe, **explicit}), "out")  # defaults for the rest
     if not o.tokenizer:
         raise UsageError("--tokenizer is required (or `tokenizer:` in the recipe)")
@@ -190,6 +193,10 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     kwargs = o.template_kwargs or {}
     if isinstance(kwargs, str):  # the command line's JSON text
         kwargs = parse_json_object(kwargs, "--template-kwargs")
+    elif "template_kwargs" not in explicit and (  # the recipe's: named by its key
+        problem := template_kwargs_problem(kwargs, "recipe key template_kwargs")
+    ):
+        raise UsageError(problem)
     template = o.chat_template
     if template and not Path(template).is_file():
         from draftset.config.preflight import missing_chat_template  # lazy: a stage
@@ -273,6 +280,8 @@ def _recipe_and_sources(
     if not srcs:
         raise UsageError("no sources given")
     for s in srcs:
+        if problem := other_config_problem(s.path):
+            raise UsageError(problem)
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise UsageError(_not_found(s.path))
     return conf, srcs

@@ -111,17 +111,25 @@ def check_values(opts: BuildOptions) -> None:
             apply_preset(s.preset)  # raises UnknownPresetError (exit 2) for an unknown name
     check_sampling(opts)
     check_mix(opts.mix, [s.name for s in opts.sources])
-    if problem := json_value_problem(opts.template_kwargs, "--template-kwargs"):
+    if problem := template_kwargs_problem(opts.template_kwargs, "--template-kwargs"):
         raise PreflightError(problem)
-    if problem := boolean_text_problem(opts.template_kwargs, "--template-kwargs"):
-        raise PreflightError(problem)
-    taken = sorted(set(opts.template_kwargs or {}) & RENDER_VARIABLES)
+    check_workers(opts.workers, opts.engine, opts.ray_address)
+
+
+def template_kwargs_problem(kwargs: dict[str, Any] | None, what: str) -> str | None:
+    """Why the template options cannot be passed to a render (one line starting ``what``: the
+    flag, or the recipe key when the recipe set them), or None."""
+    if problem := json_value_problem(kwargs, what):
+        return problem
+    if problem := boolean_text_problem(kwargs, what):
+        return problem
+    taken = sorted(set(kwargs or {}) & RENDER_VARIABLES)
     if taken:
-        raise PreflightError(
-            f"--template-kwargs: {taken[0]!r} is a variable draftset sets itself on every render"
+        return (
+            f"{what}: {taken[0]!r} is a variable draftset sets itself on every render"
             f" ({', '.join(sorted(RENDER_VARIABLES))}); leave it out"
         )
-    check_workers(opts.workers, opts.engine, opts.ray_address)
+    return None
 
 
 RENDER_VARIABLES = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
