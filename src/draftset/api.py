@@ -14,6 +14,7 @@ arguments or inputs, found before any work; 1: the job failed).
 from __future__ import annotations
 
 import asyncio
+import glob
 import json as _json
 import os
 import re
@@ -289,12 +290,22 @@ def _recipe_and_sources(
 
 def _not_found(path: Path) -> str:
     """``source not found``, and how options are written when the path looks like it holds
-    some (``a.jsonl@count=2@weight=3``: one ``@``, then comma-separated options)."""
+    some (``a.jsonl@count=2@weight=3``: one ``@``, then comma-separated options), or that a
+    quoted wildcard is not expanded (``'x/*.jsonl'``)."""
     text = str(path)
     if re.search(r"@\w+=", text):
         return (
             f"source not found: {text} (source options follow one @, comma-separated:"
             " PATH@count=2,weight=3)"
+        )
+    if glob.has_magic(text):  # quoted, the shell left it: `source not found` read as no match
+        parts = path.parts
+        wild = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+        fixed = Path(".").joinpath(*parts[:wild])  # the folder above the first wildcard
+        folder = f", or give the folder {fixed}" if fixed.is_dir() else ""
+        return (
+            f"source not found: {text} (draftset does not expand wildcards: leave the pattern"
+            f" unquoted for the shell to expand{folder})"
         )
     return f"source not found: {text}"
 
