@@ -164,6 +164,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     from draftset.config.options import BuildOptions
     from draftset.config.preflight import (  # lazy: a stage, loaded on first use
         check_values,
+        out_place_problem,
         template_kwargs_problem,
     )
 
@@ -191,6 +192,8 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
         raise UsageError("--tokenizer is required (or `tokenizer:` in the recipe)")
     if not o.out:
         raise UsageError("--out is required (or `out:` in the recipe)")
+    if "out" not in explicit and (problem := out_place_problem(Path(o.out), "recipe key out:")):
+        raise UsageError(f"{problem} (paths in a recipe are relative to its folder)")
     kwargs = o.template_kwargs or {}
     if isinstance(kwargs, str):  # the command line's JSON text
         kwargs = parse_json_object(kwargs, "--template-kwargs")

@@ -282,19 +282,9 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
     ``sources`` and ``inputs`` are resolved paths; a source may not hold the output either (the
     next run would read the output back as input).
     """
-    if not str(out).strip():
-        raise PreflightError("--out is empty")
-    if Path(out).is_symlink():
-        raise PreflightError(f"--out {out} is a symbolic link; give the folder itself")
-    real = Path(out).expanduser().resolve()
-    if real == Path(real.anchor):
-        raise PreflightError(f"--out {out} is the filesystem root")
-    if problem := inside_a_set(real, f"--out {out}"):  # the set would fail its own verify
+    if problem := out_place_problem(out, "--out"):
         raise PreflightError(problem)
-    for what, place in (("your home folder", Path.home()), ("the current folder", Path.cwd())):
-        place = place.resolve()
-        if real == place or place.is_relative_to(real):
-            raise PreflightError(f"--out {out} is {what} or contains it; name a new folder")
+    real = Path(out).expanduser().resolve()
     check_apart_from_sources("--out", out, sources)
     for inp in inputs:
         if inp == real or inp.is_relative_to(real):
@@ -310,6 +300,26 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
         raise PreflightError(not_replaceable_reason(real, str(out)))
     if not overwrite:
         raise PreflightError(f"output folder exists: {out} (pass --overwrite to replace it)")
+
+
+def out_place_problem(out: Path, flag: str) -> str | None:
+    """Why ``out`` can be no output folder wherever the sources are (one line starting ``flag``:
+    ``--out``, or ``recipe key out:`` when the recipe set it), or None: empty, a symbolic link,
+    ``/``, inside a built set, the home or current folder or above one."""
+    if not str(out).strip():
+        return f"{flag} is empty"
+    if Path(out).is_symlink():
+        return f"{flag} {out} is a symbolic link; give the folder itself"
+    real = Path(out).expanduser().resolve()
+    if real == Path(real.anchor):
+        return f"{flag} {out} is the filesystem root"
+    if problem := inside_a_set(real, f"{flag} {out}"):  # the set would fail its own verify
+        return problem
+    for what, place in (("your home folder", Path.home()), ("the current folder", Path.cwd())):
+        place = place.resolve()
+        if real == place or place.is_relative_to(real):
+            return f"{flag} {out} is {what} or contains it; name a new folder"
+    return None
 
 
 def check_apart_from_sources(flag: str, out: Path | str, sources: list[Path]) -> None:
