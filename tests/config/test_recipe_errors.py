@@ -185,3 +185,11 @@ def test_a_recipe_in_another_config_format_is_told_recipes_are_yaml(tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "recipes are YAML (.yaml/.yml)" in err[0], err
     assert "unsupported file type" not in err[0]
+
+
+def test_a_boolean_where_a_number_goes_is_no_quoting_matter(tmp_path, capsys):
+    """Only a key taking a name gets the YAML-boolean hint: quoting ``true`` is no integer."""
+    recipe = _recipe(tmp_path, "max_length: true\n")
+    assert main(["build", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "draftset: error: recipe key max_length: expected an integer, got true", err

@@ -259,7 +259,8 @@ def validated(
     except ValidationError as exc:
         name, what, value = _problem(model, exc, data)
         if recipe is not None:
-            if isinstance(value, bool) and what.startswith("expected"):
+            # `dedup: off` (a name read as a boolean), not `max_tokens: true`
+            if isinstance(value, bool) and "a string" in what:
                 why = _yaml_boolean(model, name, value)
                 raise error(f"recipe key {recipe}{name}: {why}") from None
             got = "" if what == "is required" else f", got {shown(value)}"
@@ -285,7 +286,7 @@ def _yaml_boolean(model: type[BaseModel], name: str, value: bool) -> str:
     wanted = (
         f"must be {choices.spoken()}"
         if choices is not None
-        else f"expected {_describe(field.annotation) if field else 'another value'}: quote it"
+        else f"expected {_describe(field.annotation) if field else 'a string'}: quote it"
     )
     return (
         f"YAML read the unquoted value as the boolean {json.dumps(value)} (it reads"
