@@ -14,6 +14,7 @@ arguments or inputs, found before any work; 1: the job failed).
 from __future__ import annotations
 
 import asyncio
+import glob
 import json as _json
 import os
 import re
@@ -43,7 +44,12 @@ from draftset.config.schema import (
     VerifySection,
 )
 from draftset.core.errors import DraftsetError, UsageError
-from draftset.core.files import is_recipe, output_file_problem, write_output_file
+from draftset.core.files import (
+    is_recipe,
+    other_config_problem,
+    output_file_problem,
+    write_output_file,
+)
 
 if TYPE_CHECKING:  # the stage modules load on the first call, not on `import draftset.api`
     from rich.console import Console
@@ -156,7 +162,11 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.options import BuildOptions
-    from draftset.config.preflight import check_values  # lazy: a stage, loaded on first use
+    from draftset.config.preflight import (  # lazy: a stage, loaded on first use
+        check_values,
+        out_place_problem,
+        template_kwargs_problem,
+    )
 
     # lazy: the stages load on the first call, not on import draftset.api
     from draftset.config.recipe import BUILD_KEYS, RECIPE_PATH_KEYS, parse_json_object
@@ -177,19 +187,20 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     )
     from_recipe = {k: v for k, v in conf.items() if k in BUILD_KEYS and v is not None}
     from_recipe.pop("sources", None)
-    if isinstance(from_recipe.get("template_kwargs"), str):  # JSON text is the command line's
-        raise UsageError(
-            "recipe key template_kwargs: expected a mapping (e.g. {enable_thinking: false}),"
-            " got a string"
-        )
     o = _home(BuildArgs.model_validate({**from_recipe, **explicit}), "out")  # defaults for the rest
     if not o.tokenizer:
         raise UsageError("--tokenizer is required (or `tokenizer:` in the recipe)")
     if not o.out:
         raise UsageError("--out is required (or `out:` in the recipe)")
+    if "out" not in explicit and (problem := out_place_problem(Path(o.out), "recipe key out:")):
+        raise UsageError(f"{problem} (paths in a recipe are relative to its folder)")
     kwargs = o.template_kwargs or {}
     if isinstance(kwargs, str):  # the command line's JSON text
         kwargs = parse_json_object(kwargs, "--template-kwargs")
+    elif "template_kwargs" not in explicit and (  # the recipe's: named by its key
+        problem := template_kwargs_problem(kwargs, "recipe key template_kwargs")
+    ):
+        raise UsageError(problem)
     template = o.chat_template
     if template and not Path(template).is_file():
         from draftset.config.preflight import missing_chat_template  # lazy: a stage
@@ -273,6 +284,8 @@ def _recipe_and_sources(
     if not srcs:
         raise UsageError("no sources given")
     for s in srcs:
+        if problem := other_config_problem(s.path):
+            raise UsageError(problem)
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise UsageError(_not_found(s.path))
     return conf, srcs
@@ -280,12 +293,22 @@ def _recipe_and_sources(
 
 def _not_found(path: Path) -> str:
     """``source not found``, and how options are written when the path looks like it holds
-    some (``a.jsonl@count=2@weight=3``: one ``@``, then comma-separated options)."""
+    some (``a.jsonl@count=2@weight=3``: one ``@``, then comma-separated options), or that a
+    quoted wildcard is not expanded (``'x/*.jsonl'``)."""
     text = str(path)
     if re.search(r"@\w+=", text):
         return (
             f"source not found: {text} (source options follow one @, comma-separated:"
             " PATH@count=2,weight=3)"
+        )
+    if glob.has_magic(text):  # quoted, the shell left it: `source not found` read as no match
+        parts = path.parts
+        wild = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+        fixed = Path(".").joinpath(*parts[:wild])  # the folder above the first wildcard
+        folder = f", or give the folder {fixed}" if fixed.is_dir() else ""
+        return (
+            f"source not found: {text} (draftset does not expand wildcards: leave the pattern"
+            f" unquoted for the shell to expand{folder})"
         )
     return f"source not found: {text}"
 

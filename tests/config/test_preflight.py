@@ -282,6 +282,22 @@ def test_disk_full_is_one_line_exit_1_and_leaves_no_folder(tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]  # not even new/
 
 
+def test_disk_full_in_torch_save_is_the_same_one_line(tmp_path, monkeypatch, capsys):
+    """torch.save reports a failed write as a RuntimeError with no errno (a traceback)."""
+    torch = pytest.importorskip("torch")
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1), chat(2)])
+
+    def full(*a, **k):
+        raise RuntimeError("basic_ios::clear: iostream error")
+
+    monkeypatch.setattr(torch, "save", full)
+    assert main(build_argv(src, out=tmp_path / "out")) == 1
+    line = one_line(capsys)
+    assert line.startswith(f"draftset: cannot write {tmp_path / 'out'}:"), line
+    assert "token_freq.pt" in line and line.endswith("is the disk full?"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]
+
+
 # --- never lose rows silently -------------------------------------------------------------------
 @pytest.mark.parametrize("case", ["truncated-zst", "dangling-symlink", "unlistable-subfolder"])
 def test_an_unreadable_input_is_exit_2_naming_it_with_nothing_written(

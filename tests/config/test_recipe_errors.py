@@ -99,3 +99,97 @@ def test_the_api_suggests_a_source_key(tmp_path):
     src = str(_recipe(tmp_path, "").parent / "c.jsonl")
     with pytest.raises(UsageError, match=r"unknown keys \['cout'\]: did you mean 'count'\?"):
         api.build(sources=[{"path": src, "cout": 2}], tokenizer="tok", out=str(tmp_path / "o"))
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            "max_length: 10\nseed: 1\nmax_length: 4096\n",
+            "key 'max_length' given twice (lines 4 and 6)",
+        ),
+        (  # in a nested mapping: a source's fields, the recipe form of --field given twice
+            "sources: [{path: c.jsonl, fields: {output: a, output: b}}]\n",
+            "key 'output' given twice (line 3)",
+        ),
+        ("generate:\n  model: a\n  model: b\n", "key 'model' given twice (lines 5 and 6)"),
+    ],
+)
+def test_a_key_given_twice_is_refused_naming_it_and_its_line(tmp_path, capsys, text, needle):
+    """YAML's last value won silently: ``max_length: 10 ... max_length: 4096`` built 4096."""
+    recipe = _recipe(tmp_path, text)
+    if text.startswith("sources"):  # replaces the recipe's list
+        recipe.write_text(recipe.read_text().replace("sources: [c.jsonl]\n", ""))
+    assert main(["build", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+
+
+def test_merged_keys_may_be_overridden():
+    """A ``<<:`` merge's keys are meant to be replaced: no duplicate."""
+    from draftset.config.recipe import load_yaml
+
+    assert load_yaml("a: &b {k: 1, j: 2}\nc: {<<: *b, k: 3}\n") == {
+        "a": {"k": 1, "j": 2},
+        "c": {"k": 3, "j": 2},
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            "dedup: off\n",
+            "recipe key dedup: YAML read the unquoted value as the boolean false (it reads"
+            " yes/no/on/off so); must be exact, near or none",
+        ),
+        ("dedup: no\n", "recipe key dedup: YAML read the unquoted value as the boolean false"),
+        ("truncation: no\n", "must be drop or truncate"),
+        ("template_kwargs: [x]\n", "recipe key template_kwargs: expected a mapping (e.g."),
+        ("template_kwargs: 'x'\n", "recipe key template_kwargs: expected a mapping (e.g."),
+        (
+            "template_kwargs: {enable_thinking: 'false'}\n",
+            "recipe key template_kwargs: enable_thinking is the string 'false'",
+        ),
+        (
+            "template_kwargs: {messages: []}\n",
+            "recipe key template_kwargs: 'messages' is a variable draftset sets itself",
+        ),
+        ("endpoints: [http://x/v1]\n", "endpoints is a key of the generate: section"),
+        ("render_server: http://x\n", "render_server is a key of the verify: section"),
+    ],
+)
+def test_recipe_value_messages_say_what_is_accepted(tmp_path, capsys, text, needle):
+    recipe = _recipe(tmp_path, text)
+    (tmp_path / "tok").mkdir()
+    assert main(["build", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert "--template-kwargs" not in err[0]
+    if "[x]" in text:  # a list: what is accepted is a mapping only, not "a mapping or a string"
+        assert "or a string" not in err[0] and 'got ["x"]' in err[0], err
+
+
+def test_the_hint_names_where_a_section_key_goes(tmp_path, capsys):
+    recipe = _recipe(tmp_path, "endpoints: [http://x/v1]\n")
+    assert main(["run", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "endpoints is a key of the generate: section (generate: {endpoints: ...})" in err, err
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".TOML", ".ini", ".cfg"])
+def test_a_recipe_in_another_config_format_is_told_recipes_are_yaml(tmp_path, capsys, suffix):
+    recipe = tmp_path / f"recipe{suffix}"
+    recipe.write_text('max_length = 4096\n[[sources]]\npath = "a.jsonl"\n', encoding="utf-8")
+    assert main(["build", str(recipe), "--tokenizer", "tok", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "recipes are YAML (.yaml/.yml)" in err[0], err
+    assert "unsupported file type" not in err[0]
+
+
+def test_a_boolean_where_a_number_goes_is_no_quoting_matter(tmp_path, capsys):
+    """Only a key taking a name gets the YAML-boolean hint: quoting ``true`` is no integer."""
+    recipe = _recipe(tmp_path, "max_length: true\n")
+    assert main(["build", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "draftset: error: recipe key max_length: expected an integer, got true", err

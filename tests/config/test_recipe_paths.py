@@ -146,3 +146,17 @@ def test_run_reads_the_same_paths(tmp_path, monkeypatch, capsys):
     )
     assert main(["run", str(path)]) == 2
     assert f"file not found: {tmp_path / 'r' / 'cwd.jinja'}" in one_error_line(capsys)
+
+
+def test_a_recipe_out_refused_names_the_recipe_key(tmp_path, monkeypatch, capsys, no_work):
+    """A recipe's ``out: ..`` was refused as "--out . is the current folder": no such flag."""
+    monkeypatch.chdir(tmp_path)
+    recipe(tmp_path, out="..")
+    assert main(["build", "r/ct.yaml"]) == 2
+    line = one_error_line(capsys)
+    assert line == (
+        "draftset: error: recipe key out: . is the current folder or contains it; name a new"
+        " folder (paths in a recipe are relative to its folder)"
+    ), line
+    assert main(["build", "r/ct.yaml", "--out", "."]) == 2  # the flag's own: named as the flag
+    assert "error: --out . is the current folder" in one_error_line(capsys)

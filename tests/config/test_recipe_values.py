@@ -54,12 +54,12 @@ def recipe(tmp: Path, extra: str) -> Path:
         ("mix: {modes: {thinkin: 1}}", "mix.modes: no mode named 'thinkin'"),
         (
             "template_kwargs: {cutoff: 2026-01-01}",
-            "--template-kwargs: cutoff is of type date, not a JSON value (YAML reads an unquoted"
-            " date as a date: quote it)",
+            "recipe key template_kwargs: cutoff is of type date, not a JSON value (YAML reads an"
+            " unquoted date as a date: quote it)",
         ),
         (
             "template_kwargs: {a: [1, {b: .nan}]}",
-            "--template-kwargs: a[1].b is nan, not a JSON value",
+            "recipe key template_kwargs: a[1].b is nan, not a JSON value",
         ),
     ],
 )

@@ -291,3 +291,32 @@ def test_options_after_two_at_signs_say_how_options_are_written(tmp_path, capsys
     assert build(f"{src}@count=2@weight=3", "--out", str(tmp_path / "out")) == EXIT_USAGE
     line = one_error_line(capsys)
     assert "source not found" in line and "PATH@count=2,weight=3" in line
+
+
+@pytest.mark.parametrize("pattern", ["*.jsonl", "a?.jsonl", "[ab].jsonl"])
+def test_a_quoted_glob_says_draftset_does_not_expand_it(tmp_path, capsys, pattern):
+    """``'x/*.jsonl'`` said "source not found: x/*.jsonl", as if no file matched."""
+    write_jsonl(tmp_path / "x" / "a.jsonl", 3)
+    assert build(str(tmp_path / "x" / pattern), "--out", str(tmp_path / "out")) == EXIT_USAGE
+    line = one_error_line(capsys)
+    assert line.endswith(
+        f"source not found: {tmp_path / 'x' / pattern} (draftset does not expand wildcards:"
+        f" leave the pattern unquoted for the shell to expand, or give the folder"
+        f" {tmp_path / 'x'})"
+    ), line
+
+
+@pytest.mark.parametrize("flag", ["--field", "--field="])
+def test_a_field_mapped_twice_is_refused_as_a_repeated_option_is(tmp_path, capsys, flag):
+    """``--field output=a --field output=b`` built from column b, exit 0: the first was lost."""
+    src = tmp_path / "qa.jsonl"
+    src.write_text(json.dumps({"q": "hi", "a": "A", "b": "B"}) + "\n", encoding="utf-8")
+    pairs = ["instruction=q", "output=a", "output=b"]
+    fields = [a for p in pairs for a in ((flag + p,) if flag.endswith("=") else (flag, p))]
+    argv = ["build", str(src), "--format", "alpaca", *fields, "--out", str(tmp_path / "o")]
+    assert main([*argv, "--tokenizer", str(qwen3_tokenizer_dir()), *EOT]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["draftset: error: --field output given twice (output=a, output=b)"], err
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(RecipeError, match="--field output given twice"):
+        api.build(sources=[str(src)], fields=pairs, tokenizer="tok", out=str(tmp_path / "o"))

@@ -540,6 +540,20 @@ def test_unreachable_ray_address_is_one_line_exit_2_within_seconds(
     assert not out.exists()
 
 
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8265", "https://head.example:8265/"])
+def test_the_dashboard_url_as_ray_address_says_what_address_to_give(url, inputs, tmp_path, capsys):
+    """It said "cannot reach the Ray cluster at http://...: Name or service not known"."""
+    out = tmp_path / "never"
+    code, err = run_cli(
+        build_cmd(inputs[:1], out, "--engine", "ray", "--ray-address", url)[3:], capsys
+    )
+    assert code == 2
+    assert err.strip().count("\n") == 0
+    assert f"--ray-address {url}:" in err and "dashboard" in err, err
+    assert "HOST:PORT" in err and "ray://HOST:PORT" in err and "cannot reach" not in err
+    assert not out.exists()
+
+
 def test_ray_address_needs_engine_ray(inputs, tmp_path, capsys):
     code, err = run_cli(
         build_cmd(inputs[:1], tmp_path / "o", "--ray-address", "127.0.0.1:1")[3:], capsys

@@ -88,7 +88,18 @@ def test_a_weight_zero_without_max_samples_is_noted(tmp_path):
 def test_no_note_for_an_ordinary_selection(tmp_path):
     a, b = source(tmp_path, "a", 3, count=3), source(tmp_path, "b", 4, weight=2.0)
     assert mix.sampling_notes([a, b], {"a": 3, "b": 4}, 5) == []
-    assert mix.sampling_notes([a, b], {"a": 3, "b": 4}, None) == []
+    assert mix.sampling_notes([a, source(tmp_path, "c", 4)], {"a": 3, "c": 4}, None) == []
+
+
+def test_any_weight_without_max_samples_is_noted(tmp_path):
+    """``a.jsonl@weight=3`` without --max-samples did nothing, without the note weight 0 had."""
+    a, b = source(tmp_path, "a", 3, weight=3.0), source(tmp_path, "b", 4, weight=0.5)
+    assert mix.sampling_notes([a, b, source(tmp_path, "c", 2)], {"a": 3, "b": 4, "c": 2}, None) == [
+        "source a: weight 3 has no effect without --max-samples (all 3 rows taken)",
+        "source b: weight 0.5 has no effect without --max-samples (all 4 rows taken)",
+    ]
+    both = source(tmp_path, "d", 5, weight=2.0, count=2)  # its count acts: no weight note
+    assert mix.sampling_notes([both], {"d": 5}, None) == []
 
 
 def test_max_samples_larger_than_the_sources_give_is_noted(tmp_path):

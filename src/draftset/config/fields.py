@@ -191,7 +191,7 @@ def _describe(annotation: Any) -> str:
     }.get(annotation, "a value of another type")
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """A value as a message quotes it: JSON's spelling for what YAML/JSON could hold."""
     try:
         text = json.dumps(value, ensure_ascii=False)
@@ -259,11 +259,15 @@ def validated(
     except ValidationError as exc:
         name, what, value = _problem(model, exc, data)
         if recipe is not None:
-            got = "" if what == "is required" else f", got {_shown(value)}"
+            # `dedup: off` (a name read as a boolean), not `max_tokens: true`
+            if isinstance(value, bool) and "a string" in what:
+                why = _yaml_boolean(model, name, value)
+                raise error(f"recipe key {recipe}{name}: {why}") from None
+            got = "" if what == "is required" else f", got {shown(value)}"
             raise error(f"recipe key {recipe}{name}: {what}{got}") from None
         if subject is not None:
             quiet = what in ("is required", "is not an option")
-            got = "" if quiet else f", got {_shown(value)}"
+            got = "" if quiet else f", got {shown(value)}"
             raise error(f"{subject}: {name} {what}{got}") from None
         if what == "is not an option":
             raise error(f"{name!r} is not an option of this job") from None
@@ -272,6 +276,22 @@ def validated(
         if what.startswith("must be"):
             raise error(f"{spelled} {what}, not {value!r}") from None
         raise error(f"{spelled}: {what}, got {value!r}") from None
+
+
+def _yaml_boolean(model: type[BaseModel], name: str, value: bool) -> str:
+    """Why a recipe's ``dedup: off`` is no string: YAML reads unquoted yes/no/on/off as
+    booleans, so "expected a string, got false" named a value the user never wrote."""
+    choices = choices_of(model, name)
+    field = model.model_fields.get(name)
+    wanted = (
+        f"must be {choices.spoken()}"
+        if choices is not None
+        else f"expected {_describe(field.annotation) if field else 'a string'}: quote it"
+    )
+    return (
+        f"YAML read the unquoted value as the boolean {json.dumps(value)} (it reads"
+        f" yes/no/on/off so); {wanted}"
+    )
 
 
 def err_type(exc: ValidationError) -> str:

@@ -116,17 +116,25 @@ def check_values(opts: BuildOptions) -> None:
             apply_preset(s.preset)  # raises UnknownPresetError (exit 2) for an unknown name
     check_sampling(opts)
     check_mix(opts.mix, [s.name for s in opts.sources])
-    if problem := json_value_problem(opts.template_kwargs, "--template-kwargs"):
+    if problem := template_kwargs_problem(opts.template_kwargs, "--template-kwargs"):
         raise PreflightError(problem)
-    if problem := boolean_text_problem(opts.template_kwargs, "--template-kwargs"):
-        raise PreflightError(problem)
-    taken = sorted(set(opts.template_kwargs or {}) & RENDER_VARIABLES)
+    check_workers(opts.workers, opts.engine, opts.ray_address)
+
+
+def template_kwargs_problem(kwargs: dict[str, Any] | None, what: str) -> str | None:
+    """Why the template options cannot be passed to a render (one line starting ``what``: the
+    flag, or the recipe key when the recipe set them), or None."""
+    if problem := json_value_problem(kwargs, what):
+        return problem
+    if problem := boolean_text_problem(kwargs, what):
+        return problem
+    taken = sorted(set(kwargs or {}) & RENDER_VARIABLES)
     if taken:
-        raise PreflightError(
-            f"--template-kwargs: {taken[0]!r} is a variable draftset sets itself on every render"
+        return (
+            f"{what}: {taken[0]!r} is a variable draftset sets itself on every render"
             f" ({', '.join(sorted(RENDER_VARIABLES))}); leave it out"
         )
-    check_workers(opts.workers, opts.engine, opts.ray_address)
+    return None
 
 
 RENDER_VARIABLES = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
@@ -279,19 +287,9 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
     ``sources`` and ``inputs`` are resolved paths; a source may not hold the output either (the
     next run would read the output back as input).
     """
-    if not str(out).strip():
-        raise PreflightError("--out is empty")
-    if Path(out).is_symlink():
-        raise PreflightError(f"--out {out} is a symbolic link; give the folder itself")
-    real = Path(out).expanduser().resolve()
-    if real == Path(real.anchor):
-        raise PreflightError(f"--out {out} is the filesystem root")
-    if problem := inside_a_set(real, f"--out {out}"):  # the set would fail its own verify
+    if problem := out_place_problem(out, "--out"):
         raise PreflightError(problem)
-    for what, place in (("your home folder", Path.home()), ("the current folder", Path.cwd())):
-        place = place.resolve()
-        if real == place or place.is_relative_to(real):
-            raise PreflightError(f"--out {out} is {what} or contains it; name a new folder")
+    real = Path(out).expanduser().resolve()
     check_apart_from_sources("--out", out, sources)
     for inp in inputs:
         if inp == real or inp.is_relative_to(real):
@@ -307,6 +305,26 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
         raise PreflightError(not_replaceable_reason(real, str(out)))
     if not overwrite:
         raise PreflightError(f"output folder exists: {out} (pass --overwrite to replace it)")
+
+
+def out_place_problem(out: Path, flag: str) -> str | None:
+    """Why ``out`` can be no output folder wherever the sources are (one line starting ``flag``:
+    ``--out``, or ``recipe key out:`` when the recipe set it), or None: empty, a symbolic link,
+    ``/``, inside a built set, the home or current folder or above one."""
+    if not str(out).strip():
+        return f"{flag} is empty"
+    if Path(out).is_symlink():
+        return f"{flag} {out} is a symbolic link; give the folder itself"
+    real = Path(out).expanduser().resolve()
+    if real == Path(real.anchor):
+        return f"{flag} {out} is the filesystem root"
+    if problem := inside_a_set(real, f"{flag} {out}"):  # the set would fail its own verify
+        return problem
+    for what, place in (("your home folder", Path.home()), ("the current folder", Path.cwd())):
+        place = place.resolve()
+        if real == place or place.is_relative_to(real):
+            return f"{flag} {out} is {what} or contains it; name a new folder"
+    return None
 
 
 def check_apart_from_sources(flag: str, out: Path | str, sources: list[Path]) -> None:

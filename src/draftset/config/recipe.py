@@ -17,8 +17,14 @@ from typing import Any
 
 import yaml
 
-from draftset.config.fields import recipe_keys, unknown_keys, validated
-from draftset.config.schema import BuildArgs, SourceEntry
+from draftset.config.fields import recipe_keys, shown, unknown_keys, validated
+from draftset.config.schema import (
+    BuildArgs,
+    GenerateSection,
+    Options,
+    SourceEntry,
+    VerifySection,
+)
 from draftset.core.errors import UsageError
 from draftset.core.hub import hub_offline
 from draftset.mask.template import could_be_hub_id
@@ -31,10 +37,11 @@ class RecipeError(UsageError):
 
 
 BUILD_KEYS = frozenset(recipe_keys(BuildArgs))
-RECIPE_KEYS = BUILD_KEYS | {
-    "generate",  # `draftset run` only (build ignores it): `config.schema.GenerateSection`
-    "verify",  # `draftset run` only: `config.schema.VerifySection`
+RECIPE_SECTIONS: dict[str, type[Options]] = {  # `draftset run` only (build ignores them)
+    "generate": GenerateSection,
+    "verify": VerifySection,
 }
+RECIPE_KEYS = BUILD_KEYS | set(RECIPE_SECTIONS)
 SOURCE_KEYS = frozenset(SourceEntry.model_fields)
 MIX_KEYS = frozenset({"modes", "sources"})
 _SUFFIXES = re.compile(r"(\.(jsonl|json|parquet|arrow|gz|zst))+$")
@@ -167,6 +174,8 @@ def parse_source_arg(
 
 
 def parse_fields(pairs: list[str] | None) -> dict[str, str] | None:
+    """``CANONICAL=COLUMN`` pairs as a mapping; one field mapped twice is refused, as a repeated
+    ``@`` option is (the last mapping won silently: the first column was never read)."""
     if not pairs:
         return None
     out: dict[str, str] = {}
@@ -174,6 +183,8 @@ def parse_fields(pairs: list[str] | None) -> dict[str, str] | None:
         key, sep, value = p.partition("=")
         if not sep or not key or not value:
             raise RecipeError(f"bad --field {p!r} (use CANONICAL=COLUMN, e.g. instruction=text)")
+        if key in out:
+            raise RecipeError(f"--field {key} given twice ({key}={out[key]}, {p})")
         out[key] = value
     return out
 
@@ -249,6 +260,50 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{context + ': ' if context else ''}{problem}{where}"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader refusing a key given twice in one mapping (YAML forbids it; PyYAML
+    kept the last value silently: ``max_length: 10 ... max_length: 4096`` built 4096). The keys
+    a ``<<:`` merge brings are meant to be replaced, and are not counted."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                    continue  # a complex key: PyYAML's own error; a merge: replaceable keys
+                key = self.construct_object(key_node)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    lines = f"line {line}" if seen[key] == line else f"lines {seen[key]} and {line}"
+                    raise yaml.constructor.ConstructorError(
+                        problem=f"key {key!r} given twice ({lines})"
+                    )
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """A recipe's YAML (safe types only), a key given twice refused (`_UniqueKeyLoader`)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe types only
+
+
+def _places() -> dict[str, str]:
+    """Where each key that is no top-level key belongs (a source's, a section's), from the
+    schema: ``endpoints:`` at the top level was only "unknown", with no word of `generate:`."""
+    places = {
+        key: f"a key of the {section}: section ({section}: {{{key}: ...}})"
+        for section, model in RECIPE_SECTIONS.items()
+        for key in model.model_fields
+    }
+    places.update(
+        (key, f"a key of each source (sources: [{{path: ..., {key}: ...}}])") for key in SOURCE_KEYS
+    )
+    return {k: v for k, v in places.items() if k not in RECIPE_KEYS}
+
+
+_PLACES = _places()
+
+
 def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
     """Read a recipe, validate its keys, resolve its paths; returns plain option values.
 
@@ -258,7 +313,7 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
     files the caller uses (not replaced by its own options): one the recipe names and that is
     missing is one line naming where it was looked for (`recipe_path_problem`)."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise RecipeError(f"cannot read recipe {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
@@ -267,11 +322,13 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
         raise RecipeError(f"recipe {path} must be a mapping")
     unknown = set(data) - RECIPE_KEYS
     if unknown:
-        per_source = {
-            k: f"a key of each source (sources: [{{path: ..., {k}: ...}}])"
-            for k in SOURCE_KEYS - RECIPE_KEYS
-        }
-        raise RecipeError(f"recipe {path}: {unknown_keys(unknown, RECIPE_KEYS, per_source)}")
+        raise RecipeError(f"recipe {path}: {unknown_keys(unknown, RECIPE_KEYS, _PLACES)}")
+    kwargs = data.get("template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):  # JSON text is the command line's
+        raise RecipeError(
+            "recipe key template_kwargs: expected a mapping (e.g. {enable_thinking: false}),"
+            f" got {shown(kwargs)}"
+        )
     values = {k: v for k, v in data.items() if k in BUILD_KEYS and v is not None}
     validated(
         BuildArgs, values, recipe="", strict=True, error=RecipeError

@@ -167,8 +167,23 @@ def write_output_file(path: Path | str, text: str, check: Callable[[], None] | N
 
 
 RECIPE_SUFFIXES = (".yaml", ".yml")
+OTHER_CONFIG_SUFFIXES = (".toml", ".ini", ".cfg")
+"""Settings files in another language: given where a source goes, meant as a recipe."""
 
 
 def is_recipe(path: str | Path) -> bool:
     """A recipe file by its name (``.yaml`` / ``.yml``, any case: ``GOOD.YAML`` is one)."""
     return str(path).lower().endswith(RECIPE_SUFFIXES)
+
+
+def other_config_problem(path: str | Path) -> str | None:
+    """Why a source is a recipe in another format (``recipe.toml``), or None: a settings file,
+    not data (`is_recipe` tells a recipe by its suffix), was refused as an "unsupported file
+    type" of the data formats only."""
+    suffix = Path(path).suffix
+    if suffix.lower() not in OTHER_CONFIG_SUFFIXES:
+        return None
+    return (
+        f"{path}: recipes are YAML (.yaml/.yml), not {suffix}: write it as YAML with the same"
+        " keys (examples/recipe.yaml), or give a data file (.jsonl, .json, .parquet, .arrow)"
+    )

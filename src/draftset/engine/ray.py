@@ -98,6 +98,13 @@ def _host_port(address: str | None) -> tuple[str, int] | None:
         address = os.environ.get("RAY_ADDRESS") or None
     if address in (None, "local"):
         return None
+    if address.lower().startswith(("http://", "https://")):  # the dashboard's URL: Ray's own
+        # lookup failed as "Name or service not known" on the whole URL
+        raise RayUnavailable(
+            f"--ray-address {address}: that is a web URL (the Ray dashboard's, port 8265), not"
+            " the cluster's address: give HOST:PORT (the head's GCS, 6379 by default) or"
+            " ray://HOST:PORT (Ray Client, 10001 by default)"
+        )
     if address.startswith("ray://"):
         parts = urlsplit(address)
         if not parts.hostname or not parts.port:

@@ -3,6 +3,7 @@ EAGLE-3 reduced vocabulary d2t/t2d, both from the supervised-token counts the wr
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,7 +34,13 @@ def save_token_freq_pt(path: Path, ids: np.ndarray, counts: np.ndarray) -> bool:
         import torch  # lazy: optional extra, ~3 s to import; only for the .pt speculators reads
     except ImportError:
         return False
-    torch.save(dict(zip(ids.tolist(), counts.tolist(), strict=True)), path)
+    try:
+        torch.save(dict(zip(ids.tolist(), counts.tolist(), strict=True)), path)
+    except RuntimeError as exc:
+        # torch's zip writer reports a failed write (a full disk) as a RuntimeError with no
+        # errno ("basic_ios::clear: iostream error"): an OSError, so the build says it in the
+        # one line every other failed write gets, not a traceback
+        raise OSError(errno.EIO, f"{path.name}: a failed write ({exc}): is the disk full?") from exc
     return True
 
 

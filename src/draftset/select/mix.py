@@ -292,9 +292,9 @@ def sampling_notes(
     mix: dict[str, Any] | None = None,
 ) -> list[str]:
     """What the weight/count sampling did that the options alone do not say: a source with
-    fewer rows than its ``count`` (every row taken), a weight 0 that cannot act (no
-    ``--max-samples`` to split: every row taken), a ``--max-samples`` the sources cannot give
-    (a smaller set than asked). Lines for the build's notes. A mix chooses
+    fewer rows than its ``count`` (every row taken), a weight that cannot act (no
+    ``--max-samples`` to split: every row taken, whatever the weight), a ``--max-samples`` the
+    sources cannot give (a smaller set than asked). Lines for the build's notes. A mix chooses
     by its own shares (a count it cannot meet is a `MixError`), so it has none."""
     if mix is not None:
         return []
@@ -307,9 +307,9 @@ def sampling_notes(
             notes.append(
                 f"source {s.name}: count {s.count:,} asked, {have:,} available (all taken)"
             )
-        elif s.count is None and s.weight == 0 and max_samples is None:
+        elif s.count is None and s.weight is not None and max_samples is None:
             notes.append(
-                f"source {s.name}: weight 0 has no effect without --max-samples"
+                f"source {s.name}: weight {s.weight:g} has no effect without --max-samples"
                 f" (all {plural(have, 'row')} taken)"
             )
     if max_samples is not None and all(s.name in available for s in sources):
