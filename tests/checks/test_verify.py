@@ -419,7 +419,8 @@ def test_dropped_row_fails_accounting_and_identity(built, tmp_path):
     assert "file_hashes" in failed(verify(folder))
     reseal(folder)
     results = verify(folder)
-    assert failed(results) == {"accounting", "row_identity"}
+    # and the manifest's supervised_turns still count the row's turns (mask_fidelity recounts)
+    assert failed(results) == {"accounting", "row_identity", "mask_fidelity"}
     assert by_name(results)["row_identity"].examples == ["tool"]
 
 
@@ -1150,12 +1151,23 @@ def reject_instead(folder: Path, rid: str, reason: str, row: int) -> None:
     """Drop written row ``rid`` (input row ``row`` of source chats) and write a reject line for
     it instead, every count edited to match and the set resealed: a careful forger's (or a
     buggy stage's) silent loss of a good row under a plausible reason."""
-    write_rows(folder, [r for r in read_rows(folder) if r["id"] != rid])
+    rows = read_rows(folder)
+    write_rows(folder, [r for r in rows if r["id"] != rid])
     line = {"source": "chats", "row": row, "id": rid, "reason": reason, "message": "x"}
     with (folder / "rejects.jsonl").open("a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")
     m = manifest(folder)
+    # the row step's counts of the row too (verify recounts them): its supervised turns,
+    # and whether it trained an empty think block
+    mask = find_row(rows, rid)["loss_mask"]
+    turns = sum(1 for i, k in enumerate(mask) if k and (i == 0 or not mask[i - 1]))
+    tok = Tokenizer.from_file(str(qwen3_tokenizer_dir() / "tokenizer.json"))
+    ids = find_row(rows, rid)["input_ids"]
+    supervised = tok.decode([t for t, k in zip(ids, mask, strict=True) if k], False)
+    empty_think = supervised.startswith("<think>\n\n</think>")
     for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
+        c["supervised_turns"] -= turns
+        c["empty_think_rows"] -= empty_think
         c["written"] -= 1
         c["rejected"] += 1
         for key in ("rejected_by_reason", "row_rejects_by_reason"):
