@@ -944,8 +944,8 @@ def source_pass(
         needs = full or any(row_of_id[rid] in chosen_set for rid in own)
         # a sample of output rows never meets a rejected row: the same share of input rows
         needs = needs or input_chosen(key, seed, share)
-        if not own and lines and all(x.get("reason") in _BOUNDED for x in lines):
-            needs = False  # rejected for the work it costs: not worth that work again here
+        if not own and any(x.get("reason") == reasons.TEMPLATE_TIMEOUT for x in lines):
+            needs = False  # a timeout depends on the machine: not worth that work again here
         if isinstance(item, Conversation) and needs:
             expected, context, error = _bounded_expected_rows(
                 tmpl, item, mode, build_placeholders, timeout
@@ -1112,8 +1112,9 @@ def _check_every_output_row(
             ident.add("rejects.jsonl line for a row that is not an input row", f"{key[0]}:{key[1]}")
 
 
-_BOUNDED = frozenset({reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE})
-_UNPLANNED = _BOUNDED | {reasons.INTERNAL_ERROR}
+_UNPLANNED = frozenset(
+    {reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE, reasons.INTERNAL_ERROR}
+)
 """A conversation rejected for one of these never got through build's row step: no counts."""
 
 
@@ -1418,6 +1419,9 @@ def _check_rejection(
         p.add("rejected as no_supervised_turn but has a supervisable turn", conv.id)
     if reasons.TEMPLATE_ERROR in reasons_given and error is None and expected:
         p.add("rejected as template_error but the template renders", conv.id)
+    if reasons.TEMPLATE_TOO_LARGE in reasons_given and error is None:
+        # the cap depends on the row alone: under it, every render here stayed within it
+        p.add("rejected as template_too_large but its renders stay within the size cap", conv.id)
     if reasons.INTERNAL_ERROR in reasons_given and error is None and expected:
         p.add("rejected as internal_error (a draftset bug) but verify derives its row", conv.id)
     if reasons.TEMPLATE_DROPS_CONTENT in reasons_given and error != DROPS_CONTENT:
