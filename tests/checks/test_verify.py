@@ -273,6 +273,15 @@ def reseal(folder: Path) -> None:
         tokens=sum(c["tokens"] for c in per.values()),
         supervised_tokens=sum(c["supervised_tokens"] for c in per.values()),
     )
+    state_path = folder / "state.json"  # its _fingerprint is derived from the shards' sha256
+    if state_path.exists():
+        state = json.loads(state_path.read_text())
+        shards = "".join(
+            hashlib.sha256((folder / f["filename"]).read_bytes()).hexdigest()
+            for f in state["_data_files"]
+        )
+        state["_fingerprint"] = hashlib.sha256(shards.encode()).hexdigest()[:16]
+        state_path.write_text(json.dumps(state, indent=2))
     m["files"] = {
         name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in m["files"]
     }
