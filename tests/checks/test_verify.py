@@ -273,6 +273,15 @@ def reseal(folder: Path) -> None:
         tokens=sum(c["tokens"] for c in per.values()),
         supervised_tokens=sum(c["supervised_tokens"] for c in per.values()),
     )
+    state_path = folder / "state.json"  # its _fingerprint is derived from the shards' sha256
+    if state_path.exists():
+        state = json.loads(state_path.read_text())
+        shards = "".join(
+            hashlib.sha256((folder / f["filename"]).read_bytes()).hexdigest()
+            for f in state["_data_files"]
+        )
+        state["_fingerprint"] = hashlib.sha256(shards.encode()).hexdigest()[:16]
+        state_path.write_text(json.dumps(state, indent=2))
     m["files"] = {
         name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in m["files"]
     }
@@ -419,7 +428,8 @@ def test_dropped_row_fails_accounting_and_identity(built, tmp_path):
     assert "file_hashes" in failed(verify(folder))
     reseal(folder)
     results = verify(folder)
-    assert failed(results) == {"accounting", "row_identity"}
+    # and the manifest's supervised_turns still count the row's turns (mask_fidelity recounts)
+    assert failed(results) == {"accounting", "row_identity", "mask_fidelity"}
     assert by_name(results)["row_identity"].examples == ["tool"]
 
 
@@ -1157,12 +1167,23 @@ def reject_instead(folder: Path, rid: str, reason: str, row: int) -> None:
     """Drop written row ``rid`` (input row ``row`` of source chats) and write a reject line for
     it instead, every count edited to match and the set resealed: a careful forger's (or a
     buggy stage's) silent loss of a good row under a plausible reason."""
-    write_rows(folder, [r for r in read_rows(folder) if r["id"] != rid])
+    rows = read_rows(folder)
+    write_rows(folder, [r for r in rows if r["id"] != rid])
     line = {"source": "chats", "row": row, "id": rid, "reason": reason, "message": "x"}
     with (folder / "rejects.jsonl").open("a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")
     m = manifest(folder)
+    # the row step's counts of the row too (verify recounts them): its supervised turns,
+    # and whether it trained an empty think block
+    mask = find_row(rows, rid)["loss_mask"]
+    turns = sum(1 for i, k in enumerate(mask) if k and (i == 0 or not mask[i - 1]))
+    tok = Tokenizer.from_file(str(qwen3_tokenizer_dir() / "tokenizer.json"))
+    ids = find_row(rows, rid)["input_ids"]
+    supervised = tok.decode([t for t, k in zip(ids, mask, strict=True) if k], False)
+    empty_think = supervised.startswith("<think>\n\n</think>")
     for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
+        c["supervised_turns"] -= turns
+        c["empty_think_rows"] -= empty_think
         c["written"] -= 1
         c["rejected"] += 1
         for key in ("rejected_by_reason", "row_rejects_by_reason"):

@@ -6,6 +6,7 @@ and take seconds on a big set, so `build` runs them before it reports success.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -510,6 +511,7 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
             f" {plural(len(out.data_files), out.output_format + ' shard')}, though "
             + ("the manifest lists it" if name in files else "the set's index names it"),
         )
+    _check_state_fingerprint(p, out)
     # a file that looks like a shard but is not one of the set's (another run's shard, a copy,
     # a `datasets` cache file) is not part of the set, yet looks like it
     strays = set()
@@ -531,6 +533,25 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
         f"{plural(len(files), 'file')} match their manifest sha256; no file the set does"
         " not account for",
     )
+
+
+def _check_state_fingerprint(p: Problems, out: OutputSet) -> None:
+    """state.json's `_fingerprint` is what build derives from its shards' sha256 (`datasets`
+    keys its caches by it: a stale one serves another set's cached results)."""
+    recorded = out.state.get("_fingerprint")
+    listed = out.state.get("_data_files")
+    if recorded is None or not isinstance(listed, list):
+        return  # a Parquet set has no state.json; structure judges a malformed one
+    names = [str(f.get("filename")) for f in listed if isinstance(f, dict)]
+    if not all(n in out.sha256 for n in names):
+        return  # a shard missing or unlisted: failed above
+    digest = hashlib.sha256("".join(out.sha256[n] for n in names).encode()).hexdigest()[:16]
+    if recorded != digest:
+        p.add(
+            "state.json _fingerprint is not its shards' (sha256 of their sha256)",
+            "state.json",
+            f"state.json: _fingerprint {recorded!r} != {digest!r}",
+        )
 
 
 ADVISORY_CHECKS = frozenset({"drafter_fitness"})

@@ -27,9 +27,16 @@ from typing import Any
 import numpy as np
 
 from draftset.core import defaults, reasons
+from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
 from draftset.core.words import plural
 from draftset.mask.ambient import clock_kwargs, valid_now
+from draftset.mask.hygiene import (
+    EmptyThinkProbe,
+    all_placeholder_answers,
+    lacks_reasoning,
+    row_kwargs_key,
+)
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.reads import served_reads
 from draftset.mask.render import server_completion_ids
@@ -51,7 +58,14 @@ from draftset.output.readback import (
     supervised_runs,
 )
 from draftset.select import mix  # reading, ids and filters only; never build's masking code
-from draftset.sources.read import Source, SourceError, describe_inputs, sha256_file
+from draftset.sources.read import (
+    HUB_PREFIX,
+    Source,
+    SourceError,
+    describe_inputs,
+    scan_source,
+    sha256_file,
+)
 
 FULL_CHECK_MAX_ROWS = 20_000
 """Sets up to this many rows get every row mask-checked by default; bigger ones a seeded sample."""
@@ -162,6 +176,17 @@ def check_tokenizer(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
             "tokenizer",
             f"{vocab} != {rec.get('vocab_size')}",
         )
+    # what `show` and `report` accept a --tokenizer by (a set built before them has neither)
+    for key, have in (
+        ("tokenizer_size", len(tmpl.tokenizer)),
+        ("vocabulary_sample_sha256", vocabulary_sample_sha256(tmpl.backend)),
+    ):
+        if rec.get(key) is not None and rec[key] != have:
+            p.add(
+                f"{key} differs from the manifest",
+                "tokenizer",
+                f"tokenizer: {key}: manifest {rec[key]} != the tokenizer's {have}",
+            )
     recorded = set((out.manifest.get("template") or {}).get("eot_tokens") or ())
     if recorded and recorded != set(_stops(tmpl)):
         p.add(
@@ -254,6 +279,7 @@ def check_sources(out: OutputSet) -> CheckResult:
             wrong = [f"{p_} {b} != {now[p_]}" for p_, b in sizes if b != now.get(p_)]
             if wrong:
                 p.add("source file size changed", src.name, f"{src.name}: bytes {', '.join(wrong)}")
+        _compare_skipped(p, rec, src)
     for bench in (out.manifest.get("selection") or {}).get("decontaminate") or []:
         n_files += 1  # the rows it rejects as contaminated depend on its content
         path = Path(str(bench.get("path")))
@@ -274,8 +300,32 @@ def check_sources(out: OutputSet) -> CheckResult:
     return p.result("sources", f"{n_files} input files unchanged (sha256)")
 
 
+def _compare_skipped(p: Problems, rec: dict[str, Any], src: Source) -> None:
+    """The entries of a source folder build skipped on purpose (hidden, unsupported type) are
+    the folder's now: the summary and the manifest list them as what the set left out."""
+    if "skipped" not in rec or str(src.path).startswith(HUB_PREFIX):
+        return
+    try:
+        skipped = scan_source(src.path)[1]
+    except SourceError as exc:
+        p.add("source unreadable", src.name, str(exc))
+        return
+    if rec["skipped"] != skipped:
+        p.add(
+            "source folder's skipped entries differ from the manifest",
+            src.name,
+            f"{src.name}: skipped: manifest {rec['skipped']} != now {skipped}",
+        )
+
+
 def iter_source_items(out: OutputSet) -> Iterator[Normalized]:
     """Every input row as build read it: same selection, normalization, ids and filters."""
+    yield from source_selection(out).rows()
+
+
+def source_selection(out: OutputSet) -> mix.Selection:
+    """Build's selection step as the manifest recorded it; once its rows are drained, its
+    counts and report are what build's manifest must say (`_compare_selection_records`)."""
     opts = out.options
     sel = out.manifest.get("selection") or {}
     spec = mix.SelectionSpec(
@@ -290,7 +340,7 @@ def iter_source_items(out: OutputSet) -> Iterator[Normalized]:
         template_kwargs=dict((out.manifest.get("template") or {}).get("kwargs") or {}),
         overlay=[d["path"] for d in sel.get("overlay") or []],
     )
-    yield from mix.Selection(spec).rows()
+    return mix.Selection(spec)
 
 
 # --- expected generations, derived from renders --------------------------------------------------
@@ -499,6 +549,10 @@ class RowVerdict:
     leakage: list[str] = field(default_factory=list)
     truncated: bool = False
     context: Counter[str] = field(default_factory=Counter)  # turns the token rule made context
+    # the generations the row supervises, (text, message index): the token rule's context
+    # turns left out, a truncated row's cut ones kept (build counts its plan's turns)
+    supervised: list[tuple[str, int]] = field(default_factory=list)
+    cut_generations: int = 0  # generations past a truncated row's cut (build encoded them)
 
 
 def _decode(tmpl: ChatTemplate, ids: np.ndarray) -> str:
@@ -556,6 +610,8 @@ def compare_row(
     in_row = sum(1 for start, _, _ in exp.gens if start < kept)  # the cut removed the others
     served = _served_context(tmpl, ids, runs, raw, [run_at.get(g[0]) for g in exp.gens[:in_row]])
     demoted = {exp.gens[g][0] for g, ok in served.items() if not ok}
+    v.supervised = [(gen, j) for g, (_, gen, j) in enumerate(raw.gens) if served.get(g, True)]
+    v.cut_generations = len(exp.gens) - in_row
     # the first generation is never made context (a difference there is a wrong row, below)
     v.context[reasons.TURN_HISTORY_TOKENS_DIFFER] += sum(
         1 for g, ok in served.items() if g and not ok
@@ -840,6 +896,7 @@ class _OutputIndex:
     each_rows: dict[str, list[str]]  # --turns each: input id -> its `id#k` output rows
     rejects_at: dict[tuple[str, int], list[dict[str, Any]]]
     prompts_at: dict[tuple[str, Any], dict[str, Any]]
+    prompt_line: dict[tuple[str, Any], int]  # the line number of each prompts_at entry
 
 
 def _index_output(out: OutputSet, mode: str) -> _OutputIndex:
@@ -857,12 +914,13 @@ def _index_output(out: OutputSet, mode: str) -> _OutputIndex:
         if isinstance(obj, dict) and "source" in obj and "row" in obj:
             rejects_at.setdefault((str(obj["source"]), obj["row"]), []).append(obj)
     prompt_lines, _ = read_jsonl(out.folder / "prompts.jsonl")
-    prompts_at = {
-        (str(o["metadata"].get("source")), o["metadata"].get("row")): o
-        for o in prompt_lines
-        if isinstance(o, dict) and isinstance(o.get("metadata"), dict)
-    }
-    return _OutputIndex(ids, row_of_id, each_rows, rejects_at, prompts_at)
+    prompts_at: dict[tuple[str, Any], dict[str, Any]] = {}
+    prompt_line: dict[tuple[str, Any], int] = {}
+    for n, o in enumerate(prompt_lines):
+        if isinstance(o, dict) and isinstance(o.get("metadata"), dict):
+            key = (str(o["metadata"].get("source")), o["metadata"].get("row"))
+            prompts_at[key], prompt_line[key] = o, n
+    return _OutputIndex(ids, row_of_id, each_rows, rejects_at, prompts_at, prompt_line)
 
 
 def source_pass(
@@ -892,12 +950,15 @@ def source_pass(
     used_rejects: set[tuple[str, int]] = set()
     row_owner: dict[int, tuple[int, int]] = {}  # output row -> (input row's position, turn k)
     context_by_source: dict[str, Counter[str]] = {}
+    recount = RowStepCounts(tmpl, out.manifest, build_placeholders, timeout)
     checked = 0
     sources = out.sources()
-    for position, item in enumerate(iter_source_items(out)):
+    selection = source_selection(out)
+    prompt_order: list[int] = []  # prompts.jsonl line of each prompt-only input row, in order
+    for position, item in enumerate(selection.rows()):
         key = (item.source, item.row)
         if isinstance(item, Reject | PromptOnly):
-            _check_unwritten(ident, item, idx, used_rejects)
+            _check_unwritten(ident, item, idx, used_rejects, prompt_order)
             continue
         expected: list[tuple[str, Expected]] = []
         error: str | None = None
@@ -917,6 +978,13 @@ def source_pass(
                     f"rejected as {x.get('reason')} but it reads and is selected as a row",
                     item.id,
                 )
+            elif not _names_its_row(x.get("id"), item.id, mode == "each"):
+                ident.add(
+                    "rejects.jsonl line's id is not its input row's",
+                    item.id,
+                    f"{item.id}: the {x.get('reason')} line of {item.source} row {item.row}"
+                    f" has id {x.get('id')!r}",
+                )
         for rid in own:
             r = row_of_id[rid]
             row_owner[r] = (position, _turn_row(rid) if turn_rows else 0)
@@ -925,8 +993,8 @@ def source_pass(
         needs = full or any(row_of_id[rid] in chosen_set for rid in own)
         # a sample of output rows never meets a rejected row: the same share of input rows
         needs = needs or input_chosen(key, seed, share)
-        if not own and lines and all(x.get("reason") in _BOUNDED for x in lines):
-            needs = False  # rejected for the work it costs: not worth that work again here
+        if not own and any(x.get("reason") == reasons.TEMPLATE_TIMEOUT for x in lines):
+            needs = False  # a timeout depends on the machine: not worth that work again here
         if isinstance(item, Conversation) and needs:
             expected, context, error = _bounded_expected_rows(
                 tmpl, item, mode, build_placeholders, timeout
@@ -937,11 +1005,13 @@ def source_pass(
                 _check_length_rejects(maskp, tmpl, item, lines, expected, opts)
         mine = [rid for rid in own if row_of_id[rid] in chosen_set]
         checked += len(mine)
-        context = _check_rows(
+        found = _check_rows(
             out, tmpl, item, mine, row_of_id, dict(expected), error, placeholders, (maskp, leak)
         )
-        if context:  # turns the token rule made context, judged on the rows themselves
-            context_by_source.setdefault(item.source, Counter()).update(context)
+        if found.context:  # turns the token rule made context, judged on the rows themselves
+            context_by_source.setdefault(item.source, Counter()).update(found.context)
+        if isinstance(item, Conversation):
+            recount.add(item, own, lines, expected if needs else None, error, found)
         if isinstance(item, Conversation) and needs and mode == "each":
             for rid, _ in expected:
                 if rid not in row_of_id and not any(x.get("id") == rid for x in lines):
@@ -950,6 +1020,10 @@ def source_pass(
                 _check_length_rejects(maskp, tmpl, item, lines, expected, opts)
                 _check_turn_rejects(maskp, lines, expected)
     _check_every_output_row(ident, idx, row_owner, used_rejects)
+    if prompt_order != sorted(prompt_order):
+        ident.add("prompts.jsonl lines are not in input order (build's order is deterministic)")
+    _compare_selection_records(ident, out, selection)
+    recount.compare(maskp, out, full)
     if full:
         _compare_context_counts(maskp, out, context_by_source)
     return _source_pass_results((ident, maskp, leak), n, checked, full, placeholders)
@@ -993,19 +1067,30 @@ def _check_unwritten(
     item: Reject | PromptOnly,
     idx: _OutputIndex,
     used_rejects: set[tuple[str, int]],
+    prompt_order: list[int],
 ) -> None:
-    """A rejected row has its rejects.jsonl line; a prompt-only row its prompts.jsonl line."""
+    """A rejected row has its rejects.jsonl line, with the id and message reading or selection
+    gave it (re-run here: the same text, e.g. the row or benchmark item a removal matched); a
+    prompt-only row its prompts.jsonl line (``prompt_order`` collects where that line is)."""
     key = (item.source, item.row)
     if isinstance(item, Reject):
         lines = idx.rejects_at.get(key) or []
         used_rejects.add(key)
-        if not any(x.get("reason") == item.reason for x in lines):
+        same = [x for x in lines if x.get("reason") == item.reason]
+        name = item.id or f"{item.source}:{item.row}"
+        if not same:
+            ident.add("rejected input row has no matching rejects.jsonl line", name)
+        elif not any(x.get("id") == item.id and x.get("message") == item.message for x in same):
             ident.add(
-                "rejected input row has no matching rejects.jsonl line",
-                item.id or f"{item.source}:{item.row}",
+                "rejects.jsonl line's id or message differs from the re-derived reject",
+                name,
+                f"{name}: line id {same[0].get('id')!r}, message {same[0].get('message')!r};"
+                f" re-derived id {item.id!r}, message {item.message!r}",
             )
         return
     line = idx.prompts_at.get(key)
+    if line is not None:
+        prompt_order.append(idx.prompt_line[key])
     if line is None or line.get("id") != item.id:
         ident.add("prompt-only row missing from prompts.jsonl", item.id)
     elif line != json.loads(json.dumps(item.to_json(), ensure_ascii=False)):
@@ -1022,11 +1107,11 @@ def _check_rows(
     error: str | None,
     placeholders: tuple[str, ...],
     problems: tuple[Problems, Problems],
-) -> Counter[str]:
-    """Mask fidelity and leakage of one input row's chosen output rows; the turns the token
-    rule made context in them."""
+) -> RowVerdict:
+    """Mask fidelity and leakage of one input row's chosen output rows; what they hold in all
+    (the turns the token rule made context, the generations supervised, those cut off)."""
     maskp, leak = problems
-    context: Counter[str] = Counter()
+    found = RowVerdict()
     for rid in rids:
         row = out.row(row_of_id[rid])
         if isinstance(item, PreTokenized):
@@ -1049,8 +1134,10 @@ def _check_rows(
             maskp.add(msg.split(":")[0], rid, f"{rid}: {msg}")
         for msg in v.leakage:
             leak.add(msg.split(":")[0], rid, f"{rid}: {msg}")
-        context.update(v.context)
-    return context
+        found.context.update(v.context)
+        found.supervised += v.supervised
+        found.cut_generations += v.cut_generations
+    return found
 
 
 def _check_every_output_row(
@@ -1086,7 +1173,165 @@ def _turn_row(rid: str) -> int:
     return int(rid.rpartition("#")[2])
 
 
-_BOUNDED = frozenset({reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE})
+_UNPLANNED = frozenset(
+    {reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE, reasons.INTERNAL_ERROR}
+)
+"""A conversation rejected for one of these never got through build's row step: no counts."""
+
+
+def _names_its_row(line_id: Any, row_id: str, each: bool) -> bool:
+    """A row-step reject line's id is its input row's (with `--turns each`, or a turn's,
+    ``id#k``): `show --id` finds a rejected row by it."""
+    if line_id == row_id:
+        return True
+    base, sep, k = str(line_id).rpartition("#")
+    return each and bool(sep) and base == row_id and k.isdigit()
+
+
+def _compare_selection_records(p: Problems, out: OutputSet, selection: mix.Selection) -> None:
+    """What reading and selection recorded equals what their re-run here found: per source
+    the rows available, sampled out and read and the fields left unread; the `mixture` record
+    (dedup and decontamination steps: checked, removed, pairs, top items; the mix table)."""
+    per_source = (out.manifest.get("counts") or {}).get("per_source") or {}
+    for name, c in per_source.items():
+        if name not in selection.counts.sources:
+            continue  # a source the manifest's inputs do not name fails accounting
+        got = selection.counts[name]
+        pairs: list[tuple[str, Any, Any]] = [
+            (key, c[key], getattr(got, key))
+            for key in ("available", "sampled_out", "read")
+            if key in c
+        ]
+        if "unread_fields" in c:
+            want = {k: v for k, v in (c["unread_fields"] or {}).items() if v}
+            pairs.append(("unread_fields", want, {k: v for k, v in got.unread_fields.items() if v}))
+        for key, want, have in pairs:
+            if want != have:
+                p.add(
+                    "reading and selection counts differ from the manifest",
+                    None,
+                    f"{name}: {key}: manifest {want} != re-derived {have}",
+                )
+    recorded = out.manifest.get("mixture")
+    if recorded is None:
+        return
+    redone = json.loads(json.dumps(selection.report))
+    for where, want, have in _differences("mixture", recorded, redone):
+        p.add(
+            "the manifest's mixture differs from the re-run selection",
+            None,
+            f"{where}: manifest {want!r} != re-derived {have!r}",
+        )
+
+
+def _differences(where: str, a: Any, b: Any) -> list[tuple[str, Any, Any]]:
+    """(path, a's value, b's value) wherever two JSON values differ, innermost first found."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted(set(a) | set(b), key=str)
+        return [d for k in keys for d in _differences(f"{where}.{k}", a.get(k), b.get(k))]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _differences(f"{where}[{i}]", x, y)
+        ]
+    return [] if a == b else [(where, a, b)]
+
+
+class RowStepCounts:
+    """The row step's per-source counts (`counts.per_source`: the build summary and `report`
+    show them), re-derived in verify's pass from its own renders and the rows it checked.
+
+    `trailing_turns_trimmed` and `placeholder_rows` follow from the input rows and their
+    reject lines, so they are compared on every run; the others need every row re-derived
+    (a full check, not a sample). A count a conversation leaves out of reach is not compared
+    for its source: `supervised_turns` and `empty_think_rows` past a truncated row's cut (build
+    made its turns context from tokens the row no longer holds), `reasoning_not_rendered` of
+    a whole-row render that failed part way (build counted the turns before the failure).
+    `generation_tags_*` are never compared (docs/verify.md).
+    """
+
+    ALWAYS = ("trailing_turns_trimmed", "placeholder_rows")
+    FULL = (
+        "supervised_turns",
+        "empty_think_rows",
+        "reasoning_not_rendered",
+        "server_ids_used",
+        "server_ids_mismatch",
+    )
+
+    def __init__(
+        self,
+        tmpl: ChatTemplate,
+        manifest: dict[str, Any],
+        placeholders: tuple[str, ...],
+        timeout: float | None,
+    ) -> None:
+        self.tmpl = tmpl
+        self.each = str((manifest.get("options") or {}).get("turns", "all")) == "each"
+        self.placeholders = placeholders
+        self.template_kwargs = dict((manifest.get("template") or {}).get("kwargs") or {})
+        self.probe = EmptyThinkProbe(tmpl.template_text, tmpl.base_kwargs, timeout=timeout)
+        self.counts: dict[str, Counter[str]] = {}
+        self.out_of_reach: dict[str, set[str]] = {}
+
+    def add(
+        self,
+        conv: Conversation,
+        own: list[str],
+        lines: list[dict[str, Any]],
+        expected: list[tuple[str, Expected]] | None,
+        error: str | None,
+        found: RowVerdict,
+    ) -> None:
+        """Count one conversation: ``own`` its written rows, ``lines`` its reject lines,
+        ``expected`` its re-derived rows (None: not re-derived), ``found`` its checked rows."""
+        c = self.counts.setdefault(conv.source, Counter())
+        given = {x.get("reason") for x in lines}
+        answers = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
+        if answers and (own or not given & _UNPLANNED):
+            c["trailing_turns_trimmed"] += len(conv.messages) - answers[-1] - 1
+        placeholder_only = all_placeholder_answers(conv, self.placeholders)
+        if placeholder_only and not own and reasons.NO_SUPERVISED_TURN in given:
+            c["placeholder_rows"] += 1
+        if expected is None:
+            return
+        skip = self.out_of_reach.setdefault(conv.source, set())
+        if found.cut_generations:
+            skip.update(("supervised_turns", "empty_think_rows"))
+        if error is not None and not self.each:
+            skip.add("reasoning_not_rendered")
+        c["supervised_turns"] += len(found.supervised)
+        server = server_completion_ids(conv)
+        for _, exp in expected:
+            for _, gen, j in exp.gens:
+                c["reasoning_not_rendered"] += int(
+                    reasons.reasoning_not_rendered(conv.messages[j], gen)
+                )
+                if (ids := server.get(j)) is not None:
+                    kept = _kept_server_ids(self.tmpl, ids, gen) is not None
+                    c["server_ids_used" if kept else "server_ids_mismatch"] += 1
+        if own and not placeholder_only and lacks_reasoning(conv, self.template_kwargs):
+            wrapper = self.probe.wrapper(row_kwargs_key(conv))
+            if wrapper and any(gen.startswith(wrapper) for gen, _ in found.supervised):
+                c["empty_think_rows"] += 1
+
+    def compare(self, p: Problems, out: OutputSet, full: bool) -> None:
+        """Each count against the manifest's, per source (when every row was re-derived, the
+        ones that need that too)."""
+        keys = self.ALWAYS + (self.FULL if full else ())
+        per_source = (out.manifest.get("counts") or {}).get("per_source") or {}
+        for name, c in per_source.items():
+            got = self.counts.get(name, Counter())
+            for key in keys:
+                if key not in c or key in self.out_of_reach.get(name, ()):
+                    continue
+                if c[key] != got[key]:
+                    p.add(  # examples are row ids: the message names the source
+                        "the row step's counts differ from the manifest",
+                        None,
+                        f"{name}: {key}: manifest {c[key]} != re-derived {got[key]}",
+                    )
 
 
 def _bounded_expected_rows(
@@ -1235,6 +1480,9 @@ def _check_rejection(
         p.add("rejected as no_supervised_turn but has a supervisable turn", conv.id)
     if reasons.TEMPLATE_ERROR in reasons_given and error is None and expected:
         p.add("rejected as template_error but the template renders", conv.id)
+    if reasons.TEMPLATE_TOO_LARGE in reasons_given and error is None:
+        # the cap depends on the row alone: under it, every render here stayed within it
+        p.add("rejected as template_too_large but its renders stay within the size cap", conv.id)
     if reasons.INTERNAL_ERROR in reasons_given and error is None and expected:
         p.add("rejected as internal_error (a draftset bug) but verify derives its row", conv.id)
     if reasons.TEMPLATE_DROPS_CONTENT in reasons_given and error != DROPS_CONTENT:

@@ -1,0 +1,359 @@
+"""`draftset verify` and the manifest's records: every count and record verify can re-derive
+from the sources, the tokenizer and its own pass over the rows is compared (an outside tamper
+probe, session 26, edited each of them and verify passed); what it cannot is listed as
+unproven in docs/verify.md.
+
+One set is built per module (Qwen3, thinking on, near dedup, a benchmark, a folder source
+with a file it skips); each test edits a copy, reseals the file hashes as a careful forger
+would, and names the check that must fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import qwen3_tokenizer_dir
+from tokenizers import Tokenizer
+
+from draftset.checks.fast import failing
+from draftset.checks.verify import run_verify
+from draftset.config.options import BuildOptions
+from draftset.pipeline.build import run_build
+from draftset.sources.read import Source
+
+ANSWER = "Glaciers move by internal deformation of the ice and by sliding over meltwater."
+BENCH = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips"
+    " in May. How many clips did Natalia sell altogether in April and May?"
+)
+# the generation the Qwen3 template (thinking on) writes for an answer without reasoning
+SERVED = "<think>\n\n</think>\n\nGreen is a secondary colour.<|im_end|>"
+
+
+def chat(rid: str, question: str, answer: str, **extra: object) -> dict:
+    return {
+        "id": rid,
+        "messages": [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": answer},
+        ],
+        **extra,
+    }
+
+
+def server_ids(tok: Tokenizer, text: str) -> dict:
+    """A row's `metadata.token_ids` as `generate` records the server's ids for turn 1."""
+    ids = tok.encode(text, add_special_tokens=False).ids
+    return {"metadata": {"token_ids": {"turns": [{"message": 1, "completion": ids}]}}}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("records")
+    tok = Tokenizer.from_file(str(qwen3_tokenizer_dir() / "tokenizer.json"))
+    data = root / "data"
+    data.mkdir()
+    rows = [
+        {
+            "id": "trail",
+            "messages": [
+                {"role": "user", "content": "Why do rivers form deltas?"},
+                {"role": "assistant", "content": "Rivers drop their sediment where they slow."},
+                {"role": "user", "content": "Thanks!"},
+            ],
+        },
+        chat("two", "How do glaciers move across a valley floor?", ANSWER),
+        chat("near", "How do glaciers move across a valley floor?", ANSWER + "!"),
+        chat("pad", "Say hello please.", "OK."),
+        {"id": "bad", "messages": [{"role": "pirate", "content": "Arr"}]},
+        chat("cont", BENCH, "She sold 72 clips."),
+        chat("srv", "Name a primary colour.", "Blue.", **server_ids(tok, "Red is one.")),
+        chat("used", "Name a secondary colour.", "Green is a secondary colour.")
+        | server_ids(tok, SERVED),
+        {"id": "p1", "prompt": "Write a haiku about rain."},
+        {"id": "p2", "prompt": "Write a haiku about snow."},
+    ]
+    (data / "chats.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (data / "README.md").write_text("about this data")
+    more = root / "more.jsonl"  # a second source: a pair may name it
+    more.write_text(json.dumps(chat("m1", "What is a fjord?", "A valley the sea filled.")) + "\n")
+    bench = root / "bench.jsonl"
+    bench.write_text(json.dumps({"question": BENCH}) + "\n")
+    opts = BuildOptions(
+        [Source("chats", data), Source("more", more)],
+        str(qwen3_tokenizer_dir()),
+        root / "set",
+        workers=1,
+    )
+    opts.dedup = "near"
+    opts.decontaminate = [str(bench)]
+    opts.template_kwargs = {"enable_thinking": True}
+    return run_build(opts).out
+
+
+def copy_set(src: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "set"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def manifest(folder: Path) -> dict:
+    return json.loads((folder / "manifest.json").read_text())
+
+
+def save_manifest(folder: Path, m: dict) -> None:
+    """The manifest with every listed file's sha256 recomputed (a forger's reseal)."""
+    m["files"] = {name: sha256(folder / name) for name in m["files"]}
+    (folder / "manifest.json").write_text(json.dumps(m, indent=2, ensure_ascii=False))
+
+
+def edit_lines(folder: Path, name: str, edit) -> None:
+    path = folder / name
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(x) + "\n" for x in edit(lines)))
+    save_manifest(folder, manifest(folder))
+
+
+def verify(folder: Path):
+    return run_verify(folder, speculators=False, record=False)
+
+
+def failures(results) -> dict[str, str]:
+    """check name -> its result as JSON text (summary, examples and messages); advice (DFlash
+    fitness of these few short rows) fails nothing."""
+    return {
+        r.name: json.dumps(r.to_json()) for r in results if r.failed and r.name in failing(results)
+    }
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_set_has_the_counts_the_tests_edit_and_passes(built):
+    c = manifest(built)["counts"]["per_source"]["chats"]
+    assert c["trailing_turns_trimmed"] == 1
+    assert c["placeholder_rows"] == 1
+    assert c["server_ids_used"] == 1 and c["server_ids_mismatch"] == 1
+    assert c["empty_think_rows"] >= 1 and c["supervised_turns"] >= 3
+    assert failures(verify(built)) == {}
+
+
+# --- item 1: per-source counts -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("key", "value", "check"),
+    [
+        ("supervised_turns", 99, "mask_fidelity"),
+        ("trailing_turns_trimmed", 5, "mask_fidelity"),
+        ("placeholder_rows", 0, "mask_fidelity"),
+        ("empty_think_rows", 0, "mask_fidelity"),
+        ("reasoning_not_rendered", 4, "mask_fidelity"),
+        ("server_ids_used", 7, "mask_fidelity"),
+        ("server_ids_mismatch", 2, "mask_fidelity"),
+        ("unread_fields", {"code": 6}, "row_identity"),
+        ("available", 12, "row_identity"),
+    ],
+)
+def test_an_edited_per_source_count_fails_naming_source_key_and_both_values(
+    built, tmp_path, key, value, check
+):
+    """Only counts.total was compared (with the sources' sum): a per-source count the build
+    summary and `report` show could say anything. verify re-derives each during its pass."""
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    c = m["counts"]["per_source"]["chats"]
+    recorded = c[key]
+    c[key] = value
+    if key == "available":
+        c["sampled_out"] = value - c["read"]
+    for name in (key, "sampled_out"):  # the total stays the sources' sum
+        m["counts"]["total"][name] = sum_of(m["counts"]["per_source"], name)
+    save_manifest(folder, m)
+    got = failures(verify(folder))
+    assert set(got) == {check}, got
+    assert f"chats: {key}: manifest {value} != re-derived {recorded}" in got[check], got
+
+
+def sum_of(per_source: dict, key: str) -> int | dict:
+    values = [c[key] for c in per_source.values()]
+    if isinstance(values[0], dict):
+        return {k: sum(v.get(k, 0) for v in values) for k in sorted(set().union(*values))}
+    return sum(values)
+
+
+# --- item 2: a reject line's id and message ------------------------------------------------------
+@pytest.mark.parametrize(
+    ("rid", "field", "value"),
+    [
+        ("bad", "id", "bad-999"),
+        ("bad", "message", "unknown role 'captain' in turn 7"),
+        ("pad", "id", "pad-2"),
+    ],
+)
+def test_an_edited_reject_line_id_or_message_fails_row_identity(built, tmp_path, rid, field, value):
+    """Reject lines were matched on source, row and reason only: `show --id bad` then said
+    no such row. The id is compared, and the message of a reading or selection reject (verify
+    re-runs those stages and gets the same text)."""
+    folder = copy_set(built, tmp_path)
+
+    def edit(lines: list[dict]) -> list[dict]:
+        for x in lines:
+            if x["id"] == rid:
+                x[field] = value
+        return lines
+
+    edit_lines(folder, "rejects.jsonl", edit)
+    got = failures(verify(folder))
+    assert set(got) == {"row_identity"}, got
+    assert rid in got["row_identity"] and value in got["row_identity"]
+
+
+# --- item 4: what a dedup or decontamination removal matched -------------------------------------
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("of id 'two' (source chats, row 1)", "of id 'srv' (source chats, row 6)"),
+        ("item bench.jsonl:0", "item bench.jsonl:77"),
+    ],
+)
+def test_a_removal_naming_another_match_fails_row_identity(built, tmp_path, old, new):
+    """The near_duplicate line names the kept row it matched, the contaminated line the
+    benchmark item: both are what verify's re-run of selection says."""
+    folder = copy_set(built, tmp_path)
+    path = folder / "rejects.jsonl"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    save_manifest(folder, manifest(folder))
+    got = failures(verify(folder))
+    assert set(got) == {"row_identity"}, got
+    assert new in got["row_identity"]
+
+
+@pytest.mark.parametrize("edit", ["kept_source", "checked", "top_items", "index_ngrams"])
+def test_an_edited_mixture_record_fails_row_identity(built, tmp_path, edit):
+    """`mixture` is the selection's own report: verify re-runs the selection and compares it
+    whole (pairs, checked counts, top benchmark items, index size)."""
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    near = next(d for d in m["mixture"]["dedup"] if d["kind"] == "near")
+    dec = m["mixture"]["decontamination"]
+    if edit == "kept_source":
+        near["pairs"][0]["kept_source"] = "more"  # a source of the set
+    elif edit == "checked":
+        near["checked"]["chats"] += 1
+    elif edit == "top_items":
+        dec["top_items"][0]["id"] = "bench.jsonl:77"
+    else:
+        dec["index_ngrams"] += 1
+    save_manifest(folder, m)
+    got = failures(verify(folder))
+    assert "row_identity" in got, got
+    assert "mixture" in got["row_identity"]
+
+
+# --- item 3: other manifest records --------------------------------------------------------------
+def test_a_fake_skipped_entry_fails_sources(built, tmp_path):
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    m["inputs"][0]["skipped"].append({"path": "secret.jsonl", "why": "hidden"})
+    save_manifest(folder, m)
+    got = failures(verify(folder))
+    assert set(got) == {"sources"}, got
+    assert "secret.jsonl" in got["sources"]
+
+
+@pytest.mark.parametrize("key", ["tokenizer_size", "vocabulary_sample_sha256"])
+def test_an_edited_tokenizer_record_fails_tokenizer(built, tmp_path, key):
+    """`show` and `report` accept a --tokenizer by these two: an edited one made them refuse
+    the right tokenizer while verify passed."""
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    m["tokenizer"][key] = 1000 if key == "tokenizer_size" else "0" * 64
+    save_manifest(folder, m)
+    got = failures(verify(folder))
+    assert set(got) == {"tokenizer"}, got
+    assert key in got["tokenizer"]
+
+
+# --- item 5: prompts.jsonl order -----------------------------------------------------------------
+def test_reordered_prompt_lines_fail_row_identity(built, tmp_path):
+    """prompts.jsonl is written in input order, like the rows and the reject lines."""
+    folder = copy_set(built, tmp_path)
+    edit_lines(folder, "prompts.jsonl", lambda lines: lines[::-1])
+    got = failures(verify(folder))
+    assert set(got) == {"row_identity"}, got
+    assert "prompts.jsonl" in got["row_identity"]
+
+
+def test_an_edited_state_fingerprint_fails_file_hashes(built, tmp_path):
+    """state.json's `_fingerprint` is derived from the shards' sha256 (datasets keys its
+    caches by it); an edited one passed."""
+    folder = copy_set(built, tmp_path)
+    state = json.loads((folder / "state.json").read_text())
+    state["_fingerprint"] = "deadbeef"
+    (folder / "state.json").write_text(json.dumps(state, indent=2))
+    save_manifest(folder, manifest(folder))
+    got = failures(verify(folder))
+    assert set(got) == {"file_hashes"}, got
+    assert "deadbeef" in got["file_hashes"]
+
+
+# --- item 6: template_too_large is deterministic -------------------------------------------------
+def test_a_good_row_rejected_template_too_large_fails_mask_fidelity(built, tmp_path):
+    """A render's size cap depends on the row alone (not the machine, unlike a timeout): a
+    written row swapped for a `template_too_large` line, every count edited to match, passed.
+    verify re-renders such a row under the same cap and fails one that stays within it."""
+    folder = copy_set(built, tmp_path)
+    for name in manifest(folder)["files"]:  # the shard that holds row "two"
+        if name.endswith(".arrow"):
+            shard = folder / name
+            with pa.OSFile(str(shard), "rb") as f:
+                table = pa.ipc.open_stream(f).read_all()
+            rows = table.to_pylist()
+            if any(r["id"] == "two" for r in rows):
+                break
+    (gone,) = [r for r in rows if r["id"] == "two"]
+    kept = pa.Table.from_pylist([r for r in rows if r["id"] != "two"], schema=table.schema)
+    with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_stream(sink, kept.schema) as w:
+        w.write_table(kept)
+    freq = np.load(folder / "token_freq.npy")
+    mask = np.asarray(gone["loss_mask"], dtype=bool)
+    np.subtract.at(freq, np.asarray(gone["input_ids"])[mask], 1)
+    np.save(folder / "token_freq.npy", freq)
+    import torch
+
+    torch.save({int(i): int(freq[i]) for i in np.nonzero(freq)[0]}, folder / "token_freq.pt")
+    state = json.loads((folder / "state.json").read_text())
+    digests = [sha256(folder / f["filename"]) for f in state["_data_files"]]
+    state["_fingerprint"] = hashlib.sha256("".join(digests).encode()).hexdigest()[:16]
+    (folder / "state.json").write_text(json.dumps(state, indent=2))
+    line = {"source": "chats", "row": 1, "id": "two", "reason": "template_too_large"}
+    line["message"] = "the template wrote more than 16777472 characters for this row"
+    with (folder / "rejects.jsonl").open("a") as f:
+        f.write(json.dumps(line) + "\n")
+    m = manifest(folder)
+    for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
+        c["written"] -= 1
+        c["rows_out"] -= 1
+        c["rejected"] += 1
+        for key in ("rejected_by_reason", "row_rejects_by_reason"):
+            c[key]["template_too_large"] = 1
+        c["tokens"] -= len(gone["input_ids"])
+        c["supervised_tokens"] -= int(mask.sum())
+        c["supervised_turns"] -= 1
+        c["empty_think_rows"] -= 1
+    m["totals"]["rows"] -= 1
+    m["totals"]["tokens"] -= len(gone["input_ids"])
+    m["totals"]["supervised_tokens"] -= int(mask.sum())
+    save_manifest(folder, m)
+    results = verify(folder)
+    got = failures(results)
+    assert set(got) == {"mask_fidelity"}, got
+    assert next(r for r in results if r.name == "mask_fidelity").examples == ["two"]
