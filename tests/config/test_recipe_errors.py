@@ -39,6 +39,18 @@ def _recipe(tmp_path, text: str):
     return recipe
 
 
+def _refused_in_one_line(tmp_path, capsys, text: str, needle: str) -> str:
+    """``text`` added to a recipe (replacing its source list when it gives one) is refused by
+    `build`: exit 2, one line holding ``needle``, which is returned."""
+    recipe = _recipe(tmp_path, text)
+    if text.startswith("sources"):  # replaces the recipe's list
+        recipe.write_text(recipe.read_text().replace("sources: [c.jsonl]\n", ""))
+    assert main(["build", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    return err[0]
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
@@ -68,14 +80,9 @@ def _recipe(tmp_path, text: str):
     ],
 )
 def test_an_unknown_key_suggests_the_one_meant(tmp_path, capsys, text, needle):
-    recipe = _recipe(tmp_path, text)
-    if text.startswith("sources"):  # replaces the recipe's list
-        recipe.write_text(recipe.read_text().replace("sources: [c.jsonl]\n", ""))
-    assert main(["build", str(recipe)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and needle in err[0], err
+    line = _refused_in_one_line(tmp_path, capsys, text, needle)
     if needle == "unknown keys ['zzz']":
-        assert "did you mean" not in err[0]
+        assert "did you mean" not in line
 
 
 @pytest.mark.parametrize(
@@ -117,12 +124,7 @@ def test_the_api_suggests_a_source_key(tmp_path):
 )
 def test_a_key_given_twice_is_refused_naming_it_and_its_line(tmp_path, capsys, text, needle):
     """YAML's last value won silently: ``max_length: 10 ... max_length: 4096`` built 4096."""
-    recipe = _recipe(tmp_path, text)
-    if text.startswith("sources"):  # replaces the recipe's list
-        recipe.write_text(recipe.read_text().replace("sources: [c.jsonl]\n", ""))
-    assert main(["build", str(recipe)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and needle in err[0], err
+    _refused_in_one_line(tmp_path, capsys, text, needle)
 
 
 def test_merged_keys_may_be_overridden():
