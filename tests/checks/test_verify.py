@@ -735,7 +735,8 @@ def test_same_length_token_swap_fails_mask_fidelity(built, tmp_path, tok, old, n
     assert failed(results) == {"mask_fidelity"}
     mf = by_name(results)["mask_fidelity"]
     assert mf.examples == ["sys"] and mf.count >= 1
-    # the message says where: the token, and the row's text there beside the expected text
+    # the message says where: the token, and the row's text there beside the expected text;
+    # and only it (the row's counts, recounted from its own runs, are not reported again)
     (msg,) = mf.details["messages"]
     assert f"at token {at} " in msg, msg
     row_side, expected_side = msg.split(" vs expected ")

@@ -1119,6 +1119,7 @@ def _check_rows(
         elif rid not in exp_by_id:
             why = error or "no supervisable assistant turn"
             maskp.add("row exists but re-derivation gives no such row", rid, f"{rid}: {why}")
+            found.mask.append(why)
             continue
         else:
             v = compare_row(
@@ -1134,6 +1135,7 @@ def _check_rows(
             maskp.add(msg.split(":")[0], rid, f"{rid}: {msg}")
         for msg in v.leakage:
             leak.add(msg.split(":")[0], rid, f"{rid}: {msg}")
+        found.mask += v.mask
         found.context.update(v.context)
         found.supervised += v.supervised
         found.cut_generations += v.cut_generations
@@ -1246,7 +1248,8 @@ class RowStepCounts:
     reject lines, so they are compared on every run; the others need every row re-derived
     (a full check, not a sample). A count a conversation leaves out of reach is not compared
     for its source: `supervised_turns` and `empty_think_rows` past a truncated row's cut (build
-    made its turns context from tokens the row no longer holds), `reasoning_not_rendered` of
+    made its turns context from tokens the row no longer holds) or of a row that failed the
+    mask check (its runs are not build's; the row is already named), `reasoning_not_rendered` of
     a whole-row render that failed part way (build counted the turns before the failure).
     `generation_tags_*` are never compared (docs/verify.md).
     """
@@ -1297,8 +1300,8 @@ class RowStepCounts:
         if expected is None:
             return
         skip = self.out_of_reach.setdefault(conv.source, set())
-        if found.cut_generations:
-            skip.update(("supervised_turns", "empty_think_rows"))
+        if found.cut_generations or found.mask:  # a failed row's runs are not build's: its
+            skip.update(("supervised_turns", "empty_think_rows"))  # failure is reported once
         if error is not None and not self.each:
             skip.add("reasoning_not_rendered")
         c["supervised_turns"] += len(found.supervised)
