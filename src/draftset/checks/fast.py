@@ -6,7 +6,6 @@ and take seconds on a big set, so `build` runs them before it reports success.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -19,6 +18,7 @@ import pyarrow as pa
 from draftset.core import reasons
 from draftset.core.words import plural
 from draftset.engine.helper import SidecarError
+from draftset.output.arrow import state_fingerprint
 from draftset.output.base import arrow_schema, rel_name, safe_name
 from draftset.output.folder import DRAFTSET_LATER_FILES, REPORT_PAGE, TMP_WHILE_WRITTEN
 from draftset.output.readback import (
@@ -471,8 +471,15 @@ def set_files(out: OutputSet) -> set[str]:
     d2t/t2d of the recorded ``draft_vocab_size``. Nothing else is ever one of a set's files,
     listed in the manifest or not."""
     count = len(out.data_files)
-    names = {out.layout.shard_name(i, count) for i in range(count)}
-    names |= {*out.layout.metadata_files, *SIDE_FILES, TORCH_FILE}
+    return (
+        {out.layout.shard_name(i, count) for i in range(count)} | _listed_beside(out) | {TORCH_FILE}
+    )
+
+
+def _listed_beside(out: OutputSet) -> set[str]:
+    """The files beside the shards every set of this layout lists in its manifest: the
+    format's metadata, the side files, the recorded ``draft_vocab_size``'s d2t/t2d."""
+    names = {*out.layout.metadata_files, *SIDE_FILES}
     n = out.options.get("draft_vocab_size")
     if n:
         names |= {f"d2t-{n}.npy", f"t2d-{n}.npy"}
@@ -485,10 +492,7 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
     p = Problems()
     files: dict[str, str] = out.manifest.get("files") or {}
     own = set_files(out)
-    expected = {*out.data_names, *out.layout.metadata_files, *SIDE_FILES}
-    n = out.options.get("draft_vocab_size")
-    if n:
-        expected |= {f"d2t-{n}.npy", f"t2d-{n}.npy"}
+    expected = {*out.data_names} | _listed_beside(out)
     for name in sorted(expected - set(files)):
         p.add("output file not listed in the manifest", name)
     for name, digest in files.items():
@@ -545,7 +549,7 @@ def _check_state_fingerprint(p: Problems, out: OutputSet) -> None:
     names = [str(f.get("filename")) for f in listed if isinstance(f, dict)]
     if not all(n in out.sha256 for n in names):
         return  # a shard missing or unlisted: failed above
-    digest = hashlib.sha256("".join(out.sha256[n] for n in names).encode()).hexdigest()[:16]
+    digest = state_fingerprint([out.sha256[n] for n in names])
     if recorded != digest:
         p.add(
             "state.json _fingerprint is not its shards' (sha256 of their sha256)",

@@ -24,12 +24,18 @@ from draftset.output.base import (
 )
 from draftset.sources.read import sha256_file
 
-__all__ = ["LAYOUT", "WRITER", "ArrowLayout", "ArrowWriter", "arrow_schema"]
+__all__ = ["LAYOUT", "WRITER", "ArrowLayout", "ArrowWriter", "arrow_schema", "state_fingerprint"]
 
 
 def shard_name(index: int, count: int) -> str:
     """The name of shard ``index`` of ``count``, as ``save_to_disk`` names its shards."""
     return f"data-{index:05d}-of-{count:05d}.arrow"
+
+
+def state_fingerprint(shard_digests: list[str]) -> str:
+    """state.json's ``_fingerprint``: from the shards' sha256, in row order (`datasets` keys
+    its caches by it; content-derived, so equal runs write equal folders)."""
+    return hashlib.sha256("".join(shard_digests).encode()).hexdigest()[:16]
 
 
 class ArrowWriter(ShardedWriter):
@@ -75,9 +81,7 @@ class ArrowWriter(ShardedWriter):
             "license": "",
         }
         # a content-derived fingerprint keeps the folder byte-identical across equal runs
-        fingerprint = hashlib.sha256(
-            "".join(sha256_file(self.folder / n) for n in shard_names).encode()
-        ).hexdigest()[:16]
+        fingerprint = state_fingerprint([sha256_file(self.folder / n) for n in shard_names])
         state = {
             "_data_files": [{"filename": n} for n in shard_names],
             "_fingerprint": fingerprint,
