@@ -16,7 +16,8 @@ from draftset.commands.common import (
 )
 from draftset.commands.options import add_options, parsed
 from draftset.config.fields import cli_fields, cli_of, flag_of, help_of
-from draftset.config.schema import BuildArgs, GenerateSection, RunArgs, VerifySection
+from draftset.config.recipe import RECIPE_SECTIONS
+from draftset.config.schema import BuildArgs, RunArgs
 from draftset.core.errors import EXIT_FAIL, EXIT_OK
 from draftset.core.terminal import visible
 from draftset.core.words import fmt_counts, plural
@@ -67,8 +68,7 @@ def recipe_place(extra: list[str], argv: list[str]) -> str | None:
     places: dict[str, list[tuple[str, str, str | None, Any]]] = {}
     for model, where in (
         (BuildArgs, "at the recipe's top level"),
-        (GenerateSection, "under its `generate:`"),
-        (VerifySection, "under its `verify:`"),
+        *((m, f"under its `{section}:`") for section, m in RECIPE_SECTIONS.items()),
     ):
         for name in model.model_fields:
             if model is BuildArgs and name not in cli_fields(model):
