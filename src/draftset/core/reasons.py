@@ -262,6 +262,9 @@ def unservable(
     - under harmony, a special token's text (``special``, `special_token_pattern`) in a
       message or the tools: harmony encodes it as ordinary text, the row's text would encode
       it as the control token (answers are `special_token_in_answer`'s, checked first);
+    - under SGLang, a part of type ``input_text``, ``output_text`` or ``refusal``
+      (``meta["other_text_parts"]``): its request model has only ``text`` parts and answers
+      HTTP 400 (read from its source, not run here);
     - a developer message (``meta["developer"]``) under a template that does not name the
       role, with a system message not first or several of them: vLLM converts it to system and
       merges every system message into one at the start, so the turns would sit elsewhere
@@ -285,6 +288,12 @@ def unservable(
         return (
             f"message {i} has a {other[i][0]!r} part: vLLM serves this model with harmony, whose"
             " path reads only a part's 'text' (it would serve it empty); give it as text"
+        )
+    if engine == "sglang" and not harmony and other:
+        i = min(other)
+        return (
+            f"message {i} has a {other[i][0]!r} part: SGLang's request model takes only 'text'"
+            " parts (it answers HTTP 400); give it as text"
         )
     if harmony and special is not None:
         found = _special_text(messages, tools, special)

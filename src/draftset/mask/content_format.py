@@ -176,3 +176,27 @@ def content_format(template_text: str) -> ContentFormat:
     except Exception:  # vLLM logs and falls back to its default
         return "string"
     return "openai"
+
+
+# SGLang's detection (`parser/jinja_template_utils.py` `detect_jinja_template_content_format`,
+# adapted there from an older vLLM; read from its source, not run here: SGLang needs a GPU)
+_SGLANG_MEDIA_WORDS = ("image", "audio", "video", "vision")
+_SGLANG_MESSAGE_NAMES = ("message", "msg", "m")
+
+
+@lru_cache(maxsize=32)
+def sglang_content_format(template_text: str) -> ContentFormat:
+    """SGLang's "openai" when the template's text names a medium anywhere (its shortcut: a word
+    in a comment is enough) or a loop iterates ``message``/``msg``/``m``'s content directly
+    (through filters, tests and slices, no bound names followed), else "string" (also when the
+    template does not parse)."""
+    if any(word in template_text for word in _SGLANG_MEDIA_WORDS):
+        return "openai"
+    try:
+        root = parse_template(template_text)
+    except Exception:  # SGLang logs and falls back to "string"
+        return "string"
+    for loop in root.find_all(nodes.For):
+        if any(_reads(loop.iter, name, "content") for name in _SGLANG_MESSAGE_NAMES):
+            return "openai"
+    return "string"

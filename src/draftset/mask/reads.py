@@ -41,6 +41,8 @@ def served_reads(
         messages = with_call_ids(messages)
     served, served_meta = served_system_texts(messages, meta, engine, harmony)
     content_parts, renders_reasoning, string_arguments, part_lists = shape
+    if engine == "sglang" and not harmony:
+        served, served_meta = sglang_joins(served, served_meta, part_lists)
     return as_template_reads(
         served,
         served_meta,
@@ -57,6 +59,28 @@ def served_reads(
         developer_role=developer_role(template_text, engine, harmony),
         every_part=on_template,
     )
+
+
+def sglang_joins(
+    messages: list[Message], meta: dict[str, Any], part_lists: bool
+) -> tuple[list[Message], dict[str, Any]]:
+    """A message's several text parts as SGLang hands them to the template (its Jinja path,
+    `process_content_for_template_format` and `normalize_tool_content`; read from its source,
+    not run here): joined by a space, the empty ones too, for a "string"-format template and
+    for every tool result; as sent (left in ``meta`` for `as_template_reads`) to an
+    "openai"-format one (``part_lists``). Inline reasoning moved out of such a message is left
+    to `as_template_reads`."""
+    parts = meta.get(PART_TEXTS)
+    if not parts:
+        return messages, meta
+    moved = meta.get(INLINE_REASONING) or {}
+    out, kept = list(messages), {}
+    for i, texts in parts.items():
+        if i >= len(out) or i in moved or (part_lists and out[i].get("role") != "tool"):
+            kept[i] = texts
+            continue
+        out[i] = {**out[i], "content": " ".join(texts)}
+    return out, {**meta, PART_TEXTS: kept}
 
 
 def as_template_reads(

@@ -31,7 +31,7 @@ from draftset.core.errors import UsageError
 from draftset.core.hub import hub_offline
 from draftset.core.records import Message
 from draftset.mask.ambient import clock_kwargs, render_stock, split_clock
-from draftset.mask.content_format import content_format
+from draftset.mask.content_format import content_format, sglang_content_format
 from draftset.mask.harmony import HarmonyRender, served_with_harmony
 from draftset.mask.limits import (
     RENDER_CAP_FACTOR,
@@ -751,9 +751,12 @@ def probe_shape(
     """(content as parts, renders reasoning, arguments as text, renders lists of parts): how
     the template reads messages. On vLLM's template path the first and last are not probed
     but vLLM's own choice, its content format (`mask.content_format`): a template that loops
-    over content gets every message's content as parts, any other strings."""
+    over content gets every message's content as parts, any other strings; under SGLang every
+    string stays a string and its own detection (`sglang_content_format`) decides the last."""
     if engine == "vllm" and not harmony:
         parts = lists = content_format(template_text) == "openai"
+    elif engine == "sglang" and not harmony:  # strings stay strings there, whatever it detects
+        parts, lists = False, sglang_content_format(template_text) == "openai"
     else:
         parts = probe_content_parts(render)
         lists = parts or probe_part_lists(render)
