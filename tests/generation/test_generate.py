@@ -1414,6 +1414,34 @@ def test_extra_body_contradicting_a_sampling_option_is_exit_2(
     assert not server.requests and not (tmp_path / "o.jsonl").exists()
 
 
+@pytest.mark.parametrize(
+    "field",
+    [
+        '"chat_template": "{{ messages[0].content }}"',
+        '"add_generation_prompt": false',
+        '"continue_final_message": true',
+        '"add_special_tokens": true',
+        '"documents": [{"title": "t", "text": "x"}]',
+        '"truncate_prompt_tokens": 8',
+        '"echo": true',
+    ],
+)
+def test_extra_body_fields_that_change_the_servers_prompt_are_exit_2(
+    tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str], field: str
+) -> None:
+    """vLLM's request fields that render, tokenize, cut or echo the prompt otherwise than
+    the tokenizer's template (`chat_template`, `add_generation_prompt: false`, ...) were sent
+    as they were: the server answered a prompt that build never renders, and the rows were
+    trained after another prompt than their answers', silently. Refused, before any request."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    extra = ["--extra-body", "{" + field + "}"]
+    assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    name = field.split('"')[1]
+    assert len(err) == 1 and f"--extra-body may not set ['{name}']" in err[0], err
+    assert not server.requests and not (tmp_path / "o.jsonl").exists()
+
+
 def test_extra_body_may_set_a_field_no_option_sets_or_repeat_its_value(
     tmp_path: Path, server: FaultServer
 ) -> None:

@@ -25,6 +25,20 @@ SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
 RESERVED_BODY_KEYS = frozenset(
     {"model", "messages", "tools", "chat_template_kwargs", "stream", "n"}
 )
+PROMPT_BODY_KEYS = frozenset(
+    {
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "add_special_tokens",
+        "documents",
+        "truncate_prompt_tokens",
+        "echo",
+    }
+)
+"""vLLM's (and SGLang's) request fields that render, tokenize, cut or echo the prompt otherwise
+than the target's template with its generation prompt, which is what `build` renders: an answer
+to such a prompt would be trained after a prompt it was not generated from."""
 
 
 class GenerateUsageError(UsageError):
@@ -129,11 +143,16 @@ def check_servers(
     name = "extra-body" if prefix == "--" else "extra_body"
     if problem := json_value_problem(extra_body, f"{prefix}{name}"):
         raise GenerateUsageError(problem)
+    body_name = f"{prefix}{'extra-body' if prefix == '--' else 'extra_body'}"
     clash = sorted(RESERVED_BODY_KEYS & extra_body.keys())
     if clash:
+        raise GenerateUsageError(f"{body_name} may not set {clash}: use the dedicated options")
+    prompt = sorted(PROMPT_BODY_KEYS & extra_body.keys())
+    if prompt:
         raise GenerateUsageError(
-            f"{prefix}{'extra-body' if prefix == '--' else 'extra_body'} may not set {clash}:"
-            " use the dedicated options"
+            f"{body_name} may not set {prompt}: the server would answer another prompt than"
+            " the one build renders (the tokenizer's template, with its generation prompt);"
+            " start the server with the template build uses (vLLM --chat-template) instead"
         )
 
 
