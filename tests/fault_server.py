@@ -17,7 +17,8 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
 - ``[finish:REASON]``: every answer has that ``finish_reason`` (vLLM's ``abort``, OpenAI's
   ``content_filter``); ``[stopstr]``: ``finish_reason: "stop"`` with ``stop_reason: "###"``
   (vLLM: a stop string ended it) and ``[stoptoken]`` with ``stop_reason: 151645`` (a stop
-  token id) — SGLang's ``matched_stop`` likewise with ``[matchedstr]``;
+  token id) — SGLang's ``matched_stop`` likewise with ``[matchedstr]``; ``[stopid:N]``:
+  ``stop_reason: N`` (a stop token id the request's ``stop_token_ids`` may have set);
 - ``[call:NAME]``: the model calls tool NAME whenever the last message is not a tool result;
 - ``[reasoningfield]``: reasoning is returned as ``reasoning`` instead of ``reasoning_content``;
 - ``[huge]``: a 200 whose body is ``huge_bytes`` long; ``[gzipbomb]``: a 200 of ~64 KiB, gzip
@@ -285,6 +286,8 @@ def _completion(req: dict[str, Any], first: str, turn: int) -> dict[str, Any]:
         choice["stop_reason"] = "###"
     if "[stoptoken]" in first:
         choice["stop_reason"] = 151645
+    if m_stopid := re.search(r"\[stopid:(\d+)\]", first):
+        choice["stop_reason"] = int(m_stopid.group(1))
     if "[matchedstr]" in first:
         choice["matched_stop"] = "###"
     if req.get("return_token_ids"):

@@ -1124,6 +1124,35 @@ def test_an_answer_the_model_did_not_end_itself_is_never_written(
     assert "'abort'" in errors["abort"]["message"] and "'###'" in errors["stopstr"]["message"]
 
 
+def test_an_answer_cut_at_a_stop_token_the_request_set_is_never_written(
+    tmp_path: Path, server: FaultServer, qwen3_dir: Path
+) -> None:
+    """`--extra-body '{"stop_token_ids": [13]}'` (13 is Qwen3's "."): vLLM ends the answer at the
+    first "." with `finish_reason: "stop"`, `stop_reason: 13`, and an int stop reason was read
+    as the model's own end: the answer was written, and build trained `<|im_end|>` after a
+    "." where the model went on. A stop token id the request set is the server's cut — unless
+    it is one of the tokenizer's special tokens (`<|im_end|>` listed there is the model's own
+    end); without --tokenizer every id the request set is the server's."""
+    rows = [
+        {"id": "dot", "prompt": "q [stopid:13]"},
+        {"id": "eot", "prompt": "q [stopid:151645]"},
+        {"id": "eos", "prompt": "q [stopid:151643]"},  # not in the request: the model's end
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    body = ["--extra-body", '{"stop_token_ids": [13, 151645]}']
+    out = tmp_path / "a.jsonl"
+    assert generate(src, out, server.url, extra=[*body, "--tokenizer", str(qwen3_dir)]) == 0
+    assert set(by_id(out)) == {"eot", "eos"}
+    (err,) = read_lines(tmp_path / "a.errors.jsonl")
+    assert err["id"] == "dot" and err["reason"] == "unfinished", err
+    assert "stop token id 13" in err["message"] and "stop_token_ids" in err["message"], err
+    # without --tokenizer draftset cannot tell <|im_end|> from ".": both are the request's
+    out = tmp_path / "b.jsonl"
+    assert generate(src, out, server.url, extra=body) == 0
+    assert set(by_id(out)) == {"eos"}
+    assert {x["id"] for x in read_lines(tmp_path / "b.errors.jsonl")} == {"dot", "eot"}
+
+
 @pytest.mark.parametrize(
     "url",
     [
