@@ -31,6 +31,7 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
   models, or a proxy routing to another one).
 - ``[nullcontent]``: ``content: null`` with no reasoning and no tool call, ``finish_reason:
   "stop"`` (a model that ended its answer at once, as some servers spell an empty one).
+- ``[twochoices]``: a second choice (``index: 1``, cut at ``length``) listed before the answer.
 - ``[leak]``: every answer's last text field ends with ``<|im_end|>`` (a server that leaks the
   stop token's text, as `transformers serve` did).
 
@@ -290,6 +291,9 @@ def _completion(req: dict[str, Any], first: str, turn: int) -> dict[str, Any]:
         choice["stop_reason"] = int(m_stopid.group(1))
     if "[matchedstr]" in first:
         choice["matched_stop"] = "###"
+    if "[twochoices]" in first:  # another sample listed first (a proxy merging replies)
+        other = {"role": "assistant", "content": "another sample, cut"}
+        out["choices"].insert(0, {"index": 1, "message": other, "finish_reason": "length"})
     if req.get("return_token_ids"):
         out["prompt_token_ids"] = list(range(3 * len(msgs)))
         out["choices"][0]["token_ids"] = list(range(100, 100 + len(text.split())))

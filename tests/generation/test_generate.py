@@ -1124,6 +1124,20 @@ def test_an_answer_the_model_did_not_end_itself_is_never_written(
     assert "'abort'" in errors["abort"]["message"] and "'###'" in errors["stopstr"]["message"]
 
 
+def test_the_answer_is_the_choice_with_index_0_wherever_it_is_listed(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    """A body whose `choices` lists another choice first (`index: 1`, here cut at
+    max_tokens): `choices[0]` was taken as the answer, so the row ended `length` (or kept
+    another sample than the one asked for). The answer is the choice whose `index` is 0."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "q [twochoices]"}])
+    out = tmp_path / "a.jsonl"
+    assert generate(src, out, server.url) == 0
+    (row,) = read_lines(out)
+    assert row["messages"][-1]["content"].startswith("answer 0 to"), row["messages"][-1]
+    assert row["metadata"]["finish_reason"] == "stop"
+
+
 def test_an_answer_cut_at_a_stop_token_the_request_set_is_never_written(
     tmp_path: Path, server: FaultServer, qwen3_dir: Path
 ) -> None:

@@ -542,7 +542,10 @@ def parse_completion(content: bytes, endpoint: str) -> Completion:
             "invalid_response", "body holds a lone UTF-16 surrogate (\\uD800-\\uDFFF escape)"
         )
     try:
-        choice = data["choices"][0]
+        choices = data["choices"]
+        # the answer asked for is choice 0, wherever it is listed (a proxy may merge replies)
+        listed = (c for c in choices if isinstance(c, dict) and c.get("index") == 0)
+        choice = next(listed, None) or choices[0]
         msg = choice["message"]
         finish = choice.get("finish_reason")
     except (KeyError, IndexError, TypeError):
