@@ -17,7 +17,8 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
 - ``[finish:REASON]``: every answer has that ``finish_reason`` (vLLM's ``abort``, OpenAI's
   ``content_filter``); ``[stopstr]``: ``finish_reason: "stop"`` with ``stop_reason: "###"``
   (vLLM: a stop string ended it) and ``[stoptoken]`` with ``stop_reason: 151645`` (a stop
-  token id) — SGLang's ``matched_stop`` likewise with ``[matchedstr]``;
+  token id) — SGLang's ``matched_stop`` likewise with ``[matchedstr]``; ``[stopid:N]``:
+  ``stop_reason: N`` (a stop token id the request's ``stop_token_ids`` may have set);
 - ``[call:NAME]``: the model calls tool NAME whenever the last message is not a tool result;
 - ``[reasoningfield]``: reasoning is returned as ``reasoning`` instead of ``reasoning_content``;
 - ``[huge]``: a 200 whose body is ``huge_bytes`` long; ``[gzipbomb]``: a 200 of ~64 KiB, gzip
@@ -30,6 +31,7 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
   models, or a proxy routing to another one).
 - ``[nullcontent]``: ``content: null`` with no reasoning and no tool call, ``finish_reason:
   "stop"`` (a model that ended its answer at once, as some servers spell an empty one).
+- ``[twochoices]``: a second choice (``index: 1``, cut at ``length``) listed before the answer.
 - ``[leak]``: every answer's last text field ends with ``<|im_end|>`` (a server that leaks the
   stop token's text, as `transformers serve` did).
 
@@ -285,8 +287,13 @@ def _completion(req: dict[str, Any], first: str, turn: int) -> dict[str, Any]:
         choice["stop_reason"] = "###"
     if "[stoptoken]" in first:
         choice["stop_reason"] = 151645
+    if m_stopid := re.search(r"\[stopid:(\d+)\]", first):
+        choice["stop_reason"] = int(m_stopid.group(1))
     if "[matchedstr]" in first:
         choice["matched_stop"] = "###"
+    if "[twochoices]" in first:  # another sample listed first (a proxy merging replies)
+        other = {"role": "assistant", "content": "another sample, cut"}
+        out["choices"].insert(0, {"index": 1, "message": other, "finish_reason": "length"})
     if req.get("return_token_ids"):
         out["prompt_token_ids"] = list(range(3 * len(msgs)))
         out["choices"][0]["token_ids"] = list(range(100, 100 + len(text.split())))

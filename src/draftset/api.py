@@ -782,6 +782,7 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
         api_key_problem,
         check_servers,
         extra_body_clash,
+        special_token_ids_of,
         special_tokens_of,
         split_thinking,
     )
@@ -855,6 +856,7 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
         return_token_ids=o.return_token_ids,
         retry_errors=o.retry_errors,
         special_tokens=special_tokens_of(str(o.tokenizer) if o.tokenizer else None),
+        special_token_ids=special_token_ids_of(str(o.tokenizer) if o.tokenizer else None),
         max_response_bytes=o.max_response_bytes,
         restart=o.restart,
     )

@@ -1124,6 +1124,49 @@ def test_an_answer_the_model_did_not_end_itself_is_never_written(
     assert "'abort'" in errors["abort"]["message"] and "'###'" in errors["stopstr"]["message"]
 
 
+def test_the_answer_is_the_choice_with_index_0_wherever_it_is_listed(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    """A body whose `choices` lists another choice first (`index: 1`, here cut at
+    max_tokens): `choices[0]` was taken as the answer, so the row ended `length` (or kept
+    another sample than the one asked for). The answer is the choice whose `index` is 0."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "q [twochoices]"}])
+    out = tmp_path / "a.jsonl"
+    assert generate(src, out, server.url) == 0
+    (row,) = read_lines(out)
+    assert row["messages"][-1]["content"].startswith("answer 0 to"), row["messages"][-1]
+    assert row["metadata"]["finish_reason"] == "stop"
+
+
+def test_an_answer_cut_at_a_stop_token_the_request_set_is_never_written(
+    tmp_path: Path, server: FaultServer, qwen3_dir: Path
+) -> None:
+    """`--extra-body '{"stop_token_ids": [13]}'` (13 is Qwen3's "."): vLLM ends the answer at the
+    first "." with `finish_reason: "stop"`, `stop_reason: 13`, and an int stop reason was read
+    as the model's own end: the answer was written, and build trained `<|im_end|>` after a
+    "." where the model went on. A stop token id the request set is the server's cut — unless
+    it is one of the tokenizer's special tokens (`<|im_end|>` listed there is the model's own
+    end); without --tokenizer every id the request set is the server's."""
+    rows = [
+        {"id": "dot", "prompt": "q [stopid:13]"},
+        {"id": "eot", "prompt": "q [stopid:151645]"},
+        {"id": "eos", "prompt": "q [stopid:151643]"},  # not in the request: the model's end
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    body = ["--extra-body", '{"stop_token_ids": [13, 151645]}']
+    out = tmp_path / "a.jsonl"
+    assert generate(src, out, server.url, extra=[*body, "--tokenizer", str(qwen3_dir)]) == 0
+    assert set(by_id(out)) == {"eot", "eos"}
+    (err,) = read_lines(tmp_path / "a.errors.jsonl")
+    assert err["id"] == "dot" and err["reason"] == "unfinished", err
+    assert "stop token id 13" in err["message"] and "stop_token_ids" in err["message"], err
+    # without --tokenizer draftset cannot tell <|im_end|> from ".": both are the request's
+    out = tmp_path / "b.jsonl"
+    assert generate(src, out, server.url, extra=body) == 0
+    assert set(by_id(out)) == {"eos"}
+    assert {x["id"] for x in read_lines(tmp_path / "b.errors.jsonl")} == {"dot", "eot"}
+
+
 @pytest.mark.parametrize(
     "url",
     [
@@ -1411,6 +1454,34 @@ def test_extra_body_contradicting_a_sampling_option_is_exit_2(
     assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0], err
+    assert not server.requests and not (tmp_path / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        '"chat_template": "{{ messages[0].content }}"',
+        '"add_generation_prompt": false',
+        '"continue_final_message": true',
+        '"add_special_tokens": true',
+        '"documents": [{"title": "t", "text": "x"}]',
+        '"truncate_prompt_tokens": 8',
+        '"echo": true',
+    ],
+)
+def test_extra_body_fields_that_change_the_servers_prompt_are_exit_2(
+    tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str], field: str
+) -> None:
+    """vLLM's request fields that render, tokenize, cut or echo the prompt otherwise than
+    the tokenizer's template (`chat_template`, `add_generation_prompt: false`, ...) were sent
+    as they were: the server answered a prompt that build never renders, and the rows were
+    trained after another prompt than their answers', silently. Refused, before any request."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    extra = ["--extra-body", "{" + field + "}"]
+    assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    name = field.split('"')[1]
+    assert len(err) == 1 and f"--extra-body may not set ['{name}']" in err[0], err
     assert not server.requests and not (tmp_path / "o.jsonl").exists()
 
 

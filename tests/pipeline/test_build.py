@@ -461,6 +461,43 @@ def test_server_token_ids_are_kept_when_they_spell_the_generation(tmp_path):
     assert (c.server_ids_used, c.server_ids_mismatch) == (1, 1)
 
 
+def test_server_ids_outside_the_vocabulary_are_a_mismatch_not_a_crash(tmp_path):
+    """A generation server's ids outside the tokenizer's vocabulary (a hostile or broken
+    server, a hand-edited answers file): decode skips an unknown id, so ids with one more
+    than the vocabulary still "spelled" the answer and were kept — and the writer then
+    stopped the whole build with a traceback (`token id beyond vocabulary size`); a negative
+    id or one over 2**63 rejected its row `internal_error` ("please report it"). Ids that are
+    not the tokenizer's spell nothing: the generation is encoded from its text, counted as a
+    mismatch, and verify agrees with the row."""
+    from transformers import AutoTokenizer
+
+    from draftset.checks.verify import run_verify
+
+    tok = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()))
+    answer = tok("Fine.<|im_end|>", add_special_tokens=False).input_ids
+    rows = []
+    for k, bad in enumerate([len(tok), len(tok) + 300, 10**9, -1, 2**64]):
+        row = chat(k, "Fine.")
+        row["metadata"] = {
+            "chat_template_kwargs": {"enable_thinking": False},
+            "token_ids": {"turns": [{"message": 1, "completion": [bad, *answer]}]},
+        }
+        rows.append(row)
+    src = write_jsonl(tmp_path / "a.jsonl", rows)
+    res = build_qwen3_6(src, tmp_path / "o")
+    assert not (res.out / "rejects.jsonl").read_text().strip()
+    built = read_rows(res.out)
+    assert len(built) == 5
+    for r in built:
+        assert [i for i, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m] == answer
+    c = res.accounting["a"]
+    assert (c.written, c.server_ids_used, c.server_ids_mismatch) == (5, 0, 5)
+    checks = {x.name: x for x in run_verify(res.out, speculators=False, record=False)}
+    assert checks["mask_fidelity"].status == "pass", checks["mask_fidelity"].summary
+    # (one-token answers: drafter_fitness's advice fails them; nothing else may)
+    assert [n for n, x in checks.items() if x.status == "fail"] == ["drafter_fitness"]
+
+
 def test_target_vocab_size_comes_from_config_json(tmp_path):
     import shutil
 

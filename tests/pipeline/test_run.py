@@ -568,6 +568,25 @@ def test_out_or_work_overlapping_a_source_is_refused_before_anything(
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
 
 
+def test_a_changed_mapping_is_named_once_by_its_keys() -> None:
+    """`template_kwargs: {enable_thinking: true, foo: 1}` added to a recipe without it was
+    refused as "changed: recipe.template_kwargs, recipe.template_kwargs.enable_thinking,
+    recipe.template_kwargs.foo" (an empty mapping is a setting of its own when flattened):
+    each changed key once, not the mapping beside its own keys."""
+    old = {"recipe": {"template_kwargs": {}, "seed": 0}, "generate": {"extra_body": {}}}
+    new = {
+        "recipe": {"template_kwargs": {"enable_thinking": True, "foo": 1}, "seed": 0},
+        "generate": {"extra_body": {"min_p": 0.1}},
+    }
+    want = [
+        "generate.extra_body.min_p",
+        "recipe.template_kwargs.enable_thinking",
+        "recipe.template_kwargs.foo",
+    ]
+    assert run_resume.changed_settings(old, new) == want
+    assert run_resume.changed_settings(new, old) == want
+
+
 def test_same_tokenizer_and_sources_spelled_otherwise_are_no_change(
     tmp_path: Path, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -39,7 +39,7 @@ from draftset.mask.hygiene import (
 )
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.reads import served_reads
-from draftset.mask.render import server_completion_ids
+from draftset.mask.render import in_vocabulary, server_completion_ids
 from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import (
     ChatTemplate,
@@ -1463,7 +1463,7 @@ def _kept_server_ids(tmpl: ChatTemplate, ids: list[int] | None, gen: str) -> lis
     """The ids a generation server returned for a generation as a row may hold them: when they
     spell it ending in an end-of-turn id, or spell it but for that token, which is appended
     (a stop token spelled as text is no model's end); else None (the row holds tokenizer(G))."""
-    if not ids:
+    if not ids or not in_vocabulary(ids, tmpl.backend):
         return None
     text = tmpl.backend.decode(ids, skip_special_tokens=False)
     if text == gen:

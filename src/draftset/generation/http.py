@@ -129,18 +129,26 @@ class Completion:
     special_stripped: str | None = None  # a leaked stop token's text cut from the answer's end
     stop_string: str | None = None  # the stop string that ended it (vLLM stop_reason, SGLang
     # matched_stop): the server cut the answer there, the model did not end it
+    stop_token: int | None = None  # the stop token id that ended it (the same fields, an int)
+    requested_stop: bool = False  # that id is one the request set, not a special token: a cut
 
     def server_ended(self) -> str | None:
         """How the server, not the model, ended this answer (None: the model ended it, or it
         was cut at max_tokens, which is "length"'s own reason). The model ends an answer with
         a stop token (``stop``, with no stop string) or a tool call; vLLM's ``abort``, OpenAI's
-        ``content_filter`` and a stop string are the server's doing."""
+        ``content_filter``, a stop string and a stop token id the request set that is no
+        special token (``requested_stop``, set by the caller) are the server's doing."""
         if self.finish_reason == "length":
             return None
         if self.finish_reason not in MODEL_FINISH_REASONS:
             return f"ended with finish_reason {self.finish_reason!r}"
         if self.stop_string is not None:
             return f"was ended by the stop string {self.stop_string!r}"
+        if self.requested_stop:
+            return (
+                f"was ended by the stop token id {self.stop_token} that the request's"
+                " stop_token_ids set (not a special token of --tokenizer)"
+            )
         return None
 
 
@@ -534,7 +542,10 @@ def parse_completion(content: bytes, endpoint: str) -> Completion:
             "invalid_response", "body holds a lone UTF-16 surrogate (\\uD800-\\uDFFF escape)"
         )
     try:
-        choice = data["choices"][0]
+        choices = data["choices"]
+        # the answer asked for is choice 0, wherever it is listed (a proxy may merge replies)
+        listed = (c for c in choices if isinstance(c, dict) and c.get("index") == 0)
+        choice = next(listed, None) or choices[0]
         msg = choice["message"]
         finish = choice.get("finish_reason")
     except (KeyError, IndexError, TypeError):
@@ -554,6 +565,7 @@ def parse_completion(content: bytes, endpoint: str) -> Completion:
         prompt_token_ids=_ids(data.get("prompt_token_ids") or choice.get("prompt_token_ids")),
         completion_token_ids=_ids(choice.get("token_ids")),
         stop_string=_stop_string(choice),
+        stop_token=_stop_token(choice),
     )
 
 
@@ -563,6 +575,16 @@ def _stop_string(choice: dict[str, Any]) -> str | None:
     for key in ("stop_reason", "matched_stop"):
         value = choice.get(key)
         if isinstance(value, str):
+            return value
+    return None
+
+
+def _stop_token(choice: dict[str, Any]) -> int | None:
+    """The stop token id that ended a ``stop`` answer (vLLM's ``stop_reason``, SGLang's
+    ``matched_stop`` as an int; vLLM says None for the tokenizer's own EOS)."""
+    for key in ("stop_reason", "matched_stop"):
+        value = choice.get(key)
+        if type(value) is int:
             return value
     return None
 

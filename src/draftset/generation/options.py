@@ -4,6 +4,7 @@ recipe's `generate:` section)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -25,6 +26,20 @@ SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
 RESERVED_BODY_KEYS = frozenset(
     {"model", "messages", "tools", "chat_template_kwargs", "stream", "n"}
 )
+PROMPT_BODY_KEYS = frozenset(
+    {
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "add_special_tokens",
+        "documents",
+        "truncate_prompt_tokens",
+        "echo",
+    }
+)
+"""vLLM's (and SGLang's) request fields that render, tokenize, cut or echo the prompt otherwise
+than the target's template with its generation prompt, which is what `build` renders: an answer
+to such a prompt would be trained after a prompt it was not generated from."""
 
 
 class GenerateUsageError(UsageError):
@@ -129,11 +144,16 @@ def check_servers(
     name = "extra-body" if prefix == "--" else "extra_body"
     if problem := json_value_problem(extra_body, f"{prefix}{name}"):
         raise GenerateUsageError(problem)
+    body_name = f"{prefix}{'extra-body' if prefix == '--' else 'extra_body'}"
     clash = sorted(RESERVED_BODY_KEYS & extra_body.keys())
     if clash:
+        raise GenerateUsageError(f"{body_name} may not set {clash}: use the dedicated options")
+    prompt = sorted(PROMPT_BODY_KEYS & extra_body.keys())
+    if prompt:
         raise GenerateUsageError(
-            f"{prefix}{'extra-body' if prefix == '--' else 'extra_body'} may not set {clash}:"
-            " use the dedicated options"
+            f"{body_name} may not set {prompt}: the server would answer another prompt than"
+            " the one build renders (the tokenizer's template, with its generation prompt);"
+            " start the server with the template build uses (vLLM --chat-template) instead"
         )
 
 
@@ -167,6 +187,7 @@ class GenerateOptions:
     # texts of the target tokenizer's special tokens (--tokenizer; `run`: its template's): a
     # leaked stop token ending an answer is cut, any other such text fails the row
     special_tokens: tuple[str, ...] = ()
+    special_token_ids: tuple[int, ...] = ()  # a stop token id among them is the model's own end
 
     def sampling(self) -> dict[str, Any]:
         """Every generation option sent with each request (recorded in each row's metadata)."""
@@ -229,15 +250,32 @@ def api_key_from_env() -> str | None:
 def special_tokens_of(folder: str | None, strict: bool = True) -> tuple[str, ...]:
     """The texts of a tokenizer folder's special tokens (``tokenizer.json``): --tokenizer, and
     `run`'s tokenizer (``strict=False``: a hub id or a folder without the file gives none)."""
+    return tuple(sorted(set(_special_tokens(folder, strict).values())))
+
+
+def special_token_ids_of(folder: str | None, strict: bool = True) -> tuple[int, ...]:
+    """The ids of the special tokens `special_tokens_of` names."""
+    return tuple(sorted(_special_tokens(folder, strict)))
+
+
+def _special_tokens(folder: str | None, strict: bool) -> dict[int, str]:
+    """id -> text of a tokenizer folder's special tokens."""
     if folder is None:
-        return ()
+        return {}
     path = Path(folder).expanduser() / "tokenizer.json"
     try:
-        from tokenizers import Tokenizer  # lazy: only with a tokenizer
-
-        added = Tokenizer.from_file(str(path)).get_added_tokens_decoder().values()
+        st = path.stat()
+        return _read_special_tokens(str(path), st.st_mtime_ns, st.st_size)
     except Exception as exc:
         if not strict:
-            return ()
+            return {}
         raise GenerateUsageError(f"--tokenizer: cannot read {path}: {exc}") from exc
-    return tuple(sorted(t.content for t in added if t.special))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_special_tokens(path: str, mtime_ns: int, size: int) -> dict[int, str]:
+    """`_special_tokens` of one version of a file (read once for the texts and the ids)."""
+    from tokenizers import Tokenizer  # lazy: only with a tokenizer
+
+    added = Tokenizer.from_file(path).get_added_tokens_decoder()
+    return {i: t.content for i, t in added.items() if t.special}

@@ -69,6 +69,15 @@ class Runner:
         self.special_at_end = (
             re.compile(f"(?:{self.special.pattern})\\Z") if self.special is not None else None
         )
+        # stop token ids the request sets that are not the model's own ends (special tokens):
+        # an answer one of them ended is the server's cut (docs/generate.md)
+        asked = opts.extra_body.get("stop_token_ids")
+        special = set(opts.special_token_ids)
+        self.cut_ids = frozenset(
+            i
+            for i in (asked if isinstance(asked, list) else ())
+            if type(i) is int and i not in special
+        )
 
     def kwargs_for(self, job: Job) -> tuple[dict[str, Any], bool]:
         thinking = self.opts.thinking_for(job.id)
@@ -104,6 +113,7 @@ class Runner:
             self._count(exc.attempts)
             raise
         self._count(comp.attempts, comp)
+        comp.requested_stop = comp.stop_token is not None and comp.stop_token in self.cut_ids
         self._ingest_special(comp)
         return comp
 

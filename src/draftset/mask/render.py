@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from draftset.core import reasons
 from draftset.core.records import Conversation, Message, Reject
@@ -141,6 +141,14 @@ def server_completion_ids(conv: Conversation) -> dict[int, list[int]]:
         ):
             out[t["message"]] = ids
     return out
+
+
+def in_vocabulary(ids: list[int], backend: Any) -> bool:
+    """Whether every id is one of the tokenizer's (``backend``: a `tokenizers.Tokenizer`).
+    A server's ids outside it spell nothing: decode skips an unknown id (so ``[vocab + 5,
+    *ids]`` decoded as ``ids`` do) and raises on a negative one."""
+    size = backend.get_vocab_size(with_added_tokens=True)
+    return all(0 <= i < size for i in ids)
 
 
 def derive_turn(
@@ -330,6 +338,9 @@ def _attach_server_ids(
             if ids is None:
                 continue
             text = row.segments[seg_index][0]
+            if not in_vocabulary(ids, tmpl.backend):  # spells nothing: encoded from the text
+                plan.server_ids_mismatch += 1
+                continue
             decoded = tmpl.decode(ids)
             ends = tmpl.find_end_of_turn(text) == len(text)
             # equal text is not enough: a stop token spelled as text is no model's end

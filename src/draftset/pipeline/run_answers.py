@@ -17,6 +17,7 @@ from draftset.generation.options import (
     GenerateOptions,
     GenerateUsageError,
     api_key_from_env,
+    special_token_ids_of,
     special_tokens_of,
     split_thinking,
 )
@@ -61,6 +62,7 @@ def generate_options(opts: RunOptions, out: Path, model: str | None) -> Any:
         retry_errors=opts.retry_errors,
         # a stop token the server leaks as text is cut, counted (docs/generate.md)
         special_tokens=special_tokens_of(opts.build.tokenizer, strict=False),
+        special_token_ids=special_token_ids_of(opts.build.tokenizer, strict=False),
     )
 
 

@@ -130,6 +130,8 @@ def changed_settings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Dotted names of the settings that differ (``recipe.max_length``, ``inputs.prompts``)."""
     a, b = _flatten(old), _flatten(new)
     names = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    # an empty mapping flattens to its own name: named by the keys it gained or lost instead
+    names = [n for n in names if not any(m.startswith(n + ".") for m in names)]
     short = []
     for n in names:  # inputs.NAME.0.1 -> inputs.NAME (the file changed)
         parts = n.split(".")
