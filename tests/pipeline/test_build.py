@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import REPO, qwen3_tokenizer_dir, shared_data_dir, trl_template
-from rows import read_rows, write_jsonl
+from rows import read_rows, rejects_by_id, write_jsonl
 
 from draftset.cli import main
 from draftset.config.options import BuildOptions
 from draftset.config.recipe import load_recipe
+from draftset.core import reasons
 from draftset.output.vocab import draft_vocab
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source, SourceError
@@ -685,3 +686,63 @@ def test_server_ids_that_spell_the_stop_token_as_text_are_not_kept(tmp_path):
     assert sup == tok("Fine.<|im_end|>", add_special_tokens=False).input_ids
     c = res.accounting["a"]
     assert (c.server_ids_used, c.server_ids_mismatch) == (0, 1)
+
+
+def test_a_turn_the_server_answered_after_another_prompt_is_never_supervised(tmp_path, monkeypatch):
+    """`generate --return-token-ids` records the server's own prompt tokens for each answer.
+    When they are not the row's tokens before that answer, the server rendered another prompt
+    (another template, template kwargs or tokenizer than the build's) and the answer was
+    generated after it: the row is rejected `server_prompt_differs`, naming the turn and the
+    first differing token. Before, such ids were never read: the row trained the answer after
+    a context the model never saw, and verify passed it (outside probe, session 27)."""
+    from draftset.checks.verify import run_verify
+
+    plain = write_jsonl(tmp_path / "plain.jsonl", [chat(1, "Fine."), chat(2, "Fine, thanks.")])
+    first, second = read_rows(build_qwen3_6(plain, tmp_path / "plain").out)
+    prefix = first["input_ids"][: first["loss_mask"].index(1)]  # tokenizer(P) of the turn
+    answers = [r["input_ids"][len(prefix) :] for r in (first, second)]  # as generate keeps them
+
+    def answered(i: int, prompt: list[int]) -> dict:
+        row = chat(1, "Fine." if i == 0 else "Fine, thanks.")  # not duplicates
+        row["id"] = f"r{i}"
+        row["messages"][0]["content"] = "Question 1?"
+        turn = {"message": 1, "prompt": prompt, "completion": answers[i]}
+        row["metadata"] = {"token_ids": {"turns": [turn]}}
+        return row
+
+    other = [*prefix[:-3], 9707, *prefix[-3:]]  # one token more, three before the end
+    plain_row = chat(2, "Sure thing.")  # no ids recorded: nothing to compare
+    src = write_jsonl(tmp_path / "a.jsonl", [answered(0, prefix), answered(1, other), plain_row])
+    res = build_qwen3_6(src, tmp_path / "o")
+    rows = read_rows(res.out)
+    assert [r["id"] for r in rows] == ["r0", "c2"] and rows[0]["input_ids"] == first["input_ids"]
+    rejects = rejects_by_id(res.out)
+    assert set(rejects) == {"r1"} and rejects["r1"]["reason"] == reasons.SERVER_PROMPT_DIFFERS
+    msg = rejects["r1"]["message"]
+    assert "assistant message 1" in msg and f"token {len(prefix) - 3}" in msg, msg
+    checks = {x.name: x for x in run_verify(res.out, speculators=False, record=False)}
+    assert checks["mask_fidelity"].status == "pass", checks["mask_fidelity"].summary
+
+    # verify proves both verdicts on its own: a build that kept every row, and one that
+    # rejected the row whose server prompt is its own, both fail it, naming the row
+    import draftset.mask.step as step
+
+    def fails(out: Path, rid: str) -> None:
+        mask = {x.name: x for x in run_verify(out, speculators=False, record=False)}[
+            "mask_fidelity"
+        ]
+        assert mask.status == "fail", mask.summary
+        assert rid in " ".join(map(str, mask.examples)), mask.examples
+
+    agree = step._served_prompts_agree
+    monkeypatch.setattr(step, "_served_prompts_agree", lambda row, plan, item: row)
+    fails(build_qwen3_6(src, tmp_path / "kept").out, "r1")
+
+    def reject_r0(row, plan, item):
+        why = reasons.SERVER_PROMPT_DIFFERS
+        if row.id == "r0":
+            return step.Reject(row.source, row.row, row.id, why, "(wrongly)")
+        return agree(row, plan, item)
+
+    monkeypatch.setattr(step, "_served_prompts_agree", reject_r0)
+    fails(build_qwen3_6(src, tmp_path / "dropped").out, "r0")

@@ -39,7 +39,7 @@ from draftset.mask.hygiene import (
 )
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.reads import served_reads
-from draftset.mask.render import in_vocabulary, server_completion_ids
+from draftset.mask.render import in_vocabulary, server_completion_ids, server_prompt_ids
 from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import (
     ChatTemplate,
@@ -604,6 +604,7 @@ def compare_row(
             )
             return v
     server = server_completion_ids(conv)
+    prompts = server_prompt_ids(conv)
     by_start = {start: (gen, j) for start, gen, j in exp.gens}
     run_at = {start: i for i, (start, _, _) in enumerate(pieces)}
     kept = len(text.rstrip("\ufffd")) if v.truncated else len(text) + 1
@@ -625,6 +626,14 @@ def compare_row(
             v.mask.append(
                 f"turn {hit[1]} is supervised, but the row's tokens before it are not its"
                 " served prompt's tokens (tokenizer(render(turns<j, generation prompt)))"
+            )
+            matched.add(start)
+            continue
+        if hit is not None and hit[1] in prompts and _differs(ids[:s_tok], prompts[hit[1]]):
+            v.mask.append(
+                f"turn {hit[1]} is supervised, but the generation server answered it after"
+                f" other prompt tokens than the row's before it ({len(prompts[hit[1]])} vs"
+                f" {s_tok} tokens): the answer follows a prompt the row does not hold"
             )
             matched.add(start)
             continue
@@ -661,6 +670,11 @@ def compare_row(
         tail_start = raw.gens[last][0] + len(raw.gens[last][1])
         _check_trailing_context(v, tmpl, ids, runs[-1][1], raw.text[tail_start:], cut_allowed)
     return v
+
+
+def _differs(row_ids: np.ndarray, server_ids: list[int]) -> bool:
+    """Whether the row's tokens before a run are not the server's prompt tokens for it."""
+    return len(row_ids) != len(server_ids) or bool(np.any(row_ids != np.asarray(server_ids)))
 
 
 def _check_trailing_context(
@@ -1003,6 +1017,7 @@ def source_pass(
             if not own:
                 _check_rejection(maskp, item, lines, expected, error)
                 _check_length_rejects(maskp, tmpl, item, lines, expected, opts)
+            _check_server_prompt_rejects(maskp, tmpl, item, lines, expected)
         mine = [rid for rid in own if row_of_id[rid] in chosen_set]
         checked += len(mine)
         found = _check_rows(
@@ -1457,6 +1472,39 @@ def _check_turn_rejects(
         rid, why = x.get("id"), x.get("reason")
         if rid in ids and why in _DERIVED:
             p.add(f"rejected as {why} but verify derives the turn's row", str(rid))
+
+
+def _check_server_prompt_rejects(
+    p: Problems,
+    tmpl: ChatTemplate,
+    conv: Conversation,
+    lines: list[dict[str, Any]],
+    expected: list[tuple[str, Expected]],
+) -> None:
+    """A `server_prompt_differs` line is right only when the generation server's prompt tokens
+    for one of the row's answers are not its served prompt's, ``tokenizer(render(turns < j,
+    generation prompt))`` (every supervised answer's context in a row: docs/semantics.md):
+    where every recorded prompt equals that, build had nothing to reject."""
+    flagged = [x for x in lines if x.get("reason") == reasons.SERVER_PROMPT_DIFFERS]
+    if not flagged:
+        return
+    prompts = server_prompt_ids(conv)
+    rows = dict(expected)
+    for x in flagged:
+        rid = str(x.get("id") or conv.id)
+        exp = rows.get(rid)
+        if exp is None:
+            p.add("rejected as server_prompt_differs but verify derives no row for it", rid)
+            continue
+        recorded = [(start, prompts[j]) for start, _, j in exp.gens if j in prompts]
+        texts = [exp.text[:start] for start, _ in recorded]
+        served = tmpl.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        if all(list(a) == b for a, (_, b) in zip(served, recorded, strict=True)):
+            p.add(
+                "rejected as server_prompt_differs but the server's prompt tokens are every"
+                " answer's served prompt",
+                rid,
+            )
 
 
 def _kept_server_ids(tmpl: ChatTemplate, ids: list[int] | None, gen: str) -> list[int] | None:

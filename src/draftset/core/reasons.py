@@ -43,6 +43,9 @@ INTERNAL_ERROR = "internal_error"  # a bug met on this row: the row is rejected,
 # an assistant answer holds a special token's text (a server leaked its stop token): it would
 # tokenize to a control token the model never writes there (docs/semantics.md)
 SPECIAL_TOKEN_IN_ANSWER = "special_token_in_answer"
+# the generation server's own prompt tokens for an answer (`generate --return-token-ids`) are
+# not the row's tokens before it: the answer was generated after another prompt
+SERVER_PROMPT_DIFFERS = "server_prompt_differs"
 
 # --- row rejects: mixture (dedup / decontamination) ----------------------------------------
 DUPLICATE = "duplicate"
@@ -114,6 +117,7 @@ ROW_STEP_REASONS = frozenset(
         SPECIAL_TOKEN_IN_ANSWER,
         UNSUPPORTED_CONTENT,
         INVALID_PRETOKENIZED,
+        SERVER_PROMPT_DIFFERS,
     }
 )
 """Reasons the row step (render, mask, encode) gives; every other one is decided by reading,
@@ -165,6 +169,8 @@ EXPLANATIONS: dict[str, str] = {
     TOO_FEW_SUPERVISED_TOKENS: "fewer supervised tokens than --min-supervised-tokens",
     TEMPLATE_DROPS_CONTENT: "the template leaves out an answer's text or tool names",
     INTERNAL_ERROR: "a draftset bug met on this row (please report it)",
+    SERVER_PROMPT_DIFFERS: "the generation server's prompt tokens for an answer are not the"
+    " row's tokens before it (it rendered another prompt: template, kwargs or tokenizer)",
     DUPLICATE: "the same conversation as an earlier row (--dedup)",
     NEAR_DUPLICATE: "nearly the same prompt as an earlier row (--dedup near)",
     CONTAMINATED: "shares a 13-word n-gram with a benchmark prompt (--decontaminate)",

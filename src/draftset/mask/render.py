@@ -18,6 +18,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+
 from draftset.core import reasons
 from draftset.core.records import Conversation, Message, Reject
 from draftset.mask.ambient import clock_kwargs, valid_now
@@ -129,11 +131,21 @@ def row_template_kwargs(conv: Conversation) -> dict | None:
 
 def server_completion_ids(conv: Conversation) -> dict[int, list[int]]:
     """message index -> completion token ids, when the generation server returned them."""
+    return _server_turn_ids(conv, "completion")
+
+
+def server_prompt_ids(conv: Conversation) -> dict[int, list[int]]:
+    """message index -> the prompt token ids the generation server answered that message
+    after, when it returned them (`generate --return-token-ids`)."""
+    return _server_turn_ids(conv, "prompt")
+
+
+def _server_turn_ids(conv: Conversation, key: str) -> dict[int, list[int]]:
     recorded = conv.meta.get("metadata")
     turns = (recorded.get("token_ids") or {}).get("turns") if isinstance(recorded, dict) else None
     out: dict[int, list[int]] = {}
-    for t in turns or []:
-        ids = t.get("completion") if isinstance(t, dict) else None
+    for t in turns if isinstance(turns, list) else []:
+        ids = t.get(key) if isinstance(t, dict) else None
         if (
             isinstance(t.get("message"), int)
             and isinstance(ids, list)
@@ -141,6 +153,33 @@ def server_completion_ids(conv: Conversation) -> dict[int, list[int]]:
         ):
             out[t["message"]] = ids
     return out
+
+
+def server_prompt_problem(
+    input_ids: Any, loss_mask: Any, turn_of_run: list[int], prompts: dict[int, list[int]]
+) -> str | None:
+    """Why a row cannot train its answers, as one line, when the generation server's prompt
+    tokens for a supervised answer are not the row's tokens before it (the server rendered
+    another prompt and the answer was generated after that one); None when they are, or the
+    server returned none. ``turn_of_run``: the message index of each supervised run, in order."""
+    mask = np.asarray(loss_mask, dtype=np.int8)
+    starts = np.flatnonzero(np.diff(np.concatenate([[0], mask])) == 1).tolist()
+    for start, j in zip(starts, turn_of_run, strict=False):
+        want = prompts.get(j)
+        if want is None:
+            continue
+        have = [int(x) for x in input_ids[:start]]
+        if have == want:
+            continue
+        at = next((k for k, (a, b) in enumerate(zip(have, want, strict=False)) if a != b), None)
+        at = min(len(have), len(want)) if at is None else at
+        return (
+            f"the generation server's prompt for assistant message {j} is not this row's tokens"
+            f" before it: at token {at}, server {want[at : at + 4]} vs row {have[at : at + 4]}"
+            f" ({len(want)} vs {len(have)} tokens); it rendered another prompt (template,"
+            " template kwargs or tokenizer differ from the build's)"
+        )
+    return None
 
 
 def in_vocabulary(ids: list[int], backend: Any) -> bool:

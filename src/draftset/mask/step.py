@@ -35,7 +35,14 @@ from draftset.mask.hygiene import (
     row_kwargs_key,
 )
 from draftset.mask.limits import RenderLimit, bounded_row
-from draftset.mask.render import ConversationPlan, RowPlan, TurnMode, plan_conversation
+from draftset.mask.render import (
+    ConversationPlan,
+    RowPlan,
+    TurnMode,
+    plan_conversation,
+    server_prompt_ids,
+    server_prompt_problem,
+)
 from draftset.mask.template import (
     ChatTemplate,
     Renderer,
@@ -129,6 +136,8 @@ class MaskStep:
         encoded = encode_plans(self.template.backend, plans, self.rules, self._token_bytes(plans))
         for rp, enc, res in zip(plans, encoded, owners, strict=True):
             out = finish_row(rp, enc, self.rules)
+            if isinstance(out, EncodedRow):
+                out = _served_prompts_agree(out, rp, res.item)
             if isinstance(out, EncodedRow):
                 res.rows.append(out)
                 assert res.plan_stats is not None
@@ -241,3 +250,16 @@ def _summed_by_name(stats_type: type) -> tuple[str, ...]:
     summed into it by name, so a new counter is declared in the two places it means something."""
     ours = {f.name for f in fields(SourceCounts)}
     return tuple(f.name for f in fields(stats_type) if f.name in ours)
+
+
+def _served_prompts_agree(row: EncodedRow, plan: RowPlan, item: Normalized) -> EncodedRow | Reject:
+    """The row, or a `reasons.SERVER_PROMPT_DIFFERS` reject when the generation server's own
+    prompt tokens for one of its supervised answers are not the row's tokens before it."""
+    prompts = server_prompt_ids(item) if isinstance(item, Conversation) else {}
+    if not prompts:
+        return row
+    turns = [plan.turn_of_segment[i] for i, (_, sup) in enumerate(plan.segments) if sup]
+    problem = server_prompt_problem(row.input_ids, row.loss_mask, turns, prompts)
+    if problem is None:
+        return row
+    return Reject(row.source, row.row, row.id, reasons.SERVER_PROMPT_DIFFERS, problem)
