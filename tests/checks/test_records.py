@@ -1,7 +1,8 @@
-"""`draftset verify` and the manifest's records: every count and record verify can re-derive
-from the sources, the tokenizer and its own pass over the rows is compared (an outside tamper
-probe, session 26, edited each of them and verify passed); what it cannot is listed as
-unproven in docs/verify.md.
+"""`draftset verify` and the manifest's records (src/draftset/checks/records.py): every count
+and record verify can re-derive from the sources, the tokenizer and its own pass over the rows
+is compared (an outside tamper probe, session 26, edited each of them and verify passed); what
+it cannot is listed as unproven in docs/verify.md. The same set serves the records checked
+elsewhere (the tokenizer's in mask.py, state.json's fingerprint in fast.py).
 
 One set is built per module (Qwen3, thinking on, near dedup, a benchmark, a folder source
 with a file it skips); each test edits a copy, reseals the file hashes as a careful forger
