@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import qwen3_tokenizer_dir
+from conftest import llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
 from tokenizers import Tokenizer
 
 from draftset.checks.fast import failing
@@ -358,3 +358,141 @@ def test_a_good_row_rejected_template_too_large_fails_mask_fidelity(built, tmp_p
     got = failures(results)
     assert set(got) == {"mask_fidelity"}, got
     assert next(r for r in results if r.name == "mask_fidelity").examples == ["two"]
+
+
+# --- session 27: what verify listed as unproven ---------------------------------------------------
+@pytest.fixture(scope="module")
+def tagged(tmp_path_factory) -> Path:
+    """Llama-3.2 under TRL's training template, whose {% generation %} tags mark exactly the
+    generations: every row counts as agreeing."""
+    root = tmp_path_factory.mktemp("tagged")
+    rows = [
+        chat("t1", "How do glaciers move?", ANSWER),
+        {
+            "id": "t2",
+            "messages": [
+                {"role": "user", "content": "Name a primary colour."},
+                {"role": "assistant", "content": "Blue is one."},
+                {"role": "user", "content": "And another?"},
+                {"role": "assistant", "content": "Red is another."},
+            ],
+        },
+    ]
+    data = root / "chats.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    opts = BuildOptions([Source("chats", data)], str(llama32_tokenizer_dir()), root / "set")
+    opts.workers = 1
+    opts.chat_template_path = str(trl_template("llama3_training"))
+    return run_build(opts).out
+
+
+@pytest.mark.parametrize(("agree", "disagree"), [(1, 1), (2, 1)])
+def test_an_edited_generation_tags_count_fails_mask_fidelity(tagged, tmp_path, agree, disagree):
+    """`generation_tags_agree` / `_disagree` were never compared (verify did not render the
+    tags): a row moved from one to the other, the totals kept, passed. verify now renders the
+    template's tags itself and compares them with its own spans."""
+    c = manifest(tagged)["counts"]["per_source"]["chats"]
+    assert (c["generation_tags_agree"], c["generation_tags_disagree"]) == (2, 0)
+    assert failures(verify(tagged)) == {}
+    folder = copy_set(tagged, tmp_path)
+    m = manifest(folder)
+    for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
+        c["generation_tags_agree"], c["generation_tags_disagree"] = agree, disagree
+    save_manifest(folder, m)
+    got = failures(verify(folder))
+    assert set(got) == {"mask_fidelity"}, got
+    said = f"chats: generation_tags_agree: manifest {agree} != re-derived 2"
+    assert (said in got["mask_fidelity"]) == (agree != 2)
+    said = f"chats: generation_tags_disagree: manifest {disagree} != re-derived 0"
+    assert said in got["mask_fidelity"]
+
+
+def test_a_set_whose_tags_disagree_passes(tmp_path):
+    """Qwen2.5's training tags also cover the newline before an answer and after <|im_end|>:
+    build counts every row as disagreeing, and verify's own count says the same."""
+    data = tmp_path / "chats.jsonl"
+    rows = [chat("d1", "How do glaciers move?", ANSWER), chat("d2", "Name a colour.", "Blue.")]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    opts = BuildOptions([Source("chats", data)], str(qwen3_tokenizer_dir()), tmp_path / "set")
+    opts.workers = 1
+    opts.chat_template_path = str(trl_template("qwen2_5_training"))
+    out = run_build(opts).out
+    c = manifest(out)["counts"]["per_source"]["chats"]
+    assert (c["generation_tags_agree"], c["generation_tags_disagree"]) == (0, 2)
+    assert failures(verify(out)) == {}
+
+
+BOOM = (
+    "{%- if messages[0]['content'] == 'BOOM' %}"
+    "{{ raise_exception('the template refuses row BOOM') }}{%- endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def rejected(tmp_path_factory) -> Path:
+    """A row of each row-step reject whose message verify re-derives (served as vLLM serves
+    Qwen3, so a developer message in the middle is unsupported_content)."""
+    root = tmp_path_factory.mktemp("rejected")
+
+    def ask(rid: str, *turns: dict) -> dict:
+        return {"id": rid, "messages": list(turns)}
+
+    def u(text: str) -> dict:
+        return {"role": "user", "content": text}
+
+    def a(text: str) -> dict:
+        return {"role": "assistant", "content": text}
+
+    rows = [
+        ask("ok", u("Name a colour."), a("Blue is a colour.")),
+        ask("pad", u("Say hi."), a("OK.")),
+        ask("boom", u("BOOM"), a("Hello.")),
+        ask("leak", u("Say bye."), a("Bye.<|im_end|> and more")),
+        ask(
+            "dev",
+            u("Hi."),
+            {"role": "developer", "content": "Be terse."},
+            u("A fruit?"),
+            a("Pear."),
+        ),
+    ]
+    data = root / "chats.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    template = root / "boom.jinja"
+    template.write_text(BOOM + trl_template("qwen3").read_text())
+    opts = BuildOptions([Source("chats", data)], str(qwen3_tokenizer_dir()), root / "set")
+    opts.workers = 1
+    opts.serving_engine = "vllm"
+    opts.chat_template_path = str(template)
+    return run_build(opts).out
+
+
+@pytest.mark.parametrize(
+    ("rid", "reason"),
+    [
+        ("pad", "no_supervised_turn"),
+        ("boom", "template_error"),
+        ("leak", "special_token_in_answer"),
+        ("dev", "unsupported_content"),
+    ],
+)
+def test_an_edited_row_step_reject_message_fails_mask_fidelity(rejected, tmp_path, rid, reason):
+    """A row-step reject line's message (the template's own error text, the context counts,
+    what the row holds) was never compared: an edited one passed. verify re-derives it."""
+    lines = [json.loads(x) for x in (rejected / "rejects.jsonl").read_text().splitlines()]
+    assert {x["id"]: x["reason"] for x in lines}[rid] == reason
+    assert failures(verify(rejected)) == {}
+    folder = copy_set(rejected, tmp_path)
+
+    def edit(lines: list[dict]) -> list[dict]:
+        for x in lines:
+            if x["id"] == rid:
+                x["message"] = "edited by hand"
+        return lines
+
+    edit_lines(folder, "rejects.jsonl", edit)
+    results = verify(folder)
+    got = failures(results)
+    assert set(got) == {"mask_fidelity"}, got
+    assert next(r for r in results if r.name == "mask_fidelity").examples == [rid]
+    assert f"{rid}: the {reason} line says 'edited by hand'; re-derived" in got["mask_fidelity"]

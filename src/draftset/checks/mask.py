@@ -210,6 +210,8 @@ class Expected:
     text: str
     gens: list[tuple[int, str, int]]  # (char offset in text, generation text, message index)
     context: Counter[str] = field(default_factory=Counter)
+    # `all` under a template with {% generation %} tags: whether they mark exactly ``gens``
+    tags_agree: bool | None = None
 
 
 def _generation(tmpl: ChatTemplate, prompt: str, full: str) -> tuple[str | None, str | None]:
@@ -315,9 +317,9 @@ def expected_rows(
             if why is not None:
                 context[why] += 1
                 continue
-            try:
-                prompt = render(msgs[:j], True)
+            try:  # in build's order: the error a template_error line holds is the first raised
                 full = render(msgs[: j + 1])
+                prompt = render(msgs[:j], True)
             except Exception as exc:
                 error = error or _first_line(exc)
                 continue
@@ -375,8 +377,29 @@ def expected_rows(
     except Exception as exc:
         return [], context, _first_line(exc)
     if gens:
-        rows.append((conv.id, Expected(whole, gens)))
+        exp = Expected(whole, gens)
+        if mode == "all" and tmpl.has_generation_tags:
+            exp.tags_agree = _tags_agree(tmpl, msgs, conv.tools, row_kwargs, exp)
+        rows.append((conv.id, exp))
     return rows, context, None
+
+
+def _tags_agree(
+    tmpl: ChatTemplate,
+    msgs: list,
+    tools: list[dict[str, Any]] | None,
+    row_kwargs: dict[str, Any] | None,
+    exp: Expected,
+) -> bool:
+    """Whether the template's own ``{% generation %}`` tags (transformers' render with
+    ``return_assistant_tokens_mask``) mark exactly the generations verify derived, over the
+    same text: the row step's `generation_tags_agree` / `_disagree` diagnostic, re-derived
+    from verify's spans (a render that fails counts as disagreeing, as build counts it)."""
+    try:
+        text, spans = tmpl.generation_tag_spans(msgs, tools, row_kwargs)
+    except Exception:
+        return False
+    return text == exp.text and spans == [(s, s + len(gen)) for s, gen, _ in exp.gens]
 
 
 DROPS_CONTENT = "the template's render of an assistant turn does not contain its text or tools"
@@ -925,6 +948,64 @@ def _check_rejection(
         p.add("rejected as special_token_in_answer but no answer holds such text", conv.id)
     if reasons.UNSUPPORTED_CONTENT in reasons_given and error != UNSERVABLE:
         p.add("rejected as unsupported_content but the row reads and renders", conv.id)
+
+
+_SENTINELS = frozenset({DROPS_CONTENT, SPECIAL_TOKEN_TEXT, UNSERVABLE})
+_BOUND_ERRORS = (f"{reasons.TEMPLATE_TIMEOUT}: ", f"{reasons.TEMPLATE_TOO_LARGE}: ")
+
+
+def _check_reject_messages(
+    p: Problems,
+    tmpl: ChatTemplate,
+    conv: Conversation,
+    lines: list[dict[str, Any]],
+    re_derived: tuple[list[tuple[str, Expected]], Counter[str], str | None],
+) -> None:
+    """The `message` of a rejected conversation's row-step reject line, where it is a function
+    of the row that verify re-derives (``re_derived``: `expected_rows`' rows, context counts
+    and error): a `template_error` line holds the template's own error text (the first one its
+    renders raise), a `no_supervised_turn` line the context-only turn counts, a
+    `special_token_in_answer` or `unsupported_content` line what the row holds that no server
+    renders as given. Only where verify re-derives the same reason (else `_check_rejection`
+    names the reason)."""
+    expected, context, error = re_derived
+    originals = conv.messages
+    asst = [i for i, m in enumerate(originals) if m["role"] == "assistant"]
+    originals = originals[: asst[-1] + 1] if asst else originals
+    want: dict[str, str] = {}
+    if error is not None and error not in _SENTINELS and not error.startswith(_BOUND_ERRORS):
+        want[reasons.TEMPLATE_ERROR] = error
+    if error is None and not expected:
+        why = ", ".join(f"{k}={v}" for k, v in sorted(context.items()))
+        want[reasons.NO_SUPERVISED_TURN] = f"no assistant turn can be supervised ({why})"
+    leak = reasons.special_token_in_answer(originals, _special_pattern(tmpl))
+    if error == SPECIAL_TOKEN_TEXT and leak is not None:
+        j, key, tok = leak
+        want[reasons.SPECIAL_TOKEN_IN_ANSWER] = (
+            f"assistant message {j}'s {key} holds the text of special token {tok!r}"
+            " (a server that leaked its stop token?); it would be encoded as that token"
+        )
+    if error == UNSERVABLE:
+        harmony, engine = tmpl.harmony is not None, tmpl.serving_engine
+        special = _special_pattern(tmpl)
+        problem = reasons.unservable(
+            originals, conv.meta, tmpl.template_text, engine, harmony, special, conv.tools
+        )
+        if problem is not None:
+            want[reasons.UNSUPPORTED_CONTENT] = problem
+    seen: set[str] = set()
+    for x in lines:  # the first line of a reason (--turns each: the first turn's)
+        why = str(x.get("reason"))
+        if why in seen or why not in want:
+            continue
+        seen.add(why)
+        if x.get("message") != want[why]:
+            rid = str(x.get("id") or conv.id)
+            p.add(
+                "rejects.jsonl line's message differs from the re-derived reject",
+                rid,
+                f"{rid}: the {why} line says {x.get('message')!r}; re-derived {want[why]!r}",
+            )
 
 
 def _compare_pretokenized(

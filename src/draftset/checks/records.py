@@ -26,6 +26,7 @@ from draftset.checks.mask import (
     RowVerdict,
     _bounded_expected_rows,
     _check_length_rejects,
+    _check_reject_messages,
     _check_rejection,
     _check_rows,
     _check_turn_rejects,
@@ -320,6 +321,7 @@ def source_pass(
             context_by_source.setdefault(item.source, Counter()).update(context)
             if not own:
                 _check_rejection(maskp, item, lines, expected, error)
+                _check_reject_messages(maskp, tmpl, item, lines, (expected, context, error))
                 _check_length_rejects(maskp, tmpl, item, lines, expected, opts)
         mine = [rid for rid in own if row_of_id[rid] in chosen_set]
         checked += len(mine)
@@ -526,7 +528,8 @@ class RowStepCounts:
     made its turns context from tokens the row no longer holds) or of a row that failed the
     mask check (its runs are not build's; the row is already named), `reasoning_not_rendered` of
     a whole-row render that failed part way (build counted the turns before the failure).
-    `generation_tags_*` are never compared (docs/verify.md).
+    `generation_tags_agree` / `_disagree` (`all` under a template with `{% generation %}`
+    tags) compare the tags with verify's own spans (`mask.Expected.tags_agree`).
     """
 
     ALWAYS = ("trailing_turns_trimmed", "placeholder_rows")
@@ -536,6 +539,8 @@ class RowStepCounts:
         "reasoning_not_rendered",
         "server_ids_used",
         "server_ids_mismatch",
+        "generation_tags_agree",
+        "generation_tags_disagree",
     )
 
     def __init__(
@@ -577,11 +582,15 @@ class RowStepCounts:
         skip = self.out_of_reach.setdefault(conv.source, set())
         if found.cut_generations or found.mask:  # a failed row's runs are not build's: its
             skip.update(("supervised_turns", "empty_think_rows"))  # failure is reported once
+        if found.mask:  # nor are its spans the ones build's tags were compared with
+            skip.update(("generation_tags_agree", "generation_tags_disagree"))
         if error is not None and not self.each:
             skip.add("reasoning_not_rendered")
         c["supervised_turns"] += len(found.supervised)
         server = server_completion_ids(conv)
         for _, exp in expected:
+            if exp.tags_agree is not None:
+                c["generation_tags_agree" if exp.tags_agree else "generation_tags_disagree"] += 1
             for _, gen, j in exp.gens:
                 c["reasoning_not_rendered"] += int(
                     reasons.reasoning_not_rendered(conv.messages[j], gen)
