@@ -496,3 +496,20 @@ def test_an_edited_row_step_reject_message_fails_mask_fidelity(rejected, tmp_pat
     assert set(got) == {"mask_fidelity"}, got
     assert next(r for r in results if r.name == "mask_fidelity").examples == [rid]
     assert f"{rid}: the {reason} line says 'edited by hand'; re-derived" in got["mask_fidelity"]
+
+
+@pytest.mark.parametrize("value", [0, 99])
+def test_a_sampled_verify_bounds_the_row_step_counts(built, tmp_path, value):
+    """On a sample (`--sample`, every set above 20,000 rows) the counts that need every row
+    were not compared at all: any value passed. A sample bounds them: at least what the
+    conversations it re-derived count, at most one more per answer of the others."""
+    assert failures(run_verify(built, sample=2, speculators=False, record=False)) == {}
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    m["counts"]["per_source"]["chats"]["supervised_turns"] = value
+    m["counts"]["total"]["supervised_turns"] = sum_of(m["counts"]["per_source"], "supervised_turns")
+    save_manifest(folder, m)
+    results = run_verify(folder, sample=2, speculators=False, record=False)
+    got = failures(results)
+    assert set(got) == {"mask_fidelity"}, got
+    assert f"chats: supervised_turns: manifest {value} is outside " in got["mask_fidelity"]

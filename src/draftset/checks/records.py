@@ -331,7 +331,8 @@ def source_pass(
         if found.context:  # turns the token rule made context, judged on the rows themselves
             context_by_source.setdefault(item.source, Counter()).update(found.context)
         if isinstance(item, Conversation):
-            recount.add(item, own, lines, expected if needs else None, error, found)
+            complete = len(mine) == len(own)
+            recount.add(item, own, lines, expected if needs else None, error, found, complete)
         if isinstance(item, Conversation) and needs and mode == "each":
             for rid, _ in expected:
                 if rid not in row_of_id and not any(x.get("id") == rid for x in lines):
@@ -523,7 +524,9 @@ class RowStepCounts:
 
     `trailing_turns_trimmed` and `placeholder_rows` follow from the input rows and their
     reject lines, so they are compared on every run; the others need every row re-derived
-    (a full check, not a sample). A count a conversation leaves out of reach is not compared
+    (a full check); a sample bounds them: at least what the conversations it re-derived
+    count, at most that plus one per assistant turn of the others (no conversation counts
+    more than its answers, `unseen`). A count a conversation leaves out of reach is not compared
     for its source: `supervised_turns` and `empty_think_rows` past a truncated row's cut (build
     made its turns context from tokens the row no longer holds) or of a row that failed the
     mask check (its runs are not build's; the row is already named), `reasoning_not_rendered` of
@@ -557,6 +560,7 @@ class RowStepCounts:
         self.probe = EmptyThinkProbe(tmpl.template_text, tmpl.base_kwargs, timeout=timeout)
         self.counts: dict[str, Counter[str]] = {}
         self.out_of_reach: dict[str, set[str]] = {}
+        self.unseen: dict[str, Counter[str]] = {}  # most a source's uncounted rows may add
 
     def add(
         self,
@@ -566,12 +570,19 @@ class RowStepCounts:
         expected: list[tuple[str, Expected]] | None,
         error: str | None,
         found: RowVerdict,
+        complete: bool = True,
     ) -> None:
         """Count one conversation: ``own`` its written rows, ``lines`` its reject lines,
-        ``expected`` its re-derived rows (None: not re-derived), ``found`` its checked rows."""
+        ``expected`` its re-derived rows (None: not re-derived), ``found`` its checked rows
+        (``complete``: all of ``own``; a sample may leave some unchecked)."""
         c = self.counts.setdefault(conv.source, Counter())
         given = {x.get("reason") for x in lines}
         answers = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
+        unseen = self.unseen.setdefault(conv.source, Counter())
+        if expected is None:
+            unseen.update(dict.fromkeys(self.FULL, len(answers)))
+        elif not complete:  # the counts its unchecked rows' runs decide
+            unseen.update(dict.fromkeys(("supervised_turns", "empty_think_rows"), len(answers)))
         if answers and (own or not given & _UNPLANNED):
             c["trailing_turns_trimmed"] += len(conv.messages) - answers[-1] - 1
         placeholder_only = all_placeholder_answers(conv, self.placeholders)
@@ -605,13 +616,25 @@ class RowStepCounts:
 
     def compare(self, p: Problems, out: OutputSet, full: bool) -> None:
         """Each count against the manifest's, per source (when every row was re-derived, the
-        ones that need that too)."""
-        keys = self.ALWAYS + (self.FULL if full else ())
+        ones that need that too; on a sample, those within their bounds)."""
+        keys = self.ALWAYS + self.FULL
         per_source = (out.manifest.get("counts") or {}).get("per_source") or {}
         for name, c in per_source.items():
             got = self.counts.get(name, Counter())
+            unseen = self.unseen.get(name, Counter()) if not full else Counter()
             for key in keys:
                 if key not in c or key in self.out_of_reach.get(name, ()):
+                    continue
+                if key in self.FULL and unseen[key]:
+                    if not got[key] <= c[key] <= got[key] + unseen[key]:
+                        p.add(
+                            "the row step's counts differ from the manifest",
+                            None,
+                            f"{name}: {key}: manifest {c[key]} is outside"
+                            f" {got[key]}..{got[key] + unseen[key]} (re-derived {got[key]} in"
+                            " the rows a sampled verify re-derived; the others have at most"
+                            f" {unseen[key]} answers)",
+                        )
                     continue
                 if c[key] != got[key]:
                     p.add(  # examples are row ids: the message names the source
