@@ -422,14 +422,14 @@ def test_a_set_whose_tags_disagree_passes(tmp_path):
     assert failures(verify(out)) == {}
 
 
-BOOM = (
-    "{%- if messages[0]['content'] == 'BOOM' %}"
-    "{{ raise_exception('the template refuses row BOOM') }}{%- endif %}"
+BOOM = (  # says which render raised: the prompt's or the full conversation's
+    "{%- if messages[0]['content'] == 'BOOM' %}{{ raise_exception('the template refuses row"
+    " BOOM (' ~ ('prompt' if add_generation_prompt else 'full') ~ ' render)') }}{%- endif %}"
 )
 
 
-@pytest.fixture(scope="module")
-def rejected(tmp_path_factory) -> Path:
+@pytest.fixture(scope="module", params=["all", "each"])
+def rejected(tmp_path_factory, request) -> Path:
     """A row of each row-step reject whose message verify re-derives (served as vLLM serves
     Qwen3, so a developer message in the middle is unsupported_content)."""
     root = tmp_path_factory.mktemp("rejected")
@@ -464,6 +464,7 @@ def rejected(tmp_path_factory) -> Path:
     opts.workers = 1
     opts.serving_engine = "vllm"
     opts.chat_template_path = str(template)
+    opts.turns = request.param
     return run_build(opts).out
 
 
@@ -478,9 +479,15 @@ def rejected(tmp_path_factory) -> Path:
 )
 def test_an_edited_row_step_reject_message_fails_mask_fidelity(rejected, tmp_path, rid, reason):
     """A row-step reject line's message (the template's own error text, the context counts,
-    what the row holds) was never compared: an edited one passed. verify re-derives it."""
+    what the row holds) was never compared: an edited one passed. verify re-derives it; with
+    `--turns each` rendering as build does, the full conversation before the prompt (the
+    first error raised is the one build wrote)."""
     lines = [json.loads(x) for x in (rejected / "rejects.jsonl").read_text().splitlines()]
+    if manifest(rejected)["options"]["turns"] == "each" and rid == "boom":
+        rid = "boom#0"  # a turn's line
     assert {x["id"]: x["reason"] for x in lines}[rid] == reason
+    if reason == "template_error":
+        assert "(full render)" in {x["id"]: x["message"] for x in lines}[rid]
     assert failures(verify(rejected)) == {}
     folder = copy_set(rejected, tmp_path)
 
