@@ -179,6 +179,21 @@ def test_an_edited_per_source_count_fails_naming_source_key_and_both_values(
     got = failures(verify(folder))
     assert set(got) == {check}, got
     assert f"chats: {key}: manifest {value} != re-derived {recorded}" in got[check], got
+    if check == "mask_fidelity":  # the row step's: where to look, the first row it counts
+        assert FIRST_COUNTED[key] in got[check], got
+
+
+FIRST_COUNTED = {
+    "supervised_turns": "; the first row verify counts: 'trail' (chats row 0)",
+    "trailing_turns_trimmed": "; the first row verify counts: 'trail' (chats row 0)",
+    "placeholder_rows": "; the first row verify counts: 'pad' (chats row 3)",
+    "empty_think_rows": "; the first row verify counts: 'trail' (chats row 0)",
+    "reasoning_not_rendered": "; verify counts it in no row",
+    "server_ids_used": "; the first row verify counts: 'used' (chats row 7)",
+    "server_ids_mismatch": "; the first row verify counts: 'srv' (chats row 6)",
+}
+"""A per-source count names no row of build's (the manifest holds sums): the first input row
+verify counted in it is where a reader starts."""
 
 
 def sum_of(per_source: dict, key: str) -> int | dict:
@@ -520,3 +535,17 @@ def test_a_sampled_verify_bounds_the_row_step_counts(built, tmp_path, value):
     got = failures(results)
     assert set(got) == {"mask_fidelity"}, got
     assert f"chats: supervised_turns: manifest {value} is outside " in got["mask_fidelity"]
+
+
+def test_a_differing_context_count_names_the_first_row_verify_counts(built, tmp_path):
+    """A context-only turn count that differs named the source and both dicts: the first
+    input row verify counts under the first differing reason is where to look."""
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
+        c["context_turns_by_reason"]["placeholder_answer"] += 1
+    save_manifest(folder, m)
+    got = failures(verify(folder))
+    assert set(got) == {"mask_fidelity"}, got
+    said = "; the first row verify counts a placeholder_answer turn in: 'pad' (chats row 3)"
+    assert said in got["mask_fidelity"], got

@@ -530,7 +530,7 @@ def compare_row(
                 v.mask.append(_OTHER_TOKENS.format(j=hit[1]))
             _leak(v, conv, hit[1], run, tmpl, ids[s_tok:e_tok], placeholders, decoded=False)
             continue
-        v.mask.append(_classify(start, end, run, exp, conv))
+        v.mask.append(_classify(start, end, run, exp, conv, runs[i]))
         _leak(v, conv, None, run, tmpl, ids[s_tok:e_tok], placeholders)
     for start, gen, j in exp.gens:
         if start in matched or start in demoted:
@@ -685,11 +685,18 @@ def in_normal_form(
     return norm(text), pieces, Expected(norm(exp.text), gens, exp.context)
 
 
-def _classify(start: int, end: int, run: str, exp: Expected, conv: Conversation) -> str:
-    """A readable reason for a supervised run that is not an expected generation."""
+def _classify(
+    start: int, end: int, run: str, exp: Expected, conv: Conversation, tokens: tuple[int, int]
+) -> str:
+    """A readable reason for a supervised run that is not an expected generation, with the
+    row's tokens it spans."""
+    where = f"tokens {tokens[0]}..{tokens[1] - 1} of the row"
     for gstart, gen, j in exp.gens:
         if start < gstart + len(gen) and gstart < end:
-            return f"supervised run overlaps turn {j} but is not its generation: {_short(run)}"
+            return (
+                f"supervised run overlaps turn {j} but is not its generation: {where},"
+                f" {_short(run)}"
+            )
     for m in conv.messages:
         content = str(m.get("content") or "").strip()
         if (
@@ -697,10 +704,10 @@ def _classify(start: int, end: int, run: str, exp: Expected, conv: Conversation)
             and len(content) >= 2
             and (content in run or run.strip() in content)
         ):
-            return f"{m['role']} text is supervised: {_short(run)}"
+            return f"{m['role']} text is supervised: {where}, {_short(run)}"
     return (
-        "supervised run outside every expected generation (context or template markup): "
-        + _short(run)
+        "supervised run outside every expected generation (context or template markup):"
+        f" {where}, {_short(run)}"
     )
 
 
@@ -1036,6 +1043,7 @@ def check_truncation(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
     p = Problems()
     eot = np.asarray(sorted(_stop_ids(tmpl)), dtype=np.int64)
     per_source: Counter[str] = Counter()
+    first: dict[str, tuple[str, int]] = {}  # source -> its first such row (id, set row)
     examples: list[str] = []
     if out.readable:
         for b in iter_batches(out):
@@ -1051,15 +1059,18 @@ def check_truncation(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
             bad[has] = ~np.isin(b.tokens[last_sup[has]], eot)
             for r in np.nonzero(bad)[0]:
                 per_source[str(b.sources[r])] += 1
+                first.setdefault(str(b.sources[r]), (str(b.ids[r]), b.start_row + int(r)))
                 if len(examples) < 5:
                     examples.append(str(b.ids[r]))
     counts = (out.manifest.get("counts") or {}).get("per_source") or {}
     for name, c in counts.items():
         if int(c.get("truncated") or 0) != per_source.get(name, 0):
+            hit = first.get(name)
+            where = f"; the first: {hit[0]!r} (row {hit[1]})" if hit is not None else ""
             p.add(
                 "rows without a final end-of-turn token != manifest truncated count",
                 None,
-                f"{name}: data {per_source.get(name, 0)} != manifest {c.get('truncated')}",
+                f"{name}: data {per_source.get(name, 0)} != manifest {c.get('truncated')}{where}",
             )
     total = sum(per_source.values())
     if (out.manifest.get("totals") or {}).get("truncated") != total:

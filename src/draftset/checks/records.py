@@ -269,6 +269,7 @@ def source_pass(
     used_rejects: set[tuple[str, int]] = set()
     row_owner: dict[int, tuple[int, int]] = {}  # output row -> (input row's position, turn k)
     context_by_source: dict[str, Counter[str]] = {}
+    first_context: dict[str, dict[str, tuple[str, int]]] = {}  # reason -> first (id, row)
     recount = RowStepCounts(tmpl, out.manifest, build_placeholders, timeout)
     checked = 0
     sources = out.sources()
@@ -318,7 +319,7 @@ def source_pass(
             expected, context, error = _bounded_expected_rows(
                 tmpl, item, mode, build_placeholders, timeout
             )
-            context_by_source.setdefault(item.source, Counter()).update(context)
+            _count_context((context_by_source, first_context), item, context)
             if not own:
                 _check_rejection(maskp, item, lines, expected, error)
                 _check_reject_messages(maskp, tmpl, item, lines, (expected, context, error))
@@ -329,7 +330,7 @@ def source_pass(
             out, tmpl, item, mine, row_of_id, dict(expected), error, placeholders, (maskp, leak)
         )
         if found.context:  # turns the token rule made context, judged on the rows themselves
-            context_by_source.setdefault(item.source, Counter()).update(found.context)
+            _count_context((context_by_source, first_context), item, found.context)
         if isinstance(item, Conversation):
             complete = len(mine) == len(own)
             recount.add(item, own, lines, expected if needs else None, error, found, complete)
@@ -346,7 +347,7 @@ def source_pass(
     _compare_selection_records(ident, out, selection)
     recount.compare(maskp, out, full)
     if full:
-        _compare_context_counts(maskp, out, context_by_source)
+        _compare_context_counts(maskp, out, context_by_source, first_context)
     return _source_pass_results((ident, maskp, leak), n, checked, full, placeholders)
 
 
@@ -561,6 +562,7 @@ class RowStepCounts:
         self.counts: dict[str, Counter[str]] = {}
         self.out_of_reach: dict[str, set[str]] = {}
         self.unseen: dict[str, Counter[str]] = {}  # most a source's uncounted rows may add
+        self.first: dict[str, dict[str, tuple[str, int]]] = {}  # key -> first (id, row) counted
 
     def add(
         self,
@@ -576,6 +578,26 @@ class RowStepCounts:
         ``expected`` its re-derived rows (None: not re-derived), ``found`` its checked rows
         (``complete``: all of ``own``; a sample may leave some unchecked)."""
         c = self.counts.setdefault(conv.source, Counter())
+        before = dict(c)
+        try:
+            self._add(c, conv, own, lines, expected, error, found, complete)
+        finally:  # the first input row each count met: named when the count differs
+            first = self.first.setdefault(conv.source, {})
+            for key, n in c.items():
+                if n > before.get(key, 0):
+                    first.setdefault(key, (conv.id, conv.row))
+
+    def _add(
+        self,
+        c: Counter[str],
+        conv: Conversation,
+        own: list[str],
+        lines: list[dict[str, Any]],
+        expected: list[tuple[str, Expected]] | None,
+        error: str | None,
+        found: RowVerdict,
+        complete: bool,
+    ) -> None:
         given = {x.get("reason") for x in lines}
         answers = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
         unseen = self.unseen.setdefault(conv.source, Counter())
@@ -633,25 +655,63 @@ class RowStepCounts:
                             f"{name}: {key}: manifest {c[key]} is outside"
                             f" {got[key]}..{got[key] + unseen[key]} (re-derived {got[key]} in"
                             " the rows a sampled verify re-derived; the others have at most"
-                            f" {unseen[key]} answers)",
+                            f" {unseen[key]} answers){self.first_row(name, key)}",
                         )
                     continue
                 if c[key] != got[key]:
                     p.add(  # examples are row ids: the message names the source
                         "the row step's counts differ from the manifest",
                         None,
-                        f"{name}: {key}: manifest {c[key]} != re-derived {got[key]}",
+                        f"{name}: {key}: manifest {c[key]} != re-derived {got[key]}"
+                        + self.first_row(name, key),
                     )
 
+    def first_row(self, source: str, key: str) -> str:
+        """Where a differing count starts to be looked for: the first input row verify counted
+        in it (the manifest holds the sums only, so no row of build's is known)."""
+        hit = self.first.get(source, {}).get(key)
+        if hit is None:
+            return "; verify counts it in no row"
+        return f"; the first row verify counts: {hit[0]!r} ({source} row {hit[1]})"
 
-def _compare_context_counts(p: Problems, out: OutputSet, got: dict[str, Counter[str]]) -> None:
+
+def _count_context(
+    into: tuple[dict[str, Counter[str]], dict[str, dict[str, tuple[str, int]]]],
+    item: Conversation | PreTokenized,
+    context: Counter[str],
+) -> None:
+    """Add one input row's context-only turns to its source's counts, and note it as the
+    first row of each reason it is the first to count."""
+    counts, first = into
+    counts.setdefault(item.source, Counter()).update(context)
+    mine = first.setdefault(item.source, {})
+    for reason, n in context.items():
+        if n:
+            mine.setdefault(reason, (item.id, item.row))
+
+
+def _compare_context_counts(
+    p: Problems,
+    out: OutputSet,
+    got: dict[str, Counter[str]],
+    first: dict[str, dict[str, tuple[str, int]]],
+) -> None:
     counts = (out.manifest.get("counts") or {}).get("per_source") or {}
     for name, c in counts.items():
         want = {k: v for k, v in (c.get("context_turns_by_reason") or {}).items() if v}
         have = {k: v for k, v in (got.get(name) or Counter()).items() if v}
         if want != have:
+            # the first reason that differs, and the first row verify counts under it
+            reason = min(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+            hit = (first.get(name) or {}).get(reason)
+            where = (
+                f"; the first row verify counts a {reason} turn in: {hit[0]!r} ({name} row"
+                f" {hit[1]})"
+                if hit is not None
+                else f"; verify counts no {reason} turn"
+            )
             p.add(
                 "context-only turn counts differ from the manifest",
                 name,
-                f"{name}: re-derived {have} != manifest {want}",
+                f"{name}: re-derived {have} != manifest {want}{where}",
             )
