@@ -985,8 +985,10 @@ def _check_reject_messages(
     if error is None and not expected:
         why = ", ".join(f"{k}={v}" for k, v in sorted(context.items()))
         want[reasons.NO_SUPERVISED_TURN] = f"no assistant turn can be supervised ({why})"
-    leak = reasons.special_token_in_answer(originals, _special_pattern(tmpl))
-    if error == SPECIAL_TOKEN_TEXT and leak is not None:
+    leak = None
+    if error == SPECIAL_TOKEN_TEXT:
+        leak = reasons.special_token_in_answer(originals, _special_pattern(tmpl))
+    if leak is not None:
         j, key, tok = leak
         want[reasons.SPECIAL_TOKEN_IN_ANSWER] = (
             f"assistant message {j}'s {key} holds the text of special token {tok!r}"
