@@ -416,7 +416,7 @@ def test_supervised_user_text_is_named(built, tmp_path, tok):
     results = verify(folder)
     assert failed(results) == {"mask_fidelity"}
     assert any(
-        "user text is supervised" in m
+        f"user text is supervised: tokens {at}..{at} of the row" in m
         for m in by_name(results)["mask_fidelity"].details["messages"]
     )
 
@@ -765,6 +765,12 @@ def test_mask_shifted_by_one_position_fails_mask_fidelity(built, tmp_path, shift
     assert failed(results) == {"mask_fidelity", "truncation"}
     assert by_name(results)["mask_fidelity"].examples == ["sys"]
     assert by_name(results)["truncation"].examples == ["sys"]
+    # where: the run's tokens in the row, the truncated count's first row (its index)
+    messages = by_name(results)["mask_fidelity"].details["messages"]
+    where = f"tokens {ones[0] + shift}..{ones[-1] + shift} of the row"
+    assert any("overlaps turn 2 but is not its generation: " + where in m for m in messages)
+    (said,) = by_name(results)["truncation"].details["messages"]
+    assert f"; the first: 'sys' (row {rows.index(row)})" in said, said
 
 
 # --- stray files ---------------------------------------------------------------------------------

@@ -27,12 +27,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from draftset.checks.mask import (
-    _shape,
-    _stops,
-    iter_source_items,
-    pick_rows,
-)
+from draftset.checks.mask import _shape, _stops
+from draftset.checks.records import iter_source_items, pick_rows
 from draftset.core.errors import UsageError
 from draftset.core.records import NO_CONTENT, Conversation
 from draftset.mask.reads import as_template_reads

@@ -29,13 +29,12 @@ from draftset.checks.fast import (
     failing,
 )
 from draftset.checks.mask import (
-    check_sources,
     check_template,
     check_tokenizer,
     check_truncation,
     load_template,
-    source_pass,
 )
+from draftset.checks.records import check_sources, source_pass
 from draftset.checks.serving import RenderServer, check_render_server
 from draftset.core import defaults, reasons
 from draftset.core.errors import UsageError

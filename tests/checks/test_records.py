@@ -1,7 +1,8 @@
-"""`draftset verify` and the manifest's records: every count and record verify can re-derive
-from the sources, the tokenizer and its own pass over the rows is compared (an outside tamper
-probe, session 26, edited each of them and verify passed); what it cannot is listed as
-unproven in docs/verify.md.
+"""`draftset verify` and the manifest's records (src/draftset/checks/records.py): every count
+and record verify can re-derive from the sources, the tokenizer and its own pass over the rows
+is compared (an outside tamper probe, session 26, edited each of them and verify passed); what
+it cannot is listed as unproven in docs/verify.md. The same set serves the records checked
+elsewhere (the tokenizer's in mask.py, state.json's fingerprint in fast.py).
 
 One set is built per module (Qwen3, thinking on, near dedup, a benchmark, a folder source
 with a file it skips); each test edits a copy, reseals the file hashes as a careful forger
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import qwen3_tokenizer_dir
+from conftest import llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
 from tokenizers import Tokenizer
 
 from draftset.checks.fast import failing
@@ -178,6 +179,21 @@ def test_an_edited_per_source_count_fails_naming_source_key_and_both_values(
     got = failures(verify(folder))
     assert set(got) == {check}, got
     assert f"chats: {key}: manifest {value} != re-derived {recorded}" in got[check], got
+    if check == "mask_fidelity":  # the row step's: where to look, the first row it counts
+        assert FIRST_COUNTED[key] in got[check], got
+
+
+FIRST_COUNTED = {
+    "supervised_turns": "; the first row verify counts: 'trail' (chats row 0)",
+    "trailing_turns_trimmed": "; the first row verify counts: 'trail' (chats row 0)",
+    "placeholder_rows": "; the first row verify counts: 'pad' (chats row 3)",
+    "empty_think_rows": "; the first row verify counts: 'trail' (chats row 0)",
+    "reasoning_not_rendered": "; verify counts it in no row",
+    "server_ids_used": "; the first row verify counts: 'used' (chats row 7)",
+    "server_ids_mismatch": "; the first row verify counts: 'srv' (chats row 6)",
+}
+"""A per-source count names no row of build's (the manifest holds sums): the first input row
+verify counted in it is where a reader starts."""
 
 
 def sum_of(per_source: dict, key: str) -> int | dict:
@@ -357,3 +373,179 @@ def test_a_good_row_rejected_template_too_large_fails_mask_fidelity(built, tmp_p
     got = failures(results)
     assert set(got) == {"mask_fidelity"}, got
     assert next(r for r in results if r.name == "mask_fidelity").examples == ["two"]
+
+
+# --- session 27: what verify listed as unproven ---------------------------------------------------
+@pytest.fixture(scope="module")
+def tagged(tmp_path_factory) -> Path:
+    """Llama-3.2 under TRL's training template, whose {% generation %} tags mark exactly the
+    generations: every row counts as agreeing."""
+    root = tmp_path_factory.mktemp("tagged")
+    rows = [
+        chat("t1", "How do glaciers move?", ANSWER),
+        {
+            "id": "t2",
+            "messages": [
+                {"role": "user", "content": "Name a primary colour."},
+                {"role": "assistant", "content": "Blue is one."},
+                {"role": "user", "content": "And another?"},
+                {"role": "assistant", "content": "Red is another."},
+            ],
+        },
+    ]
+    data = root / "chats.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    opts = BuildOptions([Source("chats", data)], str(llama32_tokenizer_dir()), root / "set")
+    opts.workers = 1
+    opts.chat_template_path = str(trl_template("llama3_training"))
+    return run_build(opts).out
+
+
+@pytest.mark.parametrize(("agree", "disagree"), [(1, 1), (2, 1)])
+def test_an_edited_generation_tags_count_fails_mask_fidelity(tagged, tmp_path, agree, disagree):
+    """`generation_tags_agree` / `_disagree` were never compared (verify did not render the
+    tags): a row moved from one to the other, the totals kept, passed. verify now renders the
+    template's tags itself and compares them with its own spans."""
+    c = manifest(tagged)["counts"]["per_source"]["chats"]
+    assert (c["generation_tags_agree"], c["generation_tags_disagree"]) == (2, 0)
+    assert failures(verify(tagged)) == {}
+    folder = copy_set(tagged, tmp_path)
+    m = manifest(folder)
+    for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
+        c["generation_tags_agree"], c["generation_tags_disagree"] = agree, disagree
+    save_manifest(folder, m)
+    got = failures(verify(folder))
+    assert set(got) == {"mask_fidelity"}, got
+    said = f"chats: generation_tags_agree: manifest {agree} != re-derived 2"
+    assert (said in got["mask_fidelity"]) == (agree != 2)
+    said = f"chats: generation_tags_disagree: manifest {disagree} != re-derived 0"
+    assert said in got["mask_fidelity"]
+
+
+def test_a_set_whose_tags_disagree_passes(tmp_path):
+    """Qwen2.5's training tags also cover the newline before an answer and after <|im_end|>:
+    build counts every row as disagreeing, and verify's own count says the same."""
+    data = tmp_path / "chats.jsonl"
+    rows = [chat("d1", "How do glaciers move?", ANSWER), chat("d2", "Name a colour.", "Blue.")]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    opts = BuildOptions([Source("chats", data)], str(qwen3_tokenizer_dir()), tmp_path / "set")
+    opts.workers = 1
+    opts.chat_template_path = str(trl_template("qwen2_5_training"))
+    out = run_build(opts).out
+    c = manifest(out)["counts"]["per_source"]["chats"]
+    assert (c["generation_tags_agree"], c["generation_tags_disagree"]) == (0, 2)
+    assert failures(verify(out)) == {}
+
+
+BOOM = (  # says which render raised: the prompt's or the full conversation's
+    "{%- if messages[0]['content'] == 'BOOM' %}{{ raise_exception('the template refuses row"
+    " BOOM (' ~ ('prompt' if add_generation_prompt else 'full') ~ ' render)') }}{%- endif %}"
+)
+
+
+@pytest.fixture(scope="module", params=["all", "each"])
+def rejected(tmp_path_factory, request) -> Path:
+    """A row of each row-step reject whose message verify re-derives (served as vLLM serves
+    Qwen3, so a developer message in the middle is unsupported_content)."""
+    root = tmp_path_factory.mktemp("rejected")
+
+    def ask(rid: str, *turns: dict) -> dict:
+        return {"id": rid, "messages": list(turns)}
+
+    def u(text: str) -> dict:
+        return {"role": "user", "content": text}
+
+    def a(text: str) -> dict:
+        return {"role": "assistant", "content": text}
+
+    rows = [
+        ask("ok", u("Name a colour."), a("Blue is a colour.")),
+        ask("pad", u("Say hi."), a("OK.")),
+        ask("boom", u("BOOM"), a("Hello.")),
+        ask("leak", u("Say bye."), a("Bye.<|im_end|> and more")),
+        ask(
+            "dev",
+            u("Hi."),
+            {"role": "developer", "content": "Be terse."},
+            u("A fruit?"),
+            a("Pear."),
+        ),
+    ]
+    data = root / "chats.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    template = root / "boom.jinja"
+    template.write_text(BOOM + trl_template("qwen3").read_text())
+    opts = BuildOptions([Source("chats", data)], str(qwen3_tokenizer_dir()), root / "set")
+    opts.workers = 1
+    opts.serving_engine = "vllm"
+    opts.chat_template_path = str(template)
+    opts.turns = request.param
+    return run_build(opts).out
+
+
+@pytest.mark.parametrize(
+    ("rid", "reason"),
+    [
+        ("pad", "no_supervised_turn"),
+        ("boom", "template_error"),
+        ("leak", "special_token_in_answer"),
+        ("dev", "unsupported_content"),
+    ],
+)
+def test_an_edited_row_step_reject_message_fails_mask_fidelity(rejected, tmp_path, rid, reason):
+    """A row-step reject line's message (the template's own error text, the context counts,
+    what the row holds) was never compared: an edited one passed. verify re-derives it; with
+    `--turns each` rendering as build does, the full conversation before the prompt (the
+    first error raised is the one build wrote)."""
+    lines = [json.loads(x) for x in (rejected / "rejects.jsonl").read_text().splitlines()]
+    if manifest(rejected)["options"]["turns"] == "each" and rid == "boom":
+        rid = "boom#0"  # a turn's line
+    assert {x["id"]: x["reason"] for x in lines}[rid] == reason
+    if reason == "template_error":
+        assert "(full render)" in {x["id"]: x["message"] for x in lines}[rid]
+    assert failures(verify(rejected)) == {}
+    folder = copy_set(rejected, tmp_path)
+
+    def edit(lines: list[dict]) -> list[dict]:
+        for x in lines:
+            if x["id"] == rid:
+                x["message"] = "edited by hand"
+        return lines
+
+    edit_lines(folder, "rejects.jsonl", edit)
+    results = verify(folder)
+    got = failures(results)
+    assert set(got) == {"mask_fidelity"}, got
+    assert next(r for r in results if r.name == "mask_fidelity").examples == [rid]
+    assert f"{rid}: the {reason} line says 'edited by hand'; re-derived" in got["mask_fidelity"]
+
+
+@pytest.mark.parametrize("value", [0, 99])
+def test_a_sampled_verify_bounds_the_row_step_counts(built, tmp_path, value):
+    """On a sample (`--sample`, every set above 20,000 rows) the counts that need every row
+    were not compared at all: any value passed. A sample bounds them: at least what the
+    conversations it re-derived count, at most one more per answer of the others."""
+    assert failures(run_verify(built, sample=2, speculators=False, record=False)) == {}
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    m["counts"]["per_source"]["chats"]["supervised_turns"] = value
+    m["counts"]["total"]["supervised_turns"] = sum_of(m["counts"]["per_source"], "supervised_turns")
+    save_manifest(folder, m)
+    results = run_verify(folder, sample=2, speculators=False, record=False)
+    got = failures(results)
+    assert set(got) == {"mask_fidelity"}, got
+    assert f"chats: supervised_turns: manifest {value} is outside " in got["mask_fidelity"]
+
+
+def test_a_differing_context_count_names_the_first_row_verify_counts(built, tmp_path):
+    """A context-only turn count that differs named the source and both dicts: the first
+    input row verify counts under the first differing reason is where to look."""
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
+        c["context_turns_by_reason"]["placeholder_answer"] += 1
+    save_manifest(folder, m)
+    got = failures(verify(folder))
+    assert set(got) == {"mask_fidelity"}, got
+    said = "; the first row verify counts a placeholder_answer turn in: 'pad' (chats row 3)"
+    assert said in got["mask_fidelity"], got

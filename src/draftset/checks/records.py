@@ -1,0 +1,719 @@
+"""The pass over the sources, and the manifest's records against what it re-derives.
+
+`verify` re-runs reading and selection (shared with build: that is reading, not masking) and
+walks every input row once: where each one went (written, rejected, queued as a prompt), and
+what the manifest and the side files recorded about it all (the inputs' files, per-source
+counts, reject lines, prompts.jsonl, the mixture) against that re-run. It is kept apart from
+`mask.py`, which judges one row's tokens and mask against its own re-render: these checks
+compare whole-set bookkeeping, one record at a time, and take from `mask.py` only what its
+per-row checks found (the rows it re-derived, the runs it matched).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from draftset.checks.mask import (
+    Expected,
+    RowVerdict,
+    _bounded_expected_rows,
+    _check_length_rejects,
+    _check_reject_messages,
+    _check_rejection,
+    _check_rows,
+    _check_server_prompt_rejects,
+    _check_turn_rejects,
+    _kept_server_ids,
+)
+from draftset.core import defaults, reasons
+from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
+from draftset.core.words import plural
+from draftset.mask.hygiene import (
+    EmptyThinkProbe,
+    all_placeholder_answers,
+    lacks_reasoning,
+    row_kwargs_key,
+)
+from draftset.mask.render import server_completion_ids
+from draftset.mask.template import ChatTemplate
+from draftset.output.readback import (
+    CheckResult,
+    OutputSet,
+    Problems,
+    read_jsonl,
+)
+from draftset.select import mix  # reading, ids and filters only; never build's masking code
+from draftset.sources.read import (
+    HUB_PREFIX,
+    Source,
+    SourceError,
+    describe_inputs,
+    scan_source,
+    sha256_file,
+)
+
+FULL_CHECK_MAX_ROWS = 20_000
+"""Sets up to this many rows get every row mask-checked by default; bigger ones a seeded sample."""
+
+DEFAULT_SAMPLE = 2_000
+"""Rows mask-checked by default on sets above FULL_CHECK_MAX_ROWS."""
+
+
+# --- sources: the inputs' files, and reading and selection re-run ---------------------------------
+def manifest_sources(out: OutputSet) -> list[Source]:
+    return [
+        Source(
+            name=str(i["name"]),
+            path=Path(i["path"]),
+            format=i.get("format_override"),
+            fields=i.get("fields"),
+            weight=i.get("weight"),
+            count=i.get("count"),
+            preset=i.get("preset"),
+        )
+        for i in out.manifest.get("inputs") or []
+    ]
+
+
+def check_sources(out: OutputSet) -> CheckResult:
+    """Every input file still exists with the bytes (sha256) and file list the manifest recorded."""
+    p = Problems()
+    n_files = 0
+    for rec, src in zip(out.manifest.get("inputs") or [], manifest_sources(out), strict=True):
+        want = [(f["path"], f["sha256"]) for f in rec.get("files") or []]
+        n_files += len(want)
+        if not src.path.exists():
+            p.add(
+                "source missing",
+                src.name,
+                f"{src.name}: {src.path} not found"
+                " (relative paths are read from the current folder)",
+            )
+            continue
+        try:
+            described = describe_inputs(src)
+            got = [(f["path"], f["sha256"]) for f in described]
+        except SourceError as exc:
+            p.add("source unreadable", src.name, str(exc))
+            continue
+        if [g[0] for g in got] != [w[0] for w in want]:
+            p.add(
+                "source file list changed", src.name, f"{src.name}: files now {[g[0] for g in got]}"
+            )
+        elif got != want:
+            changed = [g[0] for g, w in zip(got, want, strict=True) if g != w]
+            p.add("source sha256 changed", src.name, f"{src.name}: {', '.join(changed)}")
+        else:  # same content: the recorded size is the file's (a record edited is not)
+            sizes = [(f["path"], f.get("bytes")) for f in rec.get("files") or []]
+            now = {f["path"]: f["bytes"] for f in described}
+            wrong = [f"{p_} {b} != {now[p_]}" for p_, b in sizes if b != now.get(p_)]
+            if wrong:
+                p.add("source file size changed", src.name, f"{src.name}: bytes {', '.join(wrong)}")
+        _compare_skipped(p, rec, src)
+    for bench in (out.manifest.get("selection") or {}).get("decontaminate") or []:
+        n_files += 1  # the rows it rejects as contaminated depend on its content
+        path = Path(str(bench.get("path")))
+        if not path.is_file():
+            p.add("benchmark file missing", str(path), f"{path} not found (--decontaminate)")
+        elif bench.get("sha256") is not None and sha256_file(path) != bench["sha256"]:
+            p.add("benchmark file changed", str(path), f"{path}: sha256 differs (--decontaminate)")
+    for answers in (out.manifest.get("selection") or {}).get("overlay") or []:  # `draftset run`
+        n_files += 1
+        path = Path(answers["path"])
+        if answers.get("sha256") is None:
+            if path.exists():
+                p.add("answers file changed", str(path), f"{path}: exists now")
+        elif not path.is_file():
+            p.add("answers file missing", str(path), f"{path} not found (the run's work folder)")
+        elif sha256_file(path) != answers["sha256"]:
+            p.add("answers file changed", str(path), f"{path}: sha256 differs")
+    return p.result("sources", f"{n_files} input files unchanged (sha256)")
+
+
+def _compare_skipped(p: Problems, rec: dict[str, Any], src: Source) -> None:
+    """The entries of a source folder build skipped on purpose (hidden, unsupported type) are
+    the folder's now: the summary and the manifest list them as what the set left out."""
+    if "skipped" not in rec or str(src.path).startswith(HUB_PREFIX):
+        return
+    try:
+        skipped = scan_source(src.path)[1]
+    except SourceError as exc:
+        p.add("source unreadable", src.name, str(exc))
+        return
+    if rec["skipped"] != skipped:
+        p.add(
+            "source folder's skipped entries differ from the manifest",
+            src.name,
+            f"{src.name}: skipped: manifest {rec['skipped']} != now {skipped}",
+        )
+
+
+def iter_source_items(out: OutputSet) -> Iterator[Normalized]:
+    """Every input row as build read it: same selection, normalization, ids and filters."""
+    yield from source_selection(out).rows()
+
+
+def source_selection(out: OutputSet) -> mix.Selection:
+    """Build's selection step as the manifest recorded it; once its rows are drained, its
+    counts and report are what build's manifest must say (`_compare_selection_records`)."""
+    opts = out.options
+    sel = out.manifest.get("selection") or {}
+    spec = mix.SelectionSpec(
+        sources=manifest_sources(out),
+        max_samples=opts.get("max_samples"),
+        seed=int(opts.get("seed") or 0),
+        dedup=sel.get("dedup", "exact"),
+        near_dup_threshold=float(sel.get("near_dup_threshold", 0.8)),
+        decontaminate=[d["path"] for d in sel.get("decontaminate") or []],
+        decontaminate_ngram=int(sel.get("decontaminate_ngram", 13)),
+        mix=sel.get("mix"),
+        template_kwargs=dict((out.manifest.get("template") or {}).get("kwargs") or {}),
+        overlay=[d["path"] for d in sel.get("overlay") or []],
+    )
+    return mix.Selection(spec)
+
+
+# --- the pass over every input row ----------------------------------------------------------------
+@dataclass
+class SourcePass:
+    """Results of the pass over sources and output rows."""
+
+    identity: CheckResult
+    mask: CheckResult
+    leakage: CheckResult
+
+
+def pick_rows(n: int, sample: int | None, seed: int) -> tuple[list[int], bool]:
+    """Row indices to mask-check and whether that is every row."""
+    if sample is None:
+        sample = n if n <= FULL_CHECK_MAX_ROWS else DEFAULT_SAMPLE
+    if sample >= n:
+        return list(range(n)), True
+    return sorted(random.Random(seed).sample(range(n), sample)), False
+
+
+def input_chosen(key: tuple[str, int], seed: int, share: float) -> bool:
+    """Whether input row ``key`` (source, row) is in a seeded sample of that ``share`` of the
+    input rows, decided per row (no count of input rows is known before the pass)."""
+    digest = hashlib.blake2b(f"{seed}\0{key[0]}\0{key[1]}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") < share * 2**64
+
+
+@dataclass
+class _OutputIndex:
+    """Where each input row went: output rows by id, rejects and queued prompts by position."""
+
+    ids: list[str | None]
+    row_of_id: dict[str, int]
+    each_rows: dict[str, list[str]]  # --turns each: input id -> its `id#k` output rows
+    rejects_at: dict[tuple[str, int], list[dict[str, Any]]]
+    prompts_at: dict[tuple[str, Any], dict[str, Any]]
+    prompt_line: dict[tuple[str, Any], int]  # the line number of each prompts_at entry
+
+
+def _index_output(out: OutputSet, mode: str) -> _OutputIndex:
+    ids = out.ids()
+    row_of_id = {rid: i for i, rid in enumerate(ids) if rid is not None}
+    each_rows: dict[str, list[str]] = {}
+    if mode == "each":
+        for rid in ids:
+            base, sep, k = (rid or "").rpartition("#")
+            if sep and k.isdigit():
+                each_rows.setdefault(base, []).append(rid or "")
+    reject_lines, _ = read_jsonl(out.folder / "rejects.jsonl")
+    rejects_at: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for obj in reject_lines:
+        if isinstance(obj, dict) and "source" in obj and "row" in obj:
+            rejects_at.setdefault((str(obj["source"]), obj["row"]), []).append(obj)
+    prompt_lines, _ = read_jsonl(out.folder / "prompts.jsonl")
+    prompts_at: dict[tuple[str, Any], dict[str, Any]] = {}
+    prompt_line: dict[tuple[str, Any], int] = {}
+    for n, o in enumerate(prompt_lines):
+        if isinstance(o, dict) and isinstance(o.get("metadata"), dict):
+            key = (str(o["metadata"].get("source")), o["metadata"].get("row"))
+            prompts_at[key], prompt_line[key] = o, n
+    return _OutputIndex(ids, row_of_id, each_rows, rejects_at, prompts_at, prompt_line)
+
+
+def source_pass(
+    out: OutputSet,
+    tmpl: ChatTemplate,
+    sample: int | None,
+    seed: int,
+    placeholders: tuple[str, ...],
+) -> SourcePass:
+    """Row identity over every row; mask fidelity and leakage over the chosen rows.
+
+    Expected rows use the manifest's placeholder list (what build skipped); leakage judges
+    supervised answers against ``placeholders`` (the verify flag, default the same list)."""
+    opts = out.options
+    build_placeholders = tuple(opts.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
+    timeout = opts.get("render_timeout", defaults.RENDER_TIMEOUT)
+    mode = str(opts.get("turns", "all"))
+    idx = _index_output(out, mode)
+    row_of_id = idx.row_of_id
+    n = len(idx.ids)
+    chosen, full = pick_rows(n, sample, seed)
+    chosen_set = set(chosen)
+    share = len(chosen) / max(n, 1)  # of the input rows re-derived besides the chosen rows
+    ident = Problems()
+    maskp = Problems()
+    leak = Problems()
+    used_rejects: set[tuple[str, int]] = set()
+    row_owner: dict[int, tuple[int, int]] = {}  # output row -> (input row's position, turn k)
+    context_by_source: dict[str, Counter[str]] = {}
+    first_context: dict[str, dict[str, tuple[str, int]]] = {}  # reason -> first (id, row)
+    recount = RowStepCounts(tmpl, out.manifest, build_placeholders, timeout)
+    checked = 0
+    sources = out.sources()
+    selection = source_selection(out)
+    prompt_order: list[int] = []  # prompts.jsonl line of each prompt-only input row, in order
+    for position, item in enumerate(selection.rows()):
+        key = (item.source, item.row)
+        if isinstance(item, Reject | PromptOnly):
+            _check_unwritten(ident, item, idx, used_rejects, prompt_order)
+            continue
+        expected: list[tuple[str, Expected]] = []
+        error: str | None = None
+        turn_rows = mode == "each" and not isinstance(item, PreTokenized)
+        if not turn_rows:
+            own = [item.id] if item.id in row_of_id else []
+        else:
+            own = idx.each_rows.get(item.id, [])
+        lines = idx.rejects_at.get(key) or []
+        if lines:
+            used_rejects.add(key)
+        if not own and not lines:
+            ident.add("input row neither written nor rejected (row dropped?)", item.id)
+        for x in lines:  # reading and selection (re-run above) passed this row
+            if x.get("reason") not in reasons.ROW_STEP_REASONS:
+                ident.add(
+                    f"rejected as {x.get('reason')} but it reads and is selected as a row",
+                    item.id,
+                )
+            elif not _names_its_row(x.get("id"), item.id, mode == "each"):
+                ident.add(
+                    "rejects.jsonl line's id is not its input row's",
+                    item.id,
+                    f"{item.id}: the {x.get('reason')} line of {item.source} row {item.row}"
+                    f" has id {x.get('id')!r}",
+                )
+        for rid in own:
+            r = row_of_id[rid]
+            row_owner[r] = (position, _turn_row(rid) if turn_rows else 0)
+            if sources[r] != item.source:
+                ident.add("row's source column differs from its input row's source", rid)
+        needs = full or any(row_of_id[rid] in chosen_set for rid in own)
+        # a sample of output rows never meets a rejected row: the same share of input rows
+        needs = needs or input_chosen(key, seed, share)
+        if not own and any(x.get("reason") == reasons.TEMPLATE_TIMEOUT for x in lines):
+            needs = False  # a timeout depends on the machine: not worth that work again here
+        if isinstance(item, Conversation) and needs:
+            expected, context, error = _bounded_expected_rows(
+                tmpl, item, mode, build_placeholders, timeout
+            )
+            _count_context((context_by_source, first_context), item, context)
+            if not own:
+                _check_rejection(maskp, item, lines, expected, error)
+                _check_reject_messages(maskp, tmpl, item, lines, (expected, context, error))
+                _check_length_rejects(maskp, tmpl, item, lines, expected, opts)
+            _check_server_prompt_rejects(maskp, tmpl, item, lines, expected)
+        mine = [rid for rid in own if row_of_id[rid] in chosen_set]
+        checked += len(mine)
+        found = _check_rows(
+            out, tmpl, item, mine, row_of_id, dict(expected), error, placeholders, (maskp, leak)
+        )
+        if found.context:  # turns the token rule made context, judged on the rows themselves
+            _count_context((context_by_source, first_context), item, found.context)
+        if isinstance(item, Conversation):
+            complete = len(mine) == len(own)
+            recount.add(item, own, lines, expected if needs else None, error, found, complete)
+        if isinstance(item, Conversation) and needs and mode == "each":
+            for rid, _ in expected:
+                if rid not in row_of_id and not any(x.get("id") == rid for x in lines):
+                    maskp.add("expected row missing and not rejected", rid)
+            if own and lines:  # a turn's row rejected beside written ones
+                _check_length_rejects(maskp, tmpl, item, lines, expected, opts)
+                _check_turn_rejects(maskp, lines, expected)
+    _check_every_output_row(ident, idx, row_owner, used_rejects)
+    if prompt_order != sorted(prompt_order):
+        ident.add("prompts.jsonl lines are not in input order (build's order is deterministic)")
+    _compare_selection_records(ident, out, selection)
+    recount.compare(maskp, out, full)
+    if full:
+        _compare_context_counts(maskp, out, context_by_source, first_context)
+    return _source_pass_results((ident, maskp, leak), n, checked, full, placeholders)
+
+
+def _source_pass_results(
+    problems: tuple[Problems, Problems, Problems],
+    n: int,
+    checked: int,
+    full: bool,
+    placeholders: tuple[str, ...],
+) -> SourcePass:
+    """The three check results of the pass, saying what they covered."""
+    ident, maskp, leak = problems
+    scope = (
+        f"all {plural(checked, 'row')}"
+        if full
+        else f"a seeded sample of {checked:,} of {plural(n, 'row')}"
+    )
+    return SourcePass(
+        ident.result(
+            "row_identity",
+            f"{plural(n, 'row')} map{'s' if n == 1 else ''} to their input rows, in order;"
+            " every input row is accounted for",
+        ),
+        maskp.result(
+            "mask_fidelity",
+            f"{scope}: every supervised run is exactly one assistant generation",
+            {"rows_checked": checked, "full": full},
+        ),
+        leak.result(
+            "leakage",
+            f"{scope}: no placeholder or prompt-copy answer supervised",
+            {"placeholders": list(placeholders)},
+        ),
+    )
+
+
+# --- where each input row went --------------------------------------------------------------------
+def _check_unwritten(
+    ident: Problems,
+    item: Reject | PromptOnly,
+    idx: _OutputIndex,
+    used_rejects: set[tuple[str, int]],
+    prompt_order: list[int],
+) -> None:
+    """A rejected row has its rejects.jsonl line, with the id and message reading or selection
+    gave it (re-run here: the same text, e.g. the row or benchmark item a removal matched); a
+    prompt-only row its prompts.jsonl line (``prompt_order`` collects where that line is)."""
+    key = (item.source, item.row)
+    if isinstance(item, Reject):
+        lines = idx.rejects_at.get(key) or []
+        used_rejects.add(key)
+        same = [x for x in lines if x.get("reason") == item.reason]
+        name = item.id or f"{item.source}:{item.row}"
+        if not same:
+            ident.add("rejected input row has no matching rejects.jsonl line", name)
+        elif not any(x.get("id") == item.id and x.get("message") == item.message for x in same):
+            ident.add(
+                "rejects.jsonl line's id or message differs from the re-derived reject",
+                name,
+                f"{name}: line id {same[0].get('id')!r}, message {same[0].get('message')!r};"
+                f" re-derived id {item.id!r}, message {item.message!r}",
+            )
+        return
+    line = idx.prompts_at.get(key)
+    if line is not None:
+        prompt_order.append(idx.prompt_line[key])
+    if line is None or line.get("id") != item.id:
+        ident.add("prompt-only row missing from prompts.jsonl", item.id)
+    elif line != json.loads(json.dumps(item.to_json(), ensure_ascii=False)):
+        ident.add("prompts.jsonl line differs from its input row (what generate asks)", item.id)
+
+
+def _check_every_output_row(
+    ident: Problems,
+    idx: _OutputIndex,
+    row_owner: dict[int, int],
+    used_rejects: set[tuple[str, int]],
+) -> None:
+    """Every output row and reject line belongs to an input row, and rows keep input order:
+    input rows in order, and one conversation's turn rows (``--turns each``) in turn order."""
+    n = len(idx.ids)
+    for r in range(n):
+        if r not in row_owner:
+            ident.add("output row id not found among the input rows", idx.ids[r] or f"#{r}")
+    owned = [r for r in range(n) if r in row_owner]
+    for a, b in itertools.pairwise(owned):
+        if row_owner[b] < row_owner[a]:
+            first, second = idx.ids[a] or f"#{a}", idx.ids[b] or f"#{b}"
+            ident.add(
+                "rows are not in input order (build's order is deterministic)",
+                first,
+                f"row {a} ({first}) comes before row {b} ({second}), which build writes first"
+                " (the first pair out of order)",
+            )
+            break
+    for key in idx.rejects_at:
+        if key not in used_rejects:
+            ident.add("rejects.jsonl line for a row that is not an input row", f"{key[0]}:{key[1]}")
+
+
+def _turn_row(rid: str) -> int:
+    """k of a ``--turns each`` row id ``base#k``: its conversation's rows are in k order."""
+    return int(rid.rpartition("#")[2])
+
+
+_UNPLANNED = frozenset(
+    {reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE, reasons.INTERNAL_ERROR}
+)
+"""A conversation rejected for one of these never got through build's row step: no counts."""
+
+
+def _names_its_row(line_id: Any, row_id: str, each: bool) -> bool:
+    """A row-step reject line's id is its input row's (with `--turns each`, or a turn's,
+    ``id#k``): `show --id` finds a rejected row by it."""
+    if line_id == row_id:
+        return True
+    base, sep, k = str(line_id).rpartition("#")
+    return each and bool(sep) and base == row_id and k.isdigit()
+
+
+# --- the manifest's records -----------------------------------------------------------------------
+def _compare_selection_records(p: Problems, out: OutputSet, selection: mix.Selection) -> None:
+    """What reading and selection recorded equals what their re-run here found: per source
+    the rows available, sampled out and read and the fields left unread; the `mixture` record
+    (dedup and decontamination steps: checked, removed, pairs, top items; the mix table)."""
+    per_source = (out.manifest.get("counts") or {}).get("per_source") or {}
+    for name, c in per_source.items():
+        if name not in selection.counts.sources:
+            continue  # a source the manifest's inputs do not name fails accounting
+        got = selection.counts[name]
+        pairs: list[tuple[str, Any, Any]] = [
+            (key, c[key], getattr(got, key))
+            for key in ("available", "sampled_out", "read")
+            if key in c
+        ]
+        if "unread_fields" in c:
+            want = {k: v for k, v in (c["unread_fields"] or {}).items() if v}
+            pairs.append(("unread_fields", want, {k: v for k, v in got.unread_fields.items() if v}))
+        for key, want, have in pairs:
+            if want != have:
+                p.add(
+                    "reading and selection counts differ from the manifest",
+                    None,
+                    f"{name}: {key}: manifest {want} != re-derived {have}",
+                )
+    recorded = out.manifest.get("mixture")
+    if recorded is None:
+        return
+    redone = json.loads(json.dumps(selection.report))
+    for where, want, have in _differences("mixture", recorded, redone):
+        p.add(
+            "the manifest's mixture differs from the re-run selection",
+            None,
+            f"{where}: manifest {want!r} != re-derived {have!r}",
+        )
+
+
+def _differences(where: str, a: Any, b: Any) -> list[tuple[str, Any, Any]]:
+    """(path, a's value, b's value) wherever two JSON values differ, innermost first found."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted(set(a) | set(b), key=str)
+        return [d for k in keys for d in _differences(f"{where}.{k}", a.get(k), b.get(k))]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _differences(f"{where}[{i}]", x, y)
+        ]
+    return [] if a == b else [(where, a, b)]
+
+
+class RowStepCounts:
+    """The row step's per-source counts (`counts.per_source`: the build summary and `report`
+    show them), re-derived in verify's pass from its own renders and the rows it checked.
+
+    `trailing_turns_trimmed` and `placeholder_rows` follow from the input rows and their
+    reject lines, so they are compared on every run; the others need every row re-derived
+    (a full check); a sample bounds them: at least what the conversations it re-derived
+    count, at most that plus one per assistant turn of the others (no conversation counts
+    more than its answers, `unseen`). A count a conversation leaves out of reach is not compared
+    for its source: `supervised_turns` and `empty_think_rows` past a truncated row's cut (build
+    made its turns context from tokens the row no longer holds) or of a row that failed the
+    mask check (its runs are not build's; the row is already named), `reasoning_not_rendered` of
+    a whole-row render that failed part way (build counted the turns before the failure).
+    `generation_tags_agree` / `_disagree` (`all` under a template with `{% generation %}`
+    tags) compare the tags with verify's own spans (`mask.Expected.tags_agree`).
+    """
+
+    ALWAYS = ("trailing_turns_trimmed", "placeholder_rows")
+    FULL = (
+        "supervised_turns",
+        "empty_think_rows",
+        "reasoning_not_rendered",
+        "server_ids_used",
+        "server_ids_mismatch",
+        "generation_tags_agree",
+        "generation_tags_disagree",
+    )
+
+    def __init__(
+        self,
+        tmpl: ChatTemplate,
+        manifest: dict[str, Any],
+        placeholders: tuple[str, ...],
+        timeout: float | None,
+    ) -> None:
+        self.tmpl = tmpl
+        self.each = str((manifest.get("options") or {}).get("turns", "all")) == "each"
+        self.placeholders = placeholders
+        self.template_kwargs = dict((manifest.get("template") or {}).get("kwargs") or {})
+        self.probe = EmptyThinkProbe(tmpl.template_text, tmpl.base_kwargs, timeout=timeout)
+        self.counts: dict[str, Counter[str]] = {}
+        self.out_of_reach: dict[str, set[str]] = {}
+        self.unseen: dict[str, Counter[str]] = {}  # most a source's uncounted rows may add
+        self.first: dict[str, dict[str, tuple[str, int]]] = {}  # key -> first (id, row) counted
+
+    def add(
+        self,
+        conv: Conversation,
+        own: list[str],
+        lines: list[dict[str, Any]],
+        expected: list[tuple[str, Expected]] | None,
+        error: str | None,
+        found: RowVerdict,
+        complete: bool = True,
+    ) -> None:
+        """Count one conversation: ``own`` its written rows, ``lines`` its reject lines,
+        ``expected`` its re-derived rows (None: not re-derived), ``found`` its checked rows
+        (``complete``: all of ``own``; a sample may leave some unchecked)."""
+        c = self.counts.setdefault(conv.source, Counter())
+        before = dict(c)
+        try:
+            self._add(c, conv, own, lines, expected, error, found, complete)
+        finally:  # the first input row each count met: named when the count differs
+            first = self.first.setdefault(conv.source, {})
+            for key, n in c.items():
+                if n > before.get(key, 0):
+                    first.setdefault(key, (conv.id, conv.row))
+
+    def _add(
+        self,
+        c: Counter[str],
+        conv: Conversation,
+        own: list[str],
+        lines: list[dict[str, Any]],
+        expected: list[tuple[str, Expected]] | None,
+        error: str | None,
+        found: RowVerdict,
+        complete: bool,
+    ) -> None:
+        given = {x.get("reason") for x in lines}
+        answers = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
+        unseen = self.unseen.setdefault(conv.source, Counter())
+        if expected is None:
+            unseen.update(dict.fromkeys(self.FULL, len(answers)))
+        elif not complete:  # the counts its unchecked rows' runs decide
+            unseen.update(dict.fromkeys(("supervised_turns", "empty_think_rows"), len(answers)))
+        if answers and (own or not given & _UNPLANNED):
+            c["trailing_turns_trimmed"] += len(conv.messages) - answers[-1] - 1
+        placeholder_only = all_placeholder_answers(conv, self.placeholders)
+        if placeholder_only and not own and reasons.NO_SUPERVISED_TURN in given:
+            c["placeholder_rows"] += 1
+        if expected is None:
+            return
+        skip = self.out_of_reach.setdefault(conv.source, set())
+        if found.cut_generations or found.mask:  # a failed row's runs are not build's: its
+            skip.update(("supervised_turns", "empty_think_rows"))  # failure is reported once
+        if found.mask:  # nor are its spans the ones build's tags were compared with
+            skip.update(("generation_tags_agree", "generation_tags_disagree"))
+        if error is not None and not self.each:
+            skip.add("reasoning_not_rendered")
+        c["supervised_turns"] += len(found.supervised)
+        server = server_completion_ids(conv)
+        for _, exp in expected:
+            if exp.tags_agree is not None:
+                c["generation_tags_agree" if exp.tags_agree else "generation_tags_disagree"] += 1
+            for _, gen, j in exp.gens:
+                c["reasoning_not_rendered"] += int(
+                    reasons.reasoning_not_rendered(conv.messages[j], gen)
+                )
+                if (ids := server.get(j)) is not None:
+                    kept = _kept_server_ids(self.tmpl, ids, gen) is not None
+                    c["server_ids_used" if kept else "server_ids_mismatch"] += 1
+        if own and not placeholder_only and lacks_reasoning(conv, self.template_kwargs):
+            wrapper = self.probe.wrapper(row_kwargs_key(conv))
+            if wrapper and any(gen.startswith(wrapper) for gen, _ in found.supervised):
+                c["empty_think_rows"] += 1
+
+    def compare(self, p: Problems, out: OutputSet, full: bool) -> None:
+        """Each count against the manifest's, per source (when every row was re-derived, the
+        ones that need that too; on a sample, those within their bounds)."""
+        keys = self.ALWAYS + self.FULL
+        per_source = (out.manifest.get("counts") or {}).get("per_source") or {}
+        for name, c in per_source.items():
+            got = self.counts.get(name, Counter())
+            unseen = self.unseen.get(name, Counter()) if not full else Counter()
+            for key in keys:
+                if key not in c or key in self.out_of_reach.get(name, ()):
+                    continue
+                if key in self.FULL and unseen[key]:
+                    if not got[key] <= c[key] <= got[key] + unseen[key]:
+                        p.add(
+                            "the row step's counts differ from the manifest",
+                            None,
+                            f"{name}: {key}: manifest {c[key]} is outside"
+                            f" {got[key]}..{got[key] + unseen[key]} (re-derived {got[key]} in"
+                            " the rows a sampled verify re-derived; the others have at most"
+                            f" {unseen[key]} answers){self.first_row(name, key)}",
+                        )
+                    continue
+                if c[key] != got[key]:
+                    p.add(  # examples are row ids: the message names the source
+                        "the row step's counts differ from the manifest",
+                        None,
+                        f"{name}: {key}: manifest {c[key]} != re-derived {got[key]}"
+                        + self.first_row(name, key),
+                    )
+
+    def first_row(self, source: str, key: str) -> str:
+        """Where a differing count starts to be looked for: the first input row verify counted
+        in it (the manifest holds the sums only, so no row of build's is known)."""
+        hit = self.first.get(source, {}).get(key)
+        if hit is None:
+            return "; verify counts it in no row"
+        return f"; the first row verify counts: {hit[0]!r} ({source} row {hit[1]})"
+
+
+def _count_context(
+    into: tuple[dict[str, Counter[str]], dict[str, dict[str, tuple[str, int]]]],
+    item: Conversation | PreTokenized,
+    context: Counter[str],
+) -> None:
+    """Add one input row's context-only turns to its source's counts, and note it as the
+    first row of each reason it is the first to count."""
+    counts, first = into
+    counts.setdefault(item.source, Counter()).update(context)
+    mine = first.setdefault(item.source, {})
+    for reason, n in context.items():
+        if n:
+            mine.setdefault(reason, (item.id, item.row))
+
+
+def _compare_context_counts(
+    p: Problems,
+    out: OutputSet,
+    got: dict[str, Counter[str]],
+    first: dict[str, dict[str, tuple[str, int]]],
+) -> None:
+    counts = (out.manifest.get("counts") or {}).get("per_source") or {}
+    for name, c in counts.items():
+        want = {k: v for k, v in (c.get("context_turns_by_reason") or {}).items() if v}
+        have = {k: v for k, v in (got.get(name) or Counter()).items() if v}
+        if want != have:
+            # the first reason that differs, and the first row verify counts under it
+            reason = min(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+            hit = (first.get(name) or {}).get(reason)
+            where = (
+                f"; the first row verify counts a {reason} turn in: {hit[0]!r} ({name} row"
+                f" {hit[1]})"
+                if hit is not None
+                else f"; verify counts no {reason} turn"
+            )
+            p.add(
+                "context-only turn counts differ from the manifest",
+                name,
+                f"{name}: re-derived {have} != manifest {want}{where}",
+            )
