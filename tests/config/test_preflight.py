@@ -457,6 +457,30 @@ def test_a_chat_template_folder_is_named_a_folder(tmp_path, capsys, no_work):
     )
 
 
+@pytest.mark.parametrize(
+    "template",
+    [
+        # a template whose JSON escapes are no Jinja: "template syntax error ... '\\'"
+        '{% for m in messages %}{{ m["content"] }}{% endfor %}',  # m[\"content\"] in JSON
+        # one that parses as Jinja inside its JSON text: every row rejected not_generable
+        "{% for m in messages %}{{ m.content }}{% endfor %}",
+    ],
+)
+def test_a_json_chat_template_file_is_named_json(tmp_path, capsys, no_work, template):
+    """``--chat-template chat_template.json`` (the HF processor file) or tokenizer_config.json:
+    read as Jinja text, it was a syntax error at a backslash, or a template rendering the JSON
+    around it, every row rejected."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    path = tmp_path / "chat_template.json"
+    path.write_text(json.dumps({"chat_template": template}))
+    argv = build_argv(src, out=tmp_path / "out", extra=("--chat-template", str(path)))
+    assert main(argv) == 2
+    line = one_line(capsys)
+    assert line.startswith(f"draftset: error: --chat-template {path} is JSON, not a Jinja template")
+    assert "its chat_template value is one" in line
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_failed_overwrite_says_the_earlier_set_is_left_as_it_was(tmp_path, capsys):
     """Every row rejected under --overwrite: the earlier set stays (as before); the last line
     used to say "nothing was created at OUT" while OUT was right there."""
