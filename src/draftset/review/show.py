@@ -95,12 +95,26 @@ def find_row(out: OutputSet, row: int | None, row_id: str | None) -> int:
         except ValueError:
             raise ShowError(_not_in_set(out, row_id)) from None
     assert row is not None
+    if n == 0:
+        raise ShowError(f"--row {row}: the set has no rows{_where_rows_went(out)}")
     if not 0 <= row < n:
         raise ShowError(
             f"--row {row} out of range: the set has {plural(n, 'row')} (--row 0..{n - 1});"
             " --id ID finds a row by its id"
         )
     return row
+
+
+def _where_rows_went(out: OutputSet) -> str:
+    """For a set without rows: where its input rows went, as the manifest counts them."""
+    total = (out.manifest.get("counts") or {}).get("total") or {}
+    parts = []
+    if isinstance(prompts := total.get("needs_generation"), int) and prompts:
+        parts.append(f"{plural(prompts, 'prompt-only row')} in prompts.jsonl")
+    if isinstance(rejected := total.get("rejected"), int) and rejected:
+        parts.append(f"{plural(rejected, 'rejected row')} in rejects.jsonl")
+    went = f" ({', '.join(parts)})" if parts else ""
+    return f"{went}; --id ID says what became of a row"
 
 
 def _line_with_id(path: Path, row_id: str) -> tuple[int, dict[str, Any]] | None:
