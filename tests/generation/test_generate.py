@@ -841,16 +841,35 @@ def test_out_that_generate_did_not_write_is_refused_even_with_restart(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "mine.jsonl"]
 
 
-def test_an_empty_source_is_exit_1_not_success(
+def test_an_empty_source_is_exit_2_before_any_work(
     tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`generate` on an empty file printed "input rows 0" and exited 0 (`build` on the same
-    file exits 1): never exit 0 having done nothing."""
+    """`generate` on an empty file printed "input rows 0" and exited 0; then exit 1 after
+    asking the server for its model and writing four files beside --out. `build` on the same
+    file is one line, exit 2, before any work: so is generate."""
     src = tmp_path / "empty.jsonl"
     src.write_text("")
-    assert generate(src, tmp_path / "a.jsonl", server.url) == 1
-    assert "the sources hold no row: nothing to answer" in capsys.readouterr().err
+    assert generate(src, tmp_path / "a.jsonl", server.url) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"draftset: error: {src}: it holds no rows (empty, or only blank lines)"
     assert not server.requests
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.jsonl"]
+
+
+def test_a_source_of_unknown_rows_is_exit_2_before_any_work(
+    tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """MBPP-like rows (``text``, ``code``): `build` says at once which --format / --field reads
+    them; `generate` made every row an ``unknown_format`` error (the hint cut mid-word in the
+    last line), wrote four files and exited 1."""
+    rows = [{"text": f"Write f{i}.", "code": f"def f{i}(): pass", "task_id": i} for i in range(3)]
+    src = write_rows(tmp_path / "mbpp.jsonl", rows)
+    assert generate(src, tmp_path / "a.jsonl", server.url) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no known row shape" in err[0]
+    assert "--format alpaca --field instruction=text --field output=code" in err[0]
+    assert not server.requests
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mbpp.jsonl"]
 
 
 def test_the_refusal_names_the_file_that_is_not_generates(

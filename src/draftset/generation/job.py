@@ -46,6 +46,7 @@ from draftset.generation.store import (
     run_path,
 )
 from draftset.sources.read import count_rows
+from draftset.sources.shapes import check_row_shapes
 
 
 class Unreachable(RunError):
@@ -150,6 +151,8 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
     _check_out_apart(opts)  # never read back, never removed by --restart: before anything
     check_output_path(opts.out)  # /dev/null, a FIFO, an unwritable path: one line, exit 2
     previous_run(opts)  # a file generate did not write is refused before a lock file is made
+    # build's check: a source without rows, or whose first rows no shape reads, is one line
+    check_row_shapes(opts.sources)
     with RunLock(opts.out):
         previous = previous_run(opts)
         pool = await _open_pool(opts)
