@@ -1540,3 +1540,22 @@ def test_a_null_content_answer_is_an_empty_answer_not_retried(
     (line,) = read_lines(out)
     assert line["messages"][-1] == {"role": "assistant", "content": ""}
     assert not read_lines(tmp_path / "o.errors.jsonl")
+
+
+def test_the_nothing_answered_line_marks_a_cut_message() -> None:
+    """The commonest error's message is shortened to 200 characters: it was cut without a mark,
+    mid-word (`... --field outpu); see a.errors.jsonl`), reading as a wrong option name."""
+    from draftset.generation.outcomes import GenerateResult
+
+    result = GenerateResult(Path("a.jsonl"), Path("a.errors.jsonl"))
+    result.outcomes["unknown_format"] = 3
+    result.examples["unknown_format"] = "map its columns: " + "--field output=code " * 20
+    line = result.nothing_answered()
+    assert line is not None and "…); see a.errors.jsonl" in line
+    short = GenerateResult(Path("a.jsonl"), Path("a.errors.jsonl"))
+    short.outcomes["http_4xx"] = 1
+    short.examples["http_4xx"] = "HTTP 400: bad"
+    assert short.nothing_answered() == (
+        "no row answered: all 1 ended as errors, commonest 1 http_4xx (HTTP 400: bad);"
+        " see a.errors.jsonl"
+    )
