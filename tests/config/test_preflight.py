@@ -481,6 +481,20 @@ def test_a_json_chat_template_file_is_named_json(tmp_path, capsys, no_work, temp
     assert not (tmp_path / "out").exists()
 
 
+def test_a_tokenizer_file_names_the_folder_to_give(tmp_path, capsys, no_work):
+    """``--tokenizer TOK/tokenizer.json`` (the file, not its folder) said only "tokenizer path
+    is not a folder"."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    file = (qwen3_tokenizer_dir() / "tokenizer.json").resolve()
+    argv = build_argv(src, out=tmp_path / "out")
+    argv[argv.index("--tokenizer") + 1] = str(file)
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        f"draftset: error: tokenizer path is not a folder: {file} (give the folder holding it:"
+        f" {file.parent})"
+    )
+
+
 def test_a_failed_overwrite_says_the_earlier_set_is_left_as_it_was(tmp_path, capsys):
     """Every row rejected under --overwrite: the earlier set stays (as before); the last line
     used to say "nothing was created at OUT" while OUT was right there."""

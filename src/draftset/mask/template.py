@@ -126,7 +126,10 @@ def _resolve_tokenizer_path(name: str) -> str:
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise TokenizerError(f"tokenizer path is not a folder: {name}")
+            # the tokenizer.json (or another file) of a tokenizer folder: name that folder
+            held = path.name in TOKENIZER_FILES or path.name in _TOKENIZER_FILES
+            hint = f" (give the folder holding it: {path.parent})" if held else ""
+            raise TokenizerError(f"tokenizer path is not a folder: {name}{hint}")
         if not any((path / f).is_file() for f in TOKENIZER_FILES):
             raise TokenizerError(
                 f"tokenizer folder {name} holds no tokenizer files: expected {EXPECTED_FILES}"
