@@ -555,6 +555,15 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
         from draftset.checks.serving import connect  # lazy: as above
 
         server = connect(o.render_server)
+    if o.tokenizer and not o.fast:  # another model's: an argument to refuse, no FAIL to record
+        from draftset.output.readback import open_output  # lazy: as above
+        from draftset.review.show import tokenizer_folder_problem  # lazy: as above
+
+        out = open_output(o.dir)
+        if out.manifest and (why := tokenizer_folder_problem(out, o.tokenizer)):
+            raise VerifyUsageError(
+                f"--tokenizer {o.tokenizer} is not the tokenizer this set was built with: {why}"
+            )
     if o.fast:
         checks = fast_checks(o.dir, o.block_size)
     else:
