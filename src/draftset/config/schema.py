@@ -95,7 +95,10 @@ Preset = Annotated[
 Placeholders = Annotated[
     Strings | None,
     Cli(flags=("--placeholder",), action="append"),
-    Field(description="answer text never supervised (default: 'OK.', 'OK'; empty answers always)"),
+    Field(
+        description="answer text never supervised (repeatable; replaces 'OK.', 'OK': give"
+        " them too to keep them; empty answers always)"
+    ),
 ]
 BlockSize = Annotated[
     int, Field(ge=2, description="DFlash block size for anchor counts (default {default})")
