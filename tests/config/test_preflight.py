@@ -495,6 +495,22 @@ def test_a_tokenizer_file_names_the_folder_to_give(tmp_path, capsys, no_work):
     )
 
 
+def test_an_ordinary_word_as_eot_token_is_refused(tmp_path, capsys):
+    """``--eot-token hello``: an ordinary token of the vocabulary, which a server never stops
+    on. It was taken as a stop token: a row whose answer says "hello" was rejected
+    ``template_drops_content``, naming the template for the option's mistake."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    argv = build_argv(src, out=tmp_path / "out", extra=("--eot-token", "hello"))
+    assert main(argv) == 2
+    line = one_line(capsys)
+    assert line.startswith(
+        "draftset: error: --eot-token 'hello' is an ordinary token of the vocabulary, not a"
+        " special token"
+    ), line
+    assert "<|im_end|>" in line
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_failed_overwrite_says_the_earlier_set_is_left_as_it_was(tmp_path, capsys):
     """Every row rejected under --overwrite: the earlier set stays (as before); the last line
     used to say "nothing was created at OUT" while OUT was right there."""

@@ -678,6 +678,16 @@ class ChatTemplate(Renderer):
         for tok in extra:
             if tok not in self.tokenizer.get_vocab():
                 raise TokenizerError(f"--eot-token {tok!r} is not a token of this tokenizer")
+            special = tok in self.tokenizer.get_added_vocab() or tok in getattr(
+                self.tokenizer, "all_special_tokens", ()
+            )
+            if not special:  # a word, which answers hold
+                eos = getattr(self.tokenizer, "eos_token", None)
+                raise TokenizerError(
+                    f"--eot-token {tok!r} is an ordinary token of the vocabulary, not a special"
+                    " token a server stops on (give the model's end-of-turn token"
+                    + (f", e.g. this tokenizer's EOS {eos!r})" if eos else ")")
+                )
             add(tok)
         stop_ids = self._generation_config_eos_ids()
         if stop_ids is None and not extra:
