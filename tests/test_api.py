@@ -543,6 +543,17 @@ def test_the_api_takes_each_value_in_its_own_type(src, tmp_path, option, value, 
     assert not (tmp_path / "o").exists()
 
 
+def test_a_misspelled_keyword_names_the_option_it_is_close_to(src, tmp_path):
+    """A recipe's ``max_lenght:`` said "did you mean 'max_length'?"; the API's ``max_len=``
+    said only "'max_len' is not an option of this job"."""
+    with pytest.raises(errors.UsageError) as info:
+        api.build_options(sources=[src], tokenizer="t", out=tmp_path / "o", max_len=5)
+    assert str(info.value) == "'max_len' is not an option of this job: did you mean 'max_length'?"
+    with pytest.raises(errors.UsageError) as info:
+        api.build_options(sources=[src], tokenizer="t", out=tmp_path / "o", zzz=5)
+    assert str(info.value) == "'zzz' is not an option of this job"
+
+
 def test_a_tuple_is_a_list_to_the_api(src, tmp_path):
     """Strict types, but a Python caller's tuple of sources or stop tokens is the list it is
     (it was accepted before the API became strict, and must stay so)."""

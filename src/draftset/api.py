@@ -13,7 +13,6 @@ arguments or inputs, found before any work; 1: the job failed).
 
 from __future__ import annotations
 
-import asyncio
 import glob
 import json as _json
 import os
@@ -556,6 +555,15 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
         from draftset.checks.serving import connect  # lazy: as above
 
         server = connect(o.render_server)
+    if o.tokenizer and not o.fast:  # another model's: an argument to refuse, no FAIL to record
+        from draftset.output.readback import open_output  # lazy: as above
+        from draftset.review.show import tokenizer_folder_problem  # lazy: as above
+
+        out = open_output(o.dir)
+        if out.manifest and (why := tokenizer_folder_problem(out, o.tokenizer)):
+            raise VerifyUsageError(
+                f"--tokenizer {o.tokenizer} is not the tokenizer this set was built with: {why}"
+            )
     if o.fast:
         checks = fast_checks(o.dir, o.block_size)
     else:
@@ -754,19 +762,20 @@ def generate(
 
     ``options``: the fields of `config.schema.GenerateArgs` (``endpoints`` and ``out`` are
     required). Returns the `GenerateResult` (``.ok``: every row ended as an answer or an error
-    line). Runs its own event loop (inside a running loop, as in Jupyter, await
-    `draftset.generation.job.run_generate` with `generate_options`' result).
+    line). Runs its own event loop, in a thread of its own where one already runs (Jupyter;
+    from async code, await `draftset.generation.job.run_generate` with `generate_options`'
+    result to run it in yours).
     """
     _not_in_a_spawned_import()
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.generation.console import progress as generate_progress
-    from draftset.generation.job import run_generate  # lazy: a stage, loaded on first use
+    from draftset.generation.job import run_generate, run_sync  # lazy: a stage, on first use
     from draftset.generation.options import GenerateUsageError
 
     _progress_arg(progress, GenerateUsageError)
     opts = generate_options(sources, **options)
     with generate_progress(enabled=progress) as update:
-        return asyncio.run(run_generate(opts, update))
+        return run_sync(run_generate(opts, update))
 
 
 def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any) -> GenerateOptions:

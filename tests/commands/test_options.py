@@ -52,6 +52,29 @@ def test_help_lists_every_option_the_schema_declares(
             assert " ".join(help_text.split()[:2]) in " ".join(text.split()), (command, name)
 
 
+def test_build_help_says_what_each_turn_mode_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--turns {all,last,each}`` said only "which assistant turns to supervise (default
+    all)": a newcomer choosing a mode had to find docs/semantics.md."""
+    with pytest.raises(SystemExit):
+        main(["build", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    turns = text[text.index("--turns {all,last,each} ") :][:400]
+    for mode in ("all =", "last =", "each ="):
+        assert mode in turns, turns
+
+
+def test_build_help_says_a_placeholder_replaces_the_defaults(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--placeholder N/A`` replaces 'OK.' and 'OK' (an "OK." answer is then supervised); the
+    help said only "(default: 'OK.', 'OK'; ...)", read as a list one adds to."""
+    with pytest.raises(SystemExit):
+        main(["build", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    placeholder = text[text.index("--placeholder PLACEHOLDER ") :][:300]
+    assert "replaces 'OK.', 'OK'" in placeholder and "repeatable" in placeholder, placeholder
+
+
 def _sources(tmp_path: Path) -> Path:
     src = tmp_path / "in.jsonl"
     row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"}]}

@@ -457,6 +457,60 @@ def test_a_chat_template_folder_is_named_a_folder(tmp_path, capsys, no_work):
     )
 
 
+@pytest.mark.parametrize(
+    "template",
+    [
+        # a template whose JSON escapes are no Jinja: "template syntax error ... '\\'"
+        '{% for m in messages %}{{ m["content"] }}{% endfor %}',  # m[\"content\"] in JSON
+        # one that parses as Jinja inside its JSON text: every row rejected not_generable
+        "{% for m in messages %}{{ m.content }}{% endfor %}",
+    ],
+)
+def test_a_json_chat_template_file_is_named_json(tmp_path, capsys, no_work, template):
+    """``--chat-template chat_template.json`` (the HF processor file) or tokenizer_config.json:
+    read as Jinja text, it was a syntax error at a backslash, or a template rendering the JSON
+    around it, every row rejected."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    path = tmp_path / "chat_template.json"
+    path.write_text(json.dumps({"chat_template": template}))
+    argv = build_argv(src, out=tmp_path / "out", extra=("--chat-template", str(path)))
+    assert main(argv) == 2
+    line = one_line(capsys)
+    assert line.startswith(f"draftset: error: --chat-template {path} is JSON, not a Jinja template")
+    assert "its chat_template value is one" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tokenizer_file_names_the_folder_to_give(tmp_path, capsys, no_work):
+    """``--tokenizer TOK/tokenizer.json`` (the file, not its folder) said only "tokenizer path
+    is not a folder"."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    file = (qwen3_tokenizer_dir() / "tokenizer.json").resolve()
+    argv = build_argv(src, out=tmp_path / "out")
+    argv[argv.index("--tokenizer") + 1] = str(file)
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        f"draftset: error: tokenizer path is not a folder: {file} (give the folder holding it:"
+        f" {file.parent})"
+    )
+
+
+def test_an_ordinary_word_as_eot_token_is_refused(tmp_path, capsys):
+    """``--eot-token hello``: an ordinary token of the vocabulary, which a server never stops
+    on. It was taken as a stop token: a row whose answer says "hello" was rejected
+    ``template_drops_content``, naming the template for the option's mistake."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    argv = build_argv(src, out=tmp_path / "out", extra=("--eot-token", "hello"))
+    assert main(argv) == 2
+    line = one_line(capsys)
+    assert line.startswith(
+        "draftset: error: --eot-token 'hello' is an ordinary token of the vocabulary, not a"
+        " special token"
+    ), line
+    assert "<|im_end|>" in line
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_failed_overwrite_says_the_earlier_set_is_left_as_it_was(tmp_path, capsys):
     """Every row rejected under --overwrite: the earlier set stays (as before); the last line
     used to say "nothing was created at OUT" while OUT was right there."""

@@ -841,16 +841,35 @@ def test_out_that_generate_did_not_write_is_refused_even_with_restart(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "mine.jsonl"]
 
 
-def test_an_empty_source_is_exit_1_not_success(
+def test_an_empty_source_is_exit_2_before_any_work(
     tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`generate` on an empty file printed "input rows 0" and exited 0 (`build` on the same
-    file exits 1): never exit 0 having done nothing."""
+    """`generate` on an empty file printed "input rows 0" and exited 0; then exit 1 after
+    asking the server for its model and writing four files beside --out. `build` on the same
+    file is one line, exit 2, before any work: so is generate."""
     src = tmp_path / "empty.jsonl"
     src.write_text("")
-    assert generate(src, tmp_path / "a.jsonl", server.url) == 1
-    assert "the sources hold no row: nothing to answer" in capsys.readouterr().err
+    assert generate(src, tmp_path / "a.jsonl", server.url) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"draftset: error: {src}: it holds no rows (empty, or only blank lines)"
     assert not server.requests
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.jsonl"]
+
+
+def test_a_source_of_unknown_rows_is_exit_2_before_any_work(
+    tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """MBPP-like rows (``text``, ``code``): `build` says at once which --format / --field reads
+    them; `generate` made every row an ``unknown_format`` error (the hint cut mid-word in the
+    last line), wrote four files and exited 1."""
+    rows = [{"text": f"Write f{i}.", "code": f"def f{i}(): pass", "task_id": i} for i in range(3)]
+    src = write_rows(tmp_path / "mbpp.jsonl", rows)
+    assert generate(src, tmp_path / "a.jsonl", server.url) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no known row shape" in err[0]
+    assert "--format alpaca --field instruction=text --field output=code" in err[0]
+    assert not server.requests
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mbpp.jsonl"]
 
 
 def test_the_refusal_names_the_file_that_is_not_generates(
@@ -1592,3 +1611,111 @@ def test_a_null_content_answer_is_an_empty_answer_not_retried(
     (line,) = read_lines(out)
     assert line["messages"][-1] == {"role": "assistant", "content": ""}
     assert not read_lines(tmp_path / "o.errors.jsonl")
+
+
+def test_the_nothing_answered_line_marks_a_cut_message() -> None:
+    """The commonest error's message is shortened to 200 characters: it was cut without a mark,
+    mid-word (`... --field outpu); see a.errors.jsonl`), reading as a wrong option name."""
+    from draftset.generation.outcomes import GenerateResult
+
+    result = GenerateResult(Path("a.jsonl"), Path("a.errors.jsonl"))
+    result.outcomes["unknown_format"] = 3
+    result.examples["unknown_format"] = "map its columns: " + "--field output=code " * 20
+    line = result.nothing_answered()
+    assert line is not None and "…); see a.errors.jsonl" in line
+    short = GenerateResult(Path("a.jsonl"), Path("a.errors.jsonl"))
+    short.outcomes["http_4xx"] = 1
+    short.examples["http_4xx"] = "HTTP 400: bad"
+    assert short.nothing_answered() == (
+        "no row answered: all 1 ended as errors, commonest 1 http_4xx (HTTP 400: bad);"
+        " see a.errors.jsonl"
+    )
+
+
+def test_the_api_answers_from_inside_a_running_event_loop(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    """In Jupyter a loop runs in the calling thread: `draftset.generate(...)` (and `run`'s
+    generate stage, after its select stage had run) ended in asyncio's bare ``RuntimeError:
+    asyncio.run() cannot be called from a running event loop`` and a "coroutine was never
+    awaited" warning. They run in a thread of their own then."""
+    import asyncio
+
+    from draftset import api
+
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "hello"}])
+    out = tmp_path / "a.jsonl"
+
+    async def notebook_cell() -> Any:
+        return api.generate(src, endpoints=[server.url], out=out, backoff=0.01)
+
+    result = asyncio.run(notebook_cell())
+    assert result.ok and result.answered == 1
+    assert [row["id"] for row in read_lines(out)] == ["a"]
+
+
+def test_run_sync_inside_a_running_loop_returns_raises_and_is_the_only_asyncio_run() -> None:
+    """`run_sync` is `asyncio.run`, in a thread of its own where a loop already runs; `draftset
+    run` from a notebook died in `check_reachable`'s bare `asyncio.run` before, so every
+    `asyncio.run` of the package is this one."""
+    import asyncio
+    import re
+
+    from draftset.generation.job import run_sync
+
+    async def value() -> int:
+        await asyncio.sleep(0)
+        return 7
+
+    async def boom() -> None:
+        raise ValueError("no")
+
+    async def cell() -> None:
+        assert run_sync(value()) == 7
+        with pytest.raises(ValueError, match="no"):
+            run_sync(boom())
+
+    assert run_sync(value()) == 7  # no loop running: plain asyncio.run
+    asyncio.run(cell())
+    src = Path(__file__).resolve().parents[2] / "src" / "draftset"
+    calls = [
+        f"{p.relative_to(src)}:{i}"
+        for p in sorted(src.rglob("*.py"))
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"\basyncio\.run\(", line)
+    ]
+    assert calls and all(c.startswith("generation/job.py:") for c in calls), calls
+
+
+def test_run_sync_in_a_running_loop_is_cancelled_by_ctrl_c() -> None:
+    """Ctrl-C in a notebook while `run_sync` waits: the coroutine is cancelled, and its thread
+    has ended when the `KeyboardInterrupt` reaches the caller (a plain `Thread.join` loop took
+    the interrupted thread for ended and left it answering on)."""
+    import asyncio
+    import threading
+
+    from draftset.generation.job import run_sync
+
+    cancelled: list[bool] = []
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def cell() -> float:
+        threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            run_sync(slow())
+        return time.monotonic() - t0
+
+    loop = asyncio.new_event_loop()  # as ipykernel's: SIGINT raises KeyboardInterrupt
+    try:
+        took = loop.run_until_complete(cell())
+    finally:
+        loop.close()
+    assert took < 10 and cancelled == [True]
+    assert not [t for t in threading.enumerate() if t.name == "draftset-generate"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,21 @@ def test_show_cli_errors_exit_2(folder, tmp_path, capsys):
     assert main([str(tmp_path)]) == 2  # neither --row nor --id
     assert main([str(tmp_path / "missing"), "--row", "0"]) == 2
     assert main([str(folder), "--row", "0"]) == 0
+
+
+def test_show_row_of_a_set_without_rows_says_so(tmp_path, capsys):
+    """A set of prompt-only rows (0 rows, every row queued in prompts.jsonl): ``--row 0`` said
+    "the set has 0 rows (--row 0..-1)", a range no index is in."""
+    src = tmp_path / "p.jsonl"
+    src.write_text(json.dumps({"id": "q", "prompt": "Name a colour."}) + "\n")
+    opts = BuildOptions([Source("p", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1)
+    opts = replace(opts, eot_tokens=["<|im_end|>"])
+    out = run_build(opts).out
+    assert main([str(out), "--row", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "0..-1" not in err
+    assert "the set has no rows" in err and "1 prompt-only row in prompts.jsonl" in err
+    assert "--id ID" in err
 
 
 # --- control characters from the data, and a mask readable without colours ------------------------

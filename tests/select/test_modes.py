@@ -219,3 +219,22 @@ def test_property_targets_met_or_clear_error(
     assert res.selected.sum() == total
     for m in MODES:
         assert abs(got.get(m, 0) - shares[m] * total) < 1
+
+
+def test_shares_no_row_can_meet_without_a_total_raise() -> None:
+    """Without max_samples, shares no row can meet (a mode with a share and no row) raised
+    nothing: the largest feasible total was 0, every row was sampled out, and build ended
+    'no rows written ... (rejects above)' with no reject above."""
+    src = np.array(["chat"] * 5)
+    mode = np.array([NO_REASONING] * 5)
+    with pytest.raises(MixError, match=r"mode 'thinking' has a share of 1\.0 but no row"):
+        select_mix(src, mode, MixTargets(mode_shares={THINKING: 1.0}))
+    with pytest.raises(MixError, match=r"mode 'thinking' has a share of 0\.5 but no row"):
+        select_mix(src, mode, MixTargets(mode_shares={THINKING: 0.5, NO_REASONING: 0.5}))
+    two = np.array(["chat"] * 5 + ["code"] * 5)
+    with pytest.raises(MixError, match=r"no selection meets the mix targets"):
+        select_mix(
+            two,
+            np.array([NO_REASONING] * 5 + [THINKING] * 5),
+            MixTargets(source_shares={"chat": 1.0, "code": 0.0}, mode_shares={THINKING: 1.0}),
+        )

@@ -54,6 +54,20 @@ def test_unknown_preset_lists_known_names() -> None:
     assert "openorca" in str(err.value) and "xlam-function-calling-60k" in str(err.value)
 
 
+def test_a_misspelled_preset_names_the_close_one() -> None:
+    """``preset: skythough`` or ``open-orca`` listed all 15 names and left the user to spot the
+    one meant; a recipe's misspelled key says "did you mean"."""
+    for typo, meant in (
+        ("skythough", "skythought"),
+        ("open-orca", "openorca"),
+        ("hermes-fc", "hermes"),
+    ):
+        with pytest.raises(UnknownPresetError) as err:
+            apply_preset(typo)
+        assert f"did you mean {meant!r}?" in str(err.value), str(err.value)
+        assert "known presets: codealpaca" in str(err.value)
+
+
 def test_aliases_resolve() -> None:
     assert apply_preset("vicuna").name == "sharegpt"
     assert apply_preset("Magicoder").name == "magicoder-evol-instruct"

@@ -205,6 +205,21 @@ def test_a_mapped_column_no_row_has_is_exit_2(tmp_path):
     assert check_row_shapes([opt]) == []
 
 
+def test_a_mapped_column_typo_that_leaves_no_row_readable_names_the_column(tmp_path):
+    """``fields: {instruction: txt}`` (a typo for ``text``): no row has an instruction, so every
+    row was unknown_format and the line said "no known row shape ... map its columns, e.g.
+    --format alpaca --field instruction=text ..." (what the user had written, but for the one
+    letter) instead of naming the column no row has."""
+    rows = [{"text": f"Write f{i}.", "code": f"def f{i}(): pass"} for i in range(3)]
+    src = write_jsonl(tmp_path / "m.jsonl", rows)
+    typo = Source("m", src, format="alpaca", fields={"instruction": "txt", "output": "code"})
+    with pytest.raises(SourceError) as exc:
+        check_row_shapes([typo])
+    msg = str(exc.value)
+    assert "\n" not in msg and "no known row shape" not in msg
+    assert "instruction=txt" in msg and "column 'txt'" in msg and "did you mean 'text'?" in msg
+
+
 @pytest.mark.parametrize("text", ["", "\n\n  \n", "[]"])
 def test_a_source_without_rows_is_exit_2_before_any_work(tmp_path, text):
     """An empty file loaded the tokenizer, then ended "no rows written ... (rejects above, by

@@ -270,7 +270,9 @@ def validated(
             got = "" if quiet else f", got {shown(value)}"
             raise error(f"{subject}: {name} {what}{got}") from None
         if what == "is not an option":
-            raise error(f"{name!r} is not an option of this job") from None
+            close = difflib.get_close_matches(str(name), list(model.model_fields), n=1)
+            meant = f": did you mean {close[0]!r}?" if close else ""
+            raise error(f"{name!r} is not an option of this job{meant}") from None
         choice = err_type(exc) == "choice"
         spelled = name_of(name) if name_of and not choice else name
         if what.startswith("must be"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import math
 import os
 from pathlib import Path
@@ -380,9 +381,32 @@ def check_chat_template(path: str | None) -> None:
         raise PreflightError(f"--chat-template {path}: cannot read: {exc.strerror}") from None
     if not text.strip():
         raise PreflightError(f"--chat-template {path} is empty")
+    json_file = _json_not_jinja(text)
+    if json_file:
+        raise PreflightError(
+            f"--chat-template {path} is JSON, not a Jinja template file{json_file}"
+        )
     error = template_syntax_error(text)
     if error:
         raise PreflightError(f"--chat-template {path}: {error}")
+
+
+def _json_not_jinja(text: str) -> str | None:
+    """The rest of the line for a template file that is a JSON object (``chat_template.json``,
+    tokenizer_config.json): read as Jinja it is a syntax error at an escape, or a template that
+    renders the JSON around its ``chat_template`` value. None for anything else."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    if "chat_template" in data:
+        return (
+            " (its chat_template value is one: save that value as a .jinja file and give it;"
+            " without --chat-template the tokenizer folder's own template is used)"
+        )
+    return " (give the .jinja file)"
 
 
 def template_syntax_error(text: str) -> str | None:

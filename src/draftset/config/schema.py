@@ -95,7 +95,10 @@ Preset = Annotated[
 Placeholders = Annotated[
     Strings | None,
     Cli(flags=("--placeholder",), action="append"),
-    Field(description="answer text never supervised (default: 'OK.', 'OK'; empty answers always)"),
+    Field(
+        description="answer text never supervised (repeatable; replaces 'OK.', 'OK': give"
+        " them too to keep them; empty answers always)"
+    ),
 ]
 BlockSize = Annotated[
     int, Field(ge=2, description="DFlash block size for anchor counts (default {default})")
@@ -197,7 +200,11 @@ class BuildArgs(Options):
     turns: Annotated[
         str,
         *one_of(defaults.TURN_MODES),
-        Field(description="which assistant turns to supervise (default {default})"),
+        Field(
+            description="which assistant turns to supervise: all = every turn the template"
+            " renders as it was generated, in one row (default); last = only the final turn;"
+            " each = one row per turn, its context as the server saw it (docs/semantics.md)"
+        ),
     ] = defaults.TURNS
     max_length: Annotated[
         int, Field(ge=1, description="max tokens per row (default {default})")

@@ -14,7 +14,10 @@ same command skips the row ids already present in either file (a torn last line 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from draftset.core.errors import RunError
 from draftset.core.ids import IdRegistry
@@ -46,6 +49,9 @@ from draftset.generation.store import (
     run_path,
 )
 from draftset.sources.read import count_rows
+from draftset.sources.shapes import check_row_shapes
+
+T = TypeVar("T")
 
 
 class Unreachable(RunError):
@@ -95,7 +101,49 @@ def check_reachable(opts: GenerateOptions) -> None:
         pool = await _open_pool(opts)
         await pool.close()
 
-    asyncio.run(probe())
+    run_sync(probe())
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)``; where an event loop already runs in this thread (Jupyter, an
+    async app), in a thread of its own, since ``asyncio.run`` refuses to start there. Ctrl-C
+    while it runs cancels it, and it has ended when the `KeyboardInterrupt` is raised."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    held: dict[str, Any] = {}
+    started, ended = threading.Event(), threading.Event()
+
+    async def main() -> T:
+        held["loop"], held["task"] = asyncio.get_running_loop(), asyncio.current_task()
+        started.set()
+        return await coro
+
+    def target() -> None:
+        try:
+            held["value"] = asyncio.run(main())
+        except BaseException as exc:  # handed to the calling thread
+            held["error"] = exc
+        finally:
+            started.set()
+            ended.set()
+
+    threading.Thread(target=target, name="draftset-generate", daemon=True).start()
+    # waited on with an Event: a `Thread.join` that Ctrl-C interrupts takes the thread for
+    # ended (CPython 3.11), and a second join returns at once while it runs on
+    try:
+        while not ended.wait(0.1):
+            pass
+    except KeyboardInterrupt:
+        started.wait()
+        if "task" in held:
+            held["loop"].call_soon_threadsafe(held["task"].cancel)
+        ended.wait()
+        raise
+    if "error" in held:
+        raise held["error"]
+    return held["value"]
 
 
 async def _close_clients(eps: list[Endpoint]) -> None:
@@ -150,6 +198,8 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
     _check_out_apart(opts)  # never read back, never removed by --restart: before anything
     check_output_path(opts.out)  # /dev/null, a FIFO, an unwritable path: one line, exit 2
     previous_run(opts)  # a file generate did not write is refused before a lock file is made
+    # build's check: a source without rows, or whose first rows no shape reads, is one line
+    check_row_shapes(opts.sources)
     with RunLock(opts.out):
         previous = previous_run(opts)
         pool = await _open_pool(opts)

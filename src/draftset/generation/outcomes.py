@@ -89,7 +89,9 @@ class GenerateResult:
             return None
         reason, n = max(errors.items(), key=lambda kv: (kv[1], kv[0]))
         example = self.examples.get(reason)
-        why = f" ({' '.join(example.split())[:200]})" if example else ""
+        text = " ".join((example or "").split())
+        text = text if len(text) <= 200 else text[:199].rstrip() + "…"  # cut: say so
+        why = f" ({text})" if text else ""
         total = sum(errors.values())
         return (
             f"no row answered: all {total:,} ended as errors, commonest {n:,} {reason}{why};"

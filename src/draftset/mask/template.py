@@ -126,7 +126,10 @@ def _resolve_tokenizer_path(name: str) -> str:
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise TokenizerError(f"tokenizer path is not a folder: {name}")
+            # the tokenizer.json (or another file) of a tokenizer folder: name that folder
+            held = path.name in TOKENIZER_FILES or path.name in _TOKENIZER_FILES
+            hint = f" (give the folder holding it: {path.parent})" if held else ""
+            raise TokenizerError(f"tokenizer path is not a folder: {name}{hint}")
         if not any((path / f).is_file() for f in TOKENIZER_FILES):
             raise TokenizerError(
                 f"tokenizer folder {name} holds no tokenizer files: expected {EXPECTED_FILES}"
@@ -675,6 +678,16 @@ class ChatTemplate(Renderer):
         for tok in extra:
             if tok not in self.tokenizer.get_vocab():
                 raise TokenizerError(f"--eot-token {tok!r} is not a token of this tokenizer")
+            special = tok in self.tokenizer.get_added_vocab() or tok in getattr(
+                self.tokenizer, "all_special_tokens", ()
+            )
+            if not special:  # a word, which answers hold
+                eos = getattr(self.tokenizer, "eos_token", None)
+                raise TokenizerError(
+                    f"--eot-token {tok!r} is an ordinary token of the vocabulary, not a special"
+                    " token a server stops on (give the model's end-of-turn token"
+                    + (f", e.g. this tokenizer's EOS {eos!r})" if eos else ")")
+                )
             add(tok)
         stop_ids = self._generation_config_eos_ids()
         if stop_ids is None and not extra:

@@ -12,6 +12,7 @@ Workers are started with ``spawn``: the Rust tokenizer's thread pool does not su
 from __future__ import annotations
 
 import contextlib
+import difflib
 import errno
 import json
 import operator
@@ -22,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from draftset.checks.fast import ADVISORY_CHECKS
 from draftset.checks.verify import fast_checks
@@ -265,6 +266,7 @@ def _run(
                 _no_end_of_turn_note(acct, opts, info),
                 _object_arguments_note(acct, info),
                 _own_encoder_note(opts),
+                _unread_kwargs_note(opts, info),
             )
             if n
         ]
@@ -447,6 +449,55 @@ def _own_encoder_note(opts: BuildOptions) -> str:
         f" auto), not the chat template these rows follow: serve it with --tokenizer-mode hf,"
         " or check the set against your server with verify --render-server (docs/semantics.md)"
     )
+
+
+def _unread_kwargs_note(opts: BuildOptions, info: TemplateInfo) -> str:
+    """``--template-kwargs`` keys the chat template reads no variable of: they change nothing
+    (vLLM drops them too), so a misspelled ``enable_thinkng`` built the set with thinking on
+    without a word. A template that does not parse here says nothing."""
+    names = _template_variables(info.kit.template_text)
+    if names is None:
+        return ""
+    unread = [k for k in opts.template_kwargs or {} if k not in names]
+    if not unread:
+        return ""
+    close = {k: m[0] for k in unread if (m := difflib.get_close_matches(k, sorted(names), n=1))}
+    meant = ", ".join(f"{m}" if len(unread) == 1 else f"{m} for {k}" for k, m in close.items())
+    what = (
+        "no variable of that name, so it changes"
+        if len(unread) == 1
+        else "none of these, so they change"
+    )
+    return (
+        f"--template-kwargs {', '.join(unread)}: the chat template reads {what} nothing"
+        f"{f' (did you mean {meant}?)' if meant else ''}"
+    )
+
+
+def _template_variables(text: str) -> set[str] | None:
+    """The top-level variables a template reads, parsed by plain jinja2 (transformers' own
+    parser would import it into the driver, seconds); None when that parse fails."""
+    # lazy: jinja2 only once the build has its template
+    import jinja2  # lazy: as above
+    import jinja2.ext  # lazy: as above
+    from jinja2 import meta  # lazy: as above
+
+    class _Generation(jinja2.ext.Extension):  # transformers' {% generation %} block
+        tags: ClassVar[set[str]] = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.Scope(body, lineno=lineno)
+
+    env = jinja2.Environment(extensions=[jinja2.ext.loopcontrols, _Generation])
+    try:
+        root = env.parse(text)
+    except jinja2.TemplateError:
+        return None
+    # a name the template also sets ({% set reasoning_content = ... %}) is none of its inputs
+    stored = {n.name for n in root.find_all(jinja2.nodes.Name) if n.ctx == "store"}
+    return set(meta.find_undeclared_variables(root)) - stored
 
 
 _OBJECT_ARGUMENTS_ENGINES = {"vllm": "vLLM", "sglang": "SGLang"}

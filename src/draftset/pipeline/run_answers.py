@@ -3,7 +3,6 @@ retries, exactly once by id, resume after ``kill -9``) into ``answers.jsonl``.""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import Callable
@@ -12,7 +11,13 @@ from typing import Any
 
 from draftset.core.words import fmt_counts, plural
 from draftset.generation.console import progress
-from draftset.generation.job import ModelNotServed, NoCommonModel, Unreachable, run_generate
+from draftset.generation.job import (
+    ModelNotServed,
+    NoCommonModel,
+    Unreachable,
+    run_generate,
+    run_sync,
+)
 from draftset.generation.options import (
     GenerateOptions,
     GenerateUsageError,
@@ -106,7 +111,7 @@ def answer_queue(
                 maybe_die("generate")
 
         try:
-            result = asyncio.run(run_generate(gopts, tick))
+            result = run_sync(run_generate(gopts, tick))
         except ModelNotServed as exc:  # only a pinned model is asked for
             raise RunUsageError(
                 f"model changed: this run is pinned to {pinned!r} and"

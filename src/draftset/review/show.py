@@ -47,6 +47,44 @@ class ShowError(UsageError):
     """Unusable arguments (exit code 2)."""
 
 
+def not_the_sets_tokenizer(out: OutputSet, backend: Any) -> str | None:
+    """Why the loaded ``backend`` (a `tokenizers.Tokenizer`) is not the one the set's manifest
+    records, ending in what to do; None when it may be. Decoding with another is garbage."""
+    recorded = out.manifest.get("tokenizer") or {}
+    built_with = recorded.get("tokenizer_size")
+    size = backend.get_vocab_size(with_added_tokens=True)
+    # transformers may count a few tokens more than the file (Qwen3.5: 248,077 to 248,070):
+    # only a size off by more than 1% is surely another tokenizer, whose decoding is garbage
+    if isinstance(built_with, int) and abs(size - built_with) > built_with // 100:
+        return (
+            f"it has {size:,} tokens, the set's had {built_with:,} (give that one with --tokenizer)"
+        )
+    # one of the same size can still spell its ids otherwise (older sets lack the digest)
+    sample = recorded.get("vocabulary_sample_sha256")
+    if isinstance(sample, str) and vocabulary_sample_sha256(backend) != sample:
+        return (
+            "its vocabulary differs from the one the manifest records (give that one with"
+            " --tokenizer)"
+        )
+    return None
+
+
+def tokenizer_folder_problem(out: OutputSet, folder: str | Path) -> str | None:
+    """`not_the_sets_tokenizer` for a tokenizer folder holding a ``tokenizer.json`` (None for
+    anything else: a hub id, a folder of vocab.json + merges.txt, one that does not load)."""
+    # lazy: tokenizers only when a tokenizer is given
+    from tokenizers import Tokenizer
+
+    path = Path(folder).expanduser() / "tokenizer.json"
+    if not path.is_file():
+        return None
+    try:
+        backend = Tokenizer.from_file(str(path))
+    except Exception:  # the job's own load says why
+        return None
+    return not_the_sets_tokenizer(out, backend)
+
+
 def load_decoder(out: OutputSet, tokenizer: str | None = None) -> tuple[Decoder, set[int]]:
     """Decode function (special tokens kept) and the end-of-turn token ids of the manifest."""
     # lazy: tokenizers only when a row is decoded
@@ -60,23 +98,8 @@ def load_decoder(out: OutputSet, tokenizer: str | None = None) -> tuple[Decoder,
         backend = Tokenizer.from_file(str(path))
     except Exception as exc:
         raise ShowError(f"cannot load tokenizer {path}: {exc}") from None
-    recorded = out.manifest.get("tokenizer") or {}
-    built_with = recorded.get("tokenizer_size")
-    size = backend.get_vocab_size(with_added_tokens=True)
-    # transformers may count a few tokens more than the file (Qwen3.5: 248,077 to 248,070):
-    # only a size off by more than 1% is surely another tokenizer, whose decoding is garbage
-    if isinstance(built_with, int) and abs(size - built_with) > built_with // 100:
-        raise ShowError(
-            f"{tok} is not the tokenizer this set was built with: it has {size:,} tokens, the"
-            f" set's had {built_with:,} (give that one with --tokenizer)"
-        )
-    # one of the same size can still spell its ids otherwise (older sets lack the digest)
-    sample = recorded.get("vocabulary_sample_sha256")
-    if isinstance(sample, str) and vocabulary_sample_sha256(backend) != sample:
-        raise ShowError(
-            f"{tok} is not the tokenizer this set was built with: its vocabulary differs from"
-            " the one the manifest records (give that one with --tokenizer)"
-        )
+    if why := not_the_sets_tokenizer(out, backend):
+        raise ShowError(f"{tok} is not the tokenizer this set was built with: {why}")
     eot = {
         i
         for t in (out.manifest.get("template") or {}).get("eot_tokens") or []
@@ -95,12 +118,26 @@ def find_row(out: OutputSet, row: int | None, row_id: str | None) -> int:
         except ValueError:
             raise ShowError(_not_in_set(out, row_id)) from None
     assert row is not None
+    if n == 0:
+        raise ShowError(f"--row {row}: the set has no rows{_where_rows_went(out)}")
     if not 0 <= row < n:
         raise ShowError(
             f"--row {row} out of range: the set has {plural(n, 'row')} (--row 0..{n - 1});"
             " --id ID finds a row by its id"
         )
     return row
+
+
+def _where_rows_went(out: OutputSet) -> str:
+    """For a set without rows: where its input rows went, as the manifest counts them."""
+    total = (out.manifest.get("counts") or {}).get("total") or {}
+    parts = []
+    if isinstance(prompts := total.get("needs_generation"), int) and prompts:
+        parts.append(f"{plural(prompts, 'prompt-only row')} in prompts.jsonl")
+    if isinstance(rejected := total.get("rejected"), int) and rejected:
+        parts.append(f"{plural(rejected, 'rejected row')} in rejects.jsonl")
+    went = f" ({', '.join(parts)})" if parts else ""
+    return f"{went}; --id ID says what became of a row"
 
 
 def _line_with_id(path: Path, row_id: str) -> tuple[int, dict[str, Any]] | None:

@@ -357,7 +357,29 @@ def _resolve_total(targets: MixTargets, avail: np.ndarray, names: list[str]) -> 
     has_shares = bool(targets.source_shares) or targets.mode_shares is not None
     if not has_shares:
         return sum((targets.source_counts or {}).values()) if targets.source_counts else n
-    return _largest_feasible(targets, avail, names, n)
+    best = _largest_feasible(targets, avail, names, n)
+    if best == 0 and n > 0:
+        raise MixError(_no_row_meets(targets, avail, names))
+    return best
+
+
+def _no_row_meets(targets: MixTargets, avail: np.ndarray, names: list[str]) -> str:
+    """Why shares given without a total can be met with no row at all (every row would be
+    sampled out), naming a target that has a share and no row, when one does."""
+    empty = [
+        f"mode {m!r} has a share of {share} but no row of that mode"
+        for j, m in enumerate(MODES)
+        if (share := (targets.mode_shares or {}).get(m, 0)) > 0 and avail[:, j].sum() == 0
+    ] + [
+        f"source {s!r} has a share of {share} but no row"
+        for i, s in enumerate(names)
+        if (share := (targets.source_shares or {}).get(s, 0)) > 0 and avail[i].sum() == 0
+    ]
+    why = f": {empty[0]}" if empty else ""
+    return (
+        f"no selection meets the mix targets with even one row{why}; available rows per "
+        "(source, mode): " + _cells_text(avail, names)
+    )
 
 
 def _feasible(targets: MixTargets, avail: np.ndarray, names: list[str], total: int) -> bool:

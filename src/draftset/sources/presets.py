@@ -15,6 +15,7 @@ Use `normalize_with_preset(preset, raw)` (or call ``preset.transform`` yourself,
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 import re
 from collections.abc import Callable
@@ -670,7 +671,9 @@ def apply_preset(name: str) -> Preset:
     if key in PRESETS:
         return PRESETS[key]
     known = ", ".join(sorted(PRESETS))
-    raise UnknownPresetError(f"unknown preset {name!r}; known presets: {known}")
+    close = difflib.get_close_matches(key, [*PRESETS, *_ALIASES], n=1)
+    meant = f": did you mean {close[0]!r}?" if close else ""
+    raise UnknownPresetError(f"unknown preset {name!r}{meant}; known presets: {known}")
 
 
 def transform_raw(preset: Preset, raw: RawRow) -> RawRow | Reject:

@@ -14,6 +14,7 @@ rejected ``unknown_format``, each with the same hint.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +53,15 @@ def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> list[
             what = "its files hold" if len(files) > 1 else "it holds"
             empty.append(f"{source.path}: {what} no rows (empty, or only blank lines)")
             continue
+        # a mapped column no row has first: such a typo is often why no row has a shape
+        missing = _unmapped_columns(source, [raw for rows, _ in heads for raw in rows or []])
+        if missing is not None:
+            raise SourceError(missing)
         if heads and all(unknown is not None for _, unknown in heads):
             path = files[0]
             unknown = heads[0][1]
             assert unknown is not None
             raise SourceError(_message(source, path, *unknown))
-        missing = _unmapped_columns(source, [raw for rows, _ in heads for raw in rows or []])
-        if missing is not None:
-            raise SourceError(missing)
         plain = not (source.preset or source.format or source.fields)
         if plain and any(hermes_markup(raw.data) for rows, _ in heads for raw in rows or []):
             notes.append(
@@ -83,10 +85,12 @@ def _unmapped_columns(source: Source, rows: list[RawRow]) -> str | None:
         if canonical in ("role", "content"):  # keys of each turn, not of the row
             continue
         if not any(column in data for data in objects):
-            keys = ", ".join(str(k) for k in objects[0])
+            keys = [str(k) for k in objects[0]]
+            close = difflib.get_close_matches(str(column), keys, n=1)
+            fix = f"did you mean {close[0]!r}?" if close else "check the name"
             return (
                 f"{source.path}: --field {canonical}={column}: no row among its first"
-                f" {len(objects):,} has a column {column!r} (keys [{keys}]); check the name"
+                f" {len(objects):,} has a column {column!r} (keys [{', '.join(keys)}]); {fix}"
             )
     return None
 
