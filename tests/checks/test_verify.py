@@ -1658,3 +1658,23 @@ def test_a_shard_schema_draftset_does_not_write_fails_structure(built, tmp_path,
     results = fast_checks(folder)
     assert failed(results) == {"structure"}, [r.to_json() for r in results if r.failed]
     assert said in by_name(results)["structure"].summary
+
+
+def test_a_set_of_prompts_only_passes_verify(tmp_path):
+    """A source of prompts only builds a set with no rows (its prompts in prompts.jsonl, for
+    generate): build says "verify passed", and a full verify must agree — speculators' loader
+    refuses an empty train split, so its check is a skip there, as drafter_fitness's is (it
+    failed: "train split is empty", exit 1; outside newcomer probe, session 27)."""
+    from rows import build_rows
+
+    from draftset.checks.verify import run_verify
+
+    prompts = [
+        {"id": f"p{i}", "messages": [{"role": "user", "content": f"Q{i}?"}]} for i in range(3)
+    ]
+    out = build_rows(tmp_path / "p", prompts, qwen3_tokenizer_dir(), dedup="none")
+    assert (out / "prompts.jsonl").read_text().count("\n") == 3
+    checks = {c.name: c for c in run_verify(out, speculators=True, record=False)}
+    assert [n for n, c in checks.items() if c.failed] == []
+    assert checks["speculators_load"].status == "skip"  # (speculators: the test setup's)
+    assert "no rows" in checks["speculators_load"].summary

@@ -288,6 +288,8 @@ def check_speculators_load(out: OutputSet) -> CheckResult:
             "skipped: speculators not installed (pip install speculators to check loading)",
         )
     n = out.num_rows
+    if n == 0:  # a set of prompts only: speculators' loader refuses an empty train split
+        return CheckResult("speculators_load", "skip", "skipped: the set has no rows")
     how = "speculators.train.data.ArrowDataset"
     try:
         # lazy: an optional extra that needs hs_connectors, openai and torch (seconds to import):
