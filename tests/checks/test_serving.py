@@ -801,3 +801,40 @@ def test_render_server_sends_the_kwargs_reasoning_effort_as_a_request_field_only
         conversation[:1], None, {"reasoning_effort": "low"}, True
     )
     assert sent[0]["reasoning_effort"] == "low"
+
+
+def test_runs_that_match_no_turn_are_one_kind_in_the_summary() -> None:
+    """A supervised run matched to no assistant turn was reported with its token position in
+    the kind, so the summary listed each as its own kind ("supervised run at token 384 belongs
+    to no assistant turn: 1; ... at token 453 ...: 1", eight entries on a Mistral set of real
+    data against vLLM): they are one kind, counted together, the position in the message."""
+    import numpy as np
+
+    from draftset.checks.serving import _kind, check_row
+    from draftset.core.records import RawRow
+    from draftset.sources.normalize import normalize
+
+    row = {
+        "messages": [
+            {"role": "user", "content": "Name a colour."},
+            {"role": "assistant", "content": "Blue."},
+        ]
+    }
+    conv = normalize(RawRow("s", 0, row))
+    tmpl = ChatTemplate(TemplateSpec(str(qwen3_tokenizer_dir()), trl_template("qwen3").read_text()))
+
+    class Server:
+        def render(self, msgs, tools, kwargs, generation_prompt, continue_final=False):
+            return [0] * 4 if generation_prompt else [0] * 4 + [1, 2]
+
+    kinds = set()
+    for start in (10, 20):  # a second run after the row's only turn: it belongs to none
+        ids = [0] * 4 + [1, 2] + [0] * 30
+        mask = np.zeros(len(ids), dtype=np.int8)
+        mask[4:6] = 1
+        mask[start : start + 2] = 1
+        problems = check_row(Server(), tmpl, conv, "s", ids, mask, "last", {})
+        (lost,) = [p for p in problems if "no assistant turn" in p]
+        assert str(start) in lost
+        kinds.add(_kind(lost))
+    assert len(kinds) == 1 and not any(ch.isdigit() for ch in next(iter(kinds))), kinds

@@ -184,6 +184,7 @@ _KINDS = (
     "supervised tokens differ from the server's generation",
     "the row's text differs from the server's render",
     "the server refused the row",
+    "supervised run belongs to no assistant turn",
 )
 
 
@@ -339,7 +340,9 @@ def check_row(
                 server, msgs, tools, kwargs, candidates, pointer, start
             )
             if turn is None or prompt is None:
-                problems.append(f"supervised run at token {start} belongs to no assistant turn")
+                problems.append(
+                    f"supervised run belongs to no assistant turn (it starts at token {start})"
+                )
                 break
             at = _first_difference(ids[:start], prompt)
             if at is not None:
