@@ -717,3 +717,124 @@ def test_render_server_still_compares_a_whole_row_not_cut_by_truncation(tmp_path
     assert tmpl.decode(ids[-1:]) == "\n"  # the separator after the last answer's stop token
     short = check_row(server, tmpl, conv, "two", ids[:-1], mask[:-1], "all", {})
     assert any("the row's text differs" in p for p in short), short
+
+
+def _vllm_template_kwargs(body: dict[str, Any]) -> dict[str, Any]:
+    """The kwargs vLLM 0.33 gives a chat template for a request body
+    (``ChatCompletionRequest.build_chat_params``): ``chat_template_kwargs``, then the request's
+    own ``reasoning_effort`` over them and, when they name no ``enable_thinking``,
+    ``enable_thinking = reasoning_effort != "none"``."""
+    kwargs = dict(body.get("chat_template_kwargs") or {})
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        kwargs["reasoning_effort"] = effort
+        kwargs.setdefault("enable_thinking", effort != "none")
+    return kwargs
+
+
+def test_render_server_sends_the_kwargs_reasoning_effort_as_a_request_field_only_for_harmony(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verify sent a set's ``reasoning_effort`` template kwarg also as the request's own field
+    (harmony reads only that one), and vLLM turns that field into ``enable_thinking: true``
+    for a template when the kwargs name none: a right set built with ``{"reasoning_effort":
+    "low"}`` for a template that thinks only when asked (Qwen3.5's ``nothink``, real files,
+    against vLLM 0.33: 14 of 14 rows) failed every row ("context differs ... ``<think>``").
+    A template is given the kwargs alone; a harmony render still gets the field."""
+    from draftset.checks import serving
+    from draftset.checks.mask import load_template
+    from draftset.output.readback import open_output
+
+    sent: list[dict[str, Any]] = []
+    folder = qwen3_tokenizer_dir()
+    template = trl_template("qwen3_5_nothink")
+
+    def post(url: str, body: dict[str, Any]) -> Any:
+        from transformers import AutoTokenizer
+
+        sent.append(body)
+        tok = AutoTokenizer.from_pretrained(str(folder))
+        text = tok.apply_chat_template(
+            body["messages"],
+            tools=body.get("tools"),
+            chat_template=template.read_text(),
+            add_generation_prompt=body["add_generation_prompt"],
+            continue_final_message=body["continue_final_message"],
+            tokenize=False,
+            **_vllm_template_kwargs(body),
+        )
+        return {"token_ids": tok(text, add_special_tokens=False)["input_ids"]}
+
+    monkeypatch.setattr(serving, "_post", post)
+    conversation = [
+        {"role": "user", "content": "What is the capital of Peru?"},
+        {"role": "assistant", "content": LONG_ANSWER},
+    ]
+    src = tmp_path / "c.jsonl"
+    src.write_text(json.dumps({"id": "peru", "messages": conversation}) + "\n")
+    out = tmp_path / "set"
+    built = api.build(
+        sources=[src],
+        tokenizer=str(folder),
+        chat_template=str(template),
+        template_kwargs={"reasoning_effort": "low"},
+        out=out,
+        workers=1,
+        progress=False,
+    )
+    assert built.ok
+    opened = open_output(out)
+    tmpl = load_template(opened.manifest, None)
+    assert tmpl.harmony is None
+    server = serving.RenderServer("http://stand-in", "m")
+    result = serving.check_render_server(opened, tmpl, server, None, 0)
+    assert result.status == "pass", result.details.get("messages")
+    assert sent and all("reasoning_effort" not in b for b in sent), sent
+    assert all(b["chat_template_kwargs"] == {"reasoning_effort": "low"} for b in sent)
+    # a harmony render (gpt-oss under vLLM) reads the effort from the field alone
+    assert serving.for_template(server, tmpl).effort_field is False
+    harmonic = type("T", (), {"harmony": object()})()
+    assert serving.for_template(server, harmonic).effort_field is True
+    sent.clear()
+    monkeypatch.setattr(serving, "_post", lambda url, body: sent.append(body) or {"token_ids": []})
+    serving.for_template(server, harmonic).render(
+        conversation[:1], None, {"reasoning_effort": "low"}, True
+    )
+    assert sent[0]["reasoning_effort"] == "low"
+
+
+def test_runs_that_match_no_turn_are_one_kind_in_the_summary() -> None:
+    """A supervised run matched to no assistant turn was reported with its token position in
+    the kind, so the summary listed each as its own kind ("supervised run at token 384 belongs
+    to no assistant turn: 1; ... at token 453 ...: 1", eight entries on a Mistral set of real
+    data against vLLM): they are one kind, counted together, the position in the message."""
+    import numpy as np
+
+    from draftset.checks.serving import _kind, check_row
+    from draftset.core.records import RawRow
+    from draftset.sources.normalize import normalize
+
+    row = {
+        "messages": [
+            {"role": "user", "content": "Name a colour."},
+            {"role": "assistant", "content": "Blue."},
+        ]
+    }
+    conv = normalize(RawRow("s", 0, row))
+    tmpl = ChatTemplate(TemplateSpec(str(qwen3_tokenizer_dir()), trl_template("qwen3").read_text()))
+
+    class Server:
+        def render(self, msgs, tools, kwargs, generation_prompt, continue_final=False):
+            return [0] * 4 if generation_prompt else [0] * 4 + [1, 2]
+
+    kinds = set()
+    for start in (10, 20):  # a second run after the row's only turn: it belongs to none
+        ids = [0] * 4 + [1, 2] + [0] * 30
+        mask = np.zeros(len(ids), dtype=np.int8)
+        mask[4:6] = 1
+        mask[start : start + 2] = 1
+        problems = check_row(Server(), tmpl, conv, "s", ids, mask, "last", {})
+        (lost,) = [p for p in problems if "no assistant turn" in p]
+        assert str(start) in lost
+        kinds.add(_kind(lost))
+    assert len(kinds) == 1 and not any(ch.isdigit() for ch in next(iter(kinds))), kinds

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -47,10 +47,12 @@ class RenderServerError(UsageError):
 
 @dataclass
 class RenderServer:
-    """A vLLM render endpoint and the model name it serves."""
+    """A vLLM render endpoint and the model name it serves. ``effort_field``: also send the
+    kwargs' ``reasoning_effort`` as the request's own field (`for_template`)."""
 
     url: str
     model: str
+    effort_field: bool = False
 
     def render(
         self,
@@ -71,13 +73,22 @@ class RenderServer:
             body["chat_template_kwargs"] = kwargs
         if tools:
             body["tools"] = tools
-        if kwargs.get("reasoning_effort") is not None:  # harmony reads the request's field
+        if self.effort_field and kwargs.get("reasoning_effort") is not None:
             body["reasoning_effort"] = kwargs["reasoning_effort"]
         data = _post(self.url + RENDER_PATH, body)
         ids = data.get("token_ids") if isinstance(data, dict) else None
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
             raise RenderRefused(f"no token_ids in the server's answer: {str(data)[:200]}")
         return ids
+
+
+def for_template(server: RenderServer, tmpl: Any) -> RenderServer:
+    """The server's requests for a set rendered by ``tmpl``. Harmony (gpt-oss under vLLM) reads
+    the effort from the request's own ``reasoning_effort`` field only, so it is sent there too;
+    a chat template is given ``chat_template_kwargs`` alone: vLLM 0.33 turns that field into
+    the template kwarg ``enable_thinking: effort != "none"`` when the kwargs name none
+    (``ChatCompletionRequest.build_chat_params``), which the set was not rendered with."""
+    return replace(server, effort_field=tmpl.harmony is not None)
 
 
 class RenderRefused(Exception):
@@ -169,6 +180,7 @@ _KINDS = (
     "supervised tokens differ from the server's generation",
     "the row's text differs from the server's render",
     "the server refused the row",
+    "supervised run belongs to no assistant turn",
 )
 
 
@@ -324,7 +336,9 @@ def check_row(
                 server, msgs, tools, kwargs, candidates, pointer, start
             )
             if turn is None or prompt is None:
-                problems.append(f"supervised run at token {start} belongs to no assistant turn")
+                problems.append(
+                    f"supervised run belongs to no assistant turn (it starts at token {start})"
+                )
                 break
             at = _first_difference(ids[:start], prompt)
             if at is not None:
@@ -468,6 +482,8 @@ def check_render_server(
     seed: int,
 ) -> CheckResult:
     """`render_server`: chosen rows' context, supervised tokens and text equal the server's."""
+    if isinstance(server, RenderServer):
+        server = for_template(server, tmpl)
     mode = str(out.options.get("turns", "all"))
     truncating = out.options.get("truncation") == "truncate"
     max_length = int(out.options.get("max_length") or -1)
