@@ -63,7 +63,7 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
             f"hint: {plural(not_generable, 'turn')} {_were(not_generable)} not_generable: the"
             " template's render of the answer does not begin with its generation prompt, so"
             " what the model generates cannot be read from it (reasoning recorded under"
-            " enable_thinking false; a template that pre-fills `<think>\n` but renders answers"
+            " enable_thinking false; a template that pre-fills `<think>\\n` but renders answers"
             " without it, as DeepSeek-R1's own: use one that renders them as generated);"
             ' docs/semantics.md, "The rule"'
         )
