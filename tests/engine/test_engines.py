@@ -7,13 +7,16 @@ import json
 import multiprocessing
 import os
 import pickle
+import signal
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 
 import numpy as np
+import pytest
 from conftest import qwen3_tokenizer_dir
 
 from draftset.config.options import BuildOptions
+from draftset.core.errors import RunError
 from draftset.core.records import Conversation, PromptOnly, Reject
 from draftset.engine import worker
 from draftset.engine.helper import Sidecar, stop_pool
@@ -123,6 +126,29 @@ def test_pool_processes_start_after_the_helpers_import():
     closed.close(failed=True)
     late.set_result(None)  # after close: nothing starts, nothing raises
     assert not closed._pool._processes  # type: ignore[attr-defined]
+
+
+def test_a_killed_pool_worker_is_one_line_exit_1_not_a_traceback():
+    """A pool process killed mid-run (the OOM killer, kill -9) broke the pool, and the build
+    ended in concurrent.futures' BrokenProcessPool traceback (~25 lines), where the helper's
+    death and a Ray worker's are one line each: now a `RunError` (exit 1) saying what died."""
+    spec = TemplateSpec(str(qwen3_tokenizer_dir()), None, {}, ())
+    opts = BuildOptions(sources=[], tokenizer=spec.tokenizer, out=None)  # type: ignore[arg-type]
+    config = mask_config(opts, spec, describe_template(ChatTemplate(spec)))
+    many = [[conv(100 * b + k, 50) for k in range(4)] for b in range(40)]  # more than in flight
+    with LocalPoolEngine(2) as pool:
+        pool.start(config)
+        results = pool.map(many)
+        next(results)  # mid-run: the pool works, batches still to submit
+        victim = next(iter(pool._pool._processes.values()))  # type: ignore[attr-defined]
+        os.kill(victim.pid, signal.SIGKILL)
+        with pytest.raises(RunError) as caught:
+            list(results)
+    assert caught.value.exit_code == 1
+    line = caught.value.cli_line()
+    assert line == (
+        "draftset: a worker process died while running the row step (killed, or out of memory?)"
+    )
 
 
 def test_manifest_records_the_engine_outside_the_set(tmp_path):
