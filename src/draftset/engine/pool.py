@@ -49,15 +49,17 @@ InFlight = tuple[Future[Any], bool]
 """A submitted batch's future, and whether the helper runs it."""
 
 
+ROW_STEP = "running the row step"
+"""What a worker or the helper was doing when found dead (its error says so)."""
+
+
 class WorkerDied(RunError):
     """A pool process died (killed, out of memory): the pool is broken, the build fails (exit
     1) with one line, as when the helper or a Ray worker dies."""
 
 
 def _died(exc: BrokenProcessPool) -> NoReturn:
-    raise WorkerDied(
-        "a worker process died while running the row step (killed, or out of memory?)"
-    ) from exc
+    raise WorkerDied(f"a worker process died while {ROW_STEP} (killed, or out of memory?)") from exc
 
 
 class LocalPoolEngine(Engine):
@@ -113,7 +115,7 @@ class LocalPoolEngine(Engine):
     def start(self, config: WorkerTask) -> None:
         self._feed(config)
         if self._helper is not None:  # the helper builds its step on the template it holds
-            self._helper.submit(worker.start_on_kept, kitless(config))
+            self._helper.submit(worker.start_on_kept, kitless(config), what=ROW_STEP)
 
     def map(self, batches: Iterable[Batch]) -> Iterator[Any]:
         window: deque[InFlight] = deque()
@@ -132,7 +134,7 @@ class LocalPoolEngine(Engine):
             unfinished = [in_helper for future, in_helper in window if not future.done()]
             to_helper = unfinished.count(True) * self._pool_size < unfinished.count(False)
         if to_helper and self._helper is not None:
-            return self._helper.submit(worker.process_batch, batch), True
+            return self._helper.submit(worker.process_batch, batch, what=ROW_STEP), True
         try:
             return self._pool.submit(worker.process_batch, batch), False
         except BrokenProcessPool as exc:  # a process died since the last batch
@@ -141,7 +143,7 @@ class LocalPoolEngine(Engine):
     def _result(self, future: Future[Any], in_helper: bool) -> Any:
         if in_helper:  # a dead helper is a `SidecarError` (exit 1), not a bare traceback
             assert self._helper is not None
-            return self._helper.result(future, "running the row step")
+            return self._helper.result(future, ROW_STEP)
         try:
             return future.result()
         except BrokenProcessPool as exc:
