@@ -8,6 +8,8 @@ import multiprocessing
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 
@@ -147,6 +149,48 @@ def test_a_killed_pool_worker_is_one_line_exit_1_not_a_traceback():
     assert caught.value.exit_code == 1
     line = caught.value.cli_line()
     assert line == (
+        "draftset: a worker process died while running the row step (killed, or out of memory?)"
+    )
+
+
+DIES_BEFORE_ITS_TASK = """
+import os, signal, sys
+from draftset.config.options import BuildOptions
+from draftset.core.errors import RunError
+from draftset.core.records import Conversation
+from draftset.engine.pool import LocalPoolEngine
+from draftset.mask.template import ChatTemplate, TemplateSpec, describe_template
+from draftset.pipeline.build import mask_config
+
+spec = TemplateSpec(sys.argv[1], None, {}, ())
+opts = BuildOptions(sources=[], tokenizer=spec.tokenizer, out=None)
+config = mask_config(opts, spec, describe_template(ChatTemplate(spec)))
+msgs = [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]
+try:
+    with LocalPoolEngine(2) as pool:
+        victim = next(iter(pool._pool._processes.values()))
+        os.kill(victim.pid, signal.SIGKILL)  # before it takes its task from the queue
+        victim.join()
+        pool.start(config)  # the task (the tokenizer's kit, MBs) for each process
+        list(pool.map([[Conversation("c", "s", 0, msgs)]]))
+except RunError as exc:
+    print(exc.cli_line())
+"""
+
+
+def test_a_pool_process_dead_before_its_task_does_not_hang_the_exit():
+    """A pool process killed before it took its task (the OOM killer at start-up): the build
+    failed with its one line, then never exited: the task, MBs of pickled tokenizer kit, sat
+    in the task queue's pipe, and multiprocessing's exit hook waits for the queue's feeder
+    thread to deliver it to a reader that is gone (a driver left hanging for 28 minutes)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", DIES_BEFORE_ITS_TASK, str(qwen3_tokenizer_dir())],
+        capture_output=True,
+        text=True,
+        timeout=60,  # ~10 s: a template load and two process starts
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == (
         "draftset: a worker process died while running the row step (killed, or out of memory?)"
     )
 

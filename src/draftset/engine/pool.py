@@ -157,6 +157,9 @@ class LocalPoolEngine(Engine):
             stop_pool(self._pool)
         self._feed(None)
         self._pool.shutdown(wait=not failed)
+        # a task a dead process never took (MBs of kit) would stay in the queue's pipe, and
+        # multiprocessing's exit hook would wait for its feeder thread to deliver it: forever
+        self._configs.cancel_join_thread()
 
 
 ENGINE = LocalPoolEngine
