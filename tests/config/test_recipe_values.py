@@ -2,7 +2,8 @@
 
 An outside probe found: a share given as text under `mix:` failed deep in the build with a
 traceback (`TypeError: must be real number, not str`); a misspelled source name under
-`mix.sources` took no row and shrank the set without a word (8 rows became 3); an unquoted
+`mix.sources` took no row and shrank the set without a word (8 rows became 3); shares not
+summing to 1 were refused only after the mix's pre-pass had read every row; an unquoted
 date in `template_kwargs` (YAML reads it as a date) failed the build at its last step,
 writing the manifest, after every row was rendered; the same in `generate.extra_body`.
 """
@@ -52,6 +53,11 @@ def recipe(tmp: Path, extra: str) -> Path:
             "mix.sources: no source named 'nosuch' (sources: chats)",
         ),
         ("mix: {modes: {thinkin: 1}}", "mix.modes: no mode named 'thinkin'"),
+        (  # read every row (the mix's pre-pass) before it said so
+            "mix: {modes: {thinking: 1, no_thinking: 1}}",
+            "mix.modes: shares must sum to 1, got 2",
+        ),
+        ("mix: {sources: {chats: 0.25}}", "mix.sources: shares must sum to 1, got 0.25"),
         (
             "template_kwargs: {cutoff: 2026-01-01}",
             "recipe key template_kwargs: cutoff is of type date, not a JSON value (YAML reads an"

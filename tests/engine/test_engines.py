@@ -7,13 +7,18 @@ import json
 import multiprocessing
 import os
 import pickle
+import signal
+import subprocess
+import sys
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 
 import numpy as np
+import pytest
 from conftest import qwen3_tokenizer_dir
 
 from draftset.config.options import BuildOptions
+from draftset.core.errors import RunError
 from draftset.core.records import Conversation, PromptOnly, Reject
 from draftset.engine import worker
 from draftset.engine.helper import Sidecar, stop_pool
@@ -123,6 +128,71 @@ def test_pool_processes_start_after_the_helpers_import():
     closed.close(failed=True)
     late.set_result(None)  # after close: nothing starts, nothing raises
     assert not closed._pool._processes  # type: ignore[attr-defined]
+
+
+def test_a_killed_pool_worker_is_one_line_exit_1_not_a_traceback():
+    """A pool process killed mid-run (the OOM killer, kill -9) broke the pool, and the build
+    ended in concurrent.futures' BrokenProcessPool traceback (~25 lines), where the helper's
+    death and a Ray worker's are one line each: now a `RunError` (exit 1) saying what died."""
+    spec = TemplateSpec(str(qwen3_tokenizer_dir()), None, {}, ())
+    opts = BuildOptions(sources=[], tokenizer=spec.tokenizer, out=None)  # type: ignore[arg-type]
+    config = mask_config(opts, spec, describe_template(ChatTemplate(spec)))
+    many = [[conv(100 * b + k, 50) for k in range(4)] for b in range(40)]  # more than in flight
+    with LocalPoolEngine(2) as pool:
+        pool.start(config)
+        results = pool.map(many)
+        next(results)  # mid-run: the pool works, batches still to submit
+        victim = next(iter(pool._pool._processes.values()))  # type: ignore[attr-defined]
+        os.kill(victim.pid, signal.SIGKILL)
+        with pytest.raises(RunError) as caught:
+            list(results)
+    assert caught.value.exit_code == 1
+    line = caught.value.cli_line()
+    assert line == (
+        "draftset: a worker process died while running the row step (killed, or out of memory?)"
+    )
+
+
+DIES_BEFORE_ITS_TASK = """
+import os, signal, sys
+from draftset.config.options import BuildOptions
+from draftset.core.errors import RunError
+from draftset.core.records import Conversation
+from draftset.engine.pool import LocalPoolEngine
+from draftset.mask.template import ChatTemplate, TemplateSpec, describe_template
+from draftset.pipeline.build import mask_config
+
+spec = TemplateSpec(sys.argv[1], None, {}, ())
+opts = BuildOptions(sources=[], tokenizer=spec.tokenizer, out=None)
+config = mask_config(opts, spec, describe_template(ChatTemplate(spec)))
+msgs = [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]
+try:
+    with LocalPoolEngine(2) as pool:
+        victim = next(iter(pool._pool._processes.values()))
+        os.kill(victim.pid, signal.SIGKILL)  # before it takes its task from the queue
+        victim.join()
+        pool.start(config)  # the task (the tokenizer's kit, MBs) for each process
+        list(pool.map([[Conversation("c", "s", 0, msgs)]]))
+except RunError as exc:
+    print(exc.cli_line())
+"""
+
+
+def test_a_pool_process_dead_before_its_task_does_not_hang_the_exit():
+    """A pool process killed before it took its task (the OOM killer at start-up): the build
+    failed with its one line, then never exited: the task, MBs of pickled tokenizer kit, sat
+    in the task queue's pipe, and multiprocessing's exit hook waits for the queue's feeder
+    thread to deliver it to a reader that is gone (a driver left hanging for 28 minutes)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", DIES_BEFORE_ITS_TASK, str(qwen3_tokenizer_dir())],
+        capture_output=True,
+        text=True,
+        timeout=60,  # ~10 s: a template load and two process starts
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == (
+        "draftset: a worker process died while running the row step (killed, or out of memory?)"
+    )
 
 
 def test_manifest_records_the_engine_outside_the_set(tmp_path):

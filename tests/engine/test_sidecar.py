@@ -46,6 +46,20 @@ def test_a_dying_helper_raises_instead_of_hanging():
         side.call("exiting on purpose", os._exit, 3)
 
 
+def test_a_job_asked_of_a_dead_helper_is_named_as_the_caller_named_it():
+    """Once the helper is dead, a new job failed at its submission and was named by its
+    function: a Ray build whose helper was killed ended "died while running
+    save_token_freq_pt", a local one "while running process_batch"; now as the caller says."""
+    with Sidecar() as side:
+        with pytest.raises(SidecarError, match="died while exiting on purpose"):
+            side.call("exiting on purpose", os._exit, 3)
+        with pytest.raises(SidecarError) as caught:
+            side.call("writing token_freq.pt", os.getpid)
+    assert str(caught.value) == (
+        "the helper process died while writing token_freq.pt (killed, or out of memory?)"
+    )
+
+
 def test_job_exceptions_come_back_as_they_are():
     with Sidecar() as side, pytest.raises(ValueError, match="invalid literal"):
         side.call("parsing", int, "not a number")

@@ -231,6 +231,38 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, capsys, args, needle):
     assert not any(p.name.startswith(".out.") for p in tmp_path.iterdir())
 
 
+FAILS_ONCE_LOADED = """
+import sys
+import draftset.pipeline.build as build
+build.set_tokenizer_problem = lambda *a: "a set built with another tokenizer (stand-in)"
+from draftset.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_failure_once_the_template_has_loaded_exits_with_two_workers(tmp_path):
+    """`--workers 2`: a build failing just after the template loaded (a built set read with
+    another tokenizer, found only then) printed its one line and then never exited: the
+    pool's processes were stopped before they took their task, MBs of pickled kit, and
+    multiprocessing's exit hook waited for the queue to deliver it. 2 runs of 2 hung."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(i, f"answer {i}") for i in range(3)])
+    argv = ["build", str(src), "--tokenizer", str(qwen3_tokenizer_dir()), "--workers", "2"]
+    argv += ["--out", str(tmp_path / "o"), "--no-progress"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), *sys.path]))
+    proc = subprocess.run(
+        [sys.executable, "-c", FAILS_ONCE_LOADED, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,  # ~5 s: a template load; it hung forever
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == (
+        "draftset: error: a set built with another tokenizer (stand-in)"
+    ), proc.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]
+
+
 def test_nothing_written_exits_1(tmp_path, capsys):
     src = write_jsonl(tmp_path / "a.jsonl", [chat(1, "OK."), {"messages": []}])
     code = main(

@@ -38,6 +38,7 @@ from draftset.output.folder import (
     replaceable,
 )
 from draftset.select.decontam import check_benchmark_file
+from draftset.select.modes import SHARES_TOLERANCE
 from draftset.sources.normalize import MAPPABLE_FIELDS
 from draftset.sources.presets import apply_preset
 from draftset.sources.read import HUB_PREFIX, Source, built_set_manifest
@@ -145,8 +146,9 @@ RENDER_VARIABLES = frozenset({"messages", "tools", "documents", "add_generation_
 
 def check_mix(mix: Any, source_names: list[str]) -> None:
     """``mix:`` (docs/mixtures.md): `modes` and/or `sources`, each a mapping of known names to
-    shares (numbers >= 0). A misspelled source took no row and shrank the set without a word;
-    a share given as text failed deep in the build with a traceback."""
+    shares (numbers >= 0) summing to 1. A misspelled source took no row and shrank the set
+    without a word; a share given as text failed deep in the build with a traceback; shares
+    not summing to 1 were refused only after the mix's pre-pass had read every row."""
     if mix is None:
         return
     if not isinstance(mix, dict) or not mix or set(mix) - {"modes", "sources"}:
@@ -168,6 +170,9 @@ def check_mix(mix: Any, source_names: list[str]) -> None:
                 f"mix.{key}: no {what} named {', '.join(map(repr, unknown))}"
                 f" ({what}s: {', '.join(known[key])})"
             )
+        total = sum(shares.values())
+        if abs(total - 1.0) > SHARES_TOLERANCE:  # the mix's own check, after its pre-pass
+            raise PreflightError(f"mix.{key}: shares must sum to 1, got {total:.6g}")
 
 
 def check_sampling(opts: BuildOptions) -> None:

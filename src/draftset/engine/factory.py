@@ -118,7 +118,7 @@ class RowStage:
         side = self.side
         if side is None:
             return None
-        pending = side.submit(fn, path)
+        pending = side.submit(fn, path, what=what)
         return lambda *_: side.result(pending, what)
 
 

@@ -101,11 +101,13 @@ class Sidecar:
         )
         self._process: Any = None  # the child, once started: its exit code explains a death
 
-    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+    def submit(self, fn: Callable[..., T], *args: Any, what: str | None = None) -> Future[T]:
+        """``fn(*args)`` started in the helper; ``what``: the job as a failure names it (the
+        helper found dead already), by default the function's name."""
         try:
             future = self._ex.submit(fn, *args)
         except BrokenProcessPool as exc:
-            self._died(f"running {getattr(fn, '__name__', 'a job')}", exc)
+            self._died(what or f"running {getattr(fn, '__name__', 'a job')}", exc)
         if self._process is None:
             self._process = next(iter((getattr(self._ex, "_processes", None) or {}).values()), None)
         return future
@@ -129,7 +131,7 @@ class Sidecar:
         ) from exc
 
     def call(self, what: str, fn: Callable[..., T], *args: Any) -> T:
-        return self.result(self.submit(fn, *args), what)
+        return self.result(self.submit(fn, *args, what=what), what)
 
     def close(self, wait: bool = True) -> None:
         self._ex.shutdown(wait=wait, cancel_futures=True)

@@ -21,8 +21,10 @@ import os
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, NoReturn
 
+from draftset.core.errors import RunError
 from draftset.engine import worker
 from draftset.engine.base import (
     Batch,
@@ -45,6 +47,19 @@ IN_FLIGHT_PER_WORKER = 3
 
 InFlight = tuple[Future[Any], bool]
 """A submitted batch's future, and whether the helper runs it."""
+
+
+ROW_STEP = "running the row step"
+"""What a worker or the helper was doing when found dead (its error says so)."""
+
+
+class WorkerDied(RunError):
+    """A pool process died (killed, out of memory): the pool is broken, the build fails (exit
+    1) with one line, as when the helper or a Ray worker dies."""
+
+
+def _died(exc: BrokenProcessPool) -> NoReturn:
+    raise WorkerDied(f"a worker process died while {ROW_STEP} (killed, or out of memory?)") from exc
 
 
 class LocalPoolEngine(Engine):
@@ -100,7 +115,7 @@ class LocalPoolEngine(Engine):
     def start(self, config: WorkerTask) -> None:
         self._feed(config)
         if self._helper is not None:  # the helper builds its step on the template it holds
-            self._helper.submit(worker.start_on_kept, kitless(config))
+            self._helper.submit(worker.start_on_kept, kitless(config), what=ROW_STEP)
 
     def map(self, batches: Iterable[Batch]) -> Iterator[Any]:
         window: deque[InFlight] = deque()
@@ -118,14 +133,21 @@ class LocalPoolEngine(Engine):
         if self._helper is not None:
             unfinished = [in_helper for future, in_helper in window if not future.done()]
             to_helper = unfinished.count(True) * self._pool_size < unfinished.count(False)
-        ex = self._helper if to_helper and self._helper is not None else self._pool
-        return ex.submit(worker.process_batch, batch), to_helper
+        if to_helper and self._helper is not None:
+            return self._helper.submit(worker.process_batch, batch, what=ROW_STEP), True
+        try:
+            return self._pool.submit(worker.process_batch, batch), False
+        except BrokenProcessPool as exc:  # a process died since the last batch
+            _died(exc)
 
     def _result(self, future: Future[Any], in_helper: bool) -> Any:
         if in_helper:  # a dead helper is a `SidecarError` (exit 1), not a bare traceback
             assert self._helper is not None
-            return self._helper.result(future, "running the row step")
-        return future.result()
+            return self._helper.result(future, ROW_STEP)
+        try:
+            return future.result()
+        except BrokenProcessPool as exc:
+            _died(exc)
 
     def finish(self) -> None:
         self._pool.shutdown(wait=False)
@@ -135,6 +157,9 @@ class LocalPoolEngine(Engine):
             stop_pool(self._pool)
         self._feed(None)
         self._pool.shutdown(wait=not failed)
+        # a task a dead process never took (MBs of kit) would stay in the queue's pipe, and
+        # multiprocessing's exit hook would wait for its feeder thread to deliver it: forever
+        self._configs.cancel_join_thread()
 
 
 ENGINE = LocalPoolEngine

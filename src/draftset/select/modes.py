@@ -112,10 +112,14 @@ def largest_remainder(shares: Sequence[float], total: int) -> list[int]:
     return out
 
 
+SHARES_TOLERANCE = 1e-6
+"""How far from 1 a mix's shares may sum (preflight refuses the same before any work)."""
+
+
 def _check_shares(shares: Mapping[str, float], what: str) -> None:
     if any(not math.isfinite(v) or v < 0 for v in shares.values()):
         raise MixError(f"{what} shares must be non-negative numbers: {dict(shares)}")
-    if shares and abs(sum(shares.values()) - 1.0) > 1e-6:
+    if shares and abs(sum(shares.values()) - 1.0) > SHARES_TOLERANCE:
         raise MixError(f"{what} shares must sum to 1, got {sum(shares.values()):.6g}")
 
 
