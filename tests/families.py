@@ -368,6 +368,28 @@ def hf_tokenizer(path: Path) -> Any:
     return _TOKENIZERS[key]
 
 
+def rows_text(out: Path, tokenizer: Path) -> dict[str, str]:
+    """A built set's rows decoded (special tokens kept), by id."""
+    from draftset.output.readback import open_output
+
+    tok = hf_tokenizer(tokenizer)
+    folder = open_output(out)
+    return {
+        rid: tok.decode(folder.row(i)["input_ids"], skip_special_tokens=False)
+        for i, rid in enumerate(folder.ids())
+    }
+
+
+def served_text(
+    template: Path, tokenizer: Path, messages: list, tools: list | None = None, **kwargs: Any
+) -> str:
+    """The independent expectation of a serving-engine test: transformers' own render of the
+    messages as the engine hands them over (written out by hand in each test)."""
+    return hf_tokenizer(tokenizer).apply_chat_template(
+        messages, tools=tools, chat_template=template.read_text(), tokenize=False, **kwargs
+    )
+
+
 def _render(tok: Any, template: str, messages: list, tools: Any, gen: bool = False) -> str:
     return tok.apply_chat_template(
         messages, tools=tools, chat_template=template, add_generation_prompt=gen, tokenize=False

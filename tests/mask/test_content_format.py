@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from conftest import qwen3_tokenizer_dir, trl_template
 from content_formats import EDGE_TEMPLATES
-from families import FAMILIES, hf_tokenizer, make_tokenizer
+from families import FAMILIES, make_tokenizer, rows_text
+from families import served_text as served
 from rows import build_rows
 
 from draftset.checks.verify import run_verify
 from draftset.core.records import NO_CONTENT, RawRow
 from draftset.mask.content_format import content_format
-from draftset.output.readback import open_output
 from draftset.sources.normalize import normalize
 
 WEATHER = {
@@ -72,23 +72,6 @@ def test_the_normalizer_remembers_which_messages_had_no_content():
         )
     )
     assert shifted.meta[NO_CONTENT] == {2: True}  # after the inserted system message
-
-
-def rows_text(out: Path, tokenizer: Path) -> dict[str, str]:
-    tok = hf_tokenizer(tokenizer)
-    folder = open_output(out)
-    return {
-        rid: tok.decode(folder.row(i)["input_ids"], skip_special_tokens=False)
-        for i, rid in enumerate(folder.ids())
-    }
-
-
-def served(template: Path, tokenizer: Path, messages: list, tools: list | None = None) -> str:
-    """The independent expectation: transformers' own render of the messages as vLLM hands
-    them over (written out by hand in each test)."""
-    return hf_tokenizer(tokenizer).apply_chat_template(
-        messages, tools=tools, chat_template=template.read_text(), tokenize=False
-    )
 
 
 def test_qwen3_vl_answers_given_as_empty_and_as_no_content_render_as_vllm_renders(tmp_path):

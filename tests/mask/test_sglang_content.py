@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from conftest import qwen3_tokenizer_dir, trl_template
-from families import hf_tokenizer
+from families import rows_text
+from families import served_text as served
 from rows import build_rows, rejects_by_id
 
 from draftset.checks.verify import run_verify
@@ -67,23 +68,6 @@ def test_sglangs_walk_on_real_templates() -> None:
     # a word in a comment is enough for SGLang (its shortcut), not for vLLM
     assert sglang_content_format(trl_template("qwen3_instruct_2507_training").read_text()) == (
         "openai"
-    )
-
-
-def rows_text(out: Path, tokenizer: Path) -> dict[str, str]:
-    tok = hf_tokenizer(tokenizer)
-    folder = open_output(out)
-    return {
-        rid: tok.decode(folder.row(i)["input_ids"], skip_special_tokens=False)
-        for i, rid in enumerate(folder.ids())
-    }
-
-
-def served(template: Path, tokenizer: Path, messages: list, tools: list | None = None) -> str:
-    """The independent expectation: transformers' own render of the messages as SGLang hands
-    them over (written out by hand in each test)."""
-    return hf_tokenizer(tokenizer).apply_chat_template(
-        messages, tools=tools, chat_template=template.read_text(), tokenize=False
     )
 
 
@@ -143,16 +127,16 @@ def test_an_openai_template_gets_parts_as_sent_and_strings_as_strings(tmp_path: 
         template_kwargs={"enable_thinking": False},
     )
     call = {**CALL, "function": {"name": "weather", "arguments": {"city": "Oslo"}}}
-    want = hf_tokenizer(tok).apply_chat_template(
+    want = served(
+        template,
+        tok,
         [
             {"role": "user", "content": parts("Red.", "Green.")},
             {"role": "assistant", "content": "", "tool_calls": [call]},
             {"role": "tool", "content": "rain cold"},  # a tool result's parts: joined
             {"role": "assistant", "content": ANSWER},
         ],
-        tools=prepare_tools([TOOL], "sglang"),
-        chat_template=template.read_text(),
-        tokenize=False,
+        prepare_tools([TOOL], "sglang"),
         enable_thinking=False,
     )
     assert rows_text(out, tok)["r"] == want
