@@ -1678,3 +1678,27 @@ def test_a_set_of_prompts_only_passes_verify(tmp_path):
     assert [n for n, c in checks.items() if c.failed] == []
     assert checks["speculators_load"].status == "skip"  # (speculators: the test setup's)
     assert "no rows" in checks["speculators_load"].summary
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_unreadable_shards_fail_structure_alone(built, tmp_path, damage):
+    """A shard deleted or overwritten: structure fails, naming it; the checks that compare the
+    manifest with the data have no data to compare and say so (skip), instead of failing as a
+    cascade behind structure (accounting listed 18 problems and token_freq a recount of nothing;
+    outside newcomer probe, session 27). The manifest's own balance is still checked."""
+    folder = copy_set(built["all"], tmp_path)
+    shard = folder / "data-00000-of-00001.arrow"
+    if damage == "missing":
+        shard.unlink()
+    else:
+        shard.write_bytes(b"not arrow")
+    res = by_name(verify(folder))
+    assert res["structure"].status == "fail"
+    assert res["token_freq"].status == "skip" and "structure" in res["token_freq"].summary
+    assert res["accounting"].status == "pass", res["accounting"].summary
+    assert "not compared" in res["accounting"].summary
+    # a manifest out of balance still fails accounting
+    m = manifest(folder)
+    m["counts"]["per_source"]["chats"]["written"] += 1
+    save_manifest(folder, m)
+    assert by_name(verify(folder))["accounting"].status == "fail"
