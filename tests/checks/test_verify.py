@@ -1702,3 +1702,29 @@ def test_unreadable_shards_fail_structure_alone(built, tmp_path, damage):
     m["counts"]["per_source"]["chats"]["written"] += 1
     save_manifest(folder, m)
     assert by_name(verify(folder))["accounting"].status == "fail"
+
+
+def test_pretokenized_rows_whose_mask_runs_past_the_end_of_turn_pass_verify(tmp_path, tok):
+    """Pre-tokenized rows from a `{% generation %}` mask such as trl's qwen3_training (it tags
+    `<|im_end|>\\n`: the newline after the end-of-turn token is supervised) were built, exit 0,
+    and then failed verify's truncation check on every row: build counted as truncated only
+    rows its length rule cut, verify every row whose last supervised token is no stop token.
+    One definition now (the row's own tokens): such a row ends inside an answer and is counted
+    so; under --truncation drop it is no cut, so no complaint (outside scale probe)."""
+    ids = tok.encode(
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello there.<|im_end|>\n"
+    ).ids
+    start = ids.index(tok.token_to_id("<|im_start|>"), 1) + 1  # from "assistant" on, as tagged
+    rows = [
+        {"id": f"t{i}", "input_ids": ids, "loss_mask": [0] * start + [1] * (len(ids) - start)}
+        for i in range(2)
+    ]
+    src = write_jsonl(tmp_path / "pre.jsonl", rows)
+    opts = BuildOptions(
+        [Source("pre", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1, dedup="none"
+    )
+    out = run_build(opts).out
+    res = by_name(verify(out))
+    assert res["truncation"].status == "pass", res["truncation"].summary
+    assert manifest(out)["counts"]["per_source"]["pre"]["truncated"] == 2
+    assert failed(verify(out)) <= {"drafter_fitness"}

@@ -510,9 +510,14 @@ def apply_length_rules(
 
 
 def encode_pretokenized(
-    row: PreTokenized, rules: LengthRules, vocab_size: int
+    row: PreTokenized, rules: LengthRules, vocab_size: int, stop_ids: frozenset[int] = frozenset()
 ) -> EncodedRow | Reject:
-    """Pass a pre-tokenized row through the same validation and length rules."""
+    """Pass a pre-tokenized row through the same validation and length rules.
+
+    Its mask is the row's own: a run need not end with an end-of-turn token (trl's
+    ``{% generation %}`` tags supervise the newline after ``<|im_end|>``). Such a row ends
+    inside an answer as its tokens show (``stop_ids``: the end-of-turn ids), and is counted
+    ``truncated`` so, as verify counts it; cut or not."""
     ids = np.asarray(row.input_ids, dtype=np.int64)
     if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
         return Reject(
@@ -523,4 +528,9 @@ def encode_pretokenized(
             f"token id outside the vocabulary [0, {vocab_size})",
         )
     mask = np.asarray(row.loss_mask, dtype=np.int8)
-    return apply_length_rules(row.source, row.row, row.id, ids.astype(np.int32), mask, rules)
+    out = apply_length_rules(row.source, row.row, row.id, ids.astype(np.int32), mask, rules)
+    if isinstance(out, EncodedRow) and stop_ids:
+        supervised = np.flatnonzero(out.loss_mask)
+        last = int(out.input_ids[supervised[-1]]) if supervised.size else None
+        out.truncated = last is not None and last not in stop_ids
+    return out

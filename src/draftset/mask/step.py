@@ -131,7 +131,7 @@ class MaskStep:
                     plans.append(rp)
                     owners.append(res)
             elif isinstance(item, PreTokenized):
-                out = encode_pretokenized(item, self.rules, self.vocab_size)
+                out = encode_pretokenized(item, self.rules, self.vocab_size, self.template.eot_ids)
                 (res.rows if isinstance(out, EncodedRow) else res.rejects).append(out)  # type: ignore[arg-type]
         encoded = encode_plans(self.template.backend, plans, self.rules, self._token_bytes(plans))
         for rp, enc, res in zip(plans, encoded, owners, strict=True):
