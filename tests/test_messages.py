@@ -150,7 +150,7 @@ def test_show_id_of_a_rejected_row_points_to_its_reject_line(small_set, capsys):
 
 def test_show_row_out_of_range_says_how_many_and_names_id(small_set, capsys):
     line = _usage(capsys, "show", str(small_set), "--row", "5")
-    assert "the set has 2 rows (--row 0..1)" in line and "--id" in line
+    assert "the set has 2 rows (--row 0..1, or -1..-2 from the end)" in line and "--id" in line
 
 
 # --- 20. help: every option says what it does and its default ------------------------------------

@@ -226,3 +226,21 @@ def test_block_size_below_two_is_refused_alike(folder, tmp_path, capsys, command
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--block-size" in err[0] and ">= 2" in err[0], err
     assert cli_main([command, str(folder), *extra[command], "--block-size", "2"]) == 0
+
+
+def test_show_row_counts_from_the_end_as_python_does(folder, capsys):
+    """``--row -1`` is the last row, as ``api``'s ``row(-1)`` and any Python sequence (the
+    command refused it: "-1 is negative: row indices start at 0"; outside newcomer probe)."""
+    from draftset.output.readback import open_output
+
+    ids = open_output(folder).ids()
+    n = len(ids)
+
+    def text(row: int) -> str:
+        return render(folder, row=row).export_text(clear=False)
+
+    assert text(-1) == text(n - 1) and text(-n) == text(0)
+    assert main([str(folder), "--row", "-1"]) == 0
+    assert ids[-1] in capsys.readouterr().out
+    assert main([str(folder), "--row", str(-n - 1)]) == 2
+    assert f"--row {-n - 1} out of range" in capsys.readouterr().err

@@ -21,15 +21,14 @@ manifest's path, or --tokenizer.
 
 
 def row_index(value: str) -> int:
-    """``--row``: an index into the set; a value that is not one (``pad-1``) is likely an id."""
+    """``--row``: an index into the set (-1 the last row, as in Python); a value that is not
+    one (``pad-1``) is likely an id."""
     try:
         index = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a row index (0, 1, 2, ...): for a row id use --id {value}"
         ) from None
-    if index < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative: row indices start at 0")
     return index
 
 

@@ -591,9 +591,8 @@ class ShowArgs(Options):
         int | None,
         Cli(metavar="N", mutex="which"),  # the command parses it (`commands.show.row_index`)
         Field(
-            ge=0,
-            description="the set's row N (0-based index in the set; rejects.jsonl's"
-            " `row` is another thing: a rejected row's index in its source)",
+            description="the set's row N (0-based index in the set, -1 the last row;"
+            " rejects.jsonl's `row` is another thing: a rejected row's index in its source)",
         ),
     ] = None
     row_id: Annotated[

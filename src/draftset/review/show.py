@@ -120,12 +120,12 @@ def find_row(out: OutputSet, row: int | None, row_id: str | None) -> int:
     assert row is not None
     if n == 0:
         raise ShowError(f"--row {row}: the set has no rows{_where_rows_went(out)}")
-    if not 0 <= row < n:
+    if not -n <= row < n:
         raise ShowError(
-            f"--row {row} out of range: the set has {plural(n, 'row')} (--row 0..{n - 1});"
-            " --id ID finds a row by its id"
+            f"--row {row} out of range: the set has {plural(n, 'row')} (--row 0..{n - 1},"
+            f" or -1..-{n} from the end); --id ID finds a row by its id"
         )
-    return row
+    return row % n  # -1 is the last row, as in Python
 
 
 def _where_rows_went(out: OutputSet) -> str:
