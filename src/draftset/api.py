@@ -295,6 +295,11 @@ def _not_found(path: Path) -> str:
     some (``a.jsonl@count=2@weight=3``: one ``@``, then comma-separated options), or that a
     quoted wildcard is not expanded (``'x/*.jsonl'``)."""
     text = str(path)
+    if text == "-":  # the Unix spelling of standard input
+        return (
+            "source not found: - (standard input is not a source: the workers read ranges of"
+            " each file and a rerun reads it again; save the rows to a file and give its path)"
+        )
     if re.search(r"@\w+=", text):
         return (
             f"source not found: {text} (source options follow one @, comma-separated:"

@@ -320,3 +320,12 @@ def test_a_field_mapped_twice_is_refused_as_a_repeated_option_is(tmp_path, capsy
     assert not (tmp_path / "o").exists()
     with pytest.raises(RecipeError, match="--field output given twice"):
         api.build(sources=[str(src)], fields=pairs, tokenizer="tok", out=str(tmp_path / "o"))
+
+
+def test_standard_input_as_a_source_says_to_give_a_file(tmp_path, capsys):
+    """``-`` (the Unix way to say standard input) said "source not found: -": draftset reads
+    files (the workers read ranges of them, a rerun reads them again), so it says so."""
+    assert build("-", "--out", str(tmp_path / "out")) == EXIT_USAGE
+    line = one_error_line(capsys)
+    assert "standard input" in line and "save the rows to a file" in line, line
+    assert not (tmp_path / "out").exists()
