@@ -1030,17 +1030,12 @@ def _check_reject_messages(
     if error is not None and error not in _SENTINELS and not error.startswith(_BOUND_ERRORS):
         want[reasons.TEMPLATE_ERROR] = error
     if error is None and not expected:
-        why = ", ".join(f"{k}={v}" for k, v in sorted(context.items()))
-        want[reasons.NO_SUPERVISED_TURN] = f"no assistant turn can be supervised ({why})"
+        want[reasons.NO_SUPERVISED_TURN] = reasons.no_supervised_turn_message(context)
     leak = None
     if error == SPECIAL_TOKEN_TEXT:
         leak = reasons.special_token_in_answer(originals, _special_pattern(tmpl))
     if leak is not None:
-        j, key, tok = leak
-        want[reasons.SPECIAL_TOKEN_IN_ANSWER] = (
-            f"assistant message {j}'s {key} holds the text of special token {tok!r}"
-            " (a server that leaked its stop token?); it would be encoded as that token"
-        )
+        want[reasons.SPECIAL_TOKEN_IN_ANSWER] = reasons.special_token_in_answer_message(leak)
     if error == UNSERVABLE:
         harmony, engine = tmpl.harmony is not None, tmpl.serving_engine
         special = _special_pattern(tmpl)

@@ -483,6 +483,23 @@ def special_token_in_answer(
     return None
 
 
+def special_token_in_answer_message(leak: tuple[int, str, str]) -> str:
+    """The `special_token_in_answer` reject's message for `special_token_in_answer`'s find
+    (build writes it, verify re-derives it)."""
+    j, key, token = leak
+    return (
+        f"assistant message {j}'s {key} holds the text of special token {token!r}"
+        " (a server that leaked its stop token?); it would be encoded as that token"
+    )
+
+
+def no_supervised_turn_message(context_turns: Mapping[str, int]) -> str:
+    """The `no_supervised_turn` reject's message: each context-only turn reason's count
+    (build writes it, verify re-derives it)."""
+    why = ", ".join(f"{k}={v}" for k, v in sorted(context_turns.items()))
+    return f"no assistant turn can be supervised ({why})"
+
+
 def answer_strings(msg: dict) -> Iterator[tuple[str, str]]:
     """(field, text) of every string an assistant message gives the template to render."""
     for key in ("reasoning_content", "content"):

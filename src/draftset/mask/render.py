@@ -316,16 +316,9 @@ def plan_conversation(
         messages = messages[: last + 1]
     leak = reasons.special_token_in_answer(messages, _special_pattern(tmpl))
     if leak is not None:  # text the model never writes as text: reject, never guess
-        j, key, tok = leak
+        msg = reasons.special_token_in_answer_message(leak)
         plan.rejects.append(
-            Reject(
-                conv.source,
-                conv.row,
-                conv.id,
-                reasons.SPECIAL_TOKEN_IN_ANSWER,
-                f"assistant message {j}'s {key} holds the text of special token {tok!r}"
-                " (a server that leaked its stop token?); it would be encoded as that token",
-            )
+            Reject(conv.source, conv.row, conv.id, reasons.SPECIAL_TOKEN_IN_ANSWER, msg)
         )
         return plan
     harmony, engine = tmpl.harmony is not None, tmpl.serving_engine
@@ -454,16 +447,8 @@ def _plan_whole(
         plan.rejects.append(_template_reject(conv, exc))
         return
     if not spans:
-        why = ", ".join(f"{k}={v}" for k, v in sorted(plan.context_turns.items()))
-        plan.rejects.append(
-            Reject(
-                conv.source,
-                conv.row,
-                conv.id,
-                reasons.NO_SUPERVISED_TURN,
-                f"no assistant turn can be supervised ({why})",
-            )
-        )
+        msg = reasons.no_supervised_turn_message(plan.context_turns)
+        plan.rejects.append(Reject(conv.source, conv.row, conv.id, reasons.NO_SUPERVISED_TURN, msg))
         return
     plan.rows.append(make_row(conv, conv.id, full, spans))
     if mode == "all" and tmpl.has_generation_tags:
@@ -541,13 +526,5 @@ def _plan_each(
         text = full if turn.continued is None else turn.continued
         plan.rows.append(make_row(conv, row_id, text, [(start, start + len(turn.generation), j)]))
     if not plan.rows and not plan.rejects:
-        why = ", ".join(f"{k}={v}" for k, v in sorted(plan.context_turns.items()))
-        plan.rejects.append(
-            Reject(
-                conv.source,
-                conv.row,
-                conv.id,
-                reasons.NO_SUPERVISED_TURN,
-                f"no assistant turn can be supervised ({why})",
-            )
-        )
+        msg = reasons.no_supervised_turn_message(plan.context_turns)
+        plan.rejects.append(Reject(conv.source, conv.row, conv.id, reasons.NO_SUPERVISED_TURN, msg))
