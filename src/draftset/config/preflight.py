@@ -15,7 +15,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from draftset.config.fields import boolean_text_problem, flag_of, json_value_problem, validated
 from draftset.config.recipe import check_source
@@ -422,22 +422,11 @@ def template_syntax_error(text: str) -> str | None:
     """
     # lazy: jinja2 only when a --chat-template file is given
     import jinja2  # lazy: as above
-    import jinja2.ext  # lazy: as above
-    import jinja2.sandbox  # lazy: as above
 
-    class _GenerationTag(jinja2.ext.Extension):
-        tags: ClassVar[set[str]] = {"generation"}
+    from draftset.mask.sandbox import quick_parse  # lazy: as above
 
-        def parse(self, parser: Any) -> Any:
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return jinja2.nodes.Scope(body, lineno=lineno)
-
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-        extensions=[jinja2.ext.loopcontrols, _GenerationTag]
-    )
     try:
-        env.parse(text)
+        quick_parse(text)
         return None
     except jinja2.TemplateSyntaxError:
         pass
@@ -445,7 +434,7 @@ def template_syntax_error(text: str) -> str | None:
         # lazy: transformers takes seconds to import: only for a template file
         from transformers.utils.chat_template_utils import _compile_jinja_template
     except ImportError:
-        _compile_jinja_template = env.from_string
+        _compile_jinja_template = quick_parse
     try:
         _compile_jinja_template(text)
     except jinja2.TemplateSyntaxError as exc:

@@ -141,10 +141,9 @@ def check_servers(
             raise GenerateUsageError(f"{name} {exc}") from None
     if problem := concurrency_problem(concurrency, len(endpoints), f"{prefix}concurrency"):
         raise GenerateUsageError(problem)
-    name = "extra-body" if prefix == "--" else "extra_body"
-    if problem := json_value_problem(extra_body, f"{prefix}{name}"):
-        raise GenerateUsageError(problem)
     body_name = f"{prefix}{'extra-body' if prefix == '--' else 'extra_body'}"
+    if problem := json_value_problem(extra_body, body_name):
+        raise GenerateUsageError(problem)
     clash = sorted(RESERVED_BODY_KEYS & extra_body.keys())
     if clash:
         raise GenerateUsageError(f"{body_name} may not set {clash}: use the dedicated options")

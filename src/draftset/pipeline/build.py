@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from draftset.checks.fast import ADVISORY_CHECKS
 from draftset.checks.verify import fast_checks
@@ -479,20 +479,12 @@ def _template_variables(text: str) -> set[str] | None:
     parser would import it into the driver, seconds); None when that parse fails."""
     # lazy: jinja2 only once the build has its template
     import jinja2  # lazy: as above
-    import jinja2.ext  # lazy: as above
     from jinja2 import meta  # lazy: as above
 
-    class _Generation(jinja2.ext.Extension):  # transformers' {% generation %} block
-        tags: ClassVar[set[str]] = {"generation"}
+    from draftset.mask.sandbox import quick_parse  # lazy: as above
 
-        def parse(self, parser: Any) -> Any:
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return jinja2.nodes.Scope(body, lineno=lineno)
-
-    env = jinja2.Environment(extensions=[jinja2.ext.loopcontrols, _Generation])
     try:
-        root = env.parse(text)
+        root = quick_parse(text)
     except jinja2.TemplateError:
         return None
     # a name the template also sets ({% set reasoning_content = ... %}) is none of its inputs
