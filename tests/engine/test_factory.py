@@ -34,3 +34,38 @@ def test_local_with_one_worker_runs_inline_and_only_it_skips_the_helper():
 def test_an_unknown_engine_name_is_a_key_error():
     with pytest.raises(KeyError):
         engine_class("spark")
+
+
+def _torch_imported() -> bool:
+    import sys
+
+    return "torch" in sys.modules
+
+
+def test_the_helper_loads_the_template_without_torch_and_still_writes_token_freq_pt(tmp_path):
+    """transformers 5 imports torch with ``AutoTokenizer`` whenever it is installed (~230 MB
+    that stay); the local engine's helper is one of the row-step workers, so it carried torch
+    through the whole run (issue 27: summed RSS over 1 GiB). The helper now loads the template
+    with torch kept out, imports it only for token_freq.pt after the workers are done, and loads
+    the same template the driver would."""
+    import numpy as np
+    from conftest import qwen3_tokenizer_dir
+
+    from draftset.engine.factory import open_stage
+    from draftset.mask.template import TemplateSpec, load_template_info
+    from draftset.output.vocab import load_token_freq_pt, save_token_freq_pt
+
+    spec = TemplateSpec(str(qwen3_tokenizer_dir()))
+    with open_stage(spec, "local", 2) as stage:
+        info = stage.loaded()
+        assert stage.side is not None
+        assert stage.side.call("asking", _torch_imported) is False
+        stage.engine.finish()
+        stage.import_torch_ahead()  # as the build does once the workers are done
+        save = stage.in_helper("writing token_freq.pt", save_token_freq_pt)
+        assert save is not None
+        ids, counts = np.array([3, 151643], dtype=np.int64), np.array([5, 9], dtype=np.int64)
+        assert save(tmp_path / "f.pt", ids, counts)  # torch found for the .pt after all
+        assert stage.side.call("asking", _torch_imported) is True
+    assert load_token_freq_pt(tmp_path / "f.pt") == {3: 5, 151643: 9}
+    assert info == load_template_info(spec)  # loaded here, torch imported: the same template

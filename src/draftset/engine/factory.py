@@ -28,7 +28,9 @@ from draftset.engine.helper import (
     Sidecar,
     SidecarError,
     import_tokenizer_loader,
+    import_torch,
     release_memory,
+    without_torch,
 )
 from draftset.engine.worker import load_and_keep
 from draftset.mask.template import (
@@ -105,8 +107,15 @@ class RowStage:
         if self.side is not None:
             self.side.kill()
 
+    def import_torch_ahead(self) -> None:
+        """The workers are done: the helper imports torch for ``token_freq.pt`` now, while the
+        driver closes the set (it loaded the template without torch: `helper.without_torch`)."""
+        if self.side is not None:
+            self.side.submit(import_torch, what="importing torch")
+
     def in_helper(self, what: str, fn: Callable[..., T]) -> Callable[..., T] | None:
-        """``fn`` run in the helper process (which has torch), or None: run it here."""
+        """``fn`` run in the helper process (torch's place, not the driver's), or None: run it
+        here."""
         side = self.side
         if side is None:
             return None
@@ -146,13 +155,14 @@ def open_stage(
         return
     # The template loads once, in the helper process (fail fast, fingerprint, vocab size),
     # while the workers start and the driver reads ahead: the driver neither renders nor
-    # imports torch through AutoTokenizer, and workers render from the kit. With the local
+    # imports torch, and workers render from the kit. With the local
     # engine the helper keeps the template and is one of the workers itself.
     with helper or Sidecar(tokenizer_threads(workers)) as side:
         # the head of the load (at once when the helper was started ahead: api.build)
         imported = side.submit(import_tokenizer_loader)
         load = load_and_keep if cls.helper_works else load_template_info
-        pending = side.submit(load, spec, target_vocab_size)
+        # torch kept out: the helper works rows beside the workers as lean as they are
+        pending = side.submit(without_torch, load, spec, target_vocab_size, what="loading")
         side.submit(release_memory)  # then drop the load's garbage, off the critical path
 
         def loaded() -> TemplateInfo:

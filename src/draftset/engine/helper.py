@@ -1,12 +1,14 @@
 """One helper process for the work that imports torch, so a build's main process never does.
 
-`AutoTokenizer` imports torch when it is installed (~3 s, ~220 MB that stay), and so do
+`AutoTokenizer` imports torch when it is installed (~1-3 s, ~230 MB that stay), and so do
 ``torch.save`` / ``torch.load`` of ``token_freq.pt``. A build with worker processes runs all of
 them in one spawn child, one job after another: load the template (while the workers start and
 the main process reads ahead), drop the load's garbage (`release_memory`, after the kit is on
 its way), run the row step on the loaded template as one of the local engine's workers
 (`engine.worker.load_and_keep`; with Ray it waits idle), write ``token_freq.pt`` at the end and
-read it back for the post-build check. torch is imported once per build.
+read it back for the post-build check. The load keeps torch out (`without_torch`: a tokenizer
+needs none), so the helper works rows as lean as the other workers; torch is imported once, for
+``token_freq.pt``, once the workers are done (`import_torch`).
 
 A child that dies (killed, out of memory) raises `SidecarError` in the caller, never hangs it.
 A spawned child re-running a script that calls draftset at its top level (no
@@ -21,7 +23,7 @@ import gc
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
@@ -186,12 +188,45 @@ def uses_helper(workers: int | None, engine: str) -> bool:
     return engine_name(engine, workers) != IN_DRIVER
 
 
+@contextlib.contextmanager
+def torch_kept_out() -> Iterator[None]:
+    """transformers sees no torch inside: ``sys.modules["torch"] = None`` is Python's own way to
+    make a module unimportable, and ``importlib.util.find_spec`` (transformers'
+    ``is_torch_available``) then reports it absent. For the helper's template load only: once
+    transformers has decided, it stays torch-less in that process (it caches the answer), which
+    is right for a process that only loads tokenizers — never for the caller's own process,
+    where a notebook may load a model next. A torch imported already is left as it is.
+    """
+    if "torch" in sys.modules:
+        yield
+        return
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if "torch" in sys.modules and sys.modules["torch"] is None:
+            del sys.modules["torch"]
+
+
+def without_torch(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` with torch kept out (`torch_kept_out`): a helper job."""
+    with torch_kept_out():
+        return fn(*args)
+
+
 def import_tokenizer_loader() -> None:
     """The helper's first job when it starts ahead of the driver's own imports (`api.build`):
-    import ``AutoTokenizer`` (~3.5 s, torch included), the head of the template load."""
+    import ``AutoTokenizer``, the head of the template load (~1 s; torch kept out)."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # as `ChatTemplate` sets it
-    with contextlib.suppress(ImportError):  # the load itself reports it, as one line
+    with torch_kept_out(), contextlib.suppress(ImportError):  # the load reports it, in one line
         from transformers import AutoTokenizer  # noqa: F401  # lazy: the point of the job
+
+
+def import_torch() -> None:
+    """Import torch ahead of ``token_freq.pt`` (~1-3 s), once the workers are done: while the
+    driver closes its shards, not after (a missing torch: `save_token_freq_pt` says so)."""
+    with contextlib.suppress(ImportError):
+        import torch  # noqa: F401  # lazy: the point of the job
 
 
 def release_memory() -> None:

@@ -257,6 +257,7 @@ def _run(
             if on_progress:
                 on_progress(done, total or done)
         stage.engine.finish()  # all work is back: the workers exit now
+        stage.import_torch_ahead()  # for token_freq.pt, while the set is closed here
         acct += selected.counts  # the stream is drained: available, read, sampled_out
         available = {name: c.available for name, c in acct.sources.items()}
         notes += sampling_notes(opts.sources, available, opts.max_samples, opts.mix)
