@@ -21,6 +21,7 @@ from draftset.config.options import BuildOptions
 from draftset.core.errors import RunError
 from draftset.core.records import Conversation, PromptOnly, Reject
 from draftset.engine import worker
+from draftset.engine.base import InFlightLimit
 from draftset.engine.helper import Sidecar, stop_pool
 from draftset.engine.inline import InlineEngine
 from draftset.engine.pool import LocalPoolEngine
@@ -81,6 +82,52 @@ def test_pool_engine_returns_inline_results_in_submission_order():
     ]
     assert got == expected
     assert all(rows for _, rows, _ in expected[:-2])  # real rows, not empty results
+
+
+def test_in_flight_limit_counts_batches_and_with_a_budget_rows():
+    """Results come back in order, so finished batches wait in the driver for the ones before
+    them: `IN_FLIGHT_PER_WORKER` a worker, and with a row budget (a scan's facts, hundreds of
+    bytes a row, at 22+ workers the whole input's) at most that many rows, one batch at least."""
+    plain = InFlightLimit(2)
+    for _ in range(5):
+        plain.add([1, 2, 3, 4])
+        assert not plain.full()
+    plain.add([1, 2, 3, 4])
+    assert plain.full()  # 3 a worker
+    budget = InFlightLimit(8, max_rows=8)
+    budget.add([1, 2, 3, 4])
+    assert not budget.full()
+    budget.add([1, 2, 3, 4])
+    assert budget.full()  # 8 rows, far below 24 batches
+    budget.took()
+    assert not budget.full()
+    huge = InFlightLimit(8, max_rows=8)
+    huge.add(list(range(20)))
+    assert huge.full()  # alone over the budget: submitted all the same, then taken back
+    huge.took()
+    assert not huge.full()
+
+
+def test_pool_map_keeps_a_row_budget_and_the_same_results():
+    spec = TemplateSpec(str(qwen3_tokenizer_dir()), None, {}, ())
+    opts = BuildOptions(sources=[], tokenizer=spec.tokenizer, out=None)  # type: ignore[arg-type]
+    config = mask_config(opts, spec, describe_template(ChatTemplate(spec)))
+    many = [[conv(10 * b + k, 5) for k in range(4)] for b in range(12)]
+    pulled: list[int] = []
+
+    def feed():
+        for i, batch in enumerate(many):
+            pulled.append(i)
+            yield batch
+
+    with LocalPoolEngine(2) as pool:
+        pool.start(config)
+        plain = flatten(list(pool.map(many)))
+        got = []
+        for result in pool.map(feed(), max_rows=8):
+            got.append(result)
+            assert len(pulled) - len(got) <= 1  # 8 rows: 2 batches of 4 before taking one
+    assert flatten(got) == plain
 
 
 def test_the_helper_is_one_of_the_workers():

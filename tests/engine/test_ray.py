@@ -454,9 +454,9 @@ draftset.select.ranged.SCAN_AHEAD_ROWS = 0  # every range read by the actors, tw
 seen = {}
 plain_map = RayEngine.map
 
-def map_then_kill(self, batches):
+def map_then_kill(self, batches, max_rows=None):
     written = 0  # the blocks written: this map is the second read's (the first is nested in it)
-    for results in plain_map(self, batches):
+    for results in plain_map(self, batches, max_rows):
         if isinstance(results, BlockResult):
             written += 1
             if written == 3:  # mid-run: reads and writes are in flight on every actor

@@ -151,6 +151,31 @@ def test_worker_counts_write_the_same_bytes_with_the_workers_reading(tmp_path, m
     assert m1.pop("engine") != m2.pop("engine") and m1 == m2
 
 
+def test_scans_in_flight_keep_a_row_budget_and_the_same_bytes(tmp_path, monkeypatch):
+    """A finished scan waits in the driver for the ones before it; 3 a worker of them were the
+    whole input's facts from ~22 local workers (hundreds of bytes a row). The scans' map now
+    keeps a row budget per worker; a tiny one (one scan at a time) writes the same set."""
+    from draftset.engine.pool import LocalPoolEngine
+
+    budgets: list[int | None] = []
+    plain_map = LocalPoolEngine.map
+
+    def recording(self, batches, max_rows=None):
+        budgets.append(max_rows)
+        return plain_map(self, batches, max_rows)
+
+    monkeypatch.setattr(block_mod, "BLOCK_ROWS", 4)
+    monkeypatch.setattr(LocalPoolEngine, "map", recording)
+    sources, bench = make_sources(tmp_path)
+    wide = run_build(options(sources, tmp_path / "wide", bench, workers=2)).out
+    assert budgets == [2 * build_mod.SCAN_ROWS_PER_WORKER, None]  # the scans', the writes'
+    monkeypatch.setattr(build_mod, "SCAN_ROWS_PER_WORKER", 1)
+    narrow = run_build(options(sources, tmp_path / "narrow", bench, workers=2)).out
+    assert budgets[-2:] == [2, None]
+    got, want = read_set(narrow), read_set(wide)
+    assert got == want and want["reads"] == "workers"
+
+
 def test_the_driver_never_reads_a_row_when_the_workers_do(tmp_path, monkeypatch):
     """No whole-source read in the driver: `iter_raw_rows` is never called (the workers'
     `iter_raw_range` reads every row), and with the inline engine neither."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import pickle
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -72,6 +73,47 @@ def hold_tokenizer_threads(threads: int | None) -> None:
         os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
 
 
+IN_FLIGHT_PER_WORKER = 3
+"""Batches in flight per worker: enough to keep every worker busy, few enough for flat memory."""
+
+
+def batch_rows(batch: Batch) -> int:
+    """Rows a batch carries, for a map's row budget: a read task's or block's ``rows``, a list's
+    length (a pickled batch counts one: the driver's read-ahead, never budgeted)."""
+    rows = getattr(batch, "rows", None)
+    if isinstance(rows, int):
+        return rows
+    return len(batch) if isinstance(batch, list) else 1
+
+
+class InFlightLimit:
+    """How much one `Engine.map` keeps submitted and not yet taken back: `IN_FLIGHT_PER_WORKER`
+    batches a worker and, with ``max_rows``, at most that many rows (one batch at least,
+    whatever its size). Results come back in order, so a finished batch waits for the ones
+    before it in the driver; the row budget bounds what waits there however many workers run
+    (a scan's facts: hundreds of bytes a row)."""
+
+    def __init__(self, workers: int, max_rows: int | None = None) -> None:
+        self.batches = IN_FLIGHT_PER_WORKER * workers
+        self.max_rows = max_rows
+        self._rows: deque[int] = deque()
+        self._total = 0
+
+    def add(self, batch: Batch) -> None:
+        rows = batch_rows(batch) if self.max_rows is not None else 0
+        self._rows.append(rows)
+        self._total += rows
+
+    def full(self) -> bool:
+        """Take the oldest result back before submitting another."""
+        count = len(self._rows)
+        over_rows = self.max_rows is not None and self._total >= self.max_rows
+        return count >= self.batches or (count > 0 and over_rows)
+
+    def took(self) -> None:
+        self._total -= self._rows.popleft()
+
+
 def unpack(batch: Batch) -> list[Normalized]:
     return pickle.loads(batch) if isinstance(batch, bytes) else batch
 
@@ -112,9 +154,10 @@ class Engine(ABC):
         """The template has loaded: every worker builds its callable from ``config``."""
 
     @abstractmethod
-    def map(self, batches: Iterable[Batch]) -> Iterator[Any]:
+    def map(self, batches: Iterable[Batch], max_rows: int | None = None) -> Iterator[Any]:
         """One result per batch (a list of `ItemResult`, or a block's result), in the
-        batches' order; a bounded number in flight."""
+        batches' order; a bounded number in flight (`InFlightLimit`: ``max_rows`` bounds
+        their rows too)."""
 
     def finish(self) -> None:  # noqa: B027 - an optional hook: engines without workers skip it
         """Every result is back: workers may go now (before the writer's last steps)."""

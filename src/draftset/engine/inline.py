@@ -26,7 +26,7 @@ class InlineEngine(Engine):
     def start(self, config: WorkerTask) -> None:
         self.step = config.build(template=self.template)
 
-    def map(self, batches: Iterable[Batch]) -> Iterator[Any]:
+    def map(self, batches: Iterable[Batch], max_rows: int | None = None) -> Iterator[Any]:
         assert self.step is not None, "start() first"
         for batch in batches:
             yield self.step(unpack(batch))

@@ -30,6 +30,7 @@ from draftset.engine.base import (
     Batch,
     Engine,
     EnginePlan,
+    InFlightLimit,
     WorkerTask,
     kitless,
     tokenizer_threads,
@@ -41,9 +42,6 @@ from draftset.engine.helper import (
     stop_pool,
 )
 from draftset.engine.lifeline import quiet_resource_tracker
-
-IN_FLIGHT_PER_WORKER = 3
-"""Batches in flight per worker: enough to keep every worker busy, few enough for flat memory."""
 
 InFlight = tuple[Future[Any], bool]
 """A submitted batch's future, and whether the helper runs it."""
@@ -117,12 +115,15 @@ class LocalPoolEngine(Engine):
         if self._helper is not None:  # the helper builds its step on the template it holds
             self._helper.submit(worker.start_on_kept, kitless(config), what=ROW_STEP)
 
-    def map(self, batches: Iterable[Batch]) -> Iterator[Any]:
+    def map(self, batches: Iterable[Batch], max_rows: int | None = None) -> Iterator[Any]:
         window: deque[InFlight] = deque()
+        limit = InFlightLimit(self.workers, max_rows)
         for batch in batches:
             window.append(self._submit(batch, window))
-            if len(window) >= IN_FLIGHT_PER_WORKER * self.workers:
+            limit.add(batch)
+            while limit.full():
                 yield self._result(*window.popleft())
+                limit.took()
         while window:
             yield self._result(*window.popleft())
 

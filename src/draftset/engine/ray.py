@@ -1,9 +1,10 @@
 """The Ray engine (`--engine ray`): the row step on Ray actors, on this machine or a cluster.
 
 One actor per worker, each asking one CPU, builds its `MaskStep` once (tokenizer and template)
-and runs batches; the driver keeps selection and the writer, submits batches in order with
-`IN_FLIGHT_PER_WORKER` per actor in flight, and takes results back in submission order — the
-local pool's contract, so the set's bytes are the same for any engine and worker count.
+and runs batches; the driver keeps selection and the writer, submits batches in order, keeps
+`base.InFlightLimit` in flight (`IN_FLIGHT_PER_WORKER` per actor; a row budget for scans), and
+takes results back in submission order — the local pool's contract, so the set's bytes are the
+same for any engine and worker count.
 
 Why actors and not Ray Data's ``map_batches``: rows start as the driver's ordered, stateful
 selection (ids, dedup, mix), a Python iterator; Ray Data reads from datasources run as tasks and
@@ -29,9 +30,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from draftset.core.errors import RunError, UsageError
-from draftset.engine.base import Batch, Engine, EnginePlan, WorkerTask, available_cpus, unpack
+from draftset.engine.base import (
+    Batch,
+    Engine,
+    EnginePlan,
+    InFlightLimit,
+    WorkerTask,
+    available_cpus,
+    unpack,
+)
 from draftset.engine.lifeline import DescendantGuard, guard_descendants
-from draftset.engine.pool import IN_FLIGHT_PER_WORKER
 from draftset.mask.template import import_template_compiler
 
 RAY_EXTRA = "draftset[ray]"
@@ -200,14 +208,14 @@ class RayEngine(Engine):
             )
         self._ray.get(ready)  # an actor that failed to start raises here
 
-    def map(self, batches: Iterable[Batch]) -> Iterator[Any]:
+    def map(self, batches: Iterable[Batch], max_rows: int | None = None) -> Iterator[Any]:
         assert self._config is not None, "start() first"
         ray = self._ray
         # unfinished tasks per actor, shared by every map running at once (a build's reads and
         # writes interleave): a task goes to the actor with the fewest of either
         load = self._load
         window: deque[tuple[Any, int]] = deque()
-        limit = IN_FLIGHT_PER_WORKER * self.workers
+        limit = InFlightLimit(self.workers, max_rows)
 
         def take() -> Any:
             ref, i = window.popleft()
@@ -225,8 +233,10 @@ class RayEngine(Engine):
             i = min(range(self.workers), key=load.__getitem__)
             window.append((self._actors[i].process.remote(self._config, batch), i))
             load[i] += 1
-            if len(window) >= limit:
+            limit.add(batch)
+            while limit.full():
                 yield take()
+                limit.took()
         while window:
             yield take()
 
