@@ -1397,6 +1397,33 @@ def test_a_turn_row_of_each_dropped_under_a_reason_verify_derives_fails(built, t
     assert "multi#1" in by_name(results)["mask_fidelity"].examples
 
 
+@pytest.mark.parametrize("reason", ["template_timeout", "template_too_large"])
+@pytest.mark.parametrize("sample", [None, 1])
+def test_a_turn_row_of_each_dropped_as_a_render_bound_fails(built, tmp_path, reason, sample):
+    """`--turns each`: a good turn row (`multi#1`) dropped with a `template_timeout` or
+    `template_too_large` line, every count edited, passed: verify re-derives neither for a
+    turn. Build meets a render bound planning the whole conversation and rejects it whole
+    (one line, its id), never one turn beside rows it wrote; so such a line beside its
+    conversation's rows is wrong, found without rendering (a sampled run too)."""
+    folder = copy_set(built["each"], tmp_path)
+    rows = read_rows(folder)
+    write_rows(folder, [r for r in rows if r["id"] != "multi#1"])
+    line = {"source": "chats", "row": 7, "id": "multi#1", "reason": reason, "message": "x"}
+    with (folder / "rejects.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+    m = manifest(folder)
+    for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
+        c["row_rejects_by_reason"][reason] = c["row_rejects_by_reason"].get(reason, 0) + 1
+        c["supervised_turns"] -= 1
+    save_manifest(folder, m)
+    reseal(folder)
+    results = verify(folder, sample=sample)
+    assert failed(results) == {"mask_fidelity"}, [r.to_json() for r in results if r.failed]
+    mask = by_name(results)["mask_fidelity"]
+    assert mask.examples == ["multi#1"]
+    assert any("beside the conversation's written rows" in x for x in mask.details["messages"])
+
+
 def test_a_too_long_reject_under_truncate_fails(tmp_path):
     """`--truncation truncate` cuts a long row, never rejects it `too_long`: such a line was
     never checked there."""

@@ -293,6 +293,15 @@ def source_pass(
             used_rejects.add(key)
         if not own and not lines:
             ident.add("input row neither written nor rejected (row dropped?)", item.id)
+        if own:  # build meets a render bound planning the whole conversation: one line, no row
+            for x in lines:
+                if x.get("reason") in _WHOLE_ROW:
+                    maskp.add(
+                        f"rejected as {x.get('reason')} beside its conversation's written rows",
+                        str(x.get("id")),
+                        f"{x.get('id')}: rejected as {x.get('reason')} beside the conversation's"
+                        f" written rows {own[:3]}: build rejects the whole conversation for it",
+                    )
         for x in lines:  # reading and selection (re-run above) passed this row
             if x.get("reason") not in reasons.ROW_STEP_REASONS:
                 ident.add(
@@ -459,6 +468,9 @@ _UNPLANNED = frozenset(
     {reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE, reasons.INTERNAL_ERROR}
 )
 """A conversation rejected for one of these never got through build's row step: no counts."""
+_WHOLE_ROW = frozenset({reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE})
+"""Render bounds build meets planning a conversation (`mask.step`): it rejects the whole
+conversation, so a line of these beside rows written for it is no line of build's."""
 
 
 def _names_its_row(line_id: Any, row_id: str, each: bool) -> bool:
