@@ -1177,8 +1177,10 @@ def reject_instead(folder: Path, rid: str, reason: str, row: int) -> None:
     rows = read_rows(folder)
     write_rows(folder, [r for r in rows if r["id"] != rid])
     line = {"source": "chats", "row": row, "id": rid, "reason": reason, "message": "x"}
-    with (folder / "rejects.jsonl").open("a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
+    path = folder / "rejects.jsonl"  # in input order, where build writes it
+    lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    lines = sorted([*lines, line], key=lambda x: x["row"])
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
     m = manifest(folder)
     # the row step's counts of the row too (verify recounts them): its supervised turns,
     # and whether it trained an empty think block
@@ -1422,6 +1424,31 @@ def test_a_turn_row_of_each_dropped_as_a_render_bound_fails(built, tmp_path, rea
     mask = by_name(results)["mask_fidelity"]
     assert mask.examples == ["multi#1"]
     assert any("beside the conversation's written rows" in x for x in mask.details["messages"])
+
+
+@pytest.mark.parametrize("turns", ["all", "each"])
+def test_reject_lines_out_of_input_order_fail_row_identity(tmp_path, turns):
+    """Build writes rejects.jsonl in input order (deterministic for any --workers, as the
+    rows and prompts.jsonl, whose order verify checked); two lines swapped passed."""
+    rows = [
+        {"id": "odd", "messages": [{"role": "wizard", "content": "hi"}]},  # reading
+        chat("good", "How are river deltas formed?", LONG),
+        chat("echo", "Say it back.", "Say it back."),  # the row step: no_supervised_turn
+        {"id": "shape", "text": "no known shape"},  # reading
+    ]
+    folder = build_rows(tmp_path, rows, turns=turns)
+    path = folder / "rejects.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert [json.loads(x)["id"] for x in lines] == ["odd", "echo", "shape"]
+    assert failed(verify(folder)) == set()
+    lines[0], lines[1] = lines[1], lines[0]
+    path.write_text("".join(lines), encoding="utf-8")
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"row_identity"}, [r.to_json() for r in results if r.failed]
+    ident = by_name(results)["row_identity"]
+    assert ident.examples == ["echo"]
+    assert "rejects.jsonl line 1 (echo) comes before line 2 (odd)" in ident.details["messages"][0]
 
 
 def test_a_too_long_reject_under_truncate_fails(tmp_path):

@@ -217,6 +217,7 @@ class _OutputIndex:
     rejects_at: dict[tuple[str, int], list[dict[str, Any]]]
     prompts_at: dict[tuple[str, Any], dict[str, Any]]
     prompt_line: dict[tuple[str, Any], int]  # the line number of each prompts_at entry
+    reject_line: dict[tuple[str, int], list[int]]  # the line numbers of each rejects_at entry
 
 
 def _index_output(out: OutputSet, mode: str) -> _OutputIndex:
@@ -230,9 +231,11 @@ def _index_output(out: OutputSet, mode: str) -> _OutputIndex:
                 each_rows.setdefault(base, []).append(rid or "")
     reject_lines, _ = read_jsonl(out.folder / "rejects.jsonl")
     rejects_at: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for obj in reject_lines:
+    reject_line: dict[tuple[str, int], list[int]] = {}
+    for n, obj in enumerate(reject_lines):
         if isinstance(obj, dict) and "source" in obj and "row" in obj:
             rejects_at.setdefault((str(obj["source"]), obj["row"]), []).append(obj)
+            reject_line.setdefault((str(obj["source"]), obj["row"]), []).append(n)
     prompt_lines, _ = read_jsonl(out.folder / "prompts.jsonl")
     prompts_at: dict[tuple[str, Any], dict[str, Any]] = {}
     prompt_line: dict[tuple[str, Any], int] = {}
@@ -240,7 +243,7 @@ def _index_output(out: OutputSet, mode: str) -> _OutputIndex:
         if isinstance(o, dict) and isinstance(o.get("metadata"), dict):
             key = (str(o["metadata"].get("source")), o["metadata"].get("row"))
             prompts_at[key], prompt_line[key] = o, n
-    return _OutputIndex(ids, row_of_id, each_rows, rejects_at, prompts_at, prompt_line)
+    return _OutputIndex(ids, row_of_id, each_rows, rejects_at, prompts_at, prompt_line, reject_line)
 
 
 def source_pass(
@@ -276,8 +279,10 @@ def source_pass(
     sources = out.sources()
     selection = source_selection(out)
     prompt_order: list[int] = []  # prompts.jsonl line of each prompt-only input row, in order
+    reject_order: list[tuple[int, str]] = []  # (rejects.jsonl line, id) of each input row
     for position, item in enumerate(selection.rows()):
         key = (item.source, item.row)
+        reject_order += [(n, str(item.id)) for n in idx.reject_line.get(key, ())]
         if isinstance(item, Reject | PromptOnly):
             _check_unwritten(ident, item, idx, used_rejects, prompt_order)
             continue
@@ -353,6 +358,15 @@ def source_pass(
                 _check_length_rejects(maskp, tmpl, item, lines, expected, opts)
                 _check_turn_rejects(maskp, lines, expected)
     _check_every_output_row(ident, idx, row_owner, used_rejects)
+    for (a, first), (b, second) in itertools.pairwise(reject_order):
+        if b < a:
+            ident.add(
+                "rejects.jsonl lines are not in input order (build's order is deterministic)",
+                second,
+                f"rejects.jsonl line {b + 1} ({second}) comes before line {a + 1} ({first}),"
+                " which build writes first (the first pair out of order)",
+            )
+            break
     if prompt_order != sorted(prompt_order):
         ident.add("prompts.jsonl lines are not in input order (build's order is deterministic)")
     _compare_selection_records(ident, out, selection)
