@@ -1170,6 +1170,30 @@ def test_a_loader_setting_draftset_does_not_write_fails_structure(built, tmp_pat
     assert failed(verify(folder)) == {"structure"}
 
 
+@pytest.mark.parametrize(
+    ("name", "key", "value", "needle"),
+    [
+        ("dataset_info.json", "description", "a hand-made set", "dataset_info.json is not"),
+        ("dataset_info.json", "splits", {"train": {"num_examples": 1}}, "dataset_info.json is not"),
+        ("state.json", "_indexes", {}, "state.json has keys draftset does not write: ['_indexes']"),
+    ],
+)
+def test_metadata_draftset_does_not_write_fails_structure(
+    built, tmp_path, name, key, value, needle
+):
+    """Build writes dataset_info.json and state.json whole, the same for every set; verify
+    compared only the features and the loader settings, so an edited description, a `splits`
+    record of another size (what `info.splits` then says) or a key of another writer passed."""
+    folder = copy_set(built["all"], tmp_path)
+    obj = json.loads((folder / name).read_text())
+    obj[key] = value
+    (folder / name).write_text(json.dumps(obj))
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"structure"}, [r.to_json() for r in results if r.failed]
+    assert needle in json.dumps(by_name(results)["structure"].to_json())
+
+
 def reject_instead(folder: Path, rid: str, reason: str, row: int) -> None:
     """Drop written row ``rid`` (input row ``row`` of source chats) and write a reject line for
     it instead, every count edited to match and the set resealed: a careful forger's (or a
