@@ -1194,6 +1194,21 @@ def test_metadata_draftset_does_not_write_fails_structure(
     assert needle in json.dumps(by_name(results)["structure"].to_json())
 
 
+@pytest.mark.parametrize(("key", "value"), [("max_samples", 3), ("seed", 7)])
+def test_selection_record_other_than_the_options_fails_row_identity(built, tmp_path, key, value):
+    """The manifest records the sampling twice, `options` and `selection`; verify re-ran the
+    selection with the options' and never read the other: `selection.max_samples: 3` on a set
+    of every row (what `report` and a reader of the manifest take for the sampling) passed."""
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    m["selection"][key] = value
+    save_manifest(folder, m)
+    results = verify(folder)
+    assert failed(results) == {"row_identity"}, [r.to_json() for r in results if r.failed]
+    messages = by_name(results)["row_identity"].details["messages"]
+    assert any(f"selection.{key}: manifest {value}" in x for x in messages), messages
+
+
 def reject_instead(folder: Path, rid: str, reason: str, row: int) -> None:
     """Drop written row ``rid`` (input row ``row`` of source chats) and write a reject line for
     it instead, every count edited to match and the set resealed: a careful forger's (or a

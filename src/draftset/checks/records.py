@@ -521,6 +521,15 @@ def _compare_selection_records(p: Problems, out: OutputSet, selection: mix.Selec
                     None,
                     f"{name}: {key}: manifest {want} != re-derived {have}",
                 )
+    sel = out.manifest.get("selection") or {}
+    for key in ("max_samples", "seed"):  # re-run with the options' (`source_selection`)
+        if key in sel and sel[key] != getattr(selection.spec, key):
+            p.add(
+                "the manifest's selection differs from its options",
+                None,
+                f"selection.{key}: manifest {sel[key]!r} != options.{key}"
+                f" {getattr(selection.spec, key)!r}, which the selection re-ran with",
+            )
     recorded = out.manifest.get("mixture")
     if recorded is None:
         return
