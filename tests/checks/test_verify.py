@@ -1209,6 +1209,20 @@ def test_selection_record_other_than_the_options_fails_row_identity(built, tmp_p
     assert any(f"selection.{key}: manifest {value}" in x for x in messages), messages
 
 
+def test_an_unreadable_shard_is_named_by_structure(built, tmp_path):
+    """A shard rewritten in Arrow's file format (not the stream `datasets` writes and reads):
+    structure failed with pyarrow's words alone (`cannot read Arrow data: Expected to read
+    1330795073 metadata bytes, ...`), not saying which of the set's shards it was."""
+    folder = copy_set(built["all"], tmp_path)
+    table = pa.Table.from_pylist(read_rows(folder), schema=arrow_schema())
+    shard = folder / "data-00000-of-00001.arrow"
+    with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    structure = by_name(verify(folder))["structure"]
+    assert structure.failed
+    assert "cannot read Arrow data: data-00000-of-00001.arrow: " in structure.summary
+
+
 def reject_instead(folder: Path, rid: str, reason: str, row: int) -> None:
     """Drop written row ``rid`` (input row ``row`` of source chats) and write a reject line for
     it instead, every count edited to match and the set resealed: a careful forger's (or a
