@@ -1223,6 +1223,26 @@ def test_an_unreadable_shard_is_named_by_structure(built, tmp_path):
     assert "cannot read Arrow data: data-00000-of-00001.arrow: " in structure.summary
 
 
+@pytest.mark.parametrize("new", ["multi#01", "multi#7"])
+@pytest.mark.parametrize("sample", [None, 1])
+def test_each_row_id_naming_no_assistant_turn_fails_row_identity(built, tmp_path, new, sample):
+    """`--turns each` rows are `id#k`, k the assistant turn (0 .. answers - 1). A row renamed
+    `multi#01` or `multi#7` (multi has 2 answers) passed a sampled verify that did not pick it:
+    row_identity took any digits after `#` for a turn of its conversation."""
+    folder = copy_set(built["each"], tmp_path)
+    rows = read_rows(folder)
+    find_row(rows, "multi#1")["id"] = new
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder, sample=sample, seed=3)
+    assert "row_identity" in failed(results), [r.to_json() for r in results if r.failed]
+    ident = by_name(results)["row_identity"]
+    assert ident.examples == [new]
+    assert (
+        f"{new}: multi has 2 assistant turns (rows multi#0 .. multi#1)" in ident.details["messages"]
+    )
+
+
 def reject_instead(folder: Path, rid: str, reason: str, row: int) -> None:
     """Drop written row ``rid`` (input row ``row`` of source chats) and write a reject line for
     it instead, every count edited to match and the set resealed: a careful forger's (or a

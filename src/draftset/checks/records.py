@@ -293,6 +293,8 @@ def source_pass(
             own = [item.id] if item.id in row_of_id else []
         else:
             own = idx.each_rows.get(item.id, [])
+            if isinstance(item, Conversation):
+                _check_turn_ids(ident, item, own)
         lines = idx.rejects_at.get(key) or []
         if lines:
             used_rejects.add(key)
@@ -471,6 +473,21 @@ def _check_every_output_row(
     for key in idx.rejects_at:
         if key not in used_rejects:
             ident.add("rejects.jsonl line for a row that is not an input row", f"{key[0]}:{key[1]}")
+
+
+def _check_turn_ids(ident: Problems, item: Conversation, own: list[str]) -> None:
+    """`--turns each`: a row ``id#k`` is assistant turn k of its conversation, k written as
+    build writes it (`mask.render`): a row of no turn fails on every run, sampled too."""
+    answers = sum(1 for m in item.messages if m.get("role") == "assistant")
+    for rid in own:
+        k = rid.rpartition("#")[2]
+        if str(int(k)) != k or int(k) >= answers:
+            ident.add(
+                "--turns each row id names no assistant turn of its input row",
+                rid,
+                f"{rid}: {item.id} has {answers} assistant turns"
+                f" (rows {item.id}#0 .. {item.id}#{answers - 1})",
+            )
 
 
 def _turn_row(rid: str) -> int:
