@@ -352,8 +352,9 @@ def test_a_good_row_rejected_template_too_large_fails_mask_fidelity(built, tmp_p
     (folder / "state.json").write_text(json.dumps(state, indent=2))
     line = {"source": "chats", "row": 1, "id": "two", "reason": "template_too_large"}
     line["message"] = "the template wrote more than 16777472 characters for this row"
-    with (folder / "rejects.jsonl").open("a") as f:
-        f.write(json.dumps(line) + "\n")
+    path = folder / "rejects.jsonl"  # in input order, where build writes it
+    lines = sorted([*map(json.loads, path.read_text().splitlines()), line], key=lambda x: x["row"])
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     m = manifest(folder)
     for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
         c["written"] -= 1

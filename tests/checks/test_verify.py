@@ -1170,6 +1170,79 @@ def test_a_loader_setting_draftset_does_not_write_fails_structure(built, tmp_pat
     assert failed(verify(folder)) == {"structure"}
 
 
+@pytest.mark.parametrize(
+    ("name", "key", "value", "needle"),
+    [
+        ("dataset_info.json", "description", "a hand-made set", "dataset_info.json is not"),
+        ("dataset_info.json", "splits", {"train": {"num_examples": 1}}, "dataset_info.json is not"),
+        ("state.json", "_indexes", {}, "state.json has keys draftset does not write: ['_indexes']"),
+    ],
+)
+def test_metadata_draftset_does_not_write_fails_structure(
+    built, tmp_path, name, key, value, needle
+):
+    """Build writes dataset_info.json and state.json whole, the same for every set; verify
+    compared only the features and the loader settings, so an edited description, a `splits`
+    record of another size (what `info.splits` then says) or a key of another writer passed."""
+    folder = copy_set(built["all"], tmp_path)
+    obj = json.loads((folder / name).read_text())
+    obj[key] = value
+    (folder / name).write_text(json.dumps(obj))
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"structure"}, [r.to_json() for r in results if r.failed]
+    assert needle in json.dumps(by_name(results)["structure"].to_json())
+
+
+@pytest.mark.parametrize(("key", "value"), [("max_samples", 3), ("seed", 7)])
+def test_selection_record_other_than_the_options_fails_row_identity(built, tmp_path, key, value):
+    """The manifest records the sampling twice, `options` and `selection`; verify re-ran the
+    selection with the options' and never read the other: `selection.max_samples: 3` on a set
+    of every row (what `report` and a reader of the manifest take for the sampling) passed."""
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    m["selection"][key] = value
+    save_manifest(folder, m)
+    results = verify(folder)
+    assert failed(results) == {"row_identity"}, [r.to_json() for r in results if r.failed]
+    messages = by_name(results)["row_identity"].details["messages"]
+    assert any(f"selection.{key}: manifest {value}" in x for x in messages), messages
+
+
+def test_an_unreadable_shard_is_named_by_structure(built, tmp_path):
+    """A shard rewritten in Arrow's file format (not the stream `datasets` writes and reads):
+    structure failed with pyarrow's words alone (`cannot read Arrow data: Expected to read
+    1330795073 metadata bytes, ...`), not saying which of the set's shards it was."""
+    folder = copy_set(built["all"], tmp_path)
+    table = pa.Table.from_pylist(read_rows(folder), schema=arrow_schema())
+    shard = folder / "data-00000-of-00001.arrow"
+    with pa.OSFile(str(shard), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    structure = by_name(verify(folder))["structure"]
+    assert structure.failed
+    assert "cannot read Arrow data: data-00000-of-00001.arrow: " in structure.summary
+
+
+@pytest.mark.parametrize("new", ["multi#01", "multi#7"])
+@pytest.mark.parametrize("sample", [None, 1])
+def test_each_row_id_naming_no_assistant_turn_fails_row_identity(built, tmp_path, new, sample):
+    """`--turns each` rows are `id#k`, k the assistant turn (0 .. answers - 1). A row renamed
+    `multi#01` or `multi#7` (multi has 2 answers) passed a sampled verify that did not pick it:
+    row_identity took any digits after `#` for a turn of its conversation."""
+    folder = copy_set(built["each"], tmp_path)
+    rows = read_rows(folder)
+    find_row(rows, "multi#1")["id"] = new
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder, sample=sample, seed=3)
+    assert "row_identity" in failed(results), [r.to_json() for r in results if r.failed]
+    ident = by_name(results)["row_identity"]
+    assert ident.examples == [new]
+    assert (
+        f"{new}: multi has 2 assistant turns (rows multi#0 .. multi#1)" in ident.details["messages"]
+    )
+
+
 def reject_instead(folder: Path, rid: str, reason: str, row: int) -> None:
     """Drop written row ``rid`` (input row ``row`` of source chats) and write a reject line for
     it instead, every count edited to match and the set resealed: a careful forger's (or a
@@ -1177,8 +1250,10 @@ def reject_instead(folder: Path, rid: str, reason: str, row: int) -> None:
     rows = read_rows(folder)
     write_rows(folder, [r for r in rows if r["id"] != rid])
     line = {"source": "chats", "row": row, "id": rid, "reason": reason, "message": "x"}
-    with (folder / "rejects.jsonl").open("a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
+    path = folder / "rejects.jsonl"  # in input order, where build writes it
+    lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    lines = sorted([*lines, line], key=lambda x: x["row"])
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
     m = manifest(folder)
     # the row step's counts of the row too (verify recounts them): its supervised turns,
     # and whether it trained an empty think block
@@ -1395,6 +1470,58 @@ def test_a_turn_row_of_each_dropped_under_a_reason_verify_derives_fails(built, t
     results = verify(folder)
     assert "mask_fidelity" in failed(results), [r.to_json() for r in results if r.failed]
     assert "multi#1" in by_name(results)["mask_fidelity"].examples
+
+
+@pytest.mark.parametrize("reason", ["template_timeout", "template_too_large"])
+@pytest.mark.parametrize("sample", [None, 1])
+def test_a_turn_row_of_each_dropped_as_a_render_bound_fails(built, tmp_path, reason, sample):
+    """`--turns each`: a good turn row (`multi#1`) dropped with a `template_timeout` or
+    `template_too_large` line, every count edited, passed: verify re-derives neither for a
+    turn. Build meets a render bound planning the whole conversation and rejects it whole
+    (one line, its id), never one turn beside rows it wrote; so such a line beside its
+    conversation's rows is wrong, found without rendering (a sampled run too)."""
+    folder = copy_set(built["each"], tmp_path)
+    rows = read_rows(folder)
+    write_rows(folder, [r for r in rows if r["id"] != "multi#1"])
+    line = {"source": "chats", "row": 7, "id": "multi#1", "reason": reason, "message": "x"}
+    with (folder / "rejects.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+    m = manifest(folder)
+    for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
+        c["row_rejects_by_reason"][reason] = c["row_rejects_by_reason"].get(reason, 0) + 1
+        c["supervised_turns"] -= 1
+    save_manifest(folder, m)
+    reseal(folder)
+    results = verify(folder, sample=sample)
+    assert failed(results) == {"mask_fidelity"}, [r.to_json() for r in results if r.failed]
+    mask = by_name(results)["mask_fidelity"]
+    assert mask.examples == ["multi#1"]
+    assert any("beside the conversation's written rows" in x for x in mask.details["messages"])
+
+
+@pytest.mark.parametrize("turns", ["all", "each"])
+def test_reject_lines_out_of_input_order_fail_row_identity(tmp_path, turns):
+    """Build writes rejects.jsonl in input order (deterministic for any --workers, as the
+    rows and prompts.jsonl, whose order verify checked); two lines swapped passed."""
+    rows = [
+        {"id": "odd", "messages": [{"role": "wizard", "content": "hi"}]},  # reading
+        chat("good", "How are river deltas formed?", LONG),
+        chat("echo", "Say it back.", "Say it back."),  # the row step: no_supervised_turn
+        {"id": "shape", "text": "no known shape"},  # reading
+    ]
+    folder = build_rows(tmp_path, rows, turns=turns)
+    path = folder / "rejects.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert [json.loads(x)["id"] for x in lines] == ["odd", "echo", "shape"]
+    assert failed(verify(folder)) == set()
+    lines[0], lines[1] = lines[1], lines[0]
+    path.write_text("".join(lines), encoding="utf-8")
+    reseal(folder)
+    results = verify(folder)
+    assert failed(results) == {"row_identity"}, [r.to_json() for r in results if r.failed]
+    ident = by_name(results)["row_identity"]
+    assert ident.examples == ["echo"]
+    assert "rejects.jsonl line 1 (echo) comes before line 2 (odd)" in ident.details["messages"][0]
 
 
 def test_a_too_long_reject_under_truncate_fails(tmp_path):

@@ -217,6 +217,7 @@ class _OutputIndex:
     rejects_at: dict[tuple[str, int], list[dict[str, Any]]]
     prompts_at: dict[tuple[str, Any], dict[str, Any]]
     prompt_line: dict[tuple[str, Any], int]  # the line number of each prompts_at entry
+    reject_line: dict[tuple[str, int], list[int]]  # the line numbers of each rejects_at entry
 
 
 def _index_output(out: OutputSet, mode: str) -> _OutputIndex:
@@ -230,9 +231,11 @@ def _index_output(out: OutputSet, mode: str) -> _OutputIndex:
                 each_rows.setdefault(base, []).append(rid or "")
     reject_lines, _ = read_jsonl(out.folder / "rejects.jsonl")
     rejects_at: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for obj in reject_lines:
+    reject_line: dict[tuple[str, int], list[int]] = {}
+    for n, obj in enumerate(reject_lines):
         if isinstance(obj, dict) and "source" in obj and "row" in obj:
             rejects_at.setdefault((str(obj["source"]), obj["row"]), []).append(obj)
+            reject_line.setdefault((str(obj["source"]), obj["row"]), []).append(n)
     prompt_lines, _ = read_jsonl(out.folder / "prompts.jsonl")
     prompts_at: dict[tuple[str, Any], dict[str, Any]] = {}
     prompt_line: dict[tuple[str, Any], int] = {}
@@ -240,7 +243,7 @@ def _index_output(out: OutputSet, mode: str) -> _OutputIndex:
         if isinstance(o, dict) and isinstance(o.get("metadata"), dict):
             key = (str(o["metadata"].get("source")), o["metadata"].get("row"))
             prompts_at[key], prompt_line[key] = o, n
-    return _OutputIndex(ids, row_of_id, each_rows, rejects_at, prompts_at, prompt_line)
+    return _OutputIndex(ids, row_of_id, each_rows, rejects_at, prompts_at, prompt_line, reject_line)
 
 
 def source_pass(
@@ -276,8 +279,10 @@ def source_pass(
     sources = out.sources()
     selection = source_selection(out)
     prompt_order: list[int] = []  # prompts.jsonl line of each prompt-only input row, in order
+    reject_order: list[tuple[int, str]] = []  # (rejects.jsonl line, id) of each input row
     for position, item in enumerate(selection.rows()):
         key = (item.source, item.row)
+        reject_order += [(n, str(item.id)) for n in idx.reject_line.get(key, ())]
         if isinstance(item, Reject | PromptOnly):
             _check_unwritten(ident, item, idx, used_rejects, prompt_order)
             continue
@@ -288,11 +293,22 @@ def source_pass(
             own = [item.id] if item.id in row_of_id else []
         else:
             own = idx.each_rows.get(item.id, [])
+            if isinstance(item, Conversation):
+                _check_turn_ids(ident, item, own)
         lines = idx.rejects_at.get(key) or []
         if lines:
             used_rejects.add(key)
         if not own and not lines:
             ident.add("input row neither written nor rejected (row dropped?)", item.id)
+        if own:  # build meets a render bound planning the whole conversation: one line, no row
+            for x in lines:
+                if x.get("reason") in _WHOLE_ROW:
+                    maskp.add(
+                        f"rejected as {x.get('reason')} beside its conversation's written rows",
+                        str(x.get("id")),
+                        f"{x.get('id')}: rejected as {x.get('reason')} beside the conversation's"
+                        f" written rows {own[:3]}: build rejects the whole conversation for it",
+                    )
         for x in lines:  # reading and selection (re-run above) passed this row
             if x.get("reason") not in reasons.ROW_STEP_REASONS:
                 ident.add(
@@ -344,6 +360,15 @@ def source_pass(
                 _check_length_rejects(maskp, tmpl, item, lines, expected, opts)
                 _check_turn_rejects(maskp, lines, expected)
     _check_every_output_row(ident, idx, row_owner, used_rejects)
+    for (a, first), (b, second) in itertools.pairwise(reject_order):
+        if b < a:
+            ident.add(
+                "rejects.jsonl lines are not in input order (build's order is deterministic)",
+                second,
+                f"rejects.jsonl line {b + 1} ({second}) comes before line {a + 1} ({first}),"
+                " which build writes first (the first pair out of order)",
+            )
+            break
     if prompt_order != sorted(prompt_order):
         ident.add("prompts.jsonl lines are not in input order (build's order is deterministic)")
     _compare_selection_records(ident, out, selection)
@@ -450,6 +475,21 @@ def _check_every_output_row(
             ident.add("rejects.jsonl line for a row that is not an input row", f"{key[0]}:{key[1]}")
 
 
+def _check_turn_ids(ident: Problems, item: Conversation, own: list[str]) -> None:
+    """`--turns each`: a row ``id#k`` is assistant turn k of its conversation, k written as
+    build writes it (`mask.render`): a row of no turn fails on every run, sampled too."""
+    answers = sum(1 for m in item.messages if m.get("role") == "assistant")
+    for rid in own:
+        k = rid.rpartition("#")[2]
+        if str(int(k)) != k or int(k) >= answers:
+            ident.add(
+                "--turns each row id names no assistant turn of its input row",
+                rid,
+                f"{rid}: {item.id} has {answers} assistant turns"
+                f" (rows {item.id}#0 .. {item.id}#{answers - 1})",
+            )
+
+
 def _turn_row(rid: str) -> int:
     """k of a ``--turns each`` row id ``base#k``: its conversation's rows are in k order."""
     return int(rid.rpartition("#")[2])
@@ -459,6 +499,9 @@ _UNPLANNED = frozenset(
     {reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE, reasons.INTERNAL_ERROR}
 )
 """A conversation rejected for one of these never got through build's row step: no counts."""
+_WHOLE_ROW = frozenset({reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE})
+"""Render bounds build meets planning a conversation (`mask.step`): it rejects the whole
+conversation, so a line of these beside rows written for it is no line of build's."""
 
 
 def _names_its_row(line_id: Any, row_id: str, each: bool) -> bool:
@@ -495,6 +538,15 @@ def _compare_selection_records(p: Problems, out: OutputSet, selection: mix.Selec
                     None,
                     f"{name}: {key}: manifest {want} != re-derived {have}",
                 )
+    sel = out.manifest.get("selection") or {}
+    for key in ("max_samples", "seed"):  # re-run with the options' (`source_selection`)
+        if key in sel and sel[key] != getattr(selection.spec, key):
+            p.add(
+                "the manifest's selection differs from its options",
+                None,
+                f"selection.{key}: manifest {sel[key]!r} != options.{key}"
+                f" {getattr(selection.spec, key)!r}, which the selection re-ran with",
+            )
     recorded = out.manifest.get("mixture")
     if recorded is None:
         return

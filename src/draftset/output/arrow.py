@@ -73,13 +73,7 @@ class ArrowWriter(ShardedWriter):
         return self._write_metadata([p.name for p in shards])
 
     def _write_metadata(self, shard_names: list[str]) -> list[Path]:
-        info = {
-            "citation": "",
-            "description": "draftset training set for a speculative-decoding drafter",
-            "features": HF_FEATURES,
-            "homepage": "",
-            "license": "",
-        }
+        info = _DATASET_INFO
         # a content-derived fingerprint keeps the folder byte-identical across equal runs
         fingerprint = state_fingerprint([sha256_file(self.folder / n) for n in shard_names])
         state = {
@@ -154,6 +148,11 @@ class ArrowLayout(Layout):
             features = None
         if features != HF_FEATURES:
             problems.append("dataset_info.json features are not the columns draftset writes")
+        elif info != _DATASET_INFO:  # what `info` (description, splits, ...) says is build's too
+            keys = sorted(k for k in {*info, *_DATASET_INFO} if info.get(k) != _DATASET_INFO.get(k))
+            problems.append(f"dataset_info.json is not the one draftset writes: {keys} differ")
+        if extra := sorted(set(state) - _STATE_KEYS):
+            problems.append(f"state.json has keys draftset does not write: {extra}")
         return problems
 
 
@@ -164,6 +163,16 @@ _LOADER_SETTINGS: dict[str, Any] = {
     "_split": None,
 }
 """state.json's keys `load_from_disk` obeys, as `_write_metadata` writes them."""
+_STATE_KEYS = frozenset({"_data_files", "_fingerprint", "_format_type", *_LOADER_SETTINGS})
+"""Every key of the state.json `_write_metadata` writes."""
+_DATASET_INFO: dict[str, Any] = {
+    "citation": "",
+    "description": "draftset training set for a speculative-decoding drafter",
+    "features": HF_FEATURES,
+    "homepage": "",
+    "license": "",
+}
+"""The dataset_info.json of every Arrow set (`load_from_disk` reads it as the set's `info`)."""
 
 
 def _state(folder: Path) -> dict[str, Any]:

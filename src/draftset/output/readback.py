@@ -239,6 +239,7 @@ def open_output(folder: Path) -> OutputSet:
         out.read_error = "no data files"
         return out
     # one streaming pass: every shard readable, one schema, the row count
+    path = data_files[0]
     try:
         for path in data_files:
             schema, rows = lay.scan(path)
@@ -248,7 +249,9 @@ def open_output(folder: Path) -> OutputSet:
                 raise pa.ArrowInvalid(f"{path.name} has another schema than the first shard")
             out.num_rows += rows
     except (OSError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        out.read_error = f"cannot read {'Arrow' if fmt == 'arrow' else 'Parquet'} data: {exc}"
+        where = "" if path.name in str(exc) else f"{path.name}: "  # which shard, once
+        kind = "Arrow" if fmt == "arrow" else "Parquet"
+        out.read_error = f"cannot read {kind} data: {where}{exc}"
     return out
 
 
