@@ -391,8 +391,26 @@ def served_text(
 
 
 def _render(tok: Any, template: str, messages: list, tools: Any, gen: bool = False) -> str:
-    return tok.apply_chat_template(
-        messages, tools=tools, chat_template=template, add_generation_prompt=gen, tokenize=False
+    """`apply_chat_template` as vLLM 0.33 runs it: it pins transformers < 5.21, which aliases
+    no reasoning field, and gives an answer's reasoning as ``reasoning`` and
+    ``reasoning_content``, never as ``thinking`` (transformers 5.21+ adds that one: a template
+    reading ``message.thinking`` alone, gpt-oss's and LFM2.5's, renders no reasoning there)."""
+    if not any("reasoning_content" in m for m in messages):
+        return tok.apply_chat_template(
+            messages, tools=tools, chat_template=template, add_generation_prompt=gen, tokenize=False
+        )
+    from transformers.utils import chat_template_utils as ctu
+
+    served = [
+        {**m, "reasoning": m["reasoning_content"]} if "reasoning_content" in m else m
+        for m in messages
+    ]
+    return ctu._compile_jinja_template(template).render(
+        messages=ctu._plain_template_data(served),
+        tools=ctu._plain_template_data(tools),
+        documents=None,
+        add_generation_prompt=gen,
+        **tok.special_tokens_map,
     )
 
 

@@ -109,7 +109,16 @@ REAL_FAMILIES: dict[str, RealFamily] = {
         RealFamily("qwen3_5", "otc:qwen-3.5", "qwen3_5", thinking=(("enable_thinking", True),)),
         RealFamily("llama3", "lenml:llama3_1", "llama3"),
         RealFamily("gemma3", "lenml:gemma3", "gemma3"),
-        RealFamily("gptoss", "lenml:gptoss", "gpt_oss", trl_template="gptoss"),
+        # its template reads `message.thinking`, which transformers 5.21+ gives and vLLM 0.33
+        # does not: the template as `transformers serve` renders it (vLLM serves gpt-oss with
+        # harmony, tests/mask/test_harmony.py)
+        RealFamily(
+            "gptoss",
+            "lenml:gptoss",
+            "gpt_oss",
+            trl_template="gptoss",
+            serving_engine="transformers",
+        ),
         # Mistral-NeMo's tekken file, shipped by mistral-common (vLLM's own dependency)
         RealFamily("mistral_nemo", "tekken:tekken_240718", "mistral_nemo"),
         RealFamily("deepseek_v3", "lenml:deepseek_v3", "deepseek_v3"),

@@ -13,7 +13,8 @@ prompts, calls without ids and results without ``tool_call_id``, null and empty 
 every template setup is built in every ``--turns`` mode and verified with ``--render-server``:
 every row's context tokens, supervised text and row text equal vLLM's (Qwen3, Qwen3.6 thinking
 on and off, Llama-3.2, gpt-oss, GLM-4.7-Flash, DeepSeek-V3.1, and two templates vLLM hands
-every content as a list of parts: Qwen3-VL and Gemma-4).
+every content as a list of parts: Qwen3-VL and Gemma-4; LFM2.5's, which reads reasoning as
+``thinking``, a name vLLM does not give).
 gpt-oss is rendered by vLLM with harmony (no template; mask/harmony.py), Mistral-NeMo with
 ``--tokenizer-mode mistral`` (mistral-common, no template) from its real tekken file.
 Measured: 16 tests in 18 min with a load average of 18 on 2 cores (server start 3 min); with
@@ -105,6 +106,10 @@ SERVERS = {
     # Gemma-4's special tokens and stop ids) with the Gemma4ForCausalLM architecture
     "qwen3_vl": Server("qwen3", "qwen3_vl", "hermes"),
     "gemma4": Server("gemma4", "gemma4_v5", "gemma4"),
+    # LFM2.5's template reads `message.thinking` alone, which vLLM 0.33 never gives (it pins
+    # transformers < 5.21, which aliases no reasoning field): its reasoning rows failed before
+    # session 28, when draftset gave the template `thinking` too
+    "lfm2_5": Server("qwen3", "lfm2_2_5", "hermes"),
 }
 SETUPS = {
     "qwen3": Setup("qwen3"),
@@ -116,6 +121,7 @@ SETUPS = {
     "deepseek_v3_1": Setup("deepseek_v3_1"),
     "qwen3_vl": Setup("qwen3_vl"),
     "gemma4": Setup("gemma4"),
+    "lfm2_5": Setup("lfm2_5"),
 }
 MODES = ("all", "last", "each")
 

@@ -52,7 +52,11 @@ def templates(tmp_path_factory) -> dict[str, ChatTemplate]:
     gptoss = make_tokenizer(FAMILIES["gptoss"], root)
     text = trl_template("gptoss").read_text()
     return {
-        "gptoss": ChatTemplate(TemplateSpec(str(gptoss), text, {}, ())),
+        # the template reads `message.thinking`, which transformers 5.21+ gives and vLLM 0.33
+        # does not (it renders gpt-oss with harmony: tests/mask/test_harmony.py)
+        "gptoss": ChatTemplate(
+            TemplateSpec(str(gptoss), text, {}, (), serving_engine="transformers")
+        ),
         # the package ships no generation_config.json for MiniMax-M3: its EOS `[e~[` (its
         # tokenizer_config's eos_token, which ends each turn in its template) given as --eot-token
         "minimax_m3": ChatTemplate(TemplateSpec(str(minimax_m3_dir(root)), None, {}, ("[e~[",))),

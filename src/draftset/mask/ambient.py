@@ -85,27 +85,34 @@ def render_stock(
     tools: list[dict[str, Any]] | None,
     add_generation_prompt: bool,
     kwargs: dict[str, Any],
-    clock: FrozenClock,
+    clock: FrozenClock | None,
     with_indices: bool = False,
+    alias: bool = True,
 ) -> tuple[str, list[tuple[int, int]]]:
     """transformers' own render (`render_jinja_template`'s steps, its stock compiled template)
     with the clock fixed: ``(text, {% generation %} spans when with_indices)``.
 
     `apply_chat_template` rebuilds every argument out of plain JSON types, so a clock function
     given there reaches the template as an inert string; here the messages, tools and options
-    go through that same conversion and the clock is added after it.
+    go through that same conversion and the clock is added after it (``clock`` None: the
+    template's own ``strftime_now``). ``alias`` False leaves out transformers' aliasing of
+    reasoning fields (``thinking`` beside ``reasoning_content``, transformers 5.21+): the
+    messages already carry the fields the serving engine gives (vLLM 0.33 pins transformers
+    < 5.21: `ChatTemplate.served_messages`).
     """
     from transformers.utils import chat_template_utils as ctu  # lazy: ~0.7 s
 
     compiled = ctu._compile_jinja_template(template_text)
-    chat = ctu._alias_reasoning_fields(ctu._plain_template_data(messages))
+    chat = ctu._plain_template_data(messages)
+    if alias:
+        chat = ctu._alias_reasoning_fields(chat)
     variables = {
         "messages": chat,
         "tools": ctu._plain_template_data(tools),
         "documents": None,
         "add_generation_prompt": add_generation_prompt,
         **ctu._plain_template_data(kwargs),
-        CLOCK: clock,
+        **({CLOCK: clock} if clock is not None else {}),
     }
     if not with_indices:
         return compiled.render(**variables), []

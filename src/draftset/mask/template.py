@@ -324,10 +324,7 @@ class Renderer:
         on the golden conversations and the shared samples.
         """
         tools = self.served_tools(tools)
-        chat = [
-            {"thinking": m["reasoning_content"], **m} if "reasoning_content" in m else m
-            for m in messages
-        ]
+        chat = self.served_messages(messages)
         kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
         env = self._compiled.environment
         if type(env) is MemoSandbox:  # no value a render builds may outgrow what it may write
@@ -349,6 +346,27 @@ class Renderer:
             add_generation_prompt=add_generation_prompt,
             **kwargs,
         )
+
+    def served_messages(self, messages: list[Message]) -> list[Message]:
+        """The reasoning fields the serving engine gives the template. vLLM 0.33 gives an
+        answer's reasoning as ``reasoning`` and ``reasoning_content`` and never as ``thinking``
+        (it pins transformers < 5.21, whose `apply_chat_template` aliases nothing): a template
+        that reads ``message.thinking`` alone (LFM2.5's) renders no reasoning there. Any other
+        engine renders with transformers 5.21+, which adds ``thinking`` beside it."""
+        if self.serving_engine == "vllm":
+            return [
+                {**m, "reasoning": m["reasoning_content"]} if "reasoning_content" in m else m
+                for m in messages
+            ]
+        return [
+            {"thinking": m["reasoning_content"], **m} if "reasoning_content" in m else m
+            for m in messages
+        ]
+
+    def _unaliased(self, messages: list[Message]) -> bool:
+        """Render these messages past transformers' public path, which would alias reasoning
+        fields the engine does not give (`served_messages`)."""
+        return self.serving_engine == "vllm" and any("reasoning_content" in m for m in messages)
 
     def served_tools(self, tools: list[dict[str, Any]] | None) -> list[Any] | None:
         """``tools`` as the serving engine gives them to the template (mask/serving.py)."""
@@ -390,9 +408,18 @@ class Renderer:
 
         kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
         kwargs, clock = split_clock(kwargs)
-        if clock is not None:  # render_jinja_template cannot pass a function to the template
+        unaliased = self._unaliased(messages)
+        # render_jinja_template cannot pass a function to the template, and aliases reasoning
+        if clock is not None or unaliased:
             text, spans = render_stock(
-                self.template_text, messages, self.served_tools(tools), False, kwargs, clock, True
+                self.template_text,
+                self.served_messages(messages) if unaliased else messages,
+                self.served_tools(tools),
+                False,
+                kwargs,
+                clock,
+                True,
+                alias=not unaliased,
             )
             return self.check_size(text), [(a, b) for a, b in spans if b > a]
         rendered, indices = render_jinja_template(
@@ -605,16 +632,19 @@ class ChatTemplate(Renderer):
         if self.harmony is not None:
             return self._render_harmony(messages, tools, add_generation_prompt, row_kwargs)
         kwargs, clock = split_clock({**self.template_kwargs, **self._clock, **(row_kwargs or {})})
-        if clock is not None:  # apply_chat_template cannot pass a function to the template
+        unaliased = self._unaliased(messages)
+        # apply_chat_template cannot pass a function to the template, and aliases reasoning
+        if clock is not None or unaliased:
             special = self.tokenizer.special_tokens_map
             args = {**special, **kwargs}
             text, _ = render_stock(
                 self.template_text,
-                messages,
+                self.served_messages(messages) if unaliased else messages,
                 self.served_tools(tools),
                 add_generation_prompt,
                 args,
                 clock,
+                alias=not unaliased,
             )
             return self.check_size(text)
         text = self.tokenizer.apply_chat_template(
