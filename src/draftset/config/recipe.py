@@ -48,8 +48,14 @@ _SUFFIXES = re.compile(r"(\.(jsonl|json|parquet|arrow|gz|zst))+$")
 
 
 def source_name(path: Path) -> str:
-    """A readable label from a path: the file name without data/compression suffixes."""
-    return _SUFFIXES.sub("", path.name) or path.name
+    """A readable label from a path: the file name without data/compression suffixes.
+
+    A path without a name of its own (``.``, ``./``, ``..``, ``/``) is named after the folder
+    it is (``draftset build .`` named its source "": rows of source "", ids ``:0``)."""
+    name = path.name
+    if name in ("", ".", ".."):
+        name = Path(os.path.abspath(path.expanduser())).name or "source"
+    return _SUFFIXES.sub("", name) or name
 
 
 def source_from_entry(entry: SourceEntry, path: Path | None = None) -> Source:
