@@ -666,6 +666,7 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
 
 def _generate_section(section: Any, recipe: str) -> GenerateSection:
     """The recipe's ``generate:`` mapping, typed by `config.schema.GenerateSection`."""
+    from draftset.config.recipe import places  # lazy: as above
     from draftset.pipeline.run_state import RunUsageError  # lazy: as above
 
     if not isinstance(section, dict):
@@ -673,7 +674,8 @@ def _generate_section(section: Any, recipe: str) -> GenerateSection:
     unknown = set(section) - set(GenerateSection.model_fields)
     if unknown:
         known = GenerateSection.model_fields
-        raise RunUsageError(f"recipe {recipe}: generate: {unknown_keys(unknown, known)}")
+        said = unknown_keys(unknown, known, places(known))
+        raise RunUsageError(f"recipe {recipe}: generate: {said}")
     values = {k: v for k, v in section.items() if v is not None}
     gen = validated(GenerateSection, values, recipe="generate.", strict=True, error=RunUsageError)
     thinking = gen.thinking  # YAML's `thinking: off` is a boolean
@@ -688,13 +690,15 @@ def _generate_section(section: Any, recipe: str) -> GenerateSection:
 
 def _render_server(section: Any, where: str) -> str | None:
     """The recipe's `verify: {render_server: URL}`, checked to answer before any work."""
+    from draftset.config.recipe import places  # lazy: as above
     from draftset.pipeline.run_state import RunUsageError  # lazy: as above
 
     if section is None:
         return None
     known = set(VerifySection.model_fields)
     if not isinstance(section, dict) or set(section) - known:
-        bad = f" ({unknown_keys(set(section) - known, known)})" if isinstance(section, dict) else ""
+        unknown = set(section) - known if isinstance(section, dict) else set()
+        bad = f" ({unknown_keys(unknown, known, places(known))})" if unknown else ""
         raise RunUsageError(f"{where}: `verify:` takes only `render_server: URL`{bad}")
     url = validated(
         VerifySection, section, recipe="verify.", strict=True, error=RunUsageError

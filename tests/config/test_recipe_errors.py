@@ -195,3 +195,65 @@ def test_a_boolean_where_a_number_goes_is_no_quoting_matter(tmp_path, capsys):
     assert main(["build", str(recipe)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "draftset: error: recipe key max_length: expected an integer, got true", err
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [  # a top-level key written inside a source: only "unknown" before
+        (
+            "sources: [{path: c.jsonl, max_length: 100}]\n",
+            "sources[0] unknown keys ['max_length']: max_length is a top-level key of the recipe"
+            " (max_length: ... beside sources:)",
+        ),
+        (
+            "sources: [{path: c.jsonl, template_kwargs: {enable_thinking: false}}]\n",
+            "template_kwargs is a top-level key of the recipe",
+        ),
+        (
+            "sources: [{path: c.jsonl, temperature: 0.6}]\n",
+            "temperature is a key of the generate: section (generate: {temperature: ...})",
+        ),
+        ("modes: {thinking: 1}\n", "modes is a key of the mix: section (mix: {modes: ...})"),
+        (
+            "enable_thinking: false\n",
+            "enable_thinking is a key of template_kwargs (template_kwargs: {enable_thinking: ...})",
+        ),
+        (
+            "mix: {thinking: 0.5, no_thinking: 0.5}\n",
+            "no_thinking is a mode (mix: {modes: {no_thinking: ...}});"
+            " thinking is a mode (mix: {modes: {thinking: ...}})",
+        ),
+    ],
+)
+def test_a_key_of_another_place_is_told_where_it_goes(tmp_path, capsys, text, needle):
+    line = _refused_in_one_line(tmp_path, capsys, text, needle)
+    assert "did you mean" not in line, line
+
+
+@pytest.mark.parametrize(
+    ("section", "needle"),
+    [  # generate: {max_length: 100} was told "did you mean 'max_tokens'?": another option
+        (
+            "generate: {endpoints: [x], max_length: 100}",
+            "generate: unknown keys ['max_length']: max_length is a top-level key of the recipe",
+        ),
+        (
+            "generate: {endpoints: [x], weight: 2}",
+            "weight is a key of each source (sources: [{path: ..., weight: ...}])",
+        ),
+        (
+            "generate: {endpoints: [x], render_server: x}",
+            "render_server is a key of the verify: section",
+        ),
+        (
+            "generate: {endpoints: [x]}\nverify: {sample: 5, endpoints: [x]}",
+            "endpoints is a key of the generate: section",
+        ),
+    ],
+)
+def test_a_section_key_of_another_place_is_told_where_it_goes(tmp_path, capsys, section, needle):
+    recipe = _recipe(tmp_path, section + "\n")
+    assert main(["run", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert "max_tokens" not in err[0], err
