@@ -148,11 +148,17 @@ def check_mix(mix: Any, source_names: list[str]) -> None:
     """``mix:`` (docs/mixtures.md): `modes` and/or `sources`, each a mapping of known names to
     shares (numbers >= 0) summing to 1. A misspelled source took no row and shrank the set
     without a word; a share given as text failed deep in the build with a traceback; shares
-    not summing to 1 were refused only after the mix's pre-pass had read every row."""
+    not summing to 1 were refused only after the mix's pre-pass had read every row; a mix of
+    no shares (`{modes: null}`) ran, --max-samples' weights unread."""
     if mix is None:
         return
     if not isinstance(mix, dict) or not mix or set(mix) - {"modes", "sources"}:
         raise PreflightError("mix takes `modes` and/or `sources` share mappings")
+    if all(shares is None for shares in mix.values()):  # ran as a mix of nothing: weights unread
+        raise PreflightError(
+            "mix gives no shares (modes and sources both null or absent): give one, or leave"
+            " mix out"
+        )
     known = {"modes": list(MODES), "sources": source_names}
     for key, shares in mix.items():
         if shares is None:
