@@ -257,3 +257,29 @@ def test_a_section_key_of_another_place_is_told_where_it_goes(tmp_path, capsys, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
     assert "max_tokens" not in err[0], err
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [  # `max_samples: 1e5` unquoted was told `expected an integer, got "1e5"`: quotes never written
+        (
+            "max_samples: 1e5\n",
+            "recipe key max_samples: expected an integer, got 1e5, which YAML reads as text"
+            " (it reads an exponent as a number only with a dot and a sign, 1.0e+5): write 100000",
+        ),
+        ("render_timeout: 1e1\n", "recipe key render_timeout: expected a number, got 1e1, which"),
+        ("render_timeout: 1e1\n", "write 10.0"),
+        ("near_dup_threshold: 8e-1\n", "write 0.8"),
+        ("sources: [{path: c.jsonl, count: 2e3}]\n", "recipe key sources[0].count: expected an"),
+        ("sources: [{path: c.jsonl, count: 2e3}]\n", "write 2000"),
+        ("sources: [{path: c.jsonl, weight: 1e-7}]\n", "write 1.0e-07"),
+    ],
+)
+def test_a_number_yaml_reads_as_text_is_told_so(tmp_path, capsys, text, needle):
+    _refused_in_one_line(tmp_path, capsys, text, needle)
+
+
+def test_a_number_quoted_on_purpose_keeps_its_quotes(tmp_path, capsys):
+    """``max_length: "4096"``: YAML reads 4096 unquoted as a number, so the quotes were written."""
+    line = _refused_in_one_line(tmp_path, capsys, 'max_length: "4096"\n', 'got "4096"')
+    assert "YAML" not in line, line
