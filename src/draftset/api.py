@@ -112,9 +112,14 @@ def build(
     _not_in_a_spawned_import()
     _progress_arg(progress, UsageError, callback=True)
     if helper is None:
+        from draftset.engine.helper import SidecarError  # lazy: as start_helper's module
         from draftset.pipeline.helper_ahead import start_helper  # lazy: a lean import
 
-        helper = start_helper(recipe, options.get("workers"), options.get("engine"))
+        try:
+            helper = start_helper(recipe, options.get("workers"), options.get("engine"))
+        except SidecarError:  # it cannot start here (a script from stdin): a usage error first
+            build_options(recipe=recipe, **options)
+            raise
     try:
         opts = build_options(recipe=recipe, **options)  # merged over the recipe, and checked
 
