@@ -186,19 +186,28 @@ def _refuse_one_document(path: Path) -> None:
     array or object): read line by line, every line was rejected ``invalid_json`` and, beside
     other sources, the file silently gone. Judged on clear evidence only: its first non-blank
     line is a lone ``[`` or ``{`` (never a row) and the whole file parses as one document, so a
-    JSON Lines file with damaged lines still reads, those lines rejected. (The reverse, JSON
-    Lines saved as ``.json``, is read as JSON Lines: `_json_is_lines`.)"""
+    JSON Lines file with damaged lines still reads, those lines rejected; or its only line is
+    an array of objects (``json.dump(rows, f)``: one ``not_an_object`` reject, the rows gone).
+    (The reverse, JSON Lines saved as ``.json``, is read as JSON Lines: `_json_is_lines`.)"""
     found = _name_kind(path)
     if found is None or found[0] != "jsonl":
         return
     try:
         compression = found[1] or _sniff_compression(path)
         with _open_bytes(path, compression) as stream:
-            first = next((line for line in _iter_lines(stream) if not _is_blank(line)), b"")
-        if first.removeprefix(_BOM).strip() not in (b"[", b"{"):
+            lines = (line for line in _iter_lines(stream) if not _is_blank(line))
+            first = next(lines, b"")
+            alone = next(lines, None) is None
+        head = first.removeprefix(_BOM).strip()
+        if head.startswith(b"[") and alone:  # `json.dump(rows, f)`: every row on one line
+            rows = json.loads(head.decode("utf-8"))
+            if not (rows and isinstance(rows, list) and all(isinstance(r, dict) for r in rows)):
+                return  # one value that is no array of rows: its line's own reject says so
+        elif head not in (b"[", b"{"):
             return
-        with _open_bytes(path, compression) as stream:
-            json.loads(stream.read().removeprefix(_BOM).decode("utf-8"))
+        else:
+            with _open_bytes(path, compression) as stream:
+                json.loads(stream.read().removeprefix(_BOM).decode("utf-8"))
     except (*_READ_ERRORS, ValueError, RecursionError):  # not one document: read as lines
         return
     renamed = _LINES_SUFFIX.sub(".json", path.name)
