@@ -168,7 +168,7 @@ def _check_readable(path: Path) -> None:
         raise SourceError(f"{path}: cannot read: not a regular file")
     try:
         with path.open("rb") as f:
-            head = f.read(4)
+            head = f.read(6)
     except OSError as exc:
         raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     wide = next((name for bom, name in _WIDE_BOMS if head.startswith(bom)), None)
@@ -176,8 +176,16 @@ def _check_readable(path: Path) -> None:
         raise SourceError(
             f"{path}: cannot read: {wide} text (its byte-order mark); save it as UTF-8"
         )
+    found = _name_kind(path)
+    binary = next((kind for magic, kind in _TABLE_MAGICS if head.startswith(magic)), None)
+    if binary is not None and found is not None and found[0] in ("jsonl", "json"):
+        # split on newlines, its bytes were rows of noise, each rejected: the file's rows gone
+        renamed = _JSON_SUFFIX.sub(f".{binary.lower()}", path.name)
+        raise SourceError(f"{path}: a {binary} file, not JSON: rename it {renamed}")
 
 
+_TABLE_MAGICS = ((b"PAR1", "Parquet"), (b"ARROW1", "Arrow"))  # a file's first bytes
+_JSON_SUFFIX = re.compile(r"\.(jsonl|ndjson|json)$", re.IGNORECASE)
 _LINES_SUFFIX = re.compile(r"\.(jsonl|ndjson)(?=(\.(gz|zst|zstd))?$)", re.IGNORECASE)
 
 
