@@ -565,15 +565,8 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
         from draftset.checks.serving import connect  # lazy: as above
 
         server = connect(o.render_server)
-    if o.tokenizer and not o.fast:  # another model's: an argument to refuse, no FAIL to record
-        from draftset.output.readback import open_output  # lazy: as above
-        from draftset.review.show import tokenizer_folder_problem  # lazy: as above
-
-        out = open_output(o.dir)
-        if out.manifest and (why := tokenizer_folder_problem(out, o.tokenizer)):
-            raise VerifyUsageError(
-                f"--tokenizer {o.tokenizer} is not the tokenizer this set was built with: {why}"
-            )
+    if o.tokenizer:  # another model's: an argument to refuse, no FAIL to record (--fast too)
+        _check_set_tokenizer(o.dir, o.tokenizer, VerifyUsageError)
     if o.fast:
         checks = fast_checks(o.dir, o.block_size)
     else:
@@ -747,8 +740,27 @@ def report(
         # an .html in a source folder is skipped (an unsupported type); a -o x.json is not
         read_as_input=not path.name.lower().endswith((".html", ".htm")),
     )
+    if o.tokenizer:  # its page said "Cannot decode rows: ...", exit 0
+        _check_set_tokenizer(o.dir, o.tokenizer, UsageError)
     tokenizer = str(o.tokenizer) if o.tokenizer else None
     return write_report(o.dir, path, tokenizer, o.block_size, check=check, on_verdict=on_verdict)
+
+
+def _check_set_tokenizer(
+    folder: str | Path, tokenizer: str | Path, error: type[UsageError]
+) -> None:
+    """A ``--tokenizer`` given to `verify`, `report` or `show`, checked before any work as
+    build's is (a missing folder, a file, a folder without tokenizer files: `TokenizerError`),
+    then against the set's manifest (another model's vocabulary: ``error``, exit 2)."""
+    # lazy: the tokenizer's checks only when one is given
+    from draftset.mask.template import _resolve_tokenizer_path
+    from draftset.output.readback import open_output  # lazy: as above
+    from draftset.review.show import tokenizer_folder_problem  # lazy: as above
+
+    _resolve_tokenizer_path(str(tokenizer))
+    out = open_output(folder)
+    if out.manifest and (why := tokenizer_folder_problem(out, tokenizer)):
+        raise error(f"--tokenizer {tokenizer} is not the tokenizer this set was built with: {why}")
 
 
 def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> None:
@@ -765,6 +777,8 @@ def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> 
     o = _home(_given(ShowArgs, {**options, "dir": dir}, ShowError), "dir")
     if (o.row is None) == (o.row_id is None):
         raise ShowError("give one of row (an index into the set) or row_id")
+    if o.tokenizer:  # a missing one was told "pass --tokenizer FOLDER"
+        _check_set_tokenizer(o.dir, o.tokenizer, ShowError)
     tokenizer = str(o.tokenizer) if o.tokenizer else None
     show_row(o.dir, o.row, o.row_id, o.tokens, tokenizer, console, o.block_size)
 
