@@ -44,6 +44,7 @@ from draftset.config.schema import (
 )
 from draftset.core.errors import DraftsetError, UsageError
 from draftset.core.files import (
+    dash_problem,
     is_recipe,
     other_config_problem,
     output_file_problem,
@@ -548,6 +549,8 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
     from draftset.checks.verify import VERIFY_RECORD, VerifyUsageError, fast_checks, run_verify
 
     o = _home(_given(VerifyArgs, {**options, "dir": dir}, VerifyUsageError), "dir", "json")
+    if problem := dash_problem("--json", o.json, "name the file to write, or /dev/stdout"):
+        raise VerifyUsageError(problem)
     check_json = None
     if o.json:  # before any work: never over a file draftset did not write, nor into the set
         check_json = _output_file_check(
@@ -639,6 +642,8 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
     path = Path(o.recipe)
     if not is_recipe(path):
         raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
+    if problem := dash_problem("--work", o.work, "name the work folder"):
+        raise RunUsageError(problem)
     build = build_options(
         path, workers=o.workers, engine=o.engine, ray_address=o.ray_address, tokenizer=o.tokenizer
     )
@@ -725,6 +730,8 @@ def report(
     )
 
     o = _home(_given(ReportArgs, {**options, "dir": dir}), "dir", "output")
+    if problem := dash_problem("-o", o.output, "name the file to write, or /dev/stdout"):
+        raise UsageError(problem)
     default = default_report_path(o.dir)
     path = Path(o.output) if o.output else default
     # before any work: never over a file draftset did not write, nor into the set but its
@@ -856,6 +863,10 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
         "--thinking",
         "--chat-template-kwargs",
     )
+    if problem := dash_problem(
+        "--out", o.out, "name the .jsonl file to write the answers in (a rerun resumes from it)"
+    ):
+        raise GenerateUsageError(problem)
     out = Path(o.out)
     if out.is_dir():
         raise GenerateUsageError(f"--out {out} is a folder; give a .jsonl file path")

@@ -21,7 +21,7 @@ from draftset.config.fields import boolean_text_problem, flag_of, json_value_pro
 from draftset.config.recipe import check_source
 from draftset.config.schema import BuildArgs
 from draftset.core.errors import UsageError
-from draftset.core.files import cannot_create
+from draftset.core.files import cannot_create, dash_problem
 from draftset.core.modes import MODES
 from draftset.engine.base import available_cpus
 from draftset.mask.ambient import now_iso, valid_now
@@ -325,6 +325,8 @@ def out_place_problem(out: Path, flag: str) -> str | None:
     ``/``, inside a built set, the home or current folder or above one."""
     if not str(out).strip():
         return f"{flag} is empty"
+    if problem := dash_problem(flag, out, "name the folder to write the set in"):
+        return problem
     if Path(out).is_symlink():
         return f"{flag} {out} is a symbolic link; give the folder itself"
     real = Path(out).expanduser().resolve()

@@ -25,6 +25,16 @@ def write_json_atomic(path: Path, data: Any, indent: int = 2, tmp: Path | None =
         tmp.unlink(missing_ok=True)
 
 
+def dash_problem(flag: str, value: object, what: str) -> str | None:
+    """Why ``-`` cannot be where ``flag`` writes (one line ending ``what``), or None: it built a
+    set in a folder named ``-``, wrote answers (and their run and lock files) to ``-``, a
+    report to a file ``-``. Standard output is no folder nor a file to resume from; a page or
+    a result goes to ``/dev/stdout`` when asked (a device, written as a stream)."""
+    if str(value) != "-":
+        return None
+    return f"{flag} -: draftset does not read '-' as standard output; {what}"
+
+
 def cannot_create(path: Path, what: str) -> str | None:
     """Why nothing can be created at ``path``, as the end of a sentence about it (" is under
     a file (P), not a folder" / ": cannot create WHAT in P"), from its nearest existing
