@@ -78,3 +78,41 @@ def test_run_work_dash_is_refused(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--work -: draftset does not read '-' as standard output" in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "r.yaml"]
+
+
+def test_a_page_written_to_standard_output_is_the_whole_of_it(built, tmp_path):
+    """`report -o /dev/stdout > page.html`: "report written to /dev/stdout" and the checks line
+    were printed after the page, into the same stream (the file then ended in text after
+    ``</html>``). They go to stderr when the page goes to stdout."""
+    import subprocess
+    import sys
+
+    page = tmp_path / "page.html"
+    with page.open("w") as sink:
+        p = subprocess.run(
+            [sys.executable, "-m", "draftset.cli", "report", str(built), "-o", "/dev/stdout"],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    assert p.returncode == 0, p.stderr
+    assert page.read_text().rstrip().endswith("</html>"), page.read_text()[-300:]
+    assert "report written to /dev/stdout" in p.stderr and "checks: " in p.stderr
+
+
+def test_a_page_piped_to_standard_output_is_followed_by_nothing(built):
+    """`report -o /dev/stdout | tee page.html`: the page was followed by "report written to
+    /dev/stdout" and the checks line in the same pipe."""
+    import subprocess
+    import sys
+
+    p = subprocess.run(
+        [sys.executable, "-m", "draftset.cli", "report", str(built), "-o", "/dev/stdout"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.rstrip().endswith("</html>"), p.stdout[-300:]
+    assert "report written to /dev/stdout" in p.stderr
