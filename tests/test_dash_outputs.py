@@ -116,3 +116,16 @@ def test_a_page_piped_to_standard_output_is_followed_by_nothing(built):
     assert p.returncode == 0, p.stderr
     assert p.stdout.rstrip().endswith("</html>"), p.stdout[-300:]
     assert "report written to /dev/stdout" in p.stderr
+
+
+def test_a_verify_result_piped_to_standard_output_is_only_the_json(built):
+    """`verify --json /dev/stdout | jq`: the check lines followed the JSON in the same pipe
+    ("Extra data"); they go to stderr when the result goes to stdout."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "draftset.cli", "verify", str(built), "--fast"]
+    p = subprocess.run([*cmd, "--json", "/dev/stdout"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["passed"] is True
+    assert "PASS structure" in p.stderr and "verify passed" in p.stderr

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
-from draftset.commands.common import add_command
+from draftset.commands.common import add_command, is_stdout
 from draftset.commands.options import add_options, parsed
 from draftset.config.schema import ReportArgs
 from draftset.core.errors import EXIT_OK
@@ -35,19 +34,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     verdicts: list[str] = []
     # the page on standard output (-o /dev/stdout): these lines after it went into the page
-    said = sys.stderr if args.output and _is_stdout(args.output) else sys.stdout
+    said = sys.stderr if args.output and is_stdout(args.output) else sys.stdout
     path = api.report(**parsed(args, ReportArgs), on_verdict=verdicts.append)
     print(f"report written to {path}", file=said)
     for line in verdicts:
         print(f"checks: {line}", file=said)
     return EXIT_OK
-
-
-def _is_stdout(path: str) -> bool:
-    """Whether ``path`` is this process's standard output (``/dev/stdout``, ``/dev/fd/1``, the
-    file or pipe it is redirected to), judged before the page is written over it."""
-    try:
-        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
-    except (OSError, ValueError):
-        return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
