@@ -45,6 +45,7 @@ from draftset.config.schema import (
 from draftset.core.errors import DraftsetError, UsageError
 from draftset.core.files import (
     dash_problem,
+    home_problem,
     is_recipe,
     other_config_problem,
     output_file_problem,
@@ -144,9 +145,16 @@ def _given(
     values = {
         k: list(v) if isinstance(v, tuple) else v for k, v in options.items() if v is not None
     }
-    return validated(
+    checked = validated(
         model, values, strict=True, name_of=lambda name: flag_of(model, name), error=error
     )
+    for name, value in values.items():  # `~nobody/x`: a traceback from expanduser before
+        flag = "source" if name == "sources" else flag_of(model, name)
+        for item in value if isinstance(value, list) else [value]:
+            path = item.get("path") if isinstance(item, Mapping) else item
+            if problem := home_problem(flag, path):
+                raise error(problem)
+    return checked
 
 
 def _home(o: Model, *names: str) -> Model:

@@ -26,6 +26,7 @@ from draftset.config.schema import (
     VerifySection,
 )
 from draftset.core.errors import UsageError
+from draftset.core.files import home_problem
 from draftset.core.hub import hub_offline
 from draftset.core.modes import MODES
 from draftset.mask.template import could_be_hub_id
@@ -351,6 +352,14 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
     validated(
         BuildArgs, values, recipe="", strict=True, error=RecipeError
     )  # one line naming a mistyped key
+    for key, value in data.items():  # `out: ~nobody/x`: a traceback from expanduser before
+        entries = value if isinstance(value, list) else [value]
+        for entry in entries if key in (*RECIPE_PATH_KEYS, "out", "sources") else ():
+            where = f"recipe key {key}:"
+            if problem := home_problem(
+                where, entry.get("path") if isinstance(entry, dict) else entry
+            ):
+                raise RecipeError(problem)
     base = path.parent
     out = dict(data)
     sources = []

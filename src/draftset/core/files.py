@@ -25,6 +25,21 @@ def write_json_atomic(path: Path, data: Any, indent: int = 2, tmp: Path | None =
         tmp.unlink(missing_ok=True)
 
 
+def home_problem(flag: str, value: object) -> str | None:
+    """Why ``value`` (a ``~USER/...`` path) names no folder (one line starting ``flag``), or
+    None: `Path.expanduser` raises ``RuntimeError`` for a user who does not exist, which was a
+    traceback (exit 1) wherever a path was expanded."""
+    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    if not isinstance(text, str) or not text.startswith("~"):
+        return None
+    try:
+        Path(text).expanduser()
+    except RuntimeError:
+        user = text[1:].split("/", 1)[0]
+        return f"{flag} {text}: ~{user} is no home folder (there is no user {user!r})"
+    return None
+
+
 def dash_problem(flag: str, value: object, what: str) -> str | None:
     """Why ``-`` cannot be where ``flag`` writes (one line ending ``what``), or None: it built a
     set in a folder named ``-``, wrote answers (and their run and lock files) to ``-``, a
