@@ -283,3 +283,22 @@ def test_a_number_quoted_on_purpose_keeps_its_quotes(tmp_path, capsys):
     """``max_length: "4096"``: YAML reads 4096 unquoted as a number, so the quotes were written."""
     line = _refused_in_one_line(tmp_path, capsys, 'max_length: "4096"\n', 'got "4096"')
     assert "YAML" not in line, line
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [  # PowerShell's `>` and Notepad save UTF-16: a UnicodeDecodeError traceback, exit 1
+        (
+            "max_length: 3\n".encode("utf-16"),
+            "is UTF-16 text (its byte-order mark): save it as UTF-8",
+        ),
+        (b"max_length: 3\n# caf\xe9\n", "is not UTF-8 (byte 19): save it as UTF-8"),
+    ],
+)
+@pytest.mark.parametrize("command", ["build", "run"])
+def test_a_recipe_that_is_not_utf8_is_one_line(tmp_path, capsys, data, needle, command):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_bytes(data)
+    assert main([command, str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == f"draftset: error: recipe {recipe} {needle}", err

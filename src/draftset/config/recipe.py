@@ -335,6 +335,10 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
         data = load_yaml(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise RecipeError(f"cannot read recipe {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # a traceback before (PowerShell's `>` writes UTF-16)
+        wide = exc.object[:2] in (b"\xff\xfe", b"\xfe\xff")
+        why = "is UTF-16 text (its byte-order mark)" if wide else f"is not UTF-8 (byte {exc.start})"
+        raise RecipeError(f"recipe {path} {why}: save it as UTF-8") from None
     except yaml.YAMLError as exc:
         raise RecipeError(f"recipe {path} is not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(data, dict):
