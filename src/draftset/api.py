@@ -47,6 +47,7 @@ from draftset.core.files import (
     dash_problem,
     home_problem,
     is_recipe,
+    name_problem,
     other_config_problem,
     output_file_problem,
     write_output_file,
@@ -152,7 +153,7 @@ def _given(
         flag = "source" if name == "sources" else flag_of(model, name)
         for item in value if isinstance(value, list) else [value]:
             path = item.get("path") if isinstance(item, Mapping) else item
-            if problem := home_problem(flag, path):
+            if problem := home_problem(flag, path) or name_problem(flag, path):
                 raise error(problem)
     return checked
 

@@ -40,6 +40,27 @@ def home_problem(flag: str, value: object) -> str | None:
     return None
 
 
+def shown_name(text: str) -> str:
+    """A path as it can be printed: bytes that are not UTF-8 as ``\\xfe``."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def name_problem(flag: str, value: object) -> str | None:
+    """Why the path ``value`` cannot be used (one line starting ``flag``), or None: a name that
+    is not UTF-8 (a Latin-1 file name: Python hands it over with surrogates) became source
+    names, ids and manifest entries that no UTF-8 file holds, a traceback after the build."""
+    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = text[exc.start].encode("utf-8", "surrogateescape")[0]
+        head = f"{flag} " if flag else ""
+        return f"{head}{shown_name(text)}: its name is not UTF-8 (byte 0x{byte:02x}); rename it"
+    return None
+
+
 def dash_problem(flag: str, value: object, what: str) -> str | None:
     """Why ``-`` cannot be where ``flag`` writes (one line ending ``what``), or None: it built a
     set in a folder named ``-``, wrote answers (and their run and lock files) to ``-``, a

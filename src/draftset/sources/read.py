@@ -29,6 +29,7 @@ import zstandard
 
 from draftset.core import reasons
 from draftset.core.errors import UsageError
+from draftset.core.files import name_problem
 from draftset.core.hub import hub_offline
 from draftset.core.records import RawRow, Reject, RowProblem
 from draftset.core.words import plural
@@ -288,6 +289,8 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
             _refuse_dataset_dict(here)
         generated = _generate_files(here, filenames)
         for f in filenames:
+            if problem := name_problem("", here / f):  # its ids and manifest entry: no UTF-8
+                raise SourceError(problem)
             if f.startswith("."):
                 skip(here / f, "hidden")
             elif f in generated:
