@@ -675,3 +675,34 @@ def test_build_result_row_index_is_checked_and_named(src, tmp_path):
     import numpy as np
 
     assert result.row(np.int64(n - 1))["id"] == result.row(-1)["id"]
+
+
+@pytest.mark.parametrize(
+    ("given", "needle"),
+    [
+        ("max_len=5", "'max_len' is not an option of this job: did you mean 'max_length'?"),
+        ("say=print", "'say' is not an option of this job"),
+        ("max_length='4096'", "--max-length: expected an integer, got '4096'"),
+    ],
+)
+def test_a_usage_error_is_said_before_the_helper_cannot_start(tmp_path, given, needle):
+    """``build(max_len=5)`` from a script read from standard input was told the helper
+    process cannot start there (`SidecarError`, exit code 1): the helper starts before the
+    options are checked, so the mistyped option, exit code 2, was never named."""
+    chat = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    (tmp_path / "c.jsonl").write_text(json.dumps(chat) + "\n", encoding="utf-8")
+    code = (
+        "from draftset import build\n"
+        "from draftset.core.errors import DraftsetError\n"
+        "try:\n"
+        f"    build(sources=['c.jsonl'], tokenizer={str(qwen3_tokenizer_dir())!r}, out='o',"
+        f" workers=2, {given})\n"
+        "except DraftsetError as exc:\n"
+        "    print(type(exc).__name__, exc.exit_code, exc)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-"], input=code, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.startswith("UsageError 2 ") and needle in p.stdout, p.stdout
+    assert not (tmp_path / "o").exists()

@@ -44,7 +44,10 @@ from draftset.config.schema import (
 )
 from draftset.core.errors import DraftsetError, UsageError
 from draftset.core.files import (
+    dash_problem,
+    home_problem,
     is_recipe,
+    name_problem,
     other_config_problem,
     output_file_problem,
     write_output_file,
@@ -112,9 +115,14 @@ def build(
     _not_in_a_spawned_import()
     _progress_arg(progress, UsageError, callback=True)
     if helper is None:
+        from draftset.engine.helper import SidecarError  # lazy: as start_helper's module
         from draftset.pipeline.helper_ahead import start_helper  # lazy: a lean import
 
-        helper = start_helper(recipe, options.get("workers"), options.get("engine"))
+        try:
+            helper = start_helper(recipe, options.get("workers"), options.get("engine"))
+        except SidecarError:  # it cannot start here (a script from stdin): a usage error first
+            build_options(recipe=recipe, **options)
+            raise
     try:
         opts = build_options(recipe=recipe, **options)  # merged over the recipe, and checked
 
@@ -138,9 +146,16 @@ def _given(
     values = {
         k: list(v) if isinstance(v, tuple) else v for k, v in options.items() if v is not None
     }
-    return validated(
+    checked = validated(
         model, values, strict=True, name_of=lambda name: flag_of(model, name), error=error
     )
+    for name, value in values.items():  # `~nobody/x`: a traceback from expanduser before
+        flag = "source" if name == "sources" else flag_of(model, name)
+        for item in value if isinstance(value, list) else [value]:
+            path = item.get("path") if isinstance(item, Mapping) else item
+            if problem := home_problem(flag, path) or name_problem(flag, path):
+                raise error(problem)
+    return checked
 
 
 def _home(o: Model, *names: str) -> Model:
@@ -543,6 +558,8 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
     from draftset.checks.verify import VERIFY_RECORD, VerifyUsageError, fast_checks, run_verify
 
     o = _home(_given(VerifyArgs, {**options, "dir": dir}, VerifyUsageError), "dir", "json")
+    if problem := dash_problem("--json", o.json, "name the file to write, or /dev/stdout"):
+        raise VerifyUsageError(problem)
     check_json = None
     if o.json:  # before any work: never over a file draftset did not write, nor into the set
         check_json = _output_file_check(
@@ -560,15 +577,8 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
         from draftset.checks.serving import connect  # lazy: as above
 
         server = connect(o.render_server)
-    if o.tokenizer and not o.fast:  # another model's: an argument to refuse, no FAIL to record
-        from draftset.output.readback import open_output  # lazy: as above
-        from draftset.review.show import tokenizer_folder_problem  # lazy: as above
-
-        out = open_output(o.dir)
-        if out.manifest and (why := tokenizer_folder_problem(out, o.tokenizer)):
-            raise VerifyUsageError(
-                f"--tokenizer {o.tokenizer} is not the tokenizer this set was built with: {why}"
-            )
+    if o.tokenizer:  # another model's: an argument to refuse, no FAIL to record (--fast too)
+        _check_set_tokenizer(o.dir, o.tokenizer, VerifyUsageError)
     if o.fast:
         checks = fast_checks(o.dir, o.block_size)
     else:
@@ -641,6 +651,8 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
     path = Path(o.recipe)
     if not is_recipe(path):
         raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
+    if problem := dash_problem("--work", o.work, "name the work folder"):
+        raise RunUsageError(problem)
     build = build_options(
         path, workers=o.workers, engine=o.engine, ray_address=o.ray_address, tokenizer=o.tokenizer
     )
@@ -666,6 +678,7 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
 
 def _generate_section(section: Any, recipe: str) -> GenerateSection:
     """The recipe's ``generate:`` mapping, typed by `config.schema.GenerateSection`."""
+    from draftset.config.recipe import places  # lazy: as above
     from draftset.pipeline.run_state import RunUsageError  # lazy: as above
 
     if not isinstance(section, dict):
@@ -673,7 +686,8 @@ def _generate_section(section: Any, recipe: str) -> GenerateSection:
     unknown = set(section) - set(GenerateSection.model_fields)
     if unknown:
         known = GenerateSection.model_fields
-        raise RunUsageError(f"recipe {recipe}: generate: {unknown_keys(unknown, known)}")
+        said = unknown_keys(unknown, known, places(known))
+        raise RunUsageError(f"recipe {recipe}: generate: {said}")
     values = {k: v for k, v in section.items() if v is not None}
     gen = validated(GenerateSection, values, recipe="generate.", strict=True, error=RunUsageError)
     thinking = gen.thinking  # YAML's `thinking: off` is a boolean
@@ -688,13 +702,15 @@ def _generate_section(section: Any, recipe: str) -> GenerateSection:
 
 def _render_server(section: Any, where: str) -> str | None:
     """The recipe's `verify: {render_server: URL}`, checked to answer before any work."""
+    from draftset.config.recipe import places  # lazy: as above
     from draftset.pipeline.run_state import RunUsageError  # lazy: as above
 
     if section is None:
         return None
     known = set(VerifySection.model_fields)
     if not isinstance(section, dict) or set(section) - known:
-        bad = f" ({unknown_keys(set(section) - known, known)})" if isinstance(section, dict) else ""
+        unknown = set(section) - known if isinstance(section, dict) else set()
+        bad = f" ({unknown_keys(unknown, known, places(known))})" if unknown else ""
         raise RunUsageError(f"{where}: `verify:` takes only `render_server: URL`{bad}")
     url = validated(
         VerifySection, section, recipe="verify.", strict=True, error=RunUsageError
@@ -723,6 +739,8 @@ def report(
     )
 
     o = _home(_given(ReportArgs, {**options, "dir": dir}), "dir", "output")
+    if problem := dash_problem("-o", o.output, "name the file to write, or /dev/stdout"):
+        raise UsageError(problem)
     default = default_report_path(o.dir)
     path = Path(o.output) if o.output else default
     # before any work: never over a file draftset did not write, nor into the set but its
@@ -738,8 +756,27 @@ def report(
         # an .html in a source folder is skipped (an unsupported type); a -o x.json is not
         read_as_input=not path.name.lower().endswith((".html", ".htm")),
     )
+    if o.tokenizer:  # its page said "Cannot decode rows: ...", exit 0
+        _check_set_tokenizer(o.dir, o.tokenizer, UsageError)
     tokenizer = str(o.tokenizer) if o.tokenizer else None
     return write_report(o.dir, path, tokenizer, o.block_size, check=check, on_verdict=on_verdict)
+
+
+def _check_set_tokenizer(
+    folder: str | Path, tokenizer: str | Path, error: type[UsageError]
+) -> None:
+    """A ``--tokenizer`` given to `verify`, `report` or `show`, checked before any work as
+    build's is (a missing folder, a file, a folder without tokenizer files: `TokenizerError`),
+    then against the set's manifest (another model's vocabulary: ``error``, exit 2)."""
+    # lazy: the tokenizer's checks only when one is given
+    from draftset.mask.template import _resolve_tokenizer_path
+    from draftset.output.readback import open_output  # lazy: as above
+    from draftset.review.show import tokenizer_folder_problem  # lazy: as above
+
+    _resolve_tokenizer_path(str(tokenizer))
+    out = open_output(folder)
+    if out.manifest and (why := tokenizer_folder_problem(out, tokenizer)):
+        raise error(f"--tokenizer {tokenizer} is not the tokenizer this set was built with: {why}")
 
 
 def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> None:
@@ -756,6 +793,8 @@ def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> 
     o = _home(_given(ShowArgs, {**options, "dir": dir}, ShowError), "dir")
     if (o.row is None) == (o.row_id is None):
         raise ShowError("give one of row (an index into the set) or row_id")
+    if o.tokenizer:  # a missing one was told "pass --tokenizer FOLDER"
+        _check_set_tokenizer(o.dir, o.tokenizer, ShowError)
     tokenizer = str(o.tokenizer) if o.tokenizer else None
     show_row(o.dir, o.row, o.row_id, o.tokens, tokenizer, console, o.block_size)
 
@@ -833,6 +872,10 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
         "--thinking",
         "--chat-template-kwargs",
     )
+    if problem := dash_problem(
+        "--out", o.out, "name the .jsonl file to write the answers in (a rerun resumes from it)"
+    ):
+        raise GenerateUsageError(problem)
     out = Path(o.out)
     if out.is_dir():
         raise GenerateUsageError(f"--out {out} is a folder; give a .jsonl file path")

@@ -195,3 +195,110 @@ def test_a_boolean_where_a_number_goes_is_no_quoting_matter(tmp_path, capsys):
     assert main(["build", str(recipe)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "draftset: error: recipe key max_length: expected an integer, got true", err
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [  # a top-level key written inside a source: only "unknown" before
+        (
+            "sources: [{path: c.jsonl, max_length: 100}]\n",
+            "sources[0] unknown keys ['max_length']: max_length is a top-level key of the recipe"
+            " (max_length: ... beside sources:)",
+        ),
+        (
+            "sources: [{path: c.jsonl, template_kwargs: {enable_thinking: false}}]\n",
+            "template_kwargs is a top-level key of the recipe",
+        ),
+        (
+            "sources: [{path: c.jsonl, temperature: 0.6}]\n",
+            "temperature is a key of the generate: section (generate: {temperature: ...})",
+        ),
+        ("modes: {thinking: 1}\n", "modes is a key of the mix: section (mix: {modes: ...})"),
+        (
+            "enable_thinking: false\n",
+            "enable_thinking is a key of template_kwargs (template_kwargs: {enable_thinking: ...})",
+        ),
+        (
+            "mix: {thinking: 0.5, no_thinking: 0.5}\n",
+            "no_thinking is a mode (mix: {modes: {no_thinking: ...}});"
+            " thinking is a mode (mix: {modes: {thinking: ...}})",
+        ),
+    ],
+)
+def test_a_key_of_another_place_is_told_where_it_goes(tmp_path, capsys, text, needle):
+    line = _refused_in_one_line(tmp_path, capsys, text, needle)
+    assert "did you mean" not in line, line
+
+
+@pytest.mark.parametrize(
+    ("section", "needle"),
+    [  # generate: {max_length: 100} was told "did you mean 'max_tokens'?": another option
+        (
+            "generate: {endpoints: [x], max_length: 100}",
+            "generate: unknown keys ['max_length']: max_length is a top-level key of the recipe",
+        ),
+        (
+            "generate: {endpoints: [x], weight: 2}",
+            "weight is a key of each source (sources: [{path: ..., weight: ...}])",
+        ),
+        (
+            "generate: {endpoints: [x], render_server: x}",
+            "render_server is a key of the verify: section",
+        ),
+        (
+            "generate: {endpoints: [x]}\nverify: {sample: 5, endpoints: [x]}",
+            "endpoints is a key of the generate: section",
+        ),
+    ],
+)
+def test_a_section_key_of_another_place_is_told_where_it_goes(tmp_path, capsys, section, needle):
+    recipe = _recipe(tmp_path, section + "\n")
+    assert main(["run", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert "max_tokens" not in err[0], err
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [  # `max_samples: 1e5` unquoted was told `expected an integer, got "1e5"`: quotes never written
+        (
+            "max_samples: 1e5\n",
+            "recipe key max_samples: expected an integer, got 1e5, which YAML reads as text"
+            " (it reads an exponent as a number only with a dot and a sign, 1.0e+5): write 100000",
+        ),
+        ("render_timeout: 1e1\n", "recipe key render_timeout: expected a number, got 1e1, which"),
+        ("render_timeout: 1e1\n", "write 10.0"),
+        ("near_dup_threshold: 8e-1\n", "write 0.8"),
+        ("sources: [{path: c.jsonl, count: 2e3}]\n", "recipe key sources[0].count: expected an"),
+        ("sources: [{path: c.jsonl, count: 2e3}]\n", "write 2000"),
+        ("sources: [{path: c.jsonl, weight: 1e-7}]\n", "write 1.0e-07"),
+    ],
+)
+def test_a_number_yaml_reads_as_text_is_told_so(tmp_path, capsys, text, needle):
+    _refused_in_one_line(tmp_path, capsys, text, needle)
+
+
+def test_a_number_quoted_on_purpose_keeps_its_quotes(tmp_path, capsys):
+    """``max_length: "4096"``: YAML reads 4096 unquoted as a number, so the quotes were written."""
+    line = _refused_in_one_line(tmp_path, capsys, 'max_length: "4096"\n', 'got "4096"')
+    assert "YAML" not in line, line
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [  # PowerShell's `>` and Notepad save UTF-16: a UnicodeDecodeError traceback, exit 1
+        (
+            "max_length: 3\n".encode("utf-16"),
+            "is UTF-16 text (its byte-order mark): save it as UTF-8",
+        ),
+        (b"max_length: 3\n# caf\xe9\n", "is not UTF-8 (byte 19): save it as UTF-8"),
+    ],
+)
+@pytest.mark.parametrize("command", ["build", "run"])
+def test_a_recipe_that_is_not_utf8_is_one_line(tmp_path, capsys, data, needle, command):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_bytes(data)
+    assert main([command, str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == f"draftset: error: recipe {recipe} {needle}", err

@@ -58,6 +58,12 @@ def recipe(tmp: Path, extra: str) -> Path:
             "mix.modes: shares must sum to 1, got 2",
         ),
         ("mix: {sources: {chats: 0.25}}", "mix.sources: shares must sum to 1, got 0.25"),
+        (  # a mix of no shares: it ran, weights ignored (mix: {} was refused)
+            "mix: {modes: null}",
+            "mix gives no shares (modes and sources both null or absent): give one, or leave"
+            " mix out",
+        ),
+        ("mix: {modes: null, sources: null}", "mix gives no shares"),
         (
             "template_kwargs: {cutoff: 2026-01-01}",
             "recipe key template_kwargs: cutoff is of type date, not a JSON value (YAML reads an"

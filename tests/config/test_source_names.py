@@ -15,7 +15,7 @@ import pytest
 from conftest import qwen3_tokenizer_dir
 
 from draftset.cli import main
-from draftset.config.recipe import RecipeError, load_recipe, unique_names
+from draftset.config.recipe import RecipeError, load_recipe, source_name, unique_names
 from draftset.sources.read import Source
 
 
@@ -119,3 +119,37 @@ def test_a_recipe_name_wins_over_a_file_stem_in_a_build(tmp_path):
     assert main(["build", str(recipe), "--no-progress"]) == 0
     per_source = json.loads((tmp_path / "out" / "manifest.json").read_text())["counts"]
     assert {n: c["written"] for n, c in per_source["per_source"].items()} == {"z2-2": 2, "z2": 3}
+
+
+def test_a_source_named_by_dots_or_the_root_is_named_after_its_folder(tmp_path, monkeypatch):
+    """``draftset build .`` named its source "" (a `Path('.')` has no name): the summary said
+    ``source :``, every row's ``source`` was "" and its id ``:0``; ``..`` was named ``..``."""
+    data = tmp_path / "chats"
+    (data / "sub").mkdir(parents=True)
+    monkeypatch.chdir(data / "sub")
+    assert source_name(Path(".")) == "sub"
+    assert source_name(Path("./")) == "sub"
+    assert source_name(Path("..")) == "chats"
+    assert source_name(Path("../sub/..")) == "chats"
+    assert source_name(Path("/")) == "source"
+    assert source_name(Path("a/b.jsonl.gz")) == "b"
+
+
+def test_building_the_current_folder_names_the_source_after_it(tmp_path, monkeypatch):
+    data = tmp_path / "chats"
+    data.mkdir()
+    (data / "a.jsonl").write_text(
+        "".join(json.dumps(chat(i)) + "\n" for i in range(2)), encoding="utf-8"
+    )
+    monkeypatch.chdir(data)
+    out = tmp_path / "out"
+    args = ["build", ".", "--tokenizer", str(qwen3_tokenizer_dir()), "--eot-token"]
+    args += ["<|im_end|>", "--out", str(out), "--workers", "1", "--no-progress"]
+    assert main(args) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert list(manifest["counts"]["per_source"]) == ["chats"]
+    from datasets import load_from_disk  # the rows' own source and ids
+
+    rows = load_from_disk(str(out))
+    assert rows["source"] == ["chats", "chats"]
+    assert rows["id"] == ["chats:0", "chats:1"]

@@ -1719,3 +1719,25 @@ def test_run_sync_in_a_running_loop_is_cancelled_by_ctrl_c() -> None:
         loop.close()
     assert took < 10 and cancelled == [True]
     assert not [t for t in threading.enumerate() if t.name == "draftset-generate"]
+
+
+def test_a_lock_file_of_yours_beside_out_is_refused_never_overwritten(
+    tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--out k.jsonl`` beside a ``k.lock`` of the user's: the lock truncated it to the
+    process's pid (and left it so), answers written, exit 0. A lock draftset wrote (a pid, or
+    empty) is taken as before."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    mine = tmp_path / "k.lock"
+    mine.write_text('{"my": "settings"}\n', encoding="utf-8")
+    assert generate(src, tmp_path / "k.jsonl", server.url) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0] == (
+        f"draftset: error: --out {tmp_path / 'k.jsonl'}: {mine} exists and is not a lock draftset"
+        " wrote (a process id); move it away or choose another --out"
+    )
+    assert mine.read_text(encoding="utf-8") == '{"my": "settings"}\n' and not server.requests
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "k.lock"]
+    (tmp_path / "ours.lock").write_text("12345\n", encoding="ascii")  # a finished run's lock
+    assert generate(src, tmp_path / "ours.jsonl", server.url) == 0

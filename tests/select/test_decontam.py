@@ -186,3 +186,26 @@ def test_real_benchmark_files() -> None:
 def test_micro_benchmark_runs() -> None:
     out = benchmark(rows=2_000, items=200, words_per_row=100)
     assert out["removed"] == 20 and out["rows_per_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [  # a UnicodeDecodeError traceback, exit 1, from the build's check before
+        ("A prompt of the benchmark\n".encode("utf-16"), "is UTF-16 text (its byte-order mark)"),
+        (b"A prompt of the benchmark\ncaf\xe9 au lait\n", "is not UTF-8 (byte 29)"),
+    ],
+)
+def test_a_txt_benchmark_file_that_is_not_utf8_is_one_line(tmp_path, capsys, data, needle):
+    from conftest import qwen3_tokenizer_dir
+
+    from draftset.cli import main
+
+    bench = tmp_path / "bench.txt"
+    bench.write_bytes(data)
+    src = tmp_path / "a.jsonl"
+    src.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    args = ["build", str(src), "--tokenizer", str(qwen3_tokenizer_dir()), "--out"]
+    assert main([*args, str(tmp_path / "o"), "--decontaminate", str(bench)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"draftset: error: --decontaminate {bench} {needle}: save it as UTF-8"], err
+    assert not (tmp_path / "o").exists()

@@ -823,6 +823,45 @@ def test_one_json_document_named_jsonl_is_refused(tmp_path, doc, name):
         list_files(tmp_path)
 
 
+@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])
+def test_an_array_of_rows_on_one_line_named_jsonl_is_refused(tmp_path, name):
+    """``json.dump(rows, f)`` into a .jsonl file: its one line, an array of every row, was one
+    ``not_an_object`` reject ("read 1"), and beside another source the build said exit 0 with
+    every row of the file gone."""
+    data = (json.dumps(ROWS) + "\n\n").encode()
+    path = write(tmp_path, name, gzip.compress(data) if name.endswith(".gz") else data)
+    expected = (
+        f"{path}: one JSON document, not JSON Lines: rename it {name.replace('.jsonl', '.json')}"
+    )
+    with pytest.raises(SourceError, match=f"^{re.escape(expected)}$"):
+        list_files(path)
+    with pytest.raises(SourceError, match=f"^{re.escape(expected)}$"):
+        list_files(tmp_path)
+    two = write(tmp_path, "b.jsonl", (json.dumps(ROWS) + "\n" + json.dumps(ROWS[0])).encode())
+    assert [r.reject.reason for r in read_all(two)[:1]] == [reasons.NOT_AN_OBJECT]
+
+
+@pytest.mark.parametrize("name", ["rows.jsonl", "rows.json"])
+@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+def test_a_parquet_or_arrow_file_named_as_json_is_refused(tmp_path, name, kind):
+    """A Parquet (or Arrow) file saved as .jsonl was read line by line: its bytes split on
+    newlines, each piece rejected ``invalid_utf8`` / ``invalid_json``, and beside another source
+    the build exited 0 with every row of the file gone."""
+    table = pa.Table.from_pylist(ROWS)
+    real = tmp_path / f"real.{kind}"
+    if kind == "parquet":
+        pq.write_table(table, real)
+    else:
+        with pa.OSFile(str(real), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+            w.write_table(table)
+    path = write(tmp_path / "data", name, real.read_bytes())
+    stem = name.split(".")[0]
+    expected = f"{path}: a {kind.capitalize()} file, not JSON: rename it {stem}.{kind}"
+    for source in (path, path.parent):
+        with pytest.raises(SourceError, match=f"^{re.escape(expected)}$"):
+            list_files(source)
+
+
 def test_json_lines_with_a_bad_first_line_are_still_read(tmp_path):
     """Only a file that parses as one document is refused: a JSON Lines file whose first
     lines are damaged still reads, those lines rejected."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -87,3 +88,13 @@ def add_no_progress(p: argparse.ArgumentParser, what: str = "no progress bar") -
 def progress_wanted(args: argparse.Namespace) -> bool:
     """A progress bar on a terminal unless --no-progress."""
     return not args.no_progress and sys.stderr.isatty()
+
+
+def is_stdout(path: str) -> bool:
+    """Whether ``path`` is this process's standard output (``/dev/stdout``, ``/dev/fd/1``, the
+    file or pipe it is redirected to), judged before the page is written over it."""
+    try:
+        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)

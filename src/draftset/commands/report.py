@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from draftset.commands.common import add_command
+from draftset.commands.common import add_command, is_stdout
 from draftset.commands.options import add_options, parsed
 from draftset.config.schema import ReportArgs
 from draftset.core.errors import EXIT_OK
@@ -32,8 +33,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from draftset import api  # lazy: the stages load when the command runs
 
     verdicts: list[str] = []
+    # the page on standard output (-o /dev/stdout): these lines after it went into the page
+    said = sys.stderr if args.output and is_stdout(args.output) else sys.stdout
     path = api.report(**parsed(args, ReportArgs), on_verdict=verdicts.append)
-    print(f"report written to {path}")
+    print(f"report written to {path}", file=said)
     for line in verdicts:
-        print(f"checks: {line}")
+        print(f"checks: {line}", file=said)
     return EXIT_OK

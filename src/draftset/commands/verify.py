@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 
-from draftset.commands.common import add_command
+from draftset.commands.common import add_command, is_stdout
 from draftset.commands.options import add_options, parsed
 from draftset.config.schema import VerifyArgs
 from draftset.core.errors import EXIT_FAIL, EXIT_OK
@@ -43,18 +44,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from draftset import api  # lazy: the stages load when the command runs
     from draftset.checks.fast import ADVISORY_CHECKS  # lazy: as above
 
+    # the result on standard output (--json /dev/stdout): these lines after it broke its JSON
+    to_err = bool(args.json) and is_stdout(args.json)
     result = api.verify(**parsed(args, VerifyArgs))
-    print_results(result.checks, advisory=ADVISORY_CHECKS)
+    console = _wide_console(stderr=True) if to_err else None
+    print_results(result.checks, console, advisory=ADVISORY_CHECKS)
     if result.recorded is not None:
         shown = Path(args.dir) / result.recorded.name
-        print(f"result recorded in {shown} (shown by `draftset report`)")
+        said = sys.stderr if to_err else sys.stdout
+        print(f"result recorded in {shown} (shown by `draftset report`)", file=said)
     return EXIT_OK if result.ok else EXIT_FAIL
 
 
-def _wide_console() -> Console:
+def _wide_console(stderr: bool = False) -> Console:
     """Terminal width on a terminal; wide enough for one line per check in logs."""
-    probe = Console(highlight=False)
-    return probe if probe.is_terminal else Console(highlight=False, width=160, soft_wrap=True)
+    probe = Console(highlight=False, stderr=stderr)
+    if probe.is_terminal:
+        return probe
+    return Console(highlight=False, width=160, soft_wrap=True, stderr=stderr)
 
 
 def print_results(

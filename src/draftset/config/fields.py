@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, get_args, get_origin
 
+import yaml
 from pydantic import AfterValidator, BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
@@ -264,6 +265,8 @@ def validated(
                 why = _yaml_boolean(model, name, value)
                 raise error(f"recipe key {recipe}{name}: {why}") from None
             got = "" if what == "is required" else f", got {shown(value)}"
+            if text_number := _yaml_number_text(value, what):  # `max_samples: 1e5`
+                got = f", got {value}, which {text_number}"
             raise error(f"recipe key {recipe}{name}: {what}{got}") from None
         if subject is not None:
             quiet = what in ("is required", "is not an option")
@@ -278,6 +281,29 @@ def validated(
         if what.startswith("must be"):
             raise error(f"{spelled} {what}, not {value!r}") from None
         raise error(f"{spelled}: {what}, got {value!r}") from None
+
+
+def _yaml_number_text(value: Any, what: str) -> str | None:
+    """Why a recipe's ``max_samples: 1e5`` is no number, or None: YAML (1.1, PyYAML's) reads an
+    exponent without a dot and a sign as text, so "expected an integer, got "1e5"" showed quotes
+    the user never wrote. Only for text that YAML reads as text even unquoted: a quoted
+    ``"4096"`` was quoted on purpose."""
+    if not isinstance(value, str) or not ("an integer" in what or "a number" in what):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    if not math.isfinite(number) or not isinstance(yaml.safe_load(value), str):
+        return None
+    if "an integer" in what and number.is_integer():
+        spelled = str(int(number))
+    else:
+        spelled = yaml.safe_dump(number).splitlines()[0]  # as YAML reads it back: 1.0e-07
+    return (
+        "YAML reads as text (it reads an exponent as a number only with a dot and a sign,"
+        f" 1.0e+5): write {spelled}"
+    )
 
 
 def _yaml_boolean(model: type[BaseModel], name: str, value: bool) -> str:

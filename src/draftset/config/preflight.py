@@ -21,7 +21,7 @@ from draftset.config.fields import boolean_text_problem, flag_of, json_value_pro
 from draftset.config.recipe import check_source
 from draftset.config.schema import BuildArgs
 from draftset.core.errors import UsageError
-from draftset.core.files import cannot_create
+from draftset.core.files import cannot_create, dash_problem
 from draftset.core.modes import MODES
 from draftset.engine.base import available_cpus
 from draftset.mask.ambient import now_iso, valid_now
@@ -148,11 +148,17 @@ def check_mix(mix: Any, source_names: list[str]) -> None:
     """``mix:`` (docs/mixtures.md): `modes` and/or `sources`, each a mapping of known names to
     shares (numbers >= 0) summing to 1. A misspelled source took no row and shrank the set
     without a word; a share given as text failed deep in the build with a traceback; shares
-    not summing to 1 were refused only after the mix's pre-pass had read every row."""
+    not summing to 1 were refused only after the mix's pre-pass had read every row; a mix of
+    no shares (`{modes: null}`) ran, --max-samples' weights unread."""
     if mix is None:
         return
     if not isinstance(mix, dict) or not mix or set(mix) - {"modes", "sources"}:
         raise PreflightError("mix takes `modes` and/or `sources` share mappings")
+    if all(shares is None for shares in mix.values()):  # ran as a mix of nothing: weights unread
+        raise PreflightError(
+            "mix gives no shares (modes and sources both null or absent): give one, or leave"
+            " mix out"
+        )
     known = {"modes": list(MODES), "sources": source_names}
     for key, shares in mix.items():
         if shares is None:
@@ -319,6 +325,8 @@ def out_place_problem(out: Path, flag: str) -> str | None:
     ``/``, inside a built set, the home or current folder or above one."""
     if not str(out).strip():
         return f"{flag} is empty"
+    if problem := dash_problem(flag, out, "name the folder to write the set in"):
+        return problem
     if Path(out).is_symlink():
         return f"{flag} {out} is a symbolic link; give the folder itself"
     real = Path(out).expanduser().resolve()

@@ -26,7 +26,9 @@ from draftset.config.schema import (
     VerifySection,
 )
 from draftset.core.errors import UsageError
+from draftset.core.files import home_problem
 from draftset.core.hub import hub_offline
+from draftset.core.modes import MODES
 from draftset.mask.template import could_be_hub_id
 from draftset.sources.presets import apply_preset
 from draftset.sources.read import HUB_PREFIX, Source
@@ -48,8 +50,14 @@ _SUFFIXES = re.compile(r"(\.(jsonl|json|parquet|arrow|gz|zst))+$")
 
 
 def source_name(path: Path) -> str:
-    """A readable label from a path: the file name without data/compression suffixes."""
-    return _SUFFIXES.sub("", path.name) or path.name
+    """A readable label from a path: the file name without data/compression suffixes.
+
+    A path without a name of its own (``.``, ``./``, ``..``, ``/``) is named after the folder
+    it is (``draftset build .`` named its source "": rows of source "", ids ``:0``)."""
+    name = path.name
+    if name in ("", ".", ".."):
+        name = Path(os.path.abspath(path.expanduser())).name or "source"
+    return _SUFFIXES.sub("", name) or name
 
 
 def source_from_entry(entry: SourceEntry, path: Path | None = None) -> Source:
@@ -287,21 +295,32 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe types only
 
 
-def _places() -> dict[str, str]:
-    """Where each key that is no top-level key belongs (a source's, a section's), from the
-    schema: ``endpoints:`` at the top level was only "unknown", with no word of `generate:`."""
-    places = {
-        key: f"a key of the {section}: section ({section}: {{{key}: ...}})"
-        for section, model in RECIPE_SECTIONS.items()
-        for key in model.model_fields
+def places(known: Collection[str]) -> dict[str, str]:
+    """Where each key that is not in ``known`` (the keys of the place it was written in)
+    belongs, from the schema: ``endpoints:`` at the top level was only "unknown", with no word
+    of `generate:`; ``max_length:`` in a source said nothing and in ``generate:`` "did you mean
+    'max_tokens'?", another option. A key of several places is said to be top-level."""
+    where: dict[str, str] = {
+        "enable_thinking": "a key of template_kwargs (template_kwargs: {enable_thinking: ...})",
+        "modes": "a key of the mix: section (mix: {modes: ...})",
     }
-    places.update(
+    where.update(
         (key, f"a key of each source (sources: [{{path: ..., {key}: ...}}])") for key in SOURCE_KEYS
     )
-    return {k: v for k, v in places.items() if k not in RECIPE_KEYS}
+    where.update(
+        (key, f"a key of the {section}: section ({section}: {{{key}: ...}})")
+        for section, model in RECIPE_SECTIONS.items()
+        for key in model.model_fields
+    )
+    where.update(
+        (key, f"a top-level key of the recipe ({key}: ... beside sources:)") for key in RECIPE_KEYS
+    )
+    return {k: v for k, v in where.items() if k not in known}
 
 
-_PLACES = _places()
+_PLACES = places(RECIPE_KEYS)
+_SOURCE_PLACES = places(SOURCE_KEYS)
+_MIX_PLACES = {mode: f"a mode (mix: {{modes: {{{mode}: ...}}}})" for mode in MODES}
 
 
 def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
@@ -316,6 +335,10 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
         data = load_yaml(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise RecipeError(f"cannot read recipe {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # a traceback before (PowerShell's `>` writes UTF-16)
+        wide = exc.object[:2] in (b"\xff\xfe", b"\xfe\xff")
+        why = "is UTF-16 text (its byte-order mark)" if wide else f"is not UTF-8 (byte {exc.start})"
+        raise RecipeError(f"recipe {path} {why}: save it as UTF-8") from None
     except yaml.YAMLError as exc:
         raise RecipeError(f"recipe {path} is not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(data, dict):
@@ -333,6 +356,14 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
     validated(
         BuildArgs, values, recipe="", strict=True, error=RecipeError
     )  # one line naming a mistyped key
+    for key, value in data.items():  # `out: ~nobody/x`: a traceback from expanduser before
+        entries = value if isinstance(value, list) else [value]
+        for entry in entries if key in (*RECIPE_PATH_KEYS, "out", "sources") else ():
+            where = f"recipe key {key}:"
+            if problem := home_problem(
+                where, entry.get("path") if isinstance(entry, dict) else entry
+            ):
+                raise RecipeError(problem)
     base = path.parent
     out = dict(data)
     sources = []
@@ -345,7 +376,9 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
             raise RecipeError(f"recipe {path}: sources[{i}] needs a path (or a preset)")
         bad = set(entry) - SOURCE_KEYS
         if bad:
-            raise RecipeError(f"recipe {path}: sources[{i}] {unknown_keys(bad, SOURCE_KEYS)}")
+            raise RecipeError(
+                f"recipe {path}: sources[{i}] {unknown_keys(bad, SOURCE_KEYS, _SOURCE_PLACES)}"
+            )
         spec = validated(
             SourceEntry, entry, recipe=f"sources[{i}].", strict=True, error=RecipeError
         )
@@ -367,7 +400,8 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
         out["tokenizer"] = recipe_tokenizer(out["tokenizer"], base)
     mix = data.get("mix")
     if mix is not None and (not isinstance(mix, dict) or set(mix) - MIX_KEYS):
-        bad = f" ({unknown_keys(set(mix) - MIX_KEYS, MIX_KEYS)})" if isinstance(mix, dict) else ""
+        unknown = set(mix) - MIX_KEYS if isinstance(mix, dict) else set()
+        bad = f" ({unknown_keys(unknown, MIX_KEYS, _MIX_PLACES)})" if unknown else ""
         raise RecipeError(f"recipe {path}: mix takes `modes` and/or `sources` share mappings{bad}")
     return out
 

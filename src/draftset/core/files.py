@@ -25,6 +25,52 @@ def write_json_atomic(path: Path, data: Any, indent: int = 2, tmp: Path | None =
         tmp.unlink(missing_ok=True)
 
 
+def home_problem(flag: str, value: object) -> str | None:
+    """Why ``value`` (a ``~USER/...`` path) names no folder (one line starting ``flag``), or
+    None: `Path.expanduser` raises ``RuntimeError`` for a user who does not exist, which was a
+    traceback (exit 1) wherever a path was expanded."""
+    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    if not isinstance(text, str) or not text.startswith("~"):
+        return None
+    try:
+        Path(text).expanduser()
+    except RuntimeError:
+        user = text[1:].split("/", 1)[0]
+        return f"{flag} {text}: ~{user} is no home folder (there is no user {user!r})"
+    return None
+
+
+def shown_name(text: str) -> str:
+    """A path as it can be printed: bytes that are not UTF-8 as ``\\xfe``."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def name_problem(flag: str, value: object) -> str | None:
+    """Why the path ``value`` cannot be used (one line starting ``flag``), or None: a name that
+    is not UTF-8 (a Latin-1 file name: Python hands it over with surrogates) became source
+    names, ids and manifest entries that no UTF-8 file holds, a traceback after the build."""
+    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = text[exc.start].encode("utf-8", "surrogateescape")[0]
+        head = f"{flag} " if flag else ""
+        return f"{head}{shown_name(text)}: its name is not UTF-8 (byte 0x{byte:02x}); rename it"
+    return None
+
+
+def dash_problem(flag: str, value: object, what: str) -> str | None:
+    """Why ``-`` cannot be where ``flag`` writes (one line ending ``what``), or None: it built a
+    set in a folder named ``-``, wrote answers (and their run and lock files) to ``-``, a
+    report to a file ``-``. Standard output is no folder nor a file to resume from; a page or
+    a result goes to ``/dev/stdout`` when asked (a device, written as a stream)."""
+    if str(value) != "-":
+        return None
+    return f"{flag} -: draftset does not read '-' as standard output; {what}"
+
+
 def cannot_create(path: Path, what: str) -> str | None:
     """Why nothing can be created at ``path``, as the end of a sentence about it (" is under
     a file (P), not a folder" / ": cannot create WHAT in P"), from its nearest existing

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,6 +181,26 @@ def lock_path(out: Path) -> Path:
     return out.with_name(f"{_stem(out)}.lock")
 
 
+def foreign_lock(out: Path, path: Path, flag: str = "--out") -> str | None:
+    """Why the lock file ``path`` of ``out`` is not to be taken (one line), or None: it exists
+    and holds something other than what a lock holds (a process id, or nothing). Taking the
+    lock truncates the file: a ``k.lock`` of the user's beside ``--out k.jsonl`` was replaced
+    by a pid."""
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return None
+        with path.open("rb") as f:
+            head = f.read(64)
+    except OSError:
+        return None  # unreadable: opening it to lock says so
+    if re.fullmatch(rb"[0-9]{1,20}\n?", head):
+        return None
+    return (
+        f"{flag} {out}: {path} exists and is not a lock draftset wrote (a process id); move it"
+        f" away or choose another {flag}"
+    )
+
+
 def run_path(out: Path) -> Path:
     """``answers.jsonl`` -> ``answers.run.json``: the settings the answers were generated with."""
     return out.with_name(f"{_stem(out)}.run.json")
@@ -201,6 +222,8 @@ def check_output_path(out: Path) -> None:
                 f"{which} {path} is not a regular file (a device, FIFO or socket): generate"
                 " appends answers and resumes from them; give a .jsonl file path"
             )
+    if problem := foreign_lock(out, lock_path(out)):
+        raise StoreError(problem)
     problem = cannot_create(out, "files")
     if problem is not None:
         raise StoreError(f"--out {out}{problem}")
@@ -227,6 +250,9 @@ class RunLock:
         import fcntl
 
         path = path or lock_path(out)
+        flag = "--work" if command == "run" else "--out"
+        if problem := foreign_lock(out, path, flag):  # never truncate a file of the user's
+            raise StoreError(problem)
         try:  # root passes os.access on /proc; a read-only mount fails only here
             path.parent.mkdir(parents=True, exist_ok=True)
             self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

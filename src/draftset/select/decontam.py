@@ -97,8 +97,20 @@ class NoBenchmarkPrompts(UsageError):
 def check_benchmark_file(path: str | Path) -> None:
     """Raise `NoBenchmarkPrompts` unless ``path`` gives a prompt (reads up to its first one):
     `build` checks each ``--decontaminate`` file so before any work."""
+    if _is_txt(Path(path)):  # the whole file: a byte that is not UTF-8 fails the build later
+        try:
+            Path(path).read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UsageError(_not_utf8(Path(path), exc)) from None
     if next(_items(Path(path)), None) is None:
         raise NoBenchmarkPrompts(_no_prompts(Path(path)))
+
+
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
+    """A ``.txt`` benchmark file that is not UTF-8 (a traceback before)."""
+    wide = exc.object[:2] in (b"\xff\xfe", b"\xfe\xff")
+    why = "is UTF-16 text (its byte-order mark)" if wide else f"is not UTF-8 (byte {exc.start})"
+    return f"--decontaminate {path} {why}: save it as UTF-8"
 
 
 def _no_prompts(path: Path) -> str:
@@ -118,12 +130,15 @@ def _is_txt(path: Path) -> bool:
 
 def _txt_items(path: Path) -> Iterator[BenchItem]:
     index = 0
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            text = line.strip()
-            if text:
-                yield BenchItem(str(path), index, f"{path.name}:{index}", text)
-                index += 1
+    try:
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                text = line.strip()
+                if text:
+                    yield BenchItem(str(path), index, f"{path.name}:{index}", text)
+                    index += 1
+    except UnicodeDecodeError as exc:  # `check_benchmark_file` says so before any work
+        raise UsageError(_not_utf8(path, exc)) from None
 
 
 def _data_items(path: Path) -> Iterator[BenchItem]:

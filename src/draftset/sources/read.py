@@ -29,6 +29,7 @@ import zstandard
 
 from draftset.core import reasons
 from draftset.core.errors import UsageError
+from draftset.core.files import name_problem
 from draftset.core.hub import hub_offline
 from draftset.core.records import RawRow, Reject, RowProblem
 from draftset.core.words import plural
@@ -168,7 +169,7 @@ def _check_readable(path: Path) -> None:
         raise SourceError(f"{path}: cannot read: not a regular file")
     try:
         with path.open("rb") as f:
-            head = f.read(4)
+            head = f.read(6)
     except OSError as exc:
         raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     wide = next((name for bom, name in _WIDE_BOMS if head.startswith(bom)), None)
@@ -176,8 +177,16 @@ def _check_readable(path: Path) -> None:
         raise SourceError(
             f"{path}: cannot read: {wide} text (its byte-order mark); save it as UTF-8"
         )
+    found = _name_kind(path)
+    binary = next((kind for magic, kind in _TABLE_MAGICS if head.startswith(magic)), None)
+    if binary is not None and found is not None and found[0] in ("jsonl", "json"):
+        # split on newlines, its bytes were rows of noise, each rejected: the file's rows gone
+        renamed = _JSON_SUFFIX.sub(f".{binary.lower()}", path.name)
+        raise SourceError(f"{path}: a {binary} file, not JSON: rename it {renamed}")
 
 
+_TABLE_MAGICS = ((b"PAR1", "Parquet"), (b"ARROW1", "Arrow"))  # a file's first bytes
+_JSON_SUFFIX = re.compile(r"\.(jsonl|ndjson|json)$", re.IGNORECASE)
 _LINES_SUFFIX = re.compile(r"\.(jsonl|ndjson)(?=(\.(gz|zst|zstd))?$)", re.IGNORECASE)
 
 
@@ -186,19 +195,28 @@ def _refuse_one_document(path: Path) -> None:
     array or object): read line by line, every line was rejected ``invalid_json`` and, beside
     other sources, the file silently gone. Judged on clear evidence only: its first non-blank
     line is a lone ``[`` or ``{`` (never a row) and the whole file parses as one document, so a
-    JSON Lines file with damaged lines still reads, those lines rejected. (The reverse, JSON
-    Lines saved as ``.json``, is read as JSON Lines: `_json_is_lines`.)"""
+    JSON Lines file with damaged lines still reads, those lines rejected; or its only line is
+    an array of objects (``json.dump(rows, f)``: one ``not_an_object`` reject, the rows gone).
+    (The reverse, JSON Lines saved as ``.json``, is read as JSON Lines: `_json_is_lines`.)"""
     found = _name_kind(path)
     if found is None or found[0] != "jsonl":
         return
     try:
         compression = found[1] or _sniff_compression(path)
         with _open_bytes(path, compression) as stream:
-            first = next((line for line in _iter_lines(stream) if not _is_blank(line)), b"")
-        if first.removeprefix(_BOM).strip() not in (b"[", b"{"):
+            lines = (line for line in _iter_lines(stream) if not _is_blank(line))
+            first = next(lines, b"")
+            alone = next(lines, None) is None
+        head = first.removeprefix(_BOM).strip()
+        if head.startswith(b"[") and alone:  # `json.dump(rows, f)`: every row on one line
+            rows = json.loads(head.decode("utf-8"))
+            if not (rows and isinstance(rows, list) and all(isinstance(r, dict) for r in rows)):
+                return  # one value that is no array of rows: its line's own reject says so
+        elif head not in (b"[", b"{"):
             return
-        with _open_bytes(path, compression) as stream:
-            json.loads(stream.read().removeprefix(_BOM).decode("utf-8"))
+        else:
+            with _open_bytes(path, compression) as stream:
+                json.loads(stream.read().removeprefix(_BOM).decode("utf-8"))
     except (*_READ_ERRORS, ValueError, RecursionError):  # not one document: read as lines
         return
     renamed = _LINES_SUFFIX.sub(".json", path.name)
@@ -271,6 +289,8 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
             _refuse_dataset_dict(here)
         generated = _generate_files(here, filenames)
         for f in filenames:
+            if problem := name_problem("", here / f):  # its ids and manifest entry: no UTF-8
+                raise SourceError(problem)
             if f.startswith("."):
                 skip(here / f, "hidden")
             elif f in generated:

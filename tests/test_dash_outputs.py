@@ -1,0 +1,131 @@
+"""``-`` where draftset writes is refused in one line (exit 2), as ``-`` as a source is.
+
+`build --out -` built a set in a folder named ``-``; `generate --out -` wrote ``-``,
+``-.errors.jsonl``, ``-.run.json`` and ``-.lock``; `report -o -` wrote the page to a file ``-``
+("report written to -"), which a later `verify --json -` then refused as a file it did not
+write. Standard output is no set folder nor a file to resume from; a page or a result goes to
+``/dev/stdout`` when asked (a device, written as a stream).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import qwen3_tokenizer_dir
+
+from draftset.cli import main
+from draftset.config.options import BuildOptions
+from draftset.pipeline.build import run_build
+from draftset.sources.read import Source
+
+CHAT = {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("dash")
+    src = root / "a.jsonl"
+    src.write_text(json.dumps(CHAT) + "\n")
+    return run_build(
+        BuildOptions([Source("a", src)], str(qwen3_tokenizer_dir()), root / "out", workers=1)
+    ).out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (
+            ["build", "{src}", "--tokenizer", "{tok}", "--out", "-"],
+            "--out -: draftset does not read '-' as standard output; name the folder to write"
+            " the set in",
+        ),
+        (
+            ["generate", "{src}", "--endpoint", "http://127.0.0.1:9/v1", "--out", "-"],
+            "--out -: draftset does not read '-' as standard output; name the .jsonl file to"
+            " write the answers in (a rerun resumes from it)",
+        ),
+        (
+            ["report", "{set}", "-o", "-"],
+            "-o -: draftset does not read '-' as standard output; name the file to write, or"
+            " /dev/stdout",
+        ),
+        (["verify", "{set}", "--fast", "--json", "-"], "--json -: draftset does not read '-'"),
+    ],
+)
+def test_a_dash_where_draftset_writes_is_refused(
+    built, tmp_path, monkeypatch, capsys, args, needle
+):
+    monkeypatch.chdir(tmp_path)
+    src = built.parent / "a.jsonl"
+    subs = {"{src}": str(src), "{tok}": str(qwen3_tokenizer_dir()), "{set}": str(built)}
+    assert main([subs.get(a, a) for a in args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_work_dash_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.jsonl").write_text(json.dumps(CHAT) + "\n")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\nout: o\nsources: [a.jsonl]\n"
+        "generate: {endpoints: [http://127.0.0.1:9/v1]}\n"
+    )
+    assert main(["run", str(recipe), "--work", "-"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--work -: draftset does not read '-' as standard output" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "r.yaml"]
+
+
+def test_a_page_written_to_standard_output_is_the_whole_of_it(built, tmp_path):
+    """`report -o /dev/stdout > page.html`: "report written to /dev/stdout" and the checks line
+    were printed after the page, into the same stream (the file then ended in text after
+    ``</html>``). They go to stderr when the page goes to stdout."""
+    import subprocess
+    import sys
+
+    page = tmp_path / "page.html"
+    with page.open("w") as sink:
+        p = subprocess.run(
+            [sys.executable, "-m", "draftset.cli", "report", str(built), "-o", "/dev/stdout"],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    assert p.returncode == 0, p.stderr
+    assert page.read_text().rstrip().endswith("</html>"), page.read_text()[-300:]
+    assert "report written to /dev/stdout" in p.stderr and "checks: " in p.stderr
+
+
+def test_a_page_piped_to_standard_output_is_followed_by_nothing(built):
+    """`report -o /dev/stdout | tee page.html`: the page was followed by "report written to
+    /dev/stdout" and the checks line in the same pipe."""
+    import subprocess
+    import sys
+
+    p = subprocess.run(
+        [sys.executable, "-m", "draftset.cli", "report", str(built), "-o", "/dev/stdout"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.rstrip().endswith("</html>"), p.stdout[-300:]
+    assert "report written to /dev/stdout" in p.stderr
+
+
+def test_a_verify_result_piped_to_standard_output_is_only_the_json(built):
+    """`verify --json /dev/stdout | jq`: the check lines followed the JSON in the same pipe
+    ("Extra data"); they go to stderr when the result goes to stdout."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "draftset.cli", "verify", str(built), "--fast"]
+    p = subprocess.run([*cmd, "--json", "/dev/stdout"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["passed"] is True
+    assert "PASS structure" in p.stderr and "verify passed" in p.stderr
