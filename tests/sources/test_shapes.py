@@ -236,3 +236,19 @@ def test_a_source_without_rows_is_exit_2_before_any_work(tmp_path, text):
     # an empty source beside one with rows builds, and the build says so
     (notes,) = [check_row_shapes([Source("e", src), Source("f", folder)])]
     assert notes == [f"source {src}: it holds no rows (empty, or only blank lines)"]
+
+
+def test_a_file_two_sources_read_is_named(tmp_path):
+    """`build a.jsonl ./a.jsonl` (or a folder and a file inside it) read the file once per
+    source: its rows trained twice under `--dedup none`, the second copies rejected
+    `duplicate` otherwise, and nothing said why (newcomer probe, session 28)."""
+    data = write_jsonl(tmp_path / "d" / "a.jsonl", [CHAT, OTHER_CHAT])
+    write_jsonl(tmp_path / "d" / "b.jsonl", [CHAT])
+    notes = check_row_shapes([Source("a", data), Source("a-2", tmp_path / "d" / "." / "a.jsonl")])
+    assert notes == [
+        f"sources a and a-2 both read {data}: its rows count once per source (trained twice"
+        " under --dedup none; the second copy rejected as a duplicate otherwise)"
+    ]
+    notes = check_row_shapes([Source("d", tmp_path / "d"), Source("a", data)])
+    assert len(notes) == 1 and notes[0].startswith(f"sources d and a both read {data}:")
+    assert check_row_shapes([Source("a", data), Source("b", tmp_path / "d" / "b.jsonl")]) == []

@@ -15,6 +15,7 @@ rejected ``unknown_format``, each with the same hint.
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +45,13 @@ def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> list[
     notes: list[str] = []
     empty: list[str] = []  # sources without a row: the build's error when all are
     local = [s for s in sources if not str(s.path).startswith(HUB_PREFIX)]
+    readers: dict[str, list[tuple[str, Path]]] = {}  # a file's real path: (source, as listed)
     for source in local:
         refuse_several_splits(Path(source.path))  # which split to train is the user's say
         read = source_normalizer(source)
         files = list_files(Path(source.path))
+        for path in files:
+            readers.setdefault(os.path.realpath(path), []).append((source.name, path))
         heads = [_head(source, path, read, sample) for path in files]
         if heads and all(rows == [] for rows, _ in heads):  # read, and not one row in them
             what = "its files hold" if len(files) > 1 else "it holds"
@@ -72,7 +76,28 @@ def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> list[
             )
     if empty and len(empty) == len(sources):  # nothing at all to build from: before any work
         raise SourceError(empty[0])
-    return [f"source {line}" for line in empty] + notes
+    return [f"source {line}" for line in empty] + notes + _read_twice(readers)
+
+
+def _read_twice(readers: dict[str, list[tuple[str, Path]]]) -> list[str]:
+    """One note per pair of sources that read a file in common (`build a.jsonl ./a.jsonl`, a
+    folder and a file in it): its rows count once per source, nothing else says so."""
+    shared: dict[tuple[str, str], list[Path]] = {}
+    for listed in readers.values():
+        names = list(dict.fromkeys(name for name, _ in listed))
+        for i, first in enumerate(names):
+            for second in names[i + 1 :]:
+                shared.setdefault((first, second), []).append(listed[0][1])
+    notes = []
+    for (first, second), paths in shared.items():
+        more = f" and {len(paths) - 1:,} other files" if len(paths) > 1 else ""
+        rows = "their rows" if more else "its rows"
+        notes.append(
+            f"sources {first} and {second} both read {paths[0]}{more}: {rows} count once per"
+            " source (trained twice under --dedup none; the second copy rejected as a duplicate"
+            " otherwise)"
+        )
+    return notes
 
 
 def _unmapped_columns(source: Source, rows: list[RawRow]) -> str | None:
