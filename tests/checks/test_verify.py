@@ -1855,3 +1855,29 @@ def test_pretokenized_rows_whose_mask_runs_past_the_end_of_turn_pass_verify(tmp_
     assert res["truncation"].status == "pass", res["truncation"].summary
     assert manifest(out)["counts"]["per_source"]["pre"]["truncated"] == 2
     assert failed(verify(out)) <= {"drafter_fitness"}
+
+
+@pytest.mark.parametrize("new", ["multi#\u00b2", "multi#\u0663"])
+def test_each_row_id_with_a_non_ascii_digit_fails_row_identity_without_a_crash(
+    built, tmp_path, new
+):
+    """`str.isdigit` holds for `²` and `٣`: a forged `multi#²` reached `int()` (ValueError:
+    a traceback instead of verify's verdict), `multi#٣` passed as turn 3. Build writes ASCII."""
+    folder = copy_set(built["each"], tmp_path)
+    rows = read_rows(folder)
+    find_row(rows, "multi#1")["id"] = new
+    write_rows(folder, rows)
+    reseal(folder)
+    results = verify(folder)
+    assert "row_identity" in failed(results), [r.to_json() for r in results if r.failed]
+
+
+def test_a_draft_vocabulary_file_named_with_a_non_ascii_digit_fails_without_a_crash(
+    built, tmp_path
+):
+    """`d2t-².npy` beside the set: `str.isdigit` let `²` reach `int()` (a ValueError
+    traceback from the draft_vocab check instead of verify's verdict)."""
+    folder = copy_set(built["all"], tmp_path)
+    np.save(folder / "d2t-\u00b2.npy", np.zeros(2, dtype=np.int64))
+    results = verify(folder)
+    assert "file_hashes" in failed(results)

@@ -554,6 +554,18 @@ def test_the_dashboard_url_as_ray_address_says_what_address_to_give(url, inputs,
     assert not out.exists()
 
 
+def test_a_port_of_non_ascii_digits_is_one_line_exit_2(inputs, tmp_path, capsys):
+    """`str.isdigit` holds for `²`: `head:²` reached `int()` (a ValueError traceback)."""
+    out = tmp_path / "never"
+    code, err = run_cli(
+        build_cmd(inputs[:1], out, "--engine", "ray", "--ray-address", "head:\u00b2")[3:], capsys
+    )
+    assert code == 2
+    assert err.strip().count("\n") == 0
+    assert "expected HOST:PORT" in err, err
+    assert not out.exists()
+
+
 def test_ray_address_needs_engine_ray(inputs, tmp_path, capsys):
     code, err = run_cli(
         build_cmd(inputs[:1], tmp_path / "o", "--ray-address", "127.0.0.1:1")[3:], capsys

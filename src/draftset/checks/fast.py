@@ -689,12 +689,12 @@ def check_draft_vocab(out: OutputSet, stats: RowStats) -> CheckResult:
     sizes = {
         int(f.stem.split("-", 1)[1])
         for f in out.folder.glob("d2t-*.npy")
-        if f.stem.split("-", 1)[1].isdigit()
+        if f.stem.split("-", 1)[1].isascii() and f.stem.split("-", 1)[1].isdigit()
     }
     sizes |= {
         int(f.stem.split("-", 1)[1])
         for f in out.folder.glob("t2d-*.npy")
-        if f.stem.split("-", 1)[1].isdigit()
+        if f.stem.split("-", 1)[1].isascii() and f.stem.split("-", 1)[1].isdigit()
     }
     want_n = out.options.get("draft_vocab_size")
     if want_n:

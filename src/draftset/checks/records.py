@@ -227,7 +227,7 @@ def _index_output(out: OutputSet, mode: str) -> _OutputIndex:
     if mode == "each":
         for rid in ids:
             base, sep, k = (rid or "").rpartition("#")
-            if sep and k.isdigit():
+            if sep and k.isascii() and k.isdigit():  # `²` is a digit to `isdigit`, not to `int`
                 each_rows.setdefault(base, []).append(rid or "")
     reject_lines, _ = read_jsonl(out.folder / "rejects.jsonl")
     rejects_at: dict[tuple[str, int], list[dict[str, Any]]] = {}

@@ -275,7 +275,7 @@ def _turns_of_row(rid: str, conv: Conversation, mode: str) -> list[int]:
     asst = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
     if mode == "each":
         k = rid.rpartition("#")[2]
-        return [asst[int(k)]] if k.isdigit() and int(k) < len(asst) else []
+        return [asst[int(k)]] if k.isascii() and k.isdigit() and int(k) < len(asst) else []
     if mode == "last":
         return asst[-1:]
     return [j for j in asst if j > 0]

@@ -130,7 +130,7 @@ def _host_port(address: str | None) -> tuple[str, int] | None:
             raise RayUnavailable("--ray-address auto: no running Ray cluster found on this machine")
         address = found
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not (port.isascii() and port.isdigit()):
         raise RayUnavailable(
             f"--ray-address {address}: expected HOST:PORT, ray://HOST:PORT or auto"
         )
