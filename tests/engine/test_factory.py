@@ -69,3 +69,29 @@ def test_the_helper_loads_the_template_without_torch_and_still_writes_token_freq
         assert stage.side.call("asking", _torch_imported) is True
     assert load_token_freq_pt(tmp_path / "f.pt") == {3: 5, 151643: 9}
     assert info == load_template_info(spec)  # loaded here, torch imported: the same template
+
+
+def test_a_pool_worker_starting_without_torch_says_nothing():
+    """torch is an extra: without it, each pool worker's start-up import of transformers'
+    template compiler printed transformers' "PyTorch was not found" advisory into a
+    ``--workers 2`` build's output (the driver and the helper, which load the template, keep
+    transformers' verbosity at errors; the workers did not)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from draftset.mask.template import import_template_compiler\n"
+        "import_template_compiler()\n"
+    )
+    from pathlib import Path
+
+    import draftset
+
+    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_VERBOSITY"}
+    env["PYTHONPATH"] = str(Path(draftset.__file__).parents[1])  # this tree's draftset
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "" and done.stdout == ""

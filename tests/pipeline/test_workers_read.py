@@ -277,3 +277,41 @@ def test_an_empty_source_beside_others_adds_no_task(tmp_path, monkeypatch):
     built = run_build(options([*sources, Source("e", empty)], tmp_path / "o", bench, workers=2))
     assert built.ok and built.per_source["e"]["read"] == 0
     assert read_set(built.out)["reads"] == "workers"
+
+
+def test_the_scan_budget_counts_a_read_task_s_rows(tmp_path, monkeypatch):
+    """The scans' row budget counts each read task's selected rows (it counted each task as
+    one row: 3 tasks a worker in flight, whatever their size), read-ahead ones included."""
+    import pickle
+
+    import draftset.engine.pool as pool_mod
+    from draftset.engine.base import InFlightLimit
+
+    over: list[tuple[int, int]] = []
+
+    class Recording(InFlightLimit):
+        def __init__(self, workers, max_rows=None):
+            super().__init__(workers, max_rows)
+            self.real: list[int] = []
+
+        def add(self, batch):
+            if self.max_rows is not None:
+                task = pickle.loads(batch) if isinstance(batch, bytes) else batch
+                if self.real and sum(self.real) >= self.max_rows:
+                    over.append((sum(self.real), self.max_rows))
+                self.real.append(task.selected)
+            super().add(batch)
+
+        def took(self):
+            if self.max_rows is not None:
+                self.real.pop(0)
+            super().took()
+
+    monkeypatch.setattr(block_mod, "BLOCK_ROWS", 4)  # read tasks of 4 rows
+    monkeypatch.setattr(ranged_mod, "SCAN_AHEAD_ROWS", 0)  # every scan through the map
+    monkeypatch.setattr(build_mod, "SCAN_ROWS_PER_WORKER", 4)  # 8 rows: 2 tasks in flight
+    monkeypatch.setattr(pool_mod, "InFlightLimit", Recording)
+    sources, bench = make_sources(tmp_path)
+    built = run_build(options(sources, tmp_path / "out", bench, workers=2))
+    assert built.ok and read_set(built.out)["reads"] == "workers"
+    assert over == []

@@ -182,7 +182,10 @@ def folder_vocabulary_sample(folder: Path) -> str | None:
 
 
 def import_template_compiler() -> None:
-    """Import transformers' template compiler now (~0.7 s): workers do it while they wait."""
+    """Import transformers' template compiler now (~0.7 s): workers do it while they wait.
+    Its advisories stay out of the build's output, as `ChatTemplate`'s (without torch, an
+    extra: "PyTorch was not found", once a worker)."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     with contextlib.suppress(ImportError):
         import transformers.utils.chat_template_utils  # noqa: F401  # lazy: the point of it
 

@@ -234,7 +234,9 @@ def _run(
         fmt = opts.output_format if _sharded(opts.output_format) else None
         reads = selection if ranged else None
         info, stream = stage.start(
-            blocks,
+            # read tasks are in memory already: none read ahead (pickled, a scan's budget
+            # would count each as one row)
+            iter(()) if ranged else blocks,
             lambda info: BlockJob(
                 mask_config(opts, spec, info), fmt, folder, info.vocab_size, reads
             ),
@@ -242,7 +244,7 @@ def _run(
         if ranged:  # the first read gives the facts; the second reads, renders and writes,
             # interleaved: a range is written as soon as it and every range before are decided
             budget = SCAN_ROWS_PER_WORKER * stage.engine.workers
-            scans = stage.engine.map(stream, max_rows=budget)
+            scans = stage.engine.map(blocks, max_rows=budget)
             stream = _decided(ranged, tasks, chain(early, scans))
         # a hub id or a folder without tokenizer.json: known only now (`check_set_sources`)
         if problem := set_tokenizer_problem(

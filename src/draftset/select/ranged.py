@@ -57,6 +57,12 @@ class ReadTask:
         """Rows of the range the sampling plan takes (the progress bar counts these)."""
         return _selected(self.chosen, self.range.rows)
 
+    @property
+    def rows(self) -> int:
+        """Rows the scan's facts hold (its selected ones): what a map's row budget counts
+        (`engine.base.batch_rows`)."""
+        return self.selected
+
     def offsets(self) -> Iterator[tuple[int, Any]]:
         """(offset, raw row) of the range's rows the sampling plan takes (the others are not
         even parsed)."""
