@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("api",),
     ("commands",),
     ("cli",),
+    ("__main__",),  # `python -m draftset`: the command line
     ("draftset",),  # the package root: `from draftset import build` loads the API
 )
 """Lower first. An import may point only to an earlier layer; folders in one layer do not import
@@ -53,7 +54,7 @@ STAGES = (
     "review",
     "pipeline",
 )
-COMMAND_LAYER = ("cli", "commands", "api")
+COMMAND_LAYER = ("cli", "commands", "api", "__main__")
 
 LAZY_REASON = re.compile(r"#\s*lazy:\s*\S")
 
