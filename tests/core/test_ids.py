@@ -85,3 +85,29 @@ def test_an_id_unique_in_its_file_is_never_a_duplicate(tmp_path: Path):
     assert ids.claim("0") and ids.claim("w:0")  # another file's "0", a made-up "w:0"
     got = [ids.claim_row_id("0", "w", None, k) for k in (1, 2, 5)]
     assert got == ["w:1:0", None, None]
+
+
+def test_a_rejected_row_takes_its_id_in_build_as_in_generate(tmp_path: Path):
+    """A row rejected while read (`unknown_format` with an id, a line that is not JSON) took
+    its id, or its made-up `source:row`, in `generate` but not in `build`: a later row with the
+    same id was `z` in the set and `s:z` in generate's answers (the ids that rejoin them), and
+    the set had a reject line and a row both named `z`. Both take them now."""
+    lines = [
+        json.dumps({"foo": 1, "id": "z"}),  # unknown_format, id z
+        json.dumps(_chat("z", 1)),
+        "{not json",  # invalid_json at row 2: its made-up id is s:2
+        json.dumps(_chat("s:2", 3)),
+    ]
+    src = tmp_path / "s.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o"
+    api.build(sources=[src], tokenizer=str(qwen3_tokenizer_dir()), out=out, workers=1)
+    built = list(open_output(out).ids())
+    rejects = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    assert [(r["row"], r["id"], r["reason"]) for r in rejects] == [
+        (0, "z", "unknown_format"),
+        (2, None, "invalid_json"),
+    ]
+    assert built == ["s:z", "s:s:2"]
+    jobs = [item.id for item in iter_inputs([Source("s", src)]) if isinstance(item, Job)]
+    assert jobs == built

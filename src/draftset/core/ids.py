@@ -50,6 +50,23 @@ class IdRegistry:
         placed = f"{source}:{row}:{row_id}"  # another row took the prefixed form by accident
         return placed if self.claim(placed) else None
 
+    def claim_key(
+        self, candidate: str | None, source: str, row: int, file: str | None = None
+    ) -> tuple[str, bool]:
+        """(key, True when it is the row's own id or its source-prefixed form) for every row
+        read, rejected ones too: `claim_row_id`, else a made-up key that is claimed as well
+        (``source:row`` for a row without an id: a line that is not JSON; ``source:row#duplicate``
+        for a `reasons.DUPLICATE_ID`). Build and generate both claim each row's key here, so a
+        rejected row's id is taken for the rows after it in both."""
+        if candidate is not None:
+            own = self.claim_row_id(candidate, source, file, row)
+            if own is not None:
+                return own, True
+        fallback = f"{source}:{row}" if candidate is None else f"{source}:{row}#duplicate"
+        while not self.claim(fallback):
+            fallback += "+"
+        return fallback, candidate is None
+
 
 def duplicate_id_message(row_id: str) -> str:
     """The message of a `reasons.DUPLICATE_ID` reject or error line."""

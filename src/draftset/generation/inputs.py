@@ -20,15 +20,8 @@ def _unique(
     candidate: str | None, source: str, row: int, ids: IdRegistry, file: str | None = None
 ) -> tuple[str, bool]:
     """(resume key, True when it is the row's own id or its source-prefixed form): build's
-    rule (`IdRegistry.claim_row_id`), then a made-up key for the error line of a row without."""
-    if candidate is not None:
-        own = ids.claim_row_id(candidate, source, file, row)
-        if own is not None:
-            return own, True
-    fallback = f"{source}:{row}" if candidate is None else f"{source}:{row}#duplicate"
-    while not ids.claim(fallback):
-        fallback += "+"
-    return fallback, candidate is None
+    rule (`IdRegistry.claim_key`, which build's `select.facts.Decider` calls too)."""
+    return ids.claim_key(candidate, source, row, file)
 
 
 def iter_inputs(sources: list[Source]) -> Iterator[Job | dict[str, Any]]:

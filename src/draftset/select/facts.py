@@ -32,7 +32,7 @@ class RowFacts(NamedTuple):
     """What the selection decides a row on (never its text)."""
 
     kind: int
-    id: str | None  # as normalized (None for a reject)
+    id: str | None  # as normalized (a reject's own id; None for a row that could not be parsed)
     file: str | None  # the file inside a source of several (ids of two files never collide)
     key: int = 0  # exact dedup: the content digest (0: not asked for)
     bench: int | None = None  # decontamination: the benchmark item it shares an n-gram with
@@ -64,7 +64,7 @@ class Scanner:
     def facts(self, item: Normalized, file: str | None) -> RowFacts:
         kind = kind_of(item)
         if kind == REJECT:
-            return RowFacts(kind, None, file)
+            return RowFacts(kind, item.id, file)
         assert not isinstance(item, Reject)
         if kind == PRETOKENIZED:
             return RowFacts(kind, item.id, file)
@@ -89,10 +89,14 @@ class Decider:
         self.registry = IdRegistry()
 
     def decide(self, source: str, row: int, facts: RowFacts) -> Decision:
-        if facts.kind == REJECT or facts.id is None:
+        if facts.kind == REJECT:
+            # its id (or made-up key) is taken as `generate` takes it: the ids after it agree
+            self.registry.claim_key(facts.id, source, row, facts.file)
             return None
-        rid = self.registry.claim_row_id(facts.id, source, facts.file, row)
-        if rid is None:
+        if facts.id is None:
+            return None
+        rid, own = self.registry.claim_key(facts.id, source, row, facts.file)
+        if not own:
             msg = duplicate_id_message(facts.id)
             return Reject(source, row, facts.id, reasons.DUPLICATE_ID, msg)
         if facts.kind in (CONVERSATION, PROMPT):
