@@ -1449,6 +1449,21 @@ def test_an_ok_answer_whose_reasoning_the_template_drops_is_context_in_build_and
     assert failed(results) == set(), [r.to_json() for r in results if r.failed]
 
 
+def drop_turn_under(folder: Path, reason: str, turns: int = 0) -> None:
+    """Drop the `--turns each` row `multi#1` for a reject line of ``reason`` at the end of
+    rejects.jsonl, the reject count (and ``turns`` supervised turns) edited, the set resealed."""
+    write_rows(folder, [r for r in read_rows(folder) if r["id"] != "multi#1"])
+    line = {"source": "chats", "row": 7, "id": "multi#1", "reason": reason, "message": "x"}
+    with (folder / "rejects.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+    m = manifest(folder)
+    for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
+        c["row_rejects_by_reason"][reason] = c["row_rejects_by_reason"].get(reason, 0) + 1
+        c["supervised_turns"] -= turns
+    save_manifest(folder, m)
+    reseal(folder)
+
+
 @pytest.mark.parametrize(
     "reason",
     ["no_supervised_turn", "template_drops_content", "template_error", "unsupported_content"],
@@ -1458,15 +1473,7 @@ def test_a_turn_row_of_each_dropped_under_a_reason_verify_derives_fails(built, t
     under a reason verify re-derives passed: turn-level reject lines beside written rows were
     never justified (a whole conversation's were)."""
     folder = copy_set(built["each"], tmp_path)
-    write_rows(folder, [r for r in read_rows(folder) if r["id"] != "multi#1"])
-    line = {"source": "chats", "row": 7, "id": "multi#1", "reason": reason, "message": "x"}
-    with (folder / "rejects.jsonl").open("a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
-    m = manifest(folder)
-    for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
-        c["row_rejects_by_reason"][reason] = c["row_rejects_by_reason"].get(reason, 0) + 1
-    save_manifest(folder, m)
-    reseal(folder)
+    drop_turn_under(folder, reason)
     results = verify(folder)
     assert "mask_fidelity" in failed(results), [r.to_json() for r in results if r.failed]
     assert "multi#1" in by_name(results)["mask_fidelity"].examples
@@ -1481,17 +1488,7 @@ def test_a_turn_row_of_each_dropped_as_a_render_bound_fails(built, tmp_path, rea
     (one line, its id), never one turn beside rows it wrote; so such a line beside its
     conversation's rows is wrong, found without rendering (a sampled run too)."""
     folder = copy_set(built["each"], tmp_path)
-    rows = read_rows(folder)
-    write_rows(folder, [r for r in rows if r["id"] != "multi#1"])
-    line = {"source": "chats", "row": 7, "id": "multi#1", "reason": reason, "message": "x"}
-    with (folder / "rejects.jsonl").open("a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
-    m = manifest(folder)
-    for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
-        c["row_rejects_by_reason"][reason] = c["row_rejects_by_reason"].get(reason, 0) + 1
-        c["supervised_turns"] -= 1
-    save_manifest(folder, m)
-    reseal(folder)
+    drop_turn_under(folder, reason, turns=1)
     results = verify(folder, sample=sample)
     assert failed(results) == {"mask_fidelity"}, [r.to_json() for r in results if r.failed]
     mask = by_name(results)["mask_fidelity"]
