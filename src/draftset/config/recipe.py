@@ -26,7 +26,7 @@ from draftset.config.schema import (
     VerifySection,
 )
 from draftset.core.errors import UsageError
-from draftset.core.files import home_problem
+from draftset.core.files import home_problem, not_utf8
 from draftset.core.hub import hub_offline
 from draftset.core.modes import MODES
 from draftset.mask.template import could_be_hub_id
@@ -336,9 +336,7 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
     except OSError as exc:
         raise RecipeError(f"cannot read recipe {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:  # a traceback before (PowerShell's `>` writes UTF-16)
-        wide = exc.object[:2] in (b"\xff\xfe", b"\xfe\xff")
-        why = "is UTF-16 text (its byte-order mark)" if wide else f"is not UTF-8 (byte {exc.start})"
-        raise RecipeError(f"recipe {path} {why}: save it as UTF-8") from None
+        raise RecipeError(f"recipe {path} {not_utf8(exc)}: save it as UTF-8") from None
     except yaml.YAMLError as exc:
         raise RecipeError(f"recipe {path} is not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(data, dict):

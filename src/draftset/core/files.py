@@ -40,6 +40,14 @@ def home_problem(flag: str, value: object) -> str | None:
     return None
 
 
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """Why a text file did not decode as UTF-8, to follow its name: UTF-16 by its byte-order
+    mark (PowerShell's `>`, Notepad), or the first byte that is not UTF-8."""
+    if exc.object[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "is UTF-16 text (its byte-order mark)"
+    return f"is not UTF-8 (byte {exc.start})"
+
+
 def shown_name(text: str) -> str:
     """A path as it can be printed: bytes that are not UTF-8 as ``\\xfe``."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

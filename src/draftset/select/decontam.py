@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from draftset.core import reasons
 from draftset.core.errors import UsageError
+from draftset.core.files import not_utf8
 from draftset.core.records import Conversation, Normalized, PromptOnly, RawRow, Reject
 from draftset.sources.normalize import ID_KEYS, normalize
 from draftset.sources.read import Source, iter_raw_rows
@@ -108,9 +109,7 @@ def check_benchmark_file(path: str | Path) -> None:
 
 def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
     """A ``.txt`` benchmark file that is not UTF-8 (a traceback before)."""
-    wide = exc.object[:2] in (b"\xff\xfe", b"\xfe\xff")
-    why = "is UTF-16 text (its byte-order mark)" if wide else f"is not UTF-8 (byte {exc.start})"
-    return f"--decontaminate {path} {why}: save it as UTF-8"
+    return f"--decontaminate {path} {not_utf8(exc)}: save it as UTF-8"
 
 
 def _no_prompts(path: Path) -> str:
