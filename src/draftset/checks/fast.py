@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from draftset.core import reasons
-from draftset.core.words import plural
+from draftset.core.words import ascii_digits, plural
 from draftset.engine.helper import SidecarError
 from draftset.output.arrow import state_fingerprint
 from draftset.output.base import arrow_schema, rel_name, safe_name
@@ -687,14 +687,10 @@ def check_draft_vocab(out: OutputSet, stats: RowStats) -> CheckResult:
     p = Problems()
     vocab = out.vocab_size
     sizes = {
-        int(f.stem.split("-", 1)[1])
-        for f in out.folder.glob("d2t-*.npy")
-        if f.stem.split("-", 1)[1].isascii() and f.stem.split("-", 1)[1].isdigit()
-    }
-    sizes |= {
-        int(f.stem.split("-", 1)[1])
-        for f in out.folder.glob("t2d-*.npy")
-        if f.stem.split("-", 1)[1].isascii() and f.stem.split("-", 1)[1].isdigit()
+        int(n)
+        for kind in ("d2t", "t2d")
+        for f in out.folder.glob(f"{kind}-*.npy")
+        if ascii_digits(n := f.stem.split("-", 1)[1])
     }
     want_n = out.options.get("draft_vocab_size")
     if want_n:

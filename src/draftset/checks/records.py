@@ -35,7 +35,7 @@ from draftset.checks.mask import (
 )
 from draftset.core import defaults, reasons
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
-from draftset.core.words import plural
+from draftset.core.words import ascii_digits, plural
 from draftset.mask.hygiene import (
     EmptyThinkProbe,
     all_placeholder_answers,
@@ -227,7 +227,7 @@ def _index_output(out: OutputSet, mode: str) -> _OutputIndex:
     if mode == "each":
         for rid in ids:
             base, sep, k = (rid or "").rpartition("#")
-            if sep and k.isascii() and k.isdigit():  # `²` is a digit to `isdigit`, not to `int`
+            if sep and ascii_digits(k):
                 each_rows.setdefault(base, []).append(rid or "")
     reject_lines, _ = read_jsonl(out.folder / "rejects.jsonl")
     rejects_at: dict[tuple[str, int], list[dict[str, Any]]] = {}

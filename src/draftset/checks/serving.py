@@ -31,6 +31,7 @@ from draftset.checks.mask import _shape, _stops
 from draftset.checks.records import iter_source_items, pick_rows
 from draftset.core.errors import UsageError
 from draftset.core.records import NO_CONTENT, Conversation
+from draftset.core.words import ascii_digits
 from draftset.mask.reads import as_template_reads
 from draftset.mask.serving import with_call_ids
 from draftset.mask.template import ChatTemplate
@@ -275,7 +276,7 @@ def _turns_of_row(rid: str, conv: Conversation, mode: str) -> list[int]:
     asst = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
     if mode == "each":
         k = rid.rpartition("#")[2]
-        return [asst[int(k)]] if k.isascii() and k.isdigit() and int(k) < len(asst) else []
+        return [asst[int(k)]] if ascii_digits(k) and int(k) < len(asst) else []
     if mode == "last":
         return asst[-1:]
     return [j for j in asst if j > 0]

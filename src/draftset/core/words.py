@@ -1,4 +1,5 @@
-"""Counts in words: "1 row", "2 rows" (every summary line and message says a count)."""
+"""Counts in words: "1 row", "2 rows" (every summary line and message says a count), and a
+count read back from a name (`ascii_digits`)."""
 
 from __future__ import annotations
 
@@ -16,3 +17,9 @@ def plural(n: int, noun: str, many: str | None = None) -> str:
     if n == 1:
         return f"1 {noun}"
     return f"{n:,} {many or _IRREGULAR.get(noun) or noun + 's'}"
+
+
+def ascii_digits(text: str) -> bool:
+    """Whether ``text`` is a number ``int()`` reads as written, in ASCII digits: `str.isdigit`
+    holds for ``²`` too, which ``int()`` refuses (a traceback where a name was parsed)."""
+    return text.isascii() and text.isdigit()

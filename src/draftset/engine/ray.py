@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from draftset.core.errors import RunError, UsageError
+from draftset.core.words import ascii_digits
 from draftset.engine.base import (
     Batch,
     Engine,
@@ -130,7 +131,7 @@ def _host_port(address: str | None) -> tuple[str, int] | None:
             raise RayUnavailable("--ray-address auto: no running Ray cluster found on this machine")
         address = found
     host, sep, port = address.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit()):
+    if not sep or not ascii_digits(port):
         raise RayUnavailable(
             f"--ray-address {address}: expected HOST:PORT, ray://HOST:PORT or auto"
         )
