@@ -89,6 +89,23 @@ def trl_template(name: str) -> Path:
     return _package_dir("trl") / "chat_templates" / f"{name}.jinja"
 
 
+def built_set(root: Path, rows: list[dict], out: str = "out") -> Path:
+    """A small set built from ``rows`` (written to ``root/a.jsonl``, source ``a``) with the
+    real Qwen3 tokenizer, one worker, into ``root/out``: what the command tests read."""
+    import json
+
+    from draftset.config.options import BuildOptions
+    from draftset.pipeline.build import run_build
+    from draftset.sources.read import Source
+
+    src = root / "a.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    built = run_build(
+        BuildOptions([Source("a", src)], str(qwen3_tokenizer_dir()), root / out, workers=1)
+    )
+    return built.out
+
+
 def shared_data_dir() -> Path | None:
     env = os.environ.get("DRAFTSET_SHARED_DATA")
     path = Path(env) if env else REPO.parent / "shared" / "data"

@@ -13,24 +13,16 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import qwen3_tokenizer_dir
+from conftest import built_set, qwen3_tokenizer_dir
 
 from draftset.cli import main
-from draftset.config.options import BuildOptions
-from draftset.pipeline.build import run_build
-from draftset.sources.read import Source
 
 CHAT = {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("dash")
-    src = root / "a.jsonl"
-    src.write_text(json.dumps(CHAT) + "\n")
-    return run_build(
-        BuildOptions([Source("a", src)], str(qwen3_tokenizer_dir()), root / "out", workers=1)
-    ).out
+    return built_set(tmp_path_factory.mktemp("dash"), [CHAT])
 
 
 @pytest.mark.parametrize(

@@ -5,23 +5,14 @@ recorded that FAIL over the passing verify.json, so `report` then showed the set
 
 from __future__ import annotations
 
-import json
-
-from conftest import llama32_tokenizer_dir, qwen3_tokenizer_dir
+from conftest import built_set, llama32_tokenizer_dir, qwen3_tokenizer_dir
 
 from draftset.cli import main
-from draftset.config.options import BuildOptions
-from draftset.pipeline.build import run_build
-from draftset.sources.read import Source
 
 
 def test_verify_with_another_models_tokenizer_is_exit_2_and_keeps_the_record(tmp_path, capsys):
-    src = tmp_path / "a.jsonl"
     row = {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}
-    src.write_text(json.dumps(row) + "\n")
-    out = run_build(
-        BuildOptions([Source("a", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1)
-    ).out
+    out = built_set(tmp_path, [row], "o")
     assert main(["verify", str(out), "--fast"]) == 0
     assert main(["verify", str(out)]) == 0
     record = (out / "verify.json").read_bytes()

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import qwen3_tokenizer_dir
+from conftest import built_set, qwen3_tokenizer_dir
 from rich.console import Console
 
 from draftset.cli import main as cli_main
@@ -41,12 +41,7 @@ def main(argv: list[str]) -> int:
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("show")
-    src = root / "a.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    return run_build(
-        BuildOptions([Source("a", src)], str(qwen3_tokenizer_dir()), root / "out", workers=1)
-    ).out
+    return built_set(tmp_path_factory.mktemp("show"), ROWS)
 
 
 def render(folder: Path, **kw) -> Console:
