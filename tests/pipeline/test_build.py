@@ -778,3 +778,68 @@ def test_a_turn_the_server_answered_after_another_prompt_is_never_supervised(tmp
 
     monkeypatch.setattr(step, "_served_prompts_agree", reject_r0)
     fails(build_qwen3_6(src, tmp_path / "dropped").out, "r0")
+
+
+def _asked(user: str, answer: str | None, rid: str, **extra: object) -> dict:
+    turns = [{"role": "user", "content": user}]
+    if answer is not None:
+        turns.append({"role": "assistant", "content": answer})
+    return {"id": rid, "messages": turns, **extra}
+
+
+SEARCH = "Explain how binary search works on a sorted array of integers please"
+HAIKU = "Write a haiku about the sea and the moon at night time"
+CAPITAL = "What is the capital city of France and why is it famous"
+STORY = "Tell me a short story about a lighthouse keeper and her old dog"
+
+
+@pytest.mark.parametrize("dedup", ["near", "exact"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_copy_that_cannot_train_never_drops_one_that_can(tmp_path, workers, dedup):
+    """Each prompt's first copy cannot train (an "OK." pad, a prompt only, the prompt copied
+    back, an answer cut off at max_tokens) and its second can: the second is written, the first
+    gets its own reason, verify re-derives both (the workers reading or the driver). Before,
+    near dedup kept the first and dropped the second: nothing of the prompt was written."""
+    from draftset.checks.verify import run_verify
+
+    near = dedup == "near"
+    rows = [
+        _asked(SEARCH, "OK.", "pad"),
+        _asked(SEARCH + ("!" if near else ""), "Binary search halves the range.", "search"),
+        _asked(HAIKU, None, "prompt"),
+        _asked(HAIKU + ("." if near else ""), "Waves under moonlight.", "haiku"),
+        _asked(CAPITAL, CAPITAL, "copy"),
+        _asked(CAPITAL + ("?" if near else ""), "Paris.", "capital"),
+        _asked(STORY, "Once upon a time.", "cut", metadata={"truncated": True}),
+        _asked(STORY, "Once upon a time.", "story"),
+        # a copy that trains first: the later ones are dropped, as before
+        _asked(
+            SEARCH, "It halves the range." if near else "Binary search halves the range.", "again"
+        ),
+        _asked(SEARCH, "OK.", "pad-again"),
+    ]
+    src = write_jsonl(tmp_path / "a.jsonl", rows)
+    opts = BuildOptions(
+        [Source("a", src)],
+        str(qwen3_tokenizer_dir()),
+        tmp_path / "o",
+        workers=workers,
+        dedup=dedup,
+    )
+    res = run_build(opts)
+    assert [r["id"] for r in read_rows(res.out)] == ["search", "haiku", "capital", "story"]
+    rejects = {k: v["reason"] for k, v in rejects_by_id(res.out).items()}
+    dropped = "near_duplicate" if near else "duplicate"
+    # the story's copies are exact: the cut one's `truncated` is no part of the content key
+    assert rejects == {
+        "pad": "no_supervised_turn",
+        "copy": "no_supervised_turn",
+        "cut": "no_supervised_turn",
+        "again": dropped,
+        "pad-again": "duplicate",  # of "pad", exactly: one pad queued, not two
+    }
+    assert "'search'" in rejects_by_id(res.out)["again"]["message"]
+    assert "'pad'" in rejects_by_id(res.out)["pad-again"]["message"]
+    checks = {x.name: x for x in run_verify(res.out, speculators=False, record=False)}
+    failed = [(x.name, x.summary) for x in checks.values() if x.status == "fail"]
+    assert failed == [("drafter_fitness", checks["drafter_fitness"].summary)]  # rows too short

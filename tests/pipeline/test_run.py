@@ -1198,3 +1198,52 @@ def test_a_rerun_whose_set_holds_an_edited_file_says_how_to_go_on(
     said = str(exc.value)
     assert shard.name in said and "--overwrite" not in said and "--out" not in said, said
     assert f"remove {out}" in said and "built again from the answers" in said, said
+
+
+def test_a_run_dedups_on_the_rows_it_will_answer(tmp_path: Path, qwen3_dir: Path) -> None:
+    """The target answers a pad and a prompt-only row, so such a row is the copy kept and its
+    near copy after it is dropped (one answer asked, the prompt trained once); a copy cut off
+    at max_tokens is not asked again (`regenerate: missing`), so the copy after it is the one
+    kept (before, the cut row was kept, rejected later, and the prompt lost). The run's
+    selection and its build decide alike, and verify re-derives it from the manifest."""
+    search = "Explain how binary search works on a sorted array of integers please"
+    haiku = "Write a haiku about the sea and the moon at night time"
+    story = "Tell me a short story about a lighthouse keeper and her old dog"
+    sea = "Describe the colour of the sea on a stormy winter morning"
+
+    def chat(rid: str, user: str, answer: str | None, **extra: Any) -> dict[str, Any]:
+        turns = [{"role": "user", "content": user}]
+        if answer is not None:
+            turns.append({"role": "assistant", "content": answer})
+        return {"id": rid, "messages": turns, **extra}
+
+    rows = [
+        chat("pad", search, "OK."),
+        chat("search", search + "!", "Binary search halves the range."),
+        chat("prompt", haiku, None),
+        chat("haiku", haiku + ".", "Waves under moonlight."),
+        chat("cut", story, "Once upon a time.", metadata={"truncated": True}),
+        chat("story", story + "?", "Once upon a time."),
+        # cut, then padded: the pad is answered (the run's selection kept it for that)
+        chat("cut2", sea, "The sea is", metadata={"truncated": True}),
+        chat("pad2", sea + "!", "OK."),
+    ]
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url, regenerate="missing", thinking="off")
+        conf = json.loads(recipe.read_text())
+        conf["sources"] = [{"path": str(_rows(tmp_path / "near.jsonl", rows))}]
+        conf["dedup"] = "near"
+        recipe.write_text(json.dumps(conf))
+        result = _run(recipe)
+        asked = len(srv.requests)
+    assert result.passed
+    assert asked == 3  # the pads and the prompt, once each
+    written = _table(result.out).column("id").to_pylist()
+    assert sorted(written) == ["pad", "pad2", "prompt", "story"]
+    rejects = {k: v["reason"] for k, v in _rejects(result.out).items()}
+    assert rejects == {
+        "search": "near_duplicate",
+        "haiku": "near_duplicate",
+        "cut": "no_supervised_turn",
+        "cut2": "no_supervised_turn",
+    }

@@ -276,3 +276,48 @@ def test_an_answer_weighted_zero_is_other_training_signal_for_exact_dedup() -> N
     b = normalize(RawRow("s", 1, {"messages": msgs}))
     c = normalize(RawRow("s", 2, {"messages": [msgs[0], {**msgs[1], "weight": 1}]}))
     assert dedup.content_key(a) != dedup.content_key(b) == dedup.content_key(c)
+
+
+# --- a copy that cannot train is never the copy kept for one that can -------------------------
+
+
+def test_exact_a_copy_that_cannot_train_never_drops_one_that_can() -> None:
+    """Same content, other fate: a row cut off by `max_tokens` (`metadata.truncated`, not in
+    the content key) cannot train; its untruncated copy can. The copy that trains is kept;
+    rows after it are compared to it; copies that cannot train are still dropped."""
+    d = ExactDeduper()
+    out = [
+        d.check(conv("s", 0, "Q", "A"), trains=False),  # kept for now: nothing before it
+        d.check(conv("s", 1, "Q", "A"), trains=True),  # trains: not a copy of row 0
+        d.check(conv("s", 2, "q", "a"), trains=True),  # a copy of row 1
+        d.check(conv("s", 3, "Q", "A"), trains=False),  # a copy of row 1 too
+        d.check(conv("s", 4, "Other", "A"), trains=False),
+        d.check(conv("s", 5, "other", "a"), trains=False),  # a copy of row 4
+    ]
+    assert [r is None for r in out] == [True, True, False, False, True, False]
+    assert "'s-1'" in out[2].message and "'s-1'" in out[3].message  # type: ignore[union-attr]
+    assert "'s-4'" in out[5].message  # type: ignore[union-attr]
+    assert d.stats()["checked"] == {"s": 6} and d.stats()["removed"] == {"s": 3}
+
+
+@needs_datasketch
+def test_near_a_copy_that_cannot_train_never_drops_one_that_can() -> None:
+    """The session-28 probe's case: a prompt answered "OK." first (rejected
+    `no_supervised_turn` by the row step), the same prompt answered for real next: the real
+    answer was dropped as a near duplicate of the pad, and nothing of the prompt was written."""
+    above = BASE.replace("compass", "map")
+    d = NearDeduper(threshold=0.8)
+    out = [
+        d.check(conv("a", 0, BASE, "OK."), trains=False),
+        d.check(conv("a", 1, above, "A real answer."), trains=True),
+        d.check(conv("a", 2, BASE, "Another real answer."), trains=True),
+        d.check(conv("a", 3, BASE, "OK."), trains=False),
+    ]
+    assert [r is None for r in out] == [True, True, False, False]
+    assert "'a-1'" in out[2].message  # type: ignore[union-attr]
+    assert "'a-0'" in out[3].message  # type: ignore[union-attr]  # the closest kept copy
+    # a pad after a pad: the later one is the copy (one prompt queued, not two)
+    d = NearDeduper(threshold=0.8)
+    pads = [d.check(conv("a", 0, BASE, "OK."), trains=False)]
+    pads.append(d.check(conv("a", 1, above, "OK."), trains=False))
+    assert pads[0] is None and pads[1] is not None and "'a-0'" in pads[1].message

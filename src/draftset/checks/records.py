@@ -177,6 +177,9 @@ def source_selection(out: OutputSet) -> mix.Selection:
         mix=sel.get("mix"),
         template_kwargs=dict((out.manifest.get("template") or {}).get("kwargs") or {}),
         overlay=[d["path"] for d in sel.get("overlay") or []],
+        turns=str(opts.get("turns") or defaults.TURNS),
+        placeholders=tuple(opts.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS),
+        answered=(out.manifest.get("run") or {}).get("regenerate"),
     )
     return mix.Selection(spec)
 

@@ -70,6 +70,9 @@ class BuildOptions:
             mix=self.mix,
             template_kwargs=dict(self.template_kwargs),
             overlay=list(self.overlay),
+            turns=self.turns,
+            placeholders=self.placeholders,
+            answered=(self.run_info or {}).get("regenerate"),
         )
 
     def template_spec(self) -> TemplateSpec:

@@ -381,6 +381,32 @@ def never_supervised(
     return None
 
 
+def may_supervise(
+    messages: list[dict], meta: dict, turns: str, placeholders: tuple[str, ...]
+) -> bool:
+    """Whether some assistant turn ``turns`` would supervise (the last one under ``last``) is not
+    ruled out before any render: it has a prompt before it and `never_supervised` gives no
+    reason. False: the row step rejects the row `NO_SUPERVISED_TURN` whatever the template
+    renders (the rule `mask.render` applies turn by turn, asked of the whole row)."""
+    answers = [j for j, m in enumerate(messages) if m.get("role") == "assistant"]
+    if turns == "last":
+        answers = answers[-1:]
+    marks = row_marks(messages, meta)
+    return any(j > 0 and not never_supervised(messages, j, marks, placeholders) for j in answers)
+
+
+def all_padded_answers(item: records.Normalized, placeholders: tuple[str, ...]) -> bool:
+    """Every assistant turn is a pad: a placeholder or a copy of its user turn (both never
+    supervised, `never_supervised`): `draftset run` asks the target for such a row."""
+    if not isinstance(item, records.Conversation):
+        return False
+    turns = [j for j, m in enumerate(item.messages) if m["role"] == "assistant"]
+    return bool(turns) and all(
+        is_placeholder_answer(item.messages[j], placeholders) or copies_its_prompt(item.messages, j)
+        for j in turns
+    )
+
+
 def reasoning_not_rendered(msg: dict, generation: str) -> bool:
     """A supervised answer's recorded reasoning is not in its generation: the template does not
     render reasoning (Llama-3.x), so only the answer is trained (a note, not a reject: that is

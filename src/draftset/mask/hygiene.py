@@ -35,19 +35,6 @@ def all_placeholder_answers(item: Normalized, placeholders: tuple[str, ...]) -> 
     return bool(turns) and all(reasons.is_placeholder_answer(m, placeholders) for m in turns)
 
 
-def all_padded_answers(item: Normalized, placeholders: tuple[str, ...]) -> bool:
-    """Every assistant turn is a pad: a placeholder or a copy of its user turn (both never
-    supervised, `reasons.never_supervised`): `draftset run` asks the target for such a row."""
-    if not isinstance(item, Conversation):
-        return False
-    turns = [j for j, m in enumerate(item.messages) if m["role"] == "assistant"]
-    return bool(turns) and all(
-        reasons.is_placeholder_answer(item.messages[j], placeholders)
-        or reasons.copies_its_prompt(item.messages, j)
-        for j in turns
-    )
-
-
 def lacks_reasoning(item: Normalized, template_kwargs: Mapping[str, Any] | None) -> bool:
     """Answers without reasoning and not declared thinking-off (mode ``no_reasoning``)."""
     return isinstance(item, Conversation) and row_mode(item, template_kwargs) == NO_REASONING

@@ -7,6 +7,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,6 @@ from draftset.generation.options import (
 )
 from draftset.mask.hygiene import (
     EmptyThinkProbe,
-    all_padded_answers,
     lacks_reasoning,
     row_kwargs_key,
 )
@@ -60,7 +60,8 @@ def select_rows(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dic
         name=tmpl.spec.template_name(),
     )
     regenerate = opts.generate.regenerate
-    spec = b.selection_spec()
+    # the rows this run has the target answer can train: a copy of one is no copy to keep
+    spec = replace(b.selection_spec(), answered=regenerate)
     plan = None if spec.mix else plan_selection(b.sources, b.max_samples, b.seed)
     selected = Selection(spec, plan)
     queued: dict[str, Counter[str]] = {s.name: Counter() for s in b.sources}
@@ -127,7 +128,7 @@ def _needs_answer(
         return None, []
     if item.meta.get(NOT_TRAINED):  # answers the row weighted 0: a regenerated row would
         return None, []  # lose the weights and train them; built as it is, those turns context
-    if all_padded_answers(item, b.placeholders):  # "OK." or the prompt copied
+    if reasons.all_padded_answers(item, b.placeholders):  # "OK." or the prompt copied
         return Q_PLACEHOLDER, [m for m in item.messages if m["role"] != "assistant"]
     if regenerate == "all":
         return Q_ALL, item.messages

@@ -9,6 +9,13 @@ Only `Conversation` and `PromptOnly` items take part; rejects and pre-tokenized 
 A prompt-only row is only ever a duplicate of another prompt-only row (exact: its key has no
 assistant turn, so it cannot equal a conversation's key).
 
+A row that cannot train (``trains=False``: `select.facts.can_train`, e.g. answered "OK." or
+prompt-only in a build) is never the copy that drops one that can: a row that can train is
+compared only with the kept rows that can, and is kept when none matches (rows after it are
+then compared with it). A row that cannot train is compared with every kept row, and dropped
+when it matches one: the first of several copies that cannot train is the one kept (one prompt
+queued, not several).
+
 Text normalization (`canonical_text`): Unicode NFKC (NFC/NFD forms and full-width / compatibility
 characters become one form), case folding, every whitespace run collapsed to one space, ends
 stripped. Two rows are exact duplicates when every turn has the same role and the same
@@ -110,7 +117,8 @@ def content_key(item: Conversation | PromptOnly) -> str:
 
 
 class _Kept:
-    """Compact record of kept rows: source index, row number and id, by kept index."""
+    """Compact record of kept rows: source index, row number, id and whether it can train, by
+    kept index."""
 
     def __init__(self) -> None:
         self.sources: list[str] = []
@@ -119,8 +127,9 @@ class _Kept:
         self.row_of = array("q")
         self._ids = bytearray()
         self._id_end = array("Q")
+        self.trains = bytearray()
 
-    def add(self, source: str, row: int, row_id: str) -> int:
+    def add(self, source: str, row: int, row_id: str, trains: bool) -> int:
         s = self._source_index.get(source)
         if s is None:
             s = self._source_index[source] = len(self.sources)
@@ -129,6 +138,7 @@ class _Kept:
         self.row_of.append(row)
         self._ids += row_id.encode("utf-8", "surrogatepass")
         self._id_end.append(len(self._ids))
+        self.trains.append(trains)
         return len(self.row_of) - 1
 
     def describe(self, k: int) -> tuple[str, str, int]:
@@ -173,18 +183,21 @@ class ExactDeduper:
         """The row's content digest (where it is read: a worker, or the driver)."""
         return digest64(("p" if isinstance(item, PromptOnly) else "c") + content_key(item))
 
-    def check(self, item: Normalized) -> Reject | None:
+    def check(self, item: Normalized, trains: bool = True) -> Reject | None:
         """A `reasons.DUPLICATE` reject naming the kept row, or None (the row is kept)."""
         if not isinstance(item, Conversation | PromptOnly):
             return None
-        return self.check_key(item.source, item.row, item.id, self.key(item))
+        return self.check_key(item.source, item.row, item.id, self.key(item), trains)
 
-    def check_key(self, source: str, row: int, row_id: str, key: int) -> Reject | None:
+    def check_key(
+        self, source: str, row: int, row_id: str, key: int, trains: bool = True
+    ) -> Reject | None:
         """`check` on the row's facts: its content digest decides, not its bytes."""
         self.counters.checked[source] += 1
         k = self._seen.get(key)
-        if k is None:
-            self._seen.put(key, self._kept.add(source, row, row_id))
+        if k is None or (trains and not self._kept.trains[k]):
+            # kept; a copy that cannot train gives way to this one for the rows after it
+            self._seen.put(key, self._kept.add(source, row, row_id, trains))
             return None
         kept_id, kept_source, kept_row = self._kept.describe(k)
         self.counters.removed[source] += 1
@@ -272,14 +285,19 @@ class NearDeduper:
         m = self.signature(prompt_text(item))
         return None if m is None else m.hashvalues
 
-    def check(self, item: Normalized) -> Reject | None:
+    def check(self, item: Normalized, trains: bool = True) -> Reject | None:
         """A `reasons.NEAR_DUPLICATE` reject naming the kept row, or None (kept)."""
         if not isinstance(item, Conversation | PromptOnly):
             return None
-        return self.check_hashes(item.source, item.row, item.id, self.hashes(item))
+        return self.check_hashes(item.source, item.row, item.id, self.hashes(item), trains)
 
     def check_hashes(
-        self, source: str, row: int, row_id: str, hashes: np.ndarray | None
+        self,
+        source: str,
+        row: int,
+        row_id: str,
+        hashes: np.ndarray | None,
+        trains: bool = True,
     ) -> Reject | None:
         """`check` on the row's facts: its prompt's MinHash values, not its text."""
         if hashes is None:
@@ -295,6 +313,8 @@ class NearDeduper:
         sig = np.asarray(hashes, dtype=np.uint32)
         best, best_k = 0.0, -1
         for k in self._lsh.query(m):
+            if trains and not self._kept.trains[k]:
+                continue  # a kept copy that cannot train never drops one that can
             sim = float(np.count_nonzero(self._signatures[k] == sig)) / self.num_perm
             if sim > best or (sim == best and k < best_k):
                 best, best_k = sim, k
@@ -307,7 +327,7 @@ class NearDeduper:
                 f"of id {kept_id!r} (source {kept_source}, row {kept_row})"
             )
             return Reject(source, row, row_id, reasons.NEAR_DUPLICATE, msg)
-        k = self._kept.add(source, row, row_id)
+        k = self._kept.add(source, row, row_id, trains)
         self._signatures.append(sig)
         self._lsh.insert(k, m, check_duplication=False)
         return None

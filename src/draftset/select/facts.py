@@ -2,7 +2,8 @@
 
 What the selection steps decide on is a few facts a row: its kind, its id, its content digest
 (exact dedup), the benchmark item it shares an n-gram with (decontamination), its prompt's
-MinHash values (near dedup). `Scanner` computes them where the row is read: a build's worker
+MinHash values (near dedup), whether it can train (`can_train`: a copy that cannot is never kept
+over one that can). `Scanner` computes them where the row is read: a build's worker
 reading its own block of a source, or the driver for a source it reads itself. `Decider` is the
 ordered part, run by the driver in input order: unique ids, the first copy kept, the steps'
 counters; it turns each row's facts into a `Decision` (a reject, a new id, or nothing), and
@@ -18,7 +19,14 @@ import numpy as np
 
 from draftset.core import reasons
 from draftset.core.ids import IdRegistry, duplicate_id_message
-from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
+from draftset.core.records import (
+    NOT_TRAINED,
+    Conversation,
+    Normalized,
+    PreTokenized,
+    PromptOnly,
+    Reject,
+)
 from draftset.select.dedup import ExactDeduper, NearDeduper
 
 if TYPE_CHECKING:  # the filters hold the steps; mix.py imports this module
@@ -37,10 +45,31 @@ class RowFacts(NamedTuple):
     key: int = 0  # exact dedup: the content digest (0: not asked for)
     bench: int | None = None  # decontamination: the benchmark item it shares an n-gram with
     hashes: np.ndarray | None = None  # near dedup: its prompt's MinHash values
+    trains: bool = True  # dedup: `can_train`
 
 
 Decision = Reject | str | None
 """A selection reject, the row's new (source-prefixed) id, or None: kept as it is."""
+
+
+def can_train(
+    item: Normalized, turns: str, placeholders: tuple[str, ...], answered: str | None
+) -> bool:
+    """Whether the row can give a supervised token, judged before any render (so a worker or the
+    driver can, on the row alone): a conversation with an answer ``turns`` supervises that no
+    rule rules out (`reasons.may_supervise`: not "OK.", not its prompt copied, not cut off, not
+    weighted 0). ``answered``: `draftset run`'s ``regenerate`` (None in a build): the target
+    answers prompt-only and padded rows, and with ``all`` every row not weighted 0, so those
+    can train too. The row step may still reject a row that can (too long, a template error):
+    those are decided on the rendered row, which dedup never sees."""
+    if isinstance(item, PromptOnly):
+        return answered is not None
+    if not isinstance(item, Conversation):
+        return True
+    regenerated = answered == "all" or reasons.all_padded_answers(item, placeholders)
+    if answered is not None and regenerated and not item.meta.get(NOT_TRAINED):
+        return True
+    return reasons.may_supervise(item.messages, item.meta, turns, placeholders)
 
 
 def kind_of(item: Normalized) -> int:
@@ -60,6 +89,8 @@ class Scanner:
         self.decontaminator = filters.decontaminator
         self.exact = any(isinstance(d, ExactDeduper) for d in filters.dedupers)
         self.near = next((d for d in filters.dedupers if isinstance(d, NearDeduper)), None)
+        spec = filters.spec
+        self.trains = (spec.turns, spec.placeholders, spec.answered) if filters.dedupers else None
 
     def facts(self, item: Normalized, file: str | None) -> RowFacts:
         kind = kind_of(item)
@@ -76,6 +107,7 @@ class Scanner:
             ExactDeduper.key(item) if self.exact else 0,
             self.decontaminator.find(item) if self.decontaminator is not None else None,
             self.near.hashes(item) if self.near is not None else None,
+            self.trains is None or can_train(item, *self.trains),
         )
 
 
@@ -113,9 +145,9 @@ class Decider:
                 return reject
         for step in filters.dedupers:
             if isinstance(step, ExactDeduper):
-                reject = step.check_key(source, row, rid, facts.key)
+                reject = step.check_key(source, row, rid, facts.key, facts.trains)
             else:
-                reject = step.check_hashes(source, row, rid, facts.hashes)
+                reject = step.check_hashes(source, row, rid, facts.hashes, facts.trains)
             if reject is not None:
                 return reject
         return None

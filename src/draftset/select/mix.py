@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from draftset.core import defaults, reasons
 from draftset.core.counters import Accounting, SourceCounts
 from draftset.core.modes import row_mode
 from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, RawRow
@@ -52,11 +53,17 @@ class SelectionSpec:
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # for thinking-off detection
     # `draftset run`: answer / error files by row id that replace selected rows (overlay.py)
     overlay: list[str] = field(default_factory=list)
+    # which rows can train (`select.facts.can_train`, for dedup): the build's turns and
+    # placeholders, and `run`'s `regenerate` (None in a build); recorded in the manifest's
+    # `options` and `run` sections, not here
+    turns: str = defaults.TURNS
+    placeholders: tuple[str, ...] = reasons.DEFAULT_PLACEHOLDERS
+    answered: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
-        out.pop("sources")
-        out.pop("template_kwargs")
+        for elsewhere in ("sources", "template_kwargs", "turns", "placeholders", "answered"):
+            out.pop(elsewhere)
         if not out["overlay"]:
             out.pop("overlay")
         return out
@@ -153,6 +160,7 @@ class Filters:
             items = load_benchmark_prompts(spec.decontaminate)
             self.decontaminator = Decontaminator(items, n=spec.decontaminate_ngram)
         self.dedupers = make_dedupers(spec.dedup, spec.near_dup_threshold)
+        self.spec = spec
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {"dedup": [d.stats() for d in self.dedupers]}
