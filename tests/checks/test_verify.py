@@ -962,9 +962,39 @@ def test_file_the_manifest_does_not_list_fails_file_hashes(built, tmp_path, name
     fh = by_name(results)["file_hashes"]
     assert fh.examples == [name] and "not listed in the manifest" in fh.summary
     (folder / name).unlink()
+    if "/" in name:  # the folder it was in is no part of the set either, empty or not
+        assert by_name(fast_checks(folder))["file_hashes"].examples == [name.split("/")[0] + "/"]
+        (folder / name).parent.rmdir()
     (folder / "report.html").write_text("<html></html>")
     (folder / "verify.json").write_text("{}")
     assert failed(fast_checks(folder)) == set()
+
+
+@pytest.mark.parametrize(
+    ("made", "named"), [("empty", "empty/"), ("a/b/c", "a/"), (".cache", ".cache/")]
+)
+def test_an_empty_folder_in_a_set_fails_file_hashes(built, tmp_path, made, named):
+    """A set holds only what build wrote, and an Arrow set's build writes no folder: an empty
+    one (nothing below it but other empty folders) is named once, at its top."""
+    folder = copy_set(built["all"], tmp_path)
+    (folder / made).mkdir(parents=True)
+    results = fast_checks(folder)
+    assert failed(results) == {"file_hashes"}
+    fh = by_name(results)["file_hashes"]
+    assert fh.examples == [named] and "folder draftset does not write" in fh.summary
+    assert fh.details["messages"] == [f"{named}: an empty folder, not one of the set's"]
+
+
+def test_a_link_to_a_folder_in_a_set_fails_file_hashes(built, tmp_path):
+    """A link to a folder is an entry of the set that nothing lists (its files are not walked:
+    before, it passed unseen)."""
+    folder = copy_set(built["all"], tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "x.parquet").write_bytes(b"PAR1")
+    (folder / "more").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    fh = by_name(fast_checks(folder))["file_hashes"]
+    assert fh.failed and fh.examples == ["more/"]
+    assert fh.details["messages"] == ["more/: a link to a folder, not one of the set's"]
 
 
 @pytest.mark.parametrize(

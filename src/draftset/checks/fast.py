@@ -538,6 +538,14 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
                 name,
                 f"{name}: not one of the manifest's files",
             )
+    # a folder is the set's only as the place of a listed file (a Parquet set's `data/`): an
+    # empty one, or a link to one (whose files the walk does not follow), build never writes
+    for name, what in unaccounted_folders(out.folder, files):
+        p.add(
+            "folder draftset does not write (not part of the set: remove it)",
+            name,
+            f"{name}: {what}, not one of the set's",
+        )
     return p.result(
         "file_hashes",
         f"{plural(len(files), 'file')} match their manifest sha256; no file the set does"
@@ -593,6 +601,42 @@ def unlisted_files(folder: Path, listed: dict[str, Any]) -> list[str]:
             if name.startswith(TMP_WHILE_WRITTEN):
                 continue  # a record or the default report being written (atomic rename)
             found.append(name)
+    return found
+
+
+def unaccounted_folders(folder: Path, listed: dict[str, Any]) -> list[tuple[str, str]]:
+    """Folders under ``folder`` that hold no file and are no listed file's place (named
+    ``name/``, at the top of a tree of empty folders), and links to folders (the walk does not
+    follow them): (name, what it is). A listed file's folder is the set's even when emptied
+    (the missing file is named instead)."""
+    places = {name.rsplit("/", k)[0] for name in listed for k in range(1, name.count("/") + 1)}
+    found: list[tuple[str, str]] = []
+
+    def walk(here: Path, prefix: str) -> bool:
+        """Whether anything but empty folders lies below ``here`` (what it finds added)."""
+        try:
+            entries = sorted(os.scandir(here), key=lambda e: e.name)
+        except OSError:
+            return True  # unreadable: not known to be empty
+        anything = False
+        for entry in entries:
+            rel = prefix + entry.name
+            if entry.is_symlink() and entry.is_dir():
+                if rel not in places:
+                    found.append((rel + "/", "a link to a folder"))
+                anything = True
+            elif entry.is_dir(follow_symlinks=False):
+                before = len(found)
+                if walk(Path(entry.path), rel + "/") or rel in places:
+                    anything = True
+                else:  # nothing but empty folders below: named once, here
+                    del found[before:]
+                    found.append((rel + "/", "an empty folder"))
+            else:
+                anything = True
+        return anything
+
+    walk(folder, "")
     return found
 
 
