@@ -508,6 +508,74 @@ def test_edited_token_freq_fails_token_freq(built, tmp_path):
     assert failed(verify(folder)) == {"token_freq"}
 
 
+def _pt_edits(vocab: int) -> dict:
+    """Forged token_freq.pt contents: (the dict build wrote, a free id, torch) -> content."""
+    return {
+        "zero": (lambda d, k, free, t: {**d, free: 0}, "id FREE with count 0"),
+        "negative": (lambda d, k, free, t: {**d, k: -d[k]}, "a negative count: id K: -"),
+        "zero and negative elsewhere": (
+            lambda d, k, free, t: {**d, free: 0, free + 1: -1},
+            "a negative count: id FREE+1: -1",
+        ),
+        "missing": (lambda d, k, free, t: {i: c for i, c in d.items() if i != k}, "lacks id K"),
+        "extra": (lambda d, k, free, t: {**d, free: 1}, "lists id FREE, which no row supervises"),
+        "outside": (lambda d, k, free, t: {**d, vocab: 1}, f"id {vocab} outside [0, {vocab})"),
+        "changed": (lambda d, k, free, t: {**d, k: d[k] + 1}, "differs from the recount at 1 id"),
+        "str key": (
+            lambda d, k, free, t: {**d, str(k): d[k]},
+            "key 'K' is a str, expected an int token id (beside the int key K)",
+        ),
+        "tensor key": (
+            lambda d, k, free, t: {**d, t.tensor(k): d[k]},
+            "key tensor(K) is a Tensor, expected an int token id (beside the int key K)",
+        ),
+        "float count": (
+            lambda d, k, free, t: {**d, k: float(d[k])},
+            "count of id K is a float (",
+        ),
+        "tensor count": (
+            lambda d, k, free, t: {**d, k: t.tensor(d[k])},
+            "count of id K is a Tensor (tensor(",
+        ),
+        "bool count": (lambda d, k, free, t: {**d, k: True}, "count of id K is a bool (True)"),
+        "a tensor": (
+            lambda d, k, free, t: t.zeros(vocab, dtype=t.int64),
+            "holds a Tensor, expected a dict {token id: count}",
+        ),
+        "a list": (lambda d, k, free, t: list(d.items()), "holds a list, expected a dict"),
+    }
+
+
+@pytest.mark.parametrize("edit", list(_pt_edits(151936)))
+def test_a_forged_token_freq_pt_fails_token_freq_with_its_reason(built, tmp_path, edit):
+    """token_freq.pt is exactly what build writes: {int id: int count > 0} for every
+    supervised id and no other, equal to the recount; anything else is named, never a
+    traceback (before, a count of 0, a "5" key or a float count passed: they were cast)."""
+    torch = pytest.importorskip("torch")
+    folder = copy_set(built["all"], tmp_path)
+    vocab = manifest(folder)["tokenizer"]["vocab_size"]
+    change, said = _pt_edits(vocab)[edit]
+    data = torch.load(folder / "token_freq.pt", weights_only=True)
+    k = max(data, key=lambda i: (data[i], i))
+    free = next(i for i in range(vocab) if i not in data and i + 1 not in data)
+    said = said.replace("FREE+1", str(free + 1)).replace("FREE", str(free))
+    said = said.replace("K", str(k))
+    torch.save(change(dict(data), k, free, torch), folder / "token_freq.pt")
+    m = manifest(folder)
+    m["files"]["token_freq.pt"] = hashlib.sha256(
+        (folder / "token_freq.pt").read_bytes()
+    ).hexdigest()
+    save_manifest(folder, m)
+    results = fast_checks(folder)
+    assert failed(results) == {"token_freq"}
+    said_all = [
+        by_name(results)["token_freq"].summary,
+        *by_name(results)["token_freq"].details.get("messages", []),
+    ]
+    assert any(said in line for line in said_all), (said, said_all)
+    assert by_name(results)["token_freq"].examples == ["token_freq.pt"]
+
+
 def test_inconsistent_draft_vocab_fails(built, tmp_path):
     folder = copy_set(built["all"], tmp_path)
     t2d = np.load(folder / "t2d-32.npy")

@@ -30,7 +30,7 @@ from draftset.output.readback import (
     SetFacts,
     read_jsonl,
 )
-from draftset.output.vocab import load_token_freq_pt
+from draftset.output.vocab import TokenFreqPtShape, load_token_freq_pt
 from draftset.sources.read import sha256_file
 
 MAX_NO_PAIR_FRACTION = 0.25
@@ -687,15 +687,19 @@ def check_token_freq(
             data = (load_pt or load_token_freq_pt)(pt)
         except SidecarError:
             raise
+        except TokenFreqPtShape as exc:
+            p.add(
+                "token_freq.pt does not hold {token id: count} as build writes it",
+                TORCH_FILE,
+                f"token_freq.pt: {exc}",
+            )
         except Exception as exc:  # a corrupt pickle is a failed check, not a crash
-            p.add(f"token_freq.pt unreadable: {type(exc).__name__}", "token_freq.pt")
+            p.add(f"token_freq.pt unreadable: {type(exc).__name__}", TORCH_FILE)
         else:
             if data is None:
                 notes.append("token_freq.pt not compared: torch is not installed")
             else:
-                want = {int(i): int(recount[i]) for i in np.nonzero(recount)[0]}
-                if {k: v for k, v in data.items() if v != 0} != want:
-                    p.add("token_freq.pt differs from the recount", "token_freq.pt")
+                _check_pt_counts(p, data, recount, vocab)
     else:
         notes.append("token_freq.pt absent (written only when torch was installed at build time)")
     total = int(recount.sum())
@@ -705,6 +709,53 @@ def check_token_freq(
         if res.status == "pass":
             res.summary += " (" + "; ".join(notes) + ")"
     return res
+
+
+def _check_pt_counts(p: Problems, data: dict[int, int], recount: np.ndarray, vocab: int) -> None:
+    """token_freq.pt's {id: count} is exactly what build writes from the recount: every
+    supervised id with its count and no other id (build writes no count of 0)."""
+    want = {int(i): int(recount[i]) for i in np.nonzero(recount)[0]}
+    inside = [i for i in sorted(data) if 0 <= i < vocab]
+
+    def say(ids: list[int], kind: str, first: Callable[[int], str]) -> None:
+        if ids:
+            more = f" (and {plural(len(ids) - 1, 'more id')})" if len(ids) > 1 else ""
+            p.add(f"token_freq.pt {kind}", TORCH_FILE, f"token_freq.pt: {first(ids[0])}{more}")
+
+    say(
+        [i for i in sorted(data) if not 0 <= i < vocab],
+        "has ids outside the vocabulary",
+        lambda i: f"id {i} outside [0, {vocab})",
+    )
+    say(
+        [i for i in inside if data[i] < 0],
+        "has negative counts",
+        lambda i: f"a negative count: id {i}: {data[i]}",
+    )
+    say(
+        [i for i in inside if data[i] == 0],
+        "lists ids with count 0 (build writes none)",
+        lambda i: f"id {i} with count 0",
+    )
+    say(
+        [i for i in inside if data[i] > 0 and i not in want],
+        "lists ids no row supervises",
+        lambda i: f"lists id {i}, which no row supervises (count {data[i]:,})",
+    )
+    say(
+        [i for i in want if i not in data],
+        "lacks supervised ids",
+        lambda i: f"lacks id {i}, which rows supervise {want[i]:,} times",
+    )
+    differ = [i for i in want if data.get(i, 0) > 0 and data[i] != want[i]]
+    if differ:
+        i = differ[0]
+        p.add(
+            "token_freq.pt differs from the recount",
+            TORCH_FILE,
+            f"token_freq.pt: differs from the recount at {plural(len(differ), 'id')}, e.g. id"
+            f" {i}: file {data[i]:,} != recount {want[i]:,}",
+        )
 
 
 def _fit(arr: np.ndarray, size: int) -> np.ndarray:

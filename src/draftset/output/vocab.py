@@ -44,17 +44,61 @@ def save_token_freq_pt(path: Path, ids: np.ndarray, counts: np.ndarray) -> bool:
     return True
 
 
+class TokenFreqPtShape(ValueError):
+    """token_freq.pt loads but does not hold what build writes (a dict of int token ids to int
+    counts): the message says what it holds instead."""
+
+
 def load_token_freq_pt(path: Path) -> dict[int, int] | None:
     """``torch.load(weights_only=True)`` of token_freq.pt; None when torch is missing.
 
-    Raises on an unreadable file (the check reports it).
+    Raises on an unreadable file, and `TokenFreqPtShape` on one that holds anything but
+    {int: int} (`pt_counts`): the check reports either. Never casts (a ``"5"`` key, a float
+    or a tensor count are not what build writes, though ``int()`` takes them).
     """
     try:
         import torch  # lazy: optional extra, ~3 s to import
     except ImportError:
         return None
-    data = torch.load(path, weights_only=True)
-    return {int(k): int(v) for k, v in dict(data).items()}
+    return pt_counts(torch.load(path, weights_only=True))
+
+
+def pt_counts(data: object) -> dict[int, int]:
+    """``data`` (token_freq.pt's content) as build writes it, {int id: int count}, or
+    `TokenFreqPtShape` naming its first departure from that (a bool is no int here)."""
+    if not isinstance(data, dict):
+        raise TokenFreqPtShape(
+            f"holds a {type(data).__name__}, expected a dict {{token id: count}}"
+        )
+    for key in data:
+        if type(key) is not int:
+            twin = _int_twin(key, data)
+            raise TokenFreqPtShape(
+                f"key {_short(key)} is a {type(key).__name__}, expected an int token id"
+                + (f" (beside the int key {twin})" if twin is not None else "")
+            )
+    for key, count in data.items():
+        if type(count) is not int:
+            raise TokenFreqPtShape(
+                f"count of id {key} is a {type(count).__name__} ({_short(count)}), expected an int"
+            )
+    return dict(data)
+
+
+def _int_twin(key: object, data: dict[object, object]) -> int | None:
+    """The int key ``key`` looks like (``"5"``, ``tensor(5)`` beside ``5``), if ``data`` has
+    it: the same id twice, under two types."""
+    try:
+        twin = int(key)  # type: ignore[call-overload]
+        same = isinstance(key, str) or bool(key == twin)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    return twin if same and twin in data and type(twin) is int else None
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def draft_vocab(
