@@ -9,6 +9,7 @@ careful forger would) and verify must still fail, naming exactly the expected ch
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -574,6 +575,56 @@ def test_a_forged_token_freq_pt_fails_token_freq_with_its_reason(built, tmp_path
     ]
     assert any(said in line for line in said_all), (said, said_all)
     assert by_name(results)["token_freq"].examples == ["token_freq.pt"]
+
+
+def test_token_freq_pt_deleted_and_unlisted_fails_when_build_recorded_it_written(built, tmp_path):
+    """token_freq.pt is optional (torch), so its absence alone proves nothing; but build
+    records whether it wrote it, and a set whose file was deleted and unlisted contradicts
+    that record (before, it passed: absent and unlisted looked like a build without torch)."""
+    pytest.importorskip("torch")
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    assert m["token_freq_pt"] == {"written": True, "reason": None}
+    (folder / "token_freq.pt").unlink()
+    del m["files"]["token_freq.pt"]
+    save_manifest(folder, m)
+    results = fast_checks(folder)
+    assert failed(results) == {"file_hashes", "token_freq"}
+    assert by_name(results)["file_hashes"].examples == ["token_freq.pt"]
+    tf = by_name(results)["token_freq"]
+    assert tf.examples == ["token_freq.pt"]
+    assert tf.details["messages"] == [
+        "token_freq.pt: missing, though build recorded it written (token_freq_pt.written)"
+    ]
+
+
+def test_a_build_without_torch_records_why_and_verify_says_so(tmp_path, monkeypatch):
+    """Without torch the build records token_freq.pt as not written and why; verify then
+    says that reason (a note, not a failure), adds that torch is installed where it runs,
+    and fails a token_freq.pt that build recorded it never wrote."""
+    import draftset.output.vocab as vocab
+
+    monkeypatch.setattr(vocab, "torch_unavailable", lambda: "torch is not installed")
+    folder = build_rows(tmp_path, [chat("a", "Why is the sky blue?", LONG)])
+    assert not (folder / "token_freq.pt").exists()
+    m = manifest(folder)
+    assert m["token_freq_pt"] == {"written": False, "reason": "torch is not installed"}
+    monkeypatch.undo()
+    tf = by_name(fast_checks(folder))["token_freq"]
+    assert tf.status == "pass"
+    assert tf.details["notes"][0] == "token_freq.pt not written by build: torch is not installed"
+    if importlib.util.find_spec("torch") is not None:
+        assert "torch is installed here: a rebuild writes token_freq.pt" in tf.summary
+    shutil.copy(REPO / "pyproject.toml", folder / "token_freq.pt")  # any file, listed
+    m["files"]["token_freq.pt"] = hashlib.sha256(
+        (folder / "token_freq.pt").read_bytes()
+    ).hexdigest()
+    save_manifest(folder, m)
+    results = fast_checks(folder)
+    assert failed(results) == {"token_freq"}
+    assert by_name(results)["token_freq"].details["messages"] == [
+        "token_freq.pt: present, though build recorded it not written (torch is not installed)"
+    ]
 
 
 def test_inconsistent_draft_vocab_fails(built, tmp_path):

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from draftset.core import reasons
+from draftset.core.optional_torch import NOT_INSTALLED, torch_installed
 from draftset.core.words import ascii_digits, plural
 from draftset.engine.helper import SidecarError
 from draftset.output.arrow import state_fingerprint
@@ -482,10 +483,22 @@ def set_files(out: OutputSet) -> set[str]:
     )
 
 
+def pt_record(out: OutputSet) -> tuple[bool | None, str | None]:
+    """The manifest's record of token_freq.pt: (written, why not); (None, None) for a set
+    built before it was recorded."""
+    record = out.manifest.get("token_freq_pt")
+    if not isinstance(record, dict):
+        return None, None
+    return record.get("written"), record.get("reason")
+
+
 def _listed_beside(out: OutputSet) -> set[str]:
     """The files beside the shards every set of this layout lists in its manifest: the
-    format's metadata, the side files, the recorded ``draft_vocab_size``'s d2t/t2d."""
+    format's metadata, the side files, the recorded ``draft_vocab_size``'s d2t/t2d, and
+    token_freq.pt when build recorded it written."""
     names = {*out.layout.metadata_files, *SIDE_FILES}
+    if pt_record(out)[0]:
+        names.add(TORCH_FILE)
     n = out.options.get("draft_vocab_size")
     if n:
         names |= {f"d2t-{n}.npy", f"t2d-{n}.npy"}
@@ -642,9 +655,10 @@ def unaccounted_folders(folder: Path, listed: dict[str, Any]) -> list[tuple[str,
 
 # --- 7. vocabulary files ------------------------------------------------------------------------
 def check_token_freq(
-    out: OutputSet, stats: RowStats, load_pt: Callable[[Path], dict[int, int] | None] | None = None
+    out: OutputSet, stats: RowStats, load_pt: Callable[[Path], dict[int, int] | str] | None = None
 ) -> CheckResult:
-    """token_freq.npy (and .pt when torch imports) equal a recount of supervised tokens.
+    """token_freq.npy (and .pt when torch imports) equal a recount of supervised tokens;
+    token_freq.pt is there exactly when the manifest records it written (`pt_record`).
 
     ``load_pt`` reads token_freq.pt elsewhere (the build's helper process); default: here.
     """
@@ -681,8 +695,15 @@ def check_token_freq(
                         f"e.g. id {int(diff[0])}: file {int(freq[diff[0]])}"
                         f" != recount {int(ref[diff[0]])}",
                     )
-    pt = out.folder / "token_freq.pt"
-    if pt.is_file():
+    pt = out.folder / TORCH_FILE
+    written, reason = pt_record(out)
+    if pt.is_file() and written is False:
+        p.add(
+            "token_freq.pt present, though build recorded it not written",
+            TORCH_FILE,
+            f"token_freq.pt: present, though build recorded it not written ({reason})",
+        )
+    elif pt.is_file():
         try:
             data = (load_pt or load_token_freq_pt)(pt)
         except SidecarError:
@@ -696,11 +717,21 @@ def check_token_freq(
         except Exception as exc:  # a corrupt pickle is a failed check, not a crash
             p.add(f"token_freq.pt unreadable: {type(exc).__name__}", TORCH_FILE)
         else:
-            if data is None:
-                notes.append("token_freq.pt not compared: torch is not installed")
+            if isinstance(data, str):  # torch does not import here: why
+                notes.append(f"token_freq.pt not compared: {data}")
             else:
                 _check_pt_counts(p, data, recount, vocab)
-    else:
+    elif written:
+        p.add(
+            "token_freq.pt missing, though build recorded it written",
+            TORCH_FILE,
+            "token_freq.pt: missing, though build recorded it written (token_freq_pt.written)",
+        )
+    elif written is False:
+        notes.append(f"token_freq.pt not written by build: {reason}")
+        if reason == NOT_INSTALLED and torch_installed():  # found, not imported: no cost
+            notes.append("torch is installed here: a rebuild writes token_freq.pt")
+    else:  # a set from before build recorded it
         notes.append("token_freq.pt absent (written only when torch was installed at build time)")
     total = int(recount.sum())
     res = p.result("token_freq", f"counts equal a recount of {total:,} supervised tokens")

@@ -9,31 +9,41 @@ from pathlib import Path
 
 import numpy as np
 
-TORCH_MISSING = "token_freq.pt skipped: torch is not installed (pip install 'draftset[torch]')"
+from draftset.core.optional_torch import NOT_INSTALLED, torch_unavailable
+
+TORCH_HINT = " (pip install 'draftset[torch]')"
+"""Said after `NOT_INSTALLED` in the build's note (not in the manifest's record)."""
 
 
 def write_token_freq(
     folder: Path,
     token_freq: np.ndarray,
-    save_pt: Callable[[Path, np.ndarray, np.ndarray], bool] | None = None,
+    save_pt: Callable[[Path, np.ndarray, np.ndarray], str | None] | None = None,
 ) -> str | None:
-    """token_freq.npy always; token_freq.pt (dict[int, int]) when torch imports. Returns a note.
+    """token_freq.npy always; token_freq.pt (dict[int, int]) when torch imports. Returns why
+    token_freq.pt was not written (`torch_unavailable`), None when it was.
 
     ``save_pt`` runs `save_token_freq_pt` elsewhere (the build's helper process, which has
     torch imported already); by default it runs here.
     """
     np.save(folder / "token_freq.npy", token_freq.astype(np.int64))
     ids = np.nonzero(token_freq)[0].astype(np.int64)
-    saved = (save_pt or save_token_freq_pt)(folder / "token_freq.pt", ids, token_freq[ids])
-    return None if saved else TORCH_MISSING
+    return (save_pt or save_token_freq_pt)(folder / "token_freq.pt", ids, token_freq[ids])
 
 
-def save_token_freq_pt(path: Path, ids: np.ndarray, counts: np.ndarray) -> bool:
-    """``torch.save`` of {id: count} (what speculators reads); False when torch is missing."""
-    try:
-        import torch  # lazy: optional extra, ~3 s to import; only for the .pt speculators reads
-    except ImportError:
-        return False
+def skipped_note(reason: str) -> str:
+    """The build's note for a token_freq.pt it did not write, ``reason`` being why."""
+    return f"token_freq.pt skipped: {reason}" + (TORCH_HINT if reason == NOT_INSTALLED else "")
+
+
+def save_token_freq_pt(path: Path, ids: np.ndarray, counts: np.ndarray) -> str | None:
+    """``torch.save`` of {id: count} (what speculators reads); returns why it was not written
+    (torch not installed, or failing to import: `torch_unavailable`), None when it was."""
+    why = torch_unavailable()
+    if why is not None:
+        return why
+    import torch  # lazy: optional extra, imported by `torch_unavailable` already
+
     try:
         torch.save(dict(zip(ids.tolist(), counts.tolist(), strict=True)), path)
     except RuntimeError as exc:
@@ -41,7 +51,7 @@ def save_token_freq_pt(path: Path, ids: np.ndarray, counts: np.ndarray) -> bool:
         # errno ("basic_ios::clear: iostream error"): an OSError, so the build says it in the
         # one line every other failed write gets, not a traceback
         raise OSError(errno.EIO, f"{path.name}: a failed write ({exc}): is the disk full?") from exc
-    return True
+    return None
 
 
 class TokenFreqPtShape(ValueError):
@@ -49,17 +59,19 @@ class TokenFreqPtShape(ValueError):
     counts): the message says what it holds instead."""
 
 
-def load_token_freq_pt(path: Path) -> dict[int, int] | None:
-    """``torch.load(weights_only=True)`` of token_freq.pt; None when torch is missing.
+def load_token_freq_pt(path: Path) -> dict[int, int] | str:
+    """``torch.load(weights_only=True)`` of token_freq.pt; when torch does not import, why not
+    (`torch_unavailable`: the file is not compared).
 
     Raises on an unreadable file, and `TokenFreqPtShape` on one that holds anything but
     {int: int} (`pt_counts`): the check reports either. Never casts (a ``"5"`` key, a float
     or a tensor count are not what build writes, though ``int()`` takes them).
     """
-    try:
-        import torch  # lazy: optional extra, ~3 s to import
-    except ImportError:
-        return None
+    why = torch_unavailable()
+    if why is not None:
+        return why
+    import torch  # lazy: optional extra, imported by `torch_unavailable` already
+
     return pt_counts(torch.load(path, weights_only=True))
 
 
