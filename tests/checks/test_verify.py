@@ -9,6 +9,7 @@ careful forger would) and verify must still fail, naming exactly the expected ch
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -508,6 +509,124 @@ def test_edited_token_freq_fails_token_freq(built, tmp_path):
     assert failed(verify(folder)) == {"token_freq"}
 
 
+def _pt_edits(vocab: int) -> dict:
+    """Forged token_freq.pt contents: (the dict build wrote, a free id, torch) -> content."""
+    return {
+        "zero": (lambda d, k, free, t: {**d, free: 0}, "id FREE with count 0"),
+        "negative": (lambda d, k, free, t: {**d, k: -d[k]}, "a negative count: id K: -"),
+        "zero and negative elsewhere": (
+            lambda d, k, free, t: {**d, free: 0, free + 1: -1},
+            "a negative count: id FREE+1: -1",
+        ),
+        "missing": (lambda d, k, free, t: {i: c for i, c in d.items() if i != k}, "lacks id K"),
+        "extra": (lambda d, k, free, t: {**d, free: 1}, "lists id FREE, which no row supervises"),
+        "outside": (lambda d, k, free, t: {**d, vocab: 1}, f"id {vocab} outside [0, {vocab})"),
+        "changed": (lambda d, k, free, t: {**d, k: d[k] + 1}, "differs from the recount at 1 id"),
+        "str key": (
+            lambda d, k, free, t: {**d, str(k): d[k]},
+            "key 'K' is a str, expected an int token id (beside the int key K)",
+        ),
+        "tensor key": (
+            lambda d, k, free, t: {**d, t.tensor(k): d[k]},
+            "key tensor(K) is a Tensor, expected an int token id (beside the int key K)",
+        ),
+        "float count": (
+            lambda d, k, free, t: {**d, k: float(d[k])},
+            "count of id K is a float (",
+        ),
+        "tensor count": (
+            lambda d, k, free, t: {**d, k: t.tensor(d[k])},
+            "count of id K is a Tensor (tensor(",
+        ),
+        "bool count": (lambda d, k, free, t: {**d, k: True}, "count of id K is a bool (True)"),
+        "a tensor": (
+            lambda d, k, free, t: t.zeros(vocab, dtype=t.int64),
+            "holds a Tensor, expected a dict {token id: count}",
+        ),
+        "a list": (lambda d, k, free, t: list(d.items()), "holds a list, expected a dict"),
+    }
+
+
+@pytest.mark.parametrize("edit", list(_pt_edits(151936)))
+def test_a_forged_token_freq_pt_fails_token_freq_with_its_reason(built, tmp_path, edit):
+    """token_freq.pt is exactly what build writes: {int id: int count > 0} for every
+    supervised id and no other, equal to the recount; anything else is named, never a
+    traceback (before, a count of 0, a "5" key or a float count passed: they were cast)."""
+    torch = pytest.importorskip("torch")
+    folder = copy_set(built["all"], tmp_path)
+    vocab = manifest(folder)["tokenizer"]["vocab_size"]
+    change, said = _pt_edits(vocab)[edit]
+    data = torch.load(folder / "token_freq.pt", weights_only=True)
+    k = max(data, key=lambda i: (data[i], i))
+    free = next(i for i in range(vocab) if i not in data and i + 1 not in data)
+    said = said.replace("FREE+1", str(free + 1)).replace("FREE", str(free))
+    said = said.replace("K", str(k))
+    torch.save(change(dict(data), k, free, torch), folder / "token_freq.pt")
+    m = manifest(folder)
+    m["files"]["token_freq.pt"] = hashlib.sha256(
+        (folder / "token_freq.pt").read_bytes()
+    ).hexdigest()
+    save_manifest(folder, m)
+    results = fast_checks(folder)
+    assert failed(results) == {"token_freq"}
+    said_all = [
+        by_name(results)["token_freq"].summary,
+        *by_name(results)["token_freq"].details.get("messages", []),
+    ]
+    assert any(said in line for line in said_all), (said, said_all)
+    assert by_name(results)["token_freq"].examples == ["token_freq.pt"]
+
+
+def test_token_freq_pt_deleted_and_unlisted_fails_when_build_recorded_it_written(built, tmp_path):
+    """token_freq.pt is optional (torch), so its absence alone proves nothing; but build
+    records whether it wrote it, and a set whose file was deleted and unlisted contradicts
+    that record (before, it passed: absent and unlisted looked like a build without torch)."""
+    pytest.importorskip("torch")
+    folder = copy_set(built["all"], tmp_path)
+    m = manifest(folder)
+    assert m["token_freq_pt"] == {"written": True, "reason": None}
+    (folder / "token_freq.pt").unlink()
+    del m["files"]["token_freq.pt"]
+    save_manifest(folder, m)
+    results = fast_checks(folder)
+    assert failed(results) == {"file_hashes", "token_freq"}
+    assert by_name(results)["file_hashes"].examples == ["token_freq.pt"]
+    tf = by_name(results)["token_freq"]
+    assert tf.examples == ["token_freq.pt"]
+    assert tf.details["messages"] == [
+        "token_freq.pt: missing, though build recorded it written (token_freq_pt.written)"
+    ]
+
+
+def test_a_build_without_torch_records_why_and_verify_says_so(tmp_path, monkeypatch):
+    """Without torch the build records token_freq.pt as not written and why; verify then
+    says that reason (a note, not a failure), adds that torch is installed where it runs,
+    and fails a token_freq.pt that build recorded it never wrote."""
+    import draftset.output.vocab as vocab
+
+    monkeypatch.setattr(vocab, "torch_unavailable", lambda: "torch is not installed")
+    folder = build_rows(tmp_path, [chat("a", "Why is the sky blue?", LONG)])
+    assert not (folder / "token_freq.pt").exists()
+    m = manifest(folder)
+    assert m["token_freq_pt"] == {"written": False, "reason": "torch is not installed"}
+    monkeypatch.undo()
+    tf = by_name(fast_checks(folder))["token_freq"]
+    assert tf.status == "pass"
+    assert tf.details["notes"][0] == "token_freq.pt not written by build: torch is not installed"
+    if importlib.util.find_spec("torch") is not None:
+        assert "torch is installed here: a rebuild writes token_freq.pt" in tf.summary
+    shutil.copy(REPO / "pyproject.toml", folder / "token_freq.pt")  # any file, listed
+    m["files"]["token_freq.pt"] = hashlib.sha256(
+        (folder / "token_freq.pt").read_bytes()
+    ).hexdigest()
+    save_manifest(folder, m)
+    results = fast_checks(folder)
+    assert failed(results) == {"token_freq"}
+    assert by_name(results)["token_freq"].details["messages"] == [
+        "token_freq.pt: present, though build recorded it not written (torch is not installed)"
+    ]
+
+
 def test_inconsistent_draft_vocab_fails(built, tmp_path):
     folder = copy_set(built["all"], tmp_path)
     t2d = np.load(folder / "t2d-32.npy")
@@ -962,9 +1081,39 @@ def test_file_the_manifest_does_not_list_fails_file_hashes(built, tmp_path, name
     fh = by_name(results)["file_hashes"]
     assert fh.examples == [name] and "not listed in the manifest" in fh.summary
     (folder / name).unlink()
+    if "/" in name:  # the folder it was in is no part of the set either, empty or not
+        assert by_name(fast_checks(folder))["file_hashes"].examples == [name.split("/")[0] + "/"]
+        (folder / name).parent.rmdir()
     (folder / "report.html").write_text("<html></html>")
     (folder / "verify.json").write_text("{}")
     assert failed(fast_checks(folder)) == set()
+
+
+@pytest.mark.parametrize(
+    ("made", "named"), [("empty", "empty/"), ("a/b/c", "a/"), (".cache", ".cache/")]
+)
+def test_an_empty_folder_in_a_set_fails_file_hashes(built, tmp_path, made, named):
+    """A set holds only what build wrote, and an Arrow set's build writes no folder: an empty
+    one (nothing below it but other empty folders) is named once, at its top."""
+    folder = copy_set(built["all"], tmp_path)
+    (folder / made).mkdir(parents=True)
+    results = fast_checks(folder)
+    assert failed(results) == {"file_hashes"}
+    fh = by_name(results)["file_hashes"]
+    assert fh.examples == [named] and "folder draftset does not write" in fh.summary
+    assert fh.details["messages"] == [f"{named}: an empty folder, not one of the set's"]
+
+
+def test_a_link_to_a_folder_in_a_set_fails_file_hashes(built, tmp_path):
+    """A link to a folder is an entry of the set that nothing lists (its files are not walked:
+    before, it passed unseen)."""
+    folder = copy_set(built["all"], tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "x.parquet").write_bytes(b"PAR1")
+    (folder / "more").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    fh = by_name(fast_checks(folder))["file_hashes"]
+    assert fh.failed and fh.examples == ["more/"]
+    assert fh.details["messages"] == ["more/: a link to a folder, not one of the set's"]
 
 
 @pytest.mark.parametrize(

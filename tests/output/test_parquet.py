@@ -164,7 +164,14 @@ def test_stray_missing_and_corrupt_shards_are_caught(sets: Sets, tmp_path: Path)
     (out / SHARD).unlink()
     res = {c.name: c for c in fast_checks(out)}
     assert res["structure"].failed and "cannot read Parquet data" in res["structure"].summary
+    # data/ is the listed shard's folder: the missing shard is named, not its emptied folder
     assert res["file_hashes"].failed and res["file_hashes"].examples == [SHARD]
+
+    out = _copy(sets.parquet.out, tmp_path / "empty")
+    (out / "data" / "old").mkdir()  # a folder inside the shards' folder build never writes
+    res = {c.name: c for c in fast_checks(out)}
+    assert _failed(out).keys() == {"file_hashes"}
+    assert res["file_hashes"].examples == ["data/old/"]
 
     out = _copy(sets.parquet.out, tmp_path / "corrupt")
     data = (out / SHARD).read_bytes()

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from draftset.core import reasons
+from draftset.core.optional_torch import NOT_INSTALLED, torch_installed
 from draftset.core.words import ascii_digits, plural
 from draftset.engine.helper import SidecarError
 from draftset.output.arrow import state_fingerprint
@@ -30,7 +31,7 @@ from draftset.output.readback import (
     SetFacts,
     read_jsonl,
 )
-from draftset.output.vocab import load_token_freq_pt
+from draftset.output.vocab import TokenFreqPtShape, load_token_freq_pt
 from draftset.sources.read import sha256_file
 
 MAX_NO_PAIR_FRACTION = 0.25
@@ -482,10 +483,22 @@ def set_files(out: OutputSet) -> set[str]:
     )
 
 
+def pt_record(out: OutputSet) -> tuple[bool | None, str | None]:
+    """The manifest's record of token_freq.pt: (written, why not); (None, None) for a set
+    built before it was recorded."""
+    record = out.manifest.get("token_freq_pt")
+    if not isinstance(record, dict):
+        return None, None
+    return record.get("written"), record.get("reason")
+
+
 def _listed_beside(out: OutputSet) -> set[str]:
     """The files beside the shards every set of this layout lists in its manifest: the
-    format's metadata, the side files, the recorded ``draft_vocab_size``'s d2t/t2d."""
+    format's metadata, the side files, the recorded ``draft_vocab_size``'s d2t/t2d, and
+    token_freq.pt when build recorded it written."""
     names = {*out.layout.metadata_files, *SIDE_FILES}
+    if pt_record(out)[0]:
+        names.add(TORCH_FILE)
     n = out.options.get("draft_vocab_size")
     if n:
         names |= {f"d2t-{n}.npy", f"t2d-{n}.npy"}
@@ -538,6 +551,14 @@ def check_file_hashes(out: OutputSet) -> CheckResult:
                 name,
                 f"{name}: not one of the manifest's files",
             )
+    # a folder is the set's only as the place of a listed file (a Parquet set's `data/`): an
+    # empty one, or a link to one (whose files the walk does not follow), build never writes
+    for name, what in unaccounted_folders(out.folder, files):
+        p.add(
+            "folder draftset does not write (not part of the set: remove it)",
+            name,
+            f"{name}: {what}, not one of the set's",
+        )
     return p.result(
         "file_hashes",
         f"{plural(len(files), 'file')} match their manifest sha256; no file the set does"
@@ -596,11 +617,48 @@ def unlisted_files(folder: Path, listed: dict[str, Any]) -> list[str]:
     return found
 
 
+def unaccounted_folders(folder: Path, listed: dict[str, Any]) -> list[tuple[str, str]]:
+    """Folders under ``folder`` that hold no file and are no listed file's place (named
+    ``name/``, at the top of a tree of empty folders), and links to folders (the walk does not
+    follow them): (name, what it is). A listed file's folder is the set's even when emptied
+    (the missing file is named instead)."""
+    places = {name.rsplit("/", k)[0] for name in listed for k in range(1, name.count("/") + 1)}
+    found: list[tuple[str, str]] = []
+
+    def walk(here: Path, prefix: str) -> bool:
+        """Whether anything but empty folders lies below ``here`` (what it finds added)."""
+        try:
+            entries = sorted(os.scandir(here), key=lambda e: e.name)
+        except OSError:
+            return True  # unreadable: not known to be empty
+        anything = False
+        for entry in entries:
+            rel = prefix + entry.name
+            if entry.is_symlink() and entry.is_dir():
+                if rel not in places:
+                    found.append((rel + "/", "a link to a folder"))
+                anything = True
+            elif entry.is_dir(follow_symlinks=False):
+                before = len(found)
+                if walk(Path(entry.path), rel + "/") or rel in places:
+                    anything = True
+                else:  # nothing but empty folders below: named once, here
+                    del found[before:]
+                    found.append((rel + "/", "an empty folder"))
+            else:
+                anything = True
+        return anything
+
+    walk(folder, "")
+    return found
+
+
 # --- 7. vocabulary files ------------------------------------------------------------------------
 def check_token_freq(
-    out: OutputSet, stats: RowStats, load_pt: Callable[[Path], dict[int, int] | None] | None = None
+    out: OutputSet, stats: RowStats, load_pt: Callable[[Path], dict[int, int] | str] | None = None
 ) -> CheckResult:
-    """token_freq.npy (and .pt when torch imports) equal a recount of supervised tokens.
+    """token_freq.npy (and .pt when torch imports) equal a recount of supervised tokens;
+    token_freq.pt is there exactly when the manifest records it written (`pt_record`).
 
     ``load_pt`` reads token_freq.pt elsewhere (the build's helper process); default: here.
     """
@@ -637,22 +695,43 @@ def check_token_freq(
                         f"e.g. id {int(diff[0])}: file {int(freq[diff[0]])}"
                         f" != recount {int(ref[diff[0]])}",
                     )
-    pt = out.folder / "token_freq.pt"
-    if pt.is_file():
+    pt = out.folder / TORCH_FILE
+    written, reason = pt_record(out)
+    if pt.is_file() and written is False:
+        p.add(
+            "token_freq.pt present, though build recorded it not written",
+            TORCH_FILE,
+            f"token_freq.pt: present, though build recorded it not written ({reason})",
+        )
+    elif pt.is_file():
         try:
             data = (load_pt or load_token_freq_pt)(pt)
         except SidecarError:
             raise
+        except TokenFreqPtShape as exc:
+            p.add(
+                "token_freq.pt does not hold {token id: count} as build writes it",
+                TORCH_FILE,
+                f"token_freq.pt: {exc}",
+            )
         except Exception as exc:  # a corrupt pickle is a failed check, not a crash
-            p.add(f"token_freq.pt unreadable: {type(exc).__name__}", "token_freq.pt")
+            p.add(f"token_freq.pt unreadable: {type(exc).__name__}", TORCH_FILE)
         else:
-            if data is None:
-                notes.append("token_freq.pt not compared: torch is not installed")
+            if isinstance(data, str):  # torch does not import here: why
+                notes.append(f"token_freq.pt not compared: {data}")
             else:
-                want = {int(i): int(recount[i]) for i in np.nonzero(recount)[0]}
-                if {k: v for k, v in data.items() if v != 0} != want:
-                    p.add("token_freq.pt differs from the recount", "token_freq.pt")
-    else:
+                _check_pt_counts(p, data, recount, vocab)
+    elif written:
+        p.add(
+            "token_freq.pt missing, though build recorded it written",
+            TORCH_FILE,
+            "token_freq.pt: missing, though build recorded it written (token_freq_pt.written)",
+        )
+    elif written is False:
+        notes.append(f"token_freq.pt not written by build: {reason}")
+        if reason == NOT_INSTALLED and torch_installed():  # found, not imported: no cost
+            notes.append("torch is installed here: a rebuild writes token_freq.pt")
+    else:  # a set from before build recorded it
         notes.append("token_freq.pt absent (written only when torch was installed at build time)")
     total = int(recount.sum())
     res = p.result("token_freq", f"counts equal a recount of {total:,} supervised tokens")
@@ -661,6 +740,53 @@ def check_token_freq(
         if res.status == "pass":
             res.summary += " (" + "; ".join(notes) + ")"
     return res
+
+
+def _check_pt_counts(p: Problems, data: dict[int, int], recount: np.ndarray, vocab: int) -> None:
+    """token_freq.pt's {id: count} is exactly what build writes from the recount: every
+    supervised id with its count and no other id (build writes no count of 0)."""
+    want = {int(i): int(recount[i]) for i in np.nonzero(recount)[0]}
+    inside = [i for i in sorted(data) if 0 <= i < vocab]
+
+    def say(ids: list[int], kind: str, first: Callable[[int], str]) -> None:
+        if ids:
+            more = f" (and {plural(len(ids) - 1, 'more id')})" if len(ids) > 1 else ""
+            p.add(f"token_freq.pt {kind}", TORCH_FILE, f"token_freq.pt: {first(ids[0])}{more}")
+
+    say(
+        [i for i in sorted(data) if not 0 <= i < vocab],
+        "has ids outside the vocabulary",
+        lambda i: f"id {i} outside [0, {vocab})",
+    )
+    say(
+        [i for i in inside if data[i] < 0],
+        "has negative counts",
+        lambda i: f"a negative count: id {i}: {data[i]}",
+    )
+    say(
+        [i for i in inside if data[i] == 0],
+        "lists ids with count 0 (build writes none)",
+        lambda i: f"id {i} with count 0",
+    )
+    say(
+        [i for i in inside if data[i] > 0 and i not in want],
+        "lists ids no row supervises",
+        lambda i: f"lists id {i}, which no row supervises (count {data[i]:,})",
+    )
+    say(
+        [i for i in want if i not in data],
+        "lacks supervised ids",
+        lambda i: f"lacks id {i}, which rows supervise {want[i]:,} times",
+    )
+    differ = [i for i in want if data.get(i, 0) > 0 and data[i] != want[i]]
+    if differ:
+        i = differ[0]
+        p.add(
+            "token_freq.pt differs from the recount",
+            TORCH_FILE,
+            f"token_freq.pt: differs from the recount at {plural(len(differ), 'id')}, e.g. id"
+            f" {i}: file {data[i]:,} != recount {want[i]:,}",
+        )
 
 
 def _fit(arr: np.ndarray, size: int) -> np.ndarray:

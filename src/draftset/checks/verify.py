@@ -39,6 +39,7 @@ from draftset.checks.serving import RenderServer, check_render_server
 from draftset.core import defaults, reasons
 from draftset.core.errors import UsageError
 from draftset.core.files import write_json_atomic
+from draftset.core.optional_torch import torch_unavailable
 from draftset.core.version import package_version
 from draftset.mask.template import TokenizerError, _resolve_tokenizer_path
 from draftset.output.base import safe_name
@@ -72,7 +73,7 @@ class VerifyUsageError(UsageError):
 def _fast(
     out: OutputSet,
     block_size: int,
-    load_pt: Callable[[Path], dict[int, int] | None] | None = None,
+    load_pt: Callable[[Path], dict[int, int] | str] | None = None,
     facts: SetFacts | None = None,
 ) -> list[CheckResult]:
     # one pass over the set's tokens for every check (none when the facts came with the call)
@@ -96,7 +97,7 @@ def _fast(
 def fast_checks(
     out_dir: Path | str | OutputSet,
     block_size: int = DEFAULT_BLOCK_SIZE,
-    load_pt: Callable[[Path], dict[int, int] | None] | None = None,
+    load_pt: Callable[[Path], dict[int, int] | str] | None = None,
     facts: SetFacts | None = None,
     digests: dict[str, str] | None = None,
 ) -> list[CheckResult]:
@@ -287,6 +288,9 @@ def check_speculators_load(out: OutputSet) -> CheckResult:
             "skip",
             "skipped: speculators not installed (pip install speculators to check loading)",
         )
+    why = torch_unavailable()  # speculators imports it at once: no cost of its own
+    if why is not None:  # speculators cannot run here, whatever the set
+        return CheckResult("speculators_load", "skip", f"skipped: speculators needs torch ({why})")
     n = out.num_rows
     if n == 0:  # a set of prompts only: speculators' loader refuses an empty train split
         return CheckResult("speculators_load", "skip", "skipped: the set has no rows")

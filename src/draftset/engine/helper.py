@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
 from draftset.core.errors import RunError
+from draftset.core.optional_torch import torch_unavailable
 from draftset.engine import IN_DRIVER, engine_name
 from draftset.engine.base import hold_tokenizer_threads
 from draftset.engine.lifeline import die_with_parent, quiet_resource_tracker
@@ -224,9 +225,9 @@ def import_tokenizer_loader() -> None:
 
 def import_torch() -> None:
     """Import torch ahead of ``token_freq.pt`` (~1-3 s), once the workers are done: while the
-    driver closes its shards, not after (a missing torch: `save_token_freq_pt` says so)."""
-    with contextlib.suppress(ImportError):
-        import torch  # noqa: F401  # lazy: the point of the job
+    driver closes its shards, not after (a missing torch, or one whose import raises, an
+    OSError too: `save_token_freq_pt` says which, from the answer kept here)."""
+    torch_unavailable()
 
 
 def release_memory() -> None:

@@ -29,6 +29,7 @@ from draftset.core import defaults
 from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.errors import UsageError
 from draftset.core.hub import hub_offline
+from draftset.core.optional_torch import broken_torch_kept_out
 from draftset.core.records import Message
 from draftset.mask.ambient import clock_kwargs, render_stock, split_clock
 from draftset.mask.content_format import content_format, sglang_content_format
@@ -520,14 +521,17 @@ class ChatTemplate(Renderer):
     def __init__(self, spec: TemplateSpec, fast: bool = True) -> None:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         try:
-            # lazy: transformers costs ~2-4 s (python -X importtime); workers rebuilding from a
-            # kit, `draftset --help` and show never load it
-            from transformers import AutoTokenizer
-            from transformers.utils import logging as hf_logging  # lazy: as above
+            # a torch that is installed but fails to import would fail the load (transformers
+            # imports it whenever it finds it); a tokenizer needs none
+            with broken_torch_kept_out():
+                # lazy: transformers costs ~2-4 s (python -X importtime); workers rebuilding
+                # from a kit, `draftset --help` and show never load it
+                from transformers import AutoTokenizer
+                from transformers.utils import logging as hf_logging  # lazy: as above
 
-            hf_logging.set_verbosity_error()
-            path = _resolve_tokenizer_path(spec.tokenizer)
-            self.tokenizer = AutoTokenizer.from_pretrained(path)
+                hf_logging.set_verbosity_error()
+                path = _resolve_tokenizer_path(spec.tokenizer)
+                self.tokenizer = AutoTokenizer.from_pretrained(path)
         except TokenizerError:
             raise
         except Exception as exc:  # any loader failure is one clear line for the user

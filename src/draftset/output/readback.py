@@ -315,6 +315,7 @@ _MANIFEST_SHAPE: dict[str, Any] = {
     "counts": {"per_source": {"*": _COUNTS}, "total": _COUNTS},
     "totals": {"rows": _INT, "tokens": _INT, "supervised_tokens": _INT, "truncated": _INT},
     "files": {"*": _STR},
+    "token_freq_pt": {"written": (bool,), "reason": _OPT_STR},
     "selection": {
         "dedup": _STR,
         "near_dup_threshold": _NUM,

@@ -9,31 +9,41 @@ from pathlib import Path
 
 import numpy as np
 
-TORCH_MISSING = "token_freq.pt skipped: torch is not installed (pip install 'draftset[torch]')"
+from draftset.core.optional_torch import NOT_INSTALLED, torch_unavailable
+
+TORCH_HINT = " (pip install 'draftset[torch]')"
+"""Said after `NOT_INSTALLED` in the build's note (not in the manifest's record)."""
 
 
 def write_token_freq(
     folder: Path,
     token_freq: np.ndarray,
-    save_pt: Callable[[Path, np.ndarray, np.ndarray], bool] | None = None,
+    save_pt: Callable[[Path, np.ndarray, np.ndarray], str | None] | None = None,
 ) -> str | None:
-    """token_freq.npy always; token_freq.pt (dict[int, int]) when torch imports. Returns a note.
+    """token_freq.npy always; token_freq.pt (dict[int, int]) when torch imports. Returns why
+    token_freq.pt was not written (`torch_unavailable`), None when it was.
 
     ``save_pt`` runs `save_token_freq_pt` elsewhere (the build's helper process, which has
     torch imported already); by default it runs here.
     """
     np.save(folder / "token_freq.npy", token_freq.astype(np.int64))
     ids = np.nonzero(token_freq)[0].astype(np.int64)
-    saved = (save_pt or save_token_freq_pt)(folder / "token_freq.pt", ids, token_freq[ids])
-    return None if saved else TORCH_MISSING
+    return (save_pt or save_token_freq_pt)(folder / "token_freq.pt", ids, token_freq[ids])
 
 
-def save_token_freq_pt(path: Path, ids: np.ndarray, counts: np.ndarray) -> bool:
-    """``torch.save`` of {id: count} (what speculators reads); False when torch is missing."""
-    try:
-        import torch  # lazy: optional extra, ~3 s to import; only for the .pt speculators reads
-    except ImportError:
-        return False
+def skipped_note(reason: str) -> str:
+    """The build's note for a token_freq.pt it did not write, ``reason`` being why."""
+    return f"token_freq.pt skipped: {reason}" + (TORCH_HINT if reason == NOT_INSTALLED else "")
+
+
+def save_token_freq_pt(path: Path, ids: np.ndarray, counts: np.ndarray) -> str | None:
+    """``torch.save`` of {id: count} (what speculators reads); returns why it was not written
+    (torch not installed, or failing to import: `torch_unavailable`), None when it was."""
+    why = torch_unavailable()
+    if why is not None:
+        return why
+    import torch  # lazy: optional extra, imported by `torch_unavailable` already
+
     try:
         torch.save(dict(zip(ids.tolist(), counts.tolist(), strict=True)), path)
     except RuntimeError as exc:
@@ -41,20 +51,66 @@ def save_token_freq_pt(path: Path, ids: np.ndarray, counts: np.ndarray) -> bool:
         # errno ("basic_ios::clear: iostream error"): an OSError, so the build says it in the
         # one line every other failed write gets, not a traceback
         raise OSError(errno.EIO, f"{path.name}: a failed write ({exc}): is the disk full?") from exc
-    return True
+    return None
 
 
-def load_token_freq_pt(path: Path) -> dict[int, int] | None:
-    """``torch.load(weights_only=True)`` of token_freq.pt; None when torch is missing.
+class TokenFreqPtShape(ValueError):
+    """token_freq.pt loads but does not hold what build writes (a dict of int token ids to int
+    counts): the message says what it holds instead."""
 
-    Raises on an unreadable file (the check reports it).
+
+def load_token_freq_pt(path: Path) -> dict[int, int] | str:
+    """``torch.load(weights_only=True)`` of token_freq.pt; when torch does not import, why not
+    (`torch_unavailable`: the file is not compared).
+
+    Raises on an unreadable file, and `TokenFreqPtShape` on one that holds anything but
+    {int: int} (`pt_counts`): the check reports either. Never casts (a ``"5"`` key, a float
+    or a tensor count are not what build writes, though ``int()`` takes them).
     """
+    why = torch_unavailable()
+    if why is not None:
+        return why
+    import torch  # lazy: optional extra, imported by `torch_unavailable` already
+
+    return pt_counts(torch.load(path, weights_only=True))
+
+
+def pt_counts(data: object) -> dict[int, int]:
+    """``data`` (token_freq.pt's content) as build writes it, {int id: int count}, or
+    `TokenFreqPtShape` naming its first departure from that (a bool is no int here)."""
+    if not isinstance(data, dict):
+        raise TokenFreqPtShape(
+            f"holds a {type(data).__name__}, expected a dict {{token id: count}}"
+        )
+    for key in data:
+        if type(key) is not int:
+            twin = _int_twin(key, data)
+            raise TokenFreqPtShape(
+                f"key {_short(key)} is a {type(key).__name__}, expected an int token id"
+                + (f" (beside the int key {twin})" if twin is not None else "")
+            )
+    for key, count in data.items():
+        if type(count) is not int:
+            raise TokenFreqPtShape(
+                f"count of id {key} is a {type(count).__name__} ({_short(count)}), expected an int"
+            )
+    return dict(data)
+
+
+def _int_twin(key: object, data: dict[object, object]) -> int | None:
+    """The int key ``key`` looks like (``"5"``, ``tensor(5)`` beside ``5``), if ``data`` has
+    it: the same id twice, under two types."""
     try:
-        import torch  # lazy: optional extra, ~3 s to import
-    except ImportError:
+        twin = int(key)  # type: ignore[call-overload]
+        same = isinstance(key, str) or bool(key == twin)
+    except (TypeError, ValueError, RuntimeError):
         return None
-    data = torch.load(path, weights_only=True)
-    return {int(k): int(v) for k, v in dict(data).items()}
+    return twin if same and twin in data and type(twin) is int else None
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def draft_vocab(

@@ -46,6 +46,7 @@ from draftset.output.readback import CheckResult, SetFacts, open_output
 from draftset.output.vocab import (
     load_token_freq_pt,
     save_token_freq_pt,
+    skipped_note,
     write_draft_vocab,
     write_token_freq,
 )
@@ -278,7 +279,7 @@ def _run(
         facts, digests = read_back.named(shards, tmp)
         rejects.close()
         prompts.close()
-        vocab_files = _write_vocab(opts, stage, tmp, writer, vocab_size, notes)
+        vocab_files, pt_record = _write_vocab(opts, stage, tmp, writer, vocab_size, notes)
         errors = acct.balance_errors()
         if errors:
             raise AccountingError("accounting does not balance: " + "; ".join(errors))
@@ -302,6 +303,7 @@ def _run(
             selection=selection,
             mixture=selected.report,
             generated=generated,
+            token_freq_pt=pt_record,
         )
         write_manifest(tmp, manifest)
         finalize_output(tmp, opts.out, opts.overwrite)
@@ -448,21 +450,22 @@ def _write_vocab(
     writer: Writer,
     vocab_size: int,
     notes: list[str],
-) -> list[Path]:
+) -> tuple[list[Path], dict[str, Any]]:
     """token_freq (.npy, and .pt through the helper when torch is there) and, when asked,
-    the draft vocabulary d2t/t2d; returns the files written."""
-    note = write_token_freq(
+    the draft vocabulary d2t/t2d; returns the files written and the manifest's record of
+    token_freq.pt (written, or why not: what verify holds the folder to)."""
+    why = write_token_freq(
         tmp, writer.token_freq, stage.in_helper("writing token_freq.pt", save_token_freq_pt)
     )
-    if note:
-        notes.append(note)
+    if why:
+        notes.append(skipped_note(why))
     files = [tmp / "token_freq.npy"]
-    if (tmp / "token_freq.pt").exists():
+    if why is None:
         files.append(tmp / "token_freq.pt")
     size = opts.draft_vocab_size
     if size:
         files += write_draft_vocab(tmp, writer.token_freq, size, vocab_size)
-    return files
+    return files, {"written": why is None, "reason": why}
 
 
 def _own_encoder_note(opts: BuildOptions) -> str:

@@ -39,10 +39,12 @@ def build_manifest(
     mixture: dict[str, Any] | None = None,
     digests: dict[Path, str] | None = None,
     generated: dict[str, list[dict[str, Any]]] | None = None,
+    token_freq_pt: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a finished build in ``folder``: ``written`` are the files the writer and
     the vocabulary step wrote (hashed with the side files, but for those in ``digests``: the
-    shards the workers hashed after writing them)."""
+    shards the workers hashed after writing them). ``token_freq_pt``: whether token_freq.pt
+    was written, and why not (``{"written": false, "reason": "torch is not installed"}``)."""
     given = opts.given_paths or {}
     options = {
         "turns": opts.turns,
@@ -117,6 +119,8 @@ def build_manifest(
         },
         "files": files,
     }
+    if token_freq_pt is not None:
+        manifest["token_freq_pt"] = token_freq_pt
     if engine is not None:
         manifest["engine"] = engine
     if selection is not None:

@@ -1,0 +1,106 @@
+"""A torch that is installed but fails to import (a missing or mismatched shared library): the
+set needs no torch, so a build works the same at every worker count, skips token_freq.pt
+saying why, and records that reason for verify.
+
+Before: ``--workers 1`` stopped loading the tokenizer (transformers imports torch whenever it
+finds it), ``--workers 2`` said "torch is not installed" for an ImportError and printed a
+traceback for an OSError.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, qwen3_tokenizer_dir
+
+ERRORS = {
+    "ImportError": "libtorch_cpu.so: cannot open shared object file: No such file or directory",
+    "OSError": "libc10.so: undefined symbol: _ZN3c10",
+}
+
+
+def _broken_torch(root: Path, error: str) -> Path:
+    """A folder holding a ``torch`` package whose import raises ``error`` (first on the path,
+    it stands for the installed one; transformers still finds torch's metadata)."""
+    pkg = root / "broken" / "torch"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"raise {error}({ERRORS[error]!r} + '\\nsecond line')\n")
+    return pkg.parent
+
+
+def _draftset(args: list[str], broken: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(broken), str(REPO / "src")]),
+        "HF_HUB_OFFLINE": "1",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "draftset", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("error", list(ERRORS))
+def test_a_broken_torch_builds_alike_at_every_worker_count(tmp_path, workers, error):
+    broken = _broken_torch(tmp_path, error)
+    src = tmp_path / "a.jsonl"
+    row = {
+        "id": "a",
+        "messages": [
+            {"role": "user", "content": "Why is the sky blue?"},
+            {"role": "assistant", "content": "Air scatters blue sunlight more than red light."},
+        ],
+    }
+    src.write_text(json.dumps(row) + "\n")
+    out = tmp_path / "out"
+    argv = ["build", str(src), "--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(out)]
+    done = _draftset([*argv, "--workers", str(workers), "--no-progress"], broken)
+    assert done.returncode == 0, done.stderr
+    reason = f"torch failed to import: {error}: {ERRORS[error]}"
+    said = done.stdout + done.stderr
+    assert f"note: token_freq.pt skipped: {reason}" in said, said
+    assert "Traceback" not in said and "not installed" not in said
+    assert not (out / "token_freq.pt").exists()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["token_freq_pt"] == {"written": False, "reason": reason}
+    # verify, where torch is as broken: the reason recorded, nothing failed
+    done = _draftset(["verify", str(out), "--fast"], broken)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"token_freq.pt not written by build: {reason}" in done.stdout
+
+
+def test_a_full_verify_under_a_broken_torch_passes_a_right_set(tmp_path):
+    """The tokenizer loads without torch (the tokenizer and mask checks run); speculators'
+    loader needs torch, so its check is a skip saying why, not a failure of the set."""
+    broken = _broken_torch(tmp_path, "OSError")
+    src = tmp_path / "a.jsonl"
+    row = {
+        "id": "a",
+        "messages": [
+            {"role": "user", "content": "Why is the sky blue?"},
+            {"role": "assistant", "content": "Air scatters blue sunlight more than red light."},
+        ],
+    }
+    src.write_text(json.dumps(row) + "\n")
+    out = tmp_path / "out"
+    tok = str(qwen3_tokenizer_dir())
+    argv = ["build", str(src), "--tokenizer", tok, "--out", str(out), "--workers", "1"]
+    assert _draftset([*argv, "--no-progress"], broken).returncode == 0
+    done = _draftset(["verify", str(out)], broken)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "PASS tokenizer" in done.stdout and "PASS mask_fidelity" in done.stdout
+    if importlib.util.find_spec("speculators") is not None:
+        assert (
+            "SKIP speculators_load: skipped: speculators needs torch (torch failed to import:"
+            f" OSError: {ERRORS['OSError']})" in done.stdout
+        ), done.stdout
