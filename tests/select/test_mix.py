@@ -246,3 +246,68 @@ def test_hub_source_offline_is_one_clear_line(tmp_path, capsys):
     assert main([*argv, "--tokenizer", str(qwen3_tokenizer_dir()), "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "HF_HUB_OFFLINE" in err[0]
+
+
+def test_the_mix_never_chooses_a_row_that_cannot_train(tmp_path):
+    """Half of source a's rows are padded with "OK.": the mix chose among all its rows, the row
+    step rejected the pads it chose, and the set held fewer rows of a than its share while
+    trainable rows of a were left (a probe: shares a 0.5 / b 0.5 of 8, written a=2, b=4, the
+    manifest saying 4 and 4). The pads are no candidates: rejected by the row step, not
+    chosen in place of a row that trains."""
+    a = [
+        chat(i, f"Source A question {i}: name a prime above {10 * i}.", f"{i}3 works.")
+        for i in range(6)
+    ]
+    a += [chat(10 + i, f"Source A pad {i}: tell me about the moon {i}.", "OK.") for i in range(6)]
+    b = [
+        chat(20 + i, f"Source B task {i}: reverse the word draft{i}.", f"{i}tfard")
+        for i in range(12)
+    ]
+    srcs = [
+        Source("a", write_jsonl(tmp_path / "a.jsonl", a)),
+        Source("b", write_jsonl(tmp_path / "b.jsonl", b)),
+    ]
+    res = build(tmp_path, srcs, max_samples=8, mix={"sources": {"a": 0.5, "b": 0.5}}, seed=0)
+    written = [r["source"] for r in read_rows(res.out)]
+    assert (written.count("a"), written.count("b")) == (4, 4)
+    assert res.accounting["a"].rejected == {"no_supervised_turn": 6}  # every pad, never chosen
+    manifest = json.loads((res.out / "manifest.json").read_text())
+    achieved = {x["key"]: x["achieved"] for x in manifest["mixture"]["mix"]["lines"]}
+    assert (achieved["a"], achieved["b"]) == (4, 4)
+    assert_verifies(res.out)
+
+
+def test_under_turns_last_a_rows_mode_is_its_last_answers(tmp_path):
+    """`--turns last` trains the last answer alone: a row whose earlier answer holds reasoning
+    and whose last does not trains no reasoning, so it is no `thinking` row for the mode mix
+    (a probe: thinking 50% reported, 0% of the rows trained any reasoning)."""
+    rows = []
+    for i in range(4):
+        first = chat(
+            i, f"Compute {i} times 7 step by step.", f"{7 * i}", reasoning=f"Add 7 {i} times."
+        )
+        first["messages"] += [
+            {"role": "user", "content": "Thanks. Now just say done."},
+            {"role": "assistant", "content": "Done."},
+        ]
+        rows.append(first)
+    rows += [
+        chat(
+            10 + i,
+            f"Question {i}: why is the sky blue?",
+            "Light scatters.",
+            reasoning=f"Rayleigh {i}.",
+        )
+        for i in range(4)
+    ]
+    rows += [chat(20 + i, f"Plain question {i}: spell cat backwards.", "tac") for i in range(4)]
+    src = write_jsonl(tmp_path / "a.jsonl", rows)
+    mix = {"modes": {"thinking": 0.5, "no_reasoning": 0.5}}
+    res = build(tmp_path, [Source("a", src)], max_samples=4, mix=mix, seed=0, turns="last")
+    ids = sorted(int(r["id"][1:]) for r in read_rows(res.out))
+    assert sum(10 <= i < 20 for i in ids) == 2  # the thinking rows: reasoning in the last answer
+    assert sum(i < 10 or i >= 20 for i in ids) == 2
+    manifest = json.loads((res.out / "manifest.json").read_text())
+    available = {x["key"]: x["available"] for x in manifest["mixture"]["mix"]["lines"]}
+    assert (available["thinking"], available["no_reasoning"]) == (4, 8)
+    assert_verifies(res.out)

@@ -54,17 +54,22 @@ def _prompt_says_off(messages: Sequence[Mapping[str, Any]]) -> bool:
     return False
 
 
-def row_mode(item: Normalized, template_kwargs: Mapping[str, Any] | None = None) -> str:
+def row_mode(
+    item: Normalized, template_kwargs: Mapping[str, Any] | None = None, turns: str = "all"
+) -> str:
     """The row's mode, one of `MODES` (rules in the module docstring).
 
     ``template_kwargs`` are the run's template options: ``enable_thinking=False`` there makes
-    every row without recorded reasoning ``no_thinking``.
+    every row without recorded reasoning ``no_thinking``. ``turns="last"``: the reasoning that
+    counts is the last answer's, the one answer trained (an earlier answer's reasoning trains
+    nothing there).
     """
     if isinstance(item, PreTokenized):
         return NO_REASONING  # no messages to look at
     if not isinstance(item, Conversation | PromptOnly):
         raise TypeError(f"row_mode needs a Conversation or PromptOnly, got {type(item).__name__}")
-    if any(m.get("role") == "assistant" and m.get("reasoning_content") for m in item.messages):
+    answers = [m for m in item.messages if m.get("role") == "assistant"]
+    if any(m.get("reasoning_content") for m in (answers[-1:] if turns == "last" else answers)):
         return THINKING
     if (
         _meta_says_off(item.meta)

@@ -30,7 +30,7 @@ from draftset.core.records import Conversation, Normalized, PreTokenized, Prompt
 from draftset.core.words import plural
 from draftset.select.decontam import Decontaminator, load_benchmark_prompts
 from draftset.select.dedup import make_dedupers
-from draftset.select.facts import Decider, Scanner, apply
+from draftset.select.facts import Decider, Scanner, apply, can_train
 from draftset.select.modes import MixTargets, select_mix
 from draftset.sources.normalize import UNREAD_FIELDS
 from draftset.sources.overlay import Overlay
@@ -208,9 +208,15 @@ def read_item(
 
 
 # --- the mode / source mix --------------------------------------------------------------------
-def _is_candidate(item: Normalized) -> bool:
-    """Rows the mix chooses among: the ones that can become training rows."""
-    return isinstance(item, Conversation | PreTokenized)
+def _is_candidate(item: Normalized, spec: SelectionSpec) -> bool:
+    """Rows the mix chooses among: the ones that can become training rows. A conversation that
+    cannot train (`can_train`: answered "OK.", cut off, ...) is left to the row step's reject,
+    never chosen in place of one that can."""
+    if isinstance(item, PreTokenized):
+        return True
+    return isinstance(item, Conversation) and can_train(
+        item, spec.turns, spec.placeholders, spec.answered
+    )
 
 
 def _mix_selection(spec: SelectionSpec) -> tuple[set[tuple[str, int]], dict[str, Any]]:
@@ -222,10 +228,10 @@ def _mix_selection(spec: SelectionSpec) -> tuple[set[tuple[str, int]], dict[str,
     modes: list[str] = []
     selections = {n: None for n in names}
     for item in _stream(spec, selections, Accounting(names), Filters(spec)):
-        if _is_candidate(item):
+        if _is_candidate(item, spec):
             keys.append((item.source, item.row))
             srcs.append(item.source)
-            modes.append(row_mode(item, spec.template_kwargs))
+            modes.append(row_mode(item, spec.template_kwargs, spec.turns))
     counts = {s.name: s.count for s in spec.sources if s.count is not None}
     targets = MixTargets(
         total=spec.max_samples,
@@ -285,7 +291,7 @@ class Selection:
                 counts[s.name].available = count_rows(s)
 
             def keep(item: Normalized) -> bool:
-                return not _is_candidate(item) or (item.source, item.row) in chosen
+                return not _is_candidate(item, spec) or (item.source, item.row) in chosen
 
             selections = {s.name: None for s in spec.sources}
             yield from _stream(spec, selections, counts, filters, keep)
