@@ -843,3 +843,35 @@ def test_a_copy_that_cannot_train_never_drops_one_that_can(tmp_path, workers, de
     checks = {x.name: x for x in run_verify(res.out, speculators=False, record=False)}
     failed = [(x.name, x.summary) for x in checks.values() if x.status == "fail"]
     assert failed == [("drafter_fitness", checks["drafter_fitness"].summary)]  # rows too short
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_copies_dropped_for_a_row_the_row_step_rejects_are_said(tmp_path, workers):
+    """Dedup decides before the render: a kept copy the row step then rejects (too long here,
+    which only the render shows) took its near copies with it, and nothing of the prompt is in
+    the set. Not silent: the build says how many copies went with which reasons (a probe)."""
+    long = "Binary search halves the range. " * 40
+    rows = [
+        _asked(SEARCH, long, "long"),
+        _asked(SEARCH + "!", "It halves the range.", "short"),
+        _asked(SEARCH + "?", "Halving.", "shorter"),
+        _asked(HAIKU, "Waves under moonlight.", "haiku"),
+        _asked(HAIKU + ".", "Moon on waves.", "haiku2"),
+    ]
+    src = write_jsonl(tmp_path / "a.jsonl", rows)
+    opts = BuildOptions(
+        [Source("a", src)],
+        str(qwen3_tokenizer_dir()),
+        tmp_path / "o",
+        workers=workers,
+        dedup="near",
+        max_length=128,  # truncation "drop": the long answer's row is rejected too_long
+    )
+    res = run_build(opts)
+    assert [r["id"] for r in read_rows(res.out)] == ["haiku"]
+    said = [n for n in res.notes if "the row step then rejected" in n]
+    assert said == [
+        "2 rows were dropped as near duplicates of 1 kept row the row step then rejected"
+        " (too_long=1): nothing of its prompt is in the set; each copy's reject line names"
+        " its kept row (--dedup none keeps every copy)"
+    ]

@@ -60,7 +60,14 @@ from draftset.pipeline.block import (
     write_results,
 )
 from draftset.pipeline.manifest import build_manifest, write_manifest
-from draftset.select.mix import Selection, plan_selection, sampling_notes, selection_total
+from draftset.select.dedup import copies_lost
+from draftset.select.mix import (
+    Filters,
+    Selection,
+    plan_selection,
+    sampling_notes,
+    selection_total,
+)
 from draftset.select.ranged import RangedSelection, ReadTask, why_driver_reads
 from draftset.sources.read import HUB_PREFIX, Source, scan_source
 from draftset.sources.shapes import check_row_shapes
@@ -279,6 +286,7 @@ def _run(
         facts, digests = read_back.named(shards, tmp)
         rejects.close()
         prompts.close()
+        notes += _copies_lost_note(selected.filters, tmp / "rejects.jsonl")
         vocab_files, pt_record = _write_vocab(opts, stage, tmp, writer, vocab_size, notes)
         errors = acct.balance_errors()
         if errors:
@@ -466,6 +474,24 @@ def _write_vocab(
     if size:
         files += write_draft_vocab(tmp, writer.token_freq, size, vocab_size)
     return files, {"written": why is None, "reason": why}
+
+
+def _copies_lost_note(filters: Filters | None, rejects: Path) -> list[str]:
+    """Copies dedup dropped for a kept row the row step then rejected whole: nothing of their
+    prompt is in the set (`select.dedup.copies_lost`); said, never silent."""
+    if filters is None or not filters.dedupers:
+        return []
+    with rejects.open(encoding="utf-8") as f:
+        copies, rows, why, kinds = copies_lost(filters.dedupers, map(json.loads, f))
+    if not copies:
+        return []
+    what = " and ".join({"exact": "duplicates", "near": "near duplicates"}[k] for k in kinds)
+    return [
+        f"{plural(copies, 'row was', 'rows were')} dropped as {what} of"
+        f" {plural(rows, 'kept row')} the row step then rejected ({fmt_counts(dict(why))}): nothing"
+        f" of {'its prompt' if rows == 1 else 'their prompts'} is in the set; each copy's reject"
+        " line names its kept row (--dedup none keeps every copy)"
+    ]
 
 
 def _own_encoder_note(opts: BuildOptions) -> str:

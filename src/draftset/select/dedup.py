@@ -34,6 +34,7 @@ import re
 import unicodedata
 from array import array
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -117,8 +118,8 @@ def content_key(item: Conversation | PromptOnly) -> str:
 
 
 class _Kept:
-    """Compact record of kept rows: source index, row number, id and whether it can train, by
-    kept index."""
+    """Compact record of kept rows: source index, row number, id, whether it can train and how
+    many copies of it were dropped, by kept index."""
 
     def __init__(self) -> None:
         self.sources: list[str] = []
@@ -128,6 +129,7 @@ class _Kept:
         self._ids = bytearray()
         self._id_end = array("Q")
         self.trains = bytearray()
+        self.copies = array("I")
 
     def add(self, source: str, row: int, row_id: str, trains: bool) -> int:
         s = self._source_index.get(source)
@@ -139,6 +141,7 @@ class _Kept:
         self._ids += row_id.encode("utf-8", "surrogatepass")
         self._id_end.append(len(self._ids))
         self.trains.append(trains)
+        self.copies.append(0)
         return len(self.row_of) - 1
 
     def describe(self, k: int) -> tuple[str, str, int]:
@@ -146,6 +149,18 @@ class _Kept:
         start = self._id_end[k - 1] if k else 0
         rid = self._ids[start : self._id_end[k]].decode("utf-8", "surrogatepass")
         return rid, self.sources[self.source_of[k]], self.row_of[k]
+
+    def dropped(self, k: int) -> tuple[str, str, int]:
+        """`describe` of kept row ``k``, a copy of which is being dropped (counted)."""
+        self.copies[k] += 1
+        return self.describe(k)
+
+    def with_copies(self) -> Iterator[tuple[str, int, str, int]]:
+        """(source, row, id, copies dropped) of every kept row a copy of which was dropped."""
+        for k, n in enumerate(self.copies):
+            if n:
+                rid, source, row = self.describe(k)
+                yield source, row, rid, n
 
 
 class _Counters:
@@ -199,7 +214,7 @@ class ExactDeduper:
             # kept; a copy that cannot train gives way to this one for the rows after it
             self._seen.put(key, self._kept.add(source, row, row_id, trains))
             return None
-        kept_id, kept_source, kept_row = self._kept.describe(k)
+        kept_id, kept_source, kept_row = self._kept.dropped(k)
         self.counters.removed[source] += 1
         self.counters.pairs[(kept_source, source)] += 1
         msg = f"exact duplicate of id {kept_id!r} (source {kept_source}, row {kept_row})"
@@ -319,7 +334,7 @@ class NearDeduper:
             if sim > best or (sim == best and k < best_k):
                 best, best_k = sim, k
         if best_k >= 0 and best >= self.threshold:
-            kept_id, kept_source, kept_row = self._kept.describe(best_k)
+            kept_id, kept_source, kept_row = self._kept.dropped(best_k)
             self.counters.removed[source] += 1
             self.counters.pairs[(kept_source, source)] += 1
             msg = (
@@ -341,6 +356,34 @@ class NearDeduper:
             no_prompt_text=self.skipped_empty,
         )
         return out
+
+
+def copies_lost(
+    dedupers: list[ExactDeduper | NearDeduper], rejects: Iterable[dict[str, Any]]
+) -> tuple[int, int, Counter[str], list[str]]:
+    """What dedup cost that it could not see: dedup decides before the render, so a kept row the
+    row step then rejects whole (too long, a template error, an answer that failed in `run`)
+    took the copies dropped for it along. ``rejects``: the set's reject lines. Returns (copies
+    dropped for such rows, those rows, their reasons, the steps' kinds that dropped them)."""
+    kept: dict[tuple[str, int], tuple[str, int, set[str]]] = {}
+    for step in dedupers:
+        kind = step.counters.kind
+        for source, row, rid, n in step._kept.with_copies():
+            _, before, kinds = kept.get((source, row), (rid, 0, set()))
+            kept[(source, row)] = (rid, before + n, kinds | {kind})
+    copies, rows, why, kinds = 0, 0, Counter[str](), set[str]()
+    if not kept:
+        return copies, rows, why, []
+    for line in rejects:
+        hit = kept.get((line.get("source"), line.get("row")))  # type: ignore[arg-type]
+        if hit is None or line.get("id") != hit[0]:
+            continue  # not a kept row, or one turn of it (`--turns each`): rows were written
+        if line.get("reason") in (reasons.DUPLICATE, reasons.NEAR_DUPLICATE):
+            continue  # dropped by the next step itself: its copies are copies of that one's
+        copies, rows = copies + hit[1], rows + 1
+        why[str(line.get("reason"))] += 1
+        kinds |= hit[2]
+    return copies, rows, why, sorted(kinds)
 
 
 def make_dedupers(mode: str, threshold: float = 0.8) -> list[ExactDeduper | NearDeduper]:

@@ -264,6 +264,7 @@ class Selection:
         self.plan = plan
         self.counts = Accounting([s.name for s in spec.sources])
         self.report: dict[str, Any] = {}
+        self.filters: Filters | None = None  # the pass's, once `rows()` has begun
 
     def rows(self) -> Iterator[Normalized]:
         if not self.spec.overlay:
@@ -278,7 +279,7 @@ class Selection:
 
     def _selected(self) -> Iterator[Normalized]:
         spec, counts = self.spec, self.counts
-        filters = Filters(spec)
+        filters = self.filters = Filters(spec)
         if spec.mix is None:
             plan = self.plan or plan_selection(spec.sources, spec.max_samples, spec.seed)
             available, selections = plan
