@@ -1200,7 +1200,9 @@ def test_a_rerun_whose_set_holds_an_edited_file_says_how_to_go_on(
     assert f"remove {out}" in said and "built again from the answers" in said, said
 
 
-def test_a_run_dedups_on_the_rows_it_will_answer(tmp_path: Path, qwen3_dir: Path) -> None:
+def test_a_run_dedups_on_the_rows_it_will_answer(
+    tmp_path: Path, qwen3_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The target answers a pad and a prompt-only row, so such a row is the copy kept and its
     near copy after it is dropped (one answer asked, the prompt trained once); a copy cut off
     at max_tokens is not asked again (`regenerate: missing`), so the copy after it is the one
@@ -1227,6 +1229,9 @@ def test_a_run_dedups_on_the_rows_it_will_answer(tmp_path: Path, qwen3_dir: Path
         # cut, then padded: the pad is answered (the run's selection kept it for that)
         chat("cut2", sea, "The sea is", metadata={"truncated": True}),
         chat("pad2", sea + "!", "OK."),
+        # a pad whose answer fails: the real copy went with it, and the run says so
+        chat("pad3", "Sort these numbers for me please refused [400]", "OK."),
+        chat("real3", "Sort these numbers for me please refused [400]!", "1, 2, 3."),
     ]
     with FaultServer() as srv:
         recipe = _recipe(tmp_path, qwen3_dir, srv.url, regenerate="missing", thinking="off")
@@ -1237,7 +1242,7 @@ def test_a_run_dedups_on_the_rows_it_will_answer(tmp_path: Path, qwen3_dir: Path
         result = _run(recipe)
         asked = len(srv.requests)
     assert result.passed
-    assert asked == 3  # the pads and the prompt, once each
+    assert asked >= 4  # the pads and the prompt (the refused one maybe retried)
     written = _table(result.out).column("id").to_pylist()
     assert sorted(written) == ["pad", "pad2", "prompt", "story"]
     rejects = {k: v["reason"] for k, v in _rejects(result.out).items()}
@@ -1246,4 +1251,9 @@ def test_a_run_dedups_on_the_rows_it_will_answer(tmp_path: Path, qwen3_dir: Path
         "haiku": "near_duplicate",
         "cut": "no_supervised_turn",
         "cut2": "no_supervised_turn",
+        "pad3": rejects["pad3"],
+        "real3": "near_duplicate",
     }
+    assert rejects["pad3"] not in ("near_duplicate", "duplicate", "no_supervised_turn")
+    said = capsys.readouterr().out
+    assert "build: note: 1 row was dropped as near duplicates of 1 kept row then rejected (" in said

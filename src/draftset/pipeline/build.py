@@ -488,7 +488,7 @@ def _copies_lost_note(filters: Filters | None, rejects: Path) -> list[str]:
     what = " and ".join({"exact": "duplicates", "near": "near duplicates"}[k] for k in kinds)
     return [
         f"{plural(copies, 'row was', 'rows were')} dropped as {what} of"
-        f" {plural(rows, 'kept row')} the row step then rejected ({fmt_counts(dict(why))}): nothing"
+        f" {plural(rows, 'kept row')} then rejected ({fmt_counts(dict(why))}): nothing"
         f" of {'its prompt' if rows == 1 else 'their prompts'} is in the set; each copy's reject"
         " line names its kept row (--dedup none keeps every copy)"
     ]

@@ -143,6 +143,8 @@ def _build(opts: RunOptions, state: RunState, work: Path, say: Callable[[str], N
         if total.rejected
         else f"build: {plural(total.written, 'row')} written, none rejected"
     )
+    for note in result.notes:  # what build says beside its table (rows lost with a kept copy)
+        say(f"build: note: {note}")
     return result
 
 
