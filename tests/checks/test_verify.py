@@ -509,6 +509,17 @@ def test_edited_token_freq_fails_token_freq(built, tmp_path):
     assert failed(verify(folder)) == {"token_freq"}
 
 
+def _listed_pt_fails_token_freq(folder: Path, m: dict) -> list:
+    """token_freq.pt listed in the manifest ``m`` with its new hash: only token_freq fails."""
+    m["files"]["token_freq.pt"] = hashlib.sha256(
+        (folder / "token_freq.pt").read_bytes()
+    ).hexdigest()
+    save_manifest(folder, m)
+    results = fast_checks(folder)
+    assert failed(results) == {"token_freq"}
+    return results
+
+
 def _pt_edits(vocab: int) -> dict:
     """Forged token_freq.pt contents: (the dict build wrote, a free id, torch) -> content."""
     return {
@@ -562,13 +573,7 @@ def test_a_forged_token_freq_pt_fails_token_freq_with_its_reason(built, tmp_path
     said = said.replace("FREE+1", str(free + 1)).replace("FREE", str(free))
     said = said.replace("K", str(k))
     torch.save(change(dict(data), k, free, torch), folder / "token_freq.pt")
-    m = manifest(folder)
-    m["files"]["token_freq.pt"] = hashlib.sha256(
-        (folder / "token_freq.pt").read_bytes()
-    ).hexdigest()
-    save_manifest(folder, m)
-    results = fast_checks(folder)
-    assert failed(results) == {"token_freq"}
+    results = _listed_pt_fails_token_freq(folder, manifest(folder))
     said_all = [
         by_name(results)["token_freq"].summary,
         *by_name(results)["token_freq"].details.get("messages", []),
@@ -616,12 +621,7 @@ def test_a_build_without_torch_records_why_and_verify_says_so(tmp_path, monkeypa
     if importlib.util.find_spec("torch") is not None:
         assert "torch is installed here: a rebuild writes token_freq.pt" in tf.summary
     shutil.copy(REPO / "pyproject.toml", folder / "token_freq.pt")  # any file, listed
-    m["files"]["token_freq.pt"] = hashlib.sha256(
-        (folder / "token_freq.pt").read_bytes()
-    ).hexdigest()
-    save_manifest(folder, m)
-    results = fast_checks(folder)
-    assert failed(results) == {"token_freq"}
+    results = _listed_pt_fails_token_freq(folder, m)
     assert by_name(results)["token_freq"].details["messages"] == [
         "token_freq.pt: present, though build recorded it not written (torch is not installed)"
     ]

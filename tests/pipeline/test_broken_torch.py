@@ -49,10 +49,7 @@ def _draftset(args: list[str], broken: Path) -> subprocess.CompletedProcess[str]
     )
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-@pytest.mark.parametrize("error", list(ERRORS))
-def test_a_broken_torch_builds_alike_at_every_worker_count(tmp_path, workers, error):
-    broken = _broken_torch(tmp_path, error)
+def _one_chat(tmp_path):
     src = tmp_path / "a.jsonl"
     row = {
         "id": "a",
@@ -62,6 +59,14 @@ def test_a_broken_torch_builds_alike_at_every_worker_count(tmp_path, workers, er
         ],
     }
     src.write_text(json.dumps(row) + "\n")
+    return src
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("error", list(ERRORS))
+def test_a_broken_torch_builds_alike_at_every_worker_count(tmp_path, workers, error):
+    broken = _broken_torch(tmp_path, error)
+    src = _one_chat(tmp_path)
     out = tmp_path / "out"
     argv = ["build", str(src), "--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(out)]
     done = _draftset([*argv, "--workers", str(workers), "--no-progress"], broken)
@@ -83,15 +88,7 @@ def test_a_full_verify_under_a_broken_torch_passes_a_right_set(tmp_path):
     """The tokenizer loads without torch (the tokenizer and mask checks run); speculators'
     loader needs torch, so its check is a skip saying why, not a failure of the set."""
     broken = _broken_torch(tmp_path, "OSError")
-    src = tmp_path / "a.jsonl"
-    row = {
-        "id": "a",
-        "messages": [
-            {"role": "user", "content": "Why is the sky blue?"},
-            {"role": "assistant", "content": "Air scatters blue sunlight more than red light."},
-        ],
-    }
-    src.write_text(json.dumps(row) + "\n")
+    src = _one_chat(tmp_path)
     out = tmp_path / "out"
     tok = str(qwen3_tokenizer_dir())
     argv = ["build", str(src), "--tokenizer", tok, "--out", str(out), "--workers", "1"]

@@ -787,6 +787,14 @@ def _asked(user: str, answer: str | None, rid: str, **extra: object) -> dict:
     return {"id": rid, "messages": turns, **extra}
 
 
+def _build_a(tmp_path, rows: list[dict], **kw):
+    """``rows`` as source ``a``, built with the real Qwen3 tokenizer into ``tmp_path/o``."""
+    src = write_jsonl(tmp_path / "a.jsonl", rows)
+    return run_build(
+        BuildOptions([Source("a", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", **kw)
+    )
+
+
 SEARCH = "Explain how binary search works on a sorted array of integers please"
 HAIKU = "Write a haiku about the sea and the moon at night time"
 CAPITAL = "What is the capital city of France and why is it famous"
@@ -818,15 +826,7 @@ def test_a_copy_that_cannot_train_never_drops_one_that_can(tmp_path, workers, de
         ),
         _asked(SEARCH, "OK.", "pad-again"),
     ]
-    src = write_jsonl(tmp_path / "a.jsonl", rows)
-    opts = BuildOptions(
-        [Source("a", src)],
-        str(qwen3_tokenizer_dir()),
-        tmp_path / "o",
-        workers=workers,
-        dedup=dedup,
-    )
-    res = run_build(opts)
+    res = _build_a(tmp_path, rows, workers=workers, dedup=dedup)
     assert [r["id"] for r in read_rows(res.out)] == ["search", "haiku", "capital", "story"]
     rejects = {k: v["reason"] for k, v in rejects_by_id(res.out).items()}
     dropped = "near_duplicate" if near else "duplicate"
@@ -858,16 +858,8 @@ def test_copies_dropped_for_a_row_the_row_step_rejects_are_said(tmp_path, worker
         _asked(HAIKU, "Waves under moonlight.", "haiku"),
         _asked(HAIKU + ".", "Moon on waves.", "haiku2"),
     ]
-    src = write_jsonl(tmp_path / "a.jsonl", rows)
-    opts = BuildOptions(
-        [Source("a", src)],
-        str(qwen3_tokenizer_dir()),
-        tmp_path / "o",
-        workers=workers,
-        dedup="near",
-        max_length=128,  # truncation "drop": the long answer's row is rejected too_long
-    )
-    res = run_build(opts)
+    # max_length, truncation "drop": the long answer's row is rejected too_long
+    res = _build_a(tmp_path, rows, workers=workers, dedup="near", max_length=128)
     assert [r["id"] for r in read_rows(res.out)] == ["haiku"]
     said = [n for n in res.notes if "then rejected" in n]
     assert said == [

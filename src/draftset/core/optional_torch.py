@@ -56,13 +56,11 @@ def torch_installed() -> bool:
 
 
 @contextlib.contextmanager
-def broken_torch_kept_out() -> Iterator[None]:
-    """Inside, an installed torch that fails to import is unimportable the way Python's own
-    ``sys.modules["torch"] = None`` makes it, so transformers sees no torch (and loads a
-    tokenizer, which needs none) instead of failing with it; restored on leaving. A torch that
-    imports, is kept out already, or is not installed is left as it is (finding out imports
-    it: what transformers does at once anyway)."""
-    if "torch" in sys.modules or not torch_installed() or torch_unavailable() is None:
+def torch_hidden() -> Iterator[None]:
+    """Inside, torch is unimportable the way Python's own ``sys.modules["torch"] = None`` makes
+    it (``importlib.util.find_spec``, transformers' ``is_torch_available``, reports it absent);
+    restored on leaving. A torch imported already is left as it is."""
+    if "torch" in sys.modules:
         yield
         return
     sys.modules["torch"] = None  # type: ignore[assignment]
@@ -71,3 +69,16 @@ def broken_torch_kept_out() -> Iterator[None]:
     finally:
         if "torch" in sys.modules and sys.modules["torch"] is None:
             del sys.modules["torch"]
+
+
+@contextlib.contextmanager
+def broken_torch_kept_out() -> Iterator[None]:
+    """Inside, an installed torch that fails to import is hidden (`torch_hidden`), so
+    transformers sees no torch (and loads a tokenizer, which needs none) instead of failing
+    with it. A torch that imports, is kept out already, or is not installed is left as it is
+    (finding out imports it: what transformers does at once anyway)."""
+    if "torch" in sys.modules or not torch_installed() or torch_unavailable() is None:
+        yield
+        return
+    with torch_hidden():
+        yield

@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
 from draftset.core.errors import RunError
-from draftset.core.optional_torch import torch_unavailable
+from draftset.core.optional_torch import torch_hidden, torch_unavailable
 from draftset.engine import IN_DRIVER, engine_name
 from draftset.engine.base import hold_tokenizer_threads
 from draftset.engine.lifeline import die_with_parent, quiet_resource_tracker
@@ -198,15 +198,8 @@ def torch_kept_out() -> Iterator[None]:
     is right for a process that only loads tokenizers — never for the caller's own process,
     where a notebook may load a model next. A torch imported already is left as it is.
     """
-    if "torch" in sys.modules:
+    with torch_hidden():
         yield
-        return
-    sys.modules["torch"] = None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        if "torch" in sys.modules and sys.modules["torch"] is None:
-            del sys.modules["torch"]
 
 
 def without_torch(fn: Callable[..., T], *args: Any) -> T:
