@@ -20,7 +20,7 @@ import numpy as np
 from draftset.checks.fast import ADVISORY_CHECKS
 from draftset.checks.verify import fast_checks, read_record
 from draftset.core import defaults, reasons
-from draftset.core.counters import SUMMARY_COLUMNS, summary_row
+from draftset.core.counters import SUMMARY_COLUMNS, manifest_sampling_notes, summary_row
 from draftset.core.errors import UsageError
 from draftset.core.files import write_output_file
 from draftset.core.terminal import visible, visible_parts
@@ -446,7 +446,7 @@ def render_report(
     sec: list[str] = [
         _header_section(out, stats),
         _verification_section(record, fast),
-        _composition_section(counts),
+        _composition_section(counts) + _sampling_html(m),
         _rejects_section(total),
     ]
     if m.get("run"):
@@ -509,6 +509,12 @@ def _composition_section(counts: dict[str, Any]) -> str:
             "supervised tokens by source",
         )
     )
+
+
+def _sampling_html(manifest: dict[str, Any]) -> str:
+    """What sampling cost, as the build's summary said it (`manifest_sampling_notes`): sampled
+    rows rejected and not replaced while rows were left out."""
+    return "".join(f'<p class="warn">note: {_e(n)}</p>' for n in manifest_sampling_notes(manifest))
 
 
 def _rejects_section(total: dict[str, Any]) -> str:
