@@ -8,6 +8,7 @@ from pathlib import Path
 from conftest import qwen3_tokenizer_dir
 
 from draftset import api
+from draftset.checks.verify import run_verify
 from draftset.core import reasons
 from draftset.core.ids import IdRegistry, duplicate_id_message
 from draftset.generation.dialog import Job
@@ -16,13 +17,15 @@ from draftset.output.readback import open_output
 from draftset.sources.read import Source
 
 
-def test_registry_keeps_the_id_then_the_source_prefix_then_refuses():
+def test_registry_keeps_the_id_then_the_source_prefix_then_the_position():
     ids = IdRegistry()
     assert ids.claim_row_id("a", "s") == "a"
     assert ids.claim_row_id("a", "s") == "s:a"
-    assert ids.claim_row_id("a", "s") is None
+    assert ids.claim_row_id("a", "s") is None  # no position to name it by
+    assert ids.claim_row_id("a", "s", None, 7) == "s:7:a"
+    assert ids.claim_row_id("a", "s", None, 7) is None  # that position's name is taken
     assert ids.claim_row_id("a", "t") == "t:a"
-    assert "a" in ids and "s:a" in ids and "b" not in ids and len(ids) == 3
+    assert "a" in ids and "s:a" in ids and "b" not in ids and len(ids) == 4
     assert not ids.claim("t:a") and ids.claim("b")
     assert duplicate_id_message("a") == "id 'a' already used in this run"
 
@@ -45,16 +48,20 @@ def _chat(rid: str, i: int) -> dict:
 
 
 def test_build_and_generate_give_colliding_rows_the_same_ids(tmp_path: Path):
-    rows = [_chat("a", 0), _chat("a", 1), _chat("b", 2), _chat("a", 3), _chat("s:a", 4)]
+    # the id "a" a third time in the file was a duplicate_id reject: named by its position now
+    # (`test_a_file_repeating_an_id_keeps_every_row_by_its_position`); an explicit id spelled
+    # like that position's name leaves it no name: a duplicate_id, in build as in generate
+    rows = [_chat("a", 0), _chat("a", 1), _chat("b", 2), _chat("s:4:a", 3), _chat("a", 4)]
+    rows.append(_chat("s:a", 5))
     src = tmp_path / "s.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "o"
     api.build(sources=[src], tokenizer=str(qwen3_tokenizer_dir()), out=out, workers=1)
     built = list(open_output(out).ids())
     rejects = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
-    assert built == ["a", "s:a", "b", "s:s:a"]
+    assert built == ["a", "s:a", "b", "s:4:a", "s:s:a"]
     dup = [(r["row"], r["reason"], r["message"]) for r in rejects]
-    assert dup == [(3, reasons.DUPLICATE_ID, duplicate_id_message("a"))]
+    assert dup == [(4, reasons.DUPLICATE_ID, duplicate_id_message("a"))]
 
     items = list(iter_inputs([Source("s", src)]))
     jobs = [item.id for item in items if isinstance(item, Job)]
@@ -66,7 +73,7 @@ def test_an_id_unique_in_its_file_is_never_a_duplicate(tmp_path: Path):
     """v.jsonl has id "0"; w.jsonl's row 0 has no id (made up as "w:0") and its row 1 the id
     "0": taken, then its prefixed form "w:0" taken by the made-up id, so a row whose id is
     unique in its file was rejected `duplicate_id`. It is named by its position now; build and
-    generate agree, and the id a third time in one file is still a duplicate."""
+    generate agree. So are later repeats of an id in one file (they were duplicates)."""
     v, w = tmp_path / "v.jsonl", tmp_path / "w.jsonl"
     v.write_text(json.dumps(_chat("0", 0)) + "\n")
     no_id = {k: x for k, x in _chat("-", 1).items() if k != "id"}
@@ -79,12 +86,13 @@ def test_an_id_unique_in_its_file_is_never_a_duplicate(tmp_path: Path):
     items = list(iter_inputs([Source("v", v), Source("w", w)]))
     assert [item.id for item in items if isinstance(item, Job)] == built
     ids = IdRegistry()
-    assert [ids.claim_row_id("a", "s", None, k) for k in range(3)] == ["a", "s:a", None]
-    # a repeat within the file is a duplicate whether or not its prefixed form was free
+    assert [ids.claim_row_id("a", "s", None, k) for k in range(3)] == ["a", "s:a", "s:2:a"]
+    # a repeat within the file is named by its position whether or not its prefixed form
+    # was free
     ids = IdRegistry()
     assert ids.claim("0") and ids.claim("w:0")  # another file's "0", a made-up "w:0"
     got = [ids.claim_row_id("0", "w", None, k) for k in (1, 2, 5)]
-    assert got == ["w:1:0", None, None]
+    assert got == ["w:1:0", "w:2:0", "w:5:0"]
 
 
 def test_a_rejected_row_takes_its_id_in_build_as_in_generate(tmp_path: Path):
@@ -111,3 +119,40 @@ def test_a_rejected_row_takes_its_id_in_build_as_in_generate(tmp_path: Path):
     assert built == ["s:z", "s:s:2"]
     jobs = [item.id for item in iter_inputs([Source("s", src)]) if isinstance(item, Job)]
     assert jobs == built
+
+
+def test_a_file_repeating_an_id_keeps_every_row_by_its_position(tmp_path: Path):
+    """Arena / MT-bench answer dumps repeat `question_id` once per model, preference sets
+    `prompt_id` once per response: rows of one prompt with different answers. The third row of
+    a file repeating an id was rejected `duplicate_id` (kept, then prefixed, then rejected),
+    most of such a file lost; a repeated id says nothing of the content (equal content is
+    exact dedup's, under its own reason). It is named by its position now, `source:row:id`,
+    in build, generate and verify alike."""
+    ask = "Suggest a title for a blog post about learning the cello as an adult."
+    titles = ("Never Too Late", "Bow and Arrow", "Four Strings, Second Chances", "Late Bloomer")
+    rows = [
+        {"prompt_id": "p1", "messages": [{"role": "user", "content": ask}, _answer(t)]}
+        for t in titles
+    ]
+    src = tmp_path / "s.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "o"
+    tok = str(qwen3_tokenizer_dir())
+    api.build(sources=[src], tokenizer=tok, out=out, workers=1, dedup="none")
+    built = list(open_output(out).ids())
+    assert built == ["p1", "s:p1", "s:2:p1", "s:3:p1"]
+    assert not (out / "rejects.jsonl").read_text().strip()
+    jobs = [item.id for item in iter_inputs([Source("s", src)]) if isinstance(item, Job)]
+    assert jobs == built
+    failed = [r.name for r in run_verify(out, speculators=False, record=False) if r.failed]
+    assert set(failed) <= {"drafter_fitness"}  # short answers: advice only
+    # equal content is still one row, by exact dedup (its reject names the row's own id)
+    copy = tmp_path / "t.jsonl"
+    copy.write_text(src.read_text())
+    api.build(sources=[src, copy], tokenizer=tok, out=tmp_path / "e", workers=1)
+    lines = (tmp_path / "e" / "rejects.jsonl").read_text().splitlines()
+    assert {json.loads(x)["reason"] for x in lines} == {"duplicate"} and len(lines) == 4
+
+
+def _answer(text: str) -> dict:
+    return {"role": "assistant", "content": text}

@@ -364,8 +364,9 @@ def test_colliding_ids_get_a_source_prefix(tmp_path):
             dedup="none",  # same content on purpose: this is about ids
         )
     )
-    assert [r["id"] for r in read_rows(res.out)] == ["c1", "b:c1"]
-    assert res.accounting["b"].rejected == {"duplicate_id": 1}
+    # b's second c1 was a duplicate_id reject: named by its position now (core.ids)
+    assert [r["id"] for r in read_rows(res.out)] == ["c1", "b:c1", "b:1:c1"]
+    assert res.accounting["b"].rejected == {}
 
 
 def test_pretokenized_rows_pass_through(tmp_path):

@@ -260,6 +260,28 @@ def test_run_answers_rejoin_their_rows(round_trip: _RoundTrip, qwen3_dir: Path) 
     assert result.report is not None and "ends_at_tool_call" in result.report.read_text()
 
 
+def test_rows_of_a_file_repeating_an_id_are_each_answered_and_rejoined(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """An answer dump repeating `question_id` (once per model): the third row on was rejected
+    `duplicate_id` by generate and by build. Each row has its own id now (`source:row:id` from
+    the third), generate answers each under it and the answers rejoin their own rows."""
+    asks = ["Name a river.", "Name a mountain.", "Name a desert.", "Name a lake."]
+    rows = [{"question_id": 7, "prompt": ask} for ask in asks]
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url, thinking="off")
+        conf = json.loads(recipe.read_text())
+        conf["sources"] = [{"path": str(_rows(tmp_path / "qa.jsonl", rows))}]
+        recipe.write_text(json.dumps(conf))
+        result = _run(recipe)
+    assert result.passed
+    assert not (result.out / "rejects.jsonl").read_text().strip()
+    texts = _supervised_texts(result.out, qwen3_dir)
+    assert list(texts) == ["7", "qa:7", "qa:2:7", "qa:3:7"]
+    for rid, ask in zip(texts, asks, strict=True):
+        assert f"to '{ask}'" in texts[rid], (rid, texts[rid])
+
+
 def _child(recipe: Path, kill_at: str | None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
     env.pop(KILL_ENV, None)

@@ -235,3 +235,20 @@ def test_the_command_says_the_checks_of_the_set_it_reported(fresh_set, capsys):
     assert line.endswith(
         "the last full verify is STALE (the set changed since: draftset verify DIR)"
     ), line
+
+
+def test_advice_in_the_full_verify_is_advice_not_a_failure(fresh_set, capsys):
+    """A full verify whose only failing check is the advice `drafter_fitness` passed (exit 0,
+    `"passed": true` in verify.json; docs/verify.md: advice is not report's verdict), but the
+    report said "the last full verify FAILED: drafter_fitness" and showed FAILED in the page."""
+    # a block longer than every row: no anchor, drafter fitness fails; nothing else does
+    results = run_verify(fresh_set, sample=1, block_size=100_000, speculators=False)
+    assert [r.name for r in results if r.failed] == ["drafter_fitness"]
+    assert json.loads((fresh_set / "verify.json").read_text())["passed"] is True
+    section = verification(build_report(fresh_set))
+    assert "FAILED" not in section, section
+    assert 'class="pass">passed</span> (advice: drafter_fitness)' in section
+    assert '<td>drafter_fitness</td><td class="warn">advice</td>' in section
+    assert cli_main(["report", str(fresh_set)]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.endswith("the last full verify passed (advice: drafter_fitness)"), line

@@ -81,11 +81,13 @@ def _chat_rows(path: Path, ids: list[object], tag: str) -> Path:
 def test_ids_of_different_files_of_one_folder_never_collide(tmp_path):
     """Three files of one folder source sharing question ids 1..3: the third file's rows were
     duplicate_id rejects (own id, then `source:id`, both taken). Now the fallback names the
-    file, so only a duplicate inside one file is a duplicate."""
+    file; a file repeating an id names its later repeats by their position (the third `7` of
+    d.jsonl was a duplicate_id reject: an id repeated with other content is a row all the same,
+    equal content is exact dedup's)."""
     data = tmp_path / "data"
     for name in ("a.jsonl", "b.jsonl", "sub/c.jsonl"):
         _chat_rows(data / name, [1, 2, 3], name)
-    _chat_rows(data / "d.jsonl", [7, 7, 7], "d")  # a real duplicate within one file
+    _chat_rows(data / "d.jsonl", [7, 7, 7], "d")  # one id three times within one file
     spec = SelectionSpec([Source("data", data)], dedup="none")
     rows = list(Selection(spec).rows())
     assert [r.id if not isinstance(r, Reject) else r.reason for r in rows] == [
@@ -97,7 +99,7 @@ def test_ids_of_different_files_of_one_folder_never_collide(tmp_path):
         "data/b.jsonl:3",
         "7",
         "data/d.jsonl:7",
-        reasons.DUPLICATE_ID,
+        "data:8:7",  # row 8 of the source (a, b: 3 rows each; d's third)
         "data/sub/c.jsonl:1",
         "data/sub/c.jsonl:2",
         "data/sub/c.jsonl:3",
@@ -113,7 +115,7 @@ def test_single_file_sources_keep_their_ids(tmp_path):
     assert [r.id if not isinstance(r, Reject) else r.reason for r in rows] == [
         "1",
         "one:1",
-        reasons.DUPLICATE_ID,
+        "one:2:1",  # was a duplicate_id reject: a repeated id is no duplicate content
         "two:1",
     ]
 

@@ -163,3 +163,77 @@ class Accounting:
             "per_source": {name: c.to_json() for name, c in self.sources.items()},
             "total": self.total().to_json(),
         }
+
+
+# --- what sampling cost: said by build's summary (which run prints) and by report -----------
+def sampled_rejects_notes(
+    per_source: dict[str, dict[str, Any]],
+    counts: dict[str, int | None],
+    max_samples: int | None,
+) -> list[str]:
+    """A sampled build (``max_samples``, a source's ``count``) samples the rows it reads, before
+    dedup and the row step: a sampled row rejected there is not replaced by one that was not
+    sampled, so the set can hold fewer rows than asked while rows were left out. One note when
+    that happened (sampled rows rejected, rows not sampled), with what to raise; none else.
+
+    ``per_source``: each source's counts in their JSON form (`SourceCounts.to_json`, as in the
+    manifest); ``counts``: each source's ``count`` (None: weighted). A mix chooses after the
+    filters and reports its own shortfall: not for it (the caller leaves it out)."""
+    if max_samples is not None:
+        names = list(per_source)
+        weighted_left = any(
+            _n(per_source[n], "sampled_out") for n in names if counts.get(n) is None
+        )
+        what = "--max-samples" if weighted_left else "the sources' counts"
+        note = _sampled_note(f"--max-samples {max_samples:,}", per_source.values(), what)
+        return [note] if note else []
+    notes = []
+    for name, c in per_source.items():
+        if counts.get(name) is not None:
+            label = f"source {name}: count {counts[name]:,}"
+            if note := _sampled_note(label, [c], "its count"):
+                notes.append(note)
+    return notes
+
+
+def manifest_sampling_notes(manifest: dict[str, Any]) -> list[str]:
+    """`sampled_rejects_notes` from a set's manifest (report): its options' ``max_samples``,
+    its inputs' counts, its per-source counts; none for a mix."""
+    if ((manifest.get("selection") or {}).get("mix")) or not isinstance(
+        manifest.get("counts"), dict
+    ):
+        return []
+    per_source = manifest["counts"].get("per_source") or {}
+    counts = {i.get("name"): i.get("count") for i in manifest.get("inputs") or []}
+    max_samples = (manifest.get("options") or {}).get("max_samples")
+    return sampled_rejects_notes(per_source, counts, max_samples)
+
+
+def _n(counts: dict[str, Any], key: str) -> int:
+    return int(counts.get(key) or 0)
+
+
+def _sampled_note(label: str, group: Any, what: str) -> str | None:
+    """The note for ``group`` (counts of the sources sampled together), or None."""
+    rows = list(group)
+    rejected: Counter[str] = Counter()
+    for c in rows:
+        rejected.update(c.get("rejected_by_reason") or {})
+    left = sum(_n(c, "sampled_out") for c in rows)
+    if not left or not sum(rejected.values()):
+        return None
+    sampled = sum(_n(c, "read") for c in rows)
+    queued = sum(_n(c, "needs_generation") for c in rows)
+    parts = [
+        f"{sampled:,} row{'' if sampled == 1 else 's'} sampled (before dedup and the row step)",
+        f"{sum(_n(c, 'written') for c in rows):,} written",
+    ]
+    if queued:
+        parts.append(f"{queued:,} queued for generation")
+    reasons = ", ".join(f"{k}={v:,}" for k, v in sorted(rejected.items()))
+    parts.append(f"{sum(rejected.values()):,} rejected ({reasons})")
+    were = "row was" if left == 1 else "rows were"
+    return (
+        f"{label}: {', '.join(parts)}: rejected rows are not replaced;"
+        f" {left:,} {were} not sampled: raise {what} to get more"
+    )

@@ -1,11 +1,14 @@
 """Row ids unique across one run: the one registry `build` and `generate` share.
 
 Both keep a row's own id when it is free, else its source-prefixed form ``source:id`` (for a
-source folder of several files ``source/file:id``, the file relative to the folder), or when
-another row took that form by accident (a made-up ``source:row`` id, an explicit id spelled
-like a prefixed one) ``source:row:id``, its position. A second row of the same file whose own
-id is taken too is a `reasons.DUPLICATE_ID`. Ids are held as 8-byte digests in `DigestTable`s
-(~16 bytes a row, flat memory for millions of rows).
+source folder of several files ``source/file:id``, the file relative to the folder), else
+``source:row:id``, its position: when another row took the prefixed form by accident (a
+made-up ``source:row`` id, an explicit id spelled like a prefixed one) or the same file took
+it (a file repeating an id: answer dumps repeat `question_id` once per model). An id names a
+row, it does not judge it: rows of equal content are exact dedup's (`--dedup`). Only a row
+whose positional form is taken too (an explicit id spelled like it) is a
+`reasons.DUPLICATE_ID`. Ids are held as 8-byte digests in `DigestTable`s (~16 bytes a row,
+flat memory for millions of rows).
 """
 
 from __future__ import annotations
@@ -35,19 +38,21 @@ class IdRegistry:
     ) -> str | None:
         """The row's id, or when it is taken ``source:id`` (a source of one file) or
         ``source/file:id`` (a source of several files: ids of different files never collide
-        by accident), or when another row took that form by accident ``source:row:id``. A
-        second row of the same file whose id is taken too is None (a real duplicate)."""
+        by accident), or when that form is taken (by another row by accident, or by this
+        file's earlier row with the same id) ``source:row:id``, the row's position. None when
+        that is taken too, or no position is given."""
         prefix = f"{source}/{file}" if file else source
         if self.claim(row_id):
             return row_id
-        if not self._prefixed.add(digest64(f"{prefix}\x00{row_id}")):
-            return None  # a second row of this file whose id is taken: a real duplicate
-        prefixed = f"{prefix}:{row_id}"
-        if self.claim(prefixed):
-            return prefixed
+        # the first repeat in this file takes the prefixed form (unless taken by accident);
+        # later repeats are named by their position (before: rejected as duplicates)
+        if self._prefixed.add(digest64(f"{prefix}\x00{row_id}")):
+            prefixed = f"{prefix}:{row_id}"
+            if self.claim(prefixed):
+                return prefixed
         if row is None:
             return None
-        placed = f"{source}:{row}:{row_id}"  # another row took the prefixed form by accident
+        placed = f"{source}:{row}:{row_id}"
         return placed if self.claim(placed) else None
 
     def claim_key(

@@ -29,7 +29,7 @@ INVALID_TOOL_CALL = "invalid_tool_call"  # tool call without a name, arguments n
 INVALID_TOOLS = "invalid_tools"  # `tools` not a list / JSON list of schemas
 INVALID_PRETOKENIZED = "invalid_pretokenized"  # input_ids/loss_mask malformed
 UNDESIRABLE_EXAMPLE = "undesirable_example"  # preference / KTO rows marked bad (label false)
-DUPLICATE_ID = "duplicate_id"  # an id already used in this run, even after source prefixing
+DUPLICATE_ID = "duplicate_id"  # an id used in this run, even as source:id and source:row:id
 
 # --- row rejects: render & mask / encode -------------------------------------------------
 TEMPLATE_ERROR = "template_error"  # the chat template raised (message is the template's own)

@@ -29,7 +29,7 @@ from draftset.checks.verify import fast_checks
 from draftset.config.options import BuildOptions
 from draftset.config.preflight import PreflightError, check_build, set_tokenizer_problem
 from draftset.core import reasons
-from draftset.core.counters import Accounting
+from draftset.core.counters import Accounting, sampled_rejects_notes
 from draftset.core.errors import RunError
 from draftset.core.words import fmt_counts, plural
 from draftset.engine.base import Batch, Engine
@@ -272,6 +272,10 @@ def _run(
         acct += selected.counts  # the stream is drained: available, read, sampled_out
         available = {name: c.available for name, c in acct.sources.items()}
         notes += sampling_notes(opts.sources, available, opts.max_samples, opts.mix)
+        if opts.mix is None:  # sampled rows the filters or the row step rejected: not replaced
+            counts = {s.name: s.count for s in opts.sources}
+            per_source = {name: c.to_json() for name, c in acct.sources.items()}
+            notes += sampled_rejects_notes(per_source, counts, opts.max_samples)
         notes += [
             n
             for n in (

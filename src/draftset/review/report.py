@@ -20,7 +20,7 @@ import numpy as np
 from draftset.checks.fast import ADVISORY_CHECKS
 from draftset.checks.verify import fast_checks, read_record
 from draftset.core import defaults, reasons
-from draftset.core.counters import SUMMARY_COLUMNS, summary_row
+from draftset.core.counters import SUMMARY_COLUMNS, manifest_sampling_notes, summary_row
 from draftset.core.errors import UsageError
 from draftset.core.files import write_output_file
 from draftset.core.terminal import visible, visible_parts
@@ -44,7 +44,7 @@ h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd
 table{border-collapse:collapse;margin:8px 0}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
 td:first-child,th:first-child{text-align:left}.pass{color:#127a12}.fail{color:#b00020;font-weight:bold}
-.skip{color:#8a6d00}pre.row{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:10px;
+.skip{color:#8a6d00}.warn{color:#b36b00;font-weight:bold}pre.row{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:10px;
 border:1px solid #ddd;font:12.5px/1.4 ui-monospace,monospace}mark{background:#9be39b;color:#000}
 .muted{color:#666}svg{background:#fff;border:1px solid #eee;margin:4px 0}
 .ctl{color:#b00020;font-weight:bold}
@@ -302,7 +302,8 @@ def _timeline_html(work: Any) -> str:
 
 
 def _checks_table(checks: list[dict[str, Any]]) -> str:
-    """Check results (as in verify.json) as a table: status, count, summary, example ids."""
+    """Check results (as in verify.json) as a table: status, count, summary, example ids. A
+    failed advisory check (`ADVISORY_CHECKS`) says `advice`, as `verify` says WARN: not a fail."""
     rows = []
     for c in checks:
         status = str(c.get("status"))
@@ -310,8 +311,11 @@ def _checks_table(checks: list[dict[str, Any]]) -> str:
         if c.get("examples"):
             summary += f" (e.g. {_e(', '.join(str(x) for x in c['examples']))})"
         count = f"{int(c.get('count') or 0):,}" if status == "fail" else ""
+        label, css = status, status
+        if status == "fail" and c.get("name") in ADVISORY_CHECKS:
+            label, css = "advice", "warn"
         rows.append(
-            f'<tr><td>{_e(c.get("name"))}</td><td class="{_e(status)}">{_e(status)}</td>'
+            f'<tr><td>{_e(c.get("name"))}</td><td class="{_e(css)}">{_e(label)}</td>'
             f'<td>{count}</td><td style="text-align:left">{summary}</td></tr>'
         )
     return (
@@ -339,15 +343,16 @@ def _verification_section(rec: Any, fast: list[Any]) -> str:
         )
     else:
         checks = data.get("checks") or []
-        failed = [str(c.get("name")) for c in checks if c.get("status") == "fail"]
+        failed, advice = _full_verify_failures(data)
         skipped = [str(c.get("name")) for c in checks if c.get("status") == "skip"]
         when = f"{_e(data.get('time'))} (draftset {_e(data.get('draftset_version'))})"
         if failed:
             verdict = f'<span class="fail">FAILED</span>: {_e(", ".join(failed))}'
-        else:
+        else:  # advice fails nothing (docs/verify.md): the verify passed, as it said
             verdict = '<span class="pass">passed</span>' + (
-                f" (skipped: {_e(', '.join(skipped))})" if skipped else ""
+                f" (advice: {_e(', '.join(advice))})" if advice else ""
             )
+            verdict += f" (skipped: {_e(', '.join(skipped))})" if skipped else ""
         if rec.stale:
             html.append(
                 f'<p class="fail">STALE: the last full verify ({when}) checked other files'
@@ -404,12 +409,24 @@ def verdict_line(rec: Any, fast: list[CheckResult]) -> str:
         return f"{line}; the last full verify cannot be read ({rec.error})"
     if data is None:
         return f"{line}; no full verify recorded (draftset verify DIR)"
-    full = [str(c.get("name")) for c in data.get("checks") or [] if c.get("status") == "fail"]
+    full, full_advice = _full_verify_failures(data)
     if rec.stale:
         return f"{line}; the last full verify is STALE (the set changed since: draftset verify DIR)"
     if full:
         return f"{line}; the last full verify FAILED: {', '.join(full)}"
+    if full_advice:
+        return f"{line}; the last full verify passed (advice: {', '.join(full_advice)})"
     return f"{line}; the last full verify passed"
+
+
+def _full_verify_failures(data: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The recorded verify's failed checks, and apart its failed advice (`ADVISORY_CHECKS`:
+    fails nothing, as `verify` itself said: `"passed": true`)."""
+    failed = [str(c.get("name")) for c in data.get("checks") or [] if c.get("status") == "fail"]
+    return (
+        [n for n in failed if n not in ADVISORY_CHECKS],
+        [n for n in failed if n in ADVISORY_CHECKS],
+    )
 
 
 def render_report(
@@ -429,7 +446,7 @@ def render_report(
     sec: list[str] = [
         _header_section(out, stats),
         _verification_section(record, fast),
-        _composition_section(counts),
+        _composition_section(counts) + _sampling_html(m),
         _rejects_section(total),
     ]
     if m.get("run"):
@@ -492,6 +509,12 @@ def _composition_section(counts: dict[str, Any]) -> str:
             "supervised tokens by source",
         )
     )
+
+
+def _sampling_html(manifest: dict[str, Any]) -> str:
+    """What sampling cost, as the build's summary said it (`manifest_sampling_notes`): sampled
+    rows rejected and not replaced while rows were left out."""
+    return "".join(f'<p class="warn">note: {_e(n)}</p>' for n in manifest_sampling_notes(manifest))
 
 
 def _rejects_section(total: dict[str, Any]) -> str:

@@ -8,9 +8,12 @@ manifest, so `verify` sees exactly the rows `build` saw. `Selection` is a stream
 yields the rows and keeps its own counts and report, which the caller reads once the rows are
 drained (nothing is written into the caller's objects).
 
-Order of the steps for every row: read → (preset) normalize → unique id → decontaminate →
-exact dedup → near dedup → mix selection. Decontamination runs first so a contaminated row
-never becomes the "kept" copy its clean duplicates are reported against.
+Order of the steps for every row: read → weight/count sampling (``max_samples``, a source's
+``count``: by row index, so a sampled row the filters or the row step reject is not replaced)
+→ (preset) normalize → unique id → decontaminate → exact dedup → near dedup → mix selection
+(a mix replaces the sampling: it chooses among the rows the filters kept). Decontamination runs
+first so a contaminated row never becomes the "kept" copy its clean duplicates are reported
+against.
 """
 
 from __future__ import annotations
