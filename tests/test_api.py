@@ -706,3 +706,70 @@ def test_a_usage_error_is_said_before_the_helper_cannot_start(tmp_path, given, n
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.startswith("UsageError 2 ") and needle in p.stdout, p.stdout
     assert not (tmp_path / "o").exists()
+
+
+def _run_recipe(tmp: Path, src: Path, **keys: Any) -> Path:
+    data = {
+        "sources": [str(src)],
+        "tokenizer": str(qwen3_tokenizer_dir()),
+        "out": str(tmp / "o"),
+        "generate": {"endpoints": ["http://127.0.0.1:9/v1"]},
+        **keys,
+    }
+    path = tmp / "r.yaml"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("job", "keyword"),
+    [
+        ("build", "sources"),
+        ("build", "eot_tokens"),
+        ("build", "placeholders"),
+        ("build", "decontaminate"),
+        ("build", "fields"),
+        ("run", "endpoints"),
+        ("generate", "endpoints"),
+        ("verify", "placeholders"),
+    ],
+)
+def test_an_explicitly_empty_list_is_an_error_not_the_recipes_value(
+    src, tmp_path, no_work, job, keyword
+):
+    """`run(recipe, endpoints=[])` asked the recipe's servers, `build(..., placeholders=[])`
+    kept the default placeholders and `verify(dir, placeholders=[])` the manifest's: an empty
+    list fell back to what it was given to replace. None is "not given" (docs/api.md); an
+    empty list is one line naming the keyword, exit 2, before any work."""
+    error: type[Exception] = errors.UsageError
+    if job == "run":
+        error = RunUsageError
+        call = lambda: api.run_options(_run_recipe(tmp_path, src), **{keyword: []})  # noqa: E731
+    elif job == "generate":
+        error = GenerateUsageError
+        call = lambda: api.generate_options([str(src)], out=str(tmp_path / "a.jsonl"), endpoints=[])  # noqa: E731
+    elif job == "verify":
+        error = VerifyUsageError
+        call = lambda: api.verify(tmp_path, placeholders=())  # noqa: E731
+    else:
+        call = lambda: api.build_options(_run_recipe(tmp_path, src), **{keyword: []})  # noqa: E731
+    with pytest.raises(error) as info:
+        call()
+    assert str(info.value).startswith(f"{keyword}: an empty list"), info.value
+    assert "None" in str(info.value)
+
+
+@pytest.mark.parametrize("key", ["sources", "eot_tokens", "placeholders", "decontaminate"])
+def test_an_empty_list_in_a_recipe_is_an_error_naming_its_key(src, tmp_path, no_work, key):
+    """``placeholders: []`` built with the default placeholders, as if the key were absent."""
+    path = _run_recipe(tmp_path, src, **{key: []})
+    with pytest.raises(RecipeError) as info:
+        api.build_options(path)
+    assert str(info.value).startswith(f"recipe key {key}: an empty list"), info.value
+
+
+def test_an_empty_endpoints_list_in_a_recipe_is_an_error(src, tmp_path, no_work):
+    path = _run_recipe(tmp_path, src, generate={"endpoints": []})
+    with pytest.raises(RunUsageError) as info:
+        api.run_options(path)
+    assert str(info.value).startswith("recipe key generate.endpoints: an empty list"), info.value

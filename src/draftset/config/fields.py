@@ -177,9 +177,12 @@ def _describe(annotation: Any) -> str:
         return " or ".join(dict.fromkeys(words))
     if origin in (list, tuple, Sequence) or annotation in (list, tuple):
         inner = _describe(args[0]) if args else "values"
-        plural = {"a string": "strings", "a path": "paths", "a mapping": "mappings"}.get(
-            inner, "values"
-        )
+        plural = {
+            "a string": "strings",
+            "a path": "paths",
+            "a string or a path": "paths",
+            "a mapping": "mappings",
+        }.get(inner, "values")
         return f"a list of {plural}"
     if origin in (dict, Mapping) or annotation is dict:
         return "a mapping"
@@ -201,6 +204,16 @@ def shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def named_path(value: Any) -> Any:
+    """A path option's value, refused when its text names nothing: empty, or only whitespace
+    (a recipe's ``out: ' '`` built into a folder named " " beside it; ``decontaminate: ['']``
+    and a source ``path: ''`` read the recipe's whole folder). Every path of every job's
+    options, of a recipe and of a source entry is this type (`config.schema.PathLike`)."""
+    if isinstance(value, str) and not value.strip():
+        raise PydanticCustomError("blank_path", "is empty" if not value else "is only whitespace")
+    return value
+
+
 _BOUNDS = {
     "greater_than_equal": (">=", "ge"),
     "greater_than": (">", "gt"),
@@ -211,7 +224,10 @@ _BOUNDS = {
 
 def _problem(model: type[BaseModel], exc: ValidationError, data: Mapping[str, Any]) -> tuple:
     """(field name, what is wrong, the value given) of the first error."""
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # a blank path inside a list (``decontaminate: [" "]``): its own error, not the union's
+    # "expected a string or a list of paths" of its first branch
+    err = next((e for e in errors if e["type"] == "blank_path"), errors[0])
     name = str(err["loc"][0]) if err["loc"] else ""
     value = data.get(name, err.get("input"))
     kind = err["type"]
@@ -225,6 +241,8 @@ def _problem(model: type[BaseModel], exc: ValidationError, data: Mapping[str, An
         return name, f"must be {ctx['choices']}", value
     if kind == "finite_number":
         return name, "must be a finite number", value
+    if kind == "blank_path":
+        return name, str(err["msg"]), value
     if kind == "extra_forbidden":
         return name, "is not an option", None
     if kind == "missing":
@@ -255,6 +273,9 @@ def validated(
     line reaches these checks), a name not among the choices by its key (argparse refuses those
     on the command line: only the API and recipes reach this).
     """
+    for name, value in data.items():
+        if isinstance(value, list | tuple) and not value and name in model.model_fields:
+            raise error(_empty_list(name, recipe, subject))
     try:
         return model.model_validate(dict(data), strict=strict)
     except ValidationError as exc:
@@ -281,6 +302,20 @@ def validated(
         if what.startswith("must be"):
             raise error(f"{spelled} {what}, not {value!r}") from None
         raise error(f"{spelled}: {what}, got {value!r}") from None
+
+
+def _empty_list(name: str, recipe: str | None, subject: str | None) -> str:
+    """Why an explicitly empty list is refused: None (a key left out) is "not given", the
+    recipe's value or the default; ``[]`` fell back to that same value, silently
+    (`run(recipe, endpoints=[])` asked the recipe's servers, ``placeholders: []`` kept the
+    default placeholders)."""
+    if recipe is not None:
+        return f"recipe key {recipe}{name}: an empty list; give at least one value, or leave it out"
+    head = f"{subject}: {name}" if subject is not None else name
+    return (
+        f"{head}: an empty list; give at least one value, or None (not given) for the"
+        " recipe's value or the default"
+    )
 
 
 def _yaml_number_text(value: Any, what: str) -> str | None:

@@ -18,11 +18,11 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from draftset.config.fields import NOT_IN_RECIPE, NOT_ON_CLI, Cli, finite, one_of
+from draftset.config.fields import NOT_IN_RECIPE, NOT_ON_CLI, Cli, finite, named_path, one_of
 from draftset.core import defaults
 from draftset.engine import CHOICES as ENGINE_CHOICES
 
-PathLike = str | Path
+PathLike = Annotated[str | Path, AfterValidator(named_path)]  # never empty nor only blanks
 Strings = str | list[str]
 PathList = PathLike | list[PathLike]
 JsonObject = dict[str, Any] | str  # the command line gives JSON text
