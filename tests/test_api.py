@@ -725,9 +725,7 @@ def _run_recipe(tmp: Path, src: Path, **keys: Any) -> Path:
     ("job", "keyword"),
     [
         ("build", "sources"),
-        ("build", "eot_tokens"),
         ("build", "placeholders"),
-        ("build", "decontaminate"),
         ("build", "fields"),
         ("run", "endpoints"),
         ("generate", "endpoints"),
@@ -759,7 +757,7 @@ def test_an_explicitly_empty_list_is_an_error_not_the_recipes_value(
     assert "None" in str(info.value)
 
 
-@pytest.mark.parametrize("key", ["sources", "eot_tokens", "placeholders", "decontaminate"])
+@pytest.mark.parametrize("key", ["sources", "placeholders"])
 def test_an_empty_list_in_a_recipe_is_an_error_naming_its_key(src, tmp_path, no_work, key):
     """``placeholders: []`` built with the default placeholders, as if the key were absent."""
     path = _run_recipe(tmp_path, src, **{key: []})
@@ -773,3 +771,18 @@ def test_an_empty_endpoints_list_in_a_recipe_is_an_error(src, tmp_path, no_work)
     with pytest.raises(RunUsageError) as info:
         api.run_options(path)
     assert str(info.value).startswith("recipe key generate.endpoints: an empty list"), info.value
+
+
+@pytest.mark.parametrize("key", ["eot_tokens", "decontaminate"])
+def test_an_empty_stop_token_or_benchmark_list_means_none_replacing_the_recipes(
+    src, tmp_path, no_work, key
+):
+    """The options whose default is none: ``[]`` is that none, in a recipe (``decontaminate:
+    []``) and over one (replacing its list), as docs/api.md says."""
+    bench = tmp_path / "bench.txt"
+    bench.write_text("a benchmark prompt of its own\n", encoding="utf-8")
+    given = {"eot_tokens": ["<|im_end|>"], "decontaminate": [str(bench)]}[key]
+    path = _run_recipe(tmp_path, src, **{key: given})
+    assert list(getattr(api.build_options(path), key)) == given
+    assert list(getattr(api.build_options(path, **{key: []}), key)) == []
+    assert list(getattr(api.build_options(_run_recipe(tmp_path, src, **{key: []})), key)) == []

@@ -111,6 +111,15 @@ class _NotInRecipe:
 NOT_IN_RECIPE = _NotInRecipe()
 
 
+@dataclass(frozen=True)
+class _EmptyIsNone:
+    """A list option whose empty list means "none" (``decontaminate: []``: no benchmark,
+    replacing the recipe's list); any other list option refuses ``[]`` (`validated`)."""
+
+
+EMPTY_IS_NONE = _EmptyIsNone()
+
+
 def marker(model: type[BaseModel], name: str, kind: type) -> Any:
     """The field's marker of ``kind``; the last one wins (a shared type's, then the field's own)."""
     field = model.model_fields.get(name)
@@ -274,7 +283,8 @@ def validated(
     on the command line: only the API and recipes reach this).
     """
     for name, value in data.items():
-        if isinstance(value, list | tuple) and not value and name in model.model_fields:
+        empty = isinstance(value, list | tuple) and not value
+        if empty and name in model.model_fields and not marker(model, name, _EmptyIsNone):
             raise error(_empty_list(name, recipe, subject))
     try:
         return model.model_validate(dict(data), strict=strict)
@@ -305,10 +315,10 @@ def validated(
 
 
 def _empty_list(name: str, recipe: str | None, subject: str | None) -> str:
-    """Why an explicitly empty list is refused: None (a key left out) is "not given", the
-    recipe's value or the default; ``[]`` fell back to that same value, silently
-    (`run(recipe, endpoints=[])` asked the recipe's servers, ``placeholders: []`` kept the
-    default placeholders)."""
+    """Why an explicitly empty list is refused (an option without `EMPTY_IS_NONE`): None (a
+    key left out) is "not given", the recipe's value or the default; ``[]`` fell back to that
+    same value, silently (`run(recipe, endpoints=[])` asked the recipe's servers,
+    ``placeholders: []`` kept the default placeholders)."""
     if recipe is not None:
         return f"recipe key {recipe}{name}: an empty list; give at least one value, or leave it out"
     head = f"{subject}: {name}" if subject is not None else name

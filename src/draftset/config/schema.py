@@ -18,7 +18,15 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from draftset.config.fields import NOT_IN_RECIPE, NOT_ON_CLI, Cli, finite, named_path, one_of
+from draftset.config.fields import (
+    EMPTY_IS_NONE,
+    NOT_IN_RECIPE,
+    NOT_ON_CLI,
+    Cli,
+    finite,
+    named_path,
+    one_of,
+)
 from draftset.core import defaults
 from draftset.engine import CHOICES as ENGINE_CHOICES
 
@@ -220,6 +228,7 @@ class BuildArgs(Options):
     eot_tokens: Annotated[
         Strings | None,
         Cli(flags=("--eot-token",), action="append"),
+        EMPTY_IS_NONE,
         Field(
             description="extra stop token, added to generation_config.json's eos_token_id"
             " (repeatable; default: none)"
@@ -261,6 +270,7 @@ class BuildArgs(Options):
     decontaminate: Annotated[
         PathList | None,
         Cli(action="append", metavar="FILE"),
+        EMPTY_IS_NONE,
         Field(
             description="benchmark prompts (a data file build reads, or .txt one per line); rows"
             " sharing a 13-word n-gram with one are removed (repeatable)"
