@@ -754,7 +754,7 @@ def test_an_explicitly_empty_list_is_an_error_not_the_recipes_value(
     with pytest.raises(error) as info:
         call()
     assert str(info.value).startswith(f"{keyword}: an empty list"), info.value
-    assert "None" in str(info.value)
+    assert ("None" in str(info.value)) == (job != "generate")  # generate's are required
 
 
 @pytest.mark.parametrize("key", ["sources", "placeholders"])
@@ -786,3 +786,38 @@ def test_an_empty_stop_token_or_benchmark_list_means_none_replacing_the_recipes(
     assert list(getattr(api.build_options(path), key)) == given
     assert list(getattr(api.build_options(path, **{key: []}), key)) == []
     assert list(getattr(api.build_options(_run_recipe(tmp_path, src, **{key: []})), key)) == []
+
+
+@pytest.mark.parametrize(
+    ("keyword", "needle"),
+    [
+        ("mix", "--mix: expected a mapping, got []"),
+        ("template_kwargs", "--template-kwargs: expected a mapping or a string, got []"),
+    ],
+)
+def test_an_empty_list_for_a_mapping_option_is_a_wrong_type(
+    src, tmp_path, no_work, keyword, needle
+):
+    """`mix=[]` was told "an empty list; give at least one value": no list is a mix."""
+    with pytest.raises(errors.UsageError) as info:
+        api.build_options(sources=[src], tokenizer="t", out=tmp_path / "o", **{keyword: []})
+    assert str(info.value) == needle
+
+
+def test_an_empty_list_for_a_required_option_offers_no_none(src, tmp_path):
+    with pytest.raises(GenerateUsageError) as info:
+        api.generate_options([], endpoints=["http://127.0.0.1:9/v1"], out=str(tmp_path / "a"))
+    assert str(info.value) == "sources: an empty list; give at least one value"
+
+
+@pytest.mark.parametrize("name", ["a.jsonl", "a.parquet", "data.json.gz"])
+def test_a_data_file_in_the_recipe_slot_says_to_give_it_as_a_source(tmp_path, no_work, name):
+    """`build("a.jsonl", tokenizer=..., out=...)` read the rows as a recipe: "not valid YAML:
+    expected '<document start>'", or for a one-row file "unknown keys ['messages']"."""
+    data = tmp_path / name
+    data.write_text('{"messages": []}\n', encoding="utf-8")
+    with pytest.raises(errors.UsageError) as info:
+        api.build(str(data), tokenizer="t", out=str(tmp_path / "o"), workers=1)
+    assert str(info.value) == (
+        f"recipe {data} is a data file, not a recipe (.yaml): give it as sources=[{str(data)!r}]"
+    )

@@ -269,7 +269,7 @@ def _recipe_and_sources(
     whose files are used (`config.recipe.load_recipe`)."""
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.recipe import load_recipe, unique_names, unused_layout
-    from draftset.sources.read import HUB_PREFIX  # lazy: a stage, loaded on first use
+    from draftset.sources.read import HUB_PREFIX, is_data_name  # lazy: a stage, on first use
 
     conf: dict[str, Any] = {}
     if recipe is not None and not isinstance(recipe, str | os.PathLike):
@@ -284,6 +284,11 @@ def _recipe_and_sources(
         if problem := unused_layout(fmt, _fields(fields), preset, where):
             raise UsageError(problem)
     if recipe is not None:
+        if not is_recipe(recipe) and is_data_name(recipe):  # `build("a.jsonl", out=...)`
+            raise UsageError(
+                f"recipe {recipe} is a data file, not a recipe (.yaml): give it as"
+                f" sources=[{str(recipe)!r}]"
+            )
         conf = load_recipe(Path(recipe), needed)
         if sources is None and not conf.get("sources"):
             raise UsageError(f"recipe {recipe} lists no sources")

@@ -213,13 +213,14 @@ def shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def named_path(value: Any) -> Any:
-    """A path option's value, refused when its text names nothing: empty, or only whitespace
-    (a recipe's ``out: ' '`` built into a folder named " " beside it; ``decontaminate: ['']``
-    and a source ``path: ''`` read the recipe's whole folder). Every path of every job's
-    options, of a recipe and of a source entry is this type (`config.schema.PathLike`)."""
+def not_blank(value: Any) -> Any:
+    """A path's or a name's value, refused when its text names nothing: empty, or only
+    whitespace (a recipe's ``out: ' '`` built into a folder named " " beside it;
+    ``decontaminate: ['']`` and a source ``path: ''`` read the recipe's whole folder; a source
+    ``name: ' '`` gave ids `` :2``). Every path of every job's options, of a recipe and of a
+    source entry is this type (`config.schema.PathLike`), and a source's name."""
     if isinstance(value, str) and not value.strip():
-        raise PydanticCustomError("blank_path", "is empty" if not value else "is only whitespace")
+        raise PydanticCustomError("blank", "is empty" if not value else "is only whitespace")
     return value
 
 
@@ -236,7 +237,7 @@ def _problem(model: type[BaseModel], exc: ValidationError, data: Mapping[str, An
     errors = exc.errors()
     # a blank path inside a list (``decontaminate: [" "]``): its own error, not the union's
     # "expected a string or a list of paths" of its first branch
-    err = next((e for e in errors if e["type"] == "blank_path"), errors[0])
+    err = next((e for e in errors if e["type"] == "blank"), errors[0])
     name = str(err["loc"][0]) if err["loc"] else ""
     value = data.get(name, err.get("input"))
     kind = err["type"]
@@ -250,7 +251,7 @@ def _problem(model: type[BaseModel], exc: ValidationError, data: Mapping[str, An
         return name, f"must be {ctx['choices']}", value
     if kind == "finite_number":
         return name, "must be a finite number", value
-    if kind == "blank_path":
+    if kind == "blank":
         return name, str(err["msg"]), value
     if kind == "extra_forbidden":
         return name, "is not an option", None
@@ -283,9 +284,12 @@ def validated(
     on the command line: only the API and recipes reach this).
     """
     for name, value in data.items():
+        field = model.model_fields.get(name)
         empty = isinstance(value, list | tuple) and not value
-        if empty and name in model.model_fields and not marker(model, name, _EmptyIsNone):
-            raise error(_empty_list(name, recipe, subject))
+        takes = field is not None and _takes_list(field.annotation)
+        if empty and takes and not marker(model, name, _EmptyIsNone):
+            assert field is not None
+            raise error(_empty_list(name, recipe, subject, field.is_required()))
     try:
         return model.model_validate(dict(data), strict=strict)
     except ValidationError as exc:
@@ -314,7 +318,16 @@ def validated(
         raise error(f"{spelled}: {what}, got {value!r}") from None
 
 
-def _empty_list(name: str, recipe: str | None, subject: str | None) -> str:
+def _takes_list(annotation: Any) -> bool:
+    """Whether a field's type accepts a list (``Strings``, ``X | list[X] | None``, ...)."""
+    if get_origin(annotation) is Annotated:
+        return _takes_list(get_args(annotation)[0])
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_takes_list(a) for a in get_args(annotation))
+    return annotation is list or get_origin(annotation) is list
+
+
+def _empty_list(name: str, recipe: str | None, subject: str | None, required: bool) -> str:
     """Why an explicitly empty list is refused (an option without `EMPTY_IS_NONE`): None (a
     key left out) is "not given", the recipe's value or the default; ``[]`` fell back to that
     same value, silently (`run(recipe, endpoints=[])` asked the recipe's servers,
@@ -322,6 +335,8 @@ def _empty_list(name: str, recipe: str | None, subject: str | None) -> str:
     if recipe is not None:
         return f"recipe key {recipe}{name}: an empty list; give at least one value, or leave it out"
     head = f"{subject}: {name}" if subject is not None else name
+    if required:
+        return f"{head}: an empty list; give at least one value"
     return (
         f"{head}: an empty list; give at least one value, or None (not given) for the"
         " recipe's value or the default"

@@ -149,7 +149,7 @@ def source_entry(data: dict[str, Any], subject: str, strict: bool = False) -> So
 def check_source(source: Source) -> None:
     """A `Source` made by hand (the API takes them as they are) checked as a recipe source."""
     mixing = {k: getattr(source, k) for k in SOURCE_OPTIONS if getattr(source, k) is not None}
-    source_entry({"path": source.path, **mixing}, f"source {source.name}")
+    source_entry({"path": source.path, "name": source.name, **mixing}, f"source {source.name}")
 
 
 def parse_source_arg(

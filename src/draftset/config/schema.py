@@ -24,13 +24,13 @@ from draftset.config.fields import (
     NOT_ON_CLI,
     Cli,
     finite,
-    named_path,
+    not_blank,
     one_of,
 )
 from draftset.core import defaults
 from draftset.engine import CHOICES as ENGINE_CHOICES
 
-PathLike = Annotated[str | Path, AfterValidator(named_path)]  # never empty nor only blanks
+PathLike = Annotated[str | Path, AfterValidator(not_blank)]  # never empty nor only blanks
 Strings = str | list[str]
 PathList = PathLike | list[PathLike]
 JsonObject = dict[str, Any] | str  # the command line gives JSON text
@@ -175,7 +175,7 @@ class SourceEntry(Options):
     """One entry of a recipe's ``sources:`` (or a mapping given to `api.build(sources=...)`)."""
 
     path: PathLike
-    name: str | None = None
+    name: Annotated[str | None, AfterValidator(not_blank)] = None  # never blank
     # a share of --max-samples (0: none of it); finite, so shares can be split
     weight: float | None = Field(None, ge=0, allow_inf_nan=False)
     count: int | None = Field(None, ge=0)
