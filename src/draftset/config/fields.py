@@ -332,11 +332,12 @@ def _empty_list(name: str, recipe: str | None, subject: str | None, required: bo
     key left out) is "not given", the recipe's value or the default; ``[]`` fell back to that
     same value, silently (`run(recipe, endpoints=[])` asked the recipe's servers,
     ``placeholders: []`` kept the default placeholders)."""
-    if recipe is not None:
-        return f"recipe key {recipe}{name}: an empty list; give at least one value, or leave it out"
-    head = f"{subject}: {name}" if subject is not None else name
+    head = f"recipe key {recipe}{name}" if recipe is not None else name
+    head = f"{subject}: {name}" if subject is not None else head
     if required:
         return f"{head}: an empty list; give at least one value"
+    if recipe is not None:
+        return f"{head}: an empty list; give at least one value, or leave it out"
     return (
         f"{head}: an empty list; give at least one value, or None (not given) for the"
         " recipe's value or the default"
