@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from draftset.cli import main
+from draftset.config.recipe import RecipeError, load_recipe
 
 
 @pytest.mark.parametrize(
@@ -302,3 +303,22 @@ def test_a_recipe_that_is_not_utf8_is_one_line(tmp_path, capsys, data, needle, c
     assert main([command, str(recipe)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0] == f"draftset: error: recipe {recipe} {needle}", err
+
+
+@pytest.mark.parametrize(
+    ("entry", "needle"),
+    [
+        ("123", "sources[0]: expected a path or a mapping, got 123"),
+        ("null", "sources[0]: expected a path or a mapping, got null"),
+        ("[a.jsonl]", 'sources[0]: expected a path or a mapping, got ["a.jsonl"]'),
+        ("{}", "sources[0] needs a path (or a preset)"),
+        ("{weight: 2}", "sources[0] needs a path (or a preset)"),
+    ],
+)
+def test_a_source_entry_of_another_type_is_named_as_such(tmp_path, entry, needle):
+    """``sources: [123]`` or a nested list was told "needs a path (or a preset)"."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"sources: [{entry}]\n", encoding="utf-8")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(recipe)
+    assert str(info.value) == f"recipe {recipe}: {needle}"

@@ -370,7 +370,11 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
             entry = {"path": entry}
         if isinstance(entry, dict) and "path" not in entry and entry.get("preset"):
             entry = {**entry, "path": preset_hub_path(str(entry["preset"]))}
-        if not isinstance(entry, dict) or "path" not in entry:
+        if not isinstance(entry, dict):  # `sources: [123]`, a list in a list
+            raise RecipeError(
+                f"recipe {path}: sources[{i}]: expected a path or a mapping, got {shown(entry)}"
+            )
+        if "path" not in entry:
             raise RecipeError(f"recipe {path}: sources[{i}] needs a path (or a preset)")
         bad = set(entry) - SOURCE_KEYS
         if bad:
