@@ -306,19 +306,25 @@ def _recipe_and_sources(
         if problem := other_config_problem(s.path):
             raise UsageError(problem)
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
-            raise UsageError(_not_found(s.path))
+            raise UsageError(_not_found(s.path, in_recipe=sources is None))
     return conf, srcs
 
 
-def _not_found(path: Path) -> str:
+def _not_found(path: Path, in_recipe: bool = False) -> str:
     """``source not found``, and how options are written when the path looks like it holds
-    some (``a.jsonl@count=2@weight=3``: one ``@``, then comma-separated options), or that a
-    quoted wildcard is not expanded (``'x/*.jsonl'``)."""
+    some (``a.jsonl@count=2@weight=3``: one ``@``, then comma-separated options; a recipe's
+    ``a.jsonl@count=2``: keys of its entry), or that a quoted wildcard is not expanded
+    (``'x/*.jsonl'``)."""
     text = str(path)
     if text == "-":  # the Unix spelling of standard input
         return (
             "source not found: - (standard input is not a source: the workers read ranges of"
             " each file and a rerun reads it again; save the rows to a file and give its path)"
+        )
+    if in_recipe and re.search(r"@\w+=", text):
+        return (
+            f"source not found: {text} (in a recipe, a source's options are keys of its entry:"
+            " {path: a.jsonl, count: 2} or {path: a.jsonl, weight: 3})"
         )
     if re.search(r"@\w+=", text):
         return (
