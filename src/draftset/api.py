@@ -336,10 +336,12 @@ def _not_found(path: Path, in_recipe: bool = False) -> str:
         wild = next(i for i, part in enumerate(parts) if glob.has_magic(part))
         fixed = Path(".").joinpath(*parts[:wild])  # the folder above the first wildcard
         folder = f", or give the folder {fixed}" if fixed.is_dir() else ""
-        return (
-            f"source not found: {text} (draftset does not expand wildcards: leave the pattern"
-            f" unquoted for the shell to expand{folder})"
+        fix = (  # no shell reads a recipe
+            "list each file in the recipe's sources"
+            if in_recipe
+            else "leave the pattern unquoted for the shell to expand"
         )
+        return f"source not found: {text} (draftset does not expand wildcards: {fix}{folder})"
     return f"source not found: {text}"
 
 
