@@ -687,3 +687,25 @@ def test_a_txt_benchmark_inside_a_source_folder_is_no_source(tmp_path):
         decontaminate=[str(bench)],
     )
     assert opts.decontaminate == [str(bench)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": []}\n',  # a data file
+        "You are a helpful assistant.\n",  # a system prompt saved as the template
+    ],
+)
+def test_a_chat_template_without_jinja_is_refused_before_any_work(tmp_path, capsys, no_work, text):
+    """``--chat-template data.jsonl`` (or a plain text file) parsed as Jinja: constant text,
+    the same for every conversation, so every row was rejected no_supervised_turn and the build
+    ended "no rows written", exit 1, after reading every row."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    path = tmp_path / "t.jinja"
+    path.write_text(text, encoding="utf-8")
+    argv = build_argv(src, out=tmp_path / "out", extra=("--chat-template", str(path)))
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        f"draftset: error: --chat-template {path} holds no Jinja ({{{{ ... }}}} or {{% ... %}}):"
+        " it renders the same text for every conversation (give the .jinja file)"
+    )

@@ -428,6 +428,11 @@ def check_chat_template(path: str | None) -> None:
         raise PreflightError(
             f"--chat-template {path} is JSON, not a Jinja template file{json_file}"
         )
+    if "{{" not in text and "{%" not in text:  # a data file, a system prompt: no template
+        raise PreflightError(
+            f"--chat-template {path} holds no Jinja ({{{{ ... }}}} or {{% ... %}}): it renders"
+            " the same text for every conversation (give the .jinja file)"
+        )
     error = template_syntax_error(text)
     if error:
         raise PreflightError(f"--chat-template {path}: {error}")
