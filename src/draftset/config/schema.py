@@ -261,7 +261,7 @@ class BuildArgs(Options):
     near_dup_threshold: Annotated[
         float,
         Field(
-            ge=0,
+            gt=0,  # 0 is no threshold: the near deduper refuses it (it was a traceback)
             le=1,
             allow_inf_nan=False,
             description="Jaccard threshold for --dedup near ({default})",
