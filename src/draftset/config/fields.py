@@ -283,12 +283,11 @@ def validated(
     line reaches these checks), a name not among the choices by its key (argparse refuses those
     on the command line: only the API and recipes reach this).
     """
-    for name, value in data.items():
+    for name, value in data.items():  # `[]` is no "not given" (`_empty_list`)
         field = model.model_fields.get(name)
-        empty = isinstance(value, list | tuple) and not value
-        takes = field is not None and _takes_list(field.annotation)
-        if empty and takes and not marker(model, name, _EmptyIsNone):
-            assert field is not None
+        if field is None or not isinstance(value, list | tuple) or value:
+            continue
+        if _takes_list(field.annotation) and not marker(model, name, _EmptyIsNone):
             raise error(_empty_list(name, recipe, subject, field.is_required()))
     try:
         return model.model_validate(dict(data), strict=strict)
