@@ -707,3 +707,121 @@ def test_a_usage_error_is_said_before_the_helper_cannot_start(tmp_path, given, n
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.startswith("UsageError 2 ") and needle in p.stdout, p.stdout
     assert not (tmp_path / "o").exists()
+
+
+def _run_recipe(tmp: Path, src: Path, **keys: Any) -> Path:
+    data = {
+        "sources": [str(src)],
+        "tokenizer": str(qwen3_tokenizer_dir()),
+        "out": str(tmp / "o"),
+        "generate": {"endpoints": ["http://127.0.0.1:9/v1"]},
+        **keys,
+    }
+    path = tmp / "r.yaml"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("job", "keyword"),
+    [
+        ("build", "sources"),
+        ("build", "placeholders"),
+        ("build", "fields"),
+        ("run", "endpoints"),
+        ("generate", "endpoints"),
+        ("verify", "placeholders"),
+    ],
+)
+def test_an_explicitly_empty_list_is_an_error_not_the_recipes_value(
+    src, tmp_path, no_work, job, keyword
+):
+    """`run(recipe, endpoints=[])` asked the recipe's servers, `build(..., placeholders=[])`
+    kept the default placeholders and `verify(dir, placeholders=[])` the manifest's: an empty
+    list fell back to what it was given to replace. None is "not given" (docs/api.md); an
+    empty list is one line naming the keyword, exit 2, before any work."""
+    error: type[Exception] = errors.UsageError
+    if job == "run":
+        error = RunUsageError
+        call = lambda: api.run_options(_run_recipe(tmp_path, src), **{keyword: []})  # noqa: E731
+    elif job == "generate":
+        error = GenerateUsageError
+        call = lambda: api.generate_options([str(src)], out=str(tmp_path / "a.jsonl"), endpoints=[])  # noqa: E731
+    elif job == "verify":
+        error = VerifyUsageError
+        call = lambda: api.verify(tmp_path, placeholders=())  # noqa: E731
+    else:
+        call = lambda: api.build_options(_run_recipe(tmp_path, src), **{keyword: []})  # noqa: E731
+    with pytest.raises(error) as info:
+        call()
+    assert str(info.value).startswith(f"{keyword}: an empty list"), info.value
+    assert ("None" in str(info.value)) == (job != "generate")  # generate's are required
+
+
+@pytest.mark.parametrize("key", ["sources", "placeholders"])
+def test_an_empty_list_in_a_recipe_is_an_error_naming_its_key(src, tmp_path, no_work, key):
+    """``placeholders: []`` built with the default placeholders, as if the key were absent."""
+    path = _run_recipe(tmp_path, src, **{key: []})
+    with pytest.raises(RecipeError) as info:
+        api.build_options(path)
+    assert str(info.value).startswith(f"recipe key {key}: an empty list"), info.value
+
+
+def test_an_empty_endpoints_list_in_a_recipe_is_an_error(src, tmp_path, no_work):
+    path = _run_recipe(tmp_path, src, generate={"endpoints": []})
+    with pytest.raises(RunUsageError) as info:
+        api.run_options(path)
+    # a key the section needs: leaving it out is no way either
+    assert (
+        str(info.value) == "recipe key generate.endpoints: an empty list; give at least one value"
+    )
+
+
+@pytest.mark.parametrize("key", ["eot_tokens", "decontaminate"])
+def test_an_empty_stop_token_or_benchmark_list_means_none_replacing_the_recipes(
+    src, tmp_path, no_work, key
+):
+    """The options whose default is none: ``[]`` is that none, in a recipe (``decontaminate:
+    []``) and over one (replacing its list), as docs/api.md says."""
+    bench = tmp_path / "bench.txt"
+    bench.write_text("a benchmark prompt of its own\n", encoding="utf-8")
+    given = {"eot_tokens": ["<|im_end|>"], "decontaminate": [str(bench)]}[key]
+    path = _run_recipe(tmp_path, src, **{key: given})
+    assert list(getattr(api.build_options(path), key)) == given
+    assert list(getattr(api.build_options(path, **{key: []}), key)) == []
+    assert list(getattr(api.build_options(_run_recipe(tmp_path, src, **{key: []})), key)) == []
+
+
+@pytest.mark.parametrize(
+    ("keyword", "needle"),
+    [
+        ("mix", "--mix: expected a mapping, got []"),
+        ("template_kwargs", "--template-kwargs: expected a mapping or a string, got []"),
+    ],
+)
+def test_an_empty_list_for_a_mapping_option_is_a_wrong_type(
+    src, tmp_path, no_work, keyword, needle
+):
+    """`mix=[]` was told "an empty list; give at least one value": no list is a mix."""
+    with pytest.raises(errors.UsageError) as info:
+        api.build_options(sources=[src], tokenizer="t", out=tmp_path / "o", **{keyword: []})
+    assert str(info.value) == needle
+
+
+def test_an_empty_list_for_a_required_option_offers_no_none(src, tmp_path):
+    with pytest.raises(GenerateUsageError) as info:
+        api.generate_options([], endpoints=["http://127.0.0.1:9/v1"], out=str(tmp_path / "a"))
+    assert str(info.value) == "sources: an empty list; give at least one value"
+
+
+@pytest.mark.parametrize("name", ["a.jsonl", "a.parquet", "data.json.gz"])
+def test_a_data_file_in_the_recipe_slot_says_to_give_it_as_a_source(tmp_path, no_work, name):
+    """`build("a.jsonl", tokenizer=..., out=...)` read the rows as a recipe: "not valid YAML:
+    expected '<document start>'", or for a one-row file "unknown keys ['messages']"."""
+    data = tmp_path / name
+    data.write_text('{"messages": []}\n', encoding="utf-8")
+    with pytest.raises(errors.UsageError) as info:
+        api.build(str(data), tokenizer="t", out=str(tmp_path / "o"), workers=1)
+    assert str(info.value) == (
+        f"recipe {data} is a data file, not a recipe (.yaml): give it as sources=[{str(data)!r}]"
+    )

@@ -269,7 +269,7 @@ def _recipe_and_sources(
     whose files are used (`config.recipe.load_recipe`)."""
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.recipe import load_recipe, unique_names, unused_layout
-    from draftset.sources.read import HUB_PREFIX  # lazy: a stage, loaded on first use
+    from draftset.sources.read import HUB_PREFIX, is_data_name  # lazy: a stage, on first use
 
     conf: dict[str, Any] = {}
     if recipe is not None and not isinstance(recipe, str | os.PathLike):
@@ -284,6 +284,11 @@ def _recipe_and_sources(
         if problem := unused_layout(fmt, _fields(fields), preset, where):
             raise UsageError(problem)
     if recipe is not None:
+        if not is_recipe(recipe) and is_data_name(recipe):  # `build("a.jsonl", out=...)`
+            raise UsageError(
+                f"recipe {recipe} is a data file, not a recipe (.yaml): give it as"
+                f" sources=[{str(recipe)!r}]"
+            )
         conf = load_recipe(Path(recipe), needed)
         if sources is None and not conf.get("sources"):
             raise UsageError(f"recipe {recipe} lists no sources")
@@ -301,19 +306,25 @@ def _recipe_and_sources(
         if problem := other_config_problem(s.path):
             raise UsageError(problem)
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
-            raise UsageError(_not_found(s.path))
+            raise UsageError(_not_found(s.path, in_recipe=sources is None))
     return conf, srcs
 
 
-def _not_found(path: Path) -> str:
+def _not_found(path: Path, in_recipe: bool = False) -> str:
     """``source not found``, and how options are written when the path looks like it holds
-    some (``a.jsonl@count=2@weight=3``: one ``@``, then comma-separated options), or that a
-    quoted wildcard is not expanded (``'x/*.jsonl'``)."""
+    some (``a.jsonl@count=2@weight=3``: one ``@``, then comma-separated options; a recipe's
+    ``a.jsonl@count=2``: keys of its entry), or that a quoted wildcard is not expanded
+    (``'x/*.jsonl'``)."""
     text = str(path)
     if text == "-":  # the Unix spelling of standard input
         return (
             "source not found: - (standard input is not a source: the workers read ranges of"
             " each file and a rerun reads it again; save the rows to a file and give its path)"
+        )
+    if in_recipe and re.search(r"@\w+=", text):
+        return (
+            f"source not found: {text} (in a recipe, a source's options are keys of its entry:"
+            " {path: a.jsonl, count: 2} or {path: a.jsonl, weight: 3})"
         )
     if re.search(r"@\w+=", text):
         return (
@@ -325,10 +336,12 @@ def _not_found(path: Path) -> str:
         wild = next(i for i, part in enumerate(parts) if glob.has_magic(part))
         fixed = Path(".").joinpath(*parts[:wild])  # the folder above the first wildcard
         folder = f", or give the folder {fixed}" if fixed.is_dir() else ""
-        return (
-            f"source not found: {text} (draftset does not expand wildcards: leave the pattern"
-            f" unquoted for the shell to expand{folder})"
+        fix = (  # no shell reads a recipe
+            "list each file in the recipe's sources"
+            if in_recipe
+            else "leave the pattern unquoted for the shell to expand"
         )
+        return f"source not found: {text} (draftset does not expand wildcards: {fix}{folder})"
     return f"source not found: {text}"
 
 

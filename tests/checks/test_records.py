@@ -550,3 +550,90 @@ def test_a_differing_context_count_names_the_first_row_verify_counts(built, tmp_
     assert set(got) == {"mask_fidelity"}, got
     said = "; the first row verify counts a placeholder_answer turn in: 'pad' (chats row 3)"
     assert said in got["mask_fidelity"], got
+
+
+# --- the file of a reject in a source folder of several files ------------------------------------
+def bad_rows(tag: str) -> list[str]:
+    """JSONL lines: a good row, each kind of reject (reading, normalizing, the row step, a
+    selection's duplicate of the first row of ``a.jsonl``)."""
+    return [
+        json.dumps(chat(f"{tag}-ok", f"Where is {tag}?", f"{tag} is here, on the map.")),
+        "{not json",
+        json.dumps([1, 2]),
+        json.dumps({"id": f"{tag}-role", "messages": [{"role": "pirate", "content": "Arr"}]}),
+        json.dumps(chat(f"{tag}-pad", f"Say hello to {tag}.", "OK.")),
+        json.dumps(chat(f"{tag}-dup", "Where is a?", "a is here, on the map.")),
+    ]
+
+
+@pytest.fixture(scope="module", params=["jsonl", "gz"])
+def folder_set(request, tmp_path_factory) -> Path:
+    """A folder source of two files (``sub/b`` compressed: the driver reads the rows, else the
+    workers do) beside a one-file source, both with rows of every kind of reject."""
+    import gzip
+
+    root = tmp_path_factory.mktemp("files")
+    multi = root / "multi"
+    (multi / "sub").mkdir(parents=True)
+    (multi / "a.jsonl").write_text("\n".join(bad_rows("a")) + "\n")
+    text = "\n".join(bad_rows("b")) + "\n"
+    if request.param == "gz":
+        (multi / "sub" / "b.jsonl.gz").write_bytes(gzip.compress(text.encode()))
+    else:
+        (multi / "sub" / "b.jsonl").write_text(text)
+    one = root / "one.jsonl"
+    one.write_text("\n".join(bad_rows("c")) + "\n")
+    opts = BuildOptions(
+        [Source("multi", multi), Source("one", one)], str(qwen3_tokenizer_dir()), root / "set"
+    )
+    opts.workers = 1
+    return run_build(opts).out
+
+
+def test_a_reject_of_a_source_of_several_files_names_its_file(folder_set):
+    """Rejects of a source folder named the source and its row number counted across all its
+    files: which file held the bad line was left to counting. Now each names its file,
+    relative to the folder; a one-file source's lines stay as they were (no ``file`` key, in
+    the same order), and verify re-derives both."""
+    lines = [json.loads(x) for x in (folder_set / "rejects.jsonl").read_text().splitlines()]
+    multi = [x for x in lines if x["source"] == "multi"]
+    b = "sub/b.jsonl.gz" if (folder_set.parent / "multi/sub/b.jsonl.gz").exists() else "sub/b.jsonl"
+    assert [(x["file"], x["row"], x["reason"]) for x in multi] == [
+        ("a.jsonl", 1, "invalid_json"),
+        ("a.jsonl", 2, "not_an_object"),
+        ("a.jsonl", 3, "unknown_role"),
+        ("a.jsonl", 4, "no_supervised_turn"),
+        ("a.jsonl", 5, "duplicate"),
+        (b, 7, "invalid_json"),
+        (b, 8, "not_an_object"),
+        (b, 9, "unknown_role"),
+        (b, 10, "no_supervised_turn"),
+        (b, 11, "duplicate"),
+    ]
+    assert all(list(x) == ["source", "row", "file", "id", "reason", "message"] for x in multi)
+    one = [x for x in lines if x["source"] == "one"]
+    assert len(one) == 5
+    assert all(list(x) == ["source", "row", "id", "reason", "message"] for x in one)
+    assert failures(verify(folder_set)) == {}
+
+
+@pytest.mark.parametrize(
+    "edit", ["another", "dropped", "added"], ids=["another file", "no file", "a file added"]
+)
+def test_an_edited_reject_file_fails_row_identity(folder_set, tmp_path, edit):
+    folder = copy_set(folder_set, tmp_path)
+
+    def change(lines: list[dict]) -> list[dict]:
+        for x in lines:
+            if edit == "another" and x.get("file") == "a.jsonl" and x["row"] == 3:
+                x["file"] = "sub/b.jsonl"
+            elif edit == "dropped" and x.get("file") == "a.jsonl" and x["row"] == 3:
+                del x["file"]
+            elif edit == "added" and x["source"] == "one" and x["row"] == 3:
+                x = {"source": "one", "row": 3, "file": "one.jsonl", **x}
+            yield x
+
+    edit_lines(folder, "rejects.jsonl", lambda lines: list(change(lines)))
+    got = failures(verify(folder))
+    assert set(got) == {"row_identity"}, got
+    assert "rejects.jsonl line's file is not its input row's" in got["row_identity"], got

@@ -646,3 +646,66 @@ def test_a_set_built_with_another_tokenizer_is_refused_as_a_source(tmp_path, cap
 
 def _no_work(*args, **kwargs):
     raise AssertionError("work started before the error was found")
+
+
+@pytest.mark.parametrize("inside", [False, True], ids=["the source", "a file of a source folder"])
+def test_a_benchmark_file_that_is_also_a_source_is_one_line_before_any_work(
+    tmp_path, capsys, no_work, inside
+):
+    """`build test.jsonl --decontaminate test.jsonl` (the eval split listed as both) read
+    every row of it and removed each as `contaminated`, exit 0: a source gone from the set,
+    for a mistake that is known before any row is read."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    bench = write_jsonl(folder / "bench.jsonl", [chat(1)])
+    write_jsonl(folder / "chats.jsonl", [chat(2)])
+    src = folder if inside else bench
+    argv = build_argv(src, out=tmp_path / "out", extra=("--decontaminate", str(bench)))
+    assert main(argv) == 2
+    line = one_line(capsys)
+    what = f"a file of the source folder {folder}" if inside else "the source"
+    assert line == (
+        f"draftset: error: --decontaminate {bench} is {what} too: its rows would be trained on"
+        " and each removed as contaminated; give the benchmark apart from the sources"
+    ), line
+
+
+def test_a_txt_benchmark_inside_a_source_folder_is_no_source(tmp_path):
+    """A folder source skips a .txt file (not data): a benchmark kept there is read only as
+    the benchmark."""
+    from draftset.api import build_options
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    write_jsonl(folder / "chats.jsonl", [chat(2)])
+    bench = folder / "bench.txt"
+    bench.write_text("What is the capital of France?\n", encoding="utf-8")
+    opts = build_options(
+        sources=[str(folder)],
+        tokenizer=str(qwen3_tokenizer_dir()),
+        out=str(tmp_path / "o"),
+        decontaminate=[str(bench)],
+    )
+    assert opts.decontaminate == [str(bench)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": []}\n',  # a data file
+        "You are a helpful assistant.\n",  # a system prompt saved as the template
+    ],
+)
+def test_a_chat_template_without_jinja_is_refused_before_any_work(tmp_path, capsys, no_work, text):
+    """``--chat-template data.jsonl`` (or a plain text file) parsed as Jinja: constant text,
+    the same for every conversation, so every row was rejected no_supervised_turn and the build
+    ended "no rows written", exit 1, after reading every row."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    path = tmp_path / "t.jinja"
+    path.write_text(text, encoding="utf-8")
+    argv = build_argv(src, out=tmp_path / "out", extra=("--chat-template", str(path)))
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        f"draftset: error: --chat-template {path} holds no Jinja ({{{{ ... }}}} or {{% ... %}}):"
+        " it renders the same text for every conversation (give the .jinja file)"
+    )

@@ -7,8 +7,10 @@ used to be printed as it was, eight lines where every other usage error is one.
 from __future__ import annotations
 
 import pytest
+from conftest import qwen3_tokenizer_dir
 
 from draftset.cli import main
+from draftset.config.recipe import RecipeError, load_recipe
 
 
 @pytest.mark.parametrize(
@@ -302,3 +304,38 @@ def test_a_recipe_that_is_not_utf8_is_one_line(tmp_path, capsys, data, needle, c
     assert main([command, str(recipe)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0] == f"draftset: error: recipe {recipe} {needle}", err
+
+
+@pytest.mark.parametrize(
+    ("entry", "needle"),
+    [
+        ("123", "sources[0]: expected a path or a mapping, got 123"),
+        ("null", "sources[0]: expected a path or a mapping, got null"),
+        ("[a.jsonl]", 'sources[0]: expected a path or a mapping, got ["a.jsonl"]'),
+        ("{}", "sources[0] needs a path (or a preset)"),
+        ("{weight: 2}", "sources[0] needs a path (or a preset)"),
+    ],
+)
+def test_a_source_entry_of_another_type_is_named_as_such(tmp_path, entry, needle):
+    """``sources: [123]`` or a nested list was told "needs a path (or a preset)"."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"sources: [{entry}]\n", encoding="utf-8")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(recipe)
+    assert str(info.value) == f"recipe {recipe}: {needle}"
+
+
+@pytest.mark.parametrize("name", ["other.yaml", "r.yml"])
+def test_a_recipe_listed_among_a_recipes_sources_is_named_a_recipe(tmp_path, capsys, name):
+    """A recipe naming another (or itself) as a source was told "unsupported file type
+    (expected .jsonl, ...)"; the command line says a recipe is given alone."""
+    (tmp_path / "other.yaml").write_text("max_length: 5\n", encoding="utf-8")
+    recipe = tmp_path / "r.yml"
+    tok = qwen3_tokenizer_dir()
+    recipe.write_text(f"sources: [{name}]\ntokenizer: {tok}\nout: o\n", encoding="utf-8")
+    assert main(["build", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"draftset: error: source {tmp_path / name} is a recipe, not data: sources are"
+        " data files (.jsonl, .json, .parquet, .arrow) or folders of them"
+    ], err

@@ -160,3 +160,59 @@ def test_a_recipe_out_refused_names_the_recipe_key(tmp_path, monkeypatch, capsys
     ), line
     assert main(["build", "r/ct.yaml", "--out", "."]) == 2  # the flag's own: named as the flag
     assert "error: --out . is the current folder" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\t"])
+@pytest.mark.parametrize(
+    ("keys", "key"),
+    [
+        ({"out": "BLANK"}, "out"),
+        ({"tokenizer": "BLANK"}, "tokenizer"),
+        ({"chat_template": "BLANK"}, "chat_template"),
+        ({"decontaminate": "BLANK"}, "decontaminate"),
+        ({"decontaminate": ["BLANK"]}, "decontaminate"),
+        ({"sources": ["BLANK"]}, "sources[0].path"),
+        ({"sources": [{"path": "BLANK"}]}, "sources[0].path"),
+    ],
+)
+def test_a_blank_path_in_a_recipe_is_one_line_naming_its_key(
+    tmp_path, monkeypatch, capsys, no_work, keys, key, blank
+):
+    """``out: ' '`` built into a folder named ' ' beside the recipe; ``out: ''`` said "--out is
+    required"; ``decontaminate: ['']`` and ``sources: [{path: ''}]`` read the recipe's folder
+    (the whole folder as benchmark, or as a source); a blank tokenizer or template was "not
+    found: <folder>/ ". Every path value of a recipe is checked in one place (the schema's
+    path type): empty or whitespace only is one line naming the key, exit 2, before any work."""
+    monkeypatch.chdir(tmp_path)
+    filled = json.loads(json.dumps(keys).replace("BLANK", blank.replace("\t", "\\t")))
+    recipe(tmp_path, **filled)
+    assert main(["build", "r/ct.yaml"]) == 2
+    line = one_error_line(capsys)
+    what = "is empty" if not blank else "is only whitespace"
+    assert line.startswith(f"draftset: error: recipe key {key}: {what}"), line
+
+
+@pytest.mark.parametrize("flag", ["--out", "--tokenizer", "--chat-template", "--decontaminate"])
+@pytest.mark.parametrize("blank", ["", " "])
+def test_a_blank_path_on_the_command_line_is_one_line_naming_its_flag(
+    tmp_path, monkeypatch, capsys, no_work, flag, blank
+):
+    """``--decontaminate ''`` decontaminated against every file of the current folder (a
+    row of the source itself among them), exit 1; ``--out ''`` was "--out is empty" but
+    ``--tokenizer ' '`` a "folder not found:  " with the blank unseen."""
+    monkeypatch.chdir(tmp_path)
+    path = recipe(tmp_path)
+    args = {"--out": "o", "--tokenizer": str(qwen3_tokenizer_dir())}
+    args[flag] = blank
+    extra = [x for k, v in args.items() for x in (k, v)]
+    assert main(["build", str(path.parent / "c.jsonl"), *extra]) == 2
+    line = one_error_line(capsys)
+    what = "is empty" if not blank else "is only whitespace"
+    assert line.startswith(f"draftset: error: {flag}: {what}"), line
+
+
+def test_a_blank_source_on_the_command_line_is_one_line(tmp_path, monkeypatch, capsys, no_work):
+    monkeypatch.chdir(tmp_path)
+    tok = str(qwen3_tokenizer_dir())
+    assert main(["build", " ", "--tokenizer", tok, "--out", "o"]) == 2
+    assert "path is only whitespace" in one_error_line(capsys)

@@ -212,3 +212,16 @@ def test_generate_names_where_a_recipe_sets_the_layout(tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path / "g.jsonl"), "--field", "prompt=text"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "(sources: [{path: ..., fields: {prompt: text}}])" in err[0], err
+
+
+def test_a_zero_near_dup_threshold_is_one_line_not_a_traceback(tmp_path, capsys, no_work):
+    """`--near-dup-threshold 0` (or a recipe's `near_dup_threshold: 0`, read as "off") passed
+    the option's bounds (>= 0) and ended in the near deduper's `ValueError: near-dup threshold
+    must be in (0, 1]`, a traceback, exit 1."""
+    path = recipe(tmp_path, "dedup: near\nnear_dup_threshold: 0\n")
+    assert main(["build", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["draftset: error: recipe key near_dup_threshold: must be > 0, got 0"], err
+    argv = ["build", str(path.parent / "c.jsonl"), "--near-dup-threshold", "0", "--tokenizer", "t"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    assert "--near-dup-threshold must be > 0, not 0.0" in capsys.readouterr().err

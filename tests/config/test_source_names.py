@@ -153,3 +153,22 @@ def test_building_the_current_folder_names_the_source_after_it(tmp_path, monkeyp
     rows = load_from_disk(str(out))
     assert rows["source"] == ["chats", "chats"]
     assert rows["id"] == ["chats:0", "chats:1"]
+
+
+@pytest.mark.parametrize("name", ["", " ", "\t"])
+def test_a_blank_source_name_is_refused(tmp_path, name):
+    """A recipe's ``name: ''`` took the file's stem silently, ``name: ' '`` built rows of
+    source " " with ids " :2"; as the API's mapping and a `Source` made by hand."""
+    from draftset import api
+    from draftset.core.errors import UsageError
+
+    (tmp_path / "a.jsonl").write_text("{}\n", encoding="utf-8")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(json.dumps({"sources": [{"path": "a.jsonl", "name": name}]}))
+    what = "is empty" if not name else "is only whitespace"
+    with pytest.raises(RecipeError, match=f"^recipe key sources\\[0\\].name: {what}"):
+        load_recipe(recipe)
+    with pytest.raises(UsageError, match=f"name {what}"):
+        api.build_options(sources=[{"path": str(tmp_path / "a.jsonl"), "name": name}])
+    with pytest.raises(UsageError, match=f"name {what}"):
+        api.build_options(sources=[Source(name, tmp_path / "a.jsonl")], tokenizer="t", out="o")

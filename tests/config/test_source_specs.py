@@ -329,3 +329,37 @@ def test_standard_input_as_a_source_says_to_give_a_file(tmp_path, capsys):
     line = one_error_line(capsys)
     assert "standard input" in line and "save the rows to a file" in line, line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("entry", ["'a.jsonl@count=2'", "{path: 'a.jsonl@weight=2,count=1'}"])
+def test_a_recipe_source_written_with_command_line_options_is_told_the_recipe_keys(
+    tmp_path, monkeypatch, capsys, no_work, entry
+):
+    """A recipe's ``a.jsonl@count=2`` was told "source options follow one @, comma-separated:
+    PATH@count=2,weight=3": the command line's spelling, which a recipe does not read."""
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "a.jsonl", 3)
+    (tmp_path / "r.yaml").write_text(f"out: o\nsources: [{entry}]\n")
+    assert build("r.yaml") == 2
+    line = one_error_line(capsys)
+    assert "(in a recipe, a source's options are keys of its entry:" in line, line
+    assert "{path: a.jsonl, count: 2}" in line
+    assert "PATH@count" not in line
+
+
+@pytest.mark.parametrize(("pattern", "folder"), [("x/*.jsonl", True), ("nomatch/*.jsonl", False)])
+def test_a_recipe_glob_is_told_to_list_the_files_not_to_unquote_it(
+    tmp_path, monkeypatch, capsys, no_work, pattern, folder
+):
+    """A recipe's ``sources: ['x/*.jsonl']`` was told to "leave the pattern unquoted for the
+    shell to expand": no shell reads a recipe."""
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "x" / "a.jsonl", 3)
+    (tmp_path / "r.yaml").write_text(f"out: o\nsources: ['{pattern}']\n")
+    assert build("r.yaml") == 2
+    line = one_error_line(capsys)
+    where = ", or give the folder x" if folder else ""  # beside the recipe, as it names it
+    assert line.endswith(
+        f"source not found: {pattern} (draftset does not expand wildcards: list"
+        f" each file in the recipe's sources{where})"
+    ), line

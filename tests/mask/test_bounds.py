@@ -187,6 +187,24 @@ def test_a_retry_on_the_way_out_never_leaves_the_timer_firing():
         signal.signal(signal.SIGALRM, before)
 
 
+def test_a_timer_that_fires_before_the_block_starts_is_disarmed():
+    """``render_timeout: 0.000001`` (a recipe's) printed its one line, then the process died
+    of SIGALRM (exit 142, "Alarm clock"): the first alarm landed as the timer was started,
+    before the block that disarms it, and its 0.1 s retries outlived the handler."""
+    import signal
+
+    before = signal.getsignal(signal.SIGALRM)
+    try:
+        for _ in range(20):
+            with pytest.raises(RenderTimeout), time_limit(1e-6):
+                time.sleep(0.01)
+            assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+            assert signal.getsignal(signal.SIGALRM) == before
+    finally:  # before the fix: the timer is still running; stop it for the other tests
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+
+
 # --- too_long without tokenizing everything -------------------------------------------------
 def _qwen_backend():
     from tokenizers import Tokenizer

@@ -163,3 +163,38 @@ def test_missing_tokenizer_offline_names_the_variable(monkeypatch, tmp_path):
     with pytest.raises(TokenizerError, match="TRANSFORMERS_OFFLINE is set") as caught:
         _resolve_tokenizer_path("no-such-tokenizer")
     assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("engine", "want"),
+    [
+        (  # vLLM sets `reasoning` after the message's keys, over one of its own
+            "vllm",
+            [
+                {"role": "assistant", "reasoning": "r", "reasoning_content": "r"},
+                {"role": "user", "content": "q"},
+            ],
+        ),
+        (  # transformers adds `thinking` first; the message's own one stands
+            "transformers",
+            [
+                {"thinking": "own", "role": "assistant", "reasoning_content": "r"},
+                {"role": "user", "content": "q"},
+            ],
+        ),
+    ],
+)
+def test_served_messages_alias_reasoning_as_each_engine_does(engine, want):
+    """What each engine hands a template, key order included (a template may loop over a
+    message's items): pinned across the fold of its two comprehensions into one."""
+    from types import SimpleNamespace
+
+    messages = [
+        {"role": "assistant", "reasoning": "own", "reasoning_content": "r"},
+        {"role": "user", "content": "q"},
+    ]
+    if engine == "transformers":
+        messages[0] = {"role": "assistant", "thinking": "own", "reasoning_content": "r"}
+    got = ChatTemplate.served_messages(SimpleNamespace(serving_engine=engine), messages)  # type: ignore[arg-type]
+    assert [list(m.items()) for m in got] == [list(m.items()) for m in want]
+    assert got[1] is messages[1]  # a message without reasoning is handed as it is

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pickle
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -254,3 +255,20 @@ def test_narrow_facts_give_the_checks_the_wide_answers():
     stats = SetFacts.gather([[facts]]).row_stats(151_936)
     assert stats.seq_len.dtype == np.int64
     assert stats.seq_len.tolist() == b.seq_len.tolist()
+
+
+@pytest.mark.parametrize("command", ["verify", "report", "show"])
+def test_a_recipe_given_for_the_set_is_said_to_be_one(tmp_path, capsys, command):
+    """`draftset build r.yaml` then `draftset verify r.yaml` (the recipe, not the folder it
+    built) was told only "not a folder: r.yaml"."""
+    from draftset.cli import main
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("out: built\n", encoding="utf-8")
+    extra = ["--row", "0"] if command == "show" else []
+    assert main([command, str(recipe), *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"draftset: error: {recipe} is a recipe, not a set: give the folder its build wrote"
+        " (the recipe's out:)"
+    ], err

@@ -868,3 +868,21 @@ def test_copies_dropped_for_a_row_the_row_step_rejects_are_said(tmp_path, worker
         " (too_long=1): nothing of its prompt is in the set; each copy's reject line names"
         " its kept row (--dedup none keeps every copy)"
     ]
+
+
+def test_the_rejects_noted_when_nothing_is_written_name_their_source_row_and_file(tmp_path, capsys):
+    """With no row written no rejects.jsonl is kept: the notes are all there is. A row that
+    could not be parsed was noted ``reject 4: not_an_object: ...``, a bare number naming no
+    source nor, in a folder of several files, the file."""
+    folder = tmp_path / "multi"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", [{"messages": []}])
+    (folder / "b.jsonl").write_text("[1, 2]\n", encoding="utf-8")
+    args = ["build", str(folder), "--tokenizer", str(qwen3_tokenizer_dir())]
+    assert main([*args, "--out", str(tmp_path / "o"), "--workers", "1", "--no-progress"]) == 1
+    said = capsys.readouterr()
+    notes = [x for x in (said.out + said.err).splitlines() if x.startswith("note: reject")]
+    assert notes == [
+        "note: reject multi:0 (a.jsonl): empty_conversation: the conversation has no messages",
+        "note: reject multi row 1 (b.jsonl): not_an_object: row is a JSON array, not an object",
+    ], notes

@@ -1279,3 +1279,24 @@ def test_a_run_dedups_on_the_rows_it_will_answer(
     assert rejects["pad3"] not in ("near_duplicate", "duplicate", "no_supervised_turn")
     said = capsys.readouterr().out
     assert "build: note: 1 row was dropped as near duplicates of 1 kept row then rejected (" in said
+
+
+def test_a_generation_reject_of_a_folder_source_names_its_file(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """The run's generation codes (`http_4xx`, ...) join the rows by id after selection: their
+    reject lines name the row's file in a source of several files, as reading's do, and
+    verify agrees."""
+    folder = tmp_path / "mine"  # `_recipe` writes its own sources in data/
+    (folder / "sub").mkdir(parents=True)
+    _rows(folder / "a.jsonl", [{"id": "p-1", "prompt": "What is TCP?"}])
+    _rows(folder / "sub" / "b.jsonl", [{"id": "p-refused", "prompt": "refused [400]"}])
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url, concurrency=1)
+        conf = json.loads(recipe.read_text())
+        conf["sources"] = [{"path": str(folder)}]
+        recipe.write_text(json.dumps(conf))
+        result = _run(recipe)
+    assert result.passed
+    line = _rejects(tmp_path / "recipe-out")["p-refused"]
+    assert (line["file"], line["reason"]) == ("sub/b.jsonl", "http_4xx"), line

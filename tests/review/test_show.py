@@ -239,3 +239,19 @@ def test_show_row_counts_from_the_end_as_python_does(folder, capsys):
     assert ids[-1] in capsys.readouterr().out
     assert main([str(folder), "--row", str(-n - 1)]) == 2
     assert f"--row {-n - 1} out of range" in capsys.readouterr().err
+
+
+def test_show_id_of_a_rejected_row_of_a_folder_source_names_its_file(tmp_path, capsys):
+    """A rejected row of a source of several files was pointed to by its row number across
+    the folder's files alone: its reject line names the file, and so does `show --id`."""
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    bad = {"id": "pirate", "messages": [{"role": "pirate", "content": "Arr"}]}
+    (data / "sub" / "b.jsonl").write_text(json.dumps(bad) + "\n", encoding="utf-8")
+    out = run_build(
+        BuildOptions([Source("data", data)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1)
+    ).out
+    assert main([str(out), "--id", "pirate"]) == 2
+    err = capsys.readouterr().err
+    assert "source 'data', row 2 of that source (file sub/b.jsonl)" in err, err

@@ -209,3 +209,30 @@ def test_a_txt_benchmark_file_that_is_not_utf8_is_one_line(tmp_path, capsys, dat
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"draftset: error: --decontaminate {bench} {needle}: save it as UTF-8"], err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "prompts"),
+    [("\n  \nA prompt of the benchmark\n", True), (" \n\t\n\u2028\n", False), ("", False)],
+)
+def test_a_txt_benchmark_file_is_read_once_by_its_check(tmp_path, monkeypatch, text, prompts):
+    """The check read the whole file to prove it UTF-8, then opened it again for its first
+    prompt: one read gives both."""
+    from draftset.select.decontam import NoBenchmarkPrompts, check_benchmark_file
+
+    bench = tmp_path / "bench.txt"
+    bench.write_text(text, encoding="utf-8")
+    opened: list[Path] = []
+    real_open = Path.open
+
+    def spy(self: Path, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        opened.append(self)
+        return real_open(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "open", spy)
+    if prompts:
+        check_benchmark_file(bench)
+    else:
+        with pytest.raises(NoBenchmarkPrompts):
+            check_benchmark_file(bench)
+    assert opened == [bench]

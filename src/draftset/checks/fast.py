@@ -39,6 +39,8 @@ MAX_NO_PAIR_FRACTION = 0.25
 tokens (such a row gives a multi-step drafter, EAGLE-3 TTT or DFlash, nothing to chain)."""
 
 REJECT_KEYS = {"source", "row", "id", "reason", "message"}
+"""The keys of every rejects.jsonl line; a row of a source of several files also has ``file``
+(its file, relative to the source folder)."""
 
 
 # --- 1. structure ---------------------------------------------------------------------------------
@@ -454,7 +456,8 @@ def _check_prompts_file(p: Problems, out: OutputSet, counts: dict[str, Any]) -> 
 def _reject_ok(obj: Any, counts: dict[str, Any]) -> bool:
     return (
         isinstance(obj, dict)
-        and set(obj) == REJECT_KEYS
+        and set(obj) - {"file"} == REJECT_KEYS
+        and ("file" not in obj or (isinstance(obj["file"], str) and obj["file"] != ""))
         and obj["source"] in counts
         and isinstance(obj["row"], int)
         and not isinstance(obj["row"], bool)

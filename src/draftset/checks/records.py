@@ -286,6 +286,7 @@ def source_pass(
     for position, item in enumerate(selection.rows()):
         key = (item.source, item.row)
         reject_order += [(n, str(item.id)) for n in idx.reject_line.get(key, ())]
+        _check_reject_files(ident, item, idx.rejects_at.get(key) or [])
         if isinstance(item, Reject | PromptOnly):
             _check_unwritten(ident, item, idx, used_rejects, prompt_order)
             continue
@@ -448,6 +449,20 @@ def _check_unwritten(
         ident.add("prompt-only row missing from prompts.jsonl", item.id)
     elif line != json.loads(json.dumps(item.to_json(), ensure_ascii=False)):
         ident.add("prompts.jsonl line differs from its input row (what generate asks)", item.id)
+
+
+def _check_reject_files(ident: Problems, item: Normalized, lines: list[dict[str, Any]]) -> None:
+    """Each reject line of the row names the file it came from, as the row was read: ``file``
+    for a source of several files, none for a source of one (docs/formats.md)."""
+    for x in lines:
+        if x.get("file") != item.file:
+            name = item.id or f"{item.source}:{item.row}"
+            ident.add(
+                "rejects.jsonl line's file is not its input row's",
+                name,
+                f"{name}: the {x.get('reason')} line of {item.source} row {item.row} names"
+                f" file {x.get('file')!r}; the row is in {item.file!r}",
+            )
 
 
 def _check_every_output_row(

@@ -111,6 +111,15 @@ class _NotInRecipe:
 NOT_IN_RECIPE = _NotInRecipe()
 
 
+@dataclass(frozen=True)
+class _EmptyIsNone:
+    """A list option whose empty list means "none" (``decontaminate: []``: no benchmark,
+    replacing the recipe's list); any other list option refuses ``[]`` (`validated`)."""
+
+
+EMPTY_IS_NONE = _EmptyIsNone()
+
+
 def marker(model: type[BaseModel], name: str, kind: type) -> Any:
     """The field's marker of ``kind``; the last one wins (a shared type's, then the field's own)."""
     field = model.model_fields.get(name)
@@ -177,9 +186,12 @@ def _describe(annotation: Any) -> str:
         return " or ".join(dict.fromkeys(words))
     if origin in (list, tuple, Sequence) or annotation in (list, tuple):
         inner = _describe(args[0]) if args else "values"
-        plural = {"a string": "strings", "a path": "paths", "a mapping": "mappings"}.get(
-            inner, "values"
-        )
+        plural = {
+            "a string": "strings",
+            "a path": "paths",
+            "a string or a path": "paths",
+            "a mapping": "mappings",
+        }.get(inner, "values")
         return f"a list of {plural}"
     if origin in (dict, Mapping) or annotation is dict:
         return "a mapping"
@@ -201,6 +213,17 @@ def shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def not_blank(value: Any) -> Any:
+    """A path's or a name's value, refused when its text names nothing: empty, or only
+    whitespace (a recipe's ``out: ' '`` built into a folder named " " beside it;
+    ``decontaminate: ['']`` and a source ``path: ''`` read the recipe's whole folder; a source
+    ``name: ' '`` gave ids `` :2``). Every path of every job's options, of a recipe and of a
+    source entry is this type (`config.schema.PathLike`), and a source's name."""
+    if isinstance(value, str) and not value.strip():
+        raise PydanticCustomError("blank", "is empty" if not value else "is only whitespace")
+    return value
+
+
 _BOUNDS = {
     "greater_than_equal": (">=", "ge"),
     "greater_than": (">", "gt"),
@@ -211,7 +234,10 @@ _BOUNDS = {
 
 def _problem(model: type[BaseModel], exc: ValidationError, data: Mapping[str, Any]) -> tuple:
     """(field name, what is wrong, the value given) of the first error."""
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # a blank path inside a list (``decontaminate: [" "]``): its own error, not the union's
+    # "expected a string or a list of paths" of its first branch
+    err = next((e for e in errors if e["type"] == "blank"), errors[0])
     name = str(err["loc"][0]) if err["loc"] else ""
     value = data.get(name, err.get("input"))
     kind = err["type"]
@@ -225,6 +251,8 @@ def _problem(model: type[BaseModel], exc: ValidationError, data: Mapping[str, An
         return name, f"must be {ctx['choices']}", value
     if kind == "finite_number":
         return name, "must be a finite number", value
+    if kind == "blank":
+        return name, str(err["msg"]), value
     if kind == "extra_forbidden":
         return name, "is not an option", None
     if kind == "missing":
@@ -255,6 +283,12 @@ def validated(
     line reaches these checks), a name not among the choices by its key (argparse refuses those
     on the command line: only the API and recipes reach this).
     """
+    for name, value in data.items():  # `[]` is no "not given" (`_empty_list`)
+        field = model.model_fields.get(name)
+        if field is None or not isinstance(value, list | tuple) or value:
+            continue
+        if _takes_list(field.annotation) and not marker(model, name, _EmptyIsNone):
+            raise error(_empty_list(name, recipe, subject, field.is_required()))
     try:
         return model.model_validate(dict(data), strict=strict)
     except ValidationError as exc:
@@ -281,6 +315,32 @@ def validated(
         if what.startswith("must be"):
             raise error(f"{spelled} {what}, not {value!r}") from None
         raise error(f"{spelled}: {what}, got {value!r}") from None
+
+
+def _takes_list(annotation: Any) -> bool:
+    """Whether a field's type accepts a list (``Strings``, ``X | list[X] | None``, ...)."""
+    if get_origin(annotation) is Annotated:
+        return _takes_list(get_args(annotation)[0])
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_takes_list(a) for a in get_args(annotation))
+    return annotation is list or get_origin(annotation) is list
+
+
+def _empty_list(name: str, recipe: str | None, subject: str | None, required: bool) -> str:
+    """Why an explicitly empty list is refused (an option without `EMPTY_IS_NONE`): None (a
+    key left out) is "not given", the recipe's value or the default; ``[]`` fell back to that
+    same value, silently (`run(recipe, endpoints=[])` asked the recipe's servers,
+    ``placeholders: []`` kept the default placeholders)."""
+    head = f"recipe key {recipe}{name}" if recipe is not None else name
+    head = f"{subject}: {name}" if subject is not None else head
+    if required:
+        return f"{head}: an empty list; give at least one value"
+    if recipe is not None:
+        return f"{head}: an empty list; give at least one value, or leave it out"
+    return (
+        f"{head}: an empty list; give at least one value, or None (not given) for the"
+        " recipe's value or the default"
+    )
 
 
 def _yaml_number_text(value: Any, what: str) -> str | None:

@@ -41,7 +41,7 @@ from draftset.select.decontam import check_benchmark_file
 from draftset.select.modes import SHARES_TOLERANCE
 from draftset.sources.normalize import MAPPABLE_FIELDS
 from draftset.sources.presets import apply_preset
-from draftset.sources.read import HUB_PREFIX, Source, built_set_manifest
+from draftset.sources.read import HUB_PREFIX, Source, built_set_manifest, list_files
 
 if TYPE_CHECKING:
     from draftset.config.options import BuildOptions
@@ -103,6 +103,8 @@ def check_values(opts: BuildOptions) -> None:
     for bench in opts.decontaminate:
         if not Path(bench).exists():
             raise UsageError(f"--decontaminate file not found: {bench}")
+        if problem := _bench_is_a_source(Path(bench), opts.sources):
+            raise UsageError(problem)
         check_benchmark_file(bench)  # a file with no prompt would decontaminate nothing
     values = {name: getattr(opts, name) for name in _SCHEMA_CHECKED}
     validated(BuildArgs, values, name_of=lambda name: flag_of(BuildArgs, name))
@@ -222,6 +224,33 @@ def check_sampling(opts: BuildOptions) -> None:
             f"--max-samples {opts.max_samples}: the sources' counts add up to {counted:,},"
             " more than that (lower a count, or raise --max-samples)"
         )
+
+
+def _bench_is_a_source(bench: Path, sources: list[Source]) -> str | None:
+    """Why a benchmark file is read as training rows too (one line), or None: the eval split
+    listed as a source and as ``--decontaminate`` (or inside a source folder) had every row of
+    it read, then removed as contaminated, exit 0: known before any row is read."""
+    real = bench.expanduser().resolve()
+    for s in sources:
+        path = Path(s.path).expanduser()
+        if str(s.path).startswith(HUB_PREFIX) or not path.exists():
+            continue
+        place = path.resolve()
+        if real == place:
+            what = "the source"
+        elif (  # a file the folder's rows are read from (a .txt one is skipped: not data)
+            place.is_dir()
+            and real.is_relative_to(place)
+            and real in {f.resolve() for f in list_files(place)}
+        ):
+            what = f"a file of the source folder {s.path}"
+        else:
+            continue
+        return (
+            f"--decontaminate {bench} is {what} too: its rows would be trained on and each"
+            " removed as contaminated; give the benchmark apart from the sources"
+        )
+    return None
 
 
 _SCHEMA_CHECKED = (
@@ -398,6 +427,11 @@ def check_chat_template(path: str | None) -> None:
     if json_file:
         raise PreflightError(
             f"--chat-template {path} is JSON, not a Jinja template file{json_file}"
+        )
+    if "{{" not in text and "{%" not in text:  # a data file, a system prompt: no template
+        raise PreflightError(
+            f"--chat-template {path} holds no Jinja ({{{{ ... }}}} or {{% ... %}}): it renders"
+            " the same text for every conversation (give the .jinja file)"
         )
     error = template_syntax_error(text)
     if error:

@@ -149,7 +149,7 @@ def source_entry(data: dict[str, Any], subject: str, strict: bool = False) -> So
 def check_source(source: Source) -> None:
     """A `Source` made by hand (the API takes them as they are) checked as a recipe source."""
     mixing = {k: getattr(source, k) for k in SOURCE_OPTIONS if getattr(source, k) is not None}
-    source_entry({"path": source.path, **mixing}, f"source {source.name}")
+    source_entry({"path": source.path, "name": source.name, **mixing}, f"source {source.name}")
 
 
 def parse_source_arg(
@@ -370,7 +370,11 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
             entry = {"path": entry}
         if isinstance(entry, dict) and "path" not in entry and entry.get("preset"):
             entry = {**entry, "path": preset_hub_path(str(entry["preset"]))}
-        if not isinstance(entry, dict) or "path" not in entry:
+        if not isinstance(entry, dict):  # `sources: [123]`, a list in a list
+            raise RecipeError(
+                f"recipe {path}: sources[{i}]: expected a path or a mapping, got {shown(entry)}"
+            )
+        if "path" not in entry:
             raise RecipeError(f"recipe {path}: sources[{i}] needs a path (or a preset)")
         bad = set(entry) - SOURCE_KEYS
         if bad:

@@ -18,11 +18,19 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from draftset.config.fields import NOT_IN_RECIPE, NOT_ON_CLI, Cli, finite, one_of
+from draftset.config.fields import (
+    EMPTY_IS_NONE,
+    NOT_IN_RECIPE,
+    NOT_ON_CLI,
+    Cli,
+    finite,
+    not_blank,
+    one_of,
+)
 from draftset.core import defaults
 from draftset.engine import CHOICES as ENGINE_CHOICES
 
-PathLike = str | Path
+PathLike = Annotated[str | Path, AfterValidator(not_blank)]  # never empty nor only blanks
 Strings = str | list[str]
 PathList = PathLike | list[PathLike]
 JsonObject = dict[str, Any] | str  # the command line gives JSON text
@@ -167,7 +175,7 @@ class SourceEntry(Options):
     """One entry of a recipe's ``sources:`` (or a mapping given to `api.build(sources=...)`)."""
 
     path: PathLike
-    name: str | None = None
+    name: Annotated[str | None, AfterValidator(not_blank)] = None  # never blank
     # a share of --max-samples (0: none of it); finite, so shares can be split
     weight: float | None = Field(None, ge=0, allow_inf_nan=False)
     count: int | None = Field(None, ge=0)
@@ -220,6 +228,7 @@ class BuildArgs(Options):
     eot_tokens: Annotated[
         Strings | None,
         Cli(flags=("--eot-token",), action="append"),
+        EMPTY_IS_NONE,
         Field(
             description="extra stop token, added to generation_config.json's eos_token_id"
             " (repeatable; default: none)"
@@ -252,7 +261,7 @@ class BuildArgs(Options):
     near_dup_threshold: Annotated[
         float,
         Field(
-            ge=0,
+            gt=0,  # 0 is no threshold: the near deduper refuses it (it was a traceback)
             le=1,
             allow_inf_nan=False,
             description="Jaccard threshold for --dedup near ({default})",
@@ -261,6 +270,7 @@ class BuildArgs(Options):
     decontaminate: Annotated[
         PathList | None,
         Cli(action="append", metavar="FILE"),
+        EMPTY_IS_NONE,
         Field(
             description="benchmark prompts (a data file build reads, or .txt one per line); rows"
             " sharing a 13-word n-gram with one are removed (repeatable)"

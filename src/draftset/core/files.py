@@ -231,9 +231,14 @@ def is_recipe(path: str | Path) -> bool:
 
 
 def other_config_problem(path: str | Path) -> str | None:
-    """Why a source is a recipe in another format (``recipe.toml``), or None: a settings file,
-    not data (`is_recipe` tells a recipe by its suffix), was refused as an "unsupported file
-    type" of the data formats only."""
+    """Why a source is a recipe, in YAML (one recipe listing another) or in another format
+    (``recipe.toml``), or None: a settings file, not data (`is_recipe` tells a recipe by its
+    suffix), was refused as an "unsupported file type" of the data formats only."""
+    if is_recipe(path) and not Path(path).is_dir():  # a recipe among a recipe's sources
+        return (
+            f"source {path} is a recipe, not data: sources are data files (.jsonl, .json,"
+            " .parquet, .arrow) or folders of them"
+        )
     suffix = Path(path).suffix
     if suffix.lower() not in OTHER_CONFIG_SUFFIXES:
         return None

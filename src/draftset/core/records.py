@@ -91,6 +91,9 @@ class Conversation:
     tools: list[dict[str, Any]] | None = None
     # free-form facts carried along (e.g. thinking mode, server token ids from `generate`)
     meta: dict[str, Any] = field(default_factory=dict)
+    # the file inside a source of several files (relative to the source folder), else None:
+    # its reject lines name it (`in_file`)
+    file: str | None = None
 
 
 @dataclass(slots=True)
@@ -103,6 +106,9 @@ class PromptOnly:
     messages: list[Message]
     tools: list[dict[str, Any]] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # the file inside a source of several files (relative to the source folder), else None:
+    # its reject lines name it (`in_file`)
+    file: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Its prompts.jsonl line (what `generate` answers; verify compares it whole)."""
@@ -122,6 +128,9 @@ class PreTokenized:
     row: int
     input_ids: list[int]
     loss_mask: list[int]
+    # the file inside a source of several files (relative to the source folder), else None:
+    # its reject lines name it (`in_file`)
+    file: str | None = None
 
 
 @dataclass(slots=True)
@@ -133,15 +142,17 @@ class Reject:
     id: str | None
     reason: str
     message: str
+    # the file inside a source of several files (relative to the source folder), else None:
+    # its reject lines name it (`in_file`)
+    file: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "row": self.row,
-            "id": self.id,
-            "reason": self.reason,
-            "message": self.message,
-        }
+        """Its rejects.jsonl line: ``file`` only for a row of a source of several files."""
+        line: dict[str, Any] = {"source": self.source, "row": self.row}
+        if self.file is not None:
+            line["file"] = self.file
+        line.update(id=self.id, reason=self.reason, message=self.message)
+        return line
 
 
 class RowProblem(Exception):
@@ -163,3 +174,11 @@ class RowProblem(Exception):
 
 
 Normalized = Conversation | PromptOnly | PreTokenized | Reject
+
+
+def in_file(item: Normalized, file: str | None) -> Normalized:
+    """``item`` marked as a row of ``file`` (a source of several files; None: of one file):
+    every reject made of it later (selection, the row step) names that file too."""
+    if file is not None:
+        item.file = file
+    return item

@@ -121,8 +121,8 @@ def _alarm(seconds: float) -> Iterator[None]:
             raise RenderTimeout(_timeout_message(seconds))
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds, _RETRY_SECONDS)
-    try:
+    try:  # started inside: an alarm landing as it starts (1e-6 s) still disarms below
+        signal.setitimer(signal.ITIMER_REAL, seconds, _RETRY_SECONDS)
         yield
     finally:
         armed = False

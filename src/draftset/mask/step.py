@@ -19,7 +19,14 @@ import numpy as np
 
 from draftset.core import defaults, reasons
 from draftset.core.counters import Accounting, SourceCounts
-from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
+from draftset.core.records import (
+    Conversation,
+    Normalized,
+    PreTokenized,
+    PromptOnly,
+    Reject,
+    in_file,
+)
 from draftset.mask.encode import (
     EncodedRow,
     LengthRules,
@@ -151,9 +158,12 @@ class MaskStep:
             else:
                 res.rejects.append(out)
         for res in results:  # texts are big and the main process does not need them back
+            for reject in res.rejects:  # its reject lines name its file, as its own would
+                in_file(reject, res.item.file)
             if isinstance(res.item, Conversation):
                 self._note_facts(res)
-                res.item = Conversation(res.item.id, res.item.source, res.item.row, [])
+                item = res.item
+                res.item = Conversation(item.id, item.source, item.row, [], file=item.file)
             if res.plan_stats is not None:
                 for rp in res.plan_stats.rows:
                     rp.segments, rp.server_ids, rp.turn_of_segment = [], {}, {}

@@ -357,15 +357,16 @@ class Renderer:
         (it pins transformers < 5.21, whose `apply_chat_template` aliases nothing): a template
         that reads ``message.thinking`` alone (LFM2.5's) renders no reasoning there. Any other
         engine renders with transformers 5.21+, which adds ``thinking`` beside it."""
-        if self.serving_engine == "vllm":
-            return [
-                {**m, "reasoning": m["reasoning_content"]} if "reasoning_content" in m else m
-                for m in messages
-            ]
-        return [
-            {"thinking": m["reasoning_content"], **m} if "reasoning_content" in m else m
-            for m in messages
-        ]
+        vllm = self.serving_engine == "vllm"
+        alias = "reasoning" if vllm else "thinking"
+
+        def served(m: Message) -> Message:
+            given = {alias: m["reasoning_content"]}
+            # vLLM sets its field after the message's keys, over its own; transformers adds
+            # its alias first, a key of the message's own standing
+            return {**m, **given} if vllm else {**given, **m}
+
+        return [served(m) if "reasoning_content" in m else m for m in messages]
 
     def _unaliased(self, messages: list[Message]) -> bool:
         """Render these messages past transformers' public path, which would alias reasoning

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from draftset.core import defaults
 from draftset.core.errors import UsageError
+from draftset.core.files import is_recipe
 from draftset.output import DEFAULT_FORMAT, FORMATS, layout
 from draftset.output.base import Layout, RowAccess, rel_name
 from draftset.output.folder import MANIFEST_FORMAT
@@ -193,6 +194,11 @@ def open_output(folder: Path) -> OutputSet:
     if not folder.exists():
         raise NotADraftsetError(f"folder not found: {folder}")
     if not folder.is_dir():
+        if is_recipe(folder):  # `draftset build r.yaml`, then `draftset verify r.yaml`
+            raise NotADraftsetError(
+                f"{folder} is a recipe, not a set: give the folder its build wrote (the"
+                " recipe's out:)"
+            )
         raise NotADraftsetError(f"not a folder: {folder}")
     mpath = folder / "manifest.json"
     if not mpath.is_file():

@@ -695,7 +695,9 @@ def _first_rejects(path: Path, n: int = 3) -> list[str]:
     with path.open(encoding="utf-8") as f:
         for line in f:
             r = json.loads(line)
-            notes.append(f"reject {r.get('id') or r.get('row')}: {r['reason']}: {r['message']}")
+            where = r.get("id") or f"{r.get('source')} row {r.get('row')}"  # unparsed: no id
+            where += f" ({r['file']})" if r.get("file") else ""  # a source of several files
+            notes.append(f"reject {where}: {r['reason']}: {r['message']}")
             if len(notes) >= n:
                 break
     return notes

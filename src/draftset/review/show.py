@@ -154,10 +154,12 @@ def _not_in_set(out: OutputSet, row_id: str) -> str:
     prompts.jsonl, or unknown (with ids that do exist)."""
     if found := _line_with_id(out.folder / "rejects.jsonl", row_id):
         i, rec = found
+        file = f" (file {rec['file']})" if rec.get("file") else ""  # of a source of several
         return (
             f"id {row_id!r} is not in the set: it was rejected ({rec.get('reason')}:"
             f" {rec.get('message')}) — rejects.jsonl line {i}: source {rec.get('source')!r},"
-            f" row {rec.get('row')} of that source (its input row, not a --row of the set)"
+            f" row {rec.get('row')} of that source{file} (its input row, not a --row of the"
+            " set)"
         )
     if found := _line_with_id(out.folder / "prompts.jsonl", row_id):
         return (

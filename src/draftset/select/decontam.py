@@ -98,12 +98,15 @@ class NoBenchmarkPrompts(UsageError):
 def check_benchmark_file(path: str | Path) -> None:
     """Raise `NoBenchmarkPrompts` unless ``path`` gives a prompt (reads up to its first one):
     `build` checks each ``--decontaminate`` file so before any work."""
-    if _is_txt(Path(path)):  # the whole file: a byte that is not UTF-8 fails the build later
+    if _is_txt(Path(path)):  # read once, whole: a byte that is not UTF-8 fails the build later
         try:
-            Path(path).read_bytes().decode("utf-8")
+            text = Path(path).read_bytes().decode("utf-8")
         except UnicodeDecodeError as exc:
             raise UsageError(_not_utf8(Path(path), exc)) from None
-    if next(_items(Path(path)), None) is None:
+        prompts = bool(text.strip())  # a non-blank line, as `_txt_items` reads one
+    else:
+        prompts = next(_items(Path(path)), None) is not None
+    if not prompts:
         raise NoBenchmarkPrompts(_no_prompts(Path(path)))
 
 

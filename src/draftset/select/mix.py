@@ -29,7 +29,14 @@ import numpy as np
 from draftset.core import defaults, reasons
 from draftset.core.counters import Accounting, SourceCounts
 from draftset.core.modes import row_mode
-from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, RawRow
+from draftset.core.records import (
+    Conversation,
+    Normalized,
+    PreTokenized,
+    PromptOnly,
+    RawRow,
+    in_file,
+)
 from draftset.core.words import plural
 from draftset.select.decontam import Decontaminator, load_benchmark_prompts
 from draftset.select.dedup import make_dedupers
@@ -192,7 +199,8 @@ def _stream(
                 counts.sampled_out += 1
                 continue
             item = read_item(raw, norm, counts)
-            item = apply(item, decider.decide(raw.source, raw.row, scanner.facts(item, raw.file)))
+            facts = scanner.facts(item, raw.file)
+            item = in_file(apply(item, decider.decide(raw.source, raw.row, facts)), raw.file)
             if keep is not None and not keep(item):
                 counts.sampled_out += 1
                 continue

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from draftset.core.counters import Accounting, SourceCounts
-from draftset.core.records import Normalized
+from draftset.core.records import Normalized, in_file
 from draftset.select.facts import Decider, Decision, RowFacts, Scanner, apply
 from draftset.select.mix import Filters, SelectionSpec, read_item
 from draftset.sources.presets import source_normalizer
@@ -129,7 +129,7 @@ class Readers:
         assert task.decisions is not None
         decisions, norm, counts = task.decisions, self.normalizer(task.source), SourceCounts()
         for i, raw in task.offsets():
-            yield apply(read_item(raw, norm, counts), decisions.get(i))
+            yield in_file(apply(read_item(raw, norm, counts), decisions.get(i)), raw.file)
 
 
 def _selected(chosen: np.ndarray | None, rows: int) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from draftset.core.digests import DigestTable, digest64
-from draftset.core.records import Conversation, Normalized, PromptOnly, RawRow, Reject
+from draftset.core.records import Conversation, Normalized, PromptOnly, RawRow, Reject, in_file
 from draftset.sources.normalize import normalize
 
 _OFFSET_BITS = 48
@@ -66,10 +66,11 @@ class Overlay:
         if line is None:
             return item
         if "reason" in line:
-            return Reject(item.source, item.row, item.id, str(line["reason"]), str(line["message"]))
+            reason, message = str(line["reason"]), str(line["message"])
+            return in_file(Reject(item.source, item.row, item.id, reason, message), item.file)
         data = {k: v for k, v in line.items() if k in ("messages", "tools", "metadata")}
         data["id"] = item.id
-        return normalize(RawRow(item.source, item.row, data), "messages")
+        return in_file(normalize(RawRow(item.source, item.row, data), "messages"), item.file)
 
     def close(self) -> None:
         for f in self._files:

@@ -88,6 +88,11 @@ def is_hf_dataset_dir(path: Path) -> bool:
     )
 
 
+def is_data_name(path: str | os.PathLike[str]) -> bool:
+    """Whether the name is a data file's draftset reads (``.jsonl``, ``.json.gz``, ...)."""
+    return _name_kind(Path(path)) is not None
+
+
 def _name_kind(path: Path) -> tuple[str, str | None] | None:
     """(container kind, compression from the name) of a supported file name, else None."""
     name = path.name.lower()
