@@ -306,6 +306,53 @@ def test_rows_cut_by_truncation_equal_vllms_render(
     assert max_length in lengths, "no row was cut: the test would prove nothing"
 
 
+def test_harmony_rows_cut_in_a_later_context_equal_vllms_render(
+    servers: dict[str, str], tmp_path: Path
+) -> None:
+    """gpt-oss, `--turns all`, cut by `--truncation truncate` a few tokens after a row's first
+    generation: a row with later turns then ends inside the next turn's context (a tool's
+    result, a user turn), the first tokens of vLLM's prompt for that turn. Verify failed such
+    rows of a right set ("context after the last generation": real ToolBench and tool-use rows,
+    session 29)."""
+    from draftset.checks.serving import _runs
+    from draftset.output.readback import open_output
+
+    model = model_folder("gpt_oss", tmp_path / "models")
+
+    def built(out: Path, **cut: object) -> Path:
+        api.build(
+            sources=[str(CONVERSATIONS)],
+            tokenizer=str(model),
+            chat_template=str(trl_template("gptoss")),
+            out=str(out),
+            workers=1,
+            progress=False,
+            **cut,
+        )
+        return out
+
+    whole = open_output(built(tmp_path / "whole"))
+    ends = sorted(
+        runs[0][1]
+        for i in range(len(whole.ids()))
+        if len(runs := _runs(whole.row(i)["loss_mask"])) > 1
+    )
+    assert ends, "no row supervises two turns: the test would prove nothing"
+    max_length = ends[len(ends) // 2] + 3
+    out = built(
+        tmp_path / "cut", max_length=max_length, truncation="truncate", min_supervised_tokens=1
+    )
+    folder = open_output(out)
+    rows = [folder.row(i) for i in range(len(folder.ids()))]
+    assert any(
+        len(r["input_ids"]) == max_length and _runs(r["loss_mask"])[-1][1] < max_length
+        for r in rows
+    ), "no row was cut in a later turn's context: the test would prove nothing"
+    result = api.verify(out, render_server=servers["gpt_oss"], speculators=False)
+    check = _render_check(result)
+    assert check.status == "pass", (check.summary, check.details.get("messages"))
+
+
 def test_tools_as_given_fail_against_vllm(servers: dict[str, str], tmp_path: Path) -> None:
     """The pre-engine behaviour (tools rendered as given) differs from what vLLM feeds the
     model after the tools block; verify --render-server names the rows and the position."""

@@ -838,3 +838,101 @@ def test_runs_that_match_no_turn_are_one_kind_in_the_summary() -> None:
         assert str(start) in lost
         kinds.add(_kind(lost))
     assert len(kinds) == 1 and not any(ch.isdigit() for ch in next(iter(kinds))), kinds
+
+
+def test_render_server_accepts_a_harmony_row_cut_in_a_later_turns_context(tmp_path: Path) -> None:
+    """gpt-oss under vLLM (harmony), `--turns all`, `--truncation truncate`: a row cut after a
+    tool call's generation ends inside the tool's result, the context of the next turn. The
+    harmony rule "the row ends with its last generation" failed every such row of a right set
+    (real ToolBench and reasoning-tool-use rows against vLLM, session 29); the row is the first
+    tokens of the server's prompt for that later turn. A changed context token still fails."""
+    from draftset.checks.mask import load_template
+    from draftset.checks.serving import _runs, check_render_server, check_row
+    from draftset.core.records import RawRow
+    from draftset.output.readback import open_output
+    from draftset.sources.normalize import normalize
+
+    lenml = Path(sys.prefix) / "share" / "draftset-test-tokenizers" / "lenml" / "gptoss"
+    if not (lenml / "tokenizer.json").is_file():
+        pytest.fail(f"{lenml}/tokenizer.json is missing: run `scripts/setup.sh test`")
+    model = tmp_path / "gptoss"
+    model.mkdir()
+    for f in lenml.iterdir():
+        (model / f.name).symlink_to(f)
+    for f in (REPO / "tests" / "data" / "serving" / "models" / "gpt_oss").glob("*.json"):
+        (model / f.name).write_text(f.read_text())
+    weather = "Sunny and 21 degrees, light wind from the west, no rain expected. " * 6
+    row = {
+        "id": "loop",
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": "Current weather for a city.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"city": {"type": "string"}},
+                        "required": ["city"],
+                    },
+                },
+            }
+        ],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": weather},
+            {"role": "assistant", "content": "It is sunny in Paris."},
+        ],
+    }
+    src = tmp_path / "c.jsonl"
+    src.write_text(json.dumps(row) + "\n")
+
+    def built(out: Path, **cut: Any) -> Any:
+        api.build(
+            sources=[src],
+            tokenizer=str(model),
+            chat_template=str(trl_template("gptoss")),
+            out=out,
+            workers=1,
+            progress=False,
+            **cut,
+        )
+        return open_output(out)
+
+    whole = built(tmp_path / "whole").row(0)
+    first_end = _runs(whole["loss_mask"])[0][1]
+    assert first_end + 20 < len(whole["input_ids"]), "the tool result is too short to cut in"
+    cut = first_end + 10  # inside the tool result after the call
+    folder = built(tmp_path / "cut", max_length=cut, truncation="truncate", min_supervised_tokens=1)
+    tmpl = load_template(folder.manifest, None)
+    assert tmpl.harmony is not None
+    built_row = folder.row(0)
+    ids, mask = [int(i) for i in built_row["input_ids"]], built_row["loss_mask"]
+    assert len(ids) == cut and _runs(mask)[-1][1] < cut, "the cut is not in a later context"
+
+    class HarmonyServer:  # vLLM's harmony prompt (mask/harmony.py, proven against vLLM)
+        url, model = "local", "stand-in"
+
+        def render(self, messages, tools, kwargs, generation_prompt, continue_final=False):
+            assert generation_prompt and tmpl.harmony is not None
+            return tmpl.harmony.prompt_ids(messages, tools, kwargs)
+
+    result = check_render_server(folder, tmpl, HarmonyServer(), None, 0)
+    assert result.status == "pass", result.to_json()
+    conv = normalize(RawRow("c", 0, row))
+    kwargs = dict(folder.manifest["template"].get("kwargs") or {})
+    assert check_row(HarmonyServer(), tmpl, conv, "loop", ids, mask, "all", kwargs, True) == []
+    ids[-2] = ids[-3]  # a context token the server's prompt does not have
+    problems = check_row(HarmonyServer(), tmpl, conv, "loop", ids, mask, "all", kwargs, True)
+    assert any("context after the last generation" in p for p in problems), problems

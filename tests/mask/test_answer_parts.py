@@ -55,6 +55,12 @@ def test_the_rule_reads_the_parts_and_still_catches_a_drop():
     assert reasons.drops_content(msg, "<|im_end|>", parts)
     assert reasons.drops_content(msg, "Green.Red.<|im_end|>", parts)
     assert reasons.drops_content(msg, "Red.Green.<|im_end|>")  # the string was given: joined
+    # the reject line says what is missing (session 29)
+    assert reasons.dropped_content(msg, "<|im_end|>", parts) == "its text"
+    call = {"function": {"name": "get_weather", "arguments": "{}"}}
+    assert reasons.dropped_content(assistant("", tool_calls=[call]), "<|eot_id|>") == (
+        "its call to 'get_weather'"
+    )
 
 
 def test_a_tool_name_the_answer_mentions_is_no_call():

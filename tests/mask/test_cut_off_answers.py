@@ -210,5 +210,9 @@ def test_an_all_reasoning_answer_the_template_drops_is_rejected_in_build_and_ver
     ]
     out = build_rows(tmp_path / "llama", rows, llama32_tokenizer_dir(), trl_template("llama3_2"))
     assert rejects(out)["silent"]["reason"] == "template_drops_content"
+    assert rejects(out)["silent"]["message"] == (  # what is missing (session 29)
+        "the template's render of assistant message 1 does not contain its reasoning"
+        " (the answer is all reasoning)"
+    )
     assert sorted(set_rows(out)) == ["fine"]
     assert not failed(run_verify(out, speculators=False))

@@ -275,6 +275,13 @@ def test_two_calls_in_one_message_are_refused_under_harmony(folder: Path) -> Non
     for turns in ("each", "all"):
         _, plan = _plan(folder, row, turns)
         assert not plan.rows and [r.reason for r in plan.rejects] == ["template_drops_content"]
+        # the line says why (it said "does not contain its text (or the name of a tool it
+        # calls)" of a message without text whose render holds both calls: real tool-use rows
+        # against vLLM, session 29)
+        assert plan.rejects[0].message == (
+            "the template's render of assistant message 1 does not contain all 2 of its tool"
+            " calls ('get_weather': 1 of 2; the generation ends at its first stop token)"
+        )
 
 
 def test_a_refusal_part_is_refused_under_harmony(folder: Path) -> None:

@@ -386,8 +386,16 @@ def check_row(
                 )
         if tmpl.harmony is not None:
             # the server renders history, not generations: the row must end with its last
-            # generation, whose context was compared above
-            if runs and runs[-1][1] != len(ids):
+            # generation, whose context was compared above; a row cut by truncation after it
+            # ends inside a later turn's context, a prefix of that turn's prompt
+            if (
+                runs
+                and runs[-1][1] != len(ids)
+                and not (
+                    truncated_row
+                    and _prefix_of_a_prompt(server, msgs, tools, kwargs, candidates[pointer:], ids)
+                )
+            ):
                 problems.append(
                     f"the row's text differs from the server's render (first differing token"
                     f" {runs[-1][1]}: context after the last generation)"
@@ -411,6 +419,22 @@ def check_row(
     except RenderRefused as exc:
         problems.append(f"the server refused the row: {exc}")
     return problems
+
+
+def _prefix_of_a_prompt(
+    server: Renders,
+    msgs: list[dict[str, Any]],
+    tools: Any,
+    kwargs: dict[str, Any],
+    later: list[int],
+    ids: list[int],
+) -> bool:
+    """The row is the first tokens of the server's prompt for one of the ``later`` turns."""
+    for j in later:
+        p = server.render(msgs[:j], tools, kwargs, True)
+        if p[: len(ids)] == ids:
+            return True
+    return False
 
 
 def _next_header(

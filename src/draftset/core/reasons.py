@@ -445,9 +445,15 @@ def drops_content(msg: dict, generation: str, parts: list[str] | None = None) ->
     it would teach markup alone. ``parts``: the texts of an answer the row gave as several
     parts (`answer_parts`), which a template that loops over parts joins its own way
     (Qwen3.6 ``Red.Green.``, Mistral ``Red.\n\nGreen.``): each in order is its text then."""
+    return dropped_content(msg, generation, parts) is not None
+
+
+def dropped_content(msg: dict, generation: str, parts: list[str] | None = None) -> str | None:
+    """What `drops_content` finds missing from the generation, in words for the reject line
+    (None: nothing)."""
     text = str(msg.get("content") or "").strip()
     if text and text not in generation and not (parts and _in_order(parts, generation)):
-        return True
+        return "its text"
     names = [str((c.get("function") or {}).get("name")) for c in msg.get("tool_calls") or ()]
     reasoning = str(msg.get("reasoning_content") or "").strip()
     # each call writes its name: two calls of one tool need it twice (gpt-oss writes only the
@@ -457,11 +463,20 @@ def drops_content(msg: dict, generation: str, parts: list[str] | None = None) ->
     for said in (text, reasoning, *(p.strip() for p in parts or ())):
         if said:
             calls = calls.replace(said, "", 1)
-    if any(calls.count(n) < names.count(n) for n in set(names)):
-        return True
+    for n in dict.fromkeys(names):
+        want, got = names.count(n), calls.count(n)
+        if got < want:
+            if len(names) == 1:
+                return f"its call to {n!r}"
+            return (
+                f"all {len(names)} of its tool calls ({n!r}: {got} of {want}; the generation"
+                " ends at its first stop token)"
+            )
     # an answer that is all reasoning, under a template that drops reasoning (Llama): the
     # generation would be the end-of-turn token alone
-    return not text and not names and bool(reasoning) and reasoning not in generation
+    if not text and not names and reasoning and reasoning not in generation:
+        return "its reasoning (the answer is all reasoning)"
+    return None
 
 
 def answer_parts(meta: dict, j: int) -> list[str] | None:

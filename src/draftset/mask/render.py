@@ -99,14 +99,13 @@ class _Turn:
     continued: str | None = None
 
 
-def _drops_reject(conv: Conversation, j: int, row_id: str | None = None) -> Reject:
+def _drops_reject(conv: Conversation, j: int, what: str, row_id: str | None = None) -> Reject:
     return Reject(
         conv.source,
         conv.row,
         row_id or conv.id,
         reasons.TEMPLATE_DROPS_CONTENT,
-        f"the template's render of assistant message {j} does not contain its text"
-        " (or the name of a tool it calls)",
+        f"the template's render of assistant message {j} does not contain {what}",
     )
 
 
@@ -428,8 +427,9 @@ def _plan_whole(
                 start = len(turn.prompt)
                 if full.startswith(turn.prompt) and full.startswith(turn.generation, start):
                     parts = reasons.answer_parts(conv.meta, j)
-                    if reasons.drops_content(originals[j], turn.generation, parts):
-                        plan.rejects.append(_drops_reject(conv, j))
+                    what = reasons.dropped_content(originals[j], turn.generation, parts)
+                    if what is not None:
+                        plan.rejects.append(_drops_reject(conv, j, what))
                         return
                     if reasons.placeholder_as_rendered(originals[j], turn.generation, placeholders):
                         plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
@@ -514,8 +514,9 @@ def _plan_each(
             continue
         assert turn.prompt is not None and turn.generation is not None
         parts = reasons.answer_parts(conv.meta, j)
-        if reasons.drops_content(originals[j], turn.generation, parts):
-            plan.rejects.append(_drops_reject(conv, j, row_id))
+        what = reasons.dropped_content(originals[j], turn.generation, parts)
+        if what is not None:
+            plan.rejects.append(_drops_reject(conv, j, what, row_id))
             continue
         if reasons.placeholder_as_rendered(originals[j], turn.generation, placeholders):
             plan.context_turns[reasons.TURN_PLACEHOLDER] += 1

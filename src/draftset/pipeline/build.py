@@ -548,9 +548,17 @@ def _template_variables(text: str) -> set[str] | None:
         root = quick_parse(text)
     except jinja2.TemplateError:
         return None
-    # a name the template also sets ({% set reasoning_content = ... %}) is none of its inputs
+    # a name the template also sets ({% set reasoning_content = ... %}) is none of its inputs,
+    # unless it asks whether it was given (`{% if not thinking is defined %}{% set thinking =
+    # false %}`: DeepSeek-V3.1's own template) or gives it a default (`thinking | default`)
     stored = {n.name for n in root.find_all(jinja2.nodes.Name) if n.ctx == "store"}
-    return set(meta.find_undeclared_variables(root)) - stored
+    asked = {
+        n.node.name
+        for n in root.find_all((jinja2.nodes.Test, jinja2.nodes.Filter))
+        if n.name in ("defined", "undefined", "default", "d")
+        and isinstance(n.node, jinja2.nodes.Name)
+    }
+    return set(meta.find_undeclared_variables(root)) - (stored - asked)
 
 
 _OBJECT_ARGUMENTS_ENGINES = {"vllm": "vLLM", "sglang": "SGLang"}
