@@ -85,3 +85,18 @@ def supervised_text(row: dict, tokenizer: Path) -> list[str]:
     return [
         tok.decode(ids[a:b].tolist(), skip_special_tokens=False) for a, b in edges.reshape(-1, 2)
     ]
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+"""The one tool of the serving tests' tool-calling rows."""

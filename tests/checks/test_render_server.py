@@ -43,6 +43,7 @@ from conftest import REPO, llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_templ
 from content_formats import EDGE_TEMPLATES
 from families import FAMILIES, make_tokenizer, templates_dir
 from real_families import REAL_FAMILIES, tekken_file
+from rows import WEATHER_TOOL
 
 from draftset import api
 
@@ -386,20 +387,7 @@ MISTRAL_CONVERSATIONS = [
     },
     {
         "id": "tool",
-        "tools": [
-            {
-                "type": "function",
-                "function": {
-                    "name": "get_weather",
-                    "description": "Current weather for a city.",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {"city": {"type": "string"}},
-                        "required": ["city"],
-                    },
-                },
-            }
-        ],
+        "tools": [WEATHER_TOOL],
         "messages": [
             {"role": "user", "content": "Weather in Paris?"},
             {

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO, llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
+from rows import WEATHER_TOOL
 
 from draftset import api
 from draftset.core.errors import UsageError
@@ -864,20 +865,7 @@ def test_render_server_accepts_a_harmony_row_cut_in_a_later_turns_context(tmp_pa
     weather = "Sunny and 21 degrees, light wind from the west, no rain expected. " * 6
     row = {
         "id": "loop",
-        "tools": [
-            {
-                "type": "function",
-                "function": {
-                    "name": "get_weather",
-                    "description": "Current weather for a city.",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {"city": {"type": "string"}},
-                        "required": ["city"],
-                    },
-                },
-            }
-        ],
+        "tools": [WEATHER_TOOL],
         "messages": [
             {"role": "user", "content": "Weather in Paris?"},
             {
