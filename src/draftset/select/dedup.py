@@ -2,8 +2,9 @@
 
 Both are streaming steps for the main process: call ``check(item)`` on every normalized item in
 stream order; it returns a `Reject` (the row is a duplicate of one already kept) or None (keep
-it, and it is now the one later copies are compared to). The first occurrence wins, so the
-priority is the stream order: sources in recipe / command-line order, then rows in file order.
+it, and it is now the one later copies are compared to). The first occurrence wins (of the
+copies that can train, below), so the priority is the stream order: sources in recipe /
+command-line order, then rows in file order.
 
 Only `Conversation` and `PromptOnly` items take part; rejects and pre-tokenized rows pass.
 A prompt-only row is only ever a duplicate of another prompt-only row (exact: its key has no

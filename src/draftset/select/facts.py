@@ -114,7 +114,7 @@ class Scanner:
 class Decider:
     """The ordered choices of one pass, made on facts in input order: a row's id, or its
     source-prefixed id when taken (`IdRegistry`), then decontamination, exact and near dedup
-    (the first copy in input order is kept). The counters stay in ``filters``."""
+    (the first copy in input order that can train is kept). The counters stay in ``filters``."""
 
     def __init__(self, filters: Filters) -> None:
         self.filters = filters
