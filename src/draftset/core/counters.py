@@ -17,6 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from draftset.core.words import fmt_counts, plural
+
 
 @dataclass
 class SourceCounts:
@@ -225,15 +227,13 @@ def _sampled_note(label: str, group: Any, what: str) -> str | None:
     sampled = sum(_n(c, "read") for c in rows)
     queued = sum(_n(c, "needs_generation") for c in rows)
     parts = [
-        f"{sampled:,} row{'' if sampled == 1 else 's'} sampled (before dedup and the row step)",
+        f"{plural(sampled, 'row')} sampled (before dedup and the row step)",
         f"{sum(_n(c, 'written') for c in rows):,} written",
     ]
     if queued:
         parts.append(f"{queued:,} queued for generation")
-    reasons = ", ".join(f"{k}={v:,}" for k, v in sorted(rejected.items()))
-    parts.append(f"{sum(rejected.values()):,} rejected ({reasons})")
-    were = "row was" if left == 1 else "rows were"
+    parts.append(f"{sum(rejected.values()):,} rejected ({fmt_counts(dict(rejected))})")
     return (
         f"{label}: {', '.join(parts)}: rejected rows are not replaced;"
-        f" {left:,} {were} not sampled: raise {what} to get more"
+        f" {plural(left, 'row was', 'rows were')} not sampled: raise {what} to get more"
     )

@@ -66,8 +66,11 @@ def can_train(
         return answered is not None
     if not isinstance(item, Conversation):
         return True
-    regenerated = answered == "all" or reasons.all_padded_answers(item, placeholders)
-    if answered is not None and regenerated and not item.meta.get(NOT_TRAINED):
+    if (  # in `run`, the rows the target answers (a build skips this at its first test)
+        answered is not None
+        and not item.meta.get(NOT_TRAINED)
+        and (answered == "all" or reasons.all_padded_answers(item, placeholders))
+    ):
         return True
     return reasons.may_supervise(item.messages, item.meta, turns, placeholders)
 
@@ -89,8 +92,7 @@ class Scanner:
         self.decontaminator = filters.decontaminator
         self.exact = any(isinstance(d, ExactDeduper) for d in filters.dedupers)
         self.near = next((d for d in filters.dedupers if isinstance(d, NearDeduper)), None)
-        spec = filters.spec
-        self.trains = (spec.turns, spec.placeholders, spec.answered) if filters.dedupers else None
+        self.trains = filters.spec.trains if filters.dedupers else None
 
     def facts(self, item: Normalized, file: str | None) -> RowFacts:
         kind = kind_of(item)
@@ -107,7 +109,7 @@ class Scanner:
             ExactDeduper.key(item) if self.exact else 0,
             self.decontaminator.find(item) if self.decontaminator is not None else None,
             self.near.hashes(item) if self.near is not None else None,
-            self.trains is None or can_train(item, *self.trains),
+            self.trains is None or self.trains(item),
         )
 
 

@@ -70,6 +70,10 @@ class SelectionSpec:
     placeholders: tuple[str, ...] = reasons.DEFAULT_PLACEHOLDERS
     answered: str | None = None
 
+    def trains(self, item: Normalized) -> bool:
+        """`can_train` under this run's turns, placeholders and answers (dedup, the mix)."""
+        return can_train(item, self.turns, self.placeholders, self.answered)
+
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         for elsewhere in ("sources", "template_kwargs", "turns", "placeholders", "answered"):
@@ -225,9 +229,7 @@ def _is_candidate(item: Normalized, spec: SelectionSpec) -> bool:
     never chosen in place of one that can."""
     if isinstance(item, PreTokenized):
         return True
-    return isinstance(item, Conversation) and can_train(
-        item, spec.turns, spec.placeholders, spec.answered
-    )
+    return isinstance(item, Conversation) and spec.trains(item)
 
 
 def _mix_selection(spec: SelectionSpec) -> tuple[set[tuple[str, int]], dict[str, Any]]:
