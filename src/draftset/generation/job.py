@@ -43,6 +43,7 @@ from draftset.generation.resume import (
 from draftset.generation.runner import Runner
 from draftset.generation.store import (
     RunLock,
+    WriteFailed,
     check_output_path,
     errors_path,
     lock_path,
@@ -219,16 +220,22 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
         runner.progress = progress
         try:
             await _drive(runner, opts, done)
-        except NoEndpoint as exc:
+        except (NoEndpoint, WriteFailed) as exc:  # no server, or no room: stop, resumable
             result.aborted = str(exc)
         finally:
-            runner.out.close()
-            runner.errors.close()
+            for writer in (runner.out, runner.errors):
+                try:
+                    writer.close()
+                except WriteFailed as exc:  # its last lines may not be on disk: not finished
+                    result.aborted = result.aborted or str(exc)
             await pool.close()
             result.ejections = {ep.url: ep.ejections for ep in pool.endpoints if ep.ejections}
             result.cooldowns = {ep.url: ep.cooldowns for ep in pool.endpoints if ep.cooldowns}
             result.seconds = time.monotonic() - t0
-        record_end(opts, run_file, result)  # its lines are synced: the run file says so now
+        try:
+            record_end(opts, run_file, result)  # its lines are synced: the run file says so now
+        except OSError as exc:  # it still says finished: false, which a rerun corrects
+            result.aborted = result.aborted or str(WriteFailed(run_path(opts.out), exc))
     return result
 
 

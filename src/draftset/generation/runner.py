@@ -42,7 +42,9 @@ from draftset.generation.outcomes import (
 )
 from draftset.generation.store import (
     LineWriter,
+    WriteFailed,
     errors_path,
+    run_path,
     write_run,
 )
 from draftset.mask.ambient import now_iso
@@ -214,7 +216,10 @@ class Runner:
         run = self.run_file
         if run is not None and reported not in run["reported_models"]:
             run["reported_models"].append(reported)
-            write_run(self.opts.out, run)
+            try:
+                write_run(self.opts.out, run)
+            except OSError as exc:  # a full disk: stop, resumable (`WriteFailed`)
+                raise WriteFailed(run_path(self.opts.out), exc) from None
 
     def fail(self, line: dict[str, Any], job: Job | None = None) -> None:
         """Write an error line; for a row that was asked about, with its input digest (a

@@ -9,6 +9,7 @@ out of order.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -122,6 +123,17 @@ def drop_ids(path: Path, ids: set[str]) -> int:
     return dropped
 
 
+class WriteFailed(Exception):
+    """A line could not be written, or the lines could not be synced, to ``path`` (a full
+    disk, a quota, an I/O error): the run stops, resumable, with one line saying so. The
+    file was cut back to its last whole line: nothing half-written stays behind."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        why = exc.strerror or str(exc)
+        super().__init__(f"cannot write {path}: {why} (every line before it is kept)")
+        self.path = path
+
+
 class LineWriter:
     """Appends JSON lines atomically; fsyncs every few lines / seconds and on close."""
 
@@ -130,6 +142,7 @@ class LineWriter:
         self.path = path
         self.ascii_fallback = ascii_fallback
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.size = os.fstat(self.fd).st_size  # end of the last whole line (one writer: the lock)
         self.lines = 0
         self._unsynced = 0
         self._last_sync = time.monotonic()
@@ -146,9 +159,15 @@ class LineWriter:
                 raise
             data = (json.dumps(obj, ensure_ascii=True) + "\n").encode("ascii")
         view = memoryview(data)
-        while view:  # one write in practice; loop only if the kernel writes part of it
-            n = os.write(self.fd, view)
-            view = view[n:]
+        try:
+            while view:  # one write in practice; loop only if the kernel writes part of it
+                n = os.write(self.fd, view)
+                view = view[n:]
+        except OSError as exc:  # a full disk writes what fits, then fails: cut that part
+            with contextlib.suppress(OSError):  # else a rerun cuts the torn line (`recover`)
+                os.ftruncate(self.fd, self.size)
+            raise WriteFailed(self.path, exc) from None
+        self.size += len(data)
         self.lines += 1
         self._unsynced += 1
         if (
@@ -159,15 +178,20 @@ class LineWriter:
 
     def sync(self) -> None:
         if self._unsynced:
-            os.fsync(self.fd)
+            try:
+                os.fsync(self.fd)
+            except OSError as exc:  # the lines since the last sync may be lost: stop
+                raise WriteFailed(self.path, exc) from None
             self._unsynced = 0
         self._last_sync = time.monotonic()
 
     def close(self) -> None:
         if self.fd >= 0:
-            self.sync()
-            os.close(self.fd)
-            self.fd = -1
+            try:
+                self.sync()
+            finally:
+                os.close(self.fd)
+                self.fd = -1
 
 
 # --- one writer per output: the lock ------------------------------------------------------------
