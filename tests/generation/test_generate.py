@@ -295,6 +295,25 @@ def test_tool_results_replayed_or_mismatch(tmp_path: Path, server: FaultServer) 
     assert "get_time" in errors["other"]["message"] and errors["other"]["messages"]
 
 
+def test_recorded_calls_without_ids_are_replayed(tmp_path: Path, server: FaultServer) -> None:
+    """Recorded tool calls and results without ids (glaive's function_call / observation
+    turns read so): the results are replayed in order, keyed to the model's call ids. The
+    replay looked up the result's missing ``tool_call_id`` among the calls' missing ids and
+    the run died with a traceback (KeyError)."""
+    row = _tool_row("noids", "weather? [call:get_weather]", "get_weather")
+    del row["messages"][1]["tool_calls"][0]["id"]
+    del row["messages"][2]["tool_call_id"]
+    src = write_rows(tmp_path / "in.jsonl", [row, {"id": "plain", "prompt": "hello"}])
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url) == 0
+    written = by_id(out)
+    assert set(written) == {"noids", "plain"}, read_lines(tmp_path / "o.errors.jsonl")
+    msgs = written["noids"]["messages"]
+    assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "assistant"]
+    assert msgs[2]["tool_call_id"] == msgs[1]["tool_calls"][0]["id"]
+    assert msgs[2]["name"] == "get_weather" and msgs[2]["content"] == "sunny, 21C"
+
+
 def test_length_kept_with_flag(tmp_path: Path, server: FaultServer) -> None:
     src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "turns": ["cut [length]", "never asked"]}])
     out = tmp_path / "o.jsonl"
