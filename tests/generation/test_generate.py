@@ -232,6 +232,28 @@ def test_turn_by_turn_carries_the_models_own_answers(tmp_path: Path, server: Fau
         assert not any("RECORDED" in (m.get("content") or "") for m in req["messages"])
 
 
+def test_gateway_408_is_retried_like_a_timeout(tmp_path: Path, server: FaultServer) -> None:
+    """A gateway in front of the servers (nginx, a cloud load balancer) answers 408 when it
+    timed out waiting, and a 502 page when the server behind it restarts: both are passing
+    failures, retried (the OpenAI client retries 408 too). A 408 was final, `http_4xx`: the
+    row was lost for a hiccup."""
+    rows = [
+        {"id": "gw408", "prompt": "behind a gateway [408x2]"},
+        {"id": "gw502", "prompt": "behind a gateway [502x2]"},
+        {"id": "gone", "prompt": "gateway always timing out [408x99]"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url, extra=["--max-retries", "3"]) == 0
+    assert set(by_id(out)) == {"gw408", "gw502"}, read_lines(tmp_path / "o.errors.jsonl")
+    gone = by_id(tmp_path / "o.errors.jsonl")["gone"]
+    assert (gone["reason"], gone["error_kind"], gone["attempts"]) == (
+        "retries_exhausted",
+        "http_408",
+        4,
+    )
+
+
 def _tool_row(row_id: str, prompt: str, name: str) -> dict[str, Any]:
     call = {
         "id": "rec_1",
