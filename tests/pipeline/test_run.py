@@ -1160,6 +1160,24 @@ def test_a_generate_stage_that_answered_no_row_fails_the_run(
     assert not (tmp_path / "recipe-out" / "manifest.json").exists()
 
 
+def test_a_server_rendering_other_prompts_for_every_answer_fails_the_run(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """A server started with another chat template or tokenizer than the recipe's (its prompt
+    token ids, `return_token_ids: true`, never the recipe's render): build rejected every
+    answered row `server_prompt_differs`, and the run said `verified`, exit 0, with none of
+    the target's answers in the set. It fails at the build, naming the cause."""
+    with FaultServer() as srv:  # its prompt_token_ids are 0, 1, 2, ...: no template's render
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url, return_token_ids=True)
+        with pytest.raises(run_state.RunFailed) as exc:
+            _run(recipe)
+    msg = str(exc.value)
+    assert "server_prompt_differs" in msg and "every answered row" in msg, msg
+    assert "chat template or tokenizer" in msg and "--restart" in msg, msg
+    rejects = _rejects(tmp_path / "recipe-out")  # the set is there, to inspect
+    assert rejects["p-1"]["reason"] == "server_prompt_differs"
+
+
 def test_a_recipes_extra_body_contradicting_its_sampling_keys_is_exit_2(
     tmp_path: Path, qwen3_dir: Path
 ) -> None:

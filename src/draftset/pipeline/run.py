@@ -40,6 +40,7 @@ from draftset.checks.verify import run_verify
 from draftset.config.schema import GenerateSection
 from draftset.console import progress_bar
 from draftset.core import defaults
+from draftset.core.reasons import SERVER_PROMPT_DIFFERS
 from draftset.core.words import fmt_counts, plural
 from draftset.generation.options import (
     GenerateUsageError,
@@ -51,7 +52,7 @@ from draftset.generation.options import (
 from draftset.generation.store import RunLock, StoreError
 from draftset.mask.template import _resolve_tokenizer_path
 from draftset.output.folder import is_report_file
-from draftset.pipeline.run_answers import answer_queue, generate_options
+from draftset.pipeline.run_answers import answer_queue, every_answer_differs, generate_options
 from draftset.pipeline.run_resume import (
     OVERLAY_FILES,
     open_state,
@@ -143,6 +144,9 @@ def _build(opts: RunOptions, state: RunState, work: Path, say: Callable[[str], N
         if total.rejected
         else f"build: {plural(total.written, 'row')} written, none rejected"
     )
+    differs = total.rejected.get(SERVER_PROMPT_DIFFERS, 0)
+    if why := every_answer_differs(work, opts.build.out, differs):  # not verified, not exit 0
+        raise RunFailed(why)
     for note in result.notes:  # what build says beside its table (rows lost with a kept copy)
         say(f"build: note: {note}")
     return result
