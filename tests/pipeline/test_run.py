@@ -368,6 +368,34 @@ def test_changed_model_or_recipe_refused_unless_restart(
     assert {json.loads(x)["metadata"]["model"] for x in answers} == {"another-model"}
 
 
+@pytest.mark.parametrize("stop_at", [".arrow", "queue.jsonl"])
+def test_a_restart_interrupted_midway_can_be_rerun(
+    tmp_path: Path, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch, stop_at: str
+) -> None:
+    """Ctrl-C (or a kill) while `--restart` removes the previous run's set (at a shard) or
+    its work files (at the queue): the rerun goes on and builds the set again. `state.json`
+    went first, and the work folder was left with answer files, or its locks alone, and a
+    half-removed set: every rerun, `--restart` too, was refused (`OUT.run exists and is not a
+    draftset run folder (no state.json)`)."""
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        assert _run(recipe).passed
+        assert (tmp_path / "recipe-out.run" / "answers.lock").exists()
+        unlink = os.unlink
+
+        def interrupted(path: Any, *args: Any, **kwargs: Any) -> None:
+            if str(path).endswith(stop_at):
+                raise KeyboardInterrupt
+            unlink(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "unlink", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            _run(recipe, restart=True)
+        monkeypatch.undo()
+        assert _run(recipe, restart=True).passed
+    assert (tmp_path / "recipe-out" / "manifest.json").is_file()
+
+
 def test_build_counts_placeholder_rows_and_points_to_run(
     tmp_path: Path, qwen3_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
