@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from fault_server import FaultServer
 
 from draftset.api import run_options
+from draftset.pipeline import run as run_module
 from draftset.pipeline import run_answers, run_resume, run_select, run_state
 from draftset.pipeline.run import run
 from draftset.pipeline.run_state import KILL_ENV, RunUsageError
@@ -394,6 +396,31 @@ def test_a_restart_interrupted_midway_can_be_rerun(
         monkeypatch.undo()
         assert _run(recipe, restart=True).passed
     assert (tmp_path / "recipe-out" / "manifest.json").is_file()
+
+
+def test_a_set_another_run_put_at_out_during_the_build_is_not_replaced(
+    tmp_path: Path, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs of one `out` with different work folders (`--work`) at once: the one whose
+    build finished last replaced the other's set, and both said `verified` (the first one's
+    state and report about a set that was no longer its own). A set that appears at `out`
+    during the build is left as it is and this run fails, saying so."""
+    with FaultServer() as srv:
+        other = _run(_recipe(tmp_path, qwen3_dir, srv.url, "other"))
+        assert other.passed
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        out = tmp_path / "recipe-out"
+
+        def other_run_finishes(stage: str) -> None:  # the other run's set lands at out
+            if stage == "build" and not out.exists():
+                shutil.copytree(tmp_path / "other-out", out)
+
+        monkeypatch.setenv(KILL_ENV, "build")
+        monkeypatch.setattr(run_module, "maybe_die", other_run_finishes)
+        with pytest.raises(RunUsageError, match="appeared during the build"):
+            _run(recipe)
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["run"]["work"] == str(tmp_path / "other-out.run")  # still the other's
 
 
 def test_build_counts_placeholder_rows_and_points_to_run(

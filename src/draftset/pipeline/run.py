@@ -51,7 +51,7 @@ from draftset.generation.options import (
 )
 from draftset.generation.store import RunLock, StoreError
 from draftset.mask.template import _resolve_tokenizer_path
-from draftset.output.folder import is_report_file
+from draftset.output.folder import OutputExistsError, is_report_file
 from draftset.pipeline.run_answers import answer_queue, every_answer_differs, generate_options
 from draftset.pipeline.run_resume import (
     OVERLAY_FILES,
@@ -111,9 +111,12 @@ def _build(opts: RunOptions, state: RunState, work: Path, say: Callable[[str], N
 
     _check_out(opts)  # again: a folder may have appeared while the answers came in
     state.save()
+    out = opts.build.out
     bopts = replace(
         opts.build,
-        overwrite=True,
+        # this run's own set, or what the recipe lets it replace: never a set that another
+        # run (another --work) puts at out meanwhile (the last build won, both said verified)
+        overwrite=opts.build.overwrite or our_output(opts),
         overlay=[str((work / name).resolve()) for name in OVERLAY_FILES],
         run_info=_run_info(opts, state),
     )
@@ -126,7 +129,14 @@ def _build(opts: RunOptions, state: RunState, work: Path, say: Callable[[str], N
             if kill:
                 maybe_die("build")
 
-        result = run_build(bopts, on_progress=tick)
+        try:
+            result = run_build(bopts, on_progress=tick)
+        except OutputExistsError:  # build's line names --overwrite and --out: the recipe's terms
+            raise RunUsageError(
+                f"{out} appeared during the build (another run or build writing there?) and was"
+                " left as it is; this run's set was not put in its place: set `overwrite: true`"
+                " in the recipe to replace it, or name another `out`, then rerun"
+            ) from None
     total = result.accounting.total()
     if not result.finalized:  # no set to verify: said here, not as a missing folder later
         where = (
