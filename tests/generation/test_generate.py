@@ -336,6 +336,36 @@ def test_recorded_calls_without_ids_are_replayed(tmp_path: Path, server: FaultSe
     assert msgs[2]["name"] == "get_weather" and msgs[2]["content"] == "sunny, 21C"
 
 
+def test_a_bug_met_on_one_row_is_that_rows_error_and_the_run_goes_on(
+    tmp_path: Path, server: FaultServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception draftset did not foresee, met on one row (the replay of tool rows without
+    ids raised `KeyError`), ended the whole run with a traceback, and every rerun again at
+    the same row: no row after it could ever be answered. It is that row's error
+    `generate_internal_error` (what was raised, and where), retried by --retry-errors."""
+    from draftset.generation import runner
+
+    real = runner.run_dialog
+
+    async def buggy(job: Any, ask: Any) -> Any:
+        if job.id == "boom":
+            raise KeyError("tool_call_id")
+        return await real(job, ask)
+
+    monkeypatch.setattr(runner, "run_dialog", buggy)
+    rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(5)] + [{"id": "boom", "prompt": "x"}]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url) == 0
+    assert set(by_id(out)) == {f"r{i}" for i in range(5)}
+    error = by_id(tmp_path / "o.errors.jsonl")["boom"]
+    assert error["reason"] == "generate_internal_error"
+    assert error["message"].startswith("KeyError: 'tool_call_id' at test_generate.py:")
+    monkeypatch.setattr(runner, "run_dialog", real)  # fixed: --retry-errors asks again
+    assert generate(src, out, server.url, extra=["--retry-errors"]) == 0
+    assert "boom" in by_id(out) and not read_lines(tmp_path / "o.errors.jsonl")
+
+
 def test_length_kept_with_flag(tmp_path: Path, server: FaultServer) -> None:
     src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "turns": ["cut [length]", "never asked"]}])
     out = tmp_path / "o.jsonl"
