@@ -70,3 +70,18 @@ def test_disk_full_stops_with_one_line_and_no_torn_line_then_resumes(tmp_path: P
     assert sorted(ids) == sorted(f"r{i}" for i in range(60))
     errors = out.with_name("answers.errors.jsonl")
     assert not errors.exists() or not errors.read_bytes()
+
+
+def test_disk_full_at_start_is_one_line_before_any_request(tmp_path: Path) -> None:
+    """No room at all (the run file cannot be written): a traceback from the lock's or the
+    run file's write, exit 1. Now one line naming the file, before any request."""
+    src = _rows(tmp_path / "in.jsonl", 3)
+    out = tmp_path / "answers.jsonl"
+    with FaultServer() as srv:
+        done = _generate_limited(src, out, srv.url, limit=0)
+        assert not srv.requests
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"draftset: cannot write {out.with_name('answers.run.json')}:"), last
+    assert "rerun the same command" in last

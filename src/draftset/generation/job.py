@@ -211,11 +211,11 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
             run_file = check_and_record(opts, pool, previous)
             result.total_rows = sum(count_rows(s) for s in opts.sources)
             done = done_ids(opts, result)
+            runner = Runner(opts, pool, result)  # opens the two files it appends to
         except BaseException:
             await pool.close()
             raise
         result.model = pool.model
-        runner = Runner(opts, pool, result)
         runner.run_file = run_file
         runner.progress = progress
         try:
