@@ -232,6 +232,26 @@ def test_turn_by_turn_carries_the_models_own_answers(tmp_path: Path, server: Fau
         assert not any("RECORDED" in (m.get("content") or "") for m in req["messages"])
 
 
+def test_a_key_refused_mid_run_stops_the_run_and_leaves_the_rows_for_the_rerun(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    """An API key that expires mid-run (HTTP 401 from then on; 403, 404, 407 likewise: the
+    credentials or a gateway's route, not the row): every row left ended as a final
+    `http_4xx` line in a fraction of a second, `--retry-errors` did not ask them again, and
+    the run exited 0. Now the run stops at the first one, exit 1, naming the endpoint and
+    the status, and the rows not answered are left for the rerun."""
+    rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(3)]
+    rows += [{"id": "key", "prompt": "refused [echoauth]"}]
+    rows += [{"id": f"s{i}", "prompt": f"q{i}"} for i in range(20)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    assert generate(src, out, server.url, extra=["--concurrency", "1"]) == 1
+    assert set(by_id(out)) == {"r0", "r1", "r2"}
+    assert not read_lines(tmp_path / "o.errors.jsonl")  # no row is blamed for the key
+    run = json.loads(out.with_name("o.run.json").read_text(encoding="utf-8"))
+    assert run["finished"] is False and run["rows"]["not_done"] == 21
+
+
 def test_gateway_408_is_retried_like_a_timeout(tmp_path: Path, server: FaultServer) -> None:
     """A gateway in front of the servers (nginx, a cloud load balancer) answers 408 when it
     timed out waiting, and a 502 page when the server behind it restarts: both are passing
@@ -796,25 +816,26 @@ def test_api_key_from_the_environment_redacted_everywhere(
     out = tmp_path / "o.jsonl"
     with FaultServer() as srv:
         url = srv.url.replace("http://", "http://alice:hunter2pw@")
-        assert generate(src, out, url) == 0
+        # the 401 stops the run (the key, not the row), saying what the server answered
+        assert generate(src, out, url, extra=["--concurrency", "1"]) == 1
         assert {h.get("authorization") for h in srv.headers} == {f"Bearer {secret}"}
+    errors_file = tmp_path / "o.errors.jsonl"
     files = (
         out.read_text()
-        + (tmp_path / "o.errors.jsonl").read_text()
+        + (errors_file.read_text() if errors_file.exists() else "")
         + out.with_name("o.run.json").read_text()
     )
     printed = capsys.readouterr()
     for text in (files, printed.out, printed.err):
         assert secret not in text and "hunter2pw" not in text and "alice" not in text
-    errors = by_id(tmp_path / "o.errors.jsonl")
-    assert errors["echo"]["status"] == 401 and "[redacted]" in errors["echo"]["message"]
+    assert "HTTP 401" in printed.err and "[redacted]" in printed.err
     assert by_id(out)["ok"]["metadata"]["endpoint"] == srv.url
     # without a key, user:password@ in the URL is sent as Basic auth (and never shown)
     monkeypatch.delenv("DRAFTSET_API_KEY")
     monkeypatch.setenv("OPENAI_API_KEY", "")
     with FaultServer() as srv:
         url = srv.url.replace("http://", "http://alice:hunter2pw@")
-        assert generate(src, tmp_path / "basic.jsonl", url) == 0
+        assert generate(src, tmp_path / "basic.jsonl", url, extra=["--concurrency", "1"]) == 1
         assert {h.get("authorization") for h in srv.headers} == {"Basic YWxpY2U6aHVudGVyMnB3"}
 
 

@@ -114,6 +114,17 @@ class NoEndpoint(Exception):
     """No endpoint has been healthy for longer than the give-up time: the run cannot go on."""
 
 
+ENDPOINT_REFUSALS = frozenset({401, 403, 404, 407})
+"""Statuses that refuse the endpoint's requests, not a row's: a key that expired or is wrong,
+a proxy's authentication, a gateway's route or model gone. The run stops at the first one
+(`EndpointRefused`), its rows left for the rerun: they were each written as a final error,
+every row after the key expired, in a second, and the run exited 0."""
+
+
+class EndpointRefused(Exception):
+    """An endpoint answered with one of `ENDPOINT_REFUSALS`: the run cannot go on as it is."""
+
+
 @dataclass
 class Completion:
     """The parts of a chat completion that `generate` keeps."""
@@ -456,6 +467,9 @@ async def complete(
             wait = policy.backoff(attempt, rng)
             if exc.retry_after is not None:
                 wait = max(wait, min(exc.retry_after, policy.request_timeout))
+        except EndpointRefused:
+            ok = None  # not the endpoint's health: its credentials or route
+            raise
         except FinalError as exc:
             # the server is fine; the request is not (a too-large body says nothing either way)
             ok = None if exc.kind == RESPONSE_TOO_LARGE else True
@@ -487,6 +501,11 @@ async def _post(ep: Endpoint, payload: bytes, timeout: float) -> Completion:
         raise TransientError("http_429", text, _retry_after(resp))
     if status >= 500 or status == 408:  # 408: a gateway timed out waiting, a timeout
         raise TransientError(f"http_{status}", text, _retry_after(resp))
+    if status in ENDPOINT_REFUSALS:
+        raise EndpointRefused(
+            f"{ep.url} answered {text} (the API key, a proxy's authentication or a gateway's"
+            " route or model, not a row's fault): fix that first"
+        )
     if status >= 400:
         raise FinalError(f"http_{status}", text, status)
     raise TransientError("invalid_response", f"unexpected HTTP {status}")

@@ -25,6 +25,7 @@ from draftset.generation.dialog import Job
 from draftset.generation.http import (
     Endpoint,
     EndpointPool,
+    EndpointRefused,
     NoEndpoint,
     TransientError,
     list_models,
@@ -220,7 +221,7 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
         runner.progress = progress
         try:
             await _drive(runner, opts, done)
-        except (NoEndpoint, WriteFailed) as exc:  # no server, or no room: stop, resumable
+        except (NoEndpoint, EndpointRefused, WriteFailed) as exc:  # stop, resumable
             result.aborted = str(exc)
         finally:
             for writer in (runner.out, runner.errors):

@@ -24,6 +24,7 @@ from draftset.generation.http import (
     RESPONSE_TOO_LARGE,
     Completion,
     EndpointPool,
+    EndpointRefused,
     FinalError,
     NoEndpoint,
     RetriesExhausted,
@@ -167,14 +168,15 @@ class Runner:
             r.endpoints[comp.endpoint] = r.endpoints.get(comp.endpoint, 0) + 1
 
     async def answer(self, job: Job) -> None:
-        """Answer one row and write its one line (output or error). `NoEndpoint` and
-        `WriteFailed` propagate: the rows not done are left for the next run. Any other
+        """Answer one row and write its one line (output or error). `NoEndpoint`,
+        `EndpointRefused` and `WriteFailed` propagate: the rows not done are left for the next
+        run. Any other
         exception met on this row (a draftset bug: the replay of glaive's tool rows raised
         `KeyError`) is that row's error `generate_internal_error`, and the run goes on: it
         ended the whole run, and every rerun again at the same row."""
         try:
             line, failed = await self._outcome(job)
-        except (NoEndpoint, WriteFailed):
+        except (NoEndpoint, EndpointRefused, WriteFailed):
             raise
         except Exception as exc:  # a bug met on this row: its error line, not the run's end
             line, failed = _internal_error(job, exc), True
