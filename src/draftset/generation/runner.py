@@ -170,10 +170,9 @@ class Runner:
     async def answer(self, job: Job) -> None:
         """Answer one row and write its one line (output or error). `NoEndpoint`,
         `EndpointRefused` and `WriteFailed` propagate: the rows not done are left for the next
-        run. Any other
-        exception met on this row (a draftset bug: the replay of glaive's tool rows raised
-        `KeyError`) is that row's error `generate_internal_error`, and the run goes on: it
-        ended the whole run, and every rerun again at the same row."""
+        run. Any other exception met on this row (a draftset bug: the replay of glaive's tool
+        rows raised `KeyError`) is that row's error `generate_internal_error`, and the run
+        goes on: it ended the whole run, and every rerun again at the same row."""
         try:
             line, failed = await self._outcome(job)
         except (NoEndpoint, EndpointRefused, WriteFailed):
