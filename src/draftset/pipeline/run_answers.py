@@ -170,13 +170,13 @@ def every_answer_differs(work: Path, out: Path, rejected: int) -> str | None:
     tokenizer, other template options), so none of the target's answers is in the set. A row
     of several turns counts once one of its turns is rejected so (``id#k`` with ``turns:
     each``). Cheap when no row was rejected so: the files are read only then."""
-    answers = work / "answers.jsonl"
-    if not rejected or not answers.is_file():
+    answers, rejects = work / "answers.jsonl", out / "rejects.jsonl"
+    if not rejected or not answers.is_file() or not rejects.is_file():
         return None
     with answers.open("rb") as f:
         ids = {json.loads(line)["id"] for line in f}
     differs: set[str] = set()
-    with (out / "rejects.jsonl").open("rb") as f:
+    with rejects.open("rb") as f:
         for line in f:
             obj = json.loads(line)
             if obj.get("reason") != SERVER_PROMPT_DIFFERS:
