@@ -235,7 +235,7 @@ def test_turn_by_turn_carries_the_models_own_answers(tmp_path: Path, server: Fau
 def test_a_key_refused_mid_run_stops_the_run_and_leaves_the_rows_for_the_rerun(
     tmp_path: Path, server: FaultServer
 ) -> None:
-    """An API key that expires mid-run (HTTP 401 from then on; 403, 404, 407 likewise: the
+    """An API key that expires mid-run (HTTP 401 from then on; 404, 407 likewise: the
     credentials or a gateway's route, not the row): every row left ended as a final
     `http_4xx` line in a fraction of a second, `--retry-errors` did not ask them again, and
     the run exited 0. Now the run stops at the first one, exit 1, naming the endpoint and

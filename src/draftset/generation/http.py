@@ -114,11 +114,12 @@ class NoEndpoint(Exception):
     """No endpoint has been healthy for longer than the give-up time: the run cannot go on."""
 
 
-ENDPOINT_REFUSALS = frozenset({401, 403, 404, 407})
+ENDPOINT_REFUSALS = frozenset({401, 404, 407})
 """Statuses that refuse the endpoint's requests, not a row's: a key that expired or is wrong,
 a proxy's authentication, a gateway's route or model gone. The run stops at the first one
 (`EndpointRefused`), its rows left for the rerun: they were each written as a final error,
-every row after the key expired, in a second, and the run exited 0."""
+every row after the key expired, in a second, and the run exited 0. Not 403: a moderating
+gateway answers it for one flagged prompt, and a run stopped there would stop there again."""
 
 
 class EndpointRefused(Exception):
