@@ -7,10 +7,10 @@ interrupted-and-resumed run must produce the same set of lines as an uninterrupt
 Faults are asked for inside the first user message, e.g. ``"hello [500x2]"``: the first two
 attempts of each turn of that row fail with HTTP 500, the third succeeds. Directives:
 
-- ``[500xN]`` / ``[429xN]`` / ``[slowxN]`` / ``[dropxN]`` / ``[badjsonxN]`` / ``[badshapexN]``:
-  the first N attempts get a 500, a 429 with ``Retry-After``, a response slower than
-  ``slow_seconds``, a connection closed without response, a 200 with malformed JSON, a 200 JSON
-  without ``choices``;
+- ``[500xN]`` / ``[502xN]`` / ``[408xN]`` / ``[429xN]`` / ``[slowxN]`` / ``[dropxN]`` /
+  ``[badjsonxN]`` / ``[badshapexN]``: the first N attempts get a 500, a gateway's HTML 502 or
+  408, a 429 with ``Retry-After``, a response slower than ``slow_seconds``, a connection
+  closed without response, a 200 with malformed JSON, a 200 JSON without ``choices``;
 - ``[length]``: every answer has ``finish_reason: "length"``; ``[400]``: always HTTP 400;
 - ``[legacycall]``: the legacy ``message.function_call`` with ``finish_reason:
   "function_call"``; ``[fcnocall]``: that finish_reason with no call at all;
@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MODEL = "fault-model"
-_DIRECTIVE = re.compile(r"\[(500|429|slow|drop|badjson|badshape)x(\d+)\]")
+_DIRECTIVE = re.compile(r"\[(500|502|429|408|slow|drop|badjson|badshape)x(\d+)\]")
 _BOMBS: dict[int, bytes] = {}
 _CALL = re.compile(r"\[call:(\w+)\]")
 _MODEL = re.compile(r"\[model:([\w.-]+)\]")
@@ -63,7 +63,9 @@ _REASONS = {
     400: "Bad Request",
     401: "Unauthorized",
     429: "Too Many Requests",
+    408: "Request Timeout",
     500: "Internal Server Error",
+    502: "Bad Gateway",
     503: "Service Unavailable",
     404: "Not Found",
 }
@@ -218,6 +220,10 @@ class FaultServer:
     async def _fault(self, kind: str) -> bytes | None:
         if kind == "500":
             return _response(500, {"error": "injected 500"})
+        if kind == "502":  # a gateway in front of the server: HTML, no JSON
+            return _raw(502, b"<html><body>502 Bad Gateway</body></html>")
+        if kind == "408":  # a gateway that timed out waiting (nginx, a cloud load balancer)
+            return _raw(408, b"<html><body>408 Request Time-out</body></html>")
         if kind == "429":
             return _response(429, {"error": "slow down"}, {"Retry-After": self.retry_after})
         if kind == "slow":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from fault_server import FaultServer
 
 from draftset.api import run_options
+from draftset.pipeline import run as run_module
 from draftset.pipeline import run_answers, run_resume, run_select, run_state
 from draftset.pipeline.run import run
 from draftset.pipeline.run_state import KILL_ENV, RunUsageError
@@ -366,6 +368,59 @@ def test_changed_model_or_recipe_refused_unless_restart(
     assert result.passed
     answers = (tmp_path / "recipe-out.run" / "answers.jsonl").read_text().splitlines()
     assert {json.loads(x)["metadata"]["model"] for x in answers} == {"another-model"}
+
+
+@pytest.mark.parametrize("stop_at", [".arrow", "queue.jsonl"])
+def test_a_restart_interrupted_midway_can_be_rerun(
+    tmp_path: Path, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch, stop_at: str
+) -> None:
+    """Ctrl-C (or a kill) while `--restart` removes the previous run's set (at a shard) or
+    its work files (at the queue): the rerun goes on and builds the set again. `state.json`
+    went first, and the work folder was left with answer files, or its locks alone, and a
+    half-removed set: every rerun, `--restart` too, was refused (`OUT.run exists and is not a
+    draftset run folder (no state.json)`)."""
+    with FaultServer() as srv:
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        assert _run(recipe).passed
+        assert (tmp_path / "recipe-out.run" / "answers.lock").exists()
+        unlink = os.unlink
+
+        def interrupted(path: Any, *args: Any, **kwargs: Any) -> None:
+            if str(path).endswith(stop_at):
+                raise KeyboardInterrupt
+            unlink(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "unlink", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            _run(recipe, restart=True)
+        monkeypatch.undo()
+        assert _run(recipe, restart=True).passed
+    assert (tmp_path / "recipe-out" / "manifest.json").is_file()
+
+
+def test_a_set_another_run_put_at_out_during_the_build_is_not_replaced(
+    tmp_path: Path, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs of one `out` with different work folders (`--work`) at once: the one whose
+    build finished last replaced the other's set, and both said `verified` (the first one's
+    state and report about a set that was no longer its own). A set that appears at `out`
+    during the build is left as it is and this run fails, saying so."""
+    with FaultServer() as srv:
+        other = _run(_recipe(tmp_path, qwen3_dir, srv.url, "other"))
+        assert other.passed
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url)
+        out = tmp_path / "recipe-out"
+
+        def other_run_finishes(stage: str) -> None:  # the other run's set lands at out
+            if stage == "build" and not out.exists():
+                shutil.copytree(tmp_path / "other-out", out)
+
+        monkeypatch.setenv(KILL_ENV, "build")
+        monkeypatch.setattr(run_module, "maybe_die", other_run_finishes)
+        with pytest.raises(RunUsageError, match="appeared during the build"):
+            _run(recipe)
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["run"]["work"] == str(tmp_path / "other-out.run")  # still the other's
 
 
 def test_build_counts_placeholder_rows_and_points_to_run(
@@ -1158,6 +1213,24 @@ def test_a_generate_stage_that_answered_no_row_fails_the_run(
             _run(recipe)
     assert "no row answered: all 3 ended as errors, commonest 3 http_4xx" in str(exc.value)
     assert not (tmp_path / "recipe-out" / "manifest.json").exists()
+
+
+def test_a_server_rendering_other_prompts_for_every_answer_fails_the_run(
+    tmp_path: Path, qwen3_dir: Path
+) -> None:
+    """A server started with another chat template or tokenizer than the recipe's (its prompt
+    token ids, `return_token_ids: true`, never the recipe's render): build rejected every
+    answered row `server_prompt_differs`, and the run said `verified`, exit 0, with none of
+    the target's answers in the set. It fails at the build, naming the cause."""
+    with FaultServer() as srv:  # its prompt_token_ids are 0, 1, 2, ...: no template's render
+        recipe = _recipe(tmp_path, qwen3_dir, srv.url, return_token_ids=True)
+        with pytest.raises(run_state.RunFailed) as exc:
+            _run(recipe)
+    msg = str(exc.value)
+    assert "server_prompt_differs" in msg and "every answered row" in msg, msg
+    assert "chat template or tokenizer" in msg and "--restart" in msg, msg
+    rejects = _rejects(tmp_path / "recipe-out")  # the set is there, to inspect
+    assert rejects["p-1"]["reason"] == "server_prompt_differs"
 
 
 def test_a_recipes_extra_body_contradicting_its_sampling_keys_is_exit_2(

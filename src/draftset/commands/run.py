@@ -46,7 +46,8 @@ State lives in OUT.run/ (the answers the set is built from: keep it). Rerun the 
 after a crash or kill to resume: a finished set is verified again (built again from the
 answers when it is gone); a changed recipe, input, answers file or generation setting (or a
 server now serving another model) is refused (exit 2) unless --restart. --retry-errors asks
-again the rows that failed retries_exhausted / invalid_response / model_mismatch / unfinished.
+again the rows that failed retries_exhausted / invalid_response / model_mismatch / unfinished /
+generate_internal_error.
 Exit codes: 0 verify passed, 1 verify failed or the run stopped (rerun to resume), 2 unusable
 recipe / arguments / changed settings.
 """

@@ -400,7 +400,7 @@ class GenerateArgs(Options):
         Cli(action="store_true"),
         Field(
             description="retry rows whose error is invalid_response / model_mismatch /"
-            " retries_exhausted"
+            " retries_exhausted / unfinished / generate_internal_error"
         ),
     ] = False
     tokenizer: Annotated[
@@ -479,7 +479,8 @@ class RunArgs(Options):
         Cli(action="store_true"),
         Field(
             description="ask again the rows whose generation failed retries_exhausted /"
-            " invalid_response / model_mismatch / unfinished, then build and verify again"
+            " invalid_response / model_mismatch / unfinished / generate_internal_error, then"
+            " build and verify again"
         ),
     ] = False
     endpoints: Annotated[

@@ -63,6 +63,7 @@ GEN_PRETOKENIZED = "pretokenized"  # no text to send
 GEN_MODEL_MISMATCH = "model_mismatch"  # the answer came from another model than the run's
 GEN_RESPONSE_TOO_LARGE = "response_too_large"  # the body (or its gzip decoding) was too large
 GEN_UNFINISHED = "unfinished"  # the server, not the model, ended an answer
+GEN_INTERNAL_ERROR = "generate_internal_error"  # a draftset bug met on the row in generate
 
 # --- outcomes that are not rejects ----------------------------------------------------------
 NEEDS_GENERATION = "needs_generation"  # prompt-only: written to prompts.jsonl
@@ -142,6 +143,7 @@ ROW_REJECT_REASONS = (
             GEN_MODEL_MISMATCH,
             GEN_RESPONSE_TOO_LARGE,
             GEN_UNFINISHED,
+            GEN_INTERNAL_ERROR,
         }
     )
 )
@@ -205,6 +207,8 @@ EXPLANATIONS: dict[str, str] = {
     GEN_MODEL_MISMATCH: "the answer came from another model than the run's",
     GEN_UNFINISHED: "the server ended the answer, not the model (finish_reason abort or"
     " content_filter, or a stop string)",
+    GEN_INTERNAL_ERROR: "a draftset bug met on this row while generating its answers (please"
+    " report it); --retry-errors asks again",
     GEN_RESPONSE_TOO_LARGE: "the server's response body (or its gzip decoding) was larger than"
     " the largest accepted (32 MiB by default)",
 }

@@ -6,7 +6,7 @@ that keeps failing (connection errors, timeouts, 5xx) is taken out of rotation a
 ``/v1/models`` until it answers again with the right model; then it is re-admitted. One whose
 check passes while it keeps failing is cooled down when another endpoint can serve.
 Transient failures are retried with exponential backoff and full jitter (a 429's
-``Retry-After`` is honoured); a 4xx other than 429 is final. A 200 whose body is not a
+``Retry-After`` is honoured); a 4xx other than 429 and 408 is final. A 200 whose body is not a
 valid chat completion is treated as transient too: servers under load do emit those.
 """
 
@@ -83,7 +83,7 @@ class RetryPolicy:
 
 
 class FinalError(Exception):
-    """A request that must not be retried (4xx other than 429); ``kind`` is e.g. ``http_400``."""
+    """A request that must not be retried (4xx but 429 and 408); ``kind`` is e.g. ``http_400``."""
 
     def __init__(self, kind: str, message: str, status: int | None = None) -> None:
         super().__init__(message)
@@ -93,7 +93,7 @@ class FinalError(Exception):
 
 
 class TransientError(Exception):
-    """A failure worth retrying: 429, 5xx, timeout, connection error, invalid 200 body."""
+    """A failure worth retrying: 429, 408, 5xx, timeout, connection error, invalid 200 body."""
 
     def __init__(self, kind: str, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -112,6 +112,18 @@ class RetriesExhausted(Exception):
 
 class NoEndpoint(Exception):
     """No endpoint has been healthy for longer than the give-up time: the run cannot go on."""
+
+
+ENDPOINT_REFUSALS = frozenset({401, 404, 407})
+"""Statuses that refuse the endpoint's requests, not a row's: a key that expired or is wrong,
+a proxy's authentication, a gateway's route or model gone. The run stops at the first one
+(`EndpointRefused`), its rows left for the rerun: they were each written as a final error,
+every row after the key expired, in a second, and the run exited 0. Not 403: a moderating
+gateway answers it for one flagged prompt, and a run stopped there would stop there again."""
+
+
+class EndpointRefused(Exception):
+    """An endpoint answered with one of `ENDPOINT_REFUSALS`: the run cannot go on as it is."""
 
 
 @dataclass
@@ -456,6 +468,9 @@ async def complete(
             wait = policy.backoff(attempt, rng)
             if exc.retry_after is not None:
                 wait = max(wait, min(exc.retry_after, policy.request_timeout))
+        except EndpointRefused:
+            ok = None  # not the endpoint's health: its credentials or route
+            raise
         except FinalError as exc:
             # the server is fine; the request is not (a too-large body says nothing either way)
             ok = None if exc.kind == RESPONSE_TOO_LARGE else True
@@ -485,8 +500,13 @@ async def _post(ep: Endpoint, payload: bytes, timeout: float) -> Completion:
     text = f"HTTP {status}: {_snippet(resp, secrets)}"
     if status == 429:
         raise TransientError("http_429", text, _retry_after(resp))
-    if status >= 500:
+    if status >= 500 or status == 408:  # 408: a gateway timed out waiting, a timeout
         raise TransientError(f"http_{status}", text, _retry_after(resp))
+    if status in ENDPOINT_REFUSALS:
+        raise EndpointRefused(
+            f"{ep.url} answered {text} (the API key, a proxy's authentication or a gateway's"
+            " route or model, not a row's fault): fix that first"
+        )
     if status >= 400:
         raise FinalError(f"http_{status}", text, status)
     raise TransientError("invalid_response", f"unexpected HTTP {status}")

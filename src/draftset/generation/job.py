@@ -25,6 +25,7 @@ from draftset.generation.dialog import Job
 from draftset.generation.http import (
     Endpoint,
     EndpointPool,
+    EndpointRefused,
     NoEndpoint,
     TransientError,
     list_models,
@@ -43,6 +44,7 @@ from draftset.generation.resume import (
 from draftset.generation.runner import Runner
 from draftset.generation.store import (
     RunLock,
+    WriteFailed,
     check_output_path,
     errors_path,
     lock_path,
@@ -210,25 +212,31 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
             run_file = check_and_record(opts, pool, previous)
             result.total_rows = sum(count_rows(s) for s in opts.sources)
             done = done_ids(opts, result)
+            runner = Runner(opts, pool, result)  # opens the two files it appends to
         except BaseException:
             await pool.close()
             raise
         result.model = pool.model
-        runner = Runner(opts, pool, result)
         runner.run_file = run_file
         runner.progress = progress
         try:
             await _drive(runner, opts, done)
-        except NoEndpoint as exc:
+        except (NoEndpoint, EndpointRefused, WriteFailed) as exc:  # stop, resumable
             result.aborted = str(exc)
         finally:
-            runner.out.close()
-            runner.errors.close()
+            for writer in (runner.out, runner.errors):
+                try:
+                    writer.close()
+                except WriteFailed as exc:  # its last lines may not be on disk: not finished
+                    result.aborted = result.aborted or str(exc)
             await pool.close()
             result.ejections = {ep.url: ep.ejections for ep in pool.endpoints if ep.ejections}
             result.cooldowns = {ep.url: ep.cooldowns for ep in pool.endpoints if ep.cooldowns}
             result.seconds = time.monotonic() - t0
-        record_end(opts, run_file, result)  # its lines are synced: the run file says so now
+        try:
+            record_end(opts, run_file, result)  # its lines are synced: the run file says so now
+        except OSError as exc:  # it still says finished: false, which a rerun corrects
+            result.aborted = result.aborted or str(WriteFailed(run_path(opts.out), exc))
     return result
 
 

@@ -23,11 +23,12 @@ LENGTH = STOP_LENGTH  # an answer hit max_tokens (finish_reason "length"); kept 
 TOOL_MISMATCH = STOP_TOOL_MISMATCH  # the model's tool calls differ from the recorded ones
 NOTHING_TO_GENERATE = STOP_NOTHING  # no user turn (or tool result) to answer
 UNFINISHED = STOP_UNFINISHED  # the server ended an answer (abort, content filter, stop string)
-HTTP_4XX = reasons.GEN_HTTP_4XX  # the server refused (4xx other than 429): not retried
+HTTP_4XX = reasons.GEN_HTTP_4XX  # the server refused (4xx but 429, 408): not retried
 RETRIES_EXHAUSTED = reasons.GEN_RETRIES_EXHAUSTED  # 429 / 5xx / timeouts / resets, every try
 INVALID_RESPONSE = reasons.GEN_INVALID_RESPONSE  # every try: a 200 that is no completion
 PRETOKENIZED = reasons.GEN_PRETOKENIZED  # input_ids rows carry no text to send
 MODEL_MISMATCH = reasons.GEN_MODEL_MISMATCH  # the answer's `model` is not the run's
+INTERNAL_ERROR = reasons.GEN_INTERNAL_ERROR  # a draftset bug met on the row: the run goes on
 # reasons.GEN_RESPONSE_TOO_LARGE (http.py): a response body, or its gzip/deflate decoding, over
 # --max-response-bytes; not retried, the connection is closed having read at most that much.
 # SPECIAL_TOKEN_IN_ANSWER = "special_token_in_answer" (with --tokenizer): an answer holds a
@@ -35,7 +36,9 @@ MODEL_MISMATCH = reasons.GEN_MODEL_MISMATCH  # the answer's `model` is not the r
 # input rows that `normalize` rejects keep its own code (reasons.UNKNOWN_FORMAT, ...), and
 # reasons.DUPLICATE_ID marks a row whose id is already used in this run.
 
-RETRYABLE_REASONS = frozenset({RETRIES_EXHAUSTED, INVALID_RESPONSE, MODEL_MISMATCH, UNFINISHED})
+RETRYABLE_REASONS = frozenset(
+    {RETRIES_EXHAUSTED, INVALID_RESPONSE, MODEL_MISMATCH, UNFINISHED, INTERNAL_ERROR}
+)
 """Error lines that ``--retry-errors`` removes so their rows are tried again."""
 
 WRITTEN = "written"  # outcome of a row that went to the output file

@@ -15,6 +15,7 @@ from draftset.generation.inputs import iter_inputs
 from draftset.generation.options import GenerateOptions, GenerateUsageError
 from draftset.generation.outcomes import RETRYABLE_REASONS, GenerateResult
 from draftset.generation.store import (
+    CannotStart,
     drop_ids,
     errors_path,
     first_line,
@@ -198,7 +199,10 @@ def check_and_record(
         "endpoints": [ep.url for ep in pool.endpoints],
         "finished": False,  # until this run has ended every row (`record_end`)
     }
-    write_run(opts.out, run)
+    try:
+        write_run(opts.out, run)
+    except OSError as exc:  # a full disk before the first request: one line, exit 1
+        raise CannotStart(run_path(opts.out), exc) from None
     return run
 
 

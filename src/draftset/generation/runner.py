@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import random
 import re
+import traceback
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from draftset.core.reasons import (
@@ -22,7 +24,9 @@ from draftset.generation.http import (
     RESPONSE_TOO_LARGE,
     Completion,
     EndpointPool,
+    EndpointRefused,
     FinalError,
+    NoEndpoint,
     RetriesExhausted,
     RetryPolicy,
     complete,
@@ -31,6 +35,7 @@ from draftset.generation.inputs import error_line
 from draftset.generation.options import GenerateOptions
 from draftset.generation.outcomes import (
     HTTP_4XX,
+    INTERNAL_ERROR,
     INVALID_RESPONSE,
     LENGTH,
     MODEL_MISMATCH,
@@ -42,7 +47,9 @@ from draftset.generation.outcomes import (
 )
 from draftset.generation.store import (
     LineWriter,
+    WriteFailed,
     errors_path,
+    run_path,
     write_run,
 )
 from draftset.mask.ambient import now_iso
@@ -161,44 +168,20 @@ class Runner:
             r.endpoints[comp.endpoint] = r.endpoints.get(comp.endpoint, 0) + 1
 
     async def answer(self, job: Job) -> None:
-        """Answer one row and write its one line (output or error). `NoEndpoint` propagates:
-        that row is left for the next run."""
-        kwargs, thinking = self.kwargs_for(job)
-        asked_at = now_iso()  # what the server's strftime_now reads, for build to render with
+        """Answer one row and write its one line (output or error). `NoEndpoint`,
+        `EndpointRefused` and `WriteFailed` propagate: the rows not done are left for the next
+        run. Any other exception met on this row (a draftset bug: the replay of glaive's tool
+        rows raised `KeyError`) is that row's error `generate_internal_error`, and the run
+        goes on: it ended the whole run, and every rerun again at the same row."""
         try:
-            dialog = await run_dialog(job, lambda msgs: self.ask(msgs, job, kwargs))
-        except FinalError as exc:
-            if exc.kind in (RESPONSE_TOO_LARGE, SPECIAL_TOKEN_IN_ANSWER):
-                self.fail(error_line(job.id, job.source, job.row, exc.kind, str(exc)), job)
-                return
-            self.fail(
-                error_line(job.id, job.source, job.row, HTTP_4XX, str(exc), status=exc.status), job
-            )
+            line, failed = await self._outcome(job)
+        except (NoEndpoint, EndpointRefused, WriteFailed):
+            raise
+        except Exception as exc:  # a bug met on this row: its error line, not the run's end
+            line, failed = _internal_error(job, exc), True
+        if failed:
+            self.fail(line, job)
             return
-        except RetriesExhausted as exc:
-            reason = INVALID_RESPONSE if exc.last.kind == "invalid_response" else RETRIES_EXHAUSTED
-            extra = {"error_kind": exc.last.kind, "attempts": exc.attempts}
-            self.fail(error_line(job.id, job.source, job.row, reason, str(exc), **extra), job)
-            return
-        if dialog.stop and not (dialog.stop == LENGTH and self.opts.keep_length):
-            extra: dict[str, Any] = {"answers": len(dialog.completions)}
-            if dialog.stop == TOOL_MISMATCH:
-                extra["messages"] = dialog.messages  # what the model did, to inspect
-            self.fail(
-                error_line(job.id, job.source, job.row, dialog.stop, dialog.stop_message, **extra),
-                job,
-            )
-            return
-        model = self.pool.model
-        other = next((c.model for c in dialog.completions if _other_model(c, model)), None)
-        if other is not None:  # a drafter learns its target: never another model's answer
-            self._note_model(other)
-            msg = f"answered by {other!r}, not this run's model {model!r}"
-            self.fail(
-                error_line(job.id, job.source, job.row, MODEL_MISMATCH, msg, model=other), job
-            )
-            return
-        line = self.record(job, dialog, kwargs, thinking, asked_at)
         try:
             self.out.write(line)
         except UnicodeEncodeError:  # parse_completion refuses such text; never write it anyway
@@ -209,12 +192,44 @@ class Runner:
         self.result.outcomes[WRITTEN] += 1
         self._tick()
 
+    async def _outcome(self, job: Job) -> tuple[dict[str, Any], bool]:
+        """The row's one line: (its answer line, False) or (its error line, True)."""
+        kwargs, thinking = self.kwargs_for(job)
+        asked_at = now_iso()  # what the server's strftime_now reads, for build to render with
+        try:
+            dialog = await run_dialog(job, lambda msgs: self.ask(msgs, job, kwargs))
+        except FinalError as exc:
+            if exc.kind in (RESPONSE_TOO_LARGE, SPECIAL_TOKEN_IN_ANSWER):
+                return error_line(job.id, job.source, job.row, exc.kind, str(exc)), True
+            line = error_line(job.id, job.source, job.row, HTTP_4XX, str(exc), status=exc.status)
+            return line, True
+        except RetriesExhausted as exc:
+            reason = INVALID_RESPONSE if exc.last.kind == "invalid_response" else RETRIES_EXHAUSTED
+            extra = {"error_kind": exc.last.kind, "attempts": exc.attempts}
+            return error_line(job.id, job.source, job.row, reason, str(exc), **extra), True
+        if dialog.stop and not (dialog.stop == LENGTH and self.opts.keep_length):
+            extra: dict[str, Any] = {"answers": len(dialog.completions)}
+            if dialog.stop == TOOL_MISMATCH:
+                extra["messages"] = dialog.messages  # what the model did, to inspect
+            stop, why = dialog.stop, dialog.stop_message
+            return error_line(job.id, job.source, job.row, stop, why, **extra), True
+        model = self.pool.model
+        other = next((c.model for c in dialog.completions if _other_model(c, model)), None)
+        if other is not None:  # a drafter learns its target: never another model's answer
+            self._note_model(other)
+            msg = f"answered by {other!r}, not this run's model {model!r}"
+            return error_line(job.id, job.source, job.row, MODEL_MISMATCH, msg, model=other), True
+        return self.record(job, dialog, kwargs, thinking, asked_at), False
+
     def _note_model(self, reported: str) -> None:
         """Keep every model name the server reported in its answers in the run file."""
         run = self.run_file
         if run is not None and reported not in run["reported_models"]:
             run["reported_models"].append(reported)
-            write_run(self.opts.out, run)
+            try:
+                write_run(self.opts.out, run)
+            except OSError as exc:  # a full disk: stop, resumable (`WriteFailed`)
+                raise WriteFailed(run_path(self.opts.out), exc) from None
 
     def fail(self, line: dict[str, Any], job: Job | None = None) -> None:
         """Write an error line; for a row that was asked about, with its input digest (a
@@ -277,3 +292,11 @@ def _other_model(comp: Completion, model: str) -> bool:
     """True when the response names a model that is not the run's (a server that switched
     models mid-run, a proxy routing elsewhere); a response without ``model`` is the run's."""
     return comp.model is not None and comp.model != model
+
+
+def _internal_error(job: Job, exc: Exception) -> dict[str, Any]:
+    """The error line of a row on which draftset met a bug: what was raised and where."""
+    where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    at = f" at {Path(where.filename).name}:{where.lineno}" if where else ""
+    msg = f"{type(exc).__name__}: {exc}{at} (a draftset bug met on this row; please report it)"
+    return error_line(job.id, job.source, job.row, INTERNAL_ERROR, msg)

@@ -9,6 +9,7 @@ out of order.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from draftset.core.errors import UsageError
+from draftset.core.errors import RunError, UsageError
 from draftset.core.files import cannot_create, write_json_atomic
 from draftset.core.reasons import READING_REASONS
 from draftset.output.folder import inside_a_set
@@ -109,17 +110,46 @@ def drop_ids(path: Path, ids: set[str]) -> int:
         return 0
     tmp = path.with_name(path.name + ".tmp")
     dropped = 0
-    with path.open("rb") as src, tmp.open("wb") as dst:
-        for line in src:
-            obj = _parse(line)
-            if obj is not None and obj["id"] in ids:
-                dropped += 1
-                continue
-            dst.write(line)
-        dst.flush()
-        os.fsync(dst.fileno())
-    os.replace(tmp, path)
+    try:
+        with path.open("rb") as src, tmp.open("wb") as dst:
+            for line in src:
+                obj = _parse(line)
+                if obj is not None and obj["id"] in ids:
+                    dropped += 1
+                    continue
+                dst.write(line)
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk: the file stays as it was
+        tmp.unlink(missing_ok=True)
+        raise CannotStart(tmp, exc) from None
     return dropped
+
+
+def cannot_write(path: Path, exc: OSError) -> str:
+    """``cannot write PATH: No space left on device`` (a full disk, a quota, an I/O error)."""
+    return f"cannot write {path}: {exc.strerror or exc}"
+
+
+class WriteFailed(Exception):
+    """A line could not be written, or the lines could not be synced, to ``path`` (a full
+    disk, a quota, an I/O error): the run stops, resumable, with one line saying so. The
+    file was cut back to its last whole line: nothing half-written stays behind."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        super().__init__(f"{cannot_write(path, exc)} (every line before it is kept)")
+        self.path = path
+
+
+class CannotStart(RunError):
+    """A file `generate` writes before its first request could not be written (a full disk):
+    one line, exit 1, nothing asked (a traceback before)."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        super().__init__(
+            f"{cannot_write(path, exc)}; nothing was asked: make room, then rerun the same command"
+        )
 
 
 class LineWriter:
@@ -129,7 +159,11 @@ class LineWriter:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.ascii_fallback = ascii_fallback
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:  # no inode left, a read-only mount: one line, exit 1
+            raise CannotStart(path, exc) from None
+        self.size = os.fstat(self.fd).st_size  # end of the last whole line (one writer: the lock)
         self.lines = 0
         self._unsynced = 0
         self._last_sync = time.monotonic()
@@ -146,9 +180,15 @@ class LineWriter:
                 raise
             data = (json.dumps(obj, ensure_ascii=True) + "\n").encode("ascii")
         view = memoryview(data)
-        while view:  # one write in practice; loop only if the kernel writes part of it
-            n = os.write(self.fd, view)
-            view = view[n:]
+        try:
+            while view:  # one write in practice; loop only if the kernel writes part of it
+                n = os.write(self.fd, view)
+                view = view[n:]
+        except OSError as exc:  # a full disk writes what fits, then fails: cut that part
+            with contextlib.suppress(OSError):  # else a rerun cuts the torn line (`recover`)
+                os.ftruncate(self.fd, self.size)
+            raise WriteFailed(self.path, exc) from None
+        self.size += len(data)
         self.lines += 1
         self._unsynced += 1
         if (
@@ -159,15 +199,20 @@ class LineWriter:
 
     def sync(self) -> None:
         if self._unsynced:
-            os.fsync(self.fd)
+            try:
+                os.fsync(self.fd)
+            except OSError as exc:  # the lines since the last sync may be lost: stop
+                raise WriteFailed(self.path, exc) from None
             self._unsynced = 0
         self._last_sync = time.monotonic()
 
     def close(self) -> None:
         if self.fd >= 0:
-            self.sync()
-            os.close(self.fd)
-            self.fd = -1
+            try:
+                self.sync()
+            finally:
+                os.close(self.fd)
+                self.fd = -1
 
 
 # --- one writer per output: the lock ------------------------------------------------------------
@@ -271,8 +316,9 @@ class RunLock:
                 f"another draftset {command}{who} {doing} {out} (lock {path}); "
                 "wait for it or stop it first"
             ) from None
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        with contextlib.suppress(OSError):  # the pid only names the holder (a full disk)
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
 
     def release(self) -> None:
         if self.fd >= 0:

@@ -339,6 +339,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def remove_output(out: Path) -> None:
+    """Remove the draftset set ``out`` (the caller checked it is one, holding only what
+    draftset wrote) so that an interruption never leaves half a set at ``out``: it is marked,
+    renamed to ``.{out}.draftset-tmp-{pid}`` and removed there, its marker last. Killed
+    before the rename, ``out`` is whole and the next run takes the marker away; killed after,
+    the next run on this ``out`` removes what is left (`remove_stale_tmp`). `draftset run
+    --restart` removed the set in place, and a Ctrl-C midway left a folder no run would take."""
+    _write_marker(out, out, replacing=False)
+    tmp = out.parent / f".{out.name}.draftset-tmp-{os.getpid()}"
+    out.rename(tmp)
+    _remove_marked(tmp)
+
+
 def finalize_output(tmp: Path, out: Path, overwrite: bool = True) -> None:
     """Atomically put the finished folder in place (replacing an old one).
 

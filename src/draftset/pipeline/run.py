@@ -40,6 +40,7 @@ from draftset.checks.verify import run_verify
 from draftset.config.schema import GenerateSection
 from draftset.console import progress_bar
 from draftset.core import defaults
+from draftset.core.reasons import SERVER_PROMPT_DIFFERS
 from draftset.core.words import fmt_counts, plural
 from draftset.generation.options import (
     GenerateUsageError,
@@ -50,8 +51,8 @@ from draftset.generation.options import (
 )
 from draftset.generation.store import RunLock, StoreError
 from draftset.mask.template import _resolve_tokenizer_path
-from draftset.output.folder import is_report_file
-from draftset.pipeline.run_answers import answer_queue, generate_options
+from draftset.output.folder import OutputExistsError, is_report_file
+from draftset.pipeline.run_answers import answer_queue, every_answer_differs, generate_options
 from draftset.pipeline.run_resume import (
     OVERLAY_FILES,
     open_state,
@@ -110,9 +111,12 @@ def _build(opts: RunOptions, state: RunState, work: Path, say: Callable[[str], N
 
     _check_out(opts)  # again: a folder may have appeared while the answers came in
     state.save()
+    out = opts.build.out
     bopts = replace(
         opts.build,
-        overwrite=True,
+        # this run's own set, or what the recipe lets it replace: never a set that another
+        # run (another --work) puts at out meanwhile (the last build won, both said verified)
+        overwrite=opts.build.overwrite or our_output(opts),
         overlay=[str((work / name).resolve()) for name in OVERLAY_FILES],
         run_info=_run_info(opts, state),
     )
@@ -125,7 +129,14 @@ def _build(opts: RunOptions, state: RunState, work: Path, say: Callable[[str], N
             if kill:
                 maybe_die("build")
 
-        result = run_build(bopts, on_progress=tick)
+        try:
+            result = run_build(bopts, on_progress=tick)
+        except OutputExistsError:  # build's line names --overwrite and --out: the recipe's terms
+            raise RunUsageError(
+                f"{out} appeared during the build (another run or build writing there?) and was"
+                " left as it is; this run's set was not put in its place: set `overwrite: true`"
+                " in the recipe to replace it, or name another `out`, then rerun"
+            ) from None
     total = result.accounting.total()
     if not result.finalized:  # no set to verify: said here, not as a missing folder later
         where = (
@@ -143,6 +154,9 @@ def _build(opts: RunOptions, state: RunState, work: Path, say: Callable[[str], N
         if total.rejected
         else f"build: {plural(total.written, 'row')} written, none rejected"
     )
+    differs = total.rejected.get(SERVER_PROMPT_DIFFERS, 0)
+    if why := every_answer_differs(work, opts.build.out, differs):  # not verified, not exit 0
+        raise RunFailed(why)
     for note in result.notes:  # what build says beside its table (rows lost with a kept copy)
         say(f"build: note: {note}")
     return result

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from draftset.core.reasons import SERVER_PROMPT_DIFFERS
 from draftset.core.words import fmt_counts, plural
 from draftset.generation.console import progress
 from draftset.generation.job import (
@@ -159,3 +160,36 @@ def answer_queue(
         "ends_at_tool_call": ends_at_tool,
         "special_tokens_stripped": stripped,
     }
+
+
+# --- after the build: were the answers made from the prompts build renders? --------------------
+def every_answer_differs(work: Path, out: Path, rejected: int) -> str | None:
+    """One line when build rejected every answered row `server_prompt_differs` (``rejected``:
+    how many rows it rejected so), else None: the server rendered other prompts than the
+    recipe's tokenizer and template for every one of them (another chat template, another
+    tokenizer, other template options), so none of the target's answers is in the set. A row
+    of several turns counts once one of its turns is rejected so (``id#k`` with ``turns:
+    each``). Cheap when no row was rejected so: the files are read only then."""
+    answers, rejects = work / "answers.jsonl", out / "rejects.jsonl"
+    if not rejected or not answers.is_file() or not rejects.is_file():
+        return None
+    with answers.open("rb") as f:
+        ids = {json.loads(line)["id"] for line in f}
+    differs: set[str] = set()
+    with rejects.open("rb") as f:
+        for line in f:
+            obj = json.loads(line)
+            if obj.get("reason") != SERVER_PROMPT_DIFFERS:
+                continue
+            rid = str(obj.get("id"))
+            base, sep, _ = rid.rpartition("#")
+            differs.add(rid if rid in ids or not sep else base)
+    if not ids or not ids <= differs:
+        return None
+    return (
+        f"build: every answered row ({len(ids):,}) was rejected {SERVER_PROMPT_DIFFERS}: the"
+        " server's prompt token ids are never the recipe's render, so it serves another chat"
+        " template or tokenizer (or other template options) than the recipe's, and none of the"
+        f" target's answers is in {out}; start the server with the recipe's template and"
+        " tokenizer, then rerun with --restart"
+    )

@@ -4,7 +4,6 @@ settings differ from the state's is refused, naming what changed."""
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,9 @@ from draftset.core.words import fmt_counts, plural
 from draftset.generation.outcomes import RETRYABLE_REASONS
 from draftset.generation.store import RunLock, StoreError, recover
 from draftset.mask.template import tokenizer_files_fingerprint
-from draftset.output.folder import inside_a_set, remove_stale_tmp
+from draftset.output.folder import inside_a_set, remove_output, remove_stale_tmp
 from draftset.pipeline.run_state import (
-    RUN_LOCK,
+    LOCK_FILES,
     STAGES,
     STATE_FORMAT,
     WORK_FILES,
@@ -26,6 +25,9 @@ from draftset.pipeline.run_state import (
     report_path,
 )
 from draftset.sources.read import HUB_PREFIX, describe_inputs, sha256_file
+
+STATE_FILES = ("state.json", "state.json.tmp")
+"""The work files `--restart` removes last (`_clean`): what makes the folder a run's."""
 
 _FREE_GENERATE_KEYS = {
     "endpoints",
@@ -158,7 +160,8 @@ def read_run_folder(work: Path) -> dict[str, Any] | None:
     path = work / "state.json"
     if problem := inside_a_set(work, f"--work {work}"):  # the set would fail its own verify
         raise RunUsageError(problem)
-    held = [p for p in work.iterdir() if p.name != RUN_LOCK] if work.is_dir() else []
+    # draftset's locks hold no run (a --restart stopped midway may leave them alone)
+    held = [p for p in work.iterdir() if p.name not in LOCK_FILES] if work.is_dir() else []
     if not path.exists():
         if held:
             raise RunUsageError(f"{work} exists and is not a draftset run folder (no state.json)")
@@ -179,7 +182,7 @@ def open_state(opts: RunOptions, settings: dict[str, Any]) -> tuple[RunState, li
     path = work / "state.json"
     data = read_run_folder(work)  # again, under the lock: the folder may have changed
     if data is not None:
-        held = [p for p in work.iterdir() if p.name != RUN_LOCK]
+        held = [p for p in work.iterdir() if p.name not in LOCK_FILES]
         if not run_begun(data) and set(held) == {path}:
             pass  # no stage began and nothing else is here: a new run, written below
         elif opts.restart:
@@ -219,16 +222,20 @@ def _clean(opts: RunOptions, data: dict[str, Any]) -> None:
         lock = RunLock(work / "answers.jsonl")
     except StoreError as exc:
         raise RunUsageError(f"--restart: {exc} (nothing was removed)") from None
+    # the state goes last: interrupted midway, the folder is still a run's, to restart again
     with lock:
         for name in WORK_FILES:
-            (work / name).unlink(missing_ok=True)
+            if name not in STATE_FILES:
+                (work / name).unlink(missing_ok=True)
     remove_stale_tmp(opts.build.out)  # a killed build's folder (marker-checked)
     if ours:
-        shutil.rmtree(opts.build.out)
+        remove_output(opts.build.out)  # never half a set left at out
     report = report_path(opts.build.out)
     report.with_name(f".{report.name}.tmp").unlink(missing_ok=True)
     if report.exists() and data.get("report"):
         report.unlink()
+    for name in STATE_FILES:
+        (work / name).unlink(missing_ok=True)
 
 
 # --- a rerun of a run whose stages are done: the set is checked, not taken on trust -----------

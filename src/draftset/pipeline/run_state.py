@@ -156,6 +156,10 @@ RUN_LOCK = "run.lock"
 """`draftset run`'s lock in its work folder (flock, held while it runs; left in place, it holds
 no state, and never removed: a --restart deleting it under a waiting run would let two in)."""
 
+LOCK_FILES = frozenset({RUN_LOCK, "answers.lock"})
+"""The locks in a work folder (`run`'s, and its generate stage's beside ``answers.jsonl``):
+a folder holding nothing else holds no run."""
+
 WORK_FILES = (
     "state.json",
     "state.json.tmp",
