@@ -319,3 +319,49 @@ def test_a_tool_result_without_an_id_is_authored_by_the_call_it_answers(folder: 
     _, plan = _plan(folder, row)
     text = "".join(t for t, _ in plan.rows[-1].segments)
     assert "<|start|>functions.get_weather<|channel|>commentary to=assistant<|message|>rain" in text
+
+
+def test_an_empty_text_part_adds_nothing_under_harmony(folder: Path) -> None:
+    """vLLM's harmony path tokenizes each text part on its own: an empty part adds no tokens,
+    so ``["", "Say hi."]`` is served as ``Say hi.`` is, and an answer ``["Hey.", ""]`` as
+    ``Hey.`` (measured against `vllm launch render` 0.33.0). Such rows were rejected
+    ``unsupported_content`` ("message 0 is 2 text parts"), losing rows vLLM serves as written."""
+    empty = {"type": "text", "text": ""}
+    split = {
+        "messages": [
+            {"role": "user", "content": [empty, {"type": "text", "text": "Say hi."}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Hey."}, empty]},
+            {"role": "user", "content": "Again."},
+            {"role": "assistant", "content": "Hi."},
+        ]
+    }
+    plain = {
+        "messages": [
+            {"role": "user", "content": "Say hi."},
+            {"role": "assistant", "content": "Hey."},
+            {"role": "user", "content": "Again."},
+            {"role": "assistant", "content": "Hi."},
+        ]
+    }
+    _, got = _plan(folder, split)
+    _, want = _plan(folder, plain)
+    assert not got.rejects and len(got.rows) == len(want.rows) == 2
+    for a, b in zip(got.rows, want.rows, strict=True):
+        assert a.segments == b.segments
+
+
+def test_an_answer_whose_first_part_is_empty_is_refused_under_harmony(folder: Path) -> None:
+    """vLLM's harmony path keeps an answer without calls only when its first part has text
+    (``contents[0].text``): ``["", "Hey."]`` is dropped from the conversation the server
+    renders, where the row's text is ``Hey.``; the row stays refused, saying why."""
+    row = {
+        "messages": [
+            {"role": "user", "content": "Yo"},
+            {"role": "assistant", "content": [{"type": "text", "text": t} for t in ("", "Hey.")]},
+            {"role": "user", "content": "Say hi."},
+            {"role": "assistant", "content": "Hi."},
+        ]
+    }
+    _, plan = _plan(folder, row)
+    assert not plan.rows and [r.reason for r in plan.rejects] == ["unsupported_content"]
+    assert "first is empty" in plan.rejects[0].message

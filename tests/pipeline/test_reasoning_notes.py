@@ -45,8 +45,24 @@ def test_reasoning_the_template_does_not_render_is_counted_and_noted(tmp_path, c
     template = str(trl_template("llama3_2"))  # trl's real Llama-3.2 template
     _, manifest = build(tmp_path, llama32_tokenizer_dir(), "--chat-template", template)
     assert manifest["counts"]["total"]["reasoning_not_rendered"] == 1
-    out = capsys.readouterr().out
-    assert "1 supervised answer's recorded reasoning is not rendered by this template" in out
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert "the recorded reasoning of 1 supervised answer is not rendered by this template" in out
+
+
+def test_the_note_counts_several_answers_in_plain_english(tmp_path, capsys):
+    """Two answers: "2 supervised answers's recorded reasoning" was the note's wording (seen on
+    real reasoning data built for Phi-3.5, MiniMax-Text-01, Qwen2.5)."""
+    second = {"role": "user", "content": "What is 18 * 3?"}
+    answer = {"role": "assistant", "content": "54.", "reasoning_content": "51 + 3 is 54."}
+    ROWS.append({"id": "r2", "messages": [second, answer]})
+    try:
+        template = str(trl_template("llama3_2"))
+        build(tmp_path, llama32_tokenizer_dir(), "--chat-template", template)
+    finally:
+        ROWS.pop()
+    out = " ".join(capsys.readouterr().out.split())
+    assert "answers's" not in out
+    assert "the recorded reasoning of 2 supervised answers is not rendered" in out
 
 
 def test_reasoning_the_template_renders_is_not_noted(tmp_path, capsys):

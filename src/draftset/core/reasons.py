@@ -267,8 +267,9 @@ def unservable(
     given (`unsupported_content`), as one line, or None:
 
     - under harmony (vLLM's gpt-oss), a message other than a tool result that the row gave as
-      several text parts (``meta["text_parts"]``): harmony tokenizes each part on its own, and
-      no text of the row encodes to those tokens (a tool result's parts it joins);
+      several text parts with text (``meta["text_parts"]``): harmony tokenizes each part on its
+      own, and no text of the row encodes to those tokens (a tool result's parts it joins; an
+      empty part adds no tokens, but an answer whose first part is empty it drops whole);
     - under harmony, a special token's text (``special``, `special_token_pattern`) in a
       message or the tools: harmony encodes it as ordinary text, the row's text would encode
       it as the control token (answers are `special_token_in_answer`'s, checked first);
@@ -282,14 +283,14 @@ def unservable(
       (its own developer message).
     """
     parts = meta.get(records.PART_TEXTS) or {}
-    split = [i for i in parts if i < len(messages) and messages[i].get("role") != "tool"]
+    split = {
+        i: why
+        for i in parts
+        if i < len(messages) and (why := _harmony_parts(messages[i], parts[i])) is not None
+    }
     if harmony and split:
         i = min(split)
-        return (
-            f"message {i} is {len(parts[i])} text parts: vLLM serves this model with harmony,"
-            " which tokenizes each part on its own (no row text holds those tokens); join the"
-            " parts in the data"
-        )
+        return f"message {i} {split[i]}"
     other = {
         i: t for i, t in (meta.get(records.OTHER_TEXT_PARTS) or {}).items() if i < len(messages)
     }
@@ -480,6 +481,30 @@ def dropped_content(msg: dict, generation: str, parts: list[str] | None = None) 
     # generation would be the end-of-turn token alone
     if not text and not names and reasoning and reasoning not in generation:
         return "its reasoning (the answer is all reasoning)"
+    return None
+
+
+def _harmony_parts(message: dict, texts: list[str]) -> str | None:
+    """Why vLLM's harmony path (0.33, `parse_chat_input_to_harmony_message`) serves a message
+    of several text parts unlike any text of the row, or None. It tokenizes each part on its
+    own, so two parts with text have tokens no row text holds; an empty part adds none (the
+    row's text is the other part's). A tool result's parts it joins (`flatten_input_text_content`).
+    An answer without calls it keeps only when its *first* part has text: ``["", "Hi."]`` is
+    dropped from the history whole, where the row's text is ``Hi.``."""
+    if message.get("role") == "tool":
+        return None
+    full = [t for t in texts if t]
+    if len(full) > 1:
+        return (
+            f"is {len(texts)} text parts: vLLM serves this model with harmony, which tokenizes"
+            " each part on its own (no row text holds those tokens); join the parts in the data"
+        )
+    answer = message.get("role") == "assistant" and not message.get("tool_calls")
+    if answer and full and not texts[0]:
+        return (
+            "is text parts whose first is empty: vLLM serves this model with harmony, which"
+            " then drops the answer from the conversation; leave the empty part out"
+        )
     return None
 
 

@@ -109,7 +109,7 @@ def print_build_summary(result: BuildResult, console: Console | None = None) -> 
 def reasoning_note(n: int) -> str:
     """Recorded reasoning the template drops: said, since those answers train without it."""
     return (
-        f"note: {plural(n, 'supervised answer')}'s recorded reasoning is not rendered by this"
+        f"note: the recorded reasoning of {plural(n, 'supervised answer')} is not rendered by this"
         " template (it has no place for it, e.g. Llama-3.x): only the answers are trained;"
         " for reasoning, build for a target whose template renders it"
     )
