@@ -829,8 +829,9 @@ def _bounded_expected_rows(
 
 _LENGTH_SLACK = 2
 """Tokens per generation a row's length may differ between tokenizing its pieces apart (what
-verify counts) and build's encoding (a turn made context joins its neighbours in one piece,
-which may merge a token or two at each edge): a `too_long` row is wrong only beyond that."""
+verify counts for `too_few_supervised_tokens` under truncation) and build's encoding (a turn
+made context joins its neighbours in one piece, which may merge a token or two at each edge).
+A `too_long` row is counted exactly instead (`_contract_length`)."""
 
 
 def _check_length_rejects(
@@ -860,17 +861,19 @@ def _check_length_rejects(
         exp = by_id.get(rid) or (by_id.get(conv_id) if len(by_id) == 1 else None)
         if exp is None:
             continue
+        if why == reasons.TOO_LONG:
+            n = _contract_length(tmpl, exp, server)
+            if max_len > 0 and n <= max_len:
+                p.add(
+                    "rejected as too_long but it fits --max-length",
+                    rid,
+                    f"{rid}: rejected as too_long, but its {n:,} tokens fit"
+                    f" --max-length {max_len:,}",
+                )
+            continue
         pieces = _contract_pieces(tmpl, exp, server)
         n = sum(k for k, _ in pieces)
         slack = _LENGTH_SLACK * len(exp.gens)
-        if why == reasons.TOO_LONG and max_len > 0 and n + slack <= max_len:
-            p.add(
-                "rejected as too_long but it fits --max-length",
-                rid,
-                f"{rid}: rejected as too_long, but its {n:,} tokens fit --max-length {max_len:,}",
-            )
-        if why != reasons.TOO_FEW_SUPERVISED_TOKENS:
-            continue
         if not truncating and max_len > 0 and n - slack > max_len:
             continue  # too long as well: either reason is right
         kept = max_len - slack if truncating and max_len > 0 else n
@@ -886,6 +889,32 @@ def _check_length_rejects(
                 f"{rid}: rejected as too_few_supervised_tokens, but it supervises"
                 f" {supervised:,} tokens >= --min-supervised-tokens {min_sup:,}",
             )
+
+
+def _contract_length(
+    tmpl: ChatTemplate, exp: Expected, server: dict[int, list[int]] | None = None
+) -> int:
+    """The tokens of an expected row as build's rule encodes it (docs/semantics.md, the token
+    rule `_served_context` judges written rows by): the tokens before each generation it
+    supervises are ``tokenizer(P)`` in one piece, a generation whose ``tokenizer(P)`` is not
+    the row's tokens so far plus the context since in one piece is context
+    (`history_tokens_differ`), each supervised generation is its own tokens (the server's when
+    build kept them), and the text after the last one is encoded in one piece."""
+    tok = tmpl.tokenizer
+    have: list[int] = []  # the row's tokens up to the end of the last supervised generation
+    end = 0  # and where that generation ends in the text
+    for start, gen, j in exp.gens:
+        want = list(tok(exp.text[:start], add_special_tokens=False)["input_ids"])
+        if (
+            have
+            and have + list(tok(exp.text[end:start], add_special_tokens=False)["input_ids"]) != want
+        ):
+            continue  # history_tokens_differ: this generation joins the context
+        kept = _kept_server_ids(tmpl, (server or {}).get(j), gen)
+        gen_ids = kept if kept is not None else tok(gen, add_special_tokens=False)["input_ids"]
+        have = want + list(gen_ids)
+        end = start + len(gen)
+    return len(have) + len(tok(exp.text[end:], add_special_tokens=False)["input_ids"])
 
 
 def _contract_pieces(

@@ -1,0 +1,112 @@
+"""verify counts a `too_long` row as build's rule tokenizes it, exactly: no slack.
+
+Build rejects a row under `--truncation drop` when its tokens exceed `--max-length`. verify
+re-derives the row a rejected conversation would have been (the token rule of
+docs/semantics.md: the tokens before each supervised generation are `tokenizer(P)`, each
+generation its own tokens, the trailing context in one piece) and fails a `too_long` line whose
+row fits. It allowed 2 tokens a generation of slack, so a build that rejected rows of exactly
+`--max-length` tokens (an off-by-one, `>=` for `>`) wrote sets verify passed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from conftest import llama32_tokenizer_dir, trl_template
+
+import draftset.mask.encode as encode
+from draftset.checks.verify import run_verify
+from draftset.config.options import BuildOptions
+from draftset.core import reasons
+from draftset.core.records import Reject
+from draftset.pipeline.build import run_build
+from draftset.sources.read import Source
+
+ROWS: list[dict[str, Any]] = [
+    {
+        "id": "multi",
+        "messages": [
+            {"role": "user", "content": "Name a prime number."},
+            {"role": "assistant", "content": "Seven is a prime number."},
+            {"role": "user", "content": "And an even one?"},
+            {"role": "assistant", "content": "Two is the only even prime."},
+            {"role": "user", "content": "Thanks."},
+            {"role": "assistant", "content": "You are welcome."},
+        ],
+    },
+    {
+        "id": "short",
+        "messages": [
+            {"role": "user", "content": "Hi."},
+            {"role": "assistant", "content": "Hello there."},
+        ],
+    },
+]
+
+
+def _build(tmp: Path, max_length: int, name: str) -> Path:
+    src = tmp / "a.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    opts = BuildOptions(
+        [Source("a", src)],
+        str(llama32_tokenizer_dir()),
+        tmp / name,
+        chat_template_path=str(trl_template("llama3_2")),
+        workers=1,
+        max_length=max_length,
+    )
+    return run_build(opts).out
+
+
+def _lengths(out: Path) -> dict[str, int]:
+    with pa.memory_map(str(out / "data-00000-of-00001.arrow")) as f:
+        t = pa.ipc.open_stream(f).read_all()
+    return dict(zip(t.column("id").to_pylist(), t.column("seq_len").to_pylist(), strict=True))
+
+
+def _failures(out: Path) -> dict[str, list[str]]:
+    results = run_verify(out, speculators=False, record=False)
+    return {
+        r.name: list(r.details.get("messages", []))
+        for r in results
+        if r.failed and r.name != "drafter_fitness"  # advice, never a failure
+    }
+
+
+def _off_by_one(rules_fn: Any) -> Any:
+    """build's length rule with `>=` for `>`: a row of exactly --max-length tokens dropped."""
+
+    def buggy(source, row, row_id, input_ids, loss_mask, rules):  # type: ignore[no-untyped-def]
+        n = int(input_ids.shape[0])
+        if rules.truncation == "drop" and n == rules.max_length:
+            return Reject(source, row, row_id, reasons.TOO_LONG, f"{n} tokens > --max-length {n}")
+        return rules_fn(source, row, row_id, input_ids, loss_mask, rules)
+
+    return buggy
+
+
+def test_a_row_of_exactly_max_length_rejected_as_too_long_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    n = _lengths(_build(tmp_path, 4096, "wide"))["multi"]
+    monkeypatch.setattr(encode, "apply_length_rules", _off_by_one(encode.apply_length_rules))
+    out = _build(tmp_path, n, "buggy")
+    lines = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    assert [(x["id"], x["reason"]) for x in lines] == [("multi", "too_long")]
+    fails = _failures(out)
+    assert set(fails) == {"mask_fidelity"}, fails
+    assert fails["mask_fidelity"] == [
+        f"multi: rejected as too_long, but its {n:,} tokens fit --max-length {n:,}"
+    ]
+
+
+def test_a_row_one_token_too_long_is_rightly_rejected(tmp_path: Path) -> None:
+    n = _lengths(_build(tmp_path, 4096, "wide"))["multi"]
+    out = _build(tmp_path, n - 1, "right")
+    lines = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    assert [(x["id"], x["reason"]) for x in lines] == [("multi", "too_long")]
+    assert _failures(out) == {}
