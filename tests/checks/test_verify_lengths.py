@@ -1,4 +1,5 @@
-"""verify counts a `too_long` row as build's rule tokenizes it, exactly: no slack.
+"""verify counts a `too_long` row as build's rule tokenizes it, exactly: no slack; and a
+`template_timeout` row that renders fast here fails.
 
 Build rejects a row under `--truncation drop` when its tokens exceed `--max-length`. verify
 re-derives the row a rejected conversation would have been (the token rule of
@@ -11,6 +12,8 @@ row fits. It allowed 2 tokens a generation of slack, so a build that rejected ro
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +22,12 @@ import pytest
 from conftest import llama32_tokenizer_dir, trl_template
 
 import draftset.mask.encode as encode
+import draftset.mask.step as step
 from draftset.checks.verify import run_verify
 from draftset.config.options import BuildOptions
 from draftset.core import reasons
 from draftset.core.records import Reject
+from draftset.mask.limits import RenderTimeout
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
 
@@ -110,3 +115,30 @@ def test_a_row_one_token_too_long_is_rightly_rejected(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
     assert [(x["id"], x["reason"]) for x in lines] == [("multi", "too_long")]
     assert _failures(out) == {}
+
+
+def test_a_fast_row_rejected_as_template_timeout_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timer that fires at once (a unit mix-up, an alarm left armed) drops rows as
+    `template_timeout`. Whether a render times out depends on the machine, so verify never
+    re-derived the reason and passed such a set; a row whose re-render here takes under 1% of
+    build's `--render-timeout` fails (a build machine 100 times slower is no timeout's cause)."""
+    real = step.bounded_row
+
+    @contextmanager
+    def misfiring(template: Any, conv: Any, seconds: float | None) -> Iterator[None]:
+        if conv.id == "short":
+            raise RenderTimeout(f"rendering took longer than --render-timeout {seconds:g} s")
+        with real(template, conv, seconds):
+            yield
+
+    monkeypatch.setattr(step, "bounded_row", misfiring)
+    out = _build(tmp_path, 4096, "buggy")
+    lines = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    assert [(x["id"], x["reason"]) for x in lines] == [("short", "template_timeout")]
+    fails = _failures(out)
+    assert set(fails) == {"mask_fidelity"}, fails
+    [message] = fails["mask_fidelity"]
+    assert message.startswith("short: rejected as template_timeout, but its renders take ")
+    assert message.endswith(" s here, under 1% of --render-timeout 5 s")

@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import json
 import random
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -351,6 +352,8 @@ def source_pass(
         needs = needs or input_chosen(key, seed, share)
         if not own and any(x.get("reason") == reasons.TEMPLATE_TIMEOUT for x in lines):
             needs = False  # a timeout depends on the machine: not worth that work again here
+            if isinstance(item, Conversation) and (full or input_chosen(key, seed, share)):
+                _check_timeout(maskp, tmpl, item, mode, build_placeholders, timeout)
         if isinstance(item, Conversation) and needs:
             expected, context, error = _bounded_expected_rows(
                 tmpl, item, mode, build_placeholders, timeout
@@ -429,6 +432,47 @@ def _source_pass_results(
             f"{scope}: no placeholder or prompt-copy answer supervised",
             {"placeholders": list(placeholders)},
         ),
+    )
+
+
+TIMEOUT_SHARE = 0.01
+"""A `template_timeout` row whose re-render here finishes within this share of build's
+`--render-timeout` is no timeout: no build machine is 100 times slower at the same render."""
+
+
+def _check_timeout(
+    p: Problems,
+    tmpl: ChatTemplate,
+    conv: Conversation,
+    mode: str,
+    placeholders: tuple[str, ...],
+    timeout: float | None,
+) -> None:
+    """A conversation rejected as `template_timeout`: whether a render times out depends on
+    the machine, so the reason is not re-derived; but its renders are re-run here bounded by
+    `TIMEOUT_SHARE` of build's `--render-timeout` (a timed-out row costs that much, no more),
+    and one that finishes within it (or a build without the bound, which never times out)
+    was no timeout's: a timer that fired early (a unit mix-up, an alarm left armed) drops rows
+    a set needs."""
+    if not timeout or timeout <= 0:
+        p.add(
+            "rejected as template_timeout though build set no --render-timeout",
+            conv.id,
+            f"{conv.id}: rejected as template_timeout, but --render-timeout is 0 (no bound)",
+        )
+        return
+    started = time.perf_counter()
+    error = _bounded_expected_rows(tmpl, conv, mode, placeholders, timeout * TIMEOUT_SHARE)[2]
+    took = time.perf_counter() - started
+    if error is not None and error.startswith(
+        (reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE)
+    ):
+        return  # as slow here (or too large: judged as such elsewhere): not judged
+    p.add(
+        "rejected as template_timeout but it renders fast",
+        conv.id,
+        f"{conv.id}: rejected as template_timeout, but its renders take {took:.3f} s here,"
+        f" under {TIMEOUT_SHARE:.0%} of --render-timeout {timeout:g} s",
     )
 
 
