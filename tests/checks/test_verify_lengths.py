@@ -142,3 +142,68 @@ def test_a_fast_row_rejected_as_template_timeout_fails(
     [message] = fails["mask_fidelity"]
     assert message.startswith("short: rejected as template_timeout, but its renders take ")
     assert message.endswith(" s here, under 1% of --render-timeout 5 s")
+
+
+def _off_by_one_min(rules_fn: Any) -> Any:
+    """build's length rules with `<=` for `<` in --min-supervised-tokens."""
+
+    def buggy(source, row, row_id, input_ids, loss_mask, rules):  # type: ignore[no-untyped-def]
+        out = rules_fn(source, row, row_id, input_ids, loss_mask, rules)
+        kept = rules.max_length if rules.truncation == "truncate" else None
+        supervised = int(loss_mask[:kept].sum())
+        if not isinstance(out, Reject) and supervised == rules.min_supervised_tokens:
+            return Reject(
+                source,
+                row,
+                row_id,
+                reasons.TOO_FEW_SUPERVISED_TOKENS,
+                f"{supervised} supervised tokens < --min-supervised-tokens {supervised}",
+            )
+        return out
+
+    return buggy
+
+
+def test_a_cut_row_of_exactly_min_supervised_tokens_rejected_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Truncating, the row is cut 2 tokens into its last answer: it supervises the earlier
+    answers and those 2 tokens, exactly --min-supervised-tokens. verify counted the answers
+    inside --max-length less 2 tokens an answer (6 here), so the cut answer's tokens were not
+    counted and a rejection of that row passed."""
+    wide = _build(tmp_path, 4096, "wide")
+    with pa.memory_map(str(wide / "data-00000-of-00001.arrow")) as f:
+        t = pa.ipc.open_stream(f).read_all().to_pylist()
+    mask = next(r["loss_mask"] for r in t if r["id"] == "multi")
+    last_start = max(i for i in range(1, len(mask)) if mask[i] and not mask[i - 1])
+    cut = last_start + 2
+    need = sum(mask[:cut])
+    monkeypatch.setattr(encode, "apply_length_rules", _off_by_one_min(encode.apply_length_rules))
+    long_answer = {  # a row that keeps enough, so the set is not empty
+        "id": "long",
+        "messages": [
+            {"role": "user", "content": "Count."},
+            {"role": "assistant", "content": " ".join(str(k) for k in range(200))},
+        ],
+    }
+    src = tmp_path / "b.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in [*ROWS, long_answer]), encoding="utf-8")
+    opts = BuildOptions(
+        [Source("a", src)],
+        str(llama32_tokenizer_dir()),
+        tmp_path / "buggy",
+        chat_template_path=str(trl_template("llama3_2")),
+        workers=1,
+        max_length=cut,
+        truncation="truncate",
+        min_supervised_tokens=need,
+    )
+    out = run_build(opts).out
+    lines = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    assert ("multi", "too_few_supervised_tokens") in [(x["id"], x["reason"]) for x in lines]
+    fails = _failures(out)
+    assert "mask_fidelity" in fails, fails
+    assert (
+        f"multi: rejected as too_few_supervised_tokens, but it supervises {need:,} tokens"
+        f" >= --min-supervised-tokens {need:,}"
+    ) in fails["mask_fidelity"]
