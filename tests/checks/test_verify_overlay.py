@@ -32,7 +32,13 @@ ROWS: list[dict[str, Any]] = [
         ],
     },
     {"id": "p-1", "messages": [{"role": "user", "content": "What is TCP?"}]},
-    {"id": "p-2", "messages": [{"role": "user", "content": "What is UDP?"}]},
+    {  # two questions in a row (MT-Bench style): an answer after each
+        "id": "p-2",
+        "messages": [
+            {"role": "user", "content": "What is UDP?"},
+            {"role": "user", "content": "And when is it used?"},
+        ],
+    },
     {  # padded: sent without its pad
         "id": "pad",
         "messages": [
@@ -56,7 +62,16 @@ def _answer(rid: str, prompt: str, answer: str) -> dict[str, Any]:
 
 ANSWERS = [
     _answer("p-1", "What is TCP?", "TCP is a reliable stream protocol."),
-    _answer("p-2", "What is UDP?", "UDP is a datagram protocol."),
+    {
+        "id": "p-2",
+        "messages": [
+            {"role": "user", "content": "What is UDP?"},
+            {"role": "assistant", "content": "UDP is a datagram protocol."},
+            {"role": "user", "content": "And when is it used?"},
+            {"role": "assistant", "content": "For games and streaming."},
+        ],
+        "metadata": {"model": "m", "finish_reason": "stop", "answers": 2},
+    },
     _answer("pad", "Explain DNS briefly.", "DNS maps names to addresses."),
 ]
 
@@ -130,6 +145,16 @@ def _short_prompt_too_long() -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     return [a for a in ANSWERS if a["id"] != "p-2"], [line]
 
 
+def _dropped_turn_said_stopped() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The second question of a two-question prompt left out, the line saying the answers
+    stopped at a tool call: its last answer calls none."""
+    rows = [*ANSWERS]
+    line = _answer("p-2", "What is UDP?", "UDP is a datagram protocol.")
+    line["metadata"] = {**line["metadata"], "ends_at_tool_call": True}
+    rows[1] = line
+    return rows, []
+
+
 @pytest.mark.parametrize(
     ("tamper", "expected"),
     [
@@ -137,8 +162,9 @@ def _short_prompt_too_long() -> tuple[list[dict[str, Any]], list[dict[str, Any]]
         (_swapped_ids, "p-1: the answers file's line for it asks another prompt"),
         (_unasked_row, "kept: the answers file has a line for it, a row run does not send"),
         (_short_prompt_too_long, "p-2: rejected as too_long, but its prompt is"),
+        (_dropped_turn_said_stopped, "p-2: the answers file's line for it asks another prompt"),
     ],
-    ids=["edited_prompt", "swapped_ids", "unasked_row", "short_prompt_too_long"],
+    ids=["edited_prompt", "swapped_ids", "unasked_row", "short_prompt_too_long", "said_stopped"],
 )
 def test_a_tampered_answers_file_fails_row_identity(tmp_path: Path, tamper, expected: str) -> None:
     answers, too_long = tamper()

@@ -537,8 +537,12 @@ def _check_answer_prompt(
     assert isinstance(picked, Conversation | PromptOnly)
     want, got = _asked(picked.messages), _asked(item.messages)
     meta = item.meta.get("metadata")
-    stopped = isinstance(meta, dict) and bool(
-        meta.get("truncated") or meta.get("ends_at_tool_call")
+    meta = meta if isinstance(meta, dict) else {}
+    last = item.messages[-1] if item.messages else {}
+    # answers stop early only at their last answer: one cut at max_tokens, or one calling a
+    # tool the row holds no result for (`generation.dialog`); said of any other, it is not
+    stopped = last.get("role") == "assistant" and bool(
+        meta.get("truncated") or (meta.get("ends_at_tool_call") and last.get("tool_calls"))
     )
     same = got == (want[: len(got)] if stopped else want)
     if same and (item.tools or None) == (picked.tools or None):
