@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import qwen3_tokenizer_dir
+from conftest import llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
 
 from draftset.checks.verify import run_verify
 from draftset.config.options import BuildOptions
@@ -81,7 +81,13 @@ def _jsonl(path: Path, lines: list[dict[str, Any]]) -> Path:
     return path
 
 
-def _run_set(tmp: Path, answers: list[dict[str, Any]], too_long: list[dict[str, Any]]) -> Path:
+def _run_set(
+    tmp: Path,
+    answers: list[dict[str, Any]],
+    too_long: list[dict[str, Any]],
+    regenerate: str = "missing",
+    llama: bool = False,
+) -> Path:
     """What `run`'s build stage makes of these answer and too-long files."""
     src = _jsonl(tmp / "a.jsonl", ROWS)
     work = tmp / "work"
@@ -93,13 +99,14 @@ def _run_set(tmp: Path, answers: list[dict[str, Any]], too_long: list[dict[str, 
     ]
     opts = BuildOptions(
         [Source("a", src)],
-        str(qwen3_tokenizer_dir()),
+        str(llama32_tokenizer_dir() if llama else qwen3_tokenizer_dir()),
         tmp / "out",
+        chat_template_path=str(trl_template("llama3_2")) if llama else None,
         workers=1,
         max_length=256,
         overwrite=True,
         overlay=[str(p) for p in overlay],
-        run_info={"work": str(work), "model": "m", "regenerate": "missing"},
+        run_info={"work": str(work), "model": "m", "regenerate": regenerate},
     )
     return run_build(opts).out
 
@@ -171,3 +178,21 @@ def test_a_tampered_answers_file_fails_row_identity(tmp_path: Path, tamper, expe
     fails = _failures(_run_set(tmp_path, answers, too_long))
     assert set(fails) == {"row_identity"}, fails
     assert any(m.startswith(expected) for m in fails["row_identity"]), fails
+
+
+@pytest.mark.parametrize(("llama", "sent"), [(False, True), (True, False)], ids=["qwen3", "llama"])
+def test_missing_reasoning_sends_a_row_only_where_the_template_thinks(
+    tmp_path: Path, llama: bool, sent: bool
+) -> None:
+    """`regenerate: missing_reasoning` sends a row whose answers lack reasoning only under a
+    template that trains them as empty think blocks (Qwen3's), never under Llama-3.2's."""
+    answers = [*ANSWERS, _answer("kept", "Name a colour.", "Green is one too.")]
+    fails = _failures(_run_set(tmp_path, answers, [], "missing_reasoning", llama))
+    if sent:
+        assert fails == {}
+    else:
+        assert set(fails) == {"row_identity"}, fails
+        assert fails["row_identity"] == [
+            "kept: the answers file has a line for it, a row run does not send (a row 0:"
+            " answered already; regenerate: missing_reasoning)"
+        ]

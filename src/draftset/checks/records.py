@@ -299,7 +299,7 @@ def source_pass(
     for position, picked in enumerate(selection.rows()):
         item = picked if answers is None else answers.apply(picked)
         if item is not picked:
-            _check_answered(ident, tmpl, out, picked, item)
+            _check_answered(ident, (tmpl, recount.probe), out, picked, item)
         key = (item.source, item.row)
         reject_order += [(n, str(item.id)) for n in idx.reject_line.get(key, ())]
         _check_reject_files(ident, item, idx.rejects_at.get(key) or [])
@@ -478,16 +478,21 @@ def _check_timeout(
 
 # --- `draftset run`'s answers against the rows they replace ---------------------------------------
 def _check_answered(
-    ident: Problems, tmpl: ChatTemplate, out: OutputSet, picked: Normalized, item: Normalized
+    ident: Problems,
+    template: tuple[ChatTemplate, EmptyThinkProbe],
+    out: OutputSet,
+    picked: Normalized,
+    item: Normalized,
 ) -> None:
     """A line of `run`'s answer, error or too-long files replaced ``picked`` by ``item``. The
     files are the pipeline's product, not an input: what in them follows from the source row
     is re-derived here — run sends the row at all (`_run_sends`), the answer asks the row's
     own prompt (`_check_answer_prompt`), a prompt said too long to send is (`_check_too_long`).
     """
+    tmpl, probe = template
     name = str(picked.id or f"{picked.source}:{picked.row}")
     regenerate = (out.manifest.get("run") or {}).get("regenerate")
-    if not _run_sends(out, picked, regenerate):
+    if not _run_sends(out, picked, regenerate, probe):
         ident.add(
             "the answers file has a line for a row run does not send",
             name,
@@ -501,11 +506,11 @@ def _check_answered(
         _check_answer_prompt(ident, picked, item, name)
 
 
-def _run_sends(out: OutputSet, picked: Normalized, regenerate: Any) -> bool:
+def _run_sends(out: OutputSet, picked: Normalized, regenerate: Any, probe: EmptyThinkProbe) -> bool:
     """Whether `run` asks the target about this selected row (`run_select._needs_answer`): a
     prompt, a row padded with placeholders or prompt copies, or, by ``regenerate``, every
-    row (``all``) or one whose answers lack reasoning (``missing_reasoning``: the template's
-    thinking probe is not asked again here, so such a row is always allowed)."""
+    row (``all``) or one whose answers lack reasoning under a template that then trains an
+    empty think block (``missing_reasoning``, the probe build and run ask)."""
     if isinstance(picked, PromptOnly):
         return True
     if not isinstance(picked, Conversation) or picked.meta.get(NOT_TRAINED):
@@ -514,7 +519,11 @@ def _run_sends(out: OutputSet, picked: Normalized, regenerate: Any) -> bool:
     if reasons.all_padded_answers(picked, placeholders) or regenerate == "all":
         return True
     kwargs = (out.manifest.get("template") or {}).get("kwargs") or {}
-    return regenerate == "missing_reasoning" and lacks_reasoning(picked, kwargs)
+    return (
+        regenerate == "missing_reasoning"
+        and lacks_reasoning(picked, kwargs)
+        and probe.thinks(row_kwargs_key(picked))
+    )
 
 
 def _asked(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
