@@ -163,7 +163,8 @@ def _replay(recorded: Message, results: list[Message], generated: Message) -> li
     out = []
     for k, res in enumerate(results):
         res = dict(res)
-        idx = rec_ids.index(res["tool_call_id"]) if res.get("tool_call_id") in rec_ids else k
+        call_id = res.get("tool_call_id")
+        idx = rec_ids.index(call_id) if call_id is not None and call_id in rec_ids else k
         if idx < len(gen_calls):
             call = gen_calls[idx]
             if call.get("id"):
