@@ -827,12 +827,6 @@ def _bounded_expected_rows(
         return [], Counter(), f"{exc.reason}: {exc.message}"
 
 
-_LENGTH_SLACK = 2
-"""Tokens per generation a row's length may differ between tokenizing its pieces apart (what
-verify counts) and build's encoding (a turn made context joins its neighbours in one piece,
-which may merge a token or two at each edge): a `too_long` row is wrong only beyond that."""
-
-
 def _check_length_rejects(
     p: Problems,
     tmpl: ChatTemplate,
@@ -843,7 +837,7 @@ def _check_length_rejects(
 ) -> None:
     """`too_long` and `too_few_supervised_tokens` rejects (build decides both from a byte
     bound, untokenized, when it can) whose expected row the length rules keep when counted
-    as the contract tokenizes it: the context and each generation in one piece apiece."""
+    as build's token rule encodes it (`_contract_layout`), exactly."""
     max_len = int(options.get("max_length") or 0)
     min_sup = int(options.get("min_supervised_tokens") or 0)
     truncating = options.get("truncation", "drop") != "drop"
@@ -860,25 +854,21 @@ def _check_length_rejects(
         exp = by_id.get(rid) or (by_id.get(conv_id) if len(by_id) == 1 else None)
         if exp is None:
             continue
-        pieces = _contract_pieces(tmpl, exp, server)
-        n = sum(k for k, _ in pieces)
-        slack = _LENGTH_SLACK * len(exp.gens)
-        if why == reasons.TOO_LONG and max_len > 0 and n + slack <= max_len:
-            p.add(
-                "rejected as too_long but it fits --max-length",
-                rid,
-                f"{rid}: rejected as too_long, but its {n:,} tokens fit --max-length {max_len:,}",
-            )
-        if why != reasons.TOO_FEW_SUPERVISED_TOKENS:
+        if why == reasons.TOO_LONG:
+            n = _contract_layout(tmpl, exp, server)[0]
+            if max_len > 0 and n <= max_len:
+                p.add(
+                    "rejected as too_long but it fits --max-length",
+                    rid,
+                    f"{rid}: rejected as too_long, but its {n:,} tokens fit"
+                    f" --max-length {max_len:,}",
+                )
             continue
-        if not truncating and max_len > 0 and n - slack > max_len:
+        n, runs = _contract_layout(tmpl, exp, server)
+        if not truncating and max_len > 0 and n > max_len:
             continue  # too long as well: either reason is right
-        kept = max_len - slack if truncating and max_len > 0 else n
-        supervised, at = 0, 0
-        for k, sup in pieces:  # inside the kept ones, however the context's edges merge
-            if sup:
-                supervised += max(0, min(k, kept - at))
-            at += k
+        kept = min(n, max_len) if truncating and max_len > 0 else n
+        supervised = sum(max(0, min(k, kept - at)) for at, k in runs)  # those inside the cut
         if supervised >= min_sup:
             p.add(
                 "rejected as too_few_supervised_tokens but it has enough",
@@ -888,24 +878,32 @@ def _check_length_rejects(
             )
 
 
-def _contract_pieces(
+def _contract_layout(
     tmpl: ChatTemplate, exp: Expected, server: dict[int, list[int]] | None = None
-) -> list[tuple[int, bool]]:
-    """(tokens, supervised) of an expected row's pieces in order: context pieces and
-    generations, each tokenized apart — a generation as the server's own ids when the row
-    recorded ids that spell it (build uses them then), with the end-of-turn token they may
-    leave off."""
-    pieces: list[tuple[str | int, bool]] = []
-    at = 0
+) -> tuple[int, list[tuple[int, int]]]:
+    """An expected row as build's rule encodes it (docs/semantics.md, the token rule
+    `_served_context` judges written rows by): its length, and where each generation it
+    supervises starts and how many tokens it has. The tokens before each supervised
+    generation are ``tokenizer(P)`` in one piece; a generation whose ``tokenizer(P)`` is not
+    the row's tokens so far plus the context since in one piece is context
+    (`history_tokens_differ`); each supervised generation is its own tokens (the server's when
+    build kept them); the text after the last one is encoded in one piece. Before, verify
+    counted the pieces apart with 2 tokens a generation to spare, and counted a
+    `history_tokens_differ` turn as supervised."""
+    tok = tmpl.tokenizer
+    have: list[int] = []  # the row's tokens up to the end of the last supervised generation
+    end = 0  # and where that generation ends in the text
+    runs: list[tuple[int, int]] = []
     for start, gen, j in exp.gens:
-        pieces.append((exp.text[at:start], False))
+        want = list(tok(exp.text[:start], add_special_tokens=False)["input_ids"])
+        if have and have + tok(exp.text[end:start], add_special_tokens=False)["input_ids"] != want:
+            continue  # history_tokens_differ: this generation joins the context
         kept = _kept_server_ids(tmpl, (server or {}).get(j), gen)
-        pieces.append((gen if kept is None else len(kept), True))
-        at = start + len(gen)
-    pieces.append((exp.text[at:], False))
-    texts = [t for t, _ in pieces if isinstance(t, str) and t]
-    encoded = iter(tmpl.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
-    return [(t if isinstance(t, int) else len(next(encoded)) if t else 0, sup) for t, sup in pieces]
+        gen_ids = kept if kept is not None else tok(gen, add_special_tokens=False)["input_ids"]
+        runs.append((len(want), len(gen_ids)))
+        have = want + list(gen_ids)
+        end = start + len(gen)
+    return len(have) + len(tok(exp.text[end:], add_special_tokens=False)["input_ids"]), runs
 
 
 _DERIVED = frozenset(

@@ -15,9 +15,10 @@ import hashlib
 import itertools
 import json
 import random
+import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,14 @@ from draftset.checks.mask import (
     _kept_server_ids,
 )
 from draftset.core import defaults, reasons
-from draftset.core.records import Conversation, Normalized, PreTokenized, PromptOnly, Reject
+from draftset.core.records import (
+    NOT_TRAINED,
+    Conversation,
+    Normalized,
+    PreTokenized,
+    PromptOnly,
+    Reject,
+)
 from draftset.core.words import ascii_digits, plural
 from draftset.mask.hygiene import (
     EmptyThinkProbe,
@@ -51,6 +59,7 @@ from draftset.output.readback import (
     read_jsonl,
 )
 from draftset.select import mix  # reading, ids and filters only; never build's masking code
+from draftset.sources.overlay import Overlay
 from draftset.sources.read import (
     HUB_PREFIX,
     Source,
@@ -281,9 +290,16 @@ def source_pass(
     checked = 0
     sources = out.sources()
     selection = source_selection(out)
+    # `draftset run`'s answers replace rows whole: each is judged against the row it replaces
+    answers = Overlay(selection.spec.overlay) if selection.spec.overlay else None
+    if answers is not None:
+        selection = mix.Selection(replace(selection.spec, overlay=[]))
     prompt_order: list[int] = []  # prompts.jsonl line of each prompt-only input row, in order
     reject_order: list[tuple[int, str]] = []  # (rejects.jsonl line, id) of each input row
-    for position, item in enumerate(selection.rows()):
+    for position, picked in enumerate(selection.rows()):
+        item = picked if answers is None else answers.apply(picked)
+        if item is not picked:
+            _check_answered(ident, (tmpl, recount.probe), out, picked, item)
         key = (item.source, item.row)
         reject_order += [(n, str(item.id)) for n in idx.reject_line.get(key, ())]
         _check_reject_files(ident, item, idx.rejects_at.get(key) or [])
@@ -336,6 +352,8 @@ def source_pass(
         needs = needs or input_chosen(key, seed, share)
         if not own and any(x.get("reason") == reasons.TEMPLATE_TIMEOUT for x in lines):
             needs = False  # a timeout depends on the machine: not worth that work again here
+            if isinstance(item, Conversation) and (full or input_chosen(key, seed, share)):
+                _check_timeout(maskp, tmpl, item, mode, build_placeholders, timeout)
         if isinstance(item, Conversation) and needs:
             expected, context, error = _bounded_expected_rows(
                 tmpl, item, mode, build_placeholders, timeout
@@ -363,6 +381,8 @@ def source_pass(
             if own and lines:  # a turn's row rejected beside written ones
                 _check_length_rejects(maskp, tmpl, item, lines, expected, opts)
                 _check_turn_rejects(maskp, lines, expected)
+    if answers is not None:
+        answers.close()
     _check_every_output_row(ident, idx, row_owner, used_rejects)
     for (a, first), (b, second) in itertools.pairwise(reject_order):
         if b < a:
@@ -413,6 +433,186 @@ def _source_pass_results(
             {"placeholders": list(placeholders)},
         ),
     )
+
+
+TIMEOUT_SHARE = 0.01
+"""A `template_timeout` row whose re-render here finishes within this share of build's
+`--render-timeout` is no timeout: no build machine is 100 times slower at the same render."""
+
+
+def _check_timeout(
+    p: Problems,
+    tmpl: ChatTemplate,
+    conv: Conversation,
+    mode: str,
+    placeholders: tuple[str, ...],
+    timeout: float | None,
+) -> None:
+    """A conversation rejected as `template_timeout`: whether a render times out depends on
+    the machine, so the reason is not re-derived; but its renders are re-run here bounded by
+    `TIMEOUT_SHARE` of build's `--render-timeout` (a timed-out row costs that much, no more),
+    and one that finishes within it (or a build without the bound, which never times out)
+    was no timeout's: a timer that fired early (a unit mix-up, an alarm left armed) drops rows
+    a set needs."""
+    if not timeout or timeout <= 0:
+        p.add(
+            "rejected as template_timeout though build set no --render-timeout",
+            conv.id,
+            f"{conv.id}: rejected as template_timeout, but --render-timeout is 0 (no bound)",
+        )
+        return
+    started = time.perf_counter()
+    error = _bounded_expected_rows(tmpl, conv, mode, placeholders, timeout * TIMEOUT_SHARE)[2]
+    took = time.perf_counter() - started
+    if error is not None and error.startswith(
+        (reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE)
+    ):
+        return  # as slow here (or too large: judged as such elsewhere): not judged
+    p.add(
+        "rejected as template_timeout but it renders fast",
+        conv.id,
+        f"{conv.id}: rejected as template_timeout, but its renders take {took:.3f} s here,"
+        f" under {TIMEOUT_SHARE:.0%} of --render-timeout {timeout:g} s",
+    )
+
+
+# --- `draftset run`'s answers against the rows they replace ---------------------------------------
+def _check_answered(
+    ident: Problems,
+    template: tuple[ChatTemplate, EmptyThinkProbe],
+    out: OutputSet,
+    picked: Normalized,
+    item: Normalized,
+) -> None:
+    """A line of `run`'s answer, error or too-long files replaced ``picked`` by ``item``. The
+    files are the pipeline's product, not an input: what in them follows from the source row
+    is re-derived here — run sends the row at all (`_run_sends`), the answer asks the row's
+    own prompt (`_check_answer_prompt`), a prompt said too long to send is (`_check_too_long`).
+    """
+    tmpl, probe = template
+    name = str(picked.id or f"{picked.source}:{picked.row}")
+    regenerate = (out.manifest.get("run") or {}).get("regenerate")
+    if not _run_sends(out, picked, regenerate, probe):
+        ident.add(
+            "the answers file has a line for a row run does not send",
+            name,
+            f"{name}: the answers file has a line for it, a row run does not send"
+            f" ({picked.source} row {picked.row}: answered already; regenerate: {regenerate})",
+        )
+        return
+    if isinstance(item, Reject) and item.reason == reasons.TOO_LONG:
+        _check_too_long(ident, tmpl, out, picked, name)
+    elif isinstance(item, Conversation):
+        _check_answer_prompt(ident, picked, item, name)
+
+
+def _run_sends(out: OutputSet, picked: Normalized, regenerate: Any, probe: EmptyThinkProbe) -> bool:
+    """Whether `run` asks the target about this selected row (`run_select._needs_answer`): a
+    prompt, a row padded with placeholders or prompt copies, or, by ``regenerate``, every
+    row (``all``) or one whose answers lack reasoning under a template that then trains an
+    empty think block (``missing_reasoning``, the probe build and run ask)."""
+    if isinstance(picked, PromptOnly):
+        return True
+    if not isinstance(picked, Conversation) or picked.meta.get(NOT_TRAINED):
+        return False
+    placeholders = tuple(out.options.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
+    if reasons.all_padded_answers(picked, placeholders) or regenerate == "all":
+        return True
+    kwargs = (out.manifest.get("template") or {}).get("kwargs") or {}
+    return (
+        regenerate == "missing_reasoning"
+        and lacks_reasoning(picked, kwargs)
+        and probe.thinks(row_kwargs_key(picked))
+    )
+
+
+def _asked(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The turns of a conversation the model is given, never writes: every one but the
+    assistant's, a tool result without the call id and name `generate` re-keys it by."""
+    return [
+        {k: v for k, v in m.items() if m["role"] != "tool" or k not in ("tool_call_id", "name")}
+        for m in messages
+        if m["role"] != "assistant"
+    ]
+
+
+def _check_answer_prompt(
+    ident: Problems, picked: Normalized, item: Conversation, name: str
+) -> None:
+    """The answered row holds its source row's prompt: the same system, user and tool turns
+    in order (all of them, or the first ones when the answers stopped early: cut at
+    max_tokens, or at a tool call with no recorded result) and the same tools. Only the
+    assistant turns are the server's."""
+    assert isinstance(picked, Conversation | PromptOnly)
+    want, got = _asked(picked.messages), _asked(item.messages)
+    meta = item.meta.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    last = item.messages[-1] if item.messages else {}
+    # answers stop early only at their last answer: one cut at max_tokens, or one calling a
+    # tool the row holds no result for (`generation.dialog`); said of any other, it is not
+    stopped = last.get("role") == "assistant" and bool(
+        meta.get("truncated") or (meta.get("ends_at_tool_call") and last.get("tool_calls"))
+    )
+    same = got == (want[: len(got)] if stopped else want)
+    if same and (item.tools or None) == (picked.tools or None):
+        return
+    if same:
+        what = "its tools differ from the row's"
+    else:
+        at = next(
+            (k for k, (g, w) in enumerate(zip(got, want, strict=False)) if g != w),
+            min(len(got), len(want)),
+        )
+        what = (
+            f"turn {at} of those the model is given: {_short(got[at] if at < len(got) else None)}"
+            f" vs the row's {_short(want[at] if at < len(want) else None)}"
+        )
+    ident.add(
+        "the answers file's line for a row asks another prompt",
+        name,
+        f"{name}: the answers file's line for it asks another prompt than its source row"
+        f" ({picked.source} row {picked.row}): {what}",
+    )
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_too_long(
+    ident: Problems, tmpl: ChatTemplate, out: OutputSet, picked: Normalized, name: str
+) -> None:
+    """A row run never sent because "the prompt alone" leaves no room below --max-length:
+    its prompt (the turns before its first answer; a padded row's without the pads) rendered
+    with the generation prompt, thinking on or off (run chooses per row; the shorter counts),
+    holds at least --max-length tokens. A render that fails here is not judged."""
+    assert isinstance(picked, Conversation | PromptOnly)
+    max_length = int(out.options.get("max_length") or 0)
+    msgs = picked.messages
+    placeholders = tuple(out.options.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
+    if reasons.all_padded_answers(picked, placeholders):
+        msgs = [m for m in msgs if m["role"] != "assistant"]
+    first = next((i for i, m in enumerate(msgs) if m["role"] == "assistant"), len(msgs))
+    counts = []
+    for thinking in (True, False):
+        try:
+            text = tmpl.render(
+                msgs[:first],
+                picked.tools,
+                add_generation_prompt=True,
+                row_kwargs={"enable_thinking": thinking},
+            )
+        except Exception:  # a template that refuses the row: not judged here
+            return
+        counts.append(len(tmpl.tokenizer(text, add_special_tokens=False)["input_ids"]))
+    if max_length > 0 and min(counts) < max_length:
+        ident.add(
+            "rejected as too_long, but its prompt fits --max-length",
+            name,
+            f"{name}: rejected as too_long, but its prompt is {min(counts):,} tokens"
+            f" < --max-length {max_length:,} (run sends it)",
+        )
 
 
 # --- where each input row went --------------------------------------------------------------------
