@@ -120,3 +120,179 @@ def test_readme_python_api_snippet_runs_with_the_readmes_tokenizer(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     first, second = p.stdout.strip().splitlines()[-2:]
     assert first.startswith("True ") and second == "True", p.stdout
+
+
+# --- every option and recipe key a page names exists ---------------------------------------
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def _doc_text(doc: Path) -> str:
+    """The page without link targets (`(verify.md#...---render-server-url)` is an anchor)."""
+    return re.sub(r"\]\([^)]*\)", "]", doc.read_text(encoding="utf-8"))
+
+
+def command_options() -> dict[str, dict[str, str]]:
+    """Per command, its options as `draftset <command> --help` lists them (option → dest)."""
+    import argparse
+
+    from draftset.cli import COMMANDS, _build_parser
+
+    (sub,) = (a for a in _build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {
+        c: {o: a.dest for a in sub.choices[c]._actions for o in a.option_strings} for c in COMMANDS
+    }
+
+
+# a message quoted in docs/errors.md that starts with a command's name, not a command line
+NOT_A_COMMAND_LINE = {("run", "--max-length")}
+
+
+def named_options(text: str, commands: list[str]) -> list[tuple[str, str, str]]:
+    """(command, option, the command line) for every `draftset CMD ...` line of a code block
+    and every inline `CMD ...` span (continued lines included; a `#` comment ends it)."""
+    names = "|".join(commands)
+    lines = re.compile(rf"(?:draftset |(?<=`))({names}) ((?:\\\n|[^`\n])*)")
+    found = []
+    for m in lines.finditer(text):
+        command, rest = m.group(1), m.group(2).split(" #")[0]
+        for option in re.findall(r"(?<![\w-])(--?[a-z][a-z0-9-]*)", rest):
+            found.append((command, option, m.group(0)[:160]))
+    return found
+
+
+def test_named_options_finds_command_lines_and_spans():
+    """The scanner the check below relies on (so the check cannot pass by finding nothing)."""
+    text = (
+        "```\ndraftset generate p.jsonl --endpoint URL --out a.jsonl \\\n    --thinking on\n```\n"
+        "as `verify --fast` does; `run reads --max-length ...`; draftset show D --row 3  # --x\n"
+    )
+    got = [(c, o) for c, o, _ in named_options(text, ["generate", "verify", "run", "show"])]
+    assert got == [
+        ("generate", "--endpoint"),
+        ("generate", "--out"),
+        ("generate", "--thinking"),
+        ("verify", "--fast"),
+        ("run", "--max-length"),
+        ("show", "--row"),
+    ]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def test_every_option_a_command_line_in_the_docs_names_exists(doc):
+    """`draftset verify DIR --workers 2` in a page would be exit 2 for whoever copies it: each
+    option shown with a command is one that command's parser has (its `--help`)."""
+    options = command_options()
+    wrong = [
+        f"{command} {option}: {line!r}"
+        for command, option, line in named_options(_doc_text(doc), list(options))
+        if option not in options[command] and (command, option) not in NOT_A_COMMAND_LINE
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def option_table(doc: Path, heading: str) -> list[list[str]]:
+    """The rows (cells) of the tables under ``heading``, up to the next heading."""
+    text = doc.read_text(encoding="utf-8")
+    start = text.index(f"\n{heading}\n")
+    level = heading.split(" ", 1)[0]
+    end = min(
+        (i for h in ("\n# ", "\n## ", f"\n{level} ") if (i := text.find(h, start + 1)) != -1),
+        default=len(text),
+    )
+    rows = []
+    for line in text[start:end].splitlines():
+        if line.startswith("|") and not set(line) <= set("|-: "):
+            rows.append([c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("doc", "heading", "command"),
+    [
+        ("README.md", "### `draftset build`", "build"),
+        ("docs/run.md", "## Options", "run"),
+    ],
+)
+def test_option_tables_name_the_commands_options_and_defaults(doc, heading, command):
+    """The option tables: each option named in a row's first cell is the command's, and a
+    plain default given in the second cell (`4096`, `drop`) is the schema's default."""
+    from draftset.config import schema
+
+    model = {"build": schema.BuildArgs, "run": schema.RunArgs}[command]
+    options = command_options()[command]
+    rows = option_table(REPO / doc, heading)
+    named = [(o, row) for row in rows for o in re.findall(r"`(--[a-z][a-z0-9-]*)", row[0])]
+    assert len(named) >= 8, rows  # the tables are there
+    wrong, compared = [], 0
+    for option, row in named:
+        if option not in options:
+            wrong.append(f"{option} is no option of `draftset {command}`")
+            continue
+        field = model.model_fields.get(options[option])
+        default = field.default if field is not None else None
+        stated = re.fullmatch(r"`?([\w.]+)`?", row[1]) if len(row) > 2 else None
+        if stated is None or default is None or len(named_in(row[0])) > 1:
+            continue
+        compared += 1
+        value = stated.group(1)
+        same = (
+            float(value) == float(default)
+            if isinstance(default, int | float) and not isinstance(default, bool)
+            else value == str(default)
+        )
+        if not same:
+            wrong.append(f"{option}: the table says {value}, the schema's default is {default}")
+    assert not wrong, "\n".join(wrong)
+    if command == "build":
+        assert compared >= 8, named  # max-length, truncation, dedup, ... were compared
+
+
+def named_in(cell: str) -> list[str]:
+    return re.findall(r"`(--[a-z][a-z0-9-]*)", cell)
+
+
+def yaml_blocks(doc: Path) -> list[str]:
+    return re.findall(r"```yaml\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/run.md"])
+def test_recipes_in_the_docs_have_only_keys_and_types_a_recipe_takes(doc, tmp_path):
+    """A recipe shown in a page, saved as a file, passes the recipe's own validation (keys,
+    types, the `generate:` and `verify:` sections), so a key renamed in the schema cannot
+    live on in the docs."""
+    import yaml
+
+    from draftset.config.recipe import load_recipe
+    from draftset.config.schema import GenerateSection, VerifySection
+
+    blocks = yaml_blocks(REPO / doc)
+    assert blocks, f"{doc} lost its recipe"
+    for i, block in enumerate(blocks):
+        path = tmp_path / f"r{i}.yaml"
+        path.write_text(block, encoding="utf-8")
+        load_recipe(path)  # raises RecipeError naming an unknown key or a wrong type
+        data = yaml.safe_load(block)
+        if "generate" in data:
+            GenerateSection.model_validate(data["generate"], strict=True)
+        if "verify" in data:
+            VerifySection.model_validate(data["verify"], strict=True)
+
+
+@pytest.mark.parametrize(
+    ("doc", "passage"),
+    [
+        ("docs/generate.md", r"`--retry-errors` removes the (.*?) lines"),
+        ("docs/run.md", r"asks again the rows that failed for a reason that may pass —(.*?)— and"),
+        ("docs/run.md", r"\| ask again the rows whose generation failed (.*?), then build"),
+    ],
+)
+def test_the_reasons_retry_errors_asks_again_are_the_codes(doc, passage):
+    """`--retry-errors`' list of reasons in the docs is `RETRYABLE_REASONS` (docs/run.md's
+    prose lacked `generate_internal_error`, which the run asks again)."""
+    from draftset.generation.outcomes import RETRYABLE_REASONS
+
+    text = " ".join((REPO / doc).read_text(encoding="utf-8").split())
+    m = re.search(passage, text)
+    assert m, f"{doc}: the passage is gone: {passage}"
+    assert set(re.findall(r"`(\w+)`", m.group(1))) == set(RETRYABLE_REASONS), m.group(1)
