@@ -296,3 +296,27 @@ def test_the_reasons_retry_errors_asks_again_are_the_codes(doc, passage):
     m = re.search(passage, text)
     assert m, f"{doc}: the passage is gone: {passage}"
     assert set(re.findall(r"`(\w+)`", m.group(1))) == set(RETRYABLE_REASONS), m.group(1)
+
+
+def test_output_md_names_every_section_of_the_manifest(tmp_path):
+    """docs/output.md's "manifest.json" list names each top-level key a build writes, and no
+    other (`run` is `draftset run`'s); it lacked `draftset_version`."""
+    from conftest import built_set
+
+    text = (REPO / "docs" / "output.md").read_text(encoding="utf-8")
+    section = text.split("\n## manifest.json\n", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^- `(\w+)`", section, re.M))
+    out = built_set(
+        tmp_path,
+        [
+            {
+                "id": "a",
+                "messages": [
+                    {"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": "Hello."},
+                ],
+            }
+        ],
+    )
+    written = set(json.loads((out / "manifest.json").read_text(encoding="utf-8")))
+    assert documented - {"run"} == written, (documented, written)
