@@ -320,3 +320,29 @@ def test_output_md_names_every_section_of_the_manifest(tmp_path):
     )
     written = set(json.loads((out / "manifest.json").read_text(encoding="utf-8")))
     assert documented - {"run"} == written, (documented, written)
+
+
+def tree_modules(text: str) -> set[str]:
+    """The modules docs/architecture.md's tree names (``folder/file.py``)."""
+    tree = text.split("```\nsrc/draftset/\n", 1)[1].split("```", 1)[0]
+    folder, named = "", set()
+    for line in tree.splitlines():
+        head = re.match(r"  (\S+/|\S+\.py)\s", line)
+        if head:
+            folder = head.group(1) if head.group(1).endswith("/") else ""
+            if not folder:
+                named.add(head.group(1))
+        body = line[head.end() :] if head else line
+        named |= {folder + f for f in re.findall(r"(?<![\w/.<])([a-z_]+\.py)\b", body)}
+    return named
+
+
+def test_the_architecture_tree_names_every_module_and_no_other():
+    """docs/architecture.md "draws the tree": each module it names exists, and each module of
+    the package is named (core/ids.py, output/arrow.py, ... were not)."""
+    named = tree_modules((REPO / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    package = REPO / "src" / "draftset"
+    files = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
+    modules = {f for f in files if f.rsplit("/", 1)[-1] not in ("__init__.py", "__main__.py")}
+    assert not named - files, f"named, not there: {sorted(named - files)}"
+    assert not modules - named, f"not in the tree: {sorted(modules - named)}"
