@@ -346,3 +346,24 @@ def test_the_architecture_tree_names_every_module_and_no_other():
     modules = {f for f in files if f.rsplit("/", 1)[-1] not in ("__init__.py", "__main__.py")}
     assert not named - files, f"named, not there: {sorted(named - files)}"
     assert not modules - named, f"not in the tree: {sorted(modules - named)}"
+
+
+def test_formats_md_lists_every_reject_reason_and_no_other():
+    """docs/formats.md's "Outcomes and reason codes" names every code a reject line can carry
+    (`core.reasons.ROW_REJECT_REASONS`; it lacked selection's `near_duplicate` and
+    `contaminated`), and every code it names is one."""
+    from draftset.core.reasons import ROW_REJECT_REASONS
+
+    text = (REPO / "docs" / "formats.md").read_text(encoding="utf-8")
+    section = text.split("\n## Outcomes and reason codes\n", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`([a-z][a-z0-9_]*)`", section))
+    missing = set(ROW_REJECT_REASONS) - named
+    assert not missing, f"reject reasons the page does not name: {sorted(missing)}"
+    first_cells = {
+        code
+        for line in section.splitlines()
+        if line.startswith("| `")
+        for code in re.findall(r"`([a-z][a-z0-9_]*)`", line.split("|")[1])
+    }
+    assert first_cells, "the tables are gone"
+    assert not first_cells - set(ROW_REJECT_REASONS), sorted(first_cells - set(ROW_REJECT_REASONS))
