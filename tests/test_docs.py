@@ -367,3 +367,62 @@ def test_formats_md_lists_every_reject_reason_and_no_other():
     }
     assert first_cells, "the tables are gone"
     assert not first_cells - set(ROW_REJECT_REASONS), sorted(first_cells - set(ROW_REJECT_REASONS))
+
+
+def draftset_errors() -> dict[str, type]:
+    """Every `DraftsetError` subclass of the package, by name (each module imported)."""
+    import contextlib
+    import importlib
+    import pkgutil
+
+    import draftset
+    from draftset.core.errors import DraftsetError
+
+    for info in pkgutil.walk_packages(draftset.__path__, "draftset."):
+        # an optional dependency (ray) absent: that module's errors are not named
+        with contextlib.suppress(ImportError):
+            if info.name != "draftset.__main__":
+                importlib.import_module(info.name)
+    found, todo = {}, [DraftsetError]
+    while todo:
+        cls = todo.pop()
+        found[cls.__name__] = cls
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+@pytest.mark.parametrize(
+    ("doc", "usage", "run"),
+    [
+        (
+            "docs/errors.md",
+            r"Exit 2 errors derive from `UsageError` \((.*?)\), exit 1",
+            r"exit 1 errors from `RunError`\s*\((.*?)\)\.",
+        ),
+        (
+            "docs/api.md",
+            r"\(`UsageError` and its subclasses(.*?)\), 1 for",
+            r"\(`RunError`:(.*?)\)\. The message",
+        ),
+    ],
+)
+def test_the_error_classes_the_docs_name_exist_with_their_exit_codes(doc, usage, run):
+    """The exception classes a page lists under exit 2 and exit 1 are the package's
+    `UsageError` and `RunError` subclasses of those names."""
+    from draftset.core.errors import RunError, UsageError
+
+    classes = draftset_errors()
+    text = " ".join((REPO / doc).read_text(encoding="utf-8").split())
+    wrong = []
+    for pattern, base in ((usage, UsageError), (run, RunError)):
+        m = re.search(pattern, text)
+        assert m, f"{doc}: the list is gone: {pattern}"
+        names = re.findall(r"`([A-Z]\w+)`", m.group(1))
+        assert len(names) >= 4, m.group(1)
+        for name in names:
+            if name in ("KeyError", "ValueError"):  # `also a KeyError`
+                continue
+            cls = classes.get(name)
+            if cls is None or not issubclass(cls, base):
+                wrong.append(f"{name}: {'no such error' if cls is None else cls.__mro__}")
+    assert not wrong, wrong
