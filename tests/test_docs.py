@@ -426,3 +426,22 @@ def test_the_error_classes_the_docs_name_exist_with_their_exit_codes(doc, usage,
             if cls is None or not issubclass(cls, base):
                 wrong.append(f"{name}: {'no such error' if cls is None else cls.__mro__}")
     assert not wrong, wrong
+
+
+def test_api_md_names_every_key_of_a_built_row(tmp_path):
+    """docs/api.md's `row(i)`: the keys it lists are the row's (it lacked `index`)."""
+    from conftest import qwen3_tokenizer_dir
+
+    from draftset import build
+
+    text = " ".join((REPO / "docs" / "api.md").read_text(encoding="utf-8").split())
+    listed = re.search(r"`row\(i\)` \((.*?); `i` as a list's index", text)
+    assert listed, "docs/api.md lost its `row(i)` description"
+    documented = set(re.findall(r"`(\w+)`", listed.group(1)))
+    src = tmp_path / "a.jsonl"
+    row = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo."}]}
+    src.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    result = build(
+        sources=[str(src)], tokenizer=str(qwen3_tokenizer_dir()), out=tmp_path / "o", workers=1
+    )
+    assert documented == set(result.row(0)), (documented, set(result.row(0)))
