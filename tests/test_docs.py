@@ -445,3 +445,40 @@ def test_api_md_names_every_key_of_a_built_row(tmp_path):
         sources=[str(src)], tokenizer=str(qwen3_tokenizer_dir()), out=tmp_path / "o", workers=1
     )
     assert documented == set(result.row(0)), (documented, set(result.row(0)))
+
+
+def heading_anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def without_code_blocks(text: str) -> str:
+    return re.sub(r"```.*?```", "", text, flags=re.S)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def test_every_link_between_pages_reaches_its_file_and_heading(doc):
+    """A link to a page that moved, or to a heading that was renamed, sends the reader
+    nowhere: each relative link names a file that exists and, with `#anchor`, one of its
+    headings."""
+    wrong = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", without_code_blocks(doc.read_text("utf-8"))):
+        if re.match(r"[a-z]+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (doc.parent / path).resolve() if path else doc
+        if not linked.exists():
+            wrong.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md":
+            text = without_code_blocks(linked.read_text("utf-8"))
+            headings = {heading_anchor(h) for h in re.findall(r"^#+ (.*)$", text, re.M)}
+            if anchor not in headings:
+                wrong.append(f"{target}: no heading with that anchor in {linked.name}")
+    assert not wrong, wrong
+
+
+def test_heading_anchor_is_githubs():
+    assert heading_anchor("The serving engine as referee: `--render-server URL`") == (
+        "the-serving-engine-as-referee---render-server-url"
+    )
+    assert heading_anchor("Turn modes (`--turns`)") == "turn-modes---turns"
