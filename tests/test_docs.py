@@ -482,3 +482,12 @@ def test_heading_anchor_is_githubs():
         "the-serving-engine-as-referee---render-server-url"
     )
     assert heading_anchor("Turn modes (`--turns`)") == "turn-modes---turns"
+
+
+def test_the_readmes_index_lists_every_page():
+    """README's "Formats and semantics" list is where a newcomer finds the pages: it names
+    each docs/*.md (docs/errors.md and docs/scaling.md were missing)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    index = readme.split("\n## Formats and semantics\n", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^- \[docs/([\w.]+)\]", index, re.M))
+    assert listed == {p.name for p in (REPO / "docs").glob("*.md")}
