@@ -491,3 +491,21 @@ def test_the_readmes_index_lists_every_page():
     index = readme.split("\n## Formats and semantics\n", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"^- \[docs/([\w.]+)\]", index, re.M))
     assert listed == {p.name for p in (REPO / "docs").glob("*.md")}
+
+
+def test_the_readme_names_the_recipe_keys_that_are_not_the_options_names():
+    """ "A recipe uses the same names (underscores)": a build option whose recipe key is not
+    its name with underscores (`--eot-token` is `eot_tokens:`) is named beside that rule;
+    `eot_token:` is an unknown key."""
+    options = command_options()["build"]
+    renamed = {
+        dest
+        for option, dest in options.items()
+        if option.startswith("--") and dest != option[2:].replace("-", "_")
+    }
+    renamed -= {"fields", "no_progress"}  # per source in a recipe (said there); no recipe key
+    assert renamed, "no option is renamed: the check checks nothing"
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    rule = re.search(r"A recipe uses the same names \((.*?)\) plus `sources`", readme)
+    assert rule, "README lost its recipe rule"
+    assert renamed <= set(re.findall(r"`(\w+)`", rule.group(1))), (renamed, rule.group(1))
