@@ -107,7 +107,7 @@ class BuildResult:
         return self.accounting.total().rows_out
 
     def row(self, index: int) -> dict[str, Any]:
-        """One row of the written set: id, source, input_ids, loss_mask (numpy), seq_len.
+        """One row of the written set: id, source, input_ids, loss_mask (numpy), seq_len, index.
 
         ``index`` as a list's (negative counts from the end); out of range, an IndexError
         naming the range (the reader's own said only "list index out of range", or pyarrow's
