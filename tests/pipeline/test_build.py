@@ -870,6 +870,25 @@ def test_copies_dropped_for_a_row_the_row_step_rejects_are_said(tmp_path, worker
     ]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_copies_of_a_row_that_could_not_train_are_no_loss_to_note(tmp_path, workers):
+    """A copy that cannot train is dropped for an earlier one that cannot either (an "OK." pad
+    for a pad: one queued, not two); the kept pad is then rejected, but the dropped copy could
+    never have trained, and the prompt's real answer is in the set. The build said "1 row was
+    dropped as duplicates of 1 kept row then rejected (no_supervised_turn=1): nothing of its
+    prompt is in the set", untrue here (a probe on real data said it of 121 pad copies)."""
+    rows = [
+        _asked(SEARCH, "OK.", "pad"),
+        _asked(SEARCH, "Binary search halves the range.", "search"),
+        _asked(SEARCH, "OK.", "pad-again"),
+    ]
+    res = _build_a(tmp_path, rows, workers=workers)
+    assert [r["id"] for r in read_rows(res.out)] == ["search"]
+    rejects = {k: v["reason"] for k, v in rejects_by_id(res.out).items()}
+    assert rejects == {"pad": "no_supervised_turn", "pad-again": "duplicate"}
+    assert [n for n in res.notes if "then rejected" in n] == []
+
+
 def test_the_rejects_noted_when_nothing_is_written_name_their_source_row_and_file(tmp_path, capsys):
     """With no row written no rejects.jsonl is kept: the notes are all there is. A row that
     could not be parsed was noted ``reject 4: not_an_object: ...``, a bare number naming no

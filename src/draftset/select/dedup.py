@@ -157,9 +157,11 @@ class _Kept:
         return self.describe(k)
 
     def with_copies(self) -> Iterator[tuple[str, int, str, int]]:
-        """(source, row, id, copies dropped) of every kept row a copy of which was dropped."""
+        """(source, row, id, copies dropped) of every kept row that can train a copy of which
+        was dropped. A kept row that cannot train only ever drops copies that cannot either
+        (a row that can is compared only with kept rows that can): nothing trainable lost."""
         for k, n in enumerate(self.copies):
-            if n:
+            if n and self.trains[k]:
                 rid, source, row = self.describe(k)
                 yield source, row, rid, n
 
