@@ -260,6 +260,8 @@ INTERNAL_EXCEPTIONS = {
     "TransientError",  # generate: retried, then RetriesExhausted
     "RetriesExhausted",  # generate: an error line for that row
     "NoEndpoint",  # generate: ends the job as `aborted` (exit 1, resumable)
+    "EndpointRefused",  # generate: 401/404/407 stop the job (exit 1, resumable), rows left
+    "WriteFailed",  # generate: a full disk stops the job (exit 1, resumable), lines cut whole
     "WireError",  # generate: a broken HTTP exchange, retried as TransientError
     "BodyTooLarge",  # generate: a FinalError for that row
     "RowProblem",  # read, normalize, presets: a row's reject

@@ -80,6 +80,19 @@ def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """(the parsed arguments, the ones no option took). A command's own arguments are parsed
+    intermixed: ``build a.jsonl --out o b.jsonl`` reads both sources (argparse's plain parse
+    wants positionals together and called ``b.jsonl`` an unrecognized argument); argparse
+    cannot intermix across subparsers, so the command's own parser does it."""
+    parser = _build_parser(argv[0] if argv else None)
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    command = sub.choices.get(argv[0]) if sub is not None and argv else None
+    if command is None:  # no command, or an option first (--version, --help): the plain parse
+        return parser.parse_known_args(argv)
+    return command.parse_known_intermixed_args(argv[1:], argparse.Namespace(command=argv[0]))
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     given = sys.argv[1:] if argv is None else argv
@@ -90,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             from draftset.commands.common import build_helper_ahead
 
             helper = build_helper_ahead(given)
-        parser = _build_parser(given[0] if given else None)
-        args, extra = parser.parse_known_args(argv)
+        args, extra = parse_command_line(given)
         if extra:  # a command may say where an option it lacks belongs (`run`: the recipe)
             hint = getattr(args, "unknown_hint", None)
             raise UsageError(

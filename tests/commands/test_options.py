@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from draftset.cli import COMMANDS, main
+from draftset.cli import COMMANDS, main, parse_command_line
 from draftset.config.fields import cli_fields, cli_of, flag_of
 from draftset.config.schema import (
     BuildArgs,
@@ -207,3 +208,39 @@ def test_a_flag_no_command_knows_is_still_argparses_line(
     assert main(["run", str(tmp_path / "r.yaml"), "--frobnicate"]) == 2
     said = capsys.readouterr().err.strip()
     assert said == "draftset: error: unrecognized arguments: --frobnicate"
+
+
+@pytest.mark.parametrize(
+    ("argv", "dest", "want"),
+    [
+        (["build", "a.jsonl", "--out", "o", "b.jsonl"], "inputs", ["a.jsonl", "b.jsonl"]),
+        (
+            ["build", "a.jsonl", "--tokenizer", "T", "b.jsonl", "--out", "o", "c.jsonl"],
+            "inputs",
+            ["a.jsonl", "b.jsonl", "c.jsonl"],
+        ),
+        (
+            ["generate", "a.jsonl", "--endpoint", "http://x", "b.jsonl", "--out", "o.jsonl"],
+            "sources",
+            ["a.jsonl", "b.jsonl"],
+        ),
+        (["verify", "--fast", "set"], "dir", "set"),
+    ],
+)
+def test_sources_may_stand_on_both_sides_of_options(argv: list[str], dest: str, want: Any) -> None:
+    """`draftset build a.jsonl --tokenizer T --out o b.jsonl` (a source added at the end of a
+    command line) was argparse's `unrecognized arguments: b.jsonl`, exit 2: positionals had to
+    stand together."""
+    args, extra = parse_command_line(argv)
+    assert not extra and getattr(args, dest) == want and args.command == argv[0]
+
+
+def test_a_source_after_the_options_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = tmp_path / "a.jsonl"
+    a.write_text('{"prompt": "hi"}\n')
+    missing = tmp_path / "b-missing.jsonl"
+    assert main(["build", str(a), "--out", str(tmp_path / "o"), str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "b-missing.jsonl" in err and "unrecognized" not in err, err
