@@ -825,3 +825,46 @@ def test_a_data_file_in_the_recipe_slot_says_to_give_it_as_a_source(tmp_path, no
     assert str(info.value) == (
         f"recipe {data} is a data file, not a recipe (.yaml): give it as sources=[{str(data)!r}]"
     )
+
+
+class _FakeTokenizer:
+    """Stands in for a loaded transformers tokenizer: a path in `name_or_path` and a repr of
+    many lines (a real one's lists every added token, one per line)."""
+
+    name_or_path = "/models/qwen3"
+
+    def __repr__(self) -> str:
+        return "Qwen2Tokenizer(\n" + "".join(f"\t{i}: AddedToken(...),\n" for i in range(30)) + ")"
+
+
+def test_an_object_given_for_a_path_is_named_in_one_short_line(src, tmp_path):
+    """A result or a tokenizer object where a path goes (`verify(result)`, `out=result`,
+    `tokenizer=AutoTokenizer.from_pretrained(...)`) was quoted by its repr: a BuildResult's
+    held the manifest and the chat template (tens of KB), a tokenizer's one line per added
+    token. Now one short line naming its type and the path it holds."""
+    result = api.build(
+        sources=[src], tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o", workers=1
+    )
+    calls = {
+        "verify": lambda: api.verify(result),
+        "report": lambda: api.report(result),
+        "show": lambda: api.show(result, row=0),
+        "out": lambda: api.build_options(sources=[src], tokenizer="t", out=result),
+        "sources": lambda: api.build_options(sources=[result], tokenizer="t", out=tmp_path / "x"),
+        "tokenizer": lambda: api.build_options(
+            sources=[src], tokenizer=_FakeTokenizer(), out=tmp_path / "x"
+        ),
+        "verify(verify)": lambda: api.verify(api.verify(result.out, fast=True)),
+    }
+    for what, call in calls.items():
+        with pytest.raises(errors.UsageError) as info:
+            call()
+        line = str(info.value)
+        assert "\n" not in line and len(line) < 160, (what, line[:300])
+        if what == "tokenizer":
+            assert line.endswith("got a _FakeTokenizer (give its name_or_path, '/models/qwen3')")
+        elif what == "verify(verify)":
+            assert line.endswith(f"got a VerifyResult (give its .dir, {str(result.out)!r})")
+        else:
+            assert line.endswith(f"got a BuildResult (give its .out, {str(result.out)!r})"), line
+    assert not (tmp_path / "x").exists()

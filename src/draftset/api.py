@@ -29,6 +29,7 @@ from draftset.config.fields import (
     flag_of,
     given,
     json_value_problem,
+    quoted,
     unknown_keys,
     validated,
 )
@@ -379,7 +380,7 @@ def _source(
     if isinstance(spec, Source):
         return spec
     if not isinstance(spec, str | os.PathLike | Mapping):  # `5` is no path: not "not found"
-        raise UsageError(f"--sources: expected a path, a Source or a mapping, got {spec!r}")
+        raise UsageError(f"--sources: expected a path, a Source or a mapping, got {quoted(spec)}")
     if isinstance(spec, Mapping):  # checked as a recipe's `sources:` entry is: strictly
         bad = sorted(set(spec) - SOURCE_KEYS)
         if bad:

@@ -22,6 +22,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, get_args, get_origin
 
@@ -213,6 +214,33 @@ def shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+_HELD_PATHS = (("out", ".out"), ("dir", ".dir"), ("name_or_path", "name_or_path"))
+"""Where a draftset result (``BuildResult.out``, ``VerifyResult.dir``, ``RunResult.out``) or a
+loaded transformers tokenizer (``name_or_path``) keeps the path it stands for."""
+
+
+def quoted(value: Any) -> str:
+    """A value as an API error quotes it, in one short line: its repr when that is short and
+    one line (``'4096'``, ``2.0``, ``np.int64(7)``), else its type and the path it holds, if
+    any (``a BuildResult (give its .out, 'out/s')``): ``verify(result)`` quoted a BuildResult's
+    repr, its manifest and chat template (tens of KB), and a tokenizer's ran a line per added
+    token."""
+    text = repr(value)
+    if len(text) <= 80 and "\n" not in text:
+        return text
+    if isinstance(value, str | bytes | list | tuple | dict | set | frozenset):
+        return " ".join(text.split())[:77] + "..."
+    kind = type(value).__name__
+    for attr, spelled in _HELD_PATHS:
+        try:
+            path = getattr(value, attr, None)
+        except Exception:  # any object's property may raise: then it holds none
+            continue
+        if isinstance(path, str | PathLike) and str(path):
+            return f"a {kind} (give its {spelled}, {str(path)!r})"
+    return f"a {kind}"
+
+
 def not_blank(value: Any) -> Any:
     """A path's or a name's value, refused when its text names nothing: empty, or only
     whitespace (a recipe's ``out: ' '`` built into a folder named " " beside it;
@@ -313,8 +341,8 @@ def validated(
         choice = err_type(exc) == "choice"
         spelled = name_of(name) if name_of and not choice else name
         if what.startswith("must be"):
-            raise error(f"{spelled} {what}, not {value!r}") from None
-        raise error(f"{spelled}: {what}, got {value!r}") from None
+            raise error(f"{spelled} {what}, not {quoted(value)}") from None
+        raise error(f"{spelled}: {what}, got {quoted(value)}") from None
 
 
 def _takes_list(annotation: Any) -> bool:
