@@ -678,6 +678,38 @@ def test_build_result_row_index_is_checked_and_named(src, tmp_path):
     assert result.row(np.int64(n - 1))["id"] == result.row(-1)["id"]
 
 
+def test_a_result_reads_no_rows_of_a_set_built_over_it_since(src, tmp_path):
+    """A notebook builds into one folder again (`overwrite=True`): the first result's `row(i)`
+    read the new set's rows, under its own `rows` and counts (another source, another row
+    count, no word). It reads its own set only: a rebuild of the same bytes is that set; a
+    rebuild of other rows, or a set removed, is one line naming the folder."""
+    out = tmp_path / "o"
+    first = api.build(sources=[src], tokenizer=qwen3_tokenizer_dir(), out=out, workers=1)
+    again = api.build(
+        sources=[src], tokenizer=qwen3_tokenizer_dir(), out=out, workers=1, overwrite=True
+    )
+    assert first.row(0)["id"] == again.row(0)["id"]  # the same set, byte for byte
+    other = api.build(
+        sources=[src],
+        tokenizer=qwen3_tokenizer_dir(),
+        out=out,
+        workers=1,
+        overwrite=True,
+        turns="each",
+    )
+    assert other.rows != first.rows
+    with pytest.raises(NotADraftsetError) as info:
+        first.row(0)
+    assert str(info.value) == (
+        f"{out} holds another set than this result's (built over it since, or changed):"
+        " read its rows from the result of the build that wrote it"
+    )
+    assert other.row(-1)["index"] == other.rows - 1
+    shutil.rmtree(out)
+    with pytest.raises(NotADraftsetError, match=f"folder not found: {re.escape(str(out))}"):
+        other.row(0)
+
+
 @pytest.mark.parametrize(
     ("given", "needle"),
     [

@@ -42,7 +42,7 @@ from draftset.mask.template import TemplateInfo, TemplateSpec
 from draftset.output import writer_class
 from draftset.output.base import ShardedWriter, Writer, rel_name
 from draftset.output.folder import finalize_output, prepare_output
-from draftset.output.readback import CheckResult, SetFacts, open_output
+from draftset.output.readback import CheckResult, NotADraftsetError, SetFacts, open_output
 from draftset.output.vocab import (
     load_token_freq_pt,
     save_token_freq_pt,
@@ -116,6 +116,13 @@ class BuildResult:
             raise TypeError(f"row index must be an integer, got {index!r}")
         index = operator.index(index)  # numpy's integers too, as a list takes them
         out = open_output(self.out) if self.finalized else None
+        if out is not None and out.manifest.get("files") != self.manifest.get("files"):
+            # a build over the same folder since (a notebook's second `build(overwrite=True)`):
+            # its rows were read under this result's counts
+            raise NotADraftsetError(
+                f"{self.out} holds another set than this result's (built over it since, or"
+                " changed): read its rows from the result of the build that wrote it"
+            )
         n = out.num_rows if out is not None else 0
         if not -n <= index < n:
             if out is None:
