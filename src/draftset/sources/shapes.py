@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from draftset.core import reasons
+from draftset.core.files import json_recipe_message, recipe_keys_of
 from draftset.core.records import RawRow, Reject
 from draftset.sources.normalize import field_mapping, mapping_options
 from draftset.sources.presets import hermes_markup, preset_hint, source_normalizer
@@ -152,6 +153,8 @@ def _message(source: Source, path: Path, seen: int, data: dict[str, Any], why: s
             f" {source.preset!r} ({why}); drop the preset, or give the one of this data"
             " (docs/mixtures.md)"
         )
+    if seen == 1 and (marks := recipe_keys_of(data)):  # `generate recipe.json`
+        return json_recipe_message(path, marks)
     head = f"{where}: no known row shape in {rows} (keys [{shown}])"
     preset = preset_hint(data)
     if preset is not None:
