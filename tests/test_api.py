@@ -710,6 +710,18 @@ def test_a_result_reads_no_rows_of_a_set_built_over_it_since(src, tmp_path):
         other.row(0)
 
 
+def test_a_result_reads_its_set_after_the_working_folder_changed(src, tmp_path, monkeypatch):
+    """A notebook's `%cd` after `build(out="o")`: `row(i)` opened `o` in the new working
+    folder ("folder not found: o", or another set of that name there)."""
+    monkeypatch.chdir(tmp_path)
+    result = api.build(sources=[src], tokenizer=qwen3_tokenizer_dir(), out="o", workers=1)
+    first = result.row(0)["id"]
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert result.out == Path("o")  # as given, as the command line prints it
+    assert result.row(0)["id"] == first
+
+
 @pytest.mark.parametrize(
     ("given", "needle"),
     [

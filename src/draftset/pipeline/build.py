@@ -16,6 +16,7 @@ import difflib
 import errno
 import json
 import operator
+import os
 import re
 import shutil
 import time
@@ -82,6 +83,11 @@ class BuildResult:
     seconds: float
     checks: list[CheckResult] = field(default_factory=list)  # verify's fast checks, after
     finalized: bool = True  # False: no row to write, so no folder was created (or replaced)
+    folder: Path = field(init=False, repr=False, compare=False)
+    """``out`` in full, as it was when built: `row` reads it after a notebook's ``%cd``."""
+
+    def __post_init__(self) -> None:
+        self.folder = Path(os.path.abspath(self.out))
 
     @property
     def ok(self) -> bool:
@@ -115,7 +121,7 @@ class BuildResult:
         if isinstance(index, bool) or not hasattr(type(index), "__index__"):
             raise TypeError(f"row index must be an integer, got {index!r}")
         index = operator.index(index)  # numpy's integers too, as a list takes them
-        out = open_output(self.out) if self.finalized else None
+        out = open_output(self.folder) if self.finalized else None
         if out is not None and out.manifest.get("files") != self.manifest.get("files"):
             # a build over the same folder since (a notebook's second `build(overwrite=True)`):
             # its rows were read under this result's counts
