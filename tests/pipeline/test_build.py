@@ -886,3 +886,42 @@ def test_the_rejects_noted_when_nothing_is_written_name_their_source_row_and_fil
         "note: reject multi:0 (a.jsonl): empty_conversation: the conversation has no messages",
         "note: reject multi row 1 (b.jsonl): not_an_object: row is a JSON array, not an object",
     ], notes
+
+
+@pytest.mark.parametrize("change", ["added", "removed"])
+def test_a_source_folder_whose_files_change_during_the_build_is_refused(
+    tmp_path, monkeypatch, change
+):
+    """A file copied into a source folder while the build read it (or one removed from it)
+    was listed in the manifest's inputs as read (20 rows never read, exit 0, "verify
+    passed"), and a full verify then failed: "input row neither written nor rejected (row
+    dropped?)". The folder's files are listed once at the start; a different list before the
+    manifest is written stops the build, naming the file, and leaves nothing."""
+    import draftset.pipeline.build as build
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", [chat(i) for i in range(3)])
+    write_jsonl(folder / "b.jsonl", [chat(i) for i in range(3, 6)])
+    real = build.build_manifest
+
+    def meanwhile(*args, **kwargs):  # the build has read every row: the folder changes now
+        if change == "added":
+            write_jsonl(folder / "late.jsonl", [chat(9)])
+        else:
+            (folder / "b.jsonl").unlink()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(build, "build_manifest", meanwhile)
+    out = tmp_path / "o"
+    opts = BuildOptions(
+        sources=[Source("data", folder)], tokenizer=str(qwen3_tokenizer_dir()), out=out, workers=1
+    )
+    with pytest.raises(SourceError) as info:
+        run_build(opts)
+    name = "late.jsonl" if change == "added" else "b.jsonl"
+    assert str(info.value) == (
+        f"{folder}: its files changed during the build ({name} {change}); is something writing"
+        " into it? Copy the folder, or wait for the writer to finish"
+    )
+    assert not out.exists() and list(tmp_path.iterdir()) == [folder]

@@ -70,7 +70,7 @@ from draftset.select.mix import (
     selection_total,
 )
 from draftset.select.ranged import RangedSelection, ReadTask, why_driver_reads
-from draftset.sources.read import HUB_PREFIX, Source, scan_source
+from draftset.sources.read import HUB_PREFIX, Source, SourceError, scan_source
 from draftset.sources.shapes import check_row_shapes
 
 
@@ -221,6 +221,7 @@ def _run(
     )
     total = selection_total(plan) if plan else 0
     scans = {s.name: _scan(s) for s in opts.sources}  # each source's folder listed once
+    listed = {name: files for name, (files, _) in scans.items()}
     skipped = {name: entries for name, (_, entries) in scans.items()}
     notes = source_notes + [_skipped_note(n, entries) for n, entries in skipped.items() if entries]
     generated = {name: _generated(files) for name, (files, _) in scans.items()}
@@ -330,6 +331,9 @@ def _run(
             generated=generated,
             token_freq_pt=pt_record,
         )
+        for s in opts.sources:  # the manifest listed them again, as the files that were read
+            if problem := _listing_changed(s, listed[s.name]):
+                raise SourceError(problem)
         write_manifest(tmp, manifest)
         finalize_output(tmp, opts.out, opts.overwrite)
     except BaseException as exc:  # nothing half-written stays behind, whatever the failure
@@ -647,6 +651,25 @@ def _scan(source: Source) -> tuple[list[Path], list[dict[str, str]]]:
     if str(source.path).startswith(HUB_PREFIX):
         return [], []
     return scan_source(source.path)
+
+
+def _listing_changed(source: Source, before: list[Path]) -> str | None:
+    """Why a source folder's files now differ from ``before`` (its listing when the build
+    started), or None: a file copied in during the build (its rows never read) was listed in
+    the manifest as read, exit 0, and a full verify failed "row dropped?"; a file removed was
+    left out of it, its rows kept."""
+    if len(before) < 2 and not Path(source.path).is_dir():
+        return None  # one file: its own reads refuse a change (`sources.read`)
+    now = _scan(source)[0]
+    if now == before:
+        return None
+    root = Path(source.path)
+    added = [f"{p.relative_to(root).as_posix()} added" for p in now if p not in before]
+    gone = [f"{p.relative_to(root).as_posix()} removed" for p in before if p not in now]
+    return (
+        f"{source.path}: its files changed during the build ({', '.join(added + gone)}); is"
+        " something writing into it? Copy the folder, or wait for the writer to finish"
+    )
 
 
 def _generated(files: list[Path]) -> list[dict[str, Any]]:
