@@ -221,7 +221,7 @@ def _run(
     )
     total = selection_total(plan) if plan else 0
     scans = {s.name: _scan(s) for s in opts.sources}  # each source's folder listed once
-    listed = {name: files for name, (files, _) in scans.items()}
+    listed = {name: _states(files) for name, (files, _) in scans.items()}
     skipped = {name: entries for name, (_, entries) in scans.items()}
     notes = source_notes + [_skipped_note(n, entries) for n, entries in skipped.items() if entries]
     generated = {name: _generated(files) for name, (files, _) in scans.items()}
@@ -653,22 +653,45 @@ def _scan(source: Source) -> tuple[list[Path], list[dict[str, str]]]:
     return scan_source(source.path)
 
 
-def _listing_changed(source: Source, before: list[Path]) -> str | None:
-    """Why a source folder's files now differ from ``before`` (its listing when the build
-    started), or None: a file copied in during the build (its rows never read) was listed in
-    the manifest as read, exit 0, and a full verify failed "row dropped?"; a file removed was
-    left out of it, its rows kept."""
-    if len(before) < 2 and not Path(source.path).is_dir():
-        return None  # one file: its own reads refuse a change (`sources.read`)
-    now = _scan(source)[0]
+def _states(files: list[Path]) -> dict[Path, tuple[int, int] | None]:
+    """Each file's (size, mtime_ns), None for a folder entry (a ``save_to_disk`` set)."""
+    states: dict[Path, tuple[int, int] | None] = {}
+    for path in files:
+        try:
+            st = path.stat()
+        except OSError:
+            states[path] = (-1, -1)  # gone: `_listing_changed` names it
+            continue
+        states[path] = None if path.is_dir() else (st.st_size, st.st_mtime_ns)
+    return states
+
+
+def _listing_changed(source: Source, before: dict[Path, tuple[int, int] | None]) -> str | None:
+    """Why a source's files now differ from ``before`` (their `_states` when the build
+    started), or None. The manifest lists and hashes them once the rows are read: a file
+    copied into a source folder during the build was listed as read though its rows never
+    were (exit 0, and a full verify failed "row dropped?"), one removed was left out with its
+    rows kept, and a file changed after its read was hashed with its new bytes."""
+    if str(source.path).startswith(HUB_PREFIX):
+        return None
+    now = _states(_scan(source)[0])
     if now == before:
         return None
     root = Path(source.path)
-    added = [f"{p.relative_to(root).as_posix()} added" for p in now if p not in before]
-    gone = [f"{p.relative_to(root).as_posix()} removed" for p in before if p not in now]
+    if not root.is_dir() and len(before) == 1 and list(now) == list(before):
+        (was,), (then,) = before.values(), now.values()
+        sizes = f" ({was[0]:,} bytes, now {then[0]:,})" if was and then else ""
+        return (
+            f"{root}: the file changed during the build{sizes}; is something writing it? Copy"
+            " it, or wait for the writer to finish"
+        )
+    names = {p: p.relative_to(root).as_posix() if p != root else p.name for p in [*before, *now]}
+    changes = [f"{names[p]} added" for p in now if p not in before]
+    changes += [f"{names[p]} removed" for p in before if p not in now]
+    changes += [f"{names[p]} changed" for p in now if p in before and now[p] != before[p]]
     return (
-        f"{source.path}: its files changed during the build ({', '.join(added + gone)}); is"
-        " something writing into it? Copy the folder, or wait for the writer to finish"
+        f"{root}: its files changed during the build ({', '.join(changes)}); is something"
+        " writing into it? Copy the folder, or wait for the writer to finish"
     )
 
 
