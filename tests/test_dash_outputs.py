@@ -121,3 +121,28 @@ def test_a_verify_result_piped_to_standard_output_is_only_the_json(built):
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["passed"] is True
     assert "PASS structure" in p.stderr and "verify passed" in p.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "more"),
+    [
+        ("build", ["--tokenizer", "tok", "--out", "o"]),
+        ("generate", ["--endpoint", "http://127.0.0.1:9/v1", "--out", "a.jsonl"]),
+        ("verify", []),
+    ],
+)
+def test_a_path_starting_with_a_dash_is_told_how_to_give_it(
+    tmp_path, monkeypatch, capsys, command, more
+):
+    """`draftset build -x.jsonl ...` (a file whose name starts with a dash) said only "the
+    following arguments are required: SOURCE|RECIPE.yaml": argparse reads it as an option. The
+    line now says how to give it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-x.jsonl").write_text(json.dumps(CHAT) + "\n", encoding="utf-8")
+    assert main([command, "-x.jsonl", *more]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].endswith(
+        "(-x.jsonl is a file: give it as ./-x.jsonl, or after -- at the end of the line)"
+    ), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["-x.jsonl"]
