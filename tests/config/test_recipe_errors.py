@@ -218,6 +218,27 @@ def test_a_recipe_written_as_json_is_told_to_be_named_yaml(tmp_path, capsys, wit
         assert not (tmp_path / "g.jsonl").exists()
 
 
+def test_a_wrong_value_inside_a_mapping_is_named_by_its_key(tmp_path, capsys):
+    """`fields: {output: 3}` said "expected a mapping, got {"output": 3}" of a mapping; the
+    API's `template_kwargs={1: 2}` "expected a mapping or a string": the key or the value
+    that is wrong is named."""
+    err = _refused_in_one_line(
+        tmp_path, capsys, "sources: [{path: c.jsonl, fields: {output: 3}}]\n", "fields"
+    )
+    assert err.endswith("recipe key sources[0].fields: expected a string for 'output', got 3")
+    from draftset import api
+    from draftset.core.errors import UsageError
+
+    cases = {
+        "fields": ({"output": 3}, "--field: expected a string for 'output', got 3"),
+        "template_kwargs": ({1: 2}, "--template-kwargs: expected string keys, got 1"),
+    }
+    for option, (value, want) in cases.items():
+        with pytest.raises(UsageError) as info:
+            api.build_options(sources=["c.jsonl"], tokenizer="t", out="o", **{option: value})
+        assert str(info.value) == want
+
+
 def test_a_boolean_where_a_number_goes_is_no_quoting_matter(tmp_path, capsys):
     """Only a key taking a name gets the YAML-boolean hint: quoting ``true`` is no integer."""
     recipe = _recipe(tmp_path, "max_length: true\n")

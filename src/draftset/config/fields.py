@@ -285,10 +285,40 @@ def _problem(model: type[BaseModel], exc: ValidationError, data: Mapping[str, An
         return name, "is not an option", None
     if kind == "missing":
         return name, "is required", None
+    if inside := _inside_mapping(errors, value):
+        return name, *inside
     field = model.model_fields.get(name)
     if field is None:
         return name, str(err["msg"]), value
     return name, f"expected {_describe(field.annotation)}", value
+
+
+_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+}
+
+
+def _inside_mapping(errors: list[Any], value: Any) -> tuple[str, Any] | None:
+    """(what is wrong, the value given) of a key or a value inside the mapping ``value``:
+    ``fields: {output: 3}`` said "expected a mapping, got {"output": 3}" of a mapping, and
+    ``template_kwargs={1: 2}`` "expected a mapping or a string"; None when no error is
+    inside it."""
+    if not isinstance(value, Mapping):
+        return None
+    for e in errors:
+        expected = _EXPECTED.get(e["type"])
+        loc = e["loc"]
+        for i, part in enumerate(loc[1:], 1):
+            if expected is None or not isinstance(part, str | int) or part not in value:
+                continue
+            if loc[i + 1 :] == ("[key]",):
+                return f"expected {expected.split(' ', 1)[1]} keys", part
+            if len(loc) == i + 1:
+                return f"expected {expected} for {part!r}", value[part]
+    return None
 
 
 def validated(
