@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 from draftset.core import reasons
@@ -166,7 +167,8 @@ def _message(source: Source, path: Path, seen: int, data: dict[str, Any], why: s
     what = " (a prompt without an answer)" if fmt == "prompt" else ""
     given = ", ".join(f"{k}: {v}" for k, v in fields.items())
     return (
-        f"{head}; map its columns, e.g. draftset build {source.path} {mapping_options(fmt, fields)}"
+        f"{head}; map its columns, e.g. draftset build {quote(str(source.path))}"
+        f" {mapping_options(fmt, fields)}"
         f" --tokenizer TOK --out DIR{what}, or in a recipe"
         f" {{path: {source.path}, format: {fmt}, fields: {{{given}}}}} (see docs/formats.md)"
     )
