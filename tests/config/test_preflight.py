@@ -457,6 +457,35 @@ def test_a_chat_template_folder_is_named_a_folder(tmp_path, capsys, no_work):
     )
 
 
+def test_template_text_given_as_the_chat_template_path_is_named(tmp_path, no_work):
+    """`build(chat_template="{% for m in messages %}...")` (the text, not a file) said "chat
+    template file not found: {% for m in messages %}..."."""
+    from draftset import api
+    from draftset.core.errors import UsageError
+
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    text = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    with pytest.raises(UsageError) as info:
+        api.build(sources=[src], tokenizer="t", out=tmp_path / "out", chat_template=text)
+    assert str(info.value) == (
+        "--chat-template takes a template file, and this is template text ('{% for m in"
+        " messages %}{{ m.content }...'): save it as a .jinja file and give its path"
+    )
+    assert not (tmp_path / "out").exists()
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\nout: out\nsources: [a.jsonl]\n"
+        f"chat_template: '{text}'\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(UsageError) as info:
+        api.build(recipe)
+    assert str(info.value) == (
+        f"recipe {recipe}: chat_template: takes a template file, and this is template text"
+        " ('{% for m in messages %}{{ m.content }...'): save it as a .jinja file and give its path"
+    )
+
+
 @pytest.mark.parametrize(
     "template",
     [

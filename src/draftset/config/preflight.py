@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from draftset.config.fields import boolean_text_problem, flag_of, json_value_problem, validated
-from draftset.config.recipe import check_source
+from draftset.config.recipe import check_source, template_text_problem
 from draftset.config.schema import BuildArgs
 from draftset.core.errors import UsageError
 from draftset.core.files import cannot_create, dash_problem
@@ -405,6 +405,8 @@ def missing_chat_template(path: str | Path) -> str:
             f"--chat-template {path} is a folder, not a template file (give the .jinja file;"
             " without --chat-template the tokenizer folder's own template is used)"
         )
+    if problem := template_text_problem(path, "--chat-template"):
+        return problem
     return f"chat template file not found: {path}"
 
 
