@@ -678,6 +678,21 @@ def test_build_result_row_index_is_checked_and_named(src, tmp_path):
     assert result.row(np.int64(n - 1))["id"] == result.row(-1)["id"]
 
 
+def test_the_callers_source_objects_are_left_as_they_were(src, tmp_path):
+    """Two `Source`s named alike: the build renamed the caller's second one in place
+    (`b` -> `b-2`), so a later `build(sources=[second])` in the same notebook named its
+    source and its rows' ids `b-2`, where a fresh session names them `b`."""
+    from draftset.sources.read import Source
+
+    first, second = Source("b", src), Source("b", src)
+    opts = api.build_options(sources=[first, second], tokenizer="t", out=tmp_path / "o")
+    assert [s.name for s in opts.sources] == ["b", "b-2"]
+    assert (first.name, second.name) == ("b", "b")
+    assert [
+        s.name for s in api.build_options(sources=[second], tokenizer="t", out="o").sources
+    ] == ["b"]
+
+
 def test_a_result_reads_no_rows_of_a_set_built_over_it_since(src, tmp_path):
     """A notebook builds into one folder again (`overwrite=True`): the first result's `row(i)`
     read the new set's rows, under its own `rows` and counts (another source, another row

@@ -20,7 +20,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -377,8 +377,8 @@ def _source(
     )
     from draftset.sources.read import Source  # lazy: a stage, loaded on first use
 
-    if isinstance(spec, Source):
-        return spec
+    if isinstance(spec, Source):  # a copy: naming and path expansion must not change the
+        return replace(spec, seen={})  # caller's object (a later call would see `b-2`)
     if not isinstance(spec, str | os.PathLike | Mapping):  # `5` is no path: not "not found"
         raise UsageError(f"--sources: expected a path, a Source or a mapping, got {quoted(spec)}")
     if isinstance(spec, Mapping):  # checked as a recipe's `sources:` entry is: strictly
