@@ -51,6 +51,7 @@ from draftset.core.files import (
     name_problem,
     other_config_problem,
     output_file_problem,
+    write_failure,
     write_output_file,
 )
 
@@ -615,9 +616,10 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
         try:
             write_output_file(Path(o.json), text, check_json)
         except OSError as exc:
-            raise VerifyUsageError(
-                f"--json {o.json}: cannot write: {exc.strerror or exc}"
-            ) from None
+            failure = write_failure(f"--json {o.json}", exc)
+            if isinstance(failure, UsageError):  # the path: verify's own usage error
+                failure = VerifyUsageError(str(failure))
+            raise failure from None
     return result
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from draftset.core.errors import DraftsetError, RunError, UsageError
 
 
 def write_json_atomic(path: Path, data: Any, indent: int = 2, tmp: Path | None = None) -> None:
@@ -286,3 +289,16 @@ def json_recipe_problem(path: str | Path) -> str | None:
         return None
     keys = recipe_keys_of(data)
     return json_recipe_message(p, keys) if keys else None
+
+
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+"""A write that failed for the disk (full, quota, too big, I/O): the run started and failed,
+exit 1, as `build`'s; a path that cannot be written at all is the caller's argument, exit 2."""
+
+
+def write_failure(where: str, exc: OSError) -> DraftsetError:
+    """The error of a failed write of an output file: `RunError` (exit 1) for a disk that is
+    full (`DISK_ERRNOS`), else `UsageError` (exit 2). `report -o` and `verify --json` on a full
+    disk exited 2, where `build` exits 1."""
+    line = f"{where}: cannot write: {exc.strerror or exc}"
+    return RunError(line) if exc.errno in DISK_ERRNOS else UsageError(line)
