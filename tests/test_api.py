@@ -678,6 +678,23 @@ def test_build_result_row_index_is_checked_and_named(src, tmp_path):
     assert result.row(np.int64(n - 1))["id"] == result.row(-1)["id"]
 
 
+def test_a_check_not_in_a_verify_result_names_the_ones_it_has(src, tmp_path):
+    """`result["mask"]` (or a `--fast` result's `["mask_fidelity"]`) raised a bare
+    `KeyError: 'mask'`: which names does it hold?"""
+    out = tmp_path / "o"
+    api.build(sources=[src], tokenizer=qwen3_tokenizer_dir(), out=out, workers=1)
+    fast = api.verify(out, fast=True)
+    names = ", ".join(c.name for c in fast.checks)
+    for key in ("mask", "mask_fidelity", 0):
+        with pytest.raises(KeyError) as info:
+            fast[key]  # type: ignore[index]
+        assert info.value.args[0] == (
+            f"no check {key!r} in this result (a --fast verify: {names}; the full verify runs"
+            " the others)"
+        )
+    assert fast["structure"].ok
+
+
 def test_the_callers_source_objects_are_left_as_they_were(src, tmp_path):
     """Two `Source`s named alike: the build renamed the caller's second one in place
     (`b` -> `b-2`), so a later `build(sources=[second])` in the same notebook named its

@@ -546,7 +546,9 @@ class VerifyResult:
         for c in self.checks:
             if c.name == name:
                 return c
-        raise KeyError(name)
+        names = ", ".join(c.name for c in self.checks)  # a bare KeyError: 'mask' named none
+        which = f"a --fast verify: {names}; the full verify runs the others" if self.fast else names
+        raise KeyError(f"no check {name!r} in this result ({which})")
 
     def to_json(self) -> dict[str, Any]:
         """What ``draftset verify --json FILE`` writes (``format``: `VERIFY_JSON_FORMAT`)."""
