@@ -10,6 +10,7 @@ write. Standard output is no set folder nor a file to resume from; a page or a r
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,26 @@ def test_a_path_starting_with_a_dash_is_told_how_to_give_it(
         "(-x.jsonl is a file: give it as ./-x.jsonl, or after -- at the end of the line)"
     ), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["-x.jsonl"]
+
+
+def test_a_pipe_as_a_source_is_named_a_pipe(tmp_path, capsys):
+    """`cat a.jsonl | draftset build /dev/stdin ...` said "/proc/11789/fd/pipe:[1089351]: no
+    such file or directory" (the link resolved to the pipe's name); a named FIFO "cannot read:
+    not a regular file". Both are pipes: standard input's rule says what to do."""
+    r, w = os.pipe()
+    os.write(w, (json.dumps(CHAT) + "\n").encode())
+    os.close(w)
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)
+    try:
+        for given in (f"/dev/fd/{r}", str(fifo)):
+            argv = ["build", given, "--tokenizer", str(qwen3_tokenizer_dir())]
+            assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+            assert capsys.readouterr().err.strip() == (
+                f"draftset: error: source {given} is a pipe, not a file (the workers read ranges"
+                " of each file and a rerun reads it again; save the rows to a file and give its"
+                " path)"
+            )
+    finally:
+        os.close(r)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.jsonl"]

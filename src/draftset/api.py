@@ -17,6 +17,7 @@ import glob
 import json as _json
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -307,9 +308,22 @@ def _recipe_and_sources(
     for s in srcs:
         if problem := other_config_problem(s.path):
             raise UsageError(problem)
+        if _is_pipe(s.path):  # `cat a.jsonl | draftset build /dev/stdin`: its resolved name,
+            raise UsageError(  # /proc/N/fd/pipe:[M], was "no such file or directory"
+                f"source {s.path} is a pipe, not a file (the workers read ranges of each file"
+                " and a rerun reads it again; save the rows to a file and give its path)"
+            )
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise UsageError(_not_found(s.path, in_recipe=sources is None))
     return conf, srcs
+
+
+def _is_pipe(path: Path) -> bool:
+    """Whether a source path is a pipe (standard input's ``/dev/stdin``, a named FIFO)."""
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):  # missing, a NUL byte: `_not_found` says it
+        return False
 
 
 def _not_found(path: Path, in_recipe: bool = False) -> str:
