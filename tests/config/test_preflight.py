@@ -428,6 +428,23 @@ def test_a_decontaminate_file_without_prompts_is_one_line_before_any_work(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_decontaminate_folder_is_one_line_before_any_work(tmp_path, capsys, no_work):
+    """`--decontaminate evals/` (a folder of benchmark files) ran the whole build, its rows
+    checked against the folder's prompts, then ended "evals: cannot read: Is a directory"
+    (exit 2) when the manifest hashed it, nothing written."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    write_jsonl(evals / "mt_bench.jsonl", [chat(7)])
+    argv = build_argv(src, out=tmp_path / "out", extra=("--decontaminate", str(evals)))
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        f"draftset: error: --decontaminate {evals} is a folder: give its benchmark files"
+        " (--decontaminate once per file, or a list in a recipe's decontaminate:)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_target_vocab_size_below_the_tokenizers_is_one_line_not_a_crash(
     tmp_path, capsys, workers

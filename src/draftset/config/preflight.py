@@ -103,6 +103,11 @@ def check_values(opts: BuildOptions) -> None:
     for bench in opts.decontaminate:
         if not Path(bench).exists():
             raise UsageError(f"--decontaminate file not found: {bench}")
+        if Path(bench).is_dir():  # read as one, then the manifest could not hash it: exit 2
+            raise UsageError(  # after the whole build
+                f"--decontaminate {bench} is a folder: give its benchmark files"
+                " (--decontaminate once per file, or a list in a recipe's decontaminate:)"
+            )
         if problem := _bench_is_a_source(Path(bench), opts.sources):
             raise UsageError(problem)
         check_benchmark_file(bench)  # a file with no prompt would decontaminate nothing
