@@ -239,6 +239,19 @@ def test_a_wrong_value_inside_a_mapping_is_named_by_its_key(tmp_path, capsys):
         assert str(info.value) == want
 
 
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        # "sources[0] needs a path (or a preset)": the key written was not named
+        ("sources: [{Path: c.jsonl}]\n", "sources[0] unknown keys ['Path']: did you mean 'path'?"),
+        # "unknown keys ['MAX_LENGTH']" with no key close enough to difflib
+        ("MAX_LENGTH: 100\n", "unknown keys ['MAX_LENGTH']: did you mean 'max_length'?"),
+    ],
+)
+def test_a_key_in_other_capitals_is_named_with_the_one_meant(tmp_path, capsys, text, needle):
+    _refused_in_one_line(tmp_path, capsys, text, needle)
+
+
 def test_a_boolean_where_a_number_goes_is_no_quoting_matter(tmp_path, capsys):
     """Only a key taking a name gets the YAML-boolean hint: quoting ``true`` is no integer."""
     recipe = _recipe(tmp_path, "max_length: true\n")

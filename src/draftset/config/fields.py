@@ -516,7 +516,13 @@ def unknown_keys(
     text = f"unknown keys {names}"
     placed = [f"{k} is {elsewhere[k]}" for k in names if elsewhere and k in elsewhere]
     rest = [k for k in names if not (elsewhere and k in elsewhere)]
-    meant = {k: m[0] for k in rest if (m := difflib.get_close_matches(k, choices, n=1))}
+    folded = {c.lower(): c for c in choices}  # `MAX_LENGTH`: too far for difflib alone
+    meant = {
+        k: m[0]
+        for k in rest
+        if (m := [folded[k.lower()]] if k.lower() in folded else [])
+        or (m := difflib.get_close_matches(k, choices, n=1))
+    }
     said = list(placed)
     if len(names) == 1 and meant:
         said.append(f"did you mean {meant[names[0]]!r}?")

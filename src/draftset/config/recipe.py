@@ -374,13 +374,13 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
             raise RecipeError(
                 f"recipe {path}: sources[{i}]: expected a path or a mapping, got {shown(entry)}"
             )
-        if "path" not in entry:
-            raise RecipeError(f"recipe {path}: sources[{i}] needs a path (or a preset)")
-        bad = set(entry) - SOURCE_KEYS
+        bad = set(entry) - SOURCE_KEYS  # first: `{Path: a.jsonl}` "needs a path" named no key
         if bad:
             raise RecipeError(
                 f"recipe {path}: sources[{i}] {unknown_keys(bad, SOURCE_KEYS, _SOURCE_PLACES)}"
             )
+        if "path" not in entry:
+            raise RecipeError(f"recipe {path}: sources[{i}] needs a path (or a preset)")
         spec = validated(
             SourceEntry, entry, recipe=f"sources[{i}].", strict=True, error=RecipeError
         )
