@@ -680,6 +680,82 @@ def test_build_result_row_index_is_checked_and_named(src, tmp_path):
     assert result.row(np.int64(n - 1))["id"] == result.row(-1)["id"]
 
 
+def test_a_check_not_in_a_verify_result_names_the_ones_it_has(src, tmp_path):
+    """`result["mask"]` (or a `--fast` result's `["mask_fidelity"]`) raised a bare
+    `KeyError: 'mask'`: which names does it hold?"""
+    out = tmp_path / "o"
+    api.build(sources=[src], tokenizer=qwen3_tokenizer_dir(), out=out, workers=1)
+    fast = api.verify(out, fast=True)
+    names = ", ".join(c.name for c in fast.checks)
+    for key in ("mask", "mask_fidelity", 0):
+        with pytest.raises(KeyError) as info:
+            fast[key]  # type: ignore[index]
+        assert info.value.args[0] == (
+            f"no check {key!r} in this result (a --fast verify: {names}; the full verify runs"
+            " the others)"
+        )
+    assert fast["structure"].ok
+
+
+def test_the_callers_source_objects_are_left_as_they_were(src, tmp_path):
+    """Two `Source`s named alike: the build renamed the caller's second one in place
+    (`b` -> `b-2`), so a later `build(sources=[second])` in the same notebook named its
+    source and its rows' ids `b-2`, where a fresh session names them `b`."""
+    from draftset.sources.read import Source
+
+    first, second = Source("b", src), Source("b", src)
+    opts = api.build_options(sources=[first, second], tokenizer="t", out=tmp_path / "o")
+    assert [s.name for s in opts.sources] == ["b", "b-2"]
+    assert (first.name, second.name) == ("b", "b")
+    assert [
+        s.name for s in api.build_options(sources=[second], tokenizer="t", out="o").sources
+    ] == ["b"]
+
+
+def test_a_result_reads_no_rows_of_a_set_built_over_it_since(src, tmp_path):
+    """A notebook builds into one folder again (`overwrite=True`): the first result's `row(i)`
+    read the new set's rows, under its own `rows` and counts (another source, another row
+    count, no word). It reads its own set only: a rebuild of the same bytes is that set; a
+    rebuild of other rows, or a set removed, is one line naming the folder."""
+    out = tmp_path / "o"
+    first = api.build(sources=[src], tokenizer=qwen3_tokenizer_dir(), out=out, workers=1)
+    again = api.build(
+        sources=[src], tokenizer=qwen3_tokenizer_dir(), out=out, workers=1, overwrite=True
+    )
+    assert first.row(0)["id"] == again.row(0)["id"]  # the same set, byte for byte
+    other = api.build(
+        sources=[src],
+        tokenizer=qwen3_tokenizer_dir(),
+        out=out,
+        workers=1,
+        overwrite=True,
+        turns="each",
+    )
+    assert other.rows != first.rows
+    with pytest.raises(NotADraftsetError) as info:
+        first.row(0)
+    assert str(info.value) == (
+        f"{out} holds another set than this result's (built over it since, or changed):"
+        " read its rows from the result of the build that wrote it"
+    )
+    assert other.row(-1)["index"] == other.rows - 1
+    shutil.rmtree(out)
+    with pytest.raises(NotADraftsetError, match=f"folder not found: {re.escape(str(out))}"):
+        other.row(0)
+
+
+def test_a_result_reads_its_set_after_the_working_folder_changed(src, tmp_path, monkeypatch):
+    """A notebook's `%cd` after `build(out="o")`: `row(i)` opened `o` in the new working
+    folder ("folder not found: o", or another set of that name there)."""
+    monkeypatch.chdir(tmp_path)
+    result = api.build(sources=[src], tokenizer=qwen3_tokenizer_dir(), out="o", workers=1)
+    first = result.row(0)["id"]
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert result.out == Path("o")  # as given, as the command line prints it
+    assert result.row(0)["id"] == first
+
+
 @pytest.mark.parametrize(
     ("given", "needle"),
     [
@@ -827,3 +903,46 @@ def test_a_data_file_in_the_recipe_slot_says_to_give_it_as_a_source(tmp_path, no
     assert str(info.value) == (
         f"recipe {data} is a data file, not a recipe (.yaml): give it as sources=[{str(data)!r}]"
     )
+
+
+class _FakeTokenizer:
+    """Stands in for a loaded transformers tokenizer: a path in `name_or_path` and a repr of
+    many lines (a real one's lists every added token, one per line)."""
+
+    name_or_path = "/models/qwen3"
+
+    def __repr__(self) -> str:
+        return "Qwen2Tokenizer(\n" + "".join(f"\t{i}: AddedToken(...),\n" for i in range(30)) + ")"
+
+
+def test_an_object_given_for_a_path_is_named_in_one_short_line(src, tmp_path):
+    """A result or a tokenizer object where a path goes (`verify(result)`, `out=result`,
+    `tokenizer=AutoTokenizer.from_pretrained(...)`) was quoted by its repr: a BuildResult's
+    held the manifest and the chat template (tens of KB), a tokenizer's one line per added
+    token. Now one short line naming its type and the path it holds."""
+    result = api.build(
+        sources=[src], tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o", workers=1
+    )
+    calls = {
+        "verify": lambda: api.verify(result),
+        "report": lambda: api.report(result),
+        "show": lambda: api.show(result, row=0),
+        "out": lambda: api.build_options(sources=[src], tokenizer="t", out=result),
+        "sources": lambda: api.build_options(sources=[result], tokenizer="t", out=tmp_path / "x"),
+        "tokenizer": lambda: api.build_options(
+            sources=[src], tokenizer=_FakeTokenizer(), out=tmp_path / "x"
+        ),
+        "verify(verify)": lambda: api.verify(api.verify(result.out, fast=True)),
+    }
+    for what, call in calls.items():
+        with pytest.raises(errors.UsageError) as info:
+            call()
+        line = str(info.value)
+        assert "\n" not in line and len(line) < 160, (what, line[:300])
+        if what == "tokenizer":
+            assert line.endswith("got a _FakeTokenizer (give its name_or_path, '/models/qwen3')")
+        elif what == "verify(verify)":
+            assert line.endswith(f"got a VerifyResult (give its .dir, {str(result.out)!r})")
+        else:
+            assert line.endswith(f"got a BuildResult (give its .out, {str(result.out)!r})"), line
+    assert not (tmp_path / "x").exists()

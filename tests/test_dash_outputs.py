@@ -10,6 +10,7 @@ write. Standard output is no set folder nor a file to resume from; a page or a r
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,51 @@ def test_a_verify_result_piped_to_standard_output_is_only_the_json(built):
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["passed"] is True
     assert "PASS structure" in p.stderr and "verify passed" in p.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "more"),
+    [
+        ("build", ["--tokenizer", "tok", "--out", "o"]),
+        ("generate", ["--endpoint", "http://127.0.0.1:9/v1", "--out", "a.jsonl"]),
+        ("verify", []),
+    ],
+)
+def test_a_path_starting_with_a_dash_is_told_how_to_give_it(
+    tmp_path, monkeypatch, capsys, command, more
+):
+    """`draftset build -x.jsonl ...` (a file whose name starts with a dash) said only "the
+    following arguments are required: SOURCE|RECIPE.yaml": argparse reads it as an option. The
+    line now says how to give it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-x.jsonl").write_text(json.dumps(CHAT) + "\n", encoding="utf-8")
+    assert main([command, "-x.jsonl", *more]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].endswith(
+        "(-x.jsonl is a file: give it as ./-x.jsonl, or after -- at the end of the line)"
+    ), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["-x.jsonl"]
+
+
+def test_a_pipe_as_a_source_is_named_a_pipe(tmp_path, capsys):
+    """`cat a.jsonl | draftset build /dev/stdin ...` said "/proc/11789/fd/pipe:[1089351]: no
+    such file or directory" (the link resolved to the pipe's name); a named FIFO "cannot read:
+    not a regular file". Both are pipes: standard input's rule says what to do."""
+    r, w = os.pipe()
+    os.write(w, (json.dumps(CHAT) + "\n").encode())
+    os.close(w)
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)
+    try:
+        for given in (f"/dev/fd/{r}", str(fifo)):
+            argv = ["build", given, "--tokenizer", str(qwen3_tokenizer_dir())]
+            assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+            assert capsys.readouterr().err.strip() == (
+                f"draftset: error: source {given} is a pipe, not a file (the workers read ranges"
+                " of each file and a rerun reads it again; save the rows to a file and give its"
+                " path)"
+            )
+    finally:
+        os.close(r)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.jsonl"]

@@ -17,10 +17,11 @@ import glob
 import json as _json
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from draftset.config.fields import (
     flag_of,
     given,
     json_value_problem,
+    quoted,
     unknown_keys,
     validated,
 )
@@ -50,6 +52,7 @@ from draftset.core.files import (
     name_problem,
     other_config_problem,
     output_file_problem,
+    write_failure,
     write_output_file,
 )
 
@@ -305,9 +308,22 @@ def _recipe_and_sources(
     for s in srcs:
         if problem := other_config_problem(s.path):
             raise UsageError(problem)
+        if _is_pipe(s.path):  # `cat a.jsonl | draftset build /dev/stdin`: its resolved name,
+            raise UsageError(  # /proc/N/fd/pipe:[M], was "no such file or directory"
+                f"source {s.path} is a pipe, not a file (the workers read ranges of each file"
+                " and a rerun reads it again; save the rows to a file and give its path)"
+            )
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise UsageError(_not_found(s.path, in_recipe=sources is None))
     return conf, srcs
+
+
+def _is_pipe(path: Path) -> bool:
+    """Whether a source path is a pipe (standard input's ``/dev/stdin``, a named FIFO)."""
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):  # missing, a NUL byte: `_not_found` says it
+        return False
 
 
 def _not_found(path: Path, in_recipe: bool = False) -> str:
@@ -376,10 +392,10 @@ def _source(
     )
     from draftset.sources.read import Source  # lazy: a stage, loaded on first use
 
-    if isinstance(spec, Source):
-        return spec
+    if isinstance(spec, Source):  # a copy: naming and path expansion must not change the
+        return replace(spec, seen={})  # caller's object (a later call would see `b-2`)
     if not isinstance(spec, str | os.PathLike | Mapping):  # `5` is no path: not "not found"
-        raise UsageError(f"--sources: expected a path, a Source or a mapping, got {spec!r}")
+        raise UsageError(f"--sources: expected a path, a Source or a mapping, got {quoted(spec)}")
     if isinstance(spec, Mapping):  # checked as a recipe's `sources:` entry is: strictly
         bad = sorted(set(spec) - SOURCE_KEYS)
         if bad:
@@ -544,7 +560,9 @@ class VerifyResult:
         for c in self.checks:
             if c.name == name:
                 return c
-        raise KeyError(name)
+        names = ", ".join(c.name for c in self.checks)  # a bare KeyError: 'mask' named none
+        which = f"a --fast verify: {names}; the full verify runs the others" if self.fast else names
+        raise KeyError(f"no check {name!r} in this result ({which})")
 
     def to_json(self) -> dict[str, Any]:
         """What ``draftset verify --json FILE`` writes (``format``: `VERIFY_JSON_FORMAT`)."""
@@ -614,9 +632,10 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
         try:
             write_output_file(Path(o.json), text, check_json)
         except OSError as exc:
-            raise VerifyUsageError(
-                f"--json {o.json}: cannot write: {exc.strerror or exc}"
-            ) from None
+            failure = write_failure(f"--json {o.json}", exc)
+            if isinstance(failure, UsageError):  # the path: verify's own usage error
+                failure = VerifyUsageError(str(failure))
+            raise failure from None
     return result
 
 

@@ -637,3 +637,17 @@ def test_an_edited_reject_file_fails_row_identity(folder_set, tmp_path, edit):
     got = failures(verify(folder))
     assert set(got) == {"row_identity"}, got
     assert "rejects.jsonl line's file is not its input row's" in got["row_identity"], got
+
+
+def test_a_missing_source_at_an_absolute_path_is_not_said_relative(built, tmp_path):
+    """A source removed after the build (its path recorded in full) was said "not found
+    (relative paths are read from the current folder)": the path is no relative one."""
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    gone = tmp_path / "gone.jsonl"
+    m["inputs"][0]["path"] = str(gone)
+    save_manifest(folder, m)
+    sources = next(r for r in verify(folder) if r.name == "sources")
+    assert sources.failed
+    text = json.dumps(sources.to_json())
+    assert f"{gone} not found" in text and "relative paths" not in text

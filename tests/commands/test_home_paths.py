@@ -137,3 +137,18 @@ def test_a_source_path_with_a_leading_tilde_is_the_home_folders(tmp_path, monkey
         workers=1,
     )
     assert res.counts["written"] == 1
+
+
+def test_the_next_command_is_quoted_for_the_shell(
+    home: Path, qwen3_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--out "my set"` ended `next: draftset verify my set`: pasted, two arguments (and
+    `report`'s "map its columns, e.g. draftset build my data.jsonl ..." the same)."""
+    assert main([*_build(qwen3_dir, "my set (v2)"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "next: draftset verify 'my set (v2)'   (re-derives" in out
+    Path("odd rows.jsonl").write_text('{"q": "hi", "a": "ho"}\n', encoding="utf-8")
+    args = ["build", "odd rows.jsonl", "--tokenizer", str(qwen3_dir), "--out", "o"]
+    assert main(args) == 2
+    src = Path("odd rows.jsonl").absolute()
+    assert f"e.g. draftset build '{src}' --format" in capsys.readouterr().err

@@ -346,3 +346,35 @@ def test_build_out_inside_a_set_is_refused_before_any_work(work, capsys, inner):
     )
     assert snapshot(work) == before
     assert verifies(capsys)
+
+
+def test_a_full_disk_under_report_or_verify_json_is_exit_1_as_in_build(
+    built, tmp_path, monkeypatch, capsys
+):
+    """`build` on a full disk exits 1 (the run started and failed, docs/errors.md); `report -o`
+    and `verify --json` said the same "No space left on device" with exit 2, the code of a
+    bad argument."""
+    import errno
+
+    import draftset.core.files as files
+
+    def full(path, text, check=None):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files, "write_output_file", full)
+    monkeypatch.setattr(api, "write_output_file", full)
+    import draftset.review.report as report
+
+    monkeypatch.setattr(report, "write_output_file", full)
+    page = tmp_path / "r.html"
+    assert main(["report", str(built / "set"), "-o", str(page)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"draftset: {page}: cannot write: No space left on device"
+    )
+    record = tmp_path / "v.json"
+    assert main(["verify", str(built / "set"), "--fast", "--json", str(record)]) == 1
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(f"draftset: --json {record}: cannot write: No space left on device")
+    )

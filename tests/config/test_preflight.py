@@ -428,6 +428,23 @@ def test_a_decontaminate_file_without_prompts_is_one_line_before_any_work(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_decontaminate_folder_is_one_line_before_any_work(tmp_path, capsys, no_work):
+    """`--decontaminate evals/` (a folder of benchmark files) ran the whole build, its rows
+    checked against the folder's prompts, then ended "evals: cannot read: Is a directory"
+    (exit 2) when the manifest hashed it, nothing written."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    evals = tmp_path / "evals"
+    evals.mkdir()
+    write_jsonl(evals / "mt_bench.jsonl", [chat(7)])
+    argv = build_argv(src, out=tmp_path / "out", extra=("--decontaminate", str(evals)))
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        f"draftset: error: --decontaminate {evals} is a folder: give its benchmark files"
+        " (--decontaminate once per file, or a list in a recipe's decontaminate:)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_target_vocab_size_below_the_tokenizers_is_one_line_not_a_crash(
     tmp_path, capsys, workers
@@ -454,6 +471,35 @@ def test_a_chat_template_folder_is_named_a_folder(tmp_path, capsys, no_work):
     assert line == (
         f"draftset: error: --chat-template {folder} is a folder, not a template file (give the"
         " .jinja file; without --chat-template the tokenizer folder's own template is used)"
+    )
+
+
+def test_template_text_given_as_the_chat_template_path_is_named(tmp_path, no_work):
+    """`build(chat_template="{% for m in messages %}...")` (the text, not a file) said "chat
+    template file not found: {% for m in messages %}..."."""
+    from draftset import api
+    from draftset.core.errors import UsageError
+
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    text = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    with pytest.raises(UsageError) as info:
+        api.build(sources=[src], tokenizer="t", out=tmp_path / "out", chat_template=text)
+    assert str(info.value) == (
+        "--chat-template takes a template file, and this is template text ('{% for m in"
+        " messages %}{{ m.content }...'): save it as a .jinja file and give its path"
+    )
+    assert not (tmp_path / "out").exists()
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\nout: out\nsources: [a.jsonl]\n"
+        f"chat_template: '{text}'\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(UsageError) as info:
+        api.build(recipe)
+    assert str(info.value) == (
+        f"recipe {recipe}: chat_template: takes a template file, and this is template text"
+        " ('{% for m in messages %}{{ m.content }...'): save it as a .jinja file and give its path"
     )
 
 

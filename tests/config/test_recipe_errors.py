@@ -191,6 +191,67 @@ def test_a_recipe_in_another_config_format_is_told_recipes_are_yaml(tmp_path, ca
     assert "unsupported file type" not in err[0]
 
 
+@pytest.mark.parametrize("with_tokenizer", [False, True])
+def test_a_recipe_written_as_json_is_told_to_be_named_yaml(tmp_path, capsys, with_tokenizer):
+    """`draftset build recipe.json` read the recipe as a data file of one row: without
+    --tokenizer "--tokenizer is required (or `tokenizer:` in the recipe)" of a recipe that has
+    one, with it "no known row shape ... --field instruction=tokenizer --field output=out"."""
+    (tmp_path / "c.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(
+        '{"tokenizer": "tok", "out": "o", "sources": ["c.jsonl"], "max_length": 100}\n',
+        encoding="utf-8",
+    )
+    extra = ["--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(tmp_path / "o")]
+    assert main(["build", str(recipe), *(extra if with_tokenizer else [])]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"draftset: error: {recipe} is a recipe written as JSON (keys max_length, out, sources,"
+        " tokenizer):"
+        " recipes are read from .yaml/.yml files, and JSON is YAML: rename it recipe.yaml"
+    ]
+    assert not (tmp_path / "o").exists()
+    if not with_tokenizer:  # generate reads it as its rows: the same line, before any request
+        gen = ["generate", str(recipe), "--endpoint", "http://127.0.0.1:9/v1"]
+        assert main([*gen, "--out", str(tmp_path / "g.jsonl")]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == err
+        assert not (tmp_path / "g.jsonl").exists()
+
+
+def test_a_wrong_value_inside_a_mapping_is_named_by_its_key(tmp_path, capsys):
+    """`fields: {output: 3}` said "expected a mapping, got {"output": 3}" of a mapping; the
+    API's `template_kwargs={1: 2}` "expected a mapping or a string": the key or the value
+    that is wrong is named."""
+    err = _refused_in_one_line(
+        tmp_path, capsys, "sources: [{path: c.jsonl, fields: {output: 3}}]\n", "fields"
+    )
+    assert err.endswith("recipe key sources[0].fields: expected a string for 'output', got 3")
+    from draftset import api
+    from draftset.core.errors import UsageError
+
+    cases = {
+        "fields": ({"output": 3}, "--field: expected a string for 'output', got 3"),
+        "template_kwargs": ({1: 2}, "--template-kwargs: expected string keys, got 1"),
+    }
+    for option, (value, want) in cases.items():
+        with pytest.raises(UsageError) as info:
+            api.build_options(sources=["c.jsonl"], tokenizer="t", out="o", **{option: value})
+        assert str(info.value) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        # "sources[0] needs a path (or a preset)": the key written was not named
+        ("sources: [{Path: c.jsonl}]\n", "sources[0] unknown keys ['Path']: did you mean 'path'?"),
+        # "unknown keys ['MAX_LENGTH']" with no key close enough to difflib
+        ("MAX_LENGTH: 100\n", "unknown keys ['MAX_LENGTH']: did you mean 'max_length'?"),
+    ],
+)
+def test_a_key_in_other_capitals_is_named_with_the_one_meant(tmp_path, capsys, text, needle):
+    _refused_in_one_line(tmp_path, capsys, text, needle)
+
+
 def test_a_boolean_where_a_number_goes_is_no_quoting_matter(tmp_path, capsys):
     """Only a key taking a name gets the YAML-boolean hint: quoting ``true`` is no integer."""
     recipe = _recipe(tmp_path, "max_length: true\n")

@@ -905,3 +905,75 @@ def test_the_rejects_noted_when_nothing_is_written_name_their_source_row_and_fil
         "note: reject multi:0 (a.jsonl): empty_conversation: the conversation has no messages",
         "note: reject multi row 1 (b.jsonl): not_an_object: row is a JSON array, not an object",
     ], notes
+
+
+@pytest.mark.parametrize("change", ["added", "removed", "changed"])
+def test_a_source_folder_whose_files_change_during_the_build_is_refused(
+    tmp_path, monkeypatch, change
+):
+    """A file copied into a source folder while the build read it (or one removed from it)
+    was listed in the manifest's inputs as read (20 rows never read, exit 0, "verify
+    passed"), and a full verify then failed: "input row neither written nor rejected (row
+    dropped?)"; a file changed after its read was hashed with its new bytes. The folder's
+    files are listed once at the start; a different list or file before the manifest is
+    written stops the build, naming the file, and leaves nothing."""
+    import draftset.pipeline.build as build
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", [chat(i) for i in range(3)])
+    write_jsonl(folder / "b.jsonl", [chat(i) for i in range(3, 6)])
+    real = build.build_manifest
+
+    def meanwhile(*args, **kwargs):  # the build has read every row: the folder changes now
+        if change == "added":
+            write_jsonl(folder / "late.jsonl", [chat(9)])
+        elif change == "removed":
+            (folder / "b.jsonl").unlink()
+        else:
+            with (folder / "b.jsonl").open("a") as f:
+                f.write(json.dumps(chat(9)) + "\n")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(build, "build_manifest", meanwhile)
+    out = tmp_path / "o"
+    opts = BuildOptions(
+        sources=[Source("data", folder)], tokenizer=str(qwen3_tokenizer_dir()), out=out, workers=1
+    )
+    with pytest.raises(SourceError) as info:
+        run_build(opts)
+    name = "late.jsonl" if change == "added" else "b.jsonl"
+    assert str(info.value) == (
+        f"{folder}: its files changed during the build ({name} {change}); is something writing"
+        " into it? Copy the folder, or wait for the writer to finish"
+    )
+    assert not out.exists() and list(tmp_path.iterdir()) == [folder]
+
+
+def test_a_source_file_changed_after_its_read_is_refused(tmp_path, monkeypatch):
+    """A row appended to a one-file source once the build had read it: the manifest hashed
+    the new bytes (exit 0), and a full verify failed on the row never read."""
+    import draftset.pipeline.build as build
+
+    src = tmp_path / "a.jsonl"
+    write_jsonl(src, [chat(i) for i in range(3)])
+    size = src.stat().st_size
+    real = build.build_manifest
+
+    def meanwhile(*args, **kwargs):
+        with src.open("a") as f:
+            f.write(json.dumps(chat(9)) + "\n")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(build, "build_manifest", meanwhile)
+    out = tmp_path / "o"
+    opts = BuildOptions(
+        sources=[Source("a", src)], tokenizer=str(qwen3_tokenizer_dir()), out=out, workers=1
+    )
+    with pytest.raises(SourceError) as info:
+        run_build(opts)
+    assert str(info.value) == (
+        f"{src}: the file changed during the build ({size:,} bytes, now {src.stat().st_size:,});"
+        " is something writing it? Copy it, or wait for the writer to finish"
+    )
+    assert not out.exists()

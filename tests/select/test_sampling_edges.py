@@ -98,8 +98,20 @@ def test_any_weight_without_max_samples_is_noted(tmp_path):
         "source a: weight 3 has no effect without --max-samples (all 3 rows taken)",
         "source b: weight 0.5 has no effect without --max-samples (all 4 rows taken)",
     ]
-    both = source(tmp_path, "d", 5, weight=2.0, count=2)  # its count acts: no weight note
-    assert mix.sampling_notes([both], {"d": 5}, None) == []
+    both = source(tmp_path, "d", 5, weight=2.0, count=2)  # its count acts: the weight's note
+    assert mix.sampling_notes([both], {"d": 5}, None) == [
+        "source d: weight 2 has no effect beside its count 2 (a count takes that many rows)"
+    ]
+
+
+def test_a_weight_beside_a_count_is_noted(tmp_path):
+    """`{path: a.jsonl, count: 5, weight: 2}` under --max-samples 10 took 5 rows of a and 5 of
+    b, the weight ignored without a word: a count takes that many rows, whatever the weight."""
+    a, b = source(tmp_path, "a", 20, weight=2.0, count=5), source(tmp_path, "b", 10)
+    assert taken(plan_selection([a, b], 10, 0)) == {"a": 5, "b": 5}
+    assert mix.sampling_notes([a, b], {"a": 20, "b": 10}, 10) == [
+        "source a: weight 2 has no effect beside its count 5 (a count takes that many rows)"
+    ]
 
 
 def test_max_samples_larger_than_the_sources_give_is_noted(tmp_path):

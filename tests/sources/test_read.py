@@ -154,6 +154,35 @@ def test_zstd(tmp_path, name):
     assert file_format(path) == "jsonl.zst"
 
 
+@pytest.mark.parametrize(
+    ("name", "compress", "kind"),
+    [
+        ("a.jsonl.gz", zstandard.ZstdCompressor().compress, "jsonl.zst"),
+        ("a.json.gz", zstandard.ZstdCompressor().compress, "jsonl.zst"),
+        ("a.jsonl.zst", gzip.compress, "jsonl.gz"),
+    ],
+)
+def test_a_compressed_file_named_for_the_other_compression_reads(tmp_path, name, compress, kind):
+    """The bytes tell the compression, as for a compressed file named ``.jsonl``: zstd data
+    named ``.gz`` was "cannot read: Not a gzipped file (b'(\\xb5')", exit 2."""
+    path = write(tmp_path, name, compress(jsonl_bytes(ROWS)))
+    assert datas(read_all(path)) == ROWS
+    assert file_format(path) == kind
+
+
+@pytest.mark.parametrize("name", ["a.jsonl.gz", "a.json.zst", "a.jsonl.zstd"])
+def test_an_uncompressed_file_named_compressed_is_one_line_saying_so(tmp_path, name):
+    """Plain JSON Lines named ``.gz`` said "cannot read: Not a gzipped file (b'{\"')"."""
+    path = write(tmp_path, name, jsonl_bytes(ROWS))
+    suffix = name.rsplit(".", 1)[1]
+    with pytest.raises(SourceError) as info:
+        list(iter_raw_rows(Source("s", path)))
+    assert str(info.value) == (
+        f"{path}: named .{suffix}, but its bytes are neither gzip nor zstd data (no header of"
+        f" either): if it is plain JSON, name it {path.name[: -len(suffix) - 1]}"
+    )
+
+
 def test_zstd_multiple_frames(tmp_path):
     comp = zstandard.ZstdCompressor()
     data = comp.compress(jsonl_bytes(ROWS[:1])) + comp.compress(jsonl_bytes(ROWS[1:]))

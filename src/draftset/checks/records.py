@@ -104,7 +104,11 @@ def check_sources(out: OutputSet) -> CheckResult:
                 "source missing",
                 src.name,
                 f"{src.name}: {src.path} not found"
-                " (relative paths are read from the current folder)",
+                + (
+                    ""
+                    if src.path.is_absolute()
+                    else " (relative paths are read from the current folder)"
+                ),
             )
             continue
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from shlex import quote
 from typing import Any
 
 from draftset.commands.common import (
@@ -83,5 +84,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     print_results(result.checks, advisory=ADVISORY_CHECKS)
     if not result.ok:
         return EXIT_FAIL
-    print(f"next: draftset verify {result.out}   (re-derives every mask from the sources)")
+    print(
+        f"next: draftset verify {quote(str(result.out))}   (re-derives every mask from the sources)"
+    )
     return EXIT_OK

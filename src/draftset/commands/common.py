@@ -16,8 +16,31 @@ from draftset.core.files import is_recipe
 
 
 class Parser(argparse.ArgumentParser):
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._argv = list(sys.argv[1:] if args is None else args)  # for `error`'s hint
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage otherwise)
-        raise UsageError(message)
+        raise UsageError(message + _dash_file_hint(getattr(self, "_argv", [])))
+
+
+def _dash_file_hint(argv: list[str]) -> str:
+    """How to give a path whose name starts with a dash, when one is on the line: argparse
+    reads ``-x.jsonl`` as an option, and said only "the following arguments are required:
+    SOURCE" of ``draftset build -x.jsonl ...``."""
+    for arg in argv:
+        if arg == "--":
+            break  # what follows is positional already
+        if len(arg) < 2 or not arg.startswith("-"):
+            continue
+        try:
+            exists = os.path.exists(arg)
+        except (OSError, ValueError):  # a name too long, a NUL byte: no such path
+            exists = False
+        if exists:
+            kind = "folder" if os.path.isdir(arg) else "file"
+            return f" ({arg} is a {kind}: give it as ./{arg}, or after -- at the end of the line)"
+    return ""
 
 
 class Terminated(KeyboardInterrupt):

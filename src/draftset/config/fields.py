@@ -22,6 +22,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, get_args, get_origin
 
@@ -213,6 +214,33 @@ def shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+_HELD_PATHS = (("out", ".out"), ("dir", ".dir"), ("name_or_path", "name_or_path"))
+"""Where a draftset result (``BuildResult.out``, ``VerifyResult.dir``, ``RunResult.out``) or a
+loaded transformers tokenizer (``name_or_path``) keeps the path it stands for."""
+
+
+def quoted(value: Any) -> str:
+    """A value as an API error quotes it, in one short line: its repr when that is short and
+    one line (``'4096'``, ``2.0``, ``np.int64(7)``), else its type and the path it holds, if
+    any (``a BuildResult (give its .out, 'out/s')``): ``verify(result)`` quoted a BuildResult's
+    repr, its manifest and chat template (tens of KB), and a tokenizer's ran a line per added
+    token."""
+    text = repr(value)
+    if len(text) <= 80 and "\n" not in text:
+        return text
+    if isinstance(value, str | bytes | list | tuple | dict | set | frozenset):
+        return " ".join(text.split())[:77] + "..."
+    kind = type(value).__name__
+    for attr, spelled in _HELD_PATHS:
+        try:
+            path = getattr(value, attr, None)
+        except Exception:  # any object's property may raise: then it holds none
+            continue
+        if isinstance(path, str | PathLike) and str(path):
+            return f"a {kind} (give its {spelled}, {str(path)!r})"
+    return f"a {kind}"
+
+
 def not_blank(value: Any) -> Any:
     """A path's or a name's value, refused when its text names nothing: empty, or only
     whitespace (a recipe's ``out: ' '`` built into a folder named " " beside it;
@@ -257,10 +285,40 @@ def _problem(model: type[BaseModel], exc: ValidationError, data: Mapping[str, An
         return name, "is not an option", None
     if kind == "missing":
         return name, "is required", None
+    if inside := _inside_mapping(errors, value):
+        return name, *inside
     field = model.model_fields.get(name)
     if field is None:
         return name, str(err["msg"]), value
     return name, f"expected {_describe(field.annotation)}", value
+
+
+_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+}
+
+
+def _inside_mapping(errors: list[Any], value: Any) -> tuple[str, Any] | None:
+    """(what is wrong, the value given) of a key or a value inside the mapping ``value``:
+    ``fields: {output: 3}`` said "expected a mapping, got {"output": 3}" of a mapping, and
+    ``template_kwargs={1: 2}`` "expected a mapping or a string"; None when no error is
+    inside it."""
+    if not isinstance(value, Mapping):
+        return None
+    for e in errors:
+        expected = _EXPECTED.get(e["type"])
+        loc = e["loc"]
+        for i, part in enumerate(loc[1:], 1):
+            if expected is None or not isinstance(part, str | int) or part not in value:
+                continue
+            if loc[i + 1 :] == ("[key]",):
+                return f"expected {expected.split(' ', 1)[1]} keys", part
+            if len(loc) == i + 1:
+                return f"expected {expected} for {part!r}", value[part]
+    return None
 
 
 def validated(
@@ -313,8 +371,8 @@ def validated(
         choice = err_type(exc) == "choice"
         spelled = name_of(name) if name_of and not choice else name
         if what.startswith("must be"):
-            raise error(f"{spelled} {what}, not {value!r}") from None
-        raise error(f"{spelled}: {what}, got {value!r}") from None
+            raise error(f"{spelled} {what}, not {quoted(value)}") from None
+        raise error(f"{spelled}: {what}, got {quoted(value)}") from None
 
 
 def _takes_list(annotation: Any) -> bool:
@@ -458,7 +516,13 @@ def unknown_keys(
     text = f"unknown keys {names}"
     placed = [f"{k} is {elsewhere[k]}" for k in names if elsewhere and k in elsewhere]
     rest = [k for k in names if not (elsewhere and k in elsewhere)]
-    meant = {k: m[0] for k in rest if (m := difflib.get_close_matches(k, choices, n=1))}
+    folded = {c.lower(): c for c in choices}  # `MAX_LENGTH`: too far for difflib alone
+    meant = {
+        k: m[0]
+        for k in rest
+        if (m := [folded[k.lower()]] if k.lower() in folded else [])
+        or (m := difflib.get_close_matches(k, choices, n=1))
+    }
     said = list(placed)
     if len(names) == 1 and meant:
         said.append(f"did you mean {meant[names[0]]!r}?")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from draftset.config.fields import boolean_text_problem, flag_of, json_value_problem, validated
-from draftset.config.recipe import check_source
+from draftset.config.recipe import check_source, template_text_problem
 from draftset.config.schema import BuildArgs
 from draftset.core.errors import UsageError
 from draftset.core.files import cannot_create, dash_problem
@@ -103,6 +103,11 @@ def check_values(opts: BuildOptions) -> None:
     for bench in opts.decontaminate:
         if not Path(bench).exists():
             raise UsageError(f"--decontaminate file not found: {bench}")
+        if Path(bench).is_dir():  # read as one, then the manifest could not hash it: exit 2
+            raise UsageError(  # after the whole build
+                f"--decontaminate {bench} is a folder: give its benchmark files"
+                " (--decontaminate once per file, or a list in a recipe's decontaminate:)"
+            )
         if problem := _bench_is_a_source(Path(bench), opts.sources):
             raise UsageError(problem)
         check_benchmark_file(bench)  # a file with no prompt would decontaminate nothing
@@ -405,6 +410,8 @@ def missing_chat_template(path: str | Path) -> str:
             f"--chat-template {path} is a folder, not a template file (give the .jinja file;"
             " without --chat-template the tokenizer folder's own template is used)"
         )
+    if problem := template_text_problem(path, "--chat-template"):
+        return problem
     return f"chat template file not found: {path}"
 
 

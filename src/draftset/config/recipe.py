@@ -374,13 +374,13 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
             raise RecipeError(
                 f"recipe {path}: sources[{i}]: expected a path or a mapping, got {shown(entry)}"
             )
-        if "path" not in entry:
-            raise RecipeError(f"recipe {path}: sources[{i}] needs a path (or a preset)")
-        bad = set(entry) - SOURCE_KEYS
+        bad = set(entry) - SOURCE_KEYS  # first: `{Path: a.jsonl}` "needs a path" named no key
         if bad:
             raise RecipeError(
                 f"recipe {path}: sources[{i}] {unknown_keys(bad, SOURCE_KEYS, _SOURCE_PLACES)}"
             )
+        if "path" not in entry:
+            raise RecipeError(f"recipe {path}: sources[{i}] needs a path (or a preset)")
         spec = validated(
             SourceEntry, entry, recipe=f"sources[{i}].", strict=True, error=RecipeError
         )
@@ -430,6 +430,19 @@ def recipe_tokenizer(value: str | os.PathLike[str], base: Path) -> str:
     return text if could_be_hub_id(text) else beside
 
 
+def template_text_problem(value: str | os.PathLike[str], where: str) -> str | None:
+    """Why a chat template path is the template's text (``chat_template="{% for m in
+    messages %}..."``, which was "file not found: {% for m ..."), or None."""
+    text = str(value)
+    if "{%" not in text and "{{" not in text:
+        return None
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    return (
+        f"{where} takes a template file, and this is template text ({shown!r}): save it as a"
+        " .jinja file and give its path"
+    )
+
+
 def recipe_path_problem(key: str, value: Any, recipe: Path) -> str | None:
     """Why the file(s) a recipe's ``key`` names cannot be read (one line naming the path it
     was resolved to), or None. A file in the current folder is never read in its place: a
@@ -437,6 +450,8 @@ def recipe_path_problem(key: str, value: Any, recipe: Path) -> str | None:
     load that folder)."""
     base = Path(os.path.abspath(recipe.parent))  # the path named in full
     head = f"recipe {recipe}: {key}:"
+    if key == "chat_template" and (problem := template_text_problem(value, head)):
+        return problem
     if key in ("chat_template", "decontaminate"):
         for v in [value] if isinstance(value, str | os.PathLike) else list(value):
             resolved = beside_recipe(v, base)

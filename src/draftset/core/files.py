@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from draftset.core.errors import DraftsetError, RunError, UsageError
 
 
 def write_json_atomic(path: Path, data: Any, indent: int = 2, tmp: Path | None = None) -> None:
@@ -240,9 +243,62 @@ def other_config_problem(path: str | Path) -> str | None:
             " .parquet, .arrow) or folders of them"
         )
     suffix = Path(path).suffix
+    if suffix.lower() == ".json":
+        return json_recipe_problem(path)
     if suffix.lower() not in OTHER_CONFIG_SUFFIXES:
         return None
     return (
         f"{path}: recipes are YAML (.yaml/.yml), not {suffix}: write it as YAML with the same"
         " keys (examples/recipe.yaml), or give a data file (.jsonl, .json, .parquet, .arrow)"
     )
+
+
+_RECIPE_MARKS = frozenset({"tokenizer", "out", "chat_template", "template_kwargs", "max_length"})
+"""Keys beside ``sources`` that tell a recipe from a data row (no row shape has them)."""
+_JSON_RECIPE_BYTES = 1 << 20  # a recipe is small; a bigger .json is data, not opened here
+
+
+def recipe_keys_of(data: object) -> list[str] | None:
+    """The keys that make a JSON object a recipe (``sources`` and one of `_RECIPE_MARKS`),
+    sorted; None for a data row."""
+    if not isinstance(data, dict) or "sources" not in data:
+        return None
+    marks = sorted(k for k in data if k in _RECIPE_MARKS or k == "sources")
+    return marks if len(marks) > 1 else None
+
+
+def json_recipe_message(path: str | Path, keys: list[str]) -> str:
+    """`json_recipe_problem`'s line, for a file whose object has ``keys`` (`recipe_keys_of`)."""
+    p = Path(path)
+    return (
+        f"{p} is a recipe written as JSON (keys {', '.join(keys)}): recipes are read from"
+        f" .yaml/.yml files, and JSON is YAML: rename it {p.stem}.yaml"
+    )
+
+
+def json_recipe_problem(path: str | Path) -> str | None:
+    """Why a ``.json`` source is a recipe (`json_recipe_message`), or None: ``draftset build
+    recipe.json`` read it as a data file of one row, and said "--tokenizer is required" of a
+    recipe naming one, or "no known row shape" with a column mapping of its keys."""
+    p = Path(path)
+    try:
+        if not p.is_file() or p.stat().st_size > _JSON_RECIPE_BYTES:
+            return None
+        data = json.loads(p.read_bytes())
+    except (OSError, ValueError):  # unreadable or not one JSON document: the reader says
+        return None
+    keys = recipe_keys_of(data)
+    return json_recipe_message(p, keys) if keys else None
+
+
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+"""A write that failed for the disk (full, quota, too big, I/O): the run started and failed,
+exit 1, as `build`'s; a path that cannot be written at all is the caller's argument, exit 2."""
+
+
+def write_failure(where: str, exc: OSError) -> DraftsetError:
+    """The error of a failed write of an output file: `RunError` (exit 1) for a disk that is
+    full (`DISK_ERRNOS`), else `UsageError` (exit 2). `report -o` and `verify --json` on a full
+    disk exited 2, where `build` exits 1."""
+    line = f"{where}: cannot write: {exc.strerror or exc}"
+    return RunError(line) if exc.errno in DISK_ERRNOS else UsageError(line)

@@ -16,6 +16,7 @@ import difflib
 import errno
 import json
 import operator
+import os
 import re
 import shutil
 import time
@@ -42,7 +43,7 @@ from draftset.mask.template import TemplateInfo, TemplateSpec
 from draftset.output import writer_class
 from draftset.output.base import ShardedWriter, Writer, rel_name
 from draftset.output.folder import finalize_output, prepare_output
-from draftset.output.readback import CheckResult, SetFacts, open_output
+from draftset.output.readback import CheckResult, NotADraftsetError, SetFacts, open_output
 from draftset.output.vocab import (
     load_token_freq_pt,
     save_token_freq_pt,
@@ -69,7 +70,7 @@ from draftset.select.mix import (
     selection_total,
 )
 from draftset.select.ranged import RangedSelection, ReadTask, why_driver_reads
-from draftset.sources.read import HUB_PREFIX, Source, scan_source
+from draftset.sources.read import HUB_PREFIX, Source, SourceError, scan_source
 from draftset.sources.shapes import check_row_shapes
 
 
@@ -82,6 +83,11 @@ class BuildResult:
     seconds: float
     checks: list[CheckResult] = field(default_factory=list)  # verify's fast checks, after
     finalized: bool = True  # False: no row to write, so no folder was created (or replaced)
+    folder: Path = field(init=False, repr=False, compare=False)
+    """``out`` in full, as it was when built: `row` reads it after a notebook's ``%cd``."""
+
+    def __post_init__(self) -> None:
+        self.folder = Path(os.path.abspath(self.out))
 
     @property
     def ok(self) -> bool:
@@ -115,7 +121,14 @@ class BuildResult:
         if isinstance(index, bool) or not hasattr(type(index), "__index__"):
             raise TypeError(f"row index must be an integer, got {index!r}")
         index = operator.index(index)  # numpy's integers too, as a list takes them
-        out = open_output(self.out) if self.finalized else None
+        out = open_output(self.folder) if self.finalized else None
+        if out is not None and out.manifest.get("files") != self.manifest.get("files"):
+            # a build over the same folder since (a notebook's second `build(overwrite=True)`):
+            # its rows were read under this result's counts
+            raise NotADraftsetError(
+                f"{self.out} holds another set than this result's (built over it since, or"
+                " changed): read its rows from the result of the build that wrote it"
+            )
         n = out.num_rows if out is not None else 0
         if not -n <= index < n:
             if out is None:
@@ -208,6 +221,7 @@ def _run(
     )
     total = selection_total(plan) if plan else 0
     scans = {s.name: _scan(s) for s in opts.sources}  # each source's folder listed once
+    listed = {name: _states(files) for name, (files, _) in scans.items()}
     skipped = {name: entries for name, (_, entries) in scans.items()}
     notes = source_notes + [_skipped_note(n, entries) for n, entries in skipped.items() if entries]
     generated = {name: _generated(files) for name, (files, _) in scans.items()}
@@ -317,6 +331,9 @@ def _run(
             generated=generated,
             token_freq_pt=pt_record,
         )
+        for s in opts.sources:  # the manifest listed them again, as the files that were read
+            if problem := _listing_changed(s, listed[s.name]):
+                raise SourceError(problem)
         write_manifest(tmp, manifest)
         finalize_output(tmp, opts.out, opts.overwrite)
     except BaseException as exc:  # nothing half-written stays behind, whatever the failure
@@ -634,6 +651,48 @@ def _scan(source: Source) -> tuple[list[Path], list[dict[str, str]]]:
     if str(source.path).startswith(HUB_PREFIX):
         return [], []
     return scan_source(source.path)
+
+
+def _states(files: list[Path]) -> dict[Path, tuple[int, int] | None]:
+    """Each file's (size, mtime_ns), None for a folder entry (a ``save_to_disk`` set)."""
+    states: dict[Path, tuple[int, int] | None] = {}
+    for path in files:
+        try:
+            st = path.stat()
+        except OSError:
+            states[path] = (-1, -1)  # gone: `_listing_changed` names it
+            continue
+        states[path] = None if path.is_dir() else (st.st_size, st.st_mtime_ns)
+    return states
+
+
+def _listing_changed(source: Source, before: dict[Path, tuple[int, int] | None]) -> str | None:
+    """Why a source's files now differ from ``before`` (their `_states` when the build
+    started), or None. The manifest lists and hashes them once the rows are read: a file
+    copied into a source folder during the build was listed as read though its rows never
+    were (exit 0, and a full verify failed "row dropped?"), one removed was left out with its
+    rows kept, and a file changed after its read was hashed with its new bytes."""
+    if str(source.path).startswith(HUB_PREFIX):
+        return None
+    now = _states(_scan(source)[0])
+    if now == before:
+        return None
+    root = Path(source.path)
+    if not root.is_dir() and len(before) == 1 and list(now) == list(before):
+        (was,), (then,) = before.values(), now.values()
+        sizes = f" ({was[0]:,} bytes, now {then[0]:,})" if was and then else ""
+        return (
+            f"{root}: the file changed during the build{sizes}; is something writing it? Copy"
+            " it, or wait for the writer to finish"
+        )
+    names = {p: p.relative_to(root).as_posix() if p != root else p.name for p in [*before, *now]}
+    changes = [f"{names[p]} added" for p in now if p not in before]
+    changes += [f"{names[p]} removed" for p in before if p not in now]
+    changes += [f"{names[p]} changed" for p in now if p in before and now[p] != before[p]]
+    return (
+        f"{root}: its files changed during the build ({', '.join(changes)}); is something"
+        " writing into it? Copy the folder, or wait for the writer to finish"
+    )
 
 
 def _generated(files: list[Path]) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from draftset.checks.verify import fast_checks, read_record
 from draftset.core import defaults, reasons
 from draftset.core.counters import SUMMARY_COLUMNS, manifest_sampling_notes, summary_row
 from draftset.core.errors import UsageError
-from draftset.core.files import write_output_file
+from draftset.core.files import write_failure, write_output_file
 from draftset.core.terminal import visible, visible_parts
 from draftset.output.folder import REPORT_GENERATOR_TAG, REPORT_PAGE
 from draftset.output.readback import (
@@ -637,7 +637,8 @@ def write_report(
     """Write the report (default `default_report_path`), atomically: a temporary file beside
     it renamed over it. ``check`` runs just before the rename (the caller's check of the path,
     repeated after the rendering); ``on_verdict`` receives the page's `verdict_line` once it
-    is written. An unreadable set or unwritable file is a `UsageError` (exit 2). The path
+    is written. An unreadable set or unwritable file is a `UsageError` (exit 2), a full disk a
+    `RunError` (exit 1). The path
     itself is the caller's to check (`draftset.api.report`)."""
     path = Path(output) if output else default_report_path(folder)
     try:
@@ -647,7 +648,7 @@ def write_report(
     try:
         write_output_file(path, page, check)
     except OSError as exc:
-        raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        raise write_failure(str(path), exc) from None
     if on_verdict is not None:
         on_verdict(verdict)
     return path

@@ -321,7 +321,8 @@ def sampling_notes(
 ) -> list[str]:
     """What the weight/count sampling did that the options alone do not say: a source with
     fewer rows than its ``count`` (every row taken), a weight that cannot act (no
-    ``--max-samples`` to split: every row taken, whatever the weight), a ``--max-samples`` the
+    ``--max-samples`` to split: every row taken, whatever the weight; or a count beside it,
+    which takes that many rows whatever the weight), a ``--max-samples`` the
     sources cannot give (a smaller set than asked). Lines for the build's notes. A mix chooses
     by its own shares (a count it cannot meet is a `MixError`), so it has none."""
     if mix is not None:
@@ -334,6 +335,11 @@ def sampling_notes(
         if s.count is not None and s.count > have:
             notes.append(
                 f"source {s.name}: count {s.count:,} asked, {have:,} available (all taken)"
+            )
+        if s.count is not None and s.weight is not None:  # `{count: 5, weight: 2}`
+            notes.append(
+                f"source {s.name}: weight {s.weight:g} has no effect beside its count"
+                f" {s.count:,} (a count takes that many rows)"
             )
         elif s.count is None and s.weight is not None and max_samples is None:
             notes.append(

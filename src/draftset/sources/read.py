@@ -143,9 +143,16 @@ def _kind(path: Path) -> tuple[str, str | None]:
             "optionally .gz/.zst for JSON)"
         )
     kind, compression = found
-    if kind in _TEXT_KINDS.values():
-        return kind, compression or _sniff_compression(path)
-    return kind, None
+    if kind not in _TEXT_KINDS.values():
+        return kind, None
+    sniffed = _sniff_compression(path)
+    if compression is not None and sniffed is None and _has_bytes(path):
+        suffix = path.suffix  # `a.jsonl.gz` of plain text: gzip's "Not a gzipped file (b'{"')"
+        raise SourceError(
+            f"{path}: named {suffix}, but its bytes are neither gzip nor zstd data (no header"
+            f" of either): if it is plain JSON, name it {path.name[: -len(suffix)]}"
+        )
+    return kind, sniffed or compression  # the bytes tell: zstd named .gz reads, as gzip .jsonl
 
 
 def _sniff_compression(path: Path) -> str | None:
@@ -157,9 +164,17 @@ def _sniff_compression(path: Path) -> str | None:
         raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     if head.startswith(_GZIP_MAGIC):
         return "gz"
-    if head.startswith(_ZSTD_MAGIC):
-        return "zst"
+    if head.startswith(_ZSTD_MAGIC) or int.from_bytes(head, "little") in _ZSTD_SKIPPABLE:
+        return "zst"  # a zstd frame, or a skippable frame before one
     return None
+
+
+def _has_bytes(path: Path) -> bool:
+    """Whether a file holds any byte (an empty one is `_open_bytes`' own error)."""
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return True  # the read says why
 
 
 def _check_readable(path: Path) -> None:

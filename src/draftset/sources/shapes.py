@@ -17,9 +17,11 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 from draftset.core import reasons
+from draftset.core.files import json_recipe_message, recipe_keys_of
 from draftset.core.records import RawRow, Reject
 from draftset.sources.normalize import field_mapping, mapping_options
 from draftset.sources.presets import hermes_markup, preset_hint, source_normalizer
@@ -152,6 +154,8 @@ def _message(source: Source, path: Path, seen: int, data: dict[str, Any], why: s
             f" {source.preset!r} ({why}); drop the preset, or give the one of this data"
             " (docs/mixtures.md)"
         )
+    if seen == 1 and (marks := recipe_keys_of(data)):  # `generate recipe.json`
+        return json_recipe_message(path, marks)
     head = f"{where}: no known row shape in {rows} (keys [{shown}])"
     preset = preset_hint(data)
     if preset is not None:
@@ -163,7 +167,8 @@ def _message(source: Source, path: Path, seen: int, data: dict[str, Any], why: s
     what = " (a prompt without an answer)" if fmt == "prompt" else ""
     given = ", ".join(f"{k}: {v}" for k, v in fields.items())
     return (
-        f"{head}; map its columns, e.g. draftset build {source.path} {mapping_options(fmt, fields)}"
+        f"{head}; map its columns, e.g. draftset build {quote(str(source.path))}"
+        f" {mapping_options(fmt, fields)}"
         f" --tokenizer TOK --out DIR{what}, or in a recipe"
         f" {{path: {source.path}, format: {fmt}, fields: {{{given}}}}} (see docs/formats.md)"
     )
