@@ -88,7 +88,9 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = _build_parser(argv[0] if argv else None)
     sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
     command = sub.choices.get(argv[0]) if sub is not None and argv else None
-    if command is None:  # no command, or an option first (--version, --help): the plain parse
+    if command is None or "--" in argv:
+        # no command, or an option first (--version, --help): the plain parse; and after "--"
+        # (sources named like options: "-- -x.jsonl"), which Python's intermixed parse loses
         return parser.parse_known_args(argv)
     return command.parse_known_intermixed_args(argv[1:], argparse.Namespace(command=argv[0]))
 

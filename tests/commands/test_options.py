@@ -244,3 +244,10 @@ def test_a_source_after_the_options_is_read(
     assert main(["build", str(a), "--out", str(tmp_path / "o"), str(missing)]) == 2
     err = capsys.readouterr().err
     assert "b-missing.jsonl" in err and "unrecognized" not in err, err
+
+
+def test_a_source_named_like_an_option_is_read_after_a_double_dash() -> None:
+    """`build --out o -- -x.jsonl`: Python's intermixed parse loses the ``--`` and reads
+    ``-x.jsonl`` as an option; the plain parse keeps it a source."""
+    args, extra = parse_command_line(["build", "--out", "o", "--", "-x.jsonl"])
+    assert not extra and args.inputs == ["-x.jsonl"]
