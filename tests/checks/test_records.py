@@ -274,6 +274,24 @@ def test_an_edited_mixture_record_fails_row_identity(built, tmp_path, edit):
     assert "mixture" in got["row_identity"]
 
 
+@pytest.mark.parametrize("key", ["mixture", "selection.seed", "selection.max_samples"])
+def test_a_removed_selection_record_fails_row_identity(built, tmp_path, key):
+    """Build writes `mixture` (what the report shows of dedup, decontamination and the mix)
+    and `selection`'s copies of the seed and --max-samples beside every selection record: a
+    manifest without one is not one build wrote. Before, deleting the whole `mixture` passed
+    (deleting one of its parts failed), and so did deleting a copy the options are compared by."""
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    if key == "mixture":
+        del m["mixture"]
+    else:
+        del m["selection"][key.split(".")[1]]
+    save_manifest(folder, m)
+    got = failures(verify(folder))
+    assert set(got) == {"row_identity"}, got
+    assert key in got["row_identity"]
+
+
 # --- item 3: other manifest records --------------------------------------------------------------
 def test_a_fake_skipped_entry_fails_sources(built, tmp_path):
     folder = copy_set(built, tmp_path)

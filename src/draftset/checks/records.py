@@ -758,7 +758,14 @@ def _compare_selection_records(p: Problems, out: OutputSet, selection: mix.Selec
                 )
     sel = out.manifest.get("selection") or {}
     for key in ("max_samples", "seed"):  # re-run with the options' (`source_selection`)
-        if key in sel and sel[key] != getattr(selection.spec, key):
+        if "selection" in out.manifest and key not in sel:
+            p.add(  # build writes both copies beside every selection record
+                "the manifest's selection lacks a record build writes",
+                None,
+                f"selection.{key}: missing (build records it; options.{key}"
+                f" {getattr(selection.spec, key)!r})",
+            )
+        elif key in sel and sel[key] != getattr(selection.spec, key):
             p.add(
                 "the manifest's selection differs from its options",
                 None,
@@ -767,6 +774,14 @@ def _compare_selection_records(p: Problems, out: OutputSet, selection: mix.Selec
             )
     recorded = out.manifest.get("mixture")
     if recorded is None:
+        if "selection" in out.manifest:  # build writes both (a manifest without either: older)
+            p.add(
+                "the manifest lacks the mixture record build writes beside its selection",
+                None,
+                "mixture: missing (the re-run selection reports"
+                f" {', '.join(sorted(selection.report)) or 'its steps'}: what the report shows of"
+                " dedup, decontamination and the mix)",
+            )
         return
     redone = json.loads(json.dumps(selection.report))
     for where, want, have in _differences("mixture", recorded, redone):
