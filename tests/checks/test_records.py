@@ -292,6 +292,23 @@ def test_a_removed_selection_record_fails_row_identity(built, tmp_path, key):
     assert key in got["row_identity"]
 
 
+@pytest.mark.parametrize("how", ["null", "deleted"])
+def test_a_benchmark_file_without_its_recorded_sha256_fails_sources(built, tmp_path, how):
+    """Build records every --decontaminate file's sha256: without it, the file could be edited
+    after the build (an item that matched nothing changed) and `sources` said it unchanged."""
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    bench = m["selection"]["decontaminate"][0]
+    if how == "null":
+        bench["sha256"] = None
+    else:
+        del bench["sha256"]
+    save_manifest(folder, m)
+    got = failures(verify(folder))
+    assert set(got) == {"sources"}, got
+    assert "no sha256" in got["sources"]
+
+
 # --- item 3: other manifest records --------------------------------------------------------------
 def test_a_fake_skipped_entry_fails_sources(built, tmp_path):
     folder = copy_set(built, tmp_path)

@@ -132,7 +132,13 @@ def check_sources(out: OutputSet) -> CheckResult:
         path = Path(str(bench.get("path")))
         if not path.is_file():
             p.add("benchmark file missing", str(path), f"{path} not found (--decontaminate)")
-        elif bench.get("sha256") is not None and sha256_file(path) != bench["sha256"]:
+        elif not isinstance(bench.get("sha256"), str):  # build records every one's hash
+            p.add(
+                "benchmark file's sha256 not recorded",
+                str(path),
+                f"{path}: the manifest records no sha256 for it (build does: --decontaminate)",
+            )
+        elif sha256_file(path) != bench["sha256"]:
             p.add("benchmark file changed", str(path), f"{path}: sha256 differs (--decontaminate)")
     for answers in (out.manifest.get("selection") or {}).get("overlay") or []:  # `draftset run`
         n_files += 1
