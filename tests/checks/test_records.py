@@ -24,6 +24,7 @@ from tokenizers import Tokenizer
 
 from draftset.checks.fast import failing
 from draftset.checks.verify import run_verify
+from draftset.cli import main as cli_main
 from draftset.config.options import BuildOptions
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
@@ -307,6 +308,36 @@ def test_a_benchmark_file_without_its_recorded_sha256_fails_sources(built, tmp_p
     got = failures(verify(folder))
     assert set(got) == {"sources"}, got
     assert "no sha256" in got["sources"]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "said"),
+    [
+        (("inputs", 0, "count"), -1, "inputs[0].count is -1"),
+        (("inputs", 0, "weight"), -0.5, "inputs[0].weight is -0.5"),
+        (("selection", "dedup"), "fuzzy", "selection.dedup is 'fuzzy'"),
+        (("selection", "near_dup_threshold"), 2, "selection.near_dup_threshold is 2"),
+        (("selection", "near_dup_threshold"), 0, "selection.near_dup_threshold is 0"),
+        (("selection", "decontaminate_ngram"), 0, "selection.decontaminate_ngram is 0"),
+    ],
+)
+def test_a_selection_value_build_refuses_is_one_line_exit_2(
+    built, tmp_path, capsys, path, value, said
+):
+    """verify re-runs the selection with the manifest's settings: one build refuses (a
+    negative count, an unknown dedup mode, a threshold outside (0, 1], an n-gram size of 0)
+    ended in a traceback (ValueError) before, a negative weight in row_identity failures of
+    every row; now the manifest is malformed, exit 2."""
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    node = m
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    save_manifest(folder, m)
+    assert cli_main(["verify", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "manifest.json is malformed" in err[0] and said in err[0], err
 
 
 # --- item 3: other manifest records --------------------------------------------------------------
