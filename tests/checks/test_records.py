@@ -340,6 +340,19 @@ def test_a_selection_value_build_refuses_is_one_line_exit_2(
     assert len(err) == 1 and "manifest.json is malformed" in err[0] and said in err[0], err
 
 
+def test_a_mix_build_refuses_is_a_malformed_manifest(built, tmp_path, capsys):
+    """A `selection.mix` whose shares do not sum to 1 stopped verify with `source shares must
+    sum to 1, got 1.5` alone, as if its arguments were wrong: it is the manifest's."""
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    m["selection"]["mix"] = {"sources": {"chats": 0.5, "more": 1.0}}
+    save_manifest(folder, m)
+    assert cli_main(["verify", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "manifest.json is malformed: selection.mix: source shares must sum to 1" in err[0]
+
+
 # --- item 3: other manifest records --------------------------------------------------------------
 def test_a_fake_skipped_entry_fails_sources(built, tmp_path):
     folder = copy_set(built, tmp_path)

@@ -54,11 +54,13 @@ from draftset.mask.render import server_completion_ids
 from draftset.mask.template import ChatTemplate
 from draftset.output.readback import (
     CheckResult,
+    NotADraftsetError,
     OutputSet,
     Problems,
     read_jsonl,
 )
 from draftset.select import mix  # reading, ids and filters only; never build's masking code
+from draftset.select.modes import MixError
 from draftset.sources.overlay import Overlay
 from draftset.sources.read import (
     HUB_PREFIX,
@@ -302,7 +304,7 @@ def source_pass(
         selection = mix.Selection(replace(selection.spec, overlay=[]))
     prompt_order: list[int] = []  # prompts.jsonl line of each prompt-only input row, in order
     reject_order: list[tuple[int, str]] = []  # (rejects.jsonl line, id) of each input row
-    for position, picked in enumerate(selection.rows()):
+    for position, picked in enumerate(_selection_rows(out, selection)):
         item = picked if answers is None else answers.apply(picked)
         if item is not picked:
             _check_answered(ident, (tmpl, recount.probe), out, picked, item)
@@ -406,6 +408,19 @@ def source_pass(
     if full:
         _compare_context_counts(maskp, out, context_by_source, first_context)
     return _source_pass_results((ident, maskp, leak), n, checked, full, placeholders)
+
+
+def _selection_rows(out: OutputSet, selection: mix.Selection) -> Iterator[Normalized]:
+    """The re-run selection's rows; a `selection.mix` build refuses before any work (shares
+    not summing to 1, negative) is a malformed manifest, said as such: it was one line saying
+    only `source shares must sum to 1, got 1.3`, as if verify's arguments were wrong."""
+    try:
+        yield from selection.rows()
+    except MixError as exc:
+        raise NotADraftsetError(
+            f"{out.folder / 'manifest.json'} is malformed: selection.mix: {exc} (not a manifest"
+            " draftset wrote; rebuild the set)"
+        ) from None
 
 
 def _source_pass_results(
