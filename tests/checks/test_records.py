@@ -24,6 +24,7 @@ from tokenizers import Tokenizer
 
 from draftset.checks.fast import failing
 from draftset.checks.verify import run_verify
+from draftset.cli import main as cli_main
 from draftset.config.options import BuildOptions
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
@@ -272,6 +273,84 @@ def test_an_edited_mixture_record_fails_row_identity(built, tmp_path, edit):
     got = failures(verify(folder))
     assert "row_identity" in got, got
     assert "mixture" in got["row_identity"]
+
+
+@pytest.mark.parametrize("key", ["mixture", "selection.seed", "selection.max_samples"])
+def test_a_removed_selection_record_fails_row_identity(built, tmp_path, key):
+    """Build writes `mixture` (what the report shows of dedup, decontamination and the mix)
+    and `selection`'s copies of the seed and --max-samples beside every selection record: a
+    manifest without one is not one build wrote. Before, deleting the whole `mixture` passed
+    (deleting one of its parts failed), and so did deleting a copy the options are compared by."""
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    if key == "mixture":
+        del m["mixture"]
+    else:
+        del m["selection"][key.split(".")[1]]
+    save_manifest(folder, m)
+    got = failures(verify(folder))
+    assert set(got) == {"row_identity"}, got
+    assert key in got["row_identity"]
+
+
+@pytest.mark.parametrize("how", ["null", "deleted"])
+def test_a_benchmark_file_without_its_recorded_sha256_fails_sources(built, tmp_path, how):
+    """Build records every --decontaminate file's sha256: without it, the file could be edited
+    after the build (an item that matched nothing changed) and `sources` said it unchanged."""
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    bench = m["selection"]["decontaminate"][0]
+    if how == "null":
+        bench["sha256"] = None
+    else:
+        del bench["sha256"]
+    save_manifest(folder, m)
+    got = failures(verify(folder))
+    assert set(got) == {"sources"}, got
+    assert "no sha256" in got["sources"]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "said"),
+    [
+        (("inputs", 0, "count"), -1, "inputs[0].count is -1"),
+        (("inputs", 0, "weight"), -0.5, "inputs[0].weight is -0.5"),
+        (("selection", "dedup"), "fuzzy", "selection.dedup is 'fuzzy'"),
+        (("selection", "near_dup_threshold"), 2, "selection.near_dup_threshold is 2"),
+        (("selection", "near_dup_threshold"), 0, "selection.near_dup_threshold is 0"),
+        (("selection", "decontaminate_ngram"), 0, "selection.decontaminate_ngram is 0"),
+    ],
+)
+def test_a_selection_value_build_refuses_is_one_line_exit_2(
+    built, tmp_path, capsys, path, value, said
+):
+    """verify re-runs the selection with the manifest's settings: one build refuses (a
+    negative count, an unknown dedup mode, a threshold outside (0, 1], an n-gram size of 0)
+    ended in a traceback (ValueError) before, a negative weight in row_identity failures of
+    every row; now the manifest is malformed, exit 2."""
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    node = m
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    save_manifest(folder, m)
+    assert cli_main(["verify", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "manifest.json is malformed" in err[0] and said in err[0], err
+
+
+def test_a_mix_build_refuses_is_a_malformed_manifest(built, tmp_path, capsys):
+    """A `selection.mix` whose shares do not sum to 1 stopped verify with `source shares must
+    sum to 1, got 1.5` alone, as if its arguments were wrong: it is the manifest's."""
+    folder = copy_set(built, tmp_path)
+    m = manifest(folder)
+    m["selection"]["mix"] = {"sources": {"chats": 0.5, "more": 1.0}}
+    save_manifest(folder, m)
+    assert cli_main(["verify", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "manifest.json is malformed: selection.mix: source shares must sum to 1" in err[0]
 
 
 # --- item 3: other manifest records --------------------------------------------------------------

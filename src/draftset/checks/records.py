@@ -54,11 +54,13 @@ from draftset.mask.render import server_completion_ids
 from draftset.mask.template import ChatTemplate
 from draftset.output.readback import (
     CheckResult,
+    NotADraftsetError,
     OutputSet,
     Problems,
     read_jsonl,
 )
 from draftset.select import mix  # reading, ids and filters only; never build's masking code
+from draftset.select.modes import MixError
 from draftset.sources.overlay import Overlay
 from draftset.sources.read import (
     HUB_PREFIX,
@@ -136,7 +138,13 @@ def check_sources(out: OutputSet) -> CheckResult:
         path = Path(str(bench.get("path")))
         if not path.is_file():
             p.add("benchmark file missing", str(path), f"{path} not found (--decontaminate)")
-        elif bench.get("sha256") is not None and sha256_file(path) != bench["sha256"]:
+        elif not isinstance(bench.get("sha256"), str):  # build records every one's hash
+            p.add(
+                "benchmark file's sha256 not recorded",
+                str(path),
+                f"{path}: the manifest records no sha256 for it (build does: --decontaminate)",
+            )
+        elif sha256_file(path) != bench["sha256"]:
             p.add("benchmark file changed", str(path), f"{path}: sha256 differs (--decontaminate)")
     for answers in (out.manifest.get("selection") or {}).get("overlay") or []:  # `draftset run`
         n_files += 1
@@ -300,7 +308,7 @@ def source_pass(
         selection = mix.Selection(replace(selection.spec, overlay=[]))
     prompt_order: list[int] = []  # prompts.jsonl line of each prompt-only input row, in order
     reject_order: list[tuple[int, str]] = []  # (rejects.jsonl line, id) of each input row
-    for position, picked in enumerate(selection.rows()):
+    for position, picked in enumerate(_selection_rows(out, selection)):
         item = picked if answers is None else answers.apply(picked)
         if item is not picked:
             _check_answered(ident, (tmpl, recount.probe), out, picked, item)
@@ -404,6 +412,19 @@ def source_pass(
     if full:
         _compare_context_counts(maskp, out, context_by_source, first_context)
     return _source_pass_results((ident, maskp, leak), n, checked, full, placeholders)
+
+
+def _selection_rows(out: OutputSet, selection: mix.Selection) -> Iterator[Normalized]:
+    """The re-run selection's rows; a `selection.mix` build refuses before any work (shares
+    not summing to 1, negative) is a malformed manifest, said as such: it was one line saying
+    only `source shares must sum to 1, got 1.3`, as if verify's arguments were wrong."""
+    try:
+        yield from selection.rows()
+    except MixError as exc:
+        raise NotADraftsetError(
+            f"{out.folder / 'manifest.json'} is malformed: selection.mix: {exc} (not a manifest"
+            " draftset wrote; rebuild the set)"
+        ) from None
 
 
 def _source_pass_results(
@@ -762,7 +783,14 @@ def _compare_selection_records(p: Problems, out: OutputSet, selection: mix.Selec
                 )
     sel = out.manifest.get("selection") or {}
     for key in ("max_samples", "seed"):  # re-run with the options' (`source_selection`)
-        if key in sel and sel[key] != getattr(selection.spec, key):
+        if "selection" in out.manifest and key not in sel:
+            p.add(  # build writes both copies beside every selection record
+                "the manifest's selection lacks a record build writes",
+                None,
+                f"selection.{key}: missing (build records it; options.{key}"
+                f" {getattr(selection.spec, key)!r})",
+            )
+        elif key in sel and sel[key] != getattr(selection.spec, key):
             p.add(
                 "the manifest's selection differs from its options",
                 None,
@@ -771,6 +799,14 @@ def _compare_selection_records(p: Problems, out: OutputSet, selection: mix.Selec
             )
     recorded = out.manifest.get("mixture")
     if recorded is None:
+        if "selection" in out.manifest:  # build writes both (a manifest without either: older)
+            p.add(
+                "the manifest lacks the mixture record build writes beside its selection",
+                None,
+                "mixture: missing (the re-run selection reports"
+                f" {', '.join(sorted(selection.report)) or 'its steps'}: what the report shows of"
+                " dedup, decontamination and the mix)",
+            )
         return
     redone = json.loads(json.dumps(selection.report))
     for where, want, have in _differences("mixture", recorded, redone):

@@ -396,10 +396,34 @@ def _shape_problem(value: Any, shape: Any, where: str) -> str | None:
 
 
 def manifest_problem(manifest: dict[str, Any]) -> str | None:
-    """The first field of ``manifest`` whose JSON type is not the one build writes, else None."""
+    """The first field of ``manifest`` whose JSON type is not the one build writes, else None;
+    then the selection values build refuses (`_selection_value_problem`)."""
     for key, shape in _MANIFEST_SHAPE.items():
         if key in manifest and (bad := _shape_problem(manifest[key], shape, key)):
             return bad
+    return _selection_value_problem(manifest)
+
+
+def _selection_value_problem(manifest: dict[str, Any]) -> str | None:
+    """A selection setting of a value build refuses before any work (a negative count or
+    weight, an unknown dedup mode, a near-dup threshold outside (0, 1], an n-gram size below
+    1): verify re-runs the selection with them, which ended in a traceback (types are checked
+    first, by ``_MANIFEST_SHAPE``)."""
+    for i, src in enumerate(manifest.get("inputs") or []):
+        for key in ("count", "weight"):
+            value = src.get(key) if isinstance(src, dict) else None
+            if value is not None and not (0 <= value < float("inf")):
+                return f"inputs[{i}].{key} is {value}, expected a number >= 0"
+    sel = manifest.get("selection") or {}
+    dedup = sel.get("dedup", "exact")
+    if dedup not in ("exact", "near", "none"):
+        return f"selection.dedup is {dedup!r}, expected exact, near or none"
+    threshold = sel.get("near_dup_threshold", 0.8)
+    if not 0 < threshold <= 1:
+        return f"selection.near_dup_threshold is {threshold}, expected above 0 and at most 1"
+    ngram = sel.get("decontaminate_ngram", 1)
+    if ngram < 1:
+        return f"selection.decontaminate_ngram is {ngram}, expected 1 or more"
     return None
 
 
