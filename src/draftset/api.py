@@ -49,6 +49,7 @@ from draftset.core.files import (
     dash_problem,
     home_problem,
     is_recipe,
+    json_recipe_problem,
     name_problem,
     other_config_problem,
     output_file_problem,
@@ -681,7 +682,9 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
     _progress_arg(progress, RunUsageError)
     o = _home(_given(RunArgs, {**options, "recipe": recipe}, RunUsageError), "recipe", "work")
     path = Path(o.recipe)
-    if not is_recipe(path):
+    if not is_recipe(path):  # a recipe written as JSON is told to be renamed, as build's
+        if path.suffix.lower() == ".json" and (problem := json_recipe_problem(path)):
+            raise RunUsageError(problem)
         raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
     if problem := dash_problem("--work", o.work, "name the work folder"):
         raise RunUsageError(problem)
