@@ -181,6 +181,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.options import BuildOptions
     from draftset.config.preflight import (  # lazy: a stage, loaded on first use
+        check_recipe_out_apart,
         check_values,
         out_place_problem,
         template_kwargs_problem,
@@ -257,6 +258,8 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
             raise UsageError("--ray-address needs --engine ray")
         opts.ray_address = None
     check_values(opts)
+    if "out" not in explicit:  # the recipe's out: on a source or an input, named by its key
+        check_recipe_out_apart(opts)
     return opts
 
 
