@@ -314,12 +314,17 @@ def _recipe_and_sources(
             raise UsageError(problem)
         if _is_pipe(s.path):  # `cat a.jsonl | draftset build /dev/stdin`: its resolved name,
             raise UsageError(  # /proc/N/fd/pipe:[M], was "no such file or directory"
-                f"source {s.path} is a pipe, not a file (the workers read ranges of each file"
-                " and a rerun reads it again; save the rows to a file and give its path)"
+                f"source {s.path} is a pipe, not a file ({_BUILD_READS}; {_SAVE_THE_ROWS})"
             )
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise UsageError(_not_found(s.path, in_recipe=sources is None))
     return conf, srcs
+
+
+_BUILD_READS = "the workers read ranges of each file and a rerun reads it again"
+_GENERATE_READS = "generate reads each source more than once, and a rerun reads it again to resume"
+_SAVE_THE_ROWS = "save the rows to a file and give its path"
+"""Why standard input or a pipe is no source of `build` / `generate`, and what to do instead."""
 
 
 def _is_pipe(path: Path) -> bool:
@@ -338,8 +343,8 @@ def _not_found(path: Path, in_recipe: bool = False) -> str:
     text = str(path)
     if text == "-":  # the Unix spelling of standard input
         return (
-            "source not found: - (standard input is not a source: the workers read ranges of"
-            " each file and a rerun reads it again; save the rows to a file and give its path)"
+            f"source not found: - (standard input is not a source: {_BUILD_READS};"
+            f" {_SAVE_THE_ROWS})"
         )
     if in_recipe and re.search(r"@\w+=", text):
         return (
@@ -892,7 +897,16 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     else:
         srcs = [Source(source_name(Path(p)), Path(p).expanduser(), o.format, fields) for p in paths]
     srcs = unique_names(srcs)
-    for s in srcs:
+    for s in srcs:  # standard input or a pipe: build's lines, with generate's reason (they
+        if str(s.path) == "-":  # were "source not found: -", "cannot read: not a regular file")
+            raise GenerateUsageError(
+                f"source not found: - (standard input is not a source: {_GENERATE_READS};"
+                f" {_SAVE_THE_ROWS})"
+            )
+        if _is_pipe(s.path):
+            raise GenerateUsageError(
+                f"source {s.path} is a pipe, not a file ({_GENERATE_READS}; {_SAVE_THE_ROWS})"
+            )
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise GenerateUsageError(f"source not found: {s.path}")
         try:
