@@ -167,6 +167,22 @@ def test_a_pipe_as_a_source_is_named_a_pipe(tmp_path, capsys):
                 " of each file and a rerun reads it again; save the rows to a file and give its"
                 " path)"
             )
+            # generate said "/dev/fd/N: cannot read: not a regular file" (and "source not
+            # found: -" of standard input): the same line, with generate's own reason
+            argv = ["generate", given, "--endpoint", "http://127.0.0.1:9/v1"]
+            assert main([*argv, "--out", str(tmp_path / "a.jsonl")]) == 2
+            assert capsys.readouterr().err.strip() == (
+                f"draftset: error: source {given} is a pipe, not a file (generate reads each"
+                " source more than once, and a rerun reads it again to resume; save the rows to"
+                " a file and give its path)"
+            )
     finally:
         os.close(r)
+    argv = ["generate", "-", "--endpoint", "http://127.0.0.1:9/v1"]
+    assert main([*argv, "--out", str(tmp_path / "a.jsonl")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "draftset: error: source not found: - (standard input is not a source: generate reads"
+        " each source more than once, and a rerun reads it again to resume; save the rows to a"
+        " file and give its path)"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.jsonl"]

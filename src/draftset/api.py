@@ -49,6 +49,7 @@ from draftset.core.files import (
     dash_problem,
     home_problem,
     is_recipe,
+    json_recipe_problem,
     name_problem,
     other_config_problem,
     output_file_problem,
@@ -180,6 +181,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.options import BuildOptions
     from draftset.config.preflight import (  # lazy: a stage, loaded on first use
+        check_recipe_out_apart,
         check_values,
         out_place_problem,
         template_kwargs_problem,
@@ -256,6 +258,8 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
             raise UsageError("--ray-address needs --engine ray")
         opts.ray_address = None
     check_values(opts)
+    if "out" not in explicit:  # the recipe's out: on a source or an input, named by its key
+        check_recipe_out_apart(opts)
     return opts
 
 
@@ -310,12 +314,17 @@ def _recipe_and_sources(
             raise UsageError(problem)
         if _is_pipe(s.path):  # `cat a.jsonl | draftset build /dev/stdin`: its resolved name,
             raise UsageError(  # /proc/N/fd/pipe:[M], was "no such file or directory"
-                f"source {s.path} is a pipe, not a file (the workers read ranges of each file"
-                " and a rerun reads it again; save the rows to a file and give its path)"
+                f"source {s.path} is a pipe, not a file ({_BUILD_READS}; {_SAVE_THE_ROWS})"
             )
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise UsageError(_not_found(s.path, in_recipe=sources is None))
     return conf, srcs
+
+
+_BUILD_READS = "the workers read ranges of each file and a rerun reads it again"
+_GENERATE_READS = "generate reads each source more than once, and a rerun reads it again to resume"
+_SAVE_THE_ROWS = "save the rows to a file and give its path"
+"""Why standard input or a pipe is no source of `build` / `generate`, and what to do instead."""
 
 
 def _is_pipe(path: Path) -> bool:
@@ -334,8 +343,8 @@ def _not_found(path: Path, in_recipe: bool = False) -> str:
     text = str(path)
     if text == "-":  # the Unix spelling of standard input
         return (
-            "source not found: - (standard input is not a source: the workers read ranges of"
-            " each file and a rerun reads it again; save the rows to a file and give its path)"
+            f"source not found: - (standard input is not a source: {_BUILD_READS};"
+            f" {_SAVE_THE_ROWS})"
         )
     if in_recipe and re.search(r"@\w+=", text):
         return (
@@ -681,7 +690,9 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
     _progress_arg(progress, RunUsageError)
     o = _home(_given(RunArgs, {**options, "recipe": recipe}, RunUsageError), "recipe", "work")
     path = Path(o.recipe)
-    if not is_recipe(path):
+    if not is_recipe(path):  # a recipe written as JSON is told to be renamed, as build's
+        if path.suffix.lower() == ".json" and (problem := json_recipe_problem(path)):
+            raise RunUsageError(problem)
         raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
     if problem := dash_problem("--work", o.work, "name the work folder"):
         raise RunUsageError(problem)
@@ -886,7 +897,16 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     else:
         srcs = [Source(source_name(Path(p)), Path(p).expanduser(), o.format, fields) for p in paths]
     srcs = unique_names(srcs)
-    for s in srcs:
+    for s in srcs:  # standard input or a pipe: build's lines, with generate's reason (they
+        if str(s.path) == "-":  # were "source not found: -", "cannot read: not a regular file")
+            raise GenerateUsageError(
+                f"source not found: - (standard input is not a source: {_GENERATE_READS};"
+                f" {_SAVE_THE_ROWS})"
+            )
+        if _is_pipe(s.path):
+            raise GenerateUsageError(
+                f"source {s.path} is a pipe, not a file ({_GENERATE_READS}; {_SAVE_THE_ROWS})"
+            )
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise GenerateUsageError(f"source not found: {s.path}")
         try:

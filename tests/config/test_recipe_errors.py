@@ -216,6 +216,9 @@ def test_a_recipe_written_as_json_is_told_to_be_named_yaml(tmp_path, capsys, wit
         assert main([*gen, "--out", str(tmp_path / "g.jsonl")]) == 2
         assert capsys.readouterr().err.strip().splitlines() == err
         assert not (tmp_path / "g.jsonl").exists()
+        # run said "draftset run takes a recipe (.yaml), not recipe.json", without the hint
+        assert main(["run", str(recipe)]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == err
 
 
 def test_a_wrong_value_inside_a_mapping_is_named_by_its_key(tmp_path, capsys):

@@ -162,6 +162,45 @@ def test_a_recipe_out_refused_names_the_recipe_key(tmp_path, monkeypatch, capsys
     assert "error: --out . is the current folder" in one_error_line(capsys)
 
 
+@pytest.mark.parametrize(
+    ("keys", "said"),
+    [
+        ({"out": "c.jsonl"}, "r/c.jsonl is the source {r}/c.jsonl"),
+        ({"out": "."}, "r contains the source {r}/c.jsonl"),
+        (
+            {"out": "d/o", "sources": ["d"]},
+            "r/d/o is inside the source folder {r}/d (a rerun would read it as input)",
+        ),
+        ({"out": "b", "decontaminate": ["b/bench.txt"]}, "r/b contains the input {r}/b/bench.txt"),
+    ],
+)
+def test_a_recipe_out_on_a_source_names_the_recipe_key(
+    tmp_path, monkeypatch, capsys, no_work, keys, said
+):
+    """A recipe's ``out:`` that is a source, inside one, holding one or holding an input was
+    refused as "--out c.jsonl is the source ...", a flag nobody gave; the place checks already
+    said ``recipe key out:`` (above). Now these do too, in build and in run; the flag's own
+    value is still named as the flag."""
+    path = recipe(tmp_path, **keys, generate={"endpoints": ["http://127.0.0.1:9/v1"]})
+    folder = path.parent
+    (folder / "d").mkdir()
+    (folder / "d" / "c.jsonl").write_bytes((folder / "c.jsonl").read_bytes())
+    (folder / "b").mkdir()
+    (folder / "b" / "bench.txt").write_text("a benchmark prompt of some words\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)  # the recipe's out: is shown from the current folder
+    said = said.format(r=folder)
+    where = "paths in a recipe are relative to its folder"
+    told = f"{said[:-1]}; {where})" if said.endswith(")") else f"{said} ({where})"
+    want = f"draftset: error: recipe key out: {told}"
+    for command in ("build", "run"):
+        assert main([command, "r/ct.yaml"]) == 2, command
+        assert one_error_line(capsys) == want, command
+    flag = ["--out", said.split()[0]]
+    assert main(["build", "r/ct.yaml", *flag]) == 2
+    assert one_error_line(capsys) == f"draftset: error: --out {said}"
+    assert not (folder / "o").exists()
+
+
 @pytest.mark.parametrize("blank", ["", " ", "\t"])
 @pytest.mark.parametrize(
     ("keys", "key"),

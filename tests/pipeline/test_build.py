@@ -977,3 +977,56 @@ def test_a_source_file_changed_after_its_read_is_refused(tmp_path, monkeypatch):
         " is something writing it? Copy it, or wait for the writer to finish"
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("when", "change"),
+    [("_write_vocab", "changed"), ("_write_vocab", "removed"), ("build_manifest", "changed")],
+)
+def test_a_decontamination_file_changed_during_the_build_is_refused(
+    tmp_path, monkeypatch, when, change
+):
+    """A benchmark file edited once the build had read its prompts: the manifest hashed the
+    new bytes (exit 0), so it described a benchmark other than the one the rows were checked
+    against. Its size and mtime are kept from the start, as a source's; a change before the
+    manifest is written stops the build, naming the file, and leaves nothing: checked before
+    the manifest hashes it (``_write_vocab`` comes just before) and after."""
+    import draftset.pipeline.build as build
+
+    src = tmp_path / "a.jsonl"
+    write_jsonl(src, [chat(i) for i in range(3)])
+    bench = tmp_path / "bench.txt"
+    bench.write_text("a benchmark question that no row of the source asks at all\n")
+    size = bench.stat().st_size
+    real = getattr(build, when)
+
+    def meanwhile(*args, **kwargs):  # the rows were checked against its prompts: now it changes
+        if change == "changed":
+            with bench.open("a") as f:
+                f.write("another benchmark question added while the build was running\n")
+        else:
+            bench.unlink()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(build, when, meanwhile)
+    out = tmp_path / "o"
+    opts = BuildOptions(
+        sources=[Source("a", src)],
+        tokenizer=str(qwen3_tokenizer_dir()),
+        out=out,
+        workers=1,
+        decontaminate=[str(bench)],
+    )
+    with pytest.raises(SourceError) as info:
+        run_build(opts)
+    what = (
+        f"changed during the build ({size:,} bytes, now {bench.stat().st_size:,})"
+        if change == "changed"
+        else "was removed during the build"
+    )
+    assert str(info.value) == (
+        f"--decontaminate {bench}: the file {what}, after its prompts were read (the manifest"
+        " would describe other bytes than the ones the rows were checked against); is"
+        " something writing it? Copy it, or wait for the writer to finish"
+    )
+    assert not out.exists()

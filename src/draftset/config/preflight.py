@@ -75,12 +75,7 @@ def check_build(opts: BuildOptions) -> BuildOptions:
     check_values(opts)
     resolved = resolve_paths(opts)
     sources = [s.path for s in resolved.sources if not str(s.path).startswith(HUB_PREFIX)]
-    others = [Path(p) for p in resolved.decontaminate]
-    if resolved.chat_template_path:
-        others.append(Path(resolved.chat_template_path))
-    if Path(resolved.tokenizer).exists():
-        others.append(Path(resolved.tokenizer))
-    check_output_path(opts.out, opts.overwrite, sources, others)
+    check_output_path(opts.out, opts.overwrite, sources, input_paths(resolved))
     check_chat_template(opts.chat_template_path)
     check_options(resolved)
     check_set_sources(resolved.sources, resolved.tokenizer)
@@ -326,6 +321,40 @@ def resolve_paths(opts: BuildOptions) -> BuildOptions:
     )
 
 
+def input_paths(resolved: BuildOptions) -> list[Path]:
+    """The local files a build reads beside its sources (`resolve_paths`' ``opts``): the
+    decontamination files, the chat template, the tokenizer folder."""
+    inputs = [Path(p) for p in resolved.decontaminate]
+    if resolved.chat_template_path:
+        inputs.append(Path(resolved.chat_template_path))
+    if Path(resolved.tokenizer).exists():
+        inputs.append(Path(resolved.tokenizer))
+    return inputs
+
+
+def check_out_apart(flag: str, out: Path, sources: list[Path], inputs: list[Path]) -> None:
+    """``out`` (what ``flag`` names: ``--out``, or ``recipe key out:`` when the recipe set it)
+    is no source or input, is not inside a source folder and holds neither (resolved paths)."""
+    check_apart_from_sources(flag, out, sources)
+    real = Path(out).expanduser().resolve()
+    for inp in inputs:
+        if inp == real or inp.is_relative_to(real):
+            raise PreflightError(f"{flag} {out} contains the input {inp}")
+
+
+def check_recipe_out_apart(opts: BuildOptions) -> None:
+    """`check_out_apart` of a recipe's ``out:``, its lines naming that key (they named a
+    ``--out`` nobody gave), as `out_place_problem`'s do."""
+    resolved = resolve_paths(opts)
+    sources = [s.path for s in resolved.sources if not str(s.path).startswith(HUB_PREFIX)]
+    try:
+        check_out_apart("recipe key out:", opts.out, sources, input_paths(resolved))
+    except PreflightError as exc:
+        line, where = str(exc), "paths in a recipe are relative to its folder"
+        told = f"{line[:-1]}; {where})" if line.endswith(")") else f"{line} ({where})"
+        raise PreflightError(told) from None
+
+
 def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: list[Path]) -> None:
     """``--out`` must be a new folder, an empty one, or (with ``--overwrite``) a draftset output;
     never a file, under a file, ``/``, the home or current folder, or overlapping a source.
@@ -336,10 +365,7 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
     if problem := out_place_problem(out, "--out"):
         raise PreflightError(problem)
     real = Path(out).expanduser().resolve()
-    check_apart_from_sources("--out", out, sources)
-    for inp in inputs:
-        if inp == real or inp.is_relative_to(real):
-            raise PreflightError(f"--out {out} contains the input {inp}")
+    check_out_apart("--out", out, sources, inputs)
     problem = cannot_create(real, "folders")
     if problem is not None:
         raise PreflightError(f"--out {out}{problem}")

@@ -174,6 +174,9 @@ def run_build(
     """
     t0 = time.monotonic()
     opts = check_build(opts)  # before any work: output path, template file, options
+    # the benchmark files as their prompts are read (by the driver or each worker): the
+    # manifest hashes them at the end, which must be these bytes (`_benchmarks_changed`)
+    benchmarks = _states([Path(p) for p in opts.decontaminate])
     source_notes = check_row_shapes(opts.sources)  # unknown rows: exit 2 before the tokenizer
     spec = opts.template_spec()
     # the factory picks the engine (inline, local pool, Ray) and loads the template where
@@ -181,7 +184,7 @@ def run_build(
     with open_stage(
         spec, opts.engine, opts.workers, opts.ray_address, opts.target_vocab_size, helper
     ) as stage:
-        return _run(opts, spec, stage, on_progress, t0, source_notes)
+        return _run(opts, spec, stage, on_progress, t0, source_notes, benchmarks)
 
 
 def mask_config(opts: BuildOptions, spec: TemplateSpec, info: TemplateInfo) -> MaskConfig:
@@ -204,6 +207,7 @@ def _run(
     on_progress: Callable[[int, int], None] | None,
     t0: float,
     source_notes: list[str],
+    benchmarks: dict[Path, tuple[int, int] | None],
 ) -> BuildResult:
     names = [s.name for s in opts.sources]
     acct = Accounting(names)
@@ -315,6 +319,8 @@ def _run(
             _remove_empty(made)
             seconds = time.monotonic() - t0
             return BuildResult(opts.out, acct, {}, notes, seconds, finalized=False)
+        if problem := _benchmarks_changed(benchmarks):  # before the manifest hashes them
+            raise SourceError(problem)
         manifest = build_manifest(
             opts,
             info,
@@ -334,6 +340,8 @@ def _run(
         for s in opts.sources:  # the manifest listed them again, as the files that were read
             if problem := _listing_changed(s, listed[s.name]):
                 raise SourceError(problem)
+        if problem := _benchmarks_changed(benchmarks):  # and while it hashed them
+            raise SourceError(problem)
         write_manifest(tmp, manifest)
         finalize_output(tmp, opts.out, opts.overwrite)
     except BaseException as exc:  # nothing half-written stays behind, whatever the failure
@@ -693,6 +701,25 @@ def _listing_changed(source: Source, before: dict[Path, tuple[int, int] | None])
         f"{root}: its files changed during the build ({', '.join(changes)}); is something"
         " writing into it? Copy the folder, or wait for the writer to finish"
     )
+
+
+def _benchmarks_changed(before: dict[Path, tuple[int, int] | None]) -> str | None:
+    """Why a ``--decontaminate`` file now differs from ``before`` (its `_states` when the
+    build started, before its prompts were read), or None: the manifest hashed an edited
+    file's new bytes, describing a benchmark other than the one the rows were checked
+    against (exit 0), as a source's (`_listing_changed`)."""
+    for path, (was, now) in ((p, (s, _states([p])[p])) for p, s in before.items()):
+        if now == was:
+            continue
+        gone = now == (-1, -1)
+        sizes = f" ({was[0]:,} bytes, now {now[0]:,})" if was and now and not gone else ""
+        what = "was removed during the build" if gone else f"changed during the build{sizes}"
+        return (
+            f"--decontaminate {path}: the file {what}, after its prompts were read (the"
+            " manifest would describe other bytes than the ones the rows were checked"
+            " against); is something writing it? Copy it, or wait for the writer to finish"
+        )
+    return None
 
 
 def _generated(files: list[Path]) -> list[dict[str, Any]]:
