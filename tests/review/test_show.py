@@ -255,3 +255,29 @@ def test_show_id_of_a_rejected_row_of_a_folder_source_names_its_file(tmp_path, c
     assert main([str(out), "--id", "pirate"]) == 2
     err = capsys.readouterr().err
     assert "source 'data', row 2 of that source (file sub/b.jsonl)" in err, err
+
+
+def test_show_tokens_spells_characters_split_over_tokens_once(tmp_path):
+    """A character whose UTF-8 bytes span several byte-level tokens (Arabic digits, emoji, CJK)
+    is shown once, at the token that completes it: decoding each token alone printed one
+    replacement character per token (`٢` as `�¦�`), text the row does not hold."""
+    text = "الجواب ٤ — 👨\u200d👩\u200d👧 中文 é"
+    rows = [
+        {
+            "id": "u",
+            "messages": [
+                {"role": "user", "content": "٢+٢؟"},
+                {"role": "assistant", "content": text},
+            ],
+        }
+    ]
+    folder = built_set(tmp_path, rows)
+    views = []
+    for tokens in (False, True):
+        f = io.StringIO()
+        show(folder, row=0, tokens=tokens, console=Console(file=f, width=400))
+        body = f.getvalue().split("\u27e6...\u27e7", 1)[1].split("\n", 1)[1]
+        views.append("\n".join(line.strip(" \u2502") for line in body.splitlines()))
+    plain, with_tokens = views
+    assert "\ufffd" not in with_tokens and text in with_tokens.replace("\u00a6", "")
+    assert with_tokens.replace("\u00a6", "") == plain  # the same text, token boundaries added

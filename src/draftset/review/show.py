@@ -196,6 +196,32 @@ def row_facts(
     }
 
 
+UTF8_MAX_BYTES = 4  # a character split over byte-level tokens spans at most this many
+
+
+def token_pieces(ids: list[int], decode: Decoder) -> list[str]:
+    """Each token's text, such that a character whose bytes span several tokens (byte-level
+    BPE, byte fallback) is spelled once, by the token that completes it; the tokens before it
+    get "". Decoding each token alone gave one replacement character per token instead.
+
+    Each piece is the token's text in context (a few tokens before it), so a decoder that
+    strips a leading space at the start of what it decodes does not strip it inside the row.
+    """
+    pieces: list[str] = []
+    done = 0  # tokens [0, done) are spelled
+    for i in range(len(ids)):
+        pending = i + 1 - done
+        start = max(0, done - UTF8_MAX_BYTES)
+        before = decode(ids[start:done]) if done > start else ""
+        now = decode(ids[start : i + 1])
+        if now.endswith("\ufffd") and pending < UTF8_MAX_BYTES and i + 1 < len(ids):
+            pieces.append("")  # an incomplete character: the next tokens complete it
+            continue
+        pieces.append(now[len(before) :] if now.startswith(before) else decode(ids[done : i + 1]))
+        done = i + 1
+    return pieces
+
+
 def render_row(
     r: dict[str, Any],
     decode: Decoder,
@@ -216,7 +242,7 @@ def render_row(
     mask = r["loss_mask"]
     text = Text()
     if tokens:
-        for i, tok in enumerate(ids):
+        for i, piece in enumerate(token_pieces(ids, decode)):
             sup = mask[i] == 1
             if plain:
                 if sup and (i == 0 or mask[i - 1] != 1):
@@ -224,7 +250,7 @@ def render_row(
                 elif i:
                     text.append(TOKEN_SEP)
             styles = SUPERVISED_TOKEN_STYLES if sup else TOKEN_STYLES
-            _append(text, decode([tok]), styles[i % 2], plain)
+            _append(text, piece, styles[i % 2], plain)
             if plain and sup and (i + 1 == len(ids) or mask[i + 1] != 1):
                 text.append(MARK_CLOSE)
         return table, text
