@@ -281,3 +281,18 @@ def test_show_tokens_spells_characters_split_over_tokens_once(tmp_path):
     plain, with_tokens = views
     assert "\ufffd" not in with_tokens and text in with_tokens.replace("\u00a6", "")
     assert with_tokens.replace("\u00a6", "") == plain  # the same text, token boundaries added
+
+
+@pytest.mark.parametrize("command", ["show", "verify", "report"])
+def test_block_size_too_large_for_the_arithmetic_is_refused_alike(
+    folder, tmp_path, capsys, command
+):
+    """`--block-size 99999999999999999999` ended show, report and `verify --fast` in an
+    OverflowError traceback (exit 1) from numpy's int64 anchor arithmetic. A bound, one line,
+    exit 2; the largest accepted block still counts (no anchor in a short row)."""
+    extra = {"show": ["--row", "0"], "verify": ["--fast"], "report": ["-o", str(tmp_path / "r")]}
+    argv = [command, str(folder), *extra[command], "--block-size", "99999999999999999999"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--block-size" in err[0] and "<=" in err[0], err
+    assert cli_main([command, str(folder), *extra[command], "--block-size", str(2**31 - 1)]) == 0
