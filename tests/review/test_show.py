@@ -296,3 +296,27 @@ def test_block_size_too_large_for_the_arithmetic_is_refused_alike(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--block-size" in err[0] and "<=" in err[0], err
     assert cli_main([command, str(folder), *extra[command], "--block-size", str(2**31 - 1)]) == 0
+
+
+def test_show_id_of_a_row_split_per_turn_names_its_rows(tmp_path, capsys):
+    """With --turns each an input row `chat` becomes rows `chat#0`, `chat#1`: `show --id chat`
+    said "no row with id 'chat' in the set" (ids look like: ...), as for an unknown id, though
+    the row is in the set. It names the rows the id became."""
+    two_turns = {
+        "id": "chat",
+        "messages": [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "A1"},
+            {"role": "user", "content": "b"},
+            {"role": "assistant", "content": "B2"},
+        ],
+    }
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in [*ROWS, two_turns]), encoding="utf-8")
+    opts = BuildOptions([Source("a", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1)
+    out = run_build(replace(opts, turns="each")).out
+    for asked in ("chat", "chat#7"):
+        assert main([str(out), "--id", asked]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "chat#0, chat#1" in err[0] and "--turns each" in err[0], err
+    assert main([str(out), "--id", "chat#1"]) == 0

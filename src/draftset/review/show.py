@@ -149,9 +149,30 @@ def _line_with_id(path: Path, row_id: str) -> tuple[int, dict[str, Any]] | None:
     return None
 
 
+def _split_per_turn(out: OutputSet, row_id: str) -> str | None:
+    """For ``chat`` (or ``chat#7``) in a ``--turns each`` set holding ``chat#0``, ``chat#1``:
+    the rows that input row became; None when there are none."""
+    base, sep, k = row_id.rpartition("#")
+    base = base if sep and k.isdigit() else row_id
+    turns = [
+        str(i)
+        for i in out.ids()
+        if isinstance(i, str) and i.startswith(f"{base}#") and i[len(base) + 1 :].isdigit()
+    ]
+    if not turns:
+        return None
+    shown = ", ".join(turns[:10]) + (f", ... ({len(turns)} rows)" if len(turns) > 10 else "")
+    return (
+        f"no row with id {row_id!r} in the set: it was built with --turns each, which gives"
+        f" each assistant turn of input row {base!r} a row of its own: {shown}"
+        f" (--id {turns[0]})"
+    )
+
+
 def _not_in_set(out: OutputSet, row_id: str) -> str:
     """Why an id is not among the set's rows: rejected (its rejects.jsonl line), queued in
-    prompts.jsonl, or unknown (with ids that do exist)."""
+    prompts.jsonl, split per turn (``--turns each``: ``ID#0``, ``ID#1``), or unknown (with ids
+    that do exist)."""
     if found := _line_with_id(out.folder / "rejects.jsonl", row_id):
         i, rec = found
         file = f" (file {rec['file']})" if rec.get("file") else ""  # of a source of several
@@ -167,6 +188,8 @@ def _not_in_set(out: OutputSet, row_id: str) -> str:
             f" prompts.jsonl line {found[0]} (answer it with `draftset generate` or"
             " `draftset run`)"
         )
+    if split := _split_per_turn(out, row_id):
+        return split
     some = [str(i) for i in out.ids()[:3]]
     return (
         f"no row with id {row_id!r} in the set, rejects.jsonl or prompts.jsonl"
