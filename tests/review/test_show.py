@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from draftset.cli import main as cli_main
 from draftset.config.options import BuildOptions
 from draftset.core.terminal import UNSAFE
 from draftset.pipeline.build import run_build
-from draftset.review.show import SUPERVISED_STYLE, show
+from draftset.review.show import SUPERVISED_STYLE, ShowError, show
 from draftset.sources.read import Source
 
 ROWS = [
@@ -320,3 +321,32 @@ def test_show_id_of_a_row_split_per_turn_names_its_rows(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "chat#0, chat#1" in err[0] and "--turns each" in err[0], err
     assert main([str(out), "--id", "chat#1"]) == 0
+
+
+def test_a_set_built_from_a_hub_id_is_decoded_from_the_hub(folder, tmp_path, monkeypatch):
+    """A set built with `--tokenizer Qwen/Qwen3-8B` records the hub id as its tokenizer: show
+    looked for `Qwen/Qwen3-8B/tokenizer.json` on disk and said "cannot decode ... (pass
+    --tokenizer FOLDER)" where verify reads the hub (online); the report's example rows alike.
+    Online, the hub repo's tokenizer.json is read (huggingface_hub's cache and download)."""
+    import huggingface_hub
+
+    hub_set = tmp_path / "hubset"
+    shutil.copytree(folder, hub_set)
+    m = json.loads((hub_set / "manifest.json").read_text())
+    m["tokenizer"]["path"] = m["tokenizer"]["path_as_given"] = "Qwen/Qwen3-8B"
+    (hub_set / "manifest.json").write_text(json.dumps(m))
+    asked = []
+
+    def download(repo_id: str, filename: str, **kw: object) -> str:
+        asked.append((repo_id, filename))
+        return str(qwen3_tokenizer_dir() / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    console = render(hub_set, row_id="a")
+    assert "Hello there, friend.<|im_end|>" in console.export_text()
+    assert asked == [("Qwen/Qwen3-8B", "tokenizer.json")]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline: the hub is not read, and it says so
+    with pytest.raises(ShowError, match="HF_HUB_OFFLINE"):
+        render(hub_set, row_id="a")

@@ -23,6 +23,7 @@ from rich.text import Text
 from draftset.core import defaults
 from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.errors import UsageError
+from draftset.core.hub import hub_offline
 from draftset.core.terminal import visible, visible_parts
 from draftset.core.words import plural
 from draftset.output.readback import OutputSet, open_output, read_jsonl, supervised_runs
@@ -85,6 +86,29 @@ def tokenizer_folder_problem(out: OutputSet, folder: str | Path) -> str | None:
     return not_the_sets_tokenizer(out, backend)
 
 
+def _hub_tokenizer_file(tok: str) -> Path | None:
+    """The ``tokenizer.json`` of hub repo ``tok`` (a set built from a hub id records the id, as
+    `verify` reads it), read through huggingface_hub's cache; None for a name that is no hub id
+    or a repo without the file. Offline (``HF_HUB_OFFLINE``) a `ShowError` saying so."""
+    if not tok or Path(tok).expanduser().exists() or tok.count("/") > 1 or tok.startswith("."):
+        return None  # a local path (a folder without tokenizer.json, missing): no hub id
+    if var := hub_offline():
+        raise ShowError(
+            f"cannot decode: the set's tokenizer is the hub id {tok!r}, and {var} is set (pass"
+            " --tokenizer FOLDER, or unset it to read the hub)"
+        )
+    try:
+        # lazy: only hub ids need it
+        import huggingface_hub
+
+        return Path(huggingface_hub.hf_hub_download(tok, "tokenizer.json"))
+    except Exception as exc:
+        raise ShowError(
+            f"cannot decode: cannot read tokenizer.json of the hub id {tok!r}"
+            f" ({type(exc).__name__}; pass --tokenizer FOLDER)"
+        ) from None
+
+
 def load_decoder(out: OutputSet, tokenizer: str | None = None) -> tuple[Decoder, set[int]]:
     """Decode function (special tokens kept) and the end-of-turn token ids of the manifest."""
     # lazy: tokenizers only when a row is decoded
@@ -92,6 +116,8 @@ def load_decoder(out: OutputSet, tokenizer: str | None = None) -> tuple[Decoder,
 
     tok = tokenizer or str((out.manifest.get("tokenizer") or {}).get("path") or "")
     path = Path(tok) / "tokenizer.json"
+    if not path.is_file():
+        path = _hub_tokenizer_file(tok) or path
     if not path.is_file():
         raise ShowError(f"cannot decode: no tokenizer.json in {tok!r} (pass --tokenizer FOLDER)")
     try:
