@@ -113,7 +113,17 @@ def main(argv: list[str] | None = None) -> int:
                 or f"unrecognized arguments: {' '.join(extra)}"
             )
         args.helper = helper
-        return int(args.handler(args))
+        code = int(args.handler(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # the reader left (`draftset report DIR | head -1`): nothing more can be said; its
+        # output goes nowhere from now on (the exit's flush too), and the exit is 1, as rich's
+        # console makes it for `show`
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
     except DraftsetError as exc:  # every run-level error carries its exit code
         from draftset.core.terminal import visible  # lazy: only on an error
 

@@ -252,3 +252,45 @@ def test_advice_in_the_full_verify_is_advice_not_a_failure(fresh_set, capsys):
     assert cli_main(["report", str(fresh_set)]) == 0
     line = capsys.readouterr().out.splitlines()[-1]
     assert line.endswith("the last full verify passed (advice: drafter_fitness)"), line
+
+
+def test_default_page_that_is_a_link_to_a_file_of_yours_says_so(fresh_set, tmp_path, capsys):
+    """`DIR/report.html`, a link to a file of the user's outside the set: `report DIR` (no -o)
+    said "DIR/report.html is inside the set DIR (...; only the default DIR/report.html may be
+    written there)", refusing the default path in the name of the default path. It is refused
+    for what it is: a file draftset did not write (left as it is)."""
+    mine = tmp_path / "notes.html"
+    mine.write_text("my notes\n")
+    (fresh_set / "report.html").symlink_to(mine)
+    assert cli_main(["report", str(fresh_set)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a report draftset wrote" in err[0], err
+    assert "inside the set" not in err[0] and mine.read_text() == "my notes\n"
+
+
+def test_output_read_by_a_reader_that_left_is_no_traceback(fresh_set, tmp_path):
+    """`draftset report DIR | head -1`: head leaves after one line and report's next line met
+    a closed pipe: a BrokenPipeError traceback. The page is written; the command ends with
+    exit 1 (as `show`'s rich console does) and no traceback."""
+    import os
+    import sys
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "draftset",
+            "report",
+            str(fresh_set),
+            "-o",
+            str(tmp_path / "r.html"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader is gone before report says a word
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and b"Traceback" not in err, err.decode()[-2000:]
+    assert (tmp_path / "r.html").is_file()

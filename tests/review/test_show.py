@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from draftset.cli import main as cli_main
 from draftset.config.options import BuildOptions
 from draftset.core.terminal import UNSAFE
 from draftset.pipeline.build import run_build
-from draftset.review.show import SUPERVISED_STYLE, show
+from draftset.review.show import SUPERVISED_STYLE, ShowError, show
 from draftset.sources.read import Source
 
 ROWS = [
@@ -255,3 +256,97 @@ def test_show_id_of_a_rejected_row_of_a_folder_source_names_its_file(tmp_path, c
     assert main([str(out), "--id", "pirate"]) == 2
     err = capsys.readouterr().err
     assert "source 'data', row 2 of that source (file sub/b.jsonl)" in err, err
+
+
+def test_show_tokens_spells_characters_split_over_tokens_once(tmp_path):
+    """A character whose UTF-8 bytes span several byte-level tokens (Arabic digits, emoji, CJK)
+    is shown once, at the token that completes it: decoding each token alone printed one
+    replacement character per token (`٢` as `�¦�`), text the row does not hold."""
+    text = "الجواب ٤ — 👨\u200d👩\u200d👧 中文 é"
+    rows = [
+        {
+            "id": "u",
+            "messages": [
+                {"role": "user", "content": "٢+٢؟"},
+                {"role": "assistant", "content": text},
+            ],
+        }
+    ]
+    folder = built_set(tmp_path, rows)
+    views = []
+    for tokens in (False, True):
+        f = io.StringIO()
+        show(folder, row=0, tokens=tokens, console=Console(file=f, width=400))
+        body = f.getvalue().split("\u27e6...\u27e7", 1)[1].split("\n", 1)[1]
+        views.append("\n".join(line.strip(" \u2502") for line in body.splitlines()))
+    plain, with_tokens = views
+    assert "\ufffd" not in with_tokens and text in with_tokens.replace("\u00a6", "")
+    assert with_tokens.replace("\u00a6", "") == plain  # the same text, token boundaries added
+
+
+@pytest.mark.parametrize("command", ["show", "verify", "report"])
+def test_block_size_too_large_for_the_arithmetic_is_refused_alike(
+    folder, tmp_path, capsys, command
+):
+    """`--block-size 99999999999999999999` ended show, report and `verify --fast` in an
+    OverflowError traceback (exit 1) from numpy's int64 anchor arithmetic. A bound, one line,
+    exit 2; the largest accepted block still counts (no anchor in a short row)."""
+    extra = {"show": ["--row", "0"], "verify": ["--fast"], "report": ["-o", str(tmp_path / "r")]}
+    argv = [command, str(folder), *extra[command], "--block-size", "99999999999999999999"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--block-size" in err[0] and "<=" in err[0], err
+    assert cli_main([command, str(folder), *extra[command], "--block-size", str(2**31 - 1)]) == 0
+
+
+def test_show_id_of_a_row_split_per_turn_names_its_rows(tmp_path, capsys):
+    """With --turns each an input row `chat` becomes rows `chat#0`, `chat#1`: `show --id chat`
+    said "no row with id 'chat' in the set" (ids look like: ...), as for an unknown id, though
+    the row is in the set. It names the rows the id became."""
+    two_turns = {
+        "id": "chat",
+        "messages": [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "A1"},
+            {"role": "user", "content": "b"},
+            {"role": "assistant", "content": "B2"},
+        ],
+    }
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in [*ROWS, two_turns]), encoding="utf-8")
+    opts = BuildOptions([Source("a", src)], str(qwen3_tokenizer_dir()), tmp_path / "o", workers=1)
+    out = run_build(replace(opts, turns="each")).out
+    for asked in ("chat", "chat#7"):
+        assert main([str(out), "--id", asked]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "chat#0, chat#1" in err[0] and "--turns each" in err[0], err
+    assert main([str(out), "--id", "chat#1"]) == 0
+
+
+def test_a_set_built_from_a_hub_id_is_decoded_from_the_hub(folder, tmp_path, monkeypatch):
+    """A set built with `--tokenizer Qwen/Qwen3-8B` records the hub id as its tokenizer: show
+    looked for `Qwen/Qwen3-8B/tokenizer.json` on disk and said "cannot decode ... (pass
+    --tokenizer FOLDER)" where verify reads the hub (online); the report's example rows alike.
+    Online, the hub repo's tokenizer.json is read (huggingface_hub's cache and download)."""
+    import huggingface_hub
+
+    hub_set = tmp_path / "hubset"
+    shutil.copytree(folder, hub_set)
+    m = json.loads((hub_set / "manifest.json").read_text())
+    m["tokenizer"]["path"] = m["tokenizer"]["path_as_given"] = "Qwen/Qwen3-8B"
+    (hub_set / "manifest.json").write_text(json.dumps(m))
+    asked = []
+
+    def download(repo_id: str, filename: str, **kw: object) -> str:
+        asked.append((repo_id, filename))
+        return str(qwen3_tokenizer_dir() / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    console = render(hub_set, row_id="a")
+    assert "Hello there, friend.<|im_end|>" in console.export_text()
+    assert asked == [("Qwen/Qwen3-8B", "tokenizer.json")]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline: the hub is not read, and it says so
+    with pytest.raises(ShowError, match="HF_HUB_OFFLINE"):
+        render(hub_set, row_id="a")

@@ -109,7 +109,11 @@ Placeholders = Annotated[
     ),
 ]
 BlockSize = Annotated[
-    int, Field(ge=2, description="DFlash block size for anchor counts (default {default})")
+    int,
+    # at most int32's largest: the anchor counts are int64 arithmetic on token positions
+    Field(
+        ge=2, le=2**31 - 1, description="DFlash block size for anchor counts (default {default})"
+    ),
 ]
 # generation: the servers and what each request asks of the model
 Endpoints = Annotated[

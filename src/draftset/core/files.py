@@ -180,7 +180,12 @@ def inside_set_problem(
     ``path``: it is the set folder ``set_dir`` or inside it (the set's files are its own; only
     ``set_may_write``, `report`'s default page, may be written there). None when it is not."""
     home = Path(os.path.realpath(set_dir))
-    allowed = Path(os.path.realpath(set_may_write)) if set_may_write is not None else None
+    # the allowed file's own place (its folder resolved), not where a link there points: a
+    # link at DIR/report.html is judged by what it points to, as any other path is
+    allowed = None
+    if set_may_write is not None:
+        absolute = Path(os.path.abspath(set_may_write))
+        allowed = absolute.parent.resolve() / absolute.name
     for place in places_of(path):
         if place == home:
             return f"{shown} is the set folder {set_dir}; name a file outside it"

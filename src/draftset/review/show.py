@@ -23,6 +23,7 @@ from rich.text import Text
 from draftset.core import defaults
 from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.errors import UsageError
+from draftset.core.hub import hub_offline
 from draftset.core.terminal import visible, visible_parts
 from draftset.core.words import plural
 from draftset.output.readback import OutputSet, open_output, read_jsonl, supervised_runs
@@ -85,6 +86,29 @@ def tokenizer_folder_problem(out: OutputSet, folder: str | Path) -> str | None:
     return not_the_sets_tokenizer(out, backend)
 
 
+def _hub_tokenizer_file(tok: str) -> Path | None:
+    """The ``tokenizer.json`` of hub repo ``tok`` (a set built from a hub id records the id, as
+    `verify` reads it), read through huggingface_hub's cache; None for a name that is no hub id
+    or a repo without the file. Offline (``HF_HUB_OFFLINE``) a `ShowError` saying so."""
+    if not tok or Path(tok).expanduser().exists() or tok.count("/") > 1 or tok.startswith("."):
+        return None  # a local path (a folder without tokenizer.json, missing): no hub id
+    if var := hub_offline():
+        raise ShowError(
+            f"cannot decode: the set's tokenizer is the hub id {tok!r}, and {var} is set (pass"
+            " --tokenizer FOLDER, or unset it to read the hub)"
+        )
+    try:
+        # lazy: only hub ids need it
+        import huggingface_hub
+
+        return Path(huggingface_hub.hf_hub_download(tok, "tokenizer.json"))
+    except Exception as exc:
+        raise ShowError(
+            f"cannot decode: cannot read tokenizer.json of the hub id {tok!r}"
+            f" ({type(exc).__name__}; pass --tokenizer FOLDER)"
+        ) from None
+
+
 def load_decoder(out: OutputSet, tokenizer: str | None = None) -> tuple[Decoder, set[int]]:
     """Decode function (special tokens kept) and the end-of-turn token ids of the manifest."""
     # lazy: tokenizers only when a row is decoded
@@ -92,6 +116,8 @@ def load_decoder(out: OutputSet, tokenizer: str | None = None) -> tuple[Decoder,
 
     tok = tokenizer or str((out.manifest.get("tokenizer") or {}).get("path") or "")
     path = Path(tok) / "tokenizer.json"
+    if not path.is_file():
+        path = _hub_tokenizer_file(tok) or path
     if not path.is_file():
         raise ShowError(f"cannot decode: no tokenizer.json in {tok!r} (pass --tokenizer FOLDER)")
     try:
@@ -149,9 +175,30 @@ def _line_with_id(path: Path, row_id: str) -> tuple[int, dict[str, Any]] | None:
     return None
 
 
+def _split_per_turn(out: OutputSet, row_id: str) -> str | None:
+    """For ``chat`` (or ``chat#7``) in a ``--turns each`` set holding ``chat#0``, ``chat#1``:
+    the rows that input row became; None when there are none."""
+    base, sep, k = row_id.rpartition("#")
+    base = base if sep and k.isdigit() else row_id
+    turns = [
+        str(i)
+        for i in out.ids()
+        if isinstance(i, str) and i.startswith(f"{base}#") and i[len(base) + 1 :].isdigit()
+    ]
+    if not turns:
+        return None
+    shown = ", ".join(turns[:10]) + (f", ... ({len(turns)} rows)" if len(turns) > 10 else "")
+    return (
+        f"no row with id {row_id!r} in the set: it was built with --turns each, which gives"
+        f" each assistant turn of input row {base!r} a row of its own: {shown}"
+        f" (--id {turns[0]})"
+    )
+
+
 def _not_in_set(out: OutputSet, row_id: str) -> str:
     """Why an id is not among the set's rows: rejected (its rejects.jsonl line), queued in
-    prompts.jsonl, or unknown (with ids that do exist)."""
+    prompts.jsonl, split per turn (``--turns each``: ``ID#0``, ``ID#1``), or unknown (with ids
+    that do exist)."""
     if found := _line_with_id(out.folder / "rejects.jsonl", row_id):
         i, rec = found
         file = f" (file {rec['file']})" if rec.get("file") else ""  # of a source of several
@@ -167,6 +214,8 @@ def _not_in_set(out: OutputSet, row_id: str) -> str:
             f" prompts.jsonl line {found[0]} (answer it with `draftset generate` or"
             " `draftset run`)"
         )
+    if split := _split_per_turn(out, row_id):
+        return split
     some = [str(i) for i in out.ids()[:3]]
     return (
         f"no row with id {row_id!r} in the set, rejects.jsonl or prompts.jsonl"
@@ -196,6 +245,32 @@ def row_facts(
     }
 
 
+UTF8_MAX_BYTES = 4  # a character split over byte-level tokens spans at most this many
+
+
+def token_pieces(ids: list[int], decode: Decoder) -> list[str]:
+    """Each token's text, such that a character whose bytes span several tokens (byte-level
+    BPE, byte fallback) is spelled once, by the token that completes it; the tokens before it
+    get "". Decoding each token alone gave one replacement character per token instead.
+
+    Each piece is the token's text in context (a few tokens before it), so a decoder that
+    strips a leading space at the start of what it decodes does not strip it inside the row.
+    """
+    pieces: list[str] = []
+    done = 0  # tokens [0, done) are spelled
+    for i in range(len(ids)):
+        pending = i + 1 - done
+        start = max(0, done - UTF8_MAX_BYTES)
+        before = decode(ids[start:done]) if done > start else ""
+        now = decode(ids[start : i + 1])
+        if now.endswith("\ufffd") and pending < UTF8_MAX_BYTES and i + 1 < len(ids):
+            pieces.append("")  # an incomplete character: the next tokens complete it
+            continue
+        pieces.append(now[len(before) :] if now.startswith(before) else decode(ids[done : i + 1]))
+        done = i + 1
+    return pieces
+
+
 def render_row(
     r: dict[str, Any],
     decode: Decoder,
@@ -216,7 +291,7 @@ def render_row(
     mask = r["loss_mask"]
     text = Text()
     if tokens:
-        for i, tok in enumerate(ids):
+        for i, piece in enumerate(token_pieces(ids, decode)):
             sup = mask[i] == 1
             if plain:
                 if sup and (i == 0 or mask[i - 1] != 1):
@@ -224,7 +299,7 @@ def render_row(
                 elif i:
                     text.append(TOKEN_SEP)
             styles = SUPERVISED_TOKEN_STYLES if sup else TOKEN_STYLES
-            _append(text, decode([tok]), styles[i % 2], plain)
+            _append(text, piece, styles[i % 2], plain)
             if plain and sup and (i + 1 == len(ids) or mask[i + 1] != 1):
                 text.append(MARK_CLOSE)
         return table, text
