@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import select
 import sys
 import threading
 import time
@@ -95,6 +96,17 @@ def parse_command_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return command.parse_known_intermixed_args(argv[1:], argparse.Namespace(command=argv[0]))
 
 
+def _stdout_reader_left() -> bool:
+    """Whether standard output is a pipe whose reader has gone (poll says POLLERR): only then
+    is a `BrokenPipeError` the reader leaving, not a pipe of draftset's own breaking."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no fileno (a captured stdout), no poll
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     given = sys.argv[1:] if argv is None else argv
@@ -117,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code
     except BrokenPipeError:
+        if not _stdout_reader_left():  # another pipe broke (a worker's): not the reader
+            raise
         # the reader left (`draftset report DIR | head -1`): nothing more can be said; its
         # output goes nowhere from now on (the exit's flush too), and the exit is 1, as rich's
         # console makes it for `show`

@@ -251,3 +251,22 @@ def test_a_source_named_like_an_option_is_read_after_a_double_dash() -> None:
     ``-x.jsonl`` as an option; the plain parse keeps it a source."""
     args, extra = parse_command_line(["build", "--out", "o", "--", "-x.jsonl"])
     assert not extra and args.inputs == ["-x.jsonl"]
+
+
+def test_a_pipe_of_draftsets_own_breaking_is_not_taken_for_the_reader_leaving(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`main` ends quietly with exit 1 when the reader of its output left (`report | head`);
+    a `BrokenPipeError` from any other pipe (a worker's connection) while the output is still
+    read must not end the command silently."""
+    import argparse
+
+    import draftset.cli as cli
+
+    def broken(args: argparse.Namespace) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    parsed = argparse.Namespace(command="report", handler=broken)
+    monkeypatch.setattr(cli, "parse_command_line", lambda argv: (parsed, []))
+    with pytest.raises(BrokenPipeError):
+        main(["report", "x"])
