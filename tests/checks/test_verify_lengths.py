@@ -207,3 +207,44 @@ def test_a_cut_row_of_exactly_min_supervised_tokens_rejected_fails(
         f"multi: rejected as too_few_supervised_tokens, but it supervises {need:,} tokens"
         f" >= --min-supervised-tokens {need:,}"
     ) in fails["mask_fidelity"]
+
+
+def test_a_row_too_long_by_its_bytes_is_never_tokenized(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """build rejects a row whose UTF-8 bytes alone prove it too long without tokenizing it
+    (`token_bytes_bound`); verify tokenized such a row whole to recount it: a 50 MB line took
+    3.5 GB and a minute there. It now decides the line from the same bound."""
+    import draftset.checks.mask as mask_checks  # lazy: the module whose recount is watched
+
+    huge = {
+        "id": "huge",
+        "messages": [
+            {"role": "user", "content": "q " * 20_000},
+            {"role": "assistant", "content": "a " * 20_000},
+        ],
+    }
+    src = tmp_path / "a.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in [*ROWS, huge]), encoding="utf-8")
+    opts = BuildOptions(
+        [Source("a", src)],
+        str(llama32_tokenizer_dir()),
+        tmp_path / "out",
+        chat_template_path=str(trl_template("llama3_2")),
+        workers=1,
+        max_length=256,
+    )
+    out = run_build(opts).out
+    lines = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    assert [(x["id"], x["reason"]) for x in lines] == [("huge", "too_long")]
+    assert "counted from the text's length" in lines[0]["message"]
+    counted: list[int] = []
+    real = mask_checks._contract_layout
+
+    def spy(tmpl: Any, exp: Any, server: Any = None) -> Any:
+        counted.append(len(exp.text))
+        return real(tmpl, exp, server)
+
+    monkeypatch.setattr(mask_checks, "_contract_layout", spy)
+    assert _failures(out) == {}
+    assert counted == []  # without the bound: [the huge row's ~80,000 characters]

@@ -394,6 +394,37 @@ def test_a_row_far_over_max_length_is_never_tokenized(tmp_path, monkeypatch, tru
     assert longest[0] < 10_000  # only the short row's segments were tokenized
 
 
+def test_verify_stops_a_flooding_render_at_the_cap(tmp_path):
+    """verify's own render (transformers' public path) joined all a template wrote and looked
+    at the size after: a flooding row grew verify's memory until the timer fired (1.4 GB at
+    build's 5 s, 3.4 GB at 15 s, a template 10^10 writes long at --render-timeout 0 without
+    end) while build stopped at the cap. A row that writes past the cap and fails after it
+    shows which: stopped at the cap it is `template_too_large`, rendered to the end a
+    `template_error`."""
+    from draftset.checks.mask import _bounded_expected_rows
+    from draftset.core.records import Conversation
+    from draftset.mask.template import ChatTemplate, TemplateSpec
+
+    late = (
+        "{%- if 'LATE' in messages[0]['content'] -%}"
+        "{%- for i in range(5000) %}{{ 'LATE' * 1000 }}{% endfor -%}"  # 20M > the 16.8M cap
+        "{{ raise_exception('written past the cap') }}"
+        "{%- endif -%}\n"
+    )
+    text = late + trl_template("qwen2_5").read_text()
+    tmpl = ChatTemplate(TemplateSpec(str(qwen3_tokenizer_dir()), text))
+    row = chat(0, "LATE")
+    conv = Conversation(row["id"], "s", 0, row["messages"])
+    expected, _, error = _bounded_expected_rows(tmpl, conv, "all", ("OK.",), 60.0)
+    assert expected == [] and error is not None, error
+    assert error.startswith("template_too_large"), error
+    assert tmpl.max_chars is None
+    good = chat(1, "Hi?")
+    conv = Conversation(good["id"], "s", 1, good["messages"])
+    expected, _, error = _bounded_expected_rows(tmpl, conv, "all", ("OK.",), 5.0)
+    assert error is None and len(expected) == 1
+
+
 # --- every render is bounded: compile, probes, and values built inside a render (issue 25) ----
 def _traced_peak(fn) -> int:
     """Peak bytes Python allocated while ``fn`` ran (its own memory, not the process's)."""

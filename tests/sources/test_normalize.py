@@ -993,6 +993,26 @@ def test_agentic_coding_trace_with_messages_as_json_text():
     assert item.meta.get("unread_fields") == ("trajectory_id", "license")  # said, not dropped
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('[{"role": "user", "content": "hi"}, {"role": "assistant"', "Expecting"),  # cut off
+        ('[{"role": "user", "content": "hi", "x": ' + "[" * 10000 + "]" * 10000 + "}]", "deeply"),
+    ],
+)
+def test_messages_as_json_text_that_does_not_parse_says_why(text, said):
+    """A `messages` text that does not parse (a cut-off trace, a 10,000-deep value) was
+    `unknown_format` ("no known shape matches keys [id, messages]; ... --format prompt"),
+    hiding the cause; it is `invalid_content` naming the column and the parse error."""
+    item = norm({"id": "t", "messages": text})
+    assert isinstance(item, Reject), item
+    assert item.reason == reasons.INVALID_CONTENT, item
+    assert item.message.startswith("'messages' is JSON text that does not parse: "), item
+    assert said in item.message
+    plain = norm({"id": "u", "messages": "not a list"})  # no JSON text: as before
+    assert isinstance(plain, Reject) and plain.reason == reasons.UNKNOWN_FORMAT
+
+
 def test_toolllama_conversations_read_as_sharegpt():
     """ToolBench's released training form (ToolLLaMA): `conversations` with from
     system/user/assistant/function, ReAct text in the assistant values (hand-written row in

@@ -105,6 +105,20 @@ def test_jsonl_malformed_line_is_a_reject_and_reading_goes_on(tmp_path):
     assert rej.message.startswith("bad.jsonl:2: invalid JSON: ")
 
 
+def test_a_number_past_pythons_digit_limit_is_named_not_pythons_advice(tmp_path):
+    """JSON allows a 5,000-digit integer; Python's int parser refuses over 4,300 digits with
+    advice for programmers ("use sys.set_int_max_str_digits() to increase the limit"), which
+    the reject line repeated. It says what the row holds instead; the rows around it stay."""
+    data = b'{"a": 1}\n{"a": ' + b"9" * 5000 + b'}\n{"a": 3}\n'
+    rows = read_all(write(tmp_path, "big.jsonl", data))
+    assert [r.data for r in rows] == [{"a": 1}, None, {"a": 3}]
+    rej = rows[1].reject
+    assert rej.reason == reasons.INVALID_JSON
+    assert rej.message == (
+        "big.jsonl:2: invalid JSON: a number of more than 4,300 digits (the most Python reads)"
+    )
+
+
 def test_jsonl_invalid_utf8(tmp_path):
     data = b'{"a": 1}\n{"a": "\xff\xfe"}\n'
     rows = read_all(write(tmp_path, "bad.jsonl", data))

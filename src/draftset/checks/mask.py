@@ -26,6 +26,7 @@ from draftset.core import reasons
 from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.records import Conversation, PreTokenized
 from draftset.mask.ambient import clock_kwargs, valid_now
+from draftset.mask.encode import token_bytes_bound
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.reads import served_reads
 from draftset.mask.render import in_vocabulary, server_completion_ids, server_prompt_ids
@@ -854,6 +855,8 @@ def _check_length_rejects(
         exp = by_id.get(rid) or (by_id.get(conv_id) if len(by_id) == 1 else None)
         if exp is None:
             continue
+        if not truncating and max_len > 0 and _tokens_at_least(tmpl, exp, max_len) > max_len:
+            continue  # too long by its bytes alone, as build counts: right, and never tokenized
         if why == reasons.TOO_LONG:
             n = _contract_layout(tmpl, exp, server)[0]
             if max_len > 0 and n <= max_len:
@@ -876,6 +879,42 @@ def _check_length_rejects(
                 f"{rid}: rejected as too_few_supervised_tokens, but it supervises"
                 f" {supervised:,} tokens >= --min-supervised-tokens {min_sup:,}",
             )
+
+
+_TOKEN_BYTES: dict[int, tuple[ChatTemplate, int | None]] = {}
+
+
+def _tokens_at_least(tmpl: ChatTemplate, exp: Expected, max_len: int) -> int:
+    """A lower bound of `_contract_layout`'s length from the text's UTF-8 bytes alone (build's
+    `token_bytes_bound` rule), 0 when unknown or when the text is too short to matter: a row of
+    50 MB rejected `too_long` was tokenized whole here (3.5 GB, a minute) only to prove what its
+    length proves. Sound whichever generation is the last supervised one (the tokens of its
+    prompt and of the text after it are each at least their bytes over the bound) and when
+    the server's ids stand for a generation (counted as none)."""
+    if len(exp.text) * 4 <= 16 * max_len:  # no real tokenizer's bound is under 16 bytes
+        return 0
+    cached = _TOKEN_BYTES.get(id(tmpl))
+    if cached is None or cached[0] is not tmpl:
+        cached = _TOKEN_BYTES[id(tmpl)] = (tmpl, token_bytes_bound(tmpl.backend))
+    per = cached[1]
+    if not per:
+        return 0
+    total = _utf8_len(exp.text)
+    best = -(-total // per)  # no generation supervised: the text in one piece
+    before, at = 0, 0
+    for start, gen, _ in exp.gens:
+        if start >= at:
+            before += _utf8_len(exp.text[at:start])
+        else:
+            before = _utf8_len(exp.text[:start])
+        at = start
+        after = total - before - _utf8_len(gen)
+        best = min(best, -(-before // per) + -(-after // per))
+    return best
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _contract_layout(

@@ -15,6 +15,7 @@ library is patched, and transformers' ``apply_chat_template`` passes it the same
 from __future__ import annotations
 
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 CLOCK = "strftime_now"
@@ -88,6 +89,7 @@ def render_stock(
     clock: FrozenClock | None,
     with_indices: bool = False,
     alias: bool = True,
+    cap: int | None = None,
 ) -> tuple[str, list[tuple[int, int]]]:
     """transformers' own render (`render_jinja_template`'s steps, its stock compiled template)
     with the clock fixed: ``(text, {% generation %} spans when with_indices)``.
@@ -98,7 +100,9 @@ def render_stock(
     template's own ``strftime_now``). ``alias`` False leaves out transformers' aliasing of
     reasoning fields (``thinking`` beside ``reasoning_content``, transformers 5.21+): the
     messages already carry the fields the serving engine gives (vLLM 0.33 pins transformers
-    < 5.21: `ChatTemplate.served_messages`).
+    < 5.21: `ChatTemplate.served_messages`). ``cap`` (without indices): the render stops
+    with `RenderTooLarge` once it has written more characters, as build's does, instead of
+    holding all it writes (a template writing without end filled memory until the timer).
     """
     from transformers.utils import chat_template_utils as ctu  # lazy: ~0.7 s
 
@@ -115,6 +119,31 @@ def render_stock(
         **({CLOCK: clock} if clock is not None else {}),
     }
     if not with_indices:
-        return compiled.render(**variables), []
+        if cap is None:
+            return compiled.render(**variables), []
+        return _render_capped(compiled, cap, variables), []
     text, spans = ctu._render_with_assistant_indices(compiled_template=compiled, **variables)
     return text, [(int(a), int(b)) for a, b in spans]
+
+
+def _render_capped(compiled: Any, cap: int, variables: dict[str, Any]) -> str:
+    """``compiled.render(**variables)`` (a join of ``generate``) stopped past ``cap``."""
+    from draftset.mask.limits import (  # lazy: keeps ambient's imports light
+        RENDER_CAP_FACTOR,
+        RENDER_CAP_FLOOR,
+        RenderTooLarge,
+    )
+
+    pieces = compiled.generate(**variables)
+    parts: list[str] = []
+    size = 0
+    while chunk := list(islice(pieces, 256)):
+        size += sum(map(len, chunk))
+        if size > cap:
+            raise RenderTooLarge(
+                f"the template wrote more than {cap:,} characters for this row"
+                f" ({RENDER_CAP_FLOOR:,} + {RENDER_CAP_FACTOR}x the row's own text: a loop"
+                " without end?)"
+            )
+        parts += chunk
+    return "".join(parts)

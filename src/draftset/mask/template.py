@@ -641,8 +641,9 @@ class ChatTemplate(Renderer):
             return self._render_harmony(messages, tools, add_generation_prompt, row_kwargs)
         kwargs, clock = split_clock({**self.template_kwargs, **self._clock, **(row_kwargs or {})})
         unaliased = self._unaliased(messages)
-        # apply_chat_template cannot pass a function to the template, and aliases reasoning
-        if clock is not None or unaliased:
+        # apply_chat_template cannot pass a function to the template, aliases reasoning, and
+        # holds all a template writes (bounded: stopped at the row's cap, as build stops)
+        if clock is not None or unaliased or self.max_chars is not None:
             special = self.tokenizer.special_tokens_map
             args = {**special, **kwargs}
             text, _ = render_stock(
@@ -653,6 +654,7 @@ class ChatTemplate(Renderer):
                 args,
                 clock,
                 alias=not unaliased,
+                cap=self.max_chars,
             )
             return self.check_size(text)
         text = self.tokenizer.apply_chat_template(

@@ -183,10 +183,12 @@ def normalize(
     turn_keys = (None, None)
     if fields:
         data, turn_keys = _remap(data, fields)
-    data = _parsed_turn_list(data)
+    data, unparsed = _parsed_turn_list(data)
     rid = _row_id(data, source, row)
     shape = fmt or detect_format(data)
     try:
+        if shape is None and unparsed is not None:
+            raise RowProblem(reasons.INVALID_CONTENT, unparsed)
         if shape is None:
             raise RowProblem(
                 reasons.UNKNOWN_FORMAT,
@@ -221,20 +223,24 @@ def normalize(
 _TURN_FIELDS = ("role", "content")
 
 
-def _parsed_turn_list(data: dict[str, Any]) -> dict[str, Any]:
+def _parsed_turn_list(data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     """A ``messages`` / ``conversations`` column stored as JSON text (agentic coding traces
     such as SWE-smith trajectories and CoderForge keep whole OpenAI message lists as one
-    string column) read as the list it holds; any other string is left to fail as before."""
+    string column) read as the list it holds; any other string is left to fail as before.
+    Second: why such a text (it starts with ``[``) does not parse, for the reject's message
+    (it was `unknown_format` advising ``--format prompt``, the cause unsaid)."""
     for key in ("messages", "conversations"):
         value = data.get(key)
         if isinstance(value, str) and value.lstrip().startswith("["):
             try:
                 parsed = json.loads(value)
-            except (ValueError, RecursionError):
-                return data
+            except ValueError as exc:
+                return data, f"'{key}' is JSON text that does not parse: {exc}"
+            except RecursionError:
+                return data, f"'{key}' is JSON text that does not parse: nested too deeply"
             if isinstance(parsed, list):
-                return {**data, key: parsed}
-    return data
+                return {**data, key: parsed}, None
+    return data, None
 
 
 def _remap(

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import stat
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -638,12 +639,21 @@ def _parse_line(line: bytes, where: str) -> Any:
     try:
         value = json.loads(text)
     except ValueError as exc:
-        return RowProblem(reasons.INVALID_JSON, f"{where}: invalid JSON: {exc}")
+        return RowProblem(reasons.INVALID_JSON, f"{where}: invalid JSON: {_json_error(exc)}")
     except RecursionError:
         return RowProblem(reasons.INVALID_JSON, f"{where}: invalid JSON: nested too deeply")
     if ("\\ud" in text or "\\uD" in text) and _has_lone_surrogate(value):
         return RowProblem(reasons.INVALID_UTF8, f"{where}: \\u escape encodes a lone surrogate")
     return value
+
+
+def _json_error(exc: ValueError) -> str:
+    """The parse error, said of the data: Python's integer limit (`sys.get_int_max_str_digits`,
+    4,300 digits by default) speaks to programmers ("use sys.set_int_max_str_digits()")."""
+    if "integer string conversion" in str(exc):
+        limit = sys.get_int_max_str_digits()
+        return f"a number of more than {limit:,} digits (the most Python reads)"
+    return str(exc)
 
 
 def _has_lone_surrogate(value: Any) -> bool:
@@ -730,7 +740,7 @@ def _document_values(path: Path, compression: str | None, source: Source) -> lis
     try:
         doc = json.loads(text)
     except ValueError as exc:
-        raise DamagedDocument(f"not a valid JSON document: {exc}") from exc
+        raise DamagedDocument(f"not a valid JSON document: {_json_error(exc)}") from exc
     except RecursionError:
         raise DamagedDocument("not a valid JSON document: nested too deeply") from None
     if isinstance(doc, dict) and _is_wrapper(doc, source):
