@@ -15,7 +15,6 @@ library is patched, and transformers' ``apply_chat_template`` passes it the same
 from __future__ import annotations
 
 from datetime import datetime
-from itertools import islice
 from typing import Any
 
 CLOCK = "strftime_now"
@@ -121,29 +120,8 @@ def render_stock(
     if not with_indices:
         if cap is None:
             return compiled.render(**variables), []
-        return _render_capped(compiled, cap, variables), []
+        from draftset.mask.limits import join_within  # lazy: keeps ambient's imports light
+
+        return join_within(compiled.generate(**variables), cap), []
     text, spans = ctu._render_with_assistant_indices(compiled_template=compiled, **variables)
     return text, [(int(a), int(b)) for a, b in spans]
-
-
-def _render_capped(compiled: Any, cap: int, variables: dict[str, Any]) -> str:
-    """``compiled.render(**variables)`` (a join of ``generate``) stopped past ``cap``."""
-    from draftset.mask.limits import (  # lazy: keeps ambient's imports light
-        RENDER_CAP_FACTOR,
-        RENDER_CAP_FLOOR,
-        RenderTooLarge,
-    )
-
-    pieces = compiled.generate(**variables)
-    parts: list[str] = []
-    size = 0
-    while chunk := list(islice(pieces, 256)):
-        size += sum(map(len, chunk))
-        if size > cap:
-            raise RenderTooLarge(
-                f"the template wrote more than {cap:,} characters for this row"
-                f" ({RENDER_CAP_FLOOR:,} + {RENDER_CAP_FACTOR}x the row's own text: a loop"
-                " without end?)"
-            )
-        parts += chunk
-    return "".join(parts)

@@ -26,6 +26,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import islice
 from typing import Any
 
 from draftset.core import reasons
@@ -54,6 +55,28 @@ class RenderTimeout(RenderLimit):
 
 class RenderTooLarge(RenderLimit):
     reason = reasons.TEMPLATE_TOO_LARGE
+
+
+def too_large(cap: int) -> RenderTooLarge:
+    """The `RenderTooLarge` of a render that wrote more than ``cap`` characters."""
+    return RenderTooLarge(
+        f"the template wrote more than {cap:,} characters for this row ({RENDER_CAP_FLOOR:,}"
+        f" + {RENDER_CAP_FACTOR}x the row's own text: a loop without end?)"
+    )
+
+
+def join_within(pieces: Iterator[str], cap: int) -> str:
+    """``"".join(pieces)`` (a Jinja render's ``generate``), stopped with `RenderTooLarge` past
+    ``cap`` characters instead of holding all a template writes; counted a chunk at a time
+    (C-speed). Build's render and verify's reference render both end so."""
+    parts: list[str] = []
+    size = 0
+    while chunk := list(islice(pieces, 256)):
+        size += sum(map(len, chunk))
+        if size > cap:
+            raise too_large(cap)
+        parts += chunk
+    return "".join(parts)
 
 
 def render_char_cap(messages: Any, tools: Any = None) -> int:

@@ -20,7 +20,6 @@ import re
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,11 +34,11 @@ from draftset.mask.ambient import clock_kwargs, render_stock, split_clock
 from draftset.mask.content_format import content_format, sglang_content_format
 from draftset.mask.harmony import HarmonyRender, served_with_harmony
 from draftset.mask.limits import (
-    RENDER_CAP_FACTOR,
     RENDER_CAP_FLOOR,
     RenderLimit,
-    RenderTooLarge,
+    join_within,
     time_limit,
+    too_large,
 )
 from draftset.mask.sandbox import MemoSandbox, compile_template, constant_too_large
 from draftset.mask.serving import DEFAULT_SERVING_ENGINE, prepare_tools, require_engine
@@ -286,7 +285,7 @@ class Renderer:
     def check_size(self, text: str) -> str:
         """``text``, or `RenderTooLarge` when it is longer than ``max_chars``."""
         if self.max_chars is not None and len(text) > self.max_chars:
-            raise _too_large(self.max_chars)
+            raise too_large(self.max_chars)
         return text
 
     def _render_harmony(
@@ -461,28 +460,13 @@ def render_within(compiled: Any, cap: int, **variables: Any) -> str:
     """``compiled.render(**variables)`` that stops at ``cap`` characters (`RenderTooLarge`).
 
     The same render as pieces (Jinja's render is "".join of them), so a template that writes
-    without end is stopped at the cap instead of filling memory; and every value it builds is
-    held to the same cap (`MemoSandbox.value_cap`).
+    without end is stopped at the cap instead of filling memory (`limits.join_within`); and
+    every value it builds is held to the same cap (`MemoSandbox.value_cap`).
     """
     env = compiled.environment
     if type(env) is MemoSandbox:
         env.value_cap = cap
-    pieces = compiled.generate(**variables)
-    parts: list[str] = []
-    size = 0
-    while chunk := list(islice(pieces, 256)):  # counted a chunk at a time: C-speed
-        size += sum(map(len, chunk))
-        if size > cap:
-            raise _too_large(cap)
-        parts += chunk
-    return "".join(parts)
-
-
-def _too_large(cap: int) -> RenderTooLarge:
-    return RenderTooLarge(
-        f"the template wrote more than {cap:,} characters for this row ({RENDER_CAP_FLOOR:,}"
-        f" + {RENDER_CAP_FACTOR}x the row's own text: a loop without end?)"
-    )
+    return join_within(compiled.generate(**variables), cap)
 
 
 @dataclass(frozen=True, slots=True)
