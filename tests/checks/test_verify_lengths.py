@@ -53,9 +53,12 @@ ROWS: list[dict[str, Any]] = [
 ]
 
 
-def _build(tmp: Path, max_length: int, name: str) -> Path:
-    src = tmp / "a.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+def _build(
+    tmp: Path, max_length: int, name: str, extra: tuple[dict[str, Any], ...] = (), **options: Any
+) -> Path:
+    """`ROWS` (and ``extra``) built with Llama-3.2's tokenizer and template into ``tmp/name``."""
+    src = tmp / f"{name}.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in [*ROWS, *extra]), encoding="utf-8")
     opts = BuildOptions(
         [Source("a", src)],
         str(llama32_tokenizer_dir()),
@@ -63,6 +66,7 @@ def _build(tmp: Path, max_length: int, name: str) -> Path:
         chat_template_path=str(trl_template("llama3_2")),
         workers=1,
         max_length=max_length,
+        **options,
     )
     return run_build(opts).out
 
@@ -186,19 +190,9 @@ def test_a_cut_row_of_exactly_min_supervised_tokens_rejected_fails(
             {"role": "assistant", "content": " ".join(str(k) for k in range(200))},
         ],
     }
-    src = tmp_path / "b.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in [*ROWS, long_answer]), encoding="utf-8")
-    opts = BuildOptions(
-        [Source("a", src)],
-        str(llama32_tokenizer_dir()),
-        tmp_path / "buggy",
-        chat_template_path=str(trl_template("llama3_2")),
-        workers=1,
-        max_length=cut,
-        truncation="truncate",
-        min_supervised_tokens=need,
+    out = _build(
+        tmp_path, cut, "buggy", (long_answer,), truncation="truncate", min_supervised_tokens=need
     )
-    out = run_build(opts).out
     lines = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
     assert ("multi", "too_few_supervised_tokens") in [(x["id"], x["reason"]) for x in lines]
     fails = _failures(out)
@@ -224,17 +218,7 @@ def test_a_row_too_long_by_its_bytes_is_never_tokenized(
             {"role": "assistant", "content": "a " * 20_000},
         ],
     }
-    src = tmp_path / "a.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in [*ROWS, huge]), encoding="utf-8")
-    opts = BuildOptions(
-        [Source("a", src)],
-        str(llama32_tokenizer_dir()),
-        tmp_path / "out",
-        chat_template_path=str(trl_template("llama3_2")),
-        workers=1,
-        max_length=256,
-    )
-    out = run_build(opts).out
+    out = _build(tmp_path, 256, "out", (huge,))
     lines = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
     assert [(x["id"], x["reason"]) for x in lines] == [("huge", "too_long")]
     assert "counted from the text's length" in lines[0]["message"]
