@@ -907,6 +907,31 @@ def test_the_rejects_noted_when_nothing_is_written_name_their_source_row_and_fil
     ], notes
 
 
+def _refused_when_changed(
+    tmp_path, monkeypatch, source, change, when="build_manifest", **options
+) -> str:
+    """Build ``source`` and run ``change()`` as the build calls ``when`` (by default once every
+    row is read, before the manifest): the build's `SourceError` message; nothing is left at
+    the output."""
+    import draftset.pipeline.build as build
+
+    real = getattr(build, when)
+
+    def meanwhile(*args, **kwargs):
+        change()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(build, when, meanwhile)
+    out = tmp_path / "o"
+    opts = BuildOptions(
+        sources=[source], tokenizer=str(qwen3_tokenizer_dir()), out=out, workers=1, **options
+    )
+    with pytest.raises(SourceError) as info:
+        run_build(opts)
+    assert not out.exists()
+    return str(info.value)
+
+
 @pytest.mark.parametrize("change", ["added", "removed", "changed"])
 def test_a_source_folder_whose_files_change_during_the_build_is_refused(
     tmp_path, monkeypatch, change
@@ -917,15 +942,12 @@ def test_a_source_folder_whose_files_change_during_the_build_is_refused(
     dropped?)"; a file changed after its read was hashed with its new bytes. The folder's
     files are listed once at the start; a different list or file before the manifest is
     written stops the build, naming the file, and leaves nothing."""
-    import draftset.pipeline.build as build
-
     folder = tmp_path / "data"
     folder.mkdir()
     write_jsonl(folder / "a.jsonl", [chat(i) for i in range(3)])
     write_jsonl(folder / "b.jsonl", [chat(i) for i in range(3, 6)])
-    real = build.build_manifest
 
-    def meanwhile(*args, **kwargs):  # the build has read every row: the folder changes now
+    def meanwhile() -> None:  # the build has read every row: the folder changes now
         if change == "added":
             write_jsonl(folder / "late.jsonl", [chat(9)])
         elif change == "removed":
@@ -933,50 +955,32 @@ def test_a_source_folder_whose_files_change_during_the_build_is_refused(
         else:
             with (folder / "b.jsonl").open("a") as f:
                 f.write(json.dumps(chat(9)) + "\n")
-        return real(*args, **kwargs)
 
-    monkeypatch.setattr(build, "build_manifest", meanwhile)
-    out = tmp_path / "o"
-    opts = BuildOptions(
-        sources=[Source("data", folder)], tokenizer=str(qwen3_tokenizer_dir()), out=out, workers=1
-    )
-    with pytest.raises(SourceError) as info:
-        run_build(opts)
+    said = _refused_when_changed(tmp_path, monkeypatch, Source("data", folder), meanwhile)
     name = "late.jsonl" if change == "added" else "b.jsonl"
-    assert str(info.value) == (
+    assert said == (
         f"{folder}: its files changed during the build ({name} {change}); is something writing"
         " into it? Copy the folder, or wait for the writer to finish"
     )
-    assert not out.exists() and list(tmp_path.iterdir()) == [folder]
+    assert list(tmp_path.iterdir()) == [folder]
 
 
 def test_a_source_file_changed_after_its_read_is_refused(tmp_path, monkeypatch):
     """A row appended to a one-file source once the build had read it: the manifest hashed
     the new bytes (exit 0), and a full verify failed on the row never read."""
-    import draftset.pipeline.build as build
-
     src = tmp_path / "a.jsonl"
     write_jsonl(src, [chat(i) for i in range(3)])
     size = src.stat().st_size
-    real = build.build_manifest
 
-    def meanwhile(*args, **kwargs):
+    def meanwhile() -> None:
         with src.open("a") as f:
             f.write(json.dumps(chat(9)) + "\n")
-        return real(*args, **kwargs)
 
-    monkeypatch.setattr(build, "build_manifest", meanwhile)
-    out = tmp_path / "o"
-    opts = BuildOptions(
-        sources=[Source("a", src)], tokenizer=str(qwen3_tokenizer_dir()), out=out, workers=1
-    )
-    with pytest.raises(SourceError) as info:
-        run_build(opts)
-    assert str(info.value) == (
+    said = _refused_when_changed(tmp_path, monkeypatch, Source("a", src), meanwhile)
+    assert said == (
         f"{src}: the file changed during the build ({size:,} bytes, now {src.stat().st_size:,});"
         " is something writing it? Copy it, or wait for the writer to finish"
     )
-    assert not out.exists()
 
 
 @pytest.mark.parametrize(
@@ -991,42 +995,29 @@ def test_a_decontamination_file_changed_during_the_build_is_refused(
     against. Its size and mtime are kept from the start, as a source's; a change before the
     manifest is written stops the build, naming the file, and leaves nothing: checked before
     the manifest hashes it (``_write_vocab`` comes just before) and after."""
-    import draftset.pipeline.build as build
-
     src = tmp_path / "a.jsonl"
     write_jsonl(src, [chat(i) for i in range(3)])
     bench = tmp_path / "bench.txt"
     bench.write_text("a benchmark question that no row of the source asks at all\n")
     size = bench.stat().st_size
-    real = getattr(build, when)
 
-    def meanwhile(*args, **kwargs):  # the rows were checked against its prompts: now it changes
+    def meanwhile() -> None:  # the rows were checked against its prompts: now it changes
         if change == "changed":
             with bench.open("a") as f:
                 f.write("another benchmark question added while the build was running\n")
         else:
             bench.unlink()
-        return real(*args, **kwargs)
 
-    monkeypatch.setattr(build, when, meanwhile)
-    out = tmp_path / "o"
-    opts = BuildOptions(
-        sources=[Source("a", src)],
-        tokenizer=str(qwen3_tokenizer_dir()),
-        out=out,
-        workers=1,
-        decontaminate=[str(bench)],
+    said = _refused_when_changed(
+        tmp_path, monkeypatch, Source("a", src), meanwhile, when, decontaminate=[str(bench)]
     )
-    with pytest.raises(SourceError) as info:
-        run_build(opts)
     what = (
         f"changed during the build ({size:,} bytes, now {bench.stat().st_size:,})"
         if change == "changed"
         else "was removed during the build"
     )
-    assert str(info.value) == (
+    assert said == (
         f"--decontaminate {bench}: the file {what}, after its prompts were read (the manifest"
         " would describe other bytes than the ones the rows were checked against); is"
         " something writing it? Copy it, or wait for the writer to finish"
     )
-    assert not out.exists()
