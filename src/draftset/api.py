@@ -312,10 +312,8 @@ def _recipe_and_sources(
     for s in srcs:
         if problem := other_config_problem(s.path):
             raise UsageError(problem)
-        if _is_pipe(s.path):  # `cat a.jsonl | draftset build /dev/stdin`: its resolved name,
-            raise UsageError(  # /proc/N/fd/pipe:[M], was "no such file or directory"
-                f"source {s.path} is a pipe, not a file ({_BUILD_READS}; {_SAVE_THE_ROWS})"
-            )
+        if problem := _not_a_file(s.path, _BUILD_READS):
+            raise UsageError(problem)
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise UsageError(_not_found(s.path, in_recipe=sources is None))
     return conf, srcs
@@ -327,12 +325,18 @@ _SAVE_THE_ROWS = "save the rows to a file and give its path"
 """Why standard input or a pipe is no source of `build` / `generate`, and what to do instead."""
 
 
-def _is_pipe(path: Path) -> bool:
-    """Whether a source path is a pipe (standard input's ``/dev/stdin``, a named FIFO)."""
+def _not_a_file(path: Path, reads: str) -> str | None:
+    """Why a source is standard input (``-``) or a pipe (``/dev/stdin``, a named FIFO), with
+    why the command needs a file (``reads``), or None. ``cat a.jsonl | draftset build
+    /dev/stdin`` said "/proc/N/fd/pipe:[M]: no such file or directory"; generate "cannot read:
+    not a regular file", and of ``-`` "source not found: -"."""
+    if str(path) == "-" and not path.exists():  # the Unix spelling of standard input
+        return f"source not found: - (standard input is not a source: {reads}; {_SAVE_THE_ROWS})"
     try:
-        return stat.S_ISFIFO(os.stat(path).st_mode)
-    except (OSError, ValueError):  # missing, a NUL byte: `_not_found` says it
-        return False
+        pipe = stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):  # missing, a NUL byte: the not-found line says it
+        return None
+    return f"source {path} is a pipe, not a file ({reads}; {_SAVE_THE_ROWS})" if pipe else None
 
 
 def _not_found(path: Path, in_recipe: bool = False) -> str:
@@ -341,11 +345,6 @@ def _not_found(path: Path, in_recipe: bool = False) -> str:
     ``a.jsonl@count=2``: keys of its entry), or that a quoted wildcard is not expanded
     (``'x/*.jsonl'``)."""
     text = str(path)
-    if text == "-":  # the Unix spelling of standard input
-        return (
-            f"source not found: - (standard input is not a source: {_BUILD_READS};"
-            f" {_SAVE_THE_ROWS})"
-        )
     if in_recipe and re.search(r"@\w+=", text):
         return (
             f"source not found: {text} (in a recipe, a source's options are keys of its entry:"
@@ -897,16 +896,9 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     else:
         srcs = [Source(source_name(Path(p)), Path(p).expanduser(), o.format, fields) for p in paths]
     srcs = unique_names(srcs)
-    for s in srcs:  # standard input or a pipe: build's lines, with generate's reason (they
-        if str(s.path) == "-":  # were "source not found: -", "cannot read: not a regular file")
-            raise GenerateUsageError(
-                f"source not found: - (standard input is not a source: {_GENERATE_READS};"
-                f" {_SAVE_THE_ROWS})"
-            )
-        if _is_pipe(s.path):
-            raise GenerateUsageError(
-                f"source {s.path} is a pipe, not a file ({_GENERATE_READS}; {_SAVE_THE_ROWS})"
-            )
+    for s in srcs:
+        if problem := _not_a_file(s.path, _GENERATE_READS):  # build's lines, generate's reason
+            raise GenerateUsageError(problem)
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise GenerateUsageError(f"source not found: {s.path}")
         try:
