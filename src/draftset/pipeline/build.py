@@ -708,7 +708,9 @@ def _benchmarks_changed(before: dict[Path, tuple[int, int] | None]) -> str | Non
     build started, before its prompts were read), or None: the manifest hashed an edited
     file's new bytes, describing a benchmark other than the one the rows were checked
     against (exit 0), as a source's (`_listing_changed`)."""
-    for path, (was, now) in ((p, (s, _states([p])[p])) for p, s in before.items()):
+    states = _states(list(before))
+    for path, was in before.items():
+        now = states[path]
         if now == was:
             continue
         gone = now == (-1, -1)
