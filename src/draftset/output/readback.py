@@ -415,10 +415,10 @@ def _selection_value_problem(manifest: dict[str, Any]) -> str | None:
             if value is not None and not (0 <= value < float("inf")):
                 return f"inputs[{i}].{key} is {value}, expected a number >= 0"
     sel = manifest.get("selection") or {}
-    dedup = sel.get("dedup", "exact")
-    if dedup not in ("exact", "near", "none"):
+    dedup = sel.get("dedup", defaults.DEDUP)
+    if dedup not in defaults.DEDUPS:
         return f"selection.dedup is {dedup!r}, expected exact, near or none"
-    threshold = sel.get("near_dup_threshold", 0.8)
+    threshold = sel.get("near_dup_threshold", defaults.NEAR_DUP_THRESHOLD)
     if not 0 < threshold <= 1:
         return f"selection.near_dup_threshold is {threshold}, expected above 0 and at most 1"
     ngram = sel.get("decontaminate_ngram", 1)
