@@ -108,7 +108,8 @@ class RowStage:
             self.side.kill()
 
     def import_torch_ahead(self) -> None:
-        """The workers are done: the helper imports torch for ``token_freq.pt`` now, while the
+        """Every block is handed out: the helper imports torch for ``token_freq.pt`` once its own
+        blocks are done (its jobs run in order), while the other workers finish theirs and the
         driver closes the set (it loaded the template without torch: `helper.without_torch`)."""
         if self.side is not None:
             self.side.submit(import_torch, what="importing torch")

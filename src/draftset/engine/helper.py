@@ -8,7 +8,8 @@ its way), run the row step on the loaded template as one of the local engine's w
 (`engine.worker.load_and_keep`; with Ray it waits idle), write ``token_freq.pt`` at the end and
 read it back for the post-build check. The load keeps torch out (`without_torch`: a tokenizer
 needs none), so the helper works rows as lean as the other workers; torch is imported once, for
-``token_freq.pt``, once the workers are done (`import_torch`).
+``token_freq.pt``, once every block is handed out: after the helper's own blocks, while the
+other workers finish theirs (`import_torch`).
 
 A child that dies (killed, out of memory) raises `SidecarError` in the caller, never hangs it.
 A spawned child re-running a script that calls draftset at its top level (no
@@ -217,9 +218,10 @@ def import_tokenizer_loader() -> None:
 
 
 def import_torch() -> None:
-    """Import torch ahead of ``token_freq.pt`` (~1-3 s), once the workers are done: while the
-    driver closes its shards, not after (a missing torch, or one whose import raises, an
-    OSError too: `save_token_freq_pt` says which, from the answer kept here)."""
+    """Import torch ahead of ``token_freq.pt`` (~1-3 s), once every block is handed out: after
+    the helper's own blocks, while the other workers finish theirs, not after (a missing torch,
+    or one whose import raises, an OSError too: `save_token_freq_pt` says which, from the
+    answer kept here)."""
     torch_unavailable()
 
 

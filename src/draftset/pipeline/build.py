@@ -282,11 +282,13 @@ def _run(
         prompts = _JsonlSink(tmp / "prompts.jsonl")
         sinks = [rejects, prompts]
         read_back = _ReadBack()
-        for done in _drive(stage.engine, stream, acct, writer, rejects, prompts, read_back):
+        # once every block is handed out, the helper imports torch for token_freq.pt: after
+        # its own last blocks, while the other workers finish theirs (its core idle otherwise)
+        handed_out = _then(stream, stage.import_torch_ahead)
+        for done in _drive(stage.engine, handed_out, acct, writer, rejects, prompts, read_back):
             if on_progress:
                 on_progress(done, total or done)
         stage.engine.finish()  # all work is back: the workers exit now
-        stage.import_torch_ahead()  # for token_freq.pt, while the set is closed here
         acct += selected.counts  # the stream is drained: available, read, sampled_out
         available = {name: c.available for name, c in acct.sources.items()}
         notes += sampling_notes(opts.sources, available, opts.max_samples, opts.mix)
@@ -397,6 +399,12 @@ dedup, ~800 with near) wait in the driver until every scan before it is decided;
 budget, 3 tasks a worker of them were the whole input's facts from ~22 local workers (~1.9 GB
 at 10M rows with exact dedup). Scans cost about a tenth of the writes, so this keeps every
 worker fed: 3 MB a worker with exact dedup, 13 MB with near."""
+
+
+def _then(items: Iterable[Any], last: Callable[[], None]) -> Iterator[Any]:
+    """``items``, then ``last()`` once they are all taken (not on a failure before)."""
+    yield from items
+    last()
 
 
 def _scans_first(early: list[Any], scans: Iterator[Any]) -> Iterator[Any]:
