@@ -58,6 +58,9 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-length", type=int, default=4096, help="as bench/run.py's")
+    p.add_argument(
+        "--resolution", type=float, default=1.0, help="seconds a row of the table covers"
+    )
     args = p.parse_args()
     tok = qwen3_tokenizer()
     peers.CACHE.mkdir(parents=True, exist_ok=True)
@@ -95,7 +98,7 @@ def main() -> int:
                     seen[pid] = {"role": role, "first": now, "last": now, "cpu": cpu, "cpu0": cpu}
                     order.append(pid)
                 s = seen[pid]
-                per_second[int(now)][s["role"]] += cpu - s["cpu"]
+                per_second[int(now / args.resolution)][s["role"]] += cpu - s["cpu"]
                 s["last"], s["cpu"] = now, cpu
             time.sleep(0.1)
         total = time.perf_counter() - t0
@@ -108,11 +111,13 @@ def main() -> int:
         s = seen[pid]
         print(f"| {s['role']} | {s['first']:.1f} | {s['last']:.1f} | {s['cpu'] - s['cpu0']:.1f} |")
     roles = [seen[pid]["role"] for pid in order]
-    print("\ncores busy per second, by process:\n")
+    res = args.resolution
+    print(f"\ncores busy per {res:g} s, by process:\n")
     print("| s | " + " | ".join(roles) + " |\n|---|" + "---|" * len(roles))
-    for sec in sorted(per_second):
-        row = per_second[sec]
-        print(f"| {sec} | " + " | ".join(f"{row.get(r, 0):.2f}" for r in roles) + " |")
+    for tick in sorted(per_second):
+        row = per_second[tick]
+        busy = " | ".join(f"{row.get(r, 0) / res:.2f}" for r in roles)
+        print(f"| {tick * res:g} | {busy} |")
     return 0
 
 
