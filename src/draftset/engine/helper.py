@@ -221,7 +221,9 @@ def import_torch() -> None:
     """Import torch ahead of ``token_freq.pt`` (~1-3 s), once every block is handed out: after
     the helper's own blocks, while the other workers finish theirs, not after (a missing torch,
     or one whose import raises, an OSError too: `save_token_freq_pt` says which, from the
-    answer kept here)."""
+    answer kept here). The row step's freed heap goes back to the OS first: torch's ~210 MB
+    now load while the last worker still holds its own."""
+    release_memory()
     torch_unavailable()
 
 
