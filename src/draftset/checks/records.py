@@ -36,7 +36,6 @@ from draftset.checks.mask import (
 )
 from draftset.core import defaults, reasons
 from draftset.core.records import (
-    NOT_TRAINED,
     Conversation,
     Normalized,
     PreTokenized,
@@ -49,6 +48,7 @@ from draftset.mask.hygiene import (
     all_placeholder_answers,
     lacks_reasoning,
     row_kwargs_key,
+    run_sends,
 )
 from draftset.mask.render import server_completion_ids
 from draftset.mask.template import ChatTemplate
@@ -532,23 +532,13 @@ def _check_answered(
 
 
 def _run_sends(out: OutputSet, picked: Normalized, regenerate: Any, probe: EmptyThinkProbe) -> bool:
-    """Whether `run` asks the target about this selected row (`run_select._needs_answer`): a
-    prompt, a row padded with placeholders or prompt copies, or, by ``regenerate``, every
-    row (``all``) or one whose answers lack reasoning under a template that then trains an
-    empty think block (``missing_reasoning``, the probe build and run ask)."""
-    if isinstance(picked, PromptOnly):
-        return True
-    if not isinstance(picked, Conversation) or picked.meta.get(NOT_TRAINED):
-        return False
+    """Whether `run` asks the target about this selected row: `hygiene.run_sends`, the one
+    rule run queues by, asked of the source row with the manifest's options (placeholders,
+    template options, ``regenerate``) and verify's own probe, never of run's files."""
     placeholders = tuple(out.options.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
-    if reasons.all_padded_answers(picked, placeholders) or regenerate == "all":
-        return True
     kwargs = (out.manifest.get("template") or {}).get("kwargs") or {}
-    return (
-        regenerate == "missing_reasoning"
-        and lacks_reasoning(picked, kwargs)
-        and probe.thinks(row_kwargs_key(picked))
-    )
+    why, _ = run_sends(picked, placeholders, kwargs, regenerate, probe.thinks)
+    return why is not None
 
 
 def _asked(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
