@@ -34,6 +34,8 @@ from draftset.checks.mask import (
     _check_turn_rejects,
     _kept_server_ids,
 )
+from draftset.config.fields import refused
+from draftset.config.schema import BuildArgs, SourceEntry
 from draftset.core import defaults, reasons
 from draftset.core.records import (
     Conversation,
@@ -60,6 +62,7 @@ from draftset.output.readback import (
     read_jsonl,
 )
 from draftset.select import mix  # reading, ids and filters only; never build's masking code
+from draftset.select.decontam import DEFAULT_N, ngram_problem
 from draftset.select.modes import MixError
 from draftset.sources.overlay import Overlay
 from draftset.sources.read import (
@@ -185,6 +188,11 @@ def iter_source_items(out: OutputSet) -> Iterator[Normalized]:
 def source_selection(out: OutputSet) -> mix.Selection:
     """Build's selection step as the manifest recorded it; once its rows are drained, its
     counts and report are what build's manifest must say (`_compare_selection_records`)."""
+    if problem := selection_value_problem(out.manifest):
+        raise NotADraftsetError(
+            f"{out.folder / 'manifest.json'} is malformed: {problem} (not a manifest draftset"
+            " wrote; rebuild the set)"
+        )
     opts = out.options
     sel = out.manifest.get("selection") or {}
     spec = mix.SelectionSpec(
@@ -203,6 +211,30 @@ def source_selection(out: OutputSet) -> mix.Selection:
         answered=(out.manifest.get("run") or {}).get("regenerate"),
     )
     return mix.Selection(spec)
+
+
+def selection_value_problem(manifest: dict[str, Any]) -> str | None:
+    """A selection setting of the manifest of a value build refuses before any work, said as
+    the option schema says it (`config.schema`: ``SourceEntry``'s count and weight,
+    ``BuildArgs``' dedup and near_dup_threshold; the decontaminator's n-gram size), else None:
+    verify re-runs the selection with them, which ended in a traceback. The bounds are the
+    schema's own, so one changed there holds here (types are checked first, on reading the
+    manifest: `output.readback.manifest_problem`)."""
+    for i, src in enumerate(manifest.get("inputs") or []):
+        given = {k: src[k] for k in ("count", "weight") if isinstance(src, dict) and k in src}
+        given = {k: v for k, v in given.items() if v is not None}
+        if given and (bad := refused(SourceEntry, {"path": "recorded", **given})):
+            name, what, value = bad
+            return f"inputs[{i}].{name} is {value!r}: {what}"
+    sel = manifest.get("selection") or {}
+    given = {k: sel[k] for k in ("dedup", "near_dup_threshold") if k in sel}
+    if given and (bad := refused(BuildArgs, given)):
+        name, what, value = bad
+        return f"selection.{name} is {value!r}: {what}"
+    n = sel.get("decontaminate_ngram", DEFAULT_N)
+    if what := ngram_problem(n):
+        return f"selection.decontaminate_ngram is {n!r}: {what}"
+    return None
 
 
 # --- the pass over every input row ----------------------------------------------------------------
