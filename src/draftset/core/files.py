@@ -253,8 +253,28 @@ def other_config_problem(path: str | Path) -> str | None:
     if suffix.lower() not in OTHER_CONFIG_SUFFIXES:
         return None
     return (
-        f"{path}: recipes are YAML (.yaml/.yml), not {suffix}: write it as YAML with the same"
-        " keys (examples/recipe.yaml), or give a data file (.jsonl, .json, .parquet, .arrow)"
+        f"{other_format_recipe_message(path)}, or give a data file (.jsonl, .json, .parquet,"
+        " .arrow)"
+    )
+
+
+def other_format_recipe_message(path: str | Path, example: str = "examples/recipe.yaml") -> str:
+    """What is said of a recipe in another settings format (`OTHER_CONFIG_SUFFIXES`): write it
+    as YAML (``example``: the example recipe of the command it was given to)."""
+    return (
+        f"{path}: recipes are YAML (.yaml/.yml), not {Path(path).suffix}: write it as YAML with"
+        f" the same keys ({example})"
+    )
+
+
+def looks_like_recipe(path: str | Path) -> bool:
+    """A recipe by its name (`is_recipe`), one in another settings format (``.toml``), or a
+    recipe written as JSON (`json_recipe_problem`): a settings file, never data or a set."""
+    suffix = Path(path).suffix.lower()
+    return (
+        is_recipe(path)
+        or suffix in OTHER_CONFIG_SUFFIXES
+        or (suffix == ".json" and json_recipe_problem(path) is not None)
     )
 
 

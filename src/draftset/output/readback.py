@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from draftset.core import defaults
 from draftset.core.errors import UsageError
-from draftset.core.files import is_recipe
+from draftset.core.files import looks_like_recipe
 from draftset.output import DEFAULT_FORMAT, FORMATS, layout
 from draftset.output.base import Layout, RowAccess, rel_name
 from draftset.output.folder import MANIFEST_FORMAT
@@ -194,7 +194,7 @@ def open_output(folder: Path) -> OutputSet:
     if not folder.exists():
         raise NotADraftsetError(f"folder not found: {folder}")
     if not folder.is_dir():
-        if is_recipe(folder):  # `draftset build r.yaml`, then `draftset verify r.yaml`
+        if looks_like_recipe(folder):  # `draftset build r.yaml`, then `draftset verify r.yaml`
             raise NotADraftsetError(
                 f"{folder} is a recipe, not a set: give the folder its build wrote (the"
                 " recipe's out:)"
