@@ -157,6 +157,16 @@ def output_file_problem(
                 f"{shown}: the file exists and is not {what} draftset wrote;"
                 " choose another path or remove it"
             )
+    if (
+        set_may_write is not None
+        and path.is_symlink()
+        and _own_place(path) == _own_place(set_may_write)
+    ):  # written through, the page of another set (or any file of {what}) was replaced
+        return (
+            f"{shown} is a symbolic link (to {os.readlink(path)}), not a file draftset wrote:"
+            f" it writes {what} there only as the set's own file; remove the link, or write"
+            " it elsewhere with -o"
+        )
     real = Path(os.path.realpath(path))
     problem = cannot_create(real, "files")
     if problem:
@@ -166,11 +176,16 @@ def output_file_problem(
     return None
 
 
+def _own_place(path: Path | str) -> Path:
+    """Where ``path`` itself is (its folder resolved), not where a link there points."""
+    absolute = Path(os.path.abspath(path))
+    return absolute.parent.resolve() / absolute.name
+
+
 def places_of(path: Path | str) -> set[Path]:
     """Where a file written at ``path`` lands, symbolic links and ``..`` resolved: its own
     place (its folder resolved) and, when ``path`` is a link, where the link points."""
-    absolute = Path(os.path.abspath(path))
-    return {absolute.parent.resolve() / absolute.name, Path(os.path.realpath(path))}
+    return {_own_place(path), Path(os.path.realpath(path))}
 
 
 def inside_set_problem(
@@ -182,10 +197,7 @@ def inside_set_problem(
     home = Path(os.path.realpath(set_dir))
     # the allowed file's own place (its folder resolved), not where a link there points: a
     # link at DIR/report.html is judged by what it points to, as any other path is
-    allowed = None
-    if set_may_write is not None:
-        absolute = Path(os.path.abspath(set_may_write))
-        allowed = absolute.parent.resolve() / absolute.name
+    allowed = None if set_may_write is None else _own_place(set_may_write)
     for place in places_of(path):
         if place == home:
             return f"{shown} is the set folder {set_dir}; name a file outside it"
