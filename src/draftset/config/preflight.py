@@ -51,17 +51,16 @@ class PreflightError(UsageError):
     """Unusable options or output path, found before any work (exit code 2)."""
 
 
-def not_replaceable_reason(folder: Path, shown: str, flag: str = "--out") -> str:
-    """Why ``--overwrite`` refuses ``folder`` (named ``shown``, given as ``flag``: ``--out``,
-    or ``recipe key out:``), as the one-line message."""
+def not_replaceable_reason(folder: Path, shown: str) -> str:
+    """Why ``--overwrite`` refuses ``folder`` (named ``shown``), as the one-line message."""
     if is_draftset_output(folder):
         return (
-            f"{flag} {shown} is a draftset output holding files draftset did not write:"
+            f"--out {shown} is a draftset output holding files draftset did not write:"
             f" {foreign_listing(folder)}; --overwrite replaces only what draftset wrote"
-            f" (move them out first, or choose another {flag.removeprefix('recipe key ')})"
+            " (move them out first, or choose another --out)"
         )
     return (
-        f"{flag} {shown} exists, is not empty and is not a draftset output (no manifest.json"
+        f"--out {shown} exists, is not empty and is not a draftset output (no manifest.json"
         f' with "format": "{MANIFEST_FORMAT}"): --overwrite would not replace it either'
         " (it replaces only draftset outputs and empty folders); name a new folder"
     )
@@ -345,7 +344,7 @@ def check_out_apart(flag: str, out: Path, sources: list[Path], inputs: list[Path
 
 def check_recipe_out_apart(opts: BuildOptions) -> None:
     """`check_out_apart` and `out_folder_problem` of a recipe's ``out:`` (a file, a folder
-    that cannot be created or replaced), its lines naming that key (they named a ``--out``
+    that cannot be created), its lines naming that key (they named a ``--out``
     nobody gave), as `out_place_problem`'s do."""
     resolved = resolve_paths(opts)
     sources = [s.path for s in resolved.sources if not str(s.path).startswith(HUB_PREFIX)]
@@ -371,24 +370,25 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
     check_out_apart("--out", out, sources, inputs)
     if problem := out_folder_problem(out, "--out"):
         raise PreflightError(problem)
-    if Path(out).expanduser().resolve().exists() and not overwrite:
+    real = Path(out).expanduser().resolve()
+    if not real.exists():
+        return
+    if not replaceable(real):  # both facts at once: --overwrite would be refused too
+        raise PreflightError(not_replaceable_reason(real, str(out)))
+    if not overwrite:
         raise PreflightError(f"output folder exists: {out} (pass --overwrite to replace it)")
 
 
 def out_folder_problem(out: Path, flag: str) -> str | None:
-    """Why no set can be written in ``out`` (one line starting ``flag``: ``--out``, or ``recipe
-    key out:`` when the recipe set it), or None: it cannot be created (under a file, in a
-    folder that cannot be written), it is a file, or it holds what ``--overwrite`` would not
-    replace either."""
+    """Why no folder can be at ``out`` (one line starting ``flag``: ``--out``, or ``recipe key
+    out:`` when the recipe set it), or None: it cannot be created (under a file, in a folder
+    that cannot be written), or it is a file. (A folder there that may not be replaced is
+    judged where the command knows whose it is: build's `check_output_path`, run's own.)"""
     real = Path(out).expanduser().resolve()
     if (problem := cannot_create(real, "folders")) is not None:
         return f"{flag} {out}{problem}"
-    if not real.exists():
-        return None
-    if not real.is_dir():
+    if real.exists() and not real.is_dir():
         return f"{flag} {out} is a file, not a folder"
-    if not replaceable(real):  # both facts at once: --overwrite would be refused too
-        return not_replaceable_reason(real, str(out), flag)
     return None
 
 
