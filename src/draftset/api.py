@@ -46,12 +46,14 @@ from draftset.config.schema import (
 )
 from draftset.core.errors import DraftsetError, UsageError
 from draftset.core.files import (
+    OTHER_CONFIG_SUFFIXES,
     dash_problem,
     home_problem,
     is_recipe,
     json_recipe_problem,
     name_problem,
     other_config_problem,
+    other_format_recipe_message,
     output_file_problem,
     write_failure,
     write_output_file,
@@ -692,6 +694,8 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
     if not is_recipe(path):  # a recipe written as JSON is told to be renamed, as build's
         if path.suffix.lower() == ".json" and (problem := json_recipe_problem(path)):
             raise RunUsageError(problem)
+        if path.suffix.lower() in OTHER_CONFIG_SUFFIXES:  # recipe.toml: write it as YAML
+            raise RunUsageError(other_format_recipe_message(recipe, "examples/run.yaml"))
         raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
     if problem := dash_problem("--work", o.work, "name the work folder"):
         raise RunUsageError(problem)

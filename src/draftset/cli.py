@@ -107,10 +107,17 @@ def _stdout_reader_left() -> bool:
         return False
 
 
+READ_AS_FAR_AS_WANTED = frozenset({"show", "report"})
+"""Commands whose output's reader may leave early (`| head`) and the command still did its
+work (the row shown as far as wanted, the page written): they end quietly, exit 0. Any other
+(verify, build, generate, run) exits 1 then: its verdict, printed last, went unread."""
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     given = sys.argv[1:] if argv is None else argv
     helper = None
+    command = given[0] if given else None
     try:
         if given and given[0] == "build":  # before the parser: see `build_helper_ahead`
             # lazy: see the note on the imports
@@ -132,12 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         if not _stdout_reader_left():  # another pipe broke (a worker's): not the reader
             raise
         # the reader left (`draftset report DIR | head -1`): nothing more can be said; its
-        # output goes nowhere from now on (the exit's flush too), and the exit is 1, as rich's
-        # console makes it for `show`
+        # output goes nowhere from now on (the exit's flush too)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-        return 1
+        return 0 if command in READ_AS_FAR_AS_WANTED else 1
     except DraftsetError as exc:  # every run-level error carries its exit code
         from draftset.core.terminal import visible  # lazy: only on an error
 

@@ -3,6 +3,7 @@ safe for rich, the unread-fields notes. The build's summary table is `pipeline/s
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -19,6 +20,16 @@ from rich.progress import (
 )
 
 from draftset.core.terminal import visible
+
+
+class StdoutConsole(Console):
+    """rich's console on standard output whose reader leaving (`draftset show DIR | head`)
+    is the command line's to end (`cli.main`: quietly, with the command's exit), not rich's
+    own ``SystemExit(1)`` (`Console.on_broken_pipe`)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # nothing more is printed, as rich's own
+        raise BrokenPipeError(errno.EPIPE, "the reader of standard output left")
 
 
 def _console(stderr: bool = False) -> Console:

@@ -313,12 +313,13 @@ def test_a_benchmark_file_without_its_recorded_sha256_fails_sources(built, tmp_p
 @pytest.mark.parametrize(
     ("path", "value", "said"),
     [
-        (("inputs", 0, "count"), -1, "inputs[0].count is -1"),
-        (("inputs", 0, "weight"), -0.5, "inputs[0].weight is -0.5"),
-        (("selection", "dedup"), "fuzzy", "selection.dedup is 'fuzzy'"),
-        (("selection", "near_dup_threshold"), 2, "selection.near_dup_threshold is 2"),
-        (("selection", "near_dup_threshold"), 0, "selection.near_dup_threshold is 0"),
-        (("selection", "decontaminate_ngram"), 0, "selection.decontaminate_ngram is 0"),
+        (("inputs", 0, "count"), -1, "inputs[0].count is -1: must be >= 0"),
+        (("inputs", 0, "weight"), -0.5, "inputs[0].weight is -0.5: must be >= 0"),
+        (("inputs", 0, "weight"), float("inf"), "inputs[0].weight is inf: must be a finite"),
+        (("selection", "dedup"), "fuzzy", "selection.dedup is 'fuzzy': must be exact, near or"),
+        (("selection", "near_dup_threshold"), 2, "selection.near_dup_threshold is 2: must be <= 1"),
+        (("selection", "near_dup_threshold"), 0, "selection.near_dup_threshold is 0: must be > 0"),
+        (("selection", "decontaminate_ngram"), 0, "decontaminate_ngram is 0: must be >= 1"),
     ],
 )
 def test_a_selection_value_build_refuses_is_one_line_exit_2(
@@ -327,7 +328,9 @@ def test_a_selection_value_build_refuses_is_one_line_exit_2(
     """verify re-runs the selection with the manifest's settings: one build refuses (a
     negative count, an unknown dedup mode, a threshold outside (0, 1], an n-gram size of 0)
     ended in a traceback (ValueError) before, a negative weight in row_identity failures of
-    every row; now the manifest is malformed, exit 2."""
+    every row; now the manifest is malformed, exit 2. The reason is the option schema's own
+    (`config.schema`, as `draftset build` words it: ``must be <= 1``), not a copy of its
+    bounds that could drift from it."""
     folder = copy_set(built, tmp_path)
     m = manifest(folder)
     node = m

@@ -189,6 +189,19 @@ def test_a_recipe_in_another_config_format_is_told_recipes_are_yaml(tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "recipes are YAML (.yaml/.yml)" in err[0], err
     assert "unsupported file type" not in err[0]
+    # run's recipe: it said "draftset run takes a recipe (.yaml), not recipe.toml", no hint
+    assert main(["run", str(recipe)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"draftset: error: {recipe}: recipes are YAML (.yaml/.yml), not {suffix}: write it as"
+        " YAML with the same keys (examples/run.yaml)"
+    ]
+    # a set's commands: it said "not a folder: recipe.toml"
+    for command in (["verify"], ["report"], ["show", "--row", "0"]):
+        assert main([command[0], str(recipe), *command[1:]]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"draftset: error: {recipe} is a recipe, not a set: give the folder its build wrote"
+            " (the recipe's out:)"
+        ], command
 
 
 @pytest.mark.parametrize("with_tokenizer", [False, True])

@@ -201,6 +201,33 @@ def test_a_recipe_out_on_a_source_names_the_recipe_key(
     assert not (folder / "o").exists()
 
 
+@pytest.mark.parametrize(
+    ("out", "said"),
+    [
+        ("f", "r/f is a file, not a folder"),
+        ("f/o", "r/f/o is under a file ({r}/f), not a folder"),
+    ],
+)
+def test_a_recipe_out_that_cannot_be_a_set_names_the_recipe_key(
+    tmp_path, monkeypatch, capsys, no_work, out, said
+):
+    """A recipe's ``out:`` that is a file or under a file (cannot be created) was refused as
+    "--out r/f is a file, not a folder", a flag nobody gave: it names ``recipe key out:`` in
+    build and run; the flag's own value is still named as the flag."""
+    path = recipe(tmp_path, out=out, generate={"endpoints": ["http://127.0.0.1:9/v1"]})
+    folder = path.parent
+    (folder / "f").write_text("mine", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)  # the recipe's out: is shown from the current folder
+    said = said.format(r=folder)
+    want = f"draftset: error: recipe key out: {said} (paths in a recipe are relative to its folder)"
+    for command in ("build", "run"):
+        assert main([command, "r/ct.yaml"]) == 2, command
+        assert one_error_line(capsys) == want, command
+    assert main(["build", "r/ct.yaml", "--out", said.split()[0]]) == 2
+    assert one_error_line(capsys) == f"draftset: error: --out {said}"
+    assert (folder / "f").read_text(encoding="utf-8") == "mine"
+
+
 @pytest.mark.parametrize("blank", ["", " ", "\t"])
 @pytest.mark.parametrize(
     ("keys", "key"),

@@ -551,3 +551,41 @@ def test_a_huge_constant_is_refused_when_the_template_loads(tmp_path):
         run_build(options(tmp_path, template, ["Hi?"]))
     line = str(err.value)
     assert str(template) in line and "3,000,000,000 characters" in line, line
+
+
+def test_build_and_verify_work_the_token_bytes_bound_out_once_per_renderer(monkeypatch):
+    """build's row step and verify's length bound each kept their own cache of
+    `token_bytes_bound` (~1 s a tokenizer): the step per step, verify in a module dict keyed
+    by the template's id (which also kept every template alive). It is now the renderer's
+    `token_bytes`, worked out once whoever asks first."""
+    from draftset.checks.mask import Expected, _tokens_at_least
+    from draftset.core.records import Conversation
+    from draftset.mask import encode
+    from draftset.mask.template import ChatTemplate, TemplateSpec
+    from draftset.pipeline.build import mask_config
+
+    calls: list[object] = []
+    real = encode.token_bytes_bound
+
+    def counted(backend):
+        calls.append(backend)
+        return real(backend)
+
+    monkeypatch.setattr(encode, "token_bytes_bound", counted)
+    spec = TemplateSpec(tokenizer=str(qwen3_tokenizer_dir()))
+    tmpl = ChatTemplate(spec)
+    opts = BuildOptions([], str(qwen3_tokenizer_dir()), Path("unused"), max_length=64)
+
+    class Info:  # what `mask_config` reads of a loaded template's facts
+        kit = None
+        vocab_size = len(tmpl.tokenizer)
+
+    step = mask_config(opts, spec, Info()).build(tmpl)  # type: ignore[arg-type]
+    long = "q " * 2_000  # > 16 bytes a token x max_length: the bound is asked
+    row = Conversation(
+        "long", "s", 0, [{"role": "user", "content": long}, {"role": "assistant", "content": "a"}]
+    )
+    step.process([row])
+    assert calls == [tmpl.backend]  # build's step asked it
+    assert _tokens_at_least(tmpl, Expected(long * 2, []), 64) > 0  # verify asks the same one
+    assert calls == [tmpl.backend]  # ... and it was not worked out again

@@ -599,6 +599,58 @@ def test_which_rows_are_sent(regenerate: str, expected: list[str | None]) -> Non
     assert got[1][1] == [user, user]  # the placeholder turn is dropped: a prompt again
 
 
+@pytest.mark.parametrize("regenerate", ["missing", "missing_reasoning", "all"])
+@pytest.mark.parametrize("thinks", [True, False])
+def test_run_and_verify_send_the_same_rows(regenerate: str, thinks: bool) -> None:
+    """Which rows `run` sends (`run_select._needs_answer`) and which verify accepts an answer
+    line for (`checks.records._run_sends`, from the manifest's options) are one rule
+    (`hygiene.run_sends`): on a table of rows (prompt-only, "OK." and prompt-copy pads,
+    missing reasoning, thinking off, weighted 0, a custom placeholder) they never disagree."""
+    from types import SimpleNamespace
+
+    from draftset.checks import records as verify_records
+    from draftset.config.options import BuildOptions
+    from draftset.core.records import Conversation, PromptOnly, RawRow
+    from draftset.sources.normalize import normalize
+
+    class Probe:
+        def thinks(self, _kwargs: str = "{}") -> bool:
+            return thinks
+
+    user = {"role": "user", "content": "Name a colour."}
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
+    rows = [
+        PromptOnly("p", "s", 0, [user]),
+        Conversation("ok", "s", 1, [user, {"role": "assistant", "content": "OK."}]),
+        Conversation("copy", "s", 2, [user, {"role": "assistant", "content": "Name a colour."}]),
+        Conversation("pad", "s", 3, [user, {"role": "assistant", "content": "TBD"}]),
+        Conversation("bare", "s", 4, [user, {"role": "assistant", "content": "Blue."}]),
+        Conversation(
+            "off", "s", 5, [user, {"role": "assistant", "content": "Blue."}], meta={"metadata": off}
+        ),
+        Conversation(
+            "reasoned",
+            "s",
+            6,
+            [user, {"role": "assistant", "content": "Blue.", "reasoning_content": "r"}],
+        ),
+        normalize(
+            RawRow("s", 7, {"messages": [user, {"role": "assistant", "content": "x", "weight": 0}]})
+        ),
+    ]
+    placeholders = ("OK.", "TBD")
+    b = BuildOptions(sources=[], tokenizer="t", out=Path("o"), placeholders=placeholders)
+    out = SimpleNamespace(
+        options={"placeholders": list(placeholders)},
+        manifest={"template": {"kwargs": {}}, "run": {"regenerate": regenerate}},
+    )
+    run_says = [run_select._needs_answer(r, b, regenerate, Probe())[0] is not None for r in rows]  # type: ignore[arg-type]
+    verify_says = [verify_records._run_sends(out, r, regenerate, Probe()) for r in rows]  # type: ignore[arg-type]
+    assert run_says == verify_says
+    assert run_says[:4] == [True] * 4  # a prompt and every pad, whatever regenerate says
+    assert run_says[7] is False  # weighted 0: never
+
+
 def test_placeholder_rows_follow_the_one_placeholder_definition() -> None:
     """What `run` re-asks and `build` counts as placeholder-only is exactly what render and
     verify leave unsupervised (`reasons.is_placeholder_answer`): whitespace-only reasoning is

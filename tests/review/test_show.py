@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -350,3 +353,26 @@ def test_a_set_built_from_a_hub_id_is_decoded_from_the_hub(folder, tmp_path, mon
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline: the hub is not read, and it says so
     with pytest.raises(ShowError, match="HF_HUB_OFFLINE"):
         render(hub_set, row_id="a")
+
+
+def _with_reader_gone(*argv: str) -> subprocess.CompletedProcess[bytes]:
+    """``draftset ARGV`` whose standard output's reader left before it said a word (as
+    ``| head`` does once it has its lines)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "draftset", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, b"", err)
+
+
+def test_show_read_by_a_reader_that_left_ends_quietly_exit_0(folder):
+    """`draftset show DIR --row 0 | head -3`: rich's console ended the command with its own
+    exit 1 once head had left. The row was shown as far as the reader wanted it: the command
+    ends quietly, exit 0, as `report | head` does."""
+    done = _with_reader_gone("show", str(folder), "--row", "0")
+    assert (done.returncode, done.stderr) == (0, b"")

@@ -26,7 +26,6 @@ from draftset.core import reasons
 from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.records import Conversation, PreTokenized
 from draftset.mask.ambient import clock_kwargs, valid_now
-from draftset.mask.encode import token_bytes_bound
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.reads import served_reads
 from draftset.mask.render import in_vocabulary, server_completion_ids, server_prompt_ids
@@ -881,9 +880,6 @@ def _check_length_rejects(
             )
 
 
-_TOKEN_BYTES: dict[int, tuple[ChatTemplate, int | None]] = {}
-
-
 def _tokens_at_least(tmpl: ChatTemplate, exp: Expected, max_len: int) -> int:
     """A lower bound of `_contract_layout`'s length from the text's UTF-8 bytes alone (build's
     `token_bytes_bound` rule), 0 when unknown or when the text is too short to matter: a row of
@@ -893,10 +889,7 @@ def _tokens_at_least(tmpl: ChatTemplate, exp: Expected, max_len: int) -> int:
     the server's ids stand for a generation (counted as none)."""
     if len(exp.text) * 4 <= 16 * max_len:  # no real tokenizer's bound is under 16 bytes
         return 0
-    cached = _TOKEN_BYTES.get(id(tmpl))
-    if cached is None or cached[0] is not tmpl:
-        cached = _TOKEN_BYTES[id(tmpl)] = (tmpl, token_bytes_bound(tmpl.backend))
-    per = cached[1]
+    per = tmpl.token_bytes  # worked out once per template, as build's row step asks it
     if not per:
         return 0
     total = _utf8_len(exp.text)

@@ -34,9 +34,10 @@ from draftset.checks.mask import (
     _check_turn_rejects,
     _kept_server_ids,
 )
+from draftset.config.fields import refused
+from draftset.config.schema import BuildArgs, SourceEntry
 from draftset.core import defaults, reasons
 from draftset.core.records import (
-    NOT_TRAINED,
     Conversation,
     Normalized,
     PreTokenized,
@@ -49,6 +50,7 @@ from draftset.mask.hygiene import (
     all_placeholder_answers,
     lacks_reasoning,
     row_kwargs_key,
+    run_sends,
 )
 from draftset.mask.render import server_completion_ids
 from draftset.mask.template import ChatTemplate
@@ -60,6 +62,7 @@ from draftset.output.readback import (
     read_jsonl,
 )
 from draftset.select import mix  # reading, ids and filters only; never build's masking code
+from draftset.select.decontam import DEFAULT_N, ngram_problem
 from draftset.select.modes import MixError
 from draftset.sources.overlay import Overlay
 from draftset.sources.read import (
@@ -185,6 +188,11 @@ def iter_source_items(out: OutputSet) -> Iterator[Normalized]:
 def source_selection(out: OutputSet) -> mix.Selection:
     """Build's selection step as the manifest recorded it; once its rows are drained, its
     counts and report are what build's manifest must say (`_compare_selection_records`)."""
+    if problem := selection_value_problem(out.manifest):
+        raise NotADraftsetError(
+            f"{out.folder / 'manifest.json'} is malformed: {problem} (not a manifest draftset"
+            " wrote; rebuild the set)"
+        )
     opts = out.options
     sel = out.manifest.get("selection") or {}
     spec = mix.SelectionSpec(
@@ -203,6 +211,30 @@ def source_selection(out: OutputSet) -> mix.Selection:
         answered=(out.manifest.get("run") or {}).get("regenerate"),
     )
     return mix.Selection(spec)
+
+
+def selection_value_problem(manifest: dict[str, Any]) -> str | None:
+    """A selection setting of the manifest of a value build refuses before any work, said as
+    the option schema says it (`config.schema`: ``SourceEntry``'s count and weight,
+    ``BuildArgs``' dedup and near_dup_threshold; the decontaminator's n-gram size), else None:
+    verify re-runs the selection with them, which ended in a traceback. The bounds are the
+    schema's own, so one changed there holds here (types are checked first, on reading the
+    manifest: `output.readback.manifest_problem`)."""
+    for i, src in enumerate(manifest.get("inputs") or []):
+        given = {k: src[k] for k in ("count", "weight") if isinstance(src, dict) and k in src}
+        given = {k: v for k, v in given.items() if v is not None}
+        if given and (bad := refused(SourceEntry, {"path": "recorded", **given})):
+            name, what, value = bad
+            return f"inputs[{i}].{name} is {value!r}: {what}"
+    sel = manifest.get("selection") or {}
+    given = {k: sel[k] for k in ("dedup", "near_dup_threshold") if k in sel}
+    if given and (bad := refused(BuildArgs, given)):
+        name, what, value = bad
+        return f"selection.{name} is {value!r}: {what}"
+    n = sel.get("decontaminate_ngram", DEFAULT_N)
+    if what := ngram_problem(n):
+        return f"selection.decontaminate_ngram is {n!r}: {what}"
+    return None
 
 
 # --- the pass over every input row ----------------------------------------------------------------
@@ -532,23 +564,13 @@ def _check_answered(
 
 
 def _run_sends(out: OutputSet, picked: Normalized, regenerate: Any, probe: EmptyThinkProbe) -> bool:
-    """Whether `run` asks the target about this selected row (`run_select._needs_answer`): a
-    prompt, a row padded with placeholders or prompt copies, or, by ``regenerate``, every
-    row (``all``) or one whose answers lack reasoning under a template that then trains an
-    empty think block (``missing_reasoning``, the probe build and run ask)."""
-    if isinstance(picked, PromptOnly):
-        return True
-    if not isinstance(picked, Conversation) or picked.meta.get(NOT_TRAINED):
-        return False
+    """Whether `run` asks the target about this selected row: `hygiene.run_sends`, the one
+    rule run queues by, asked of the source row with the manifest's options (placeholders,
+    template options, ``regenerate``) and verify's own probe, never of run's files."""
     placeholders = tuple(out.options.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
-    if reasons.all_padded_answers(picked, placeholders) or regenerate == "all":
-        return True
     kwargs = (out.manifest.get("template") or {}).get("kwargs") or {}
-    return (
-        regenerate == "missing_reasoning"
-        and lacks_reasoning(picked, kwargs)
-        and probe.thinks(row_kwargs_key(picked))
-    )
+    why, _ = run_sends(picked, placeholders, kwargs, regenerate, probe.thinks)
+    return why is not None
 
 
 def _asked(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -293,6 +293,17 @@ def _problem(model: type[BaseModel], exc: ValidationError, data: Mapping[str, An
     return name, f"expected {_describe(field.annotation)}", value
 
 
+def refused(model: type[BaseModel], data: Mapping[str, Any]) -> tuple[str, str, Any] | None:
+    """(field name, what is wrong, the value given) when ``model`` refuses ``data``, worded as
+    `validated` words it (``must be <= 1``); None when it takes them. For values recorded
+    elsewhere (a manifest) that must hold the bounds the options have."""
+    try:
+        model.model_validate(dict(data))
+    except ValidationError as exc:
+        return _problem(model, exc, data)
+    return None
+
+
 _EXPECTED = {
     "string_type": "a string",
     "int_type": "an integer",

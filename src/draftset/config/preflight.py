@@ -343,12 +343,15 @@ def check_out_apart(flag: str, out: Path, sources: list[Path], inputs: list[Path
 
 
 def check_recipe_out_apart(opts: BuildOptions) -> None:
-    """`check_out_apart` of a recipe's ``out:``, its lines naming that key (they named a
-    ``--out`` nobody gave), as `out_place_problem`'s do."""
+    """`check_out_apart` and `out_folder_problem` of a recipe's ``out:`` (a file, a folder
+    that cannot be created), its lines naming that key (they named a ``--out``
+    nobody gave), as `out_place_problem`'s do."""
     resolved = resolve_paths(opts)
     sources = [s.path for s in resolved.sources if not str(s.path).startswith(HUB_PREFIX)]
     try:
         check_out_apart("recipe key out:", opts.out, sources, input_paths(resolved))
+        if problem := out_folder_problem(opts.out, "recipe key out:"):  # a file, can't create
+            raise PreflightError(problem)
     except PreflightError as exc:
         line, where = str(exc), "paths in a recipe are relative to its folder"
         told = f"{line[:-1]}; {where})" if line.endswith(")") else f"{line} ({where})"
@@ -364,19 +367,29 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
     """
     if problem := out_place_problem(out, "--out"):
         raise PreflightError(problem)
-    real = Path(out).expanduser().resolve()
     check_out_apart("--out", out, sources, inputs)
-    problem = cannot_create(real, "folders")
-    if problem is not None:
-        raise PreflightError(f"--out {out}{problem}")
+    if problem := out_folder_problem(out, "--out"):
+        raise PreflightError(problem)
+    real = Path(out).expanduser().resolve()
     if not real.exists():
         return
-    if not real.is_dir():
-        raise PreflightError(f"--out {out} is a file, not a folder")
     if not replaceable(real):  # both facts at once: --overwrite would be refused too
         raise PreflightError(not_replaceable_reason(real, str(out)))
     if not overwrite:
         raise PreflightError(f"output folder exists: {out} (pass --overwrite to replace it)")
+
+
+def out_folder_problem(out: Path, flag: str) -> str | None:
+    """Why no folder can be at ``out`` (one line starting ``flag``: ``--out``, or ``recipe key
+    out:`` when the recipe set it), or None: it cannot be created (under a file, in a folder
+    that cannot be written), or it is a file. (A folder there that may not be replaced is
+    judged where the command knows whose it is: build's `check_output_path`, run's own.)"""
+    real = Path(out).expanduser().resolve()
+    if (problem := cannot_create(real, "folders")) is not None:
+        return f"{flag} {out}{problem}"
+    if real.exists() and not real.is_dir():
+        return f"{flag} {out} is a file, not a folder"
+    return None
 
 
 def out_place_problem(out: Path, flag: str) -> str | None:

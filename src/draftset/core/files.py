@@ -157,6 +157,16 @@ def output_file_problem(
                 f"{shown}: the file exists and is not {what} draftset wrote;"
                 " choose another path or remove it"
             )
+    if (
+        set_may_write is not None
+        and path.is_symlink()
+        and _own_place(path) == _own_place(set_may_write)
+    ):  # written through, the page of another set (or any file of {what}) was replaced
+        return (
+            f"{shown} is a symbolic link (to {os.readlink(path)}), not a file draftset wrote:"
+            f" it writes {what} there only as the set's own file; remove the link, or write"
+            " it elsewhere with -o"
+        )
     real = Path(os.path.realpath(path))
     problem = cannot_create(real, "files")
     if problem:
@@ -166,11 +176,16 @@ def output_file_problem(
     return None
 
 
+def _own_place(path: Path | str) -> Path:
+    """Where ``path`` itself is (its folder resolved), not where a link there points."""
+    absolute = Path(os.path.abspath(path))
+    return absolute.parent.resolve() / absolute.name
+
+
 def places_of(path: Path | str) -> set[Path]:
     """Where a file written at ``path`` lands, symbolic links and ``..`` resolved: its own
     place (its folder resolved) and, when ``path`` is a link, where the link points."""
-    absolute = Path(os.path.abspath(path))
-    return {absolute.parent.resolve() / absolute.name, Path(os.path.realpath(path))}
+    return {_own_place(path), Path(os.path.realpath(path))}
 
 
 def inside_set_problem(
@@ -182,10 +197,7 @@ def inside_set_problem(
     home = Path(os.path.realpath(set_dir))
     # the allowed file's own place (its folder resolved), not where a link there points: a
     # link at DIR/report.html is judged by what it points to, as any other path is
-    allowed = None
-    if set_may_write is not None:
-        absolute = Path(os.path.abspath(set_may_write))
-        allowed = absolute.parent.resolve() / absolute.name
+    allowed = None if set_may_write is None else _own_place(set_may_write)
     for place in places_of(path):
         if place == home:
             return f"{shown} is the set folder {set_dir}; name a file outside it"
@@ -253,8 +265,28 @@ def other_config_problem(path: str | Path) -> str | None:
     if suffix.lower() not in OTHER_CONFIG_SUFFIXES:
         return None
     return (
-        f"{path}: recipes are YAML (.yaml/.yml), not {suffix}: write it as YAML with the same"
-        " keys (examples/recipe.yaml), or give a data file (.jsonl, .json, .parquet, .arrow)"
+        f"{other_format_recipe_message(path)}, or give a data file (.jsonl, .json, .parquet,"
+        " .arrow)"
+    )
+
+
+def other_format_recipe_message(path: str | Path, example: str = "examples/recipe.yaml") -> str:
+    """What is said of a recipe in another settings format (`OTHER_CONFIG_SUFFIXES`): write it
+    as YAML (``example``: the example recipe of the command it was given to)."""
+    return (
+        f"{path}: recipes are YAML (.yaml/.yml), not {Path(path).suffix}: write it as YAML with"
+        f" the same keys ({example})"
+    )
+
+
+def looks_like_recipe(path: str | Path) -> bool:
+    """A recipe by its name (`is_recipe`), one in another settings format (``.toml``), or a
+    recipe written as JSON (`json_recipe_problem`): a settings file, never data or a set."""
+    suffix = Path(path).suffix.lower()
+    return (
+        is_recipe(path)
+        or suffix in OTHER_CONFIG_SUFFIXES
+        or (suffix == ".json" and json_recipe_problem(path) is not None)
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from draftset.core import defaults, reasons
 from draftset.core.modes import NO_REASONING, row_mode
-from draftset.core.records import Conversation, Normalized
+from draftset.core.records import NOT_TRAINED, Conversation, Normalized, PromptOnly
 from draftset.mask.limits import RENDER_CAP_FLOOR, RenderLimit, time_limit
 from draftset.mask.template import TokenizerError, _compile, render_within
 
@@ -45,6 +45,48 @@ def row_kwargs_key(item: Conversation) -> str:
     meta = item.meta.get("metadata")
     kwargs = meta.get("chat_template_kwargs") if isinstance(meta, dict) else None
     return json.dumps(kwargs if isinstance(kwargs, dict) else {}, sort_keys=True)
+
+
+# why `draftset run` sends a row to the target (its summary and the manifest's `run` section)
+Q_PROMPT = "prompt_only"
+Q_PLACEHOLDER = reasons.TURN_PLACEHOLDER  # "placeholder_answer"
+Q_MISSING_REASONING = "missing_reasoning"
+Q_ALL = "regenerate_all"
+
+
+def run_sends(
+    item: Normalized,
+    placeholders: tuple[str, ...],
+    template_kwargs: Mapping[str, Any] | None,
+    regenerate: str | None,
+    thinks: Callable[[str], bool],
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """The one rule of which selected rows `draftset run` has the target answer: (why, the
+    messages sent) or (None, []). `run` queues by it (`pipeline.run_select`); verify re-derives
+    from the source row and the manifest, never from run's files, by the same rule
+    (`checks.records`), so a change to it holds in both.
+
+    A prompt; a conversation whose every answer is a pad (a placeholder or a prompt copy: the
+    pads dropped, a prompt again); by ``regenerate``, every row (``all``) or one whose answers
+    lack reasoning under a template that then trains an empty think block
+    (``missing_reasoning``: ``thinks`` is `EmptyThinkProbe.thinks`, asked with the row's own
+    template options). A row with answers weighted 0 is never sent: a regenerated row would
+    lose the weights and train them; built as it is, those turns are context."""
+    if isinstance(item, PromptOnly):
+        return Q_PROMPT, item.messages
+    if not isinstance(item, Conversation) or item.meta.get(NOT_TRAINED):
+        return None, []
+    if reasons.all_padded_answers(item, placeholders):  # "OK." or the prompt copied
+        return Q_PLACEHOLDER, [m for m in item.messages if m["role"] != "assistant"]
+    if regenerate == "all":
+        return Q_ALL, item.messages
+    if (
+        regenerate == "missing_reasoning"
+        and lacks_reasoning(item, template_kwargs)
+        and thinks(row_kwargs_key(item))
+    ):
+        return Q_MISSING_REASONING, item.messages
+    return None, []
 
 
 class EmptyThinkProbe:

@@ -33,7 +33,6 @@ from draftset.mask.encode import (
     encode_plans,
     encode_pretokenized,
     finish_row,
-    token_bytes_bound,
 )
 from draftset.mask.hygiene import (
     EmptyThinkProbe,
@@ -110,7 +109,6 @@ class MaskStep:
             timeout=config.render_timeout,
             name=config.spec.template_name(),
         )
-        self._bound: tuple[int | None] | None = None  # token_bytes_bound, once needed
 
     def __call__(self, batch: list[Normalized]) -> list[ItemResult]:
         return self.process(batch)
@@ -186,14 +184,14 @@ class MaskStep:
             )
 
     def _token_bytes(self, plans: list[RowPlan]) -> int | None:
-        """`token_bytes_bound`, worked out (~1 s) the first time a row is long enough to
-        need it: no real tokenizer has a bound under 16 bytes a token."""
-        if self._bound is None:
+        """The renderer's `token_bytes` (worked out once, ~1 s, and kept on it), asked only
+        once a row is long enough to need it: no real tokenizer has a bound under 16 bytes a
+        token."""
+        if "token_bytes" not in vars(self.template):  # not worked out yet: is it needed?
             limit = 16 * self.rules.max_length
             if not any(sum(len(t) for t, _ in rp.segments) > limit for rp in plans):
                 return None
-            self._bound = (token_bytes_bound(self.template.backend),)
-        return self._bound[0]
+        return self.template.token_bytes
 
     def _plan(self, item: Conversation) -> ConversationPlan:
         """Render & mask one row within its bounds: time, and characters per render."""

@@ -13,6 +13,7 @@ on tool calls (docs/semantics.md).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -258,6 +259,17 @@ class Renderer:
         r._compiled = compiled
         r._base_kwargs = kit.base_kwargs
         return r
+
+    @functools.cached_property
+    def token_bytes(self) -> int | None:
+        """Most UTF-8 bytes one token of this tokenizer stands for (`encode.token_bytes_bound`),
+        None when unknown. Worked out (~1 s) once per renderer, the first time it is asked:
+        build's row step (`mask.step`) and verify's length bound (`checks.mask`) both ask it
+        here, so a renderer holds the one cached value."""
+        # lazy: encode imports render, which imports this module
+        from draftset.mask.encode import token_bytes_bound
+
+        return token_bytes_bound(self.backend)
 
     @property
     def base_kwargs(self) -> dict[str, Any]:

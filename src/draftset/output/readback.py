@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from draftset.core import defaults
 from draftset.core.errors import UsageError
-from draftset.core.files import is_recipe
+from draftset.core.files import looks_like_recipe
 from draftset.output import DEFAULT_FORMAT, FORMATS, layout
 from draftset.output.base import Layout, RowAccess, rel_name
 from draftset.output.folder import MANIFEST_FORMAT
@@ -194,7 +194,7 @@ def open_output(folder: Path) -> OutputSet:
     if not folder.exists():
         raise NotADraftsetError(f"folder not found: {folder}")
     if not folder.is_dir():
-        if is_recipe(folder):  # `draftset build r.yaml`, then `draftset verify r.yaml`
+        if looks_like_recipe(folder):  # `draftset build r.yaml`, then `draftset verify r.yaml`
             raise NotADraftsetError(
                 f"{folder} is a recipe, not a set: give the folder its build wrote (the"
                 " recipe's out:)"
@@ -396,34 +396,12 @@ def _shape_problem(value: Any, shape: Any, where: str) -> str | None:
 
 
 def manifest_problem(manifest: dict[str, Any]) -> str | None:
-    """The first field of ``manifest`` whose JSON type is not the one build writes, else None;
-    then the selection values build refuses (`_selection_value_problem`)."""
+    """The first field of ``manifest`` whose JSON type is not the one build writes, else None.
+    (Its selection values are held to the options' bounds where verify re-runs the selection:
+    `checks.records.selection_value_problem`, by the option schema's own validation.)"""
     for key, shape in _MANIFEST_SHAPE.items():
         if key in manifest and (bad := _shape_problem(manifest[key], shape, key)):
             return bad
-    return _selection_value_problem(manifest)
-
-
-def _selection_value_problem(manifest: dict[str, Any]) -> str | None:
-    """A selection setting of a value build refuses before any work (a negative count or
-    weight, an unknown dedup mode, a near-dup threshold outside (0, 1], an n-gram size below
-    1): verify re-runs the selection with them, which ended in a traceback (types are checked
-    first, by ``_MANIFEST_SHAPE``)."""
-    for i, src in enumerate(manifest.get("inputs") or []):
-        for key in ("count", "weight"):
-            value = src.get(key) if isinstance(src, dict) else None
-            if value is not None and not (0 <= value < float("inf")):
-                return f"inputs[{i}].{key} is {value}, expected a number >= 0"
-    sel = manifest.get("selection") or {}
-    dedup = sel.get("dedup", defaults.DEDUP)
-    if dedup not in defaults.DEDUPS:
-        return f"selection.dedup is {dedup!r}, expected exact, near or none"
-    threshold = sel.get("near_dup_threshold", defaults.NEAR_DUP_THRESHOLD)
-    if not 0 < threshold <= 1:
-        return f"selection.near_dup_threshold is {threshold}, expected above 0 and at most 1"
-    ngram = sel.get("decontaminate_ngram", 1)
-    if ngram < 1:
-        return f"selection.decontaminate_ngram is {ngram}, expected 1 or more"
     return None
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from draftset.core import reasons
-from draftset.core.records import NOT_TRAINED, Conversation, PromptOnly
+from draftset.core.records import Conversation, PromptOnly
 from draftset.core.words import fmt_counts
 from draftset.generation.options import (
     GenerateOptions,
@@ -20,8 +20,7 @@ from draftset.generation.options import (
 )
 from draftset.mask.hygiene import (
     EmptyThinkProbe,
-    lacks_reasoning,
-    row_kwargs_key,
+    run_sends,
 )
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.template import ChatTemplate
@@ -29,13 +28,6 @@ from draftset.pipeline.run_state import RunOptions, maybe_die
 
 if TYPE_CHECKING:  # build's modules load when a run starts, not for `draftset --help`
     from draftset.config.options import BuildOptions
-
-
-# why a row was queued (the run's summary and the manifest's `run` section)
-Q_PROMPT = "prompt_only"
-Q_PLACEHOLDER = reasons.TURN_PLACEHOLDER  # "placeholder_answer"
-Q_MISSING_REASONING = "missing_reasoning"
-Q_ALL = "regenerate_all"
 
 
 # --- stage 1: select and decide -----------------------------------------------------------------
@@ -121,24 +113,9 @@ def select_rows(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dic
 def _needs_answer(
     item: Any, b: BuildOptions, regenerate: str, probe: EmptyThinkProbe
 ) -> tuple[str | None, list[dict[str, Any]]]:
-    """(why the row is queued, the messages to send) or (None, [])."""
-    if isinstance(item, PromptOnly):
-        return Q_PROMPT, item.messages
-    if not isinstance(item, Conversation):
-        return None, []
-    if item.meta.get(NOT_TRAINED):  # answers the row weighted 0: a regenerated row would
-        return None, []  # lose the weights and train them; built as it is, those turns context
-    if reasons.all_padded_answers(item, b.placeholders):  # "OK." or the prompt copied
-        return Q_PLACEHOLDER, [m for m in item.messages if m["role"] != "assistant"]
-    if regenerate == "all":
-        return Q_ALL, item.messages
-    if (
-        regenerate == "missing_reasoning"
-        and lacks_reasoning(item, b.template_kwargs)
-        and probe.thinks(row_kwargs_key(item))
-    ):
-        return Q_MISSING_REASONING, item.messages
-    return None, []
+    """(why the row is queued, the messages to send) or (None, []): `hygiene.run_sends`, the
+    rule verify re-derives by too."""
+    return run_sends(item, b.placeholders, b.template_kwargs, regenerate, probe.thinks)
 
 
 def _prompt_problem(

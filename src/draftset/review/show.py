@@ -20,6 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from draftset.console import StdoutConsole
 from draftset.core import defaults
 from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.errors import UsageError
@@ -330,7 +331,7 @@ def show(
     index = find_row(out, row, row_id)
     decode, eot = load_decoder(out, tokenizer)
     r = out.row(index)
-    console = console or Console()
+    console = console or StdoutConsole()  # its reader leaving: `cli.main`'s to end
     plain = console.no_color or console.color_system is None
     table, text = render_row(r, decode, eot, tokens, block_size, plain)
     console.print(table)

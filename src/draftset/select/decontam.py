@@ -177,12 +177,17 @@ def _fallback_text(raw: RawRow) -> list[str]:
 # --- the index ----------------------------------------------------------------------------------
 
 
+def ngram_problem(n: int) -> str | None:
+    """What is wrong with an n-gram size (below 1: no n-gram to index), else None."""
+    return "must be >= 1" if n < 1 else None
+
+
 class Decontaminator:
     """An n-gram index of benchmark prompts; ``check(item)`` rejects rows that share one."""
 
     def __init__(self, items: list[BenchItem], n: int = DEFAULT_N, scope: Scope = "prompt"):
-        if n < 1:
-            raise ValueError(f"n-gram size must be >= 1, got {n}")
+        if problem := ngram_problem(n):
+            raise ValueError(f"n-gram size {problem}, got {n}")
         if scope not in ("prompt", "all"):
             raise ValueError(f"scope must be 'prompt' or 'all', got {scope!r}")
         self.items = items
