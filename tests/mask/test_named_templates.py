@@ -157,3 +157,25 @@ def test_verify_fails_a_set_that_rendered_a_row_with_tools_by_default(
     assert not result.ok
     assert "template" not in failed, "the text is the tokenizer's own default: not the cause"
     assert failed & {"mask_fidelity", "row_identity", "accounting"}, failed
+
+
+def test_additional_chat_templates_are_named_templates_too(tmp_path: Path) -> None:
+    """The newer layout (chat_template.jinja + additional_chat_templates/tool_use.jinja) loads
+    as the same named set; vLLM 0.33 renders a request with tools by it (measured)."""
+    folder = tmp_path / "tok"
+    (folder / "additional_chat_templates").mkdir(parents=True)
+    for f in qwen3_tokenizer_dir().iterdir():
+        if f.is_file():
+            shutil.copy(f, folder / f.name)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "chat_template.jinja").write_text(PLAIN)
+    tool_use = folder / "additional_chat_templates" / "tool_use.jinja"
+    tool_use.write_text(trl_template("qwen3").read_text())
+    t = ChatTemplate(TemplateSpec(str(folder)))
+    with pytest.raises(ValueError, match="'tool_use'"):
+        t.render(ROWS[0]["messages"][:1], [WEATHER_TOOL], True)
+    tool_use.unlink()  # one template: rows with tools are rendered by it, as the server does
+    plain = ChatTemplate(TemplateSpec(str(folder)))
+    assert not plain.named_tool_use
