@@ -67,11 +67,14 @@ def load_template(manifest: dict[str, Any], tokenizer: str | None) -> ChatTempla
     engine = str(t.get("serving_engine") or "transformers")
     if engine not in SERVING_ENGINES:
         raise TokenizerError(f"the manifest names an unknown serving_engine {engine!r}")
-    key = (tok, text, json.dumps(kwargs, sort_keys=True), extra, now, engine)
+    # built with the tokenizer's own template: rows with tools were its named 'tool_use' one's
+    own = not (manifest.get("options") or {}).get("chat_template_path")
+    key = (tok, text, json.dumps(kwargs, sort_keys=True), extra, now, engine, own)
     if key not in _TEMPLATES:
-        tmpl = ChatTemplate(
-            TemplateSpec(tok, text or None, kwargs, extra, now=now, serving_engine=engine)
+        spec = TemplateSpec(
+            tok, text or None, kwargs, extra, now=now, serving_engine=engine, own_template=own
         )
+        tmpl = ChatTemplate(spec)
         _TEMPLATES[key] = tmpl
         tmpl.verify_stops = derive_stop_tokens(tmpl, extra)  # type: ignore[attr-defined]
         _shape(tmpl)  # probed (and the public render path compiled) outside any row's bound

@@ -59,6 +59,21 @@ _TOKENIZER_FILES = (
 )
 
 
+# vLLM 0.33 (`renderers/hf.py` `resolve_chat_template`) and transformers' `apply_chat_template`
+# call ``tokenizer.get_chat_template(None, tools=tools)``: 'tool_use' for a request with tools
+NAMED_TOOL_USE = (
+    "the tokenizer's chat templates are named, and a server renders a request with tools by its"
+    " 'tool_use' template, not by the 'default' one this set is rendered with: build rows with"
+    " tools in a set of their own, with --chat-template set to the 'tool_use' template"
+    " (tokenizer_config.json's chat_template entry of that name, saved to a file)"
+)
+
+
+class NamedToolUse(ValueError):
+    """A row with tools, for a tokenizer whose named templates hold a ``tool_use`` one: the
+    server renders it by that template, the set by ``default`` (template_error)."""
+
+
 class TokenizerError(UsageError):
     """The tokenizer or template cannot be loaded (a usage error: exit code 2)."""
 
@@ -78,6 +93,9 @@ class TemplateSpec:
     # came from (its file), named in messages
     render_timeout: float | None = defaults.RENDER_TIMEOUT
     origin: str | None = None
+    # the template is the tokenizer's own (its named set's 'default': `NamedToolUse`); None:
+    # exactly when no text is given (verify gives the manifest's text, built without one)
+    own_template: bool | None = None
 
     def template_name(self) -> str:
         if self.origin:
@@ -217,6 +235,8 @@ class RenderKit:
     part_lists: bool = False  # ... renders a list of text parts (given a row's parts as sent)
     serving_engine: str = DEFAULT_SERVING_ENGINE  # tools prepared as this engine does
     harmony: bool = False  # the engine renders with harmony, not the template (mask/harmony.py)
+    # the tokenizer's named templates hold a 'tool_use' one the server renders tools by
+    named_tool_use: bool = False
 
 
 class Renderer:
@@ -232,6 +252,8 @@ class Renderer:
     part_lists: bool = False
     serving_engine: str = "transformers"  # tools as given unless a spec or kit says otherwise
     harmony: HarmonyRender | None = None  # set: the engine ignores the template (gpt-oss, vLLM)
+    # set: a row with tools is not served by this template (`NamedToolUse`)
+    named_tool_use: bool = False
     _compiled: Any
     _base_kwargs: dict[str, Any]
     # most characters one render may produce (`limits.render_char_cap`); None = unbounded
@@ -256,6 +278,7 @@ class Renderer:
         r.part_lists = kit.part_lists
         r.serving_engine = kit.serving_engine
         r.harmony = HarmonyRender() if kit.harmony else None
+        r.named_tool_use = kit.named_tool_use
         r._compiled = compiled
         r._base_kwargs = kit.base_kwargs
         return r
@@ -386,6 +409,8 @@ class Renderer:
 
     def served_tools(self, tools: list[dict[str, Any]] | None) -> list[Any] | None:
         """``tools`` as the serving engine gives them to the template (mask/serving.py)."""
+        if tools and self.named_tool_use:
+            raise NamedToolUse(NAMED_TOOL_USE)
         if tools is None or self.serving_engine == "transformers":
             return tools
         memo = getattr(self, "_tools_memo", None)  # a conversation renders its tools many times
@@ -545,6 +570,8 @@ class ChatTemplate(Renderer):
             HarmonyRender() if served_with_harmony(path, self.path, spec.serving_engine) else None
         )
         self.template_text: str = spec.chat_template or self._own_template()
+        own = not spec.chat_template if spec.own_template is None else spec.own_template
+        self.named_tool_use = own and self.harmony is None and self._tool_use_differs()
         self.template_kwargs = dict(spec.template_kwargs)
         require_engine(spec.serving_engine)  # its rule's library, before any row
         self.serving_engine = spec.serving_engine
@@ -623,6 +650,7 @@ class ChatTemplate(Renderer):
             self.part_lists,
             self.serving_engine,
             self.harmony is not None,
+            self.named_tool_use,
         )
 
     def render_reference(
@@ -700,6 +728,15 @@ class ChatTemplate(Renderer):
                 f"tokenizer {self.spec.tokenizer!r} has no chat template; pass --chat-template FILE"
             )
         return str(tmpl)
+
+    def _tool_use_differs(self) -> bool:
+        """The tokenizer's named templates hold a ``tool_use`` one other than the ``default``
+        (Hermes-2-Pro, Hermes-3, Command-R): the one a server renders a request with tools by."""
+        tmpl = getattr(self.tokenizer, "chat_template", None)
+        if not isinstance(tmpl, dict):
+            return False
+        tool_use = tmpl.get("tool_use")
+        return bool(tool_use) and tool_use != tmpl.get("default")
 
     def _end_of_turn_tokens(self, extra: tuple[str, ...]) -> tuple[str, ...]:
         """What the server stops on: ``--eot-token`` extras, ``generation_config.json``'s
