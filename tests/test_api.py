@@ -272,6 +272,7 @@ INTERNAL_EXCEPTIONS = {
     "Terminated",  # SIGTERM as KeyboardInterrupt: exit 143
     "RenderRefused",  # verify --render-server: the server refused a row's render: that row fails
     "ToolRejected",  # build: a tool vLLM would answer with 400: that row's template_error
+    "NamedToolUse",  # build: a row with tools under a named 'tool_use' template: template_error
     "TokenFreqPtShape",  # verify: a token_freq.pt of another shape: the token_freq check fails
 }
 
