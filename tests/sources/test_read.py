@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import gzip
 import hashlib
 import io
 import json
+import lzma
 import os
 import re
+import zipfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -943,3 +946,30 @@ def test_a_data_file_compressed_as_draftset_cannot_read_is_refused_in_a_folder(
         "path": "sub/old.jsonl.bak",
         "why": "unsupported type",
     }
+
+
+@pytest.mark.parametrize("name", ["rows.jsonl", "rows.json", "rows.jsonl.gz", "rows.ndjson.zst"])
+@pytest.mark.parametrize("compression", ["bzip2", "xz", "zip"])
+def test_a_file_compressed_as_draftset_cannot_read_under_a_json_name_is_refused(
+    tmp_path, name, compression
+):
+    """bzip2 / xz / zip bytes under a JSON name (``rows.jsonl``, or ``rows.jsonl.gz``): gzip and
+    zstd bytes are sniffed and read whatever the name says, these were split on newlines, each
+    piece rejected ``invalid_utf8`` (exit 0 beside another source, every row of the file gone);
+    under ``.gz`` the line said "neither gzip nor zstd" without naming what they are."""
+    compress = {"bzip2": bz2.compress, "xz": lzma.compress, "zip": _zipped}[compression]
+    path = write(tmp_path / "data", name, compress(jsonl_bytes(ROWS)))
+    expected = (
+        f"{path}: {compression} data under a JSON name: draftset reads JSON plain, gzip or zstd;"
+        " decompress it, or compress it with gzip or zstd"
+    )
+    for source in (path, path.parent):
+        with pytest.raises(SourceError, match=f"^{re.escape(expected)}$"):
+            list_files(source)
+
+
+def _zipped(data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("rows.jsonl", data)
+    return buffer.getvalue()

@@ -199,6 +199,14 @@ def _check_readable(path: Path) -> None:
             f"{path}: cannot read: {wide} text (its byte-order mark); save it as UTF-8"
         )
     found = _name_kind(path)
+    foreign = next((name for magic, name in _OTHER_MAGICS if head.startswith(magic)), None)
+    if foreign is not None and found is not None and found[0] in ("jsonl", "json"):
+        # gzip and zstd are sniffed whatever the name; these were split on newlines, each
+        # piece rejected `invalid_utf8` (the file's rows gone, exit 0 beside another source)
+        raise SourceError(
+            f"{path}: {foreign} data under a JSON name: draftset reads JSON plain, gzip or"
+            " zstd; decompress it, or compress it with gzip or zstd"
+        )
     binary = next((kind for magic, kind in _TABLE_MAGICS if head.startswith(magic)), None)
     if binary is not None and found is not None and found[0] in ("jsonl", "json"):
         # split on newlines, its bytes were rows of noise, each rejected: the file's rows gone
@@ -207,6 +215,14 @@ def _check_readable(path: Path) -> None:
 
 
 _TABLE_MAGICS = ((b"PAR1", "Parquet"), (b"ARROW1", "Arrow"))  # a file's first bytes
+_OTHER_MAGICS = (
+    (b"BZh", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"PK\x03\x04", "zip"),
+    (b"7z\xbc\xaf\x27\x1c", "7z"),
+    (b"\x04\x22\x4d\x18", "lz4"),
+)
+"""First bytes of compressions draftset does not read (no JSON text starts so)."""
 _JSON_SUFFIX = re.compile(r"\.(jsonl|ndjson|json)$", re.IGNORECASE)
 _LINES_SUFFIX = re.compile(r"\.(jsonl|ndjson)(?=(\.(gz|zst|zstd))?$)", re.IGNORECASE)
 
