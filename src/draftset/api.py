@@ -47,6 +47,7 @@ from draftset.config.schema import (
 from draftset.core.errors import DraftsetError, UsageError
 from draftset.core.files import (
     dash_problem,
+    env_variable,
     home_problem,
     is_recipe,
     json_recipe_problem,
@@ -366,6 +367,11 @@ def _not_found(path: Path, in_recipe: bool = False) -> str:
             else "leave the pattern unquoted for the shell to expand"
         )
         return f"source not found: {text} (draftset does not expand wildcards: {fix}{folder})"
+    if not in_recipe and (var := env_variable(text)):  # single-quoted: the shell left it
+        return (
+            f"source not found: {text} (draftset does not expand environment variables such as"
+            f" {var}: leave it unquoted, or in double quotes, for the shell to expand)"
+        )
     return f"source not found: {text}"
 
 

@@ -26,7 +26,7 @@ from draftset.config.schema import (
     VerifySection,
 )
 from draftset.core.errors import UsageError
-from draftset.core.files import home_problem, not_utf8
+from draftset.core.files import env_variable, home_problem, not_utf8
 from draftset.core.hub import hub_offline
 from draftset.core.modes import MODES
 from draftset.mask.template import could_be_hub_id
@@ -358,8 +358,9 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
         entries = value if isinstance(value, list) else [value]
         for entry in entries if key in (*RECIPE_PATH_KEYS, "out", "sources") else ():
             where = f"recipe key {key}:"
-            if problem := home_problem(
-                where, entry.get("path") if isinstance(entry, dict) else entry
+            given = entry.get("path") if isinstance(entry, dict) else entry
+            if problem := home_problem(where, given) or _variable_problem(
+                where, given, path.parent
             ):
                 raise RecipeError(problem)
     base = path.parent
@@ -406,6 +407,22 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
         bad = f" ({unknown_keys(unknown, MIX_KEYS, _MIX_PLACES)})" if unknown else ""
         raise RecipeError(f"recipe {path}: mix takes `modes` and/or `sources` share mappings{bad}")
     return out
+
+
+def _variable_problem(where: str, value: object, base: Path) -> str | None:
+    """Why a recipe path naming an environment variable (``out: $HOME/sets/o``) is refused,
+    or None: no shell reads a recipe, so it built into a folder named ``$HOME`` beside it
+    (exit 0), and a source ``$DATA/a.jsonl`` was "not found". A path so named that exists
+    beside the recipe is that path."""
+    if not isinstance(value, str) or not (var := env_variable(value)):
+        return None
+    if Path(beside_recipe(value, base)).exists():
+        return None
+    home = "; ~ is your home folder" if var in ("$HOME", "${HOME}") else ""
+    return (
+        f"{where} {value} names the environment variable {var}, which draftset does not"
+        f" expand (no shell reads a recipe): write the path itself{home}"
+    )
 
 
 RECIPE_PATH_KEYS = ("tokenizer", "chat_template", "decontaminate")
