@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import os
 import signal
 import sys
@@ -18,7 +19,34 @@ from draftset.core.files import is_recipe
 class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         self._argv = list(sys.argv[1:] if args is None else args)  # for `error`'s hint
+        if problem := self._first_words_problem(self._argv):
+            raise UsageError(problem)
         return super().parse_known_args(args, namespace)
+
+    def _first_words_problem(self, argv: list[str]) -> str | None:
+        """Why an option given as whole words that only begin one of this parser's options is
+        refused (argparse reads the start of an option as the whole of it: ``build --template
+        Qwen/Qwen3-8B`` was ``--template-kwargs``, "not valid JSON"; ``--output o`` was
+        ``--output-format``, "invalid choice: 'o'"), or None. A shortened word (``--max-len``)
+        reads as before."""
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        for arg in argv:
+            if arg == "--":
+                return None
+            name = arg.split("=", 1)[0]
+            if not name.startswith("--") or name in known:
+                continue
+            if not any(o.startswith(name + "-") for o in known):
+                continue
+            words = set(name[2:].split("-"))
+            meant = {o for o in known if words <= set(o[2:].split("-"))}
+            meant.update(difflib.get_close_matches(name, known, n=2, cutoff=0.7))
+            listed = " or ".join(sorted(meant))
+            return (
+                f"{name} is not an option of {self.prog}: did you mean {listed}? (write options"
+                " in full)"
+            )
+        return None
 
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage otherwise)
         raise UsageError(message + _dash_file_hint(getattr(self, "_argv", [])))
