@@ -399,6 +399,7 @@ def _source(
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.recipe import (
         SOURCE_KEYS,
+        SOURCE_PLACES,
         RecipeError,
         parse_source_arg,
         source_entry,
@@ -414,7 +415,7 @@ def _source(
         bad = sorted(set(spec) - SOURCE_KEYS)
         if bad:
             raise RecipeError(
-                f"source {dict(spec)!r}: {unknown_keys(bad, SOURCE_KEYS)};"
+                f"source {dict(spec)!r}: {unknown_keys(bad, SOURCE_KEYS, SOURCE_PLACES)};"
                 f" keys are {sorted(SOURCE_KEYS)}"
             )
         if "path" not in spec:

@@ -403,3 +403,52 @@ def test_a_recipe_listed_among_a_recipes_sources_is_named_a_recipe(tmp_path, cap
         f"draftset: error: source {tmp_path / name} is a recipe, not data: sources are"
         " data files (.jsonl, .json, .parquet, .arrow) or folders of them"
     ], err
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [  # other tools' words: `output_dir` was told "did you mean 'output_format'?", `file`
+        # "did you mean 'fields'?", `filename` "'name'?", `column` "'count'?", others nothing
+        (
+            "output_dir: o\n",
+            "unknown keys ['output_dir']: output_dir is spelled out here (out: DIR)",
+        ),
+        ("data_files: [c.jsonl]\n", "data_files is spelled sources here (sources: [a.jsonl, ...])"),
+        ("datasets: [c.jsonl]\n", "datasets is spelled sources here (sources: [a.jsonl, ...])"),
+        (
+            "model_name_or_path: tok\n",
+            "model_name_or_path is spelled tokenizer here (tokenizer: MODEL_DIR, the folder"
+            " holding tokenizer.json and its chat template)",
+        ),
+        (
+            "sources: [{file: c.jsonl}]\n",
+            "sources[0] unknown keys ['file']: file is spelled path here ({path: a.jsonl})",
+        ),
+        ("sources: [{filename: c.jsonl}]\n", "filename is spelled path here ({path: a.jsonl})"),
+        ("sources: [{data_files: c.jsonl}]\n", "data_files is spelled path here"),
+        (
+            "sources: [{path: c.jsonl, column: {prompt: text}}]\n",
+            "column is spelled fields here ({path: ..., fields: {prompt: COLUMN}})",
+        ),
+        (
+            "sources: [{path: c.jsonl, type: sharegpt}]\n",
+            "type is spelled format here ({path: ..., format: sharegpt})",
+        ),
+        (
+            "sources: [{path: c.jsonl, split: train}]\n",
+            "split is written in a hub source's path ({path: hf:ORG/NAME@train})",
+        ),
+    ],
+)
+def test_another_tools_word_for_a_key_names_draftsets(tmp_path, capsys, text, needle):
+    line = _refused_in_one_line(tmp_path, capsys, text, needle)
+    assert "did you mean" not in line, line
+
+
+def test_the_api_names_draftsets_word_for_a_source_key(tmp_path):
+    from draftset import api
+    from draftset.core.errors import UsageError
+
+    src = str(_recipe(tmp_path, "").parent / "c.jsonl")
+    with pytest.raises(UsageError, match=r"unknown keys \['file'\]: file is spelled path here"):
+        api.build(sources=[{"file": src}], tokenizer="tok", out=str(tmp_path / "o"))

@@ -318,8 +318,34 @@ def places(known: Collection[str]) -> dict[str, str]:
     return {k: v for k, v in where.items() if k not in known}
 
 
-_PLACES = places(RECIPE_KEYS)
-_SOURCE_PLACES = places(SOURCE_KEYS)
+_OUT = "spelled out here (out: DIR)"
+_SOURCES = "spelled sources here (sources: [a.jsonl, ...])"
+_TOKENIZER = (
+    "spelled tokenizer here (tokenizer: MODEL_DIR, the folder holding tokenizer.json and its"
+    " chat template)"
+)
+_TOP_WORDS = {
+    **dict.fromkeys(("output_dir", "output_path", "output_folder", "save_path"), _OUT),
+    **dict.fromkeys(("data_files", "datasets", "dataset", "data", "train_files"), _SOURCES),
+    **dict.fromkeys(("model_name_or_path", "model_path", "base_model"), _TOKENIZER),
+}
+"""Other tools' words (Hugging Face's, trainers' configs) for a recipe's top-level keys:
+``output_dir`` was told "did you mean 'output_format'?", ``data_files`` nothing."""
+_PATH = "spelled path here ({path: a.jsonl})"
+_SOURCE_WORDS = {
+    **dict.fromkeys(("file", "files", "filename", "data_files", "data_file", "dataset"), _PATH),
+    **dict.fromkeys(("data", "file_path", "filepath"), _PATH),
+    **dict.fromkeys(
+        ("column", "columns", "column_mapping", "mapping"),
+        "spelled fields here ({path: ..., fields: {prompt: COLUMN}})",
+    ),
+    **dict.fromkeys(("type", "shape"), "spelled format here ({path: ..., format: sharegpt})"),
+    "split": "written in a hub source's path ({path: hf:ORG/NAME@train})",
+}
+"""The same for a source's keys: ``file`` was told "did you mean 'fields'?", ``filename``
+"'name'?", ``column`` "'count'?"."""
+_PLACES = {**_TOP_WORDS, **places(RECIPE_KEYS)}
+SOURCE_PLACES = {**_SOURCE_WORDS, **places(SOURCE_KEYS)}
 _MIX_PLACES = {mode: f"a mode (mix: {{modes: {{{mode}: ...}}}})" for mode in MODES}
 
 
@@ -378,7 +404,7 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
         bad = set(entry) - SOURCE_KEYS  # first: `{Path: a.jsonl}` "needs a path" named no key
         if bad:
             raise RecipeError(
-                f"recipe {path}: sources[{i}] {unknown_keys(bad, SOURCE_KEYS, _SOURCE_PLACES)}"
+                f"recipe {path}: sources[{i}] {unknown_keys(bad, SOURCE_KEYS, SOURCE_PLACES)}"
             )
         if "path" not in entry:
             raise RecipeError(f"recipe {path}: sources[{i}] needs a path (or a preset)")
