@@ -725,9 +725,24 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
     )
 
 
+def _api_key_env_problem(value: Any) -> str | None:
+    """Why a recipe's ``generate.api_key_env`` is no variable's name, or None. The key itself
+    written there (``sk-proj-...``) was said back as "names $sk-proj-..., which is not set" and
+    kept in the run's state: it is never shown."""
+    if not isinstance(value, str) or re.fullmatch(r"[A-Za-z_]\w*", value, re.ASCII):
+        return None  # not a string: the schema names the type
+    bare = value[1:].strip("{}")
+    if value.startswith("$") and re.fullmatch(r"[A-Za-z_]\w*", bare, re.ASCII):
+        return f"takes the variable's name without the $: api_key_env: {bare}"
+    return (
+        "takes the name of an environment variable (letters, digits and _, e.g. MY_KEY), and"
+        " this is none (not shown: a key itself?): export the key as a variable and name that"
+    )
+
+
 def _generate_section(section: Any, recipe: str) -> GenerateSection:
     """The recipe's ``generate:`` mapping, typed by `config.schema.GenerateSection`."""
-    from draftset.config.recipe import places  # lazy: as above
+    from draftset.config.recipe import GENERATE_WORDS, places  # lazy: as above
     from draftset.pipeline.run_state import RunUsageError  # lazy: as above
 
     if not isinstance(section, dict):
@@ -735,8 +750,10 @@ def _generate_section(section: Any, recipe: str) -> GenerateSection:
     unknown = set(section) - set(GenerateSection.model_fields)
     if unknown:
         known = GenerateSection.model_fields
-        said = unknown_keys(unknown, known, places(known))
+        said = unknown_keys(unknown, known, {**GENERATE_WORDS, **places(known)})
         raise RunUsageError(f"recipe {recipe}: generate: {said}")
+    if problem := _api_key_env_problem(section.get("api_key_env")):
+        raise RunUsageError(f"recipe key generate.api_key_env: {problem}")
     values = {k: v for k, v in section.items() if v is not None}
     gen = validated(GenerateSection, values, recipe="generate.", strict=True, error=RunUsageError)
     thinking = gen.thinking  # YAML's `thinking: off` is a boolean

@@ -452,3 +452,71 @@ def test_the_api_names_draftsets_word_for_a_source_key(tmp_path):
     src = str(_recipe(tmp_path, "").parent / "c.jsonl")
     with pytest.raises(UsageError, match=r"unknown keys \['file'\]: file is spelled path here"):
         api.build(sources=[{"file": src}], tokenizer="tok", out=str(tmp_path / "o"))
+
+
+@pytest.mark.parametrize(
+    ("section", "needle"),
+    [  # `generate: {api_key: ...}` was told "did you mean 'api_key_env'?", which then named the
+        # key itself as a variable; `url` nothing, a top-level `endpoint` nothing
+        (
+            "generate: {endpoints: [x], api_key: sk-abc}",
+            "generate: unknown keys ['api_key']: api_key is never written in a recipe (it would be"
+            " kept with it): export the key as DRAFTSET_API_KEY or OPENAI_API_KEY, or name the"
+            " variable holding it (generate: {api_key_env: NAME})",
+        ),
+        (
+            "api_key: sk-abc\ngenerate: {endpoints: [x]}",
+            "unknown keys ['api_key']: api_key is never written in a recipe",
+        ),
+        (
+            "generate: {endpoints: [x], url: x}",
+            "url is spelled endpoints here (generate: {endpoints: [URL, ...]})",
+        ),
+        (
+            "endpoint: x\ngenerate: {endpoints: [x]}",
+            "endpoint is spelled endpoints here (generate: {endpoints: [URL, ...]})",
+        ),
+        (
+            "work: w\ngenerate: {endpoints: [x]}",
+            "work is run's command-line option --work DIR (default: OUT.run beside out), not a"
+            " recipe key",
+        ),
+        (
+            "restart: true\ngenerate: {endpoints: [x]}",
+            "restart is run's command-line option --restart, not a recipe key",
+        ),
+    ],
+)
+def test_a_run_recipe_key_of_another_tool_names_draftsets(tmp_path, capsys, section, needle):
+    recipe = _recipe(tmp_path, section + "\n")
+    assert main(["run", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert "did you mean" not in err[0] and "sk-abc" not in err[0], err
+
+
+@pytest.mark.parametrize("value", ["sk-proj-SECRET123", "'abc def'", "'9KEY'"])
+def test_an_api_key_env_that_is_no_variable_name_is_refused_without_showing_it(
+    tmp_path, capsys, value
+):
+    """``api_key_env: sk-proj-...`` (the key where its variable's name goes) said "names
+    $sk-proj-..., which is not set", the key on the terminal and in the run's state."""
+    recipe = _recipe(tmp_path, f"generate: {{endpoints: [x], api_key_env: {value}}}\n")
+    assert main(["run", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "draftset: error: recipe key generate.api_key_env: takes the name of an environment"
+        " variable (letters, digits and _, e.g. MY_KEY), and this is none (not shown: a key"
+        " itself?): export the key as a variable and name that"
+    ], err
+    assert not (tmp_path / "out.run").exists()
+
+
+def test_an_api_key_env_written_with_a_dollar_is_told_to_drop_it(tmp_path, capsys):
+    recipe = _recipe(tmp_path, "generate: {endpoints: [x], api_key_env: '$MY_KEY'}\n")
+    assert main(["run", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "draftset: error: recipe key generate.api_key_env: takes the variable's name without"
+        " the $: api_key_env: MY_KEY"
+    ], err

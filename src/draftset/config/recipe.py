@@ -344,6 +344,22 @@ _SOURCE_WORDS = {
 }
 """The same for a source's keys: ``file`` was told "did you mean 'fields'?", ``filename``
 "'name'?", ``column`` "'count'?"."""
+_API_KEY = (
+    "never written in a recipe (it would be kept with it): export the key as DRAFTSET_API_KEY"
+    " or OPENAI_API_KEY, or name the variable holding it (generate: {api_key_env: NAME})"
+)
+_ENDPOINTS = "spelled endpoints here (generate: {endpoints: [URL, ...]})"
+GENERATE_WORDS = {
+    **dict.fromkeys(("api_key", "openai_api_key", "key", "token"), _API_KEY),
+    **dict.fromkeys(("url", "base_url", "api_base", "endpoint", "server"), _ENDPOINTS),
+}
+"""Other tools' words for the keys of a recipe's ``generate:`` (``api_key`` was told "did you
+mean 'api_key_env'?", which then named the key itself as a variable)."""
+_TOP_WORDS.update(GENERATE_WORDS)
+_TOP_WORDS.update(
+    work="run's command-line option --work DIR (default: OUT.run beside out), not a recipe key",
+    restart="run's command-line option --restart, not a recipe key",
+)
 _PLACES = {**_TOP_WORDS, **places(RECIPE_KEYS)}
 SOURCE_PLACES = {**_SOURCE_WORDS, **places(SOURCE_KEYS)}
 _MIX_PLACES = {mode: f"a mode (mix: {{modes: {{{mode}: ...}}}})" for mode in MODES}
