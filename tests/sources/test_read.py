@@ -973,3 +973,39 @@ def _zipped(data: bytes) -> bytes:
     with zipfile.ZipFile(buffer, "w") as z:
         z.writestr("rows.jsonl", data)
     return buffer.getvalue()
+
+
+def _arrow_stream(path: Path, rows: list[dict]) -> Path:
+    table = pa.Table.from_pylist(rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return path
+
+
+def test_a_datasets_cache_folder_is_refused_naming_the_splits_file(tmp_path):
+    """``load_dataset(...)`` then ``.map`` / ``.filter`` leave ``cache-<hash>.arrow`` files
+    beside the split's ``json-train.arrow`` and ``dataset_info.json`` in the datasets cache; a
+    source naming that folder (or one above it, ~/.cache/huggingface/datasets) read every
+    cache file as more rows: 5 rows read as 16, 5 ``duplicate``, 6 ``unknown_format`` (a
+    filter's indices), exit 0 (under --dedup none every row trained three times)."""
+    here = tmp_path / "hfc" / "json" / "default-aa" / "0.0.0" / "d78d"
+    split = _arrow_stream(here / "json-train.arrow", ROWS)
+    _arrow_stream(here / "cache-16781f57f1057c41.arrow", [{**r, "n": 1} for r in ROWS])
+    _arrow_stream(here / "cache-98ad6ea136ca9e8e.arrow", [{"indices": i} for i in range(2)])
+    (here / "dataset_info.json").write_text("{}", encoding="utf-8")
+    expected = (
+        f"{here}: a Hugging Face datasets cache folder (dataset_info.json and 2 cache-*.arrow"
+        " files, earlier map/filter results, not more rows): give the split's own file(s), e.g."
+        f" {split}, or save the dataset you mean with save_to_disk and give that folder"
+    )
+    for source in (here, tmp_path / "hfc"):
+        with pytest.raises(SourceError, match=f"^{re.escape(expected)}$"):
+            list_files(source)
+    assert list_files(split) == [split]  # the split's file itself reads
+
+
+def test_a_folder_of_arrow_files_named_cache_without_dataset_info_reads(tmp_path):
+    """Only the datasets cache's layout is refused: a ``cache-1.arrow`` of yours reads."""
+    path = _arrow_stream(tmp_path / "d" / "cache-1.arrow", ROWS)
+    assert list_files(tmp_path / "d") == [path]

@@ -324,6 +324,7 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
         dirnames[:] = keep
         if "dataset_dict.json" in filenames:
             _refuse_dataset_dict(here)
+        _refuse_datasets_cache(here, filenames)
         generated = _generate_files(here, filenames)
         for f in filenames:
             if problem := name_problem("", here / f):  # its ids and manifest entry: no UTF-8
@@ -390,6 +391,27 @@ def refuse_several_splits(folder: Path) -> None:
     raise SourceError(
         f"{folder}: files of several splits ({listed}): give one split's files as the"
         f" sources, e.g. {first}"
+    )
+
+
+_CACHE_FILE = re.compile(r"cache-[0-9a-f]+\.arrow")
+
+
+def _refuse_datasets_cache(folder: Path, names: list[str]) -> None:
+    """A folder of the `datasets` cache (``dataset_info.json``, the split's
+    ``json-train.arrow``, and a ``cache-<hash>.arrow`` per ``.map`` / ``.filter`` run on it):
+    its cache files are earlier results over the same rows (a filter's hold only indices),
+    which were read as more rows (5 rows read as 16, exit 0)."""
+    caches = sorted(n for n in names if _CACHE_FILE.fullmatch(n))
+    if not caches or "dataset_info.json" not in names:
+        return
+    own = sorted(n for n in names if n.endswith(".arrow") and n not in caches)
+    example = f" e.g. {folder / own[0]}," if own else ""
+    raise SourceError(
+        f"{folder}: a Hugging Face datasets cache folder (dataset_info.json and"
+        f" {plural(len(caches), 'cache-*.arrow file')}, earlier map/filter results, not more"
+        f" rows): give the split's own file(s),{example} or save the dataset you mean with"
+        " save_to_disk and give that folder"
     )
 
 
