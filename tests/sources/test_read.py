@@ -1009,3 +1009,30 @@ def test_a_folder_of_arrow_files_named_cache_without_dataset_info_reads(tmp_path
     """Only the datasets cache's layout is refused: a ``cache-1.arrow`` of yours reads."""
     path = _arrow_stream(tmp_path / "d" / "cache-1.arrow", ROWS)
     assert list_files(tmp_path / "d") == [path]
+
+
+def test_a_hub_cache_folder_of_several_revisions_is_refused_naming_one(tmp_path):
+    """``~/.cache/huggingface/hub/datasets--org--name`` holds one folder per downloaded
+    revision under ``snapshots/`` (links into ``blobs/``): each revision's files were read, the
+    same rows twice (``duplicate``, or trained twice under --dedup none; two versions of the set
+    mixed when they differ), exit 0."""
+    repo = tmp_path / "hub" / "datasets--org--name"
+    blob = repo / "blobs" / "abc123"
+    blob.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(ROWS), blob)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("r2", encoding="utf-8")
+    for rev in ("r1", "r2"):
+        (repo / "snapshots" / rev / "data").mkdir(parents=True)
+        (repo / "snapshots" / rev / "data" / "train-00000-of-00001.parquet").symlink_to(blob)
+    expected = (
+        f"{repo}: a Hugging Face hub cache folder of 2 revisions (snapshots: r1, r2), each the"
+        f" whole dataset: give one revision's folder, e.g. {repo / 'snapshots' / 'r2'} (refs/main)"
+    )
+    for source in (repo, tmp_path / "hub"):
+        with pytest.raises(SourceError, match=f"^{re.escape(expected)}$"):
+            list_files(source)
+    (repo / "snapshots" / "r1" / "data" / "train-00000-of-00001.parquet").unlink()
+    (repo / "snapshots" / "r1" / "data").rmdir()
+    (repo / "snapshots" / "r1").rmdir()
+    assert list_files(repo) == [repo / "snapshots" / "r2" / "data" / "train-00000-of-00001.parquet"]

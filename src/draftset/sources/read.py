@@ -308,6 +308,7 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
 
     for dirpath, dirnames, filenames in os.walk(path, onerror=_walk_error):
         here = Path(dirpath)
+        _refuse_hub_cache_revisions(here, dirnames)
         keep = []
         for d in dirnames:
             made_by = _made_by_draftset(here / d)
@@ -391,6 +392,32 @@ def refuse_several_splits(folder: Path) -> None:
     raise SourceError(
         f"{folder}: files of several splits ({listed}): give one split's files as the"
         f" sources, e.g. {first}"
+    )
+
+
+def _refuse_hub_cache_revisions(folder: Path, dirnames: list[str]) -> None:
+    """A hub cache folder (``~/.cache/huggingface/hub/datasets--org--name``: ``blobs/``, and
+    under ``snapshots/`` one folder per downloaded revision, each the whole dataset) with
+    several revisions: each was read, the same rows twice (two versions mixed when they
+    differ), exit 0. Which revision is the user's to say (``refs/main`` names the newest)."""
+    if "blobs" not in dirnames or "snapshots" not in dirnames:
+        return
+    try:
+        revisions = sorted(e.name for e in os.scandir(folder / "snapshots") if e.is_dir())
+    except OSError:  # the walk names a folder it cannot list
+        return
+    if len(revisions) < 2:
+        return
+    try:
+        main = (folder / "refs" / "main").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        main = ""
+    chosen = main if main in revisions else revisions[-1]
+    ref = " (refs/main)" if chosen == main else ""
+    raise SourceError(
+        f"{folder}: a Hugging Face hub cache folder of {len(revisions)} revisions (snapshots:"
+        f" {', '.join(revisions)}), each the whole dataset: give one revision's folder, e.g."
+        f" {folder / 'snapshots' / chosen}{ref}"
     )
 
 
