@@ -1036,3 +1036,20 @@ def test_a_hub_cache_folder_of_several_revisions_is_refused_naming_one(tmp_path)
     (repo / "snapshots" / "r1" / "data").rmdir()
     (repo / "snapshots" / "r1").rmdir()
     assert list_files(repo) == [repo / "snapshots" / "r2" / "data" / "train-00000-of-00001.parquet"]
+
+
+@pytest.mark.parametrize("name", ["joined.jsonl", "joined.jsonl.gz"])
+def test_files_joined_with_cat_keep_the_rows_after_each_byte_order_mark(tmp_path, name):
+    """``cat a.jsonl b.jsonl > joined.jsonl`` of files saved with a UTF-8 byte-order mark
+    (Notepad, PowerShell) leaves a BOM at the start of b's first line: that row was rejected
+    ``invalid_json`` ("Unexpected UTF-8 BOM"), one good row lost per file joined. A BOM opening
+    any line is read as the first line's always was; a line of a BOM alone is blank."""
+    part = b"\xef\xbb\xbf" + jsonl_bytes(ROWS[:2])
+    data = part + part + b"\xef\xbb\xbf\n" + part
+    path = write(tmp_path, name, gzip.compress(data) if name.endswith(".gz") else data)
+    assert datas(read_all(path)) == ROWS[:2] * 3
+    src = Source(name="s", path=path)
+    ranges = read.plan_ranges(src, 2) if read.range_readable(src) else []
+    assert [r.data for rng in ranges for r in read.iter_raw_range(src, rng)] == (
+        ROWS[:2] * 3 if ranges else []
+    )

@@ -732,7 +732,9 @@ def _has_lone_surrogate(value: Any) -> bool:
 
 def _jsonl_row_lines(stream: IO[bytes], lineno: int = 1) -> Iterator[tuple[int, int, bytes]]:
     """``(line number, byte offset, line)`` of each row of a JSON Lines stream positioned at
-    the start of line ``lineno``: CRLF removed, a BOM removed from line 1, blank lines skipped.
+    the start of line ``lineno``: CRLF removed, a UTF-8 BOM opening a line removed (line 1's,
+    and those files joined with ``cat`` leave inside: that row was rejected ``invalid_json``),
+    blank lines skipped.
 
     The one place that says which lines are rows, so counting, planning ranges and reading
     (whole or from a range's offset) agree; offsets count from where the stream started.
@@ -740,7 +742,7 @@ def _jsonl_row_lines(stream: IO[bytes], lineno: int = 1) -> Iterator[tuple[int, 
     offset = 0
     for raw in _split_lines(stream):
         line = _chomp(raw)
-        if lineno == 1 and line.startswith(_BOM):
+        if line.startswith(_BOM):
             line = line[len(_BOM) :]
         if not _is_blank(line):
             yield lineno, offset, line
