@@ -755,3 +755,36 @@ def test_a_chat_template_without_jinja_is_refused_before_any_work(tmp_path, caps
         f"draftset: error: --chat-template {path} holds no Jinja ({{{{ ... }}}} or {{% ... %}}):"
         " it renders the same text for every conversation (give the .jinja file)"
     )
+
+
+def test_a_set_given_beside_its_own_sources_is_refused_before_any_work(
+    tmp_path, capsys, monkeypatch
+):
+    """``draftset build g/* --out g3`` once an earlier ``--out g/o`` stood in ``g``: the shell's
+    wildcard named the set beside the files it was built from, and its rows were read again
+    as pretokenized rows (exact dedup does not match them to their source rows): each row
+    trained twice, exit 0. A set whose manifest lists a source of this build (the file, or one
+    inside a source folder) is refused; a set given alone, or beside other data, still reads."""
+    data = tmp_path / "g"
+    a = write_jsonl(data / "a.jsonl", [chat(i) for i in range(3)])
+    b = write_jsonl(data / "b.jsonl", [chat(i, "Other.") for i in range(3, 5)])
+    assert main(build_argv(a, b, out=data / "o")) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(build_mod, "plan_selection", _no_work)
+    shard = sorted((data / "o").glob("data-*.arrow"))[0]
+    for sources, named, first in (
+        ([a, b, data / "o"], data / "o", a),
+        ([data / "o", b], data / "o", b),
+        ([shard, a], shard, a),
+        ([data / "o", data], data / "o", a),  # a source folder holding its inputs
+    ):
+        assert main(build_argv(*sources, out=tmp_path / "g3")) == 2
+        assert one_line(capsys) == (
+            f"draftset: error: {named}: a set draftset built from {first}, a source of this"
+            " build too: its rows would be read twice (a wildcard such as g/* matching an"
+            " earlier output?); leave the set out, or give its sources alone"
+        )
+        assert not (tmp_path / "g3").exists()
+    other = write_jsonl(tmp_path / "other.jsonl", [chat(9)])
+    monkeypatch.undo()
+    assert main(build_argv(data / "o", other, out=tmp_path / "g4")) == 0

@@ -589,12 +589,56 @@ def set_tokenizer_problem(
     return None
 
 
+def _recorded_inputs(manifest: dict[str, Any]) -> list[Path]:
+    """The data files a set's manifest lists as read (``inputs[].files[].path``)."""
+    inputs = manifest.get("inputs")
+    files = [
+        f.get("path")
+        for entry in (inputs if isinstance(inputs, list) else [])
+        if isinstance(entry, dict) and isinstance(entry.get("files"), list)
+        for f in entry["files"]
+        if isinstance(f, dict)
+    ]
+    return [Path(f) for f in files if isinstance(f, str) and not f.startswith(HUB_PREFIX)]
+
+
+def set_overlap_problem(sources: list[Source]) -> str | None:
+    """Why a built set among ``sources`` is refused beside the sources it was built from (its
+    manifest lists one of them, or a file inside a source folder), or None: ``draftset build
+    g/* --out g3`` once ``g/o`` stood there read the set's rows again as pretokenized rows,
+    which exact dedup does not match to their source rows (each trained twice, exit 0)."""
+    local = [
+        (source, Path(source.path).expanduser().resolve())
+        for source in sources
+        if not str(source.path).startswith(HUB_PREFIX)
+    ]
+    for source, path in local:
+        found = _built_set_of(path)
+        if found is None:
+            continue
+        folder, manifest = found
+        for read in _recorded_inputs(manifest):
+            for _, other in local:
+                if other in (path, folder):
+                    continue  # the set itself
+                if read == other or other in read.parents:
+                    return (
+                        f"{source.path}: a set draftset built from {read}, a source of this"
+                        " build too: its rows would be read twice (a wildcard such as g/*"
+                        " matching an earlier output?); leave the set out, or give its"
+                        " sources alone"
+                    )
+    return None
+
+
 def check_set_sources(sources: list[Source], tokenizer: str) -> None:
     """`set_tokenizer_problem` before the tokenizer loads, for a tokenizer folder holding a
     tokenizer.json (a hub id, or a folder without one, is judged once the tokenizer is
     loaded: `pipeline.build`)."""
     if not any(_built_set_of(path) for path in local_sources(sources)):
         return
+    if problem := set_overlap_problem(sources):
+        raise PreflightError(problem)
     folder = Path(tokenizer).expanduser()
     sample = folder_vocabulary_sample(folder) if folder.is_dir() else None
     if problem := set_tokenizer_problem(sources, tokenizer, sample):
