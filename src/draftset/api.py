@@ -176,6 +176,9 @@ def _home(o: Model, *names: str) -> Model:
     return o.model_copy(update=update) if update else o
 
 
+_NO_OUT = "--out is required (or `out:` in the recipe)"
+
+
 def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOptions:
     """`build`'s arguments merged over the recipe and the defaults, and checked: the
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
@@ -211,7 +214,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     if not o.tokenizer:
         raise UsageError("--tokenizer is required (or `tokenizer:` in the recipe)")
     if not o.out:
-        raise UsageError("--out is required (or `out:` in the recipe)")
+        raise UsageError(_NO_OUT)
     if "out" not in explicit and (problem := out_place_problem(Path(o.out), "recipe key out:")):
         raise UsageError(f"{problem} (paths in a recipe are relative to its folder)")
     kwargs = o.template_kwargs or {}
@@ -702,9 +705,21 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
         raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
     if problem := dash_problem("--work", o.work, "name the work folder"):
         raise RunUsageError(problem)
-    build = build_options(
-        path, workers=o.workers, engine=o.engine, ray_address=o.ray_address, tokenizer=o.tokenizer
-    )
+    try:
+        build = build_options(
+            path,
+            workers=o.workers,
+            engine=o.engine,
+            ray_address=o.ray_address,
+            tokenizer=o.tokenizer,
+        )
+    except UsageError as exc:  # run has no --out: the recipe's key is the only way
+        if str(exc) != _NO_OUT:
+            raise
+        raise RunUsageError(
+            f"recipe {path} has no out: (the folder to write the set in; draftset run reads it"
+            " from the recipe): set `out: DIR` at its top level"
+        ) from None
     conf = load_recipe(path)
     gen = _generate_section(conf.get("generate"), str(path))
     if o.endpoints:
