@@ -684,8 +684,15 @@ class ChatTemplate(Renderer):
         if not tmpl and self.harmony is not None:
             return ""  # the engine needs none: it renders harmony
         if not tmpl:
+            beside = (  # a processor's (multimodal models ship it so): the tokenizer skips it
+                " (its chat_template.json holds a processor's template: save its chat_template"
+                " value as a .jinja file and give that)"
+                if self.path is not None and (self.path / "chat_template.json").is_file()
+                else ""
+            )
             raise TokenizerError(
-                f"tokenizer {self.spec.tokenizer!r} has no chat template; pass --chat-template FILE"
+                f"tokenizer {self.spec.tokenizer!r} has no chat template; pass --chat-template"
+                f" FILE{beside}"
             )
         return str(tmpl)
 
