@@ -557,6 +557,19 @@ def test_an_ordinary_word_as_eot_token_is_refused(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_token_id_as_eot_token_names_its_text(tmp_path, capsys):
+    """``--eot-token 151645`` (the id generation_config.json lists, as the README quotes it)
+    said only "is not a token of this tokenizer"."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    argv = build_argv(src, out=tmp_path / "out", extra=("--eot-token", "151645"))
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        "draftset: error: --eot-token '151645' is not a token of this tokenizer: it takes the"
+        " token's text, and id 151645 is '<|im_end|>' (--eot-token '<|im_end|>')"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_failed_overwrite_says_the_earlier_set_is_left_as_it_was(tmp_path, capsys):
     """Every row rejected under --overwrite: the earlier set stays (as before); the last line
     used to say "nothing was created at OUT" while OUT was right there."""

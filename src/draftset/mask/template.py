@@ -708,7 +708,14 @@ class ChatTemplate(Renderer):
 
         for tok in extra:
             if tok not in self.tokenizer.get_vocab():
-                raise TokenizerError(f"--eot-token {tok!r} is not a token of this tokenizer")
+                said = f"--eot-token {tok!r} is not a token of this tokenizer"
+                if tok.isdigit() and int(tok) < len(self.tokenizer):  # an id (the config's)
+                    text = self.tokenizer.convert_ids_to_tokens(int(tok))
+                    said += (
+                        f": it takes the token's text, and id {tok} is {text!r}"
+                        f" (--eot-token {text!r})"
+                    )
+                raise TokenizerError(said)
             special = tok in self.tokenizer.get_added_vocab() or tok in getattr(
                 self.tokenizer, "all_special_tokens", ()
             )
