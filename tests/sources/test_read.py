@@ -1053,3 +1053,19 @@ def test_files_joined_with_cat_keep_the_rows_after_each_byte_order_mark(tmp_path
     assert [r.data for rng in ranges for r in read.iter_raw_range(src, rng)] == (
         ROWS[:2] * 3 if ranges else []
     )
+
+
+def test_a_feather_file_reads_as_the_arrow_file_it_is(tmp_path):
+    """Feather (v2) is the Arrow IPC file format under another name (``df.to_feather``):
+    given directly it was "unsupported file type", and in a source folder skipped with a
+    note, its rows left out (exit 0)."""
+    import pyarrow.feather as feather
+
+    rows = [{"id": f"r{i}", "prompt": f"question {i}"} for i in range(3)]
+    folder = tmp_path / "d"
+    folder.mkdir()
+    feather.write_feather(pa.Table.from_pylist(rows), folder / "x.feather")
+    write(folder, "y.jsonl", jsonl_bytes(rows[:1]))
+    assert datas(read_all(folder / "x.feather")) == rows
+    assert datas(read_all(folder)) == rows + rows[:1]
+    assert read.scan_source(folder)[1] == []

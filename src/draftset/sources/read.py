@@ -49,7 +49,7 @@ _BOM = b"\xef\xbb\xbf"
 _WHITESPACE = frozenset(b" \t\r\n\f\v")
 
 _TEXT_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json"}
-_BINARY_KINDS = {".parquet": "parquet", ".arrow": "arrow"}
+_BINARY_KINDS = {".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow"}
 _COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".zstd": "zst"}
 
 _T = TypeVar("_T")
