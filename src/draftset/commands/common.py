@@ -49,7 +49,33 @@ class Parser(argparse.ArgumentParser):
         return None
 
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage otherwise)
-        raise UsageError(message + _dash_file_hint(getattr(self, "_argv", [])))
+        argv = getattr(self, "_argv", [])
+        hint = getattr(self, "error_hint", None)  # a command's own: `show DIR 3`
+        said = hint(self, message, argv) if hint is not None else None
+        raise UsageError(message + (said or _dash_file_hint(argv)))
+
+    def positionals(self, argv: list[str]) -> list[str]:
+        """The arguments of ``argv`` no option takes (each option's values skipped)."""
+        found: list[str] = []
+        values = 0
+        for arg in argv:
+            if values:
+                values -= 1
+            elif arg.startswith("--") or (arg.startswith("-") and not _number(arg)):
+                action = self._option_string_actions.get(arg.split("=", 1)[0])
+                takes = action is not None and action.nargs != 0 and "=" not in arg
+                values = 1 if takes else 0
+            else:
+                found.append(arg)
+        return found
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _dash_file_hint(argv: list[str]) -> str:
