@@ -740,6 +740,32 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
     )
 
 
+_OTHER_DATA_SUFFIXES = (".parquet", ".arrow", ".feather", ".csv", ".tsv", ".gz", ".zst", ".zstd")
+
+
+def _answers_name_problem(text: str) -> str | None:
+    """Why generate's ``--out`` names no JSON Lines file, or None: ``ans.parquet`` held JSON
+    Lines under a Parquet name (build: "Parquet magic bytes not found"), ``answers/`` was
+    written as a file ``answers`` with ``answers.lock`` beside it."""
+    if text.endswith(("/", os.sep)) and not Path(text).expanduser().is_dir():
+        folder = text.rstrip("/" + os.sep)
+        return (
+            f"--out {text} names a folder: generate writes one .jsonl file (and its"
+            " .errors.jsonl, .run.json and .lock beside it): give its path, e.g."
+            f" {folder}/answers.jsonl"
+        )
+    name = Path(text).name
+    suffix = next((x for x in _OTHER_DATA_SUFFIXES if name.lower().endswith(x)), None)
+    if suffix is None:
+        return None
+    stem = name[: -len(suffix)]
+    stem = re.sub(r"\.(jsonl|ndjson|json)$", "", stem, flags=re.IGNORECASE)
+    return (
+        f"--out {text}: generate writes JSON Lines (appended, and resumed from), which a"
+        f" {suffix} name would hide from build: name it {stem}.jsonl"
+    )
+
+
 def _api_key_env_problem(value: Any) -> str | None:
     """Why a recipe's ``generate.api_key_env`` is no variable's name, or None. The key itself
     written there (``sk-proj-...``) was said back as "names $sk-proj-..., which is not set" and
@@ -958,6 +984,8 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     if problem := dash_problem(
         "--out", o.out, "name the .jsonl file to write the answers in (a rerun resumes from it)"
     ):
+        raise GenerateUsageError(problem)
+    if problem := _answers_name_problem(str(o.out)):
         raise GenerateUsageError(problem)
     out = Path(o.out)
     if out.is_dir():
