@@ -801,3 +801,20 @@ def test_a_set_given_beside_its_own_sources_is_refused_before_any_work(
     other = write_jsonl(tmp_path / "other.jsonl", [chat(9)])
     monkeypatch.undo()
     assert main(build_argv(data / "o", other, out=tmp_path / "g4")) == 0
+
+
+@pytest.mark.parametrize("name", ["train.parquet", "set.arrow", "train.jsonl", "out.json"])
+def test_an_out_named_as_a_data_file_is_refused_before_any_work(tmp_path, capsys, no_work, name):
+    """``--out train.parquet`` (the set taken for one file) built a folder named train.parquet,
+    which a later build, `load_dataset("parquet", data_files=...)` or a reader by suffix takes
+    for one Parquet file."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    out = tmp_path / name
+    assert main(build_argv(src, out=out)) == 2
+    stem, suffix = name.rsplit(".", 1)
+    assert one_line(capsys) == (
+        f"draftset: error: --out {out}: a set is a folder (its data files, manifest and token"
+        f" counts inside), and a .{suffix} name would take it for one data file: name the"
+        f" folder, e.g. {tmp_path / stem}"
+    )
+    assert not out.exists()

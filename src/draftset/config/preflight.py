@@ -379,6 +379,25 @@ def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: l
         raise PreflightError(f"output folder exists: {out} (pass --overwrite to replace it)")
 
 
+_DATA_SUFFIXES = (".parquet", ".arrow", ".feather", ".jsonl", ".ndjson", ".json", ".csv")
+
+
+def _data_file_name_problem(out: Path, flag: str) -> str | None:
+    """Why a new ``--out`` named as a data file (``train.parquet``: the set taken for one file)
+    is refused, or None: the folder so named is taken for one data file by a later build, a
+    reader by suffix, ``load_dataset("parquet", data_files=...)``. An existing folder (a set
+    rebuilt with --overwrite) keeps its name."""
+    path = Path(out).expanduser()
+    suffix = path.suffix.lower()
+    if suffix not in _DATA_SUFFIXES or path.exists():
+        return None
+    return (
+        f"{flag} {out}: a set is a folder (its data files, manifest and token counts inside),"
+        f" and a {suffix} name would take it for one data file: name the folder, e.g."
+        f" {Path(out).with_suffix('')}"
+    )
+
+
 def out_place_problem(out: Path, flag: str) -> str | None:
     """Why ``out`` can be no output folder wherever the sources are (one line starting ``flag``:
     ``--out``, or ``recipe key out:`` when the recipe set it), or None: empty, a symbolic link,
@@ -389,6 +408,8 @@ def out_place_problem(out: Path, flag: str) -> str | None:
         return problem
     if Path(out).is_symlink():
         return f"{flag} {out} is a symbolic link; give the folder itself"
+    if problem := _data_file_name_problem(out, flag):
+        return problem
     real = Path(out).expanduser().resolve()
     if real == Path(real.anchor):
         return f"{flag} {out} is the filesystem root"
