@@ -520,3 +520,25 @@ def test_an_api_key_env_written_with_a_dollar_is_told_to_drop_it(tmp_path, capsy
         "draftset: error: recipe key generate.api_key_env: takes the variable's name without"
         " the $: api_key_env: MY_KEY"
     ], err
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        ("", "it is empty"),
+        ("# tokenizer: tok\n", "it is empty"),
+        ("- a.jsonl\n- b.jsonl\n", "it is a list (its sources go under sources: [...])"),
+        ("a.jsonl\n", "it is the text 'a.jsonl'"),
+    ],
+)
+def test_a_recipe_that_is_no_mapping_says_what_it_is(tmp_path, capsys, text, what):
+    """An empty recipe, a list of files or a lone word were all "recipe r.yaml must be a
+    mapping"."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(text, encoding="utf-8")
+    assert main(["build", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"draftset: error: recipe {recipe} must be a mapping of keys (tokenizer:, out:,"
+        f" sources:, ...; examples/recipe.yaml), and {what}"
+    ], err

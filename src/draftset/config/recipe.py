@@ -382,7 +382,16 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise RecipeError(f"recipe {path} is not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(data, dict):
-        raise RecipeError(f"recipe {path} must be a mapping")
+        if data is None:
+            what = "it is empty"
+        elif isinstance(data, list):
+            what = "it is a list (its sources go under sources: [...])"
+        else:
+            what = f"it is the text {data[:60]!r}" if isinstance(data, str) else f"it is {data!r}"
+        raise RecipeError(
+            f"recipe {path} must be a mapping of keys (tokenizer:, out:, sources:, ...;"
+            f" examples/recipe.yaml), and {what}"
+        )
     unknown = set(data) - RECIPE_KEYS
     if unknown:
         raise RecipeError(f"recipe {path}: {unknown_keys(unknown, RECIPE_KEYS, _PLACES)}")
