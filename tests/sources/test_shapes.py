@@ -252,3 +252,19 @@ def test_a_file_two_sources_read_is_named(tmp_path):
     notes = check_row_shapes([Source("d", tmp_path / "d"), Source("a", data)])
     assert len(notes) == 1 and notes[0].startswith(f"sources d and a both read {data}:")
     assert check_row_shapes([Source("a", data), Source("b", tmp_path / "d" / "b.jsonl")]) == []
+
+
+@pytest.mark.parametrize("fmt", ["alpaca", "prompt"])
+def test_a_format_the_rows_are_not_is_named_when_they_read_without_it(tmp_path, fmt):
+    """``{path: chats.jsonl, format: alpaca}`` on OpenAI messages rows (or ``--format alpaca``
+    given for every source of a command line) said "no known row shape ... map its columns,
+    e.g. --format messages --field messages=messages": the rows' own shape, as if it were
+    unknown. The forced format is what is wrong: said so."""
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    src = write_jsonl(tmp_path / "chats.jsonl", [row, row])
+    with pytest.raises(SourceError) as info:
+        check_row_shapes([Source("chats", src, format=fmt)])
+    assert str(info.value) == (
+        f"{src}: format {fmt}: its first 2 rows are not that shape (keys [messages]), and read"
+        " as they are without it: leave the format out for this source"
+    )

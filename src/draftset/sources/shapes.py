@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from dataclasses import replace
 from pathlib import Path
 from shlex import quote
 from typing import Any
@@ -67,6 +68,8 @@ def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> list[
             path = files[0]
             unknown = heads[0][1]
             assert unknown is not None
+            if problem := _forced_format_problem(source, path, unknown, sample):
+                raise SourceError(problem)
             raise SourceError(_message(source, path, *unknown))
         plain = not (source.preset or source.format or source.fields)
         if plain and any(hermes_markup(raw.data) for rows, _ in heads for raw in rows or []):
@@ -120,6 +123,29 @@ def _unmapped_columns(source: Source, rows: list[RawRow]) -> str | None:
                 f" {len(objects):,} has a column {column!r} (keys [{', '.join(keys)}]); {fix}"
             )
     return None
+
+
+def _forced_format_problem(
+    source: Source, path: Path, unknown: tuple[int, dict[str, Any], str], sample: int
+) -> str | None:
+    """Why a source given a format (``format: alpaca``, ``--format alpaca``) is refused when
+    its rows are not that shape but read as they are without it, or None: it was told "no
+    known row shape ... map its columns, e.g. --format messages --field messages=messages",
+    the rows' own shape, as if it were unknown."""
+    if not source.format or source.fields or source.preset:
+        return None
+    plain = replace(source, format=None)
+    _, still = _head(plain, path, source_normalizer(plain), sample)
+    if still is not None:
+        return None
+    seen, data, _ = unknown
+    rows = f"its first {seen:,} rows are" if seen > 1 else "its only row is"
+    keys = ", ".join(str(k) for k in list(data)[:20])
+    where = str(path) if Path(source.path) == path else f"{path} (source {source.path})"
+    return (
+        f"{where}: format {source.format}: {rows} not that shape (keys [{keys}]), and read as"
+        " they are without it: leave the format out for this source"
+    )
 
 
 def _head(
