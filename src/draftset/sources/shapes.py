@@ -24,6 +24,7 @@ from typing import Any
 from draftset.core import reasons
 from draftset.core.files import json_recipe_message, recipe_keys_of
 from draftset.core.records import RawRow, Reject
+from draftset.core.words import plural
 from draftset.sources.normalize import field_mapping, mapping_options
 from draftset.sources.presets import hermes_markup, preset_hint, source_normalizer
 from draftset.sources.read import (
@@ -125,6 +126,33 @@ def _unmapped_columns(source: Source, rows: list[RawRow]) -> str | None:
     return None
 
 
+def _lists_of_rows(where: str, data: dict[str, Any]) -> str | None:
+    """Why a ``.json`` file's one object that holds lists of rows under several keys is refused, or
+    None: ``{"train": [...], "test": [...]}`` was "no known row shape in its only row";
+    ``{"version": "1.0", "data": [...]}`` suggested ``--field prompt=version``. (One key alone
+    holding the rows is read as their wrapper.)"""
+    lists = {
+        str(k): len(v)
+        for k, v in data.items()
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)
+    }
+    if len(lists) > 1:
+        listed = ", ".join(f"{k}: {plural(n, 'row')}" for k, n in lists.items())
+        return (
+            f"{where}: one JSON object of several lists of rows ({listed}), not rows: give one"
+            " list's rows as their own file (a JSON array, or JSON Lines)"
+        )
+    if len(lists) == 1:
+        key, n = next(iter(lists.items()))
+        others = ", ".join(str(k) for k in data if str(k) != key)
+        return (
+            f"{where}: one JSON object holding its rows under {key!r} ({plural(n, 'row')})"
+            f" beside other keys ({others}): give those rows as their own file (a JSON array,"
+            " or JSON Lines), or remove the other keys"
+        )
+    return None
+
+
 def _forced_format_problem(
     source: Source, path: Path, unknown: tuple[int, dict[str, Any], str], sample: int
 ) -> str | None:
@@ -182,6 +210,9 @@ def _message(source: Source, path: Path, seen: int, data: dict[str, Any], why: s
         )
     if seen == 1 and (marks := recipe_keys_of(data)):  # `generate recipe.json`
         return json_recipe_message(path, marks)
+    document = path.name.lower().removesuffix(".gz").removesuffix(".zst").endswith(".json")
+    if seen == 1 and document and (problem := _lists_of_rows(where, data)):
+        return problem
     head = f"{where}: no known row shape in {rows} (keys [{shown}])"
     preset = preset_hint(data)
     if preset is not None:
