@@ -818,3 +818,26 @@ def test_an_out_named_as_a_data_file_is_refused_before_any_work(tmp_path, capsys
         f" folder, e.g. {tmp_path / stem}"
     )
     assert not out.exists()
+
+
+def test_a_hub_cache_model_folder_as_tokenizer_names_its_snapshot(tmp_path, capsys, no_work):
+    """``--tokenizer ~/.cache/huggingface/hub/models--Qwen--Qwen3-8B`` (the cache's folder of
+    the model, whose files are under snapshots/<revision>/) said only "holds no tokenizer
+    files"."""
+    repo = tmp_path / "hub" / "models--Qwen--Qwen3-8B"
+    snap = repo / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123", encoding="utf-8")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (snap / name).write_bytes((qwen3_tokenizer_dir() / name).read_bytes())
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    argv = ["build", str(src), "--tokenizer", str(repo), "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        f"draftset: error: tokenizer folder {repo} holds no tokenizer files: expected"
+        " tokenizer.json (or tokenizer_config.json with vocab.json + merges.txt, or"
+        f" tokenizer.model); it is a hub cache folder: give a revision's folder, {snap}"
+        " (refs/main)"
+    )

@@ -120,6 +120,27 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+def _hub_cache_hint(folder: Path) -> str:
+    """Where the files are when ``folder`` is the hub cache's folder of a model
+    (``models--Qwen--Qwen3-8B``: its files under ``snapshots/<revision>/``), else ``""``."""
+    snapshots = folder / "snapshots"
+    if not snapshots.is_dir() or not (folder / "blobs").is_dir():
+        return ""
+    try:
+        main = (folder / "refs" / "main").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        main = ""
+    try:
+        revisions = sorted(e.name for e in os.scandir(snapshots) if e.is_dir())
+    except OSError:
+        return ""
+    if not revisions:
+        return ""
+    chosen = main if main in revisions else revisions[-1]
+    ref = " (refs/main)" if chosen == main else ""
+    return f"; it is a hub cache folder: give a revision's folder, {snapshots / chosen}{ref}"
+
+
 def _resolve_tokenizer_path(name: str) -> str:
     """The folder to load, or ``name`` as a hub id; one line (`TokenizerError`, exit 2) at once
     for a missing folder, a folder without tokenizer files, or a hub id the hub cannot serve."""
@@ -133,6 +154,7 @@ def _resolve_tokenizer_path(name: str) -> str:
         if not any((path / f).is_file() for f in TOKENIZER_FILES):
             raise TokenizerError(
                 f"tokenizer folder {name} holds no tokenizer files: expected {EXPECTED_FILES}"
+                + _hub_cache_hint(path)
             )
         return str(path)
     if not could_be_hub_id(name):
