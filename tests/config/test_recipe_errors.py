@@ -542,3 +542,21 @@ def test_a_recipe_that_is_no_mapping_says_what_it_is(tmp_path, capsys, text, wha
         f"draftset: error: recipe {recipe} must be a mapping of keys (tokenizer:, out:,"
         f" sources:, ...; examples/recipe.yaml), and {what}"
     ], err
+
+
+def test_sources_written_as_a_mapping_of_names_is_told_the_list_it_means(tmp_path, capsys):
+    """``sources: {chat: a.jsonl, code: b.jsonl}`` (names to paths) was told only "expected a
+    list of values"."""
+    recipe = _recipe(tmp_path, "")
+    recipe.write_text(
+        recipe.read_text().replace(
+            "sources: [c.jsonl]\n", "sources: {chat: c.jsonl, code: {path: d.jsonl, weight: 2}}\n"
+        ),
+        encoding="utf-8",
+    )
+    assert main(["build", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "draftset: error: recipe key sources: a list of entries, not a mapping of names: write"
+        " sources: [{name: chat, path: c.jsonl}, {name: code, path: d.jsonl, weight: 2}]"
+    ], err

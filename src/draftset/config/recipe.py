@@ -365,6 +365,19 @@ SOURCE_PLACES = {**_SOURCE_WORDS, **places(SOURCE_KEYS)}
 _MIX_PLACES = {mode: f"a mode (mix: {{modes: {{{mode}: ...}}}})" for mode in MODES}
 
 
+def _named_sources(mapping: dict[Any, Any]) -> str:
+    """What ``sources: {chat: a.jsonl, code: {path: b.jsonl}}`` means, written as the list of
+    entries a recipe's sources are (it was told only "expected a list of values")."""
+    entries = []
+    for name, value in list(mapping.items())[:3]:
+        keys = dict(value) if isinstance(value, dict) else {"path": value}
+        entries.append(
+            "{" + ", ".join(f"{k}: {v}" for k, v in {"name": name, **keys}.items()) + "}"
+        )
+    more = ", ..." if len(mapping) > 3 else ""
+    return f"a list of entries, not a mapping of names: write sources: [{', '.join(entries)}{more}]"
+
+
 def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
     """Read a recipe, validate its keys, resolve its paths; returns plain option values.
 
@@ -395,6 +408,8 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
     unknown = set(data) - RECIPE_KEYS
     if unknown:
         raise RecipeError(f"recipe {path}: {unknown_keys(unknown, RECIPE_KEYS, _PLACES)}")
+    if isinstance(data.get("sources"), dict):  # `sources: {chat: a.jsonl}`: names to paths
+        raise RecipeError(f"recipe key sources: {_named_sources(data['sources'])}")
     kwargs = data.get("template_kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):  # JSON text is the command line's
         raise RecipeError(
