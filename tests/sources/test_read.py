@@ -1069,3 +1069,22 @@ def test_a_feather_file_reads_as_the_arrow_file_it_is(tmp_path):
     assert datas(read_all(folder / "x.feather")) == rows
     assert datas(read_all(folder)) == rows + rows[:1]
     assert read.scan_source(folder)[1] == []
+
+
+@pytest.mark.parametrize("name", ["mac.jsonl", "mac.jsonl.gz"])
+def test_json_lines_ending_in_cr_alone_are_refused(tmp_path, name):
+    """Lines ended by a carriage return alone (classic Mac line ends, some exporters): split
+    on LF only, the whole file was one line, one ``invalid_json`` reject ("Extra data"), its
+    rows gone (exit 0 beside another source)."""
+    data = b"".join(json.dumps(r).encode() + b"\r" for r in ROWS)
+    path = write(tmp_path / "d", name, gzip.compress(data) if name.endswith(".gz") else data)
+    expected = (
+        f"{path}: its lines end in a carriage return alone (CR, old Mac line ends), which JSON"
+        " Lines does not split on (read as one line, its rows were one invalid_json reject):"
+        " convert the line ends to LF, e.g. tr '\\r' '\\n'"
+    )
+    for source in (path, path.parent):
+        with pytest.raises(SourceError, match=f"^{re.escape(expected)}$"):
+            list_files(source)
+    crlf = write(tmp_path, "crlf.jsonl", data.replace(b"\r", b"\r\n"))
+    assert datas(read_all(crlf)) == ROWS  # CRLF reads, as before

@@ -245,6 +245,12 @@ def _refuse_one_document(path: Path) -> None:
             first = next(lines, b"")
             alone = next(lines, None) is None
         head = first.removeprefix(_BOM).strip()
+        if _rows_on_cr_lines(head):
+            raise SourceError(
+                f"{path}: its lines end in a carriage return alone (CR, old Mac line ends),"
+                " which JSON Lines does not split on (read as one line, its rows were one"
+                " invalid_json reject): convert the line ends to LF, e.g. tr '\\r' '\\n'"
+            )
         if head.startswith(b"[") and alone:  # `json.dump(rows, f)`: every row on one line
             rows = json.loads(head.decode("utf-8"))
             if not (rows and isinstance(rows, list) and all(isinstance(r, dict) for r in rows)):
@@ -258,6 +264,27 @@ def _refuse_one_document(path: Path) -> None:
         return
     renamed = _LINES_SUFFIX.sub(".json", path.name)
     raise SourceError(f"{path}: one JSON document, not JSON Lines: rename it {renamed}")
+
+
+def _rows_on_cr_lines(line: bytes) -> bool:
+    """Whether a line (split on LF) holds JSON values separated by lone CRs: a file whose lines
+    end in CR alone. A raw CR is never inside a JSON string (control characters are escaped),
+    so one between two values that each parse is a line end; the line itself does not parse."""
+    if b"\r" not in line:
+        return False
+    pieces = [p for p in line.split(b"\r") if p.strip()]
+    if len(pieces) < 2:
+        return False
+    try:
+        json.loads(line)
+    except ValueError:
+        pass
+    else:
+        return False
+    try:
+        return all(isinstance(json.loads(p), dict) for p in pieces[:2])
+    except ValueError:
+        return False
 
 
 # UTF-32 first: its little-endian mark begins with UTF-16's
