@@ -841,3 +841,16 @@ def test_a_hub_cache_model_folder_as_tokenizer_names_its_snapshot(tmp_path, caps
         f" tokenizer.model); it is a hub cache folder: give a revision's folder, {snap}"
         " (refs/main)"
     )
+
+
+def test_a_hub_id_as_chat_template_says_it_takes_a_file(tmp_path, capsys, no_work):
+    """``--chat-template Qwen/Qwen3-8B`` (a model's template by its hub id, as some trainers
+    take it) said only "chat template file not found: Qwen/Qwen3-8B"."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    argv = build_argv(src, out=tmp_path / "o", extra=("--chat-template", "Qwen/Qwen3-8B"))
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        "draftset: error: chat template file not found: Qwen/Qwen3-8B (--chat-template takes a"
+        " .jinja file, never a hub id: a model's own template comes with its tokenizer, so"
+        " --tokenizer Qwen/Qwen3-8B reads it)"
+    )

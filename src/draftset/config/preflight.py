@@ -28,6 +28,7 @@ from draftset.mask.ambient import now_iso, valid_now
 from draftset.mask.template import (
     _resolve_tokenizer_path,
     config_vocab_size,
+    could_be_hub_id,
     folder_vocabulary_sample,
 )
 from draftset.output.folder import (
@@ -459,6 +460,13 @@ def missing_chat_template(path: str | Path) -> str:
         )
     if problem := template_text_problem(path, "--chat-template"):
         return problem
+    text = str(path)
+    if text.count("/") == 1 and could_be_hub_id(text) and "." not in text.rsplit("/", 1)[1]:
+        return (  # `--chat-template Qwen/Qwen3-8B`: a model's template by its hub id
+            f"chat template file not found: {path} (--chat-template takes a .jinja file, never"
+            " a hub id: a model's own template comes with its tokenizer, so --tokenizer"
+            f" {path} reads it)"
+        )
     return f"chat template file not found: {path}"
 
 
