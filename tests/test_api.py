@@ -856,6 +856,23 @@ def test_an_empty_endpoints_list_in_a_recipe_is_an_error(src, tmp_path, no_work)
     )
 
 
+def test_a_run_recipe_without_out_names_the_key_run_reads(src, tmp_path, no_work, capsys):
+    """``draftset run r.yaml`` of a recipe without ``out:`` said "--out is required (or `out:`
+    in the recipe)": run has no --out (given, it is told "run reads --out from its recipe")."""
+    path = _run_recipe(tmp_path, src)
+    path.write_text(path.read_text().replace(f', "out": "{tmp_path / "o"}"', ""))
+    assert "out" not in json.loads(path.read_text())
+    want = (
+        f"recipe {path} has no out: (the folder to write the set in; draftset run reads it"
+        " from the recipe): set `out: DIR` at its top level"
+    )
+    with pytest.raises(RunUsageError) as info:
+        api.run_options(path)
+    assert str(info.value) == want
+    assert main(["run", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == f"draftset: error: {want}"
+
+
 @pytest.mark.parametrize("key", ["eot_tokens", "decontaminate"])
 def test_an_empty_stop_token_or_benchmark_list_means_none_replacing_the_recipes(
     src, tmp_path, no_work, key

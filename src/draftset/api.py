@@ -48,6 +48,7 @@ from draftset.core.errors import DraftsetError, UsageError
 from draftset.core.files import (
     OTHER_CONFIG_SUFFIXES,
     dash_problem,
+    env_variable,
     home_problem,
     is_recipe,
     json_recipe_problem,
@@ -177,6 +178,9 @@ def _home(o: Model, *names: str) -> Model:
     return o.model_copy(update=update) if update else o
 
 
+_NO_OUT = "--out is required (or `out:` in the recipe)"
+
+
 def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOptions:
     """`build`'s arguments merged over the recipe and the defaults, and checked: the
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
@@ -212,7 +216,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     if not o.tokenizer:
         raise UsageError("--tokenizer is required (or `tokenizer:` in the recipe)")
     if not o.out:
-        raise UsageError("--out is required (or `out:` in the recipe)")
+        raise UsageError(_NO_OUT)
     if "out" not in explicit and (problem := out_place_problem(Path(o.out), "recipe key out:")):
         raise UsageError(f"{problem} (paths in a recipe are relative to its folder)")
     kwargs = o.template_kwargs or {}
@@ -368,6 +372,11 @@ def _not_found(path: Path, in_recipe: bool = False) -> str:
             else "leave the pattern unquoted for the shell to expand"
         )
         return f"source not found: {text} (draftset does not expand wildcards: {fix}{folder})"
+    if not in_recipe and (var := env_variable(text)):  # single-quoted: the shell left it
+        return (
+            f"source not found: {text} (draftset does not expand environment variables such as"
+            f" {var}: leave it unquoted, or in double quotes, for the shell to expand)"
+        )
     return f"source not found: {text}"
 
 
@@ -395,6 +404,7 @@ def _source(
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.recipe import (
         SOURCE_KEYS,
+        SOURCE_PLACES,
         RecipeError,
         parse_source_arg,
         source_entry,
@@ -410,7 +420,7 @@ def _source(
         bad = sorted(set(spec) - SOURCE_KEYS)
         if bad:
             raise RecipeError(
-                f"source {dict(spec)!r}: {unknown_keys(bad, SOURCE_KEYS)};"
+                f"source {dict(spec)!r}: {unknown_keys(bad, SOURCE_KEYS, SOURCE_PLACES)};"
                 f" keys are {sorted(SOURCE_KEYS)}"
             )
         if "path" not in spec:
@@ -699,9 +709,21 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
         raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
     if problem := dash_problem("--work", o.work, "name the work folder"):
         raise RunUsageError(problem)
-    build = build_options(
-        path, workers=o.workers, engine=o.engine, ray_address=o.ray_address, tokenizer=o.tokenizer
-    )
+    try:
+        build = build_options(
+            path,
+            workers=o.workers,
+            engine=o.engine,
+            ray_address=o.ray_address,
+            tokenizer=o.tokenizer,
+        )
+    except UsageError as exc:  # run has no --out: the recipe's key is the only way
+        if str(exc) != _NO_OUT:
+            raise
+        raise RunUsageError(
+            f"recipe {path} has no out: (the folder to write the set in; draftset run reads it"
+            " from the recipe): set `out: DIR` at its top level"
+        ) from None
     conf = load_recipe(path)
     gen = _generate_section(conf.get("generate"), str(path))
     if o.endpoints:
@@ -722,9 +744,50 @@ def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -
     )
 
 
+_OTHER_DATA_SUFFIXES = (".parquet", ".arrow", ".feather", ".csv", ".tsv", ".gz", ".zst", ".zstd")
+
+
+def _answers_name_problem(text: str) -> str | None:
+    """Why generate's ``--out`` names no JSON Lines file, or None: ``ans.parquet`` held JSON
+    Lines under a Parquet name (build: "Parquet magic bytes not found"), ``answers/`` was
+    written as a file ``answers`` with ``answers.lock`` beside it."""
+    if text.endswith(("/", os.sep)) and not Path(text).expanduser().is_dir():
+        folder = text.rstrip("/" + os.sep)
+        return (
+            f"--out {text} names a folder: generate writes one .jsonl file (and its"
+            " .errors.jsonl, .run.json and .lock beside it): give its path, e.g."
+            f" {folder}/answers.jsonl"
+        )
+    name = Path(text).name
+    suffix = next((x for x in _OTHER_DATA_SUFFIXES if name.lower().endswith(x)), None)
+    if suffix is None:
+        return None
+    stem = name[: -len(suffix)]
+    stem = re.sub(r"\.(jsonl|ndjson|json)$", "", stem, flags=re.IGNORECASE)
+    return (
+        f"--out {text}: generate writes JSON Lines (appended, and resumed from), which a"
+        f" {suffix} name would hide from build: name it {stem}.jsonl"
+    )
+
+
+def _api_key_env_problem(value: Any) -> str | None:
+    """Why a recipe's ``generate.api_key_env`` is no variable's name, or None. The key itself
+    written there (``sk-proj-...``) was said back as "names $sk-proj-..., which is not set" and
+    kept in the run's state: it is never shown."""
+    if not isinstance(value, str) or re.fullmatch(r"[A-Za-z_]\w*", value, re.ASCII):
+        return None  # not a string: the schema names the type
+    bare = value[1:].strip("{}")
+    if value.startswith("$") and re.fullmatch(r"[A-Za-z_]\w*", bare, re.ASCII):
+        return f"takes the variable's name without the $: api_key_env: {bare}"
+    return (
+        "takes the name of an environment variable (letters, digits and _, e.g. MY_KEY), and"
+        " this is none (not shown: a key itself?): export the key as a variable and name that"
+    )
+
+
 def _generate_section(section: Any, recipe: str) -> GenerateSection:
     """The recipe's ``generate:`` mapping, typed by `config.schema.GenerateSection`."""
-    from draftset.config.recipe import places  # lazy: as above
+    from draftset.config.recipe import GENERATE_WORDS, places  # lazy: as above
     from draftset.pipeline.run_state import RunUsageError  # lazy: as above
 
     if not isinstance(section, dict):
@@ -732,8 +795,10 @@ def _generate_section(section: Any, recipe: str) -> GenerateSection:
     unknown = set(section) - set(GenerateSection.model_fields)
     if unknown:
         known = GenerateSection.model_fields
-        said = unknown_keys(unknown, known, places(known))
+        said = unknown_keys(unknown, known, {**GENERATE_WORDS, **places(known)})
         raise RunUsageError(f"recipe {recipe}: generate: {said}")
+    if problem := _api_key_env_problem(section.get("api_key_env")):
+        raise RunUsageError(f"recipe key generate.api_key_env: {problem}")
     values = {k: v for k, v in section.items() if v is not None}
     gen = validated(GenerateSection, values, recipe="generate.", strict=True, error=RunUsageError)
     thinking = gen.thinking  # YAML's `thinking: off` is a boolean
@@ -923,6 +988,8 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     if problem := dash_problem(
         "--out", o.out, "name the .jsonl file to write the answers in (a rerun resumes from it)"
     ):
+        raise GenerateUsageError(problem)
+    if problem := _answers_name_problem(str(o.out)):
         raise GenerateUsageError(problem)
     out = Path(o.out)
     if out.is_dir():

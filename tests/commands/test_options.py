@@ -211,6 +211,50 @@ def test_a_flag_no_command_knows_is_still_argparses_line(
 
 
 @pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["build", "a.jsonl", "--template", "Qwen/Qwen3-8B"],
+            "--template is not an option of draftset build: did you mean --chat-template or"
+            " --template-kwargs?",
+        ),
+        (
+            ["build", "a.jsonl", "--output=o"],
+            "--output is not an option of draftset build: did you mean --out or --output-format?",
+        ),
+        (
+            ["generate", "a.jsonl", "--chat-template", "t.jinja"],
+            "--chat-template is not an option of draftset generate: did you mean"
+            " --chat-template-kwargs?",
+        ),
+        (
+            ["verify", "set", "--render", "http://127.0.0.1:8000"],
+            "--render is not an option of draftset verify: did you mean --render-server?",
+        ),
+    ],
+)
+def test_an_option_that_is_the_first_words_of_another_is_not_read_as_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    said: str,
+) -> None:
+    """argparse reads the start of an option as the whole of it: ``build --template
+    Qwen/Qwen3-8B`` (a hub template, a newcomer's guess) was read as ``--template-kwargs`` and
+    said "--template-kwargs is not valid JSON"; ``--output o`` said "argument --output-format:
+    invalid choice: 'o'"; ``generate --chat-template t.jinja`` "--chat-template-kwargs is not
+    valid JSON". An option given as whole words that only begin another one is refused, naming
+    the options meant; a shortened word (``--max-len``) still reads as before."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"draftset: error: {said} (write options in full)"], err
+    args, extra = parse_command_line(["build", "a.jsonl", "--max-len", "9", "--tok", "T"])
+    assert not extra and (args.max_length, args.tokenizer) == (9, "T")
+
+
+@pytest.mark.parametrize(
     ("argv", "dest", "want"),
     [
         (["build", "a.jsonl", "--out", "o", "b.jsonl"], "inputs", ["a.jsonl", "b.jsonl"]),

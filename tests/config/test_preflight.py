@@ -557,6 +557,19 @@ def test_an_ordinary_word_as_eot_token_is_refused(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_token_id_as_eot_token_names_its_text(tmp_path, capsys):
+    """``--eot-token 151645`` (the id generation_config.json lists, as the README quotes it)
+    said only "is not a token of this tokenizer"."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    argv = build_argv(src, out=tmp_path / "out", extra=("--eot-token", "151645"))
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        "draftset: error: --eot-token '151645' is not a token of this tokenizer: it takes the"
+        " token's text, and id 151645 is '<|im_end|>' (--eot-token '<|im_end|>')"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_failed_overwrite_says_the_earlier_set_is_left_as_it_was(tmp_path, capsys):
     """Every row rejected under --overwrite: the earlier set stays (as before); the last line
     used to say "nothing was created at OUT" while OUT was right there."""
@@ -754,4 +767,90 @@ def test_a_chat_template_without_jinja_is_refused_before_any_work(tmp_path, caps
     assert one_line(capsys) == (
         f"draftset: error: --chat-template {path} holds no Jinja ({{{{ ... }}}} or {{% ... %}}):"
         " it renders the same text for every conversation (give the .jinja file)"
+    )
+
+
+def test_a_set_given_beside_its_own_sources_is_refused_before_any_work(
+    tmp_path, capsys, monkeypatch
+):
+    """``draftset build g/* --out g3`` once an earlier ``--out g/o`` stood in ``g``: the shell's
+    wildcard named the set beside the files it was built from, and its rows were read again
+    as pretokenized rows (exact dedup does not match them to their source rows): each row
+    trained twice, exit 0. A set whose manifest lists a source of this build (the file, or one
+    inside a source folder) is refused; a set given alone, or beside other data, still reads."""
+    data = tmp_path / "g"
+    a = write_jsonl(data / "a.jsonl", [chat(i) for i in range(3)])
+    b = write_jsonl(data / "b.jsonl", [chat(i, "Other.") for i in range(3, 5)])
+    assert main(build_argv(a, b, out=data / "o")) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(build_mod, "plan_selection", _no_work)
+    shard = sorted((data / "o").glob("data-*.arrow"))[0]
+    for sources, named, first in (
+        ([a, b, data / "o"], data / "o", a),
+        ([data / "o", b], data / "o", b),
+        ([shard, a], shard, a),
+        ([data / "o", data], data / "o", a),  # a source folder holding its inputs
+    ):
+        assert main(build_argv(*sources, out=tmp_path / "g3")) == 2
+        assert one_line(capsys) == (
+            f"draftset: error: {named}: a set draftset built from {first}, a source of this"
+            " build too: its rows would be read twice (a wildcard such as g/* matching an"
+            " earlier output?); leave the set out, or give its sources alone"
+        )
+        assert not (tmp_path / "g3").exists()
+    other = write_jsonl(tmp_path / "other.jsonl", [chat(9)])
+    monkeypatch.undo()
+    assert main(build_argv(data / "o", other, out=tmp_path / "g4")) == 0
+
+
+@pytest.mark.parametrize("name", ["train.parquet", "set.arrow", "train.jsonl", "out.json"])
+def test_an_out_named_as_a_data_file_is_refused_before_any_work(tmp_path, capsys, no_work, name):
+    """``--out train.parquet`` (the set taken for one file) built a folder named train.parquet,
+    which a later build, `load_dataset("parquet", data_files=...)` or a reader by suffix takes
+    for one Parquet file."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    out = tmp_path / name
+    assert main(build_argv(src, out=out)) == 2
+    stem, suffix = name.rsplit(".", 1)
+    assert one_line(capsys) == (
+        f"draftset: error: --out {out}: a set is a folder (its data files, manifest and token"
+        f" counts inside), and a .{suffix} name would take it for one data file: name the"
+        f" folder, e.g. {tmp_path / stem}"
+    )
+    assert not out.exists()
+
+
+def test_a_hub_cache_model_folder_as_tokenizer_names_its_snapshot(tmp_path, capsys, no_work):
+    """``--tokenizer ~/.cache/huggingface/hub/models--Qwen--Qwen3-8B`` (the cache's folder of
+    the model, whose files are under snapshots/<revision>/) said only "holds no tokenizer
+    files"."""
+    repo = tmp_path / "hub" / "models--Qwen--Qwen3-8B"
+    snap = repo / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123", encoding="utf-8")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (snap / name).write_bytes((qwen3_tokenizer_dir() / name).read_bytes())
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    argv = ["build", str(src), "--tokenizer", str(repo), "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        f"draftset: error: tokenizer folder {repo} holds no tokenizer files: expected"
+        " tokenizer.json (or tokenizer_config.json with vocab.json + merges.txt, or"
+        f" tokenizer.model); it is a hub cache folder: give a revision's folder, {snap}"
+        " (refs/main)"
+    )
+
+
+def test_a_hub_id_as_chat_template_says_it_takes_a_file(tmp_path, capsys, no_work):
+    """``--chat-template Qwen/Qwen3-8B`` (a model's template by its hub id, as some trainers
+    take it) said only "chat template file not found: Qwen/Qwen3-8B"."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    argv = build_argv(src, out=tmp_path / "o", extra=("--chat-template", "Qwen/Qwen3-8B"))
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        "draftset: error: chat template file not found: Qwen/Qwen3-8B (--chat-template takes a"
+        " .jinja file, never a hub id: a model's own template comes with its tokenizer, so"
+        " --tokenizer Qwen/Qwen3-8B reads it)"
     )

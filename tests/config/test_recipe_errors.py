@@ -416,3 +416,160 @@ def test_a_recipe_listed_among_a_recipes_sources_is_named_a_recipe(tmp_path, cap
         f"draftset: error: source {tmp_path / name} is a recipe, not data: sources are"
         " data files (.jsonl, .json, .parquet, .arrow) or folders of them"
     ], err
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [  # other tools' words: `output_dir` was told "did you mean 'output_format'?", `file`
+        # "did you mean 'fields'?", `filename` "'name'?", `column` "'count'?", others nothing
+        (
+            "output_dir: o\n",
+            "unknown keys ['output_dir']: output_dir is spelled out here (out: DIR)",
+        ),
+        ("data_files: [c.jsonl]\n", "data_files is spelled sources here (sources: [a.jsonl, ...])"),
+        ("datasets: [c.jsonl]\n", "datasets is spelled sources here (sources: [a.jsonl, ...])"),
+        (
+            "model_name_or_path: tok\n",
+            "model_name_or_path is spelled tokenizer here (tokenizer: MODEL_DIR, the folder"
+            " holding tokenizer.json and its chat template)",
+        ),
+        (
+            "sources: [{file: c.jsonl}]\n",
+            "sources[0] unknown keys ['file']: file is spelled path here ({path: a.jsonl})",
+        ),
+        ("sources: [{filename: c.jsonl}]\n", "filename is spelled path here ({path: a.jsonl})"),
+        ("sources: [{data_files: c.jsonl}]\n", "data_files is spelled path here"),
+        (
+            "sources: [{path: c.jsonl, column: {prompt: text}}]\n",
+            "column is spelled fields here ({path: ..., fields: {prompt: COLUMN}})",
+        ),
+        (
+            "sources: [{path: c.jsonl, type: sharegpt}]\n",
+            "type is spelled format here ({path: ..., format: sharegpt})",
+        ),
+        (
+            "sources: [{path: c.jsonl, split: train}]\n",
+            "split is written in a hub source's path ({path: hf:ORG/NAME@train})",
+        ),
+    ],
+)
+def test_another_tools_word_for_a_key_names_draftsets(tmp_path, capsys, text, needle):
+    line = _refused_in_one_line(tmp_path, capsys, text, needle)
+    assert "did you mean" not in line, line
+
+
+def test_the_api_names_draftsets_word_for_a_source_key(tmp_path):
+    from draftset import api
+    from draftset.core.errors import UsageError
+
+    src = str(_recipe(tmp_path, "").parent / "c.jsonl")
+    with pytest.raises(UsageError, match=r"unknown keys \['file'\]: file is spelled path here"):
+        api.build(sources=[{"file": src}], tokenizer="tok", out=str(tmp_path / "o"))
+
+
+@pytest.mark.parametrize(
+    ("section", "needle"),
+    [  # `generate: {api_key: ...}` was told "did you mean 'api_key_env'?", which then named the
+        # key itself as a variable; `url` nothing, a top-level `endpoint` nothing
+        (
+            "generate: {endpoints: [x], api_key: sk-abc}",
+            "generate: unknown keys ['api_key']: api_key is never written in a recipe (it would be"
+            " kept with it): export the key as DRAFTSET_API_KEY or OPENAI_API_KEY, or name the"
+            " variable holding it (generate: {api_key_env: NAME})",
+        ),
+        (
+            "api_key: sk-abc\ngenerate: {endpoints: [x]}",
+            "unknown keys ['api_key']: api_key is never written in a recipe",
+        ),
+        (
+            "generate: {endpoints: [x], url: x}",
+            "url is spelled endpoints here (generate: {endpoints: [URL, ...]})",
+        ),
+        (
+            "endpoint: x\ngenerate: {endpoints: [x]}",
+            "endpoint is spelled endpoints here (generate: {endpoints: [URL, ...]})",
+        ),
+        (
+            "work: w\ngenerate: {endpoints: [x]}",
+            "work is run's command-line option --work DIR (default: OUT.run beside out), not a"
+            " recipe key",
+        ),
+        (
+            "restart: true\ngenerate: {endpoints: [x]}",
+            "restart is run's command-line option --restart, not a recipe key",
+        ),
+    ],
+)
+def test_a_run_recipe_key_of_another_tool_names_draftsets(tmp_path, capsys, section, needle):
+    recipe = _recipe(tmp_path, section + "\n")
+    assert main(["run", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert "did you mean" not in err[0] and "sk-abc" not in err[0], err
+
+
+@pytest.mark.parametrize("value", ["sk-proj-SECRET123", "'abc def'", "'9KEY'"])
+def test_an_api_key_env_that_is_no_variable_name_is_refused_without_showing_it(
+    tmp_path, capsys, value
+):
+    """``api_key_env: sk-proj-...`` (the key where its variable's name goes) said "names
+    $sk-proj-..., which is not set", the key on the terminal and in the run's state."""
+    recipe = _recipe(tmp_path, f"generate: {{endpoints: [x], api_key_env: {value}}}\n")
+    assert main(["run", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "draftset: error: recipe key generate.api_key_env: takes the name of an environment"
+        " variable (letters, digits and _, e.g. MY_KEY), and this is none (not shown: a key"
+        " itself?): export the key as a variable and name that"
+    ], err
+    assert not (tmp_path / "out.run").exists()
+
+
+def test_an_api_key_env_written_with_a_dollar_is_told_to_drop_it(tmp_path, capsys):
+    recipe = _recipe(tmp_path, "generate: {endpoints: [x], api_key_env: '$MY_KEY'}\n")
+    assert main(["run", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "draftset: error: recipe key generate.api_key_env: takes the variable's name without"
+        " the $: api_key_env: MY_KEY"
+    ], err
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        ("", "it is empty"),
+        ("# tokenizer: tok\n", "it is empty"),
+        ("- a.jsonl\n- b.jsonl\n", "it is a list (its sources go under sources: [...])"),
+        ("a.jsonl\n", "it is the text 'a.jsonl'"),
+    ],
+)
+def test_a_recipe_that_is_no_mapping_says_what_it_is(tmp_path, capsys, text, what):
+    """An empty recipe, a list of files or a lone word were all "recipe r.yaml must be a
+    mapping"."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(text, encoding="utf-8")
+    assert main(["build", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"draftset: error: recipe {recipe} must be a mapping of keys (tokenizer:, out:,"
+        f" sources:, ...; examples/recipe.yaml), and {what}"
+    ], err
+
+
+def test_sources_written_as_a_mapping_of_names_is_told_the_list_it_means(tmp_path, capsys):
+    """``sources: {chat: a.jsonl, code: b.jsonl}`` (names to paths) was told only "expected a
+    list of values"."""
+    recipe = _recipe(tmp_path, "")
+    recipe.write_text(
+        recipe.read_text().replace(
+            "sources: [c.jsonl]\n", "sources: {chat: c.jsonl, code: {path: d.jsonl, weight: 2}}\n"
+        ),
+        encoding="utf-8",
+    )
+    assert main(["build", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "draftset: error: recipe key sources: a list of entries, not a mapping of names: write"
+        " sources: [{name: chat, path: c.jsonl}, {name: code, path: d.jsonl, weight: 2}]"
+    ], err

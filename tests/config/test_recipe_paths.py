@@ -282,3 +282,49 @@ def test_a_blank_source_on_the_command_line_is_one_line(tmp_path, monkeypatch, c
     tok = str(qwen3_tokenizer_dir())
     assert main(["build", " ", "--tokenizer", tok, "--out", "o"]) == 2
     assert "path is only whitespace" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("keys", "key", "written"),
+    [
+        ({"out": "$HOME/sets/o"}, "out", "$HOME/sets/o"),
+        ({"out": "${SETS}/o"}, "out", "${SETS}/o"),
+        ({"sources": ["$DATA/c.jsonl"]}, "sources", "$DATA/c.jsonl"),
+        ({"sources": [{"path": "${DATA}/c.jsonl"}]}, "sources", "${DATA}/c.jsonl"),
+        ({"tokenizer": "$TOK"}, "tokenizer", "$TOK"),
+        ({"chat_template": "$T/t.jinja"}, "chat_template", "$T/t.jinja"),
+        ({"decontaminate": ["$EVALS/b.txt"]}, "decontaminate", "$EVALS/b.txt"),
+    ],
+)
+def test_an_environment_variable_in_a_recipe_path_is_refused_naming_it(
+    tmp_path, monkeypatch, capsys, no_work, keys, key, written
+):
+    """No shell reads a recipe, so ``out: $HOME/sets/o`` built into a folder named ``$HOME``
+    beside the recipe, exit 0; ``sources: [$DATA/c.jsonl]`` said only "source not found"
+    (``tokenizer: $TOK`` "folder not found: /abs/r/$TOK"). Refused now, naming the variable,
+    in build and in run, before any work; a path of that name that exists is read as before."""
+    for name in ("HOME", "SETS", "DATA", "TOK", "T", "EVALS"):
+        monkeypatch.setenv(name, str(tmp_path / "elsewhere"))
+    recipe(tmp_path, **keys, generate={"endpoints": ["http://127.0.0.1:9/v1"]})
+    monkeypatch.chdir(tmp_path)
+    var = written.split("/")[0]
+    home = "; ~ is your home folder" if var == "$HOME" else ""
+    want = (
+        f"draftset: error: recipe key {key}: {written} names the environment variable {var},"
+        f" which draftset does not expand (no shell reads a recipe): write the path itself{home}"
+    )
+    for command in ("build", "run"):
+        assert main([command, "r/ct.yaml"]) == 2, command
+        assert one_error_line(capsys) == want, command
+    assert not (tmp_path / "r" / "$HOME").exists()
+    assert not (tmp_path / "r" / "${SETS}").exists()
+
+
+def test_a_recipe_path_with_a_dollar_that_exists_is_read(tmp_path, monkeypatch):
+    """A file whose name holds ``$`` (``$DATA`` is a folder beside the recipe) is that path."""
+    path = recipe(tmp_path, sources=["$DATA/c.jsonl"])
+    (path.parent / "$DATA").mkdir()
+    (path.parent / "c.jsonl").rename(path.parent / "$DATA" / "c.jsonl")
+    monkeypatch.delenv("DATA", raising=False)
+    options = build_options(path)
+    assert [str(s.path) for s in options.sources] == [str(path.parent / "$DATA" / "c.jsonl")]

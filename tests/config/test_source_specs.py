@@ -306,6 +306,24 @@ def test_a_quoted_glob_says_draftset_does_not_expand_it(tmp_path, capsys, patter
     ), line
 
 
+@pytest.mark.parametrize("written", ["$DATA/a.jsonl", "${DATA}/a.jsonl"])
+def test_a_quoted_environment_variable_says_draftset_does_not_expand_it(
+    tmp_path, capsys, monkeypatch, written
+):
+    """``draftset build '$DATA/a.jsonl'`` (single quotes: the shell left it) said only "source
+    not found: $DATA/a.jsonl", as if $DATA/a.jsonl were missing."""
+    write_jsonl(tmp_path / "x" / "a.jsonl", 3)
+    monkeypatch.setenv("DATA", str(tmp_path / "x"))
+    monkeypatch.chdir(tmp_path)
+    assert build(written, "--out", str(tmp_path / "out")) == EXIT_USAGE
+    line = one_error_line(capsys)
+    var = written.split("/")[0]
+    assert line.endswith(
+        f"source not found: {written} (draftset does not expand environment variables such as"
+        f" {var}: leave it unquoted, or in double quotes, for the shell to expand)"
+    ), line
+
+
 @pytest.mark.parametrize("flag", ["--field", "--field="])
 def test_a_field_mapped_twice_is_refused_as_a_repeated_option_is(tmp_path, capsys, flag):
     """``--field output=a --field output=b`` built from column b, exit 0: the first was lost."""

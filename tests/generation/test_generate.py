@@ -515,6 +515,47 @@ def test_bad_arguments_exit_2(tmp_path: Path, server: FaultServer, extra: list[s
     assert not server.requests
 
 
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        (
+            "ans.parquet",
+            "--out {out}: generate writes JSON Lines (appended, and resumed from), which a"
+            " .parquet name would hide from build: name it ans.jsonl",
+        ),
+        (
+            "ans.json.gz",
+            "--out {out}: generate writes JSON Lines (appended, and resumed from), which a"
+            " .gz name would hide from build: name it ans.jsonl",
+        ),
+        (
+            "answers/",
+            "--out {out}/ names a folder: generate writes one .jsonl file (and its .errors.jsonl,"
+            " .run.json and .lock beside it): give its path, e.g. {out}/answers.jsonl",
+        ),
+    ],
+)
+def test_an_out_named_as_no_jsonl_file_is_refused_before_any_request(
+    tmp_path: Path,
+    server: FaultServer,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    said: str,
+) -> None:
+    """``--out ans.parquet`` wrote JSON Lines under a Parquet name (``build ans.parquet``:
+    "Parquet magic bytes not found"); ``--out answers/`` wrote a file ``answers`` (and
+    ``answers.lock`` beside it), not a folder."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    out = tmp_path / name
+    assert (
+        main([str(src), "--out", str(tmp_path) + "/" + name, *FAST, "--endpoint", server.url]) == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"draftset: error: {said.format(out=out)}"], err
+    assert not server.requests
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
 def test_a_concurrency_no_process_could_open_is_one_line(
     tmp_path: Path, server: FaultServer, capsys: pytest.CaptureFixture[str]
 ) -> None:

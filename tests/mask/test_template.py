@@ -87,6 +87,24 @@ def test_missing_template_is_a_usage_error():
         ChatTemplate(TemplateSpec(str(llama32_tokenizer_dir())))
 
 
+def test_a_missing_template_beside_a_processors_chat_template_json_names_it(tmp_path):
+    """A folder whose template is in ``chat_template.json`` (a processor's, as multimodal models
+    ship it; the tokenizer does not read it) said only "has no chat template; pass
+    --chat-template FILE", with the template a file away."""
+    import shutil
+
+    folder = tmp_path / "tok"
+    shutil.copytree(llama32_tokenizer_dir(), folder)
+    (folder / "chat_template.json").write_text('{"chat_template": "{{ 1 }}"}', encoding="utf-8")
+    with pytest.raises(TokenizerError) as info:
+        ChatTemplate(TemplateSpec(str(folder)))
+    assert str(info.value) == (
+        f"tokenizer {str(folder)!r} has no chat template; pass --chat-template FILE (its"
+        " chat_template.json holds a processor's template: save its chat_template value as a"
+        " .jinja file and give that)"
+    )
+
+
 @pytest.mark.parametrize(
     ("tok", "name", "kwargs"), SETUPS, ids=[s[1] + str(bool(s[2])) for s in SETUPS]
 )

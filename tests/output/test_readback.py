@@ -272,3 +272,24 @@ def test_a_recipe_given_for_the_set_is_said_to_be_one(tmp_path, capsys, command)
         f"draftset: error: {recipe} is a recipe, not a set: give the folder its build wrote"
         " (the recipe's out:)"
     ], err
+
+
+@pytest.mark.parametrize("command", ["verify", "report", "show"])
+@pytest.mark.parametrize("name", ["manifest.json", "data-00000-of-00001.arrow", "rejects.jsonl"])
+def test_a_file_of_the_set_given_for_the_set_names_the_folder(tmp_path, capsys, command, name):
+    """``draftset verify out/manifest.json`` (a file of the set, not its folder) was told only
+    "not a folder: out/manifest.json"."""
+    from draftset.cli import main
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "manifest.json").write_text('{"format": "draftset/1"}', encoding="utf-8")
+    if name != "manifest.json":
+        (folder / name).write_bytes(b"{}")
+    extra = ["--row", "0"] if command == "show" else []
+    assert main([command, str(folder / name), *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"draftset: error: {folder / name} is a file of the set {folder}: give the set's"
+        f" folder, {folder}"
+    ], err

@@ -84,6 +84,20 @@ def test_show_cli_errors_exit_2(folder, tmp_path, capsys):
     assert main([str(folder), "--row", "0"]) == 0
 
 
+@pytest.mark.parametrize(
+    ("given", "told"), [("3", "--row 3"), ("-1", "--row -1"), ("c:4", "--id c:4")]
+)
+def test_a_row_given_without_its_flag_is_told_the_flag(folder, capsys, given, told):
+    """``draftset show DIR 3`` (the row as a second argument) said only "one of the arguments
+    --row --id is required", as if no row were given."""
+    assert main([str(folder), given]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "draftset: error: one of the arguments --row --id is required (the row goes after its"
+        f" flag: draftset show {folder} {told})"
+    ], err
+
+
 def test_show_row_of_a_set_without_rows_says_so(tmp_path, capsys):
     """A set of prompt-only rows (0 rows, every row queued in prompts.jsonl): ``--row 0`` said
     "the set has 0 rows (--row 0..-1)", a range no index is in."""

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import gzip
 import hashlib
 import io
 import json
+import lzma
 import os
 import re
+import zipfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -943,3 +946,145 @@ def test_a_data_file_compressed_as_draftset_cannot_read_is_refused_in_a_folder(
         "path": "sub/old.jsonl.bak",
         "why": "unsupported type",
     }
+
+
+@pytest.mark.parametrize("name", ["rows.jsonl", "rows.json", "rows.jsonl.gz", "rows.ndjson.zst"])
+@pytest.mark.parametrize("compression", ["bzip2", "xz", "zip"])
+def test_a_file_compressed_as_draftset_cannot_read_under_a_json_name_is_refused(
+    tmp_path, name, compression
+):
+    """bzip2 / xz / zip bytes under a JSON name (``rows.jsonl``, or ``rows.jsonl.gz``): gzip and
+    zstd bytes are sniffed and read whatever the name says, these were split on newlines, each
+    piece rejected ``invalid_utf8`` (exit 0 beside another source, every row of the file gone);
+    under ``.gz`` the line said "neither gzip nor zstd" without naming what they are."""
+    compress = {"bzip2": bz2.compress, "xz": lzma.compress, "zip": _zipped}[compression]
+    path = write(tmp_path / "data", name, compress(jsonl_bytes(ROWS)))
+    expected = (
+        f"{path}: {compression} data under a JSON name: draftset reads JSON plain, gzip or zstd;"
+        " decompress it, or compress it with gzip or zstd"
+    )
+    for source in (path, path.parent):
+        with pytest.raises(SourceError, match=f"^{re.escape(expected)}$"):
+            list_files(source)
+
+
+def _zipped(data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("rows.jsonl", data)
+    return buffer.getvalue()
+
+
+def _arrow_stream(path: Path, rows: list[dict]) -> Path:
+    table = pa.Table.from_pylist(rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return path
+
+
+def test_a_datasets_cache_folder_is_refused_naming_the_splits_file(tmp_path):
+    """``load_dataset(...)`` then ``.map`` / ``.filter`` leave ``cache-<hash>.arrow`` files
+    beside the split's ``json-train.arrow`` and ``dataset_info.json`` in the datasets cache; a
+    source naming that folder (or one above it, ~/.cache/huggingface/datasets) read every
+    cache file as more rows: 5 rows read as 16, 5 ``duplicate``, 6 ``unknown_format`` (a
+    filter's indices), exit 0 (under --dedup none every row trained three times)."""
+    here = tmp_path / "hfc" / "json" / "default-aa" / "0.0.0" / "d78d"
+    split = _arrow_stream(here / "json-train.arrow", ROWS)
+    _arrow_stream(here / "cache-16781f57f1057c41.arrow", [{**r, "n": 1} for r in ROWS])
+    _arrow_stream(here / "cache-98ad6ea136ca9e8e.arrow", [{"indices": i} for i in range(2)])
+    (here / "dataset_info.json").write_text("{}", encoding="utf-8")
+    expected = (
+        f"{here}: a Hugging Face datasets cache folder (dataset_info.json and 2 cache-*.arrow"
+        " files, earlier map/filter results, not more rows): give the split's own file(s), e.g."
+        f" {split}, or save the dataset you mean with save_to_disk and give that folder"
+    )
+    for source in (here, tmp_path / "hfc"):
+        with pytest.raises(SourceError, match=f"^{re.escape(expected)}$"):
+            list_files(source)
+    assert list_files(split) == [split]  # the split's file itself reads
+
+
+def test_a_folder_of_arrow_files_named_cache_without_dataset_info_reads(tmp_path):
+    """Only the datasets cache's layout is refused: a ``cache-1.arrow`` of yours reads."""
+    path = _arrow_stream(tmp_path / "d" / "cache-1.arrow", ROWS)
+    assert list_files(tmp_path / "d") == [path]
+
+
+def test_a_hub_cache_folder_of_several_revisions_is_refused_naming_one(tmp_path):
+    """``~/.cache/huggingface/hub/datasets--org--name`` holds one folder per downloaded
+    revision under ``snapshots/`` (links into ``blobs/``): each revision's files were read, the
+    same rows twice (``duplicate``, or trained twice under --dedup none; two versions of the set
+    mixed when they differ), exit 0."""
+    repo = tmp_path / "hub" / "datasets--org--name"
+    blob = repo / "blobs" / "abc123"
+    blob.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(ROWS), blob)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("r2", encoding="utf-8")
+    for rev in ("r1", "r2"):
+        (repo / "snapshots" / rev / "data").mkdir(parents=True)
+        (repo / "snapshots" / rev / "data" / "train-00000-of-00001.parquet").symlink_to(blob)
+    expected = (
+        f"{repo}: a Hugging Face hub cache folder of 2 revisions (snapshots: r1, r2), each the"
+        f" whole dataset: give one revision's folder, e.g. {repo / 'snapshots' / 'r2'} (refs/main)"
+    )
+    for source in (repo, tmp_path / "hub"):
+        with pytest.raises(SourceError, match=f"^{re.escape(expected)}$"):
+            list_files(source)
+    (repo / "snapshots" / "r1" / "data" / "train-00000-of-00001.parquet").unlink()
+    (repo / "snapshots" / "r1" / "data").rmdir()
+    (repo / "snapshots" / "r1").rmdir()
+    assert list_files(repo) == [repo / "snapshots" / "r2" / "data" / "train-00000-of-00001.parquet"]
+
+
+@pytest.mark.parametrize("name", ["joined.jsonl", "joined.jsonl.gz"])
+def test_files_joined_with_cat_keep_the_rows_after_each_byte_order_mark(tmp_path, name):
+    """``cat a.jsonl b.jsonl > joined.jsonl`` of files saved with a UTF-8 byte-order mark
+    (Notepad, PowerShell) leaves a BOM at the start of b's first line: that row was rejected
+    ``invalid_json`` ("Unexpected UTF-8 BOM"), one good row lost per file joined. A BOM opening
+    any line is read as the first line's always was; a line of a BOM alone is blank."""
+    part = b"\xef\xbb\xbf" + jsonl_bytes(ROWS[:2])
+    data = part + part + b"\xef\xbb\xbf\n" + part
+    path = write(tmp_path, name, gzip.compress(data) if name.endswith(".gz") else data)
+    assert datas(read_all(path)) == ROWS[:2] * 3
+    src = Source(name="s", path=path)
+    ranges = read.plan_ranges(src, 2) if read.range_readable(src) else []
+    assert [r.data for rng in ranges for r in read.iter_raw_range(src, rng)] == (
+        ROWS[:2] * 3 if ranges else []
+    )
+
+
+def test_a_feather_file_reads_as_the_arrow_file_it_is(tmp_path):
+    """Feather (v2) is the Arrow IPC file format under another name (``df.to_feather``):
+    given directly it was "unsupported file type", and in a source folder skipped with a
+    note, its rows left out (exit 0)."""
+    import pyarrow.feather as feather
+
+    rows = [{"id": f"r{i}", "prompt": f"question {i}"} for i in range(3)]
+    folder = tmp_path / "d"
+    folder.mkdir()
+    feather.write_feather(pa.Table.from_pylist(rows), folder / "x.feather")
+    write(folder, "y.jsonl", jsonl_bytes(rows[:1]))
+    assert datas(read_all(folder / "x.feather")) == rows
+    assert datas(read_all(folder)) == rows + rows[:1]
+    assert read.scan_source(folder)[1] == []
+
+
+@pytest.mark.parametrize("name", ["mac.jsonl", "mac.jsonl.gz"])
+def test_json_lines_ending_in_cr_alone_are_refused(tmp_path, name):
+    """Lines ended by a carriage return alone (classic Mac line ends, some exporters): split
+    on LF only, the whole file was one line, one ``invalid_json`` reject ("Extra data"), its
+    rows gone (exit 0 beside another source)."""
+    data = b"".join(json.dumps(r).encode() + b"\r" for r in ROWS)
+    path = write(tmp_path / "d", name, gzip.compress(data) if name.endswith(".gz") else data)
+    expected = (
+        f"{path}: its lines end in a carriage return alone (CR, old Mac line ends), which JSON"
+        " Lines does not split on (read as one line, its rows were one invalid_json reject):"
+        " convert the line ends to LF, e.g. tr '\\r' '\\n'"
+    )
+    for source in (path, path.parent):
+        with pytest.raises(SourceError, match=f"^{re.escape(expected)}$"):
+            list_files(source)
+    crlf = write(tmp_path, "crlf.jsonl", data.replace(b"\r", b"\r\n"))
+    assert datas(read_all(crlf)) == ROWS  # CRLF reads, as before

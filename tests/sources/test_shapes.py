@@ -252,3 +252,43 @@ def test_a_file_two_sources_read_is_named(tmp_path):
     notes = check_row_shapes([Source("d", tmp_path / "d"), Source("a", data)])
     assert len(notes) == 1 and notes[0].startswith(f"sources d and a both read {data}:")
     assert check_row_shapes([Source("a", data), Source("b", tmp_path / "d" / "b.jsonl")]) == []
+
+
+@pytest.mark.parametrize("fmt", ["alpaca", "prompt"])
+def test_a_format_the_rows_are_not_is_named_when_they_read_without_it(tmp_path, fmt):
+    """``{path: chats.jsonl, format: alpaca}`` on OpenAI messages rows (or ``--format alpaca``
+    given for every source of a command line) said "no known row shape ... map its columns,
+    e.g. --format messages --field messages=messages": the rows' own shape, as if it were
+    unknown. The forced format is what is wrong: said so."""
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    src = write_jsonl(tmp_path / "chats.jsonl", [row, row])
+    with pytest.raises(SourceError) as info:
+        check_row_shapes([Source("chats", src, format=fmt)])
+    assert str(info.value) == (
+        f"{src}: format {fmt}: its first 2 rows are not that shape (keys [messages]), and read"
+        " as they are without it: leave the format out for this source"
+    )
+
+
+def test_a_json_object_of_splits_or_of_rows_beside_metadata_is_named(tmp_path):
+    """``{"train": [...], "test": [...]}`` said "no known row shape in its only row (keys
+    [train, test])"; ``{"version": "1.0", "data": [...]}`` (SQuAD's layout) suggested
+    ``--format prompt --field prompt=version``, one prompt "1.0" for the whole file."""
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    splits = tmp_path / "splits.json"
+    splits.write_text(json.dumps({"train": [row, row], "test": [row]}), encoding="utf-8")
+    with pytest.raises(SourceError) as info:
+        check_row_shapes([Source("splits", splits)])
+    assert str(info.value) == (
+        f"{splits}: one JSON object of several lists of rows (train: 2 rows, test: 1 row), not"
+        " rows: give one list's rows as their own file (a JSON array, or JSON Lines)"
+    )
+    wrapped = tmp_path / "wrapped.json"
+    wrapped.write_text(json.dumps({"version": "1.0", "data": [row] * 3}), encoding="utf-8")
+    with pytest.raises(SourceError) as info:
+        check_row_shapes([Source("wrapped", wrapped)])
+    assert str(info.value) == (
+        f"{wrapped}: one JSON object holding its rows under 'data' (3 rows) beside other keys"
+        " (version): give those rows as their own file (a JSON array, or JSON Lines), or"
+        " remove the other keys"
+    )

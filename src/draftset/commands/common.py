@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import os
 import signal
 import sys
@@ -18,10 +19,63 @@ from draftset.core.files import is_recipe
 class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         self._argv = list(sys.argv[1:] if args is None else args)  # for `error`'s hint
+        if problem := self._first_words_problem(self._argv):
+            raise UsageError(problem)
         return super().parse_known_args(args, namespace)
 
+    def _first_words_problem(self, argv: list[str]) -> str | None:
+        """Why an option given as whole words that only begin one of this parser's options is
+        refused (argparse reads the start of an option as the whole of it: ``build --template
+        Qwen/Qwen3-8B`` was ``--template-kwargs``, "not valid JSON"; ``--output o`` was
+        ``--output-format``, "invalid choice: 'o'"), or None. A shortened word (``--max-len``)
+        reads as before."""
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        for arg in argv:
+            if arg == "--":
+                return None
+            name = arg.split("=", 1)[0]
+            if not name.startswith("--") or name in known:
+                continue
+            if not any(o.startswith(name + "-") for o in known):
+                continue
+            words = set(name[2:].split("-"))
+            meant = {o for o in known if words <= set(o[2:].split("-"))}
+            meant.update(difflib.get_close_matches(name, known, n=2, cutoff=0.7))
+            listed = " or ".join(sorted(meant))
+            return (
+                f"{name} is not an option of {self.prog}: did you mean {listed}? (write options"
+                " in full)"
+            )
+        return None
+
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage otherwise)
-        raise UsageError(message + _dash_file_hint(getattr(self, "_argv", [])))
+        argv = getattr(self, "_argv", [])
+        hint = getattr(self, "error_hint", None)  # a command's own: `show DIR 3`
+        said = hint(self, message, argv) if hint is not None else None
+        raise UsageError(message + (said or _dash_file_hint(argv)))
+
+    def positionals(self, argv: list[str]) -> list[str]:
+        """The arguments of ``argv`` no option takes (each option's values skipped)."""
+        found: list[str] = []
+        values = 0
+        for arg in argv:
+            if values:
+                values -= 1
+            elif arg.startswith("--") or (arg.startswith("-") and not _number(arg)):
+                action = self._option_string_actions.get(arg.split("=", 1)[0])
+                takes = action is not None and action.nargs != 0 and "=" not in arg
+                values = 1 if takes else 0
+            else:
+                found.append(arg)
+        return found
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _dash_file_hint(argv: list[str]) -> str:

@@ -38,6 +38,22 @@ def register(sub: Any) -> None:
     )
     add_options(p, ShowArgs, required_mutex=frozenset({"which"}), types={"row": row_index})
     p.set_defaults(handler=cmd_show)
+    p.error_hint = _row_without_flag  # type: ignore[attr-defined]
+
+
+def _row_without_flag(parser: Any, message: str, argv: list[str]) -> str | None:
+    """Where the row goes when it was given as a second argument (``draftset show DIR 3``
+    said only "one of the arguments --row --id is required", as if no row were given)."""
+    given = parser.positionals(argv)
+    if "--row --id is required" not in message or len(given) != 2:
+        return None
+    folder, row = given
+    try:
+        int(row)
+        told = f"--row {row}"
+    except ValueError:
+        told = f"--id {row}"
+    return f" (the row goes after its flag: draftset show {folder} {told})"
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -28,6 +28,7 @@ from draftset.mask.ambient import now_iso, valid_now
 from draftset.mask.template import (
     _resolve_tokenizer_path,
     config_vocab_size,
+    could_be_hub_id,
     folder_vocabulary_sample,
 )
 from draftset.output.folder import (
@@ -392,6 +393,25 @@ def out_folder_problem(out: Path, flag: str) -> str | None:
     return None
 
 
+_DATA_SUFFIXES = (".parquet", ".arrow", ".feather", ".jsonl", ".ndjson", ".json", ".csv")
+
+
+def _data_file_name_problem(out: Path, flag: str) -> str | None:
+    """Why a new ``--out`` named as a data file (``train.parquet``: the set taken for one file)
+    is refused, or None: the folder so named is taken for one data file by a later build, a
+    reader by suffix, ``load_dataset("parquet", data_files=...)``. An existing folder (a set
+    rebuilt with --overwrite) keeps its name."""
+    path = Path(out).expanduser()
+    suffix = path.suffix.lower()
+    if suffix not in _DATA_SUFFIXES or path.exists():
+        return None
+    return (
+        f"{flag} {out}: a set is a folder (its data files, manifest and token counts inside),"
+        f" and a {suffix} name would take it for one data file: name the folder, e.g."
+        f" {Path(out).with_suffix('')}"
+    )
+
+
 def out_place_problem(out: Path, flag: str) -> str | None:
     """Why ``out`` can be no output folder wherever the sources are (one line starting ``flag``:
     ``--out``, or ``recipe key out:`` when the recipe set it), or None: empty, a symbolic link,
@@ -402,6 +422,8 @@ def out_place_problem(out: Path, flag: str) -> str | None:
         return problem
     if Path(out).is_symlink():
         return f"{flag} {out} is a symbolic link; give the folder itself"
+    if problem := _data_file_name_problem(out, flag):
+        return problem
     real = Path(out).expanduser().resolve()
     if real == Path(real.anchor):
         return f"{flag} {out} is the filesystem root"
@@ -451,6 +473,13 @@ def missing_chat_template(path: str | Path) -> str:
         )
     if problem := template_text_problem(path, "--chat-template"):
         return problem
+    text = str(path)
+    if text.count("/") == 1 and could_be_hub_id(text) and "." not in text.rsplit("/", 1)[1]:
+        return (  # `--chat-template Qwen/Qwen3-8B`: a model's template by its hub id
+            f"chat template file not found: {path} (--chat-template takes a .jinja file, never"
+            " a hub id: a model's own template comes with its tokenizer, so --tokenizer"
+            f" {path} reads it)"
+        )
     return f"chat template file not found: {path}"
 
 
@@ -602,12 +631,56 @@ def set_tokenizer_problem(
     return None
 
 
+def _recorded_inputs(manifest: dict[str, Any]) -> list[Path]:
+    """The data files a set's manifest lists as read (``inputs[].files[].path``)."""
+    inputs = manifest.get("inputs")
+    files = [
+        f.get("path")
+        for entry in (inputs if isinstance(inputs, list) else [])
+        if isinstance(entry, dict) and isinstance(entry.get("files"), list)
+        for f in entry["files"]
+        if isinstance(f, dict)
+    ]
+    return [Path(f) for f in files if isinstance(f, str) and not f.startswith(HUB_PREFIX)]
+
+
+def set_overlap_problem(sources: list[Source]) -> str | None:
+    """Why a built set among ``sources`` is refused beside the sources it was built from (its
+    manifest lists one of them, or a file inside a source folder), or None: ``draftset build
+    g/* --out g3`` once ``g/o`` stood there read the set's rows again as pretokenized rows,
+    which exact dedup does not match to their source rows (each trained twice, exit 0)."""
+    local = [
+        (source, Path(source.path).expanduser().resolve())
+        for source in sources
+        if not str(source.path).startswith(HUB_PREFIX)
+    ]
+    for source, path in local:
+        found = _built_set_of(path)
+        if found is None:
+            continue
+        folder, manifest = found
+        for read in _recorded_inputs(manifest):
+            for _, other in local:
+                if other in (path, folder):
+                    continue  # the set itself
+                if read == other or other in read.parents:
+                    return (
+                        f"{source.path}: a set draftset built from {read}, a source of this"
+                        " build too: its rows would be read twice (a wildcard such as g/*"
+                        " matching an earlier output?); leave the set out, or give its"
+                        " sources alone"
+                    )
+    return None
+
+
 def check_set_sources(sources: list[Source], tokenizer: str) -> None:
     """`set_tokenizer_problem` before the tokenizer loads, for a tokenizer folder holding a
     tokenizer.json (a hub id, or a folder without one, is judged once the tokenizer is
     loaded: `pipeline.build`)."""
     if not any(_built_set_of(path) for path in local_sources(sources)):
         return
+    if problem := set_overlap_problem(sources):
+        raise PreflightError(problem)
     folder = Path(tokenizer).expanduser()
     sample = folder_vocabulary_sample(folder) if folder.is_dir() else None
     if problem := set_tokenizer_problem(sources, tokenizer, sample):

@@ -26,7 +26,7 @@ from draftset.config.schema import (
     VerifySection,
 )
 from draftset.core.errors import UsageError
-from draftset.core.files import home_problem, not_utf8
+from draftset.core.files import env_variable, home_problem, not_utf8
 from draftset.core.hub import hub_offline
 from draftset.core.modes import MODES
 from draftset.mask.template import could_be_hub_id
@@ -318,9 +318,64 @@ def places(known: Collection[str]) -> dict[str, str]:
     return {k: v for k, v in where.items() if k not in known}
 
 
-_PLACES = places(RECIPE_KEYS)
-_SOURCE_PLACES = places(SOURCE_KEYS)
+_OUT = "spelled out here (out: DIR)"
+_SOURCES = "spelled sources here (sources: [a.jsonl, ...])"
+_TOKENIZER = (
+    "spelled tokenizer here (tokenizer: MODEL_DIR, the folder holding tokenizer.json and its"
+    " chat template)"
+)
+_TOP_WORDS = {
+    **dict.fromkeys(("output_dir", "output_path", "output_folder", "save_path"), _OUT),
+    **dict.fromkeys(("data_files", "datasets", "dataset", "data", "train_files"), _SOURCES),
+    **dict.fromkeys(("model_name_or_path", "model_path", "base_model"), _TOKENIZER),
+}
+"""Other tools' words (Hugging Face's, trainers' configs) for a recipe's top-level keys:
+``output_dir`` was told "did you mean 'output_format'?", ``data_files`` nothing."""
+_PATH = "spelled path here ({path: a.jsonl})"
+_SOURCE_WORDS = {
+    **dict.fromkeys(("file", "files", "filename", "data_files", "data_file", "dataset"), _PATH),
+    **dict.fromkeys(("data", "file_path", "filepath"), _PATH),
+    **dict.fromkeys(
+        ("column", "columns", "column_mapping", "mapping"),
+        "spelled fields here ({path: ..., fields: {prompt: COLUMN}})",
+    ),
+    **dict.fromkeys(("type", "shape"), "spelled format here ({path: ..., format: sharegpt})"),
+    "split": "written in a hub source's path ({path: hf:ORG/NAME@train})",
+}
+"""The same for a source's keys: ``file`` was told "did you mean 'fields'?", ``filename``
+"'name'?", ``column`` "'count'?"."""
+_API_KEY = (
+    "never written in a recipe (it would be kept with it): export the key as DRAFTSET_API_KEY"
+    " or OPENAI_API_KEY, or name the variable holding it (generate: {api_key_env: NAME})"
+)
+_ENDPOINTS = "spelled endpoints here (generate: {endpoints: [URL, ...]})"
+GENERATE_WORDS = {
+    **dict.fromkeys(("api_key", "openai_api_key", "key", "token"), _API_KEY),
+    **dict.fromkeys(("url", "base_url", "api_base", "endpoint", "server"), _ENDPOINTS),
+}
+"""Other tools' words for the keys of a recipe's ``generate:`` (``api_key`` was told "did you
+mean 'api_key_env'?", which then named the key itself as a variable)."""
+_TOP_WORDS.update(GENERATE_WORDS)
+_TOP_WORDS.update(
+    work="run's command-line option --work DIR (default: OUT.run beside out), not a recipe key",
+    restart="run's command-line option --restart, not a recipe key",
+)
+_PLACES = {**_TOP_WORDS, **places(RECIPE_KEYS)}
+SOURCE_PLACES = {**_SOURCE_WORDS, **places(SOURCE_KEYS)}
 _MIX_PLACES = {mode: f"a mode (mix: {{modes: {{{mode}: ...}}}})" for mode in MODES}
+
+
+def _named_sources(mapping: dict[Any, Any]) -> str:
+    """What ``sources: {chat: a.jsonl, code: {path: b.jsonl}}`` means, written as the list of
+    entries a recipe's sources are (it was told only "expected a list of values")."""
+    entries = []
+    for name, value in list(mapping.items())[:3]:
+        keys = dict(value) if isinstance(value, dict) else {"path": value}
+        entries.append(
+            "{" + ", ".join(f"{k}: {v}" for k, v in {"name": name, **keys}.items()) + "}"
+        )
+    more = ", ..." if len(mapping) > 3 else ""
+    return f"a list of entries, not a mapping of names: write sources: [{', '.join(entries)}{more}]"
 
 
 def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
@@ -340,10 +395,21 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise RecipeError(f"recipe {path} is not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(data, dict):
-        raise RecipeError(f"recipe {path} must be a mapping")
+        if data is None:
+            what = "it is empty"
+        elif isinstance(data, list):
+            what = "it is a list (its sources go under sources: [...])"
+        else:
+            what = f"it is the text {data[:60]!r}" if isinstance(data, str) else f"it is {data!r}"
+        raise RecipeError(
+            f"recipe {path} must be a mapping of keys (tokenizer:, out:, sources:, ...;"
+            f" examples/recipe.yaml), and {what}"
+        )
     unknown = set(data) - RECIPE_KEYS
     if unknown:
         raise RecipeError(f"recipe {path}: {unknown_keys(unknown, RECIPE_KEYS, _PLACES)}")
+    if isinstance(data.get("sources"), dict):  # `sources: {chat: a.jsonl}`: names to paths
+        raise RecipeError(f"recipe key sources: {_named_sources(data['sources'])}")
     kwargs = data.get("template_kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):  # JSON text is the command line's
         raise RecipeError(
@@ -358,8 +424,9 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
         entries = value if isinstance(value, list) else [value]
         for entry in entries if key in (*RECIPE_PATH_KEYS, "out", "sources") else ():
             where = f"recipe key {key}:"
-            if problem := home_problem(
-                where, entry.get("path") if isinstance(entry, dict) else entry
+            given = entry.get("path") if isinstance(entry, dict) else entry
+            if problem := home_problem(where, given) or _variable_problem(
+                where, given, path.parent
             ):
                 raise RecipeError(problem)
     base = path.parent
@@ -377,7 +444,7 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
         bad = set(entry) - SOURCE_KEYS  # first: `{Path: a.jsonl}` "needs a path" named no key
         if bad:
             raise RecipeError(
-                f"recipe {path}: sources[{i}] {unknown_keys(bad, SOURCE_KEYS, _SOURCE_PLACES)}"
+                f"recipe {path}: sources[{i}] {unknown_keys(bad, SOURCE_KEYS, SOURCE_PLACES)}"
             )
         if "path" not in entry:
             raise RecipeError(f"recipe {path}: sources[{i}] needs a path (or a preset)")
@@ -406,6 +473,22 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
         bad = f" ({unknown_keys(unknown, MIX_KEYS, _MIX_PLACES)})" if unknown else ""
         raise RecipeError(f"recipe {path}: mix takes `modes` and/or `sources` share mappings{bad}")
     return out
+
+
+def _variable_problem(where: str, value: object, base: Path) -> str | None:
+    """Why a recipe path naming an environment variable (``out: $HOME/sets/o``) is refused,
+    or None: no shell reads a recipe, so it built into a folder named ``$HOME`` beside it
+    (exit 0), and a source ``$DATA/a.jsonl`` was "not found". A path so named that exists
+    beside the recipe is that path."""
+    if not isinstance(value, str) or not (var := env_variable(value)):
+        return None
+    if Path(beside_recipe(value, base)).exists():
+        return None
+    home = "; ~ is your home folder" if var in ("$HOME", "${HOME}") else ""
+    return (
+        f"{where} {value} names the environment variable {var}, which draftset does not"
+        f" expand (no shell reads a recipe): write the path itself{home}"
+    )
 
 
 RECIPE_PATH_KEYS = ("tokenizer", "chat_template", "decontaminate")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -41,6 +42,16 @@ def home_problem(flag: str, value: object) -> str | None:
         user = text[1:].split("/", 1)[0]
         return f"{flag} {text}: ~{user} is no home folder (there is no user {user!r})"
     return None
+
+
+_VARIABLE = re.compile(r"\$(\{[A-Za-z_]\w*\}|[A-Za-z_]\w*)")
+
+
+def env_variable(text: str) -> str | None:
+    """The first environment variable a path names as a shell would read it (``$DATA``,
+    ``${DATA}``), or None: draftset never expands one (the shell does, unless quoted)."""
+    found = _VARIABLE.search(text)
+    return found.group(0) if found else None
 
 
 def not_utf8(exc: UnicodeDecodeError) -> str:

@@ -139,6 +139,27 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+def _hub_cache_hint(folder: Path) -> str:
+    """Where the files are when ``folder`` is the hub cache's folder of a model
+    (``models--Qwen--Qwen3-8B``: its files under ``snapshots/<revision>/``), else ``""``."""
+    snapshots = folder / "snapshots"
+    if not snapshots.is_dir() or not (folder / "blobs").is_dir():
+        return ""
+    try:
+        main = (folder / "refs" / "main").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        main = ""
+    try:
+        revisions = sorted(e.name for e in os.scandir(snapshots) if e.is_dir())
+    except OSError:
+        return ""
+    if not revisions:
+        return ""
+    chosen = main if main in revisions else revisions[-1]
+    ref = " (refs/main)" if chosen == main else ""
+    return f"; it is a hub cache folder: give a revision's folder, {snapshots / chosen}{ref}"
+
+
 def _resolve_tokenizer_path(name: str) -> str:
     """The folder to load, or ``name`` as a hub id; one line (`TokenizerError`, exit 2) at once
     for a missing folder, a folder without tokenizer files, or a hub id the hub cannot serve."""
@@ -152,6 +173,7 @@ def _resolve_tokenizer_path(name: str) -> str:
         if not any((path / f).is_file() for f in TOKENIZER_FILES):
             raise TokenizerError(
                 f"tokenizer folder {name} holds no tokenizer files: expected {EXPECTED_FILES}"
+                + _hub_cache_hint(path)
             )
         return str(path)
     if not could_be_hub_id(name):
@@ -724,8 +746,15 @@ class ChatTemplate(Renderer):
         if not tmpl and self.harmony is not None:
             return ""  # the engine needs none: it renders harmony
         if not tmpl:
+            beside = (  # a processor's (multimodal models ship it so): the tokenizer skips it
+                " (its chat_template.json holds a processor's template: save its chat_template"
+                " value as a .jinja file and give that)"
+                if self.path is not None and (self.path / "chat_template.json").is_file()
+                else ""
+            )
             raise TokenizerError(
-                f"tokenizer {self.spec.tokenizer!r} has no chat template; pass --chat-template FILE"
+                f"tokenizer {self.spec.tokenizer!r} has no chat template; pass --chat-template"
+                f" FILE{beside}"
             )
         return str(tmpl)
 
@@ -750,7 +779,14 @@ class ChatTemplate(Renderer):
 
         for tok in extra:
             if tok not in self.tokenizer.get_vocab():
-                raise TokenizerError(f"--eot-token {tok!r} is not a token of this tokenizer")
+                said = f"--eot-token {tok!r} is not a token of this tokenizer"
+                if tok.isdigit() and int(tok) < len(self.tokenizer):  # an id (the config's)
+                    text = self.tokenizer.convert_ids_to_tokens(int(tok))
+                    said += (
+                        f": it takes the token's text, and id {tok} is {text!r}"
+                        f" (--eot-token {text!r})"
+                    )
+                raise TokenizerError(said)
             special = tok in self.tokenizer.get_added_vocab() or tok in getattr(
                 self.tokenizer, "all_special_tokens", ()
             )

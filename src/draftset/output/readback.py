@@ -24,7 +24,7 @@ from draftset.core.errors import UsageError
 from draftset.core.files import looks_like_recipe
 from draftset.output import DEFAULT_FORMAT, FORMATS, layout
 from draftset.output.base import Layout, RowAccess, rel_name
-from draftset.output.folder import MANIFEST_FORMAT
+from draftset.output.folder import MANIFEST_FORMAT, is_draftset_output
 
 Status = Literal["pass", "fail", "skip"]
 
@@ -198,6 +198,11 @@ def open_output(folder: Path) -> OutputSet:
             raise NotADraftsetError(
                 f"{folder} is a recipe, not a set: give the folder its build wrote (the"
                 " recipe's out:)"
+            )
+        if is_draftset_output(folder.parent):  # `draftset verify out/manifest.json`
+            raise NotADraftsetError(
+                f"{folder} is a file of the set {folder.parent}: give the set's folder,"
+                f" {folder.parent}"
             )
         raise NotADraftsetError(f"not a folder: {folder}")
     mpath = folder / "manifest.json"

@@ -49,7 +49,7 @@ _BOM = b"\xef\xbb\xbf"
 _WHITESPACE = frozenset(b" \t\r\n\f\v")
 
 _TEXT_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json"}
-_BINARY_KINDS = {".parquet": "parquet", ".arrow": "arrow"}
+_BINARY_KINDS = {".parquet": "parquet", ".arrow": "arrow", ".feather": "arrow"}
 _COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".zstd": "zst"}
 
 _T = TypeVar("_T")
@@ -199,6 +199,14 @@ def _check_readable(path: Path) -> None:
             f"{path}: cannot read: {wide} text (its byte-order mark); save it as UTF-8"
         )
     found = _name_kind(path)
+    foreign = next((name for magic, name in _OTHER_MAGICS if head.startswith(magic)), None)
+    if foreign is not None and found is not None and found[0] in ("jsonl", "json"):
+        # gzip and zstd are sniffed whatever the name; these were split on newlines, each
+        # piece rejected `invalid_utf8` (the file's rows gone, exit 0 beside another source)
+        raise SourceError(
+            f"{path}: {foreign} data under a JSON name: draftset reads JSON plain, gzip or"
+            " zstd; decompress it, or compress it with gzip or zstd"
+        )
     binary = next((kind for magic, kind in _TABLE_MAGICS if head.startswith(magic)), None)
     if binary is not None and found is not None and found[0] in ("jsonl", "json"):
         # split on newlines, its bytes were rows of noise, each rejected: the file's rows gone
@@ -207,6 +215,14 @@ def _check_readable(path: Path) -> None:
 
 
 _TABLE_MAGICS = ((b"PAR1", "Parquet"), (b"ARROW1", "Arrow"))  # a file's first bytes
+_OTHER_MAGICS = (
+    (b"BZh", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"PK\x03\x04", "zip"),
+    (b"7z\xbc\xaf\x27\x1c", "7z"),
+    (b"\x04\x22\x4d\x18", "lz4"),
+)
+"""First bytes of compressions draftset does not read (no JSON text starts so)."""
 _JSON_SUFFIX = re.compile(r"\.(jsonl|ndjson|json)$", re.IGNORECASE)
 _LINES_SUFFIX = re.compile(r"\.(jsonl|ndjson)(?=(\.(gz|zst|zstd))?$)", re.IGNORECASE)
 
@@ -229,6 +245,12 @@ def _refuse_one_document(path: Path) -> None:
             first = next(lines, b"")
             alone = next(lines, None) is None
         head = first.removeprefix(_BOM).strip()
+        if _rows_on_cr_lines(head):
+            raise SourceError(
+                f"{path}: its lines end in a carriage return alone (CR, old Mac line ends),"
+                " which JSON Lines does not split on (read as one line, its rows were one"
+                " invalid_json reject): convert the line ends to LF, e.g. tr '\\r' '\\n'"
+            )
         if head.startswith(b"[") and alone:  # `json.dump(rows, f)`: every row on one line
             rows = json.loads(head.decode("utf-8"))
             if not (rows and isinstance(rows, list) and all(isinstance(r, dict) for r in rows)):
@@ -242,6 +264,27 @@ def _refuse_one_document(path: Path) -> None:
         return
     renamed = _LINES_SUFFIX.sub(".json", path.name)
     raise SourceError(f"{path}: one JSON document, not JSON Lines: rename it {renamed}")
+
+
+def _rows_on_cr_lines(line: bytes) -> bool:
+    """Whether a line (split on LF) holds JSON values separated by lone CRs: a file whose lines
+    end in CR alone. A raw CR is never inside a JSON string (control characters are escaped),
+    so one between two values that each parse is a line end; the line itself does not parse."""
+    if b"\r" not in line:
+        return False
+    pieces = [p for p in line.split(b"\r") if p.strip()]
+    if len(pieces) < 2:
+        return False
+    try:
+        json.loads(line)
+    except ValueError:
+        pass
+    else:
+        return False
+    try:
+        return all(isinstance(json.loads(p), dict) for p in pieces[:2])
+    except ValueError:
+        return False
 
 
 # UTF-32 first: its little-endian mark begins with UTF-16's
@@ -292,6 +335,7 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
 
     for dirpath, dirnames, filenames in os.walk(path, onerror=_walk_error):
         here = Path(dirpath)
+        _refuse_hub_cache_revisions(here, dirnames)
         keep = []
         for d in dirnames:
             made_by = _made_by_draftset(here / d)
@@ -308,6 +352,7 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
         dirnames[:] = keep
         if "dataset_dict.json" in filenames:
             _refuse_dataset_dict(here)
+        _refuse_datasets_cache(here, filenames)
         generated = _generate_files(here, filenames)
         for f in filenames:
             if problem := name_problem("", here / f):  # its ids and manifest entry: no UTF-8
@@ -374,6 +419,53 @@ def refuse_several_splits(folder: Path) -> None:
     raise SourceError(
         f"{folder}: files of several splits ({listed}): give one split's files as the"
         f" sources, e.g. {first}"
+    )
+
+
+def _refuse_hub_cache_revisions(folder: Path, dirnames: list[str]) -> None:
+    """A hub cache folder (``~/.cache/huggingface/hub/datasets--org--name``: ``blobs/``, and
+    under ``snapshots/`` one folder per downloaded revision, each the whole dataset) with
+    several revisions: each was read, the same rows twice (two versions mixed when they
+    differ), exit 0. Which revision is the user's to say (``refs/main`` names the newest)."""
+    if "blobs" not in dirnames or "snapshots" not in dirnames:
+        return
+    try:
+        revisions = sorted(e.name for e in os.scandir(folder / "snapshots") if e.is_dir())
+    except OSError:  # the walk names a folder it cannot list
+        return
+    if len(revisions) < 2:
+        return
+    try:
+        main = (folder / "refs" / "main").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        main = ""
+    chosen = main if main in revisions else revisions[-1]
+    ref = " (refs/main)" if chosen == main else ""
+    raise SourceError(
+        f"{folder}: a Hugging Face hub cache folder of {len(revisions)} revisions (snapshots:"
+        f" {', '.join(revisions)}), each the whole dataset: give one revision's folder, e.g."
+        f" {folder / 'snapshots' / chosen}{ref}"
+    )
+
+
+_CACHE_FILE = re.compile(r"cache-[0-9a-f]+\.arrow")
+
+
+def _refuse_datasets_cache(folder: Path, names: list[str]) -> None:
+    """A folder of the `datasets` cache (``dataset_info.json``, the split's
+    ``json-train.arrow``, and a ``cache-<hash>.arrow`` per ``.map`` / ``.filter`` run on it):
+    its cache files are earlier results over the same rows (a filter's hold only indices),
+    which were read as more rows (5 rows read as 16, exit 0)."""
+    caches = sorted(n for n in names if _CACHE_FILE.fullmatch(n))
+    if not caches or "dataset_info.json" not in names:
+        return
+    own = sorted(n for n in names if n.endswith(".arrow") and n not in caches)
+    example = f" e.g. {folder / own[0]}," if own else ""
+    raise SourceError(
+        f"{folder}: a Hugging Face datasets cache folder (dataset_info.json and"
+        f" {plural(len(caches), 'cache-*.arrow file')}, earlier map/filter results, not more"
+        f" rows): give the split's own file(s),{example} or save the dataset you mean with"
+        " save_to_disk and give that folder"
     )
 
 
@@ -667,7 +759,9 @@ def _has_lone_surrogate(value: Any) -> bool:
 
 def _jsonl_row_lines(stream: IO[bytes], lineno: int = 1) -> Iterator[tuple[int, int, bytes]]:
     """``(line number, byte offset, line)`` of each row of a JSON Lines stream positioned at
-    the start of line ``lineno``: CRLF removed, a BOM removed from line 1, blank lines skipped.
+    the start of line ``lineno``: CRLF removed, a UTF-8 BOM opening a line removed (line 1's,
+    and those files joined with ``cat`` leave inside: that row was rejected ``invalid_json``),
+    blank lines skipped.
 
     The one place that says which lines are rows, so counting, planning ranges and reading
     (whole or from a range's offset) agree; offsets count from where the stream started.
@@ -675,7 +769,7 @@ def _jsonl_row_lines(stream: IO[bytes], lineno: int = 1) -> Iterator[tuple[int, 
     offset = 0
     for raw in _split_lines(stream):
         line = _chomp(raw)
-        if lineno == 1 and line.startswith(_BOM):
+        if line.startswith(_BOM):
             line = line[len(_BOM) :]
         if not _is_blank(line):
             yield lineno, offset, line

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from dataclasses import replace
 from pathlib import Path
 from shlex import quote
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from draftset.core import reasons
 from draftset.core.files import json_recipe_message, recipe_keys_of
 from draftset.core.records import RawRow, Reject
+from draftset.core.words import plural
 from draftset.sources.normalize import field_mapping, mapping_options
 from draftset.sources.presets import hermes_markup, preset_hint, source_normalizer
 from draftset.sources.read import (
@@ -67,6 +69,8 @@ def check_row_shapes(sources: list[Source], sample: int = SHAPE_SAMPLE) -> list[
             path = files[0]
             unknown = heads[0][1]
             assert unknown is not None
+            if problem := _forced_format_problem(source, path, unknown, sample):
+                raise SourceError(problem)
             raise SourceError(_message(source, path, *unknown))
         plain = not (source.preset or source.format or source.fields)
         if plain and any(hermes_markup(raw.data) for rows, _ in heads for raw in rows or []):
@@ -122,6 +126,56 @@ def _unmapped_columns(source: Source, rows: list[RawRow]) -> str | None:
     return None
 
 
+def _lists_of_rows(where: str, data: dict[str, Any]) -> str | None:
+    """Why a ``.json`` file's one object that holds lists of rows under several keys is refused, or
+    None: ``{"train": [...], "test": [...]}`` was "no known row shape in its only row";
+    ``{"version": "1.0", "data": [...]}`` suggested ``--field prompt=version``. (One key alone
+    holding the rows is read as their wrapper.)"""
+    lists = {
+        str(k): len(v)
+        for k, v in data.items()
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)
+    }
+    if len(lists) > 1:
+        listed = ", ".join(f"{k}: {plural(n, 'row')}" for k, n in lists.items())
+        return (
+            f"{where}: one JSON object of several lists of rows ({listed}), not rows: give one"
+            " list's rows as their own file (a JSON array, or JSON Lines)"
+        )
+    if len(lists) == 1:
+        key, n = next(iter(lists.items()))
+        others = ", ".join(str(k) for k in data if str(k) != key)
+        return (
+            f"{where}: one JSON object holding its rows under {key!r} ({plural(n, 'row')})"
+            f" beside other keys ({others}): give those rows as their own file (a JSON array,"
+            " or JSON Lines), or remove the other keys"
+        )
+    return None
+
+
+def _forced_format_problem(
+    source: Source, path: Path, unknown: tuple[int, dict[str, Any], str], sample: int
+) -> str | None:
+    """Why a source given a format (``format: alpaca``, ``--format alpaca``) is refused when
+    its rows are not that shape but read as they are without it, or None: it was told "no
+    known row shape ... map its columns, e.g. --format messages --field messages=messages",
+    the rows' own shape, as if it were unknown."""
+    if not source.format or source.fields or source.preset:
+        return None
+    plain = replace(source, format=None)
+    _, still = _head(plain, path, source_normalizer(plain), sample)
+    if still is not None:
+        return None
+    seen, data, _ = unknown
+    rows = f"its first {seen:,} rows are" if seen > 1 else "its only row is"
+    keys = ", ".join(str(k) for k in list(data)[:20])
+    where = str(path) if Path(source.path) == path else f"{path} (source {source.path})"
+    return (
+        f"{where}: format {source.format}: {rows} not that shape (keys [{keys}]), and read as"
+        " they are without it: leave the format out for this source"
+    )
+
+
 def _head(
     source: Source, path: Path, read: Any, sample: int
 ) -> tuple[list[RawRow] | None, tuple[int, dict[str, Any], str] | None]:
@@ -156,6 +210,9 @@ def _message(source: Source, path: Path, seen: int, data: dict[str, Any], why: s
         )
     if seen == 1 and (marks := recipe_keys_of(data)):  # `generate recipe.json`
         return json_recipe_message(path, marks)
+    document = path.name.lower().removesuffix(".gz").removesuffix(".zst").endswith(".json")
+    if seen == 1 and document and (problem := _lists_of_rows(where, data)):
+        return problem
     head = f"{where}: no known row shape in {rows} (keys [{shown}])"
     preset = preset_hint(data)
     if preset is not None:
