@@ -1021,3 +1021,34 @@ def test_a_decontamination_file_changed_during_the_build_is_refused(
         " would describe other bytes than the ones the rows were checked against); is"
         " something writing it? Copy it, or wait for the writer to finish"
     )
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_after_the_set_is_in_place_does_not_say_nothing_was_finalized(
+    tmp_path, monkeypatch, capsys, signal_name
+):
+    """Ctrl-C or SIGTERM (a scheduler's time limit) while the build checks the set it has just
+    renamed into place said ``draftset: interrupted; nothing was finalized``: the set is at
+    ``--out``, whole, and a rerun is refused ("output folder exists")."""
+    import signal
+
+    import draftset.pipeline.build as build_mod
+
+    def interrupted(*args, **kwargs):
+        os.kill(os.getpid(), getattr(signal, signal_name))
+        raise AssertionError("the signal was not delivered")
+
+    monkeypatch.setattr(build_mod, "fast_checks", interrupted)
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    out = tmp_path / "out"
+    argv = ["build", str(src), "--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(out)]
+    code = main([*argv, "--workers", "1", "--no-progress"])
+    assert code == (130 if signal_name == "SIGINT" else 143)
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "nothing was finalized" not in line
+    how = "interrupted" if signal_name == "SIGINT" else "terminated"
+    assert line == (
+        f"draftset: {how} after the set was written to {out}, before its checks ended"
+        f" (`draftset verify {out}` checks it)"
+    )
+    assert (out / "manifest.json").is_file()

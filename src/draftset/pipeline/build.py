@@ -31,7 +31,7 @@ from draftset.config.options import BuildOptions
 from draftset.config.preflight import PreflightError, check_build, set_tokenizer_problem
 from draftset.core import reasons
 from draftset.core.counters import Accounting, sampled_rejects_notes
-from draftset.core.errors import RunError
+from draftset.core.errors import RunError, mark_set_written
 from draftset.core.words import fmt_counts, plural
 from draftset.engine.base import Batch, Engine
 from draftset.engine.factory import RowStage, open_stage
@@ -355,14 +355,18 @@ def _run(
         raise
     seconds = time.monotonic() - t0
     checks = []
-    if writer.rows or acct.total().needs_generation:
-        pt = opts.out / "token_freq.pt"  # read in the helper while the checks recount here
-        load_pt = (
-            stage.prefetched("reading token_freq.pt", load_token_freq_pt, pt)
-            if pt.is_file()
-            else None
-        )
-        checks = fast_checks(opts.out, load_pt=load_pt, facts=facts, digests=digests)
+    try:
+        if writer.rows or acct.total().needs_generation:
+            pt = opts.out / "token_freq.pt"  # read in the helper while the checks recount here
+            load_pt = (
+                stage.prefetched("reading token_freq.pt", load_token_freq_pt, pt)
+                if pt.is_file()
+                else None
+            )
+            checks = fast_checks(opts.out, load_pt=load_pt, facts=facts, digests=digests)
+    except KeyboardInterrupt as exc:  # the set is in place, whole: the line says so
+        mark_set_written(exc, opts.out)
+        raise
     return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
 
 
