@@ -152,9 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         print(visible(exc.cli_line()), file=sys.stderr)  # a path may hold ESC sequences
         return exc.exit_code
     except KeyboardInterrupt as exc:
-        from draftset.commands.common import Terminated  # lazy: only on an interrupt
+        from draftset.commands.common import was_terminated  # lazy: only on an interrupt
 
-        terminated = isinstance(exc, Terminated)
+        terminated = was_terminated(exc)
         how = "terminated" if terminated else "interrupted"
         if (out := set_written(exc)) is not None:  # the build's rename was done
             shown = quote(str(out))
