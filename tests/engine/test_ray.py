@@ -706,3 +706,24 @@ def test_a_sigterm_that_ray_turns_into_a_keyboard_interrupt_still_exits_143(
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "draftset: terminated; nothing was finalized"
     )
+
+
+def test_a_sigterm_while_ray_starts_is_the_build_s_sigterm(monkeypatch):
+    """SIGTERM while `ray.init` starts the cluster (seconds on a loaded machine) met Ray's
+    handler, ``sys.exit(15)``: the build ended with exit 15 and no line. It is the build's
+    SIGTERM now (`Terminated`: clean-up, "terminated", exit 143)."""
+    import ray
+
+    import draftset.engine.ray as ray_engine
+    from draftset.commands.common import Terminated, sigterm_as_interrupt
+
+    def ray_init(**kwargs: object) -> None:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # as Ray's
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+
+    monkeypatch.setattr(ray, "init", ray_init)
+    with sigterm_as_interrupt():
+        with pytest.raises(Terminated):
+            ray_engine._init("127.0.0.1:6379")
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # once, as the build's own

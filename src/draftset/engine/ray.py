@@ -303,8 +303,12 @@ def _init(address: str | None) -> DescendantGuard | None:
             guard.close()
         if isinstance(exc, ConnectionError | ValueError | RuntimeError):
             raise RayUnavailable(f"cannot start Ray at {target or 'local'}: {exc}") from None
+        if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM and callable(sigterm):
+            sigterm(signal.SIGTERM, None)  # SIGTERM met Ray's handler: the build's says it
         raise
     finally:
-        if sigterm is not None and threading.current_thread() is threading.main_thread():
+        main = threading.current_thread() is threading.main_thread()
+        # not over SIG_IGN: the build's handler set it, handling a SIGTERM (clean-up first)
+        if main and sigterm is not None and signal.getsignal(signal.SIGTERM) != signal.SIG_IGN:
             signal.signal(signal.SIGTERM, sigterm)
     return guard
