@@ -14,9 +14,17 @@ import select
 import sys
 import threading
 import time
+from shlex import quote
 from typing import Any
 
-from draftset.core.errors import EXIT_FAIL, EXIT_OK, EXIT_USAGE, DraftsetError, UsageError
+from draftset.core.errors import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    DraftsetError,
+    UsageError,
+    set_written,
+)
 
 # The commands load in the functions below, not here: every worker and helper process is
 # spawn-started and re-imports the console script's module, so whatever this module imports at
@@ -150,11 +158,19 @@ def main(argv: list[str] | None = None) -> int:
         print(visible(exc.cli_line()), file=sys.stderr)  # a path may hold ESC sequences
         return exc.exit_code
     except KeyboardInterrupt as exc:
-        from draftset.commands.common import Terminated  # lazy: only on an interrupt
+        from draftset.commands.common import was_terminated  # lazy: only on an interrupt
 
-        terminated = isinstance(exc, Terminated)
+        terminated = was_terminated(exc)
         how = "terminated" if terminated else "interrupted"
-        print(f"draftset: {how}; nothing was finalized", file=sys.stderr)
+        if (out := set_written(exc)) is not None:  # the build's rename was done
+            shown = quote(str(out))
+            print(
+                f"draftset: {how} after the set was written to {out}, before its checks ended"
+                f" (`draftset verify {shown}` checks it)",
+                file=sys.stderr,
+            )
+        else:
+            print(f"draftset: {how}; nothing was finalized", file=sys.stderr)
         code = 143 if terminated else 130
         if argv is None:
             _exit_by_deadline(code)

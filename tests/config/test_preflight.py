@@ -67,6 +67,7 @@ def listing(folder: Path) -> set[str]:
         ("root", "filesystem root"),
         ("home", "home folder"),
         ("tokenizer", "contains the input"),
+        ("mount-point", "is a mount point"),
     ],
 )
 def test_out_that_could_destroy_data_is_refused_before_any_work(
@@ -116,6 +117,11 @@ def test_out_that_could_destroy_data_is_refused_before_any_work(
         out = "~"
     elif where == "tokenizer":
         out = qwen3_tokenizer_dir().parent
+    elif where == "mount-point":  # an empty volume (`docker run -v`): `rename` fails EBUSY
+        out = tmp_path / "volume"
+        out.mkdir()
+        real_ismount = os.path.ismount
+        monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == out or real_ismount(p))
     before = listing(tmp_path)
     assert main(build_argv(*sources, out=out, extra=("--overwrite",))) == 2
     assert needle in one_line(capsys)

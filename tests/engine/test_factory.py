@@ -95,3 +95,30 @@ def test_a_pool_worker_starting_without_torch_says_nothing():
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == "" and done.stdout == ""
+
+
+def test_a_helper_killed_while_the_template_loads_is_a_dead_process_not_a_bad_tokenizer():
+    """The helper killed (the out-of-memory killer) while it loaded the template ended the
+    build as a `TokenizerError`: ``draftset: error: the helper process died ...``, exit 2, the
+    code of a bad argument, where a helper killed later was exit 1 (docs/output.md, errors.md)."""
+    import signal
+
+    from conftest import qwen3_tokenizer_dir
+
+    from draftset.core.errors import UsageError
+    from draftset.engine.factory import open_stage
+    from draftset.engine.helper import Sidecar, SidecarError
+    from draftset.mask.template import TemplateSpec
+
+    spec = TemplateSpec(str(qwen3_tokenizer_dir()))
+    side = Sidecar()
+    pid = side.call("asking", os.getpid)
+    with open_stage(spec, "local", 2, helper=side) as stage:
+        os.kill(pid, signal.SIGKILL)  # while the load runs: it takes a second or more
+        with pytest.raises(SidecarError) as caught:
+            stage.loaded()
+    assert not isinstance(caught.value, UsageError)
+    assert str(caught.value) == (
+        f"the helper process died while loading tokenizer {spec.tokenizer!r}"
+        " (killed, or out of memory?)"
+    )

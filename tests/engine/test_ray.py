@@ -662,3 +662,68 @@ def test_kill_9_of_a_driver_leaves_nothing_of_its_private_ray(inputs, tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_ray_init_does_not_take_sigterm_from_the_build(monkeypatch):
+    """`ray.init` puts its own SIGTERM handler in the driver (``sys.exit(15)``, and Ray's C++
+    "*** SIGTERM received" dump): a SIGTERMed ``--engine ray`` build ended with that dump and
+    exit 1, no "terminated" line, where every other engine says it and exits 143. The
+    handler the build had (SIGTERM as Ctrl-C) is put back once Ray is up."""
+    import ray
+
+    import draftset.engine.ray as ray_engine
+    from draftset.commands.common import sigterm_as_interrupt
+
+    def ray_init(**kwargs: object) -> None:  # what Ray's does to the driver's signals
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+
+    monkeypatch.setattr(ray, "init", ray_init)
+    with sigterm_as_interrupt():
+        ours = signal.getsignal(signal.SIGTERM)
+        ray_engine._init("127.0.0.1:6379")
+        assert signal.getsignal(signal.SIGTERM) is ours
+
+
+def test_a_sigterm_that_ray_turns_into_a_keyboard_interrupt_still_exits_143(
+    monkeypatch, tmp_path, capsys
+):
+    """Ray's `get` checks signals itself and raises a plain `KeyboardInterrupt` for the
+    driver's `Terminated` (SIGTERM as Ctrl-C): a SIGTERMed ``--engine ray`` build said
+    "interrupted", exit 130, where every other engine says "terminated", exit 143."""
+    import draftset.api as api
+
+    def build(**kwargs: object) -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt from None  # what Ray's `get` raises for any interrupt
+        raise AssertionError("SIGTERM was not delivered")
+
+    monkeypatch.setattr(api, "build", build)
+    argv = ["build", str(tmp_path / "a.jsonl"), "--tokenizer", "t", "--out", str(tmp_path / "o")]
+    assert cli.main([*argv, "--workers", "1", "--engine", "ray", "--no-progress"]) == 143
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "draftset: terminated; nothing was finalized"
+    )
+
+
+def test_a_sigterm_while_ray_starts_is_the_build_s_sigterm(monkeypatch):
+    """SIGTERM while `ray.init` starts the cluster (seconds on a loaded machine) met Ray's
+    handler, ``sys.exit(15)``: the build ended with exit 15 and no line. It is the build's
+    SIGTERM now (`Terminated`: clean-up, "terminated", exit 143)."""
+    import ray
+
+    import draftset.engine.ray as ray_engine
+    from draftset.commands.common import Terminated, sigterm_as_interrupt
+
+    def ray_init(**kwargs: object) -> None:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # as Ray's
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+
+    monkeypatch.setattr(ray, "init", ray_init)
+    with sigterm_as_interrupt():
+        with pytest.raises(Terminated):
+            ray_engine._init("127.0.0.1:6379")
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # once, as the build's own

@@ -1021,3 +1021,89 @@ def test_a_decontamination_file_changed_during_the_build_is_refused(
         " would describe other bytes than the ones the rows were checked against); is"
         " something writing it? Copy it, or wait for the writer to finish"
     )
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_after_the_set_is_in_place_does_not_say_nothing_was_finalized(
+    tmp_path, monkeypatch, capsys, signal_name
+):
+    """Ctrl-C or SIGTERM (a scheduler's time limit) while the build checks the set it has just
+    renamed into place said ``draftset: interrupted; nothing was finalized``: the set is at
+    ``--out``, whole, and a rerun is refused ("output folder exists")."""
+    import signal
+
+    import draftset.pipeline.build as build_mod
+
+    def interrupted(*args, **kwargs):
+        os.kill(os.getpid(), getattr(signal, signal_name))
+        raise AssertionError("the signal was not delivered")
+
+    monkeypatch.setattr(build_mod, "fast_checks", interrupted)
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    out = tmp_path / "out"
+    argv = ["build", str(src), "--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(out)]
+    code = main([*argv, "--workers", "1", "--no-progress"])
+    assert code == (130 if signal_name == "SIGINT" else 143)
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "nothing was finalized" not in line
+    how = "interrupted" if signal_name == "SIGINT" else "terminated"
+    assert line == (
+        f"draftset: {how} after the set was written to {out}, before its checks ended"
+        f" (`draftset verify {out}` checks it)"
+    )
+    assert (out / "manifest.json").is_file()
+
+
+def test_a_second_interrupt_while_a_failed_build_cleans_up_leaves_a_folder_the_next_run_removes(
+    tmp_path, monkeypatch
+):
+    """A failed or interrupted build removes its temporary folder; a second Ctrl-C midway (or
+    SIGKILL after SIGTERM) leaves the rest. The folder was removed in the order the file system
+    lists it: where that listed draftset's marker first, what was left was unmarked, a
+    temporary folder of someone's that no later run would remove (the shards: gigabytes).
+    The marker now goes last, as `--overwrite`'s removal of an old set does."""
+    import errno
+
+    import draftset.pipeline.build as build_mod
+    from draftset.output.folder import TMP_MARKER
+
+    real_scandir, real_unlink = os.scandir, os.unlink
+
+    class MarkerFirst:  # a file system that lists the marker before the shards
+        def __init__(self, path=".") -> None:
+            with real_scandir(path) as it:
+                self.entries = sorted(it, key=lambda e: (e.name != TMP_MARKER, e.name))
+
+        def __enter__(self):
+            return iter(self.entries)
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+        def __iter__(self):
+            return iter(self.entries)
+
+    removed: list[str] = []
+
+    def unlink(path, *args, **kwargs):
+        name = os.path.basename(os.fspath(path))
+        if len(removed) == 2:  # the second Ctrl-C, in the middle of the clean-up
+            raise KeyboardInterrupt
+        removed.append(name)
+        return real_unlink(path, *args, **kwargs)
+
+    def no_space(folder, manifest):
+        monkeypatch.setattr(os, "scandir", MarkerFirst)
+        monkeypatch.setattr(os, "unlink", unlink)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(build_mod, "write_manifest", no_space)
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(i) for i in range(3)])
+    out = tmp_path / "out"
+    opts = BuildOptions([Source("a", src)], str(qwen3_tokenizer_dir()), out, workers=1)
+    with pytest.raises(KeyboardInterrupt):
+        run_build(opts)
+    monkeypatch.undo()
+    left = [p for p in tmp_path.iterdir() if ".draftset-tmp-" in p.name]
+    assert len(left) == 1 and any(left[0].iterdir())  # interrupted midway: files are left
+    assert (left[0] / TMP_MARKER).is_file()  # ... with the marker that lets a later run remove them

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from shlex import quote
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from draftset.commands.common import (
     add_command,
@@ -15,8 +15,11 @@ from draftset.commands.common import (
 )
 from draftset.commands.options import add_options, parsed
 from draftset.config.schema import BuildArgs
-from draftset.core.errors import EXIT_FAIL, EXIT_OK, UsageError
+from draftset.core.errors import EXIT_FAIL, EXIT_OK, UsageError, mark_set_written
 from draftset.core.files import is_recipe
+
+if TYPE_CHECKING:
+    from draftset.pipeline.build import BuildResult
 
 BUILD_HELP = """\
 Tokenize chat data with the target model's own chat template into a loss-masked,
@@ -70,6 +73,16 @@ def cmd_build(args: argparse.Namespace) -> int:
             progress=progress_wanted(args),
             helper=getattr(args, "helper", None),  # started ahead by `cli.main`
         )
+    try:
+        return _report(result)
+    except KeyboardInterrupt as exc:  # Ctrl-C while the summary prints: the set is there
+        if result.finalized:
+            mark_set_written(exc, result.out)
+        raise
+
+
+def _report(result: BuildResult) -> int:
+    """The summary, the checks and the exit code of a finished build."""
     from draftset.commands.verify import print_results  # lazy: after the build, as above
     from draftset.pipeline.build import ADVISORY_CHECKS  # lazy: as above
     from draftset.pipeline.summary import print_build_summary  # lazy: as above

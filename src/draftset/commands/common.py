@@ -101,15 +101,28 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM: handled exactly like Ctrl-C (clean-up runs), exit code 143 (128 + 15)."""
 
 
+_sigterm_received = False
+"""Set by `_on_sigterm` in a `sigterm_as_interrupt` block: Ray's `get` raises a plain
+`KeyboardInterrupt` for any exception a signal handler raises, `Terminated` included."""
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
+    global _sigterm_received
+    _sigterm_received = True
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: let the clean-up finish
     raise Terminated
+
+
+def was_terminated(exc: KeyboardInterrupt) -> bool:
+    """Whether ``exc`` is SIGTERM's (exit 143), not Ctrl-C's (130), even once Ray's `get`
+    has raised it again as a plain `KeyboardInterrupt`."""
+    return isinstance(exc, Terminated) or _sigterm_received
 
 
 def interrupted(exc: KeyboardInterrupt) -> int:
     """The line and exit code of a resumable command (`generate`, `run`) stopped by Ctrl-C
     (130) or SIGTERM (143)."""
-    how, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+    how, code = ("terminated", 143) if was_terminated(exc) else ("interrupted", 130)
     print(f"draftset: {how}; rerun the same command to resume", file=sys.stderr)
     return code
 
@@ -120,6 +133,8 @@ def sigterm_as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    global _sigterm_received
+    _sigterm_received = False
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         yield

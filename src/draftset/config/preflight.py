@@ -415,7 +415,7 @@ def _data_file_name_problem(out: Path, flag: str) -> str | None:
 def out_place_problem(out: Path, flag: str) -> str | None:
     """Why ``out`` can be no output folder wherever the sources are (one line starting ``flag``:
     ``--out``, or ``recipe key out:`` when the recipe set it), or None: empty, a symbolic link,
-    ``/``, inside a built set, the home or current folder or above one."""
+    ``/``, a mount point, inside a built set, the home or current folder or above one."""
     if not str(out).strip():
         return f"{flag} is empty"
     if problem := dash_problem(flag, out, "name the folder to write the set in"):
@@ -427,6 +427,12 @@ def out_place_problem(out: Path, flag: str) -> str | None:
     real = Path(out).expanduser().resolve()
     if real == Path(real.anchor):
         return f"{flag} {out} is the filesystem root"
+    if os.path.ismount(real):  # an empty volume: the set is renamed in at the end (EBUSY)
+        return (
+            f"{flag} {out} is a mount point: draftset builds the set beside it and renames it"
+            f" into place at the end, which a mount point cannot be; name a folder inside it"
+            f" (e.g. {Path(out) / 'set'})"
+        )
     if problem := inside_a_set(real, f"{flag} {out}"):  # the set would fail its own verify
         return problem
     for what, place in (("your home folder", Path.home()), ("the current folder", Path.cwd())):

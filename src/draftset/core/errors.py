@@ -29,3 +29,17 @@ class RunError(DraftsetError):
     """The job started and failed (accounting, disk, helper process): exit code 1."""
 
     exit_code = EXIT_FAIL
+
+
+_SET_WRITTEN = "draftset_set_written"
+
+
+def mark_set_written(exc: BaseException, out: object) -> None:
+    """``exc`` (Ctrl-C, SIGTERM) came after the set was renamed into place at ``out``: the
+    command's line says so (`set_written`), not that nothing was finalized."""
+    setattr(exc, _SET_WRITTEN, out)
+
+
+def set_written(exc: BaseException) -> object | None:
+    """Where the set was written before ``exc`` interrupted the command (`mark_set_written`)."""
+    return getattr(exc, _SET_WRITTEN, None)

@@ -24,9 +24,7 @@ from typing import Any, TypeVar
 from draftset.engine import ENGINES, engine_name
 from draftset.engine.base import Batch, Engine, EnginePlan, WorkerTask, tokenizer_threads
 from draftset.engine.helper import (
-    MainGuardMissing,
     Sidecar,
-    SidecarError,
     import_tokenizer_loader,
     import_torch,
     release_memory,
@@ -37,7 +35,6 @@ from draftset.mask.template import (
     ChatTemplate,
     TemplateInfo,
     TemplateSpec,
-    TokenizerError,
     describe_template,
     load_template_info,
 )
@@ -167,12 +164,9 @@ def open_stage(
         side.submit(release_memory)  # then drop the load's garbage, off the critical path
 
         def loaded() -> TemplateInfo:
-            try:
-                return side.result(pending, f"loading tokenizer {spec.tokenizer!r}")
-            except MainGuardMissing:  # the caller's script, not the tokenizer (docs/api.md)
-                raise
-            except SidecarError as exc:
-                raise TokenizerError(str(exc)) from exc
+            # a load that fails raises its own error (a bad tokenizer: exit 2); the helper
+            # dying meanwhile (killed, out of memory) is `SidecarError`, exit 1, as later on
+            return side.result(pending, f"loading tokenizer {spec.tokenizer!r}")
 
         # started before the template has loaded, so worker start-up overlaps it (Ray's too)
         plan = EnginePlan(workers or 0, ray_address, helper=side, start_after=imported)

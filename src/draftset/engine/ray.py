@@ -23,7 +23,9 @@ import contextlib
 import importlib.util
 import logging
 import os
+import signal
 import socket
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -278,6 +280,9 @@ def _init(address: str | None) -> DescendantGuard | None:
     logging.getLogger("ray").setLevel(logging.ERROR)  # no start-up chatter on the CLI
     target = address or os.environ.get("RAY_ADDRESS") or None
     guard = None
+    # `ray.init` replaces the driver's SIGTERM handler with its own (``sys.exit(15)``, after
+    # its C++ dump): the build's (SIGTERM as Ctrl-C: clean-up, one line, exit 143) goes back
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
         if target in (None, "local"):
             # a private cluster for one build: no usage report sent from the user's machine
@@ -298,5 +303,12 @@ def _init(address: str | None) -> DescendantGuard | None:
             guard.close()
         if isinstance(exc, ConnectionError | ValueError | RuntimeError):
             raise RayUnavailable(f"cannot start Ray at {target or 'local'}: {exc}") from None
+        if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM and callable(sigterm):
+            sigterm(signal.SIGTERM, None)  # SIGTERM met Ray's handler: the build's says it
         raise
+    finally:
+        main = threading.current_thread() is threading.main_thread()
+        # not over SIG_IGN: the build's handler set it, handling a SIGTERM (clean-up first)
+        if main and sigterm is not None and signal.getsignal(signal.SIGTERM) != signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, sigterm)
     return guard

@@ -8,6 +8,7 @@ or a draftset output is ever removed).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -258,7 +259,7 @@ def dead_run_marker(folder: Path) -> bool:
     return _dead_owner(folder, folder) is not None
 
 
-def _remove_marked(folder: Path) -> bool:
+def remove_marked(folder: Path) -> bool:
     """Remove a marked folder, its marker last (killed midway, what is left is still marked
     and still removed next time); whether it is gone."""
     try:
@@ -271,7 +272,8 @@ def _remove_marked(folder: Path) -> bool:
         if entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path, ignore_errors=True)
         else:
-            Path(entry.path).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # what stays is named by the return
+                Path(entry.path).unlink(missing_ok=True)
     shutil.rmtree(folder, ignore_errors=True)
     return not folder.exists()
 
@@ -322,7 +324,7 @@ def remove_stale_tmp(out: Path) -> list[Path]:
                 continue
             removed.append(old)
     for tmp, _ in tmps.values():
-        if _remove_marked(tmp):
+        if remove_marked(tmp):
             removed.append(tmp)
     if in_out is not None:
         (out / TMP_MARKER).unlink(missing_ok=True)
@@ -349,7 +351,7 @@ def remove_output(out: Path) -> None:
     _write_marker(out, out, replacing=False)
     tmp = out.parent / f".{out.name}.draftset-tmp-{os.getpid()}"
     out.rename(tmp)
-    _remove_marked(tmp)
+    remove_marked(tmp)
 
 
 def finalize_output(tmp: Path, out: Path, overwrite: bool = True) -> None:

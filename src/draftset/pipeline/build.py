@@ -18,7 +18,6 @@ import json
 import operator
 import os
 import re
-import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from draftset.config.options import BuildOptions
 from draftset.config.preflight import PreflightError, check_build, set_tokenizer_problem
 from draftset.core import reasons
 from draftset.core.counters import Accounting, sampled_rejects_notes
-from draftset.core.errors import RunError
+from draftset.core.errors import RunError, mark_set_written
 from draftset.core.words import fmt_counts, plural
 from draftset.engine.base import Batch, Engine
 from draftset.engine.factory import RowStage, open_stage
@@ -42,7 +41,7 @@ from draftset.mask.step import MaskConfig
 from draftset.mask.template import TemplateInfo, TemplateSpec
 from draftset.output import writer_class
 from draftset.output.base import ShardedWriter, Writer, rel_name
-from draftset.output.folder import finalize_output, prepare_output
+from draftset.output.folder import finalize_output, prepare_output, remove_marked
 from draftset.output.readback import CheckResult, NotADraftsetError, SetFacts, open_output
 from draftset.output.vocab import (
     load_token_freq_pt,
@@ -317,7 +316,7 @@ def _run(
             raise AccountingError("accounting does not balance: " + "; ".join(errors))
         if not writer.rows and not acct.total().needs_generation:  # nothing to keep: no folder
             notes += _first_rejects(tmp / "rejects.jsonl")
-            shutil.rmtree(tmp)
+            remove_marked(tmp)
             _remove_empty(made)
             seconds = time.monotonic() - t0
             return BuildResult(opts.out, acct, {}, notes, seconds, finalized=False)
@@ -348,21 +347,26 @@ def _run(
         finalize_output(tmp, opts.out, opts.overwrite)
     except BaseException as exc:  # nothing half-written stays behind, whatever the failure
         _let_go(stage, blocks, writer, sinks)
-        shutil.rmtree(tmp, ignore_errors=True)
+        # its marker last: a second Ctrl-C midway leaves a folder the next run still removes
+        remove_marked(tmp)
         _remove_empty(made)
         if isinstance(exc, OSError) and _is_disk_error(exc):
             raise OutputWriteError(f"cannot write {opts.out}: {_disk_error(exc)}") from exc
         raise
     seconds = time.monotonic() - t0
     checks = []
-    if writer.rows or acct.total().needs_generation:
-        pt = opts.out / "token_freq.pt"  # read in the helper while the checks recount here
-        load_pt = (
-            stage.prefetched("reading token_freq.pt", load_token_freq_pt, pt)
-            if pt.is_file()
-            else None
-        )
-        checks = fast_checks(opts.out, load_pt=load_pt, facts=facts, digests=digests)
+    try:
+        if writer.rows or acct.total().needs_generation:
+            pt = opts.out / "token_freq.pt"  # read in the helper while the checks recount here
+            load_pt = (
+                stage.prefetched("reading token_freq.pt", load_token_freq_pt, pt)
+                if pt.is_file()
+                else None
+            )
+            checks = fast_checks(opts.out, load_pt=load_pt, facts=facts, digests=digests)
+    except KeyboardInterrupt as exc:  # the set is in place, whole: the line says so
+        mark_set_written(exc, opts.out)
+        raise
     return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
 
 
