@@ -612,7 +612,8 @@ def _first_difference(tmpl: ChatTemplate, ids: np.ndarray, text: str, want: str)
 
 _OTHER_TOKENS = (
     "run of turn {j} spells its generation in other tokens than the model emits it"
-    " (tokenizer(G) in one piece, or the server's own ids where they spell it: build keeps them)"
+    " (the server's own ids where they spell it, as build keeps them,"
+    " else tokenizer(G) in one piece)"
 )
 
 
