@@ -2027,3 +2027,45 @@ def test_a_draft_vocabulary_file_named_with_a_non_ascii_digit_fails_without_a_cr
     np.save(folder / "d2t-\u00b2.npy", np.zeros(2, dtype=np.int64))
     results = verify(folder)
     assert "file_hashes" in failed(results)
+
+
+# --- the server's own ids, kept by build, are the only tokens the run may hold -----------------
+def test_a_run_re_encoded_where_build_keeps_the_servers_ids_fails(tmp_path: Path) -> None:
+    """A generation whose server ids (`metadata.token_ids`) spell it is written with those ids
+    (docs/semantics.md: the model may sample a tokenization other than the canonical one), so
+    that is the only spelling build writes. verify accepted either `tokenizer(G)` or the
+    server's ids: a set whose run held the canonical tokens where the server's were kept, its
+    `server_ids_used` count left as it was, passed. The run must now be the ids build keeps."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()))
+    odd = tok.convert_tokens_to_ids(["F", "ine", "."])  # the server left the end-of-turn off
+    canonical = tok("Fine.<|im_end|>", add_special_tokens=False).input_ids
+    assert tok.decode(odd) == "Fine." and odd + canonical[-1:] != canonical
+    kept = chat("kept", "How are you?", "Fine.")
+    kept["metadata"] = {
+        "chat_template_kwargs": {"enable_thinking": False},
+        "token_ids": {"turns": [{"message": 1, "completion": odd}]},
+    }
+    plain = chat("plain", "And you?", "Fine.")  # no server ids: tokenizer(G)
+    plain["metadata"] = {"chat_template_kwargs": {"enable_thinking": False}}
+    built = build_rows(tmp_path, [kept, plain])
+    assert failed(verify(built)) <= {"drafter_fitness"}  # rows this short: advice
+    rows = read_rows(built)
+    sup = [[i for i, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m] for r in rows]
+    assert sup == [[*odd, canonical[-1]], canonical]  # build kept the server's ids
+    assert manifest(built)["counts"]["per_source"]["chats"]["server_ids_used"] == 1
+
+    folder = copy_set(built, tmp_path)
+    r = find_row(rows, "kept")
+    at = find_subsequence(r["input_ids"], [*odd, canonical[-1]])
+    end = at + len(odd) + 1
+    r["input_ids"] = r["input_ids"][:at] + canonical + r["input_ids"][end:]
+    r["loss_mask"] = r["loss_mask"][:at] + [1] * len(canonical) + r["loss_mask"][end:]
+    write_rows(folder, rows)
+    reseal(folder)
+    assert failed(fast_checks(folder)) <= {"drafter_fitness"}
+    results = by_name(verify(folder))
+    assert results["mask_fidelity"].status == "fail", results["mask_fidelity"].summary
+    assert results["mask_fidelity"].examples == ["kept"]
+    assert "server" in results["mask_fidelity"].summary

@@ -242,7 +242,7 @@ def test_advice_in_the_full_verify_is_advice_not_a_failure(fresh_set, capsys):
     `"passed": true` in verify.json; docs/verify.md: advice is not report's verdict), but the
     report said "the last full verify FAILED: drafter_fitness" and showed FAILED in the page."""
     # a block longer than every row: no anchor, drafter fitness fails; nothing else does
-    results = run_verify(fresh_set, sample=1, block_size=100_000, speculators=False)
+    results = run_verify(fresh_set, block_size=100_000, speculators=False)
     assert [r.name for r in results if r.failed] == ["drafter_fitness"]
     assert json.loads((fresh_set / "verify.json").read_text())["passed"] is True
     section = verification(build_report(fresh_set))
@@ -320,3 +320,22 @@ def test_output_read_by_a_reader_that_left_is_no_traceback(fresh_set, tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and not err, err.decode()[-2000:]
     assert (tmp_path / "r.html").is_file()
+
+
+def test_a_sampled_verify_is_not_reported_as_every_row_verified(fresh_set, capsys):
+    """A full verify that re-derived a seeded sample of the rows (`--sample N`, or any set of
+    more than 20,000 rows) proves the masks of those rows only: a row it did not draw may be
+    wrong (a supervised run one token off passed `verify --sample 2` on a 25-row set). Its
+    record said `passed`, and the report said "the last full verify passed", as of a verify of
+    every row. It now says the sample; a verify of every row reads as before."""
+    assert not [r for r in run_verify(fresh_set, sample=1, speculators=False) if r.failed]
+    section = verification(build_report(fresh_set))
+    assert 'class="pass">passed</span> on a seeded sample of 1 of 3 rows' in section, section
+    assert cli_main(["report", str(fresh_set)]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.endswith("the last full verify passed on a seeded sample of 1 of 3 rows"), line
+    assert not [r for r in run_verify(fresh_set, speculators=False) if r.failed]
+    assert "seeded sample" not in verification(build_report(fresh_set))
+    assert cli_main(["report", str(fresh_set)]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.endswith("the last full verify passed"), line

@@ -612,7 +612,8 @@ def _first_difference(tmpl: ChatTemplate, ids: np.ndarray, text: str, want: str)
 
 _OTHER_TOKENS = (
     "run of turn {j} spells its generation in other tokens than the model emits it"
-    " (tokenizer(G) in one piece, or the server's own ids)"
+    " (the server's own ids where they spell it, as build keeps them,"
+    " else tokenizer(G) in one piece)"
 )
 
 
@@ -624,19 +625,17 @@ def _emitted_tokens(
     prefix: bool = False,
 ) -> bool:
     """Whether a supervised run (whose text is its generation's) holds the tokens the model
-    emits: ``tokenizer(G)`` in one piece (public path), or the ids the generation server
-    returned for it (with the end-of-turn token it may leave off). A run cut by truncation is
-    judged as a prefix. Equal text is not enough: `</think>` spelled `</`, `think`, `>`
-    decodes the same and is not what the model emits."""
-    want = list(tmpl.tokenizer(gen, add_special_tokens=False)["input_ids"])
+    emits, as build writes them: the ids the generation server returned for it when they spell
+    it (with the end-of-turn token it may leave off: build keeps them), else ``tokenizer(G)``
+    in one piece (public path). Exactly one of the two: a run re-encoded where build keeps the
+    server's ids is not build's (before, either passed). A run cut by truncation is judged as
+    a prefix. Equal text is not enough: `</think>` spelled `</`, `think`, `>` decodes the same
+    and is not what the model emits."""
     have = [int(x) for x in run_ids]
-    accepted = [want]
     kept = _kept_server_ids(tmpl, server, gen)
-    if kept is not None:
-        accepted.append(kept)
-    if prefix:
-        return any(a[: len(have)] == have for a in accepted)
-    return have in accepted
+    want = kept if kept is not None else tmpl.tokenizer(gen, add_special_tokens=False)["input_ids"]
+    want = list(want)
+    return want[: len(have)] == have if prefix else have == want
 
 
 def _served_context(
