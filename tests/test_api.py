@@ -632,6 +632,37 @@ def test_progress_takes_true_false_or_a_callable(src, tmp_path, progress):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_callback_that_cannot_take_its_arguments_is_refused_before_any_work(src, tmp_path):
+    """`build(progress=lambda: ...)` raised a bare TypeError from inside the build loop after
+    the rows were read, `report(on_verdict=lambda: ...)` after writing the page: a callback
+    that cannot be called as it will be is one line naming the keyword, before any work."""
+    for bad in (lambda: None, lambda done, total, extra: None):
+        with pytest.raises(
+            errors.UsageError,
+            match=r"^progress: expected a callable f\(done, total\), got <lambda>\(",
+        ):
+            api.build(
+                sources=[src], tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o", progress=bad
+            )
+    with pytest.raises(
+        errors.UsageError, match=r"^on_verdict: expected a callable f\(line\), got <lambda>\(\)"
+    ):
+        api.report(tmp_path / "set", on_verdict=lambda: None)
+    for name in ("say", "show_checks"):
+        with pytest.raises(errors.UsageError, match=f"^{name}: expected a callable f\\("):
+            api.run(tmp_path / "recipe.yaml", **{name: lambda a, b: None})
+    assert list(tmp_path.iterdir()) == []
+    seen: list[tuple[int, int]] = []
+    api.build(  # what can take two positional arguments is fine, however declared
+        sources=[src],
+        tokenizer=qwen3_tokenizer_dir(),
+        out=tmp_path / "o",
+        workers=1,
+        progress=lambda *args, **kw: seen.append(args),
+    )
+    assert seen and seen[-1][0] == seen[-1][1]
+
+
 @pytest.mark.parametrize("bad", [5, 2.5, None, b"a.jsonl"])
 def test_a_source_of_another_type_is_refused_as_other_wrong_types_are(src, tmp_path, bad):
     """`sources=[5]` said `source not found: 5` while `out=5` is a wrong type: a source is a

@@ -433,17 +433,42 @@ def _source(
 def _progress_arg(value: Any, error: type[UsageError], callback: bool = False) -> None:
     """``progress`` is a bool (None: not given), or for `build` a callable ``f(done, total)``:
     a truthy string or number drew the bar, as the API's types are exact elsewhere."""
-    if value is None or isinstance(value, bool) or (callback and callable(value)):
+    if value is None or isinstance(value, bool):
+        return
+    if callback and callable(value):
+        _arity(value, "progress", "f(done, total)", 2, error)
         return
     also = " or a callable f(done, total)" if callback else ""
     raise error(f"progress: expected true/false{also}, got {value!r}")
 
 
-def _callback(value: Any, name: str) -> None:
+def _callback(value: Any, name: str, shape: str) -> None:
     """A callback keyword is a callable or None: `report(..., on_verdict="x")` failed after
     writing the page, `show(..., console="x")` deep in rich, with raw tracebacks."""
     if value is not None and not callable(value):
         raise UsageError(f"{name}: expected a callable or None, got {type(value).__name__}")
+    if value is not None:
+        _arity(value, name, shape, 1, UsageError)
+
+
+def _arity(
+    value: Callable[..., Any], name: str, shape: str, n: int, error: type[UsageError]
+) -> None:
+    """A callback that cannot take the ``n`` positional arguments it will be given is refused
+    before any work: `build(progress=lambda: ...)` raised a bare TypeError from inside the
+    build loop, `report(on_verdict=lambda: ...)` after writing the page. A callable whose
+    signature cannot be read (some builtins) is taken as it is."""
+    import inspect  # lazy: only when a callback is given
+
+    try:
+        sig = inspect.signature(value)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(*range(n))
+    except TypeError as exc:
+        what = getattr(value, "__name__", type(value).__name__)
+        raise error(f"{name}: expected a callable {shape}, got {what}{sig} ({exc})") from None
 
 
 @contextmanager
@@ -677,8 +702,8 @@ def run(
     to resume).
     """
     _not_in_a_spawned_import()
-    _callback(say, "say")
-    _callback(show_checks, "show_checks")
+    _callback(say, "say", "f(line)")
+    _callback(show_checks, "show_checks", "f(checks)")
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.pipeline.run import run as run_stages
 
@@ -841,7 +866,7 @@ def report(
     ``on_verdict`` receives the page's verification in one line (the fast checks run now, the
     last full verify); a set that fails its checks still gets its page."""
     _not_in_a_spawned_import()
-    _callback(on_verdict, "on_verdict")
+    _callback(on_verdict, "on_verdict", "f(line)")
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.output.folder import is_report_file
     from draftset.review.report import (  # lazy: as above
