@@ -443,6 +443,35 @@ def test_import_draftset_is_lean_and_the_api_is_draftsets_own_names():
     assert fresh_python(code) == "True"
 
 
+def test_the_result_types_are_importable_and_typed_for_a_users_type_checker():
+    """The docs' `build(...) -> BuildResult` named a type no public module exported (mypy
+    --strict on `from draftset.api import BuildResult`: "does not explicitly export"), and
+    without a py.typed marker a user's type checker skipped draftset altogether ("module is
+    installed, but missing library stubs or py.typed marker"). Still lean on import."""
+    code = (
+        "import sys, draftset, draftset.api\n"
+        "assert not [m for m in sys.modules if m.startswith('draftset.pipeline')]\n"
+        "from draftset.api import BuildResult, CheckResult, GenerateResult, RunResult\n"
+        "from draftset.api import UsageError, RunError, VerifyResult, DraftsetError\n"
+        "import draftset.pipeline.build as b, draftset.output.readback as rb\n"
+        "import draftset.generation.outcomes as go, draftset.pipeline.run_state as rs\n"
+        "import draftset.core.errors as e\n"
+        "assert (BuildResult, CheckResult, GenerateResult, RunResult) == (\n"
+        "    b.BuildResult, rb.CheckResult, go.GenerateResult, rs.RunResult)\n"
+        "assert (UsageError, RunError) == (e.UsageError, e.RunError)\n"
+        "assert DraftsetError is e.DraftsetError\n"
+        "assert draftset.BuildResult is BuildResult and draftset.UsageError is UsageError\n"
+        "assert set(draftset.__all__) <= set(draftset.api.__all__)\n"
+        "print('ok')\n"
+    )
+    assert fresh_python(code) == "ok"
+    assert (REPO / "src" / "draftset" / "py.typed").is_file()
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert (
+        "[tool.setuptools.package-data]\n" in pyproject and 'draftset = ["py.typed"]' in pyproject
+    )
+
+
 def test_workers_and_cli_start_import_only_what_they_need():
     """Imports sit at the top of files unless lazy for a reason: these are the reasons."""
     code = (

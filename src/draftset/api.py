@@ -44,7 +44,7 @@ from draftset.config.schema import (
     VerifyArgs,
     VerifySection,
 )
-from draftset.core.errors import DraftsetError, UsageError
+from draftset.core.errors import DraftsetError, RunError, UsageError
 from draftset.core.files import (
     OTHER_CONFIG_SUFFIXES,
     dash_problem,
@@ -73,7 +73,13 @@ if TYPE_CHECKING:  # the stage modules load on the first call, not on `import dr
     from draftset.sources.read import Source
 
 __all__ = [
+    "BuildResult",
+    "CheckResult",
     "DraftsetError",
+    "GenerateResult",
+    "RunError",
+    "RunResult",
+    "UsageError",
     "VerifyResult",
     "build",
     "build_options",
@@ -87,6 +93,25 @@ __all__ = [
 ]
 
 ProgressArg = bool | Callable[[int, int], None]
+
+_RESULTS = {  # the result types, importable from here; their stage modules load on first use
+    "BuildResult": "draftset.pipeline.build",
+    "CheckResult": "draftset.output.readback",
+    "GenerateResult": "draftset.generation.outcomes",
+    "RunResult": "draftset.pipeline.run_state",
+}
+
+
+def __getattr__(name: str) -> object:
+    """``from draftset.api import BuildResult`` (for a type annotation, an isinstance check)
+    without loading the stages on ``import draftset.api``."""
+    if name in _RESULTS:
+        import importlib  # lazy: only for a result type's name
+
+        value = getattr(importlib.import_module(_RESULTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- build ------------------------------------------------------------------------------------
