@@ -472,6 +472,40 @@ def test_the_result_types_are_importable_and_typed_for_a_users_type_checker():
     )
 
 
+JOB_ARGS = {"build": "BuildArgs", "verify": "VerifyArgs", "run": "RunArgs"}
+JOB_ARGS |= {"report": "ReportArgs", "show": "ShowArgs", "generate": "GenerateArgs"}
+
+
+def test_the_signatures_docs_api_shows_are_the_functions_own():
+    """docs/api.md showed `report(dir, output=None, ...)` and `show(dir, row=None, ...)`, but
+    both take only ``dir`` by position: `report(S, "r.html")` was Python's bare TypeError. Each
+    signature the page shows: the names before ``*`` are the function's positional parameters
+    in order, every other name is a keyword it takes (its own or its job's option), and a
+    function whose options are keyword-only shows the ``*``."""
+    import inspect
+
+    from draftset.config import schema
+
+    text = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
+    shown = re.findall(r"^(?:## |- )`(\w+)\((.*?)\)(?: -> \w+)?`", text, re.M)
+    assert {name for name, _ in shown} == set(JOB_ARGS), shown
+    for name, params in shown:
+        sig = inspect.signature(getattr(api, name))
+        positional = [
+            p.name
+            for p in sig.parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        names = [p.split("=")[0].strip() for p in re.split(r",\s*(?![^\[]*\])", params)]
+        star = names.index("*") if "*" in names else len(names)
+        before = [n for n in names[:star] if not n.startswith("**")]
+        assert before == positional, f"{name}: the page shows {before} by position"
+        fields = set(getattr(schema, JOB_ARGS[name]).model_fields)
+        for n in names[star + 1 :]:
+            if not n.startswith("**"):
+                assert n in sig.parameters or n in fields, f"{name}: no keyword {n!r}"
+
+
 def test_workers_and_cli_start_import_only_what_they_need():
     """Imports sit at the top of files unless lazy for a reason: these are the reasons."""
     code = (
