@@ -775,6 +775,19 @@ def test_build_result_row_index_is_checked_and_named(src, tmp_path):
     assert result.row(np.int64(n - 1))["id"] == result.row(-1)["id"]
 
 
+def test_a_build_result_prints_as_one_short_line(src, tmp_path):
+    """A notebook cell ending in `result` printed the dataclass's repr: the whole manifest and
+    every check's details (~10,000 characters for a few rows)."""
+    result = api.build(
+        sources=[src], tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o", workers=1
+    )
+    text = repr(result)
+    c = result.counts
+    assert "\n" not in text and len(text) < 400, text
+    assert text.startswith(f"BuildResult(out={result.out!r}, ok=True, rows={result.rows}, ")
+    assert f"written={c['written']}, rejected={c['rejected']}," in text
+
+
 def test_a_check_not_in_a_verify_result_names_the_ones_it_has(src, tmp_path):
     """`result["mask"]` (or a `--fast` result's `["mask_fidelity"]`) raised a bare
     `KeyError: 'mask'`: which names does it hold?"""
