@@ -674,6 +674,14 @@ def test_callback_keywords_are_checked_before_any_work(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_helper_that_is_no_sidecar_is_a_usage_error(src, tmp_path):
+    """`build(helper="x")` (a keyword of the signature) ended in `AttributeError: 'str' object
+    has no attribute 'kill'` from the build's cleanup."""
+    with pytest.raises(errors.UsageError, match=r"^helper: expected the Sidecar .* got str$"):
+        api.build(sources=[src], tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o", helper="x")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("progress", ["yes", 1, 0.0])
 def test_progress_takes_true_false_or_a_callable(src, tmp_path, progress):
     """`build(progress="yes")` ran (a truthy string drew the bar), as did `progress=1`: the

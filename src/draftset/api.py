@@ -146,6 +146,14 @@ def build(
     """
     _not_in_a_spawned_import()
     _progress_arg(progress, UsageError, callback=True)
+    if helper is not None:  # `helper="x"` ended in an AttributeError from the cleanup below
+        from draftset.engine.helper import Sidecar  # lazy: as start_helper's module
+
+        if not isinstance(helper, Sidecar):
+            raise UsageError(
+                "helper: expected the Sidecar draftset.pipeline.helper_ahead started, or None"
+                f" (the build starts its own), got {type(helper).__name__}"
+            )
     if helper is None:
         from draftset.engine.helper import SidecarError  # lazy: as start_helper's module
         from draftset.pipeline.helper_ahead import start_helper  # lazy: a lean import
