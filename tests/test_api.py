@@ -472,6 +472,18 @@ def test_the_result_types_are_importable_and_typed_for_a_users_type_checker():
     )
 
 
+def test_the_progress_hint_admits_none_as_the_functions_do():
+    """`progress=None` is "not given" (docs/api.md), and every job takes it, but the hints said
+    `bool | Callable` / `bool`: a user's mypy --strict refused `build(..., progress=None)`."""
+    import inspect
+    import typing
+
+    assert type(None) in typing.get_args(api.ProgressArg)
+    for fn in (api.run, api.run_options, api.generate):
+        hint = inspect.signature(fn).parameters["progress"].annotation
+        assert hint == "bool | None", (fn.__name__, hint)
+
+
 JOB_ARGS = {"build": "BuildArgs", "verify": "VerifyArgs", "run": "RunArgs"}
 JOB_ARGS |= {"report": "ReportArgs", "show": "ShowArgs", "generate": "GenerateArgs"}
 

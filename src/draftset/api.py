@@ -92,7 +92,7 @@ __all__ = [
     "verify",
 ]
 
-ProgressArg = bool | Callable[[int, int], None]
+ProgressArg = bool | Callable[[int, int], None] | None  # None: not given, as False
 
 _RESULTS = {  # the result types, importable from here; their stage modules load on first use
     "BuildResult": "draftset.pipeline.build",
@@ -721,7 +721,7 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
 def run(
     recipe: str | Path,
     *,
-    progress: bool = False,
+    progress: bool | None = False,
     say: Callable[[str], None] | None = None,
     show_checks: Callable[[list[CheckResult]], None] | None = None,
     **options: Any,
@@ -744,7 +744,7 @@ def run(
     return run_stages(opts, say=say, show_checks=show_checks)
 
 
-def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -> RunOptions:
+def run_options(recipe: str | Path, *, progress: bool | None = False, **options: Any) -> RunOptions:
     """`run`'s arguments over the recipe (its build keys, ``generate:`` and ``verify:``
     sections), checked: the `RunOptions` a run starts from."""
     # lazy: stage modules load on the first call, not on import draftset.api
@@ -969,7 +969,10 @@ def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> 
 
 
 def generate(
-    sources: Sequence[str | Path] | str | Path, *, progress: bool = False, **options: Any
+    sources: Sequence[str | Path] | str | Path,
+    *,
+    progress: bool | None = False,
+    **options: Any,
 ) -> GenerateResult:
     """`draftset generate`: the target model answers the prompts (docs/generate.md).
 
