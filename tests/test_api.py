@@ -806,6 +806,11 @@ def test_a_build_result_prints_as_one_short_line(src, tmp_path):
     assert "\n" not in text and len(text) < 400, text
     assert text.startswith(f"BuildResult(out={result.out!r}, ok=True, rows={result.rows}, ")
     assert f"written={c['written']}, rejected={c['rejected']}," in text
+    assert "finalized" not in text
+    none = api.build(  # no row fits: not ok, though no check failed; the line says why
+        sources=[src], tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "n", workers=1, max_length=1
+    )
+    assert not none.ok and repr(none).endswith(", finalized=False)"), repr(none)
 
 
 def test_a_check_not_in_a_verify_result_names_the_ones_it_has(src, tmp_path):

@@ -98,7 +98,7 @@ class BuildResult:
             f"BuildResult(out={self.out!r}, ok={self.ok}, rows={self.rows}, read={c['read']},"
             f" written={c['written']}, rejected={c['rejected']},"
             f" needs_generation={c['needs_generation']}, failed_checks={failed},"
-            f" seconds={self.seconds:.1f})"
+            f" seconds={self.seconds:.1f}{'' if self.finalized else ', finalized=False'})"
         )
 
     @property
