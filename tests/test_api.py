@@ -686,6 +686,29 @@ def test_callback_keywords_are_checked_before_any_work(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("key", ["chat_template", "tokenizer", "out", "sources", "decontaminate"])
+def test_a_path_no_file_system_takes_is_one_line_before_any_work(src, tmp_path, key):
+    """`build(chat_template=tok.chat_template)` (the template's text, 4 kB, as a path) and any
+    path with a name over 255 bytes ended in pathlib's `OSError: [Errno 36] File name too
+    long` traceback from the first stat (the check for template text came after it)."""
+    text = "{%- for m in messages %}{{ m.content }}{% endfor %}" * 20
+    base = {"sources": [src], "tokenizer": str(qwen3_tokenizer_dir()), "out": tmp_path / "o"}
+    for value, needle in [
+        (text, "a name in it is 1020 bytes long (at most 255)"),
+        ("n" * 300, "a name in it is 300 bytes long (at most 255)"),
+        ("n/" * 2100, "it is 4200 bytes long (at most 4096)"),
+    ]:
+        if key == "chat_template" and value is text:
+            needle = "--chat-template takes a template file, and this is template text"
+        given = [value] if key in ("sources", "decontaminate") else value
+        with pytest.raises(errors.UsageError) as info:
+            api.build(**{**base, key: given}, workers=1)
+        assert needle in str(info.value) and "\n" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(VerifyUsageError, match="no file system takes this path"):
+        api.verify("n" * 300)
+
+
 def test_a_helper_that_is_no_sidecar_is_a_usage_error(src, tmp_path):
     """`build(helper="x")` (a keyword of the signature) ended in `AttributeError: 'str' object
     has no attribute 'kill'` from the build's cleanup."""

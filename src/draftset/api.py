@@ -193,6 +193,11 @@ def _given(
         flag = "source" if name == "sources" else flag_of(model, name)
         for item in value if isinstance(value, list) else [value]:
             path = item.get("path") if isinstance(item, Mapping) else item
+            if name == "chat_template" and isinstance(path, str | os.PathLike):
+                from draftset.config.recipe import template_text_problem  # lazy: a stage
+
+                if problem := template_text_problem(path, flag):  # before any stat of it
+                    raise error(problem)
             if problem := home_problem(flag, path) or name_problem(flag, path):
                 raise error(problem)
     return checked
