@@ -709,6 +709,22 @@ def test_a_path_no_file_system_takes_is_one_line_before_any_work(src, tmp_path, 
         api.verify("n" * 300)
 
 
+@pytest.mark.parametrize("seconds", [1e12, 1e300])
+def test_a_render_timeout_beyond_the_timer_is_refused_before_any_work(src, tmp_path, seconds):
+    """`render_timeout=1e300` (meaning "no bound"; 0 says that) ended in `OverflowError:
+    timestamp out of range for platform time_t` from the render alarm, inside the build."""
+    with pytest.raises(errors.UsageError) as info:
+        api.build(
+            sources=[src],
+            tokenizer=qwen3_tokenizer_dir(),
+            out=tmp_path / "o",
+            workers=1,
+            render_timeout=seconds,
+        )
+    assert str(info.value) == f"--render-timeout must be <= 1000000, not {seconds}"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_helper_that_is_no_sidecar_is_a_usage_error(src, tmp_path):
     """`build(helper="x")` (a keyword of the signature) ended in `AttributeError: 'str' object
     has no attribute 'kill'` from the build's cleanup."""
