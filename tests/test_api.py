@@ -443,6 +443,81 @@ def test_import_draftset_is_lean_and_the_api_is_draftsets_own_names():
     assert fresh_python(code) == "True"
 
 
+def test_the_result_types_are_importable_and_typed_for_a_users_type_checker():
+    """The docs' `build(...) -> BuildResult` named a type no public module exported (mypy
+    --strict on `from draftset.api import BuildResult`: "does not explicitly export"), and
+    without a py.typed marker a user's type checker skipped draftset altogether ("module is
+    installed, but missing library stubs or py.typed marker"). Still lean on import."""
+    code = (
+        "import sys, draftset, draftset.api\n"
+        "assert not [m for m in sys.modules if m.startswith('draftset.pipeline')]\n"
+        "from draftset.api import BuildResult, CheckResult, GenerateResult, RunResult\n"
+        "from draftset.api import UsageError, RunError, VerifyResult, DraftsetError\n"
+        "import draftset.pipeline.build as b, draftset.output.readback as rb\n"
+        "import draftset.generation.outcomes as go, draftset.pipeline.run_state as rs\n"
+        "import draftset.core.errors as e\n"
+        "assert (BuildResult, CheckResult, GenerateResult, RunResult) == (\n"
+        "    b.BuildResult, rb.CheckResult, go.GenerateResult, rs.RunResult)\n"
+        "assert (UsageError, RunError) == (e.UsageError, e.RunError)\n"
+        "assert DraftsetError is e.DraftsetError\n"
+        "assert draftset.BuildResult is BuildResult and draftset.UsageError is UsageError\n"
+        "assert set(draftset.__all__) <= set(draftset.api.__all__)\n"
+        "print('ok')\n"
+    )
+    assert fresh_python(code) == "ok"
+    assert (REPO / "src" / "draftset" / "py.typed").is_file()
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert (
+        "[tool.setuptools.package-data]\n" in pyproject and 'draftset = ["py.typed"]' in pyproject
+    )
+
+
+def test_the_progress_hint_admits_none_as_the_functions_do():
+    """`progress=None` is "not given" (docs/api.md), and every job takes it, but the hints said
+    `bool | Callable` / `bool`: a user's mypy --strict refused `build(..., progress=None)`."""
+    import inspect
+    import typing
+
+    assert type(None) in typing.get_args(api.ProgressArg)
+    for fn in (api.run, api.run_options, api.generate):
+        hint = inspect.signature(fn).parameters["progress"].annotation
+        assert hint == "bool | None", (fn.__name__, hint)
+
+
+JOB_ARGS = {"build": "BuildArgs", "verify": "VerifyArgs", "run": "RunArgs"}
+JOB_ARGS |= {"report": "ReportArgs", "show": "ShowArgs", "generate": "GenerateArgs"}
+
+
+def test_the_signatures_docs_api_shows_are_the_functions_own():
+    """docs/api.md showed `report(dir, output=None, ...)` and `show(dir, row=None, ...)`, but
+    both take only ``dir`` by position: `report(S, "r.html")` was Python's bare TypeError. Each
+    signature the page shows: the names before ``*`` are the function's positional parameters
+    in order, every other name is a keyword it takes (its own or its job's option), and a
+    function whose options are keyword-only shows the ``*``."""
+    import inspect
+
+    from draftset.config import schema
+
+    text = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
+    shown = re.findall(r"^(?:## |- )`(\w+)\((.*?)\)(?: -> \w+)?`", text, re.M)
+    assert {name for name, _ in shown} == set(JOB_ARGS), shown
+    for name, params in shown:
+        sig = inspect.signature(getattr(api, name))
+        positional = [
+            p.name
+            for p in sig.parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        names = [p.split("=")[0].strip() for p in re.split(r",\s*(?![^\[]*\])", params)]
+        star = names.index("*") if "*" in names else len(names)
+        before = [n for n in names[:star] if not n.startswith("**")]
+        assert before == positional, f"{name}: the page shows {before} by position"
+        fields = set(getattr(schema, JOB_ARGS[name]).model_fields)
+        for n in names[star + 1 :]:
+            if not n.startswith("**"):
+                assert n in sig.parameters or n in fields, f"{name}: no keyword {n!r}"
+
+
 def test_workers_and_cli_start_import_only_what_they_need():
     """Imports sit at the top of files unless lazy for a reason: these are the reasons."""
     code = (
@@ -611,6 +686,53 @@ def test_callback_keywords_are_checked_before_any_work(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("key", ["chat_template", "tokenizer", "out", "sources", "decontaminate"])
+def test_a_path_no_file_system_takes_is_one_line_before_any_work(src, tmp_path, key):
+    """`build(chat_template=tok.chat_template)` (the template's text, 4 kB, as a path) and any
+    path with a name over 255 bytes ended in pathlib's `OSError: [Errno 36] File name too
+    long` traceback from the first stat (the check for template text came after it)."""
+    text = "{%- for m in messages %}{{ m.content }}{% endfor %}" * 20
+    base = {"sources": [src], "tokenizer": str(qwen3_tokenizer_dir()), "out": tmp_path / "o"}
+    for value, needle in [
+        (text, "a name in it is 1020 bytes long (at most 255)"),
+        ("n" * 300, "a name in it is 300 bytes long (at most 255)"),
+        ("n/" * 2100, "it is 4200 bytes long (at most 4096)"),
+    ]:
+        if key == "chat_template" and value is text:
+            needle = "--chat-template takes a template file, and this is template text"
+        given = [value] if key in ("sources", "decontaminate") else value
+        with pytest.raises(errors.UsageError) as info:
+            api.build(**{**base, key: given}, workers=1)
+        assert needle in str(info.value) and "\n" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(VerifyUsageError, match="no file system takes this path"):
+        api.verify("n" * 300)
+
+
+@pytest.mark.parametrize("seconds", [1e12, 1e300])
+def test_a_render_timeout_beyond_the_timer_is_refused_before_any_work(src, tmp_path, seconds):
+    """`render_timeout=1e300` (meaning "no bound"; 0 says that) ended in `OverflowError:
+    timestamp out of range for platform time_t` from the render alarm, inside the build."""
+    with pytest.raises(errors.UsageError) as info:
+        api.build(
+            sources=[src],
+            tokenizer=qwen3_tokenizer_dir(),
+            out=tmp_path / "o",
+            workers=1,
+            render_timeout=seconds,
+        )
+    assert str(info.value) == f"--render-timeout must be <= 1000000, not {seconds}"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_helper_that_is_no_sidecar_is_a_usage_error(src, tmp_path):
+    """`build(helper="x")` (a keyword of the signature) ended in `AttributeError: 'str' object
+    has no attribute 'kill'` from the build's cleanup."""
+    with pytest.raises(errors.UsageError, match=r"^helper: expected the Sidecar .* got str$"):
+        api.build(sources=[src], tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o", helper="x")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("progress", ["yes", 1, 0.0])
 def test_progress_takes_true_false_or_a_callable(src, tmp_path, progress):
     """`build(progress="yes")` ran (a truthy string drew the bar), as did `progress=1`: the
@@ -630,6 +752,37 @@ def test_progress_takes_true_false_or_a_callable(src, tmp_path, progress):
     with pytest.raises(RunUsageError, match="progress: expected true/false, got"):
         api.run(tmp_path / "recipe.yaml", progress=progress)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_callback_that_cannot_take_its_arguments_is_refused_before_any_work(src, tmp_path):
+    """`build(progress=lambda: ...)` raised a bare TypeError from inside the build loop after
+    the rows were read, `report(on_verdict=lambda: ...)` after writing the page: a callback
+    that cannot be called as it will be is one line naming the keyword, before any work."""
+    for bad in (lambda: None, lambda done, total, extra: None):
+        with pytest.raises(
+            errors.UsageError,
+            match=r"^progress: expected a callable f\(done, total\), got <lambda>\(",
+        ):
+            api.build(
+                sources=[src], tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o", progress=bad
+            )
+    with pytest.raises(
+        errors.UsageError, match=r"^on_verdict: expected a callable f\(line\), got <lambda>\(\)"
+    ):
+        api.report(tmp_path / "set", on_verdict=lambda: None)
+    for name in ("say", "show_checks"):
+        with pytest.raises(errors.UsageError, match=f"^{name}: expected a callable f\\("):
+            api.run(tmp_path / "recipe.yaml", **{name: lambda a, b: None})
+    assert list(tmp_path.iterdir()) == []
+    seen: list[tuple[int, int]] = []
+    api.build(  # what can take two positional arguments is fine, however declared
+        sources=[src],
+        tokenizer=qwen3_tokenizer_dir(),
+        out=tmp_path / "o",
+        workers=1,
+        progress=lambda *args, **kw: seen.append(args),
+    )
+    assert seen and seen[-1][0] == seen[-1][1]
 
 
 @pytest.mark.parametrize("bad", [5, 2.5, None, b"a.jsonl"])
@@ -679,6 +832,24 @@ def test_build_result_row_index_is_checked_and_named(src, tmp_path):
     import numpy as np
 
     assert result.row(np.int64(n - 1))["id"] == result.row(-1)["id"]
+
+
+def test_a_build_result_prints_as_one_short_line(src, tmp_path):
+    """A notebook cell ending in `result` printed the dataclass's repr: the whole manifest and
+    every check's details (~10,000 characters for a few rows)."""
+    result = api.build(
+        sources=[src], tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o", workers=1
+    )
+    text = repr(result)
+    c = result.counts
+    assert "\n" not in text and len(text) < 400, text
+    assert text.startswith(f"BuildResult(out={result.out!r}, ok=True, rows={result.rows}, ")
+    assert f"written={c['written']}, rejected={c['rejected']}," in text
+    assert "finalized" not in text
+    none = api.build(  # no row fits: not ok, though no check failed; the line says why
+        sources=[src], tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "n", workers=1, max_length=1
+    )
+    assert not none.ok and repr(none).endswith(", finalized=False)"), repr(none)
 
 
 def test_a_check_not_in_a_verify_result_names_the_ones_it_has(src, tmp_path):

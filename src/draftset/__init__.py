@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from draftset.api import (
+        BuildResult,
+        CheckResult,
         DraftsetError,
+        GenerateResult,
+        RunError,
+        RunResult,
+        UsageError,
         VerifyResult,
         build,
         generate,
@@ -22,7 +28,13 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "BuildResult",
+    "CheckResult",
     "DraftsetError",
+    "GenerateResult",
+    "RunError",
+    "RunResult",
+    "UsageError",
     "VerifyResult",
     "build",
     "generate",

@@ -44,7 +44,7 @@ from draftset.config.schema import (
     VerifyArgs,
     VerifySection,
 )
-from draftset.core.errors import DraftsetError, UsageError
+from draftset.core.errors import DraftsetError, RunError, UsageError
 from draftset.core.files import (
     OTHER_CONFIG_SUFFIXES,
     dash_problem,
@@ -73,7 +73,13 @@ if TYPE_CHECKING:  # the stage modules load on the first call, not on `import dr
     from draftset.sources.read import Source
 
 __all__ = [
+    "BuildResult",
+    "CheckResult",
     "DraftsetError",
+    "GenerateResult",
+    "RunError",
+    "RunResult",
+    "UsageError",
     "VerifyResult",
     "build",
     "build_options",
@@ -86,7 +92,26 @@ __all__ = [
     "verify",
 ]
 
-ProgressArg = bool | Callable[[int, int], None]
+ProgressArg = bool | Callable[[int, int], None] | None  # None: not given, as False
+
+_RESULTS = {  # the result types, importable from here; their stage modules load on first use
+    "BuildResult": "draftset.pipeline.build",
+    "CheckResult": "draftset.output.readback",
+    "GenerateResult": "draftset.generation.outcomes",
+    "RunResult": "draftset.pipeline.run_state",
+}
+
+
+def __getattr__(name: str) -> object:
+    """``from draftset.api import BuildResult`` (for a type annotation, an isinstance check)
+    without loading the stages on ``import draftset.api``."""
+    if name in _RESULTS:
+        import importlib  # lazy: only for a result type's name
+
+        value = getattr(importlib.import_module(_RESULTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- build ------------------------------------------------------------------------------------
@@ -121,6 +146,14 @@ def build(
     """
     _not_in_a_spawned_import()
     _progress_arg(progress, UsageError, callback=True)
+    if helper is not None:  # `helper="x"` ended in an AttributeError from the cleanup below
+        from draftset.engine.helper import Sidecar  # lazy: as start_helper's module
+
+        if not isinstance(helper, Sidecar):
+            raise UsageError(
+                "helper: expected the Sidecar draftset.pipeline.helper_ahead started, or None"
+                f" (the build starts its own), got {type(helper).__name__}"
+            )
     if helper is None:
         from draftset.engine.helper import SidecarError  # lazy: as start_helper's module
         from draftset.pipeline.helper_ahead import start_helper  # lazy: a lean import
@@ -160,6 +193,11 @@ def _given(
         flag = "source" if name == "sources" else flag_of(model, name)
         for item in value if isinstance(value, list) else [value]:
             path = item.get("path") if isinstance(item, Mapping) else item
+            if name == "chat_template" and isinstance(path, str | os.PathLike):
+                from draftset.config.recipe import template_text_problem  # lazy: a stage
+
+                if problem := template_text_problem(path, flag):  # before any stat of it
+                    raise error(problem)
             if problem := home_problem(flag, path) or name_problem(flag, path):
                 raise error(problem)
     return checked
@@ -433,17 +471,42 @@ def _source(
 def _progress_arg(value: Any, error: type[UsageError], callback: bool = False) -> None:
     """``progress`` is a bool (None: not given), or for `build` a callable ``f(done, total)``:
     a truthy string or number drew the bar, as the API's types are exact elsewhere."""
-    if value is None or isinstance(value, bool) or (callback and callable(value)):
+    if value is None or isinstance(value, bool):
+        return
+    if callback and callable(value):
+        _arity(value, "progress", "f(done, total)", 2, error)
         return
     also = " or a callable f(done, total)" if callback else ""
     raise error(f"progress: expected true/false{also}, got {value!r}")
 
 
-def _callback(value: Any, name: str) -> None:
+def _callback(value: Any, name: str, shape: str) -> None:
     """A callback keyword is a callable or None: `report(..., on_verdict="x")` failed after
     writing the page, `show(..., console="x")` deep in rich, with raw tracebacks."""
     if value is not None and not callable(value):
         raise UsageError(f"{name}: expected a callable or None, got {type(value).__name__}")
+    if value is not None:
+        _arity(value, name, shape, 1, UsageError)
+
+
+def _arity(
+    value: Callable[..., Any], name: str, shape: str, n: int, error: type[UsageError]
+) -> None:
+    """A callback that cannot take the ``n`` positional arguments it will be given is refused
+    before any work: `build(progress=lambda: ...)` raised a bare TypeError from inside the
+    build loop, `report(on_verdict=lambda: ...)` after writing the page. A callable whose
+    signature cannot be read (some builtins) is taken as it is."""
+    import inspect  # lazy: only when a callback is given
+
+    try:
+        sig = inspect.signature(value)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(*range(n))
+    except TypeError as exc:
+        what = getattr(value, "__name__", type(value).__name__)
+        raise error(f"{name}: expected a callable {shape}, got {what}{sig} ({exc})") from None
 
 
 @contextmanager
@@ -663,7 +726,7 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
 def run(
     recipe: str | Path,
     *,
-    progress: bool = False,
+    progress: bool | None = False,
     say: Callable[[str], None] | None = None,
     show_checks: Callable[[list[CheckResult]], None] | None = None,
     **options: Any,
@@ -677,8 +740,8 @@ def run(
     to resume).
     """
     _not_in_a_spawned_import()
-    _callback(say, "say")
-    _callback(show_checks, "show_checks")
+    _callback(say, "say", "f(line)")
+    _callback(show_checks, "show_checks", "f(checks)")
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.pipeline.run import run as run_stages
 
@@ -686,7 +749,7 @@ def run(
     return run_stages(opts, say=say, show_checks=show_checks)
 
 
-def run_options(recipe: str | Path, *, progress: bool = False, **options: Any) -> RunOptions:
+def run_options(recipe: str | Path, *, progress: bool | None = False, **options: Any) -> RunOptions:
     """`run`'s arguments over the recipe (its build keys, ``generate:`` and ``verify:``
     sections), checked: the `RunOptions` a run starts from."""
     # lazy: stage modules load on the first call, not on import draftset.api
@@ -841,7 +904,7 @@ def report(
     ``on_verdict`` receives the page's verification in one line (the fast checks run now, the
     last full verify); a set that fails its checks still gets its page."""
     _not_in_a_spawned_import()
-    _callback(on_verdict, "on_verdict")
+    _callback(on_verdict, "on_verdict", "f(line)")
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.output.folder import is_report_file
     from draftset.review.report import (  # lazy: as above
@@ -911,7 +974,10 @@ def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> 
 
 
 def generate(
-    sources: Sequence[str | Path] | str | Path, *, progress: bool = False, **options: Any
+    sources: Sequence[str | Path] | str | Path,
+    *,
+    progress: bool | None = False,
+    **options: Any,
 ) -> GenerateResult:
     """`draftset generate`: the target model answers the prompts (docs/generate.md).
 

@@ -245,6 +245,9 @@ class BuildArgs(Options):
         Cli(metavar="SECONDS"),
         Field(
             ge=0,
+            # the alarm's timer takes no more (1e12 s was `OverflowError: timestamp out of
+            # range for platform time_t` from inside the build); 0 is the way to say none
+            le=defaults.RENDER_TIMEOUT_MAX,
             description="reject a row whose template render takes longer"
             " (template_timeout; default {default}, 0 = no bound)",
         ),

@@ -62,6 +62,10 @@ def not_utf8(exc: UnicodeDecodeError) -> str:
     return f"is not UTF-8 (byte {exc.start})"
 
 
+NAME_MAX = 255  # bytes in one name of a path (ext4, xfs, btrfs, tmpfs); PATH_MAX in all
+PATH_MAX = 4096
+
+
 def shown_name(text: str) -> str:
     """A path as it can be printed: bytes that are not UTF-8 as ``\\xfe``."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
@@ -80,6 +84,19 @@ def name_problem(flag: str, value: object) -> str | None:
         byte = text[exc.start].encode("utf-8", "surrogateescape")[0]
         head = f"{flag} " if flag else ""
         return f"{head}{shown_name(text)}: its name is not UTF-8 (byte 0x{byte:02x}); rename it"
+    longest = max(len(part.encode("utf-8")) for part in text.split(os.sep))
+    size = len(text.encode("utf-8"))
+    if longest > NAME_MAX or size > PATH_MAX:
+        # a template's text given as a path (`chat_template=tok.chat_template`) was pathlib's
+        # `OSError: [Errno 36] File name too long` traceback from the first stat
+        head = f"{flag} " if flag else ""
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        why = (
+            f"a name in it is {longest} bytes long (at most {NAME_MAX})"
+            if longest > NAME_MAX
+            else f"it is {size} bytes long (at most {PATH_MAX})"
+        )
+        return f"{head}{shown!r}: no file system takes this path: {why}"
     return None
 
 

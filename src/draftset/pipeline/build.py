@@ -88,6 +88,18 @@ class BuildResult:
     def __post_init__(self) -> None:
         self.folder = Path(os.path.abspath(self.out))
 
+    def __repr__(self) -> str:
+        """One short line (a notebook shows it): the dataclass's own printed the whole manifest
+        and every check's details, ~10,000 characters for a 7-row set."""
+        c = self.counts
+        failed = [ch.name for ch in self.checks if ch.failed]
+        return (
+            f"BuildResult(out={self.out!r}, ok={self.ok}, rows={self.rows}, read={c['read']},"
+            f" written={c['written']}, rejected={c['rejected']},"
+            f" needs_generation={c['needs_generation']}, failed_checks={failed},"
+            f" seconds={self.seconds:.1f}{'' if self.finalized else ', finalized=False'})"
+        )
+
     @property
     def ok(self) -> bool:
         """What `draftset build` exits 0 on: a set was written and its fast checks pass
