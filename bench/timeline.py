@@ -112,7 +112,8 @@ def main() -> int:
         print(f"| {s['role']} | {s['first']:.1f} | {s['last']:.1f} | {s['cpu'] - s['cpu0']:.1f} |")
     roles = [seen[pid]["role"] for pid in order]
     res = args.resolution
-    print(f"\ncores busy per {res:g} s, by process:\n")
+    per = "second" if res == 1 else f"{res:g} s"
+    print(f"\ncores busy per {per}, by process:\n")
     print("| s | " + " | ".join(roles) + " |\n|---|" + "---|" * len(roles))
     for tick in sorted(per_second):
         row = per_second[tick]

@@ -176,6 +176,10 @@ def test_additional_chat_templates_are_named_templates_too(tmp_path: Path) -> No
     t = ChatTemplate(TemplateSpec(str(folder)))
     with pytest.raises(ValueError, match="'tool_use'"):
         t.render(ROWS[0]["messages"][:1], [WEATHER_TOOL], True)
-    tool_use.unlink()  # one template: rows with tools are rendered by it, as the server does
-    plain = ChatTemplate(TemplateSpec(str(folder)))
+    # one template: rows with tools are rendered by it, as the server does (another folder:
+    # transformers may keep a folder's template listing for the process once it has read it)
+    alone = tmp_path / "alone"
+    shutil.copytree(folder, alone)
+    (alone / "additional_chat_templates" / "tool_use.jinja").unlink()
+    plain = ChatTemplate(TemplateSpec(str(alone)))
     assert not plain.named_tool_use
