@@ -304,6 +304,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     check_values(opts)
     if "out" not in explicit:  # the recipe's out: on a source or an input, named by its key
         check_recipe_out_apart(opts)
+        opts.out_named = "recipe key out:"  # and so in build's later checks of the folder
     return opts
 
 

@@ -328,3 +328,30 @@ def test_a_recipe_path_with_a_dollar_that_exists_is_read(tmp_path, monkeypatch):
     monkeypatch.delenv("DATA", raising=False)
     options = build_options(path)
     assert [str(s.path) for s in options.sources] == [str(path.parent / "$DATA" / "c.jsonl")]
+
+
+def test_a_build_recipe_out_that_exists_names_the_recipe_key(
+    tmp_path, monkeypatch, capsys, no_work
+):
+    """A recipe's ``out:`` that is a folder of the user's, or a set already there, was refused
+    by build as "--out r/o exists ..." / "output folder exists: r/o (pass --overwrite ...)", a
+    flag nobody gave: it names ``recipe key out:`` (and the recipe's ``overwrite: true``); the
+    flag's own value is still named as the flag."""
+    path = recipe(tmp_path, out="o")
+    mine = path.parent / "o"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["build", "r/ct.yaml"]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith("draftset: error: recipe key out: r/o exists, is not empty"), line
+    assert "--out" not in line, line
+    assert main(["build", "r/ct.yaml", "--out", "r/o"]) == 2
+    assert one_error_line(capsys).startswith("draftset: error: --out r/o exists, is not empty")
+    (mine / "notes.txt").unlink()
+    (mine / "manifest.json").write_text('{"format": "draftset/1"}', encoding="utf-8")
+    assert main(["build", "r/ct.yaml"]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith("draftset: error: recipe key out: r/o exists"), line
+    assert "overwrite: true" in line, line
+    assert (mine / "manifest.json").read_text(encoding="utf-8") == '{"format": "draftset/1"}'

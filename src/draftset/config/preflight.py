@@ -52,16 +52,18 @@ class PreflightError(UsageError):
     """Unusable options or output path, found before any work (exit code 2)."""
 
 
-def not_replaceable_reason(folder: Path, shown: str) -> str:
-    """Why ``--overwrite`` refuses ``folder`` (named ``shown``), as the one-line message."""
+def not_replaceable_reason(folder: Path, shown: str, flag: str = "--out") -> str:
+    """Why ``--overwrite`` refuses ``folder`` (named ``shown``; ``flag``: ``--out``, or
+    ``recipe key out:`` when the recipe gave it), as the one-line message."""
     if is_draftset_output(folder):
+        other = "--out" if flag == "--out" else "out:"
         return (
-            f"--out {shown} is a draftset output holding files draftset did not write:"
+            f"{flag} {shown} is a draftset output holding files draftset did not write:"
             f" {foreign_listing(folder)}; --overwrite replaces only what draftset wrote"
-            " (move them out first, or choose another --out)"
+            f" (move them out first, or choose another {other})"
         )
     return (
-        f"--out {shown} exists, is not empty and is not a draftset output (no manifest.json"
+        f"{flag} {shown} exists, is not empty and is not a draftset output (no manifest.json"
         f' with "format": "{MANIFEST_FORMAT}"): --overwrite would not replace it either'
         " (it replaces only draftset outputs and empty folders); name a new folder"
     )
@@ -76,7 +78,7 @@ def check_build(opts: BuildOptions) -> BuildOptions:
     check_values(opts)
     resolved = resolve_paths(opts)
     sources = [s.path for s in resolved.sources if not str(s.path).startswith(HUB_PREFIX)]
-    check_output_path(opts.out, opts.overwrite, sources, input_paths(resolved))
+    check_output_path(opts.out, opts.overwrite, sources, input_paths(resolved), opts.out_named)
     check_chat_template(opts.chat_template_path)
     check_options(resolved)
     check_set_sources(resolved.sources, resolved.tokenizer)
@@ -359,25 +361,32 @@ def check_recipe_out_apart(opts: BuildOptions) -> None:
         raise PreflightError(told) from None
 
 
-def check_output_path(out: Path, overwrite: bool, sources: list[Path], inputs: list[Path]) -> None:
+def check_output_path(
+    out: Path, overwrite: bool, sources: list[Path], inputs: list[Path], flag: str = "--out"
+) -> None:
     """``--out`` must be a new folder, an empty one, or (with ``--overwrite``) a draftset output;
     never a file, under a file, ``/``, the home or current folder, or overlapping a source.
 
     ``sources`` and ``inputs`` are resolved paths; a source may not hold the output either (the
     next run would read the output back as input).
     """
-    if problem := out_place_problem(out, "--out"):
+    if problem := out_place_problem(out, flag):
         raise PreflightError(problem)
-    check_out_apart("--out", out, sources, inputs)
-    if problem := out_folder_problem(out, "--out"):
+    check_out_apart(flag, out, sources, inputs)
+    if problem := out_folder_problem(out, flag):
         raise PreflightError(problem)
     real = Path(out).expanduser().resolve()
     if not real.exists():
         return
     if not replaceable(real):  # both facts at once: --overwrite would be refused too
-        raise PreflightError(not_replaceable_reason(real, str(out)))
+        raise PreflightError(not_replaceable_reason(real, str(out), flag))
     if not overwrite:
-        raise PreflightError(f"output folder exists: {out} (pass --overwrite to replace it)")
+        if flag == "--out":
+            raise PreflightError(f"output folder exists: {out} (pass --overwrite to replace it)")
+        raise PreflightError(
+            f"{flag} {out} exists (pass --overwrite, or set overwrite: true in the recipe, to"
+            " replace it)"
+        )
 
 
 def out_folder_problem(out: Path, flag: str) -> str | None:
