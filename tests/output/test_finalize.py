@@ -162,3 +162,40 @@ def test_only_old_sets_a_marker_proves_draftset_s_are_removed(tmp_path):
     assert remove_stale_tmp(out) == []
     assert _set_name(tmp_path / f".out.draftset-old-{p.pid}") == "users"
     assert _set_name(out) == "current"
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_every_file_of_the_set_is_on_disk_before_the_set_is_renamed_into_place(
+    tmp_path, monkeypatch, overwrite
+):
+    """A rename is atomic for processes, not for a power cut: the kernel may write the rename
+    before the files' data, leaving a ``DIR`` that looks finished with empty or cut shards. Every
+    file and folder of the set is flushed (fsync) before the rename puts it at ``DIR``, and
+    ``DIR``'s parent after it (the rename itself)."""
+    import os
+
+    src = _source(tmp_path, "a", "one")
+    out = tmp_path / "out"
+    if overwrite:
+        _build(src, out)
+    synced: list[str] = []
+    renamed_at: list[int] = []
+    real_fsync, real_rename = os.fsync, Path.rename
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def rename(self: Path, target: Path) -> Path:
+        if Path(target) == out:
+            renamed_at.append(len(synced))
+        return real_rename(self, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(Path, "rename", rename)
+    _build(src, out, overwrite=overwrite)
+    assert len(renamed_at) == 1
+    before = {Path(p).name for p in synced[: renamed_at[0]]}
+    files = sorted(p.name for p in out.rglob("*") if p.is_file())
+    assert files and set(files) <= before, sorted(set(files) - before)
+    assert any(Path(p) == tmp_path for p in synced[renamed_at[0] :])  # the rename, made durable

@@ -362,6 +362,7 @@ def finalize_output(tmp: Path, out: Path, overwrite: bool = True) -> None:
     without ``overwrite`` nothing but an empty folder (another build's set that appeared at
     ``out`` meanwhile was replaced, both builds reporting success).
     """
+    _flush_tree(tmp)  # on disk before the rename: a power cut leaves no DIR of cut files
     if out.exists():
         if not overwrite and _empty(out) is not True:
             raise OutputExistsError(
@@ -387,4 +388,29 @@ def finalize_output(tmp: Path, out: Path, overwrite: bool = True) -> None:
         shutil.rmtree(old)
     else:
         tmp.rename(out)
+    _flush(out.parent)  # the rename itself
     (out / TMP_MARKER).unlink(missing_ok=True)  # finished, and nothing left to remove
+
+
+def _flush_tree(folder: Path) -> None:
+    """Every file and folder under ``folder`` (itself too) written through to the disk
+    (``fsync``). A rename is atomic for processes, not for a power cut: the kernel may write a
+    rename before the data of the files renamed, and a set at ``DIR`` would look finished with
+    empty or cut shards. Costs the disk's write-back of the set, which happens anyway."""
+    for here, _, names in os.walk(folder):
+        for name in names:
+            _flush(Path(here) / name)
+        _flush(Path(here))
+
+
+def _flush(path: Path) -> None:
+    """``fsync`` of one file or folder (a folder: its entries); skipped where the platform
+    cannot open a folder for it (Windows)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except (IsADirectoryError, PermissionError):
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
