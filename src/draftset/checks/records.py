@@ -188,11 +188,7 @@ def iter_source_items(out: OutputSet) -> Iterator[Normalized]:
 def source_selection(out: OutputSet) -> mix.Selection:
     """Build's selection step as the manifest recorded it; once its rows are drained, its
     counts and report are what build's manifest must say (`_compare_selection_records`)."""
-    if problem := selection_value_problem(out.manifest):
-        raise NotADraftsetError(
-            f"{out.folder / 'manifest.json'} is malformed: {problem} (not a manifest draftset"
-            " wrote; rebuild the set)"
-        )
+    check_selection_values(out)
     opts = out.options
     sel = out.manifest.get("selection") or {}
     spec = mix.SelectionSpec(
@@ -211,6 +207,15 @@ def source_selection(out: OutputSet) -> mix.Selection:
         answered=(out.manifest.get("run") or {}).get("regenerate"),
     )
     return mix.Selection(spec)
+
+
+def check_selection_values(out: OutputSet) -> None:
+    """`selection_value_problem` of the set's manifest, raised as a malformed manifest."""
+    if problem := selection_value_problem(out.manifest):
+        raise NotADraftsetError(
+            f"{out.folder / 'manifest.json'} is malformed: {problem} (not a manifest draftset"
+            " wrote; rebuild the set)"
+        )
 
 
 def selection_value_problem(manifest: dict[str, Any]) -> str | None:

@@ -34,7 +34,7 @@ from draftset.checks.mask import (
     check_truncation,
     load_template,
 )
-from draftset.checks.records import check_sources, selection_value_problem, source_pass
+from draftset.checks.records import check_selection_values, check_sources, source_pass
 from draftset.checks.serving import RenderServer, check_render_server
 from draftset.core import defaults, reasons
 from draftset.core.errors import UsageError
@@ -46,7 +46,6 @@ from draftset.output.base import safe_name
 from draftset.output.readback import (
     VERIFY_RECORD,
     CheckResult,
-    NotADraftsetError,
     OutputSet,
     SetFacts,
     open_output,
@@ -135,11 +134,7 @@ def run_verify(
     ``render_server``: also compare the rows with that engine's renders (`checks.serving`).
     """
     out = open_output(Path(out_dir))
-    if problem := selection_value_problem(out.manifest):  # before any work: the re-run uses them
-        raise NotADraftsetError(
-            f"{out.folder / 'manifest.json'} is malformed: {problem} (not a manifest draftset"
-            " wrote; rebuild the set)"
-        )
+    check_selection_values(out)  # before any work: the re-run uses them
     if tokenizer:  # a file, a folder without tokenizer files: exit 2 before any check, as build
         _resolve_tokenizer_path(tokenizer)  # (a FAIL recorded over the set's verify.json before)
     results = _fast(out, block_size)

@@ -25,9 +25,9 @@ ENGINE: Final = "local"
 DEDUP: Final = "exact"
 NEAR_DUP_THRESHOLD: Final = 0.8
 RENDER_TIMEOUT: Final = 5.0
-RENDER_TIMEOUT_MAX: Final = 1_000_000.0  # s (11.6 days): the render alarm's timer bound; 0 = none
 """Seconds one row's template renders may take (``template_timeout`` past it); 0 = no bound.
 Real templates take milliseconds."""
+RENDER_TIMEOUT_MAX: Final = 1_000_000.0  # s (11.6 days): the render alarm's timer bound; 0 = none
 OUTPUT_FORMAT: Final = "arrow"
 """``arrow`` (HF save_to_disk folder, what speculators reads) or ``parquet`` (hub-style shards);
 the formats are `draftset.output.FORMATS`."""

@@ -3,12 +3,14 @@
 The same rule as huggingface_hub's (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` set to 1, ON,
 YES or TRUE, any case), read at call time rather than once at import, so a tokenizer name or a
 ``hf:`` source that would need the network is refused with one line before any work instead of
-failing deep inside a download. No imports beyond the standard library.
+failing deep inside a download. Also where a folder of the hub's cache keeps its revisions
+(`cache_revisions`). No imports beyond the standard library.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 _TRUE = frozenset({"1", "ON", "YES", "TRUE"})
 
@@ -20,3 +22,24 @@ def hub_offline() -> str | None:
         if value:  # the first one set decides, as in huggingface_hub (HF_HUB_OFFLINE=0 wins)
             return var if value.upper() in _TRUE else None
     return None
+
+
+def cache_revisions(folder: Path) -> tuple[list[str], str, bool] | None:
+    """A hub cache folder's revisions (``models--X--Y`` / ``datasets--X--Y``: ``blobs/`` and a
+    folder per downloaded revision under ``snapshots/``), the one to name (``refs/main``'s, else
+    the last by name) and whether ``refs/main`` named it; None when ``folder`` is no such folder
+    or lists no revision."""
+    snapshots = folder / "snapshots"
+    if not snapshots.is_dir() or not (folder / "blobs").is_dir():
+        return None
+    try:
+        revisions = sorted(e.name for e in os.scandir(snapshots) if e.is_dir())
+    except OSError:  # a folder that cannot be listed
+        return None
+    if not revisions:
+        return None
+    try:
+        main = (folder / "refs" / "main").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        main = ""
+    return (revisions, main, True) if main in revisions else (revisions, revisions[-1], False)

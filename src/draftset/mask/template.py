@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from draftset.core import defaults
 from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.errors import UsageError
-from draftset.core.hub import hub_offline
+from draftset.core.hub import cache_revisions, hub_offline
 from draftset.core.optional_torch import broken_torch_kept_out
 from draftset.core.records import Message
 from draftset.mask.ambient import clock_kwargs, render_stock, split_clock
@@ -142,22 +142,13 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 def _hub_cache_hint(folder: Path) -> str:
     """Where the files are when ``folder`` is the hub cache's folder of a model
     (``models--Qwen--Qwen3-8B``: its files under ``snapshots/<revision>/``), else ``""``."""
-    snapshots = folder / "snapshots"
-    if not snapshots.is_dir() or not (folder / "blobs").is_dir():
+    found = cache_revisions(folder)
+    if found is None:
         return ""
-    try:
-        main = (folder / "refs" / "main").read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        main = ""
-    try:
-        revisions = sorted(e.name for e in os.scandir(snapshots) if e.is_dir())
-    except OSError:
-        return ""
-    if not revisions:
-        return ""
-    chosen = main if main in revisions else revisions[-1]
-    ref = " (refs/main)" if chosen == main else ""
-    return f"; it is a hub cache folder: give a revision's folder, {snapshots / chosen}{ref}"
+    _, chosen, is_main = found
+    ref = " (refs/main)" if is_main else ""
+    revision = folder / "snapshots" / chosen
+    return f"; it is a hub cache folder: give a revision's folder, {revision}{ref}"
 
 
 def _resolve_tokenizer_path(name: str) -> str:

@@ -31,7 +31,7 @@ import zstandard
 from draftset.core import reasons
 from draftset.core.errors import UsageError
 from draftset.core.files import name_problem
-from draftset.core.hub import hub_offline
+from draftset.core.hub import cache_revisions, hub_offline
 from draftset.core.records import RawRow, Reject, RowProblem
 from draftset.core.words import plural
 from draftset.sources.normalize import detect_format
@@ -429,18 +429,11 @@ def _refuse_hub_cache_revisions(folder: Path, dirnames: list[str]) -> None:
     differ), exit 0. Which revision is the user's to say (``refs/main`` names the newest)."""
     if "blobs" not in dirnames or "snapshots" not in dirnames:
         return
-    try:
-        revisions = sorted(e.name for e in os.scandir(folder / "snapshots") if e.is_dir())
-    except OSError:  # the walk names a folder it cannot list
+    found = cache_revisions(folder)
+    if found is None or len(found[0]) < 2:
         return
-    if len(revisions) < 2:
-        return
-    try:
-        main = (folder / "refs" / "main").read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        main = ""
-    chosen = main if main in revisions else revisions[-1]
-    ref = " (refs/main)" if chosen == main else ""
+    revisions, chosen, is_main = found
+    ref = " (refs/main)" if is_main else ""
     raise SourceError(
         f"{folder}: a Hugging Face hub cache folder of {len(revisions)} revisions (snapshots:"
         f" {', '.join(revisions)}), each the whole dataset: give one revision's folder, e.g."
