@@ -41,6 +41,28 @@ def test_after_a_success_the_helper_is_stopped_not_left_to_tear_down(tmp_path):
     assert not mark.exists()
 
 
+def test_the_helper_is_stopped_before_it_can_read_its_exit_sentinel(tmp_path, monkeypatch):
+    """`stop_pool` sent the exit sentinel (shutdown) before the SIGTERM: a helper that read it
+    first exited normally and ran its atexit handlers (a flaky failure of the test above). The
+    gap is widened here: a shutdown that lets the helper run for a moment after it."""
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    real_shutdown = ProcessPoolExecutor.shutdown
+
+    def shutdown_then_let_it_run(self, wait=True, *, cancel_futures=False):
+        real_shutdown(self, wait=False, cancel_futures=cancel_futures)
+        time.sleep(1.5)
+        if wait:
+            real_shutdown(self, wait=True)
+
+    monkeypatch.setattr(ProcessPoolExecutor, "shutdown", shutdown_then_let_it_run)
+    mark = tmp_path / "torn-down"
+    with Sidecar() as side:
+        side.call("marking", _leave_a_mark_at_exit, str(mark))
+    assert not mark.exists()
+
+
 def test_a_dying_helper_raises_instead_of_hanging():
     with Sidecar() as side, pytest.raises(SidecarError, match="died while exiting on purpose"):
         side.call("exiting on purpose", os._exit, 3)

@@ -169,10 +169,13 @@ def stop_pool(ex: ProcessPoolExecutor) -> None:
     """
     processes = list((getattr(ex, "_processes", None) or {}).values())
     manager = getattr(ex, "_executor_manager_thread", None)  # shutdown forgets it
-    ex.shutdown(wait=False, cancel_futures=True)
+    # terminated before the shutdown: the shutdown sends each idle process its exit sentinel,
+    # and one that read it before the SIGTERM came exited normally, running its interpreter's
+    # teardown and atexit handlers (torch's among them) while the caller waited
     for p in processes:
         if p.is_alive():
             p.terminate()
+    ex.shutdown(wait=False, cancel_futures=True)
     for p in processes:
         p.join(5)
     if manager is not None:
