@@ -199,3 +199,51 @@ def test_every_file_of_the_set_is_on_disk_before_the_set_is_renamed_into_place(
     files = sorted(p.name for p in out.rglob("*") if p.is_file())
     assert files and set(files) <= before, sorted(set(files) - before)
     assert any(Path(p) == tmp_path for p in synced[renamed_at[0] :])  # the rename, made durable
+
+
+def test_a_replaced_set_that_cannot_be_removed_leaves_the_new_set_finished_with_a_note(
+    tmp_path, monkeypatch
+):
+    """The new set was in place and whole when removing the set it replaced failed (EIO, a
+    file held open on a network disk): the build exited 1 as if it had failed, with the set's
+    marker still in ``DIR``. The build stands now, its summary naming the folder left behind;
+    the marker stays in ``DIR`` until then, vouching for that folder, so the next build on
+    ``DIR`` removes it."""
+    import errno
+
+    import draftset.output.folder as folder_mod
+    from draftset.output.folder import TMP_MARKER, remove_stale_tmp
+
+    answer = "A longer answer, so that the drafter has consecutive tokens to learn from."
+    out = tmp_path / "out"
+    _build(_source(tmp_path, "a", answer), out)
+    real_rmtree = shutil.rmtree
+
+    def failing(path, *args, **kwargs):
+        if "draftset-old" in str(path):
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(folder_mod.shutil, "rmtree", failing)
+    opts = BuildOptions(
+        [_source(tmp_path, "b", answer)], str(qwen3_tokenizer_dir()), out, workers=1, overwrite=True
+    )
+    result = run_build(opts)
+    assert result.ok, result.checks  # the set in place passes its checks, marker and all
+    names = [i["name"] for i in json.loads((out / "manifest.json").read_text())["inputs"]]
+    assert names == ["b"]
+    (old,) = tmp_path.glob(".out.draftset-old-*")
+    assert [n for n in result.notes if str(old) in n and "could not be removed" in n]
+    assert json.loads((out / TMP_MARKER).read_text())["replacing"] is True
+    monkeypatch.setattr(folder_mod.shutil, "rmtree", real_rmtree)
+    # the build has ended: its process is one that is gone now
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    marker = json.loads((out / TMP_MARKER).read_text())
+    (out / TMP_MARKER).write_text(json.dumps({**marker, "pid": gone.pid}))
+    old = old.rename(tmp_path / f".out.draftset-old-{gone.pid}")
+    assert remove_stale_tmp(out) == [old]
+    assert not (out / TMP_MARKER).exists()

@@ -21,7 +21,12 @@ from draftset.core.words import ascii_digits, plural
 from draftset.engine.helper import SidecarError
 from draftset.output.arrow import state_fingerprint
 from draftset.output.base import arrow_schema, rel_name, safe_name
-from draftset.output.folder import DRAFTSET_LATER_FILES, REPORT_PAGE, TMP_WHILE_WRITTEN
+from draftset.output.folder import (
+    DRAFTSET_LATER_FILES,
+    REPORT_PAGE,
+    TMP_MARKER,
+    TMP_WHILE_WRITTEN,
+)
 from draftset.output.readback import (
     REQUIRED_COLUMNS,
     CheckResult,
@@ -606,7 +611,8 @@ default page): never listed in the manifest, never flagged."""
 def unlisted_files(folder: Path, listed: dict[str, Any]) -> list[str]:
     """Every file under ``folder`` (relative, ``/``-separated) that is neither listed nor one of
     `AFTER_BUILD_FILES` (a verify record or the default report being written,
-    ``.verify.json.tmp-PID``, ``.report.html.tmp-PID``, neither)."""
+    ``.verify.json.tmp-PID``, ``.report.html.tmp-PID``, neither; nor the build's marker, left
+    while the set it replaced could not be removed yet)."""
     found: list[str] = []
     for root, dirs, names in os.walk(folder):
         dirs.sort()
@@ -616,6 +622,8 @@ def unlisted_files(folder: Path, listed: dict[str, Any]) -> list[str]:
                 continue
             if name.startswith(TMP_WHILE_WRITTEN):
                 continue  # a record or the default report being written (atomic rename)
+            if name == TMP_MARKER:  # the set it replaced is still beside it (never in a
+                continue  # set that is not whole: output/folder.py, `remove_stale_tmp`)
             found.append(name)
     return found
 

@@ -354,8 +354,9 @@ def remove_output(out: Path) -> None:
     remove_marked(tmp)
 
 
-def finalize_output(tmp: Path, out: Path, overwrite: bool = True) -> None:
-    """Atomically put the finished folder in place (replacing an old one).
+def finalize_output(tmp: Path, out: Path, overwrite: bool = True) -> str | None:
+    """Atomically put the finished folder in place (replacing an old one); a note for the
+    summary when the set it replaced could not be removed (the new set stands).
 
     The folder being replaced is checked again (the run may have taken hours): only an empty
     folder or a draftset output holding nothing but what draftset wrote is ever removed, and
@@ -385,11 +386,22 @@ def finalize_output(tmp: Path, out: Path, overwrite: bool = True) -> None:
         except BaseException:
             old.rename(out)  # the set being replaced goes back
             raise
-        shutil.rmtree(old)
+        _flush(out.parent)  # the rename itself
+        try:
+            shutil.rmtree(old)
+        except OSError as exc:
+            # the new set is in place and whole: the build stands. The marker stays in `out`,
+            # vouching for `old`, so the next run on `out` removes it (`remove_stale_tmp`)
+            return (
+                f"the set this build replaced could not be removed ({exc.strerror or exc}):"
+                f" it is left at {old}; the next build to {out} removes it, or remove it"
+                " yourself"
+            )
     else:
         tmp.rename(out)
-    _flush(out.parent)  # the rename itself
+        _flush(out.parent)  # the rename itself
     (out / TMP_MARKER).unlink(missing_ok=True)  # finished, and nothing left to remove
+    return None
 
 
 def _flush_tree(folder: Path) -> None:

@@ -356,7 +356,8 @@ def _run(
         if problem := _benchmarks_changed(benchmarks):  # and while it hashed them
             raise SourceError(problem)
         write_manifest(tmp, manifest)
-        finalize_output(tmp, opts.out, opts.overwrite)
+        if left := finalize_output(tmp, opts.out, opts.overwrite):
+            notes.append(left)
     except BaseException as exc:  # nothing half-written stays behind, whatever the failure
         _let_go(stage, blocks, writer, sinks)
         # its marker last: a second Ctrl-C midway leaves a folder the next run still removes
