@@ -205,6 +205,29 @@ def test_out_on_a_foreign_folder_does_not_advise_overwrite_that_would_be_refused
     assert (out / "thesis.tex").read_text() == "mine"
 
 
+@pytest.mark.parametrize("place", ["/proc", "/sys"])
+def test_out_where_the_kernel_refuses_folders_is_one_line_exit_2_before_any_work(
+    tmp_path, capsys, monkeypatch, place
+):
+    """Root passes ``os.access`` on /proc and /sys, and the build failed only when it made its
+    folder: exit 1 after the template load ("cannot create /proc/x: No such file or
+    directory"). The place is now tried (a folder made and removed) with the other checks."""
+    if not Path(place).is_dir():
+        pytest.skip(f"no {place} here")
+    import draftset.mask.template as template_mod
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the template was loaded before the refusal")
+
+    monkeypatch.setattr(template_mod.ChatTemplate, "__init__", no_load)
+    src = write_jsonl(tmp_path / "a.jsonl", [CHAT])
+    out = Path(place) / "draftset-test-set"
+    assert build(str(src), "--out", str(out)) == 2
+    line = _one_line(capsys)
+    assert f"--out {out}: cannot create folders in {place}" in line, line
+    assert not out.exists()
+
+
 # --- 17. generate --out: odd outputs are one line, exit 2, before any request ---------------------
 def _fifo(tmp_path: Path) -> Path:
     import os

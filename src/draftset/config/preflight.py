@@ -395,7 +395,7 @@ def out_folder_problem(out: Path, flag: str) -> str | None:
     that cannot be written), or it is a file. (A folder there that may not be replaced is
     judged where the command knows whose it is: build's `check_output_path`, run's own.)"""
     real = Path(out).expanduser().resolve()
-    if (problem := cannot_create(real, "folders")) is not None:
+    if (problem := cannot_create(real, "folders", probe=True)) is not None:
         return f"{flag} {out}{problem}"
     if real.exists() and not real.is_dir():
         return f"{flag} {out} is a file, not a folder"

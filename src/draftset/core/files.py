@@ -110,17 +110,31 @@ def dash_problem(flag: str, value: object, what: str) -> str | None:
     return f"{flag} -: draftset does not read '-' as standard output; {what}"
 
 
-def cannot_create(path: Path, what: str) -> str | None:
+def cannot_create(path: Path, what: str, probe: bool = False) -> str | None:
     """Why nothing can be created at ``path``, as the end of a sentence about it (" is under
     a file (P), not a folder" / ": cannot create WHAT in P"), from its nearest existing
     parent P; None when it can be. Shared by build's ``--out`` folder check (``what``:
-    "folders") and generate's ``--out`` file check ("files")."""
+    "folders") and generate's ``--out`` file check ("files").
+
+    ``probe``: when the permissions allow it, a folder is made in P and removed at once. Root
+    passes ``os.access`` everywhere, and /proc, /sys or a read-only mount refuse only the
+    attempt: a build to ``/proc/x`` failed after its template load (exit 1) instead of
+    before any work."""
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
                 return f" is under a file ({parent}), not a folder"
             if not os.access(parent, os.W_OK | os.X_OK):
                 return f": cannot create {what} in {parent}"
+            if probe:
+                trial = parent / f".draftset-probe-{os.getpid()}"
+                try:
+                    trial.mkdir()
+                except FileExistsError:
+                    return None  # a probe of this process's: the folder is writable
+                except OSError as exc:
+                    return f": cannot create {what} in {parent} ({exc.strerror or exc})"
+                trial.rmdir()
             return None
     return None
 
