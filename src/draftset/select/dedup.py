@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.core.digests import DigestTable, digest64
 from draftset.core.records import NOT_TRAINED, Conversation, Normalized, PromptOnly, Reject
 
@@ -270,7 +270,9 @@ class NearDeduper:
     """Drops rows whose prompt's estimated word-3-gram Jaccard similarity to an earlier kept
     prompt is at least ``threshold`` (MinHash LSH finds candidates, signatures verify them)."""
 
-    def __init__(self, threshold: float = 0.8, num_perm: int = 128, seed: int = 1) -> None:
+    def __init__(
+        self, threshold: float = defaults.NEAR_DUP_THRESHOLD, num_perm: int = 128, seed: int = 1
+    ) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"near-dup threshold must be in (0, 1], got {threshold}")
         ds = _datasketch()
@@ -389,7 +391,9 @@ def copies_lost(
     return copies, rows, why, sorted(kinds)
 
 
-def make_dedupers(mode: str, threshold: float = 0.8) -> list[ExactDeduper | NearDeduper]:
+def make_dedupers(
+    mode: str, threshold: float = defaults.NEAR_DUP_THRESHOLD
+) -> list[ExactDeduper | NearDeduper]:
     """The steps for ``--dedup exact|near|none`` (``near`` runs exact first, then near)."""
     if mode == "none":
         return []

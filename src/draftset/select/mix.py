@@ -38,7 +38,7 @@ from draftset.core.records import (
     in_file,
 )
 from draftset.core.words import plural
-from draftset.select.decontam import Decontaminator, load_benchmark_prompts
+from draftset.select.decontam import DEFAULT_N, Decontaminator, load_benchmark_prompts
 from draftset.select.dedup import make_dedupers
 from draftset.select.facts import Decider, Scanner, apply, can_train
 from draftset.select.modes import MixTargets, select_mix
@@ -54,11 +54,11 @@ class SelectionSpec:
 
     sources: list[Source]
     max_samples: int | None = None
-    seed: int = 0
-    dedup: str = "exact"  # exact | near | none
-    near_dup_threshold: float = 0.8
+    seed: int = defaults.SEED
+    dedup: str = defaults.DEDUP  # exact | near | none
+    near_dup_threshold: float = defaults.NEAR_DUP_THRESHOLD
     decontaminate: list[str] = field(default_factory=list)  # benchmark files
-    decontaminate_ngram: int = 13
+    decontaminate_ngram: int = DEFAULT_N
     mix: dict[str, Any] | None = None  # {"modes": {mode: share}, "sources": {name: share}}
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # for thinking-off detection
     # `draftset run`: answer / error files by row id that replace selected rows (overlay.py)
