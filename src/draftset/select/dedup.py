@@ -266,6 +266,17 @@ def _datasketch() -> Any:
     return datasketch
 
 
+def _lsh_index(ds: Any, threshold: float, num_perm: int) -> Any:
+    """datasketch's LSH index tuned for ``threshold``, with at least two bands. From ~0.99 up
+    its optimum is one band, which its index refuses ("number of bands are too small": a
+    traceback from inside the build, for a threshold the option takes); two bands of
+    ``num_perm // 2`` rows are its own choice at 0.97-0.98 and find every equal signature."""
+    try:
+        return ds.MinHashLSH(threshold=threshold, num_perm=num_perm)
+    except ValueError:  # the one it raises here: threshold and num_perm are checked before
+        return ds.MinHashLSH(num_perm=num_perm, params=(2, num_perm // 2))
+
+
 class NearDeduper:
     """Drops rows whose prompt's estimated word-3-gram Jaccard similarity to an earlier kept
     prompt is at least ``threshold`` (MinHash LSH finds candidates, signatures verify them)."""
@@ -280,7 +291,7 @@ class NearDeduper:
         self.num_perm = num_perm
         self._minhash = ds.MinHash
         self._template = ds.MinHash(num_perm=num_perm, seed=seed)  # permutations, built once
-        self._lsh = ds.MinHashLSH(threshold=threshold, num_perm=num_perm)
+        self._lsh = _lsh_index(ds, threshold, num_perm)
         self._signatures: list[np.ndarray] = []
         self._kept = _Kept()
         self.counters = _Counters("near")
