@@ -143,3 +143,14 @@ def test_a_build_asking_more_rows_than_there_are_says_so(tmp_path):
     opts = BuildOptions([a], str(qwen3_tokenizer_dir()), tmp_path / "out", max_samples=40)
     result = run_build(opts)
     assert "max_samples 40 asked, 6 available (all taken)" in result.notes
+
+
+def test_weights_whose_products_overflow_split_as_their_ratios(tmp_path):
+    """Finite weights the option takes (`@weight=1e308`) split `--max-samples` as their ratio
+    does: ``budget * weight`` (one source) or their sum (two) overflowed to inf, and the build
+    ended in an OverflowError / ValueError traceback."""
+    a, b = source(tmp_path, "a", 9, weight=1e308), source(tmp_path, "b", 9, weight=1e308)
+    assert taken(plan_selection([a], 5, 0)) == {"a": 5}
+    assert taken(plan_selection([a, b], 5, 0)) == {"a": 3, "b": 2}
+    c = source(tmp_path, "c", 9, weight=0.5e308)
+    assert taken(plan_selection([a, c], 6, 0)) == {"a": 4, "c": 2}

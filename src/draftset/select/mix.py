@@ -18,6 +18,7 @@ against.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -111,6 +112,9 @@ def _quotas(
         return quotas
     budget = max(0, max_samples - sum(quotas.values()))
     weights = [_weight(s) for s in weighted]
+    top = max(weights)
+    if not math.isfinite(budget * top * len(weights)):  # 1e308: the sum or a product overflows
+        weights = [w / top for w in weights]  # the same ratios; finite weights split as before
     total_w = sum(weights)
     # largest remainder, then cap at what each source has and hand leftovers on in order
     raw = [budget * w / total_w for w in weights]
