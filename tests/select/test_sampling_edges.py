@@ -154,3 +154,12 @@ def test_weights_whose_products_overflow_split_as_their_ratios(tmp_path):
     assert taken(plan_selection([a, b], 5, 0)) == {"a": 3, "b": 2}
     c = source(tmp_path, "c", 9, weight=0.5e308)
     assert taken(plan_selection([a, c], 6, 0)) == {"a": 4, "c": 2}
+
+
+def test_max_samples_beyond_any_float_takes_every_row(tmp_path):
+    """`--max-samples 1e400` as digits (an int the option takes) is more than every source
+    holds: every row is taken, as with 10**30; it was an OverflowError traceback (the budget
+    times a weight)."""
+    a, b = source(tmp_path, "a", 3), source(tmp_path, "b", 4, weight=2.0)
+    assert taken(plan_selection([a, b], 10**400, 0)) == {"a": 3, "b": 4}
+    assert taken(plan_selection([a, b], 10**30, 0)) == {"a": 3, "b": 4}

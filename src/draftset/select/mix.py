@@ -111,6 +111,9 @@ def _quotas(
     if not weighted:
         return quotas
     budget = max(0, max_samples - sum(quotas.values()))
+    # never more than the weighted sources hold (they give every row then, as before): a
+    # budget of 10**400 overflowed the float products below
+    budget = min(budget, sum(available[s.name] for s in weighted))
     weights = [_weight(s) for s in weighted]
     top = max(weights)
     if not math.isfinite(budget * top * len(weights)):  # 1e308: the sum or a product overflows
