@@ -145,6 +145,17 @@ def test_infeasible_targets_raise_clearly() -> None:
         )
     with pytest.raises(MixError, match="only 1250 candidate rows"):
         select_mix(src, mode, MixTargets(total=2000))
+    # a total past int64 and float (`max_samples: 10**400`, an int a recipe takes) is told the
+    # same: it was an OverflowError traceback from the plan's arithmetic, made before the check
+    for total in (2**63, 10**400):
+        for targets in (
+            MixTargets(total=total, mode_shares={NO_THINKING: 0.5, THINKING: 0.5}),
+            MixTargets(total=total, source_shares={"ot": 0.3, "orca": 0.5, "nemo": 0.2}),
+        ):
+            with pytest.raises(MixError, match=f"asked for {total} rows but only 1250 candidate"):
+                select_mix(src, mode, targets)
+            shrunk = select_mix(src, mode, targets, on_infeasible="shrink")
+            assert 0 < shrunk.total <= 1250
     # each marginal is possible, the combination is not: orca has no thinking rows
     joint = MixTargets(
         total=500,
