@@ -246,7 +246,7 @@ def _mix_selection(spec: SelectionSpec) -> tuple[set[tuple[str, int]], dict[str,
     keys: list[tuple[str, int]] = []
     srcs: list[str] = []
     modes: list[str] = []
-    selections = {n: None for n in names}
+    selections: dict[str, np.ndarray | None] = dict.fromkeys(names)
     for item in _stream(spec, selections, Accounting(names), Filters(spec)):
         if _is_candidate(item, spec):
             keys.append((item.source, item.row))
