@@ -106,6 +106,18 @@ def test_deterministic_and_seed_dependent() -> None:
     assert a.sum() == c.sum() == 400
 
 
+@pytest.mark.parametrize("seed", [-1, -(10**400)])
+def test_a_negative_seed_seeds_the_mix_as_it_seeds_the_sampling(seed: int) -> None:
+    """`--seed` takes any integer and the weight sampling takes a negative one; a mix ended in
+    numpy's "expected non-negative integer" traceback. A negative seed is its own stream."""
+    src, mode = candidates(SPEC)
+    targets = MixTargets(total=400, mode_shares={THINKING: 0.5, NO_REASONING: 0.5})
+    a = select_mix(src, mode, targets, seed=seed).selected
+    assert np.array_equal(a, select_mix(src, mode, targets, seed=seed).selected)
+    assert a.sum() == 400
+    assert not np.array_equal(a, select_mix(src, mode, targets, seed=-seed).selected)
+
+
 def test_mode_shares_only_spreads_sources_proportionally() -> None:
     src, mode = candidates(SPEC)
     res = select_mix(src, mode, MixTargets(total=100, mode_shares={THINKING: 1.0}))

@@ -311,7 +311,9 @@ def select_mix(
             f"(at most {best} can); available rows per (source, mode): " + _cells_text(avail, names)
         )
 
-    rng = np.random.default_rng(seed)
+    # numpy seeds with non-negative integers alone; `--seed` takes any (the weight sampling a
+    # negative one too): a negative seed is its magnitude with a marker, its own stream
+    rng = np.random.default_rng(seed if seed >= 0 else [-seed, 1])
     selected = np.zeros(len(src), dtype=bool)
     for i in range(len(names)):
         for j in range(len(MODES)):
