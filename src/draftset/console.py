@@ -1,5 +1,5 @@
 """Terminal output every stage shares: progress bars with rate and ETA, text from the data made
-safe for rich, the unread-fields notes. The build's summary table is `pipeline/summary.py`."""
+safe for rich. The build's summary table and its notes are `pipeline/summary.py`."""
 
 from __future__ import annotations
 
@@ -84,23 +84,3 @@ def safe(text: object) -> str:
     as visible escapes (a file name holding ESC [2J must not clear the terminal), rich markup
     escaped (a file named ``[bold]x`` prints as itself)."""
     return escape(visible(str(text)))
-
-
-def unread_fields_notes(per_source: dict[str, dict[str, int]], limit: int = 6) -> list[str]:
-    """One line per source whose rows had text fields their shape did not read (the manifest's
-    ``unread_fields``): a reasoning trace or an answer in another column is otherwise silently
-    left out, and the row re-answered or trained without it."""
-    lines = []
-    for name, unread in per_source.items():
-        if not unread:
-            continue
-        ranked = sorted(unread.items(), key=lambda kv: (-kv[1], kv[0]))
-        shown = ", ".join(f"{k} ({thousands(v)} rows)" for k, v in ranked[:limit])
-        more = f" and {len(ranked) - limit} more" if len(ranked) > limit else ""
-        lines.append(
-            f"note: source {safe(name)}: fields not read by its shape: {shown}{more}. If one holds"
-            " the answer or the reasoning, map it (`fields: {output: FIELD}` with `format:"
-            " alpaca`, docs/formats.md#field-mapping) or use a preset (docs/mixtures.md#presets,"
-            " e.g. `skythought` for SkyThought eval dumps)"
-        )
-    return lines

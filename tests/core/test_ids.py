@@ -30,6 +30,18 @@ def test_registry_keeps_the_id_then_the_source_prefix_then_the_position():
     assert duplicate_id_message("a") == "id 'a' already used in this run"
 
 
+def test_claim_key_flags_only_a_duplicate_id():
+    """`claim_key`'s flag is False for a `DUPLICATE_ID` alone: a positional name and the
+    made-up key of a row without an id are the row's own (Decider rejects on the flag)."""
+    ids = IdRegistry()
+    assert ids.claim_key("a", "s", 0) == ("a", True)
+    assert ids.claim_key("a", "s", 1) == ("s:a", True)
+    assert ids.claim_key("a", "s", 2) == ("s:2:a", True)
+    assert ids.claim_key(None, "s", 3) == ("s:3", True)  # a line that is not JSON
+    assert ids.claim_key("s:4:a", "s", 9) == ("s:4:a", True)
+    assert ids.claim_key("a", "s", 4) == ("s:4#duplicate", False)  # every form is taken
+
+
 def test_registry_holds_many_ids_exactly():
     ids = IdRegistry()
     assert all(ids.claim(f"row-{i}") for i in range(5000))

@@ -19,8 +19,16 @@ from rich.console import Console
 from draftset.cli import main as cli_main
 from draftset.config.options import BuildOptions
 from draftset.core.terminal import UNSAFE
+from draftset.output.readback import open_output
 from draftset.pipeline.build import run_build
-from draftset.review.show import SUPERVISED_STYLE, ShowError, show
+from draftset.review.show import (
+    SUPERVISED_STYLE,
+    ShowError,
+    load_decoder,
+    render_row,
+    show,
+    token_pieces,
+)
 from draftset.sources.read import Source
 
 ROWS = [
@@ -68,11 +76,25 @@ def test_show_highlights_supervised_text_and_prints_facts(folder):
 
 
 def test_show_tokens_marks_boundaries(folder):
-    console = render(folder, row=1, tokens=True)
-    styles = [str(s.style) for s in console._record_buffer if s.text and "<|im_start|>" in s.text]
-    assert styles  # special tokens come out as single tokens
-    html = console.export_html(clear=False)
-    assert "4" in console.export_text(clear=False) and "background-color" in html
+    """In colour, `--tokens` alternates backgrounds: no two adjacent tokens share a style, so
+    the runs of one style are exactly the row's tokens."""
+    out = open_output(folder)
+    r = out.row(1)
+    decode, eot = load_decoder(out)
+    ids = [int(i) for i in r["input_ids"]]
+    pieces = token_pieces(ids, decode)
+    assert all(pieces) and "<|im_start|>" in pieces  # a special token is one piece
+    _, text = render_row(r, decode, eot, tokens=True)
+    assert text.plain == "".join(pieces)
+    style_at = [""] * len(text.plain)
+    for span in text.spans:
+        style_at[span.start : span.end] = [str(span.style)] * (span.end - span.start)
+    runs, start = [], 0
+    for i in range(1, len(style_at) + 1):
+        if i == len(style_at) or style_at[i] != style_at[start]:
+            runs.append(text.plain[start:i])
+            start = i
+    assert runs == pieces
 
 
 def test_show_cli_errors_exit_2(folder, tmp_path, capsys):

@@ -226,6 +226,22 @@ def test_near_threshold_is_respected() -> None:
 
 
 @needs_datasketch
+@pytest.mark.parametrize("threshold", [0.99, 1.0])
+def test_near_threshold_up_to_one_is_taken(threshold: float) -> None:
+    """`--near-dup-threshold` takes (0, 1]; at 0.99 and above datasketch's optimal LSH is one
+    band, which it refuses ("number of bands are too small"): a traceback from inside the
+    build. Two bands of 64 rows (its choice at 0.97-0.98) find every identical prompt."""
+    above = BASE.replace("compass", "map")  # Jaccard 0.95: kept at these thresholds
+    copy = conv("a", 2, BASE.upper(), "A different answer.")  # identical once normalized
+    out = run(
+        d := NearDeduper(threshold=threshold), [conv("a", 0, BASE), conv("a", 1, above), copy]
+    )
+    assert out[0] is None and out[1] is None
+    assert out[2] is not None and out[2].reason == reasons.NEAR_DUPLICATE
+    assert d.stats()["threshold"] == threshold
+
+
+@needs_datasketch
 def test_near_unicode_variants_and_only_user_turns() -> None:
     full_width = unicodedata.normalize("NFKC", BASE).upper().replace("A ", "Ａ ")
     system_differs = Conversation(

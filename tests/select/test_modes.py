@@ -106,6 +106,18 @@ def test_deterministic_and_seed_dependent() -> None:
     assert a.sum() == c.sum() == 400
 
 
+@pytest.mark.parametrize("seed", [-1, -(10**400)])
+def test_a_negative_seed_seeds_the_mix_as_it_seeds_the_sampling(seed: int) -> None:
+    """`--seed` takes any integer and the weight sampling takes a negative one; a mix ended in
+    numpy's "expected non-negative integer" traceback. A negative seed is its own stream."""
+    src, mode = candidates(SPEC)
+    targets = MixTargets(total=400, mode_shares={THINKING: 0.5, NO_REASONING: 0.5})
+    a = select_mix(src, mode, targets, seed=seed).selected
+    assert np.array_equal(a, select_mix(src, mode, targets, seed=seed).selected)
+    assert a.sum() == 400
+    assert not np.array_equal(a, select_mix(src, mode, targets, seed=-seed).selected)
+
+
 def test_mode_shares_only_spreads_sources_proportionally() -> None:
     src, mode = candidates(SPEC)
     res = select_mix(src, mode, MixTargets(total=100, mode_shares={THINKING: 1.0}))
@@ -145,6 +157,17 @@ def test_infeasible_targets_raise_clearly() -> None:
         )
     with pytest.raises(MixError, match="only 1250 candidate rows"):
         select_mix(src, mode, MixTargets(total=2000))
+    # a total past int64 and float (`max_samples: 10**400`, an int a recipe takes) is told the
+    # same: it was an OverflowError traceback from the plan's arithmetic, made before the check
+    for total in (2**63, 10**400):
+        for targets in (
+            MixTargets(total=total, mode_shares={NO_THINKING: 0.5, THINKING: 0.5}),
+            MixTargets(total=total, source_shares={"ot": 0.3, "orca": 0.5, "nemo": 0.2}),
+        ):
+            with pytest.raises(MixError, match=f"asked for {total} rows but only 1250 candidate"):
+                select_mix(src, mode, targets)
+            shrunk = select_mix(src, mode, targets, on_infeasible="shrink")
+            assert 0 < shrunk.total <= 1250
     # each marginal is possible, the combination is not: orca has no thinking rows
     joint = MixTargets(
         total=500,

@@ -143,3 +143,23 @@ def test_a_build_asking_more_rows_than_there_are_says_so(tmp_path):
     opts = BuildOptions([a], str(qwen3_tokenizer_dir()), tmp_path / "out", max_samples=40)
     result = run_build(opts)
     assert "max_samples 40 asked, 6 available (all taken)" in result.notes
+
+
+def test_weights_whose_products_overflow_split_as_their_ratios(tmp_path):
+    """Finite weights the option takes (`@weight=1e308`) split `--max-samples` as their ratio
+    does: ``budget * weight`` (one source) or their sum (two) overflowed to inf, and the build
+    ended in an OverflowError / ValueError traceback."""
+    a, b = source(tmp_path, "a", 9, weight=1e308), source(tmp_path, "b", 9, weight=1e308)
+    assert taken(plan_selection([a], 5, 0)) == {"a": 5}
+    assert taken(plan_selection([a, b], 5, 0)) == {"a": 3, "b": 2}
+    c = source(tmp_path, "c", 9, weight=0.5e308)
+    assert taken(plan_selection([a, c], 6, 0)) == {"a": 4, "c": 2}
+
+
+def test_max_samples_beyond_any_float_takes_every_row(tmp_path):
+    """`--max-samples 1e400` as digits (an int the option takes) is more than every source
+    holds: every row is taken, as with 10**30; it was an OverflowError traceback (the budget
+    times a weight)."""
+    a, b = source(tmp_path, "a", 3), source(tmp_path, "b", 4, weight=2.0)
+    assert taken(plan_selection([a, b], 10**400, 0)) == {"a": 3, "b": 4}
+    assert taken(plan_selection([a, b], 10**30, 0)) == {"a": 3, "b": 4}

@@ -46,7 +46,8 @@ from draftset.output.readback import (
     supervised_runs,
 )
 
-_TEMPLATES: dict[tuple[str, str, str, tuple[str, ...], str | None, str], ChatTemplate] = {}
+# tokenizer, template text, kwargs as JSON, extra stop tokens, clock, serving engine, own template
+_TEMPLATES: dict[tuple[str, str, str, tuple[str, ...], str | None, str, bool], ChatTemplate] = {}
 _THINK_TAGS = re.compile(r"</?think>")
 
 

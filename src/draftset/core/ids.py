@@ -58,11 +58,11 @@ class IdRegistry:
     def claim_key(
         self, candidate: str | None, source: str, row: int, file: str | None = None
     ) -> tuple[str, bool]:
-        """(key, True when it is the row's own id or its source-prefixed form) for every row
-        read, rejected ones too: `claim_row_id`, else a made-up key that is claimed as well
-        (``source:row`` for a row without an id: a line that is not JSON; ``source:row#duplicate``
-        for a `reasons.DUPLICATE_ID`). Build and generate both claim each row's key here, so a
-        rejected row's id is taken for the rows after it in both."""
+        """(key, False only for a `reasons.DUPLICATE_ID`) for every row read, rejected ones
+        too: `claim_row_id` (the row's id, prefixed or positional form), else a made-up key that
+        is claimed as well (``source:row`` for a row without an id, a line that is not JSON:
+        True; ``source:row#duplicate`` for a duplicate id: False). Build and generate both claim
+        each row's key here, so a rejected row's id is taken for the rows after it in both."""
         if candidate is not None:
             own = self.claim_row_id(candidate, source, file, row)
             if own is not None:

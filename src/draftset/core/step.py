@@ -23,13 +23,15 @@ from draftset.core.counters import Accounting
 
 In = TypeVar("In", contravariant=True)
 Out = TypeVar("Out", covariant=True)
+Row = TypeVar("Row")  # invariant, as the lists a row step takes and gives are
+Result = TypeVar("Result")
 
 
 @runtime_checkable
-class RowStep(Protocol[In, Out]):
+class RowStep(Protocol[Row, Result]):
     """Batch in, results out, in the batch's order; pure, so any worker may run it."""
 
-    def __call__(self, batch: list[In]) -> list[Out]: ...
+    def __call__(self, batch: list[Row]) -> list[Result]: ...
 
 
 @runtime_checkable

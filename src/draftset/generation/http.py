@@ -73,10 +73,10 @@ def concurrency_problem(concurrency: int, endpoints: int, flag: str) -> str | No
 
 @dataclass
 class RetryPolicy:
-    max_retries: int = 6  # retries after the first attempt
-    backoff_base: float = 0.5  # seconds; attempt k waits uniform(0, min(cap, base * 2**k))
-    backoff_cap: float = 30.0
-    request_timeout: float = 600.0  # whole request, connect to last byte
+    max_retries: int = defaults.MAX_RETRIES  # retries after the first attempt
+    backoff_base: float = defaults.BACKOFF  # s; attempt k waits uniform(0, min(cap, base * 2**k))
+    backoff_cap: float = defaults.BACKOFF_CAP
+    request_timeout: float = defaults.REQUEST_TIMEOUT  # whole request, connect to last byte
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         return rng.uniform(0.0, min(self.backoff_cap, self.backoff_base * 2**attempt))
@@ -281,8 +281,8 @@ class EndpointPool:
         self,
         endpoints: list[Endpoint],
         model: str,
-        health_interval: float = 5.0,
-        give_up_after: float = 600.0,
+        health_interval: float = defaults.HEALTH_INTERVAL,
+        give_up_after: float = defaults.GIVE_UP_AFTER,
     ) -> None:
         self.endpoints = endpoints
         self.model = model

@@ -44,7 +44,6 @@ HARMONY_MODEL_TYPE = "gpt_oss"
 """The ``config.json`` model type vLLM renders with harmony (``hf_config.model_type``)."""
 HARMONY_PIN = "oss-harmony==0.0.11"
 """The harmony build vLLM 0.33.0 installs (its fork of openai-harmony, the vocabulary embedded)."""
-RULE_VERSION = "vllm 0.33.0 harmony_utils + oss-harmony 0.0.11"
 _EFFORTS = ("low", "medium", "high")
 
 

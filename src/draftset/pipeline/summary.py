@@ -9,10 +9,30 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from draftset.console import out, safe, thousands, unread_fields_notes
+from draftset.console import out, safe, thousands
 from draftset.core.counters import SUMMARY_COLUMNS, summary_row
 from draftset.core.words import plural
 from draftset.pipeline.build import BuildResult
+
+
+def unread_fields_notes(per_source: dict[str, dict[str, int]], limit: int = 6) -> list[str]:
+    """One line per source whose rows had text fields their shape did not read (the manifest's
+    ``unread_fields``): a reasoning trace or an answer in another column is otherwise silently
+    left out, and the row re-answered or trained without it."""
+    lines = []
+    for name, unread in per_source.items():
+        if not unread:
+            continue
+        ranked = sorted(unread.items(), key=lambda kv: (-kv[1], kv[0]))
+        shown = ", ".join(f"{k} ({thousands(v)} rows)" for k, v in ranked[:limit])
+        more = f" and {len(ranked) - limit} more" if len(ranked) > limit else ""
+        lines.append(
+            f"note: source {safe(name)}: fields not read by its shape: {shown}{more}. If one holds"
+            " the answer or the reasoning, map it (`fields: {output: FIELD}` with `format:"
+            " alpaca`, docs/formats.md#field-mapping) or use a preset (docs/mixtures.md#presets,"
+            " e.g. `skythought` for SkyThought eval dumps)"
+        )
+    return lines
 
 
 def _were(n: int) -> str:

@@ -249,7 +249,7 @@ def _run_section(run: dict[str, Any]) -> str:
     """`draftset run`: what the target model answered and what became of it."""
     queued = run.get("queued") or {}
     errors = run.get("generation_errors") or {}
-    rows = [
+    rows: list[list[Any]] = [
         ["model", run.get("model")],
         ["regenerate", run.get("regenerate")],
         ["rows sent for an answer", ", ".join(f"{k}={v:,}" for k, v in queued.items()) or "0"],

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from draftset.core import reasons
+from draftset.core import defaults, reasons
 from draftset.core.digests import DigestTable, digest64
 from draftset.core.records import NOT_TRAINED, Conversation, Normalized, PromptOnly, Reject
 
@@ -266,11 +266,24 @@ def _datasketch() -> Any:
     return datasketch
 
 
+def _lsh_index(ds: Any, threshold: float, num_perm: int) -> Any:
+    """datasketch's LSH index tuned for ``threshold``, with at least two bands. From ~0.99 up
+    its optimum is one band, which its index refuses ("number of bands are too small": a
+    traceback from inside the build, for a threshold the option takes); two bands of
+    ``num_perm // 2`` rows are its own choice at 0.97-0.98 and find every equal signature."""
+    try:
+        return ds.MinHashLSH(threshold=threshold, num_perm=num_perm)
+    except ValueError:  # the one it raises here: threshold and num_perm are checked before
+        return ds.MinHashLSH(num_perm=num_perm, params=(2, num_perm // 2))
+
+
 class NearDeduper:
     """Drops rows whose prompt's estimated word-3-gram Jaccard similarity to an earlier kept
     prompt is at least ``threshold`` (MinHash LSH finds candidates, signatures verify them)."""
 
-    def __init__(self, threshold: float = 0.8, num_perm: int = 128, seed: int = 1) -> None:
+    def __init__(
+        self, threshold: float = defaults.NEAR_DUP_THRESHOLD, num_perm: int = 128, seed: int = 1
+    ) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"near-dup threshold must be in (0, 1], got {threshold}")
         ds = _datasketch()
@@ -278,7 +291,7 @@ class NearDeduper:
         self.num_perm = num_perm
         self._minhash = ds.MinHash
         self._template = ds.MinHash(num_perm=num_perm, seed=seed)  # permutations, built once
-        self._lsh = ds.MinHashLSH(threshold=threshold, num_perm=num_perm)
+        self._lsh = _lsh_index(ds, threshold, num_perm)
         self._signatures: list[np.ndarray] = []
         self._kept = _Kept()
         self.counters = _Counters("near")
@@ -389,7 +402,9 @@ def copies_lost(
     return copies, rows, why, sorted(kinds)
 
 
-def make_dedupers(mode: str, threshold: float = 0.8) -> list[ExactDeduper | NearDeduper]:
+def make_dedupers(
+    mode: str, threshold: float = defaults.NEAR_DUP_THRESHOLD
+) -> list[ExactDeduper | NearDeduper]:
     """The steps for ``--dedup exact|near|none`` (``near`` runs exact first, then near)."""
     if mode == "none":
         return []

@@ -18,6 +18,7 @@ against.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -38,7 +39,7 @@ from draftset.core.records import (
     in_file,
 )
 from draftset.core.words import plural
-from draftset.select.decontam import Decontaminator, load_benchmark_prompts
+from draftset.select.decontam import DEFAULT_N, Decontaminator, load_benchmark_prompts
 from draftset.select.dedup import make_dedupers
 from draftset.select.facts import Decider, Scanner, apply, can_train
 from draftset.select.modes import MixTargets, select_mix
@@ -54,11 +55,11 @@ class SelectionSpec:
 
     sources: list[Source]
     max_samples: int | None = None
-    seed: int = 0
-    dedup: str = "exact"  # exact | near | none
-    near_dup_threshold: float = 0.8
+    seed: int = defaults.SEED
+    dedup: str = defaults.DEDUP  # exact | near | none
+    near_dup_threshold: float = defaults.NEAR_DUP_THRESHOLD
     decontaminate: list[str] = field(default_factory=list)  # benchmark files
-    decontaminate_ngram: int = 13
+    decontaminate_ngram: int = DEFAULT_N
     mix: dict[str, Any] | None = None  # {"modes": {mode: share}, "sources": {name: share}}
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # for thinking-off detection
     # `draftset run`: answer / error files by row id that replace selected rows (overlay.py)
@@ -110,7 +111,13 @@ def _quotas(
     if not weighted:
         return quotas
     budget = max(0, max_samples - sum(quotas.values()))
+    # never more than the weighted sources hold (they give every row then, as before): a
+    # budget of 10**400 overflowed the float products below
+    budget = min(budget, sum(available[s.name] for s in weighted))
     weights = [_weight(s) for s in weighted]
+    top = max(weights)
+    if not math.isfinite(budget * top * len(weights)):  # 1e308: the sum or a product overflows
+        weights = [w / top for w in weights]  # the same ratios; finite weights split as before
     total_w = sum(weights)
     # largest remainder, then cap at what each source has and hand leftovers on in order
     raw = [budget * w / total_w for w in weights]
@@ -239,7 +246,7 @@ def _mix_selection(spec: SelectionSpec) -> tuple[set[tuple[str, int]], dict[str,
     keys: list[tuple[str, int]] = []
     srcs: list[str] = []
     modes: list[str] = []
-    selections = {n: None for n in names}
+    selections: dict[str, np.ndarray | None] = dict.fromkeys(names)
     for item in _stream(spec, selections, Accounting(names), Filters(spec)):
         if _is_candidate(item, spec):
             keys.append((item.source, item.row))

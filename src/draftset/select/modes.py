@@ -299,8 +299,10 @@ def select_mix(
         if best > 0:
             notes.append(f"targets cannot be met with {total} rows: shrunk to {best}")
             total = best
+    if total > (n := int(avail.sum())):  # before the plan, whose arithmetic overflows past int64
+        raise MixError(f"asked for {total} rows but only {n} candidate rows exist")
     plan = _plan(targets, names, total)
-    _check_marginals(plan, avail, names, total)
+    _check_marginals(plan, avail, names)
     alloc = _allocate(avail, plan, total)
     if alloc is None:
         best = _largest_feasible(targets, avail, names, total)
@@ -309,7 +311,9 @@ def select_mix(
             f"(at most {best} can); available rows per (source, mode): " + _cells_text(avail, names)
         )
 
-    rng = np.random.default_rng(seed)
+    # numpy seeds with non-negative integers alone; `--seed` takes any (the weight sampling a
+    # negative one too): a negative seed is its magnitude with a marker, its own stream
+    rng = np.random.default_rng(seed if seed >= 0 else [-seed, 1])
     selected = np.zeros(len(src), dtype=bool)
     for i in range(len(names)):
         for j in range(len(MODES)):
@@ -387,6 +391,8 @@ def _no_row_meets(targets: MixTargets, avail: np.ndarray, names: list[str]) -> s
 
 
 def _feasible(targets: MixTargets, avail: np.ndarray, names: list[str], total: int) -> bool:
+    if total > int(avail.sum()):  # never met, and past int64 the plan's arithmetic overflows
+        return False
     try:
         plan = _plan(targets, names, total)
     except MixError:
@@ -414,11 +420,8 @@ def _largest_feasible(targets: MixTargets, avail: np.ndarray, names: list[str], 
     return lo
 
 
-def _check_marginals(plan: _Plan, avail: np.ndarray, names: list[str], total: int) -> None:
+def _check_marginals(plan: _Plan, avail: np.ndarray, names: list[str]) -> None:
     """Clear errors for a single target that exceeds what is available."""
-    n = int(avail.sum())
-    if total > n:
-        raise MixError(f"asked for {total} rows but only {n} candidate rows exist")
     if plan.row_t is not None:
         for i, name in enumerate(names):
             have = int(avail[i].sum())
