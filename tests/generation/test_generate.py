@@ -1874,3 +1874,58 @@ def test_a_lock_file_of_yours_beside_out_is_refused_never_overwritten(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "k.lock"]
     (tmp_path / "ours.lock").write_text("12345\n", encoding="ascii")  # a finished run's lock
     assert generate(src, tmp_path / "ours.jsonl", server.url) == 0
+
+
+def test_endpoints_serving_one_name_from_other_weights_are_refused_before_any_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two servers under one served-model-name, one with other weights (``vllm serve
+    /models/a --served-model-name m`` beside ``/models/a-awq`` under the same name): /v1/models
+    names each one's ``root``, yet both were used, half of the rows answered by each, and the
+    run file recorded the first one's weights. Exit 2, one line, before any request."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(6)])
+    out = tmp_path / "o.jsonl"
+    with FaultServer(root="/models/a") as a, FaultServer(root="/models/a-awq") as b:
+        assert generate(src, out, a.url, b.url) == 2
+        assert not a.requests and not b.requests
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [
+            f"draftset: error: the endpoints serve 'fault-model' from other weights ({a.url}:"
+            f" '/models/a', {b.url}: '/models/a-awq'): the answers would mix two models; give"
+            " only endpoints that serve the same weights"
+        ]
+        with FaultServer(root="/models/a") as c:  # the same weights: served by both
+            assert generate(src, out, a.url, c.url) == 0
+            assert a.completions + c.completions == 6 and a.completions and c.completions
+    assert json.loads((tmp_path / "o.run.json").read_text())["model_root"] == "/models/a"
+
+
+def test_an_endpoint_back_with_other_weights_under_the_same_name_is_not_readmitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An endpoint down at start (or taken out mid-run) comes back serving the model's name
+    from other weights (restarted with another checkpoint): its health check passed on the
+    name alone and it answered rows. It stays out, its health check saying why."""
+    import threading
+
+    rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(40)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with (
+        FaultServer(latency=0.03, root="/models/a") as a,
+        FaultServer(root="/models/a", down=True) as b,
+    ):
+
+        def back() -> None:  # once the run is under way (a start with it there is refused)
+            while a.completions < 3:
+                time.sleep(0.01)
+            b.root, b.down = "/models/b", False
+
+        threading.Thread(target=back, daemon=True).start()
+        assert generate(src, out, a.url, b.url, extra=["--concurrency", "1"]) == 0
+        assert b.completions == 0 and a.completions == 40
+    assert len(by_id(out)) == 40
+    said = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert (
+        f"{b.url} serves 'fault-model' from '/models/b', not '/models/a': kept out of rotation"
+    ) in said

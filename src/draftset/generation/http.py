@@ -188,6 +188,7 @@ class Endpoint:
     cooling_streak: int = 0  # cool-downs since its last success (each one twice as long)
     served_models: list[str] = field(default_factory=list)
     model_roots: dict[str, str] = field(default_factory=dict)  # id -> "root" (vLLM: weights path)
+    other_weights: str | None = None  # the model's root it came back with, not the run's: kept out
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -283,9 +284,11 @@ class EndpointPool:
         model: str,
         health_interval: float = 5.0,
         give_up_after: float = 600.0,
+        root: str | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.model = model
+        self.root = root  # the weights the model is served from (``root``), when listed
         self.health_interval = health_interval
         self.give_up_after = give_up_after
         self._changed = asyncio.Condition()
@@ -399,7 +402,7 @@ class EndpointPool:
                 wait = self.health_interval
                 try:
                     models = await list_models(ep, timeout=max(self.health_interval, 5.0))
-                    up = self.model in models
+                    up = self.model in models and self._same_weights(ep)
                 except TransientError:
                     up = False
                 if up:
@@ -422,6 +425,15 @@ class EndpointPool:
             if not self.closed:
                 async with self._changed:
                     self._changed.notify_all()
+
+    def _same_weights(self, ep: Endpoint) -> bool:
+        """The endpoint serves the model from the run's weights, as far as /v1/models says (a
+        ``root`` on either side unknown counts as the same). One restarted with another
+        checkpoint under the same served name passed on the name alone and answered rows."""
+        root = ep.model_roots.get(self.model)
+        same = self.root is None or root is None or root == self.root
+        ep.other_weights = None if same else root
+        return same
 
     def _others_serve(self, ep: Endpoint) -> bool:
         now = time.monotonic()

@@ -164,7 +164,7 @@ def check_and_record(
 ) -> dict[str, Any]:
     """Refuse to resume answers made with other settings or another model; write the run file."""
     settings = opts.settings()
-    root = next((ep.model_roots.get(pool.model) for ep in pool.endpoints if ep.model_roots), None)
+    root = pool.root  # every reachable endpoint serves the model from it (`_served_weights`)
     reported: list[str] = []
     if previous is not None:
         changes = []
