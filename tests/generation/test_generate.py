@@ -1573,6 +1573,16 @@ def test_a_run_that_answered_no_row_counts_its_requests_and_exits_1(
             ["--max-tokens", "32", "--extra-body", '{"max_tokens": 9999}'],
             "--extra-body sets max_tokens 9999, and --max-tokens 32",
         ),
+        # OpenAI's newer name for the same limit: vLLM and SGLang read it first
+        (
+            ["--max-tokens", "32", "--extra-body", '{"max_completion_tokens": 9999}'],
+            "--extra-body sets max_completion_tokens 9999, and --max-tokens 32: the server"
+            " reads both as the answer's token limit",
+        ),
+        (
+            ["--extra-body", '{"max_tokens": 32, "max_completion_tokens": 9999}'],
+            "--extra-body sets max_completion_tokens 9999, and --extra-body max_tokens 32",
+        ),
         (["--top-p", "0.9", "--extra-body", '{"top_p": 1}'], "top_p 1, and --top-p 0.9"),
         (["--top-k", "20", "--extra-body", '{"top_k": -1}'], "top_k -1, and --top-k 20"),
         (["--seed", "1", "--extra-body", '{"seed": 2}'], "seed 2, and --seed 1"),
@@ -1647,6 +1657,10 @@ def test_extra_body_may_set_a_field_no_option_sets_or_repeat_its_value(
     # the same number spelled 1 and 1.0 is one value
     extra = ["--temperature", "1", "--extra-body", '{"temperature": 1}']
     assert generate(src, tmp_path / "o2.jsonl", server.url, extra=extra) == 0
+    # max_completion_tokens alone, or with --max-tokens at the same value
+    extra = ["--max-tokens", "40", "--extra-body", '{"max_completion_tokens": 40}']
+    assert generate(src, tmp_path / "o3.jsonl", server.url, extra=extra) == 0
+    assert server.requests[-1]["max_completion_tokens"] == 40
 
 
 def test_a_broken_endpoint_beside_a_healthy_one_loses_no_row(

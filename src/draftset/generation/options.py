@@ -77,6 +77,18 @@ def extra_body_clash(
                 f"{body_name} sets {key} {_json(extra_body[key])}, and {option} {_json(value)}:"
                 " one request field, two values; set it in one place"
             )
+    # OpenAI's newer name for max_tokens: vLLM and SGLang take it over max_tokens, so
+    # `--max-tokens 32` with it at 9999 generated up to 9999 tokens, recorded as 32
+    limit = given.get("max_tokens")
+    if limit is None and "max_tokens" in extra_body:
+        limit = (f"{body_name} max_tokens", extra_body["max_tokens"])
+    alias = extra_body.get("max_completion_tokens")
+    if limit is not None and alias is not None and not _same_json(alias, limit[1]):
+        return (
+            f"{body_name} sets max_completion_tokens {_json(alias)}, and {limit[0]}"
+            f" {_json(limit[1])}: the server reads both as the answer's token limit (the first"
+            " wins); set it in one place"
+        )
     return None
 
 
