@@ -1447,6 +1447,25 @@ def test_a_legacy_function_call_is_a_tool_call_not_an_empty_answer(
     assert by_id(tmp_path / "o.errors.jsonl")["none"]["reason"] == "invalid_response"
 
 
+@pytest.mark.parametrize("thinking", ["on", "off"])
+def test_a_tool_calls_finish_without_the_call_is_never_an_answer(
+    tmp_path: Path, server: FaultServer, thinking: str
+) -> None:
+    """`finish_reason: "tool_calls"` says the model called a tool; a body that has no call
+    (a proxy or a parser that lost it) beside text or reasoning was written as a finished
+    answer: the turn trained as the model's whole answer, without the call the model made.
+    Invalid, retried as any invalid body, never written."""
+    rows = [{"id": "lost", "prompt": "q [finish:tool_calls]"}, {"id": "ok", "prompt": "q"}]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    extra = ["--max-retries", "1", "--thinking", thinking]
+    assert generate(src, out, server.url, extra=extra) == 0
+    assert list(by_id(out)) == ["ok"]
+    error = by_id(tmp_path / "o.errors.jsonl")["lost"]
+    assert error["reason"] == "invalid_response" and error["attempts"] == 2
+    assert "finish_reason tool_calls without a tool call" in error["message"]
+
+
 def test_a_streamed_body_says_so() -> None:
     """A streaming-only server's reply read "body is not JSON: Expecting value" with no hint."""
     from draftset.generation.http import TransientError, parse_completion

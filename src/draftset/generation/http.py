@@ -585,8 +585,6 @@ def parse_completion(content: bytes, endpoint: str) -> Completion:
     if not isinstance(msg, dict) or not isinstance(finish, str):
         raise TransientError("invalid_response", "choices[0] lacks a message or finish_reason")
     message = _kept_message(msg, finish)
-    if finish == "function_call" and not message.get("tool_calls"):
-        raise TransientError("invalid_response", "finish_reason function_call without a call")
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     return Completion(
         message=message,
@@ -625,8 +623,9 @@ def _kept_message(msg: dict[str, Any], finish: str) -> dict[str, Any]:
     """The answer's fields (``content: null`` beside a call or reasoning kept as null); ``content:
     null`` with nothing else is the empty answer ``""`` (a
     model that ended at once, as some servers spell it): written, then rejected by build as a
-    placeholder, as ``""`` is, not retried 6 times. With ``finish_reason`` ``tool_calls`` or
-    ``function_call`` it lacks the call it says it made: invalid, retried."""
+    placeholder, as ``""`` is, not retried 6 times. A ``finish_reason`` ``tool_calls`` or
+    ``function_call`` without a call (whatever text or reasoning is there) lacks the call the
+    model made: invalid, retried (it was written as the model's whole answer)."""
     content = msg.get("content")
     calls = msg.get("tool_calls")
     legacy = msg.get("function_call")  # OpenAI's shape before tool_calls: one call, no id
@@ -641,7 +640,7 @@ def _kept_message(msg: dict[str, Any], finish: str) -> dict[str, Any]:
         raise TransientError("invalid_response", "message tool_calls are malformed")
     if reasoning is not None and not isinstance(reasoning, str):
         raise TransientError("invalid_response", "message reasoning is not a string")
-    if content is None and not calls and reasoning is None and finish in CALL_FINISH_REASONS:
+    if finish in CALL_FINISH_REASONS and not calls:  # the call the model made is not here
         raise TransientError("invalid_response", f"finish_reason {finish} without a tool call")
     # a call or reasoning with content null keeps the null: vLLM hands a template that reads
     # content as parts no parts for it, one empty part for "" (Qwen3-VL renders them apart)
