@@ -1666,6 +1666,43 @@ def test_extra_body_fields_that_change_the_servers_prompt_are_exit_2(
     assert not server.requests and not (tmp_path / "o.jsonl").exists()
 
 
+@pytest.mark.parametrize(
+    ("field", "said"),
+    [
+        ('"include_reasoning": false', "include_reasoning false: the server would leave the"),
+        ('"parallel_tool_calls": false', "parallel_tool_calls false: the server would keep only"),
+        ('"tool_choice": "required"', "tool_choice \"required\": 'required' or a named tool"),
+        ('"tool_choice": "none"', 'tool_choice "none": '),
+        (
+            '"tool_choice": {"type": "function", "function": {"name": "f"}}',
+            'tool_choice {"type": "function", "function": {"name": "f"}}: ',
+        ),
+    ],
+)
+def test_extra_body_fields_that_leave_part_of_the_answer_out_are_exit_2(
+    tmp_path: Path,
+    server: FaultServer,
+    capsys: pytest.CaptureFixture[str],
+    field: str,
+    said: str,
+) -> None:
+    """vLLM 0.33 answers ``include_reasoning: false`` without the reasoning the model
+    generated (the row was trained as an answer without thinking: an empty think block),
+    ``parallel_tool_calls: false`` with the first call only, ``tool_choice: "required"`` or a
+    named tool with calls the model wrote as a JSON list under a grammar (build renders the
+    template's markup instead), ``"none"`` with the calls cut out: all sent as given. Refused,
+    one line, before any request; the default values pass."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    extra = ["--extra-body", "{" + field + "}"]
+    assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"draftset: error: --extra-body sets {said}" in err[0], err
+    assert err[0].endswith("is the default)"), err
+    assert not server.requests and not (tmp_path / "o.jsonl").exists()
+    defaults = '{"include_reasoning": true, "parallel_tool_calls": true, "tool_choice": "auto"}'
+    assert generate(src, tmp_path / "d.jsonl", server.url, extra=["--extra-body", defaults]) == 0
+
+
 def test_extra_body_may_set_a_field_no_option_sets_or_repeat_its_value(
     tmp_path: Path, server: FaultServer
 ) -> None:

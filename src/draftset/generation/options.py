@@ -41,6 +41,28 @@ PROMPT_BODY_KEYS = frozenset(
 than the target's template with its generation prompt, which is what `build` renders: an answer
 to such a prompt would be trained after a prompt it was not generated from."""
 
+ANSWER_BODY_FIELDS: dict[str, tuple[Any, str]] = {
+    "include_reasoning": (
+        True,
+        "the server would leave the reasoning the model generated out of its answer (vLLM),"
+        " and the row would be trained as an answer without thinking",
+    ),
+    "parallel_tool_calls": (
+        True,
+        "the server would keep only the model's first tool call (vLLM), and the row would be"
+        " trained without the calls the model made after it",
+    ),
+    "tool_choice": (
+        "auto",
+        "'required' or a named tool has the model write its calls as a JSON list under a"
+        " grammar, which build renders as the template's call markup the model never wrote;"
+        " 'none' cuts the calls out of the answer (vLLM), and templates read it into the prompt",
+    ),
+}
+"""Request fields whose other values make the server's answer hold something else than the
+model generated after the prompt build renders (vLLM 0.33), with the one value allowed: the
+default, sent or not."""
+
 
 class GenerateUsageError(UsageError):
     """Unusable arguments: one line on stderr, exit code 2."""
@@ -159,6 +181,13 @@ def check_servers(
     clash = sorted(RESERVED_BODY_KEYS & extra_body.keys())
     if clash:
         raise GenerateUsageError(f"{body_name} may not set {clash}: use the dedicated options")
+    for key in sorted(ANSWER_BODY_FIELDS.keys() & extra_body.keys()):
+        allowed, why = ANSWER_BODY_FIELDS[key]
+        if not _same_json(extra_body[key], allowed):
+            raise GenerateUsageError(
+                f"{body_name} sets {key} {_json(extra_body[key])}: {why}; leave it out"
+                f" ({_json(allowed)} is the default)"
+            )
     prompt = sorted(PROMPT_BODY_KEYS & extra_body.keys())
     if prompt:
         raise GenerateUsageError(
