@@ -1673,6 +1673,7 @@ def test_extra_body_fields_that_change_the_servers_prompt_are_exit_2(
         ('"parallel_tool_calls": false', "parallel_tool_calls false: the server would keep only"),
         ('"tool_choice": "required"', "tool_choice \"required\": 'required' or a named tool"),
         ('"tool_choice": "none"', 'tool_choice "none": '),
+        ('"thinking_token_budget": 512', "thinking_token_budget 512: the server would end the"),
         (
             '"tool_choice": {"type": "function", "function": {"name": "f"}}',
             'tool_choice {"type": "function", "function": {"name": "f"}}: ',
@@ -1690,7 +1691,8 @@ def test_extra_body_fields_that_leave_part_of_the_answer_out_are_exit_2(
     generated (the row was trained as an answer without thinking: an empty think block),
     ``parallel_tool_calls: false`` with the first call only, ``tool_choice: "required"`` or a
     named tool with calls the model wrote as a JSON list under a grammar (build renders the
-    template's markup instead), ``"none"`` with the calls cut out: all sent as given. Refused,
+    template's markup instead), ``"none"`` with the calls cut out, and with a
+    ``thinking_token_budget`` forces the end of thinking itself: all sent as given. Refused,
     one line, before any request; the default values pass."""
     src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
     extra = ["--extra-body", "{" + field + "}"]
@@ -1699,7 +1701,14 @@ def test_extra_body_fields_that_leave_part_of_the_answer_out_are_exit_2(
     assert len(err) == 1 and f"draftset: error: --extra-body sets {said}" in err[0], err
     assert err[0].endswith("is the default)"), err
     assert not server.requests and not (tmp_path / "o.jsonl").exists()
-    defaults = '{"include_reasoning": true, "parallel_tool_calls": true, "tool_choice": "auto"}'
+    defaults = json.dumps(
+        {
+            "include_reasoning": True,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "thinking_token_budget": None,
+        }
+    )
     assert generate(src, tmp_path / "d.jsonl", server.url, extra=["--extra-body", defaults]) == 0
 
 

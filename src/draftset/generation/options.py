@@ -52,6 +52,12 @@ ANSWER_BODY_FIELDS: dict[str, tuple[Any, str]] = {
         "the server would keep only the model's first tool call (vLLM), and the row would be"
         " trained without the calls the model made after it",
     ),
+    "thinking_token_budget": (
+        None,
+        "the server would end the model's thinking itself at that many tokens (vLLM forces the"
+        " end-of-thinking token), and the row would train an end of thinking the model did not"
+        " write",
+    ),
     "tool_choice": (
         "auto",
         "'required' or a named tool has the model write its calls as a JSON list under a"
