@@ -507,6 +507,9 @@ def test_run_stops_resumably_when_every_endpoint_stays_down(tmp_path: Path) -> N
         ["--thinking", "on", "--chat-template-kwargs", '{"enable_thinking": false}'],
         ["--concurrency", "0"],
         ["--model", "some-other-model"],
+        # what every server refuses with 400 (vLLM 0.33, SGLang): each row an http_4xx before
+        ["--top-p", "0"],
+        ["--top-k", "-2"],
     ],
 )
 def test_bad_arguments_exit_2(tmp_path: Path, server: FaultServer, extra: list[str]) -> None:
