@@ -1677,6 +1677,7 @@ def test_extra_body_fields_that_change_the_servers_prompt_are_exit_2(
         ('"tool_choice": "required"', "tool_choice \"required\": 'required' or a named tool"),
         ('"tool_choice": "none"', 'tool_choice "none": '),
         ('"thinking_token_budget": 512', "thinking_token_budget 512: the server would end the"),
+        ('"ignore_eos": true', "ignore_eos true: the server would go on past the model's end"),
         (
             '"tool_choice": {"type": "function", "function": {"name": "f"}}',
             'tool_choice {"type": "function", "function": {"name": "f"}}: ',
@@ -1695,7 +1696,8 @@ def test_extra_body_fields_that_leave_part_of_the_answer_out_are_exit_2(
     ``parallel_tool_calls: false`` with the first call only, ``tool_choice: "required"`` or a
     named tool with calls the model wrote as a JSON list under a grammar (build renders the
     template's markup instead), ``"none"`` with the calls cut out, and with a
-    ``thinking_token_budget`` forces the end of thinking itself: all sent as given. Refused,
+    ``thinking_token_budget`` forces the end of thinking itself, with ``ignore_eos`` glues
+    what follows the model's end of turn to its answer: all sent as given. Refused,
     one line, before any request; the default values pass."""
     src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
     extra = ["--extra-body", "{" + field + "}"]
@@ -1710,6 +1712,7 @@ def test_extra_body_fields_that_leave_part_of_the_answer_out_are_exit_2(
             "parallel_tool_calls": True,
             "tool_choice": "auto",
             "thinking_token_budget": None,
+            "ignore_eos": False,
         }
     )
     assert generate(src, tmp_path / "d.jsonl", server.url, extra=["--extra-body", defaults]) == 0

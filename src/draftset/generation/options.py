@@ -52,6 +52,12 @@ ANSWER_BODY_FIELDS: dict[str, tuple[Any, str]] = {
         "the server would keep only the model's first tool call (vLLM), and the row would be"
         " trained without the calls the model made after it",
     ),
+    "ignore_eos": (
+        False,
+        "the server would go on past the model's end of turn (vLLM drops its text) until"
+        " max_tokens or another stop token, and the row would train what followed the model's"
+        " own end as one answer",
+    ),
     "thinking_token_budget": (
         None,
         "the server would end the model's thinking itself at that many tokens (vLLM forces the"
