@@ -1209,6 +1209,10 @@ def test_reasoning_effort_is_also_sent_as_the_request_field(
     assert sent["reasoning_effort"] == "high"
     assert sent["chat_template_kwargs"]["reasoning_effort"] == "high"
     assert by_id(out)["a"]["metadata"]["chat_template_kwargs"]["reasoning_effort"] == "high"
+    # given in both at one value: sent once, as it is
+    extra += ["--extra-body", '{"reasoning_effort": "high"}']
+    assert generate(src, tmp_path / "o3.jsonl", server.url, extra=extra) == 0
+    assert server.requests[-1]["reasoning_effort"] == "high"
     # without it in the kwargs, no field is sent (the server's default stands)
     out2 = tmp_path / "o2.jsonl"
     assert generate(src, out2, server.url) == 0
@@ -1620,6 +1624,13 @@ def test_a_run_that_answered_no_row_counts_its_requests_and_exits_1(
                 '{"reasoning_effort": "high"}',
             ],
             'reasoning_effort "high", and --chat-template-kwargs reasoning_effort "low"',
+        ),
+        # the effort the server renders into the prompt and build would render without
+        (
+            ["--extra-body", '{"reasoning_effort": "high"}'],
+            '--extra-body sets reasoning_effort "high", which the server renders into the'
+            " prompt, and --chat-template-kwargs does not: build would render the rows without"
+            " it; give it in --chat-template-kwargs instead",
         ),
         # JSON true is no seed 1 (Python's True == 1 let it through, and the body sent true)
         (["--seed", "1", "--extra-body", '{"seed": true}'], "seed true, and --seed 1"),

@@ -101,9 +101,19 @@ def extra_body_clash(
         for key, value in options.items()
         if value is not None and value is not False
     }
+    kwargs_name = "--chat-template-kwargs" if cli else "template_kwargs"
     if "reasoning_effort" in kwargs:
-        name = "--chat-template-kwargs" if cli else "template_kwargs"
-        given["reasoning_effort"] = (f"{name} reasoning_effort", kwargs["reasoning_effort"])
+        given["reasoning_effort"] = (f"{kwargs_name} reasoning_effort", kwargs["reasoning_effort"])
+    elif "reasoning_effort" in extra_body:
+        # vLLM hands the request's effort to the template (and harmony reads it there), while
+        # build renders each row with the template kwargs it records: without it there, the
+        # rows were trained after a prompt of another effort than their answers'
+        return (
+            f"{body_name} sets reasoning_effort {_json(extra_body['reasoning_effort'])}, which"
+            f" the server renders into the prompt, and {kwargs_name} does not: build would"
+            f" render the rows without it; give it in {kwargs_name} instead (it is sent as the"
+            " request's field too)"
+        )
     for key in sorted(given.keys() & extra_body.keys()):
         option, value = given[key]
         if not _same_json(extra_body[key], value):
