@@ -41,6 +41,9 @@ PROMPT_BODY_KEYS = frozenset(
 than the target's template with its generation prompt, which is what `build` renders: an answer
 to such a prompt would be trained after a prompt it was not generated from."""
 
+NO_VALUE = object()
+"""`ANSWER_BODY_FIELDS`: no value of the field may be sent."""
+
 ANSWER_BODY_FIELDS: dict[str, tuple[Any, str]] = {
     "include_reasoning": (
         True,
@@ -65,15 +68,17 @@ ANSWER_BODY_FIELDS: dict[str, tuple[Any, str]] = {
         " write",
     ),
     "tool_choice": (
-        "auto",
+        NO_VALUE,
         "'required' or a named tool has the model write its calls as a JSON list under a"
         " grammar, which build renders as the template's call markup the model never wrote;"
-        " 'none' cuts the calls out of the answer (vLLM), and templates read it into the prompt",
+        " 'none' cuts the calls out of the answer (vLLM), and templates read it into the"
+        " prompt; 'auto' is what the server picks for a row with tools, and vLLM refuses the"
+        " field on a row without (each such row an http_4xx error)",
     ),
 }
 """Request fields whose other values make the server's answer hold something else than the
 model generated after the prompt build renders (vLLM 0.33), with the one value allowed: the
-default, sent or not."""
+default, sent or not (`NO_VALUE`: none, the field is left out)."""
 
 
 class GenerateUsageError(UsageError):
@@ -205,10 +210,10 @@ def check_servers(
         raise GenerateUsageError(f"{body_name} may not set {clash}: use the dedicated options")
     for key in sorted(ANSWER_BODY_FIELDS.keys() & extra_body.keys()):
         allowed, why = ANSWER_BODY_FIELDS[key]
-        if not _same_json(extra_body[key], allowed):
+        if allowed is NO_VALUE or not _same_json(extra_body[key], allowed):
+            default = "" if allowed is NO_VALUE else f" ({_json(allowed)} is the default)"
             raise GenerateUsageError(
-                f"{body_name} sets {key} {_json(extra_body[key])}: {why}; leave it out"
-                f" ({_json(allowed)} is the default)"
+                f"{body_name} sets {key} {_json(extra_body[key])}: {why}; leave it out{default}"
             )
     prompt = sorted(PROMPT_BODY_KEYS & extra_body.keys())
     if prompt:
