@@ -79,6 +79,7 @@ class FaultServer:
     slow_seconds: float = 5.0  # how long a [slow] response takes
     retry_after: str = "1"
     model: str = MODEL
+    root: str | None = None  # the weights /v1/models names as the model's ``root`` (vLLM, SGLang)
     down: bool = False  # answer 503 to everything (health checks included)
     close_after_reply: bool = False  # close every connection after one reply (no header says so)
     down_after: int | None = None  # go down after this many 200 completions (no timer races)
@@ -162,9 +163,10 @@ class FaultServer:
         if self.down:
             return _response(503, {"error": "down"})
         if method == "GET" and path.rstrip("/") == "/v1/models":
-            return _response(
-                200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
-            )
+            listed: dict[str, Any] = {"id": self.model, "object": "model"}
+            if self.root is not None:
+                listed["root"] = self.root
+            return _response(200, {"object": "list", "data": [listed]})
         if method == "POST" and path.rstrip("/") == "/v1/chat/completions":
             return await self._complete(json.loads(body), headers)
         return _response(404, {"error": f"no route {method} {path}"})

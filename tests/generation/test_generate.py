@@ -507,6 +507,9 @@ def test_run_stops_resumably_when_every_endpoint_stays_down(tmp_path: Path) -> N
         ["--thinking", "on", "--chat-template-kwargs", '{"enable_thinking": false}'],
         ["--concurrency", "0"],
         ["--model", "some-other-model"],
+        # what every server refuses with 400 (vLLM 0.33, SGLang): each row an http_4xx before
+        ["--top-p", "0"],
+        ["--top-k", "-2"],
     ],
 )
 def test_bad_arguments_exit_2(tmp_path: Path, server: FaultServer, extra: list[str]) -> None:
@@ -1206,6 +1209,10 @@ def test_reasoning_effort_is_also_sent_as_the_request_field(
     assert sent["reasoning_effort"] == "high"
     assert sent["chat_template_kwargs"]["reasoning_effort"] == "high"
     assert by_id(out)["a"]["metadata"]["chat_template_kwargs"]["reasoning_effort"] == "high"
+    # given in both at one value: sent once, as it is
+    extra += ["--extra-body", '{"reasoning_effort": "high"}']
+    assert generate(src, tmp_path / "o3.jsonl", server.url, extra=extra) == 0
+    assert server.requests[-1]["reasoning_effort"] == "high"
     # without it in the kwargs, no field is sent (the server's default stands)
     out2 = tmp_path / "o2.jsonl"
     assert generate(src, out2, server.url) == 0
@@ -1447,6 +1454,25 @@ def test_a_legacy_function_call_is_a_tool_call_not_an_empty_answer(
     assert by_id(tmp_path / "o.errors.jsonl")["none"]["reason"] == "invalid_response"
 
 
+@pytest.mark.parametrize("thinking", ["on", "off"])
+def test_a_tool_calls_finish_without_the_call_is_never_an_answer(
+    tmp_path: Path, server: FaultServer, thinking: str
+) -> None:
+    """`finish_reason: "tool_calls"` says the model called a tool; a body that has no call
+    (a proxy or a parser that lost it) beside text or reasoning was written as a finished
+    answer: the turn trained as the model's whole answer, without the call the model made.
+    Invalid, retried as any invalid body, never written."""
+    rows = [{"id": "lost", "prompt": "q [finish:tool_calls]"}, {"id": "ok", "prompt": "q"}]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    extra = ["--max-retries", "1", "--thinking", thinking]
+    assert generate(src, out, server.url, extra=extra) == 0
+    assert list(by_id(out)) == ["ok"]
+    error = by_id(tmp_path / "o.errors.jsonl")["lost"]
+    assert error["reason"] == "invalid_response" and error["attempts"] == 2
+    assert "finish_reason tool_calls without a tool call" in error["message"]
+
+
 def test_a_streamed_body_says_so() -> None:
     """A streaming-only server's reply read "body is not JSON: Expecting value" with no hint."""
     from draftset.generation.http import TransientError, parse_completion
@@ -1573,6 +1599,16 @@ def test_a_run_that_answered_no_row_counts_its_requests_and_exits_1(
             ["--max-tokens", "32", "--extra-body", '{"max_tokens": 9999}'],
             "--extra-body sets max_tokens 9999, and --max-tokens 32",
         ),
+        # OpenAI's newer name for the same limit: vLLM and SGLang read it first
+        (
+            ["--max-tokens", "32", "--extra-body", '{"max_completion_tokens": 9999}'],
+            "--extra-body sets max_completion_tokens 9999, and --max-tokens 32: the server"
+            " reads both as the answer's token limit",
+        ),
+        (
+            ["--extra-body", '{"max_tokens": 32, "max_completion_tokens": 9999}'],
+            "--extra-body sets max_completion_tokens 9999, and --extra-body max_tokens 32",
+        ),
         (["--top-p", "0.9", "--extra-body", '{"top_p": 1}'], "top_p 1, and --top-p 0.9"),
         (["--top-k", "20", "--extra-body", '{"top_k": -1}'], "top_k -1, and --top-k 20"),
         (["--seed", "1", "--extra-body", '{"seed": 2}'], "seed 2, and --seed 1"),
@@ -1588,6 +1624,13 @@ def test_a_run_that_answered_no_row_counts_its_requests_and_exits_1(
                 '{"reasoning_effort": "high"}',
             ],
             'reasoning_effort "high", and --chat-template-kwargs reasoning_effort "low"',
+        ),
+        # the effort the server renders into the prompt and build would render without
+        (
+            ["--extra-body", '{"reasoning_effort": "high"}'],
+            '--extra-body sets reasoning_effort "high", which the server renders into the'
+            " prompt, and --chat-template-kwargs does not: build would render the rows without"
+            " it; give it in --chat-template-kwargs instead",
         ),
         # JSON true is no seed 1 (Python's True == 1 let it through, and the body sent true)
         (["--seed", "1", "--extra-body", '{"seed": true}'], "seed true, and --seed 1"),
@@ -1637,6 +1680,55 @@ def test_extra_body_fields_that_change_the_servers_prompt_are_exit_2(
     assert not server.requests and not (tmp_path / "o.jsonl").exists()
 
 
+@pytest.mark.parametrize(
+    ("field", "said"),
+    [
+        ('"include_reasoning": false', "include_reasoning false: the server would leave the"),
+        ('"parallel_tool_calls": false', "parallel_tool_calls false: the server would keep only"),
+        ('"tool_choice": "required"', "tool_choice \"required\": 'required' or a named tool"),
+        ('"tool_choice": "none"', 'tool_choice "none": '),
+        ('"tool_choice": "auto"', 'tool_choice "auto": '),
+        ('"thinking_token_budget": 512', "thinking_token_budget 512: the server would end the"),
+        ('"ignore_eos": true', "ignore_eos true: the server would go on past the model's end"),
+        (
+            '"tool_choice": {"type": "function", "function": {"name": "f"}}',
+            'tool_choice {"type": "function", "function": {"name": "f"}}: ',
+        ),
+    ],
+)
+def test_extra_body_fields_that_leave_part_of_the_answer_out_are_exit_2(
+    tmp_path: Path,
+    server: FaultServer,
+    capsys: pytest.CaptureFixture[str],
+    field: str,
+    said: str,
+) -> None:
+    """vLLM 0.33 answers ``include_reasoning: false`` without the reasoning the model
+    generated (the row was trained as an answer without thinking: an empty think block),
+    ``parallel_tool_calls: false`` with the first call only, ``tool_choice: "required"`` or a
+    named tool with calls the model wrote as a JSON list under a grammar (build renders the
+    template's markup instead), ``"none"`` with the calls cut out, and with a
+    ``thinking_token_budget`` forces the end of thinking itself, with ``ignore_eos`` glues
+    what follows the model's end of turn to its answer: all sent as given. Refused,
+    one line, before any request; the default values pass."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    extra = ["--extra-body", "{" + field + "}"]
+    assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"draftset: error: --extra-body sets {said}" in err[0], err
+    assert err[0].endswith("is the default)" if "tool_choice" not in field else "leave it out")
+    assert not server.requests and not (tmp_path / "o.jsonl").exists()
+    defaults = json.dumps(
+        {
+            "include_reasoning": True,
+            "parallel_tool_calls": True,
+            "thinking_token_budget": None,
+            "ignore_eos": False,
+        }
+    )
+    assert generate(src, tmp_path / "d.jsonl", server.url, extra=["--extra-body", defaults]) == 0
+
+
 def test_extra_body_may_set_a_field_no_option_sets_or_repeat_its_value(
     tmp_path: Path, server: FaultServer
 ) -> None:
@@ -1647,6 +1739,10 @@ def test_extra_body_may_set_a_field_no_option_sets_or_repeat_its_value(
     # the same number spelled 1 and 1.0 is one value
     extra = ["--temperature", "1", "--extra-body", '{"temperature": 1}']
     assert generate(src, tmp_path / "o2.jsonl", server.url, extra=extra) == 0
+    # max_completion_tokens alone, or with --max-tokens at the same value
+    extra = ["--max-tokens", "40", "--extra-body", '{"max_completion_tokens": 40}']
+    assert generate(src, tmp_path / "o3.jsonl", server.url, extra=extra) == 0
+    assert server.requests[-1]["max_completion_tokens"] == 40
 
 
 def test_a_broken_endpoint_beside_a_healthy_one_loses_no_row(
@@ -1874,3 +1970,66 @@ def test_a_lock_file_of_yours_beside_out_is_refused_never_overwritten(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "k.lock"]
     (tmp_path / "ours.lock").write_text("12345\n", encoding="ascii")  # a finished run's lock
     assert generate(src, tmp_path / "ours.jsonl", server.url) == 0
+
+
+def test_endpoints_serving_one_name_from_other_weights_are_refused_before_any_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two servers under one served-model-name, one with other weights (``vllm serve
+    /models/a --served-model-name m`` beside ``/models/a-awq`` under the same name): /v1/models
+    names each one's ``root``, yet both were used, half of the rows answered by each, and the
+    run file recorded the first one's weights. Exit 2, one line, before any request."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(6)])
+    out = tmp_path / "o.jsonl"
+    with FaultServer(root="/models/a") as a, FaultServer(root="/models/a-awq") as b:
+        assert generate(src, out, a.url, b.url) == 2
+        assert not a.requests and not b.requests
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [
+            f"draftset: error: the endpoints serve 'fault-model' from other weights ({a.url}:"
+            f" '/models/a', {b.url}: '/models/a-awq'): the answers would mix two models; give"
+            " only endpoints that serve the same weights"
+        ]
+        # the same weights, on another machine under another parent folder: served by both
+        with FaultServer(root="/data/ckpt/a/") as c:
+            assert generate(src, out, a.url, c.url) == 0
+            assert a.completions + c.completions == 6 and a.completions and c.completions
+    assert json.loads((tmp_path / "o.run.json").read_text())["model_root"] == "/models/a"
+    # resumed from that other machine alone: the same weights, no change
+    with FaultServer(root="/data/ckpt/a") as d:
+        assert generate(src, out, d.url) == 0 and not d.requests
+        with FaultServer(root="/models/a-awq") as e:  # another checkpoint: a change
+            assert generate(src, out, e.url) == 2 and not e.requests
+    err = capsys.readouterr().err
+    assert "model weights '/data/ckpt/a' -> '/models/a-awq'" in err
+
+
+def test_an_endpoint_back_with_other_weights_under_the_same_name_is_not_readmitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An endpoint down at start (or taken out mid-run) comes back serving the model's name
+    from other weights (restarted with another checkpoint): its health check passed on the
+    name alone and it answered rows. It stays out, its health check saying why."""
+    import threading
+
+    rows = [{"id": f"r{i}", "prompt": f"p{i}"} for i in range(40)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with (
+        FaultServer(latency=0.03, root="/models/a") as a,
+        FaultServer(root="/models/a", down=True) as b,
+    ):
+
+        def back() -> None:  # once the run is under way (a start with it there is refused)
+            while a.completions < 3:
+                time.sleep(0.01)
+            b.root, b.down = "/models/b", False
+
+        threading.Thread(target=back, daemon=True).start()
+        assert generate(src, out, a.url, b.url, extra=["--concurrency", "1"]) == 0
+        assert b.completions == 0 and a.completions == 40
+    assert len(by_id(out)) == 40
+    said = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert (
+        f"{b.url} serves 'fault-model' from '/models/b', not '/models/a': kept out of rotation"
+    ) in said

@@ -104,6 +104,8 @@ def print_summary(r: GenerateResult, console: Console | None = None) -> None:
             "taken out of rotation (health check failed): "
             + ", ".join(f"{u} {n}x" for u, n in r.ejections.items())
         )
+    for why in r.other_weights.values():
+        console.print(f"{why}: kept out of rotation (its answers would be another model's)")
     if r.cooldowns:
         console.print(
             "cooled down (kept failing, health check passing): "

@@ -141,8 +141,12 @@ Temperature = Annotated[
     AfterValidator(finite),
     Field(ge=0, description=f"sampling temperature sent with each request ({UNSET})"),
 ]
-TopP = Annotated[float | None, Field(ge=0, le=1, description=f"nucleus sampling top_p ({UNSET})")]
-TopK = Annotated[int | None, Field(description=f"top_k sampling, e.g. 20 ({UNSET})")]
+# the ranges vLLM 0.33 and SGLang both accept: a top_p of 0 or a top_k under -1 was sent, and
+# every request came back 400 (each row an http_4xx error, the run "no row answered")
+TopP = Annotated[float | None, Field(gt=0, le=1, description=f"nucleus sampling top_p ({UNSET})")]
+TopK = Annotated[
+    int | None, Field(ge=-1, description=f"top_k sampling, e.g. 20; -1: off ({UNSET})")
+]
 MaxTokens = Annotated[
     int | None,
     Field(

@@ -188,9 +188,23 @@ class Endpoint:
     cooling_streak: int = 0  # cool-downs since its last success (each one twice as long)
     served_models: list[str] = field(default_factory=list)
     model_roots: dict[str, str] = field(default_factory=dict)  # id -> "root" (vLLM: weights path)
+    other_weights: str | None = None  # the model's root it came back with, not the run's: kept out
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def weights_name(root: str) -> str:
+    """The name a model's ``root`` (vLLM's and SGLang's model path in /v1/models) gives its
+    weights: the last part of the path or hub id (``/data/Qwen3-8B/`` and ``Qwen/Qwen3-8B`` are
+    ``Qwen3-8B``, and so is a hub cache's ``.../models--Qwen--Qwen3-8B/snapshots/REV``). Two
+    machines keep the same weights under other parent folders; another checkpoint has another
+    name (``Qwen3-8B-AWQ``). A heuristic that errs toward "the same": it refuses no setup of
+    one model's weights by their usual names."""
+    parts = [p for p in root.replace("\\", "/").split("/") if p]
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        return parts[-3].rpartition("--")[2]
+    return parts[-1] if parts else root
 
 
 def base_url(url: str) -> str:
@@ -283,9 +297,11 @@ class EndpointPool:
         model: str,
         health_interval: float = defaults.HEALTH_INTERVAL,
         give_up_after: float = defaults.GIVE_UP_AFTER,
+        root: str | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.model = model
+        self.root = root  # the weights the model is served from (``root``), when listed
         self.health_interval = health_interval
         self.give_up_after = give_up_after
         self._changed = asyncio.Condition()
@@ -399,7 +415,7 @@ class EndpointPool:
                 wait = self.health_interval
                 try:
                     models = await list_models(ep, timeout=max(self.health_interval, 5.0))
-                    up = self.model in models
+                    up = self.model in models and self._same_weights(ep)
                 except TransientError:
                     up = False
                 if up:
@@ -422,6 +438,16 @@ class EndpointPool:
             if not self.closed:
                 async with self._changed:
                     self._changed.notify_all()
+
+    def _same_weights(self, ep: Endpoint) -> bool:
+        """The endpoint serves the model from the run's weights, as far as /v1/models says
+        (`weights_name`; a ``root`` on either side unknown counts as the same). One restarted
+        with another checkpoint under the same served name passed on the name alone and
+        answered rows."""
+        root = ep.model_roots.get(self.model)
+        same = self.root is None or root is None or weights_name(root) == weights_name(self.root)
+        ep.other_weights = None if same else root
+        return same
 
     def _others_serve(self, ep: Endpoint) -> bool:
         now = time.monotonic()
@@ -573,8 +599,6 @@ def parse_completion(content: bytes, endpoint: str) -> Completion:
     if not isinstance(msg, dict) or not isinstance(finish, str):
         raise TransientError("invalid_response", "choices[0] lacks a message or finish_reason")
     message = _kept_message(msg, finish)
-    if finish == "function_call" and not message.get("tool_calls"):
-        raise TransientError("invalid_response", "finish_reason function_call without a call")
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     return Completion(
         message=message,
@@ -613,8 +637,9 @@ def _kept_message(msg: dict[str, Any], finish: str) -> dict[str, Any]:
     """The answer's fields (``content: null`` beside a call or reasoning kept as null); ``content:
     null`` with nothing else is the empty answer ``""`` (a
     model that ended at once, as some servers spell it): written, then rejected by build as a
-    placeholder, as ``""`` is, not retried 6 times. With ``finish_reason`` ``tool_calls`` or
-    ``function_call`` it lacks the call it says it made: invalid, retried."""
+    placeholder, as ``""`` is, not retried 6 times. A ``finish_reason`` ``tool_calls`` or
+    ``function_call`` without a call (whatever text or reasoning is there) lacks the call the
+    model made: invalid, retried (it was written as the model's whole answer)."""
     content = msg.get("content")
     calls = msg.get("tool_calls")
     legacy = msg.get("function_call")  # OpenAI's shape before tool_calls: one call, no id
@@ -629,7 +654,7 @@ def _kept_message(msg: dict[str, Any], finish: str) -> dict[str, Any]:
         raise TransientError("invalid_response", "message tool_calls are malformed")
     if reasoning is not None and not isinstance(reasoning, str):
         raise TransientError("invalid_response", "message reasoning is not a string")
-    if content is None and not calls and reasoning is None and finish in CALL_FINISH_REASONS:
+    if finish in CALL_FINISH_REASONS and not calls:  # the call the model made is not here
         raise TransientError("invalid_response", f"finish_reason {finish} without a tool call")
     # a call or reasoning with content null keeps the null: vLLM hands a template that reads
     # content as parts no parts for it, one empty part for "" (Qwen3-VL renders them apart)

@@ -30,6 +30,7 @@ from draftset.generation.http import (
     TransientError,
     list_models,
     make_endpoint,
+    weights_name,
 )
 from draftset.generation.inputs import iter_inputs
 from draftset.generation.options import GenerateOptions, GenerateUsageError
@@ -85,10 +86,11 @@ async def _open_pool(opts: GenerateOptions) -> EndpointPool:
         raise Unreachable(f"no endpoint answered GET /v1/models ({details})")
     try:
         model = _served_model(opts.model, up)
+        root = _served_weights(model, up)
     except GenerateUsageError:
         await _close_clients(eps)
         raise
-    pool = EndpointPool(eps, model, opts.health_interval, opts.give_up_after)
+    pool = EndpointPool(eps, model, opts.health_interval, opts.give_up_after, root)
     for ep in eps:
         if ep not in up:
             pool.mark_down(ep)
@@ -189,6 +191,22 @@ def _served_model(wanted: str | None, up: list[Endpoint]) -> str:
     return up[0].served_models[0]
 
 
+def _served_weights(model: str, up: list[Endpoint]) -> str | None:
+    """The weights (``root`` in /v1/models: vLLM's and SGLang's model path) every reachable
+    endpoint serves ``model`` from, None when none says. Two servers under one served name
+    with other checkpoints (a quantized copy, a newer revision) answered half the rows each,
+    and the run file named the first one's: refused, exit 2, before any request. Compared by
+    `weights_name`: the same folder name under other parents (two machines) is the same."""
+    roots = {ep.url: ep.model_roots[model] for ep in up if model in ep.model_roots}
+    if len({weights_name(root) for root in roots.values()}) > 1:
+        listing = ", ".join(f"{url}: {root!r}" for url, root in roots.items())
+        raise GenerateUsageError(
+            f"the endpoints serve {model!r} from other weights ({listing}): the answers would"
+            " mix two models; give only endpoints that serve the same weights"
+        )
+    return next(iter(roots.values()), None)
+
+
 async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None) -> GenerateResult:
     """Answer every row not done yet; returns counts (``aborted`` set when it had to stop).
 
@@ -232,6 +250,12 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
             await pool.close()
             result.ejections = {ep.url: ep.ejections for ep in pool.endpoints if ep.ejections}
             result.cooldowns = {ep.url: ep.cooldowns for ep in pool.endpoints if ep.cooldowns}
+            result.other_weights = {
+                ep.url: f"{ep.url} serves {pool.model!r} from {ep.other_weights!r}, not"
+                f" {pool.root!r}"
+                for ep in pool.endpoints
+                if ep.other_weights is not None
+            }
             result.seconds = time.monotonic() - t0
         try:
             record_end(opts, run_file, result)  # its lines are synced: the run file says so now

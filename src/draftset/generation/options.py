@@ -41,6 +41,45 @@ PROMPT_BODY_KEYS = frozenset(
 than the target's template with its generation prompt, which is what `build` renders: an answer
 to such a prompt would be trained after a prompt it was not generated from."""
 
+NO_VALUE = object()
+"""`ANSWER_BODY_FIELDS`: no value of the field may be sent."""
+
+ANSWER_BODY_FIELDS: dict[str, tuple[Any, str]] = {
+    "include_reasoning": (
+        True,
+        "the server would leave the reasoning the model generated out of its answer (vLLM),"
+        " and the row would be trained as an answer without thinking",
+    ),
+    "parallel_tool_calls": (
+        True,
+        "the server would keep only the model's first tool call (vLLM), and the row would be"
+        " trained without the calls the model made after it",
+    ),
+    "ignore_eos": (
+        False,
+        "the server would go on past the model's end of turn (vLLM drops its text) until"
+        " max_tokens or another stop token, and the row would train what followed the model's"
+        " own end as one answer",
+    ),
+    "thinking_token_budget": (
+        None,
+        "the server would end the model's thinking itself at that many tokens (vLLM forces the"
+        " end-of-thinking token), and the row would train an end of thinking the model did not"
+        " write",
+    ),
+    "tool_choice": (
+        NO_VALUE,
+        "'required' or a named tool has the model write its calls as a JSON list under a"
+        " grammar, which build renders as the template's call markup the model never wrote;"
+        " 'none' cuts the calls out of the answer (vLLM), and templates read it into the"
+        " prompt; 'auto' is what the server picks for a row with tools, and vLLM refuses the"
+        " field on a row without (each such row an http_4xx error)",
+    ),
+}
+"""Request fields whose other values make the server's answer hold something else than the
+model generated after the prompt build renders (vLLM 0.33), with the one value allowed: the
+default, sent or not (`NO_VALUE`: none, the field is left out)."""
+
 
 class GenerateUsageError(UsageError):
     """Unusable arguments: one line on stderr, exit code 2."""
@@ -67,9 +106,19 @@ def extra_body_clash(
         for key, value in options.items()
         if value is not None and value is not False
     }
+    kwargs_name = "--chat-template-kwargs" if cli else "template_kwargs"
     if "reasoning_effort" in kwargs:
-        name = "--chat-template-kwargs" if cli else "template_kwargs"
-        given["reasoning_effort"] = (f"{name} reasoning_effort", kwargs["reasoning_effort"])
+        given["reasoning_effort"] = (f"{kwargs_name} reasoning_effort", kwargs["reasoning_effort"])
+    elif "reasoning_effort" in extra_body:
+        # vLLM hands the request's effort to the template (and harmony reads it there), while
+        # build renders each row with the template kwargs it records: without it there, the
+        # rows were trained after a prompt of another effort than their answers'
+        return (
+            f"{body_name} sets reasoning_effort {_json(extra_body['reasoning_effort'])}, which"
+            f" the server renders into the prompt, and {kwargs_name} does not: build would"
+            f" render the rows without it; give it in {kwargs_name} instead (it is sent as the"
+            " request's field too)"
+        )
     for key in sorted(given.keys() & extra_body.keys()):
         option, value = given[key]
         if not _same_json(extra_body[key], value):
@@ -77,6 +126,18 @@ def extra_body_clash(
                 f"{body_name} sets {key} {_json(extra_body[key])}, and {option} {_json(value)}:"
                 " one request field, two values; set it in one place"
             )
+    # OpenAI's newer name for max_tokens: vLLM and SGLang take it over max_tokens, so
+    # `--max-tokens 32` with it at 9999 generated up to 9999 tokens, recorded as 32
+    limit = given.get("max_tokens")
+    if limit is None and "max_tokens" in extra_body:
+        limit = (f"{body_name} max_tokens", extra_body["max_tokens"])
+    alias = extra_body.get("max_completion_tokens")
+    if limit is not None and alias is not None and not _same_json(alias, limit[1]):
+        return (
+            f"{body_name} sets max_completion_tokens {_json(alias)}, and {limit[0]}"
+            f" {_json(limit[1])}: the server reads both as the answer's token limit (the first"
+            " wins); set it in one place"
+        )
     return None
 
 
@@ -147,6 +208,13 @@ def check_servers(
     clash = sorted(RESERVED_BODY_KEYS & extra_body.keys())
     if clash:
         raise GenerateUsageError(f"{body_name} may not set {clash}: use the dedicated options")
+    for key in sorted(ANSWER_BODY_FIELDS.keys() & extra_body.keys()):
+        allowed, why = ANSWER_BODY_FIELDS[key]
+        if allowed is NO_VALUE or not _same_json(extra_body[key], allowed):
+            default = "" if allowed is NO_VALUE else f" ({_json(allowed)} is the default)"
+            raise GenerateUsageError(
+                f"{body_name} sets {key} {_json(extra_body[key])}: {why}; leave it out{default}"
+            )
     prompt = sorted(PROMPT_BODY_KEYS & extra_body.keys())
     if prompt:
         raise GenerateUsageError(

@@ -62,6 +62,7 @@ class GenerateResult:
     endpoints: dict[str, int] = field(default_factory=dict)  # requests per endpoint
     ejections: dict[str, int] = field(default_factory=dict)  # times each endpoint was taken out
     cooldowns: dict[str, int] = field(default_factory=dict)  # times each was cooled down
+    other_weights: dict[str, str] = field(default_factory=dict)  # url -> why it was kept out
     special_stripped: int = 0  # answers whose trailing leaked stop-token text was cut
     answered_before: int = 0  # answer lines the output held when the run started
     errors_before: Counter[str] = field(default_factory=Counter)  # error lines then, by reason

@@ -10,7 +10,7 @@ from typing import Any
 
 from draftset.core.ids import IdRegistry
 from draftset.generation.dialog import Job
-from draftset.generation.http import EndpointPool
+from draftset.generation.http import EndpointPool, weights_name
 from draftset.generation.inputs import iter_inputs
 from draftset.generation.options import GenerateOptions, GenerateUsageError
 from draftset.generation.outcomes import RETRYABLE_REASONS, GenerateResult
@@ -164,7 +164,7 @@ def check_and_record(
 ) -> dict[str, Any]:
     """Refuse to resume answers made with other settings or another model; write the run file."""
     settings = opts.settings()
-    root = next((ep.model_roots.get(pool.model) for ep in pool.endpoints if ep.model_roots), None)
+    root = pool.root  # every reachable endpoint serves the model from it (`_served_weights`)
     reported: list[str] = []
     if previous is not None:
         changes = []
@@ -172,7 +172,7 @@ def check_and_record(
         if old_model is not None and old_model != pool.model:
             changes.append(f"model {old_model!r} -> {pool.model!r}")
         old_root = previous.get("model_root")
-        if old_root and root and old_root != root:
+        if old_root and root and weights_name(old_root) != weights_name(root):
             changes.append(f"model weights {old_root!r} -> {root!r}")
         old = previous.get("settings")
         if old is not None:
