@@ -194,19 +194,6 @@ class Endpoint:
         await self.client.aclose()
 
 
-def weights_name(root: str) -> str:
-    """The name a model's ``root`` (vLLM's and SGLang's model path in /v1/models) gives its
-    weights: the last part of the path or hub id (``/data/Qwen3-8B/`` and ``Qwen/Qwen3-8B`` are
-    ``Qwen3-8B``, and so is a hub cache's ``.../models--Qwen--Qwen3-8B/snapshots/REV``). Two
-    machines keep the same weights under other parent folders; another checkpoint has another
-    name (``Qwen3-8B-AWQ``). A heuristic that errs toward "the same": it refuses no setup of
-    one model's weights by their usual names."""
-    parts = [p for p in root.replace("\\", "/").split("/") if p]
-    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
-        return parts[-3].rpartition("--")[2]
-    return parts[-1] if parts else root
-
-
 def base_url(url: str) -> str:
     """``http://h:8000``, ``http://h:8000/``, ``http://h:8000/v1`` -> ``http://h:8000/v1``."""
     url = url.rstrip("/")
@@ -440,12 +427,11 @@ class EndpointPool:
                     self._changed.notify_all()
 
     def _same_weights(self, ep: Endpoint) -> bool:
-        """The endpoint serves the model from the run's weights, as far as /v1/models says
-        (`weights_name`; a ``root`` on either side unknown counts as the same). One restarted
-        with another checkpoint under the same served name passed on the name alone and
-        answered rows."""
+        """The endpoint serves the model from the run's weights, as far as /v1/models says (a
+        ``root`` on either side unknown counts as the same). One restarted with another
+        checkpoint under the same served name passed on the name alone and answered rows."""
         root = ep.model_roots.get(self.model)
-        same = self.root is None or root is None or weights_name(root) == weights_name(self.root)
+        same = self.root is None or root is None or root == self.root
         ep.other_weights = None if same else root
         return same
 

@@ -30,7 +30,6 @@ from draftset.generation.http import (
     TransientError,
     list_models,
     make_endpoint,
-    weights_name,
 )
 from draftset.generation.inputs import iter_inputs
 from draftset.generation.options import GenerateOptions, GenerateUsageError
@@ -195,10 +194,9 @@ def _served_weights(model: str, up: list[Endpoint]) -> str | None:
     """The weights (``root`` in /v1/models: vLLM's and SGLang's model path) every reachable
     endpoint serves ``model`` from, None when none says. Two servers under one served name
     with other checkpoints (a quantized copy, a newer revision) answered half the rows each,
-    and the run file named the first one's: refused, exit 2, before any request. Compared by
-    `weights_name`: the same folder name under other parents (two machines) is the same."""
+    and the run file named the first one's: refused, exit 2, before any request."""
     roots = {ep.url: ep.model_roots[model] for ep in up if model in ep.model_roots}
-    if len({weights_name(root) for root in roots.values()}) > 1:
+    if len(set(roots.values())) > 1:
         listing = ", ".join(f"{url}: {root!r}" for url, root in roots.items())
         raise GenerateUsageError(
             f"the endpoints serve {model!r} from other weights ({listing}): the answers would"

@@ -10,7 +10,7 @@ from typing import Any
 
 from draftset.core.ids import IdRegistry
 from draftset.generation.dialog import Job
-from draftset.generation.http import EndpointPool, weights_name
+from draftset.generation.http import EndpointPool
 from draftset.generation.inputs import iter_inputs
 from draftset.generation.options import GenerateOptions, GenerateUsageError
 from draftset.generation.outcomes import RETRYABLE_REASONS, GenerateResult
@@ -172,7 +172,7 @@ def check_and_record(
         if old_model is not None and old_model != pool.model:
             changes.append(f"model {old_model!r} -> {pool.model!r}")
         old_root = previous.get("model_root")
-        if old_root and root and weights_name(old_root) != weights_name(root):
+        if old_root and root and old_root != root:
             changes.append(f"model weights {old_root!r} -> {root!r}")
         old = previous.get("settings")
         if old is not None:
