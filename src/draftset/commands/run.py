@@ -58,7 +58,7 @@ def register(sub: Any) -> None:
         sub, "run", "recipe -> answers from the target -> verified set, resumable", RUN_HELP
     )
     add_options(p, RunArgs)
-    add_no_progress(p, "no progress bars")
+    add_no_progress(p, "no progress bars (in a log: no line a minute)")
     p.set_defaults(handler=cmd_run, unknown_hint=recipe_place)
 
 
@@ -136,8 +136,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def print_summary(result: RunResult) -> bool:
     """The run's summary, read from the set's manifest; False (one line on stderr) when it
     cannot be read: a set removed after its verify is no verified set to report."""
-    from draftset.console import unread_fields_notes  # lazy: rich, after the run
-    from draftset.pipeline.summary import reasoning_note  # lazy: as above, build's wording
+    # lazy: rich, after the run; build's wording
+    from draftset.pipeline.summary import reasoning_note, unread_fields_notes
 
     path = result.out / "manifest.json"
     try:
