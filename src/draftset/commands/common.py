@@ -173,13 +173,16 @@ def add_command(sub: Any, name: str, help: str, description: str) -> argparse.Ar
     )
 
 
-def add_no_progress(p: argparse.ArgumentParser, what: str = "no progress bar") -> None:
+def add_no_progress(
+    p: argparse.ArgumentParser, what: str = "no progress bar (in a log: no line a minute)"
+) -> None:
     p.add_argument("--no-progress", action="store_true", help=what)
 
 
 def progress_wanted(args: argparse.Namespace) -> bool:
-    """A progress bar on a terminal unless --no-progress."""
-    return not args.no_progress and sys.stderr.isatty()
+    """Progress unless --no-progress: a bar on a terminal, a line a minute in a log (nohup,
+    Slurm, CI), where it printed nothing before the summary (`console.ProgressLines`)."""
+    return not args.no_progress
 
 
 def is_stdout(path: str) -> bool:

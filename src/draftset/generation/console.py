@@ -1,5 +1,6 @@
 """Terminal output of `generate` while it runs: a progress bar (rows, requests/s, tokens/s,
-ETA). The end-of-run summary is the command's (`draftset.commands.generate`)."""
+ETA), or in a log a plain line now and then (`console.ProgressLines`). The end-of-run summary
+is the command's (`draftset.commands.generate`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from draftset.console import ProgressLines, draws_bars
+
 if TYPE_CHECKING:
     from draftset.generation.outcomes import GenerateResult, ProgressFn
 
@@ -30,6 +33,20 @@ def progress(enabled: bool = True) -> Iterator[ProgressFn | None]:
     if not enabled:
         yield None
         return
+    console = Console(stderr=True)
+    if not draws_bars(console):  # a log (nohup, Slurm, CI): a plain line now and then
+        lines = ProgressLines("generate", console)
+
+        def log(r: GenerateResult) -> None:
+            elapsed = max(time.monotonic() - lines.t0, 1e-9)
+            rates = f"{r.requests / elapsed:,.1f} req/s, {r.completion_tokens / elapsed:,.0f} tok/s"
+            lines.update(r.done, max(r.total_rows - r.skipped, r.done), rates)
+
+        try:
+            yield log
+        finally:
+            lines.close()
+        return
     bar = Progress(
         TextColumn("[bold]generate"),
         BarColumn(),
@@ -38,7 +55,7 @@ def progress(enabled: bool = True) -> Iterator[ProgressFn | None]:
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
-        console=Console(stderr=True),
+        console=console,
     )
     task = bar.add_task("generate", total=None, rates="")
     t0 = time.monotonic()
