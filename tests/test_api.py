@@ -399,7 +399,10 @@ def test_cli_build_calls_the_api(src, tmp_path, monkeypatch):
     monkeypatch.setattr(api, "build", fake)
     assert main(["build", str(src), "--out", "o", "--field", "a=b", "--eot-token", "X"]) == 2
     assert calls[0]["sources"] == [str(src)] and calls[0]["fields"] == ["a=b"]
-    assert calls[0]["eot_tokens"] == ["X"] and calls[0]["progress"] is False
+    # progress unless --no-progress: a bar on a terminal, lines in a log (as here)
+    assert calls[0]["eot_tokens"] == ["X"] and calls[0]["progress"] is True
+    assert main(["build", str(src), "--out", "o", "--eot-token", "X", "--no-progress"]) == 2
+    assert calls[1]["progress"] is False
 
 
 def fresh_python(code: str, **env: str) -> str:
