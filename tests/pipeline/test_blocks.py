@@ -242,3 +242,31 @@ def test_spilled_lines_build_the_same_bytes(tmp_path, monkeypatch):
         p.name for p in spilled.out.iterdir()
     )
 
+
+def test_the_builds_checks_read_prompts_and_rejects_a_line_at_a_time(tmp_path):
+    """The build's accounting check read prompts.jsonl and rejects.jsonl whole, as Python
+    objects: every prompt-only row of the input at once (1.2 GB in the driver at the end of
+    a build of 1 GB of prompts, whatever its blocks). It streams them now."""
+    import tracemalloc
+
+    from draftset.checks.fast import check_accounting
+
+    long = " ".join(f"word{k}" for k in range(2_000))  # ~17 KB a prompt
+    src = tmp_path / "asks.jsonl"
+    with src.open("w", encoding="utf-8") as f:
+        for i in range(600):  # ~10 MB of prompts, and as many reject lines
+            f.write(json.dumps({"messages": [{"role": "user", "content": f"{i} {long}"}]}) + "\n")
+            f.write("[1]\n")
+        f.write(json.dumps({"messages": [*conv(1).messages]}) + "\n")
+    built = run_build(options(src, tmp_path / "o", workers=1))
+    assert built.ok and built.counts["needs_generation"] == 600
+    out = open_output(built.out)
+    tracemalloc.start()
+    try:
+        result = check_accounting(out, None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.status == "pass", result.summary
+    assert "600 rejects, 600 prompts" in result.summary
+    assert peak < 2_000_000, peak  # a few lines at a time, not ~25 MB of them
