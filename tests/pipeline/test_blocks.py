@@ -219,6 +219,8 @@ def test_a_block_of_long_prompts_hands_back_a_file_not_the_prompts(tmp_path):
     assert json.loads(lines[7])["messages"][0]["content"] == f"7 {long}"
     assert list(result.lines("rejects", tmp_path)) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data-b0000004-000.arrow.part"]
+    with pytest.raises(FileNotFoundError, match="every worker and the driver see"):
+        list(result.lines("prompts", tmp_path))  # read and removed: as a node's own folder
 
 
 def test_spilled_lines_build_the_same_bytes(tmp_path, monkeypatch):

@@ -151,6 +151,11 @@ class BlockResult:
         if name is None:
             return
         path = folder / name
+        if not path.is_file():  # as `ShardedWriter.add_block` says it of a shard
+            raise FileNotFoundError(
+                f"{path}: a worker wrote these lines but they are not here (the output folder"
+                " must be on storage that every worker and the driver see)"
+            )
         with path.open(encoding="utf-8", newline="\n") as f:
             for line in f:
                 yield line[:-1]
