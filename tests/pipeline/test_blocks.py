@@ -224,25 +224,31 @@ def test_a_block_of_long_prompts_hands_back_a_file_not_the_prompts(tmp_path):
 
 
 def test_spilled_lines_build_the_same_bytes(tmp_path, monkeypatch):
-    """Every block's reject and prompt lines through files (a tiny `LINES_IN_RESULT`) give the
-    set the lines kept in the results give, byte for byte, and no file of them stays behind."""
+    """Every block's reject and prompt lines through files (a tiny `LINES_IN_RESULT` here; the
+    pool's workers spill the blocks of long prompts) give the set the lines kept in the results
+    give, byte for byte, and no file of them stays behind."""
     monkeypatch.setattr(block_mod, "BLOCK_ROWS", 7)
     src = write_source(tmp_path / "golden.jsonl")
+    long = "x " * 600_000  # one alone is past 1 MB
     with src.open("a", encoding="utf-8") as f:  # more prompts and rejects, in several blocks
         for i in range(30):
-            f.write(json.dumps({"messages": [{"role": "user", "content": f"ask {i}"}]}) + "\n")
+            ask = f"ask {i} {long if i in (7, 8, 20) else ''}"
+            f.write(json.dumps({"messages": [{"role": "user", "content": ask}]}) + "\n")
             f.write("{broken\n" if i % 3 else "[1]\n")
+    monkeypatch.setattr(block_mod, "LINES_IN_RESULT", 10**12)
     kept = run_build(options(src, tmp_path / "kept", workers=1))
     monkeypatch.setattr(block_mod, "LINES_IN_RESULT", 10)
     spilled = run_build(options(src, tmp_path / "spilled", workers=1))
-    assert kept.ok and spilled.ok
-    for name in ("rejects.jsonl", "prompts.jsonl"):
-        text = (kept.out / name).read_bytes()
-        assert text.count(b"\n") > 30 and (spilled.out / name).read_bytes() == text, name
-    assert kept.manifest["files"] == spilled.manifest["files"]
-    assert sorted(p.name for p in kept.out.iterdir()) == sorted(
-        p.name for p in spilled.out.iterdir()
-    )
+    pool = run_build(options(src, tmp_path / "pool", workers=2))  # its own LINES_IN_RESULT
+    assert kept.ok and spilled.ok and pool.ok
+    for built in (spilled, pool):
+        for name in ("rejects.jsonl", "prompts.jsonl"):
+            text = (kept.out / name).read_bytes()
+            assert text.count(b"\n") > 30 and (built.out / name).read_bytes() == text, name
+        assert kept.manifest["files"] == built.manifest["files"]
+        assert sorted(p.name for p in kept.out.iterdir()) == sorted(
+            p.name for p in built.out.iterdir()
+        )
 
 
 def test_the_builds_checks_read_prompts_and_rejects_a_line_at_a_time(tmp_path):
