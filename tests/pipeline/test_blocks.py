@@ -191,3 +191,90 @@ def test_the_helper_imports_torch_once_every_block_is_handed_out(tmp_path, monke
     )
     assert built.ok and (built.out / "token_freq.pt").is_file()
     assert len(asked_at) == 1 and asked_at[0] < done[-1]  # before the last results were back
+
+
+def test_a_block_of_long_prompts_hands_back_a_file_not_the_prompts(tmp_path):
+    """A block's prompt-only rows came back inside its `BlockResult` as prompts.jsonl lines:
+    a block of 65,536 prompts of 10 KB (the workers read 1/64 of the input a block) was ~0.6 GB
+    held by the worker and again by the driver, several blocks in flight, so a prompt set's
+    build grew with its input. Past `LINES_IN_RESULT` bytes the worker writes the lines to a
+    file beside its shard and the result names it; the driver copies it in block order."""
+    spec = options(tmp_path, tmp_path).template_spec()
+    template = ChatTemplate(spec)
+    info = describe_template(template)
+    job = BlockJob(
+        mask_config(options(tmp_path, tmp_path), spec, info), "arrow", tmp_path, info.vocab_size
+    )
+    long = " ".join(f"word{k}" for k in range(5_000))  # ~44 KB a prompt
+    items: list = [
+        PromptOnly(f"p{i}", "s", i, [{"role": "user", "content": f"{i} {long}"}]) for i in range(64)
+    ]
+    items.insert(5, conv(99))
+    block = Block(4, [pickle.dumps(items[:40]), pickle.dumps(items[40:])], 65)
+    result = job.build(template)(block)
+    assert result.accounting.total().needs_generation == 64
+    assert len(pickle.dumps(result)) < block_mod.LINES_IN_RESULT  # 64 prompts: ~2.8 MB
+    lines = list(result.lines("prompts", tmp_path))
+    assert [json.loads(x)["id"] for x in lines] == [f"p{i}" for i in range(64)]
+    assert json.loads(lines[7])["messages"][0]["content"] == f"7 {long}"
+    assert list(result.lines("rejects", tmp_path)) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data-b0000004-000.arrow.part"]
+    with pytest.raises(FileNotFoundError, match="every worker and the driver see"):
+        list(result.lines("prompts", tmp_path))  # read and removed: as a node's own folder
+
+
+def test_spilled_lines_build_the_same_bytes(tmp_path, monkeypatch):
+    """Every block's reject and prompt lines through files (a tiny `LINES_IN_RESULT` here; the
+    pool's workers spill the blocks of long prompts) give the set the lines kept in the results
+    give, byte for byte, and no file of them stays behind."""
+    monkeypatch.setattr(block_mod, "BLOCK_ROWS", 7)
+    src = write_source(tmp_path / "golden.jsonl")
+    long = "x " * 600_000  # one alone is past 1 MB
+    with src.open("a", encoding="utf-8") as f:  # more prompts and rejects, in several blocks
+        for i in range(30):
+            ask = f"ask {i} {long if i in (7, 8, 20) else ''}"
+            f.write(json.dumps({"messages": [{"role": "user", "content": ask}]}) + "\n")
+            f.write("{broken\n" if i % 3 else "[1]\n")
+    monkeypatch.setattr(block_mod, "LINES_IN_RESULT", 10**12)
+    kept = run_build(options(src, tmp_path / "kept", workers=1))
+    monkeypatch.setattr(block_mod, "LINES_IN_RESULT", 10)
+    spilled = run_build(options(src, tmp_path / "spilled", workers=1))
+    pool = run_build(options(src, tmp_path / "pool", workers=2))  # its own LINES_IN_RESULT
+    assert kept.ok and spilled.ok and pool.ok
+    for built in (spilled, pool):
+        for name in ("rejects.jsonl", "prompts.jsonl"):
+            text = (kept.out / name).read_bytes()
+            assert text.count(b"\n") > 30 and (built.out / name).read_bytes() == text, name
+        assert kept.manifest["files"] == built.manifest["files"]
+        assert sorted(p.name for p in kept.out.iterdir()) == sorted(
+            p.name for p in built.out.iterdir()
+        )
+
+
+def test_the_builds_checks_read_prompts_and_rejects_a_line_at_a_time(tmp_path):
+    """The build's accounting check read prompts.jsonl and rejects.jsonl whole, as Python
+    objects: every prompt-only row of the input at once (1.2 GB in the driver at the end of
+    a build of 1 GB of prompts, whatever its blocks). It streams them now."""
+    import tracemalloc
+
+    from draftset.checks.fast import check_accounting
+
+    long = " ".join(f"word{k}" for k in range(2_000))  # ~17 KB a prompt
+    src = tmp_path / "asks.jsonl"
+    with src.open("w", encoding="utf-8") as f:
+        for i in range(600):  # ~10 MB of prompts, and as many reject lines
+            f.write(json.dumps({"messages": [{"role": "user", "content": f"{i} {long}"}]}) + "\n")
+            f.write("[1]\n")
+        f.write(json.dumps({"messages": [*conv(1).messages]}) + "\n")
+    built = run_build(options(src, tmp_path / "o", workers=1))
+    assert built.ok and built.counts["needs_generation"] == 600
+    out = open_output(built.out)
+    tracemalloc.start()
+    try:
+        result = check_accounting(out, None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.status == "pass", result.summary
+    assert "600 rejects, 600 prompts" in result.summary
+    assert peak < 2_000_000, peak  # a few lines at a time, not ~25 MB of them

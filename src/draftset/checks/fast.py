@@ -34,7 +34,7 @@ from draftset.output.readback import (
     Problems,
     RowStats,
     SetFacts,
-    read_jsonl,
+    iter_jsonl,
 )
 from draftset.output.vocab import TokenFreqPtShape, load_token_freq_pt
 from draftset.sources.read import sha256_file
@@ -303,13 +303,13 @@ def _check_counts_match_data(
 
 def _check_rejects_file(p: Problems, out: OutputSet, counts: dict[str, Any]) -> int:
     """rejects.jsonl: well-formed lines, counts per source and reason; returns its lines."""
-    lines, bad = read_jsonl(out.folder / "rejects.jsonl")
     if not (out.folder / "rejects.jsonl").exists():
         p.add("rejects.jsonl missing")
-    for ln in bad:
-        p.add("rejects.jsonl line is not JSON", f"rejects.jsonl:{ln}")
+    bad: list[int] = []
     seen: Counter[tuple[str, str]] = Counter()
-    for i, obj in enumerate(lines):
+    n = 0
+    for i, obj in enumerate(iter_jsonl(out.folder / "rejects.jsonl", bad)):  # one at a time
+        n += 1
         where = f"rejects.jsonl#{i}"
         if not _reject_ok(obj, counts):
             p.add(
@@ -318,12 +318,14 @@ def _check_rejects_file(p: Problems, out: OutputSet, counts: dict[str, Any]) -> 
             )
             continue
         seen[(obj["source"], obj["reason"])] += 1
+    for ln in bad:
+        p.add("rejects.jsonl line is not JSON", f"rejects.jsonl:{ln}")
     for name, c in counts.items():
         want = (c.get("row_rejects_by_reason") if isinstance(c, dict) else None) or {}
         got = {reason: k for (src, reason), k in seen.items() if src == name}
         if want != got:
             p.add("rejects.jsonl counts != row_rejects_by_reason", name, f"{name}: {got} != {want}")
-    return len(lines)
+    return n
 
 
 FILTER_REASONS = {"exact": reasons.DUPLICATE, "near": reasons.NEAR_DUPLICATE}
@@ -438,11 +440,11 @@ def _check_removed(
 
 def _check_prompts_file(p: Problems, out: OutputSet, counts: dict[str, Any]) -> int:
     """prompts.jsonl: one well-formed line per needs_generation row; returns its lines."""
-    plines, pbad = read_jsonl(out.folder / "prompts.jsonl")
-    for ln in pbad:
-        p.add("prompts.jsonl line is not JSON", f"prompts.jsonl:{ln}")
+    pbad: list[int] = []
     pseen: Counter[str] = Counter()
-    for obj in plines:
+    n = 0
+    for obj in iter_jsonl(out.folder / "prompts.jsonl", pbad):  # one at a time: every prompt
+        n += 1
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         if (
             not isinstance(obj, dict)
@@ -452,10 +454,12 @@ def _check_prompts_file(p: Problems, out: OutputSet, counts: dict[str, Any]) -> 
             p.add("prompts.jsonl line malformed", obj.get("id") if isinstance(obj, dict) else None)
             continue
         pseen[str(meta.get("source"))] += 1
+    for ln in pbad:
+        p.add("prompts.jsonl line is not JSON", f"prompts.jsonl:{ln}")
     for name, c in counts.items():
         if isinstance(c, dict) and c.get("needs_generation") != pseen.get(name, 0):
             p.add("prompts.jsonl lines != needs_generation", name)
-    return len(plines)
+    return n
 
 
 def _reject_ok(obj: Any, counts: dict[str, Any]) -> bool:

@@ -889,16 +889,23 @@ def supervised_runs(mask: np.ndarray) -> list[tuple[int, int]]:
 
 def read_jsonl(path: Path) -> tuple[list[Any], list[int]]:
     """Parsed lines of a JSONL file and the 1-based numbers of lines that do not parse."""
-    values: list[Any] = []
     bad: list[int] = []
+    return list(iter_jsonl(path, bad)), bad
+
+
+def iter_jsonl(path: Path, bad: list[int]) -> Iterator[Any]:
+    """`read_jsonl` one line at a time (a set's prompts.jsonl holds every prompt-only row of the
+    input: read whole, a build's checks held them all as Python objects, 1.2 GB for 1 GB of
+    prompts); the numbers of lines that do not parse are appended to ``bad``."""
     if not path.exists():
-        return values, bad
+        return
     with path.open("r", encoding="utf-8", errors="replace") as f:
         for i, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                values.append(json.loads(line))
+                value = json.loads(line)
             except ValueError:
                 bad.append(i)
-    return values, bad
+                continue
+            yield value

@@ -5,7 +5,8 @@ The driver cuts the selected rows into blocks in input order (`cut_blocks`: at m
 worker count or timing). A worker runs `BlockRunner` on a block: the row step on each of its
 batches, the rows written to the block's own shard file(s) in the output's temporary folder,
 reject and prompt lines serialized; it hands back a `BlockResult` of a few KB (part names,
-counts, the sparse supervised-token histogram, the JSON lines), never the rows. The driver adds
+counts, the sparse supervised-token histogram, the JSON lines, or past `LINES_IN_RESULT` the
+file it wrote them to), never the rows. The driver adds
 the counts up and gathers the parts in block order, so the set's bytes are the same whichever
 worker wrote which block, for every engine and worker count.
 """
@@ -52,6 +53,12 @@ BLOCK_MAX_ROWS = 65_536
 """Selected rows per block at most when the workers read (a shard of a few hundred MB)."""
 BLOCK_BYTES = 8_000_000
 """Pickled row bytes per block at most (long rows make shorter blocks: flat memory)."""
+LINES_IN_RESULT = 1_000_000
+"""Bytes of a block's reject or prompt lines a `BlockResult` carries at most; past that a
+worker writes them to a file beside the block's shards (`LineSpool`), which the driver copies
+in block order. A block of 65,536 prompt-only rows held every prompt in the worker and again in
+the driver (~0.6 GB for prompts of 10 KB, several blocks in flight: memory grew with the
+input)."""
 
 
 @dataclass
@@ -132,6 +139,66 @@ class BlockResult:
     """Per part: what the fast checks need of it, read back from the file the worker wrote
     (`output.readback.shard_facts`), so the driver never reads the set's tokens."""
     digests: list[str] = field(default_factory=list)  # per part: the file's sha256
+    spilled: dict[str, str] = field(default_factory=dict)
+    """``rejects`` / ``prompts`` lines the worker wrote to a file instead (more than
+    `LINES_IN_RESULT` bytes): the file's name, relative to the output folder."""
+
+    def lines(self, kind: str, folder: Path) -> Iterator[str]:
+        """The block's ``kind`` lines (``rejects`` or ``prompts``) in order, from the result or
+        streamed from the file the worker spilled them to (removed once read)."""
+        yield from getattr(self, kind)
+        name = self.spilled.get(kind)
+        if name is None:
+            return
+        path = folder / name
+        if not path.is_file():  # as `ShardedWriter.add_block` says it of a shard
+            raise FileNotFoundError(
+                f"{path}: a worker wrote these lines but they are not here (the output folder"
+                " must be on storage that every worker and the driver see)"
+            )
+        with path.open(encoding="utf-8", newline="\n") as f:
+            for line in f:
+                yield line[:-1]
+        path.unlink()
+
+
+class LineSpool(list[str]):
+    """A block's reject or prompt lines, kept in memory up to `LINES_IN_RESULT` bytes, then
+    written on to ``path`` (every line in order: the ones kept so far first)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self._bytes = 0
+        self._file: Any = None
+
+    def append(self, line: str) -> None:
+        if self._file is not None:
+            self._file.write(line + "\n")
+            return
+        super().append(line)
+        self._bytes += len(line)
+        if self._bytes > LINES_IN_RESULT:
+            self._file = self.path.open("w", encoding="utf-8", newline="\n")
+            self._file.writelines(x + "\n" for x in self)
+            self.clear()
+
+    def extend(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.append(line)
+
+    def close(self) -> str | None:
+        """Done: the file's name when the lines went there (None: all are in the list)."""
+        if self._file is None:
+            return None
+        self._file.close()
+        self._file = None
+        return self.path.name
+
+    def abandon(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 @dataclass(frozen=True)
@@ -186,16 +253,23 @@ class BlockRunner:
         writer = writer_class(job.output_format)(job.folder, job.vocab_size, index)
         assert isinstance(writer, ShardedWriter)
         acct = Accounting([])
-        rejects: list[str] = []
-        prompts: list[str] = []
+        rejects = LineSpool(job.folder / f"rejects-b{index:07d}.jsonl.part")
+        prompts = LineSpool(job.folder / f"prompts-b{index:07d}.jsonl.part")
         try:
             for batch in batches:
                 results = self.step(list(batch))
                 acct += count_results(results)
                 write_results(results, writer, rejects, prompts)
             parts = writer.close()
+            spilled = {
+                kind: name
+                for kind, spool in (("rejects", rejects), ("prompts", prompts))
+                if (name := spool.close()) is not None
+            }
         except BaseException:
             writer.abandon()  # no file left open (the build removes the folder next)
+            rejects.abandon()
+            prompts.abandon()
             raise
         names = [p.relative_to(job.folder).as_posix() for p in parts]
         # read back what was written, here where it was written: the set's checks and manifest
@@ -204,8 +278,9 @@ class BlockRunner:
         facts = [shard_facts(fmt, part) for part in parts]
         digests = [sha256_file(part) for part in parts]
         counts = writer.counts()
+        lines = (list(rejects), list(prompts))  # empty where they were spilled to a file
         return BlockResult(
-            index, rows_in, names, counts, acct, rejects, prompts, None, facts, digests
+            index, rows_in, names, counts, acct, *lines, None, facts, digests, spilled
         )
 
 

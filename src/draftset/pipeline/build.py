@@ -162,11 +162,11 @@ class _JsonlSink:
     def write(self, obj: dict[str, Any]) -> None:
         self.write_lines([json.dumps(obj, ensure_ascii=False)])
 
-    def write_lines(self, lines: list[str]) -> None:
+    def write_lines(self, lines: Iterable[str]) -> None:
         """Lines a worker serialized (one JSON object each), in order."""
         for line in lines:
             self.f.write(line + "\n")
-        self.lines += len(lines)
+            self.lines += 1
 
     def close(self) -> None:
         self.f.close()
@@ -499,8 +499,8 @@ def _drive(
             assert isinstance(writer, ShardedWriter)
             writer.add_block([writer.folder / name for name in result.parts], result.counts)
             read_back.add(result)
-        rejects.write_lines(result.rejects)
-        prompts.write_lines(result.prompts)
+        rejects.write_lines(result.lines("rejects", writer.folder))  # spilled ones from their file
+        prompts.write_lines(result.lines("prompts", writer.folder))
         done += result.rows_in
         yield done
 
