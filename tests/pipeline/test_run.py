@@ -1425,3 +1425,19 @@ def test_a_generation_reject_of_a_folder_source_names_its_file(
     assert result.passed
     line = _rejects(tmp_path / "recipe-out")["p-refused"]
     assert (line["file"], line["reason"]) == ("sub/b.jsonl", "http_4xx"), line
+
+
+def test_run_sends_the_key_generate_sends_when_both_variables_are_set(
+    tmp_path: Path, qwen3_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`generate` reads DRAFTSET_API_KEY before OPENAI_API_KEY; `run`, whose recipe default
+    names OPENAI_API_KEY, read that one first: with both set, the two commands sent other
+    keys to the same server. A variable the recipe names itself still comes first."""
+    monkeypatch.setenv("DRAFTSET_API_KEY", "from-draftset")
+    monkeypatch.setenv("OPENAI_API_KEY", "from-openai")
+    opts = run_options(_recipe(tmp_path, qwen3_dir, "http://127.0.0.1:9/v1"))
+    assert run_answers.generate_options(opts, tmp_path / "a.jsonl", None).api_key == "from-draftset"
+    monkeypatch.setenv("MY_KEY", "from-mine")
+    named = _recipe(tmp_path, qwen3_dir, "http://127.0.0.1:9/v1", "named", api_key_env="MY_KEY")
+    opts = run_options(named)
+    assert run_answers.generate_options(opts, tmp_path / "a.jsonl", None).api_key == "from-mine"

@@ -34,7 +34,7 @@ the answers rejoining their rows (same ids, same sources); verify it; write the 
 
 RECIPE.yaml is a `build` recipe plus a `generate:` section (see docs/run.md):
   generate:
-    endpoints: [http://127.0.0.1:8000/v1]   # API key from $OPENAI_API_KEY (api_key_env)
+    endpoints: [http://127.0.0.1:8000/v1]   # key: $DRAFTSET_API_KEY or $OPENAI_API_KEY
     thinking: mix:0.5                        # on | off | mix:F
     max_tokens: 4096
     temperature: 0.6                         # top_p, top_k, seed, extra_body

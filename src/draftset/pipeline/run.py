@@ -44,7 +44,6 @@ from draftset.core.reasons import SERVER_PROMPT_DIFFERS
 from draftset.core.words import fmt_counts, plural
 from draftset.generation.options import (
     GenerateUsageError,
-    api_key_from_env,
     api_key_problem,
     check_servers,
     extra_body_clash,
@@ -52,7 +51,12 @@ from draftset.generation.options import (
 from draftset.generation.store import RunLock, StoreError
 from draftset.mask.template import _resolve_tokenizer_path
 from draftset.output.folder import OutputExistsError, is_report_file
-from draftset.pipeline.run_answers import answer_queue, every_answer_differs, generate_options
+from draftset.pipeline.run_answers import (
+    answer_queue,
+    every_answer_differs,
+    generate_options,
+    recipe_api_key,
+)
 from draftset.pipeline.run_resume import (
     OVERLAY_FILES,
     open_state,
@@ -404,6 +408,6 @@ def _check_servers(g: GenerateSection, template_kwargs: dict[str, Any]) -> None:
             f"generate.api_key_env names ${g.api_key_env}, which is not set (or empty): export"
             " it, or leave api_key_env out for a server without a key"
         )
-    key = os.environ.get(g.api_key_env) or api_key_from_env()
+    key = recipe_api_key(g.api_key_env)
     if problem := api_key_problem(key, "from the environment"):
         raise RunUsageError(problem)

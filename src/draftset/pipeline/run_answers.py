@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from draftset.core import defaults
 from draftset.core.reasons import SERVER_PROMPT_DIFFERS
 from draftset.core.words import fmt_counts, plural
 from draftset.generation.console import progress
@@ -39,6 +40,15 @@ from draftset.pipeline.run_state import (
 from draftset.sources.read import Source
 
 
+def recipe_api_key(api_key_env: str) -> str | None:
+    """The key `run` sends: the variable the recipe names (``generate.api_key_env``), else
+    DRAFTSET_API_KEY / OPENAI_API_KEY in `generate`'s order (the recipe's default names
+    OPENAI_API_KEY, which read first sent another key than `generate` when both were set)."""
+    if api_key_env != defaults.API_KEY_ENV:
+        return os.environ.get(api_key_env) or None
+    return api_key_from_env()
+
+
 def generate_options(opts: RunOptions, out: Path, model: str | None) -> Any:
     """`draftset generate`'s options for the queue (keyword arguments only)."""
     g = opts.generate
@@ -50,8 +60,7 @@ def generate_options(opts: RunOptions, out: Path, model: str | None) -> Any:
         endpoints=list(g.endpoints),
         out=out,
         model=model,
-        # the recipe's variable, else DRAFTSET_API_KEY / OPENAI_API_KEY as `generate` reads them
-        api_key=os.environ.get(g.api_key_env) or api_key_from_env(),
+        api_key=recipe_api_key(g.api_key_env),
         concurrency=g.concurrency,
         request_timeout=g.request_timeout,
         max_retries=g.max_retries,
