@@ -482,6 +482,29 @@ def test_a_supervised_run_is_matched_to_the_turn_whose_prompt_it_follows() -> No
     assert turn == 3  # none long enough: the last
 
 
+def test_a_supervised_run_is_matched_to_the_prompt_it_follows_not_one_as_long() -> None:
+    """GLM-4.5, --turns all, a real tool-use row (llamafactory reason_tool_use, row 15):
+    the prompts of turns 4 and 6 are both 1,468 tokens (the prompt of 4 holds the call's
+    reasoning, which that of 6 drops after the next user turn). Turn 4 is context, the run
+    at 1,468 is turn 6's: verify took the first prompt of that length and failed the right row
+    ("turn 4: context differs from the server's prompt at token 1050")."""
+    from draftset.checks.serving import _turn_of_run
+
+    prompts = {1: [1] * 10, 3: [1] * 40, 5: [2] * 100, 7: [3] * 100, 9: [4] * 100}
+
+    class Server:
+        def render(self, msgs, tools, kwargs, generation_prompt):
+            return prompts[len(msgs)]
+
+    msgs = [{"role": "user"}] * 10
+    row = [3] * 100 + [9] * 5  # turn 7's prompt, then its run
+    turn, prompt, nxt = _turn_of_run(Server(), msgs, None, {}, [1, 3, 5, 7, 9], 0, 100, row[:100])
+    assert (turn, prompt, nxt) == (7, prompts[7], 4)
+    # no prompt is the row's context: the first of that length is reported (its difference)
+    turn, _, nxt = _turn_of_run(Server(), msgs, None, {}, [1, 3, 5, 7, 9], 0, 100, [5] * 100)
+    assert (turn, nxt) == (5, 3)
+
+
 def test_tool_results_are_paired_with_calls_by_id_else_in_order() -> None:
     """One rule for build's harmony authors and verify's requests (`answered_calls`)."""
     from draftset.mask.serving import answered_calls
