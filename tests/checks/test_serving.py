@@ -947,3 +947,48 @@ def test_render_server_accepts_a_harmony_row_cut_in_a_later_turns_context(tmp_pa
     ids[-2] = ids[-3]  # a context token the server's prompt does not have
     problems = check_row(HarmonyServer(), tmpl, conv, "loop", ids, mask, "all", kwargs, True)
     assert any("context after the last generation" in p for p in problems), problems
+
+
+def test_render_server_says_which_rows_it_could_not_check(tmp_path: Path) -> None:
+    """A pre-tokenized row (a built set given as a source) has no messages to send: a set of
+    only such rows passed `render_server` as "all 0 rows (0 supervised turns) equal the
+    renders", a set holding some as "all N rows" counting only the others. Now it is a skip
+    naming them, and a mixed set's summary counts the rows not checked."""
+    from draftset.checks.mask import load_template
+    from draftset.checks.serving import check_render_server
+    from draftset.output.readback import open_output
+
+    common = {"tokenizer": str(qwen3_tokenizer_dir()), "workers": 1, "progress": False}
+    first = tmp_path / "first"
+    api.build(sources=[str(_write(tmp_path))], out=str(first), **common)
+    other = tmp_path / "other.jsonl"
+    other.write_text(
+        json.dumps(
+            {
+                "id": "u",
+                "messages": [
+                    {"role": "user", "content": "And again?"},
+                    {"role": "assistant", "content": LONG_ANSWER + " Again."},
+                ],
+            }
+        )
+        + "\n"
+    )
+    again, mixed = tmp_path / "again", tmp_path / "mixed"
+    api.build(sources=[str(first)], out=str(again), **common)
+    api.build(sources=[str(first), str(other)], out=str(mixed), **common)
+
+    def check(out: Path) -> Any:
+        folder = open_output(out)
+        tmpl = load_template(folder.manifest, None)
+        server = _TransformersRenderServer(qwen3_tokenizer_dir(), {})
+        return check_render_server(folder, tmpl, server, None, 0)
+
+    only = check(again)
+    assert only.status == "skip", only.to_json()
+    assert "none of the 1 rows has messages" in only.summary
+    both = check(mixed)
+    assert both.status == "pass", both.to_json()
+    assert both.summary.startswith("1 rows (1 supervised turns) equal")
+    assert "1 pre-tokenized rows not checked" in both.summary
+    assert both.details["rows_not_checked"] == 1

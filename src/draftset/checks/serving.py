@@ -549,10 +549,29 @@ def check_render_server(
             mask = row["loss_mask"]
             for msg in check_row(server, tmpl, item, rid, ids, mask, mode, kwargs, truncated):
                 p.add(_kind(msg), rid, f"{rid}: {msg}")
-    scope = f"all {checked:,} rows" if full else f"a seeded sample of {checked:,} rows"
+    # a pre-tokenized row (a set or token ids as a source) has no messages to send
+    unchecked = len(chosen) - checked
+    details = {"server": server.url, "rows_checked": checked, "turns_checked": turns}
+    if unchecked and not checked:
+        return CheckResult(
+            "render_server",
+            "skip",
+            f"skipped: none of the {unchecked:,} rows has messages to send {server.url}"
+            " (pre-tokenized rows: their source holds token ids, not a conversation)",
+            details={**details, "rows_not_checked": unchecked},
+        )
+    scope = f"all {checked:,} rows" if full and not unchecked else f"{checked:,} rows"
+    scope = scope if full else f"a seeded sample of {checked:,} rows"
+    if unchecked:
+        details["rows_not_checked"] = unchecked
     return p.result(
         "render_server",
         f"{scope} ({turns:,} supervised turns) equal the renders of {server.url}"
-        f" (model {server.model})",
-        {"server": server.url, "rows_checked": checked, "turns_checked": turns},
+        f" (model {server.model})"
+        + (
+            f"; {unchecked:,} pre-tokenized rows not checked (no messages to send)"
+            if unchecked
+            else ""
+        ),
+        details,
     )
