@@ -445,8 +445,23 @@ def test_an_unknown_shape_names_the_preset_whose_layout_it_is() -> None:
                 ' {"t": 1}\n\n\nASSISTANT: Sunny. <|endoftext|>',
             },
         ),
+        (
+            "hermes",
+            {
+                "conversations": [
+                    {"from": "human", "value": "Weather?"},
+                    {
+                        "from": "gpt",
+                        "value": "<tool_call>\n{'name': 'f', 'arguments': {'city': '\\ud83d'}}"
+                        "\n</tool_call>",
+                    },
+                    {"from": "tool", "value": "sunny"},
+                    {"from": "gpt", "value": "Sunny."},
+                ]
+            },
+        ),
     ],
-    ids=["hermes_tool_call", "glaive_functioncall"],
+    ids=["hermes_tool_call", "glaive_functioncall", "hermes_python_literal"],
 )
 def test_lone_surrogate_in_a_presets_json_text_is_invalid_utf8(name: str, data: dict) -> None:
     """A call's JSON text in a preset's own markup, parsed by the preset: a lone surrogate

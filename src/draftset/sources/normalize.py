@@ -233,18 +233,19 @@ def json_text(text: str, where: str) -> Any:
     surrogate (``\\ud83d`` alone). The reader rejects such an escape in the row itself
     (`sources.read`), but sees the row's own escapes only; text holding one encodes as no
     UTF-8, and the batch encode's TypeError stopped the whole build."""
-    value = json.loads(text)
-    if ("\\ud" in text or "\\uD" in text) and _lone_surrogate(value):
-        raise RowProblem(reasons.INVALID_UTF8, f"{where}: \\u escape encodes a lone surrogate")
+    return no_lone_surrogate(text, json.loads(text), where)
+
+
+def no_lone_surrogate(text: str, value: Any, where: str) -> Any:
+    """``value`` parsed from ``text`` (JSON, or a Python literal: the same ``\\u`` escapes);
+    `RowProblem` ``invalid_utf8`` when it holds a lone surrogate."""
+    if "\\ud" in text or "\\uD" in text:
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            msg = f"{where}: \\u escape encodes a lone surrogate"
+            raise RowProblem(reasons.INVALID_UTF8, msg) from None
     return value
-
-
-def _lone_surrogate(value: Any) -> bool:
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def _parsed_turn_list(data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:

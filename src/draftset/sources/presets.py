@@ -25,7 +25,7 @@ from typing import Any
 from draftset.core import reasons
 from draftset.core.errors import UsageError
 from draftset.core.records import Normalized, RawRow, Reject, RowProblem
-from draftset.sources.normalize import FORMATS, json_text, normalize
+from draftset.sources.normalize import FORMATS, json_text, no_lone_surrogate, normalize
 
 Row = dict[str, Any]
 
@@ -72,9 +72,10 @@ def _json_or_literal(text: str, where: str, reason: str = reasons.INVALID_TOOL_C
     except ValueError:
         pass
     try:
-        return ast.literal_eval(text)
+        value = ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         raise RowProblem(reason, f"{where}: not valid JSON: {text[:80]!r}") from None
+    return no_lone_surrogate(text, value, where)
 
 
 def _metadata_dict(row: Row) -> dict[str, Any]:
