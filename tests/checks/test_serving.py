@@ -482,6 +482,29 @@ def test_a_supervised_run_is_matched_to_the_turn_whose_prompt_it_follows() -> No
     assert turn == 3  # none long enough: the last
 
 
+def test_a_supervised_run_is_matched_to_the_prompt_it_follows_not_one_as_long() -> None:
+    """GLM-4.5, --turns all, a real tool-use row (llamafactory reason_tool_use, row 15):
+    the prompts of turns 4 and 6 are both 1,468 tokens (the prompt of 4 holds the call's
+    reasoning, which that of 6 drops after the next user turn). Turn 4 is context, the run
+    at 1,468 is turn 6's: verify took the first prompt of that length and failed the right row
+    ("turn 4: context differs from the server's prompt at token 1050")."""
+    from draftset.checks.serving import _turn_of_run
+
+    prompts = {1: [1] * 10, 3: [1] * 40, 5: [2] * 100, 7: [3] * 100, 9: [4] * 100}
+
+    class Server:
+        def render(self, msgs, tools, kwargs, generation_prompt):
+            return prompts[len(msgs)]
+
+    msgs = [{"role": "user"}] * 10
+    row = [3] * 100 + [9] * 5  # turn 7's prompt, then its run
+    turn, prompt, nxt = _turn_of_run(Server(), msgs, None, {}, [1, 3, 5, 7, 9], 0, 100, row[:100])
+    assert (turn, prompt, nxt) == (7, prompts[7], 4)
+    # no prompt is the row's context: the first of that length is reported (its difference)
+    turn, _, nxt = _turn_of_run(Server(), msgs, None, {}, [1, 3, 5, 7, 9], 0, 100, [5] * 100)
+    assert (turn, nxt) == (5, 3)
+
+
 def test_tool_results_are_paired_with_calls_by_id_else_in_order() -> None:
     """One rule for build's harmony authors and verify's requests (`answered_calls`)."""
     from draftset.mask.serving import answered_calls
@@ -924,3 +947,48 @@ def test_render_server_accepts_a_harmony_row_cut_in_a_later_turns_context(tmp_pa
     ids[-2] = ids[-3]  # a context token the server's prompt does not have
     problems = check_row(HarmonyServer(), tmpl, conv, "loop", ids, mask, "all", kwargs, True)
     assert any("context after the last generation" in p for p in problems), problems
+
+
+def test_render_server_says_which_rows_it_could_not_check(tmp_path: Path) -> None:
+    """A pre-tokenized row (a built set given as a source) has no messages to send: a set of
+    only such rows passed `render_server` as "all 0 rows (0 supervised turns) equal the
+    renders", a set holding some as "all N rows" counting only the others. Now it is a skip
+    naming them, and a mixed set's summary counts the rows not checked."""
+    from draftset.checks.mask import load_template
+    from draftset.checks.serving import check_render_server
+    from draftset.output.readback import open_output
+
+    common = {"tokenizer": str(qwen3_tokenizer_dir()), "workers": 1, "progress": False}
+    first = tmp_path / "first"
+    api.build(sources=[str(_write(tmp_path))], out=str(first), **common)
+    other = tmp_path / "other.jsonl"
+    other.write_text(
+        json.dumps(
+            {
+                "id": "u",
+                "messages": [
+                    {"role": "user", "content": "And again?"},
+                    {"role": "assistant", "content": LONG_ANSWER + " Again."},
+                ],
+            }
+        )
+        + "\n"
+    )
+    again, mixed = tmp_path / "again", tmp_path / "mixed"
+    api.build(sources=[str(first)], out=str(again), **common)
+    api.build(sources=[str(first), str(other)], out=str(mixed), **common)
+
+    def check(out: Path) -> Any:
+        folder = open_output(out)
+        tmpl = load_template(folder.manifest, None)
+        server = _TransformersRenderServer(qwen3_tokenizer_dir(), {})
+        return check_render_server(folder, tmpl, server, None, 0)
+
+    only = check(again)
+    assert only.status == "skip", only.to_json()
+    assert "none of the 1 rows has messages" in only.summary
+    both = check(mixed)
+    assert both.status == "pass", both.to_json()
+    assert both.summary.startswith("1 rows (1 supervised turns) equal")
+    assert "1 pre-tokenized rows not checked" in both.summary
+    assert both.details["rows_not_checked"] == 1

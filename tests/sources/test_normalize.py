@@ -1285,3 +1285,45 @@ def test_reading_fixes_hold_for_calls_refusals_blank_columns_and_extra_turn_keys
     conv = [user("What is 2+2?"), assistant("It is 4.")]
     weighted = [{**user("What is 2+2?"), "id": "u1"}, {**assistant("It is 4."), "loss_weight": 1.0}]
     assert norm({"messages": weighted, "chosen": conv}).messages[1]["content"] == "It is 4."
+
+
+# --- JSON text inside a row: a lone surrogate escape ------------------------------------------
+_LONE = '{"city": "\\ud83d"}'  # JSON text whose escape decodes to a lone UTF-16 surrogate
+_TOOLS_LONE = (
+    '[{"type": "function", "function": {"name": "f", "description": "caf\\udce9",'
+    ' "parameters": {"type": "object", "properties": {}}}}]'
+)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"messages": [user("Weather?"), assistant("", tool_calls=[call("f", _LONE, "c1")])]},
+        {"messages": [user("Hi"), assistant("Hello.")], "tools": _TOOLS_LONE},
+        {
+            "conversations": [
+                {"from": "human", "value": "Weather?"},
+                {"from": "function_call", "value": '{"name": "f", "arguments": ' + _LONE + "}"},
+                {"from": "observation", "value": "sunny"},
+                {"from": "gpt", "value": "Sunny."},
+            ]
+        },
+        {"messages": json.dumps([user("Hi \\ud83d"), assistant("Hello.")]).replace("\\\\", "\\")},
+    ],
+    ids=["call_arguments", "tools_text", "function_call_value", "messages_text"],
+)
+def test_lone_surrogate_in_json_text_is_invalid_utf8(data):
+    """JSON text inside a row (a call's arguments, a `tools` or `messages` column, a ShareGPT
+    `function_call`) is parsed after the reader's lone-surrogate check, which sees only the
+    row's own escapes: a `\\ud83d` there reached the batch encode, whose TypeError stopped
+    the whole build (exit 1, a traceback). It is the row's `invalid_utf8`, as in the row."""
+    out = reject(data, reasons.INVALID_UTF8)
+    assert "lone surrogate" in out.message
+
+
+def test_surrogate_pair_in_json_text_is_kept():
+    out = norm(
+        {"messages": [user("Hi"), assistant("", tool_calls=[call("f", '{"e": "\\ud83d\\ude00"}')])]}
+    )
+    assert isinstance(out, Conversation)
+    assert out.messages[1]["tool_calls"][0]["function"]["arguments"] == {"e": "\U0001f600"}

@@ -416,3 +416,57 @@ def test_an_unknown_shape_names_the_preset_whose_layout_it_is() -> None:
     data["answer_generation"]["train_messages"][0][1]["content"] = "another task"
     bad = normalize_with_preset(apply_preset("toolbench"), RawRow("tb", 0, data))
     assert isinstance(bad, Reject) and "not a prefix" in bad.message
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        (
+            "hermes-function-calling",
+            {
+                "conversations": [
+                    {"from": "human", "value": "Weather?"},
+                    {
+                        "from": "gpt",
+                        "value": '<tool_call>\n{"name": "f", "arguments": {"city": "\\ud83d"}}'
+                        "\n</tool_call>",
+                    },
+                    {"from": "tool", "value": "sunny"},
+                    {"from": "gpt", "value": "Sunny."},
+                ]
+            },
+        ),
+        (
+            "glaive",
+            {
+                "system": "SYSTEM: You have functions.",
+                "chat": 'USER: Weather?\n\n\nASSISTANT: <functioncall> {"name": "f",'
+                ' "arguments": \'{"city": "\\ud83d"}\'} <|endoftext|>\n\n\nFUNCTION RESPONSE:'
+                ' {"t": 1}\n\n\nASSISTANT: Sunny. <|endoftext|>',
+            },
+        ),
+        (
+            "hermes",
+            {
+                "conversations": [
+                    {"from": "human", "value": "Weather?"},
+                    {
+                        "from": "gpt",
+                        "value": "<tool_call>\n{'name': 'f', 'arguments': {'city': '\\ud83d'}}"
+                        "\n</tool_call>",
+                    },
+                    {"from": "tool", "value": "sunny"},
+                    {"from": "gpt", "value": "Sunny."},
+                ]
+            },
+        ),
+    ],
+    ids=["hermes_tool_call", "glaive_functioncall", "hermes_python_literal"],
+)
+def test_lone_surrogate_in_a_presets_json_text_is_invalid_utf8(name: str, data: dict) -> None:
+    """A call's JSON text in a preset's own markup, parsed by the preset: a lone surrogate
+    escape there stopped the whole build at the batch encode (TypeError); the row's
+    `invalid_utf8` now, as anywhere in a row."""
+    out = normalize_with_preset(apply_preset(name), RawRow("src", 0, data))
+    assert isinstance(out, Reject), out
+    assert out.reason == reasons.INVALID_UTF8, out.message

@@ -290,21 +290,30 @@ def _turn_of_run(
     candidates: list[int],
     pointer: int,
     start: int,
+    context: list[int] | None = None,
 ) -> tuple[int | None, list[int] | None, int]:
     """(turn, its served prompt, next candidate) of a supervised run starting at token
-    ``start``: the candidate whose prompt is exactly that long, else the first one at least as
-    long (or the last): its context is then reported. A turn kept as context may have a prompt
-    longer than a later supervised one's context (gpt-oss: analysis the later prompt drops), so
-    the first long enough is not always the run's."""
+    ``start`` after the row's tokens ``context``: the candidate whose prompt is those tokens,
+    else the first one exactly that long, else the first one at least as long (or the last):
+    its context is then reported. A turn kept as context may have a prompt longer than a later
+    supervised one's context (gpt-oss: analysis the later prompt drops), so the first long
+    enough is not always the run's; nor is the first of that length: two prompts of a
+    conversation may be as long (GLM-4.5 keeps a tool call's reasoning in the prompt of the
+    answer after its result and drops it once a later user turn follows: a real tool-use row's
+    prompts for turns 4 and 6 were both 1,468 tokens, and a right row failed "turn 4: context
+    differs")."""
     fallback: tuple[int | None, list[int] | None, int] = (None, None, pointer)
+    same_length: tuple[int | None, list[int] | None, int] | None = None
     for k in range(pointer, len(candidates)):
         j = candidates[k]
         p = server.render(msgs[:j], tools, kwargs, True)
         if len(p) == start:
-            return j, p, k + 1
+            if context is None or p == context:
+                return j, p, k + 1
+            same_length = same_length or (j, p, k + 1)
         if fallback[0] is None and (len(p) >= start or k == len(candidates) - 1):
             fallback = (j, p, k + 1)
-    return fallback
+    return same_length or fallback
 
 
 def check_row(
@@ -334,7 +343,7 @@ def check_row(
         pointer = 0
         for start, end in runs:
             turn, prompt, pointer = _turn_of_run(
-                server, msgs, tools, kwargs, candidates, pointer, start
+                server, msgs, tools, kwargs, candidates, pointer, start, ids[:start]
             )
             if turn is None or prompt is None:
                 problems.append(
@@ -540,10 +549,29 @@ def check_render_server(
             mask = row["loss_mask"]
             for msg in check_row(server, tmpl, item, rid, ids, mask, mode, kwargs, truncated):
                 p.add(_kind(msg), rid, f"{rid}: {msg}")
-    scope = f"all {checked:,} rows" if full else f"a seeded sample of {checked:,} rows"
+    # a pre-tokenized row (a set or token ids as a source) has no messages to send
+    unchecked = len(chosen) - checked
+    details = {"server": server.url, "rows_checked": checked, "turns_checked": turns}
+    if unchecked and not checked:
+        return CheckResult(
+            "render_server",
+            "skip",
+            f"skipped: none of the {unchecked:,} rows has messages to send {server.url}"
+            " (pre-tokenized rows: their source holds token ids, not a conversation)",
+            details={**details, "rows_not_checked": unchecked},
+        )
+    scope = f"all {checked:,} rows" if full and not unchecked else f"{checked:,} rows"
+    scope = scope if full else f"a seeded sample of {checked:,} rows"
+    if unchecked:
+        details["rows_not_checked"] = unchecked
     return p.result(
         "render_server",
         f"{scope} ({turns:,} supervised turns) equal the renders of {server.url}"
-        f" (model {server.model})",
-        {"server": server.url, "rows_checked": checked, "turns_checked": turns},
+        f" (model {server.model})"
+        + (
+            f"; {unchecked:,} pre-tokenized rows not checked (no messages to send)"
+            if unchecked
+            else ""
+        ),
+        details,
     )

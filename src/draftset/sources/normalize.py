@@ -183,7 +183,10 @@ def normalize(
     turn_keys = (None, None)
     if fields:
         data, turn_keys = _remap(data, fields)
-    data, unparsed = _parsed_turn_list(data)
+    try:
+        data, unparsed = _parsed_turn_list(data)
+    except RowProblem as bad:  # a lone surrogate escape in the JSON text
+        return bad.reject(source, row, _row_id(data, source, row))
     rid = _row_id(data, source, row)
     shape = fmt or detect_format(data)
     try:
@@ -223,6 +226,28 @@ def normalize(
 _TURN_FIELDS = ("role", "content")
 
 
+def json_text(text: str, where: str) -> Any:
+    """``json.loads`` of JSON text inside a row (a call's arguments, a ``tools`` or
+    ``messages`` column, a ``function_call`` turn): raises ``ValueError`` as ``json.loads``
+    does, and `RowProblem` ``invalid_utf8`` when an escape there decodes to a lone UTF-16
+    surrogate (``\\ud83d`` alone). The reader rejects such an escape in the row itself
+    (`sources.read`), but sees the row's own escapes only; text holding one encodes as no
+    UTF-8, and the batch encode's TypeError stopped the whole build."""
+    return no_lone_surrogate(text, json.loads(text), where)
+
+
+def no_lone_surrogate(text: str, value: Any, where: str) -> Any:
+    """``value`` parsed from ``text`` (JSON, or a Python literal: the same ``\\u`` escapes);
+    `RowProblem` ``invalid_utf8`` when it holds a lone surrogate."""
+    if "\\ud" in text or "\\uD" in text:
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            msg = f"{where}: \\u escape encodes a lone surrogate"
+            raise RowProblem(reasons.INVALID_UTF8, msg) from None
+    return value
+
+
 def _parsed_turn_list(data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     """A ``messages`` / ``conversations`` column stored as JSON text (agentic coding traces
     such as SWE-smith trajectories and CoderForge keep whole OpenAI message lists as one
@@ -233,7 +258,7 @@ def _parsed_turn_list(data: dict[str, Any]) -> tuple[dict[str, Any], str | None]
         value = data.get(key)
         if isinstance(value, str) and value.lstrip().startswith("["):
             try:
-                parsed = json.loads(value)
+                parsed = json_text(value, f"'{key}'")
             except ValueError as exc:
                 return data, f"'{key}' is JSON text that does not parse: {exc}"
             except RecursionError:
@@ -958,7 +983,7 @@ def _calls_from_value(value: Any, where: str) -> list[dict[str, Any]]:
     """Calls from a JSON string or object/list (glaive ``function_call`` turns, typed parts)."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = json_text(value, where)
         except (ValueError, RecursionError) as exc:
             raise RowProblem(reasons.INVALID_TOOL_CALL, f"{where}: not valid JSON: {exc}") from None
     if isinstance(value, dict):
@@ -1001,7 +1026,7 @@ def _arguments(args: Any, where: str) -> dict[str, Any]:
         return {}
     if isinstance(args, str):
         try:
-            args = json.loads(args)
+            args = json_text(args, f"{where}: arguments")
         except (ValueError, RecursionError) as exc:
             msg = f"{where}: arguments are not valid JSON: {exc}"
             raise RowProblem(reasons.INVALID_TOOL_CALL, msg) from None
@@ -1024,7 +1049,7 @@ def _tools(data: dict[str, Any]) -> list[dict[str, Any]] | None:
             return None
     if isinstance(value, str):
         try:
-            value = json.loads(value) if value.strip() else None
+            value = json_text(value, f"'{key}'") if value.strip() else None
         except (ValueError, RecursionError) as exc:
             raise RowProblem(reasons.INVALID_TOOLS, f"'{key}' is not valid JSON: {exc}") from None
     if value is None or value == []:

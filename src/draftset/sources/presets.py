@@ -25,7 +25,7 @@ from typing import Any
 from draftset.core import reasons
 from draftset.core.errors import UsageError
 from draftset.core.records import Normalized, RawRow, Reject, RowProblem
-from draftset.sources.normalize import FORMATS, normalize
+from draftset.sources.normalize import FORMATS, json_text, no_lone_surrogate, normalize
 
 Row = dict[str, Any]
 
@@ -68,13 +68,14 @@ def _require(row: Row, key: str, kind: type | tuple[type, ...]) -> Any:
 def _json_or_literal(text: str, where: str, reason: str = reasons.INVALID_TOOL_CALL) -> Any:
     """JSON, else a Python literal (some sets print dicts with single quotes)."""
     try:
-        return json.loads(text)
+        return json_text(text, where)
     except ValueError:
         pass
     try:
-        return ast.literal_eval(text)
+        value = ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         raise RowProblem(reason, f"{where}: not valid JSON: {text[:80]!r}") from None
+    return no_lone_surrogate(text, value, where)
 
 
 def _metadata_dict(row: Row) -> dict[str, Any]:
@@ -375,7 +376,7 @@ def _glaive_call(text: str, where: str) -> Row:
         else:
             args_text = rest[: rest.rfind("}")].strip() if rest.endswith("}") else rest
         try:
-            args = json.loads(args_text) if args_text.strip() else {}
+            args = json_text(args_text, where) if args_text.strip() else {}
         except ValueError:
             msg = f"{where}: arguments are not valid JSON: {args_text[:80]!r}"
             raise RowProblem(reasons.INVALID_TOOL_CALL, msg) from None
