@@ -451,6 +451,25 @@ def test_a_decontaminate_folder_is_one_line_before_any_work(tmp_path, capsys, no
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_decontaminate_file_that_is_no_regular_file_names_the_flag(
+    tmp_path, capsys, no_work, kind
+):
+    """`--decontaminate /dev/null` said "/dev/null: cannot read: not a regular file", naming no
+    flag (the user gave several paths); a FIFO is read three times (checked, loaded, hashed)."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    bench = Path("/dev/null") if kind == "device" else tmp_path / "bench.jsonl"
+    if kind == "fifo":
+        os.mkfifo(bench)
+    argv = build_argv(src, out=tmp_path / "out", extra=("--decontaminate", str(bench)))
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        f"draftset: error: --decontaminate {bench} is not a regular file (a device, FIFO or"
+        " socket): give a benchmark file"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_target_vocab_size_below_the_tokenizers_is_one_line_not_a_crash(
     tmp_path, capsys, workers

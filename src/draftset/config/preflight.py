@@ -106,6 +106,11 @@ def check_values(opts: BuildOptions) -> None:
                 f"--decontaminate {bench} is a folder: give its benchmark files"
                 " (--decontaminate once per file, or a list in a recipe's decontaminate:)"
             )
+        if not Path(bench).is_file():  # checked, loaded and hashed: three reads of it
+            raise UsageError(
+                f"--decontaminate {bench} is not a regular file (a device, FIFO or socket):"
+                " give a benchmark file"
+            )
         if problem := _bench_is_a_source(Path(bench), opts.sources):
             raise UsageError(problem)
         check_benchmark_file(bench)  # a file with no prompt would decontaminate nothing
