@@ -14,6 +14,7 @@ naming the key: ``recipe key generate.max_tokens: expected an integer, got "64"`
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import importlib
 import json
@@ -207,6 +208,8 @@ def _describe(annotation: Any) -> str:
 
 def shown(value: Any) -> str:
     """A value as a message quotes it: JSON's spelling for what YAML/JSON could hold."""
+    if isinstance(value, datetime.date):  # YAML's unquoted 2024-01-01: as written, no repr
+        return value.isoformat(sep=" ") if isinstance(value, datetime.datetime) else str(value)
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
@@ -367,6 +370,10 @@ def validated(
             if isinstance(value, bool) and "a string" in what:
                 why = _yaml_boolean(model, name, value)
                 raise error(f"recipe key {recipe}{name}: {why}") from None
+            text = what.startswith("expected a string") and " for " not in what
+            if text and (read := _yaml_typed(value)):  # `out: 2024`, `name: 007`
+                why = f"{read}; {what}: quote it{_as(value)}"
+                raise error(f"recipe key {recipe}{name}: {why}") from None
             got = "" if what == "is required" else f", got {shown(value)}"
             if text_number := _yaml_number_text(value, what):  # `max_samples: 1e5`
                 got = f", got {value}, which {text_number}"
@@ -433,6 +440,25 @@ def _yaml_number_text(value: Any, what: str) -> str | None:
         "YAML reads as text (it reads an exponent as a number only with a dot and a sign,"
         f" 1.0e+5): write {spelled}"
     )
+
+
+def _yaml_typed(value: Any) -> str | None:
+    """What YAML made of an unquoted value where text goes: a number (``out: 2024``; ``name:
+    007``, octal to YAML 1.1, is 7) or a date (``out: 2024-01-01``), or None. "expected a
+    string, got 7" named a value the user never wrote, a date Python's repr."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"YAML read the unquoted value as the number {shown(value)}"
+    if isinstance(value, datetime.date):  # a datetime too
+        return f"YAML read the unquoted value as the date {shown(value)}"
+    return None
+
+
+def _as(value: Any) -> str:
+    """The quoted spelling to suggest, when the value read back is what was written (a date,
+    a plain integer); none for what YAML rewrote (``007`` is 7, ``1.10`` is 1.1)."""
+    if isinstance(value, datetime.date) or (isinstance(value, int) and value >= 10):
+        return f" ('{shown(value)}')"
+    return ""
 
 
 def _yaml_boolean(model: type[BaseModel], name: str, value: bool) -> str:

@@ -30,6 +30,7 @@ from draftset.core.files import env_variable, home_problem, not_utf8
 from draftset.core.hub import hub_offline
 from draftset.core.modes import MODES
 from draftset.mask.template import could_be_hub_id
+from draftset.sources.normalize import detect_format
 from draftset.sources.presets import apply_preset
 from draftset.sources.read import HUB_PREFIX, Source
 
@@ -378,6 +379,25 @@ def _named_sources(mapping: dict[Any, Any]) -> str:
     return f"a list of entries, not a mapping of names: write sources: [{', '.join(entries)}{more}]"
 
 
+def _data_rows(data: Any) -> str | None:
+    """What a YAML "recipe" holding data rows is (``a list of 2 data rows (keys messages)``),
+    or None: a list of mappings in a chat row's shape, or one such mapping without a recipe
+    key. A list of rows was told "its sources go under sources: [...]", one row "unknown keys
+    ['messages']"."""
+    rows = data if isinstance(data, list) else [data]
+    if not rows or not all(isinstance(r, dict) and detect_format(r) for r in rows):
+        return None
+    if isinstance(data, dict):
+        return None if set(data) & RECIPE_KEYS else f"one data row (keys {_keys(data)})"
+    n = len(rows)
+    return f"a list of {n} data row{'s' if n != 1 else ''} (keys {_keys(rows[0])})"
+
+
+def _keys(row: dict[Any, Any]) -> str:
+    keys = [str(k) for k in row]
+    return ", ".join(keys[:6]) + (", ..." if len(keys) > 6 else "")
+
+
 def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
     """Read a recipe, validate its keys, resolve its paths; returns plain option values.
 
@@ -394,6 +414,12 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
         raise RecipeError(f"recipe {path} {not_utf8(exc)}: save it as UTF-8") from None
     except yaml.YAMLError as exc:
         raise RecipeError(f"recipe {path} is not valid YAML: {_yaml_problem(exc)}") from None
+    if rows := _data_rows(data):  # a YAML file of chat rows: no recipe at all
+        raise RecipeError(
+            f"recipe {path} is {rows}, not a recipe: draftset reads rows from .jsonl, .json,"
+            " .parquet or .arrow files, never YAML: save them as JSON Lines (one row a line)"
+            " and give that file as the source"
+        )
     if not isinstance(data, dict):
         if data is None:
             what = "it is empty"
