@@ -370,8 +370,10 @@ def validated(
             if isinstance(value, bool) and "a string" in what:
                 why = _yaml_boolean(model, name, value)
                 raise error(f"recipe key {recipe}{name}: {why}") from None
-            text = what.startswith("expected a string") and " for " not in what
-            if text and (read := _yaml_typed(value)):  # `out: 2024`, `name: 007`
+            # a path or a source's name: `out: 2024`, `name: 007` (a number elsewhere, such as
+            # `eot_tokens: 7`, is a token id or another mistake, said as before)
+            text = what == "expected a string or a path" or (name, what) == _NAME
+            if text and (read := _yaml_typed(value)):
                 why = f"{read}; {what}: quote it{_as(value)}"
                 raise error(f"recipe key {recipe}{name}: {why}") from None
             got = "" if what == "is required" else f", got {shown(value)}"
@@ -440,6 +442,9 @@ def _yaml_number_text(value: Any, what: str) -> str | None:
         "YAML reads as text (it reads an exponent as a number only with a dot and a sign,"
         f" 1.0e+5): write {spelled}"
     )
+
+
+_NAME = ("name", "expected a string")
 
 
 def _yaml_typed(value: Any) -> str | None:
