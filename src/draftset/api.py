@@ -897,6 +897,13 @@ def _render_server(section: Any, where: str) -> str | None:
     return connect(url).url
 
 
+_NOT_HTML = frozenset(
+    {".pdf", ".png", ".jpg", ".jpeg", ".svg", ".json", ".jsonl", ".md", ".txt", ".csv"}
+    | {".ipynb", ".parquet", ".arrow", ".docx", ".xlsx"}
+)
+"""Names `report -o` refuses: another format's (the page is HTML whatever the name says)."""
+
+
 def report(
     dir: str | Path, *, on_verdict: Callable[[str], None] | None = None, **options: Any
 ) -> Path:
@@ -931,6 +938,12 @@ def report(
         # an .html in a source folder is skipped (an unsupported type); a -o x.json is not
         read_as_input=not path.name.lower().endswith((".html", ".htm")),
     )
+    if o.output and path.suffix.lower() in _NOT_HTML:  # `-o report.pdf`: HTML, exit 0,
+        # before; after the place's own checks (a file of yours, the set's, a source)
+        raise UsageError(
+            f"-o {o.output}: report writes one HTML page, which a {path.suffix} name would hide"
+            f" from what opens it: name it {path.stem}.html (a browser prints it to PDF)"
+        )
     if o.tokenizer:  # its page said "Cannot decode rows: ...", exit 0
         _check_set_tokenizer(o.dir, o.tokenizer, UsageError)
     tokenizer = str(o.tokenizer) if o.tokenizer else None
