@@ -103,6 +103,16 @@ def test_alpaca_empty_input_adds_no_separator():
     assert norm({"instruction": "hi", "input": "", "output": "yo"}).messages[0] == user("hi")
 
 
+def test_a_nan_field_is_named_as_a_dataframes_missing_value():
+    """``json.dumps(df.to_dict("records"))`` writes a missing ``input`` as ``NaN``: the reject
+    said "'input' is float, not a string", a type the user never wrote."""
+    out = reject({"instruction": "hi", "input": float("nan"), "output": "yo"}, "invalid_content")
+    assert out.message == (
+        "'input' is NaN (a dataframe's missing value, written by json.dumps), not a string:"
+        " write null, or leave the key out"
+    )
+
+
 @pytest.mark.parametrize("output", ["", None])
 def test_alpaca_without_output_is_prompt_only(output):
     row = {"instruction": "hi", "input": "x", "output": output}
