@@ -633,6 +633,24 @@ def test_a_misspelled_keyword_names_the_option_it_is_close_to(src, tmp_path):
     assert str(info.value) == "'zzz' is not an option of this job"
 
 
+def test_a_keyword_in_the_command_lines_spelling_is_named_before_what_it_left_missing(
+    src, tmp_path
+):
+    """``generate(src, endpoint=URL, out=...)`` (the flag's spelling, ``--endpoint``) said
+    "--endpoint: is required, got None": the keyword it was given never named, a flag and a
+    None the caller never wrote."""
+    with pytest.raises(errors.UsageError) as info:
+        api.generate_options(src, endpoint="http://127.0.0.1:9/v1", out=tmp_path / "a.jsonl")
+    assert str(info.value) == "'endpoint' is not an option of this job: did you mean 'endpoints'?"
+
+
+def test_a_missing_required_keyword_is_named_as_the_api_spells_it(src, tmp_path):
+    """``generate(src, out=...)`` said "--endpoint: is required, got None"."""
+    with pytest.raises(errors.UsageError) as info:
+        api.generate_options(src, out=tmp_path / "a.jsonl")
+    assert str(info.value) == "'endpoints' is required (--endpoint on the command line)"
+
+
 def test_a_tuple_is_a_list_to_the_api(src, tmp_path):
     """Strict types, but a Python caller's tuple of sources or stop tokens is the list it is
     (it was accepted before the API became strict, and must stay so)."""

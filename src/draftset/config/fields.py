@@ -268,7 +268,9 @@ def _problem(model: type[BaseModel], exc: ValidationError, data: Mapping[str, An
     errors = exc.errors()
     # a blank path inside a list (``decontaminate: [" "]``): its own error, not the union's
     # "expected a string or a list of paths" of its first branch
-    err = next((e for e in errors if e["type"] == "blank"), errors[0])
+    # and an unknown name before what it left missing: `generate(endpoint=URL)`, the flag's
+    # spelling, was told "--endpoint: is required", the keyword given never named
+    err = next((e for e in errors if e["type"] in ("blank", "extra_forbidden")), errors[0])
     name = str(err["loc"][0]) if err["loc"] else ""
     value = data.get(name, err.get("input"))
     kind = err["type"]
@@ -390,6 +392,9 @@ def validated(
             raise error(f"{name!r} is not an option of this job{meant}") from None
         choice = err_type(exc) == "choice"
         spelled = name_of(name) if name_of and not choice else name
+        if what == "is required":  # the API's (argparse says the command line's): no "got None"
+            flag = f" ({spelled} on the command line)" if spelled != name else ""
+            raise error(f"{name!r} is required{flag}") from None
         if what.startswith("must be"):
             raise error(f"{spelled} {what}, not {quoted(value)}") from None
         raise error(f"{spelled}: {what}, got {quoted(value)}") from None
