@@ -644,6 +644,31 @@ def test_a_keyword_in_the_command_lines_spelling_is_named_before_what_it_left_mi
     assert str(info.value) == "'endpoint' is not an option of this job: did you mean 'endpoints'?"
 
 
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        (
+            lambda d: api.report(d, o="r.html"),
+            "'o' is not an option of this job: did you mean 'output' (the command line's -o)?",
+        ),
+        (
+            lambda d: api.build(["a.jsonl"], tokenizer="t", out=d, eot_token=["<|im_end|>"]),
+            "'eot_token' is not an option of this job: did you mean 'eot_tokens'?",
+        ),
+        (
+            lambda d: api.build(sources=["a.jsonl"], tokenizer="t", out=d, field=["a=b"]),
+            "'field' is not an option of this job: did you mean 'fields'?",
+        ),
+    ],
+)
+def test_a_keyword_spelled_as_a_short_flag_names_the_option(tmp_path, call, said):
+    """``report(d, o="r.html")`` (the command's ``-o``) said only "'o' is not an option of this
+    job"."""
+    with pytest.raises(errors.UsageError) as info:
+        call(tmp_path / "set")
+    assert str(info.value) == said
+
+
 def test_a_missing_required_keyword_is_named_as_the_api_spells_it(src, tmp_path):
     """``generate(src, out=...)`` said "--endpoint: is required, got None"."""
     with pytest.raises(errors.UsageError) as info:

@@ -389,6 +389,14 @@ def validated(
         if what == "is not an option":
             close = difflib.get_close_matches(str(name), list(model.model_fields), n=1)
             meant = f": did you mean {close[0]!r}?" if close else ""
+            short = {  # `report(d, o=...)`: the command's short flag as a keyword
+                flag: field
+                for field in model.model_fields
+                for flag in cli_of(model, field).flags
+                if not flag.startswith("--")
+            }.get(f"-{name}")
+            if short and not close:
+                meant = f": did you mean {short!r} (the command line's -{name})?"
             raise error(f"{name!r} is not an option of this job{meant}") from None
         choice = err_type(exc) == "choice"
         spelled = name_of(name) if name_of and not choice else name
