@@ -27,7 +27,7 @@ from draftset.config.schema import (
 )
 from draftset.core.errors import UsageError
 from draftset.core.files import env_variable, home_problem, not_utf8
-from draftset.core.hub import hub_offline
+from draftset.core.hub import cached_model_folder, hub_offline
 from draftset.core.modes import MODES
 from draftset.mask.template import could_be_hub_id
 from draftset.sources.normalize import detect_format
@@ -582,7 +582,7 @@ def recipe_path_problem(key: str, value: Any, recipe: Path) -> str | None:
             f" {value} in the current folder is not read: give its path from the recipe's"
             " folder, or an absolute one"
         )
-    if offline := hub_offline():
+    if (offline := hub_offline()) and cached_model_folder(str(value)) is None:
         return (
             f"{head} no folder {value} beside the recipe ({beside}), and as a hub id it"
             f" needs the network: unset {offline}"

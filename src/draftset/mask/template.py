@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from draftset.core import defaults
 from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.errors import UsageError
-from draftset.core.hub import cache_revisions, hub_offline
+from draftset.core.hub import cache_revisions, cached_model_folder, hub_offline
 from draftset.core.optional_torch import broken_torch_kept_out
 from draftset.core.records import Message
 from draftset.mask.ambient import clock_kwargs, render_stock, split_clock
@@ -173,6 +173,8 @@ def _resolve_tokenizer_path(name: str) -> str:
             f"{HUB_HINT})"
         )
     offline = hub_offline()
+    if offline and cached_model_folder(name) is not None:
+        return name  # offline, transformers reads it from the hub cache
     if offline:
         raise TokenizerError(
             f"tokenizer folder not found and {offline} is set: {name} (no such folder here;"
