@@ -358,6 +358,31 @@ def test_a_number_yaml_reads_as_text_is_told_so(tmp_path, capsys, text, needle):
     _refused_in_one_line(tmp_path, capsys, text, needle)
 
 
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [  # `max_length: 4,096` was told `expected an integer, got "4,096"`: quotes never written
+        (
+            "max_length: 4,096\n",
+            "recipe key max_length: expected an integer, got 4,096, which YAML reads as text (a"
+            " comma separates no digits to it): write 4096 (or 4_096)",
+        ),
+        (
+            "max_samples: 100,000\n",
+            "got 100,000, which YAML reads as text (a comma separates no digits to it): write"
+            " 100000 (or 100_000)",
+        ),
+        (
+            "max_length: 4k\n",
+            "recipe key max_length: expected an integer, got 4k, which YAML reads as text (it"
+            " knows no k or M suffix): write the number in full",
+        ),
+        ("sources: [{path: c.jsonl, count: 10K}]\n", "got 10K, which YAML reads as text"),
+    ],
+)
+def test_a_number_with_commas_or_a_suffix_is_told_how_to_write_it(tmp_path, capsys, text, needle):
+    _refused_in_one_line(tmp_path, capsys, text, needle)
+
+
 def test_a_number_quoted_on_purpose_keeps_its_quotes(tmp_path, capsys):
     """``max_length: "4096"``: YAML reads 4096 unquoted as a number, so the quotes were written."""
     line = _refused_in_one_line(tmp_path, capsys, 'max_length: "4096"\n', 'got "4096"')

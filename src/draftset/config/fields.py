@@ -19,6 +19,7 @@ import difflib
 import importlib
 import json
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -441,6 +442,13 @@ def _yaml_number_text(value: Any, what: str) -> str | None:
     ``"4096"`` was quoted on purpose."""
     if not isinstance(value, str) or not ("an integer" in what or "a number" in what):
         return None
+    if re.fullmatch(r"[0-9]{1,3}(,[0-9]{3})+(\.[0-9]+)?", value):  # `max_length: 4,096`
+        return (
+            "YAML reads as text (a comma separates no digits to it): write"
+            f" {value.replace(',', '')} (or {value.replace(',', '_')})"
+        )
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?[kKmMbB]", value):  # `max_length: 4k`: 4000 or 4096?
+        return "YAML reads as text (it knows no k or M suffix): write the number in full"
     try:
         number = float(value)
     except ValueError:
