@@ -770,7 +770,14 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
             raise RunUsageError(problem)
         if path.suffix.lower() in OTHER_CONFIG_SUFFIXES:  # recipe.toml: write it as YAML
             raise RunUsageError(other_format_recipe_message(recipe, "examples/run.yaml"))
-        raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
+        data = (".jsonl", ".ndjson", ".json", ".parquet", ".arrow", ".feather", ".gz", ".zst")
+        if not (path.name.lower().endswith(data) or path.is_dir()):
+            raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
+        raise RunUsageError(  # data: say what a recipe naming it holds
+            f"draftset run takes a recipe (.yaml), not {recipe}: write one naming it (sources:"
+            f" [{recipe}], out:, tokenizer: and generate: {{endpoints: [URL]}}, as"
+            " examples/run.yaml does); draftset build builds a set from the file as it is"
+        )
     if problem := dash_problem("--work", o.work, "name the work folder"):
         raise RunUsageError(problem)
     try:
@@ -855,7 +862,11 @@ def _generate_section(section: Any, recipe: str) -> GenerateSection:
     from draftset.pipeline.run_state import RunUsageError  # lazy: as above
 
     if not isinstance(section, dict):
-        raise RunUsageError(f"recipe {recipe} needs a `generate:` mapping for `draftset run`")
+        raise RunUsageError(
+            f"recipe {recipe} needs a `generate:` mapping for `draftset run`: the server that"
+            " answers, e.g. generate: {endpoints: [http://127.0.0.1:8000/v1]}"
+            " (examples/run.yaml; docs/run.md)"
+        )
     unknown = set(section) - set(GenerateSection.model_fields)
     if unknown:
         known = GenerateSection.model_fields

@@ -686,3 +686,31 @@ def test_a_yaml_file_of_data_rows_is_told_it_is_data(tmp_path, capsys, text, wha
         " .parquet or .arrow files, never YAML: save them as JSON Lines (one row a line) and"
         " give that file as the source"
     ], err
+
+
+def test_run_given_a_data_file_says_how_to_name_it_in_a_recipe(tmp_path, capsys):
+    """``draftset run chats.jsonl`` said "draftset run takes a recipe (.yaml), not chats.jsonl"
+    and nothing of what such a recipe holds."""
+    data = tmp_path / "chats.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n', encoding="utf-8")
+    assert main(["run", str(data)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"draftset: error: draftset run takes a recipe (.yaml), not {data}: write one naming"
+        f" it (sources: [{data}], out:, tokenizer: and generate: {{endpoints: [URL]}}, as"
+        " examples/run.yaml does); draftset build builds a set from the file as it is"
+    ], err
+
+
+@pytest.mark.parametrize("section", ["", "generate: http://127.0.0.1:8000/v1\n"])
+def test_run_of_a_recipe_without_generate_says_what_goes_there(tmp_path, capsys, section):
+    """A build recipe given to ``run`` said "needs a `generate:` mapping for `draftset run`",
+    not what the mapping holds."""
+    recipe = _recipe(tmp_path, section)
+    assert main(["run", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"draftset: error: recipe {recipe} needs a `generate:` mapping for `draftset run`: the"
+        " server that answers, e.g. generate: {endpoints: [http://127.0.0.1:8000/v1]}"
+        " (examples/run.yaml; docs/run.md)"
+    ], err
