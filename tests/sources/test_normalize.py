@@ -366,6 +366,16 @@ def test_wrong_content_type(content, fragment):
     assert fragment in reject(row, reasons.INVALID_CONTENT).message
 
 
+def test_a_list_of_strings_as_content_says_what_a_part_is():
+    """``content: ["part one", "part two"]`` (no OpenAI-compatible server takes a list of
+    strings) said only "turn 0: part 0 is str"."""
+    row = {"messages": [{"role": "user", "content": ["part one", "part two"]}]}
+    assert reject(row, reasons.INVALID_CONTENT).message == (
+        'turn 0: part 0 is str, not a part: a list of parts holds {"type": "text", "text": ...}'
+        " objects (a server refuses a list of strings); join the strings into one content string"
+    )
+
+
 @pytest.mark.parametrize("ptype", ["image", "image_url", "input_audio", "video", "file"])
 def test_non_text_parts_are_unsupported(ptype):
     row = {"messages": [{"role": "user", "content": [{"type": ptype, ptype: "x"}]}]}

@@ -920,7 +920,13 @@ def _parts(i: int, parts: list[Any]) -> tuple[list[str], str | None, list[dict[s
     calls: list[dict[str, Any]] = []
     for j, part in enumerate(parts):
         if not isinstance(part, dict):
-            raise RowProblem(reasons.INVALID_CONTENT, f"turn {i}: part {j} is {_type(part)}")
+            hint = (  # `content: ["a", "b"]`: no server takes it
+                ', not a part: a list of parts holds {"type": "text", "text": ...} objects (a'
+                " server refuses a list of strings); join the strings into one content string"
+                if isinstance(part, str)
+                else ""
+            )
+            raise RowProblem(reasons.INVALID_CONTENT, f"turn {i}: part {j} is {_type(part)}{hint}")
         ptype = part.get("type", "text")
         if not isinstance(ptype, str):
             raise RowProblem(reasons.INVALID_CONTENT, f"turn {i}: part {j} type is {_type(ptype)}")
