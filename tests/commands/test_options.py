@@ -385,3 +385,52 @@ def test_dash_o_where_the_output_is_dash_dash_out_names_it(
         f"draftset: error: {said} (-o is report's flag; draftset {command} names its output with"
         " --out)"
     ], err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["generate", "p.jsonl", "--endpoint", "127.0.0.1:8000/v1", "--out", "a.jsonl"],
+            "--endpoint '127.0.0.1:8000/v1' is not an http(s) URL: did you mean"
+            " http://127.0.0.1:8000/v1?",
+        ),
+        (
+            ["generate", "p.jsonl", "--endpoint", "localhost:8000", "--out", "a.jsonl"],
+            "--endpoint 'localhost:8000' is not an http(s) URL: did you mean"
+            " http://localhost:8000/v1?",
+        ),
+        (
+            ["verify", "set", "--render-server", "localhost:8000"],
+            "--render-server must be an http(s) URL, got 'localhost:8000': did you mean"
+            " http://localhost:8000?",
+        ),
+    ],
+)
+def test_a_server_address_without_its_scheme_names_the_url_meant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch, argv: list[str], said: str
+) -> None:
+    """``--endpoint 127.0.0.1:8000/v1`` (vLLM prints its address so) said only "is not an
+    http(s) URL"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.jsonl").write_text('{"prompt": "hi"}\n', encoding="utf-8")
+    if argv[0] == "verify":
+        from conftest import qwen3_tokenizer_dir
+
+        from draftset.config.options import BuildOptions
+        from draftset.pipeline.build import run_build
+        from draftset.sources.read import Source
+
+        run_build(
+            BuildOptions(
+                [Source("p", tmp_path / "p.jsonl")],
+                str(qwen3_tokenizer_dir()),
+                tmp_path / "set",
+                workers=1,
+                eot_tokens=("<|im_end|>",),
+            )
+        )
+        capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"draftset: error: {said}"], err

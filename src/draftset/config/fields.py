@@ -592,3 +592,13 @@ def unknown_keys(
     elif meant:
         said.append(f"did you mean {', '.join(f'{m!r} for {k!r}' for k, m in meant.items())}?")
     return f"{text}: {'; '.join(said)}" if said else text
+
+
+def scheme_hint(url: str, api_path: str = "") -> str:
+    """``: did you mean http://HOST:PORT...?`` for a server address written without its scheme
+    (``127.0.0.1:8000/v1``, ``localhost:8000``: vLLM prints its address so), else ``""``.
+    ``api_path``: what a bare ``HOST:PORT`` is given (``/v1`` for an OpenAI endpoint)."""
+    if "://" in url or not re.fullmatch(r"[\w.\-\[\]:]+:[0-9]{1,5}(/\S*)?", url):
+        return ""
+    full = url if "/" in url else url.rstrip("/") + api_path
+    return f": did you mean http://{full}?"
