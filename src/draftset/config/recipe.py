@@ -192,6 +192,16 @@ def parse_fields(pairs: list[str] | None) -> dict[str, str] | None:
         key, sep, value = p.partition("=")
         if not sep or not key or not value:
             raise RecipeError(f"bad --field {p!r} (use CANONICAL=COLUMN, e.g. instruction=text)")
+        if "=" in value and "," in value:  # `instruction=text,output=code`: one flag each
+            each = " ".join(f"--field {q.strip()}" for q in p.split(",") if q.strip())
+            raise RecipeError(
+                f"bad --field {p!r}: one mapping a flag: give --field once for each ({each})"
+            )
+        if key != key.strip() or value != value.strip():  # `instruction = text`
+            raise RecipeError(
+                f"bad --field {p!r}: the spaces around = would be part of the names: write"
+                f" {key.strip()}={value.strip()}"
+            )
         if key in out:
             raise RecipeError(f"--field {key} given twice ({key}={out[key]}, {p})")
         out[key] = value
