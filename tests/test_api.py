@@ -669,6 +669,46 @@ def test_a_keyword_spelled_as_a_short_flag_names_the_option(tmp_path, call, said
     assert str(info.value) == said
 
 
+@pytest.mark.parametrize("prompts", [2, 0])
+def test_generate_given_a_built_set_names_its_prompts_file(tmp_path, capsys, prompts):
+    """``draftset generate out/set`` (the set, where its prompts.jsonl was meant: the README's
+    ``generate DIR/prompts.jsonl``) read the set's pre-tokenized rows, each an error line,
+    exit 1 after writing the answers and errors files."""
+    from draftset.cli import main
+
+    folder = tmp_path / "set"
+    chat = {
+        "messages": [
+            {"role": "user", "content": "Name a colour."},
+            {"role": "assistant", "content": "Blue, like a clear summer sky over a calm sea."},
+        ]
+    }
+    rows = [chat] + [{"id": f"p{i}", "prompt": f"Question {i}?"} for i in range(prompts)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    api.build(
+        sources=[tmp_path / "in.jsonl"],
+        tokenizer=qwen3_tokenizer_dir(),
+        out=folder,
+        eot_tokens=["<|im_end|>"],
+        workers=1,
+    )
+    out = tmp_path / "a.jsonl"
+    argv = ["generate", str(folder), "--endpoint", "http://127.0.0.1:9/v1", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    head = (
+        f"draftset: error: {folder} is a set draftset built (its rows are token ids, no prompts):"
+    )
+    if prompts:
+        want = (
+            f"{head} its prompts to answer are {folder / 'prompts.jsonl'} (2 rows): give that file"
+        )
+    else:
+        want = f"{head} it holds no prompts to answer"
+    assert err == [want], err
+    assert not out.exists() and not (tmp_path / "a.errors.jsonl").exists()
+
+
 def test_a_missing_required_keyword_is_named_as_the_api_spells_it(src, tmp_path):
     """``generate(src, out=...)`` said "--endpoint: is required, got None"."""
     with pytest.raises(errors.UsageError) as info:

@@ -1024,6 +1024,27 @@ def generate(
         return run_sync(run_generate(opts, update))
 
 
+def _set_as_prompts(path: Path) -> str | None:
+    """Why a built set given to `generate` is refused, naming its ``prompts.jsonl``: ``draftset
+    generate out/set`` read the set's pre-tokenized rows, each an error line, exit 1 after
+    writing the answers and errors files."""
+    from draftset.sources.read import built_set_manifest  # lazy: a stage, on first use
+
+    if not path.is_dir() or built_set_manifest(path) is None:
+        return None
+    head = f"{path} is a set draftset built (its rows are token ids, no prompts):"
+    prompts = path / "prompts.jsonl"
+    try:
+        with prompts.open("rb") as f:
+            n = sum(1 for line in f if line.strip())
+    except OSError:
+        n = 0
+    if not n:
+        return f"{head} it holds no prompts to answer"
+    rows = f"{n:,} row{'s' if n != 1 else ''}"
+    return f"{head} its prompts to answer are {prompts} ({rows}): give that file"
+
+
 def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any) -> GenerateOptions:
     """`generate`'s arguments checked and resolved: the `GenerateOptions` the job runs with."""
     # lazy: stage modules load on the first call, not on import draftset.api
@@ -1061,6 +1082,8 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
             raise GenerateUsageError(problem)
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise GenerateUsageError(f"source not found: {s.path}")
+        if problem := _set_as_prompts(s.path):  # `generate out/set`: its prompts.jsonl meant
+            raise GenerateUsageError(problem)
         try:
             refuse_several_splits(s.path)  # as build's pre-flight
         except SourceError as exc:
