@@ -669,8 +669,9 @@ def test_a_keyword_spelled_as_a_short_flag_names_the_option(tmp_path, call, said
     assert str(info.value) == said
 
 
+@pytest.mark.parametrize("shard", [False, True])
 @pytest.mark.parametrize("prompts", [2, 0])
-def test_generate_given_a_built_set_names_its_prompts_file(tmp_path, capsys, prompts):
+def test_generate_given_a_built_set_names_its_prompts_file(tmp_path, capsys, prompts, shard):
     """``draftset generate out/set`` (the set, where its prompts.jsonl was meant: the README's
     ``generate DIR/prompts.jsonl``) read the set's pre-tokenized rows, each an error line,
     exit 1 after writing the answers and errors files."""
@@ -693,11 +694,13 @@ def test_generate_given_a_built_set_names_its_prompts_file(tmp_path, capsys, pro
         workers=1,
     )
     out = tmp_path / "a.jsonl"
-    argv = ["generate", str(folder), "--endpoint", "http://127.0.0.1:9/v1", "--out", str(out)]
+    given = folder / "data-00000-of-00001.arrow" if shard else folder  # or one of its shards
+    argv = ["generate", str(given), "--endpoint", "http://127.0.0.1:9/v1", "--out", str(out)]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
+    what = f"a data file of the set {folder}, which" if shard else "a set"
     head = (
-        f"draftset: error: {folder} is a set draftset built (its rows are token ids, no prompts):"
+        f"draftset: error: {given} is {what} draftset built (its rows are token ids, no prompts):"
     )
     if prompts:
         want = (

@@ -1030,10 +1030,13 @@ def _set_as_prompts(path: Path) -> str | None:
     writing the answers and errors files."""
     from draftset.sources.read import built_set_manifest  # lazy: a stage, on first use
 
-    if not path.is_dir() or built_set_manifest(path) is None:
+    folders = [path] if path.is_dir() else [path.parent, path.parent.parent]  # parquet: data/
+    folder = next((f for f in folders if built_set_manifest(f) is not None), None)
+    if folder is None or path.name == "prompts.jsonl":
         return None
-    head = f"{path} is a set draftset built (its rows are token ids, no prompts):"
-    prompts = path / "prompts.jsonl"
+    what = "a set" if folder == path else f"a data file of the set {folder}, which"
+    head = f"{path} is {what} draftset built (its rows are token ids, no prompts):"
+    prompts = folder / "prompts.jsonl"
     try:
         with prompts.open("rb") as f:
             n = sum(1 for line in f if line.strip())
