@@ -636,6 +636,92 @@ def test_a_misspelled_keyword_names_the_option_it_is_close_to(src, tmp_path):
     assert str(info.value) == "'zzz' is not an option of this job"
 
 
+def test_a_keyword_in_the_command_lines_spelling_is_named_before_what_it_left_missing(
+    src, tmp_path
+):
+    """``generate(src, endpoint=URL, out=...)`` (the flag's spelling, ``--endpoint``) said
+    "--endpoint: is required, got None": the keyword it was given never named, a flag and a
+    None the caller never wrote."""
+    with pytest.raises(errors.UsageError) as info:
+        api.generate_options(src, endpoint="http://127.0.0.1:9/v1", out=tmp_path / "a.jsonl")
+    assert str(info.value) == "'endpoint' is not an option of this job: did you mean 'endpoints'?"
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        (
+            lambda d: api.report(d, o="r.html"),
+            "'o' is not an option of this job: did you mean 'output' (the command line's -o)?",
+        ),
+        (
+            lambda d: api.build(["a.jsonl"], tokenizer="t", out=d, eot_token=["<|im_end|>"]),
+            "'eot_token' is not an option of this job: did you mean 'eot_tokens'?",
+        ),
+        (
+            lambda d: api.build(sources=["a.jsonl"], tokenizer="t", out=d, field=["a=b"]),
+            "'field' is not an option of this job: did you mean 'fields'?",
+        ),
+    ],
+)
+def test_a_keyword_spelled_as_a_short_flag_names_the_option(tmp_path, call, said):
+    """``report(d, o="r.html")`` (the command's ``-o``) said only "'o' is not an option of this
+    job"."""
+    with pytest.raises(errors.UsageError) as info:
+        call(tmp_path / "set")
+    assert str(info.value) == said
+
+
+@pytest.mark.parametrize("shard", [False, True])
+@pytest.mark.parametrize("prompts", [2, 0])
+def test_generate_given_a_built_set_names_its_prompts_file(tmp_path, capsys, prompts, shard):
+    """``draftset generate out/set`` (the set, where its prompts.jsonl was meant: the README's
+    ``generate DIR/prompts.jsonl``) read the set's pre-tokenized rows, each an error line,
+    exit 1 after writing the answers and errors files."""
+    from draftset.cli import main
+
+    folder = tmp_path / "set"
+    chat = {
+        "messages": [
+            {"role": "user", "content": "Name a colour."},
+            {"role": "assistant", "content": "Blue, like a clear summer sky over a calm sea."},
+        ]
+    }
+    rows = [chat] + [{"id": f"p{i}", "prompt": f"Question {i}?"} for i in range(prompts)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    api.build(
+        sources=[tmp_path / "in.jsonl"],
+        tokenizer=qwen3_tokenizer_dir(),
+        out=folder,
+        eot_tokens=["<|im_end|>"],
+        workers=1,
+    )
+    out = tmp_path / "a.jsonl"
+    given = folder / "data-00000-of-00001.arrow" if shard else folder  # or one of its shards
+    argv = ["generate", str(given), "--endpoint", "http://127.0.0.1:9/v1", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    what = f"a data file of the set {folder}, which" if shard else "a set"
+    head = (
+        f"draftset: error: {given} is {what} draftset built (its rows are token ids, no prompts):"
+    )
+    if prompts:
+        want = (
+            f"{head} its prompts to answer are {folder / 'prompts.jsonl'} (2 rows): give that file"
+        )
+    else:
+        want = f"{head} it holds no prompts to answer"
+    assert err == [want], err
+    assert not out.exists() and not (tmp_path / "a.errors.jsonl").exists()
+
+
+def test_a_missing_required_keyword_is_named_as_the_api_spells_it(src, tmp_path):
+    """``generate(src, out=...)`` said "--endpoint: is required, got None"."""
+    with pytest.raises(errors.UsageError) as info:
+        api.generate_options(src, out=tmp_path / "a.jsonl")
+    assert str(info.value) == "'endpoints' is required (--endpoint on the command line)"
+
+
 def test_a_tuple_is_a_list_to_the_api(src, tmp_path):
     """Strict types, but a Python caller's tuple of sources or stop tokens is the list it is
     (it was accepted before the API became strict, and must stay so)."""

@@ -770,7 +770,14 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
             raise RunUsageError(problem)
         if path.suffix.lower() in OTHER_CONFIG_SUFFIXES:  # recipe.toml: write it as YAML
             raise RunUsageError(other_format_recipe_message(recipe, "examples/run.yaml"))
-        raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
+        data = (".jsonl", ".ndjson", ".json", ".parquet", ".arrow", ".feather", ".gz", ".zst")
+        if not (path.name.lower().endswith(data) or path.is_dir()):
+            raise RunUsageError(f"draftset run takes a recipe (.yaml), not {recipe}")
+        raise RunUsageError(  # data: say what a recipe naming it holds
+            f"draftset run takes a recipe (.yaml), not {recipe}: write one naming it (sources:"
+            f" [{recipe}], out:, tokenizer: and generate: {{endpoints: [URL]}}, as"
+            " examples/run.yaml does); draftset build builds a set from the file as it is"
+        )
     if problem := dash_problem("--work", o.work, "name the work folder"):
         raise RunUsageError(problem)
     try:
@@ -855,7 +862,11 @@ def _generate_section(section: Any, recipe: str) -> GenerateSection:
     from draftset.pipeline.run_state import RunUsageError  # lazy: as above
 
     if not isinstance(section, dict):
-        raise RunUsageError(f"recipe {recipe} needs a `generate:` mapping for `draftset run`")
+        raise RunUsageError(
+            f"recipe {recipe} needs a `generate:` mapping for `draftset run`: the server that"
+            " answers, e.g. generate: {endpoints: [http://127.0.0.1:8000/v1]}"
+            " (examples/run.yaml; docs/run.md)"
+        )
     unknown = set(section) - set(GenerateSection.model_fields)
     if unknown:
         known = GenerateSection.model_fields
@@ -897,6 +908,13 @@ def _render_server(section: Any, where: str) -> str | None:
     return connect(url).url
 
 
+_NOT_HTML = frozenset(
+    {".pdf", ".png", ".jpg", ".jpeg", ".svg", ".json", ".jsonl", ".md", ".txt", ".csv"}
+    | {".ipynb", ".parquet", ".arrow", ".docx", ".xlsx"}
+)
+"""Names `report -o` refuses: another format's (the page is HTML whatever the name says)."""
+
+
 def report(
     dir: str | Path, *, on_verdict: Callable[[str], None] | None = None, **options: Any
 ) -> Path:
@@ -931,6 +949,12 @@ def report(
         # an .html in a source folder is skipped (an unsupported type); a -o x.json is not
         read_as_input=not path.name.lower().endswith((".html", ".htm")),
     )
+    if o.output and path.suffix.lower() in _NOT_HTML:  # `-o report.pdf`: HTML, exit 0,
+        # before; after the place's own checks (a file of yours, the set's, a source)
+        raise UsageError(
+            f"-o {o.output}: report writes one HTML page, which a {path.suffix} name would hide"
+            f" from what opens it: name it {path.stem}.html (a browser prints it to PDF)"
+        )
     if o.tokenizer:  # its page said "Cannot decode rows: ...", exit 0
         _check_set_tokenizer(o.dir, o.tokenizer, UsageError)
     tokenizer = str(o.tokenizer) if o.tokenizer else None
@@ -1000,6 +1024,30 @@ def generate(
         return run_sync(run_generate(opts, update))
 
 
+def _set_as_prompts(path: Path) -> str | None:
+    """Why a built set given to `generate` is refused, naming its ``prompts.jsonl``: ``draftset
+    generate out/set`` read the set's pre-tokenized rows, each an error line, exit 1 after
+    writing the answers and errors files."""
+    from draftset.sources.read import built_set_manifest  # lazy: a stage, on first use
+
+    folders = [path] if path.is_dir() else [path.parent, path.parent.parent]  # parquet: data/
+    folder = next((f for f in folders if built_set_manifest(f) is not None), None)
+    if folder is None or path.name == "prompts.jsonl":
+        return None
+    what = "a set" if folder == path else f"a data file of the set {folder}, which"
+    head = f"{path} is {what} draftset built (its rows are token ids, no prompts):"
+    prompts = folder / "prompts.jsonl"
+    try:
+        with prompts.open("rb") as f:
+            n = sum(1 for line in f if line.strip())
+    except OSError:
+        n = 0
+    if not n:
+        return f"{head} it holds no prompts to answer"
+    rows = f"{n:,} row{'s' if n != 1 else ''}"
+    return f"{head} its prompts to answer are {prompts} ({rows}): give that file"
+
+
 def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any) -> GenerateOptions:
     """`generate`'s arguments checked and resolved: the `GenerateOptions` the job runs with."""
     # lazy: stage modules load on the first call, not on import draftset.api
@@ -1037,6 +1085,8 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
             raise GenerateUsageError(problem)
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise GenerateUsageError(f"source not found: {s.path}")
+        if problem := _set_as_prompts(s.path):  # `generate out/set`: its prompts.jsonl meant
+            raise GenerateUsageError(problem)
         try:
             refuse_several_splits(s.path)  # as build's pre-flight
         except SourceError as exc:

@@ -121,6 +121,45 @@ work (the row shown as far as wanted, the page written): they end quietly, exit 
 (verify, build, generate, run) exits 1 then: its verdict, printed last, went unread."""
 
 
+_NOT_A_COMMAND = {
+    "train": "draftset writes the set a drafter is trained on, it does not train one"
+    " (speculators train --data-path OUT reads the set: README, 'Training the result with"
+    " speculators')",
+}
+"""Commands people expect of a tool of this kind, and what to do instead."""
+
+
+def _command_problem(argv: list[str]) -> str | None:
+    """Why the command line names no command draftset has, in one line, or None (an option
+    first, ``--help``/``--version``, is argparse's). ``draftset`` alone said "the following
+    arguments are required: command"; a typo "invalid choice: 'biuld' (choose from ...)"."""
+    listed = ", ".join(COMMANDS)
+    if not argv:
+        return (
+            f"give a command: {', '.join(COMMANDS[:-1])} or {COMMANDS[-1]}"
+            " (draftset COMMAND --help explains one)"
+        )
+    word = argv[0]
+    if word.startswith("-") or word in COMMANDS:
+        return None
+    if word in _NOT_A_COMMAND:
+        return f"unknown command {word!r}: {_NOT_A_COMMAND[word]}"
+    import difflib  # lazy: only on a mistake
+
+    close = difflib.get_close_matches(word.lower(), COMMANDS, n=1, cutoff=0.6)
+    meant = f": did you mean {close[0]}?" if close else ""
+    return f"unknown command {word!r}{meant} (commands: {listed})"
+
+
+def _out_hint(argv: list[str]) -> str:
+    """`commands.common.out_hint` for a command that names its output with ``--out``."""
+    if argv[0] not in ("build", "generate"):
+        return ""
+    from draftset.commands.common import out_hint  # lazy: see the note on the imports
+
+    return out_hint(f"draftset {argv[0]}", argv[1:])
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     given = sys.argv[1:] if argv is None else argv
@@ -132,12 +171,16 @@ def main(argv: list[str] | None = None) -> int:
             from draftset.commands.common import build_helper_ahead
 
             helper = build_helper_ahead(given)
+        if given and given[0] == "help":  # `draftset help [COMMAND]`: git's and pip's spelling
+            given = [*given[1:2], "--help"]
+        if problem := _command_problem(given):
+            raise UsageError(problem)
         args, extra = parse_command_line(given)
         if extra:  # a command may say where an option it lacks belongs (`run`: the recipe)
             hint = getattr(args, "unknown_hint", None)
             raise UsageError(
                 (hint(extra, given) if hint else None)
-                or f"unrecognized arguments: {' '.join(extra)}"
+                or f"unrecognized arguments: {' '.join(extra)}{_out_hint(given)}"
             )
         args.helper = helper
         code = int(args.handler(args))

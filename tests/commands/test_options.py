@@ -314,3 +314,123 @@ def test_a_pipe_of_draftsets_own_breaking_is_not_taken_for_the_reader_leaving(
     monkeypatch.setattr(cli, "parse_command_line", lambda argv: (parsed, []))
     with pytest.raises(BrokenPipeError):
         main(["report", "x"])
+
+
+def test_draftset_alone_names_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    """``draftset`` with nothing after it said "the following arguments are required:
+    command", a word no help page uses, and no command named."""
+    assert main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "draftset: error: give a command: build, verify, show, report, generate or run"
+        " (draftset COMMAND --help explains one)"
+    ], err
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [(["help"], "usage: draftset [-h]"), (["help", "build"], "usage: draftset build")],
+)
+def test_help_as_a_command_prints_the_help(
+    capsys: pytest.CaptureFixture[str], argv: list[str], shown: str
+) -> None:
+    """``draftset help`` / ``draftset help build`` (git's, pip's, cargo's spelling) were
+    "invalid choice: 'help'", exit 2."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(shown), out[:200]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["biuld", "a.jsonl"],
+            "draftset: error: unknown command 'biuld': did you mean build? (commands: build,"
+            " verify, show, report, generate, run)",
+        ),
+        (
+            ["train", "a.jsonl"],
+            "draftset: error: unknown command 'train': draftset writes the set a drafter is"
+            " trained on, it does not train one (speculators train --data-path OUT reads the"
+            " set: README, 'Training the result with speculators')",
+        ),
+    ],
+)
+def test_an_unknown_command_names_the_one_meant(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    """A typo of a command said only "invalid choice: 'biuld' (choose from ...)"."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [said], err
+
+
+@pytest.mark.parametrize("command", ["build", "generate"])
+def test_dash_o_where_the_output_is_dash_dash_out_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """``draftset build a.jsonl -o out`` (report's spelling) said only "unrecognized arguments:
+    -o out"."""
+    endpoint = ["--endpoint", "http://127.0.0.1:9/v1"] if command == "generate" else []
+    assert main([command, str(tmp_path / "a.jsonl"), *endpoint, "-o", "o"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    said = {  # generate's --out is required: argparse says so first
+        "build": "unrecognized arguments: -o o",
+        "generate": "the following arguments are required: --out",
+    }[command]
+    assert err == [
+        f"draftset: error: {said} (-o is report's flag; draftset {command} names its output with"
+        " --out)"
+    ], err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["generate", "p.jsonl", "--endpoint", "127.0.0.1:8000/v1", "--out", "a.jsonl"],
+            "--endpoint '127.0.0.1:8000/v1' is not an http(s) URL: did you mean"
+            " http://127.0.0.1:8000/v1?",
+        ),
+        (
+            ["generate", "p.jsonl", "--endpoint", "localhost:8000", "--out", "a.jsonl"],
+            "--endpoint 'localhost:8000' is not an http(s) URL: did you mean"
+            " http://localhost:8000/v1?",
+        ),
+        (
+            ["verify", "set", "--render-server", "localhost:8000"],
+            "--render-server must be an http(s) URL, got 'localhost:8000': did you mean"
+            " http://localhost:8000?",
+        ),
+    ],
+)
+def test_a_server_address_without_its_scheme_names_the_url_meant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch, argv: list[str], said: str
+) -> None:
+    """``--endpoint 127.0.0.1:8000/v1`` (vLLM prints its address so) said only "is not an
+    http(s) URL"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.jsonl").write_text('{"prompt": "hi"}\n', encoding="utf-8")
+    if argv[0] == "verify":
+        from conftest import qwen3_tokenizer_dir
+
+        from draftset.config.options import BuildOptions
+        from draftset.pipeline.build import run_build
+        from draftset.sources.read import Source
+
+        run_build(
+            BuildOptions(
+                [Source("p", tmp_path / "p.jsonl")],
+                str(qwen3_tokenizer_dir()),
+                tmp_path / "set",
+                workers=1,
+                eot_tokens=("<|im_end|>",),
+            )
+        )
+        capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"draftset: error: {said}"], err

@@ -378,3 +378,24 @@ def test_a_full_disk_under_report_or_verify_json_is_exit_1_as_in_build(
         .err.strip()
         .endswith(f"draftset: --json {record}: cannot write: No space left on device")
     )
+
+
+@pytest.mark.parametrize("name", ["report.pdf", "r.png", "r.json", "r.MD", "r.txt"])
+def test_report_refuses_a_name_of_another_format(work, capsys, no_work, name):
+    """``report set -o report.pdf`` wrote an HTML page under a PDF name, exit 0: the PDF
+    viewer it was meant for cannot open it."""
+    before = snapshot(work)
+    stem, suffix = name.rsplit(".", 1)
+    refused(
+        ["report", "set", "-o", name],
+        capsys,
+        f"-o {name}: report writes one HTML page, which a .{suffix} name would hide from what"
+        f" opens it: name it {stem}.html (a browser prints it to PDF)",
+    )
+    assert snapshot(work) == before
+
+
+@pytest.mark.parametrize("name", ["page.html", "page.HTM", "page"])
+def test_report_writes_an_html_name_or_one_without_a_suffix(work, capsys, name):
+    assert main(["report", "set", "-o", name]) == 0
+    assert GENERATOR in (work / name).read_bytes()

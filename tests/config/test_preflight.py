@@ -879,3 +879,33 @@ def test_a_hub_id_as_chat_template_says_it_takes_a_file(tmp_path, capsys, no_wor
         " .jinja file, never a hub id: a model's own template comes with its tokenizer, so"
         " --tokenizer Qwen/Qwen3-8B reads it)"
     )
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (
+            "<|im_end|>,<|endoftext|>",
+            ": it is 2 tokens, '<|im_end|>' and '<|endoftext|>': give --eot-token once for each"
+            " (a recipe's eot_tokens: a list)",
+        ),
+        (
+            "<|im_end|> <|endoftext|>",
+            ": it is 2 tokens, '<|im_end|>' and '<|endoftext|>': give --eot-token once for each"
+            " (a recipe's eot_tokens: a list)",
+        ),
+        ("im_end", ": did you mean '<|im_end|>'?"),
+        ("<im_end>", ": did you mean '<|im_end|>'?"),
+    ],
+)
+def test_eot_tokens_in_one_value_or_misspelt_are_named(tmp_path, capsys, given, said):
+    """``--eot-token '<|im_end|>,<|endoftext|>'`` (both in one value, as a comma-separated
+    list) and ``--eot-token im_end`` (the brackets left out) said only "is not a token of this
+    tokenizer"."""
+    src = write_jsonl(tmp_path / "a.jsonl", [chat(1)])
+    argv = build_argv(src, out=tmp_path / "out", extra=("--eot-token", given))
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        f"draftset: error: --eot-token {given!r} is not a token of this tokenizer{said}"
+    )
+    assert not (tmp_path / "out").exists()

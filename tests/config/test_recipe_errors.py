@@ -358,6 +358,31 @@ def test_a_number_yaml_reads_as_text_is_told_so(tmp_path, capsys, text, needle):
     _refused_in_one_line(tmp_path, capsys, text, needle)
 
 
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [  # `max_length: 4,096` was told `expected an integer, got "4,096"`: quotes never written
+        (
+            "max_length: 4,096\n",
+            "recipe key max_length: expected an integer, got 4,096, which YAML reads as text (a"
+            " comma separates no digits to it): write 4096 (or 4_096)",
+        ),
+        (
+            "max_samples: 100,000\n",
+            "got 100,000, which YAML reads as text (a comma separates no digits to it): write"
+            " 100000 (or 100_000)",
+        ),
+        (
+            "max_length: 4k\n",
+            "recipe key max_length: expected an integer, got 4k, which YAML reads as text (it"
+            " knows no k or M suffix): write the number in full",
+        ),
+        ("sources: [{path: c.jsonl, count: 10K}]\n", "got 10K, which YAML reads as text"),
+    ],
+)
+def test_a_number_with_commas_or_a_suffix_is_told_how_to_write_it(tmp_path, capsys, text, needle):
+    _refused_in_one_line(tmp_path, capsys, text, needle)
+
+
 def test_a_number_quoted_on_purpose_keeps_its_quotes(tmp_path, capsys):
     """``max_length: "4096"``: YAML reads 4096 unquoted as a number, so the quotes were written."""
     line = _refused_in_one_line(tmp_path, capsys, 'max_length: "4096"\n', 'got "4096"')
@@ -572,4 +597,120 @@ def test_sources_written_as_a_mapping_of_names_is_told_the_list_it_means(tmp_pat
     assert err == [
         "draftset: error: recipe key sources: a list of entries, not a mapping of names: write"
         " sources: [{name: chat, path: c.jsonl}, {name: code, path: d.jsonl, weight: 2}]"
+    ], err
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            "out: 2024\n",
+            "recipe key out: YAML read the unquoted value as the number 2024; expected a string"
+            " or a path: quote it ('2024')",
+        ),
+        (
+            "out: 2024-01-01\n",
+            "recipe key out: YAML read the unquoted value as the date 2024-01-01; expected a"
+            " string or a path: quote it ('2024-01-01')",
+        ),
+        (
+            "sources: [{path: c.jsonl, name: 007}]\n",
+            # YAML 1.1 reads 007 as octal: the user's spelling is gone, the value shown is 7
+            "recipe key sources[0].name: YAML read the unquoted value as the number 7;"
+            " expected a string: quote it",
+        ),
+        (
+            "sources: [{path: c.jsonl, name: 1.10}]\n",
+            "recipe key sources[0].name: YAML read the unquoted value as the number 1.1;"
+            " expected a string: quote it",
+        ),
+        (
+            "sources: [{path: c.jsonl, name: 2024-01-01}]\n",
+            "recipe key sources[0].name: YAML read the unquoted value as the date 2024-01-01;",
+        ),
+    ],
+)
+def test_a_number_or_date_yaml_read_where_a_name_goes_says_to_quote_it(
+    tmp_path, capsys, text, needle
+):
+    """``out: 2024`` said "expected a string or a path, got 2024" (what was wrong with it?),
+    ``out: 2024-01-01`` "got datetime.date(2024, 1, 1)" (Python's repr), and ``name: 007``
+    "got 7", a value the user never wrote: YAML read each as a number or a date."""
+    recipe = _recipe(tmp_path, "")
+    body = recipe.read_text()
+    key = text.split(":", 1)[0]
+    lines = [line for line in body.splitlines() if not line.startswith(f"{key}:")]
+    recipe.write_text("\n".join(lines) + "\n" + text, encoding="utf-8")
+    (tmp_path / "tok").mkdir()
+    assert main(["build", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert "datetime" not in err[0]
+
+
+def test_a_date_where_a_number_goes_is_shown_as_written(tmp_path, capsys):
+    """``max_length: 2024-01-01`` quoted Python's ``datetime.date(2024, 1, 1)``."""
+    recipe = _recipe(tmp_path, "max_length: 2024-01-01\n")
+    (tmp_path / "tok").mkdir()
+    assert main(["build", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["draftset: error: recipe key max_length: expected an integer, got 2024-01-01"]
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        (
+            "- messages:\n  - {role: user, content: hi}\n  - {role: assistant, content: yo}\n",
+            "a list of 1 data row (keys messages), not a recipe",
+        ),
+        (
+            "- {instruction: a, output: b}\n- {instruction: c, output: d}\n",
+            "a list of 2 data rows (keys instruction, output), not a recipe",
+        ),
+        (
+            "conversations:\n  - {from: human, value: hi}\n  - {from: gpt, value: yo}\n",
+            "one data row (keys conversations), not a recipe",
+        ),
+    ],
+)
+def test_a_yaml_file_of_data_rows_is_told_it_is_data(tmp_path, capsys, text, what):
+    """A YAML file holding chat rows given as the recipe: a list of rows was told "its sources
+    go under sources: [...]" (they are rows, not sources), one row "unknown keys ['messages']"."""
+    recipe = tmp_path / "rows.yaml"
+    recipe.write_text(text, encoding="utf-8")
+    assert main(["build", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"draftset: error: recipe {recipe} is {what}: draftset reads rows from .jsonl, .json,"
+        " .parquet or .arrow files, never YAML: save them as JSON Lines (one row a line) and"
+        " give that file as the source"
+    ], err
+
+
+def test_run_given_a_data_file_says_how_to_name_it_in_a_recipe(tmp_path, capsys):
+    """``draftset run chats.jsonl`` said "draftset run takes a recipe (.yaml), not chats.jsonl"
+    and nothing of what such a recipe holds."""
+    data = tmp_path / "chats.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n', encoding="utf-8")
+    assert main(["run", str(data)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"draftset: error: draftset run takes a recipe (.yaml), not {data}: write one naming"
+        f" it (sources: [{data}], out:, tokenizer: and generate: {{endpoints: [URL]}}, as"
+        " examples/run.yaml does); draftset build builds a set from the file as it is"
+    ], err
+
+
+@pytest.mark.parametrize("section", ["", "generate: http://127.0.0.1:8000/v1\n"])
+def test_run_of_a_recipe_without_generate_says_what_goes_there(tmp_path, capsys, section):
+    """A build recipe given to ``run`` said "needs a `generate:` mapping for `draftset run`",
+    not what the mapping holds."""
+    recipe = _recipe(tmp_path, section)
+    assert main(["run", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"draftset: error: recipe {recipe} needs a `generate:` mapping for `draftset run`: the"
+        " server that answers, e.g. generate: {endpoints: [http://127.0.0.1:8000/v1]}"
+        " (examples/run.yaml; docs/run.md)"
     ], err

@@ -381,3 +381,34 @@ def test_a_recipe_glob_is_told_to_list_the_files_not_to_unquote_it(
         f"source not found: {pattern} (draftset does not expand wildcards: list"
         f" each file in the recipe's sources{where})"
     ), line
+
+
+@pytest.mark.parametrize(
+    ("pairs", "said"),
+    [
+        (  # a comma-separated list in one flag: read as a column named "text,output=code"
+            ["instruction=text,output=code"],
+            "bad --field 'instruction=text,output=code': one mapping a flag: give --field once"
+            " for each (--field instruction=text --field output=code)",
+        ),
+        (  # spaces around =: a field named "instruction " that no shape reads
+            ["instruction = text"],
+            "bad --field 'instruction = text': the spaces around = would be part of the names:"
+            " write instruction=text",
+        ),
+        (  # the two sides swapped: "no row shape reads a field 'code'"
+            ["text=instruction", "code=output"],
+            "source mbpp: --field code=output: no row shape reads a field 'code'; CANONICAL=COLUMN"
+            " puts draftset's field first: did you mean output=code?",
+        ),
+    ],
+)
+def test_a_field_written_otherwise_names_how_to_write_it(tmp_path, capsys, pairs, said):
+    src = tmp_path / "mbpp.jsonl"
+    src.write_text(json.dumps({"text": "hi", "code": "x = 1"}) + "\n", encoding="utf-8")
+    fields = [a for p in pairs for a in ("--field", p)]
+    argv = ["build", str(src), "--format", "alpaca", *fields, "--out", str(tmp_path / "o")]
+    assert main([*argv, "--tokenizer", str(qwen3_tokenizer_dir()), *EOT]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"draftset: error: {said}"], err
+    assert not (tmp_path / "o").exists()

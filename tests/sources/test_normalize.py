@@ -103,6 +103,16 @@ def test_alpaca_empty_input_adds_no_separator():
     assert norm({"instruction": "hi", "input": "", "output": "yo"}).messages[0] == user("hi")
 
 
+def test_a_nan_field_is_named_as_a_dataframes_missing_value():
+    """``json.dumps(df.to_dict("records"))`` writes a missing ``input`` as ``NaN``: the reject
+    said "'input' is float, not a string", a type the user never wrote."""
+    out = reject({"instruction": "hi", "input": float("nan"), "output": "yo"}, "invalid_content")
+    assert out.message == (
+        "'input' is NaN (a dataframe's missing value, written by json.dumps), not a string:"
+        " write null, or leave the key out"
+    )
+
+
 @pytest.mark.parametrize("output", ["", None])
 def test_alpaca_without_output_is_prompt_only(output):
     row = {"instruction": "hi", "input": "x", "output": output}
@@ -354,6 +364,16 @@ def test_null_assistant_content_is_empty():
 def test_wrong_content_type(content, fragment):
     row = {"messages": [{"role": "user", "content": content}]}
     assert fragment in reject(row, reasons.INVALID_CONTENT).message
+
+
+def test_a_list_of_strings_as_content_says_what_a_part_is():
+    """``content: ["part one", "part two"]`` (no OpenAI-compatible server takes a list of
+    strings) said only "turn 0: part 0 is str"."""
+    row = {"messages": [{"role": "user", "content": ["part one", "part two"]}]}
+    assert reject(row, reasons.INVALID_CONTENT).message == (
+        'turn 0: part 0 is str, not a part: a list of parts holds {"type": "text", "text": ...}'
+        " objects (a server refuses a list of strings); join the strings into one content string"
+    )
 
 
 @pytest.mark.parametrize("ptype", ["image", "image_url", "input_audio", "video", "file"])

@@ -684,6 +684,48 @@ def test_files_skipped_on_purpose_are_listed(tmp_path):
     ]
 
 
+def test_a_model_or_tokenizer_folder_inside_a_source_folder_is_skipped(tmp_path):
+    """The tokenizer (or model) folder kept beside the data (``work/model`` with ``work/`` the
+    source): its config.json, tokenizer.json, ... were read as rows, each rejected, and
+    vocab.json taken for an Alpaca row (its "instruction" token's id read as the text)."""
+    folder = tmp_path / "work"
+    write(folder, "a.jsonl", jsonl_bytes(ROWS))
+    model = folder / "model"
+    for name in ("config.json", "generation_config.json", "tokenizer_config.json"):
+        write(model, name, b'{"model_type": "qwen3"}')
+    write(model, "tokenizer.json", b'{"version": "1.0", "model": {}}')
+    write(model, "vocab.json", b'{"instruction": 307, "output": 308}')
+    write(model, "merges.txt", b"#version: 0.2\n")
+    write(model, "chats.jsonl", jsonl_bytes(ROWS))  # a data file of the user's: still read
+    files, skipped = read.scan_source(folder)
+    assert files == [folder / "a.jsonl", model / "chats.jsonl"]
+    why = "a model's or tokenizer's file, not data"
+    assert skipped == [
+        {"path": "model/config.json", "why": why},
+        {"path": "model/generation_config.json", "why": why},
+        {"path": "model/merges.txt", "why": "unsupported type"},
+        {"path": "model/tokenizer.json", "why": why},
+        {"path": "model/tokenizer_config.json", "why": why},
+        {"path": "model/vocab.json", "why": why},
+    ]
+
+
+def test_a_model_folder_given_as_the_source_is_named(tmp_path):
+    """``draftset build model/ --tokenizer model/``: its JSON files were read as rows."""
+    write(tmp_path / "model", "tokenizer.json", b'{"version": "1.0"}')
+    write(tmp_path / "model", "config.json", b'{"model_type": "qwen3"}')
+    with pytest.raises(SourceError, match=r"model: a model or tokenizer folder, no data \(its"):
+        read.scan_source(tmp_path / "model")
+
+
+def test_a_config_json_of_the_users_data_is_read(tmp_path):
+    """A file named like a model's is data in a folder that is no model's (no tokenizer)."""
+    folder = tmp_path / "src"
+    write(folder, "config.json", json.dumps(ROWS).encode())
+    files, skipped = read.scan_source(folder)
+    assert files == [folder / "config.json"] and skipped == []
+
+
 def _open_fds_on(path: Path) -> int:
     fds = Path("/proc/self/fd")
     n = 0

@@ -292,3 +292,28 @@ def test_a_json_object_of_splits_or_of_rows_beside_metadata_is_named(tmp_path):
         " (version): give those rows as their own file (a JSON array, or JSON Lines), or"
         " remove the other keys"
     )
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"input_ids": [1, 2, 3], "attention_mask": [1, 1, 1], "labels": [-100, 2, 3]},
+        {"input_ids": [1, 2, 3], "labels": [-100, -100, 3]},
+    ],
+)
+def test_a_trainers_tokenized_rows_are_told_what_draftset_reads(tmp_path, row):
+    """``input_ids`` + ``labels`` rows (a trainer's tokenized layout: axolotl's, TRL's, -100
+    for a token not trained) were told "map its columns with --format and --field", which no
+    mapping does: a loss mask is 0/1, and ``--field loss_mask=labels`` rejects every row."""
+    src = write_jsonl(tmp_path / "tok.jsonl", [row])
+    with pytest.raises(SourceError) as exc:
+        check_row_shapes([Source("tok", src)])
+    msg = str(exc.value)
+    assert "\n" not in msg and "--field" not in msg, msg
+    assert msg.endswith(
+        "input_ids with labels are a trainer's tokenized rows (-100: not trained), which"
+        " draftset does not read: its pre-tokenized rows are input_ids with a 0/1 loss_mask,"
+        " in this tokenizer's ids. Give the conversations the rows were tokenized from"
+        " (draftset derives the mask from the target's chat template), or add"
+        " loss_mask = [0 if label == -100 else 1 for label in labels] to each row"
+    ), msg

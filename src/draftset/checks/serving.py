@@ -29,6 +29,7 @@ import numpy as np
 
 from draftset.checks.mask import _shape, _stops
 from draftset.checks.records import iter_source_items, pick_rows
+from draftset.config.fields import scheme_hint
 from draftset.core.errors import UsageError
 from draftset.core.records import NO_CONTENT, Conversation
 from draftset.core.words import ascii_digits
@@ -163,7 +164,9 @@ def connect(url: str, timeout: float = 10.0) -> RenderServer:
     """Check the server answers and serves one model; one clear line otherwise (exit 2)."""
     base = url.rstrip("/")
     if not base.startswith(("http://", "https://")):
-        raise RenderServerError(f"--render-server must be an http(s) URL, got {url!r}")
+        raise RenderServerError(
+            f"--render-server must be an http(s) URL, got {url!r}{scheme_hint(url)}"
+        )
     try:
         with urllib.request.urlopen(base + "/v1/models", timeout=timeout) as resp:
             data = json.loads(resp.read())

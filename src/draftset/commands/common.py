@@ -52,6 +52,8 @@ class Parser(argparse.ArgumentParser):
         argv = getattr(self, "_argv", [])
         hint = getattr(self, "error_hint", None)  # a command's own: `show DIR 3`
         said = hint(self, message, argv) if hint is not None else None
+        out = self._option_string_actions.get("--out")
+        said = said or (out_hint(self.prog, argv) if out is not None else "")
         raise UsageError(message + (said or _dash_file_hint(argv)))
 
     def positionals(self, argv: list[str]) -> list[str]:
@@ -68,6 +70,15 @@ class Parser(argparse.ArgumentParser):
             else:
                 found.append(arg)
         return found
+
+
+def out_hint(prog: str, argv: list[str]) -> str:
+    """Where ``-o`` (report's flag) was given to a command naming its output with ``--out``:
+    ``draftset build a.jsonl -o out`` said only "unrecognized arguments: -o out"."""
+    before = argv[: argv.index("--")] if "--" in argv else argv
+    if not any(a == "-o" or (a.startswith("-o") and not a.startswith("--")) for a in before):
+        return ""
+    return f" (-o is report's flag; {prog} names its output with --out)"
 
 
 def _number(text: str) -> bool:

@@ -14,10 +14,12 @@ naming the key: ``recipe key generate.max_tokens: expected an integer, got "64"`
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import importlib
 import json
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -207,6 +209,8 @@ def _describe(annotation: Any) -> str:
 
 def shown(value: Any) -> str:
     """A value as a message quotes it: JSON's spelling for what YAML/JSON could hold."""
+    if isinstance(value, datetime.date):  # YAML's unquoted 2024-01-01: as written, no repr
+        return value.isoformat(sep=" ") if isinstance(value, datetime.datetime) else str(value)
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
@@ -265,7 +269,9 @@ def _problem(model: type[BaseModel], exc: ValidationError, data: Mapping[str, An
     errors = exc.errors()
     # a blank path inside a list (``decontaminate: [" "]``): its own error, not the union's
     # "expected a string or a list of paths" of its first branch
-    err = next((e for e in errors if e["type"] == "blank"), errors[0])
+    # and an unknown name before what it left missing: `generate(endpoint=URL)`, the flag's
+    # spelling, was told "--endpoint: is required", the keyword given never named
+    err = next((e for e in errors if e["type"] in ("blank", "extra_forbidden")), errors[0])
     name = str(err["loc"][0]) if err["loc"] else ""
     value = data.get(name, err.get("input"))
     kind = err["type"]
@@ -367,6 +373,12 @@ def validated(
             if isinstance(value, bool) and "a string" in what:
                 why = _yaml_boolean(model, name, value)
                 raise error(f"recipe key {recipe}{name}: {why}") from None
+            # a path or a source's name: `out: 2024`, `name: 007` (a number elsewhere, such as
+            # `eot_tokens: 7`, is a token id or another mistake, said as before)
+            text = what == "expected a string or a path" or (name, what) == _NAME
+            if text and (read := _yaml_typed(value)):
+                why = f"{read}; {what}: quote it{_as(value)}"
+                raise error(f"recipe key {recipe}{name}: {why}") from None
             got = "" if what == "is required" else f", got {shown(value)}"
             if text_number := _yaml_number_text(value, what):  # `max_samples: 1e5`
                 got = f", got {value}, which {text_number}"
@@ -378,9 +390,20 @@ def validated(
         if what == "is not an option":
             close = difflib.get_close_matches(str(name), list(model.model_fields), n=1)
             meant = f": did you mean {close[0]!r}?" if close else ""
+            short = {  # `report(d, o=...)`: the command's short flag as a keyword
+                flag: field
+                for field in model.model_fields
+                for flag in cli_of(model, field).flags
+                if not flag.startswith("--")
+            }.get(f"-{name}")
+            if short and not close:
+                meant = f": did you mean {short!r} (the command line's -{name})?"
             raise error(f"{name!r} is not an option of this job{meant}") from None
         choice = err_type(exc) == "choice"
         spelled = name_of(name) if name_of and not choice else name
+        if what == "is required":  # the API's (argparse says the command line's): no "got None"
+            flag = f" ({spelled} on the command line)" if spelled != name else ""
+            raise error(f"{name!r} is required{flag}") from None
         if what.startswith("must be"):
             raise error(f"{spelled} {what}, not {quoted(value)}") from None
         raise error(f"{spelled}: {what}, got {quoted(value)}") from None
@@ -419,6 +442,13 @@ def _yaml_number_text(value: Any, what: str) -> str | None:
     ``"4096"`` was quoted on purpose."""
     if not isinstance(value, str) or not ("an integer" in what or "a number" in what):
         return None
+    if re.fullmatch(r"[0-9]{1,3}(,[0-9]{3})+(\.[0-9]+)?", value):  # `max_length: 4,096`
+        return (
+            "YAML reads as text (a comma separates no digits to it): write"
+            f" {value.replace(',', '')} (or {value.replace(',', '_')})"
+        )
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?[kKmMbB]", value):  # `max_length: 4k`: 4000 or 4096?
+        return "YAML reads as text (it knows no k or M suffix): write the number in full"
     try:
         number = float(value)
     except ValueError:
@@ -433,6 +463,28 @@ def _yaml_number_text(value: Any, what: str) -> str | None:
         "YAML reads as text (it reads an exponent as a number only with a dot and a sign,"
         f" 1.0e+5): write {spelled}"
     )
+
+
+_NAME = ("name", "expected a string")
+
+
+def _yaml_typed(value: Any) -> str | None:
+    """What YAML made of an unquoted value where text goes: a number (``out: 2024``; ``name:
+    007``, octal to YAML 1.1, is 7) or a date (``out: 2024-01-01``), or None. "expected a
+    string, got 7" named a value the user never wrote, a date Python's repr."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"YAML read the unquoted value as the number {shown(value)}"
+    if isinstance(value, datetime.date):  # a datetime too
+        return f"YAML read the unquoted value as the date {shown(value)}"
+    return None
+
+
+def _as(value: Any) -> str:
+    """The quoted spelling to suggest, when the value read back is what was written (a date,
+    a plain integer); none for what YAML rewrote (``007`` is 7, ``1.10`` is 1.1)."""
+    if isinstance(value, datetime.date) or (isinstance(value, int) and value >= 10):
+        return f" ('{shown(value)}')"
+    return ""
 
 
 def _yaml_boolean(model: type[BaseModel], name: str, value: bool) -> str:
@@ -540,3 +592,13 @@ def unknown_keys(
     elif meant:
         said.append(f"did you mean {', '.join(f'{m!r} for {k!r}' for k, m in meant.items())}?")
     return f"{text}: {'; '.join(said)}" if said else text
+
+
+def scheme_hint(url: str, api_path: str = "") -> str:
+    """``: did you mean http://HOST:PORT...?`` for a server address written without its scheme
+    (``127.0.0.1:8000/v1``, ``localhost:8000``: vLLM prints its address so), else ``""``.
+    ``api_path``: what a bare ``HOST:PORT`` is given (``/v1`` for an OpenAI endpoint)."""
+    if "://" in url or not re.fullmatch(r"[\w.\-\[\]:]+:[0-9]{1,5}(/\S*)?", url):
+        return ""
+    full = url if "/" in url else url.rstrip("/") + api_path
+    return f": did you mean http://{full}?"

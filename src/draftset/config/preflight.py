@@ -120,10 +120,14 @@ def check_values(opts: BuildOptions) -> None:
         check_source(s)  # weight and count as a recipe's (a `Source` made by hand too)
         unknown = sorted(set(s.fields or {}) - MAPPABLE_FIELDS)
         if unknown:  # `ouptut=code` mapped a column nothing reads: every answer was lost
-            raise PreflightError(
-                f"source {s.name}: --field {unknown[0]}={s.fields[unknown[0]]}: no row shape"
-                f" reads a field {unknown[0]!r} (fields: {', '.join(sorted(MAPPABLE_FIELDS))})"
-            )
+            key, column = unknown[0], s.fields[unknown[0]]
+            head = f"source {s.name}: --field {key}={column}: no row shape reads a field {key!r}"
+            if column in MAPPABLE_FIELDS:  # `code=output`: the two sides swapped
+                raise PreflightError(
+                    f"{head}; CANONICAL=COLUMN puts draftset's field first: did you mean"
+                    f" {column}={key}?"
+                )
+            raise PreflightError(f"{head} (fields: {', '.join(sorted(MAPPABLE_FIELDS))})")
         if s.preset:
             apply_preset(s.preset)  # raises UnknownPresetError (exit 2) for an unknown name
     check_sampling(opts)

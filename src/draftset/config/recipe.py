@@ -27,9 +27,10 @@ from draftset.config.schema import (
 )
 from draftset.core.errors import UsageError
 from draftset.core.files import env_variable, home_problem, not_utf8
-from draftset.core.hub import hub_offline
+from draftset.core.hub import cached_model_folder, hub_offline
 from draftset.core.modes import MODES
 from draftset.mask.template import could_be_hub_id
+from draftset.sources.normalize import detect_format
 from draftset.sources.presets import apply_preset
 from draftset.sources.read import HUB_PREFIX, Source
 
@@ -191,6 +192,16 @@ def parse_fields(pairs: list[str] | None) -> dict[str, str] | None:
         key, sep, value = p.partition("=")
         if not sep or not key or not value:
             raise RecipeError(f"bad --field {p!r} (use CANONICAL=COLUMN, e.g. instruction=text)")
+        if "=" in value and "," in value:  # `instruction=text,output=code`: one flag each
+            each = " ".join(f"--field {q.strip()}" for q in p.split(",") if q.strip())
+            raise RecipeError(
+                f"bad --field {p!r}: one mapping a flag: give --field once for each ({each})"
+            )
+        if key != key.strip() or value != value.strip():  # `instruction = text`
+            raise RecipeError(
+                f"bad --field {p!r}: the spaces around = would be part of the names: write"
+                f" {key.strip()}={value.strip()}"
+            )
         if key in out:
             raise RecipeError(f"--field {key} given twice ({key}={out[key]}, {p})")
         out[key] = value
@@ -378,6 +389,25 @@ def _named_sources(mapping: dict[Any, Any]) -> str:
     return f"a list of entries, not a mapping of names: write sources: [{', '.join(entries)}{more}]"
 
 
+def _data_rows(data: Any) -> str | None:
+    """What a YAML "recipe" holding data rows is (``a list of 2 data rows (keys messages)``),
+    or None: a list of mappings in a chat row's shape, or one such mapping without a recipe
+    key. A list of rows was told "its sources go under sources: [...]", one row "unknown keys
+    ['messages']"."""
+    rows = data if isinstance(data, list) else [data]
+    if not rows or not all(isinstance(r, dict) and detect_format(r) for r in rows):
+        return None
+    if isinstance(data, dict):
+        return None if set(data) & RECIPE_KEYS else f"one data row (keys {_keys(data)})"
+    n = len(rows)
+    return f"a list of {n} data row{'s' if n != 1 else ''} (keys {_keys(rows[0])})"
+
+
+def _keys(row: dict[Any, Any]) -> str:
+    keys = [str(k) for k in row]
+    return ", ".join(keys[:6]) + (", ..." if len(keys) > 6 else "")
+
+
 def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
     """Read a recipe, validate its keys, resolve its paths; returns plain option values.
 
@@ -394,6 +424,12 @@ def load_recipe(path: Path, needed: Collection[str] = ()) -> dict[str, Any]:
         raise RecipeError(f"recipe {path} {not_utf8(exc)}: save it as UTF-8") from None
     except yaml.YAMLError as exc:
         raise RecipeError(f"recipe {path} is not valid YAML: {_yaml_problem(exc)}") from None
+    if rows := _data_rows(data):  # a YAML file of chat rows: no recipe at all
+        raise RecipeError(
+            f"recipe {path} is {rows}, not a recipe: draftset reads rows from .jsonl, .json,"
+            " .parquet or .arrow files, never YAML: save them as JSON Lines (one row a line)"
+            " and give that file as the source"
+        )
     if not isinstance(data, dict):
         if data is None:
             what = "it is empty"
@@ -556,7 +592,7 @@ def recipe_path_problem(key: str, value: Any, recipe: Path) -> str | None:
             f" {value} in the current folder is not read: give its path from the recipe's"
             " folder, or an absolute one"
         )
-    if offline := hub_offline():
+    if (offline := hub_offline()) and cached_model_folder(str(value)) is None:
         return (
             f"{head} no folder {value} beside the recipe ({beside}), and as a hub id it"
             f" needs the network: unset {offline}"

@@ -50,7 +50,8 @@ class Options(BaseModel):
 
 # --- options two jobs share ---------------------------------------------------------------------
 Tokenizer = Annotated[
-    PathLike | None, Field(description="tokenizer folder (or hub id when online)")
+    PathLike | None,
+    Field(description="tokenizer folder, or hub id (offline: one the hub cache holds)"),
 ]
 Seed = Annotated[int, Field(description="seed of the sampling (default {default})")]
 Workers = Annotated[

@@ -43,3 +43,30 @@ def cache_revisions(folder: Path) -> tuple[list[str], str, bool] | None:
     except (OSError, UnicodeDecodeError):
         main = ""
     return (revisions, main, True) if main in revisions else (revisions, revisions[-1], False)
+
+
+def hub_cache_root() -> Path:
+    """The hub cache folder, as huggingface_hub finds it: ``HF_HUB_CACHE`` (or the older
+    ``HUGGINGFACE_HUB_CACHE``), else ``HF_HOME/hub``, else ``XDG_CACHE_HOME/huggingface/hub``,
+    else ``~/.cache/huggingface/hub``; read at call time."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if value := os.environ.get(var):
+            return Path(value).expanduser()
+    if home := os.environ.get("HF_HOME"):
+        return Path(home).expanduser() / "hub"
+    cache = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    return Path(cache).expanduser() / "huggingface" / "hub"
+
+
+def cached_model_folder(repo_id: str) -> Path | None:
+    """The hub cache's folder of model ``repo_id``'s ``main`` revision (``refs/main``'s
+    snapshot), or None when the cache does not hold it: offline, transformers reads a hub id
+    from there, so it needs no network (draftset refused every hub id offline)."""
+    if repo_id.count("/") != 1 or repo_id.startswith((".", "/")):
+        return None
+    folder = hub_cache_root() / ("models--" + repo_id.replace("/", "--"))
+    found = cache_revisions(folder)
+    if found is None or not found[2]:  # no refs/main: which revision transformers reads is unsure
+        return None
+    snapshot = folder / "snapshots" / found[1]
+    return snapshot if snapshot.is_dir() else None

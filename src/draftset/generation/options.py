@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from draftset.config.fields import boolean_text_problem, json_value_problem
+from draftset.config.fields import boolean_text_problem, json_value_problem, scheme_hint
 from draftset.core import defaults
 from draftset.core.errors import UsageError
 from draftset.generation.http import concurrency_problem
@@ -195,7 +195,10 @@ def check_servers(
     for url in endpoints:
         name = "--endpoint" if prefix == "--" else f"{prefix}endpoints:"
         if not str(url).startswith(("http://", "https://")):
-            raise GenerateUsageError(f"{name} {redact_url(str(url))!r} is not an http(s) URL")
+            raise GenerateUsageError(
+                f"{name} {redact_url(str(url))!r} is not an http(s) URL"
+                + scheme_hint(redact_url(str(url)), "/v1")
+            )
         try:  # the client's own parser: a port out of range, an unclosed IPv6 bracket
             parse_target(str(url))
         except ValueError as exc:

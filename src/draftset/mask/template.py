@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from draftset.core import defaults
 from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.errors import UsageError
-from draftset.core.hub import cache_revisions, hub_offline
+from draftset.core.hub import cache_revisions, cached_model_folder, hub_offline
 from draftset.core.optional_torch import broken_torch_kept_out
 from draftset.core.records import Message
 from draftset.mask.ambient import clock_kwargs, render_stock, split_clock
@@ -173,6 +173,8 @@ def _resolve_tokenizer_path(name: str) -> str:
             f"{HUB_HINT})"
         )
     offline = hub_offline()
+    if offline and cached_model_folder(name) is not None:
+        return name  # offline, transformers reads it from the hub cache
     if offline:
         raise TokenizerError(
             f"tokenizer folder not found and {offline} is set: {name} (no such folder here;"
@@ -550,6 +552,24 @@ def describe_template(t: ChatTemplate, target_vocab_size: int | None = None) -> 
     )
 
 
+def _eot_hint(given: str, tokenizer: Any) -> str:
+    """Why an ``--eot-token`` is no token, when it shows: several special tokens in one value
+    (``'<|im_end|>,<|endoftext|>'``, a list written as one flag) or one misspelt (``im_end``,
+    the brackets left out); said only "is not a token of this tokenizer" before."""
+    special = [str(t) for t in tokenizer.get_added_vocab()]
+    parts = [p for p in re.split(r"[\s,;]+", given) if p]
+    if len(parts) > 1 and all(p in special for p in parts):
+        named = ", ".join(repr(p) for p in parts[:-1]) + f" and {parts[-1]!r}"
+        return (
+            f": it is {len(parts)} tokens, {named}: give --eot-token once for each (a recipe's"
+            " eot_tokens: a list)"
+        )
+    bare = {re.sub(r"[^0-9a-z]", "", t.lower()): t for t in special}
+    key = re.sub(r"[^0-9a-z]", "", given.lower())
+    meant = bare.get(key) if key else None
+    return f": did you mean {meant!r}?" if meant else ""
+
+
 class ChatTemplate(Renderer):
     """Tokenizer + chat template + options: the render primitives mask derivation needs."""
 
@@ -777,6 +797,8 @@ class ChatTemplate(Renderer):
                         f": it takes the token's text, and id {tok} is {text!r}"
                         f" (--eot-token {text!r})"
                     )
+                else:
+                    said += _eot_hint(tok, self.tokenizer)
                 raise TokenizerError(said)
             special = tok in self.tokenizer.get_added_vocab() or tok in getattr(
                 self.tokenizer, "all_special_tokens", ()

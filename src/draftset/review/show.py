@@ -24,7 +24,7 @@ from draftset.console import StdoutConsole
 from draftset.core import defaults
 from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.errors import UsageError
-from draftset.core.hub import hub_offline
+from draftset.core.hub import cached_model_folder, hub_offline
 from draftset.core.terminal import visible, visible_parts
 from draftset.core.words import plural
 from draftset.output.readback import OutputSet, open_output, read_jsonl, supervised_runs
@@ -93,7 +93,10 @@ def _hub_tokenizer_file(tok: str) -> Path | None:
     or a repo without the file. Offline (``HF_HUB_OFFLINE``) a `ShowError` saying so."""
     if not tok or Path(tok).expanduser().exists() or tok.count("/") > 1 or tok.startswith("."):
         return None  # a local path (a folder without tokenizer.json, missing): no hub id
-    if var := hub_offline():
+    if (var := hub_offline()) and (cached := cached_model_folder(tok)) is not None:
+        file = cached / "tokenizer.json"  # offline, the hub cache holds it
+        return file if file.is_file() else None
+    if var:
         raise ShowError(
             f"cannot decode: the set's tokenizer is the hub id {tok!r}, and {var} is set (pass"
             " --tokenizer FOLDER, or unset it to read the hub)"

@@ -348,7 +348,18 @@ def _keys(data: dict[str, Any], limit: int = 20) -> str:
 
 
 def _type(value: Any) -> str:
+    if isinstance(value, float) and math.isnan(value):  # `json.dumps(df.to_dict("records"))`
+        return "NaN (a dataframe's missing value, written by json.dumps)"
     return "null" if value is None else type(value).__name__
+
+
+def _nan_fix(value: Any) -> str:
+    """What to write instead of a NaN (`_type`), for an optional field."""
+    return (
+        ": write null, or leave the key out"
+        if isinstance(value, float) and math.isnan(value)
+        else ""
+    )
 
 
 # --- fields a shape does not read ---------------------------------------------------------------
@@ -633,7 +644,9 @@ def _alpaca_turns(data: dict[str, Any], shape: str, with_answer: bool) -> list[A
         raise RowProblem(reasons.INVALID_CONTENT, f"'{key}' is {_type(instruction)}, not a string")
     extra = data.get("input")
     if extra is not None and not isinstance(extra, str):
-        raise RowProblem(reasons.INVALID_CONTENT, f"'input' is {_type(extra)}, not a string")
+        raise RowProblem(
+            reasons.INVALID_CONTENT, f"'input' is {_type(extra)}, not a string{_nan_fix(extra)}"
+        )
     user = instruction + ALPACA_SEPARATOR + extra if extra else instruction
     turns: list[Any] = _history_turns(data.get("history"))
     turns.append({"role": "user", "content": user})
@@ -932,7 +945,13 @@ def _parts(i: int, parts: list[Any]) -> tuple[list[str], str | None, list[dict[s
     calls: list[dict[str, Any]] = []
     for j, part in enumerate(parts):
         if not isinstance(part, dict):
-            raise RowProblem(reasons.INVALID_CONTENT, f"turn {i}: part {j} is {_type(part)}")
+            hint = (  # `content: ["a", "b"]`: no server takes it
+                ', not a part: a list of parts holds {"type": "text", "text": ...} objects (a'
+                " server refuses a list of strings); join the strings into one content string"
+                if isinstance(part, str)
+                else ""
+            )
+            raise RowProblem(reasons.INVALID_CONTENT, f"turn {i}: part {j} is {_type(part)}{hint}")
         ptype = part.get("type", "text")
         if not isinstance(ptype, str):
             raise RowProblem(reasons.INVALID_CONTENT, f"turn {i}: part {j} type is {_type(ptype)}")

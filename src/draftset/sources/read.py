@@ -354,6 +354,7 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
             _refuse_dataset_dict(here)
         _refuse_datasets_cache(here, filenames)
         generated = _generate_files(here, filenames)
+        model = _model_files(filenames)
         for f in filenames:
             if problem := name_problem("", here / f):  # its ids and manifest entry: no UTF-8
                 raise SourceError(problem)
@@ -361,6 +362,8 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
                 skip(here / f, "hidden")
             elif f in generated:
                 skip(here / f, generated[f])
+            elif f in model:
+                skip(here / f, model[f])
             elif why := _compressed_unreadable(here / f):
                 raise SourceError(why)
             elif _name_kind(here / f) is None:
@@ -369,11 +372,50 @@ def scan_source(path: Path) -> tuple[list[Path], list[dict[str, str]]]:
                 _check_readable(here / f)
                 _refuse_one_document(here / f)
                 found.append(here / f)
+    if not found and any(e["why"] == MODEL_FILE for e in skipped):  # `build model/`
+        raise SourceError(
+            f"{path}: a model or tokenizer folder, no data (its files are a model's or"
+            " tokenizer's: config.json, tokenizer.json, ...): give the data files as the source;"
+            " the tokenizer folder goes to --tokenizer"
+        )
     if not found:
         raise SourceError(f"{path}: folder holds no supported data files")
     found.sort(key=lambda p: p.relative_to(path).parts)
     skipped.sort(key=lambda e: e["path"].split("/"))
     return found, skipped
+
+
+MODEL_FILES = frozenset(
+    {
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.json",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "chat_template.json",
+        "preprocessor_config.json",
+        "processor_config.json",
+        "model.safetensors.index.json",
+        "pytorch_model.bin.index.json",
+    }
+)
+"""The JSON files of a model or tokenizer folder (Hugging Face's layout): never data."""
+_TOKENIZER_MARKS = ("tokenizer_config.json", "tokenizer.json")
+
+
+MODEL_FILE = "a model's or tokenizer's file, not data"
+
+
+def _model_files(filenames: list[str]) -> dict[str, str]:
+    """Files of a model or tokenizer folder inside a source folder (one holding
+    ``tokenizer_config.json`` or ``tokenizer.json``), each with why it is skipped: the tokenizer
+    kept beside the data had its config.json, tokenizer.json, ... read as rows (rejected), and
+    vocab.json taken for an Alpaca row. A file so named elsewhere is data as any other."""
+    if not any(m in filenames for m in _TOKENIZER_MARKS):
+        return {}
+    return {f: MODEL_FILE for f in filenames if f in MODEL_FILES}
 
 
 SPLIT_WORDS = {

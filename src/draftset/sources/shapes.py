@@ -195,6 +195,18 @@ def _head(
     return rows, ((len(rows), objects[0].data, first) if objects else None)
 
 
+TRAINER_TOKENIZED = (
+    "input_ids with labels are a trainer's tokenized rows (-100: not trained), which draftset"
+    " does not read: its pre-tokenized rows are input_ids with a 0/1 loss_mask, in this"
+    " tokenizer's ids. Give the conversations the rows were tokenized from (draftset derives"
+    " the mask from the target's chat template), or add"
+    " loss_mask = [0 if label == -100 else 1 for label in labels] to each row"
+)
+"""What is said of ``input_ids`` + ``labels`` rows (axolotl's, TRL's): "map its columns with
+--format and --field" before, which no mapping does (``--field loss_mask=labels`` rejects
+every row: -100 is no mask value)."""
+
+
 def _message(source: Source, path: Path, seen: int, data: dict[str, Any], why: str) -> str:
     """One line: the file, the keys seen, and the mapping built from them as a command's
     options and as a recipe's source entry; with a preset, that the rows are not its layout."""
@@ -214,6 +226,8 @@ def _message(source: Source, path: Path, seen: int, data: dict[str, Any], why: s
     if seen == 1 and document and (problem := _lists_of_rows(where, data)):
         return problem
     head = f"{where}: no known row shape in {rows} (keys [{shown}])"
+    if "input_ids" in data and "labels" in data:  # no --field maps -100s to a 0/1 mask
+        return f"{head}; {TRAINER_TOKENIZED}"
     preset = preset_hint(data)
     if preset is not None:
         return f"{head}; {preset}"
