@@ -2069,3 +2069,41 @@ def test_a_run_re_encoded_where_build_keeps_the_servers_ids_fails(tmp_path: Path
     assert results["mask_fidelity"].status == "fail", results["mask_fidelity"].summary
     assert results["mask_fidelity"].examples == ["kept"]
     assert "server" in results["mask_fidelity"].summary
+
+
+def _stopped(rid: str, stop_id: int | None) -> dict:
+    """A generated row whose answer ``generate`` recorded as ended by the stop token ``stop_id``
+    (vLLM's ``stop_reason``; None: nothing recorded)."""
+    row = chat(rid, f"Name a colour ({rid}).", f"Blue, like a clear summer sky ({rid}).")
+    if stop_id is not None:
+        row["metadata"] = {"stop_tokens": [{"message": 1, "id": stop_id}]}
+    return row
+
+
+@pytest.mark.parametrize("turns", ["all", "each"])
+def test_an_answer_ended_on_another_stop_token_is_context_in_build_and_verify(
+    tmp_path, monkeypatch, turns
+):
+    """Qwen3 may end an answer on `<|endoftext|>` (vLLM: `stop_reason: 151643`), where the template
+    writes `<|im_end|>`: the row trained `<|im_end|>`, a token the model never generated there.
+    That answer is context now (`other_stop_token`); one that ended on `<|im_end|>` (151645) or
+    recorded no stop stays supervised; verify holds a set to the rule on its own."""
+    import draftset.mask.render as render_mod
+
+    rows = [
+        _stopped("other", 151643),
+        _stopped("same", 151645),
+        _stopped("unknown", 10**9),
+        _stopped("none", None),
+    ]
+    out = build_rows(tmp_path, rows, turns=turns)
+    total = manifest(out)["counts"]["total"]
+    assert total["context_turns_by_reason"] == {"other_stop_token": 2}, total
+    assert sorted(r["id"].split("#")[0] for r in read_rows(out)) == ["none", "same"]
+    assert not failed(verify(out))
+    # a build that ignores the rule: verify, deriving on its own, fails the set
+    monkeypatch.setattr(render_mod, "other_stop", lambda *args: False)
+    lax = build_rows(tmp_path, rows, name="lax", turns=turns)
+    monkeypatch.undo()
+    assert len(read_rows(lax)) == 4
+    assert failed(verify(lax))

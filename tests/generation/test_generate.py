@@ -1283,6 +1283,24 @@ def test_an_answer_the_model_did_not_end_itself_is_never_written(
     assert "'abort'" in errors["abort"]["message"] and "'###'" in errors["stopstr"]["message"]
 
 
+def test_the_stop_token_that_ended_an_answer_is_recorded(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    """vLLM names the stop token that ended an answer (`stop_reason`, an id) unless it is the
+    tokenizer's EOS: kept per answer, so build can tell an answer that ended on another stop
+    token than the template writes (Qwen3's `<|endoftext|>`: docs/semantics.md)."""
+    rows = [
+        {"id": "other", "prompt": "q [stopid:151643]"},
+        {"id": "eos", "prompt": "q"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "answers.jsonl"
+    assert generate(src, out, server.url) == 0
+    got = by_id(out)
+    assert got["other"]["metadata"]["stop_tokens"] == [{"message": 1, "id": 151643}]
+    assert "stop_tokens" not in got["eos"]["metadata"]
+
+
 def test_the_answer_is_the_choice_with_index_0_wherever_it_is_listed(
     tmp_path: Path, server: FaultServer
 ) -> None:

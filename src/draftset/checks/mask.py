@@ -28,7 +28,12 @@ from draftset.core.records import Conversation, PreTokenized
 from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.reads import served_reads
-from draftset.mask.render import in_vocabulary, server_completion_ids, server_prompt_ids
+from draftset.mask.render import (
+    in_vocabulary,
+    other_stop,
+    server_completion_ids,
+    server_prompt_ids,
+)
 from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import (
     ChatTemplate,
@@ -309,6 +314,7 @@ def expected_rows(
         return [], Counter(), UNSERVABLE
     msgs = served_reads(originals, conv.meta, _shape(tmpl), tmpl.template_text, engine, harmony)
     marks = reasons.row_marks(originals, conv.meta)
+    stops = reasons.recorded_stops(conv.meta)
     context: Counter[str] = Counter()
     rows: list[tuple[str, Expected]] = []
     if mode == "each":
@@ -341,6 +347,9 @@ def expected_rows(
             if reasons.placeholder_as_rendered(originals[j], gen, placeholders):
                 context[reasons.TURN_PLACEHOLDER] += 1
                 continue
+            if other_stop(tmpl, stops, j, gen):
+                context[reasons.TURN_OTHER_STOP] += 1
+                continue
             rows.append((f"{conv.id}#{k}", Expected(full, [(len(prompt), gen, j)])))
         return rows, context, error
     try:
@@ -372,6 +381,8 @@ def expected_rows(
                     return [], context, DROPS_CONTENT
                 if reasons.placeholder_as_rendered(originals[j], gen, placeholders):
                     context[reasons.TURN_PLACEHOLDER] += 1
+                elif other_stop(tmpl, stops, j, gen):
+                    context[reasons.TURN_OTHER_STOP] += 1
                 elif gens and gens[-1][0] + len(gens[-1][1]) == len(prompt):
                     context[reasons.TURN_FOLLOWS_ANSWER] += 1  # build's rule: runs never touch
                 else:

@@ -86,6 +86,9 @@ TURN_TRUNCATED = "answer_truncated"
 # `all`: the row's tokens before the turn are not the served prompt's tokens (same text,
 # tokenized in other pieces: e.g. a history generation's edge merges differently)
 TURN_HISTORY_TOKENS_DIFFER = "history_tokens_differ"
+# the model ended the answer on another of its stop tokens than the one the template writes
+# after it (Qwen3 on <|endoftext|> where the template writes <|im_end|>), as generate recorded
+TURN_OTHER_STOP = "other_stop_token"
 
 READING_REASONS = frozenset(
     {
@@ -199,6 +202,8 @@ EXPLANATIONS: dict[str, str] = {
     TURN_NO_PROMPT: "the first message: nothing before it to generate it from",
     TURN_TRUNCATED: "the answer was cut off (max tokens, an unclosed think block): its"
     " rendered end and end-of-turn token were never generated",
+    TURN_OTHER_STOP: "the model ended this answer on another stop token than the one the"
+    " template writes after it (recorded by generate): that token was never generated there",
     TURN_HISTORY_TOKENS_DIFFER: "the row's tokens before this turn differ from the served"
     " prompt's (the history re-tokenizes differently): --turns each supervises every turn in"
     " its own row",
@@ -600,3 +605,24 @@ def _strings(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for v in value:
             yield from _strings(v)
+
+
+def recorded_stops(meta: dict[str, Any]) -> dict[int, int]:
+    """message index -> the id of the stop token that ended that answer, as `generate` recorded
+    it (``metadata.stop_tokens``: vLLM's ``stop_reason``, SGLang's ``matched_stop``, given
+    when a token of the model's stop list other than the tokenizer's EOS ended it)."""
+    recorded = meta.get("metadata")
+    stops = recorded.get("stop_tokens") if isinstance(recorded, dict) else None
+    out: dict[int, int] = {}
+    for s in stops if isinstance(stops, list) else []:
+        if isinstance(s, dict) and type(s.get("message")) is int and type(s.get("id")) is int:
+            out[s["message"]] = s["id"]
+    return out
+
+
+def ends_on_other_stop(generation: str, stop_text: str | None, recorded: bool) -> bool:
+    """Whether the model ended this generation on another token than the stop the template
+    writes at its end (G ends with that stop by construction). ``stop_text``: the recorded
+    stop token's text (None: no such id in this tokenizer); ``recorded``: a stop was
+    recorded for the answer at all. The same rule for build and verify."""
+    return recorded and (stop_text is None or not generation.endswith(stop_text))

@@ -181,6 +181,15 @@ def server_prompt_problem(
     return None
 
 
+def other_stop(tmpl: Renderer, stops: dict[int, int], j: int, generation: str) -> bool:
+    """Whether answer j ended on another stop token than the one its generation ends with
+    (``stops``: `reasons.recorded_stops`): then the template's token was never generated there,
+    and the turn is context (`reasons.TURN_OTHER_STOP`; verify holds the set to the same rule)."""
+    stop = stops.get(j)
+    text = tmpl.backend.id_to_token(stop) if stop is not None else None
+    return reasons.ends_on_other_stop(generation, text, stop is not None)
+
+
 def in_vocabulary(ids: list[int], backend: Any) -> bool:
     """Whether every id is one of the tokenizer's (``backend``: a `tokenizers.Tokenizer`).
     A server's ids outside it spell nothing: decode skips an unknown id (so ``[vocab + 5,
@@ -404,6 +413,7 @@ def _plan_whole(
     """
     row_kwargs = row_template_kwargs(conv)
     marks = reasons.row_marks(originals, conv.meta)
+    stops = reasons.recorded_stops(conv.meta)
     try:
         full = tmpl.render(messages, conv.tools, row_kwargs=row_kwargs)
         spans: list[tuple[int, int, int]] = []
@@ -433,6 +443,9 @@ def _plan_whole(
                         return
                     if reasons.placeholder_as_rendered(originals[j], turn.generation, placeholders):
                         plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
+                        continue
+                    if other_stop(tmpl, stops, j, turn.generation):
+                        plan.context_turns[reasons.TURN_OTHER_STOP] += 1
                         continue
                     if spans and spans[-1][1] == start:  # one run would hold two answers
                         plan.context_turns[reasons.TURN_FOLLOWS_ANSWER] += 1
@@ -494,6 +507,7 @@ def _plan_each(
     """`each`: one row per assistant turn j, rendered as the server sees it at that step."""
     row_kwargs = row_template_kwargs(conv)
     marks = reasons.row_marks(originals, conv.meta)
+    stops = reasons.recorded_stops(conv.meta)
     for k, j in enumerate(assistant_idx):
         row_id = f"{conv.id}#{k}"
         if j == 0:
@@ -520,6 +534,9 @@ def _plan_each(
             continue
         if reasons.placeholder_as_rendered(originals[j], turn.generation, placeholders):
             plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
+            continue
+        if other_stop(tmpl, stops, j, turn.generation):
+            plan.context_turns[reasons.TURN_OTHER_STOP] += 1
             continue
         if reasons.reasoning_not_rendered(originals[j], turn.generation):
             plan.reasoning_not_rendered += 1
