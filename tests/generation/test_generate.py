@@ -510,6 +510,8 @@ def test_run_stops_resumably_when_every_endpoint_stays_down(tmp_path: Path) -> N
         # what every server refuses with 400 (vLLM 0.33, SGLang): each row an http_4xx before
         ["--top-p", "0"],
         ["--top-k", "-2"],
+        ["--seed", str(2**63)],  # vLLM's seed is an int64
+        ["--seed", str(-(2**63) - 1)],
     ],
 )
 def test_bad_arguments_exit_2(tmp_path: Path, server: FaultServer, extra: list[str]) -> None:

@@ -156,8 +156,15 @@ MaxTokens = Annotated[
         f" unless --keep-length ({UNSET}: vLLM's is the context left)",
     ),
 ]
+# vLLM 0.33's request takes a seed in int64 (`ge=-(2**63), le=2**63-1`): past it, every request
+# came back 400
 SamplingSeed = Annotated[
-    int | None, Field(description="sent with each request; also seeds --thinking mix:F")
+    int | None,
+    Field(
+        ge=-(2**63),
+        le=2**63 - 1,
+        description="sent with each request; also seeds --thinking mix:F",
+    ),
 ]
 ExtraBody = Annotated[
     JsonObject | None,
