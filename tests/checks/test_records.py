@@ -733,3 +733,59 @@ def test_a_missing_source_at_an_absolute_path_is_not_said_relative(built, tmp_pa
     assert sources.failed
     text = json.dumps(sources.to_json())
     assert f"{gone} not found" in text and "relative paths" not in text
+
+
+def _old_prompts_index(path: Path) -> tuple[dict, dict]:
+    """The index as verify kept it before: every parsed prompts.jsonl line, by its row."""
+    from draftset.output.readback import read_jsonl
+
+    at, line = {}, {}
+    for n, o in enumerate(read_jsonl(path)[0]):
+        if isinstance(o, dict) and isinstance(o.get("metadata"), dict):
+            key = (str(o["metadata"].get("source")), o["metadata"].get("row"))
+            at[key], line[key] = o, n
+    return at, line
+
+
+def _prompt(row: int, text: str) -> str:
+    obj = {"id": f"p{row}", "messages": [{"role": "user", "content": text}]}
+    obj["metadata"] = {"source": "chats", "row": row}
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def test_verify_finds_prompt_lines_as_it_did_without_holding_them(built, tmp_path):
+    """verify's source pass held every prompts.jsonl line as Python objects for one lookup a
+    row (~1.2 GB for 1 GB of prompt-only rows). It keeps where each line is now, and finds the
+    same lines, numbered the same, over odd files: blank and broken lines, JSON null, CR and
+    CRLF line ends, bytes that are no UTF-8, a row listed twice."""
+    import tracemalloc
+
+    from draftset.checks.records import _index_output
+    from draftset.output.readback import open_output
+
+    folder = copy_set(built, tmp_path)
+    path = folder / "prompts.jsonl"
+    odd = (
+        (_prompt(0, "héllo") + "\r\n").encode()
+        + b"\n   \n{not json\nnull\n"
+        + (_prompt(1, "one") + "\r" + _prompt(2, "two") + "\n").encode()
+        + _prompt(3, "bad ").encode()[:-30]
+        + b"\xff\xfe"
+        + _prompt(3, "x").encode()[-30:]
+        + b"\n"
+        + (_prompt(1, "again") + "\n" + _prompt(4, "last, no newline")).encode()
+    )
+    path.write_bytes(odd)
+    idx = _index_output(open_output(folder), "all")
+    at, line = _old_prompts_index(path)
+    assert idx.prompt_line == line and len(line) >= 4
+    assert {key: idx.prompts_at.get(key) for key in at} == at
+    assert idx.prompts_at.get(("chats", 99)) is None
+    # 2,000 prompts of 10 KB: the index holds a few bytes a line, not 20 MB of objects
+    path.write_text("".join(_prompt(i, "x" * 10_000) + "\n" for i in range(2_000)))
+    tracemalloc.start()
+    idx = _index_output(open_output(folder), "all")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 4_000_000, peak
+    assert idx.prompts_at.get(("chats", 1999))["messages"][0]["content"] == "x" * 10_000

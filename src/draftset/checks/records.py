@@ -14,8 +14,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import random
 import time
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -276,7 +278,7 @@ class _OutputIndex:
     row_of_id: dict[str, int]
     each_rows: dict[str, list[str]]  # --turns each: input id -> its `id#k` output rows
     rejects_at: dict[tuple[str, int], list[dict[str, Any]]]
-    prompts_at: dict[tuple[str, Any], dict[str, Any]]
+    prompts_at: _PromptsAt
     prompt_line: dict[tuple[str, Any], int]  # the line number of each prompts_at entry
     reject_line: dict[tuple[str, int], list[int]]  # the line numbers of each rejects_at entry
 
@@ -297,14 +299,67 @@ def _index_output(out: OutputSet, mode: str) -> _OutputIndex:
         if isinstance(obj, dict) and "source" in obj and "row" in obj:
             rejects_at.setdefault((str(obj["source"]), obj["row"]), []).append(obj)
             reject_line.setdefault((str(obj["source"]), obj["row"]), []).append(n)
-    prompt_lines, _ = read_jsonl(out.folder / "prompts.jsonl")
-    prompts_at: dict[tuple[str, Any], dict[str, Any]] = {}
-    prompt_line: dict[tuple[str, Any], int] = {}
-    for n, o in enumerate(prompt_lines):
-        if isinstance(o, dict) and isinstance(o.get("metadata"), dict):
-            key = (str(o["metadata"].get("source")), o["metadata"].get("row"))
-            prompts_at[key], prompt_line[key] = o, n
-    return _OutputIndex(ids, row_of_id, each_rows, rejects_at, prompts_at, prompt_line, reject_line)
+    prompts_at = _PromptsAt(out.folder / "prompts.jsonl")
+    return _OutputIndex(
+        ids, row_of_id, each_rows, rejects_at, prompts_at, prompts_at.line, reject_line
+    )
+
+
+class _PromptsAt:
+    """prompts.jsonl's lines by (source, row) of their input row, parsed when asked for: the
+    index keeps where each line is, not the line (a set of a million prompt-only rows held
+    every prompt as Python objects, ~1.2 GB for 1 GB of prompts, for one lookup each).
+
+    Lines as `read_jsonl` gives them (split as text is, bytes that are no UTF-8 replaced, blank
+    lines and lines that do not parse skipped); ``line``: each key's number among the parsed
+    lines, a later line of one key taking its place."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.line: dict[tuple[str, Any], int] = {}
+        self._at: dict[tuple[str, Any], tuple[int, int]] = {}  # key -> (byte offset, length)
+        self._fd: int | None = None
+        if not path.exists():
+            return
+        n = offset = 0
+        # newline="": split where text mode splits, nothing translated, so the bytes of each
+        # line (surrogateescape gives them back) say where it starts
+        with path.open("r", encoding="utf-8", errors="surrogateescape", newline="") as f:
+            for raw_line in f:
+                raw = raw_line.encode("utf-8", "surrogateescape")
+                at, offset = offset, offset + len(raw)
+                obj = _parsed(raw)
+                if obj is _UNPARSED:
+                    continue
+                if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict):
+                    key = (str(obj["metadata"].get("source")), obj["metadata"].get("row"))
+                    self.line[key], self._at[key] = n, (at, len(raw))
+                n += 1
+
+    def get(self, key: tuple[str, Any]) -> dict[str, Any] | None:
+        where = self._at.get(key)
+        if where is None:
+            return None
+        if self._fd is None:  # one descriptor for every lookup, closed with the index
+            self._fd = os.open(self.path, os.O_RDONLY)
+            weakref.finalize(self, os.close, self._fd)
+        obj = _parsed(os.pread(self._fd, where[1], where[0]))
+        return obj if isinstance(obj, dict) else None
+
+
+_UNPARSED = object()
+
+
+def _parsed(raw: bytes) -> Any:
+    """One line as `read_jsonl` parses it; `_UNPARSED` for a blank line or one that does not
+    parse."""
+    text = raw.decode("utf-8", "replace")
+    if not text.strip():
+        return _UNPARSED
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _UNPARSED
 
 
 def source_pass(
