@@ -412,3 +412,25 @@ def test_show_read_by_a_reader_that_left_ends_quietly_exit_0(folder):
     ends quietly, exit 0, as `report | head` does."""
     done = _with_reader_gone("show", str(folder), "--row", "0")
     assert (done.returncode, done.stderr) == (0, b"")
+
+
+def test_a_prompt_line_is_found_without_reading_the_whole_file(tmp_path):
+    """`show --id` of a queued row read all of prompts.jsonl into Python objects to find its
+    line (a million prompts: gigabytes); it reads up to the line now."""
+    import tracemalloc
+
+    from draftset.review.show import _line_with_id
+
+    path = tmp_path / "prompts.jsonl"
+    lines = [
+        {"id": f"p{i}", "messages": [{"role": "user", "content": "x" * 10_000}]}
+        for i in range(2_000)
+    ]
+    path.write_text("".join(json.dumps(o) + "\n" for o in lines))
+    tracemalloc.start()
+    found = _line_with_id(path, "p2")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert found is not None and found[0] == 3 and found[1]["id"] == "p2"
+    assert peak < 1_000_000, peak
+    assert _line_with_id(path, "p1999")[0] == 2_000 and _line_with_id(path, "nope") is None

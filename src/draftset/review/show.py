@@ -27,7 +27,12 @@ from draftset.core.errors import UsageError
 from draftset.core.hub import cached_model_folder, hub_offline
 from draftset.core.terminal import visible, visible_parts
 from draftset.core.words import plural
-from draftset.output.readback import OutputSet, open_output, read_jsonl, supervised_runs
+from draftset.output.readback import (
+    OutputSet,
+    iter_jsonl,
+    open_output,
+    supervised_runs,
+)
 
 SUPERVISED_STYLE = "bold black on green3"
 TOKEN_STYLES = ("", "on grey23")  # alternate backgrounds mark token boundaries
@@ -171,9 +176,9 @@ def _where_rows_went(out: OutputSet) -> str:
 
 
 def _line_with_id(path: Path, row_id: str) -> tuple[int, dict[str, Any]] | None:
-    """(1-based line number, record) of the first JSONL record with ``row_id``, else None."""
-    records, _ = read_jsonl(path)
-    for i, rec in enumerate(records, 1):
+    """(1-based line number, record) of the first JSONL record with ``row_id``, else None;
+    read a line at a time (a set's prompts.jsonl may hold a million prompts)."""
+    for i, rec in enumerate(iter_jsonl(path, []), 1):
         if isinstance(rec, dict) and rec.get("id") == row_id:
             return i, rec
     return None
