@@ -33,6 +33,7 @@ from draftset.mask.render import (
     other_stop,
     server_completion_ids,
     server_prompt_ids,
+    server_stop_tokens,
 )
 from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import (
@@ -314,7 +315,7 @@ def expected_rows(
         return [], Counter(), UNSERVABLE
     msgs = served_reads(originals, conv.meta, _shape(tmpl), tmpl.template_text, engine, harmony)
     marks = reasons.row_marks(originals, conv.meta)
-    stops = reasons.recorded_stops(conv.meta)
+    stops = server_stop_tokens(conv)
     context: Counter[str] = Counter()
     rows: list[tuple[str, Expected]] = []
     if mode == "each":

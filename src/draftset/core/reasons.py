@@ -605,24 +605,3 @@ def _strings(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for v in value:
             yield from _strings(v)
-
-
-def recorded_stops(meta: dict[str, Any]) -> dict[int, int]:
-    """message index -> the id of the stop token that ended that answer, as `generate` recorded
-    it (``metadata.stop_tokens``: vLLM's ``stop_reason``, SGLang's ``matched_stop``, given
-    when a token of the model's stop list other than the tokenizer's EOS ended it)."""
-    recorded = meta.get("metadata")
-    stops = recorded.get("stop_tokens") if isinstance(recorded, dict) else None
-    out: dict[int, int] = {}
-    for s in stops if isinstance(stops, list) else []:
-        if isinstance(s, dict) and type(s.get("message")) is int and type(s.get("id")) is int:
-            out[s["message"]] = s["id"]
-    return out
-
-
-def ends_on_other_stop(generation: str, stop_text: str | None, recorded: bool) -> bool:
-    """Whether the model ended this generation on another token than the stop the template
-    writes at its end (G ends with that stop by construction). ``stop_text``: the recorded
-    stop token's text (None: no such id in this tokenizer); ``recorded``: a stop was
-    recorded for the answer at all. The same rule for build and verify."""
-    return recorded and (stop_text is None or not generation.endswith(stop_text))

@@ -181,13 +181,29 @@ def server_prompt_problem(
     return None
 
 
+def server_stop_tokens(conv: Conversation) -> dict[int, int]:
+    """message index -> the id of the stop token that ended that answer, as `generate` recorded
+    it (``metadata.stop_tokens``: vLLM's ``stop_reason``, SGLang's ``matched_stop``, given when a
+    token of the model's stop list other than the tokenizer's EOS ended it)."""
+    recorded = conv.meta.get("metadata")
+    stops = recorded.get("stop_tokens") if isinstance(recorded, dict) else None
+    out: dict[int, int] = {}
+    for s in stops if isinstance(stops, list) else []:
+        if isinstance(s, dict) and type(s.get("message")) is int and type(s.get("id")) is int:
+            out[s["message"]] = s["id"]
+    return out
+
+
 def other_stop(tmpl: Renderer, stops: dict[int, int], j: int, generation: str) -> bool:
     """Whether answer j ended on another stop token than the one its generation ends with
-    (``stops``: `reasons.recorded_stops`): then the template's token was never generated there,
-    and the turn is context (`reasons.TURN_OTHER_STOP`; verify holds the set to the same rule)."""
+    (G ends with the template's stop by construction; ``stops``: `server_stop_tokens`; an id
+    this tokenizer lacks is another): then the template's token was never generated there, and
+    the turn is context (`reasons.TURN_OTHER_STOP`; verify holds the set to the same rule)."""
     stop = stops.get(j)
-    text = tmpl.backend.id_to_token(stop) if stop is not None else None
-    return reasons.ends_on_other_stop(generation, text, stop is not None)
+    if stop is None:
+        return False
+    text = tmpl.backend.id_to_token(stop)
+    return text is None or not generation.endswith(text)
 
 
 def in_vocabulary(ids: list[int], backend: Any) -> bool:
@@ -413,7 +429,7 @@ def _plan_whole(
     """
     row_kwargs = row_template_kwargs(conv)
     marks = reasons.row_marks(originals, conv.meta)
-    stops = reasons.recorded_stops(conv.meta)
+    stops = server_stop_tokens(conv)
     try:
         full = tmpl.render(messages, conv.tools, row_kwargs=row_kwargs)
         spans: list[tuple[int, int, int]] = []
@@ -507,7 +523,7 @@ def _plan_each(
     """`each`: one row per assistant turn j, rendered as the server sees it at that step."""
     row_kwargs = row_template_kwargs(conv)
     marks = reasons.row_marks(originals, conv.meta)
-    stops = reasons.recorded_stops(conv.meta)
+    stops = server_stop_tokens(conv)
     for k, j in enumerate(assistant_idx):
         row_id = f"{conv.id}#{k}"
         if j == 0:
