@@ -38,9 +38,7 @@ def progress(enabled: bool = True) -> Iterator[ProgressFn | None]:
         lines = ProgressLines("generate", console)
 
         def log(r: GenerateResult) -> None:
-            elapsed = max(time.monotonic() - lines.t0, 1e-9)
-            rates = f"{r.requests / elapsed:,.1f} req/s, {r.completion_tokens / elapsed:,.0f} tok/s"
-            lines.update(r.done, max(r.total_rows - r.skipped, r.done), rates)
+            lines.update(r.done, _total(r), _rates(r, lines.t0, ", "))
 
         try:
             yield log
@@ -63,9 +61,7 @@ def progress(enabled: bool = True) -> Iterator[ProgressFn | None]:
     latest: list[GenerateResult] = []
 
     def show(r: GenerateResult) -> None:
-        elapsed = max(time.monotonic() - t0, 1e-9)
-        rates = f"{r.requests / elapsed:,.1f} req/s  {r.completion_tokens / elapsed:,.0f} tok/s"
-        bar.update(task, completed=r.done, total=max(r.total_rows - r.skipped, r.done), rates=rates)
+        bar.update(task, completed=r.done, total=_total(r), rates=_rates(r, t0, "  "))
 
     def update(r: GenerateResult) -> None:
         nonlocal last
@@ -78,3 +74,14 @@ def progress(enabled: bool = True) -> Iterator[ProgressFn | None]:
         yield update
         if latest:
             show(latest[0])
+
+
+def _total(r: GenerateResult) -> int:
+    """Rows this run answers: those not answered before it (never fewer than it has done)."""
+    return max(r.total_rows - r.skipped, r.done)
+
+
+def _rates(r: GenerateResult, t0: float, sep: str) -> str:
+    """Requests and completion tokens a second since ``t0``."""
+    elapsed = max(time.monotonic() - t0, 1e-9)
+    return f"{r.requests / elapsed:,.1f} req/s{sep}{r.completion_tokens / elapsed:,.0f} tok/s"
