@@ -19,6 +19,8 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
   (vLLM: a stop string ended it) and ``[stoptoken]`` with ``stop_reason: 151645`` (a stop
   token id) — SGLang's ``matched_stop`` likewise with ``[matchedstr]``; ``[stopid:N]``:
   ``stop_reason: N`` (a stop token id the request's ``stop_token_ids`` may have set);
+  ``[eosnull]``: ``stop_reason: null`` written out, as vLLM does for an answer ended by the
+  tokenizer's EOS (the default answer has no ``stop_reason`` key, as OpenAI's);
 - ``[call:NAME]``: the model calls tool NAME whenever the last message is not a tool result;
 - ``[reasoningfield]``: reasoning is returned as ``reasoning`` instead of ``reasoning_content``;
 - ``[huge]``: a 200 whose body is ``huge_bytes`` long; ``[gzipbomb]``: a 200 of ~64 KiB, gzip
@@ -297,6 +299,8 @@ def _completion(req: dict[str, Any], first: str, turn: int) -> dict[str, Any]:
         choice["stop_reason"] = 151645
     if m_stopid := re.search(r"\[stopid:(\d+)\]", first):
         choice["stop_reason"] = int(m_stopid.group(1))
+    if "[eosnull]" in first:
+        choice["stop_reason"] = None
     if "[matchedstr]" in first:
         choice["matched_stop"] = "###"
     if "[twochoices]" in first:  # another sample listed first (a proxy merging replies)

@@ -2071,6 +2071,45 @@ def test_a_run_re_encoded_where_build_keeps_the_servers_ids_fails(tmp_path: Path
     assert "server" in results["mask_fidelity"].summary
 
 
+@pytest.mark.parametrize("turns", ["all", "each"])
+def test_an_answer_ended_on_the_eos_where_the_template_writes_another_stop_is_context(
+    tmp_path, monkeypatch, turns
+):
+    """vLLM says `stop_reason: null` for an answer its tokenizer's EOS ended, and `generate`
+    records that (`{"eos": true}`). This Llama-3.2 tokenizer's EOS is `<|end_of_text|>` while the
+    template writes `<|eot_id|>` after an answer: the row trained `<|eot_id|>`, never generated
+    there. Context now (`other_stop_token`) in build and verify alike; under Qwen3, whose EOS is
+    the template's `<|im_end|>`, the same record changes nothing."""
+    import draftset.mask.render as render_mod
+
+    def at_eos(rid: str) -> dict:
+        row = chat(rid, f"Name a colour ({rid}).", f"Blue, like a clear summer sky ({rid}).")
+        row["metadata"] = {"stop_tokens": [{"message": 1, "eos": True}]}
+        return row
+
+    rows = [at_eos("eos"), _stopped("eot", 128009), _stopped("none", None)]
+    src = write_jsonl(tmp_path / "l.jsonl", rows)
+
+    def build(name: str) -> Path:
+        opts = BuildOptions([Source("o", src)], str(llama32_tokenizer_dir()), tmp_path / name)
+        opts.chat_template_path = str(trl_template("llama3_2"))
+        opts.workers, opts.turns = 1, turns
+        return run_build(opts).out
+
+    out = build("llama")
+    assert manifest(out)["counts"]["total"]["context_turns_by_reason"] == {"other_stop_token": 1}
+    assert sorted(r["id"].split("#")[0] for r in read_rows(out)) == ["eot", "none"]
+    assert failed(verify(out)) <= {"drafter_fitness"}  # rows this short: advice
+    monkeypatch.setattr(render_mod, "other_stop", lambda *args: False)
+    lax = build("lax")
+    monkeypatch.undo()
+    assert len(read_rows(lax)) == 3
+    assert "mask_fidelity" in failed(verify(lax))
+    qwen = build_rows(tmp_path, [at_eos("q")], name="qwen", turns=turns)
+    assert len(read_rows(qwen)) == 1
+    assert "other_stop_token" not in manifest(qwen)["counts"]["total"]["context_turns_by_reason"]
+
+
 def _stopped(rid: str, stop_id: int | None) -> dict:
     """A generated row whose answer ``generate`` recorded as ended by the stop token ``stop_id``
     (vLLM's ``stop_reason``; None: nothing recorded)."""

@@ -1303,6 +1303,28 @@ def test_the_stop_token_that_ended_an_answer_is_recorded(
     assert "stop_tokens" not in got["eos"]["metadata"]
 
 
+def test_an_answer_vllm_says_the_eos_ended_is_recorded_as_the_eos(
+    tmp_path: Path, server: FaultServer
+) -> None:
+    """vLLM writes `stop_reason: null` for an answer the tokenizer's EOS ended (any other stop
+    token is named by its id): recorded as ``{"eos": true}``, so build can tell an answer that
+    ended on the EOS where the template writes another stop (a Llama-3.2 tokenizer whose EOS is
+    `<|end_of_text|>`, the template's `<|eot_id|>`). A server that says nothing (no
+    `stop_reason` key, as OpenAI's) records nothing; a cut answer records no stop."""
+    rows = [
+        {"id": "eos", "prompt": "q [eosnull]"},
+        {"id": "silent", "prompt": "q"},
+        {"id": "cut", "prompt": "q [eosnull] [length]"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "answers.jsonl"
+    assert generate(src, out, server.url, extra=["--keep-length"]) == 0
+    got = by_id(out)
+    assert got["eos"]["metadata"]["stop_tokens"] == [{"message": 1, "eos": True}]
+    assert "stop_tokens" not in got["silent"]["metadata"]
+    assert "stop_tokens" not in got["cut"]["metadata"]
+
+
 def test_the_answer_is_the_choice_with_index_0_wherever_it_is_listed(
     tmp_path: Path, server: FaultServer
 ) -> None:

@@ -365,3 +365,24 @@ def test_an_answer_whose_first_part_is_empty_is_refused_under_harmony(folder: Pa
     _, plan = _plan(folder, row)
     assert not plan.rows and [r.reason for r in plan.rejects] == ["unsupported_content"]
     assert "first is empty" in plan.rejects[0].message
+
+
+def test_the_eos_ends_a_final_answer_and_is_another_stop_after_a_call(folder: Path) -> None:
+    """gpt-oss's EOS is `<|return|>` (vLLM: `stop_reason: null`, recorded `{"eos": true}`): the
+    stop a final answer's G ends with, so that answer stays supervised; a tool call the EOS
+    ended, where G ends with `<|call|>`, is `other_stop_token` context."""
+    row = {
+        "tools": TOOLS,
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [CALL]},
+            {"role": "tool", "tool_call_id": "c1", "content": "rain"},
+            {"role": "assistant", "content": "Rain."},
+        ],
+        "metadata": {"stop_tokens": [{"message": 1, "eos": True}, {"message": 3, "eos": True}]},
+    }
+    tmpl, plan = _plan(folder, row)
+    assert tmpl.eos_token == "<|return|>"
+    assert plan.context_turns == {"other_stop_token": 1}
+    assert [r.id.rpartition("#")[2] for r in plan.rows] == ["1"]  # the final answer's row
+    assert "".join(t for t, sup in plan.rows[0].segments if sup).endswith("Rain.<|return|>")

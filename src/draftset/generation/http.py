@@ -142,6 +142,7 @@ class Completion:
     stop_string: str | None = None  # the stop string that ended it (vLLM stop_reason, SGLang
     # matched_stop): the server cut the answer there, the model did not end it
     stop_token: int | None = None  # the stop token id that ended it (the same fields, an int)
+    stop_eos: bool = False  # vLLM's ``stop_reason: null`` on a model-ended answer: its EOS
     requested_stop: bool = False  # that id is one the request set, not a special token: a cut
 
     def server_ended(self) -> str | None:
@@ -596,6 +597,7 @@ def parse_completion(content: bytes, endpoint: str) -> Completion:
         completion_token_ids=_ids(choice.get("token_ids")),
         stop_string=_stop_string(choice),
         stop_token=_stop_token(choice),
+        stop_eos=_stop_eos(choice),
     )
 
 
@@ -617,6 +619,19 @@ def _stop_token(choice: dict[str, Any]) -> int | None:
         if type(value) is int:
             return value
     return None
+
+
+def _stop_eos(choice: dict[str, Any]) -> bool:
+    """Whether the tokenizer's EOS ended a model-ended answer, as vLLM says it: a written-out
+    ``stop_reason: null`` (vLLM names any other stop token by its id, a stop string by its
+    text; `SamplingParams.update_from_generation_config` keeps the EOS apart). A server that
+    writes no ``stop_reason`` (OpenAI) or answers with SGLang's ``matched_stop`` says nothing."""
+    return (
+        choice.get("finish_reason") in MODEL_FINISH_REASONS
+        and "stop_reason" in choice
+        and choice["stop_reason"] is None
+        and "matched_stop" not in choice
+    )
 
 
 def _kept_message(msg: dict[str, Any], finish: str) -> dict[str, Any]:

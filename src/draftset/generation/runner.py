@@ -282,13 +282,14 @@ class Runner:
         if token_ids:
             meta["token_ids"] = {"turns": token_ids}
         # which stop token ended each answer, where the server names it (vLLM's stop_reason,
-        # SGLang's matched_stop; vLLM names none for the tokenizer's EOS): build makes an
-        # answer that ended on another token than the template writes after it context
-        stops = [
-            {"message": idx, "id": c.stop_token}
-            for idx, c in zip(d.answer_index, d.completions, strict=True)
-            if c.stop_token is not None
-        ]
+        # SGLang's matched_stop; vLLM's null: the tokenizer's EOS): build makes an answer that
+        # ended on another token than the template writes after it context
+        stops: list[dict[str, Any]] = []
+        for idx, c in zip(d.answer_index, d.completions, strict=True):
+            if c.stop_token is not None:
+                stops.append({"message": idx, "id": c.stop_token})
+            elif c.stop_eos:
+                stops.append({"message": idx, "eos": True})
         if stops:
             meta["stop_tokens"] = stops
         line: dict[str, Any] = {"id": job.id, "messages": d.messages}

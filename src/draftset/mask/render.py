@@ -181,28 +181,43 @@ def server_prompt_problem(
     return None
 
 
-def server_stop_tokens(conv: Conversation) -> dict[int, int]:
+SERVER_EOS = "eos"
+"""`server_stop_tokens`' value for an answer the tokenizer's EOS ended (vLLM's null)."""
+
+
+def server_stop_tokens(conv: Conversation) -> dict[int, int | str]:
     """message index -> the id of the stop token that ended that answer, as `generate` recorded
     it (``metadata.stop_tokens``: vLLM's ``stop_reason``, SGLang's ``matched_stop``, given when a
-    token of the model's stop list other than the tokenizer's EOS ended it)."""
+    token of the model's stop list other than the tokenizer's EOS ended it), or `SERVER_EOS`
+    where vLLM said the EOS ended it (``{"eos": true}``)."""
     recorded = conv.meta.get("metadata")
     stops = recorded.get("stop_tokens") if isinstance(recorded, dict) else None
-    out: dict[int, int] = {}
+    out: dict[int, int | str] = {}
     for s in stops if isinstance(stops, list) else []:
-        if isinstance(s, dict) and type(s.get("message")) is int and type(s.get("id")) is int:
+        if not isinstance(s, dict) or type(s.get("message")) is not int:
+            continue
+        if type(s.get("id")) is int:
             out[s["message"]] = s["id"]
+        elif s.get("eos") is True:
+            out[s["message"]] = SERVER_EOS
     return out
 
 
-def other_stop(tmpl: Renderer, stops: dict[int, int], j: int, generation: str) -> bool:
+def other_stop(tmpl: Renderer, stops: dict[int, int | str], j: int, generation: str) -> bool:
     """Whether answer j ended on another stop token than the one its generation ends with
     (G ends with the template's stop by construction; ``stops``: `server_stop_tokens`; an id
-    this tokenizer lacks is another): then the template's token was never generated there, and
-    the turn is context (`reasons.TURN_OTHER_STOP`; verify holds the set to the same rule)."""
+    this tokenizer lacks is another; the EOS is the tokenizer's, unknown: not judged): then
+    the template's token was never generated there, and the turn is context
+    (`reasons.TURN_OTHER_STOP`; verify holds the set to the same rule)."""
     stop = stops.get(j)
     if stop is None:
         return False
-    text = tmpl.backend.id_to_token(stop)
+    if stop == SERVER_EOS:
+        text = tmpl.eos_token
+        if text is None:
+            return False
+    else:
+        text = tmpl.backend.id_to_token(stop)
     return text is None or not generation.endswith(text)
 
 

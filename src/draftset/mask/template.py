@@ -252,6 +252,7 @@ class RenderKit:
     harmony: bool = False  # the engine renders with harmony, not the template (mask/harmony.py)
     # the tokenizer's named templates hold a 'tool_use' one the server renders tools by
     named_tool_use: bool = False
+    eos_token: str | None = None  # the tokenizer's EOS: vLLM's stop_reason null (`other_stop`)
 
 
 class Renderer:
@@ -269,6 +270,7 @@ class Renderer:
     harmony: HarmonyRender | None = None  # set: the engine ignores the template (gpt-oss, vLLM)
     # set: a row with tools is not served by this template (`NamedToolUse`)
     named_tool_use: bool = False
+    eos_token: str | None = None  # the tokenizer's EOS, the token vLLM names no id for
     _compiled: Any
     _base_kwargs: dict[str, Any]
     # most characters one render may produce (`limits.render_char_cap`); None = unbounded
@@ -294,6 +296,7 @@ class Renderer:
         r.serving_engine = kit.serving_engine
         r.harmony = HarmonyRender() if kit.harmony else None
         r.named_tool_use = kit.named_tool_use
+        r.eos_token = kit.eos_token
         r._compiled = compiled
         r._base_kwargs = kit.base_kwargs
         return r
@@ -628,6 +631,8 @@ class ChatTemplate(Renderer):
             **self.template_kwargs,
             **self._clock,
         }
+        eos = getattr(self.tokenizer, "eos_token", None)
+        self.eos_token = str(eos) if eos else None
         self.special_tokens = frozenset(
             str(tok) for tok in self.tokenizer.added_tokens_decoder.values() if tok.special
         )
@@ -684,6 +689,7 @@ class ChatTemplate(Renderer):
             self.serving_engine,
             self.harmony is not None,
             self.named_tool_use,
+            self.eos_token,
         )
 
     def render_reference(
