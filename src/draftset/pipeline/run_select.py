@@ -128,6 +128,7 @@ def _prompt_problem(
     """``too_long`` when the rendered prompt alone leaves no room for an answer; the render
     bounded as build bounds a row's (``template_timeout``, ``template_too_large``)."""
     max_length = b.max_length
+    tmpl = tmpl.for_tools(item.tools)  # a named set's 'tool_use' for a row with tools
     try:
         with bounded_row(tmpl, item, b.render_timeout):
             text = tmpl.render(msgs, item.tools, add_generation_prompt=True, row_kwargs=row_kwargs)
