@@ -115,7 +115,19 @@ SERVERS = {
 # a named template set (Hermes-3's `default` + `tool_use`, on Qwen3's files: SOURCES.md there),
 # served without --chat-template: vLLM renders a request with tools by `tool_use`, any other by
 # `default`; its own fixture (`named_server`), started only for its test
-NAMED_SERVER = Server("qwen3_named", None, "hermes")
+NAMED_SERVERS = {
+    "named": Server("qwen3_named", None, "hermes"),
+    # the same tokenizer given its 'default' as --chat-template: vLLM resolves a given template
+    # before the named set, so it renders every request by that file, tools or not
+    "named_given": Server("qwen3_named", "qwen3_named/default.jinja", "hermes"),
+}
+
+
+def template_file(name: str) -> Path:
+    """trl's chat_templates/<name>.jinja, or a file of tests/data/serving/models/ (a path)."""
+    return DATA / "models" / name if "/" in name else trl_template(name)
+
+
 SETUPS = {
     "qwen3": Setup("qwen3"),
     "qwen3_6_think": Setup("qwen3_6", {"enable_thinking": True}),
@@ -195,10 +207,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
 
 
 @pytest.fixture(scope="module")
-def named_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The named-template server alone (`NAMED_SERVER`)."""
-    for urls in _started({"qwen3_named": NAMED_SERVER}, tmp_path_factory):
-        yield urls["qwen3_named"]
+def named_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The named-template servers alone (`NAMED_SERVERS`)."""
+    yield from _started(NAMED_SERVERS, tmp_path_factory)
 
 
 def _started(
@@ -223,7 +234,7 @@ def _started(
                 "launch",
                 "render",
                 str(model_folder(s.model, root)),
-                *(["--chat-template", str(trl_template(s.template))] if s.template else []),
+                *(["--chat-template", str(template_file(s.template))] if s.template else []),
                 *(["--tokenizer-mode", s.tokenizer_mode] if s.tokenizer_mode else []),
                 "--enable-auto-tool-choice",
                 "--tool-call-parser",
@@ -551,33 +562,41 @@ NAMED_ROWS = [
 ]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("server", "mode"), [(s, m) for s in NAMED_SERVERS for m in MODES])
 def test_named_templates_rows_equal_vllms_render(
-    named_server: str, mode: str, tmp_path: Path
+    named_servers: dict[str, str], server: str, mode: str, tmp_path: Path
 ) -> None:
     """A tokenizer whose chat template is a named set (Hermes-3's `default` + `tool_use`),
     served without --chat-template: one set holds the rows with tools rendered by `tool_use`
     and the others by `default`, and every row equals vLLM 0.33's render (before: the rows
-    with tools were rejected template_error; before session 31, rendered by `default`)."""
+    with tools were rejected template_error; before session 31, rendered by `default`).
+    Served and built with --chat-template (its `default` as a file): every row by that file."""
     src = tmp_path / "rows.jsonl"
     src.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in NAMED_ROWS))
-    out = tmp_path / f"named-{mode}"
+    out = tmp_path / f"{server}-{mode}"
+    given = NAMED_SERVERS[server].template
     built = api.build(
         sources=[str(src)],
         tokenizer=str(model_folder("qwen3_named", tmp_path / "models")),
+        chat_template=str(template_file(given)) if given else None,
         turns=mode,
         out=str(out),
         workers=1,
         progress=False,
     )
     assert built.ok
-    rejects = (out / "rejects.jsonl").read_text()
-    assert not rejects.strip(), rejects
-    result = api.verify(out, render_server=named_server, speculators=False)
+    rejects = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    # the plain `default` drops a call (the server's render lacks it too): that turn is no row
+    dropped = {("tools_call", "template_drops_content")} if given else set()
+    assert {(x["id"].partition("#")[0], x["reason"]) for x in rejects} <= dropped, rejects
+    tool_use = json.loads((out / "manifest.json").read_text())["template"].get("tool_use")
+    assert (tool_use is None) == bool(given)
+    result = api.verify(out, render_server=named_servers[server], speculators=False)
     check = _render_check(result)
     assert check.status == "pass", (check.summary, check.details.get("messages"))
     assert result.ok, [c.summary for c in result.checks if c.failed]
     from draftset.output.readback import open_output
 
     ids = {i.partition("#")[0] for i in open_output(out).ids()}
-    assert ids == {r["id"] for r in NAMED_ROWS}
+    assert ids - {"tools_call"} == {r["id"] for r in NAMED_ROWS} - {"tools_call"}
+    assert given or "tools_call" in ids

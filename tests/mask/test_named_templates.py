@@ -262,3 +262,38 @@ def test_a_kwarg_only_tool_use_reads_is_not_noted_as_unread(
     assert "reads no variable" not in capsys.readouterr().out
     assert main([*argv, "--overwrite", "--template-kwargs", '{"enable_thinkng": false}']) == 0
     assert "reads no variable" in " ".join(capsys.readouterr().out.split())
+
+
+def test_verify_fails_a_set_that_rendered_a_row_without_tools_by_tool_use(
+    named: Path, tmp_path: Path
+) -> None:
+    """The other way round: every row rendered by ``tool_use`` (built with it as
+    --chat-template), the manifest then saying the tokenizer's own named set: the row without
+    tools is not what a server renders (its ``default``), and verify, which asks transformers
+    which template serves each row, fails it; the row with tools passes."""
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    out = tmp_path / "set"
+    api.build(
+        sources=[str(src)],
+        tokenizer=str(named),
+        chat_template=str(trl_template("qwen3")),
+        out=str(out),
+        progress=False,
+    )
+    manifest = json.loads((out / "manifest.json").read_text())
+    tool_use = manifest["template"]
+    manifest["template"] = {
+        **tool_use,
+        "text": PLAIN,
+        "sha256": hashlib.sha256(PLAIN.encode()).hexdigest(),
+        "tool_use": {"text": tool_use["text"], "sha256": tool_use["sha256"]},
+    }
+    manifest["options"]["chat_template_path"] = None
+    manifest["options"]["chat_template_path_as_given"] = None
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    result = api.verify(out, speculators=False)
+    mask = next(c for c in result.checks if c.name == "mask_fidelity")
+    assert not result.ok
+    assert next(c for c in result.checks if c.name == "template").status == "pass"
+    assert mask.failed and set(mask.examples) == {"no_tools"}, (mask.summary, mask.examples)
