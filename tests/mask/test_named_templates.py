@@ -297,3 +297,17 @@ def test_verify_fails_a_set_that_rendered_a_row_without_tools_by_tool_use(
     assert not result.ok
     assert next(c for c in result.checks if c.name == "template").status == "pass"
     assert mask.failed and set(mask.examples) == {"no_tools"}, (mask.summary, mask.examples)
+
+
+def test_a_named_sets_kit_holds_the_tokenizer_once(named: Path) -> None:
+    """Both kits of a named set carry one tokenizer text (pickled to each worker once, ~11 MB
+    for Qwen3's, not twice), and a worker builds one tokenizer for both renderers."""
+    import pickle
+
+    t = ChatTemplate(TemplateSpec(str(named)))
+    kit = t.kit()
+    assert kit.tool_use is not None and kit.tool_use.tokenizer_json is kit.tokenizer_json
+    assert len(pickle.dumps(kit)) < 1.5 * len(kit.tokenizer_json.encode())
+    worker = Renderer.from_kit(kit)
+    assert worker is not None and worker.tool_use is not None
+    assert worker.tool_use.backend is worker.backend

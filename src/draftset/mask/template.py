@@ -278,15 +278,16 @@ class Renderer:
     max_chars: int | None = None
 
     @classmethod
-    def from_kit(cls, kit: RenderKit) -> Renderer | None:
-        """A light renderer, or None when transformers' compiled-template helper is missing."""
+    def from_kit(cls, kit: RenderKit, backend: Any = None) -> Renderer | None:
+        """A light renderer, or None when transformers' compiled-template helper is missing
+        (``backend``: the tokenizer already built from the kit's text, a named set's other)."""
         compiled = _compile(kit.template_text)
         if compiled is None:
             return None
         from tokenizers import Tokenizer  # lazy: only workers that rebuild from a kit need it
 
         r = cls.__new__(cls)
-        r.backend = Tokenizer.from_str(kit.tokenizer_json)
+        r.backend = backend or Tokenizer.from_str(kit.tokenizer_json)
         r.template_text = kit.template_text
         r.eot_tokens = kit.eot_tokens
         r.eot_ids = frozenset(r.backend.token_to_id(t) for t in kit.eot_tokens)
@@ -299,7 +300,7 @@ class Renderer:
         r.eos_token = kit.eos_token
         r.tool_use = None
         if kit.tool_use is not None:
-            r.tool_use = cls.from_kit(kit.tool_use)
+            r.tool_use = cls.from_kit(kit.tool_use, r.backend)
             if r.tool_use is None:
                 return None
         r._compiled = compiled
@@ -704,12 +705,15 @@ class ChatTemplate(Renderer):
             self.max_chars = None
 
     # --- rendering ---------------------------------------------------------------------------
-    def kit(self) -> RenderKit:
-        """Everything a worker needs to render and encode exactly like this object."""
+    def kit(self, tokenizer_json: str | None = None) -> RenderKit:
+        """Everything a worker needs to render and encode exactly like this object
+        (``tokenizer_json``: the tokenizer's text already dumped, one string for both kits of a
+        named set, which pickle sends once)."""
+        tokenizer_json = tokenizer_json or self.backend.to_str()
         return RenderKit(
             self.template_text,
             self.base_kwargs,
-            self.backend.to_str(),
+            tokenizer_json,
             self.eot_tokens,
             self.content_parts,
             self.renders_reasoning,
@@ -717,7 +721,7 @@ class ChatTemplate(Renderer):
             self.part_lists,
             self.serving_engine,
             self.harmony is not None,
-            self.tool_use.kit() if self.tool_use is not None else None,
+            self.tool_use.kit(tokenizer_json) if self.tool_use is not None else None,
             self.eos_token,
         )
 
