@@ -19,6 +19,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import qwen3_tokenizer_dir, trl_template
@@ -109,6 +110,10 @@ def test_a_row_with_tools_is_rendered_by_tool_use_beside_rows_by_default(
         "text": tool_use,
         "sha256": hashlib.sha256(tool_use.encode()).hexdigest(),
     }
+    # the row with tools, no reasoning: Qwen3's tool_use trains an empty think block (counted
+    # by its own probe; the default's said none), the plain default none
+    counts = json.loads((out / "manifest.json").read_text())["counts"]["per_source"]["rows"]
+    assert counts["empty_think_rows"] == 1
     result = api.verify(out, speculators=False)
     assert result.ok, [c.summary for c in result.checks if c.failed]
     summary = next(c for c in result.checks if c.name == "template").summary
@@ -311,3 +316,93 @@ def test_a_named_sets_kit_holds_the_tokenizer_once(named: Path) -> None:
     worker = Renderer.from_kit(kit)
     assert worker is not None and worker.tool_use is not None
     assert worker.tool_use.backend is worker.backend
+
+
+def test_run_asks_the_empty_think_probe_of_the_template_a_row_is_served_by(
+    named: Path, tmp_path: Path
+) -> None:
+    """`run` (``regenerate: missing_reasoning``) re-answers a row without reasoning when its
+    template trains an empty think block: a row with tools is served by ``tool_use`` (Qwen3's,
+    which does), the one without by the plain ``default`` (which does not). Only the default
+    was asked: the row with tools was never sent. verify re-derives the same choice."""
+    from draftset.api import run_options
+    from draftset.checks.mask import load_template, served_template
+    from draftset.checks.records import RowStepCounts, _run_sends
+    from draftset.core.records import Conversation
+    from draftset.pipeline.run_select import select_rows
+
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        json.dumps(
+            {
+                "tokenizer": str(named),
+                "out": str(tmp_path / "out"),
+                "sources": [{"path": str(src)}],
+                "generate": {
+                    "endpoints": ["http://127.0.0.1:9"],
+                    "thinking": "off",
+                    "regenerate": "missing_reasoning",
+                },
+            }
+        )
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    select_rows(run_options(recipe), work, print)
+    queued = [json.loads(x)["id"] for x in (work / "queue.jsonl").read_text().splitlines()]
+    assert queued == ["tools_plain_answer"]
+    # verify's own rule, asked of the source rows with the set's manifest
+    manifest = {"tokenizer": {"path": str(named)}, "template": {"text": PLAIN}, "options": {}}
+    tmpl = load_template(manifest, None)
+    recount = RowStepCounts(tmpl, manifest, (), None)
+    out = SimpleNamespace(options={}, manifest=manifest)
+    sent = []
+    for r in ROWS:
+        row = Conversation(r["id"], "rows", 0, r["messages"], r.get("tools"))
+        probe = recount.probe_of(served_template(tmpl, row.tools))
+        if _run_sends(out, row, "missing_reasoning", probe):  # type: ignore[arg-type]
+            sent.append(row.id)
+    assert sent == queued
+
+
+def test_verify_of_a_run_set_asks_the_probe_of_the_rows_template(
+    named: Path, tmp_path: Path
+) -> None:
+    """verify re-derives which rows `run` sends by the same rule: the row with tools, answered
+    again under ``regenerate: missing_reasoning`` (its ``tool_use`` trains an empty think
+    block), passes; verify asked the ``default``'s probe and said "a row run does not send"."""
+    from draftset.checks.verify import run_verify
+    from draftset.config.options import BuildOptions
+    from draftset.pipeline.build import run_build
+    from draftset.sources.read import Source
+
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    work = tmp_path / "work"
+    work.mkdir()
+    answer = {
+        **ROWS[0],
+        "messages": [ROWS[0]["messages"][0], {"role": "assistant", "content": "Four."}],
+        "metadata": {"model": "m", "finish_reason": "stop", "answers": 1},
+    }
+    (work / "answers.jsonl").write_text(json.dumps(answer) + "\n")
+    (work / "answers.errors.jsonl").write_text("")
+    (work / "too_long.jsonl").write_text("")
+    opts = BuildOptions(
+        [Source("rows", src)],
+        str(named),
+        tmp_path / "out",
+        workers=1,
+        max_length=512,
+        overlay=[
+            str(work / n) for n in ("answers.jsonl", "answers.errors.jsonl", "too_long.jsonl")
+        ],
+        run_info={"work": str(work), "model": "m", "regenerate": "missing_reasoning"},
+    )
+    out = run_build(opts).out
+    results = run_verify(out, speculators=False, record=False)
+    failed = {r.name: r.details.get("messages") for r in results if r.failed}
+    failed.pop("drafter_fitness", None)
+    assert failed == {}

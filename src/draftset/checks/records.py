@@ -404,7 +404,8 @@ def source_pass(
     for position, picked in enumerate(_selection_rows(out, selection)):
         item = picked if answers is None else answers.apply(picked)
         if item is not picked:
-            _check_answered(ident, (tmpl, recount.probe), out, picked, item)
+            served = served_template(tmpl, getattr(picked, "tools", None))
+            _check_answered(ident, (tmpl, recount.probe_of(served)), out, picked, item)
         key = (item.source, item.row)
         reject_order += [(n, str(item.id)) for n in idx.reject_line.get(key, ())]
         _check_reject_files(ident, item, idx.rejects_at.get(key) or [])
@@ -1038,11 +1039,11 @@ class RowStepCounts:
                     kept = _kept_server_ids(tmpl, ids, gen) is not None
                     c["server_ids_used" if kept else "server_ids_mismatch"] += 1
         if own and not placeholder_only and lacks_reasoning(conv, self.template_kwargs):
-            wrapper = self._probe(tmpl).wrapper(row_kwargs_key(conv))
+            wrapper = self.probe_of(tmpl).wrapper(row_kwargs_key(conv))
             if wrapper and any(gen.startswith(wrapper) for gen, _ in found.supervised):
                 c["empty_think_rows"] += 1
 
-    def _probe(self, tmpl: ChatTemplate) -> EmptyThinkProbe:
+    def probe_of(self, tmpl: ChatTemplate) -> EmptyThinkProbe:
         """The empty-think probe of the template a row is served by (a named set's two)."""
         if tmpl is self.tmpl:
             return self.probe
