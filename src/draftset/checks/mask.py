@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,18 +74,51 @@ def load_template(manifest: dict[str, Any], tokenizer: str | None) -> ChatTempla
     engine = str(t.get("serving_engine") or "transformers")
     if engine not in SERVING_ENGINES:
         raise TokenizerError(f"the manifest names an unknown serving_engine {engine!r}")
-    # built with the tokenizer's own template: rows with tools were its named 'tool_use' one's
+    # built with the tokenizer's own template: a row with tools was its named 'tool_use' one's
+    # (`served_template`: worked out here, not build's renderer's)
     own = not (manifest.get("options") or {}).get("chat_template_path")
     key = (tok, text, json.dumps(kwargs, sort_keys=True), extra, now, engine, own)
     if key not in _TEMPLATES:
-        spec = TemplateSpec(
-            tok, text or None, kwargs, extra, now=now, serving_engine=engine, own_template=own
-        )
-        tmpl = ChatTemplate(spec)
+        tmpl = _load(TemplateSpec(tok, text or None, kwargs, extra, now=now, serving_engine=engine))
+        tmpl.verify_own = own  # type: ignore[attr-defined]
         _TEMPLATES[key] = tmpl
-        tmpl.verify_stops = derive_stop_tokens(tmpl, extra)  # type: ignore[attr-defined]
-        _shape(tmpl)  # probed (and the public render path compiled) outside any row's bound
     return _TEMPLATES[key]
+
+
+def _load(spec: TemplateSpec) -> ChatTemplate:
+    """One template as verify renders it: never a named set's pair (``own_template`` False:
+    which of them serves a row is `served_template`'s question), its stops and shape derived."""
+    tmpl = ChatTemplate(replace(spec, own_template=False))
+    tmpl.verify_stops = derive_stop_tokens(tmpl, spec.eot_tokens)  # type: ignore[attr-defined]
+    _shape(tmpl)  # probed (and the public render path compiled) outside any row's bound
+    return tmpl
+
+
+def served_template(tmpl: ChatTemplate, tools: list[dict[str, Any]] | None) -> ChatTemplate:
+    """The template a server renders a row's request by, asked of transformers' own
+    ``get_chat_template(None, tools=...)`` (what vLLM 0.33's `resolve_chat_template` calls)
+    with the tools the request carries (an empty list is none: the row reads it so and no
+    request sends it): a named set's 'tool_use' for a row with tools, its 'default' (the
+    manifest's text) otherwise. A set built with --chat-template is rendered by that file
+    alone, as vLLM renders every request by its --chat-template."""
+    if not getattr(tmpl, "verify_own", False) or tmpl.harmony is not None:
+        return tmpl
+    own = getattr(tmpl.tokenizer, "chat_template", None)
+    if not isinstance(own, dict):
+        return tmpl
+    try:
+        text = tmpl.tokenizer.get_chat_template(None, tools=tools or None)
+    except ValueError:  # a named set without a 'default': the manifest's text is judged
+        return tmpl
+    if not text or text == tmpl.template_text:
+        return tmpl
+    served: dict[str, ChatTemplate] | None = getattr(tmpl, "verify_served", None)
+    if served is None:
+        served = tmpl.verify_served = {}  # type: ignore[attr-defined]
+    if text not in served:
+        origin = f"'tool_use' of tokenizer {tmpl.spec.tokenizer}"
+        served[text] = _load(replace(tmpl.spec, chat_template=text, origin=origin))
+    return served[text]
 
 
 # --- stop tokens and message shape, derived here (not from build's list) -------------------------
@@ -203,13 +236,44 @@ def check_template(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
                 p.add(f"--chat-template file {path} changed since the build", "template")
     else:
         own = getattr(tmpl.tokenizer, "chat_template", None)
-        if isinstance(own, dict):
-            own = own.get("default")
+        named = own if isinstance(own, dict) else {}
+        if named:
+            own = named.get("default")
         if own:
             origin = "the tokenizer's own template"
             if hashlib.sha256(str(own).encode()).hexdigest() != t.get("sha256"):
                 p.add("the tokenizer's own chat template differs from the manifest's", "template")
+        _check_tool_use(p, t, named)
+        if t.get("tool_use"):
+            origin += " and its 'tool_use' one"
     return p.result("template", f"sha256 {str(t.get('sha256'))[:16]}… matches {origin}")
+
+
+def _check_tool_use(p: Problems, t: dict[str, Any], named: dict[str, Any]) -> None:
+    """A named set's 'tool_use' template (rows with tools rendered by it): recorded in the
+    manifest exactly when the tokenizer has one other than its 'default', its text hashing to
+    the recorded sha256 and equal to the tokenizer's."""
+    tool_use = named.get("tool_use")
+    tool_use = tool_use if tool_use and tool_use != named.get("default") else None
+    rec = t.get("tool_use") if isinstance(t.get("tool_use"), dict) else None
+    if tool_use is None and rec is None:
+        return
+    if rec is None:
+        p.add(
+            "the tokenizer's named 'tool_use' template is not in the manifest",
+            "template",
+            "the tokenizer's chat templates are named, and the manifest records no 'tool_use'"
+            " one (a set built before draftset rendered rows with tools by it, when they were"
+            " rejected template_error): rebuild the set",
+        )
+        return
+    digest = hashlib.sha256(str(rec.get("text") or "").encode()).hexdigest()
+    if rec.get("sha256") != digest:
+        p.add("'tool_use' template text does not hash to the manifest's sha256", "template")
+    if tool_use is None:
+        p.add("the manifest records a 'tool_use' template the tokenizer has not", "template")
+    elif hashlib.sha256(str(tool_use).encode()).hexdigest() != rec.get("sha256"):
+        p.add("the tokenizer's 'tool_use' chat template differs from the manifest's", "template")
 
 
 # --- expected generations, derived from renders --------------------------------------------------

@@ -35,6 +35,7 @@ from draftset.checks.mask import (
     _check_server_prompt_rejects,
     _check_turn_rejects,
     _kept_server_ids,
+    served_template,
 )
 from draftset.config.fields import refused
 from draftset.config.schema import BuildArgs, SourceEntry
@@ -403,7 +404,8 @@ def source_pass(
     for position, picked in enumerate(_selection_rows(out, selection)):
         item = picked if answers is None else answers.apply(picked)
         if item is not picked:
-            _check_answered(ident, (tmpl, recount.probe), out, picked, item)
+            served = served_template(tmpl, getattr(picked, "tools", None))
+            _check_answered(ident, (tmpl, recount.probe_of(served)), out, picked, item)
         key = (item.source, item.row)
         reject_order += [(n, str(item.id)) for n in idx.reject_line.get(key, ())]
         _check_reject_files(ident, item, idx.rejects_at.get(key) or [])
@@ -451,39 +453,44 @@ def source_pass(
             row_owner[r] = (position, _turn_row(rid) if turn_rows else 0)
             if sources[r] != item.source:
                 ident.add("row's source column differs from its input row's source", rid)
+        # the template a server renders this row's request by (a named set: 'tool_use' for
+        # a row with tools), worked out here (`served_template`)
+        row_tmpl = served_template(tmpl, item.tools) if isinstance(item, Conversation) else tmpl
         needs = full or any(row_of_id[rid] in chosen_set for rid in own)
         # a sample of output rows never meets a rejected row: the same share of input rows
         needs = needs or input_chosen(key, seed, share)
         if not own and any(x.get("reason") == reasons.TEMPLATE_TIMEOUT for x in lines):
             needs = False  # a timeout depends on the machine: not worth that work again here
             if isinstance(item, Conversation) and (full or input_chosen(key, seed, share)):
-                _check_timeout(maskp, tmpl, item, mode, build_placeholders, timeout)
+                _check_timeout(maskp, row_tmpl, item, mode, build_placeholders, timeout)
         if isinstance(item, Conversation) and needs:
             expected, context, error = _bounded_expected_rows(
-                tmpl, item, mode, build_placeholders, timeout
+                row_tmpl, item, mode, build_placeholders, timeout
             )
             _count_context((context_by_source, first_context), item, context)
             if not own:
                 _check_rejection(maskp, item, lines, expected, error)
-                _check_reject_messages(maskp, tmpl, item, lines, (expected, context, error))
-                _check_length_rejects(maskp, tmpl, item, lines, expected, opts)
-            _check_server_prompt_rejects(maskp, tmpl, item, lines, expected)
+                _check_reject_messages(maskp, row_tmpl, item, lines, (expected, context, error))
+                _check_length_rejects(maskp, row_tmpl, item, lines, expected, opts)
+            _check_server_prompt_rejects(maskp, row_tmpl, item, lines, expected)
         mine = [rid for rid in own if row_of_id[rid] in chosen_set]
         checked += len(mine)
         found = _check_rows(
-            out, tmpl, item, mine, row_of_id, dict(expected), error, placeholders, (maskp, leak)
+            out, row_tmpl, item, mine, row_of_id, dict(expected), error, placeholders, (maskp, leak)
         )
         if found.context:  # turns the token rule made context, judged on the rows themselves
             _count_context((context_by_source, first_context), item, found.context)
         if isinstance(item, Conversation):
             complete = len(mine) == len(own)
-            recount.add(item, own, lines, expected if needs else None, error, found, complete)
+            recount.add(
+                item, own, lines, expected if needs else None, error, found, complete, row_tmpl
+            )
         if isinstance(item, Conversation) and needs and mode == "each":
             for rid, _ in expected:
                 if rid not in row_of_id and not any(x.get("id") == rid for x in lines):
                     maskp.add("expected row missing and not rejected", rid)
             if own and lines:  # a turn's row rejected beside written ones
-                _check_length_rejects(maskp, tmpl, item, lines, expected, opts)
+                _check_length_rejects(maskp, row_tmpl, item, lines, expected, opts)
                 _check_turn_rejects(maskp, lines, expected)
     if answers is not None:
         answers.close()
@@ -618,7 +625,8 @@ def _check_answered(
         )
         return
     if isinstance(item, Reject) and item.reason == reasons.TOO_LONG:
-        _check_too_long(ident, tmpl, out, picked, name)
+        served = served_template(tmpl, getattr(picked, "tools", None))
+        _check_too_long(ident, served, out, picked, name)
     elif isinstance(item, Conversation):
         _check_answer_prompt(ident, picked, item, name)
 
@@ -953,6 +961,8 @@ class RowStepCounts:
         self.placeholders = placeholders
         self.template_kwargs = dict((manifest.get("template") or {}).get("kwargs") or {})
         self.probe = EmptyThinkProbe(tmpl.template_text, tmpl.base_kwargs, timeout=timeout)
+        self.probes: dict[str, EmptyThinkProbe] = {}  # other templates' (`_probe`)
+        self.timeout = timeout
         self.counts: dict[str, Counter[str]] = {}
         self.out_of_reach: dict[str, set[str]] = {}
         self.unseen: dict[str, Counter[str]] = {}  # most a source's uncounted rows may add
@@ -967,14 +977,16 @@ class RowStepCounts:
         error: str | None,
         found: RowVerdict,
         complete: bool = True,
+        tmpl: ChatTemplate | None = None,
     ) -> None:
         """Count one conversation: ``own`` its written rows, ``lines`` its reject lines,
         ``expected`` its re-derived rows (None: not re-derived), ``found`` its checked rows
-        (``complete``: all of ``own``; a sample may leave some unchecked)."""
+        (``complete``: all of ``own``; a sample may leave some unchecked); ``tmpl``: the
+        template its request is served by (`served_template`), when not the set's."""
         c = self.counts.setdefault(conv.source, Counter())
         before = dict(c)
         try:
-            self._add(c, conv, own, lines, expected, error, found, complete)
+            self._add(c, conv, own, lines, expected, error, found, complete, tmpl or self.tmpl)
         finally:  # the first input row each count met: named when the count differs
             first = self.first.setdefault(conv.source, {})
             for key, n in c.items():
@@ -991,6 +1003,7 @@ class RowStepCounts:
         error: str | None,
         found: RowVerdict,
         complete: bool,
+        tmpl: ChatTemplate,
     ) -> None:
         given = {x.get("reason") for x in lines}
         answers = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
@@ -1023,12 +1036,23 @@ class RowStepCounts:
                     reasons.reasoning_not_rendered(conv.messages[j], gen)
                 )
                 if (ids := server.get(j)) is not None:
-                    kept = _kept_server_ids(self.tmpl, ids, gen) is not None
+                    kept = _kept_server_ids(tmpl, ids, gen) is not None
                     c["server_ids_used" if kept else "server_ids_mismatch"] += 1
         if own and not placeholder_only and lacks_reasoning(conv, self.template_kwargs):
-            wrapper = self.probe.wrapper(row_kwargs_key(conv))
+            wrapper = self.probe_of(tmpl).wrapper(row_kwargs_key(conv))
             if wrapper and any(gen.startswith(wrapper) for gen, _ in found.supervised):
                 c["empty_think_rows"] += 1
+
+    def probe_of(self, tmpl: ChatTemplate) -> EmptyThinkProbe:
+        """The empty-think probe of the template a row is served by (a named set's two)."""
+        if tmpl is self.tmpl:
+            return self.probe
+        probe = self.probes.get(tmpl.template_text)
+        if probe is None:
+            probe = self.probes[tmpl.template_text] = EmptyThinkProbe(
+                tmpl.template_text, tmpl.base_kwargs, timeout=self.timeout
+            )
+        return probe
 
     def compare(self, p: Problems, out: OutputSet, full: bool) -> None:
         """Each count against the manifest's, per source (when every row was re-derived, the

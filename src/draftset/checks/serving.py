@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from draftset.checks.mask import _shape, _stops
+from draftset.checks.mask import _shape, _stops, served_template
 from draftset.checks.records import iter_source_items, pick_rows
 from draftset.config.fields import scheme_hint
 from draftset.core.errors import UsageError
@@ -550,7 +550,8 @@ def check_render_server(
             turns += len(_runs(row["loss_mask"]))
             truncated = truncating and len(ids) == max_length
             mask = row["loss_mask"]
-            for msg in check_row(server, tmpl, item, rid, ids, mask, mode, kwargs, truncated):
+            served = served_template(tmpl, item.tools)  # a named set's 'tool_use' for tools
+            for msg in check_row(server, served, item, rid, ids, mask, mode, kwargs, truncated):
                 p.add(_kind(msg), rid, f"{rid}: {msg}")
     # a pre-tokenized row (a set or token ids as a source) has no messages to send
     unchecked = len(chosen) - checked

@@ -109,6 +109,14 @@ class MaskStep:
             timeout=config.render_timeout,
             name=config.spec.template_name(),
         )
+        # a named set's 'tool_use' template renders the rows with tools (`Renderer.for_tools`)
+        tool_use = self.template.tool_use
+        self.tool_use_probe = tool_use and EmptyThinkProbe(
+            tool_use.template_text,
+            tool_use.base_kwargs,
+            timeout=config.render_timeout,
+            name=f"'tool_use' of {config.spec.template_name()}",
+        )
 
     def __call__(self, batch: list[Normalized]) -> list[ItemResult]:
         return self.process(batch)
@@ -173,7 +181,9 @@ class MaskStep:
             res.placeholder_only = True
         elif res.rows and lacks_reasoning(item, self.template_kwargs):
             assert isinstance(item, Conversation) and res.plan_stats is not None
-            wrapper = self.probe.wrapper(row_kwargs_key(item))
+            served = self.template.for_tools(item.tools) is not self.template
+            probe = self.tool_use_probe if served and self.tool_use_probe else self.probe
+            wrapper = probe.wrapper(row_kwargs_key(item))
             # the row's own supervised text, not the template's habit: a turn it renders
             # without the block (no user turn before it, Qwen3) is no empty think block
             res.empty_think = bool(wrapper) and any(
@@ -195,8 +205,9 @@ class MaskStep:
 
     def _plan(self, item: Conversation) -> ConversationPlan:
         """Render & mask one row within its bounds: time, and characters per render."""
-        with bounded_row(self.template, item, self.render_timeout):
-            return plan_conversation(self.template, item, self.mode, self.placeholders)
+        template = self.template.for_tools(item.tools)  # the one its request is served by
+        with bounded_row(template, item, self.render_timeout):
+            return plan_conversation(template, item, self.mode, self.placeholders)
 
 
 def _internal_error(item: Conversation, exc: Exception) -> Reject:

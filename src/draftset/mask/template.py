@@ -20,7 +20,7 @@ import os
 import re
 import socket
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -61,17 +61,17 @@ _TOKENIZER_FILES = (
 
 # vLLM 0.33 (`renderers/hf.py` `resolve_chat_template`) and transformers' `apply_chat_template`
 # call ``tokenizer.get_chat_template(None, tools=tools)``: 'tool_use' for a request with tools
+# (``tools is not None``), 'default' for any other; a row is rendered by the one its request
+# is served by (`Renderer.for_tools`), so reaching the 'default' with tools is a bug
 NAMED_TOOL_USE = (
     "the tokenizer's chat templates are named, and a server renders a request with tools by its"
-    " 'tool_use' template, not by the 'default' one this set is rendered with: build rows with"
-    " tools in a set of their own, with --chat-template set to the 'tool_use' template"
-    " (tokenizer_config.json's chat_template entry of that name, saved to a file)"
+    " 'tool_use' template, not by the 'default' one: this row was given to the wrong template"
+    " (please report it)"
 )
 
 
 class NamedToolUse(ValueError):
-    """A row with tools, for a tokenizer whose named templates hold a ``tool_use`` one: the
-    server renders it by that template, the set by ``default`` (template_error)."""
+    """A row with tools given to the ``default`` of a named set whose ``tool_use`` serves it."""
 
 
 class TokenizerError(UsageError):
@@ -250,8 +250,8 @@ class RenderKit:
     part_lists: bool = False  # ... renders a list of text parts (given a row's parts as sent)
     serving_engine: str = DEFAULT_SERVING_ENGINE  # tools prepared as this engine does
     harmony: bool = False  # the engine renders with harmony, not the template (mask/harmony.py)
-    # the tokenizer's named templates hold a 'tool_use' one the server renders tools by
-    named_tool_use: bool = False
+    # the tokenizer's named templates hold a 'tool_use' one the server renders tools by: its kit
+    tool_use: RenderKit | None = None
     eos_token: str | None = None  # the tokenizer's EOS: vLLM's stop_reason null (`other_stop`)
 
 
@@ -268,24 +268,26 @@ class Renderer:
     part_lists: bool = False
     serving_engine: str = "transformers"  # tools as given unless a spec or kit says otherwise
     harmony: HarmonyRender | None = None  # set: the engine ignores the template (gpt-oss, vLLM)
-    # set: a row with tools is not served by this template (`NamedToolUse`)
-    named_tool_use: bool = False
     eos_token: str | None = None  # the tokenizer's EOS, the token vLLM names no id for
+    # the named set's 'tool_use' template, which a server renders a request with tools by
+    # (`for_tools`); this renderer is then its 'default'
+    tool_use: Renderer | None = None
     _compiled: Any
     _base_kwargs: dict[str, Any]
     # most characters one render may produce (`limits.render_char_cap`); None = unbounded
     max_chars: int | None = None
 
     @classmethod
-    def from_kit(cls, kit: RenderKit) -> Renderer | None:
-        """A light renderer, or None when transformers' compiled-template helper is missing."""
+    def from_kit(cls, kit: RenderKit, backend: Any = None) -> Renderer | None:
+        """A light renderer, or None when transformers' compiled-template helper is missing
+        (``backend``: the tokenizer already built from the kit's text, a named set's other)."""
         compiled = _compile(kit.template_text)
         if compiled is None:
             return None
         from tokenizers import Tokenizer  # lazy: only workers that rebuild from a kit need it
 
         r = cls.__new__(cls)
-        r.backend = Tokenizer.from_str(kit.tokenizer_json)
+        r.backend = backend or Tokenizer.from_str(kit.tokenizer_json)
         r.template_text = kit.template_text
         r.eot_tokens = kit.eot_tokens
         r.eot_ids = frozenset(r.backend.token_to_id(t) for t in kit.eot_tokens)
@@ -295,8 +297,12 @@ class Renderer:
         r.part_lists = kit.part_lists
         r.serving_engine = kit.serving_engine
         r.harmony = HarmonyRender() if kit.harmony else None
-        r.named_tool_use = kit.named_tool_use
         r.eos_token = kit.eos_token
+        r.tool_use = None
+        if kit.tool_use is not None:
+            r.tool_use = cls.from_kit(kit.tool_use, r.backend)
+            if r.tool_use is None:
+                return None
         r._compiled = compiled
         r._base_kwargs = kit.base_kwargs
         return r
@@ -425,9 +431,16 @@ class Renderer:
         fields the engine does not give (`served_messages`)."""
         return self.serving_engine == "vllm" and any("reasoning_content" in m for m in messages)
 
+    def for_tools(self, tools: list[dict[str, Any]] | None) -> Renderer:
+        """The renderer a server renders a request with these ``tools`` by: a named set's
+        'tool_use' when the request has tools, else this one (vLLM 0.33 `resolve_chat_template`
+        and transformers' `get_chat_template`: ``tools is not None``; a row's tools are never
+        an empty list, read as none, and no request draftset sends holds one)."""
+        return self.tool_use if tools is not None and self.tool_use is not None else self
+
     def served_tools(self, tools: list[dict[str, Any]] | None) -> list[Any] | None:
         """``tools`` as the serving engine gives them to the template (mask/serving.py)."""
-        if tools and self.named_tool_use:
+        if tools is not None and self.tool_use is not None:
             raise NamedToolUse(NAMED_TOOL_USE)
         if tools is None or self.serving_engine == "transformers":
             return tools
@@ -437,6 +450,9 @@ class Renderer:
         prepared = prepare_tools(tools, self.serving_engine)
         self._tools_memo = (tools, prepared)
         return prepared
+
+    def template_fingerprint(self) -> str:
+        return hashlib.sha256(self.template_text.encode()).hexdigest()
 
     def find_end_of_turn(self, text: str, start: int = 0) -> int:
         """Index just past the first end-of-turn token at or after ``start``, or -1."""
@@ -535,6 +551,8 @@ class TemplateInfo:
     vocab_size: int
     tokenizer_size: int
     vocabulary_sample_sha256: str  # core.digests.vocabulary_sample_sha256: show's decoder check
+    # the named set's 'tool_use' template (rows with tools rendered by it), else None
+    tool_use_sha256: str | None = None
 
 
 def load_template_info(spec: TemplateSpec, target_vocab_size: int | None = None) -> TemplateInfo:
@@ -552,6 +570,7 @@ def describe_template(t: ChatTemplate, target_vocab_size: int | None = None) -> 
         vocab_size=t.vocab_size(target_vocab_size),
         tokenizer_size=len(t.tokenizer),
         vocabulary_sample_sha256=vocabulary_sample_sha256(t.backend),
+        tool_use_sha256=t.tool_use.template_fingerprint() if t.tool_use is not None else None,
     )
 
 
@@ -607,7 +626,6 @@ class ChatTemplate(Renderer):
         )
         self.template_text: str = spec.chat_template or self._own_template()
         own = not spec.chat_template if spec.own_template is None else spec.own_template
-        self.named_tool_use = own and self.harmony is None and self._tool_use_differs()
         self.template_kwargs = dict(spec.template_kwargs)
         require_engine(spec.serving_engine)  # its rule's library, before any row
         self.serving_engine = spec.serving_engine
@@ -649,6 +667,18 @@ class ChatTemplate(Renderer):
         self.eot_ids = frozenset(
             self.tokenizer.convert_tokens_to_ids(tok) for tok in self.eot_tokens
         )
+        tool_use = self._named_tool_use() if own and self.harmony is None else None
+        self.tool_use = None
+        if tool_use is not None:  # a second renderer, all its own probes, the same tokenizer
+            self.tool_use = ChatTemplate(
+                replace(
+                    spec,
+                    chat_template=tool_use,
+                    own_template=False,
+                    origin=f"'tool_use' of tokenizer {spec.tokenizer}",
+                ),
+                fast,
+            )
 
     @contextlib.contextmanager
     def bounded_probes(self) -> Iterator[None]:
@@ -675,12 +705,15 @@ class ChatTemplate(Renderer):
             self.max_chars = None
 
     # --- rendering ---------------------------------------------------------------------------
-    def kit(self) -> RenderKit:
-        """Everything a worker needs to render and encode exactly like this object."""
+    def kit(self, tokenizer_json: str | None = None) -> RenderKit:
+        """Everything a worker needs to render and encode exactly like this object
+        (``tokenizer_json``: the tokenizer's text already dumped, one string for both kits of a
+        named set, which pickle sends once)."""
+        tokenizer_json = tokenizer_json or self.backend.to_str()
         return RenderKit(
             self.template_text,
             self.base_kwargs,
-            self.backend.to_str(),
+            tokenizer_json,
             self.eot_tokens,
             self.content_parts,
             self.renders_reasoning,
@@ -688,7 +721,7 @@ class ChatTemplate(Renderer):
             self.part_lists,
             self.serving_engine,
             self.harmony is not None,
-            self.named_tool_use,
+            self.tool_use.kit(tokenizer_json) if self.tool_use is not None else None,
             self.eos_token,
         )
 
@@ -739,9 +772,6 @@ class ChatTemplate(Renderer):
             return tokenizer_files_fingerprint(self.path)
         return hashlib.sha256(self.backend.to_str().encode()).hexdigest()
 
-    def template_fingerprint(self) -> str:
-        return hashlib.sha256(self.template_text.encode()).hexdigest()
-
     def vocab_size(self, override: int | None = None) -> int:
         """Target model vocabulary size: config.json's `vocab_size` (may exceed the tokenizer's)."""
         n = len(self.tokenizer)
@@ -775,14 +805,14 @@ class ChatTemplate(Renderer):
             )
         return str(tmpl)
 
-    def _tool_use_differs(self) -> bool:
-        """The tokenizer's named templates hold a ``tool_use`` one other than the ``default``
+    def _named_tool_use(self) -> str | None:
+        """The tokenizer's named templates' ``tool_use`` one when it is not the ``default``
         (Hermes-2-Pro, Hermes-3, Command-R): the one a server renders a request with tools by."""
         tmpl = getattr(self.tokenizer, "chat_template", None)
         if not isinstance(tmpl, dict):
-            return False
+            return None
         tool_use = tmpl.get("tool_use")
-        return bool(tool_use) and tool_use != tmpl.get("default")
+        return str(tool_use) if tool_use and tool_use != tmpl.get("default") else None
 
     def _end_of_turn_tokens(self, extra: tuple[str, ...]) -> tuple[str, ...]:
         """What the server stops on: ``--eot-token`` extras, ``generation_config.json``'s

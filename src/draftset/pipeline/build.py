@@ -567,6 +567,9 @@ def _unread_kwargs_note(opts: BuildOptions, info: TemplateInfo) -> str:
     (vLLM drops them too), so a misspelled ``enable_thinkng`` built the set with thinking on
     without a word. A template that does not parse here says nothing."""
     names = _template_variables(info.kit.template_text)
+    if names is not None and info.kit.tool_use is not None:  # a named set: rows with tools
+        more = _template_variables(info.kit.tool_use.template_text)  # are rendered by it
+        names = None if more is None else names | more
     if names is None:
         return ""
     unread = [k for k in opts.template_kwargs or {} if k not in names]

@@ -65,6 +65,7 @@ def build_manifest(
     files = {rel_name(folder, p): known.get(p) or sha256_file(p) for p in written}
     for extra in SIDE_FILES:
         files[extra] = sha256_file(folder / extra)
+    tool_use = info.kit.tool_use
     manifest: dict[str, Any] = {
         "draftset_version": package_version(),
         "format": MANIFEST_FORMAT,
@@ -104,10 +105,19 @@ def build_manifest(
             # (harmony's system message holds the date: mask/harmony.py)
             **(
                 {"now": opts.template_now}
-                if reads_clock(info.kit.template_text) or info.kit.harmony
+                if reads_clock(info.kit.template_text)
+                or info.kit.harmony
+                or (tool_use is not None and reads_clock(tool_use.template_text))
                 else {}
             ),
             "serving_engine": info.kit.serving_engine,
+            # a named set's 'tool_use' template: the rows with tools were rendered by it, as a
+            # server renders a request with tools (docs/semantics.md, "Named templates")
+            **(
+                {"tool_use": {"text": tool_use.template_text, "sha256": info.tool_use_sha256}}
+                if tool_use is not None
+                else {}
+            ),
         },
         "options": options,
         "counts": acct.to_json(),

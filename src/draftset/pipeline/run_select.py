@@ -51,6 +51,14 @@ def select_rows(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dic
         timeout=b.render_timeout,
         name=tmpl.spec.template_name(),
     )
+    # a named set's 'tool_use' template serves the rows with tools: its own empty think block
+    tool_use = tmpl.tool_use
+    tool_use_probe = tool_use and EmptyThinkProbe(
+        tool_use.template_text,
+        tool_use.base_kwargs,
+        timeout=b.render_timeout,
+        name=f"'tool_use' of {tmpl.spec.template_name()}",
+    )
     regenerate = opts.generate.regenerate
     # the rows this run has the target answer can train: a copy of one is no copy to keep
     spec = replace(b.selection_spec(), answered=regenerate)
@@ -63,7 +71,9 @@ def select_rows(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dic
     n = 0
     with qtmp.open("w", encoding="utf-8") as q, ltmp.open("w", encoding="utf-8") as lf:
         for item in selected.rows():
-            why, msgs = _needs_answer(item, b, regenerate, probe)
+            served = tmpl.for_tools(getattr(item, "tools", None)) is not tmpl
+            row_probe = tool_use_probe if served and tool_use_probe else probe
+            why, msgs = _needs_answer(item, b, regenerate, row_probe)
             if why is None:
                 continue
             assert isinstance(item, Conversation | PromptOnly)
@@ -128,6 +138,7 @@ def _prompt_problem(
     """``too_long`` when the rendered prompt alone leaves no room for an answer; the render
     bounded as build bounds a row's (``template_timeout``, ``template_too_large``)."""
     max_length = b.max_length
+    tmpl = tmpl.for_tools(item.tools)  # a named set's 'tool_use' for a row with tools
     try:
         with bounded_row(tmpl, item, b.render_timeout):
             text = tmpl.render(msgs, item.tools, add_generation_prompt=True, row_kwargs=row_kwargs)

@@ -505,6 +505,12 @@ def _header_section(out: OutputSet, stats: RowStats) -> str:
             ["tokenizer", tok.get("path")],
             ["tokenizer fingerprint", tok.get("fingerprint")],
             ["template sha256", tmpl.get("sha256")],
+            # a named set's 'tool_use' template, the rows with tools rendered by it
+            *(
+                [["'tool_use' template sha256", tool_use.get("sha256")]]
+                if isinstance(tool_use := tmpl.get("tool_use"), dict)
+                else []
+            ),
             ["template kwargs", tmpl.get("kwargs")],
             ["options", ", ".join(f"{k}={v}" for k, v in out.options.items())],
             [
