@@ -49,9 +49,10 @@ def chat(rid: str, question: str, answer: str, **extra: object) -> dict:
     }
 
 
-def server_ids(tok: Tokenizer, text: str) -> dict:
-    """A row's `metadata.token_ids` as `generate` records the server's ids for turn 1."""
-    ids = tok.encode(text, add_special_tokens=False).ids
+def server_ids(tok: Tokenizer, text: str, *more: int) -> dict:
+    """A row's `metadata.token_ids` as `generate` records the server's ids for turn 1
+    (``more``: ids after the text's)."""
+    ids = [*tok.encode(text, add_special_tokens=False).ids, *more]
     return {"metadata": {"token_ids": {"turns": [{"message": 1, "completion": ids}]}}}
 
 
@@ -75,7 +76,9 @@ def built(tmp_path_factory) -> Path:
         chat("pad", "Say hello please.", "OK."),
         {"id": "bad", "messages": [{"role": "pirate", "content": "Arr"}]},
         chat("cont", BENCH, "She sold 72 clips."),
-        chat("srv", "Name a primary colour.", "Blue.", **server_ids(tok, "Red is one.")),
+        # ids outside the vocabulary spell nothing: a mismatch, encoded from the text (ids
+        # that spell other text make the turn context: tests/checks/test_verify.py)
+        chat("srv", "Name a primary colour.", "Blue.", **server_ids(tok, "Red is one.", 10**9)),
         chat("used", "Name a secondary colour.", "Green is a secondary colour.")
         | server_ids(tok, SERVED),
         {"id": "p1", "prompt": "Write a haiku about rain."},

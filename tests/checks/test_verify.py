@@ -13,6 +13,7 @@ import importlib.util
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -2146,3 +2147,75 @@ def test_an_answer_ended_on_another_stop_token_is_context_in_build_and_verify(
     monkeypatch.undo()
     assert len(read_rows(lax)) == 4
     assert failed(verify(lax))
+
+
+def _called(rid: str, content: str | None, model_said: str, tok: Any) -> dict:
+    """A Qwen3 tool loop as `generate` records it from vLLM: the call's message as the server's
+    parsers returned it (``content``), and the completion ids of what the model generated
+    (``model_said``, then `<|im_end|>`)."""
+    call = {"id": "c1", "type": "function"}
+    call["function"] = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "Weather."}}
+    tool["function"]["parameters"] = {"type": "object", "properties": {"city": {"type": "string"}}}
+    ids = tok(model_said, add_special_tokens=False).input_ids
+    ids.append(tok.convert_tokens_to_ids("<|im_end|>"))
+    return {
+        "id": rid,
+        "tools": [tool],
+        "messages": [
+            {"role": "user", "content": f"Weather in Paris ({rid})?"},
+            {
+                "role": "assistant",
+                "content": content,
+                "reasoning_content": "\nLook it up.\n",
+                "tool_calls": [call],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "21C"},
+            {"role": "assistant", "content": f"It is 21C in Paris ({rid})."},
+        ],
+        "metadata": {"token_ids": {"turns": [{"message": 1, "completion": ids}]}},
+    }
+
+
+@pytest.mark.parametrize("turns", ["all", "each"])
+def test_an_answer_whose_server_ids_spell_other_text_is_context_in_build_and_verify(
+    tmp_path, monkeypatch, turns
+):
+    """vLLM 0.33's hermes parser returns a Qwen3 call written `</think>\\n\\nChecking.\\n
+    <tool_call>` with the text before the call as content, `"\\n\\nChecking.\\n"`; Qwen3's
+    template renders that message `Checking.\\n\\n<tool_call>`, a newline the model never
+    wrote, and the server's completion ids (`generate --return-token-ids`) say so. The row
+    supervised the template's text and verify passed it (both derive from the template; the ids
+    were only counted `server_ids_mismatch`). Such an answer is context now
+    (`server_completion_differs`); the same call recorded with its content stripped (vLLM's
+    engine parsers) renders as generated and stays supervised on the server's ids."""
+    from transformers import AutoTokenizer
+
+    import draftset.mask.render as render_mod
+
+    tok = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()))
+    said = (
+        '<think>\nLook it up.\n</think>\n\nChecking.\n<tool_call>\n{"name": "get_weather",'
+        ' "arguments": {"city": "Paris"}}\n</tool_call>'
+    )
+    rows = [
+        _called("differs", "\n\nChecking.\n", said, tok),
+        _called("same", "Checking.", said, tok),
+    ]
+    out = build_rows(tmp_path, rows, turns=turns)
+    total = manifest(out)["counts"]["total"]
+    assert total["context_turns_by_reason"].get("server_completion_differs") == 1, total
+    assert total["server_ids_used"] == 1
+    sup = {
+        r["id"]: tok.decode([i for i, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m])
+        for r in read_rows(out)
+    }
+    assert not any("Checking.\n\n<tool_call>" in s for s in sup.values()), sup
+    assert any(s.startswith(said) for s in sup.values()), sup  # "same"'s call: as generated
+    assert not failed(verify(out))
+    # a build that ignores the rule: verify, deriving on its own, fails the set
+    monkeypatch.setattr(render_mod, "server_text_differs", lambda *args: False)
+    lax = build_rows(tmp_path, rows, name="lax", turns=turns)
+    monkeypatch.undo()
+    assert any("Checking.\n\n<tool_call>" in tok.decode(r["input_ids"]) for r in read_rows(lax))
+    assert "mask_fidelity" in failed(verify(lax))

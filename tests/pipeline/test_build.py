@@ -491,9 +491,13 @@ def test_server_token_ids_are_kept_when_they_spell_the_generation(tmp_path):
     res = build_qwen3_6(src, tmp_path / "o")
     rows = read_rows(res.out)
     sup = [[i for i, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m] for r in rows]
-    assert sup == [odd, canonical]
+    # ids that spell other text ("No." for "Fine."): the model never wrote the row's answer
+    # there, so it is context (`server_completion_differs`), never trained on (before session
+    # 33 it was supervised as "Fine." and counted a mismatch)
+    assert sup == [odd]
     c = res.accounting["a"]
-    assert (c.server_ids_used, c.server_ids_mismatch) == (1, 1)
+    assert (c.server_ids_used, c.server_ids_mismatch) == (1, 0)
+    assert c.context_turns["server_completion_differs"] == 1
 
 
 def test_server_ids_outside_the_vocabulary_are_a_mismatch_not_a_crash(tmp_path):

@@ -34,6 +34,7 @@ from draftset.mask.render import (
     server_completion_ids,
     server_prompt_ids,
     server_stop_tokens,
+    server_text_differs,
 )
 from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import (
@@ -380,6 +381,7 @@ def expected_rows(
     msgs = served_reads(originals, conv.meta, _shape(tmpl), tmpl.template_text, engine, harmony)
     marks = reasons.row_marks(originals, conv.meta)
     stops = server_stop_tokens(conv)
+    server = (server_completion_ids(conv), server_prompt_ids(conv))
     context: Counter[str] = Counter()
     rows: list[tuple[str, Expected]] = []
     if mode == "each":
@@ -415,6 +417,9 @@ def expected_rows(
             if other_stop(tmpl, stops, j, gen):
                 context[reasons.TURN_OTHER_STOP] += 1
                 continue
+            if server_text_differs(tmpl, server, j, prompt, gen):
+                context[reasons.TURN_SERVER_TEXT_DIFFERS] += 1
+                continue
             rows.append((f"{conv.id}#{k}", Expected(full, [(len(prompt), gen, j)])))
         return rows, context, error
     try:
@@ -448,6 +453,8 @@ def expected_rows(
                     context[reasons.TURN_PLACEHOLDER] += 1
                 elif other_stop(tmpl, stops, j, gen):
                     context[reasons.TURN_OTHER_STOP] += 1
+                elif server_text_differs(tmpl, server, j, prompt, gen):
+                    context[reasons.TURN_SERVER_TEXT_DIFFERS] += 1
                 elif gens and gens[-1][0] + len(gens[-1][1]) == len(prompt):
                     context[reasons.TURN_FOLLOWS_ANSWER] += 1  # build's rule: runs never touch
                 else:

@@ -89,6 +89,9 @@ TURN_HISTORY_TOKENS_DIFFER = "history_tokens_differ"
 # the model ended the answer on another of its stop tokens than the one the template writes
 # after it (Qwen3 on <|endoftext|> where the template writes <|im_end|>), as generate recorded
 TURN_OTHER_STOP = "other_stop_token"
+# the generation server's completion ids for the answer spell other text than the template
+# renders for it (its parsers returned a message the template writes back otherwise)
+TURN_SERVER_TEXT_DIFFERS = "server_completion_differs"
 
 READING_REASONS = frozenset(
     {
@@ -204,6 +207,9 @@ EXPLANATIONS: dict[str, str] = {
     " rendered end and end-of-turn token were never generated",
     TURN_OTHER_STOP: "the model ended this answer on another stop token than the one the"
     " template writes after it (recorded by generate): that token was never generated there",
+    TURN_SERVER_TEXT_DIFFERS: "the generation server's token ids for this answer spell other"
+    " text than the template renders for its message (recorded by generate): that text was"
+    " never generated there",
     TURN_HISTORY_TOKENS_DIFFER: "the row's tokens before this turn differ from the served"
     " prompt's (the history re-tokenizes differently): --turns each supervises every turn in"
     " its own row",

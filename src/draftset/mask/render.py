@@ -221,6 +221,48 @@ def other_stop(tmpl: Renderer, stops: dict[int, int | str], j: int, generation: 
     return text is None or not generation.endswith(text)
 
 
+def server_text_differs(
+    tmpl: Renderer,
+    server: tuple[dict[int, list[int]], dict[int, list[int]]],
+    j: int,
+    prompt: str,
+    generation: str,
+) -> bool:
+    """Whether the generation server's completion ids for answer j (after prompt P) spell other
+    text than the generation G the template renders for it: the server's parsers returned a
+    message the template does not write back as the model wrote it (vLLM 0.33's hermes parser
+    gives a Qwen3 call written `Checking.\\n<tool_call>` the content "\\n\\nChecking.\\n",
+    which Qwen3's template renders `Checking.\\n\\n<tool_call>`), so G
+    was never generated there and the turn is context (`reasons.TURN_SERVER_TEXT_DIFFERS`;
+    verify holds the set to the same rule). Not when G's own tokens decode to the same text
+    (a lossy decode is no evidence), when the server only left the end-of-turn token off or
+    returned more after it (never generated: the model stopped there), or when the ids are
+    none or not this tokenizer's (they spell nothing: G is encoded from text). ``server``: the
+    row's `server_completion_ids` and `server_prompt_ids`; an answer the server gave after
+    another prompt than P is left to `server_prompt_problem`, which rejects the row naming it."""
+    completions, prompts = server
+    ids = completions.get(j)
+    if not ids or not in_vocabulary(ids, tmpl.backend):
+        return False
+    asked = prompts.get(j)
+    if asked is not None and (
+        not in_vocabulary(asked, tmpl.backend) or tmpl.decode(asked) != prompt
+    ):
+        return False
+    got = tmpl.decode(ids)
+    mine = tmpl.decode(tmpl.backend.encode(generation, add_special_tokens=False).ids)
+    if got in (generation, mine):
+        return False
+    if tmpl.find_end_of_turn(generation) != len(generation):
+        return True
+    if got.startswith(generation) or got.startswith(mine):  # ids past the model's stop
+        return False
+    if mine.startswith(got):
+        tail = tmpl.backend.encode(mine[len(got) :], add_special_tokens=False).ids
+        return not (len(tail) == 1 and tail[0] in tmpl.eot_ids)
+    return True
+
+
 def in_vocabulary(ids: list[int], backend: Any) -> bool:
     """Whether every id is one of the tokenizer's (``backend``: a `tokenizers.Tokenizer`).
     A server's ids outside it spell nothing: decode skips an unknown id (so ``[vocab + 5,
@@ -445,6 +487,7 @@ def _plan_whole(
     row_kwargs = row_template_kwargs(conv)
     marks = reasons.row_marks(originals, conv.meta)
     stops = server_stop_tokens(conv)
+    server = (server_completion_ids(conv), server_prompt_ids(conv))
     try:
         full = tmpl.render(messages, conv.tools, row_kwargs=row_kwargs)
         spans: list[tuple[int, int, int]] = []
@@ -477,6 +520,9 @@ def _plan_whole(
                         continue
                     if other_stop(tmpl, stops, j, turn.generation):
                         plan.context_turns[reasons.TURN_OTHER_STOP] += 1
+                        continue
+                    if server_text_differs(tmpl, server, j, turn.prompt, turn.generation):
+                        plan.context_turns[reasons.TURN_SERVER_TEXT_DIFFERS] += 1
                         continue
                     if spans and spans[-1][1] == start:  # one run would hold two answers
                         plan.context_turns[reasons.TURN_FOLLOWS_ANSWER] += 1
@@ -539,6 +585,7 @@ def _plan_each(
     row_kwargs = row_template_kwargs(conv)
     marks = reasons.row_marks(originals, conv.meta)
     stops = server_stop_tokens(conv)
+    server = (server_completion_ids(conv), server_prompt_ids(conv))
     for k, j in enumerate(assistant_idx):
         row_id = f"{conv.id}#{k}"
         if j == 0:
@@ -568,6 +615,9 @@ def _plan_each(
             continue
         if other_stop(tmpl, stops, j, turn.generation):
             plan.context_turns[reasons.TURN_OTHER_STOP] += 1
+            continue
+        if server_text_differs(tmpl, server, j, turn.prompt, turn.generation):
+            plan.context_turns[reasons.TURN_SERVER_TEXT_DIFFERS] += 1
             continue
         if reasons.reasoning_not_rendered(originals[j], turn.generation):
             plan.reasoning_not_rendered += 1
