@@ -33,6 +33,7 @@ from draftset.core.optional_torch import broken_torch_kept_out
 from draftset.core.records import Message
 from draftset.mask.ambient import clock_kwargs, render_stock, split_clock
 from draftset.mask.content_format import content_format, sglang_content_format
+from draftset.mask.family import foreign_template_problem
 from draftset.mask.harmony import HarmonyRender, served_with_harmony
 from draftset.mask.limits import (
     RENDER_CAP_FLOOR,
@@ -540,7 +541,20 @@ def load_template_info(spec: TemplateSpec, target_vocab_size: int | None = None)
 
 
 def describe_template(t: ChatTemplate, target_vocab_size: int | None = None) -> TemplateInfo:
-    """The kit and manifest facts of a loaded template."""
+    """The kit and manifest facts of a loaded template (the build's load: a ``--chat-template``
+    of another model family is refused here, `mask.family`)."""
+    if t.spec.chat_template and not t.spec.own_template and t.harmony is None:
+        with t.bounded_probes():
+            problem = foreign_template_problem(
+                lambda m: t.render(as_content_parts(m) if t.content_parts else m),
+                t.eot_tokens,
+                t.tokenizer.get_vocab(),
+                t.special_tokens - {str(t.tokenizer.bos_token)},
+                t.spec.template_name(),
+                t.spec.tokenizer,
+            )
+        if problem:
+            raise TokenizerError(problem)
     return TemplateInfo(
         kit=t.kit(),
         fingerprint=t.fingerprint(),
