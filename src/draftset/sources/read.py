@@ -576,15 +576,51 @@ def _generate_files(here: Path, names: list[str]) -> dict[str, str]:
     """`generate`'s run file (``X.run.json``) beside its answers in a source folder: its
     record of settings, not rows; and its errors (``X.errors.jsonl`` beside that run file):
     the rows it could not answer, some with messages the target disagreed with, not rows to
-    train on. The answers ``X.jsonl`` are read as usual."""
+    train on. The answers ``X.jsonl`` are read as usual; the input the run answered into them
+    (``prompts.jsonl`` beside them, `_generate_inputs`) is skipped: its rows are those answers."""
     out: dict[str, str] = {}
     for name in names:
         if name.endswith(".run.json") and _json_format(here / name) == "draftset-generate-run":
             out[name] = "a draftset generate run file, not rows"
-            errors = name.removesuffix(".run.json") + ".errors.jsonl"
+            stem = name.removesuffix(".run.json")
+            errors = stem + ".errors.jsonl"
             if errors in names:
                 out[errors] = "a draftset generate errors file, not rows"
+            answers = stem + ".jsonl"
+            for read_by_it in (
+                _generate_inputs(here / name, names, answers) if answers in names else []
+            ):
+                out.setdefault(
+                    read_by_it,
+                    f"the input draftset generate answered into {answers} ({name}): its rows"
+                    " are read as those answers, not queued again",
+                )
     return out
+
+
+_DATA_SUFFIXES = re.compile(r"(\.(jsonl|json|parquet|arrow|gz|zst))+$")
+
+
+def _generate_inputs(run_file: Path, names: list[str], answers: str) -> list[str]:
+    """The files among ``names`` that the `generate` run of ``run_file`` read as its input:
+    the sources its run file names (``settings.inputs``, by source name: ``prompts`` for
+    ``prompts.jsonl``). Read beside the answers they were all queued again as prompts, the
+    answered rows counted twice."""
+    try:
+        run = json.loads(run_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    settings = run.get("settings") if isinstance(run, dict) else None
+    inputs = settings.get("inputs") if isinstance(settings, dict) else None
+    if not isinstance(inputs, dict):
+        return []
+    stem = answers.removesuffix(".jsonl")
+    own = {answers, f"{stem}.errors.jsonl", f"{stem}.run.json"}
+    return [
+        n
+        for n in names
+        if n not in own and not n.startswith(".") and (_DATA_SUFFIXES.sub("", n) or n) in inputs
+    ]
 
 
 def list_files(path: Path) -> list[Path]:
