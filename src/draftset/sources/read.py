@@ -1102,24 +1102,40 @@ def hub_ref(source: Source) -> tuple[str, str | None, str] | None:
 
 
 def _hub_dataset(source: Source) -> Any:
-    """The hub split through `datasets` (online only; imported lazily, not a dependency)."""
+    """The hub split through `datasets` (imported lazily, not a dependency). Offline
+    (``HF_HUB_OFFLINE``), `datasets` reads the split from its own cache, where an earlier
+    online load left it (``HF_DATASETS_CACHE``, else ``HF_HOME/datasets``): every ``hf:``
+    source was refused offline before, cached or not."""
     ref = hub_ref(source)
     assert ref is not None
     dataset, config, split = ref
     offline = hub_offline()
-    if offline:
-        raise SourceError(f"{source.path}: a hub dataset needs the network, and {offline} is set")
     try:
-        # lazy: optional dependency, online only
+        # lazy: optional dependency, only for hf: sources
         import datasets
     except ImportError:
+        if offline:  # without `datasets` there is no cache to read either
+            raise SourceError(
+                f"{source.path}: a hub dataset needs the network, and {offline} is set"
+            ) from None
         raise SourceError(
             f"{source.path}: reading hub datasets needs `pip install datasets`"
         ) from None
     try:
         return datasets.load_dataset(dataset, config, split=split)
     except Exception as exc:  # any hub failure is one clear line
-        raise SourceError(f"{source.path}: cannot load from the hub: {exc}") from exc
+        why = " ".join(str(exc).split())
+        if not offline:
+            raise SourceError(f"{source.path}: cannot load from the hub: {why}") from exc
+        cache = datasets.config.HF_DATASETS_CACHE
+        if isinstance(exc, ConnectionError):  # `datasets`' word for "not in my cache"
+            raise SourceError(
+                f"{source.path}: a hub dataset needs the network, and {offline} is set"
+                f" (the datasets cache, {cache}, does not hold it)"
+            ) from exc
+        raise SourceError(
+            f"{source.path}: cannot load from the datasets cache ({cache}; {offline} is set): {why}"
+        ) from exc
 
 
 def iter_raw_rows(source: Source) -> Iterator[RawRow]:
