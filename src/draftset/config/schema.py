@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -486,6 +486,15 @@ class VerifySection(Options):
 # --- run ----------------------------------------------------------------------------------------
 class RunArgs(Options):
     """`draftset run RECIPE.yaml` / `draftset.api.run`: what may replace the recipe's values."""
+
+    # what a name of build's or generate's means here (`run(recipe, out=...)` was told only
+    # "not an option"): said after "is not an option of this job:"
+    WORDS: ClassVar[dict[str, str]] = {
+        "out": "run writes the set to the recipe's out: (set it there)",
+        "overwrite": "run starts over with restart=True (--restart), which removes its own"
+        " work files and output first",
+        "sources": "run reads the recipe's sources: (write them there)",
+    }
 
     recipe: Annotated[PathLike, Cli(positional=True, metavar="RECIPE.yaml")]
     restart: Annotated[

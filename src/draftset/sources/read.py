@@ -73,6 +73,17 @@ class Source:
     # count and the read, or while it is read, stops the run (`_check_unchanged`)
     seen: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        # `Source("a", "a.jsonl")` (the API's sources=[Source(...)]): a path given as text was
+        # an AttributeError traceback at the first `.exists()`; anything else is no path
+        if isinstance(self.path, str | os.PathLike) and not isinstance(self.path, Path):
+            self.path = Path(self.path)
+        elif not isinstance(self.path, Path):
+            raise UsageError(
+                f"source {self.name}: path expected a string or a path, got"
+                f" {type(self.path).__name__} {self.path!r}"
+            )
+
 
 class SourceError(UsageError):
     """A source that cannot be read at all (the CLI prints it as one line, exit code 2)."""
