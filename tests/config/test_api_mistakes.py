@@ -46,16 +46,22 @@ def test_a_long_flag_written_as_a_keyword_names_the_option(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("option", "said"),
-    [
-        ("out", "run writes the set to the recipe's out: (set it there)"),
-        ("overwrite", "run starts over with restart=True (--restart)"),
-        ("sources", "run reads the recipe's sources: (write them there)"),
+    ("option", "where"),
+    [  # as the command line says it (`draftset run r.yaml --out x`)
+        ("out", "at its top level"),
+        ("overwrite", "at its top level"),
+        ("sources", "at its top level"),
+        ("max_samples", "at its top level"),
+        ("thinking", "under its `generate:`"),
+        ("render_server", "under its `verify:`"),
     ],
 )
-def test_a_build_option_given_to_run_says_where_it_goes(tmp_path, option, said):
+def test_a_build_option_given_to_run_says_where_it_goes(tmp_path, option, where):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("tokenizer: tok\nout: o\nsources: [a.jsonl]\ngenerate: {endpoints: [x]}\n")
     with pytest.raises(UsageError) as exc:
         api.run(recipe, **{option: "x"})
-    assert str(exc.value).startswith(f"'{option}' is not an option of this job: {said}")
+    assert str(exc.value) == (
+        f"'{option}' is not an option of this job: run reads {option} from its recipe: set"
+        f" `{option}: ...` {where}"
+    )

@@ -404,11 +404,11 @@ def validated(
                 for flag in cli_of(model, field).flags
                 if flag.startswith("--")
             }.get(str(name))
-            if spelled_so and spelled_so != name:
+            if word := getattr(model, "WORDS", {}).get(name):
+                meant = f": {word}"
+            elif spelled_so and spelled_so != name:
                 flag = "--" + str(name).replace("_", "-")
                 meant = f": did you mean {spelled_so!r} (the command line's {flag})?"
-            elif word := getattr(model, "WORDS", {}).get(name):
-                meant = f": {word}"
             raise error(f"{name!r} is not an option of this job{meant}") from None
         choice = err_type(exc) == "choice"
         spelled = name_of(name) if name_of and not choice else name

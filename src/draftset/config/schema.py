@@ -26,6 +26,7 @@ from draftset.config.fields import (
     finite,
     not_blank,
     one_of,
+    recipe_keys,
 )
 from draftset.core import defaults
 from draftset.engine import CHOICES as ENGINE_CHOICES
@@ -487,14 +488,10 @@ class VerifySection(Options):
 class RunArgs(Options):
     """`draftset run RECIPE.yaml` / `draftset.api.run`: what may replace the recipe's values."""
 
-    # what a name of build's or generate's means here (`run(recipe, out=...)` was told only
-    # "not an option"): said after "is not an option of this job:"
-    WORDS: ClassVar[dict[str, str]] = {
-        "out": "run writes the set to the recipe's out: (set it there)",
-        "overwrite": "run starts over with restart=True (--restart), which removes its own"
-        " work files and output first",
-        "sources": "run reads the recipe's sources: (write them there)",
-    }
+    # where in the recipe a name of build's or generate's goes (`run(recipe, out=...)` was
+    # told only "not an option"; the command line says so too, `commands.run.recipe_place`):
+    # said after "is not an option of this job:"; filled below, from the models
+    WORDS: ClassVar[dict[str, str]] = {}
 
     recipe: Annotated[PathLike, Cli(positional=True, metavar="RECIPE.yaml")]
     restart: Annotated[
@@ -604,6 +601,24 @@ with warnings.catch_warnings():  # `json` is verify's keyword; BaseModel.json is
         speculators: Annotated[
             bool, NOT_ON_CLI, Field(description="check that speculators' loader reads the set")
         ] = True
+
+
+def _run_words() -> dict[str, str]:
+    """`RunArgs.WORDS`: each recipe key of build's, ``generate:``'s and ``verify:``'s that is
+    no option of run's, with where the recipe holds it (a key of both: the top level)."""
+    words: dict[str, str] = {}
+    for model, where in (
+        (VerifySection, "under its `verify:`"),
+        (GenerateSection, "under its `generate:`"),
+        (BuildArgs, "at its top level"),
+    ):
+        for name in recipe_keys(model):
+            if name not in RunArgs.model_fields:
+                words[name] = f"run reads {name} from its recipe: set `{name}: ...` {where}"
+    return words
+
+
+RunArgs.WORDS = _run_words()
 
 
 class ReportArgs(Options):
