@@ -111,3 +111,19 @@ def test_no_real_family_is_refused_with_its_own_template_as_a_file(name, tmp_pat
     template = _own_template_file(name, folder, tmp_path)
     for engine in dict.fromkeys(("vllm", "transformers", fam.serving_engine or "vllm")):
         _load(folder, template, engine)  # raises on a refusal
+
+
+def test_a_template_writing_no_special_token_builds_prompts(tmp_path):
+    """A plain template writes no stop (and no token of another family): prompt-only rows
+    need none, so it is not refused."""
+    plain = tmp_path / "plain.jinja"
+    plain.write_text(
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    )
+    src = tmp_path / "p.jsonl"
+    src.write_text(json.dumps({"prompt": "hi"}) + "\n")
+    out = tmp_path / "out"
+    args = ["build", str(src), "--tokenizer", str(qwen3_tokenizer_dir()), "--out", str(out)]
+    assert main([*args, "--chat-template", str(plain), "--workers", "1"]) == 0
+    assert len((out / "prompts.jsonl").read_text().splitlines()) == 1
