@@ -543,18 +543,7 @@ def load_template_info(spec: TemplateSpec, target_vocab_size: int | None = None)
 def describe_template(t: ChatTemplate, target_vocab_size: int | None = None) -> TemplateInfo:
     """The kit and manifest facts of a loaded template (the build's load: a ``--chat-template``
     of another model family is refused here, `mask.family`)."""
-    if t.spec.chat_template and not t.spec.own_template and t.harmony is None:
-        with t.bounded_probes():
-            problem = foreign_template_problem(
-                lambda m: t.render(as_content_parts(m) if t.content_parts else m),
-                t.eot_tokens,
-                t.tokenizer.get_vocab(),
-                t.special_tokens - {str(t.tokenizer.bos_token)},
-                t.spec.template_name(),
-                t.spec.tokenizer,
-            )
-        if problem:
-            raise TokenizerError(problem)
+    refuse_foreign_template(t)
     return TemplateInfo(
         kit=t.kit(),
         fingerprint=t.fingerprint(),
@@ -564,6 +553,24 @@ def describe_template(t: ChatTemplate, target_vocab_size: int | None = None) -> 
         tokenizer_size=len(t.tokenizer),
         vocabulary_sample_sha256=vocabulary_sample_sha256(t.backend),
     )
+
+
+def refuse_foreign_template(t: ChatTemplate) -> None:
+    """`TokenizerError` when a ``--chat-template`` is another model family's than the
+    tokenizer's (`mask.family`); never for the tokenizer's own template or harmony."""
+    if not t.spec.chat_template or t.spec.own_template or t.harmony is not None:
+        return
+    with t.bounded_probes():
+        problem = foreign_template_problem(
+            lambda m: t.render(as_content_parts(m) if t.content_parts else m),
+            t.eot_tokens,
+            t.tokenizer.get_vocab(),
+            t.special_tokens - {str(t.tokenizer.bos_token)},
+            t.spec.template_name(),
+            t.spec.tokenizer,
+        )
+    if problem:
+        raise TokenizerError(problem)
 
 
 def _eot_hint(given: str, tokenizer: Any) -> str:
