@@ -789,6 +789,8 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
             tokenizer=o.tokenizer,
         )
     except UsageError as exc:  # run has no --out: the recipe's key is the only way
+        # a build key written inside generate: (`tokenizer:` there only) is said as such
+        _refuse_unknown_generate_keys(load_recipe(path).get("generate"), str(path))
         if str(exc) != _NO_OUT:
             raise
         raise RunUsageError(
@@ -856,9 +858,21 @@ def _api_key_env_problem(value: Any) -> str | None:
     )
 
 
+def _refuse_unknown_generate_keys(section: Any, recipe: str) -> None:
+    """`RunUsageError` for a key the recipe's ``generate:`` mapping may not hold, saying where
+    it goes (a build key such as ``tokenizer:`` written there, generate's own words)."""
+    from draftset.config.recipe import GENERATE_WORDS, places  # lazy: as run_options'
+    from draftset.pipeline.run_state import RunUsageError  # lazy: as above
+
+    unknown = set(section) - set(GenerateSection.model_fields) if isinstance(section, dict) else ()
+    if unknown:
+        known = GenerateSection.model_fields
+        said = unknown_keys(unknown, known, {**GENERATE_WORDS, **places(known)})
+        raise RunUsageError(f"recipe {recipe}: generate: {said}")
+
+
 def _generate_section(section: Any, recipe: str) -> GenerateSection:
     """The recipe's ``generate:`` mapping, typed by `config.schema.GenerateSection`."""
-    from draftset.config.recipe import GENERATE_WORDS, places  # lazy: as above
     from draftset.pipeline.run_state import RunUsageError  # lazy: as above
 
     if not isinstance(section, dict):
@@ -867,11 +881,7 @@ def _generate_section(section: Any, recipe: str) -> GenerateSection:
             " answers, e.g. generate: {endpoints: [http://127.0.0.1:8000/v1]}"
             " (examples/run.yaml; docs/run.md)"
         )
-    unknown = set(section) - set(GenerateSection.model_fields)
-    if unknown:
-        known = GenerateSection.model_fields
-        said = unknown_keys(unknown, known, {**GENERATE_WORDS, **places(known)})
-        raise RunUsageError(f"recipe {recipe}: generate: {said}")
+    _refuse_unknown_generate_keys(section, recipe)
     if problem := _api_key_env_problem(section.get("api_key_env")):
         raise RunUsageError(f"recipe key generate.api_key_env: {problem}")
     values = {k: v for k, v in section.items() if v is not None}

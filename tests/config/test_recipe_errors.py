@@ -714,3 +714,29 @@ def test_run_of_a_recipe_without_generate_says_what_goes_there(tmp_path, capsys,
         " server that answers, e.g. generate: {endpoints: [http://127.0.0.1:8000/v1]}"
         " (examples/run.yaml; docs/run.md)"
     ], err
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [  # generate's command-line word for the template options: only "unknown keys" before
+        (
+            "generate: {endpoints: [x], chat_template_kwargs: {enable_thinking: false}}\n",
+            "generate: unknown keys ['chat_template_kwargs']: chat_template_kwargs is spelled"
+            " template_kwargs, a top-level key of the recipe (template_kwargs: {...} beside"
+            " sources:), which run sends to the server as chat_template_kwargs",
+        ),
+        # a build key written only inside generate: was "--tokenizer is required", no word of
+        # where the recipe did write it
+        (
+            "generate: {endpoints: [x], tokenizer: tok}\n",
+            "generate: unknown keys ['tokenizer']: tokenizer is a top-level key of the recipe",
+        ),
+    ],
+)
+def test_a_run_recipes_generate_key_is_told_where_it_goes(tmp_path, capsys, text, needle):
+    recipe = _recipe(tmp_path, text)
+    if "tokenizer:" in text:  # written only there
+        recipe.write_text(recipe.read_text().replace(f"tokenizer: {tmp_path / 'tok'}\n", ""))
+    assert main(["run", str(recipe)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err

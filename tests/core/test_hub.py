@@ -58,8 +58,11 @@ def test_hub_source_under_transformers_offline_is_one_clear_line(tmp_path, capsy
     argv = ["build", "hf:Open-Orca/OpenOrca", "--preset", "openorca", "--out", str(tmp_path / "o")]
     assert main([*argv, "--tokenizer", str(qwen3_tokenizer_dir()), "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
+    import datasets
+
     assert err == [
         "draftset: error: hf:Open-Orca/OpenOrca: a hub dataset needs the network, and"
-        " TRANSFORMERS_OFFLINE is set"
+        f" TRANSFORMERS_OFFLINE is set (the datasets cache, {datasets.config.HF_DATASETS_CACHE},"
+        " does not hold it)"
     ]
     assert not (tmp_path / "o").exists()

@@ -398,6 +398,17 @@ def validated(
             }.get(f"-{name}")
             if short and not close:
                 meant = f": did you mean {short!r} (the command line's -{name})?"
+            spelled_so = {  # `show(d, id=...)`: a long flag other than the field's name
+                flag[2:].replace("-", "_"): field
+                for field in model.model_fields
+                for flag in cli_of(model, field).flags
+                if flag.startswith("--")
+            }.get(str(name))
+            if word := getattr(model, "WORDS", {}).get(name):
+                meant = f": {word}"
+            elif spelled_so and spelled_so != name:
+                flag = "--" + str(name).replace("_", "-")
+                meant = f": did you mean {spelled_so!r} (the command line's {flag})?"
             raise error(f"{name!r} is not an option of this job{meant}") from None
         choice = err_type(exc) == "choice"
         spelled = name_of(name) if name_of and not choice else name

@@ -363,6 +363,10 @@ _ENDPOINTS = "spelled endpoints here (generate: {endpoints: [URL, ...]})"
 GENERATE_WORDS = {
     **dict.fromkeys(("api_key", "openai_api_key", "key", "token"), _API_KEY),
     **dict.fromkeys(("url", "base_url", "api_base", "endpoint", "server"), _ENDPOINTS),
+    "chat_template_kwargs": (  # generate's --chat-template-kwargs
+        "spelled template_kwargs, a top-level key of the recipe (template_kwargs: {...} beside"
+        " sources:), which run sends to the server as chat_template_kwargs"
+    ),
 }
 """Other tools' words for the keys of a recipe's ``generate:`` (``api_key`` was told "did you
 mean 'api_key_env'?", which then named the key itself as a variable)."""

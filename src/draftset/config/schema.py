@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -26,6 +26,7 @@ from draftset.config.fields import (
     finite,
     not_blank,
     one_of,
+    recipe_keys,
 )
 from draftset.core import defaults
 from draftset.engine import CHOICES as ENGINE_CHOICES
@@ -487,6 +488,11 @@ class VerifySection(Options):
 class RunArgs(Options):
     """`draftset run RECIPE.yaml` / `draftset.api.run`: what may replace the recipe's values."""
 
+    # where in the recipe a name of build's or generate's goes (`run(recipe, out=...)` was
+    # told only "not an option"; the command line says so too, `commands.run.recipe_place`):
+    # said after "is not an option of this job:"; filled below, from the models
+    WORDS: ClassVar[dict[str, str]] = {}
+
     recipe: Annotated[PathLike, Cli(positional=True, metavar="RECIPE.yaml")]
     restart: Annotated[
         bool,
@@ -595,6 +601,24 @@ with warnings.catch_warnings():  # `json` is verify's keyword; BaseModel.json is
         speculators: Annotated[
             bool, NOT_ON_CLI, Field(description="check that speculators' loader reads the set")
         ] = True
+
+
+def _run_words() -> dict[str, str]:
+    """`RunArgs.WORDS`: each recipe key of build's, ``generate:``'s and ``verify:``'s that is
+    no option of run's, with where the recipe holds it (a key of both: the top level)."""
+    words: dict[str, str] = {}
+    for model, where in (
+        (VerifySection, "under its `verify:`"),
+        (GenerateSection, "under its `generate:`"),
+        (BuildArgs, "at its top level"),
+    ):
+        for name in recipe_keys(model):
+            if name not in RunArgs.model_fields:
+                words[name] = f"run reads {name} from its recipe: set `{name}: ...` {where}"
+    return words
+
+
+RunArgs.WORDS = _run_words()
 
 
 class ReportArgs(Options):

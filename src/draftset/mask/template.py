@@ -33,6 +33,7 @@ from draftset.core.optional_torch import broken_torch_kept_out
 from draftset.core.records import Message
 from draftset.mask.ambient import clock_kwargs, render_stock, split_clock
 from draftset.mask.content_format import content_format, sglang_content_format
+from draftset.mask.family import foreign_template_problem
 from draftset.mask.harmony import HarmonyRender, served_with_harmony
 from draftset.mask.limits import (
     RENDER_CAP_FLOOR,
@@ -561,7 +562,9 @@ def load_template_info(spec: TemplateSpec, target_vocab_size: int | None = None)
 
 
 def describe_template(t: ChatTemplate, target_vocab_size: int | None = None) -> TemplateInfo:
-    """The kit and manifest facts of a loaded template."""
+    """The kit and manifest facts of a loaded template (the build's load: a ``--chat-template``
+    of another model family is refused here, `mask.family`)."""
+    refuse_foreign_template(t)
     return TemplateInfo(
         kit=t.kit(),
         fingerprint=t.fingerprint(),
@@ -572,6 +575,24 @@ def describe_template(t: ChatTemplate, target_vocab_size: int | None = None) -> 
         vocabulary_sample_sha256=vocabulary_sample_sha256(t.backend),
         tool_use_sha256=t.tool_use.template_fingerprint() if t.tool_use is not None else None,
     )
+
+
+def refuse_foreign_template(t: ChatTemplate) -> None:
+    """`TokenizerError` when a ``--chat-template`` is another model family's than the
+    tokenizer's (`mask.family`); never for the tokenizer's own template or harmony."""
+    if not t.spec.chat_template or t.spec.own_template or t.harmony is not None:
+        return
+    with t.bounded_probes():
+        problem = foreign_template_problem(
+            lambda m: t.render(as_content_parts(m) if t.content_parts else m),
+            t.eot_tokens,
+            t.tokenizer.get_vocab(),
+            t.special_tokens - {str(t.tokenizer.bos_token)},
+            t.spec.template_name(),
+            t.spec.tokenizer,
+        )
+    if problem:
+        raise TokenizerError(problem)
 
 
 def _eot_hint(given: str, tokenizer: Any) -> str:

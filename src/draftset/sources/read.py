@@ -73,6 +73,17 @@ class Source:
     # count and the read, or while it is read, stops the run (`_check_unchanged`)
     seen: dict[str, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        # `Source("a", "a.jsonl")` (the API's sources=[Source(...)]): a path given as text was
+        # an AttributeError traceback at the first `.exists()`; anything else is no path
+        if isinstance(self.path, str | os.PathLike) and not isinstance(self.path, Path):
+            self.path = Path(self.path)
+        elif not isinstance(self.path, Path):
+            raise UsageError(
+                f"source {self.name}: path expected a string or a path, got"
+                f" {type(self.path).__name__} {self.path!r}"
+            )
+
 
 class SourceError(UsageError):
     """A source that cannot be read at all (the CLI prints it as one line, exit code 2)."""
@@ -576,15 +587,51 @@ def _generate_files(here: Path, names: list[str]) -> dict[str, str]:
     """`generate`'s run file (``X.run.json``) beside its answers in a source folder: its
     record of settings, not rows; and its errors (``X.errors.jsonl`` beside that run file):
     the rows it could not answer, some with messages the target disagreed with, not rows to
-    train on. The answers ``X.jsonl`` are read as usual."""
+    train on. The answers ``X.jsonl`` are read as usual; the input the run answered into them
+    (``prompts.jsonl`` beside them, `_generate_inputs`) is skipped: its rows are those answers."""
     out: dict[str, str] = {}
     for name in names:
         if name.endswith(".run.json") and _json_format(here / name) == "draftset-generate-run":
             out[name] = "a draftset generate run file, not rows"
-            errors = name.removesuffix(".run.json") + ".errors.jsonl"
+            stem = name.removesuffix(".run.json")
+            errors = stem + ".errors.jsonl"
             if errors in names:
                 out[errors] = "a draftset generate errors file, not rows"
+            answers = stem + ".jsonl"
+            for read_by_it in (
+                _generate_inputs(here / name, names, answers) if answers in names else []
+            ):
+                out.setdefault(
+                    read_by_it,
+                    f"the input draftset generate answered into {answers} ({name}): its rows"
+                    " are read as those answers, not queued again",
+                )
     return out
+
+
+_DATA_SUFFIXES = re.compile(r"(\.(jsonl|json|parquet|arrow|gz|zst))+$")
+
+
+def _generate_inputs(run_file: Path, names: list[str], answers: str) -> list[str]:
+    """The files among ``names`` that the `generate` run of ``run_file`` read as its input:
+    the sources its run file names (``settings.inputs``, by source name: ``prompts`` for
+    ``prompts.jsonl``). Read beside the answers they were all queued again as prompts, the
+    answered rows counted twice."""
+    try:
+        run = json.loads(run_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    settings = run.get("settings") if isinstance(run, dict) else None
+    inputs = settings.get("inputs") if isinstance(settings, dict) else None
+    if not isinstance(inputs, dict):
+        return []
+    stem = answers.removesuffix(".jsonl")
+    own = {answers, f"{stem}.errors.jsonl", f"{stem}.run.json"}
+    return [
+        n
+        for n in names
+        if n not in own and not n.startswith(".") and (_DATA_SUFFIXES.sub("", n) or n) in inputs
+    ]
 
 
 def list_files(path: Path) -> list[Path]:
@@ -1066,24 +1113,40 @@ def hub_ref(source: Source) -> tuple[str, str | None, str] | None:
 
 
 def _hub_dataset(source: Source) -> Any:
-    """The hub split through `datasets` (online only; imported lazily, not a dependency)."""
+    """The hub split through `datasets` (imported lazily, not a dependency). Offline
+    (``HF_HUB_OFFLINE``), `datasets` reads the split from its own cache, where an earlier
+    online load left it (``HF_DATASETS_CACHE``, else ``HF_HOME/datasets``): every ``hf:``
+    source was refused offline before, cached or not."""
     ref = hub_ref(source)
     assert ref is not None
     dataset, config, split = ref
     offline = hub_offline()
-    if offline:
-        raise SourceError(f"{source.path}: a hub dataset needs the network, and {offline} is set")
     try:
-        # lazy: optional dependency, online only
+        # lazy: optional dependency, only for hf: sources
         import datasets
     except ImportError:
+        if offline:  # without `datasets` there is no cache to read either
+            raise SourceError(
+                f"{source.path}: a hub dataset needs the network, and {offline} is set"
+            ) from None
         raise SourceError(
             f"{source.path}: reading hub datasets needs `pip install datasets`"
         ) from None
     try:
         return datasets.load_dataset(dataset, config, split=split)
     except Exception as exc:  # any hub failure is one clear line
-        raise SourceError(f"{source.path}: cannot load from the hub: {exc}") from exc
+        why = " ".join(str(exc).split())
+        if not offline:
+            raise SourceError(f"{source.path}: cannot load from the hub: {why}") from exc
+        cache = datasets.config.HF_DATASETS_CACHE
+        if isinstance(exc, ConnectionError):  # `datasets`' word for "not in my cache"
+            raise SourceError(
+                f"{source.path}: a hub dataset needs the network, and {offline} is set"
+                f" (the datasets cache, {cache}, does not hold it)"
+            ) from exc
+        raise SourceError(
+            f"{source.path}: cannot load from the datasets cache ({cache}; {offline} is set): {why}"
+        ) from exc
 
 
 def iter_raw_rows(source: Source) -> Iterator[RawRow]:
