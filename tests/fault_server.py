@@ -7,9 +7,10 @@ interrupted-and-resumed run must produce the same set of lines as an uninterrupt
 Faults are asked for inside the first user message, e.g. ``"hello [500x2]"``: the first two
 attempts of each turn of that row fail with HTTP 500, the third succeeds. Directives:
 
-- ``[500xN]`` / ``[502xN]`` / ``[408xN]`` / ``[429xN]`` / ``[slowxN]`` / ``[dropxN]`` /
-  ``[badjsonxN]`` / ``[badshapexN]``: the first N attempts get a 500, a gateway's HTML 502 or
-  408, a 429 with ``Retry-After``, a response slower than ``slow_seconds``, a connection
+- ``[500xN]`` / ``[502xN]`` / ``[408xN]`` / ``[429xN]`` / ``[503xN]`` / ``[slowxN]`` /
+  ``[dropxN]`` / ``[badjsonxN]`` / ``[badshapexN]``: the first N attempts get a 500, a
+  gateway's HTML 502 or 408, a 429 with ``Retry-After`` (none when ``retry_after`` is None), a
+  503 without one (an overloaded server), a response slower than ``slow_seconds``, a connection
   closed without response, a 200 with malformed JSON, a 200 JSON without ``choices``;
 - ``[length]``: every answer has ``finish_reason: "length"``; ``[400]``: always HTTP 400;
 - ``[legacycall]``: the legacy ``message.function_call`` with ``finish_reason:
@@ -54,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MODEL = "fault-model"
-_DIRECTIVE = re.compile(r"\[(500|502|429|408|slow|drop|badjson|badshape)x(\d+)\]")
+_DIRECTIVE = re.compile(r"\[(500|502|429|503|408|slow|drop|badjson|badshape)x(\d+)\]")
 _BOMBS: dict[int, bytes] = {}
 _CALL = re.compile(r"\[call:(\w+)\]")
 _MODEL = re.compile(r"\[model:([\w.-]+)\]")
@@ -77,7 +78,7 @@ class FaultServer:
 
     latency: float = 0.0  # seconds before every completion
     slow_seconds: float = 5.0  # how long a [slow] response takes
-    retry_after: str = "1"
+    retry_after: str | None = "1"  # the 429's Retry-After header (None: no header)
     model: str = MODEL
     root: str | None = None  # the weights /v1/models names as the model's ``root`` (vLLM, SGLang)
     down: bool = False  # answer 503 to everything (health checks included)
@@ -227,7 +228,10 @@ class FaultServer:
         if kind == "408":  # a gateway that timed out waiting (nginx, a cloud load balancer)
             return _raw(408, b"<html><body>408 Request Time-out</body></html>")
         if kind == "429":
-            return _response(429, {"error": "slow down"}, {"Retry-After": self.retry_after})
+            after = {"Retry-After": self.retry_after} if self.retry_after is not None else {}
+            return _response(429, {"error": "slow down"}, after)
+        if kind == "503":  # an overloaded server (SGLang, a gateway), no Retry-After
+            return _response(503, {"error": "overloaded"})
         if kind == "slow":
             await asyncio.sleep(self.slow_seconds)
             return _response(500, {"error": "too late"})

@@ -2045,3 +2045,89 @@ def test_an_endpoint_back_with_other_weights_under_the_same_name_is_not_readmitt
     assert (
         f"{b.url} serves 'fault-model' from '/models/b', not '/models/a': kept out of rotation"
     ) in said
+
+
+# --- round 3: a throttled (429 / 503) but healthy server ---------------------------------------
+def test_throttles_do_not_spend_the_rows_retries(tmp_path: Path) -> None:
+    """A 429 (with or without Retry-After) or a 503 is the server asking for fewer requests, not
+    a failed one: five in a row with --max-retries 1 still get the answer (each row was
+    `retries_exhausted` after two 429s, the server healthy all along)."""
+    rows = [
+        {"id": "r429", "prompt": "busy [429x5]"},
+        {"id": "r503", "prompt": "overloaded [503x5]"},
+        {"id": "r500", "prompt": "boom [500x5]"},  # a failure still spends the retries
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer(retry_after=None) as srv:
+        rc = generate(src, out, srv.url, extra=["--max-retries", "1"])
+        assert srv.attempts[("busy [429x5]", 0)] == 6
+        assert srv.attempts[("overloaded [503x5]", 0)] == 6
+        assert srv.attempts[("boom [500x5]", 0)] == 2
+    assert rc == 0
+    assert set(by_id(out)) == {"r429", "r503"}
+    assert by_id(tmp_path / "o.errors.jsonl")["r500"]["reason"] == "retries_exhausted"
+
+
+def test_throttle_waits_honour_retry_after_with_jitter(tmp_path: Path) -> None:
+    """Retry-After 1 is waited out, jittered up to 20 % more (never less), and counts no retry."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "busy [429x2]"}])
+    with FaultServer(retry_after="1") as srv:
+        t0 = time.monotonic()
+        rc = generate(src, tmp_path / "o.jsonl", srv.url, extra=["--max-retries", "0"])
+        took = time.monotonic() - t0
+    assert rc == 0 and "a" in by_id(tmp_path / "o.jsonl")
+    assert 2.0 <= took < 2.4 + 2.0, took
+
+
+def test_a_row_throttled_too_long_ends_retries_exhausted(tmp_path: Path) -> None:
+    """Throttles are waited out up to --give-up-after seconds per row in all, never forever:
+    then the row is `retries_exhausted` (error_kind http_429, --retry-errors asks again) while
+    the server answers other rows."""
+    oks = [{"id": f"ok{i}", "prompt": f"hello {i}"} for i in range(20)]  # answered meanwhile
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "stuck", "prompt": "busy [429x100000]"}, *oks])
+    out = tmp_path / "o.jsonl"
+    with FaultServer(retry_after="0.2", latency=0.1) as srv:
+        t0 = time.monotonic()
+        rc = generate(src, out, srv.url, extra=["--concurrency", "2", "--give-up-after", "1"])
+        took = time.monotonic() - t0
+    assert rc == 0 and set(by_id(out)) == {r["id"] for r in oks}
+    err = by_id(tmp_path / "o.errors.jsonl")["stuck"]
+    assert err["reason"] == "retries_exhausted" and err["error_kind"] == "http_429"
+    assert "--give-up-after 1" in err["message"]
+    assert took < 6, took
+
+
+def test_every_request_throttled_too_long_stops_the_run_resumable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """When no row gets an answer while one is throttled for --give-up-after, the server is
+    overloaded or its quota spent: the run stops (exit 1), the rows left for the rerun, not
+    written off one by one."""
+    rows = [{"id": "a", "prompt": "busy [503x100000]"}, {"id": "b", "prompt": "busy [429x100000]"}]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    with FaultServer(retry_after="0.2") as srv:
+        rc = generate(src, tmp_path / "o.jsonl", srv.url, extra=["--give-up-after", "1"])
+    assert rc == 1
+    assert "throttled the requests" in capsys.readouterr().err
+    assert not by_id(tmp_path / "o.jsonl") and not by_id(tmp_path / "o.errors.jsonl")
+
+
+def test_the_progress_line_says_requests_are_throttled(tmp_path: Path) -> None:
+    """While requests wait out a 429 the progress says so (the run looked hung at 0 req/s)."""
+    import asyncio
+
+    from draftset.generation.console import _rates
+    from draftset.generation.job import run_generate
+    from draftset.generation.options import GenerateOptions
+    from draftset.sources.read import Source
+
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "busy [429x1]"}])
+    seen: list[str] = []
+    with FaultServer(retry_after="0.3") as srv:
+        opts = GenerateOptions(
+            sources=[Source(name="in", path=src)], endpoints=[srv.url], out=tmp_path / "o.jsonl"
+        )
+        asyncio.run(run_generate(opts, lambda r: seen.append(_rates(r, time.monotonic(), ", "))))
+    assert any("throttled: 1 waiting (HTTP 429, Retry-After 0.3s)" in s for s in seen), seen
+    assert "throttled" not in seen[-1]

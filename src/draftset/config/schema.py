@@ -389,8 +389,8 @@ class GenerateArgs(Options):
         Cli(metavar="SECONDS"),
         Field(
             gt=0,
-            description="stop (exit 1, resumable) when no endpoint is healthy this long"
-            " (default {default})",
+            description="stop (exit 1, resumable) when no endpoint is healthy this long;"
+            " also the most a request waits out 429/503 throttles in all (default {default})",
         ),
     ] = defaults.GIVE_UP_AFTER
     temperature: Temperature = None

@@ -5,9 +5,11 @@ Every request goes to the least-loaded healthy endpoint (fewest requests in flig
 that keeps failing (connection errors, timeouts, 5xx) is taken out of rotation and probed on
 ``/v1/models`` until it answers again with the right model; then it is re-admitted. One whose
 check passes while it keeps failing is cooled down when another endpoint can serve.
-Transient failures are retried with exponential backoff and full jitter (a 429's
-``Retry-After`` is honoured); a 4xx other than 429 and 408 is final. A 200 whose body is not a
-valid chat completion is treated as transient too: servers under load do emit those.
+Transient failures are retried with exponential backoff and full jitter; a 4xx other than 429
+and 408 is final. A 200 whose body is not a valid chat completion is treated as transient too:
+servers under load do emit those. A 429 or 503 is a throttle, not a failure of the request: it
+waits (its ``Retry-After`` honoured, jittered) without spending the row's retries, up to
+``give_up_after`` seconds of such waits in all (`complete`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import random
 import re
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -44,6 +47,31 @@ MAX_RETRY_AFTER = 60.0
 """A server's Retry-After is honoured up to this many seconds, or the request timeout when that
 is shorter (a wait longer than a whole request may take is not worth it): a date in 2099 must
 not stall a row for minutes per retry."""
+
+
+THROTTLE_KINDS = frozenset({"http_429", "http_503"})
+"""Answers that say "busy, come back later" (a rate limit, an overloaded server or gateway):
+waited out without spending a row's ``--max-retries``, up to ``--give-up-after`` seconds of
+waits per row. A throttled but healthy server failed every row its 429s outlasted."""
+
+THROTTLE_JITTER = 0.2
+"""A ``Retry-After`` is waited out to up to this share longer: every request throttled at once
+must not come back at the same instant."""
+
+
+@dataclass
+class Throttling:
+    """Requests a server throttled (429, 503), for the progress line and the summary."""
+
+    waiting: int = 0  # requests waiting out a throttle now
+    waits: int = 0  # throttle waits so far
+    seconds: float = 0.0  # their waits summed
+    last: str = ""  # the latest one: ``HTTP 429, Retry-After 5s``
+    notify: Callable[[], None] | None = None  # called as a wait starts and ends
+
+    def _changed(self) -> None:
+        if self.notify is not None:
+            self.notify()
 
 
 FILES_KEPT_FREE = 64
@@ -80,6 +108,18 @@ class RetryPolicy:
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         return rng.uniform(0.0, min(self.backoff_cap, self.backoff_base * 2**attempt))
+
+    def throttle_wait(self, streak: int, retry_after: float | None, rng: random.Random) -> float:
+        """How long to wait after the ``streak``-th throttle in a row (0 first): the
+        server's ``Retry-After`` (capped, see `MAX_RETRY_AFTER`) and up to `THROTTLE_JITTER`
+        more; without one, exponential backoff with equal jitter (never at once: a server
+        that throttles wants fewer requests, and full jitter sends some straight back)."""
+        step = min(self.backoff_cap, self.backoff_base * 2**streak)
+        backoff = step / 2 + rng.uniform(0.0, step / 2)
+        if retry_after is None:
+            return backoff
+        honoured = min(retry_after, self.request_timeout)
+        return max(honoured * rng.uniform(1.0, 1.0 + THROTTLE_JITTER), backoff)
 
 
 class FinalError(Exception):
@@ -297,6 +337,8 @@ class EndpointPool:
         self._rr = 0
         self._waiting = 0  # acquire() calls waiting on the condition
         self.closed = False
+        self.throttling = Throttling()
+        self.last_answer = time.monotonic()  # when an endpoint last answered a completion
 
     async def acquire(self, avoid: frozenset[str] = frozenset()) -> Endpoint:
         """Wait for a free slot on a healthy endpoint; the least loaded one wins. ``avoid``:
@@ -460,39 +502,100 @@ class EndpointPool:
 async def complete(
     pool: EndpointPool, body: dict[str, Any], policy: RetryPolicy, rng: random.Random
 ) -> Completion:
-    """POST /chat/completions, retried; raises `FinalError`, `RetriesExhausted`, `NoEndpoint`."""
+    """POST /chat/completions, retried; raises `FinalError`, `RetriesExhausted`, `NoEndpoint`.
+
+    A throttle (429, 503: `THROTTLE_KINDS`) is waited out (`RetryPolicy.throttle_wait`)
+    without spending ``policy.max_retries``, up to ``pool.give_up_after`` seconds of such
+    waits for this request; past that it is `RetriesExhausted`, or `NoEndpoint` (the run
+    stops, resumable) when no endpoint has answered any completion since its first throttle."""
     payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
-    attempt = 0
+    attempt = 0  # retries spent (throttles spend none)
+    sent = 0  # requests sent
+    streak = 0  # throttles in a row
+    throttled = 0.0  # seconds waited out on throttles
+    since = 0.0  # when the first throttle came
     failed_on: frozenset[str] = frozenset()  # a retry goes elsewhere when it can
     while True:
         ep = await pool.acquire(failed_on)
         ok: bool | None = None
+        throttle: TransientError | None = None
+        sent += 1
         try:
             result = await _post(ep, payload, policy.request_timeout)
             ok = True
-            result.attempts = attempt + 1
+            pool.last_answer = time.monotonic()
+            result.attempts = sent
             return result
         except TransientError as exc:
             ok = None if exc.kind == "http_429" else False  # busy is not unhealthy
             failed_on |= {ep.url}
-            if attempt >= policy.max_retries:
-                raise RetriesExhausted(exc, attempt + 1) from None
-            wait = policy.backoff(attempt, rng)
-            if exc.retry_after is not None:
-                wait = max(wait, min(exc.retry_after, policy.request_timeout))
+            if exc.kind in THROTTLE_KINDS:
+                bound = pool.give_up_after
+                since = since or time.monotonic()
+                if throttled >= bound:
+                    _throttled_too_long(pool, exc, throttled, sent, since)
+                wait = min(policy.throttle_wait(streak, exc.retry_after, rng), bound - throttled)
+                streak += 1
+                throttled += wait
+                throttle = exc
+            else:
+                streak = 0
+                if attempt >= policy.max_retries:
+                    raise RetriesExhausted(exc, sent) from None
+                attempt += 1
+                wait = policy.backoff(attempt - 1, rng)
+                if exc.retry_after is not None:
+                    wait = max(wait, min(exc.retry_after, policy.request_timeout))
         except EndpointRefused:
             ok = None  # not the endpoint's health: its credentials or route
             raise
         except FinalError as exc:
             # the server is fine; the request is not (a too-large body says nothing either way)
             ok = None if exc.kind == RESPONSE_TOO_LARGE else True
-            exc.attempts = attempt + 1  # counted in the summary like any other request
+            exc.attempts = sent  # counted in the summary like any other request
             raise
         finally:
             ep.requests += 1
             await pool.release(ep, ok)
-        attempt += 1
+        if throttle is not None:
+            await _wait_throttled(pool.throttling, throttle, wait)
+        else:
+            await asyncio.sleep(wait)
+
+
+async def _wait_throttled(stats: Throttling, exc: TransientError, wait: float) -> None:
+    """Sleep ``wait`` seconds out of a throttle, counted where the progress line reads it."""
+    after = f", Retry-After {exc.retry_after:g}s" if exc.retry_after is not None else ""
+    stats.last = f"HTTP {exc.kind.removeprefix('http_')}{after}"
+    stats.waiting += 1
+    stats.waits += 1
+    stats.seconds += wait
+    stats._changed()
+    try:
         await asyncio.sleep(wait)
+    finally:
+        stats.waiting -= 1
+        stats._changed()
+
+
+def _throttled_too_long(
+    pool: EndpointPool, exc: TransientError, throttled: float, sent: int, since: float
+) -> None:
+    """A request throttled ``--give-up-after`` seconds in all: the run stops (`NoEndpoint`)
+    when no completion came back from any endpoint since its first throttle (every request
+    is throttled: a million rows would each wait that long, then fail), else the row's
+    retries are over (`RetriesExhausted`, which ``--retry-errors`` asks again)."""
+    status = exc.kind.removeprefix("http_")
+    limit = f"--give-up-after {pool.give_up_after:g}"
+    if pool.last_answer < since:
+        raise NoEndpoint(
+            f"every endpoint throttled the requests (HTTP {status}) for {throttled:.0f}s and"
+            f" answered none ({limit}): the server is overloaded or its rate limit spent"
+        )
+    last = TransientError(
+        exc.kind, f"{exc}; throttled (HTTP {status}) for {throttled:.0f}s in all ({limit})"
+    )
+    raise RetriesExhausted(last, sent)
 
 
 async def _post(ep: Endpoint, payload: bytes, timeout: float) -> Completion:

@@ -71,6 +71,7 @@ class Runner:
         self.out = LineWriter(opts.out)
         self.errors = LineWriter(errors_path(opts.out), ascii_fallback=True)
         self.progress: ProgressFn | None = None
+        pool.throttling.notify = self._throttling
         self.run_file: dict[str, Any] | None = None  # rewritten when a new model name is reported
         self.special = special_token_pattern(set(opts.special_tokens))
         self.special_at_end = (
@@ -239,6 +240,13 @@ class Runner:
         self.errors.write(line)
         self.result.outcomes[line["reason"]] += 1
         self.result.examples.setdefault(line["reason"], str(line.get("message", "")))
+        self._tick()
+
+    def _throttling(self) -> None:
+        """A throttle wait started or ended: the progress line says how many wait."""
+        t, r = self.pool.throttling, self.result
+        r.throttled_now, r.throttle_waits = t.waiting, t.waits
+        r.throttled_seconds, r.throttle_last = t.seconds, t.last
         self._tick()
 
     def _tick(self) -> None:
