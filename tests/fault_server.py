@@ -33,6 +33,9 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
 - ``[nullcontent]``: ``content: null`` with no reasoning and no tool call, ``finish_reason:
   "stop"`` (a model that ended its answer at once, as some servers spell an empty one).
 - ``[twochoices]``: a second choice (``index: 1``, cut at ``length``) listed before the answer.
+- ``[err200:CODE]`` / ``[err200:CODExN]``: a 200 whose body is ``{"error": {"message",
+  "code": CODE}}`` (a proxy's in-band error; ``none``: no code), every attempt or the first N;
+  ``[err200old:CODE]``: vLLM's older shape ``{"object": "error", "message", "code"}``.
 - ``[leak]``: every answer's last text field ends with ``<|im_end|>`` (a server that leaks the
   stop token's text, as `transformers serve` did).
 
@@ -59,6 +62,7 @@ _DIRECTIVE = re.compile(r"\[(500|502|429|503|408|slow|drop|badjson|badshape)x(\d
 _BOMBS: dict[int, bytes] = {}
 _CALL = re.compile(r"\[call:(\w+)\]")
 _MODEL = re.compile(r"\[model:([\w.-]+)\]")
+_ERR200 = re.compile(r"\[err200(old)?:(\d+|none)(?:x(\d+))?\]")
 _REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -198,6 +202,13 @@ class FaultServer:
             return _raw(200, b" " * self.huge_bytes)
         if "[gzipbomb]" in first:
             return _raw(200, _bomb(self.bomb_bytes), {"Content-Encoding": "gzip"})
+        err = _ERR200.search(first)
+        if err and (err.group(3) is None or attempt <= int(err.group(3))):
+            code = None if err.group(2) == "none" else int(err.group(2))
+            fields = {"message": "context length (injected)", "type": "BadRequestError"}
+            if err.group(1):
+                return _response(200, {"object": "error", **fields, "code": code})
+            return _response(200, {"error": {**fields, "code": code}})
         for kind, n in _DIRECTIVE.findall(first):
             if attempt <= int(n):
                 return await self._fault(kind)

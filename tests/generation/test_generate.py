@@ -2131,3 +2131,55 @@ def test_the_progress_line_says_requests_are_throttled(tmp_path: Path) -> None:
         asyncio.run(run_generate(opts, lambda r: seen.append(_rates(r, time.monotonic(), ", "))))
     assert any("throttled: 1 waiting (HTTP 429, Retry-After 0.3s)" in s for s in seen), seen
     assert "throttled" not in seen[-1]
+
+
+# --- round 3: a 200 that carries an error object; a stream of answers from another model -------
+def test_a_200_carrying_an_error_object_says_the_servers_error(tmp_path: Path) -> None:
+    """A proxy (or an old vLLM ErrorResponse) answering 200 with `{"error": {...}}` or
+    `{"object": "error", ...}`: the row's message was `body has no choices[0].message`, the
+    server's own words lost, and a 400 there (context too long) was asked 7 times. Its code is
+    read as the status would be: a 4xx is final `http_4xx`, a 429/503 a throttle, anything else
+    retried with the server's message kept."""
+    rows = [
+        {"id": "e400", "prompt": "x [err200:400]"},
+        {"id": "vllm", "prompt": "x [err200old:400]"},
+        {"id": "e500", "prompt": "x [err200:500]"},
+        {"id": "nocode", "prompt": "x [err200:none]"},
+        {"id": "e429", "prompt": "x [err200:429x2]"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    with FaultServer(retry_after=None) as srv:
+        rc = generate(src, tmp_path / "o.jsonl", srv.url, extra=["--max-retries", "1"])
+        assert srv.attempts[("x [err200:400]", 0)] == 1
+        assert srv.attempts[("x [err200:429x2]", 0)] == 3
+    assert rc == 0 and set(by_id(tmp_path / "o.jsonl")) == {"e429"}
+    errors = by_id(tmp_path / "o.errors.jsonl")
+    assert errors["e400"]["reason"] == "http_4xx" and errors["e400"]["status"] == 400
+    assert errors["vllm"]["reason"] == "http_4xx" and errors["vllm"]["status"] == 400
+    for e in errors.values():
+        assert "HTTP 200 carrying an error" in e["message"], e
+        assert "context length (injected)" in e["message"], e
+    assert errors["e500"]["reason"] == "retries_exhausted"
+    assert errors["e500"]["error_kind"] == "http_500" and errors["e500"]["attempts"] == 2
+    assert errors["nocode"]["reason"] == "invalid_response"
+
+
+def test_a_stream_of_answers_from_another_model_stops_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every answer naming another model (a proxy routing elsewhere, a server restarted with
+    another model): each row was asked and its answer thrown away, a million rows of GPU time
+    for error lines. After 20 such answers in a row the run stops, resumable."""
+    rows = [{"id": f"r{i}", "prompt": f"q{i} [model:other-model]"} for i in range(60)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    with FaultServer() as srv:
+        rc = generate(src, tmp_path / "o.jsonl", srv.url, extra=["--concurrency", "2"])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "stopped early: the last 20 answers came from 'other-model'" in err, err
+    assert "--retry-errors" in err
+    errors = by_id(tmp_path / "o.errors.jsonl")
+    assert 20 <= len(errors) < 30
+    assert {e["reason"] for e in errors.values()} == {"model_mismatch"}
+    run = json.loads((tmp_path / "o.run.json").read_text())
+    assert run["finished"] is False

@@ -611,7 +611,12 @@ async def _post(ep: Endpoint, payload: bytes, timeout: float) -> Completion:
         raise FinalError(RESPONSE_TOO_LARGE, str(exc)) from None
     status = resp.status
     if status == 200:
-        return _without_secrets(parse_completion(resp.body, ep.url), secrets)
+        try:
+            completion = parse_completion(resp.body, ep.url)
+        except TransientError:
+            _raise_in_band_error(resp, secrets)
+            raise
+        return _without_secrets(completion, secrets)
     text = f"HTTP {status}: {_snippet(resp, secrets)}"
     if status == 429:
         raise TransientError("http_429", text, _retry_after(resp))
@@ -625,6 +630,34 @@ async def _post(ep: Endpoint, payload: bytes, timeout: float) -> Completion:
     if status >= 400:
         raise FinalError(f"http_{status}", text, status)
     raise TransientError("invalid_response", f"unexpected HTTP {status}")
+
+
+def _raise_in_band_error(resp: Response, secrets: tuple[str, ...]) -> None:
+    """A 200 whose body is an error object (``{"error": {...}}``, a proxy's; ``{"object":
+    "error", ...}``, vLLM's older ErrorResponse) raises as its ``code`` would as a status: a
+    4xx is final, 429 and 503 throttle, others are retried, each with the server's message
+    (it was ``body has no choices[0].message``, and a 400 was asked 7 times). Else nothing."""
+    try:
+        data = json.loads(resp.body)
+    except ValueError:
+        return
+    if not isinstance(data, dict) or "choices" in data:
+        return
+    error = data.get("error")
+    if isinstance(error, dict):
+        code = error.get("code")
+    elif data.get("object") == "error" or isinstance(error, str):
+        code = data.get("code")
+    else:
+        return
+    status = int(code) if isinstance(code, int | str) and str(code).isdigit() else None
+    said = f" {status}" if status is not None else ""
+    text = f"HTTP 200 carrying an error{said}: {_snippet(resp, secrets)}"
+    if status is None or not 400 <= status <= 599:
+        raise TransientError("invalid_response", text)
+    if status == 408 or status == 429 or status >= 500:
+        raise TransientError(f"http_{status}", text)
+    raise FinalError(f"http_{status}", text, status)
 
 
 def _without_secrets(result: Completion, secrets: tuple[str, ...]) -> Completion:

@@ -54,6 +54,14 @@ from draftset.generation.store import (
 )
 from draftset.mask.ambient import now_iso
 
+OTHER_MODEL_STOP = 20
+"""Answers in a row from another model than the run's after which the run stops: each row was
+asked and its answer thrown away (`model_mismatch`), a whole run of GPU time for error lines."""
+
+
+class AnswersFromAnotherModel(EndpointRefused):
+    """`OTHER_MODEL_STOP` answers in a row named another model: the run stops, resumable."""
+
 
 # --- one row ---------------------------------------------------------------------------------
 class Runner:
@@ -71,6 +79,7 @@ class Runner:
         self.out = LineWriter(opts.out)
         self.errors = LineWriter(errors_path(opts.out), ascii_fallback=True)
         self.progress: ProgressFn | None = None
+        self.other_model_streak = 0  # model_mismatch answers since the last written one
         pool.throttling.notify = self._throttling
         self.run_file: dict[str, Any] | None = None  # rewritten when a new model name is reported
         self.special = special_token_pattern(set(opts.special_tokens))
@@ -182,6 +191,7 @@ class Runner:
             line, failed = _internal_error(job, exc), True
         if failed:
             self.fail(line, job)
+            self._stop_on_other_model(line)
             return
         try:
             self.out.write(line)
@@ -190,6 +200,7 @@ class Runner:
             self.fail(error_line(job.id, job.source, job.row, INVALID_RESPONSE, msg), job)
             return
         self._note_model(line["metadata"]["model"])
+        self.other_model_streak = 0
         self.result.outcomes[WRITTEN] += 1
         self._tick()
 
@@ -221,6 +232,21 @@ class Runner:
             msg = f"answered by {other!r}, not this run's model {model!r}"
             return error_line(job.id, job.source, job.row, MODEL_MISMATCH, msg, model=other), True
         return self.record(job, dialog, kwargs, thinking, asked_at), False
+
+    def _stop_on_other_model(self, line: dict[str, Any]) -> None:
+        """Stop the run (`AnswersFromAnotherModel`) when `OTHER_MODEL_STOP` answers in a row
+        came from another model than the run's (a written answer breaks the row)."""
+        if line["reason"] != MODEL_MISMATCH:
+            return
+        self.other_model_streak += 1
+        if self.other_model_streak >= OTHER_MODEL_STOP:
+            raise AnswersFromAnotherModel(
+                f"the last {self.other_model_streak} answers came from {line['model']!r}, not"
+                f" this run's model {self.pool.model!r} (a proxy routing elsewhere, a server"
+                " restarted with another model): each was written as a model_mismatch error"
+                " line; serve the run's model again, then rerun with --retry-errors to ask"
+                " those rows again"
+            )
 
     def _note_model(self, reported: str) -> None:
         """Keep every model name the server reported in its answers in the run file."""
