@@ -2183,3 +2183,36 @@ def test_a_stream_of_answers_from_another_model_stops_the_run(
     assert {e["reason"] for e in errors.values()} == {"model_mismatch"}
     run = json.loads((tmp_path / "o.run.json").read_text())
     assert run["finished"] is False
+
+
+# --- round 3: --extra-body fields whose results draftset throws away ---------------------------
+@pytest.mark.parametrize(
+    ("field", "said"),
+    [
+        ('"n": 2', "may not set ['n']: draftset keeps one answer per request"),
+        ('"stream": true', "may not set ['stream']: draftset reads whole responses"),
+        ('"model": "m"', "may not set ['model']: use the dedicated options"),
+        ('"logprobs": true', "sets logprobs true: draftset keeps no log-probabilities"),
+        ('"top_logprobs": 20', "sets top_logprobs 20: draftset keeps no log-probabilities"),
+        ('"prompt_logprobs": 1', "sets prompt_logprobs 1: draftset keeps no log-probabilities"),
+    ],
+)
+def test_extra_body_fields_whose_results_are_thrown_away_say_why(
+    tmp_path: Path,
+    server: FaultServer,
+    capsys: pytest.CaptureFixture[str],
+    field: str,
+    said: str,
+) -> None:
+    """`n` was refused with `use the dedicated options`, though none sets it; `logprobs` was
+    sent, and every token's log-probabilities computed, sent and dropped (a long answer's body,
+    some 2 KB a token with top_logprobs 20, went over --max-response-bytes: its row lost, the
+    longest first). Each refused with why, one line, before any request; false/0/null pass."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    extra = ["--extra-body", "{" + field + "}"]
+    assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"draftset: error: --extra-body {said}" in err[0], err
+    assert not server.requests and not (tmp_path / "o.jsonl").exists()
+    off = json.dumps({"logprobs": False, "top_logprobs": 0, "prompt_logprobs": None})
+    assert generate(src, tmp_path / "d.jsonl", server.url, extra=["--extra-body", off]) == 0
