@@ -224,6 +224,8 @@ class Runner:
             if dialog.stop == TOOL_MISMATCH:
                 extra["messages"] = dialog.messages  # what the model did, to inspect
             stop, why = dialog.stop, dialog.stop_message
+            if stop == LENGTH:
+                why = self._length_detail(dialog.completions[-1], why, extra)
             return error_line(job.id, job.source, job.row, stop, why, **extra), True
         model = self.pool.model
         other = next((c.model for c in dialog.completions if _other_model(c, model)), None)
@@ -232,6 +234,21 @@ class Runner:
             msg = f"answered by {other!r}, not this run's model {model!r}"
             return error_line(job.id, job.source, job.row, MODEL_MISMATCH, msg, model=other), True
         return self.record(job, dialog, kwargs, thinking, asked_at), False
+
+    def _length_detail(self, comp: Completion, why: str, extra: dict[str, Any]) -> str:
+        """A ``length`` line's tokens generated and limit (``completion_tokens``,
+        ``max_tokens``: None when none was sent, so the server's own default cut it)."""
+        limit = self.sampling.get("max_completion_tokens", self.sampling.get("max_tokens"))
+        tokens = comp.usage.get("completion_tokens")
+        extra["completion_tokens"], extra["max_tokens"] = tokens, limit
+        made = f"{tokens:,} tokens generated" if tokens is not None else "tokens not reported"
+        if limit is not None:
+            return f"{why} ({made}; max_tokens {limit})"
+        return (
+            f"{why} ({made}; no max_tokens was sent: the server's own limit, e.g. vLLM's"
+            " max_new_tokens from the model's generation_config.json or what the context"
+            " leaves; set --max-tokens)"
+        )
 
     def _stop_on_other_model(self, line: dict[str, Any]) -> None:
         """Stop the run (`AnswersFromAnotherModel`) when `OTHER_MODEL_STOP` answers in a row
