@@ -2048,7 +2048,9 @@ def test_an_endpoint_back_with_other_weights_under_the_same_name_is_not_readmitt
 
 
 # --- round 3: a throttled (429 / 503) but healthy server ---------------------------------------
-def test_throttles_do_not_spend_the_rows_retries(tmp_path: Path) -> None:
+def test_throttles_do_not_spend_the_rows_retries(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A 429 (with or without Retry-After) or a 503 is the server asking for fewer requests, not
     a failed one: five in a row with --max-retries 1 still get the answer (each row was
     `retries_exhausted` after two 429s, the server healthy all along)."""
@@ -2067,6 +2069,8 @@ def test_throttles_do_not_spend_the_rows_retries(tmp_path: Path) -> None:
     assert rc == 0
     assert set(by_id(out)) == {"r429", "r503"}
     assert by_id(tmp_path / "o.errors.jsonl")["r500"]["reason"] == "retries_exhausted"
+    said = " ".join(capsys.readouterr().out.split())  # the summary, as rich wraps it
+    assert "throttled 10x (HTTP 429 / 503): waited out and sent again" in said, said
 
 
 def test_throttle_waits_honour_retry_after_with_jitter(tmp_path: Path) -> None:

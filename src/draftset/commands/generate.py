@@ -101,8 +101,9 @@ def print_summary(r: GenerateResult, console: Console | None = None) -> None:
         )
     if r.throttle_waits:
         console.print(
-            f"throttled {r.throttle_waits:,}x (HTTP 429 / 503, waited out: no retries spent),"
-            f" {r.throttled_seconds:,.0f}s of waits in all; latest {r.throttle_last}"
+            f"throttled {r.throttle_waits:,}x (HTTP 429 / 503): waited out and sent again,"
+            " counted in the requests and retries above but spending no row's --max-retries;"
+            f" {r.throttled_seconds:,.0f}s of waits in all, latest {r.throttle_last}"
         )
     if r.ejections:
         console.print(
