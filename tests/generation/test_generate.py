@@ -2238,3 +2238,33 @@ def test_a_length_error_says_the_limit_and_the_tokens_generated(tmp_path: Path) 
     assert server_default["max_tokens"] is None and server_default["completion_tokens"] == 7
     assert "no max_tokens was sent: the server's own limit" in server_default["message"]
     assert "--max-tokens" in server_default["message"]
+
+
+def test_no_endpoint_healthy_says_what_each_health_check_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server restarted mid-run without its --served-model-name (it lists the weights' path
+    instead) answers every health check, yet stays out: the run stopped with `no endpoint
+    healthy for 600s` and no word of why. The line now says what each check found."""
+    import threading
+
+    rows = [{"id": f"r{i}", "prompt": f"q{i}"} for i in range(4)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    with FaultServer(down_after=1) as srv:
+
+        def restarted_as_another_name() -> None:
+            deadline = time.monotonic() + 20
+            while not srv.down and time.monotonic() < deadline:  # down after its first answer
+                time.sleep(0.01)
+            time.sleep(0.3)
+            srv.model, srv.down = "/models/Qwen3-8B", False
+
+        timer = threading.Thread(target=restarted_as_another_name)
+        timer.start()
+        extra = ["--concurrency", "1", "--give-up-after", "1.5"]
+        rc = generate(src, tmp_path / "o.jsonl", srv.url, extra=extra)
+        timer.join()
+    assert rc == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no endpoint healthy for" in err, err
+    assert f"{srv.url}: lists ['/models/Qwen3-8B'], not 'fault-model'" in err, err

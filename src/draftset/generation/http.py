@@ -229,6 +229,7 @@ class Endpoint:
     served_models: list[str] = field(default_factory=list)
     model_roots: dict[str, str] = field(default_factory=dict)  # id -> "root" (vLLM: weights path)
     other_weights: str | None = None  # the model's root it came back with, not the run's: kept out
+    down_why: str = ""  # what its last failed health check found (said when the run stops)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -358,7 +359,11 @@ class EndpointPool:
                     down = time.monotonic() - (self._all_down_since or time.monotonic())
                     if down > self.give_up_after:
                         limit = f"--give-up-after {self.give_up_after:g}"
-                        raise NoEndpoint(f"no endpoint healthy for {down:.0f}s ({limit})")
+                        found = "; ".join(
+                            f"{e.url}: {e.down_why}" for e in self.endpoints if e.down_why
+                        )
+                        why = f": {found}" if found else ""
+                        raise NoEndpoint(f"no endpoint healthy for {down:.0f}s ({limit}){why}")
                 self._waiting += 1
                 try:
                     async with asyncio.timeout(self.health_interval):
@@ -445,8 +450,10 @@ class EndpointPool:
                 try:
                     models = await list_models(ep, timeout=max(self.health_interval, 5.0))
                     up = self.model in models and self._same_weights(ep)
-                except TransientError:
+                    ep.down_why = "" if up else self._not_served(ep, models)
+                except TransientError as exc:
                     up = False
+                    ep.down_why = str(exc)
                 if up:
                     async with self._changed:
                         if after_failures and self._others_serve(ep):
@@ -467,6 +474,16 @@ class EndpointPool:
             if not self.closed:
                 async with self._changed:
                     self._changed.notify_all()
+
+    def _not_served(self, ep: Endpoint, models: list[str]) -> str:
+        """What a health check that answered found instead of the run's model."""
+        if self.model not in models:
+            shown = models[:5] + (["..."] if len(models) > 5 else [])
+            return (
+                f"lists {shown}, not {self.model!r} (restarted under another name? vLLM and"
+                " SGLang list the weights' path unless --served-model-name is given)"
+            )
+        return f"serves {self.model!r} from {ep.other_weights!r}, not {self.root!r}"
 
     def _same_weights(self, ep: Endpoint) -> bool:
         """The endpoint serves the model from the run's weights, as far as /v1/models says (a
