@@ -2227,13 +2227,19 @@ def test_a_length_error_says_the_limit_and_the_tokens_generated(tmp_path: Path) 
     --max-tokens the server's own default cut them (vLLM's max_new_tokens from the model's
     generation_config.json), which the line now says, with the tokens generated."""
     src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "long [length]"}])
-    with FaultServer() as srv:
-        assert generate(src, tmp_path / "o.jsonl", srv.url, extra=["--max-tokens", "16"]) == 1
+    with FaultServer() as srv:  # its [length] answers are 7 tokens long
+        assert generate(src, tmp_path / "o.jsonl", srv.url, extra=["--max-tokens", "7"]) == 1
         assert generate(src, tmp_path / "p.jsonl", srv.url) == 1
+        assert generate(src, tmp_path / "q.jsonl", srv.url, extra=["--max-tokens", "16"]) == 1
     given = by_id(tmp_path / "o.errors.jsonl")["a"]
     assert given["reason"] == "length"
-    assert given["completion_tokens"] == 7 and given["max_tokens"] == 16
-    assert given["message"] == "answer 1 was cut at max_tokens (7 tokens generated; max_tokens 16)"
+    assert given["completion_tokens"] == 7 and given["max_tokens"] == 7
+    assert given["message"] == "answer 1 was cut at max_tokens (7 tokens generated; max_tokens 7)"
+    context = by_id(tmp_path / "q.errors.jsonl")["a"]  # fewer than asked: the context was full
+    assert (
+        "7 tokens generated, fewer than max_tokens 16: the server's own limit cut it"
+        in (context["message"])
+    )
     server_default = by_id(tmp_path / "p.errors.jsonl")["a"]
     assert server_default["max_tokens"] is None and server_default["completion_tokens"] == 7
     assert "no max_tokens was sent: the server's own limit" in server_default["message"]

@@ -242,6 +242,11 @@ class Runner:
         tokens = comp.usage.get("completion_tokens")
         extra["completion_tokens"], extra["max_tokens"] = tokens, limit
         made = f"{tokens:,} tokens generated" if tokens is not None else "tokens not reported"
+        if limit is not None and type(tokens) is int and type(limit) is int and tokens < limit:
+            return (
+                f"{why} ({made}, fewer than max_tokens {limit}: the server's own limit cut it,"
+                " its context full, vLLM's --max-model-len or SGLang's --context-length?)"
+            )
         if limit is not None:
             return f"{why} ({made}; max_tokens {limit})"
         return (
