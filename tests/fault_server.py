@@ -12,6 +12,7 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
   gateway's HTML 502 or 408, a 429 with ``Retry-After`` (none when ``retry_after`` is None), a
   503 without one (an overloaded server), a response slower than ``slow_seconds``, a connection
   closed without response, a 200 with malformed JSON, a 200 JSON without ``choices``;
+  ``[abortxN]``: a 200 whose answer has ``finish_reason: "abort"`` (vLLM shutting down);
 - ``[length]``: every answer has ``finish_reason: "length"``; ``[400]``: always HTTP 400;
 - ``[legacycall]``: the legacy ``message.function_call`` with ``finish_reason:
   "function_call"``; ``[fcnocall]``: that finish_reason with no call at all;
@@ -58,7 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MODEL = "fault-model"
-_DIRECTIVE = re.compile(r"\[(500|502|429|503|408|slow|drop|badjson|badshape)x(\d+)\]")
+_DIRECTIVE = re.compile(r"\[(500|502|429|503|408|slow|drop|badjson|badshape|abort)x(\d+)\]")
 _BOMBS: dict[int, bytes] = {}
 _CALL = re.compile(r"\[call:(\w+)\]")
 _MODEL = re.compile(r"\[model:([\w.-]+)\]")
@@ -250,6 +251,10 @@ class FaultServer:
             return _raw(200, b'{"choices": [{"message": {"content": "trunc')
         if kind == "badshape":
             return _response(200, {"object": "chat.completion", "data": []})
+        if kind == "abort":  # a cut answer, as vLLM ends the requests in flight at shutdown
+            reply = _completion(self.requests[-1], "aborted", 0)
+            reply["choices"][0]["finish_reason"] = "abort"
+            return _response(200, reply)
         return None  # drop
 
 

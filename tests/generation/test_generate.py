@@ -2274,3 +2274,26 @@ def test_no_endpoint_healthy_says_what_each_health_check_found(
     err = " ".join(capsys.readouterr().err.split())
     assert "no endpoint healthy for" in err, err
     assert f"{srv.url}: lists ['/models/Qwen3-8B'], not 'fault-model'" in err, err
+
+
+def test_an_aborted_answer_is_asked_again(tmp_path: Path) -> None:
+    """vLLM ends the requests in flight with `finish_reason: "abort"` (HTTP 200) when the
+    engine shuts down, pauses to sleep or scales down (vllm-project/vllm#57082): a server
+    restarted mid-run left every row it held as an `unfinished` error line, which a rerun does
+    not ask again. An abort is the server's hiccup, not the row's: retried as a 5xx is (and
+    counted toward the endpoint's health check); still `unfinished` when every try aborts."""
+    rows = [
+        {"id": "once", "prompt": "q [abortx2]"},
+        {"id": "always", "prompt": "q [finish:abort]"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer() as srv:
+        assert generate(src, out, srv.url, extra=["--max-retries", "2"]) == 0
+        assert srv.attempts[("q [abortx2]", 0)] == 3
+        assert srv.attempts[("q [finish:abort]", 0)] == 3
+    assert set(by_id(out)) == {"once"}
+    always = by_id(tmp_path / "o.errors.jsonl")["always"]
+    assert always["reason"] == "unfinished" and always["attempts"] == 3
+    assert always["error_kind"] == "abort"
+    assert "answer ended with finish_reason 'abort'" in always["message"]

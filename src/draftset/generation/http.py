@@ -49,6 +49,12 @@ is shorter (a wait longer than a whole request may take is not worth it): a date
 not stall a row for minutes per retry."""
 
 
+ABORTED = "abort"
+"""vLLM's finish_reason (and error kind here) for a request the engine ended itself: at
+shutdown, sleep or scale-down (a restart mid-run), or on an abort request. Retried as a 5xx
+is (vllm-project/vllm#57082: a 200 with the cut answer); when every try aborts, the row is
+``unfinished``."""
+
 THROTTLE_KINDS = frozenset({"http_429", "http_503"})
 """Answers that say "busy, come back later" (a rate limit, an overloaded server or gateway):
 waited out without spending a row's ``--max-retries``, up to ``--give-up-after`` seconds of
@@ -633,6 +639,12 @@ async def _post(ep: Endpoint, payload: bytes, timeout: float) -> Completion:
         except TransientError:
             _raise_in_band_error(resp, secrets)
             raise
+        if completion.finish_reason == ABORTED:
+            raise TransientError(
+                ABORTED,
+                "answer ended with finish_reason 'abort', not by the model (the server ended"
+                " the request: vLLM does so at shutdown, sleep or scale-down)",
+            )
         return _without_secrets(completion, secrets)
     text = f"HTTP {status}: {_snippet(resp, secrets)}"
     if status == 429:

@@ -21,6 +21,7 @@ from draftset.generation.dialog import (
     run_dialog,
 )
 from draftset.generation.http import (
+    ABORTED,
     RESPONSE_TOO_LARGE,
     Completion,
     EndpointPool,
@@ -41,6 +42,7 @@ from draftset.generation.outcomes import (
     MODEL_MISMATCH,
     RETRIES_EXHAUSTED,
     TOOL_MISMATCH,
+    UNFINISHED,
     WRITTEN,
     GenerateResult,
     ProgressFn,
@@ -216,7 +218,9 @@ class Runner:
             line = error_line(job.id, job.source, job.row, HTTP_4XX, str(exc), status=exc.status)
             return line, True
         except RetriesExhausted as exc:
-            reason = INVALID_RESPONSE if exc.last.kind == "invalid_response" else RETRIES_EXHAUSTED
+            reason = {"invalid_response": INVALID_RESPONSE, ABORTED: UNFINISHED}.get(
+                exc.last.kind, RETRIES_EXHAUSTED
+            )
             extra = {"error_kind": exc.last.kind, "attempts": exc.attempts}
             return error_line(job.id, job.source, job.row, reason, str(exc), **extra), True
         if dialog.stop and not (dialog.stop == LENGTH and self.opts.keep_length):
