@@ -90,6 +90,7 @@ class FaultServer:
     close_after_reply: bool = False  # close every connection after one reply (no header says so)
     down_after: int | None = None  # go down after this many 200 completions (no timer races)
     broken: bool = False  # 500 to every completion, fast, while /v1/models answers (a sick GPU)
+    throttled: bool = False  # 429 (with retry_after) to every completion: a spent quota
     port: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)  # completion bodies received
     attempts: Counter[tuple[str, int]] = field(default_factory=Counter)
@@ -191,6 +192,8 @@ class FaultServer:
             return _response(404, {"error": f"model {req.get('model')!r} not served"})
         if self.broken:
             return _response(500, {"error": "broken (injected)"})
+        if self.throttled:
+            return await self._fault("429")
         if "[400]" in first:
             return _response(400, {"error": "bad request (injected)"})
         if "[echoauth]" in first:

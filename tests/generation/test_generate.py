@@ -2297,3 +2297,22 @@ def test_an_aborted_answer_is_asked_again(tmp_path: Path) -> None:
     assert always["reason"] == "unfinished" and always["attempts"] == 3
     assert always["error_kind"] == "abort"
     assert "answer ended with finish_reason 'abort'" in always["message"]
+
+
+def test_a_throttling_endpoint_is_held_off_while_another_serves(tmp_path: Path) -> None:
+    """Two endpoints, one throttling every request with Retry-After 3 (its quota spent): each
+    row routed to it waited out the 3 s before going to the other, and the least-loaded
+    routing sent it a row again at once (its 429s came back fast): 100 rows took 41 s where
+    the healthy one alone took 1.3 s. The throttled endpoint now gets no request for its
+    Retry-After while another serves, and the throttled request goes there without waiting."""
+    rows = [{"id": f"r{i}", "prompt": f"q{i}"} for i in range(30)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer(throttled=True, retry_after="3") as busy, FaultServer(latency=0.02) as ok:
+        t0 = time.monotonic()
+        rc = generate(src, out, busy.url, ok.url, extra=["--concurrency", "2"])
+        took = time.monotonic() - t0
+        asked_busy = len(busy.requests)
+    assert rc == 0 and len(by_id(out)) == 30
+    assert took < 3.0, took
+    assert asked_busy <= 2, asked_busy  # one 429 per request in flight, then held off

@@ -500,6 +500,15 @@ class EndpointPool:
         ep.other_weights = None if same else root
         return same
 
+    def hold_off(self, ep: Endpoint, wait: float) -> bool:
+        """``ep`` throttled a request: no request for ``wait`` seconds while another endpoint
+        can serve (as a cool-down, not counted as one). True when another can serve now: the
+        throttled request goes there without waiting. A throttling endpoint answered its
+        429s fast, so least-loaded routing drew every row to it, each to wait out its
+        Retry-After before the healthy endpoint got it."""
+        ep.cool_until = max(ep.cool_until, time.monotonic() + wait)
+        return self._others_serve(ep)
+
     def _others_serve(self, ep: Endpoint) -> bool:
         now = time.monotonic()
         return any(
@@ -558,9 +567,12 @@ async def complete(
                 if throttled >= bound:
                     _throttled_too_long(pool, exc, throttled, sent, since)
                 wait = min(policy.throttle_wait(streak, exc.retry_after, rng), bound - throttled)
-                streak += 1
-                throttled += wait
-                throttle = exc
+                if pool.hold_off(ep, wait):  # another endpoint serves: go there at once
+                    wait = 0.0
+                else:
+                    streak += 1
+                    throttled += wait
+                    throttle = exc
             else:
                 streak = 0
                 if attempt >= policy.max_retries:
