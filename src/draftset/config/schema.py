@@ -135,7 +135,12 @@ RequestTimeout = Annotated[
     Field(gt=0, description="whole-request deadline (default {default})"),
 ]
 MaxRetries = Annotated[
-    int, Field(ge=0, description="retries of a failed request (default {default})")
+    int,
+    Field(
+        ge=0,
+        description="retries of a failed request; 429/503 throttles are waited out without"
+        " spending them, up to --give-up-after (default {default})",
+    ),
 ]
 Temperature = Annotated[
     float | None,
