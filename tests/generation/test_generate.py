@@ -2113,8 +2113,12 @@ def test_every_request_throttled_too_long_stops_the_run_resumable(
     with FaultServer(retry_after="0.2") as srv:
         rc = generate(src, tmp_path / "o.jsonl", srv.url, extra=["--give-up-after", "1"])
     assert rc == 1
-    assert "throttled the requests" in capsys.readouterr().err
+    cap = capsys.readouterr()
+    assert "throttled the requests" in cap.err
     assert not by_id(tmp_path / "o.jsonl") and not by_id(tmp_path / "o.errors.jsonl")
+    # the requests sent are counted though no row ended (the summary said `0 requests`)
+    said = " ".join(cap.out.split())
+    assert f"; {len(srv.requests)} requests (" in said and len(srv.requests) >= 4, said
 
 
 def test_the_progress_line_says_requests_are_throttled(tmp_path: Path) -> None:

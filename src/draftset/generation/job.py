@@ -246,6 +246,8 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
                 except WriteFailed as exc:  # its last lines may not be on disk: not finished
                     result.aborted = result.aborted or str(exc)
             await pool.close()
+            # rows count their requests as they end: those of rows a stop cut short too
+            result.requests = max(result.requests, sum(ep.requests for ep in pool.endpoints))
             result.ejections = {ep.url: ep.ejections for ep in pool.endpoints if ep.ejections}
             result.cooldowns = {ep.url: ep.cooldowns for ep in pool.endpoints if ep.cooldowns}
             result.other_weights = {
