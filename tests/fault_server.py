@@ -91,6 +91,7 @@ class FaultServer:
     down_after: int | None = None  # go down after this many 200 completions (no timer races)
     broken: bool = False  # 500 to every completion, fast, while /v1/models answers (a sick GPU)
     throttled: bool = False  # 429 (with retry_after) to every completion: a spent quota
+    models_throttled: int = 0  # 429 (with retry_after) to this many first GET /v1/models
     port: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)  # completion bodies received
     attempts: Counter[tuple[str, int]] = field(default_factory=Counter)
@@ -170,6 +171,9 @@ class FaultServer:
         if self.down:
             return _response(503, {"error": "down"})
         if method == "GET" and path.rstrip("/") == "/v1/models":
+            if self.models_throttled > 0:  # a gateway's rate limit on every route
+                self.models_throttled -= 1
+                return await self._fault("429")
             listed: dict[str, Any] = {"id": self.model, "object": "model"}
             if self.root is not None:
                 listed["root"] = self.root

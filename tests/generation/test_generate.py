@@ -2320,3 +2320,21 @@ def test_a_throttling_endpoint_is_held_off_while_another_serves(tmp_path: Path) 
     assert rc == 0 and len(by_id(out)) == 30
     assert took < 3.0, took
     assert asked_busy <= 2, asked_busy  # one 429 per request in flight, then held off
+
+
+def test_a_throttled_model_list_at_start_is_waited_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A gateway whose rate limit covers every route answered the start's GET /v1/models with
+    429: `no endpoint answered GET /v1/models`, exit 1, though it answered (busy). Waited out
+    as a completion's throttle is, up to 60 s (or --give-up-after) in all."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "q"}])
+    with FaultServer(models_throttled=2, retry_after="0.2") as srv:
+        assert generate(src, tmp_path / "o.jsonl", srv.url) == 0
+    assert "a" in by_id(tmp_path / "o.jsonl")
+    with FaultServer(models_throttled=10**6, retry_after="0.2") as srv:
+        t0 = time.monotonic()
+        rc = generate(src, tmp_path / "p.jsonl", srv.url, extra=["--give-up-after", "1"])
+        took = time.monotonic() - t0
+    assert rc == 1 and 1.0 <= took < 5, took
+    assert "GET /models: HTTP 429" in capsys.readouterr().err

@@ -300,7 +300,9 @@ async def list_models(ep: Endpoint, timeout: float) -> list[str]:
     except BodyTooLarge as exc:
         raise TransientError("invalid_response", f"GET /models: {exc}") from None
     if resp.status != 200:
-        raise TransientError(f"http_{resp.status}", f"GET /models: HTTP {resp.status}")
+        raise TransientError(
+            f"http_{resp.status}", f"GET /models: HTTP {resp.status}", _retry_after(resp)
+        )
     try:
         data = json.loads(resp.body)["data"]
         models = [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
@@ -308,6 +310,31 @@ async def list_models(ep: Endpoint, timeout: float) -> list[str]:
         raise TransientError("invalid_response", "GET /models: not an OpenAI model list") from None
     ep.model_roots = {m["id"]: m["root"] for m in models if isinstance(m.get("root"), str)}
     return [m["id"] for m in models]
+
+
+START_THROTTLE_BOUND = 60.0
+"""Longest the start's ``GET /v1/models`` waits out 429/503 throttles in all (or
+``--give-up-after`` when shorter), when no endpoint answered it otherwise: a gateway's rate
+limit on every route answered it 429, and the run ended at once, exit 1, `no endpoint
+answered`."""
+
+
+async def list_models_patiently(
+    ep: Endpoint, timeout: float, policy: RetryPolicy, bound: float, rng: random.Random
+) -> list[str]:
+    """`list_models`, a throttle (429, 503) waited out as a completion's is, up to ``bound``
+    seconds of waits in all; any other failure, or the bound reached, raises at once."""
+    waited, streak = 0.0, 0
+    while True:
+        try:
+            return await list_models(ep, timeout)
+        except TransientError as exc:
+            if exc.kind not in THROTTLE_KINDS or waited >= bound:
+                raise
+            wait = min(policy.throttle_wait(streak, exc.retry_after, rng), bound - waited)
+            streak += 1
+            waited += wait
+            await asyncio.sleep(wait)
 
 
 class EndpointPool:
