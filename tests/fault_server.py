@@ -7,10 +7,12 @@ interrupted-and-resumed run must produce the same set of lines as an uninterrupt
 Faults are asked for inside the first user message, e.g. ``"hello [500x2]"``: the first two
 attempts of each turn of that row fail with HTTP 500, the third succeeds. Directives:
 
-- ``[500xN]`` / ``[502xN]`` / ``[408xN]`` / ``[429xN]`` / ``[slowxN]`` / ``[dropxN]`` /
-  ``[badjsonxN]`` / ``[badshapexN]``: the first N attempts get a 500, a gateway's HTML 502 or
-  408, a 429 with ``Retry-After``, a response slower than ``slow_seconds``, a connection
+- ``[500xN]`` / ``[502xN]`` / ``[408xN]`` / ``[429xN]`` / ``[503xN]`` / ``[slowxN]`` /
+  ``[dropxN]`` / ``[badjsonxN]`` / ``[badshapexN]``: the first N attempts get a 500, a
+  gateway's HTML 502 or 408, a 429 with ``Retry-After`` (none when ``retry_after`` is None), a
+  503 without one (an overloaded server), a response slower than ``slow_seconds``, a connection
   closed without response, a 200 with malformed JSON, a 200 JSON without ``choices``;
+  ``[abortxN]``: a 200 whose answer has ``finish_reason: "abort"`` (vLLM shutting down);
 - ``[length]``: every answer has ``finish_reason: "length"``; ``[400]``: always HTTP 400;
 - ``[legacycall]``: the legacy ``message.function_call`` with ``finish_reason:
   "function_call"``; ``[fcnocall]``: that finish_reason with no call at all;
@@ -34,6 +36,9 @@ attempts of each turn of that row fail with HTTP 500, the third succeeds. Direct
 - ``[nullcontent]``: ``content: null`` with no reasoning and no tool call, ``finish_reason:
   "stop"`` (a model that ended its answer at once, as some servers spell an empty one).
 - ``[twochoices]``: a second choice (``index: 1``, cut at ``length``) listed before the answer.
+- ``[err200:CODE]`` / ``[err200:CODExN]``: a 200 whose body is ``{"error": {"message",
+  "code": CODE}}`` (a proxy's in-band error; ``none``: no code), every attempt or the first N;
+  ``[err200old:CODE]``: vLLM's older shape ``{"object": "error", "message", "code"}``.
 - ``[leak]``: every answer's last text field ends with ``<|im_end|>`` (a server that leaks the
   stop token's text, as `transformers serve` did).
 
@@ -56,10 +61,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MODEL = "fault-model"
-_DIRECTIVE = re.compile(r"\[(500|502|429|408|slow|drop|badjson|badshape)x(\d+)\]")
+_DIRECTIVE = re.compile(r"\[(500|502|429|503|408|slow|drop|badjson|badshape|abort)x(\d+)\]")
 _BOMBS: dict[int, bytes] = {}
 _CALL = re.compile(r"\[call:(\w+)\]")
 _MODEL = re.compile(r"\[model:([\w.-]+)\]")
+_ERR200 = re.compile(r"\[err200(old)?:(\d+|none)(?:x(\d+))?\]")
 _REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -79,13 +85,15 @@ class FaultServer:
 
     latency: float = 0.0  # seconds before every completion
     slow_seconds: float = 5.0  # how long a [slow] response takes
-    retry_after: str = "1"
+    retry_after: str | None = "1"  # the 429's Retry-After header (None: no header)
     model: str = MODEL
     root: str | None = None  # the weights /v1/models names as the model's ``root`` (vLLM, SGLang)
     down: bool = False  # answer 503 to everything (health checks included)
     close_after_reply: bool = False  # close every connection after one reply (no header says so)
     down_after: int | None = None  # go down after this many 200 completions (no timer races)
     broken: bool = False  # 500 to every completion, fast, while /v1/models answers (a sick GPU)
+    throttled: bool = False  # 429 (with retry_after) to every completion: a spent quota
+    models_throttled: int = 0  # 429 (with retry_after) to this many first GET /v1/models
     port: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)  # completion bodies received
     attempts: Counter[tuple[str, int]] = field(default_factory=Counter)
@@ -165,6 +173,9 @@ class FaultServer:
         if self.down:
             return _response(503, {"error": "down"})
         if method == "GET" and path.rstrip("/") == "/v1/models":
+            if self.models_throttled > 0:  # a gateway's rate limit on every route
+                self.models_throttled -= 1
+                return await self._fault("429")
             listed: dict[str, Any] = {"id": self.model, "object": "model"}
             if self.root is not None:
                 listed["root"] = self.root
@@ -187,6 +198,8 @@ class FaultServer:
             return _response(404, {"error": f"model {req.get('model')!r} not served"})
         if self.broken:
             return _response(500, {"error": "broken (injected)"})
+        if self.throttled:
+            return await self._fault("429")
         if "[400]" in first:
             return _response(400, {"error": "bad request (injected)"})
         if "[echoauth]" in first:
@@ -199,6 +212,13 @@ class FaultServer:
             return _raw(200, b" " * self.huge_bytes)
         if "[gzipbomb]" in first:
             return _raw(200, _bomb(self.bomb_bytes), {"Content-Encoding": "gzip"})
+        err = _ERR200.search(first)
+        if err and (err.group(3) is None or attempt <= int(err.group(3))):
+            code = None if err.group(2) == "none" else int(err.group(2))
+            fields = {"message": "context length (injected)", "type": "BadRequestError"}
+            if err.group(1):
+                return _response(200, {"object": "error", **fields, "code": code})
+            return _response(200, {"error": {**fields, "code": code}})
         for kind, n in _DIRECTIVE.findall(first):
             if attempt <= int(n):
                 return await self._fault(kind)
@@ -229,7 +249,10 @@ class FaultServer:
         if kind == "408":  # a gateway that timed out waiting (nginx, a cloud load balancer)
             return _raw(408, b"<html><body>408 Request Time-out</body></html>")
         if kind == "429":
-            return _response(429, {"error": "slow down"}, {"Retry-After": self.retry_after})
+            after = {"Retry-After": self.retry_after} if self.retry_after is not None else {}
+            return _response(429, {"error": "slow down"}, after)
+        if kind == "503":  # an overloaded server (SGLang, a gateway), no Retry-After
+            return _response(503, {"error": "overloaded"})
         if kind == "slow":
             await asyncio.sleep(self.slow_seconds)
             return _response(500, {"error": "too late"})
@@ -237,6 +260,10 @@ class FaultServer:
             return _raw(200, b'{"choices": [{"message": {"content": "trunc')
         if kind == "badshape":
             return _response(200, {"object": "chat.completion", "data": []})
+        if kind == "abort":  # a cut answer, as vLLM ends the requests in flight at shutdown
+            reply = _completion(self.requests[-1], "aborted", 0)
+            reply["choices"][0]["finish_reason"] = "abort"
+            return _response(200, reply)
         return None  # drop
 
 

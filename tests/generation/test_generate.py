@@ -2067,3 +2067,296 @@ def test_an_endpoint_back_with_other_weights_under_the_same_name_is_not_readmitt
     assert (
         f"{b.url} serves 'fault-model' from '/models/b', not '/models/a': kept out of rotation"
     ) in said
+
+
+# --- round 3: a throttled (429 / 503) but healthy server ---------------------------------------
+def test_throttles_do_not_spend_the_rows_retries(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 429 (with or without Retry-After) or a 503 is the server asking for fewer requests, not
+    a failed one: five in a row with --max-retries 1 still get the answer (each row was
+    `retries_exhausted` after two 429s, the server healthy all along)."""
+    rows = [
+        {"id": "r429", "prompt": "busy [429x5]"},
+        {"id": "r503", "prompt": "overloaded [503x5]"},
+        {"id": "r500", "prompt": "boom [500x5]"},  # a failure still spends the retries
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer(retry_after=None) as srv:
+        rc = generate(src, out, srv.url, extra=["--max-retries", "1"])
+        assert srv.attempts[("busy [429x5]", 0)] == 6
+        assert srv.attempts[("overloaded [503x5]", 0)] == 6
+        assert srv.attempts[("boom [500x5]", 0)] == 2
+    assert rc == 0
+    assert set(by_id(out)) == {"r429", "r503"}
+    assert by_id(tmp_path / "o.errors.jsonl")["r500"]["reason"] == "retries_exhausted"
+    said = " ".join(capsys.readouterr().out.split())  # the summary, as rich wraps it
+    assert "throttled 10x (HTTP 429 / 503): waited out and sent again" in said, said
+
+
+def test_throttle_waits_honour_retry_after_with_jitter(tmp_path: Path) -> None:
+    """Retry-After 1 is waited out, jittered up to 20 % more (never less), and counts no retry."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "busy [429x2]"}])
+    with FaultServer(retry_after="1") as srv:
+        t0 = time.monotonic()
+        rc = generate(src, tmp_path / "o.jsonl", srv.url, extra=["--max-retries", "0"])
+        took = time.monotonic() - t0
+    assert rc == 0 and "a" in by_id(tmp_path / "o.jsonl")
+    assert 2.0 <= took < 2.4 + 2.0, took
+
+
+def test_a_row_throttled_too_long_ends_retries_exhausted(tmp_path: Path) -> None:
+    """Throttles are waited out up to --give-up-after seconds per row in all, never forever:
+    then the row is `retries_exhausted` (error_kind http_429, --retry-errors asks again) while
+    the server answers other rows."""
+    oks = [{"id": f"ok{i}", "prompt": f"hello {i}"} for i in range(20)]  # answered meanwhile
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "stuck", "prompt": "busy [429x100000]"}, *oks])
+    out = tmp_path / "o.jsonl"
+    with FaultServer(retry_after="0.2", latency=0.1) as srv:
+        t0 = time.monotonic()
+        rc = generate(src, out, srv.url, extra=["--concurrency", "2", "--give-up-after", "1"])
+        took = time.monotonic() - t0
+    assert rc == 0 and set(by_id(out)) == {r["id"] for r in oks}
+    err = by_id(tmp_path / "o.errors.jsonl")["stuck"]
+    assert err["reason"] == "retries_exhausted" and err["error_kind"] == "http_429"
+    assert "--give-up-after 1" in err["message"]
+    assert took < 6, took
+
+
+def test_every_request_throttled_too_long_stops_the_run_resumable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """When no row gets an answer while one is throttled for --give-up-after, the server is
+    overloaded or its quota spent: the run stops (exit 1), the rows left for the rerun, not
+    written off one by one."""
+    rows = [{"id": "a", "prompt": "busy [503x100000]"}, {"id": "b", "prompt": "busy [429x100000]"}]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    with FaultServer(retry_after="0.2") as srv:
+        rc = generate(src, tmp_path / "o.jsonl", srv.url, extra=["--give-up-after", "1"])
+    assert rc == 1
+    cap = capsys.readouterr()
+    assert "throttled the requests" in cap.err
+    assert not by_id(tmp_path / "o.jsonl") and not by_id(tmp_path / "o.errors.jsonl")
+    # the requests sent are counted though no row ended (the summary said `0 requests`)
+    said = " ".join(cap.out.split())
+    assert f"; {len(srv.requests)} requests (" in said and len(srv.requests) >= 4, said
+
+
+def test_the_progress_line_says_requests_are_throttled(tmp_path: Path) -> None:
+    """While requests wait out a 429 the progress says so (the run looked hung at 0 req/s)."""
+    import asyncio
+
+    from draftset.generation.console import _rates
+    from draftset.generation.job import run_generate
+    from draftset.generation.options import GenerateOptions
+    from draftset.sources.read import Source
+
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "busy [429x1]"}])
+    seen: list[str] = []
+    with FaultServer(retry_after="0.3") as srv:
+        opts = GenerateOptions(
+            sources=[Source(name="in", path=src)], endpoints=[srv.url], out=tmp_path / "o.jsonl"
+        )
+        asyncio.run(run_generate(opts, lambda r: seen.append(_rates(r, time.monotonic(), ", "))))
+    assert any("throttled: 1 waiting (HTTP 429, Retry-After 0.3s)" in s for s in seen), seen
+    assert "throttled" not in seen[-1]
+
+
+# --- round 3: a 200 that carries an error object; a stream of answers from another model -------
+def test_a_200_carrying_an_error_object_says_the_servers_error(tmp_path: Path) -> None:
+    """A proxy (or an old vLLM ErrorResponse) answering 200 with `{"error": {...}}` or
+    `{"object": "error", ...}`: the row's message was `body has no choices[0].message`, the
+    server's own words lost, and a 400 there (context too long) was asked 7 times. Its code is
+    read as the status would be: a 4xx is final `http_4xx`, a 429/503 a throttle, anything else
+    retried with the server's message kept."""
+    rows = [
+        {"id": "e400", "prompt": "x [err200:400]"},
+        {"id": "vllm", "prompt": "x [err200old:400]"},
+        {"id": "e500", "prompt": "x [err200:500]"},
+        {"id": "nocode", "prompt": "x [err200:none]"},
+        {"id": "e429", "prompt": "x [err200:429x2]"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    with FaultServer(retry_after=None) as srv:
+        rc = generate(src, tmp_path / "o.jsonl", srv.url, extra=["--max-retries", "1"])
+        assert srv.attempts[("x [err200:400]", 0)] == 1
+        assert srv.attempts[("x [err200:429x2]", 0)] == 3
+    assert rc == 0 and set(by_id(tmp_path / "o.jsonl")) == {"e429"}
+    errors = by_id(tmp_path / "o.errors.jsonl")
+    assert errors["e400"]["reason"] == "http_4xx" and errors["e400"]["status"] == 400
+    assert errors["vllm"]["reason"] == "http_4xx" and errors["vllm"]["status"] == 400
+    for e in errors.values():
+        assert "HTTP 200 carrying an error" in e["message"], e
+        assert "context length (injected)" in e["message"], e
+    assert errors["e500"]["reason"] == "retries_exhausted"
+    assert errors["e500"]["error_kind"] == "http_500" and errors["e500"]["attempts"] == 2
+    assert errors["nocode"]["reason"] == "invalid_response"
+
+
+def test_a_stream_of_answers_from_another_model_stops_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every answer naming another model (a proxy routing elsewhere, a server restarted with
+    another model): each row was asked and its answer thrown away, a million rows of GPU time
+    for error lines. After 20 such answers in a row the run stops, resumable."""
+    rows = [{"id": f"r{i}", "prompt": f"q{i} [model:other-model]"} for i in range(60)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    with FaultServer() as srv:
+        rc = generate(src, tmp_path / "o.jsonl", srv.url, extra=["--concurrency", "2"])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "stopped early: the last 20 answers came from 'other-model'" in err, err
+    assert "--retry-errors" in err
+    errors = by_id(tmp_path / "o.errors.jsonl")
+    assert 20 <= len(errors) < 30
+    assert {e["reason"] for e in errors.values()} == {"model_mismatch"}
+    run = json.loads((tmp_path / "o.run.json").read_text())
+    assert run["finished"] is False
+
+
+# --- round 3: --extra-body fields whose results draftset throws away ---------------------------
+@pytest.mark.parametrize(
+    ("field", "said"),
+    [
+        ('"n": 2', "may not set ['n']: draftset keeps one answer per request"),
+        ('"stream": true', "may not set ['stream']: draftset reads whole responses"),
+        ('"model": "m"', "may not set ['model']: use the dedicated options"),
+        ('"logprobs": true', "sets logprobs true: draftset keeps no log-probabilities"),
+        ('"top_logprobs": 20', "sets top_logprobs 20: draftset keeps no log-probabilities"),
+        ('"prompt_logprobs": 1', "sets prompt_logprobs 1: draftset keeps no log-probabilities"),
+    ],
+)
+def test_extra_body_fields_whose_results_are_thrown_away_say_why(
+    tmp_path: Path,
+    server: FaultServer,
+    capsys: pytest.CaptureFixture[str],
+    field: str,
+    said: str,
+) -> None:
+    """`n` was refused with `use the dedicated options`, though none sets it; `logprobs` was
+    sent, and every token's log-probabilities computed, sent and dropped (a long answer's body,
+    some 2 KB a token with top_logprobs 20, went over --max-response-bytes: its row lost, the
+    longest first). Each refused with why, one line, before any request; false/0/null pass."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "p"}])
+    extra = ["--extra-body", "{" + field + "}"]
+    assert generate(src, tmp_path / "o.jsonl", server.url, extra=extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"draftset: error: --extra-body {said}" in err[0], err
+    assert not server.requests and not (tmp_path / "o.jsonl").exists()
+    off = json.dumps({"logprobs": False, "top_logprobs": 0, "prompt_logprobs": None})
+    assert generate(src, tmp_path / "d.jsonl", server.url, extra=["--extra-body", off]) == 0
+
+
+def test_a_length_error_says_the_limit_and_the_tokens_generated(tmp_path: Path) -> None:
+    """`answer 1 was cut at max_tokens` said neither how many tokens nor whose limit: without
+    --max-tokens the server's own default cut them (vLLM's max_new_tokens from the model's
+    generation_config.json), which the line now says, with the tokens generated."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "long [length]"}])
+    with FaultServer() as srv:  # its [length] answers are 7 tokens long
+        assert generate(src, tmp_path / "o.jsonl", srv.url, extra=["--max-tokens", "7"]) == 1
+        assert generate(src, tmp_path / "p.jsonl", srv.url) == 1
+        assert generate(src, tmp_path / "q.jsonl", srv.url, extra=["--max-tokens", "16"]) == 1
+    given = by_id(tmp_path / "o.errors.jsonl")["a"]
+    assert given["reason"] == "length"
+    assert given["completion_tokens"] == 7 and given["max_tokens"] == 7
+    assert given["message"] == "answer 1 was cut at max_tokens (7 tokens generated; max_tokens 7)"
+    context = by_id(tmp_path / "q.errors.jsonl")["a"]  # fewer than asked: the context was full
+    assert (
+        "7 tokens generated, fewer than max_tokens 16: the server's own limit cut it"
+        in (context["message"])
+    )
+    server_default = by_id(tmp_path / "p.errors.jsonl")["a"]
+    assert server_default["max_tokens"] is None and server_default["completion_tokens"] == 7
+    assert "no max_tokens was sent: the server's own limit" in server_default["message"]
+    assert "--max-tokens" in server_default["message"]
+
+
+def test_no_endpoint_healthy_says_what_each_health_check_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server restarted mid-run without its --served-model-name (it lists the weights' path
+    instead) answers every health check, yet stays out: the run stopped with `no endpoint
+    healthy for 600s` and no word of why. The line now says what each check found."""
+    import threading
+
+    rows = [{"id": f"r{i}", "prompt": f"q{i}"} for i in range(4)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    with FaultServer(down_after=1) as srv:
+
+        def restarted_as_another_name() -> None:
+            deadline = time.monotonic() + 20
+            while not srv.down and time.monotonic() < deadline:  # down after its first answer
+                time.sleep(0.01)
+            time.sleep(0.3)
+            srv.model, srv.down = "/models/Qwen3-8B", False
+
+        timer = threading.Thread(target=restarted_as_another_name)
+        timer.start()
+        extra = ["--concurrency", "1", "--give-up-after", "1.5"]
+        rc = generate(src, tmp_path / "o.jsonl", srv.url, extra=extra)
+        timer.join()
+    assert rc == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no endpoint healthy for" in err, err
+    assert f"{srv.url}: lists ['/models/Qwen3-8B'], not 'fault-model'" in err, err
+
+
+def test_an_aborted_answer_is_asked_again(tmp_path: Path) -> None:
+    """vLLM ends the requests in flight with `finish_reason: "abort"` (HTTP 200) when the
+    engine shuts down, pauses to sleep or scales down (vllm-project/vllm#57082): a server
+    restarted mid-run left every row it held as an `unfinished` error line, which a rerun does
+    not ask again. An abort is the server's hiccup, not the row's: retried as a 5xx is (and
+    counted toward the endpoint's health check); still `unfinished` when every try aborts."""
+    rows = [
+        {"id": "once", "prompt": "q [abortx2]"},
+        {"id": "always", "prompt": "q [finish:abort]"},
+    ]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer() as srv:
+        assert generate(src, out, srv.url, extra=["--max-retries", "2"]) == 0
+        assert srv.attempts[("q [abortx2]", 0)] == 3
+        assert srv.attempts[("q [finish:abort]", 0)] == 3
+    assert set(by_id(out)) == {"once"}
+    always = by_id(tmp_path / "o.errors.jsonl")["always"]
+    assert always["reason"] == "unfinished" and always["attempts"] == 3
+    assert always["error_kind"] == "abort"
+    assert "answer ended with finish_reason 'abort'" in always["message"]
+
+
+def test_a_throttling_endpoint_is_held_off_while_another_serves(tmp_path: Path) -> None:
+    """Two endpoints, one throttling every request with Retry-After 3 (its quota spent): each
+    row routed to it waited out the 3 s before going to the other, and the least-loaded
+    routing sent it a row again at once (its 429s came back fast): 100 rows took 41 s where
+    the healthy one alone took 1.3 s. The throttled endpoint now gets no request for its
+    Retry-After while another serves, and the throttled request goes there without waiting."""
+    rows = [{"id": f"r{i}", "prompt": f"q{i}"} for i in range(30)]
+    src = write_rows(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "o.jsonl"
+    with FaultServer(throttled=True, retry_after="3") as busy, FaultServer(latency=0.02) as ok:
+        t0 = time.monotonic()
+        rc = generate(src, out, busy.url, ok.url, extra=["--concurrency", "2"])
+        took = time.monotonic() - t0
+        asked_busy = len(busy.requests)
+    assert rc == 0 and len(by_id(out)) == 30
+    assert took < 3.0, took
+    assert asked_busy <= 2, asked_busy  # one 429 per request in flight, then held off
+
+
+def test_a_throttled_model_list_at_start_is_waited_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A gateway whose rate limit covers every route answered the start's GET /v1/models with
+    429: `no endpoint answered GET /v1/models`, exit 1, though it answered (busy). Waited out
+    as a completion's throttle is, up to 60 s (or --give-up-after) in all."""
+    src = write_rows(tmp_path / "in.jsonl", [{"id": "a", "prompt": "q"}])
+    with FaultServer(models_throttled=2, retry_after="0.2") as srv:
+        assert generate(src, tmp_path / "o.jsonl", srv.url) == 0
+    assert "a" in by_id(tmp_path / "o.jsonl")
+    with FaultServer(models_throttled=10**6, retry_after="0.2") as srv:
+        t0 = time.monotonic()
+        rc = generate(src, tmp_path / "p.jsonl", srv.url, extra=["--give-up-after", "1"])
+        took = time.monotonic() - t0
+    assert rc == 1 and 1.0 <= took < 5, took
+    assert "GET /models: HTTP 429" in capsys.readouterr().err

@@ -99,6 +99,12 @@ def print_summary(r: GenerateResult, console: Console | None = None) -> None:
         console.print(
             "answers per endpoint: " + ", ".join(f"{u}={n:,}" for u, n in r.endpoints.items())
         )
+    if r.throttle_waits:
+        console.print(
+            f"throttled {r.throttle_waits:,}x (HTTP 429 / 503): waited out and sent again,"
+            " counted in the requests and retries above but spending no row's --max-retries;"
+            f" {r.throttled_seconds:,.0f}s of waits in all, latest {r.throttle_last}"
+        )
     if r.ejections:
         console.print(
             "taken out of rotation (health check failed): "

@@ -136,7 +136,12 @@ RequestTimeout = Annotated[
     Field(gt=0, description="whole-request deadline (default {default})"),
 ]
 MaxRetries = Annotated[
-    int, Field(ge=0, description="retries of a failed request (default {default})")
+    int,
+    Field(
+        ge=0,
+        description="retries of a failed request; 429/503 throttles are waited out without"
+        " spending them, up to --give-up-after (default {default})",
+    ),
 ]
 Temperature = Annotated[
     float | None,
@@ -390,8 +395,8 @@ class GenerateArgs(Options):
         Cli(metavar="SECONDS"),
         Field(
             gt=0,
-            description="stop (exit 1, resumable) when no endpoint is healthy this long"
-            " (default {default})",
+            description="stop (exit 1, resumable) when no endpoint is healthy this long;"
+            " also the most a request waits out 429/503 throttles in all (default {default})",
         ),
     ] = defaults.GIVE_UP_AFTER
     temperature: Temperature = None

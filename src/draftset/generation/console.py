@@ -84,4 +84,7 @@ def _total(r: GenerateResult) -> int:
 def _rates(r: GenerateResult, t0: float, sep: str) -> str:
     """Requests and completion tokens a second since ``t0``."""
     elapsed = max(time.monotonic() - t0, 1e-9)
-    return f"{r.requests / elapsed:,.1f} req/s{sep}{r.completion_tokens / elapsed:,.0f} tok/s"
+    rates = f"{r.requests / elapsed:,.1f} req/s{sep}{r.completion_tokens / elapsed:,.0f} tok/s"
+    if r.throttled_now:  # waiting out 429s / 503s: slow because the server asks so
+        rates += f"{sep}throttled: {r.throttled_now:,} waiting ({r.throttle_last})"
+    return rates

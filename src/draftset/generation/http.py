@@ -5,9 +5,11 @@ Every request goes to the least-loaded healthy endpoint (fewest requests in flig
 that keeps failing (connection errors, timeouts, 5xx) is taken out of rotation and probed on
 ``/v1/models`` until it answers again with the right model; then it is re-admitted. One whose
 check passes while it keeps failing is cooled down when another endpoint can serve.
-Transient failures are retried with exponential backoff and full jitter (a 429's
-``Retry-After`` is honoured); a 4xx other than 429 and 408 is final. A 200 whose body is not a
-valid chat completion is treated as transient too: servers under load do emit those.
+Transient failures are retried with exponential backoff and full jitter; a 4xx other than 429
+and 408 is final. A 200 whose body is not a valid chat completion is treated as transient too:
+servers under load do emit those. A 429 or 503 is a throttle, not a failure of the request: it
+waits (its ``Retry-After`` honoured, jittered) without spending the row's retries, up to
+``give_up_after`` seconds of such waits in all (`complete`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import random
 import re
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -44,6 +47,37 @@ MAX_RETRY_AFTER = 60.0
 """A server's Retry-After is honoured up to this many seconds, or the request timeout when that
 is shorter (a wait longer than a whole request may take is not worth it): a date in 2099 must
 not stall a row for minutes per retry."""
+
+
+ABORTED = "abort"
+"""vLLM's finish_reason (and error kind here) for a request the engine ended itself: at
+shutdown, sleep or scale-down (a restart mid-run), or on an abort request. Retried as a 5xx
+is (vllm-project/vllm#57082: a 200 with the cut answer); when every try aborts, the row is
+``unfinished``."""
+
+THROTTLE_KINDS = frozenset({"http_429", "http_503"})
+"""Answers that say "busy, come back later" (a rate limit, an overloaded server or gateway):
+waited out without spending a row's ``--max-retries``, up to ``--give-up-after`` seconds of
+waits per row. A throttled but healthy server failed every row its 429s outlasted."""
+
+THROTTLE_JITTER = 0.2
+"""A ``Retry-After`` is waited out to up to this share longer: every request throttled at once
+must not come back at the same instant."""
+
+
+@dataclass
+class Throttling:
+    """Requests a server throttled (429, 503), for the progress line and the summary."""
+
+    waiting: int = 0  # requests waiting out a throttle now
+    waits: int = 0  # throttle waits so far
+    seconds: float = 0.0  # their waits summed
+    last: str = ""  # the latest one: ``HTTP 429, Retry-After 5s``
+    notify: Callable[[], None] | None = None  # called as a wait starts and ends
+
+    def _changed(self) -> None:
+        if self.notify is not None:
+            self.notify()
 
 
 FILES_KEPT_FREE = 64
@@ -80,6 +114,18 @@ class RetryPolicy:
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
         return rng.uniform(0.0, min(self.backoff_cap, self.backoff_base * 2**attempt))
+
+    def throttle_wait(self, streak: int, retry_after: float | None, rng: random.Random) -> float:
+        """How long to wait after the ``streak``-th throttle in a row (0 first): the
+        server's ``Retry-After`` (capped, see `MAX_RETRY_AFTER`) and up to `THROTTLE_JITTER`
+        more; without one, exponential backoff with equal jitter (never at once: a server
+        that throttles wants fewer requests, and full jitter sends some straight back)."""
+        step = min(self.backoff_cap, self.backoff_base * 2**streak)
+        backoff = step / 2 + rng.uniform(0.0, step / 2)
+        if retry_after is None:
+            return backoff
+        honoured = min(retry_after, self.request_timeout)
+        return max(honoured * rng.uniform(1.0, 1.0 + THROTTLE_JITTER), backoff)
 
 
 class FinalError(Exception):
@@ -190,6 +236,7 @@ class Endpoint:
     served_models: list[str] = field(default_factory=list)
     model_roots: dict[str, str] = field(default_factory=dict)  # id -> "root" (vLLM: weights path)
     other_weights: str | None = None  # the model's root it came back with, not the run's: kept out
+    down_why: str = ""  # what its last failed health check found (said when the run stops)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -254,7 +301,9 @@ async def list_models(ep: Endpoint, timeout: float) -> list[str]:
     except BodyTooLarge as exc:
         raise TransientError("invalid_response", f"GET /models: {exc}") from None
     if resp.status != 200:
-        raise TransientError(f"http_{resp.status}", f"GET /models: HTTP {resp.status}")
+        raise TransientError(
+            f"http_{resp.status}", f"GET /models: HTTP {resp.status}", _retry_after(resp)
+        )
     try:
         data = json.loads(resp.body)["data"]
         models = [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
@@ -262,6 +311,31 @@ async def list_models(ep: Endpoint, timeout: float) -> list[str]:
         raise TransientError("invalid_response", "GET /models: not an OpenAI model list") from None
     ep.model_roots = {m["id"]: m["root"] for m in models if isinstance(m.get("root"), str)}
     return [m["id"] for m in models]
+
+
+START_THROTTLE_BOUND = 60.0
+"""Longest the start's ``GET /v1/models`` waits out 429/503 throttles in all (or
+``--give-up-after`` when shorter), when no endpoint answered it otherwise: a gateway's rate
+limit on every route answered it 429, and the run ended at once, exit 1, `no endpoint
+answered`."""
+
+
+async def list_models_patiently(
+    ep: Endpoint, timeout: float, policy: RetryPolicy, bound: float, rng: random.Random
+) -> list[str]:
+    """`list_models`, a throttle (429, 503) waited out as a completion's is, up to ``bound``
+    seconds of waits in all; any other failure, or the bound reached, raises at once."""
+    waited, streak = 0.0, 0
+    while True:
+        try:
+            return await list_models(ep, timeout)
+        except TransientError as exc:
+            if exc.kind not in THROTTLE_KINDS or waited >= bound:
+                raise
+            wait = min(policy.throttle_wait(streak, exc.retry_after, rng), bound - waited)
+            streak += 1
+            waited += wait
+            await asyncio.sleep(wait)
 
 
 class EndpointPool:
@@ -298,6 +372,8 @@ class EndpointPool:
         self._rr = 0
         self._waiting = 0  # acquire() calls waiting on the condition
         self.closed = False
+        self.throttling = Throttling()
+        self.last_answer = time.monotonic()  # when an endpoint last answered a completion
 
     async def acquire(self, avoid: frozenset[str] = frozenset()) -> Endpoint:
         """Wait for a free slot on a healthy endpoint; the least loaded one wins. ``avoid``:
@@ -317,7 +393,11 @@ class EndpointPool:
                     down = time.monotonic() - (self._all_down_since or time.monotonic())
                     if down > self.give_up_after:
                         limit = f"--give-up-after {self.give_up_after:g}"
-                        raise NoEndpoint(f"no endpoint healthy for {down:.0f}s ({limit})")
+                        found = "; ".join(
+                            f"{e.url}: {e.down_why}" for e in self.endpoints if e.down_why
+                        )
+                        why = f": {found}" if found else ""
+                        raise NoEndpoint(f"no endpoint healthy for {down:.0f}s ({limit}){why}")
                 self._waiting += 1
                 try:
                     async with asyncio.timeout(self.health_interval):
@@ -404,8 +484,10 @@ class EndpointPool:
                 try:
                     models = await list_models(ep, timeout=max(self.health_interval, 5.0))
                     up = self.model in models and self._same_weights(ep)
-                except TransientError:
+                    ep.down_why = "" if up else self._not_served(ep, models)
+                except TransientError as exc:
                     up = False
+                    ep.down_why = str(exc)
                 if up:
                     async with self._changed:
                         if after_failures and self._others_serve(ep):
@@ -427,6 +509,16 @@ class EndpointPool:
                 async with self._changed:
                     self._changed.notify_all()
 
+    def _not_served(self, ep: Endpoint, models: list[str]) -> str:
+        """What a health check that answered found instead of the run's model."""
+        if self.model not in models:
+            shown = models[:5] + (["..."] if len(models) > 5 else [])
+            return (
+                f"lists {shown}, not {self.model!r} (restarted under another name? vLLM and"
+                " SGLang list the weights' path unless --served-model-name is given)"
+            )
+        return f"serves {self.model!r} from {ep.other_weights!r}, not {self.root!r}"
+
     def _same_weights(self, ep: Endpoint) -> bool:
         """The endpoint serves the model from the run's weights, as far as /v1/models says (a
         ``root`` on either side unknown counts as the same). One restarted with another
@@ -435,6 +527,15 @@ class EndpointPool:
         same = self.root is None or root is None or root == self.root
         ep.other_weights = None if same else root
         return same
+
+    def hold_off(self, ep: Endpoint, wait: float) -> bool:
+        """``ep`` throttled a request: no request for ``wait`` seconds while another endpoint
+        can serve (as a cool-down, not counted as one). True when another can serve now: the
+        throttled request goes there without waiting. A throttling endpoint answered its
+        429s fast, so least-loaded routing drew every row to it, each to wait out its
+        Retry-After before the healthy endpoint got it."""
+        ep.cool_until = max(ep.cool_until, time.monotonic() + wait)
+        return self._others_serve(ep)
 
     def _others_serve(self, ep: Endpoint) -> bool:
         now = time.monotonic()
@@ -461,39 +562,103 @@ class EndpointPool:
 async def complete(
     pool: EndpointPool, body: dict[str, Any], policy: RetryPolicy, rng: random.Random
 ) -> Completion:
-    """POST /chat/completions, retried; raises `FinalError`, `RetriesExhausted`, `NoEndpoint`."""
+    """POST /chat/completions, retried; raises `FinalError`, `RetriesExhausted`, `NoEndpoint`.
+
+    A throttle (429, 503: `THROTTLE_KINDS`) is waited out (`RetryPolicy.throttle_wait`)
+    without spending ``policy.max_retries``, up to ``pool.give_up_after`` seconds of such
+    waits for this request; past that it is `RetriesExhausted`, or `NoEndpoint` (the run
+    stops, resumable) when no endpoint has answered any completion since its first throttle."""
     payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
-    attempt = 0
+    attempt = 0  # retries spent (throttles spend none)
+    sent = 0  # requests sent
+    streak = 0  # throttles in a row
+    throttled = 0.0  # seconds waited out on throttles
+    since = 0.0  # when the first throttle came
     failed_on: frozenset[str] = frozenset()  # a retry goes elsewhere when it can
     while True:
         ep = await pool.acquire(failed_on)
         ok: bool | None = None
+        throttle: TransientError | None = None
+        sent += 1
         try:
             result = await _post(ep, payload, policy.request_timeout)
             ok = True
-            result.attempts = attempt + 1
+            pool.last_answer = time.monotonic()
+            result.attempts = sent
             return result
         except TransientError as exc:
             ok = None if exc.kind == "http_429" else False  # busy is not unhealthy
             failed_on |= {ep.url}
-            if attempt >= policy.max_retries:
-                raise RetriesExhausted(exc, attempt + 1) from None
-            wait = policy.backoff(attempt, rng)
-            if exc.retry_after is not None:
-                wait = max(wait, min(exc.retry_after, policy.request_timeout))
+            if exc.kind in THROTTLE_KINDS:
+                bound = pool.give_up_after
+                since = since or time.monotonic()
+                if throttled >= bound:
+                    _throttled_too_long(pool, exc, throttled, sent, since)
+                wait = min(policy.throttle_wait(streak, exc.retry_after, rng), bound - throttled)
+                if pool.hold_off(ep, wait):  # another endpoint serves: go there at once
+                    wait = 0.0
+                else:
+                    streak += 1
+                    throttled += wait
+                    throttle = exc
+            else:
+                streak = 0
+                if attempt >= policy.max_retries:
+                    raise RetriesExhausted(exc, sent) from None
+                attempt += 1
+                wait = policy.backoff(attempt - 1, rng)
+                if exc.retry_after is not None:
+                    wait = max(wait, min(exc.retry_after, policy.request_timeout))
         except EndpointRefused:
             ok = None  # not the endpoint's health: its credentials or route
             raise
         except FinalError as exc:
             # the server is fine; the request is not (a too-large body says nothing either way)
             ok = None if exc.kind == RESPONSE_TOO_LARGE else True
-            exc.attempts = attempt + 1  # counted in the summary like any other request
+            exc.attempts = sent  # counted in the summary like any other request
             raise
         finally:
             ep.requests += 1
             await pool.release(ep, ok)
-        attempt += 1
+        if throttle is not None:
+            await _wait_throttled(pool.throttling, throttle, wait)
+        else:
+            await asyncio.sleep(wait)
+
+
+async def _wait_throttled(stats: Throttling, exc: TransientError, wait: float) -> None:
+    """Sleep ``wait`` seconds out of a throttle, counted where the progress line reads it."""
+    after = f", Retry-After {exc.retry_after:g}s" if exc.retry_after is not None else ""
+    stats.last = f"HTTP {exc.kind.removeprefix('http_')}{after}"
+    stats.waiting += 1
+    stats.waits += 1
+    stats.seconds += wait
+    stats._changed()
+    try:
         await asyncio.sleep(wait)
+    finally:
+        stats.waiting -= 1
+        stats._changed()
+
+
+def _throttled_too_long(
+    pool: EndpointPool, exc: TransientError, throttled: float, sent: int, since: float
+) -> None:
+    """A request throttled ``--give-up-after`` seconds in all: the run stops (`NoEndpoint`)
+    when no completion came back from any endpoint since its first throttle (every request
+    is throttled: a million rows would each wait that long, then fail), else the row's
+    retries are over (`RetriesExhausted`, which ``--retry-errors`` asks again)."""
+    status = exc.kind.removeprefix("http_")
+    limit = f"--give-up-after {pool.give_up_after:g}"
+    if pool.last_answer < since:
+        raise NoEndpoint(
+            f"every endpoint throttled the requests (HTTP {status}) for {throttled:.0f}s and"
+            f" answered none ({limit}): the server is overloaded or its rate limit spent"
+        )
+    last = TransientError(
+        exc.kind, f"{exc}; throttled (HTTP {status}) for {throttled:.0f}s in all ({limit})"
+    )
+    raise RetriesExhausted(last, sent)
 
 
 async def _post(ep: Endpoint, payload: bytes, timeout: float) -> Completion:
@@ -509,7 +674,18 @@ async def _post(ep: Endpoint, payload: bytes, timeout: float) -> Completion:
         raise FinalError(RESPONSE_TOO_LARGE, str(exc)) from None
     status = resp.status
     if status == 200:
-        return _without_secrets(parse_completion(resp.body, ep.url), secrets)
+        try:
+            completion = parse_completion(resp.body, ep.url)
+        except TransientError:
+            _raise_in_band_error(resp, secrets)
+            raise
+        if completion.finish_reason == ABORTED:
+            raise TransientError(
+                ABORTED,
+                "answer ended with finish_reason 'abort', not by the model (the server ended"
+                " the request: vLLM does so at shutdown, sleep or scale-down)",
+            )
+        return _without_secrets(completion, secrets)
     text = f"HTTP {status}: {_snippet(resp, secrets)}"
     if status == 429:
         raise TransientError("http_429", text, _retry_after(resp))
@@ -523,6 +699,34 @@ async def _post(ep: Endpoint, payload: bytes, timeout: float) -> Completion:
     if status >= 400:
         raise FinalError(f"http_{status}", text, status)
     raise TransientError("invalid_response", f"unexpected HTTP {status}")
+
+
+def _raise_in_band_error(resp: Response, secrets: tuple[str, ...]) -> None:
+    """A 200 whose body is an error object (``{"error": {...}}``, a proxy's; ``{"object":
+    "error", ...}``, vLLM's older ErrorResponse) raises as its ``code`` would as a status: a
+    4xx is final, 429 and 503 throttle, others are retried, each with the server's message
+    (it was ``body has no choices[0].message``, and a 400 was asked 7 times). Else nothing."""
+    try:
+        data = json.loads(resp.body)
+    except ValueError:
+        return
+    if not isinstance(data, dict) or "choices" in data:
+        return
+    error = data.get("error")
+    if isinstance(error, dict):
+        code = error.get("code")
+    elif data.get("object") == "error" or isinstance(error, str):
+        code = data.get("code")
+    else:
+        return
+    status = int(code) if isinstance(code, int | str) and str(code).isdigit() else None
+    said = f" {status}" if status is not None else ""
+    text = f"HTTP 200 carrying an error{said}: {_snippet(resp, secrets)}"
+    if status is None or not 400 <= status <= 599:
+        raise TransientError("invalid_response", text)
+    if status == 408 or status == 429 or status >= 500:
+        raise TransientError(f"http_{status}", text)
+    raise FinalError(f"http_{status}", text, status)
 
 
 def _without_secrets(result: Completion, secrets: tuple[str, ...]) -> Completion:

@@ -14,6 +14,7 @@ same command skips the row ids already present in either file (a torn last line 
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
 from collections.abc import Coroutine
@@ -23,12 +24,16 @@ from draftset.core.errors import RunError
 from draftset.core.ids import IdRegistry
 from draftset.generation.dialog import Job
 from draftset.generation.http import (
+    START_THROTTLE_BOUND,
+    THROTTLE_KINDS,
     Endpoint,
     EndpointPool,
     EndpointRefused,
     NoEndpoint,
+    RetryPolicy,
     TransientError,
     list_models,
+    list_models_patiently,
     make_endpoint,
 )
 from draftset.generation.inputs import iter_inputs
@@ -71,6 +76,15 @@ async def _open_pool(opts: GenerateOptions) -> EndpointPool:
     answers = await asyncio.gather(
         *(list_models(ep, timeout) for ep in eps), return_exceptions=True
     )
+    if all(isinstance(a, TransientError) for a in answers) and any(
+        a.kind in THROTTLE_KINDS for a in answers if isinstance(a, TransientError)
+    ):  # none answered, some only busy: wait those out (one answering starts the run)
+        policy = RetryPolicy(opts.max_retries, opts.backoff_base, opts.backoff_cap, timeout)
+        bound, rng = min(START_THROTTLE_BOUND, opts.give_up_after), random.Random()
+        answers = await asyncio.gather(
+            *(list_models_patiently(ep, timeout, policy, bound, rng) for ep in eps),
+            return_exceptions=True,
+        )
     up = []
     for ep, models in zip(eps, answers, strict=True):
         if isinstance(models, TransientError):
@@ -246,6 +260,8 @@ async def run_generate(opts: GenerateOptions, progress: ProgressFn | None = None
                 except WriteFailed as exc:  # its last lines may not be on disk: not finished
                     result.aborted = result.aborted or str(exc)
             await pool.close()
+            # rows count their requests as they end: those of rows a stop cut short too
+            result.requests = max(result.requests, sum(ep.requests for ep in pool.endpoints))
             result.ejections = {ep.url: ep.ejections for ep in pool.endpoints if ep.ejections}
             result.cooldowns = {ep.url: ep.cooldowns for ep in pool.endpoints if ep.cooldowns}
             result.other_weights = {

@@ -26,6 +26,26 @@ SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
 RESERVED_BODY_KEYS = frozenset(
     {"model", "messages", "tools", "chat_template_kwargs", "stream", "n"}
 )
+DEDICATED = "use the dedicated options"
+RESERVED_WHY = {
+    "n": "draftset keeps one answer per request (choice 0): the server would generate n and all"
+    " but one be thrown away; to answer a prompt twice, list its row twice under another id",
+    "stream": "draftset reads whole responses, not a stream of server-sent events",
+}
+"""Why ``--extra-body`` may not set a reserved field that no option sets (the others: the
+dedicated options, or the rows, set them)."""
+
+UNKEPT_BODY_FIELDS = ("logprobs", "top_logprobs", "prompt_logprobs")
+"""Request fields that have the server compute and send what `generate` never keeps: refused
+unless off (false, 0 or null)."""
+
+UNKEPT_WHY = (
+    "draftset keeps no log-probabilities: the server would compute and send them with every"
+    " token (some 100 bytes a token, 2 KB with top_logprobs 20) to be thrown away, and a long"
+    " answer's response could go over --max-response-bytes, its row lost (the longest answers"
+    " first)"
+)
+
 PROMPT_BODY_KEYS = frozenset(
     {
         "chat_template",
@@ -210,7 +230,13 @@ def check_servers(
         raise GenerateUsageError(problem)
     clash = sorted(RESERVED_BODY_KEYS & extra_body.keys())
     if clash:
-        raise GenerateUsageError(f"{body_name} may not set {clash}: use the dedicated options")
+        why = next((RESERVED_WHY[k] for k in clash if k in RESERVED_WHY), None)
+        said = [k for k in clash if k in RESERVED_WHY][:1] if why else clash
+        raise GenerateUsageError(f"{body_name} may not set {said}: {why or DEDICATED}")
+    for key in UNKEPT_BODY_FIELDS:
+        value = extra_body.get(key)
+        if value not in (None, False, 0):
+            raise GenerateUsageError(f"{body_name} sets {key} {_json(value)}: {UNKEPT_WHY}")
     for key in sorted(ANSWER_BODY_FIELDS.keys() & extra_body.keys()):
         allowed, why = ANSWER_BODY_FIELDS[key]
         if allowed is NO_VALUE or not _same_json(extra_body[key], allowed):

@@ -63,6 +63,10 @@ class GenerateResult:
     ejections: dict[str, int] = field(default_factory=dict)  # times each endpoint was taken out
     cooldowns: dict[str, int] = field(default_factory=dict)  # times each was cooled down
     other_weights: dict[str, str] = field(default_factory=dict)  # url -> why it was kept out
+    throttled_now: int = 0  # requests waiting out a 429 / 503 now (the progress line says so)
+    throttle_waits: int = 0  # 429 / 503 waited out, not counted as retries
+    throttled_seconds: float = 0.0  # those waits summed
+    throttle_last: str = ""  # the latest: ``HTTP 429, Retry-After 5s``
     special_stripped: int = 0  # answers whose trailing leaked stop-token text was cut
     answered_before: int = 0  # answer lines the output held when the run started
     errors_before: Counter[str] = field(default_factory=Counter)  # error lines then, by reason

@@ -21,6 +21,7 @@ from draftset.generation.dialog import (
     run_dialog,
 )
 from draftset.generation.http import (
+    ABORTED,
     RESPONSE_TOO_LARGE,
     Completion,
     EndpointPool,
@@ -41,6 +42,7 @@ from draftset.generation.outcomes import (
     MODEL_MISMATCH,
     RETRIES_EXHAUSTED,
     TOOL_MISMATCH,
+    UNFINISHED,
     WRITTEN,
     GenerateResult,
     ProgressFn,
@@ -53,6 +55,14 @@ from draftset.generation.store import (
     write_run,
 )
 from draftset.mask.ambient import now_iso
+
+OTHER_MODEL_STOP = 20
+"""Answers in a row from another model than the run's after which the run stops: each row was
+asked and its answer thrown away (`model_mismatch`), a whole run of GPU time for error lines."""
+
+
+class AnswersFromAnotherModel(EndpointRefused):
+    """`OTHER_MODEL_STOP` answers in a row named another model: the run stops, resumable."""
 
 
 # --- one row ---------------------------------------------------------------------------------
@@ -71,6 +81,8 @@ class Runner:
         self.out = LineWriter(opts.out)
         self.errors = LineWriter(errors_path(opts.out), ascii_fallback=True)
         self.progress: ProgressFn | None = None
+        self.other_model_streak = 0  # model_mismatch answers since the last written one
+        pool.throttling.notify = self._throttling
         self.run_file: dict[str, Any] | None = None  # rewritten when a new model name is reported
         self.special = special_token_pattern(set(opts.special_tokens))
         self.special_at_end = (
@@ -181,6 +193,7 @@ class Runner:
             line, failed = _internal_error(job, exc), True
         if failed:
             self.fail(line, job)
+            self._stop_on_other_model(line)
             return
         try:
             self.out.write(line)
@@ -189,6 +202,7 @@ class Runner:
             self.fail(error_line(job.id, job.source, job.row, INVALID_RESPONSE, msg), job)
             return
         self._note_model(line["metadata"]["model"])
+        self.other_model_streak = 0
         self.result.outcomes[WRITTEN] += 1
         self._tick()
 
@@ -204,7 +218,9 @@ class Runner:
             line = error_line(job.id, job.source, job.row, HTTP_4XX, str(exc), status=exc.status)
             return line, True
         except RetriesExhausted as exc:
-            reason = INVALID_RESPONSE if exc.last.kind == "invalid_response" else RETRIES_EXHAUSTED
+            reason = {"invalid_response": INVALID_RESPONSE, ABORTED: UNFINISHED}.get(
+                exc.last.kind, RETRIES_EXHAUSTED
+            )
             extra = {"error_kind": exc.last.kind, "attempts": exc.attempts}
             return error_line(job.id, job.source, job.row, reason, str(exc), **extra), True
         if dialog.stop and not (dialog.stop == LENGTH and self.opts.keep_length):
@@ -212,6 +228,8 @@ class Runner:
             if dialog.stop == TOOL_MISMATCH:
                 extra["messages"] = dialog.messages  # what the model did, to inspect
             stop, why = dialog.stop, dialog.stop_message
+            if stop == LENGTH:
+                why = self._length_detail(dialog.completions[-1], why, extra)
             return error_line(job.id, job.source, job.row, stop, why, **extra), True
         model = self.pool.model
         other = next((c.model for c in dialog.completions if _other_model(c, model)), None)
@@ -220,6 +238,41 @@ class Runner:
             msg = f"answered by {other!r}, not this run's model {model!r}"
             return error_line(job.id, job.source, job.row, MODEL_MISMATCH, msg, model=other), True
         return self.record(job, dialog, kwargs, thinking, asked_at), False
+
+    def _length_detail(self, comp: Completion, why: str, extra: dict[str, Any]) -> str:
+        """A ``length`` line's tokens generated and limit (``completion_tokens``,
+        ``max_tokens``: None when none was sent, so the server's own default cut it)."""
+        limit = self.sampling.get("max_completion_tokens", self.sampling.get("max_tokens"))
+        tokens = comp.usage.get("completion_tokens")
+        extra["completion_tokens"], extra["max_tokens"] = tokens, limit
+        made = f"{tokens:,} tokens generated" if tokens is not None else "tokens not reported"
+        if limit is not None and type(tokens) is int and type(limit) is int and tokens < limit:
+            return (
+                f"{why} ({made}, fewer than max_tokens {limit}: the server's own limit cut it,"
+                " its context full, vLLM's --max-model-len or SGLang's --context-length?)"
+            )
+        if limit is not None:
+            return f"{why} ({made}; max_tokens {limit})"
+        return (
+            f"{why} ({made}; no max_tokens was sent: the server's own limit, e.g. vLLM's"
+            " max_new_tokens from the model's generation_config.json or what the context"
+            " leaves; set --max-tokens)"
+        )
+
+    def _stop_on_other_model(self, line: dict[str, Any]) -> None:
+        """Stop the run (`AnswersFromAnotherModel`) when `OTHER_MODEL_STOP` answers in a row
+        came from another model than the run's (a written answer breaks the row)."""
+        if line["reason"] != MODEL_MISMATCH:
+            return
+        self.other_model_streak += 1
+        if self.other_model_streak >= OTHER_MODEL_STOP:
+            raise AnswersFromAnotherModel(
+                f"the last {self.other_model_streak} answers came from {line['model']!r}, not"
+                f" this run's model {self.pool.model!r} (a proxy routing elsewhere, a server"
+                " restarted with another model): each was written as a model_mismatch error"
+                " line; serve the run's model again, then rerun with --retry-errors to ask"
+                " those rows again"
+            )
 
     def _note_model(self, reported: str) -> None:
         """Keep every model name the server reported in its answers in the run file."""
@@ -239,6 +292,13 @@ class Runner:
         self.errors.write(line)
         self.result.outcomes[line["reason"]] += 1
         self.result.examples.setdefault(line["reason"], str(line.get("message", "")))
+        self._tick()
+
+    def _throttling(self) -> None:
+        """A throttle wait started or ended: the progress line says how many wait."""
+        t, r = self.pool.throttling, self.result
+        r.throttled_now, r.throttle_waits = t.waiting, t.waits
+        r.throttled_seconds, r.throttle_last = t.seconds, t.last
         self._tick()
 
     def _tick(self) -> None:
