@@ -233,7 +233,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
 
     # lazy: the stages load on the first call, not on import draftset.api
     from draftset.config.recipe import BUILD_KEYS, RECIPE_PATH_KEYS, parse_json_object
-    from draftset.core.reasons import DEFAULT_PLACEHOLDERS  # lazy: a stage, loaded on first use
+    from draftset.core.rules import DEFAULT_PLACEHOLDERS  # lazy: a stage, loaded on first use
 
     if isinstance(options.get("sources"), str | os.PathLike):  # one source, as `generate` takes
         options = {**options, "sources": [options["sources"]]}

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from draftset.core import reasons
+from draftset.core import reasons, rules
 from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.records import Conversation, PreTokenized
 from draftset.mask.ambient import clock_kwargs, valid_now
@@ -370,16 +370,16 @@ def expected_rows(
     originals = conv.messages
     asst = [i for i, m in enumerate(originals) if m["role"] == "assistant"]
     originals = originals[: asst[-1] + 1]
-    if reasons.special_token_in_answer(originals, _special_pattern(tmpl)) is not None:
+    if rules.special_token_in_answer(originals, _special_pattern(tmpl)) is not None:
         return [], Counter(), SPECIAL_TOKEN_TEXT
     harmony, engine = tmpl.harmony is not None, tmpl.serving_engine
     special = _special_pattern(tmpl)
-    if reasons.unservable(
+    if rules.unservable(
         originals, conv.meta, tmpl.template_text, engine, harmony, special, conv.tools
     ):
         return [], Counter(), UNSERVABLE
     msgs = served_reads(originals, conv.meta, _shape(tmpl), tmpl.template_text, engine, harmony)
-    marks = reasons.row_marks(originals, conv.meta)
+    marks = rules.row_marks(originals, conv.meta)
     stops = server_stop_tokens(conv)
     server = (server_completion_ids(conv), server_prompt_ids(conv))
     context: Counter[str] = Counter()
@@ -390,7 +390,7 @@ def expected_rows(
             if j == 0:
                 context[reasons.TURN_NO_PROMPT] += 1
                 continue
-            why = reasons.never_supervised(originals, j, marks, placeholders)
+            why = rules.never_supervised(originals, j, marks, placeholders)
             if why is not None:
                 context[why] += 1
                 continue
@@ -408,10 +408,10 @@ def expected_rows(
             if gen is None:
                 context[str(why)] += 1
                 continue
-            if reasons.drops_content(originals[j], gen, reasons.answer_parts(conv.meta, j)):
+            if rules.drops_content(originals[j], gen, rules.answer_parts(conv.meta, j)):
                 error = error or DROPS_CONTENT
                 continue
-            if reasons.placeholder_as_rendered(originals[j], gen, placeholders):
+            if rules.placeholder_as_rendered(originals[j], gen, placeholders):
                 context[reasons.TURN_PLACEHOLDER] += 1
                 continue
             if other_stop(tmpl, stops, j, gen):
@@ -432,7 +432,7 @@ def expected_rows(
             if j == 0:
                 context[reasons.TURN_NO_PROMPT] += 1
                 continue
-            why = reasons.never_supervised(originals, j, marks, placeholders)
+            why = rules.never_supervised(originals, j, marks, placeholders)
             if why is not None:
                 context[why] += 1
                 continue
@@ -447,9 +447,9 @@ def expected_rows(
             if gen is None:
                 context[str(why)] += 1
             elif whole.startswith(prompt) and whole.startswith(gen, len(prompt)):
-                if reasons.drops_content(originals[j], gen, reasons.answer_parts(conv.meta, j)):
+                if rules.drops_content(originals[j], gen, rules.answer_parts(conv.meta, j)):
                     return [], context, DROPS_CONTENT
-                if reasons.placeholder_as_rendered(originals[j], gen, placeholders):
+                if rules.placeholder_as_rendered(originals[j], gen, placeholders):
                     context[reasons.TURN_PLACEHOLDER] += 1
                 elif other_stop(tmpl, stops, j, gen):
                     context[reasons.TURN_OTHER_STOP] += 1
@@ -491,7 +491,7 @@ def _tags_agree(
 
 DROPS_CONTENT = "the template's render of an assistant turn does not contain its text or tools"
 SPECIAL_TOKEN_TEXT = "an assistant answer holds the text of a special token"
-UNSERVABLE = "a row the serving engine would not render as given (reasons.unservable)"
+UNSERVABLE = "a row the serving engine would not render as given (rules.unservable)"
 
 
 def _special_pattern(tmpl: ChatTemplate) -> re.Pattern[str] | None:
@@ -499,7 +499,7 @@ def _special_pattern(tmpl: ChatTemplate) -> re.Pattern[str] | None:
     pattern = getattr(tmpl, "verify_special_pattern", False)
     if pattern is False:
         added = tmpl.tokenizer.added_tokens_decoder.values()
-        pattern = reasons.special_token_pattern({str(t) for t in added if t.special})
+        pattern = rules.special_token_pattern({str(t) for t in added if t.special})
         tmpl.verify_special_pattern = pattern  # type: ignore[attr-defined]
     return pattern  # type: ignore[return-value]
 
@@ -841,11 +841,11 @@ def _leak(
     if conv is None or j is None:
         return
     msg = conv.messages[j]
-    if reasons.is_placeholder_answer(msg, placeholders):
-        text = _short(reasons.answer_text(msg))
+    if rules.is_placeholder_answer(msg, placeholders):
+        text = _short(rules.answer_text(msg))
         v.leakage.append(f"placeholder answer supervised (turn {j}): {text}")
         return
-    if reasons.copies_its_prompt(conv.messages, j):
+    if rules.copies_its_prompt(conv.messages, j):
         text = _short(str(msg.get("content") or "").strip())
         v.leakage.append(f"answer of turn {j} is a verbatim copy of its prompt: {text}")
 
@@ -1146,16 +1146,16 @@ def _check_reject_messages(
     if error is not None and error not in _SENTINELS and not error.startswith(_BOUND_ERRORS):
         want[reasons.TEMPLATE_ERROR] = error
     if error is None and not expected:
-        want[reasons.NO_SUPERVISED_TURN] = reasons.no_supervised_turn_message(context)
+        want[reasons.NO_SUPERVISED_TURN] = rules.no_supervised_turn_message(context)
     leak = None
     if error == SPECIAL_TOKEN_TEXT:
-        leak = reasons.special_token_in_answer(originals, _special_pattern(tmpl))
+        leak = rules.special_token_in_answer(originals, _special_pattern(tmpl))
     if leak is not None:
-        want[reasons.SPECIAL_TOKEN_IN_ANSWER] = reasons.special_token_in_answer_message(leak)
+        want[reasons.SPECIAL_TOKEN_IN_ANSWER] = rules.special_token_in_answer_message(leak)
     if error == UNSERVABLE:
         harmony, engine = tmpl.harmony is not None, tmpl.serving_engine
         special = _special_pattern(tmpl)
-        problem = reasons.unservable(
+        problem = rules.unservable(
             originals, conv.meta, tmpl.template_text, engine, harmony, special, conv.tools
         )
         if problem is not None:

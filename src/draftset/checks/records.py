@@ -39,7 +39,7 @@ from draftset.checks.mask import (
 )
 from draftset.config.fields import refused
 from draftset.config.schema import BuildArgs, SourceEntry
-from draftset.core import defaults, reasons
+from draftset.core import defaults, reasons, rules
 from draftset.core.records import (
     Conversation,
     Normalized,
@@ -206,7 +206,7 @@ def source_selection(out: OutputSet) -> mix.Selection:
         template_kwargs=dict((out.manifest.get("template") or {}).get("kwargs") or {}),
         overlay=[d["path"] for d in sel.get("overlay") or []],
         turns=str(opts.get("turns") or defaults.TURNS),
-        placeholders=tuple(opts.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS),
+        placeholders=tuple(opts.get("placeholders") or rules.DEFAULT_PLACEHOLDERS),
         answered=(out.manifest.get("run") or {}).get("regenerate"),
     )
     return mix.Selection(spec)
@@ -375,7 +375,7 @@ def source_pass(
     Expected rows use the manifest's placeholder list (what build skipped); leakage judges
     supervised answers against ``placeholders`` (the verify flag, default the same list)."""
     opts = out.options
-    build_placeholders = tuple(opts.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
+    build_placeholders = tuple(opts.get("placeholders") or rules.DEFAULT_PLACEHOLDERS)
     timeout = opts.get("render_timeout", defaults.RENDER_TIMEOUT)
     mode = str(opts.get("turns", "all"))
     idx = _index_output(out, mode)
@@ -635,7 +635,7 @@ def _run_sends(out: OutputSet, picked: Normalized, regenerate: Any, probe: Empty
     """Whether `run` asks the target about this selected row: `hygiene.run_sends`, the one
     rule run queues by, asked of the source row with the manifest's options (placeholders,
     template options, ``regenerate``) and verify's own probe, never of run's files."""
-    placeholders = tuple(out.options.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
+    placeholders = tuple(out.options.get("placeholders") or rules.DEFAULT_PLACEHOLDERS)
     kwargs = (out.manifest.get("template") or {}).get("kwargs") or {}
     why, _ = run_sends(picked, placeholders, kwargs, regenerate, probe.thinks)
     return why is not None
@@ -705,8 +705,8 @@ def _check_too_long(
     assert isinstance(picked, Conversation | PromptOnly)
     max_length = int(out.options.get("max_length") or 0)
     msgs = picked.messages
-    placeholders = tuple(out.options.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
-    if reasons.all_padded_answers(picked, placeholders):
+    placeholders = tuple(out.options.get("placeholders") or rules.DEFAULT_PLACEHOLDERS)
+    if rules.all_padded_answers(picked, placeholders):
         msgs = [m for m in msgs if m["role"] != "assistant"]
     first = next((i for i, m in enumerate(msgs) if m["role"] == "assistant"), len(msgs))
     counts = []
@@ -1033,7 +1033,7 @@ class RowStepCounts:
                 c["generation_tags_agree" if exp.tags_agree else "generation_tags_disagree"] += 1
             for _, gen, j in exp.gens:
                 c["reasoning_not_rendered"] += int(
-                    reasons.reasoning_not_rendered(conv.messages[j], gen)
+                    rules.reasoning_not_rendered(conv.messages[j], gen)
                 )
                 if (ids := server.get(j)) is not None:
                     kept = _kept_server_ids(tmpl, ids, gen) is not None

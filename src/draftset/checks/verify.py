@@ -36,7 +36,7 @@ from draftset.checks.mask import (
 )
 from draftset.checks.records import check_selection_values, check_sources, source_pass
 from draftset.checks.serving import RenderServer, check_render_server
-from draftset.core import defaults, reasons
+from draftset.core import defaults, rules
 from draftset.core.errors import UsageError
 from draftset.core.files import write_json_atomic
 from draftset.core.optional_torch import torch_unavailable
@@ -139,7 +139,7 @@ def run_verify(
         _resolve_tokenizer_path(tokenizer)  # (a FAIL recorded over the set's verify.json before)
     results = _fast(out, block_size)
     if placeholders is None:
-        placeholders = tuple(out.options.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
+        placeholders = tuple(out.options.get("placeholders") or rules.DEFAULT_PLACEHOLDERS)
     try:
         tmpl = load_template(out.manifest, tokenizer)
     except TokenizerError as exc:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from draftset.core import defaults, reasons
+from draftset.core import defaults, reasons, rules
 from draftset.core.modes import NO_REASONING, row_mode
 from draftset.core.records import NOT_TRAINED, Conversation, Normalized, PromptOnly
 from draftset.mask.limits import RENDER_CAP_FLOOR, RenderLimit, time_limit
@@ -32,7 +32,7 @@ def all_placeholder_answers(item: Normalized, placeholders: tuple[str, ...]) -> 
     if not isinstance(item, Conversation):
         return False
     turns = [m for m in item.messages if m["role"] == "assistant"]
-    return bool(turns) and all(reasons.is_placeholder_answer(m, placeholders) for m in turns)
+    return bool(turns) and all(rules.is_placeholder_answer(m, placeholders) for m in turns)
 
 
 def lacks_reasoning(item: Normalized, template_kwargs: Mapping[str, Any] | None) -> bool:
@@ -76,7 +76,7 @@ def run_sends(
         return Q_PROMPT, item.messages
     if not isinstance(item, Conversation) or item.meta.get(NOT_TRAINED):
         return None, []
-    if reasons.all_padded_answers(item, placeholders):  # "OK." or the prompt copied
+    if rules.all_padded_answers(item, placeholders):  # "OK." or the prompt copied
         return Q_PLACEHOLDER, [m for m in item.messages if m["role"] != "assistant"]
     if regenerate == "all":
         return Q_ALL, item.messages
