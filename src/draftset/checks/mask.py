@@ -540,7 +540,56 @@ def compare_row(
     """Decode the row's supervised runs and match each one to an expected generation."""
     v = RowVerdict()
     runs = supervised_runs(mask)
-    # decode alternating context / supervised segments; their lengths give each run's offset
+    decoded = _decode_runs(tmpl, ids, runs)
+    if decoded is None:
+        v.mask.append("a supervised run boundary splits a character")
+        return v
+    text, pieces = decoded
+    raw = exp
+    text, pieces, exp = in_normal_form(tmpl, text, pieces, exp)
+    cut_allowed = options.get("truncation") == "truncate" and len(ids) == int(
+        options.get("max_length") or -1
+    )
+    if text != exp.text:
+        if cut_allowed and exp.text.startswith(text.rstrip("\ufffd")):
+            v.truncated = True
+        else:
+            v.mask.append(
+                "row text differs from the re-render of its source row"
+                + _first_difference(tmpl, ids, text, exp.text)
+            )
+            return v
+    run_at = {start: i for i, (start, _, _) in enumerate(pieces)}
+    kept = len(text.rstrip("\ufffd")) if v.truncated else len(text) + 1
+    in_row = sum(1 for start, _, _ in exp.gens if start < kept)  # the cut removed the others
+    served = _served_context(tmpl, ids, runs, raw, [run_at.get(g[0]) for g in exp.gens[:in_row]])
+    demoted = {exp.gens[g][0] for g, ok in served.items() if not ok}
+    v.supervised = [(gen, j) for g, (_, gen, j) in enumerate(raw.gens) if served.get(g, True)]
+    v.cut_generations = len(exp.gens) - in_row
+    # the first generation is never made context (a difference there is a wrong row, below)
+    v.context[reasons.TURN_HISTORY_TOKENS_DIFFER] += sum(
+        1 for g, ok in served.items() if g and not ok
+    )
+    matched = _match_runs(v, tmpl, ids, runs, pieces, exp, conv, demoted, placeholders)
+    for start, gen, j in exp.gens:
+        if start in matched or start in demoted:
+            continue
+        if v.truncated and start >= len(text.rstrip("\ufffd")):
+            continue  # cut off by truncation
+        v.mask.append(f"assistant turn {j} should be supervised but is not: {_short(gen)}")
+    if pieces and pieces[-1][0] in matched and pieces[-1][0] not in demoted:
+        last = next(g for g, (start, _, _) in enumerate(exp.gens) if start == pieces[-1][0])
+        tail_start = raw.gens[last][0] + len(raw.gens[last][1])
+        _check_trailing_context(v, tmpl, ids, runs[-1][1], raw.text[tail_start:], cut_allowed)
+    return v
+
+
+def _decode_runs(
+    tmpl: ChatTemplate, ids: np.ndarray, runs: list[tuple[int, int]]
+) -> tuple[str, list[tuple[int, int, str]]] | None:
+    """The row's text and its supervised runs, (start char, end char, decoded run) each:
+    context and supervised segments decoded in turn, their lengths giving each run's offset.
+    None when a run boundary splits a character (the pieces do not join into the row's text)."""
     pieces: list[tuple[int, int, str]] = []  # (start char, end char, decoded run)
     pos, char = 0, 0
     decoded_parts: list[str] = []
@@ -556,36 +605,27 @@ def compare_row(
     text = "".join(decoded_parts)
     whole = _decode(tmpl, ids)
     if text != whole:
-        v.mask.append("a supervised run boundary splits a character")
-        return v
-    raw = exp
-    text, pieces, exp = in_normal_form(tmpl, text, pieces, exp)
-    cut_allowed = options.get("truncation") == "truncate" and len(ids) == int(
-        options.get("max_length") or -1
-    )
-    if text != exp.text:
-        if cut_allowed and exp.text.startswith(text.rstrip("\ufffd")):
-            v.truncated = True
-        else:
-            v.mask.append(
-                "row text differs from the re-render of its source row"
-                + _first_difference(tmpl, ids, text, exp.text)
-            )
-            return v
+        return None
+    return text, pieces
+
+
+def _match_runs(
+    v: RowVerdict,
+    tmpl: ChatTemplate,
+    ids: np.ndarray,
+    runs: list[tuple[int, int]],
+    pieces: list[tuple[int, int, str]],
+    exp: Expected,
+    conv: Conversation,
+    demoted: set[int],
+    placeholders: tuple[str, ...],
+) -> set[int]:
+    """Each supervised run judged against the expected generation starting where it starts
+    (its served prompt, its end-of-turn token, the tokens the model emitted, leakage); the
+    starts of the generations matched."""
     server = server_completion_ids(conv)
     prompts = server_prompt_ids(conv)
     by_start = {start: (gen, j) for start, gen, j in exp.gens}
-    run_at = {start: i for i, (start, _, _) in enumerate(pieces)}
-    kept = len(text.rstrip("\ufffd")) if v.truncated else len(text) + 1
-    in_row = sum(1 for start, _, _ in exp.gens if start < kept)  # the cut removed the others
-    served = _served_context(tmpl, ids, runs, raw, [run_at.get(g[0]) for g in exp.gens[:in_row]])
-    demoted = {exp.gens[g][0] for g, ok in served.items() if not ok}
-    v.supervised = [(gen, j) for g, (_, gen, j) in enumerate(raw.gens) if served.get(g, True)]
-    v.cut_generations = len(exp.gens) - in_row
-    # the first generation is never made context (a difference there is a wrong row, below)
-    v.context[reasons.TURN_HISTORY_TOKENS_DIFFER] += sum(
-        1 for g, ok in served.items() if g and not ok
-    )
     matched: set[int] = set()
     for i, (start, end, run) in enumerate(pieces):
         is_last = i == len(pieces) - 1
@@ -628,17 +668,7 @@ def compare_row(
             continue
         v.mask.append(_classify(start, end, run, exp, conv, runs[i]))
         _leak(v, conv, None, run, tmpl, ids[s_tok:e_tok], placeholders)
-    for start, gen, j in exp.gens:
-        if start in matched or start in demoted:
-            continue
-        if v.truncated and start >= len(text.rstrip("\ufffd")):
-            continue  # cut off by truncation
-        v.mask.append(f"assistant turn {j} should be supervised but is not: {_short(gen)}")
-    if pieces and pieces[-1][0] in matched and pieces[-1][0] not in demoted:
-        last = next(g for g, (start, _, _) in enumerate(exp.gens) if start == pieces[-1][0])
-        tail_start = raw.gens[last][0] + len(raw.gens[last][1])
-        _check_trailing_context(v, tmpl, ids, runs[-1][1], raw.text[tail_start:], cut_allowed)
-    return v
+    return matched
 
 
 def _differs(row_ids: np.ndarray, server_ids: list[int]) -> bool:
