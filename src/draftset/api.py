@@ -765,11 +765,11 @@ def _check_set_tokenizer(
     build's is (a missing folder, a file, a folder without tokenizer files: `TokenizerError`),
     then against the set's manifest (another model's vocabulary: ``error``, exit 2)."""
     # lazy: the tokenizer's checks only when one is given
-    from draftset.mask.template import _resolve_tokenizer_path
+    from draftset.mask.template import resolve_tokenizer_path
     from draftset.output.readback import open_output  # lazy: as above
     from draftset.review.show import tokenizer_folder_problem  # lazy: as above
 
-    _resolve_tokenizer_path(str(tokenizer))
+    resolve_tokenizer_path(str(tokenizer))
     out = open_output(folder)
     if out.manifest and (why := tokenizer_folder_problem(out, tokenizer)):
         raise error(f"--tokenizer {tokenizer} is not the tokenizer this set was built with: {why}")

@@ -91,7 +91,7 @@ def _load(spec: TemplateSpec) -> ChatTemplate:
     which of them serves a row is `served_template`'s question), its stops and shape derived."""
     tmpl = ChatTemplate(replace(spec, own_template=False))
     tmpl.verify_stops = derive_stop_tokens(tmpl, spec.eot_tokens)  # type: ignore[attr-defined]
-    _shape(tmpl)  # probed (and the public render path compiled) outside any row's bound
+    template_shape(tmpl)  # probed (and the public render path compiled) outside any row's bound
     return tmpl
 
 
@@ -146,7 +146,7 @@ def derive_stop_tokens(tmpl: ChatTemplate, extra: tuple[str, ...] = ()) -> tuple
     return tuple(found)
 
 
-def _stops(tmpl: ChatTemplate) -> tuple[str, ...]:
+def template_stops(tmpl: ChatTemplate) -> tuple[str, ...]:
     stops = getattr(tmpl, "verify_stops", None)
     if stops is None:
         stops = tmpl.verify_stops = derive_stop_tokens(tmpl)  # type: ignore[attr-defined]
@@ -154,15 +154,15 @@ def _stops(tmpl: ChatTemplate) -> tuple[str, ...]:
 
 
 def _stop_ids(tmpl: ChatTemplate) -> frozenset[int]:
-    """`_stops` as ids, worked out once per template (asked for every supervised run)."""
+    """`template_stops` as ids, worked out once per template (asked for every supervised run)."""
     ids = getattr(tmpl, "verify_stop_ids", None)
     if ids is None:
-        ids = frozenset(int(tmpl.tokenizer.convert_tokens_to_ids(t)) for t in _stops(tmpl))
+        ids = frozenset(int(tmpl.tokenizer.convert_tokens_to_ids(t)) for t in template_stops(tmpl))
         tmpl.verify_stop_ids = ids  # type: ignore[attr-defined]
     return ids
 
 
-def _shape(tmpl: ChatTemplate) -> tuple[bool, bool, bool, bool]:
+def template_shape(tmpl: ChatTemplate) -> tuple[bool, bool, bool, bool]:
     """(content as parts, renders reasoning, arguments as text, renders lists of parts): the
     per-template probes, through the public path."""
     shape = getattr(tmpl, "verify_shape", None)
@@ -205,11 +205,11 @@ def check_tokenizer(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
                 f"tokenizer: {key}: manifest {rec[key]} != the tokenizer's {have}",
             )
     recorded = set((out.manifest.get("template") or {}).get("eot_tokens") or ())
-    if recorded and recorded != set(_stops(tmpl)):
+    if recorded and recorded != set(template_stops(tmpl)):
         p.add(
             "the manifest's end-of-turn tokens differ from the tokenizer files' stop tokens",
             "tokenizer",
-            f"{sorted(recorded)} != {sorted(_stops(tmpl))}",
+            f"{sorted(recorded)} != {sorted(template_stops(tmpl))}",
         )
     return p.result(
         "tokenizer", f"fingerprint {fp[:16]}… and vocab size {vocab} match the manifest"
@@ -294,7 +294,7 @@ def _generation(tmpl: ChatTemplate, prompt: str, full: str) -> tuple[str | None,
     if not full.startswith(prompt):
         return None, reasons.TURN_NOT_GENERABLE
     best = -1
-    for tok in _stops(tmpl):
+    for tok in template_stops(tmpl):
         i = full.find(tok, len(prompt))
         if i >= 0 and (best < 0 or i + len(tok) < best):
             best = i + len(tok)
@@ -322,7 +322,7 @@ def _stop_written_later(
             nxt["tool_call_id"] = call["id"]
     else:
         nxt = {"role": "user", "content": _NEXT_PROBE}
-    if _shape(tmpl)[0]:
+    if template_shape(tmpl)[0]:
         nxt = {**nxt, "content": [{"type": "text", "text": _NEXT_PROBE}]}
     try:
         cont = render([*msgs[: j + 1], nxt])
@@ -344,7 +344,7 @@ def _stop_written_later(
     if k == 0:
         return None
     at = head.rfind(answer[-k:]) + k
-    ends = [i + len(t) for t in _stops(tmpl) if (i := head.find(t, at)) >= 0]
+    ends = [i + len(t) for t in template_stops(tmpl) if (i := head.find(t, at)) >= 0]
     return full + head[at : min(ends)] if ends else None
 
 
@@ -378,7 +378,9 @@ def expected_rows(
         originals, conv.meta, tmpl.template_text, engine, harmony, special, conv.tools
     ):
         return [], Counter(), UNSERVABLE
-    msgs = served_reads(originals, conv.meta, _shape(tmpl), tmpl.template_text, engine, harmony)
+    msgs = served_reads(
+        originals, conv.meta, template_shape(tmpl), tmpl.template_text, engine, harmony
+    )
     marks = rules.row_marks(originals, conv.meta)
     stops = server_stop_tokens(conv)
     server = (server_completion_ids(conv), server_prompt_ids(conv))
@@ -746,7 +748,7 @@ def _emitted_tokens(
     a prefix. Equal text is not enough: `</think>` spelled `</`, `think`, `>` decodes the same
     and is not what the model emits."""
     have = [int(x) for x in run_ids]
-    kept = _kept_server_ids(tmpl, server, gen)
+    kept = kept_server_ids(tmpl, server, gen)
     want = kept if kept is not None else tmpl.tokenizer(gen, add_special_tokens=False)["input_ids"]
     want = list(want)
     return want[: len(have)] == have if prefix else have == want
@@ -848,7 +850,7 @@ def _short(text: str, n: int = 60) -> str:
 def _decoded_answer(tmpl: ChatTemplate, run_ids: np.ndarray) -> str:
     """A run's answer text from its tokens alone: special tokens and think tags dropped."""
     text = tmpl.backend.decode([int(i) for i in run_ids], skip_special_tokens=True)
-    for tok in _stops(tmpl):
+    for tok in template_stops(tmpl):
         text = text.replace(tok, "")
     return _THINK_TAGS.sub("", text).strip()
 
@@ -883,7 +885,7 @@ def _leak(
 # --- one input row's checks, as the pass over the sources (records.py) asks them -----------------
 
 
-def _check_rows(
+def check_rows(
     out: OutputSet,
     tmpl: ChatTemplate,
     item: Conversation | PreTokenized,
@@ -928,7 +930,7 @@ def _check_rows(
     return found
 
 
-def _bounded_expected_rows(
+def bounded_expected_rows(
     tmpl: ChatTemplate,
     conv: Conversation,
     mode: str,
@@ -943,7 +945,7 @@ def _bounded_expected_rows(
         return [], Counter(), f"{exc.reason}: {exc.message}"
 
 
-def _check_length_rejects(
+def check_length_rejects(
     p: Problems,
     tmpl: ChatTemplate,
     conv: Conversation,
@@ -1046,7 +1048,7 @@ def _contract_layout(
         want = list(tok(exp.text[:start], add_special_tokens=False)["input_ids"])
         if have and have + tok(exp.text[end:start], add_special_tokens=False)["input_ids"] != want:
             continue  # history_tokens_differ: this generation joins the context
-        kept = _kept_server_ids(tmpl, (server or {}).get(j), gen)
+        kept = kept_server_ids(tmpl, (server or {}).get(j), gen)
         gen_ids = kept if kept is not None else tok(gen, add_special_tokens=False)["input_ids"]
         runs.append((len(want), len(gen_ids)))
         have = want + list(gen_ids)
@@ -1068,7 +1070,7 @@ _DERIVED = frozenset(
 bug's: verify derives that row cleanly)."""
 
 
-def _check_turn_rejects(
+def check_turn_rejects(
     p: Problems, lines: list[dict[str, Any]], expected: list[tuple[str, Expected]]
 ) -> None:
     """`--turns each`: a turn's reject line beside its conversation's written rows, for a turn
@@ -1080,7 +1082,7 @@ def _check_turn_rejects(
             p.add(f"rejected as {why} but verify derives the turn's row", str(rid))
 
 
-def _check_server_prompt_rejects(
+def check_server_prompt_rejects(
     p: Problems,
     tmpl: ChatTemplate,
     conv: Conversation,
@@ -1113,7 +1115,7 @@ def _check_server_prompt_rejects(
             )
 
 
-def _kept_server_ids(tmpl: ChatTemplate, ids: list[int] | None, gen: str) -> list[int] | None:
+def kept_server_ids(tmpl: ChatTemplate, ids: list[int] | None, gen: str) -> list[int] | None:
     """The ids a generation server returned for a generation as a row may hold them: when they
     spell it ending in an end-of-turn id, or spell it but for that token, which is appended
     (a stop token spelled as text is no model's end); else None (the row holds tokenizer(G))."""
@@ -1128,7 +1130,7 @@ def _kept_server_ids(tmpl: ChatTemplate, ids: list[int] | None, gen: str) -> lis
     return None
 
 
-def _check_rejection(
+def check_rejection(
     p: Problems, conv: Conversation, lines: list[dict[str, Any]], expected: list, error: str | None
 ) -> None:
     """A conversation without rows was rightly rejected (as far as verify can re-derive)."""
@@ -1154,7 +1156,7 @@ _SENTINELS = frozenset({DROPS_CONTENT, SPECIAL_TOKEN_TEXT, UNSERVABLE})
 _BOUND_ERRORS = (f"{reasons.TEMPLATE_TIMEOUT}: ", f"{reasons.TEMPLATE_TOO_LARGE}: ")
 
 
-def _check_reject_messages(
+def check_reject_messages(
     p: Problems,
     tmpl: ChatTemplate,
     conv: Conversation,
@@ -1166,7 +1168,7 @@ def _check_reject_messages(
     and error): a `template_error` line holds the template's own error text (the first one its
     renders raise), a `no_supervised_turn` line the context-only turn counts, a
     `special_token_in_answer` or `unsupported_content` line what the row holds that no server
-    renders as given. Only where verify re-derives the same reason (else `_check_rejection`
+    renders as given. Only where verify re-derives the same reason (else `check_rejection`
     names the reason)."""
     expected, context, error = re_derived
     originals = conv.messages

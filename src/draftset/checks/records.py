@@ -27,14 +27,14 @@ from typing import Any
 from draftset.checks.mask import (
     Expected,
     RowVerdict,
-    _bounded_expected_rows,
-    _check_length_rejects,
-    _check_reject_messages,
-    _check_rejection,
-    _check_rows,
-    _check_server_prompt_rejects,
-    _check_turn_rejects,
-    _kept_server_ids,
+    bounded_expected_rows,
+    check_length_rejects,
+    check_reject_messages,
+    check_rejection,
+    check_rows,
+    check_server_prompt_rejects,
+    check_turn_rejects,
+    kept_server_ids,
     served_template,
 )
 from draftset.config.fields import refused
@@ -574,15 +574,15 @@ class _RowPass:
         error: str | None = None
         if isinstance(item, Conversation) and needs:
             maskp, opts = self.maskp, self.out.options
-            expected, context, error = _bounded_expected_rows(
+            expected, context, error = bounded_expected_rows(
                 tmpl, item, self.mode, self.build_placeholders, self.timeout
             )
             _count_context((self.context_by_source, self.first_context), item, context)
             if not own:
-                _check_rejection(maskp, item, lines, expected, error)
-                _check_reject_messages(maskp, tmpl, item, lines, (expected, context, error))
-                _check_length_rejects(maskp, tmpl, item, lines, expected, opts)
-            _check_server_prompt_rejects(maskp, tmpl, item, lines, expected)
+                check_rejection(maskp, item, lines, expected, error)
+                check_reject_messages(maskp, tmpl, item, lines, (expected, context, error))
+                check_length_rejects(maskp, tmpl, item, lines, expected, opts)
+            check_server_prompt_rejects(maskp, tmpl, item, lines, expected)
         return expected, error
 
     def _check_written(
@@ -599,7 +599,7 @@ class _RowPass:
         row_of_id = self.idx.row_of_id
         mine = [rid for rid in own if row_of_id[rid] in self.chosen_set]
         self.checked += len(mine)
-        found = _check_rows(
+        found = check_rows(
             self.out,
             tmpl,
             item,
@@ -633,8 +633,8 @@ class _RowPass:
             if rid not in self.idx.row_of_id and not any(x.get("id") == rid for x in lines):
                 maskp.add("expected row missing and not rejected", rid)
         if own and lines:  # a turn's row rejected beside written ones
-            _check_length_rejects(maskp, tmpl, item, lines, expected, self.out.options)
-            _check_turn_rejects(maskp, lines, expected)
+            check_length_rejects(maskp, tmpl, item, lines, expected, self.out.options)
+            check_turn_rejects(maskp, lines, expected)
 
     def finish(self, selection: mix.Selection) -> SourcePass:
         """The checks over the whole pass: every output row owned, the lines in input order,
@@ -736,7 +736,7 @@ def _check_timeout(
         )
         return
     started = time.perf_counter()
-    error = _bounded_expected_rows(tmpl, conv, mode, placeholders, timeout * TIMEOUT_SHARE)[2]
+    error = bounded_expected_rows(tmpl, conv, mode, placeholders, timeout * TIMEOUT_SHARE)[2]
     took = time.perf_counter() - started
     if error is not None and error.startswith(
         (reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE)
@@ -1186,7 +1186,7 @@ class RowStepCounts:
                     rules.reasoning_not_rendered(conv.messages[j], gen)
                 )
                 if (ids := server.get(j)) is not None:
-                    kept = _kept_server_ids(tmpl, ids, gen) is not None
+                    kept = kept_server_ids(tmpl, ids, gen) is not None
                     c["server_ids_used" if kept else "server_ids_mismatch"] += 1
         if own and not placeholder_only and lacks_reasoning(conv, self.template_kwargs):
             wrapper = self.probe_of(tmpl).wrapper(row_kwargs_key(conv))

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from draftset.checks.mask import _shape, _stops, served_template
+from draftset.checks.mask import served_template, template_shape, template_stops
 from draftset.checks.records import iter_source_items, pick_rows
 from draftset.config.fields import scheme_hint
 from draftset.core.errors import UsageError
@@ -226,7 +226,7 @@ def _messages(tmpl: ChatTemplate, conv: Conversation) -> list[dict[str, Any]]:
     """What a client sends: the messages with inline reasoning as the template reads it, and
     a message the row gave as several text parts as those parts (the server joins or passes
     them as it does for any client: not draftset's choice)."""
-    _, renders_reasoning, string_arguments, _ = _shape(tmpl)
+    _, renders_reasoning, string_arguments, _ = template_shape(tmpl)
     asst = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
     msgs = as_template_reads(
         conv.messages[: asst[-1] + 1],
@@ -340,7 +340,7 @@ def check_row(
     runs = _runs(mask)
     candidates = _turns_of_row(rid, conv, mode)
     problems: list[str] = []
-    stops = _stops(tmpl)
+    stops = template_stops(tmpl)
     last_turn = candidates[-1] if mode == "each" and candidates else len(msgs) - 1
     try:
         pointer = 0

@@ -21,7 +21,8 @@ from draftset.core import defaults, reasons, rules
 from draftset.core.modes import NO_REASONING, row_mode
 from draftset.core.records import NOT_TRAINED, Conversation, Normalized, PromptOnly
 from draftset.mask.limits import RENDER_CAP_FLOOR, RenderLimit, time_limit
-from draftset.mask.template import TokenizerError, _compile, render_within
+from draftset.mask.sandbox import compile_template
+from draftset.mask.template import TokenizerError, render_within
 
 _ANSWER, _REASONING = "ANSWER-7f3a", "REASONING-7f3a"
 
@@ -138,7 +139,7 @@ def trains_empty_think(
     Returns that wrapper (what the generation writes before the answer), "" when it does not
     think."""
     try:
-        compiled = _compile(template_text)
+        compiled = compile_template(template_text)
 
         def render(msgs: list[dict[str, Any]], gen: bool) -> str:
             return render_within(
