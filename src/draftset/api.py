@@ -13,11 +13,9 @@ arguments or inputs, found before any work; 1: the job failed).
 
 from __future__ import annotations
 
-import glob
 import json as _json
 import os
 import re
-import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,37 +23,36 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from draftset.checks.output_file import VERIFY_JSON_FORMAT, is_verify_json, output_file_check
 from draftset.config.fields import (
     Model,
     flag_of,
     given,
     json_value_problem,
     quoted,
+    strings,
     unknown_keys,
     validated,
 )
 from draftset.config.schema import (
     BuildArgs,
     GenerateArgs,
-    GenerateSection,
     ReportArgs,
     RunArgs,
     ShowArgs,
     VerifyArgs,
-    VerifySection,
 )
+from draftset.config.source_paths import BUILD_READS, GENERATE_READS, not_a_file, not_found
 from draftset.core.errors import DraftsetError, RunError, UsageError
 from draftset.core.files import (
     OTHER_CONFIG_SUFFIXES,
     dash_problem,
-    env_variable,
     home_problem,
     is_recipe,
     json_recipe_problem,
     name_problem,
     other_config_problem,
     other_format_recipe_message,
-    output_file_problem,
     write_failure,
     write_output_file,
 )
@@ -233,7 +230,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
 
     # lazy: the stages load on the first call, not on import draftset.api
     from draftset.config.recipe import BUILD_KEYS, RECIPE_PATH_KEYS, parse_json_object
-    from draftset.core.reasons import DEFAULT_PLACEHOLDERS  # lazy: a stage, loaded on first use
+    from draftset.core.rules import DEFAULT_PLACEHOLDERS  # lazy: a stage, loaded on first use
 
     if isinstance(options.get("sources"), str | os.PathLike):  # one source, as `generate` takes
         options = {**options, "sources": [options["sources"]]}
@@ -275,7 +272,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
         out=Path(o.out),
         chat_template_path=str(template) if template else None,
         template_kwargs=dict(kwargs),
-        eot_tokens=_strings(o.eot_tokens),
+        eot_tokens=strings(o.eot_tokens),
         max_length=o.max_length,
         truncation=o.truncation,
         min_supervised_tokens=o.min_supervised_tokens,
@@ -287,11 +284,11 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
         ray_address=o.ray_address,
         draft_vocab_size=o.draft_vocab_size,
         target_vocab_size=o.target_vocab_size,
-        placeholders=_strings(o.placeholders) or DEFAULT_PLACEHOLDERS,
+        placeholders=strings(o.placeholders) or DEFAULT_PLACEHOLDERS,
         overwrite=o.overwrite,
         dedup=o.dedup,
         near_dup_threshold=o.near_dup_threshold,
-        decontaminate=list(_strings(o.decontaminate)),
+        decontaminate=list(strings(o.decontaminate)),
         mix=dict(o.mix) if o.mix is not None else None,
         render_timeout=o.render_timeout,
         output_format=o.output_format,
@@ -357,75 +354,11 @@ def _recipe_and_sources(
     for s in srcs:
         if problem := other_config_problem(s.path):
             raise UsageError(problem)
-        if problem := _not_a_file(s.path, _BUILD_READS):
+        if problem := not_a_file(s.path, BUILD_READS):
             raise UsageError(problem)
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
-            raise UsageError(_not_found(s.path, in_recipe=sources is None))
+            raise UsageError(not_found(s.path, in_recipe=sources is None))
     return conf, srcs
-
-
-_BUILD_READS = "the workers read ranges of each file and a rerun reads it again"
-_GENERATE_READS = "generate reads each source more than once, and a rerun reads it again to resume"
-_SAVE_THE_ROWS = "save the rows to a file and give its path"
-"""Why standard input or a pipe is no source of `build` / `generate`, and what to do instead."""
-
-
-def _not_a_file(path: Path, reads: str) -> str | None:
-    """Why a source is standard input (``-``) or a pipe (``/dev/stdin``, a named FIFO), with
-    why the command needs a file (``reads``), or None. ``cat a.jsonl | draftset build
-    /dev/stdin`` said "/proc/N/fd/pipe:[M]: no such file or directory"; generate "cannot read:
-    not a regular file", and of ``-`` "source not found: -"."""
-    if str(path) == "-" and not path.exists():  # the Unix spelling of standard input
-        return f"source not found: - (standard input is not a source: {reads}; {_SAVE_THE_ROWS})"
-    try:
-        pipe = stat.S_ISFIFO(os.stat(path).st_mode)
-    except (OSError, ValueError):  # missing, a NUL byte: the not-found line says it
-        return None
-    return f"source {path} is a pipe, not a file ({reads}; {_SAVE_THE_ROWS})" if pipe else None
-
-
-def _not_found(path: Path, in_recipe: bool = False) -> str:
-    """``source not found``, and how options are written when the path looks like it holds
-    some (``a.jsonl@count=2@weight=3``: one ``@``, then comma-separated options; a recipe's
-    ``a.jsonl@count=2``: keys of its entry), or that a quoted wildcard is not expanded
-    (``'x/*.jsonl'``)."""
-    text = str(path)
-    if in_recipe and re.search(r"@\w+=", text):
-        return (
-            f"source not found: {text} (in a recipe, a source's options are keys of its entry:"
-            " {path: a.jsonl, count: 2} or {path: a.jsonl, weight: 3})"
-        )
-    if re.search(r"@\w+=", text):
-        return (
-            f"source not found: {text} (source options follow one @, comma-separated:"
-            " PATH@count=2,weight=3)"
-        )
-    if glob.has_magic(text):  # quoted, the shell left it: `source not found` read as no match
-        parts = path.parts
-        wild = next(i for i, part in enumerate(parts) if glob.has_magic(part))
-        fixed = Path(".").joinpath(*parts[:wild])  # the folder above the first wildcard
-        folder = f", or give the folder {fixed}" if fixed.is_dir() else ""
-        fix = (  # no shell reads a recipe
-            "list each file in the recipe's sources"
-            if in_recipe
-            else "leave the pattern unquoted for the shell to expand"
-        )
-        return f"source not found: {text} (draftset does not expand wildcards: {fix}{folder})"
-    if not in_recipe and (var := env_variable(text)):  # single-quoted: the shell left it
-        return (
-            f"source not found: {text} (draftset does not expand environment variables such as"
-            f" {var}: leave it unquoted, or in double quotes, for the shell to expand)"
-        )
-    return f"source not found: {text}"
-
-
-def _strings(value: Any) -> tuple[str, ...]:
-    """A repeatable option: one value or a list (a lone string is one value, not characters)."""
-    if value is None:
-        return ()
-    if isinstance(value, str | Path):
-        return (str(value),)
-    return tuple(str(v) for v in value)
 
 
 def _fields(fields: Mapping[str, str] | Sequence[str] | None) -> dict[str, str] | None:
@@ -525,93 +458,6 @@ def _progress(label: str, progress: ProgressArg) -> Iterator[Callable[[int, int]
 
 
 # --- verify -----------------------------------------------------------------------------------
-VERIFY_JSON_KIND = "draftset-verify-json/"
-VERIFY_JSON_FORMAT = VERIFY_JSON_KIND + "1"
-"""The ``format`` of what ``verify --json FILE`` writes: how `verify` knows a file it may
-replace (any ``draftset-verify-json/<n>``; a file written before the key: exactly the keys
-``dir``, ``passed``, ``checks``)."""
-_JSON_SNIFF_LIMIT = 64 << 20  # a larger file is recognised by its opening line alone
-
-
-def _is_verify_json(path: Path) -> bool:
-    """Whether ``path`` holds what ``verify --json`` writes (`VerifyResult.to_json`)."""
-    try:
-        with open(path, "rb") as f:
-            text = f.read(_JSON_SNIFF_LIMIT + 1)
-    except OSError:
-        return False
-    if len(text) > _JSON_SNIFF_LIMIT:
-        return text.startswith(f'{{\n  "format": "{VERIFY_JSON_KIND}'.encode())
-    try:
-        data = _json.loads(text)
-    except ValueError:
-        return False
-    if not isinstance(data, dict):
-        return False
-    if str(data.get("format", "")).startswith(VERIFY_JSON_KIND):
-        return True
-    return (
-        set(data) == {"dir", "passed", "checks"}
-        and isinstance(data["passed"], bool)
-        and isinstance(data["checks"], list)
-    )
-
-
-def _set_sources(dir: Path) -> list[str]:
-    """The source files and folders the set's manifest names (absolute paths; none when the
-    manifest cannot be read: opening the set then says why)."""
-    try:
-        manifest = _json.loads((Path(dir) / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    found: list[str] = []
-    inputs = manifest.get("inputs") if isinstance(manifest, dict) else None
-    for inp in inputs if isinstance(inputs, list) else []:
-        if not isinstance(inp, dict):
-            continue
-        files = inp.get("files") if isinstance(inp.get("files"), list) else []
-        for p in [inp.get("path"), *(f.get("path") for f in files if isinstance(f, dict))]:
-            if isinstance(p, str) and os.path.isabs(p) and p not in found:
-                found.append(p)
-    return found
-
-
-def _output_file_check(
-    dir: Path,
-    path: Path,
-    flag: str,
-    what: str,
-    ours: Callable[[Path], bool],
-    error: type[UsageError],
-    may_write: Path | None = None,
-    read_as_input: bool = True,
-) -> Callable[[], None]:
-    """The check of a file a command writes about the set ``dir`` (`core.files.
-    output_file_problem`), run now, before any work, and returned to be repeated just before
-    the file is replaced: it raises ``error`` (exit 2) naming the path and why. A folder
-    without a manifest is not checked now: opening it as a set refuses it first, before any
-    file is written."""
-    sources = _set_sources(dir)
-
-    def check() -> None:
-        problem = output_file_problem(
-            path,
-            flag,
-            what=what,
-            ours=ours,
-            set_dir=dir,
-            set_may_write=may_write,
-            sources=sources,
-            read_as_input=read_as_input,
-        )
-        if problem:
-            raise error(problem)
-
-    if (Path(dir) / "manifest.json").is_file():
-        check()
-    return check
-
-
 @dataclass
 class VerifyResult:
     """Every check of one `verify`: ``ok`` is what the command exits 0 on."""
@@ -677,12 +523,12 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
         raise VerifyUsageError(problem)
     check_json = None
     if o.json:  # before any work: never over a file draftset did not write, nor into the set
-        check_json = _output_file_check(
+        check_json = output_file_check(
             Path(o.dir),
             Path(o.json),
             "--json",
             "a verify result",
-            _is_verify_json,
+            is_verify_json,
             VerifyUsageError,
         )
     server = None
@@ -703,7 +549,7 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
             sample=o.sample,
             seed=o.seed,
             block_size=o.block_size,
-            placeholders=_strings(o.placeholders) or None,
+            placeholders=strings(o.placeholders) or None,
             speculators=o.speculators,
             render_server=server,
         )
@@ -755,6 +601,10 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
     sections), checked: the `RunOptions` a run starts from."""
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.recipe import load_recipe
+    from draftset.config.run_recipe import (  # lazy: as above
+        generate_section,
+        refuse_unknown_generate_keys,
+    )
 
     # lazy: the stages load on the first call, not on import draftset.api
     from draftset.generation.options import GenerateUsageError, split_thinking
@@ -790,7 +640,7 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
         )
     except UsageError as exc:  # run has no --out: the recipe's key is the only way
         # a build key written inside generate: (`tokenizer:` there only) is said as such
-        _refuse_unknown_generate_keys(load_recipe(path).get("generate"), str(path))
+        refuse_unknown_generate_keys(load_recipe(path).get("generate"), str(path), RunUsageError)
         if str(exc) != _NO_OUT:
             raise
         raise RunUsageError(
@@ -798,9 +648,9 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
             " from the recipe): set `out: DIR` at its top level"
         ) from None
     conf = load_recipe(path)
-    gen = _generate_section(conf.get("generate"), str(path))
+    gen = generate_section(conf.get("generate"), str(path), RunUsageError)
     if o.endpoints:
-        gen = gen.model_copy(update={"endpoints": list(_strings(o.endpoints))})
+        gen = gen.model_copy(update={"endpoints": list(strings(o.endpoints))})
     try:  # the thinking setting and the template kwargs agree (checked before any work)
         split_thinking(build.template_kwargs, gen.thinking, "generate.thinking", "template_kwargs")
     except GenerateUsageError as exc:
@@ -813,7 +663,7 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
         retry_errors=o.retry_errors,
         progress=progress,
         speculators=o.speculators,
-        render_server=_render_server(conf.get("verify"), str(path)),
+        render_server=_render_server(conf.get("verify"), str(path), RunUsageError),
     )
 
 
@@ -843,74 +693,11 @@ def _answers_name_problem(text: str) -> str | None:
     )
 
 
-def _api_key_env_problem(value: Any) -> str | None:
-    """Why a recipe's ``generate.api_key_env`` is no variable's name, or None. The key itself
-    written there (``sk-proj-...``) was said back as "names $sk-proj-..., which is not set" and
-    kept in the run's state: it is never shown."""
-    if not isinstance(value, str) or re.fullmatch(r"[A-Za-z_]\w*", value, re.ASCII):
-        return None  # not a string: the schema names the type
-    bare = value[1:].strip("{}")
-    if value.startswith("$") and re.fullmatch(r"[A-Za-z_]\w*", bare, re.ASCII):
-        return f"takes the variable's name without the $: api_key_env: {bare}"
-    return (
-        "takes the name of an environment variable (letters, digits and _, e.g. MY_KEY), and"
-        " this is none (not shown: a key itself?): export the key as a variable and name that"
-    )
-
-
-def _refuse_unknown_generate_keys(section: Any, recipe: str) -> None:
-    """`RunUsageError` for a key the recipe's ``generate:`` mapping may not hold, saying where
-    it goes (a build key such as ``tokenizer:`` written there, generate's own words)."""
-    from draftset.config.recipe import GENERATE_WORDS, places  # lazy: as run_options'
-    from draftset.pipeline.run_state import RunUsageError  # lazy: as above
-
-    unknown = set(section) - set(GenerateSection.model_fields) if isinstance(section, dict) else ()
-    if unknown:
-        known = GenerateSection.model_fields
-        said = unknown_keys(unknown, known, {**GENERATE_WORDS, **places(known)})
-        raise RunUsageError(f"recipe {recipe}: generate: {said}")
-
-
-def _generate_section(section: Any, recipe: str) -> GenerateSection:
-    """The recipe's ``generate:`` mapping, typed by `config.schema.GenerateSection`."""
-    from draftset.pipeline.run_state import RunUsageError  # lazy: as above
-
-    if not isinstance(section, dict):
-        raise RunUsageError(
-            f"recipe {recipe} needs a `generate:` mapping for `draftset run`: the server that"
-            " answers, e.g. generate: {endpoints: [http://127.0.0.1:8000/v1]}"
-            " (examples/run.yaml; docs/run.md)"
-        )
-    _refuse_unknown_generate_keys(section, recipe)
-    if problem := _api_key_env_problem(section.get("api_key_env")):
-        raise RunUsageError(f"recipe key generate.api_key_env: {problem}")
-    values = {k: v for k, v in section.items() if v is not None}
-    gen = validated(GenerateSection, values, recipe="generate.", strict=True, error=RunUsageError)
-    thinking = gen.thinking  # YAML's `thinking: off` is a boolean
-    return gen.model_copy(
-        update={
-            "endpoints": list(_strings(gen.endpoints)),
-            "extra_body": dict(gen.extra_body or {}),
-            "thinking": ("on" if thinking else "off") if isinstance(thinking, bool) else thinking,
-        }
-    )
-
-
-def _render_server(section: Any, where: str) -> str | None:
+def _render_server(section: Any, where: str, error: type[UsageError]) -> str | None:
     """The recipe's `verify: {render_server: URL}`, checked to answer before any work."""
-    from draftset.config.recipe import places  # lazy: as above
-    from draftset.pipeline.run_state import RunUsageError  # lazy: as above
+    from draftset.config.run_recipe import render_server_url  # lazy: as above
 
-    if section is None:
-        return None
-    known = set(VerifySection.model_fields)
-    if not isinstance(section, dict) or set(section) - known:
-        unknown = set(section) - known if isinstance(section, dict) else set()
-        bad = f" ({unknown_keys(unknown, known, places(known))})" if unknown else ""
-        raise RunUsageError(f"{where}: `verify:` takes only `render_server: URL`{bad}")
-    url = validated(
-        VerifySection, section, recipe="verify.", strict=True, error=RunUsageError
-    ).render_server
+    url = render_server_url(section, where, error)
     if url is None:
         return None
     from draftset.checks.serving import connect  # lazy: only recipes that use it
@@ -948,7 +735,7 @@ def report(
     path = Path(o.output) if o.output else default
     # before any work: never over a file draftset did not write, nor into the set but its
     # default report.html
-    check = _output_file_check(
+    check = output_file_check(
         Path(o.dir),
         path,
         "-o" if o.output else "",
@@ -978,11 +765,11 @@ def _check_set_tokenizer(
     build's is (a missing folder, a file, a folder without tokenizer files: `TokenizerError`),
     then against the set's manifest (another model's vocabulary: ``error``, exit 2)."""
     # lazy: the tokenizer's checks only when one is given
-    from draftset.mask.template import _resolve_tokenizer_path
+    from draftset.mask.template import resolve_tokenizer_path
     from draftset.output.readback import open_output  # lazy: as above
     from draftset.review.show import tokenizer_folder_problem  # lazy: as above
 
-    _resolve_tokenizer_path(str(tokenizer))
+    resolve_tokenizer_path(str(tokenizer))
     out = open_output(folder)
     if out.manifest and (why := tokenizer_folder_problem(out, tokenizer)):
         raise error(f"--tokenizer {tokenizer} is not the tokenizer this set was built with: {why}")
@@ -1081,7 +868,7 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     from draftset.sources.read import HUB_PREFIX, Source, SourceError, refuse_several_splits
 
     o = _home(_given(GenerateArgs, {**options, "sources": sources}, GenerateUsageError), "out")
-    paths = _strings(o.sources)
+    paths = strings(o.sources)
     fields = _fields(o.fields)  # RecipeError (exit 2) for a bad --field
     if len(paths) == 1 and is_recipe(paths[0]):
         if problem := unused_layout(o.format, fields, o.preset, paths[0]):
@@ -1091,7 +878,7 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
         srcs = [Source(source_name(Path(p)), Path(p).expanduser(), o.format, fields) for p in paths]
     srcs = unique_names(srcs)
     for s in srcs:
-        if problem := _not_a_file(s.path, _GENERATE_READS):  # build's lines, generate's reason
+        if problem := not_a_file(s.path, GENERATE_READS):  # build's lines, generate's reason
             raise GenerateUsageError(problem)
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise GenerateUsageError(f"source not found: {s.path}")
@@ -1121,7 +908,7 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     out = Path(o.out)
     if out.is_dir():
         raise GenerateUsageError(f"--out {out} is a folder; give a .jsonl file path")
-    endpoints = list(_strings(o.endpoints))
+    endpoints = list(strings(o.endpoints))
     check_servers(endpoints, o.concurrency, extra)
     if problem := extra_body_clash(extra, o, kwargs):
         raise GenerateUsageError(problem)

@@ -20,7 +20,7 @@ from conftest import qwen3_tokenizer_dir
 
 from draftset.cli import main
 from draftset.core.hub import cached_model_folder
-from draftset.mask.template import TokenizerError, _resolve_tokenizer_path
+from draftset.mask.template import TokenizerError, resolve_tokenizer_path
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "tests" / "data" / "serving" / "models" / "qwen3"
@@ -58,7 +58,7 @@ def test_a_cached_hub_id_is_found(offline_home):
     snap = hub_cache(offline_home)
     assert cached_model_folder("Qwen/Qwen3-8B") == snap
     assert cached_model_folder("Qwen/Qwen3-0.6B") is None
-    assert _resolve_tokenizer_path("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"
+    assert resolve_tokenizer_path("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"
 
 
 def test_hf_hub_cache_names_the_cache_itself(offline_home, monkeypatch, tmp_path):
@@ -70,9 +70,9 @@ def test_hf_hub_cache_names_the_cache_itself(offline_home, monkeypatch, tmp_path
 def test_an_uncached_hub_id_offline_is_still_refused(offline_home):
     hub_cache(offline_home, main=False)  # no refs/main: which revision is unknown
     with pytest.raises(TokenizerError, match="HF_HUB_OFFLINE is set"):
-        _resolve_tokenizer_path("Qwen/Qwen3-8B")
+        resolve_tokenizer_path("Qwen/Qwen3-8B")
     with pytest.raises(TokenizerError, match="HF_HUB_OFFLINE is set"):
-        _resolve_tokenizer_path("Qwen/Qwen3-0.6B")
+        resolve_tokenizer_path("Qwen/Qwen3-0.6B")
 
 
 @pytest.mark.parametrize("how", ["command line", "recipe"])

@@ -97,25 +97,25 @@ def test_hostile_rows_are_rejected_and_the_run_goes_on(tmp_path, hostile, worker
 
 def test_verify_bounds_its_own_renders(hostile):
     """verify re-renders source rows itself: with build's bound, a runaway one is named."""
-    from draftset.checks.mask import _bounded_expected_rows
+    from draftset.checks.mask import bounded_expected_rows
     from draftset.core.records import Conversation
     from draftset.mask.template import ChatTemplate, TemplateSpec
 
     tmpl = ChatTemplate(TemplateSpec(str(qwen3_tokenizer_dir()), hostile.read_text()))
     row = chat(0, "HANG")
     conv = Conversation(row["id"], "s", 0, row["messages"])
-    expected, _, error = _bounded_expected_rows(tmpl, conv, "all", ("OK.",), 0.5)
+    expected, _, error = bounded_expected_rows(tmpl, conv, "all", ("OK.",), 0.5)
     assert expected == [] and error is not None and error.startswith("template_timeout")
     row = chat(1, "HUGE")
     conv = Conversation(row["id"], "s", 1, row["messages"])
     # the size cap must stop it, not the clock: a generous timeout keeps a loaded machine
     # (CI on 2 shared cores) from timing out first
-    expected, _, error = _bounded_expected_rows(tmpl, conv, "all", ("OK.",), 60.0)
+    expected, _, error = bounded_expected_rows(tmpl, conv, "all", ("OK.",), 60.0)
     assert expected == [] and error is not None and error.startswith("template_too_large")
     assert tmpl.max_chars is None  # the cap is per row, never left behind
     good = chat(2, "Hi?")
     conv = Conversation(good["id"], "s", 2, good["messages"])
-    expected, _, error = _bounded_expected_rows(tmpl, conv, "all", ("OK.",), 0.5)
+    expected, _, error = bounded_expected_rows(tmpl, conv, "all", ("OK.",), 0.5)
     assert error is None and len(expected) == 1
 
 
@@ -401,7 +401,7 @@ def test_verify_stops_a_flooding_render_at_the_cap(tmp_path):
     end) while build stopped at the cap. A row that writes past the cap and fails after it
     shows which: stopped at the cap it is `template_too_large`, rendered to the end a
     `template_error`."""
-    from draftset.checks.mask import _bounded_expected_rows
+    from draftset.checks.mask import bounded_expected_rows
     from draftset.core.records import Conversation
     from draftset.mask.template import ChatTemplate, TemplateSpec
 
@@ -415,13 +415,13 @@ def test_verify_stops_a_flooding_render_at_the_cap(tmp_path):
     tmpl = ChatTemplate(TemplateSpec(str(qwen3_tokenizer_dir()), text))
     row = chat(0, "LATE")
     conv = Conversation(row["id"], "s", 0, row["messages"])
-    expected, _, error = _bounded_expected_rows(tmpl, conv, "all", ("OK.",), 60.0)
+    expected, _, error = bounded_expected_rows(tmpl, conv, "all", ("OK.",), 60.0)
     assert expected == [] and error is not None, error
     assert error.startswith("template_too_large"), error
     assert tmpl.max_chars is None
     good = chat(1, "Hi?")
     conv = Conversation(good["id"], "s", 1, good["messages"])
-    expected, _, error = _bounded_expected_rows(tmpl, conv, "all", ("OK.",), 5.0)
+    expected, _, error = bounded_expected_rows(tmpl, conv, "all", ("OK.",), 5.0)
     assert error is None and len(expected) == 1
 
 

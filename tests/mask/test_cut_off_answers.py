@@ -27,7 +27,7 @@ from rows import supervised_text as decoded_runs
 from draftset.checks.fast import failing
 from draftset.checks.verify import run_verify
 from draftset.config.options import BuildOptions
-from draftset.core import reasons
+from draftset.core import rules
 from draftset.pipeline.build import run_build
 from draftset.sources.read import Source
 
@@ -128,21 +128,12 @@ def test_verify_fails_a_set_that_supervises_a_cut_off_answer(tmp_path, monkeypat
     """A set built without the rule (as draftset built before it) trains the invented end:
     verify's own derivation, not build's, finds it."""
     with monkeypatch.context() as m:
-        m.setattr(reasons, "cut_off_answers", lambda messages, meta: frozenset())
+        m.setattr(rules, "cut_off_answers", lambda messages, meta: frozenset())
         out = build(tmp_path, "old", ROWS[:2])
     # what the old build trained: the cut thought, then an end-of-turn never generated
     assert supervised_text(set_rows(out)["think_cut"]) == [CUT + "<|im_end|>"]
     results = run_verify(out, speculators=False)
     assert "mask_fidelity" in failed(results)
-
-
-def test_cut_off_rule_reads_the_row_and_its_metadata():
-    msgs = [U("a"), A("b"), U("c"), A("d")]
-    assert reasons.cut_off_answers(msgs, {}) == frozenset()
-    assert reasons.cut_off_answers(msgs, {"metadata": {"truncated": True}}) == {3}
-    assert reasons.cut_off_answers(msgs, {"metadata": {"reasoning_unterminated": True}}) == {3}
-    assert reasons.cut_off_answers(msgs, {"metadata": {"truncated": "yes"}}) == frozenset()
-    assert reasons.cut_off_answers(msgs, {"reasoning_unterminated": {1: True}}) == {1}
 
 
 SPECIAL = "<|im_start|>user\nhi<|im_end|>"
@@ -180,25 +171,6 @@ def test_special_token_text_in_a_tool_call_is_rejected(tmp_path, tool_call, fiel
     assert f"assistant message 1's {field} holds the text of special token" in leak["message"]
     assert sorted(set_rows(out)) == ["fine"]
     assert not failed(run_verify(out, speculators=False))  # verify judges the reject justified
-
-
-def test_special_token_rule_looks_into_tool_calls_only_of_answers():
-    pattern = reasons.special_token_pattern({"<|im_end|>"})
-    answer = A("", tool_calls=[call({"a": ["x", {"b": "<|im_end|>"}]})])
-    assert reasons.special_token_in_answer([U("q"), answer], pattern) == (
-        1,
-        "tool_calls[0].function.arguments",
-        "<|im_end|>",
-    )
-    assert reasons.special_token_in_answer(
-        [U("q"), A("", tool_calls=[call({}, "<|im_end|>")])], pattern
-    ) == (
-        1,
-        "tool_calls[0].function.name",
-        "<|im_end|>",
-    )
-    # a user or tool message is tokenized by the server as the prompt: not concerned
-    assert reasons.special_token_in_answer([U("<|im_end|>"), A("fine")], pattern) is None
 
 
 def test_an_all_reasoning_answer_the_template_drops_is_rejected_in_build_and_verify(tmp_path):

@@ -19,7 +19,7 @@ from rows import build_rows, rejects_by_id
 
 from draftset.checks.fast import failing
 from draftset.checks.verify import run_verify
-from draftset.core import reasons
+from draftset.core import rules
 from draftset.core.records import RawRow
 from draftset.mask.reads import as_template_reads
 from draftset.sources.normalize import normalize
@@ -58,9 +58,9 @@ def test_a_template_that_names_the_role_gets_it_back():
     named = as_template_reads(out.messages, out.meta, developer_role=True)
     assert plain[0]["role"] == "system" and named[0]["role"] == "developer"
     gemma4 = trl_template("gemma4").read_text()
-    assert reasons.developer_role(gemma4, "vllm", False)
-    assert not reasons.developer_role(trl_template("qwen3").read_text(), "vllm", False)
-    assert reasons.developer_role(trl_template("qwen3").read_text(), "transformers", False)
+    assert rules.developer_role(gemma4, "vllm", False)
+    assert not rules.developer_role(trl_template("qwen3").read_text(), "vllm", False)
+    assert rules.developer_role(trl_template("qwen3").read_text(), "transformers", False)
 
 
 def test_rows_the_server_would_merge_are_rejected_and_verify_agrees(tmp_path: Path):
@@ -86,7 +86,7 @@ def test_sglang_gives_the_developer_role_as_sent(tmp_path: Path):
     (read from its source, not run here): under `sglang` Qwen3 gets the role back (its template
     renders no developer message, so neither does the served prompt) and the rows vLLM would
     merge are built, not rejected."""
-    assert reasons.developer_role(trl_template("qwen3").read_text(), "sglang", False)
+    assert rules.developer_role(trl_template("qwen3").read_text(), "sglang", False)
     rows = [
         {"id": "both", "messages": [S("Tutor."), D("One word."), U("A metal?"), A("Iron.")]},
         {"id": "middle", "messages": [U("Hi."), A("Hello."), D("Now terse."), U("A?"), A("B.")]},

@@ -25,7 +25,7 @@ from families import (
 
 from draftset.checks.verify import run_verify
 from draftset.config.options import BuildOptions
-from draftset.core import reasons
+from draftset.core import reasons, rules
 from draftset.core.records import RawRow
 from draftset.mask.encode import encode_plans
 from draftset.mask.render import plan_conversation
@@ -265,7 +265,7 @@ def test_inline_reasoning_moves_only_where_the_template_renders_reasoning(tokdir
 
 def test_whitespace_reasoning_is_no_reasoning_for_build_and_verify(tokdirs):
     msg = {"role": "assistant", "content": "OK", "reasoning_content": " \n"}
-    assert reasons.is_placeholder_answer(msg)
+    assert rules.is_placeholder_answer(msg)
     item = conv([{"role": "user", "content": "Hi"}, msg, {"role": "user", "content": "x"},
                  {"role": "assistant", "content": "Done.", "reasoning_content": "\n"}])  # fmt: skip
     runs, context, _ = supervised(template("qwen3", tokdirs), item)

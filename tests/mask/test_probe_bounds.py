@@ -181,7 +181,7 @@ def test_verify_probes_are_bounded(monkeypatch):
     monkeypatch.setattr(tmpl, "render_reference", hangs)
     t0 = time.monotonic()
     with pytest.raises(TokenizerError, match=r"t\.jinja: a probe render .* --render-timeout"):
-        checks_mask._shape(tmpl)
+        checks_mask.template_shape(tmpl)
     assert time.monotonic() - t0 < 30
 
 

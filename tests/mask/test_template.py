@@ -172,14 +172,14 @@ def test_missing_tokenizer_offline_names_the_variable(monkeypatch, tmp_path):
     it offline (huggingface_hub's rule: TRANSFORMERS_OFFLINE counts too), as a usage error."""
     import pytest
 
-    from draftset.mask.template import TokenizerError, _resolve_tokenizer_path
+    from draftset.mask.template import TokenizerError, resolve_tokenizer_path
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "on")
     monkeypatch.chdir(tmp_path)  # a relative name that could be a hub id (an absolute path
     # cannot be one: it is "tokenizer folder not found" with the hub hint, offline or not)
     with pytest.raises(TokenizerError, match="TRANSFORMERS_OFFLINE is set") as caught:
-        _resolve_tokenizer_path("no-such-tokenizer")
+        resolve_tokenizer_path("no-such-tokenizer")
     assert caught.value.exit_code == 2
 
 

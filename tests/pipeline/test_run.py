@@ -653,9 +653,9 @@ def test_run_and_verify_send_the_same_rows(regenerate: str, thinks: bool) -> Non
 
 def test_placeholder_rows_follow_the_one_placeholder_definition() -> None:
     """What `run` re-asks and `build` counts as placeholder-only is exactly what render and
-    verify leave unsupervised (`reasons.is_placeholder_answer`): whitespace-only reasoning is
+    verify leave unsupervised (`rules.is_placeholder_answer`): whitespace-only reasoning is
     no reasoning, and a dummy answer in the reasoning field is still a dummy."""
-    from draftset.core import reasons
+    from draftset.core import rules
     from draftset.core.records import Conversation
     from draftset.mask.hygiene import all_placeholder_answers
 
@@ -667,9 +667,9 @@ def test_placeholder_rows_follow_the_one_placeholder_definition() -> None:
     ]
     for turn in turns:
         conv = Conversation("r", "s", 0, [{"role": "user", "content": "Hi?"}, turn])
-        expected = reasons.is_placeholder_answer(turn, reasons.DEFAULT_PLACEHOLDERS)
-        assert all_placeholder_answers(conv, reasons.DEFAULT_PLACEHOLDERS) is expected, turn
-    assert [reasons.is_placeholder_answer(t) for t in turns] == [True, True, False, False]
+        expected = rules.is_placeholder_answer(turn, rules.DEFAULT_PLACEHOLDERS)
+        assert all_placeholder_answers(conv, rules.DEFAULT_PLACEHOLDERS) is expected, turn
+    assert [rules.is_placeholder_answer(t) for t in turns] == [True, True, False, False]
 
 
 @pytest.mark.parametrize("where", ["work-inside", "out-inside", "work-holds"])

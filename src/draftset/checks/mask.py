@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from draftset.core import reasons
+from draftset.core import reasons, rules
 from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.records import Conversation, PreTokenized
 from draftset.mask.ambient import clock_kwargs, valid_now
@@ -91,7 +91,7 @@ def _load(spec: TemplateSpec) -> ChatTemplate:
     which of them serves a row is `served_template`'s question), its stops and shape derived."""
     tmpl = ChatTemplate(replace(spec, own_template=False))
     tmpl.verify_stops = derive_stop_tokens(tmpl, spec.eot_tokens)  # type: ignore[attr-defined]
-    _shape(tmpl)  # probed (and the public render path compiled) outside any row's bound
+    template_shape(tmpl)  # probed (and the public render path compiled) outside any row's bound
     return tmpl
 
 
@@ -146,7 +146,7 @@ def derive_stop_tokens(tmpl: ChatTemplate, extra: tuple[str, ...] = ()) -> tuple
     return tuple(found)
 
 
-def _stops(tmpl: ChatTemplate) -> tuple[str, ...]:
+def template_stops(tmpl: ChatTemplate) -> tuple[str, ...]:
     stops = getattr(tmpl, "verify_stops", None)
     if stops is None:
         stops = tmpl.verify_stops = derive_stop_tokens(tmpl)  # type: ignore[attr-defined]
@@ -154,15 +154,15 @@ def _stops(tmpl: ChatTemplate) -> tuple[str, ...]:
 
 
 def _stop_ids(tmpl: ChatTemplate) -> frozenset[int]:
-    """`_stops` as ids, worked out once per template (asked for every supervised run)."""
+    """`template_stops` as ids, worked out once per template (asked for every supervised run)."""
     ids = getattr(tmpl, "verify_stop_ids", None)
     if ids is None:
-        ids = frozenset(int(tmpl.tokenizer.convert_tokens_to_ids(t)) for t in _stops(tmpl))
+        ids = frozenset(int(tmpl.tokenizer.convert_tokens_to_ids(t)) for t in template_stops(tmpl))
         tmpl.verify_stop_ids = ids  # type: ignore[attr-defined]
     return ids
 
 
-def _shape(tmpl: ChatTemplate) -> tuple[bool, bool, bool, bool]:
+def template_shape(tmpl: ChatTemplate) -> tuple[bool, bool, bool, bool]:
     """(content as parts, renders reasoning, arguments as text, renders lists of parts): the
     per-template probes, through the public path."""
     shape = getattr(tmpl, "verify_shape", None)
@@ -205,11 +205,11 @@ def check_tokenizer(out: OutputSet, tmpl: ChatTemplate) -> CheckResult:
                 f"tokenizer: {key}: manifest {rec[key]} != the tokenizer's {have}",
             )
     recorded = set((out.manifest.get("template") or {}).get("eot_tokens") or ())
-    if recorded and recorded != set(_stops(tmpl)):
+    if recorded and recorded != set(template_stops(tmpl)):
         p.add(
             "the manifest's end-of-turn tokens differ from the tokenizer files' stop tokens",
             "tokenizer",
-            f"{sorted(recorded)} != {sorted(_stops(tmpl))}",
+            f"{sorted(recorded)} != {sorted(template_stops(tmpl))}",
         )
     return p.result(
         "tokenizer", f"fingerprint {fp[:16]}… and vocab size {vocab} match the manifest"
@@ -294,7 +294,7 @@ def _generation(tmpl: ChatTemplate, prompt: str, full: str) -> tuple[str | None,
     if not full.startswith(prompt):
         return None, reasons.TURN_NOT_GENERABLE
     best = -1
-    for tok in _stops(tmpl):
+    for tok in template_stops(tmpl):
         i = full.find(tok, len(prompt))
         if i >= 0 and (best < 0 or i + len(tok) < best):
             best = i + len(tok)
@@ -322,7 +322,7 @@ def _stop_written_later(
             nxt["tool_call_id"] = call["id"]
     else:
         nxt = {"role": "user", "content": _NEXT_PROBE}
-    if _shape(tmpl)[0]:
+    if template_shape(tmpl)[0]:
         nxt = {**nxt, "content": [{"type": "text", "text": _NEXT_PROBE}]}
     try:
         cont = render([*msgs[: j + 1], nxt])
@@ -344,7 +344,7 @@ def _stop_written_later(
     if k == 0:
         return None
     at = head.rfind(answer[-k:]) + k
-    ends = [i + len(t) for t in _stops(tmpl) if (i := head.find(t, at)) >= 0]
+    ends = [i + len(t) for t in template_stops(tmpl) if (i := head.find(t, at)) >= 0]
     return full + head[at : min(ends)] if ends else None
 
 
@@ -370,16 +370,18 @@ def expected_rows(
     originals = conv.messages
     asst = [i for i, m in enumerate(originals) if m["role"] == "assistant"]
     originals = originals[: asst[-1] + 1]
-    if reasons.special_token_in_answer(originals, _special_pattern(tmpl)) is not None:
+    if rules.special_token_in_answer(originals, _special_pattern(tmpl)) is not None:
         return [], Counter(), SPECIAL_TOKEN_TEXT
     harmony, engine = tmpl.harmony is not None, tmpl.serving_engine
     special = _special_pattern(tmpl)
-    if reasons.unservable(
+    if rules.unservable(
         originals, conv.meta, tmpl.template_text, engine, harmony, special, conv.tools
     ):
         return [], Counter(), UNSERVABLE
-    msgs = served_reads(originals, conv.meta, _shape(tmpl), tmpl.template_text, engine, harmony)
-    marks = reasons.row_marks(originals, conv.meta)
+    msgs = served_reads(
+        originals, conv.meta, template_shape(tmpl), tmpl.template_text, engine, harmony
+    )
+    marks = rules.row_marks(originals, conv.meta)
     stops = server_stop_tokens(conv)
     server = (server_completion_ids(conv), server_prompt_ids(conv))
     context: Counter[str] = Counter()
@@ -390,7 +392,7 @@ def expected_rows(
             if j == 0:
                 context[reasons.TURN_NO_PROMPT] += 1
                 continue
-            why = reasons.never_supervised(originals, j, marks, placeholders)
+            why = rules.never_supervised(originals, j, marks, placeholders)
             if why is not None:
                 context[why] += 1
                 continue
@@ -408,10 +410,10 @@ def expected_rows(
             if gen is None:
                 context[str(why)] += 1
                 continue
-            if reasons.drops_content(originals[j], gen, reasons.answer_parts(conv.meta, j)):
+            if rules.drops_content(originals[j], gen, rules.answer_parts(conv.meta, j)):
                 error = error or DROPS_CONTENT
                 continue
-            if reasons.placeholder_as_rendered(originals[j], gen, placeholders):
+            if rules.placeholder_as_rendered(originals[j], gen, placeholders):
                 context[reasons.TURN_PLACEHOLDER] += 1
                 continue
             if other_stop(tmpl, stops, j, gen):
@@ -432,7 +434,7 @@ def expected_rows(
             if j == 0:
                 context[reasons.TURN_NO_PROMPT] += 1
                 continue
-            why = reasons.never_supervised(originals, j, marks, placeholders)
+            why = rules.never_supervised(originals, j, marks, placeholders)
             if why is not None:
                 context[why] += 1
                 continue
@@ -447,9 +449,9 @@ def expected_rows(
             if gen is None:
                 context[str(why)] += 1
             elif whole.startswith(prompt) and whole.startswith(gen, len(prompt)):
-                if reasons.drops_content(originals[j], gen, reasons.answer_parts(conv.meta, j)):
+                if rules.drops_content(originals[j], gen, rules.answer_parts(conv.meta, j)):
                     return [], context, DROPS_CONTENT
-                if reasons.placeholder_as_rendered(originals[j], gen, placeholders):
+                if rules.placeholder_as_rendered(originals[j], gen, placeholders):
                     context[reasons.TURN_PLACEHOLDER] += 1
                 elif other_stop(tmpl, stops, j, gen):
                     context[reasons.TURN_OTHER_STOP] += 1
@@ -491,7 +493,7 @@ def _tags_agree(
 
 DROPS_CONTENT = "the template's render of an assistant turn does not contain its text or tools"
 SPECIAL_TOKEN_TEXT = "an assistant answer holds the text of a special token"
-UNSERVABLE = "a row the serving engine would not render as given (reasons.unservable)"
+UNSERVABLE = "a row the serving engine would not render as given (rules.unservable)"
 
 
 def _special_pattern(tmpl: ChatTemplate) -> re.Pattern[str] | None:
@@ -499,7 +501,7 @@ def _special_pattern(tmpl: ChatTemplate) -> re.Pattern[str] | None:
     pattern = getattr(tmpl, "verify_special_pattern", False)
     if pattern is False:
         added = tmpl.tokenizer.added_tokens_decoder.values()
-        pattern = reasons.special_token_pattern({str(t) for t in added if t.special})
+        pattern = rules.special_token_pattern({str(t) for t in added if t.special})
         tmpl.verify_special_pattern = pattern  # type: ignore[attr-defined]
     return pattern  # type: ignore[return-value]
 
@@ -540,7 +542,56 @@ def compare_row(
     """Decode the row's supervised runs and match each one to an expected generation."""
     v = RowVerdict()
     runs = supervised_runs(mask)
-    # decode alternating context / supervised segments; their lengths give each run's offset
+    decoded = _decode_runs(tmpl, ids, runs)
+    if decoded is None:
+        v.mask.append("a supervised run boundary splits a character")
+        return v
+    text, pieces = decoded
+    raw = exp
+    text, pieces, exp = in_normal_form(tmpl, text, pieces, exp)
+    cut_allowed = options.get("truncation") == "truncate" and len(ids) == int(
+        options.get("max_length") or -1
+    )
+    if text != exp.text:
+        if cut_allowed and exp.text.startswith(text.rstrip("\ufffd")):
+            v.truncated = True
+        else:
+            v.mask.append(
+                "row text differs from the re-render of its source row"
+                + _first_difference(tmpl, ids, text, exp.text)
+            )
+            return v
+    run_at = {start: i for i, (start, _, _) in enumerate(pieces)}
+    kept = len(text.rstrip("\ufffd")) if v.truncated else len(text) + 1
+    in_row = sum(1 for start, _, _ in exp.gens if start < kept)  # the cut removed the others
+    served = _served_context(tmpl, ids, runs, raw, [run_at.get(g[0]) for g in exp.gens[:in_row]])
+    demoted = {exp.gens[g][0] for g, ok in served.items() if not ok}
+    v.supervised = [(gen, j) for g, (_, gen, j) in enumerate(raw.gens) if served.get(g, True)]
+    v.cut_generations = len(exp.gens) - in_row
+    # the first generation is never made context (a difference there is a wrong row, below)
+    v.context[reasons.TURN_HISTORY_TOKENS_DIFFER] += sum(
+        1 for g, ok in served.items() if g and not ok
+    )
+    matched = _match_runs(v, tmpl, ids, runs, pieces, exp, conv, demoted, placeholders)
+    for start, gen, j in exp.gens:
+        if start in matched or start in demoted:
+            continue
+        if v.truncated and start >= len(text.rstrip("\ufffd")):
+            continue  # cut off by truncation
+        v.mask.append(f"assistant turn {j} should be supervised but is not: {_short(gen)}")
+    if pieces and pieces[-1][0] in matched and pieces[-1][0] not in demoted:
+        last = next(g for g, (start, _, _) in enumerate(exp.gens) if start == pieces[-1][0])
+        tail_start = raw.gens[last][0] + len(raw.gens[last][1])
+        _check_trailing_context(v, tmpl, ids, runs[-1][1], raw.text[tail_start:], cut_allowed)
+    return v
+
+
+def _decode_runs(
+    tmpl: ChatTemplate, ids: np.ndarray, runs: list[tuple[int, int]]
+) -> tuple[str, list[tuple[int, int, str]]] | None:
+    """The row's text and its supervised runs, (start char, end char, decoded run) each:
+    context and supervised segments decoded in turn, their lengths giving each run's offset.
+    None when a run boundary splits a character (the pieces do not join into the row's text)."""
     pieces: list[tuple[int, int, str]] = []  # (start char, end char, decoded run)
     pos, char = 0, 0
     decoded_parts: list[str] = []
@@ -556,36 +607,27 @@ def compare_row(
     text = "".join(decoded_parts)
     whole = _decode(tmpl, ids)
     if text != whole:
-        v.mask.append("a supervised run boundary splits a character")
-        return v
-    raw = exp
-    text, pieces, exp = in_normal_form(tmpl, text, pieces, exp)
-    cut_allowed = options.get("truncation") == "truncate" and len(ids) == int(
-        options.get("max_length") or -1
-    )
-    if text != exp.text:
-        if cut_allowed and exp.text.startswith(text.rstrip("\ufffd")):
-            v.truncated = True
-        else:
-            v.mask.append(
-                "row text differs from the re-render of its source row"
-                + _first_difference(tmpl, ids, text, exp.text)
-            )
-            return v
+        return None
+    return text, pieces
+
+
+def _match_runs(
+    v: RowVerdict,
+    tmpl: ChatTemplate,
+    ids: np.ndarray,
+    runs: list[tuple[int, int]],
+    pieces: list[tuple[int, int, str]],
+    exp: Expected,
+    conv: Conversation,
+    demoted: set[int],
+    placeholders: tuple[str, ...],
+) -> set[int]:
+    """Each supervised run judged against the expected generation starting where it starts
+    (its served prompt, its end-of-turn token, the tokens the model emitted, leakage); the
+    starts of the generations matched."""
     server = server_completion_ids(conv)
     prompts = server_prompt_ids(conv)
     by_start = {start: (gen, j) for start, gen, j in exp.gens}
-    run_at = {start: i for i, (start, _, _) in enumerate(pieces)}
-    kept = len(text.rstrip("\ufffd")) if v.truncated else len(text) + 1
-    in_row = sum(1 for start, _, _ in exp.gens if start < kept)  # the cut removed the others
-    served = _served_context(tmpl, ids, runs, raw, [run_at.get(g[0]) for g in exp.gens[:in_row]])
-    demoted = {exp.gens[g][0] for g, ok in served.items() if not ok}
-    v.supervised = [(gen, j) for g, (_, gen, j) in enumerate(raw.gens) if served.get(g, True)]
-    v.cut_generations = len(exp.gens) - in_row
-    # the first generation is never made context (a difference there is a wrong row, below)
-    v.context[reasons.TURN_HISTORY_TOKENS_DIFFER] += sum(
-        1 for g, ok in served.items() if g and not ok
-    )
     matched: set[int] = set()
     for i, (start, end, run) in enumerate(pieces):
         is_last = i == len(pieces) - 1
@@ -628,17 +670,7 @@ def compare_row(
             continue
         v.mask.append(_classify(start, end, run, exp, conv, runs[i]))
         _leak(v, conv, None, run, tmpl, ids[s_tok:e_tok], placeholders)
-    for start, gen, j in exp.gens:
-        if start in matched or start in demoted:
-            continue
-        if v.truncated and start >= len(text.rstrip("\ufffd")):
-            continue  # cut off by truncation
-        v.mask.append(f"assistant turn {j} should be supervised but is not: {_short(gen)}")
-    if pieces and pieces[-1][0] in matched and pieces[-1][0] not in demoted:
-        last = next(g for g, (start, _, _) in enumerate(exp.gens) if start == pieces[-1][0])
-        tail_start = raw.gens[last][0] + len(raw.gens[last][1])
-        _check_trailing_context(v, tmpl, ids, runs[-1][1], raw.text[tail_start:], cut_allowed)
-    return v
+    return matched
 
 
 def _differs(row_ids: np.ndarray, server_ids: list[int]) -> bool:
@@ -716,7 +748,7 @@ def _emitted_tokens(
     a prefix. Equal text is not enough: `</think>` spelled `</`, `think`, `>` decodes the same
     and is not what the model emits."""
     have = [int(x) for x in run_ids]
-    kept = _kept_server_ids(tmpl, server, gen)
+    kept = kept_server_ids(tmpl, server, gen)
     want = kept if kept is not None else tmpl.tokenizer(gen, add_special_tokens=False)["input_ids"]
     want = list(want)
     return want[: len(have)] == have if prefix else have == want
@@ -818,7 +850,7 @@ def _short(text: str, n: int = 60) -> str:
 def _decoded_answer(tmpl: ChatTemplate, run_ids: np.ndarray) -> str:
     """A run's answer text from its tokens alone: special tokens and think tags dropped."""
     text = tmpl.backend.decode([int(i) for i in run_ids], skip_special_tokens=True)
-    for tok in _stops(tmpl):
+    for tok in template_stops(tmpl):
         text = text.replace(tok, "")
     return _THINK_TAGS.sub("", text).strip()
 
@@ -841,11 +873,11 @@ def _leak(
     if conv is None or j is None:
         return
     msg = conv.messages[j]
-    if reasons.is_placeholder_answer(msg, placeholders):
-        text = _short(reasons.answer_text(msg))
+    if rules.is_placeholder_answer(msg, placeholders):
+        text = _short(rules.answer_text(msg))
         v.leakage.append(f"placeholder answer supervised (turn {j}): {text}")
         return
-    if reasons.copies_its_prompt(conv.messages, j):
+    if rules.copies_its_prompt(conv.messages, j):
         text = _short(str(msg.get("content") or "").strip())
         v.leakage.append(f"answer of turn {j} is a verbatim copy of its prompt: {text}")
 
@@ -853,7 +885,7 @@ def _leak(
 # --- one input row's checks, as the pass over the sources (records.py) asks them -----------------
 
 
-def _check_rows(
+def check_rows(
     out: OutputSet,
     tmpl: ChatTemplate,
     item: Conversation | PreTokenized,
@@ -898,7 +930,7 @@ def _check_rows(
     return found
 
 
-def _bounded_expected_rows(
+def bounded_expected_rows(
     tmpl: ChatTemplate,
     conv: Conversation,
     mode: str,
@@ -913,7 +945,7 @@ def _bounded_expected_rows(
         return [], Counter(), f"{exc.reason}: {exc.message}"
 
 
-def _check_length_rejects(
+def check_length_rejects(
     p: Problems,
     tmpl: ChatTemplate,
     conv: Conversation,
@@ -1016,7 +1048,7 @@ def _contract_layout(
         want = list(tok(exp.text[:start], add_special_tokens=False)["input_ids"])
         if have and have + tok(exp.text[end:start], add_special_tokens=False)["input_ids"] != want:
             continue  # history_tokens_differ: this generation joins the context
-        kept = _kept_server_ids(tmpl, (server or {}).get(j), gen)
+        kept = kept_server_ids(tmpl, (server or {}).get(j), gen)
         gen_ids = kept if kept is not None else tok(gen, add_special_tokens=False)["input_ids"]
         runs.append((len(want), len(gen_ids)))
         have = want + list(gen_ids)
@@ -1038,7 +1070,7 @@ _DERIVED = frozenset(
 bug's: verify derives that row cleanly)."""
 
 
-def _check_turn_rejects(
+def check_turn_rejects(
     p: Problems, lines: list[dict[str, Any]], expected: list[tuple[str, Expected]]
 ) -> None:
     """`--turns each`: a turn's reject line beside its conversation's written rows, for a turn
@@ -1050,7 +1082,7 @@ def _check_turn_rejects(
             p.add(f"rejected as {why} but verify derives the turn's row", str(rid))
 
 
-def _check_server_prompt_rejects(
+def check_server_prompt_rejects(
     p: Problems,
     tmpl: ChatTemplate,
     conv: Conversation,
@@ -1083,7 +1115,7 @@ def _check_server_prompt_rejects(
             )
 
 
-def _kept_server_ids(tmpl: ChatTemplate, ids: list[int] | None, gen: str) -> list[int] | None:
+def kept_server_ids(tmpl: ChatTemplate, ids: list[int] | None, gen: str) -> list[int] | None:
     """The ids a generation server returned for a generation as a row may hold them: when they
     spell it ending in an end-of-turn id, or spell it but for that token, which is appended
     (a stop token spelled as text is no model's end); else None (the row holds tokenizer(G))."""
@@ -1098,7 +1130,7 @@ def _kept_server_ids(tmpl: ChatTemplate, ids: list[int] | None, gen: str) -> lis
     return None
 
 
-def _check_rejection(
+def check_rejection(
     p: Problems, conv: Conversation, lines: list[dict[str, Any]], expected: list, error: str | None
 ) -> None:
     """A conversation without rows was rightly rejected (as far as verify can re-derive)."""
@@ -1124,7 +1156,7 @@ _SENTINELS = frozenset({DROPS_CONTENT, SPECIAL_TOKEN_TEXT, UNSERVABLE})
 _BOUND_ERRORS = (f"{reasons.TEMPLATE_TIMEOUT}: ", f"{reasons.TEMPLATE_TOO_LARGE}: ")
 
 
-def _check_reject_messages(
+def check_reject_messages(
     p: Problems,
     tmpl: ChatTemplate,
     conv: Conversation,
@@ -1136,7 +1168,7 @@ def _check_reject_messages(
     and error): a `template_error` line holds the template's own error text (the first one its
     renders raise), a `no_supervised_turn` line the context-only turn counts, a
     `special_token_in_answer` or `unsupported_content` line what the row holds that no server
-    renders as given. Only where verify re-derives the same reason (else `_check_rejection`
+    renders as given. Only where verify re-derives the same reason (else `check_rejection`
     names the reason)."""
     expected, context, error = re_derived
     originals = conv.messages
@@ -1146,16 +1178,16 @@ def _check_reject_messages(
     if error is not None and error not in _SENTINELS and not error.startswith(_BOUND_ERRORS):
         want[reasons.TEMPLATE_ERROR] = error
     if error is None and not expected:
-        want[reasons.NO_SUPERVISED_TURN] = reasons.no_supervised_turn_message(context)
+        want[reasons.NO_SUPERVISED_TURN] = rules.no_supervised_turn_message(context)
     leak = None
     if error == SPECIAL_TOKEN_TEXT:
-        leak = reasons.special_token_in_answer(originals, _special_pattern(tmpl))
+        leak = rules.special_token_in_answer(originals, _special_pattern(tmpl))
     if leak is not None:
-        want[reasons.SPECIAL_TOKEN_IN_ANSWER] = reasons.special_token_in_answer_message(leak)
+        want[reasons.SPECIAL_TOKEN_IN_ANSWER] = rules.special_token_in_answer_message(leak)
     if error == UNSERVABLE:
         harmony, engine = tmpl.harmony is not None, tmpl.serving_engine
         special = _special_pattern(tmpl)
-        problem = reasons.unservable(
+        problem = rules.unservable(
             originals, conv.meta, tmpl.template_text, engine, harmony, special, conv.tools
         )
         if problem is not None:

@@ -20,26 +20,26 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from draftset.checks.mask import (
     Expected,
     RowVerdict,
-    _bounded_expected_rows,
-    _check_length_rejects,
-    _check_reject_messages,
-    _check_rejection,
-    _check_rows,
-    _check_server_prompt_rejects,
-    _check_turn_rejects,
-    _kept_server_ids,
+    bounded_expected_rows,
+    check_length_rejects,
+    check_reject_messages,
+    check_rejection,
+    check_rows,
+    check_server_prompt_rejects,
+    check_turn_rejects,
+    kept_server_ids,
     served_template,
 )
 from draftset.config.fields import refused
 from draftset.config.schema import BuildArgs, SourceEntry
-from draftset.core import defaults, reasons
+from draftset.core import defaults, reasons, rules
 from draftset.core.records import (
     Conversation,
     Normalized,
@@ -206,7 +206,7 @@ def source_selection(out: OutputSet) -> mix.Selection:
         template_kwargs=dict((out.manifest.get("template") or {}).get("kwargs") or {}),
         overlay=[d["path"] for d in sel.get("overlay") or []],
         turns=str(opts.get("turns") or defaults.TURNS),
-        placeholders=tuple(opts.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS),
+        placeholders=tuple(opts.get("placeholders") or rules.DEFAULT_PLACEHOLDERS),
         answered=(out.manifest.get("run") or {}).get("regenerate"),
     )
     return mix.Selection(spec)
@@ -374,62 +374,140 @@ def source_pass(
 
     Expected rows use the manifest's placeholder list (what build skipped); leakage judges
     supervised answers against ``placeholders`` (the verify flag, default the same list)."""
-    opts = out.options
-    build_placeholders = tuple(opts.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
-    timeout = opts.get("render_timeout", defaults.RENDER_TIMEOUT)
-    mode = str(opts.get("turns", "all"))
-    idx = _index_output(out, mode)
-    row_of_id = idx.row_of_id
-    n = len(idx.ids)
-    chosen, full = pick_rows(n, sample, seed)
-    chosen_set = set(chosen)
-    share = len(chosen) / max(n, 1)  # of the input rows re-derived besides the chosen rows
-    ident = Problems()
-    maskp = Problems()
-    leak = Problems()
-    used_rejects: set[tuple[str, int]] = set()
-    row_owner: dict[int, tuple[int, int]] = {}  # output row -> (input row's position, turn k)
-    context_by_source: dict[str, Counter[str]] = {}
-    first_context: dict[str, dict[str, tuple[str, int]]] = {}  # reason -> first (id, row)
-    recount = RowStepCounts(tmpl, out.manifest, build_placeholders, timeout)
-    checked = 0
-    sources = out.sources()
+    rows = _RowPass.begin(out, tmpl, sample, seed, placeholders)
     selection = source_selection(out)
     # `draftset run`'s answers replace rows whole: each is judged against the row it replaces
     answers = Overlay(selection.spec.overlay) if selection.spec.overlay else None
     if answers is not None:
         selection = mix.Selection(replace(selection.spec, overlay=[]))
-    prompt_order: list[int] = []  # prompts.jsonl line of each prompt-only input row, in order
-    reject_order: list[tuple[int, str]] = []  # (rejects.jsonl line, id) of each input row
     for position, picked in enumerate(_selection_rows(out, selection)):
         item = picked if answers is None else answers.apply(picked)
+        rows.check(position, picked, item)
+    if answers is not None:
+        answers.close()
+    return rows.finish(selection)
+
+
+@dataclass
+class _RowPass:
+    """`source_pass`'s state: the set's index, the rows chosen, the problems found, and what
+    the input rows claimed so far (their output rows, their reject and prompt lines)."""
+
+    out: OutputSet
+    tmpl: ChatTemplate
+    seed: int
+    placeholders: tuple[str, ...]
+    build_placeholders: tuple[str, ...]
+    timeout: float | None
+    mode: str
+    idx: _OutputIndex
+    chosen_set: set[int]
+    full: bool
+    share: float  # of the input rows re-derived besides the chosen rows
+    recount: RowStepCounts
+    sources: list[str | None]
+    ident: Problems = field(default_factory=Problems)
+    maskp: Problems = field(default_factory=Problems)
+    leak: Problems = field(default_factory=Problems)
+    used_rejects: set[tuple[str, int]] = field(default_factory=set)
+    # output row -> (input row's position, turn k)
+    row_owner: dict[int, tuple[int, int]] = field(default_factory=dict)
+    context_by_source: dict[str, Counter[str]] = field(default_factory=dict)
+    # reason -> first (id, row)
+    first_context: dict[str, dict[str, tuple[str, int]]] = field(default_factory=dict)
+    checked: int = 0
+    # prompts.jsonl line of each prompt-only input row, in order
+    prompt_order: list[int] = field(default_factory=list)
+    # (rejects.jsonl line, id) of each input row
+    reject_order: list[tuple[int, str]] = field(default_factory=list)
+
+    @classmethod
+    def begin(
+        cls,
+        out: OutputSet,
+        tmpl: ChatTemplate,
+        sample: int | None,
+        seed: int,
+        placeholders: tuple[str, ...],
+    ) -> _RowPass:
+        opts = out.options
+        build_placeholders = tuple(opts.get("placeholders") or rules.DEFAULT_PLACEHOLDERS)
+        timeout = opts.get("render_timeout", defaults.RENDER_TIMEOUT)
+        mode = str(opts.get("turns", "all"))
+        idx = _index_output(out, mode)
+        n = len(idx.ids)
+        chosen, full = pick_rows(n, sample, seed)
+        return cls(
+            out=out,
+            tmpl=tmpl,
+            seed=seed,
+            placeholders=placeholders,
+            build_placeholders=build_placeholders,
+            timeout=timeout,
+            mode=mode,
+            idx=idx,
+            chosen_set=set(chosen),
+            full=full,
+            share=len(chosen) / max(n, 1),
+            recount=RowStepCounts(tmpl, out.manifest, build_placeholders, timeout),
+            sources=out.sources(),
+        )
+
+    def check(self, position: int, picked: Normalized, item: Normalized) -> None:
+        """One input row (``item``: ``picked`` with its answers from `run`, if any) against
+        what the set holds of it."""
         if item is not picked:
-            served = served_template(tmpl, getattr(picked, "tools", None))
-            _check_answered(ident, (tmpl, recount.probe_of(served)), out, picked, item)
+            served = served_template(self.tmpl, getattr(picked, "tools", None))
+            probe = self.recount.probe_of(served)
+            _check_answered(self.ident, (self.tmpl, probe), self.out, picked, item)
         key = (item.source, item.row)
-        reject_order += [(n, str(item.id)) for n in idx.reject_line.get(key, ())]
-        _check_reject_files(ident, item, idx.rejects_at.get(key) or [])
+        self.reject_order += [(n, str(item.id)) for n in self.idx.reject_line.get(key, ())]
+        _check_reject_files(self.ident, item, self.idx.rejects_at.get(key) or [])
         if isinstance(item, Reject | PromptOnly):
-            _check_unwritten(ident, item, idx, used_rejects, prompt_order)
-            continue
-        expected: list[tuple[str, Expected]] = []
-        error: str | None = None
-        turn_rows = mode == "each" and not isinstance(item, PreTokenized)
+            _check_unwritten(self.ident, item, self.idx, self.used_rejects, self.prompt_order)
+            return
+        turn_rows = self.mode == "each" and not isinstance(item, PreTokenized)
+        own = self._own_rows(item, turn_rows)
+        lines = self.idx.rejects_at.get(key) or []
+        self._check_reject_lines(item, key, own, lines)
+        self._claim(position, item, own, turn_rows)
+        # the template a server renders this row's request by (a named set: 'tool_use' for
+        # a row with tools), worked out here (`served_template`)
+        tmpl = (
+            served_template(self.tmpl, item.tools) if isinstance(item, Conversation) else self.tmpl
+        )
+        needs = self._needs(tmpl, item, key, own, lines)
+        expected, error = self._rederive(tmpl, item, own, lines, needs)
+        self._check_written(tmpl, item, own, lines, expected, error, needs)
+        if isinstance(item, Conversation) and needs and self.mode == "each":
+            self._check_each_turn(tmpl, item, own, lines, expected)
+
+    def _own_rows(self, item: Conversation | PreTokenized, turn_rows: bool) -> list[str]:
+        """The ids of the output rows ``item`` wrote (one per turn under ``--turns each``)."""
         if not turn_rows:
-            own = [item.id] if item.id in row_of_id else []
-        else:
-            own = idx.each_rows.get(item.id, [])
-            if isinstance(item, Conversation):
-                _check_turn_ids(ident, item, own)
-        lines = idx.rejects_at.get(key) or []
+            return [item.id] if item.id in self.idx.row_of_id else []
+        own = self.idx.each_rows.get(item.id, [])
+        if isinstance(item, Conversation):
+            _check_turn_ids(self.ident, item, own)
+        return own
+
+    def _check_reject_lines(
+        self,
+        item: Conversation | PreTokenized,
+        key: tuple[str, int],
+        own: list[str],
+        lines: list[dict[str, Any]],
+    ) -> None:
+        """The row is written or rejected, and its reject lines are the row step's, naming it."""
+        ident, mode = self.ident, self.mode
         if lines:
-            used_rejects.add(key)
+            self.used_rejects.add(key)
         if not own and not lines:
             ident.add("input row neither written nor rejected (row dropped?)", item.id)
         if own:  # build meets a render bound planning the whole conversation: one line, no row
             for x in lines:
                 if x.get("reason") in _WHOLE_ROW:
-                    maskp.add(
+                    self.maskp.add(
                         f"rejected as {x.get('reason')} beside its conversation's written rows",
                         str(x.get("id")),
                         f"{x.get('id')}: rejected as {x.get('reason')} beside the conversation's"
@@ -448,69 +526,141 @@ def source_pass(
                     f"{item.id}: the {x.get('reason')} line of {item.source} row {item.row}"
                     f" has id {x.get('id')!r}",
                 )
+
+    def _claim(
+        self, position: int, item: Conversation | PreTokenized, own: list[str], turn_rows: bool
+    ) -> None:
+        """The output rows ``item`` owns, marked as its (each output row has one owner)."""
         for rid in own:
-            r = row_of_id[rid]
-            row_owner[r] = (position, _turn_row(rid) if turn_rows else 0)
-            if sources[r] != item.source:
-                ident.add("row's source column differs from its input row's source", rid)
-        # the template a server renders this row's request by (a named set: 'tool_use' for
-        # a row with tools), worked out here (`served_template`)
-        row_tmpl = served_template(tmpl, item.tools) if isinstance(item, Conversation) else tmpl
-        needs = full or any(row_of_id[rid] in chosen_set for rid in own)
+            r = self.idx.row_of_id[rid]
+            self.row_owner[r] = (position, _turn_row(rid) if turn_rows else 0)
+            if self.sources[r] != item.source:
+                self.ident.add("row's source column differs from its input row's source", rid)
+
+    def _needs(
+        self,
+        tmpl: ChatTemplate,
+        item: Conversation | PreTokenized,
+        key: tuple[str, int],
+        own: list[str],
+        lines: list[dict[str, Any]],
+    ) -> bool:
+        """Whether the row is re-rendered: it wrote a chosen row, or a rejected row falls in
+        the sample's share of input rows (a timeout is checked on its own, not again here).
+        ``tmpl``: the template the row is served by, here and below."""
+        row_of_id, seed, share = self.idx.row_of_id, self.seed, self.share
+        needs = self.full or any(row_of_id[rid] in self.chosen_set for rid in own)
         # a sample of output rows never meets a rejected row: the same share of input rows
         needs = needs or input_chosen(key, seed, share)
         if not own and any(x.get("reason") == reasons.TEMPLATE_TIMEOUT for x in lines):
             needs = False  # a timeout depends on the machine: not worth that work again here
-            if isinstance(item, Conversation) and (full or input_chosen(key, seed, share)):
-                _check_timeout(maskp, row_tmpl, item, mode, build_placeholders, timeout)
+            if isinstance(item, Conversation) and (self.full or input_chosen(key, seed, share)):
+                _check_timeout(
+                    self.maskp, tmpl, item, self.mode, self.build_placeholders, self.timeout
+                )
+        return needs
+
+    def _rederive(
+        self,
+        tmpl: ChatTemplate,
+        item: Conversation | PreTokenized,
+        own: list[str],
+        lines: list[dict[str, Any]],
+        needs: bool,
+    ) -> tuple[list[tuple[str, Expected]], str | None]:
+        """The rows build should have written of ``item`` (re-rendered when `_needs`), and its
+        reject lines judged against them."""
+        expected: list[tuple[str, Expected]] = []
+        error: str | None = None
         if isinstance(item, Conversation) and needs:
-            expected, context, error = _bounded_expected_rows(
-                row_tmpl, item, mode, build_placeholders, timeout
+            maskp, opts = self.maskp, self.out.options
+            expected, context, error = bounded_expected_rows(
+                tmpl, item, self.mode, self.build_placeholders, self.timeout
             )
-            _count_context((context_by_source, first_context), item, context)
+            _count_context((self.context_by_source, self.first_context), item, context)
             if not own:
-                _check_rejection(maskp, item, lines, expected, error)
-                _check_reject_messages(maskp, row_tmpl, item, lines, (expected, context, error))
-                _check_length_rejects(maskp, row_tmpl, item, lines, expected, opts)
-            _check_server_prompt_rejects(maskp, row_tmpl, item, lines, expected)
-        mine = [rid for rid in own if row_of_id[rid] in chosen_set]
-        checked += len(mine)
-        found = _check_rows(
-            out, row_tmpl, item, mine, row_of_id, dict(expected), error, placeholders, (maskp, leak)
+                check_rejection(maskp, item, lines, expected, error)
+                check_reject_messages(maskp, tmpl, item, lines, (expected, context, error))
+                check_length_rejects(maskp, tmpl, item, lines, expected, opts)
+            check_server_prompt_rejects(maskp, tmpl, item, lines, expected)
+        return expected, error
+
+    def _check_written(
+        self,
+        tmpl: ChatTemplate,
+        item: Conversation | PreTokenized,
+        own: list[str],
+        lines: list[dict[str, Any]],
+        expected: list[tuple[str, Expected]],
+        error: str | None,
+        needs: bool,
+    ) -> None:
+        """Mask fidelity and leakage of the chosen rows ``item`` wrote; the row step's counts."""
+        row_of_id = self.idx.row_of_id
+        mine = [rid for rid in own if row_of_id[rid] in self.chosen_set]
+        self.checked += len(mine)
+        found = check_rows(
+            self.out,
+            tmpl,
+            item,
+            mine,
+            row_of_id,
+            dict(expected),
+            error,
+            self.placeholders,
+            (self.maskp, self.leak),
         )
         if found.context:  # turns the token rule made context, judged on the rows themselves
-            _count_context((context_by_source, first_context), item, found.context)
+            _count_context((self.context_by_source, self.first_context), item, found.context)
         if isinstance(item, Conversation):
             complete = len(mine) == len(own)
-            recount.add(
-                item, own, lines, expected if needs else None, error, found, complete, row_tmpl
+            self.recount.add(
+                item, own, lines, expected if needs else None, error, found, complete, tmpl
             )
-        if isinstance(item, Conversation) and needs and mode == "each":
-            for rid, _ in expected:
-                if rid not in row_of_id and not any(x.get("id") == rid for x in lines):
-                    maskp.add("expected row missing and not rejected", rid)
-            if own and lines:  # a turn's row rejected beside written ones
-                _check_length_rejects(maskp, row_tmpl, item, lines, expected, opts)
-                _check_turn_rejects(maskp, lines, expected)
-    if answers is not None:
-        answers.close()
-    _check_every_output_row(ident, idx, row_owner, used_rejects)
-    for (a, first), (b, second) in itertools.pairwise(reject_order):
-        if b < a:
-            ident.add(
-                "rejects.jsonl lines are not in input order (build's order is deterministic)",
-                second,
-                f"rejects.jsonl line {b + 1} ({second}) comes before line {a + 1} ({first}),"
-                " which build writes first (the first pair out of order)",
+
+    def _check_each_turn(
+        self,
+        tmpl: ChatTemplate,
+        item: Conversation,
+        own: list[str],
+        lines: list[dict[str, Any]],
+        expected: list[tuple[str, Expected]],
+    ) -> None:
+        """``--turns each``: every expected turn's row written or rejected, and a turn's
+        reject lines beside written rows judged."""
+        maskp = self.maskp
+        for rid, _ in expected:
+            if rid not in self.idx.row_of_id and not any(x.get("id") == rid for x in lines):
+                maskp.add("expected row missing and not rejected", rid)
+        if own and lines:  # a turn's row rejected beside written ones
+            check_length_rejects(maskp, tmpl, item, lines, expected, self.out.options)
+            check_turn_rejects(maskp, lines, expected)
+
+    def finish(self, selection: mix.Selection) -> SourcePass:
+        """The checks over the whole pass: every output row owned, the lines in input order,
+        the selection's records and the row step's counts; the three results."""
+        ident = self.ident
+        _check_every_output_row(ident, self.idx, self.row_owner, self.used_rejects)
+        for (a, first), (b, second) in itertools.pairwise(self.reject_order):
+            if b < a:
+                ident.add(
+                    "rejects.jsonl lines are not in input order (build's order is deterministic)",
+                    second,
+                    f"rejects.jsonl line {b + 1} ({second}) comes before line {a + 1} ({first}),"
+                    " which build writes first (the first pair out of order)",
+                )
+                break
+        if self.prompt_order != sorted(self.prompt_order):
+            ident.add("prompts.jsonl lines are not in input order (build's order is deterministic)")
+        _compare_selection_records(ident, self.out, selection)
+        self.recount.compare(self.maskp, self.out, self.full)
+        if self.full:
+            _compare_context_counts(
+                self.maskp, self.out, self.context_by_source, self.first_context
             )
-            break
-    if prompt_order != sorted(prompt_order):
-        ident.add("prompts.jsonl lines are not in input order (build's order is deterministic)")
-    _compare_selection_records(ident, out, selection)
-    recount.compare(maskp, out, full)
-    if full:
-        _compare_context_counts(maskp, out, context_by_source, first_context)
-    return _source_pass_results((ident, maskp, leak), n, checked, full, placeholders)
+        problems = (ident, self.maskp, self.leak)
+        n = len(self.idx.ids)
+        return _source_pass_results(problems, n, self.checked, self.full, self.placeholders)
 
 
 def _selection_rows(out: OutputSet, selection: mix.Selection) -> Iterator[Normalized]:
@@ -586,7 +736,7 @@ def _check_timeout(
         )
         return
     started = time.perf_counter()
-    error = _bounded_expected_rows(tmpl, conv, mode, placeholders, timeout * TIMEOUT_SHARE)[2]
+    error = bounded_expected_rows(tmpl, conv, mode, placeholders, timeout * TIMEOUT_SHARE)[2]
     took = time.perf_counter() - started
     if error is not None and error.startswith(
         (reasons.TEMPLATE_TIMEOUT, reasons.TEMPLATE_TOO_LARGE)
@@ -635,7 +785,7 @@ def _run_sends(out: OutputSet, picked: Normalized, regenerate: Any, probe: Empty
     """Whether `run` asks the target about this selected row: `hygiene.run_sends`, the one
     rule run queues by, asked of the source row with the manifest's options (placeholders,
     template options, ``regenerate``) and verify's own probe, never of run's files."""
-    placeholders = tuple(out.options.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
+    placeholders = tuple(out.options.get("placeholders") or rules.DEFAULT_PLACEHOLDERS)
     kwargs = (out.manifest.get("template") or {}).get("kwargs") or {}
     why, _ = run_sends(picked, placeholders, kwargs, regenerate, probe.thinks)
     return why is not None
@@ -705,8 +855,8 @@ def _check_too_long(
     assert isinstance(picked, Conversation | PromptOnly)
     max_length = int(out.options.get("max_length") or 0)
     msgs = picked.messages
-    placeholders = tuple(out.options.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
-    if reasons.all_padded_answers(picked, placeholders):
+    placeholders = tuple(out.options.get("placeholders") or rules.DEFAULT_PLACEHOLDERS)
+    if rules.all_padded_answers(picked, placeholders):
         msgs = [m for m in msgs if m["role"] != "assistant"]
     first = next((i for i, m in enumerate(msgs) if m["role"] == "assistant"), len(msgs))
     counts = []
@@ -1033,10 +1183,10 @@ class RowStepCounts:
                 c["generation_tags_agree" if exp.tags_agree else "generation_tags_disagree"] += 1
             for _, gen, j in exp.gens:
                 c["reasoning_not_rendered"] += int(
-                    reasons.reasoning_not_rendered(conv.messages[j], gen)
+                    rules.reasoning_not_rendered(conv.messages[j], gen)
                 )
                 if (ids := server.get(j)) is not None:
-                    kept = _kept_server_ids(tmpl, ids, gen) is not None
+                    kept = kept_server_ids(tmpl, ids, gen) is not None
                     c["server_ids_used" if kept else "server_ids_mismatch"] += 1
         if own and not placeholder_only and lacks_reasoning(conv, self.template_kwargs):
             wrapper = self.probe_of(tmpl).wrapper(row_kwargs_key(conv))

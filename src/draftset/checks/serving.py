@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from draftset.checks.mask import _shape, _stops, served_template
+from draftset.checks.mask import served_template, template_shape, template_stops
 from draftset.checks.records import iter_source_items, pick_rows
 from draftset.config.fields import scheme_hint
 from draftset.core.errors import UsageError
@@ -226,7 +226,7 @@ def _messages(tmpl: ChatTemplate, conv: Conversation) -> list[dict[str, Any]]:
     """What a client sends: the messages with inline reasoning as the template reads it, and
     a message the row gave as several text parts as those parts (the server joins or passes
     them as it does for any client: not draftset's choice)."""
-    _, renders_reasoning, string_arguments, _ = _shape(tmpl)
+    _, renders_reasoning, string_arguments, _ = template_shape(tmpl)
     asst = [i for i, m in enumerate(conv.messages) if m["role"] == "assistant"]
     msgs = as_template_reads(
         conv.messages[: asst[-1] + 1],
@@ -340,7 +340,7 @@ def check_row(
     runs = _runs(mask)
     candidates = _turns_of_row(rid, conv, mode)
     problems: list[str] = []
-    stops = _stops(tmpl)
+    stops = template_stops(tmpl)
     last_turn = candidates[-1] if mode == "each" and candidates else len(msgs) - 1
     try:
         pointer = 0
@@ -361,76 +361,141 @@ def check_row(
                     f" row {_window(tmpl, ids, at)} vs server {_window(tmpl, prompt, at)}"
                 )
                 continue
-            cut_run = truncated_row and end == len(ids)  # the run the cut ends inside
-            if tmpl.harmony is not None:
-                run_ids = ids[start:end]
-                if cut_run:
-                    want = tmpl.harmony.generation_ids(msgs[turn])
-                    if want[: len(run_ids)] != run_ids:
-                        problems.append(
-                            f"turn {turn}: supervised tokens differ from the server's generation:"
-                            f" tokens {start}..{end} (cut by truncation) are no prefix of it"
-                        )
-                    continue
-                problems.extend(_harmony_generation(tmpl, msgs[turn], run_ids, turn, stops))
-                continue
-            full, open_end = _finished(server, msgs[: turn + 1], tools, kwargs)
-            served, given = tmpl.decode(full), tmpl.decode(prompt)
-            run_text = tmpl.decode(ids[start:end])
-            after = served[len(given) :] if served.startswith(given) else None
-            if after is None:
-                problems.append(f"turn {turn}: the server's turn render does not extend its prompt")
-                continue
-            stop_end = min((k + len(s) for s in stops if (k := after.find(s)) >= 0), default=-1)
-            generation = after[:stop_end] if stop_end >= 0 else after
-            if stop_end < 0:  # no stop token in the render: the answer left open by the server,
-                # or a template that ends a turn with the next turn's header (GLM's `<|user|>`,
-                # an eos id): the stop token the model writes follows the rendered answer
-                ends = _next_header(server, msgs, turn, tools, kwargs, tmpl, served, stops)
-                generation = next((after + s for s in ends if run_text == after + s), after)
-            if cut_run and generation.startswith(run_text.rstrip("\ufffd")):
-                continue  # a cut answer: a prefix (its last character may be cut in its bytes)
-            if run_text != generation:
-                problems.append(
-                    f"turn {turn}: supervised tokens differ from the server's generation:"
-                    f" tokens {start}..{end} spell {run_text[:80]!r}, the server's is"
-                    f" {generation[:80]!r}"
-                )
-        if tmpl.harmony is not None:
-            # the server renders history, not generations: the row must end with its last
-            # generation, whose context was compared above; a row cut by truncation after it
-            # ends inside a later turn's context, a prefix of that turn's prompt
-            if (
-                runs
-                and runs[-1][1] != len(ids)
-                and not (
-                    truncated_row
-                    and _prefix_of_a_prompt(server, msgs, tools, kwargs, candidates[pointer:], ids)
-                )
-            ):
-                problems.append(
-                    f"the row's text differs from the server's render (first differing token"
-                    f" {runs[-1][1]}: context after the last generation)"
-                )
-            return problems
-        whole, open_end = _finished(server, msgs[: last_turn + 1], tools, kwargs)
-        served_row, row_text = tmpl.decode(whole), tmpl.decode(ids)
-        if truncated_row and served_row.startswith(row_text.rstrip("\ufffd")):
-            return problems  # the row is the render's first `max_length` tokens' text
-        if open_end or (
-            msgs[last_turn].get("role") == "assistant"
-            and not any(served_row.endswith(s) for s in stops)
-        ):  # the row ends with the stop token the model wrote after its answer (as above)
-            ends = _next_header(server, msgs, last_turn, tools, kwargs, tmpl, served_row, stops)
-            ended = (served_row + s for s in ends if row_text == served_row + s)
-            served_row = next(ended, "" if open_end else served_row)
-        if served_row != row_text:
-            at = _first_difference(ids, whole)
-            where = f" (first differing token {at})" if at is not None else ""
-            problems.append(f"the row's text differs from the server's render{where}")
+            _check_run(
+                problems,
+                server,
+                tmpl,
+                msgs,
+                tools,
+                kwargs,
+                turn,
+                prompt,
+                ids,
+                (start, end),
+                truncated_row,
+                stops,
+            )
+        _check_row_end(
+            problems,
+            server,
+            tmpl,
+            msgs,
+            tools,
+            kwargs,
+            ids,
+            runs,
+            candidates[pointer:],
+            last_turn,
+            truncated_row,
+            stops,
+        )
     except RenderRefused as exc:
         problems.append(f"the server refused the row: {exc}")
     return problems
+
+
+def _check_run(
+    problems: list[str],
+    server: _RowRenders,
+    tmpl: ChatTemplate,
+    msgs: list[dict[str, Any]],
+    tools: Any,
+    kwargs: dict[str, Any],
+    turn: int,
+    prompt: list[int],
+    ids: list[int],
+    span: tuple[int, int],
+    truncated_row: bool,
+    stops: tuple[str, ...],
+) -> None:
+    """One supervised run, whose context is the server's prompt for ``turn``, against the
+    server's generation of that turn (a run the cut ends inside: a prefix of it)."""
+    start, end = span
+    cut_run = truncated_row and end == len(ids)  # the run the cut ends inside
+    if tmpl.harmony is not None:
+        run_ids = ids[start:end]
+        if cut_run:
+            want = tmpl.harmony.generation_ids(msgs[turn])
+            if want[: len(run_ids)] != run_ids:
+                problems.append(
+                    f"turn {turn}: supervised tokens differ from the server's generation:"
+                    f" tokens {start}..{end} (cut by truncation) are no prefix of it"
+                )
+            return
+        problems.extend(_harmony_generation(tmpl, msgs[turn], run_ids, turn, stops))
+        return
+    full, _ = _finished(server, msgs[: turn + 1], tools, kwargs)
+    served, given = tmpl.decode(full), tmpl.decode(prompt)
+    run_text = tmpl.decode(ids[start:end])
+    after = served[len(given) :] if served.startswith(given) else None
+    if after is None:
+        problems.append(f"turn {turn}: the server's turn render does not extend its prompt")
+        return
+    stop_end = min((k + len(s) for s in stops if (k := after.find(s)) >= 0), default=-1)
+    generation = after[:stop_end] if stop_end >= 0 else after
+    if stop_end < 0:  # no stop token in the render: the answer left open by the server,
+        # or a template that ends a turn with the next turn's header (GLM's `<|user|>`,
+        # an eos id): the stop token the model writes follows the rendered answer
+        ends = _next_header(server, msgs, turn, tools, kwargs, tmpl, served, stops)
+        generation = next((after + s for s in ends if run_text == after + s), after)
+    if cut_run and generation.startswith(run_text.rstrip("\ufffd")):
+        return  # a cut answer: a prefix (its last character may be cut in its bytes)
+    if run_text != generation:
+        problems.append(
+            f"turn {turn}: supervised tokens differ from the server's generation:"
+            f" tokens {start}..{end} spell {run_text[:80]!r}, the server's is"
+            f" {generation[:80]!r}"
+        )
+
+
+def _check_row_end(
+    problems: list[str],
+    server: _RowRenders,
+    tmpl: ChatTemplate,
+    msgs: list[dict[str, Any]],
+    tools: Any,
+    kwargs: dict[str, Any],
+    ids: list[int],
+    runs: list[tuple[int, int]],
+    later_turns: list[int],
+    last_turn: int,
+    truncated_row: bool,
+    stops: tuple[str, ...],
+) -> None:
+    """The row after its runs against the server's render of its conversation up to
+    ``last_turn`` (under harmony: nothing after its last generation but a prefix of one of
+    ``later_turns``' prompts, when cut by truncation)."""
+    if tmpl.harmony is not None:
+        # the server renders history, not generations: the row must end with its last
+        # generation, whose context was compared above; a row cut by truncation after it
+        # ends inside a later turn's context, a prefix of that turn's prompt
+        if (
+            runs
+            and runs[-1][1] != len(ids)
+            and not (
+                truncated_row and _prefix_of_a_prompt(server, msgs, tools, kwargs, later_turns, ids)
+            )
+        ):
+            problems.append(
+                f"the row's text differs from the server's render (first differing token"
+                f" {runs[-1][1]}: context after the last generation)"
+            )
+        return
+    whole, open_end = _finished(server, msgs[: last_turn + 1], tools, kwargs)
+    served_row, row_text = tmpl.decode(whole), tmpl.decode(ids)
+    if truncated_row and served_row.startswith(row_text.rstrip("\ufffd")):
+        return  # the row is the render's first `max_length` tokens' text
+    if open_end or (
+        msgs[last_turn].get("role") == "assistant"
+        and not any(served_row.endswith(s) for s in stops)
+    ):  # the row ends with the stop token the model wrote after its answer (as above)
+        ends = _next_header(server, msgs, last_turn, tools, kwargs, tmpl, served_row, stops)
+        ended = (served_row + s for s in ends if row_text == served_row + s)
+        served_row = next(ended, "" if open_end else served_row)
+    if served_row != row_text:
+        at = _first_difference(ids, whole)
+        where = f" (first differing token {at})" if at is not None else ""
+        problems.append(f"the row's text differs from the server's render{where}")
 
 
 def _prefix_of_a_prompt(

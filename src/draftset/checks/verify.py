@@ -36,12 +36,12 @@ from draftset.checks.mask import (
 )
 from draftset.checks.records import check_selection_values, check_sources, source_pass
 from draftset.checks.serving import RenderServer, check_render_server
-from draftset.core import defaults, reasons
+from draftset.core import defaults, rules
 from draftset.core.errors import UsageError
 from draftset.core.files import write_json_atomic
 from draftset.core.optional_torch import torch_unavailable
 from draftset.core.version import package_version
-from draftset.mask.template import TokenizerError, _resolve_tokenizer_path
+from draftset.mask.template import TokenizerError, resolve_tokenizer_path
 from draftset.output.base import safe_name
 from draftset.output.readback import (
     VERIFY_RECORD,
@@ -136,10 +136,10 @@ def run_verify(
     out = open_output(Path(out_dir))
     check_selection_values(out)  # before any work: the re-run uses them
     if tokenizer:  # a file, a folder without tokenizer files: exit 2 before any check, as build
-        _resolve_tokenizer_path(tokenizer)  # (a FAIL recorded over the set's verify.json before)
+        resolve_tokenizer_path(tokenizer)  # (a FAIL recorded over the set's verify.json before)
     results = _fast(out, block_size)
     if placeholders is None:
-        placeholders = tuple(out.options.get("placeholders") or reasons.DEFAULT_PLACEHOLDERS)
+        placeholders = tuple(out.options.get("placeholders") or rules.DEFAULT_PLACEHOLDERS)
     try:
         tmpl = load_template(out.manifest, tokenizer)
     except TokenizerError as exc:

@@ -613,3 +613,12 @@ def scheme_hint(url: str, api_path: str = "") -> str:
         return ""
     full = url if "/" in url else url.rstrip("/") + api_path
     return f": did you mean http://{full}?"
+
+
+def strings(value: Any) -> tuple[str, ...]:
+    """A repeatable option: one value or a list (a lone string is one value, not characters)."""
+    if value is None:
+        return ()
+    if isinstance(value, str | Path):
+        return (str(value),)
+    return tuple(str(v) for v in value)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from draftset.core import defaults, reasons
+from draftset.core import defaults, rules
 from draftset.mask.encode import LengthRules
 from draftset.mask.render import TurnMode
 from draftset.mask.serving import DEFAULT_SERVING_ENGINE
@@ -40,7 +40,7 @@ class BuildOptions:
     ray_address: str | None = None  # --engine ray: None = a private local cluster
     draft_vocab_size: int | None = None
     target_vocab_size: int | None = None
-    placeholders: tuple[str, ...] = reasons.DEFAULT_PLACEHOLDERS
+    placeholders: tuple[str, ...] = rules.DEFAULT_PLACEHOLDERS
     overwrite: bool = False
     dedup: str = defaults.DEDUP  # exact | near | none
     near_dup_threshold: float = defaults.NEAR_DUP_THRESHOLD

@@ -26,10 +26,10 @@ from draftset.core.modes import MODES
 from draftset.engine.base import available_cpus
 from draftset.mask.ambient import now_iso, valid_now
 from draftset.mask.template import (
-    _resolve_tokenizer_path,
     config_vocab_size,
     could_be_hub_id,
     folder_vocabulary_sample,
+    resolve_tokenizer_path,
 )
 from draftset.output.folder import (
     MANIFEST_FORMAT,
@@ -586,7 +586,7 @@ def template_syntax_error(text: str) -> str | None:
 def check_options(opts: BuildOptions) -> None:
     """The tokenizer folder, optional dependencies and vocabulary sizes, known before the
     tokenizer loads."""
-    _resolve_tokenizer_path(opts.tokenizer)  # TokenizerError (exit 2): missing folder offline
+    resolve_tokenizer_path(opts.tokenizer)  # TokenizerError (exit 2): missing folder offline
     if opts.engine == "ray":  # installed, and the cluster answers (seconds, not Ray's minutes)
         from draftset.engine.ray import check_ray  # lazy: only --engine ray loads the engine
 

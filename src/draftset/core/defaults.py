@@ -3,7 +3,7 @@
 `LengthRules` read them from here (before, 4096 was written in four places). Only `typing` is
 imported: worker processes import this through `encode`.
 
-The placeholder answers are `reasons.DEFAULT_PLACEHOLDERS` (build and verify share it there).
+The placeholder answers are `rules.DEFAULT_PLACEHOLDERS` (build and verify share it there).
 """
 
 from __future__ import annotations

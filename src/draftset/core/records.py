@@ -48,17 +48,17 @@ INLINE_REASONING = "inline_reasoning"
 whose leading ``<think>…</think>`` was moved to ``reasoning_content``."""
 REASONING_UNTERMINATED = "reasoning_unterminated"
 """``Conversation.meta`` key: message index -> True for answers whose think block the
-normalizer found unclosed: cut off, never supervised (`reasons.cut_off_answers`); a preset's
+normalizer found unclosed: cut off, never supervised (`rules.cut_off_answers`); a preset's
 rows say it in their ``metadata``, as `generate` says ``metadata.truncated``."""
 NOT_TRAINED = "not_trained"
 """``Conversation.meta`` key: message index -> True for answers the row weighted 0 (OpenAI's
 ``weight``, LLaMA-Factory's ``loss_weight``): context, never supervised
-(`reasons.never_supervised`)."""
+(`rules.never_supervised`)."""
 DEVELOPER = "developer"
 """``Conversation.meta`` key: message index -> True for messages the row gave as ``developer``
 (normalized to ``system``). vLLM gives a template that names the role the message as
 ``developer``; for any other it converts it to ``system`` and merges every system message into
-one at the start (`mask.reads.as_template_reads`, `reasons.unservable`)."""
+one at the start (`mask.reads.as_template_reads`, `rules.unservable`)."""
 PART_TEXTS = "text_parts"
 """``Conversation.meta`` key: message index -> the texts of its content's text parts, for
 messages given as more than one part. The content itself is the non-empty ones joined by a
@@ -69,7 +69,7 @@ OTHER_TEXT_PARTS = "other_text_parts"
 """``Conversation.meta`` key: message index -> the types of its text parts other than
 ``text`` (``refusal``, ``input_text``, ``output_text``): read as text, as vLLM's template path
 reads them; its harmony path reads only a part's ``text`` key, so there such a row is not
-served as given (`reasons.unservable`)."""
+served as given (`rules.unservable`)."""
 NO_CONTENT = "no_content"
 """``Conversation.meta`` key: message index -> True for messages (other than tool results) the
 row gave no content at all (null, absent, an empty list of parts, a ShareGPT call turn): their

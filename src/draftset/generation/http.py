@@ -28,7 +28,7 @@ from urllib.parse import unquote, urlsplit
 
 from draftset.core import defaults, reasons
 from draftset.generation.wire import BodyTooLarge, Client, Response, WireError, parse_target
-from draftset.sources.read import _has_lone_surrogate
+from draftset.sources.read import has_lone_surrogate
 
 FAILURES_BEFORE_CHECK = 3
 """Consecutive transient failures after which an endpoint is health-checked at once (and taken
@@ -774,7 +774,7 @@ def parse_completion(content: bytes, endpoint: str) -> Completion:
                 " draftset does not ask it to (a streaming-only proxy?)",
             ) from None
         raise TransientError("invalid_response", f"body is not JSON: {exc}") from None
-    if (b"\\ud" in content or b"\\uD" in content) and _has_lone_surrogate(data):
+    if (b"\\ud" in content or b"\\uD" in content) and has_lone_surrogate(data):
         raise TransientError(
             "invalid_response", "body holds a lone UTF-16 surrogate (\\uD800-\\uDFFF escape)"
         )

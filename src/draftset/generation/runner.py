@@ -10,11 +10,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from draftset.core.reasons import (
-    SPECIAL_TOKEN_IN_ANSWER,
-    special_token_in_answer,
-    special_token_pattern,
-)
+from draftset.core.reasons import SPECIAL_TOKEN_IN_ANSWER
+from draftset.core.rules import special_token_in_answer, special_token_pattern
 from draftset.generation.dialog import (
     Dialog,
     Job,

@@ -17,11 +17,12 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from draftset.core import defaults, reasons
+from draftset.core import defaults, reasons, rules
 from draftset.core.modes import NO_REASONING, row_mode
 from draftset.core.records import NOT_TRAINED, Conversation, Normalized, PromptOnly
 from draftset.mask.limits import RENDER_CAP_FLOOR, RenderLimit, time_limit
-from draftset.mask.template import TokenizerError, _compile, render_within
+from draftset.mask.sandbox import compile_template
+from draftset.mask.template import TokenizerError, render_within
 
 _ANSWER, _REASONING = "ANSWER-7f3a", "REASONING-7f3a"
 
@@ -32,7 +33,7 @@ def all_placeholder_answers(item: Normalized, placeholders: tuple[str, ...]) -> 
     if not isinstance(item, Conversation):
         return False
     turns = [m for m in item.messages if m["role"] == "assistant"]
-    return bool(turns) and all(reasons.is_placeholder_answer(m, placeholders) for m in turns)
+    return bool(turns) and all(rules.is_placeholder_answer(m, placeholders) for m in turns)
 
 
 def lacks_reasoning(item: Normalized, template_kwargs: Mapping[str, Any] | None) -> bool:
@@ -76,7 +77,7 @@ def run_sends(
         return Q_PROMPT, item.messages
     if not isinstance(item, Conversation) or item.meta.get(NOT_TRAINED):
         return None, []
-    if reasons.all_padded_answers(item, placeholders):  # "OK." or the prompt copied
+    if rules.all_padded_answers(item, placeholders):  # "OK." or the prompt copied
         return Q_PLACEHOLDER, [m for m in item.messages if m["role"] != "assistant"]
     if regenerate == "all":
         return Q_ALL, item.messages
@@ -138,7 +139,7 @@ def trains_empty_think(
     Returns that wrapper (what the generation writes before the answer), "" when it does not
     think."""
     try:
-        compiled = _compile(template_text)
+        compiled = compile_template(template_text)
 
         def render(msgs: list[dict[str, Any]], gen: bool) -> str:
             return render_within(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from draftset.core.reasons import developer_role
 from draftset.core.records import (
     ARGUMENTS_TEXT,
     DEVELOPER,
@@ -19,6 +18,7 @@ from draftset.core.records import (
     PART_TEXTS,
     Message,
 )
+from draftset.core.rules import developer_role
 from draftset.mask.serving import served_system_texts, with_call_ids
 from draftset.mask.template import as_content_parts
 
@@ -110,7 +110,7 @@ def as_template_reads(
     template in each case (a tool result: joined by a newline, for a list-reading template
     with its empty parts too, except under harmony (``tool_parts``), which joins them itself).
     A message the row gave as ``developer`` is that role again for a template that names it
-    (``developer_role``; `reasons.names_developer`), ``system`` otherwise. With
+    (``developer_role``; `rules.names_developer`), ``system`` otherwise. With
     ``every_part`` (vLLM's template path) ``content_parts`` is vLLM's "openai" content format:
     every message's content as parts, ``""`` and no content told apart (`as_served_parts`).
     """

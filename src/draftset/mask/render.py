@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from draftset.core import reasons
+from draftset.core import reasons, rules
 from draftset.core.records import Conversation, Message, Reject
 from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.mask.reads import served_reads
@@ -385,7 +385,7 @@ def plan_conversation(
     tmpl: Renderer,
     conv: Conversation,
     mode: TurnMode = "all",
-    placeholders: tuple[str, ...] = reasons.DEFAULT_PLACEHOLDERS,
+    placeholders: tuple[str, ...] = rules.DEFAULT_PLACEHOLDERS,
 ) -> ConversationPlan:
     """Reference path: derive the supervised spans of one conversation from the template."""
     plan = ConversationPlan()
@@ -395,15 +395,15 @@ def plan_conversation(
     if last + 1 < len(messages):  # turns after the last answer teach nothing: drop, but count
         plan.trailing_turns_trimmed = len(messages) - last - 1
         messages = messages[: last + 1]
-    leak = reasons.special_token_in_answer(messages, _special_pattern(tmpl))
+    leak = rules.special_token_in_answer(messages, _special_pattern(tmpl))
     if leak is not None:  # text the model never writes as text: reject, never guess
-        msg = reasons.special_token_in_answer_message(leak)
+        msg = rules.special_token_in_answer_message(leak)
         plan.rejects.append(
             Reject(conv.source, conv.row, conv.id, reasons.SPECIAL_TOKEN_IN_ANSWER, msg)
         )
         return plan
     harmony, engine = tmpl.harmony is not None, tmpl.serving_engine
-    problem = reasons.unservable(
+    problem = rules.unservable(
         messages, conv.meta, tmpl.template_text, engine, harmony, _special_pattern(tmpl), conv.tools
     )
     if problem is not None:
@@ -426,12 +426,12 @@ def plan_conversation(
 
 
 def _special_pattern(tmpl: Renderer) -> re.Pattern[str] | None:
-    """`reasons.special_token_pattern` of the tokenizer's special tokens, once per renderer."""
+    """`rules.special_token_pattern` of the tokenizer's special tokens, once per renderer."""
     try:
         return tmpl._special_pattern  # type: ignore[attr-defined,no-any-return]
     except AttributeError:
         added = tmpl.backend.get_added_tokens_decoder().values()
-        pattern = reasons.special_token_pattern({t.content for t in added if t.special})
+        pattern = rules.special_token_pattern({t.content for t in added if t.special})
         tmpl._special_pattern = pattern  # type: ignore[attr-defined]
         return pattern
 
@@ -485,7 +485,7 @@ def _plan_whole(
     cut-off answers and hold the text each generation must contain.
     """
     row_kwargs = row_template_kwargs(conv)
-    marks = reasons.row_marks(originals, conv.meta)
+    marks = rules.row_marks(originals, conv.meta)
     stops = server_stop_tokens(conv)
     server = (server_completion_ids(conv), server_prompt_ids(conv))
     try:
@@ -498,7 +498,7 @@ def _plan_whole(
             if j == 0:  # nothing before it: no prompt it could have been generated from
                 plan.context_turns[reasons.TURN_NO_PROMPT] += 1
                 continue
-            why = reasons.never_supervised(originals, j, marks, placeholders)
+            why = rules.never_supervised(originals, j, marks, placeholders)
             if why is not None:
                 plan.context_turns[why] += 1
                 continue
@@ -510,12 +510,12 @@ def _plan_whole(
                     full = turn.continued  # the row ends with the stop the model emits
                 start = len(turn.prompt)
                 if full.startswith(turn.prompt) and full.startswith(turn.generation, start):
-                    parts = reasons.answer_parts(conv.meta, j)
-                    what = reasons.dropped_content(originals[j], turn.generation, parts)
+                    parts = rules.answer_parts(conv.meta, j)
+                    what = rules.dropped_content(originals[j], turn.generation, parts)
                     if what is not None:
                         plan.rejects.append(_drops_reject(conv, j, what))
                         return
-                    if reasons.placeholder_as_rendered(originals[j], turn.generation, placeholders):
+                    if rules.placeholder_as_rendered(originals[j], turn.generation, placeholders):
                         plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
                         continue
                     if other_stop(tmpl, stops, j, turn.generation):
@@ -527,7 +527,7 @@ def _plan_whole(
                     if spans and spans[-1][1] == start:  # one run would hold two answers
                         plan.context_turns[reasons.TURN_FOLLOWS_ANSWER] += 1
                         continue
-                    if reasons.reasoning_not_rendered(originals[j], turn.generation):
+                    if rules.reasoning_not_rendered(originals[j], turn.generation):
                         plan.reasoning_not_rendered += 1
                     spans.append((start, start + len(turn.generation), j))
                     continue
@@ -537,7 +537,7 @@ def _plan_whole(
         plan.rejects.append(_template_reject(conv, exc))
         return
     if not spans:
-        msg = reasons.no_supervised_turn_message(plan.context_turns)
+        msg = rules.no_supervised_turn_message(plan.context_turns)
         plan.rejects.append(Reject(conv.source, conv.row, conv.id, reasons.NO_SUPERVISED_TURN, msg))
         return
     plan.rows.append(make_row(conv, conv.id, full, spans))
@@ -583,7 +583,7 @@ def _plan_each(
 ) -> None:
     """`each`: one row per assistant turn j, rendered as the server sees it at that step."""
     row_kwargs = row_template_kwargs(conv)
-    marks = reasons.row_marks(originals, conv.meta)
+    marks = rules.row_marks(originals, conv.meta)
     stops = server_stop_tokens(conv)
     server = (server_completion_ids(conv), server_prompt_ids(conv))
     for k, j in enumerate(assistant_idx):
@@ -591,7 +591,7 @@ def _plan_each(
         if j == 0:
             plan.context_turns[reasons.TURN_NO_PROMPT] += 1
             continue
-        why = reasons.never_supervised(originals, j, marks, placeholders)
+        why = rules.never_supervised(originals, j, marks, placeholders)
         if why is not None:
             plan.context_turns[why] += 1
             continue
@@ -605,12 +605,12 @@ def _plan_each(
             plan.context_turns[turn.reason] += 1
             continue
         assert turn.prompt is not None and turn.generation is not None
-        parts = reasons.answer_parts(conv.meta, j)
-        what = reasons.dropped_content(originals[j], turn.generation, parts)
+        parts = rules.answer_parts(conv.meta, j)
+        what = rules.dropped_content(originals[j], turn.generation, parts)
         if what is not None:
             plan.rejects.append(_drops_reject(conv, j, what, row_id))
             continue
-        if reasons.placeholder_as_rendered(originals[j], turn.generation, placeholders):
+        if rules.placeholder_as_rendered(originals[j], turn.generation, placeholders):
             plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
             continue
         if other_stop(tmpl, stops, j, turn.generation):
@@ -619,11 +619,11 @@ def _plan_each(
         if server_text_differs(tmpl, server, j, turn.prompt, turn.generation):
             plan.context_turns[reasons.TURN_SERVER_TEXT_DIFFERS] += 1
             continue
-        if reasons.reasoning_not_rendered(originals[j], turn.generation):
+        if rules.reasoning_not_rendered(originals[j], turn.generation):
             plan.reasoning_not_rendered += 1
         start = len(turn.prompt)
         text = full if turn.continued is None else turn.continued
         plan.rows.append(make_row(conv, row_id, text, [(start, start + len(turn.generation), j)]))
     if not plan.rows and not plan.rejects:
-        msg = reasons.no_supervised_turn_message(plan.context_turns)
+        msg = rules.no_supervised_turn_message(plan.context_turns)
         plan.rejects.append(Reject(conv.source, conv.row, conv.id, reasons.NO_SUPERVISED_TURN, msg))

@@ -152,7 +152,7 @@ def _hub_cache_hint(folder: Path) -> str:
     return f"; it is a hub cache folder: give a revision's folder, {revision}{ref}"
 
 
-def _resolve_tokenizer_path(name: str) -> str:
+def resolve_tokenizer_path(name: str) -> str:
     """The folder to load, or ``name`` as a hub id; one line (`TokenizerError`, exit 2) at once
     for a missing folder, a folder without tokenizer files, or a hub id the hub cannot serve."""
     path = Path(name).expanduser()
@@ -628,7 +628,7 @@ class ChatTemplate(Renderer):
                 from transformers.utils import logging as hf_logging  # lazy: as above
 
                 hf_logging.set_verbosity_error()
-                path = _resolve_tokenizer_path(spec.tokenizer)
+                path = resolve_tokenizer_path(spec.tokenizer)
                 self.tokenizer = AutoTokenizer.from_pretrained(path)
         except TokenizerError:
             raise

@@ -64,11 +64,12 @@ from draftset.select.dedup import copies_lost
 from draftset.select.mix import (
     Filters,
     Selection,
+    SelectionSpec,
     plan_selection,
     sampling_notes,
     selection_total,
 )
-from draftset.select.ranged import RangedSelection, ReadTask, why_driver_reads
+from draftset.select.ranged import RangedSelection, ReadTask, SourceRanges, why_driver_reads
 from draftset.sources.read import HUB_PREFIX, Source, SourceError, scan_source
 from draftset.sources.shapes import check_row_shapes
 
@@ -223,100 +224,30 @@ def _run(
     names = [s.name for s in opts.sources]
     acct = Accounting(names)
     selection = opts.selection_spec()
-    # the workers read their own ranges of the sources when they can (`select.ranged`): the
-    # ranges are planned first, in one pass over each file, and the sampling plan takes its
-    # counts from them; else the driver reads, and the plan counts the sources itself
-    ranges = None if why_driver_reads(selection) else plan_read(selection)
-    plan = (
-        None
-        if selection.mix
-        else plan_selection(
-            opts.sources, opts.max_samples, opts.seed, ranges.available if ranges else None
-        )
-    )
+    ranges, plan = _plan_reading(opts, selection)
     total = selection_total(plan) if plan else 0
-    scans = {s.name: _scan(s) for s in opts.sources}  # each source's folder listed once
-    listed = {name: _states(files) for name, (files, _) in scans.items()}
-    skipped = {name: entries for name, (_, entries) in scans.items()}
-    notes = source_notes + [_skipped_note(n, entries) for n, entries in skipped.items() if entries]
-    generated = {name: _generated(files) for name, (files, _) in scans.items()}
-    notes += [note for name, runs in generated.items() for note in _generated_notes(name, runs)]
-    made = [d for d in (opts.out.absolute(), *opts.out.absolute().parents) if not d.exists()][1:]
+    listing = _SourceListing.of(opts.sources)
+    notes = source_notes + listing.notes()
+    made, tmp = _temporary_folder(opts)
+    held = _Held()  # what a failure must close before the folder goes
     try:
-        # absolute: the workers write the blocks' shards into it from their own working folders,
-        # and the manifest names every file relative to it
-        tmp = prepare_output(opts.out, opts.overwrite).absolute()
-    except OSError as exc:
-        _remove_empty(made)
-        raise OutputWriteError(f"cannot create {opts.out}: {exc.strerror or exc}") from exc
-    # what a failure must close before the folder goes (not left open until garbage collection)
-    blocks: Iterator[Block] | None = None
-    writer: Writer | None = None
-    sinks: list[_JsonlSink] = []
-    try:
-        # where the workers read, the driver decides on the rows' facts and never holds a
-        # row; else it reads and selects, and cuts the selected rows into blocks
-        ranged = (
-            None if ranges is None or plan is None else RangedSelection(selection, ranges, plan)
+        ranged, selected, info, stream = _start_rows(
+            opts, spec, stage, selection, ranges, plan, tmp, held
         )
-        selected: Selection | RangedSelection = ranged or Selection(selection, plan)
-        tasks = read_tasks(ranged) if ranged else []
-        # while the template loads (a core idle), the driver scans the first ranges itself
-        early = ranged.scan_ahead(tasks, stage.ready) if ranged else []
-        blocks = iter(tasks[len(early) :]) if ranged else cut_blocks(selected.rows())
-        # the workers write the blocks' shards into the temporary folder themselves (a format
-        # without shards, one file for the set, is written here: `_sharded`)
-        folder = tmp
-        fmt = opts.output_format if _sharded(opts.output_format) else None
-        reads = selection if ranged else None
-        info, stream = stage.start(
-            # read tasks are in memory already: none read ahead (pickled, a scan's budget
-            # would count each as one row)
-            iter(()) if ranged else blocks,
-            lambda info: BlockJob(
-                mask_config(opts, spec, info), fmt, folder, info.vocab_size, reads
-            ),
-        )
-        if ranged:  # the first read gives the facts; the second reads, renders and writes,
-            # interleaved: a range is written as soon as it and every range before are decided
-            budget = SCAN_ROWS_PER_WORKER * stage.engine.workers
-            scans = stage.engine.map(blocks, max_rows=budget)
-            stream = _decided(ranged, tasks, _scans_first(early, scans))
         # a hub id or a folder without tokenizer.json: known only now (`check_set_sources`)
         if problem := set_tokenizer_problem(
             opts.sources, opts.tokenizer, info.vocabulary_sample_sha256
         ):
             raise PreflightError(problem)
         vocab_size = info.vocab_size
-        writer = writer_class(opts.output_format)(folder, vocab_size)
+        writer = held.writer = writer_class(opts.output_format)(tmp, vocab_size)
         rejects = _JsonlSink(tmp / "rejects.jsonl")
         prompts = _JsonlSink(tmp / "prompts.jsonl")
-        sinks = [rejects, prompts]
+        held.sinks = [rejects, prompts]
         read_back = _ReadBack()
-        # once every block is handed out, the helper imports torch for token_freq.pt: after
-        # its own last blocks, while the other workers finish theirs (its core idle otherwise)
-        handed_out = _then(stream, stage.import_torch_ahead)
-        for done in _drive(stage.engine, handed_out, acct, writer, rejects, prompts, read_back):
-            if on_progress:
-                on_progress(done, total or done)
-        stage.engine.finish()  # all work is back: the workers exit now
+        _drive_rows(stage, stream, acct, writer, (rejects, prompts), read_back, on_progress, total)
         acct += selected.counts  # the stream is drained: available, read, sampled_out
-        available = {name: c.available for name, c in acct.sources.items()}
-        notes += sampling_notes(opts.sources, available, opts.max_samples, opts.mix)
-        if opts.mix is None:  # sampled rows the filters or the row step rejected: not replaced
-            counts = {s.name: s.count for s in opts.sources}
-            per_source = {name: c.to_json() for name, c in acct.sources.items()}
-            notes += sampled_rejects_notes(per_source, counts, opts.max_samples)
-        notes += [
-            n
-            for n in (
-                _no_end_of_turn_note(acct, opts, info),
-                _object_arguments_note(acct, info),
-                _own_encoder_note(opts),
-                _unread_kwargs_note(opts, info),
-            )
-            if n
-        ]
+        notes += _selection_notes(opts, acct) + _template_notes(opts, acct, info)
         shards = writer.close()
         facts, digests = read_back.named(shards, tmp)
         rejects.close()
@@ -341,25 +272,18 @@ def _run(
             writer,
             [*shards, *vocab_files],
             tmp,
-            skipped,
+            listing.skipped,
             digests={tmp / name: digest for name, digest in digests.items()},
             # who read the rows: never the set's bytes, only how it was built
             engine={**stage.engine.describe(), "rows_read_by": "workers" if ranged else "driver"},
             selection=selection,
             mixture=selected.report,
-            generated=generated,
+            generated=listing.generated,
             token_freq_pt=pt_record,
         )
-        for s in opts.sources:  # the manifest listed them again, as the files that were read
-            if problem := _listing_changed(s, listed[s.name]):
-                raise SourceError(problem)
-        if problem := _benchmarks_changed(benchmarks):  # and while it hashed them
-            raise SourceError(problem)
-        write_manifest(tmp, manifest)
-        if left := finalize_output(tmp, opts.out, opts.overwrite):
-            notes.append(left)
+        _write_and_finalize(opts, tmp, manifest, listing, benchmarks, notes)
     except BaseException as exc:  # nothing half-written stays behind, whatever the failure
-        _let_go(stage, blocks, writer, sinks)
+        _let_go(stage, held.blocks, held.writer, held.sinks)
         # its marker last: a second Ctrl-C midway leaves a folder the next run still removes
         remove_marked(tmp)
         _remove_empty(made)
@@ -367,7 +291,195 @@ def _run(
             raise OutputWriteError(f"cannot write {opts.out}: {_disk_error(exc)}") from exc
         raise
     seconds = time.monotonic() - t0
-    checks = []
+    checks = _checks_of_the_set(opts, stage, writer, acct, facts, digests)
+    return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
+
+
+_SamplingPlan = tuple[dict[str, int], dict[str, Any]]
+"""`plan_selection`'s: the rows available per source, and each source's chosen rows."""
+
+
+def _plan_reading(
+    opts: BuildOptions, selection: SelectionSpec
+) -> tuple[SourceRanges | None, _SamplingPlan | None]:
+    """Who reads the rows, and the sampling plan. The workers read their own ranges of the
+    sources when they can (`select.ranged`): the ranges are planned first, in one pass over
+    each file, and the sampling plan takes its counts from them; else the driver reads, and
+    the plan counts the sources itself. No plan for a mix (it plans its own pre-pass)."""
+    ranges = None if why_driver_reads(selection) else plan_read(selection)
+    plan = (
+        None
+        if selection.mix
+        else plan_selection(
+            opts.sources, opts.max_samples, opts.seed, ranges.available if ranges else None
+        )
+    )
+    return ranges, plan
+
+
+@dataclass
+class _SourceListing:
+    """Each source's folder listed once, before any row is read: the files and their states
+    (compared again when the manifest lists them), the entries skipped, `generate`'s runs."""
+
+    listed: dict[str, dict[Path, tuple[int, int] | None]]
+    skipped: dict[str, list[dict[str, str]]]
+    generated: dict[str, list[dict[str, Any]]]
+
+    @classmethod
+    def of(cls, sources: list[Source]) -> _SourceListing:
+        scans = {s.name: _scan(s) for s in sources}
+        return cls(
+            listed={name: _states(files) for name, (files, _) in scans.items()},
+            skipped={name: entries for name, (_, entries) in scans.items()},
+            generated={name: _generated(files) for name, (files, _) in scans.items()},
+        )
+
+    def notes(self) -> list[str]:
+        skipped = self.skipped
+        notes = [_skipped_note(n, entries) for n, entries in skipped.items() if entries]
+        generated = self.generated
+        notes += [note for name, runs in generated.items() for note in _generated_notes(name, runs)]
+        return notes
+
+
+def _temporary_folder(opts: BuildOptions) -> tuple[list[Path], Path]:
+    """The folders above ``--out`` this build creates (removed again on failure), and the
+    temporary folder the set is written in (absolute: the workers write the blocks' shards into
+    it from their own working folders, and the manifest names every file relative to it)."""
+    made = [d for d in (opts.out.absolute(), *opts.out.absolute().parents) if not d.exists()][1:]
+    try:
+        tmp = prepare_output(opts.out, opts.overwrite).absolute()
+    except OSError as exc:
+        _remove_empty(made)
+        raise OutputWriteError(f"cannot create {opts.out}: {exc.strerror or exc}") from exc
+    return made, tmp
+
+
+@dataclass
+class _Held:
+    """What a failed build must close before its folder goes (`_let_go`): not left open until
+    garbage collection. Each is set as soon as it is opened."""
+
+    blocks: Iterator[Block] | None = None
+    writer: Writer | None = None
+    sinks: list[_JsonlSink] = field(default_factory=list)
+
+
+def _start_rows(
+    opts: BuildOptions,
+    spec: TemplateSpec,
+    stage: RowStage,
+    selection: SelectionSpec,
+    ranges: SourceRanges | None,
+    plan: _SamplingPlan | None,
+    folder: Path,
+    held: _Held,
+) -> tuple[RangedSelection | None, Selection | RangedSelection, TemplateInfo, Iterator[Any]]:
+    """The selection and the stream of the workers' results, started: where the workers read,
+    the driver decides on the rows' facts and never holds a row; else it reads and selects,
+    and cuts the selected rows into blocks. The workers write the blocks' shards into the
+    temporary ``folder`` themselves (a format without shards, one file for the set, is written
+    here: `_sharded`)."""
+    ranged = None if ranges is None or plan is None else RangedSelection(selection, ranges, plan)
+    selected: Selection | RangedSelection = ranged or Selection(selection, plan)
+    tasks = read_tasks(ranged) if ranged else []
+    # while the template loads (a core idle), the driver scans the first ranges itself
+    early = ranged.scan_ahead(tasks, stage.ready) if ranged else []
+    blocks = held.blocks = iter(tasks[len(early) :]) if ranged else cut_blocks(selected.rows())
+    fmt = opts.output_format if _sharded(opts.output_format) else None
+    reads = selection if ranged else None
+    info, stream = stage.start(
+        # read tasks are in memory already: none read ahead (pickled, a scan's budget
+        # would count each as one row)
+        iter(()) if ranged else blocks,
+        lambda info: BlockJob(mask_config(opts, spec, info), fmt, folder, info.vocab_size, reads),
+    )
+    if ranged:  # the first read gives the facts; the second reads, renders and writes,
+        # interleaved: a range is written as soon as it and every range before are decided
+        budget = SCAN_ROWS_PER_WORKER * stage.engine.workers
+        scans = stage.engine.map(blocks, max_rows=budget)
+        stream = _decided(ranged, tasks, _scans_first(early, scans))
+    return ranged, selected, info, stream
+
+
+def _drive_rows(
+    stage: RowStage,
+    stream: Iterator[Any],
+    acct: Accounting,
+    writer: Writer,
+    sinks: tuple[_JsonlSink, _JsonlSink],
+    read_back: _ReadBack,
+    on_progress: Callable[[int, int], None] | None,
+    total: int,
+) -> None:
+    """Every result taken in order (`_drive`) until all work is back; the workers exit."""
+    rejects, prompts = sinks
+    # once every block is handed out, the helper imports torch for token_freq.pt: after
+    # its own last blocks, while the other workers finish theirs (its core idle otherwise)
+    handed_out = _then(stream, stage.import_torch_ahead)
+    for done in _drive(stage.engine, handed_out, acct, writer, rejects, prompts, read_back):
+        if on_progress:
+            on_progress(done, total or done)
+    stage.engine.finish()  # all work is back: the workers exit now
+
+
+def _selection_notes(opts: BuildOptions, acct: Accounting) -> list[str]:
+    """What sampling could not give: rows short of a count, sampled rows rejected."""
+    available = {name: c.available for name, c in acct.sources.items()}
+    notes = sampling_notes(opts.sources, available, opts.max_samples, opts.mix)
+    if opts.mix is None:  # sampled rows the filters or the row step rejected: not replaced
+        counts = {s.name: s.count for s in opts.sources}
+        per_source = {name: c.to_json() for name, c in acct.sources.items()}
+        notes += sampled_rejects_notes(per_source, counts, opts.max_samples)
+    return notes
+
+
+def _template_notes(opts: BuildOptions, acct: Accounting, info: TemplateInfo) -> list[str]:
+    """What the template and its encoder made of the rows, when the user should know."""
+    return [
+        n
+        for n in (
+            _no_end_of_turn_note(acct, opts, info),
+            _object_arguments_note(acct, info),
+            _own_encoder_note(opts),
+            _unread_kwargs_note(opts, info),
+        )
+        if n
+    ]
+
+
+def _write_and_finalize(
+    opts: BuildOptions,
+    tmp: Path,
+    manifest: dict[str, Any],
+    listing: _SourceListing,
+    benchmarks: dict[Path, tuple[int, int] | None],
+    notes: list[str],
+) -> None:
+    """The manifest written and the folder renamed into place, once the sources and the
+    benchmark files are known unchanged while the manifest hashed them."""
+    for s in opts.sources:  # the manifest listed them again, as the files that were read
+        if problem := _listing_changed(s, listing.listed[s.name]):
+            raise SourceError(problem)
+    if problem := _benchmarks_changed(benchmarks):  # and while it hashed them
+        raise SourceError(problem)
+    write_manifest(tmp, manifest)
+    if left := finalize_output(tmp, opts.out, opts.overwrite):
+        notes.append(left)
+
+
+def _checks_of_the_set(
+    opts: BuildOptions,
+    stage: RowStage,
+    writer: Writer,
+    acct: Accounting,
+    facts: SetFacts | None,
+    digests: dict[str, str],
+) -> list[CheckResult]:
+    """verify's fast checks of the set in place, from the workers' read-back (none when the
+    set holds no row)."""
+    checks: list[CheckResult] = []
     try:
         if writer.rows or acct.total().needs_generation:
             pt = opts.out / "token_freq.pt"  # read in the helper while the checks recount here
@@ -380,7 +492,7 @@ def _run(
     except KeyboardInterrupt as exc:  # the set is in place, whole: the line says so
         mark_set_written(exc, opts.out)
         raise
-    return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
+    return checks
 
 
 class _ReadBack:

@@ -49,7 +49,7 @@ from draftset.generation.options import (
     extra_body_clash,
 )
 from draftset.generation.store import RunLock, StoreError
-from draftset.mask.template import _resolve_tokenizer_path
+from draftset.mask.template import resolve_tokenizer_path
 from draftset.output.folder import OutputExistsError, is_report_file
 from draftset.pipeline.run_answers import (
     answer_queue,
@@ -220,7 +220,7 @@ def run(
     """
     say = say or (lambda _text: None)
     _check_servers(opts.generate, opts.build.template_kwargs)
-    _resolve_tokenizer_path(opts.build.tokenizer)  # a missing folder: exit 2 before any work
+    resolve_tokenizer_path(opts.build.tokenizer)  # a missing folder: exit 2 before any work
     _check_apart(opts)
     check_row_shapes(opts.build.sources)  # a source of unknown rows: exit 2 before any work
     settings = settings_of(opts)

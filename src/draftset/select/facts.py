@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from draftset.core import reasons
+from draftset.core import reasons, rules
 from draftset.core.ids import IdRegistry, duplicate_id_message
 from draftset.core.records import (
     NOT_TRAINED,
@@ -57,7 +57,7 @@ def can_train(
 ) -> bool:
     """Whether the row can give a supervised token, judged before any render (so a worker or the
     driver can, on the row alone): a conversation with an answer ``turns`` supervises that no
-    rule rules out (`reasons.may_supervise`: not "OK.", not its prompt copied, not cut off, not
+    rule rules out (`rules.may_supervise`: not "OK.", not its prompt copied, not cut off, not
     weighted 0). ``answered``: `draftset run`'s ``regenerate`` (None in a build): the target
     answers prompt-only and padded rows, and with ``all`` every row not weighted 0, so those
     can train too. The row step may still reject a row that can (too long, a template error):
@@ -69,10 +69,10 @@ def can_train(
     if (  # in `run`, the rows the target answers (a build skips this at its first test)
         answered is not None
         and not item.meta.get(NOT_TRAINED)
-        and (answered == "all" or reasons.all_padded_answers(item, placeholders))
+        and (answered == "all" or rules.all_padded_answers(item, placeholders))
     ):
         return True
-    return reasons.may_supervise(item.messages, item.meta, turns, placeholders)
+    return rules.may_supervise(item.messages, item.meta, turns, placeholders)
 
 
 def kind_of(item: Normalized) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from draftset.core import defaults, reasons
+from draftset.core import defaults, rules
 from draftset.core.counters import Accounting, SourceCounts
 from draftset.core.modes import row_mode
 from draftset.core.records import (
@@ -68,7 +68,7 @@ class SelectionSpec:
     # placeholders, and `run`'s `regenerate` (None in a build); recorded in the manifest's
     # `options` and `run` sections, not here
     turns: str = defaults.TURNS
-    placeholders: tuple[str, ...] = reasons.DEFAULT_PLACEHOLDERS
+    placeholders: tuple[str, ...] = rules.DEFAULT_PLACEHOLDERS
     answered: str | None = None
 
     def trains(self, item: Normalized) -> bool:

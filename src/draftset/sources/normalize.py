@@ -826,7 +826,7 @@ def _assistant(i: int, turn: dict[str, Any], content: Any, meta: dict[str, Any])
     if reasoning is None:  # an explicit "" is reasoning given (empty): the content stays whole
         original = text
         text, reasoning, unterminated = _split_think(text)
-        if unterminated:  # cut off: never supervised (reasons.cut_off_answers)
+        if unterminated:  # cut off: never supervised (rules.cut_off_answers)
             meta.setdefault(REASONING_UNTERMINATED, {})[i] = True
         if text != original:
             meta.setdefault(INLINE_REASONING, {})[i] = original

@@ -816,7 +816,7 @@ def _parse_line(line: bytes, where: str) -> Any:
         return RowProblem(reasons.INVALID_JSON, f"{where}: invalid JSON: {_json_error(exc)}")
     except RecursionError:
         return RowProblem(reasons.INVALID_JSON, f"{where}: invalid JSON: nested too deeply")
-    if ("\\ud" in text or "\\uD" in text) and _has_lone_surrogate(value):
+    if ("\\ud" in text or "\\uD" in text) and has_lone_surrogate(value):
         return RowProblem(reasons.INVALID_UTF8, f"{where}: \\u escape encodes a lone surrogate")
     return value
 
@@ -830,7 +830,7 @@ def _json_error(exc: ValueError) -> str:
     return str(exc)
 
 
-def _has_lone_surrogate(value: Any) -> bool:
+def has_lone_surrogate(value: Any) -> bool:
     """True when a parsed value holds a lone UTF-16 surrogate (cannot be written as UTF-8)."""
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
@@ -927,7 +927,7 @@ def _document_values(path: Path, compression: str | None, source: Source) -> lis
         label = _label(path, Path(source.path))
         values = [
             RowProblem(reasons.INVALID_UTF8, f"{label}: \\u escape encodes a lone surrogate")
-            if _has_lone_surrogate(v)
+            if has_lone_surrogate(v)
             else v
             for v in values
         ]
