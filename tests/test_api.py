@@ -261,6 +261,7 @@ INTERNAL_EXCEPTIONS = {
     "RetriesExhausted",  # generate: an error line for that row
     "NoEndpoint",  # generate: ends the job as `aborted` (exit 1, resumable)
     "EndpointRefused",  # generate: 401/404/407 stop the job (exit 1, resumable), rows left
+    "AnswersFromAnotherModel",  # generate: (an EndpointRefused) another model's answers stop it
     "WriteFailed",  # generate: a full disk stops the job (exit 1, resumable), lines cut whole
     "WireError",  # generate: a broken HTTP exchange, retried as TransientError
     "BodyTooLarge",  # generate: a FinalError for that row
@@ -644,7 +645,10 @@ def test_a_keyword_in_the_command_lines_spelling_is_named_before_what_it_left_mi
     None the caller never wrote."""
     with pytest.raises(errors.UsageError) as info:
         api.generate_options(src, endpoint="http://127.0.0.1:9/v1", out=tmp_path / "a.jsonl")
-    assert str(info.value) == "'endpoint' is not an option of this job: did you mean 'endpoints'?"
+    assert str(info.value) == (
+        "'endpoint' is not an option of this job: did you mean 'endpoints'"
+        " (the command line's --endpoint)?"
+    )
 
 
 @pytest.mark.parametrize(
@@ -656,11 +660,13 @@ def test_a_keyword_in_the_command_lines_spelling_is_named_before_what_it_left_mi
         ),
         (
             lambda d: api.build(["a.jsonl"], tokenizer="t", out=d, eot_token=["<|im_end|>"]),
-            "'eot_token' is not an option of this job: did you mean 'eot_tokens'?",
+            "'eot_token' is not an option of this job: did you mean 'eot_tokens'"
+            " (the command line's --eot-token)?",
         ),
         (
             lambda d: api.build(sources=["a.jsonl"], tokenizer="t", out=d, field=["a=b"]),
-            "'field' is not an option of this job: did you mean 'fields'?",
+            "'field' is not an option of this job: did you mean 'fields'"
+            " (the command line's --field)?",
         ),
     ],
 )
