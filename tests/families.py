@@ -677,9 +677,15 @@ def tokenizers_loaded_once() -> Iterator[None]:
     """Load each stand-in tokenizer folder once (build and verify load it per template).
 
     Speed only: `ChatTemplate` never mutates the tokenizer object it loads.
+    Re-entrant: inside another (test_families.py's session-wide fixture stays on for every later
+    test file), it changes nothing; the loader it keeps is always transformers' own (a nested one
+    kept the outer cache as "the original", which then called itself: RecursionError).
     """
     from transformers import AutoTokenizer
 
+    if "f" in _ORIGINAL_LOAD:  # already on
+        yield
+        return
     original = AutoTokenizer.from_pretrained
     _ORIGINAL_LOAD["f"] = original
 
@@ -693,6 +699,7 @@ def tokenizers_loaded_once() -> Iterator[None]:
         yield
     finally:
         AutoTokenizer.from_pretrained = original  # type: ignore[method-assign]
+        del _ORIGINAL_LOAD["f"]
 
 
 def run_all(names: list[str] | None = None, root: Path | None = None) -> list[Outcome]:
