@@ -861,7 +861,7 @@ class ChatTemplate(Renderer):
                 self.tokenizer, "all_special_tokens", ()
             )
             if not special:  # a word, which answers hold
-                eos = getattr(self.tokenizer, "eos_token", None)
+                eos = self.eos_token
                 raise TokenizerError(
                     f"--eot-token {tok!r} is an ordinary token of the vocabulary, not a special"
                     " token a server stops on (give the model's end-of-turn token"
@@ -873,7 +873,7 @@ class ChatTemplate(Renderer):
             raise TokenizerError(missing_stops_message(self.spec.tokenizer))
         for tok_id in stop_ids or ():
             add(self.tokenizer.convert_ids_to_tokens(tok_id))
-        add(getattr(self.tokenizer, "eos_token", None))
+        add(self.eos_token)
         return tuple(found)
 
     def _generation_config_eos_ids(self) -> list[int] | None:
