@@ -584,9 +584,10 @@ def test_a_forged_token_freq_pt_fails_token_freq_with_its_reason(built, tmp_path
 
 
 def test_token_freq_pt_deleted_and_unlisted_fails_when_build_recorded_it_written(built, tmp_path):
-    """token_freq.pt is optional (torch), so its absence alone proves nothing; but build
-    records whether it wrote it, and a set whose file was deleted and unlisted contradicts
-    that record (before, it passed: absent and unlisted looked like a build without torch)."""
+    """token_freq.pt was optional (torch) in sets built before it was always written, so its
+    absence alone proves nothing; but build records whether it wrote it, and a set whose file
+    was deleted and unlisted contradicts that record (before, it passed: absent and unlisted
+    looked like a build without torch)."""
     pytest.importorskip("torch")
     folder = copy_set(built["all"], tmp_path)
     m = manifest(folder)
@@ -604,24 +605,39 @@ def test_token_freq_pt_deleted_and_unlisted_fails_when_build_recorded_it_written
     ]
 
 
-def test_a_build_without_torch_records_why_and_verify_says_so(tmp_path, monkeypatch):
-    """Without torch the build records token_freq.pt as not written and why; verify then
-    says that reason (a note, not a failure), adds that torch is installed where it runs,
-    and fails a token_freq.pt that build recorded it never wrote."""
+def test_a_build_writes_token_freq_pt_without_torch(tmp_path, monkeypatch):
+    """token_freq.pt needs no torch at build time (`output.pt_file`): a build where torch does
+    not import writes it all the same, records it written, and its own check compares it
+    (before: skipped, "torch is not installed")."""
     import draftset.output.vocab as vocab
 
     monkeypatch.setattr(vocab, "torch_unavailable", lambda: "torch is not installed")
     folder = build_rows(tmp_path, [chat("a", "Why is the sky blue?", LONG)])
-    assert not (folder / "token_freq.pt").exists()
-    m = manifest(folder)
-    assert m["token_freq_pt"] == {"written": False, "reason": "torch is not installed"}
+    assert manifest(folder)["token_freq_pt"] == {"written": True, "reason": None}
+    tf = by_name(fast_checks(folder))["token_freq"]  # read with draftset's own reader here
+    assert tf.status == "pass" and "notes" not in tf.details, tf.summary
     monkeypatch.undo()
+    npy = np.load(folder / "token_freq.npy")
+    expected = {int(i): int(npy[i]) for i in np.nonzero(npy)[0]}
+    assert vocab.read_token_freq_pt(folder / "token_freq.pt") == expected
+    if importlib.util.find_spec("torch") is not None:  # and with torch's, as speculators reads
+        assert vocab.load_token_freq_pt(folder / "token_freq.pt") == expected
+
+
+def test_a_set_built_when_torch_was_missing_says_why_and_holds_to_its_record(tmp_path):
+    """Sets built before token_freq.pt was always written recorded it not written and why
+    (torch missing): verify says that reason (a note, not a failure) and fails a token_freq.pt
+    that build recorded it never wrote."""
+    folder = build_rows(tmp_path, [chat("a", "Why is the sky blue?", LONG)])
+    m = manifest(folder)
+    m["token_freq_pt"] = {"written": False, "reason": "torch is not installed"}
+    del m["files"]["token_freq.pt"]
+    (folder / "token_freq.pt").rename(tmp_path / "kept.pt")
+    save_manifest(folder, m)
     tf = by_name(fast_checks(folder))["token_freq"]
     assert tf.status == "pass"
     assert tf.details["notes"][0] == "token_freq.pt not written by build: torch is not installed"
-    if importlib.util.find_spec("torch") is not None:
-        assert "torch is installed here: a rebuild writes token_freq.pt" in tf.summary
-    shutil.copy(REPO / "pyproject.toml", folder / "token_freq.pt")  # any file, listed
+    (tmp_path / "kept.pt").rename(folder / "token_freq.pt")
     results = _listed_pt_fails_token_freq(folder, m)
     assert by_name(results)["token_freq"].details["messages"] == [
         "token_freq.pt: present, though build recorded it not written (torch is not installed)"

@@ -88,6 +88,8 @@ def test_job_exceptions_come_back_as_they_are():
 
 
 def test_load_release_and_pt_round_trip_in_the_helper(tmp_path):
+    """Jobs run one after another in one process, their state kept: a template load, a
+    release, a file written there and read back there and here."""
     spec = TemplateSpec(str(qwen3_tokenizer_dir()))
     with Sidecar() as side:
         loaded = side.call("loading", load_template_info, spec, None)

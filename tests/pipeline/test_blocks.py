@@ -167,32 +167,6 @@ def test_a_relative_out_folder_builds_with_workers_writing_blocks(
     assert all(not Path(n).is_absolute() and (tmp_path / "rel" / n).is_file() for n in files)
 
 
-def test_the_helper_imports_torch_once_every_block_is_handed_out(tmp_path, monkeypatch):
-    """token_freq.pt needs torch in the helper (~0.8 CPU-s, ~1 s). It was imported once every
-    result was back, so the build's tail waited for it while the helper's core, done with its
-    own blocks, had sat idle beside the last worker's (issue 27: 0.5 s of a 16.6 s build). It
-    is now asked for as soon as the last block is handed out (the helper runs it after its own
-    blocks), while results are still to come."""
-    from draftset.engine.factory import RowStage
-
-    monkeypatch.setattr(block_mod, "BLOCK_ROWS", 7)
-    src = write_source(tmp_path / "golden.jsonl")
-    done: list[int] = []
-    asked_at: list[int] = []
-    original = RowStage.import_torch_ahead
-
-    def import_torch_ahead(self: RowStage) -> None:
-        asked_at.append(done[-1] if done else 0)
-        original(self)
-
-    monkeypatch.setattr(RowStage, "import_torch_ahead", import_torch_ahead)
-    built = run_build(
-        options(src, tmp_path / "o", workers=2), on_progress=lambda n, _: done.append(n)
-    )
-    assert built.ok and (built.out / "token_freq.pt").is_file()
-    assert len(asked_at) == 1 and asked_at[0] < done[-1]  # before the last results were back
-
-
 def test_a_block_of_long_prompts_hands_back_a_file_not_the_prompts(tmp_path):
     """A block's prompt-only rows came back inside its `BlockResult` as prompts.jsonl lines:
     a block of 65,536 prompts of 10 KB (the workers read 1/64 of the input a block) was ~0.6 GB

@@ -587,7 +587,9 @@ def test_a_bug_on_one_row_rejects_that_row_and_the_run_goes_on(tmp_path, monkeyp
     assert line["reason"] == "internal_error" and "RuntimeError: boom" in line["message"]
 
 
-def test_worker_build_writes_and_checks_token_freq_pt_through_the_helper(tmp_path):
+def test_worker_build_writes_token_freq_pt_torch_loads_and_checks_it(tmp_path):
+    """token_freq.pt is written without torch (`output.pt_file`); torch.load, speculators'
+    reader, reads the counts token_freq.npy holds, and the build's own check compares them."""
     torch = pytest.importorskip("torch")
     res = run_build(sample_options(tmp_path / "o", workers=2))
     npy = np.load(res.out / "token_freq.npy")

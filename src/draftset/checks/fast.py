@@ -18,7 +18,6 @@ import pyarrow as pa
 from draftset.core import reasons
 from draftset.core.optional_torch import NOT_INSTALLED, torch_installed
 from draftset.core.words import ascii_digits, plural
-from draftset.engine.helper import SidecarError
 from draftset.output.arrow import state_fingerprint
 from draftset.output.base import arrow_schema, rel_name, safe_name
 from draftset.output.folder import (
@@ -481,7 +480,8 @@ def _reject_ok(obj: Any, counts: dict[str, Any]) -> bool:
 SIDE_FILES = ("token_freq.npy", "rejects.jsonl", "prompts.jsonl")
 """Files every set has beside its rows, whatever the output format."""
 TORCH_FILE = "token_freq.pt"
-"""Written only when torch imported at build time: the one file a set may lack."""
+"""Written by every build since session 34; before, only when torch imported at build time:
+the one file a set may lack (its manifest's ``token_freq_pt`` says)."""
 
 
 def set_files(out: OutputSet) -> set[str]:
@@ -670,12 +670,13 @@ def unaccounted_folders(folder: Path, listed: dict[str, Any]) -> list[tuple[str,
 
 # --- 7. vocabulary files ------------------------------------------------------------------------
 def check_token_freq(
-    out: OutputSet, stats: RowStats, load_pt: Callable[[Path], dict[int, int] | str] | None = None
+    out: OutputSet, stats: RowStats, load_pt: Callable[[Path], dict[int, int]] | None = None
 ) -> CheckResult:
-    """token_freq.npy (and .pt when torch imports) equal a recount of supervised tokens;
-    token_freq.pt is there exactly when the manifest records it written (`pt_record`).
+    """token_freq.npy and .pt equal a recount of supervised tokens; token_freq.pt is there
+    exactly when the manifest records it written (`pt_record`).
 
-    ``load_pt`` reads token_freq.pt elsewhere (the build's helper process); default: here.
+    ``load_pt`` reads token_freq.pt (the build's check: draftset's own reader, no torch);
+    default: `load_token_freq_pt` (torch.load when torch imports, as speculators reads it).
     """
     if not out.readable:  # no tokens to recount: the structure check names the shard
         return CheckResult(
@@ -721,8 +722,6 @@ def check_token_freq(
     elif pt.is_file():
         try:
             data = (load_pt or load_token_freq_pt)(pt)
-        except SidecarError:
-            raise
         except TokenFreqPtShape as exc:
             p.add(
                 "token_freq.pt does not hold {token id: count} as build writes it",
@@ -732,10 +731,7 @@ def check_token_freq(
         except Exception as exc:  # a corrupt pickle is a failed check, not a crash
             p.add(f"token_freq.pt unreadable: {type(exc).__name__}", TORCH_FILE)
         else:
-            if isinstance(data, str):  # torch does not import here: why
-                notes.append(f"token_freq.pt not compared: {data}")
-            else:
-                _check_pt_counts(p, data, recount, vocab)
+            _check_pt_counts(p, data, recount, vocab)
     elif written:
         p.add(
             "token_freq.pt missing, though build recorded it written",

@@ -73,7 +73,7 @@ class VerifyUsageError(UsageError):
 def _fast(
     out: OutputSet,
     block_size: int,
-    load_pt: Callable[[Path], dict[int, int] | str] | None = None,
+    load_pt: Callable[[Path], dict[int, int]] | None = None,
     facts: SetFacts | None = None,
 ) -> list[CheckResult]:
     # one pass over the set's tokens for every check (none when the facts came with the call)
@@ -97,7 +97,7 @@ def _fast(
 def fast_checks(
     out_dir: Path | str | OutputSet,
     block_size: int = DEFAULT_BLOCK_SIZE,
-    load_pt: Callable[[Path], dict[int, int] | str] | None = None,
+    load_pt: Callable[[Path], dict[int, int]] | None = None,
     facts: SetFacts | None = None,
     digests: dict[str, str] | None = None,
 ) -> list[CheckResult]:

@@ -18,7 +18,6 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import chain
-from pathlib import Path
 from typing import Any, TypeVar
 
 from draftset.engine import ENGINES, engine_name
@@ -26,7 +25,6 @@ from draftset.engine.base import Batch, Engine, EnginePlan, WorkerTask, tokenize
 from draftset.engine.helper import (
     Sidecar,
     import_tokenizer_loader,
-    import_torch,
     release_memory,
     without_torch,
 )
@@ -103,30 +101,6 @@ class RowStage:
         self.engine.close(failed=True)
         if self.side is not None:
             self.side.kill()
-
-    def import_torch_ahead(self) -> None:
-        """Every block is handed out: the helper imports torch for ``token_freq.pt`` once its own
-        blocks are done (its jobs run in order), while the other workers finish theirs and the
-        driver closes the set (it loaded the template without torch: `helper.without_torch`)."""
-        if self.side is not None:
-            self.side.submit(import_torch, what="importing torch")
-
-    def in_helper(self, what: str, fn: Callable[..., T]) -> Callable[..., T] | None:
-        """``fn`` run in the helper process (torch's place, not the driver's), or None: run it
-        here."""
-        side = self.side
-        if side is None:
-            return None
-        return lambda *args: side.call(what, fn, *args)
-
-    def prefetched(self, what: str, fn: Callable[[Path], T], path: Path) -> Callable[..., T] | None:
-        """``fn(path)`` started in the helper now (the caller goes on meanwhile); the callable
-        returned hands over its result. None (run it here, when asked) without a helper."""
-        side = self.side
-        if side is None:
-            return None
-        pending = side.submit(fn, path, what=what)
-        return lambda *_: side.result(pending, what)
 
 
 @contextlib.contextmanager

@@ -1,15 +1,13 @@
-"""One helper process for the work that imports torch, so a build's main process never does.
+"""One helper process that loads the template, so a build's main process never imports torch.
 
-`AutoTokenizer` imports torch when it is installed (~1-3 s, ~230 MB that stay), and so do
-``torch.save`` / ``torch.load`` of ``token_freq.pt``. A build with worker processes runs all of
-them in one spawn child, one job after another: load the template (while the workers start and
-the main process reads ahead), drop the load's garbage (`release_memory`, after the kit is on
-its way), run the row step on the loaded template as one of the local engine's workers
-(`engine.worker.load_and_keep`; with Ray it waits idle), write ``token_freq.pt`` at the end and
-read it back for the post-build check. The load keeps torch out (`without_torch`: a tokenizer
-needs none), so the helper works rows as lean as the other workers; torch is imported once, for
-``token_freq.pt``, once every block is handed out: after the helper's own blocks, while the
-other workers finish theirs (`import_torch`).
+`AutoTokenizer` imports torch when it is installed (~1-3 s, ~230 MB that stay). A build with
+worker processes loads the template in one spawn child, one job after another: load the
+template (while the workers start and the main process reads ahead), drop the load's garbage
+(`release_memory`, after the kit is on its way), run the row step on the loaded template as one
+of the local engine's workers (`engine.worker.load_and_keep`; with Ray it waits idle). The load
+keeps torch out (`without_torch`: a tokenizer needs none), so the helper works rows as lean as
+the other workers; ``token_freq.pt`` needs no torch either (`draftset.output.pt_file`), so no
+process of a build imports it.
 
 A child that dies (killed, out of memory) raises `SidecarError` in the caller, never hangs it.
 A spawned child re-running a script that calls draftset at its top level (no
@@ -31,7 +29,7 @@ from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
 from draftset.core.errors import RunError
-from draftset.core.optional_torch import torch_hidden, torch_unavailable
+from draftset.core.optional_torch import torch_hidden
 from draftset.engine import IN_DRIVER, engine_name
 from draftset.engine.base import hold_tokenizer_threads
 from draftset.engine.lifeline import die_with_parent, quiet_resource_tracker
@@ -218,16 +216,6 @@ def import_tokenizer_loader() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # as `ChatTemplate` sets it
     with torch_kept_out(), contextlib.suppress(ImportError):  # the load reports it, in one line
         from transformers import AutoTokenizer  # noqa: F401  # lazy: the point of the job
-
-
-def import_torch() -> None:
-    """Import torch ahead of ``token_freq.pt`` (~1-3 s), once every block is handed out: after
-    the helper's own blocks, while the other workers finish theirs, not after (a missing torch,
-    or one whose import raises, an OSError too: `save_token_freq_pt` says which, from the
-    answer kept here). The row step's freed heap goes back to the OS first: torch's ~210 MB
-    now load while the last worker still holds its own."""
-    release_memory()
-    torch_unavailable()
 
 
 def release_memory() -> None:

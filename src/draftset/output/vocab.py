@@ -1,57 +1,27 @@
-"""Vocabulary files beside the rows: token_freq (.npy always, .pt for speculators) and the
-EAGLE-3 reduced vocabulary d2t/t2d, both from the supervised-token counts the writer kept."""
+"""Vocabulary files beside the rows: token_freq (.npy, and .pt for speculators) and the EAGLE-3
+reduced vocabulary d2t/t2d, both from the supervised-token counts the writer kept."""
 
 from __future__ import annotations
 
-import errno
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from draftset.core.optional_torch import NOT_INSTALLED, torch_unavailable
-
-TORCH_HINT = " (pip install 'draftset[torch]')"
-"""Said after `NOT_INSTALLED` in the build's note (not in the manifest's record)."""
+from draftset.core.optional_torch import torch_unavailable
+from draftset.output.pt_file import ForeignPickle, read_pt, write_pt
 
 
-def write_token_freq(
-    folder: Path,
-    token_freq: np.ndarray,
-    save_pt: Callable[[Path, np.ndarray, np.ndarray], str | None] | None = None,
-) -> str | None:
-    """token_freq.npy always; token_freq.pt (dict[int, int]) when torch imports. Returns why
-    token_freq.pt was not written (`torch_unavailable`), None when it was.
-
-    ``save_pt`` runs `save_token_freq_pt` elsewhere (the build's helper process, which has
-    torch imported already); by default it runs here.
-    """
+def write_token_freq(folder: Path, token_freq: np.ndarray) -> None:
+    """token_freq.npy (every id's count) and token_freq.pt ({id: count} of the ids seen, what
+    speculators reads), both without torch (`draftset.output.pt_file`)."""
     np.save(folder / "token_freq.npy", token_freq.astype(np.int64))
     ids = np.nonzero(token_freq)[0].astype(np.int64)
-    return (save_pt or save_token_freq_pt)(folder / "token_freq.pt", ids, token_freq[ids])
+    save_token_freq_pt(folder / "token_freq.pt", ids, token_freq[ids])
 
 
-def skipped_note(reason: str) -> str:
-    """The build's note for a token_freq.pt it did not write, ``reason`` being why."""
-    return f"token_freq.pt skipped: {reason}" + (TORCH_HINT if reason == NOT_INSTALLED else "")
-
-
-def save_token_freq_pt(path: Path, ids: np.ndarray, counts: np.ndarray) -> str | None:
-    """``torch.save`` of {id: count} (what speculators reads); returns why it was not written
-    (torch not installed, or failing to import: `torch_unavailable`), None when it was."""
-    why = torch_unavailable()
-    if why is not None:
-        return why
-    import torch  # lazy: optional extra, imported by `torch_unavailable` already
-
-    try:
-        torch.save(dict(zip(ids.tolist(), counts.tolist(), strict=True)), path)
-    except RuntimeError as exc:
-        # torch's zip writer reports a failed write (a full disk) as a RuntimeError with no
-        # errno ("basic_ios::clear: iostream error"): an OSError, so the build says it in the
-        # one line every other failed write gets, not a traceback
-        raise OSError(errno.EIO, f"{path.name}: a failed write ({exc}): is the disk full?") from exc
-    return None
+def save_token_freq_pt(path: Path, ids: np.ndarray, counts: np.ndarray) -> None:
+    """{id: count} written as ``torch.save`` writes it (`pt_file.write_pt`: no torch needed)."""
+    write_pt(path, dict(zip(ids.tolist(), counts.tolist(), strict=True)))
 
 
 class TokenFreqPtShape(ValueError):
@@ -59,20 +29,31 @@ class TokenFreqPtShape(ValueError):
     counts): the message says what it holds instead."""
 
 
-def load_token_freq_pt(path: Path) -> dict[int, int] | str:
-    """``torch.load(weights_only=True)`` of token_freq.pt; when torch does not import, why not
-    (`torch_unavailable`: the file is not compared).
+def load_token_freq_pt(path: Path) -> dict[int, int]:
+    """token_freq.pt as speculators reads it, ``torch.load(weights_only=True)``, when torch
+    imports here (verify's referee: torch's own reader, not draftset's); else draftset's own
+    reader (`read_token_freq_pt`).
 
     Raises on an unreadable file, and `TokenFreqPtShape` on one that holds anything but
     {int: int} (`pt_counts`): the check reports either. Never casts (a ``"5"`` key, a float
     or a tensor count are not what build writes, though ``int()`` takes them).
     """
-    why = torch_unavailable()
-    if why is not None:
-        return why
-    import torch  # lazy: optional extra, imported by `torch_unavailable` already
+    if torch_unavailable() is not None:
+        return read_token_freq_pt(path)
+    import torch  # lazy: optional, imported by `torch_unavailable` already
 
     return pt_counts(torch.load(path, weights_only=True))
+
+
+def read_token_freq_pt(path: Path) -> dict[int, int]:
+    """token_freq.pt read without torch (`pt_file.read_pt`): what a build's own check of the
+    file it just wrote uses, so a build never imports torch. A pickle naming a global (a
+    tensor, a class) is `TokenFreqPtShape`, and is not run."""
+    try:
+        data = read_pt(path)
+    except ForeignPickle as exc:
+        raise TokenFreqPtShape(f"holds more than a plain dict: {exc}") from exc
+    return pt_counts(data)
 
 
 def pt_counts(data: object) -> dict[int, int]:

@@ -43,13 +43,7 @@ from draftset.output import writer_class
 from draftset.output.base import ShardedWriter, Writer, rel_name
 from draftset.output.folder import finalize_output, prepare_output, remove_marked
 from draftset.output.readback import CheckResult, NotADraftsetError, SetFacts, open_output
-from draftset.output.vocab import (
-    load_token_freq_pt,
-    save_token_freq_pt,
-    skipped_note,
-    write_draft_vocab,
-    write_token_freq,
-)
+from draftset.output.vocab import read_token_freq_pt, write_draft_vocab, write_token_freq
 from draftset.pipeline.block import (
     Block,
     BlockJob,
@@ -253,7 +247,7 @@ def _run(
         rejects.close()
         prompts.close()
         notes += _copies_lost_note(selected.filters, tmp / "rejects.jsonl")
-        vocab_files, pt_record = _write_vocab(opts, stage, tmp, writer, vocab_size, notes)
+        vocab_files, pt_record = _write_vocab(opts, tmp, writer, vocab_size)
         errors = acct.balance_errors()
         if errors:
             raise AccountingError("accounting does not balance: " + "; ".join(errors))
@@ -415,10 +409,7 @@ def _drive_rows(
 ) -> None:
     """Every result taken in order (`_drive`) until all work is back; the workers exit."""
     rejects, prompts = sinks
-    # once every block is handed out, the helper imports torch for token_freq.pt: after
-    # its own last blocks, while the other workers finish theirs (its core idle otherwise)
-    handed_out = _then(stream, stage.import_torch_ahead)
-    for done in _drive(stage.engine, handed_out, acct, writer, rejects, prompts, read_back):
+    for done in _drive(stage.engine, stream, acct, writer, rejects, prompts, read_back):
         if on_progress:
             on_progress(done, total or done)
     stage.engine.finish()  # all work is back: the workers exit now
@@ -482,13 +473,8 @@ def _checks_of_the_set(
     checks: list[CheckResult] = []
     try:
         if writer.rows or acct.total().needs_generation:
-            pt = opts.out / "token_freq.pt"  # read in the helper while the checks recount here
-            load_pt = (
-                stage.prefetched("reading token_freq.pt", load_token_freq_pt, pt)
-                if pt.is_file()
-                else None
-            )
-            checks = fast_checks(opts.out, load_pt=load_pt, facts=facts, digests=digests)
+            # token_freq.pt read back without torch (verify reads it with torch.load)
+            checks = fast_checks(opts.out, load_pt=read_token_freq_pt, facts=facts, digests=digests)
     except KeyboardInterrupt as exc:  # the set is in place, whole: the line says so
         mark_set_written(exc, opts.out)
         raise
@@ -528,12 +514,6 @@ dedup, ~800 with near) wait in the driver until every scan before it is decided;
 budget, 3 tasks a worker of them were the whole input's facts from ~22 local workers (~1.9 GB
 at 10M rows with exact dedup). Scans cost about a tenth of the writes, so this keeps every
 worker fed: 3 MB a worker with exact dedup, 13 MB with near."""
-
-
-def _then(items: Iterable[Any], last: Callable[[], None]) -> Iterator[Any]:
-    """``items``, then ``last()`` once they are all taken (not on a failure before)."""
-    yield from items
-    last()
 
 
 def _scans_first(early: list[Any], scans: Iterator[Any]) -> Iterator[Any]:
@@ -618,28 +598,17 @@ def _drive(
 
 
 def _write_vocab(
-    opts: BuildOptions,
-    stage: RowStage,
-    tmp: Path,
-    writer: Writer,
-    vocab_size: int,
-    notes: list[str],
+    opts: BuildOptions, tmp: Path, writer: Writer, vocab_size: int
 ) -> tuple[list[Path], dict[str, Any]]:
-    """token_freq (.npy, and .pt through the helper when torch is there) and, when asked,
-    the draft vocabulary d2t/t2d; returns the files written and the manifest's record of
-    token_freq.pt (written, or why not: what verify holds the folder to)."""
-    why = write_token_freq(
-        tmp, writer.token_freq, stage.in_helper("writing token_freq.pt", save_token_freq_pt)
-    )
-    if why:
-        notes.append(skipped_note(why))
-    files = [tmp / "token_freq.npy"]
-    if why is None:
-        files.append(tmp / "token_freq.pt")
+    """token_freq (.npy and .pt, no torch needed) and, when asked, the draft vocabulary
+    d2t/t2d; returns the files written and the manifest's record of token_freq.pt (always
+    written now; sets built before recorded why not when torch was missing)."""
+    write_token_freq(tmp, writer.token_freq)
+    files = [tmp / "token_freq.npy", tmp / "token_freq.pt"]
     size = opts.draft_vocab_size
     if size:
         files += write_draft_vocab(tmp, writer.token_freq, size, vocab_size)
-    return files, {"written": why is None, "reason": why}
+    return files, {"written": True, "reason": None}
 
 
 def _copies_lost_note(filters: Filters | None, rejects: Path) -> list[str]:
