@@ -231,8 +231,8 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     from draftset.config.recipe import BUILD_KEYS, RECIPE_PATH_KEYS, parse_json_object
     from draftset.core.rules import DEFAULT_PLACEHOLDERS  # lazy: a stage, loaded on first use
 
-    if isinstance(options.get("sources"), str | os.PathLike):  # one source, as `generate` takes
-        options = {**options, "sources": [options["sources"]]}
+    if (one := _one_source(options.get("sources"))) is not None:  # as `generate` takes it
+        options = {**options, "sources": one}
     explicit = given(_given(BuildArgs, options))
     if explicit.get("template_kwargs") == "":  # the command line's empty JSON text: not given
         del explicit["template_kwargs"]
@@ -353,6 +353,14 @@ def _recipe_and_sources(
     return conf, srcs
 
 
+def _one_source(sources: Any) -> list[Any] | None:
+    """``sources`` as a list when it is one source (a path, a `Source`, a mapping), else None:
+    one source is the list of it, for `build` and `generate` alike."""
+    from draftset.sources.read import Source  # lazy: a stage, loaded on first use
+
+    return [sources] if isinstance(sources, str | os.PathLike | Source | Mapping) else None
+
+
 def _sources_given(
     sources: Sequence[Any],
     fmt: str | None,
@@ -396,6 +404,7 @@ def _source(
         SOURCE_KEYS,
         SOURCE_PLACES,
         RecipeError,
+        check_source,
         parse_source_arg,
         source_entry,
         source_from_entry,
@@ -403,7 +412,8 @@ def _source(
     from draftset.sources.read import Source  # lazy: a stage, loaded on first use
 
     if isinstance(spec, Source):  # a copy: naming and path expansion must not change the
-        return replace(spec, seen={})  # caller's object (a later call would see `b-2`)
+        check_source(spec)  # caller's object (a later call would see `b-2`); checked as a
+        return replace(spec, seen={})  # recipe's entry, its values before any work
     if not isinstance(spec, str | os.PathLike | Mapping):  # `5` is no path: not "not found"
         raise error(f"--sources: expected a path, a Source or a mapping, got {quoted(spec)}")
     if isinstance(spec, Mapping):  # checked as a recipe's `sources:` entry is: strictly
@@ -842,13 +852,20 @@ def generate_options(
     # lazy: a stage, loaded on first use
     from draftset.sources.read import HUB_PREFIX, SourceError, refuse_several_splits
 
+    sources = _one_source(sources) or sources
     o = _home(_given(GenerateArgs, {**options, "sources": sources}, GenerateUsageError), "out")
-    given = [o.sources] if isinstance(o.sources, str | os.PathLike) else list(o.sources)
+    given = list(o.sources)
     fields = _fields(o.fields)  # RecipeError (exit 2) for a bad --field
-    if len(given) == 1 and isinstance(given[0], str | os.PathLike) and is_recipe(given[0]):
-        if problem := unused_layout(o.format, fields, o.preset, given[0]):
+    recipes = [s for s in given if isinstance(s, str | os.PathLike) and is_recipe(s)]
+    if recipes and len(given) > 1:  # it was read as a data file: "unsupported file type"
+        raise GenerateUsageError(
+            f"{recipes[0]} is a recipe: give it alone (its sources are listed in it), or give"
+            " source files without it"
+        )
+    if recipes:
+        if problem := unused_layout(o.format, fields, o.preset, recipes[0]):
             raise GenerateUsageError(problem)
-        srcs = _recipe_sources(Path(given[0]))
+        srcs = _recipe_sources(Path(recipes[0]))
     else:  # as build reads them; a weight or count would select nothing here
         srcs = _sources_given(given, o.format, fields, o.preset, GenerateUsageError)
         for s in srcs:
