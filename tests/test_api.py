@@ -29,6 +29,7 @@ from draftset.mask.template import TokenizerError
 from draftset.output.readback import NotADraftsetError
 from draftset.pipeline.run_state import RunUsageError
 from draftset.sources.presets import UnknownPresetError
+from draftset.sources.read import Source
 
 QWEN3_VOCAB = 151936
 
@@ -906,6 +907,59 @@ def test_one_source_as_a_string_is_one_source_to_build_and_generate(src, tmp_pat
     assert [s.path for s in gen.sources] == [src]
 
 
+def test_generate_takes_the_sources_build_takes(src, tmp_path):
+    """`generate([Source(...)])` and `generate([{"path": ...}])` were refused ("expected a
+    string or a path or a list of paths") while `build(sources=...)` took both: the same
+    function reads them now (paths, `Source` objects copied, recipe-style mappings)."""
+    mine = Source("mine", src, format="messages")
+    opts = api.generate_options(
+        [mine, {"path": src, "name": "theirs", "preset": "openorca"}, str(src)],
+        endpoints=["http://127.0.0.1:9/v1"],
+        out=tmp_path / "a.jsonl",
+    )
+    got = [(s.name, s.path, s.format, s.preset) for s in opts.sources]
+    assert got == [
+        ("mine", src, "messages", None),
+        ("theirs", src, None, "openorca"),
+        ("chats", src, None, None),
+    ]
+    assert (mine.name, mine.path) == ("mine", src)  # the caller's object, as it was
+    with pytest.raises(GenerateUsageError) as info:  # as build: the layout is the paths'
+        api.generate_options(
+            [mine], endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a.jsonl", preset="x"
+        )
+    assert "--preset x" in str(info.value) and "\n" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        (lambda p: Source("s", p, weight=2), "weight=2"),
+        (lambda p: {"path": p, "count": 3}, "count=3"),
+        (lambda p: f"{p}@count=3", "count=3"),
+        (lambda p: f"{p}@weight=0.5,count=3", "weight=0.5"),
+    ],
+)
+def test_generate_refuses_a_source_option_that_selects_rows(src, tmp_path, spec, said):
+    """A source's weight or count (a `Source`, a mapping, ``a.jsonl@count=3``) selects rows
+    when the set is built; generate answers every row: given to it, the option is one line,
+    not ignored (the string's was "source not found: a.jsonl@count=3")."""
+    want = (
+        f"source {src}: {said} has no meaning for generate, which answers every row"
+        f" (weight and count select rows when the set is built): leave it out here"
+    )
+    with pytest.raises(GenerateUsageError) as info:
+        api.generate_options(
+            [spec(src)], endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a.jsonl"
+        )
+    assert str(info.value) == want
+    if isinstance(spec(src), str):  # the command line: the same line, exit 2
+        argv = ["generate", spec(src), "--endpoint", "http://127.0.0.1:9/v1"]
+        assert main([*argv, "--out", str(tmp_path / "a.jsonl")]) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_build_result_row_index_is_checked_and_named(src, tmp_path):
     """`row(100)` raised a bare IndexError from the reader, `row(-1)` pyarrow's "Offset must
     be non-negative": an index is a list's (negative counts from the end), out of range names
@@ -969,8 +1023,6 @@ def test_the_callers_source_objects_are_left_as_they_were(src, tmp_path):
     """Two `Source`s named alike: the build renamed the caller's second one in place
     (`b` -> `b-2`), so a later `build(sources=[second])` in the same notebook named its
     source and its rows' ids `b-2`, where a fresh session names them `b`."""
-    from draftset.sources.read import Source
-
     first, second = Source("b", src), Source("b", src)
     opts = api.build_options(sources=[first, second], tokenizer="t", out=tmp_path / "o")
     assert [s.name for s in opts.sources] == ["b", "b-2"]

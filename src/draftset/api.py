@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json as _json
 import os
-import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -232,8 +231,8 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     from draftset.config.recipe import BUILD_KEYS, RECIPE_PATH_KEYS, parse_json_object
     from draftset.core.rules import DEFAULT_PLACEHOLDERS  # lazy: a stage, loaded on first use
 
-    if isinstance(options.get("sources"), str | os.PathLike):  # one source, as `generate` takes
-        options = {**options, "sources": [options["sources"]]}
+    if (one := _one_source(options.get("sources"))) is not None:  # as `generate` takes it
+        options = {**options, "sources": one}
     explicit = given(_given(BuildArgs, options))
     if explicit.get("template_kwargs") == "":  # the command line's empty JSON text: not given
         del explicit["template_kwargs"]
@@ -326,12 +325,10 @@ def _recipe_and_sources(
             f"recipe must be a path to a recipe file, not {type(recipe).__name__};"
             " pass source files as sources=[...]"
         )
-    # the layout applies to the sources given as paths: refused when no source is one
-    as_paths = any(isinstance(s, str | os.PathLike) for s in sources or ())
-    if not as_paths and (sources or recipe is not None):
-        where = recipe if sources is None else None
-        if problem := unused_layout(fmt, _fields(fields), preset, where):
-            raise UsageError(problem)
+    layout_unused = sources is None and recipe is not None  # the layout is the paths'
+    if layout_unused and (problem := unused_layout(fmt, _fields(fields), preset, recipe)):
+        raise UsageError(problem)
+    srcs = _sources_given(sources, fmt, fields, preset) if sources is not None else []
     if recipe is not None:
         if not is_recipe(recipe) and is_data_name(recipe):  # `build("a.jsonl", out=...)`
             raise UsageError(
@@ -341,12 +338,7 @@ def _recipe_and_sources(
         conf = load_recipe(Path(recipe), needed)
         if sources is None and not conf.get("sources"):
             raise UsageError(f"recipe {recipe} lists no sources")
-    if sources is not None:
-        srcs = [_source(s, fmt, fields, preset) for s in sources]
-        for s in srcs:  # `~/data.jsonl` quoted, or from Python: the home folder's, as unquoted
-            if str(s.path).startswith("~"):
-                s.path = s.path.expanduser()
-    else:
+    if sources is None:
         srcs = list(conf.get("sources") or [])
     srcs = unique_names(srcs)
     if not srcs:
@@ -361,6 +353,36 @@ def _recipe_and_sources(
     return conf, srcs
 
 
+def _one_source(sources: Any) -> list[Any] | None:
+    """``sources`` as a list when it is one source (a path, a `Source`, a mapping), else None:
+    one source is the list of it, for `build` and `generate` alike."""
+    from draftset.sources.read import Source  # lazy: a stage, loaded on first use
+
+    return [sources] if isinstance(sources, str | os.PathLike | Source | Mapping) else None
+
+
+def _sources_given(
+    sources: Sequence[Any],
+    fmt: str | None,
+    fields: Mapping[str, str] | Sequence[str] | None,
+    preset: str | None,
+    error: type[UsageError] = UsageError,
+) -> list[Source]:
+    """The sources given to `build` or `generate` (paths, ``PATH@count=N`` as on the command
+    line, `Source` objects, recipe-style mappings) as `Source`s, read one way for both jobs.
+    ``fmt``, ``fields`` and ``preset`` apply to the paths: refused when no source is one."""
+    from draftset.config.recipe import unused_layout  # lazy: as above
+
+    as_paths = any(isinstance(s, str | os.PathLike) for s in sources)
+    if sources and not as_paths and (problem := unused_layout(fmt, _fields(fields), preset, None)):
+        raise error(problem)
+    srcs = [_source(s, fmt, fields, preset, error) for s in sources]
+    for s in srcs:  # `~/data.jsonl` quoted, or from Python: the home folder's, as unquoted
+        if str(s.path).startswith("~"):
+            s.path = s.path.expanduser()
+    return srcs
+
+
 def _fields(fields: Mapping[str, str] | Sequence[str] | None) -> dict[str, str] | None:
     """``fields`` as a mapping: given as one, or as the command line's ``CANONICAL=COLUMN``."""
     from draftset.config.recipe import parse_fields  # lazy: as above
@@ -371,13 +393,18 @@ def _fields(fields: Mapping[str, str] | Sequence[str] | None) -> dict[str, str] 
 
 
 def _source(
-    spec: Any, fmt: str | None, fields: Mapping[str, str] | Sequence[str] | None, preset: str | None
+    spec: Any,
+    fmt: str | None,
+    fields: Mapping[str, str] | Sequence[str] | None,
+    preset: str | None,
+    error: type[UsageError] = UsageError,
 ) -> Source:
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.recipe import (
         SOURCE_KEYS,
         SOURCE_PLACES,
         RecipeError,
+        check_source,
         parse_source_arg,
         source_entry,
         source_from_entry,
@@ -385,9 +412,10 @@ def _source(
     from draftset.sources.read import Source  # lazy: a stage, loaded on first use
 
     if isinstance(spec, Source):  # a copy: naming and path expansion must not change the
-        return replace(spec, seen={})  # caller's object (a later call would see `b-2`)
+        check_source(spec)  # caller's object (a later call would see `b-2`); checked as a
+        return replace(spec, seen={})  # recipe's entry, its values before any work
     if not isinstance(spec, str | os.PathLike | Mapping):  # `5` is no path: not "not found"
-        raise UsageError(f"--sources: expected a path, a Source or a mapping, got {quoted(spec)}")
+        raise error(f"--sources: expected a path, a Source or a mapping, got {quoted(spec)}")
     if isinstance(spec, Mapping):  # checked as a recipe's `sources:` entry is: strictly
         bad = sorted(set(spec) - SOURCE_KEYS)
         if bad:
@@ -667,32 +695,6 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
     )
 
 
-_OTHER_DATA_SUFFIXES = (".parquet", ".arrow", ".feather", ".csv", ".tsv", ".gz", ".zst", ".zstd")
-
-
-def _answers_name_problem(text: str) -> str | None:
-    """Why generate's ``--out`` names no JSON Lines file, or None: ``ans.parquet`` held JSON
-    Lines under a Parquet name (build: "Parquet magic bytes not found"), ``answers/`` was
-    written as a file ``answers`` with ``answers.lock`` beside it."""
-    if text.endswith(("/", os.sep)) and not Path(text).expanduser().is_dir():
-        folder = text.rstrip("/" + os.sep)
-        return (
-            f"--out {text} names a folder: generate writes one .jsonl file (and its"
-            " .errors.jsonl, .run.json and .lock beside it): give its path, e.g."
-            f" {folder}/answers.jsonl"
-        )
-    name = Path(text).name
-    suffix = next((x for x in _OTHER_DATA_SUFFIXES if name.lower().endswith(x)), None)
-    if suffix is None:
-        return None
-    stem = name[: -len(suffix)]
-    stem = re.sub(r"\.(jsonl|ndjson|json)$", "", stem, flags=re.IGNORECASE)
-    return (
-        f"--out {text}: generate writes JSON Lines (appended, and resumed from), which a"
-        f" {suffix} name would hide from build: name it {stem}.jsonl"
-    )
-
-
 def _render_server(section: Any, where: str, error: type[UsageError]) -> str | None:
     """The recipe's `verify: {render_server: URL}`, checked to answer before any work."""
     from draftset.config.run_recipe import render_server_url  # lazy: as above
@@ -796,7 +798,7 @@ def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> 
 
 
 def generate(
-    sources: Sequence[str | Path] | str | Path,
+    sources: Sequence[str | Path | Source | Mapping[str, Any]] | str | Path,
     *,
     progress: bool | None = False,
     **options: Any,
@@ -821,34 +823,17 @@ def generate(
         return run_sync(run_generate(opts, update))
 
 
-def _set_as_prompts(path: Path) -> str | None:
-    """Why a built set given to `generate` is refused, naming its ``prompts.jsonl``: ``draftset
-    generate out/set`` read the set's pre-tokenized rows, each an error line, exit 1 after
-    writing the answers and errors files."""
-    from draftset.sources.read import built_set_manifest  # lazy: a stage, on first use
-
-    folders = [path] if path.is_dir() else [path.parent, path.parent.parent]  # parquet: data/
-    folder = next((f for f in folders if built_set_manifest(f) is not None), None)
-    if folder is None or path.name == "prompts.jsonl":
-        return None
-    what = "a set" if folder == path else f"a data file of the set {folder}, which"
-    head = f"{path} is {what} draftset built (its rows are token ids, no prompts):"
-    prompts = folder / "prompts.jsonl"
-    try:
-        with prompts.open("rb") as f:
-            n = sum(1 for line in f if line.strip())
-    except OSError:
-        n = 0
-    if not n:
-        return f"{head} it holds no prompts to answer"
-    rows = f"{n:,} row{'s' if n != 1 else ''}"
-    return f"{head} its prompts to answer are {prompts} ({rows}): give that file"
-
-
-def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any) -> GenerateOptions:
+def generate_options(
+    sources: Sequence[str | Path | Source | Mapping[str, Any]] | str | Path, **options: Any
+) -> GenerateOptions:
     """`generate`'s arguments checked and resolved: the `GenerateOptions` the job runs with."""
     # lazy: stage modules load on the first call, not on import draftset.api
-    from draftset.config.recipe import source_name, unique_names, unused_layout
+    from draftset.config.generate_args import (  # lazy: as above
+        answers_out_problem,
+        selection_problem,
+        set_as_prompts,
+    )
+    from draftset.config.recipe import unique_names, unused_layout  # lazy: as above
 
     # lazy: the stages load on the first call, not on import draftset.api
     from draftset.generation.options import (
@@ -865,33 +850,41 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
     from draftset.sources.presets import apply_preset  # lazy: a stage, loaded on first use
 
     # lazy: a stage, loaded on first use
-    from draftset.sources.read import HUB_PREFIX, Source, SourceError, refuse_several_splits
+    from draftset.sources.read import HUB_PREFIX, SourceError, refuse_several_splits
 
+    sources = _one_source(sources) or sources
     o = _home(_given(GenerateArgs, {**options, "sources": sources}, GenerateUsageError), "out")
-    paths = strings(o.sources)
+    given = list(o.sources)
     fields = _fields(o.fields)  # RecipeError (exit 2) for a bad --field
-    if len(paths) == 1 and is_recipe(paths[0]):
-        if problem := unused_layout(o.format, fields, o.preset, paths[0]):
+    recipes = [s for s in given if isinstance(s, str | os.PathLike) and is_recipe(s)]
+    if recipes and len(given) > 1:  # it was read as a data file: "unsupported file type"
+        raise GenerateUsageError(
+            f"{recipes[0]} is a recipe: give it alone (its sources are listed in it), or give"
+            " source files without it"
+        )
+    if recipes:
+        if problem := unused_layout(o.format, fields, o.preset, recipes[0]):
             raise GenerateUsageError(problem)
-        srcs = _recipe_sources(Path(paths[0]))
-    else:
-        srcs = [Source(source_name(Path(p)), Path(p).expanduser(), o.format, fields) for p in paths]
+        srcs = _recipe_sources(Path(recipes[0]))
+    else:  # as build reads them; a weight or count would select nothing here
+        srcs = _sources_given(given, o.format, fields, o.preset, GenerateUsageError)
+        for s in srcs:
+            if problem := selection_problem(s):
+                raise GenerateUsageError(problem)
     srcs = unique_names(srcs)
     for s in srcs:
         if problem := not_a_file(s.path, GENERATE_READS):  # build's lines, generate's reason
             raise GenerateUsageError(problem)
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
             raise GenerateUsageError(f"source not found: {s.path}")
-        if problem := _set_as_prompts(s.path):  # `generate out/set`: its prompts.jsonl meant
+        if problem := set_as_prompts(s.path):  # `generate out/set`: its prompts.jsonl meant
             raise GenerateUsageError(problem)
         try:
             refuse_several_splits(s.path)  # as build's pre-flight
         except SourceError as exc:
             raise GenerateUsageError(str(exc)) from None
-    if o.preset:
-        apply_preset(o.preset)  # raises UnknownPresetError (exit 2) for an unknown name
-        for s in srcs:
-            s.preset = o.preset
+    for preset in dict.fromkeys(s.preset for s in srcs if s.preset):  # --preset's, a Source's
+        apply_preset(preset)  # raises UnknownPresetError (exit 2) for an unknown name
     extra = _json_object(o.extra_body, "--extra-body")
     kwargs, thinking = split_thinking(
         _json_object(o.chat_template_kwargs, "--chat-template-kwargs"),
@@ -899,15 +892,9 @@ def generate_options(sources: Sequence[str | Path] | str | Path, **options: Any)
         "--thinking",
         "--chat-template-kwargs",
     )
-    if problem := dash_problem(
-        "--out", o.out, "name the .jsonl file to write the answers in (a rerun resumes from it)"
-    ):
-        raise GenerateUsageError(problem)
-    if problem := _answers_name_problem(str(o.out)):
+    if problem := answers_out_problem(o.out):
         raise GenerateUsageError(problem)
     out = Path(o.out)
-    if out.is_dir():
-        raise GenerateUsageError(f"--out {out} is a folder; give a .jsonl file path")
     endpoints = list(strings(o.endpoints))
     check_servers(endpoints, o.concurrency, extra)
     if problem := extra_body_clash(extra, o, kwargs):

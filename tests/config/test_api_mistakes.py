@@ -14,6 +14,7 @@ from conftest import built_set
 
 from draftset import api
 from draftset.core.errors import UsageError
+from draftset.generation.options import GenerateUsageError
 from draftset.sources.read import Source
 
 ROW = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
@@ -65,3 +66,67 @@ def test_a_build_option_given_to_run_says_where_it_goes(tmp_path, option, where)
         f"'{option}' is not an option of this job: run reads {option} from its recipe: set"
         f" `{option}: ...` {where}"
     )
+
+
+def _source_file(folder: Path) -> Path:
+    path = folder / "in.jsonl"
+    path.write_text(json.dumps(ROW) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("made", "said"),
+    [
+        (
+            dict(format="nope"),
+            "source s: format must be messages, sharegpt, alpaca, prompt or pretokenized,"
+            ' got "nope"',
+        ),
+        (dict(fields="x"), 'source s: fields expected a mapping, got "x"'),
+        (dict(preset=5), "source s: preset expected a string, got 5"),
+        (dict(name=""), 'source {src}: name is empty, got ""'),
+    ],
+)
+def test_a_source_made_by_hand_is_checked_as_a_recipe_entry(tmp_path, made, said):
+    """`Source(..., format="nope")` ran into a bare ValueError from the normalizer (generate)
+    or passed the pre-flight (build), `fields="x"` a TypeError, `preset=5` an AttributeError,
+    and generate took a blank name: each is one line naming the source and its field, before
+    any work, from both jobs."""
+    src = _source_file(tmp_path)
+    spec = Source(made.pop("name", "s"), src, **made)
+    with pytest.raises(UsageError) as info:
+        api.build_options(sources=[spec], tokenizer="t", out=tmp_path / "o")
+    assert str(info.value) == said.format(src=src)
+    with pytest.raises(UsageError) as info:
+        api.generate_options([spec], endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a")
+    assert str(info.value) == said.format(src=src)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_a_recipe_among_other_sources_is_given_alone(tmp_path):
+    """`generate([recipe, "more.jsonl"])` said "recipe.yaml: unsupported file type (expected
+    .jsonl, ...)", as if a recipe were no source at all; build's command says to give it
+    alone."""
+    src = _source_file(tmp_path)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"sources: [{src}]\n")
+    with pytest.raises(GenerateUsageError) as info:
+        api.generate_options(
+            [src, recipe], endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a.jsonl"
+        )
+    assert str(info.value) == (
+        f"{recipe} is a recipe: give it alone (its sources are listed in it), or give source"
+        " files without it"
+    )
+
+
+def test_one_source_object_or_mapping_is_one_source(tmp_path):
+    """`generate(Source(...))` said "SOURCE: expected a string or a path or a list of values,
+    got a Source" while `generate("a.jsonl")` is one source: one source of any kind the list
+    takes is that list of one, for build and generate alike."""
+    src = _source_file(tmp_path)
+    for one in (Source("s", src), {"path": src, "name": "s"}):
+        gen = api.generate_options(one, endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a")
+        assert [(s.name, s.path) for s in gen.sources] == [("s", src)]
+        opts = api.build_options(sources=one, tokenizer="tok", out=tmp_path / "o")
+        assert [(s.name, s.path) for s in opts.sources] == [("s", src)]

@@ -117,7 +117,7 @@ def check_values(opts: BuildOptions) -> None:
     values = {name: getattr(opts, name) for name in _SCHEMA_CHECKED}
     validated(BuildArgs, values, name_of=lambda name: flag_of(BuildArgs, name))
     for s in opts.sources:
-        check_source(s)  # weight and count as a recipe's (a `Source` made by hand too)
+        check_source(s)  # every field as a recipe entry's (a `Source` made by hand too)
         unknown = sorted(set(s.fields or {}) - MAPPABLE_FIELDS)
         if unknown:  # `ouptut=code` mapped a column nothing reads: every answer was lost
             key, column = unknown[0], s.fields[unknown[0]]

@@ -148,9 +148,11 @@ def source_entry(data: dict[str, Any], subject: str, strict: bool = False) -> So
 
 
 def check_source(source: Source) -> None:
-    """A `Source` made by hand (the API takes them as they are) checked as a recipe source."""
-    mixing = {k: getattr(source, k) for k in SOURCE_OPTIONS if getattr(source, k) is not None}
-    source_entry({"path": source.path, "name": source.name, **mixing}, f"source {source.name}")
+    """A `Source` made by hand (the API takes them as they are) checked as a recipe source,
+    every field: ``format="nope"`` ended in the normalizer's bare ValueError, ``fields="x"`` a
+    TypeError, ``preset=5`` an AttributeError, and generate took a blank name."""
+    given = {k: v for k in SOURCE_KEYS - {"path"} if (v := getattr(source, k)) is not None}
+    source_entry({**given, "path": source.path}, f"source {source.name or source.path}")
 
 
 def parse_source_arg(

@@ -348,7 +348,7 @@ class GenerateArgs(Options):
     """`draftset generate` / `draftset.api.generate`."""
 
     sources: Annotated[
-        PathList,
+        PathLike | list[Any],  # each as build's: a path, a `Source` or a mapping (api.py)
         Cli(positional=True, nargs="+", metavar="SOURCE"),
         Field(description="anything `draftset build` reads, or a build recipe"),
     ]
