@@ -26,6 +26,7 @@ from draftset.checks.verify import fast_checks, run_verify
 from draftset.cli import main as cli_main
 from draftset.config.options import BuildOptions
 from draftset.config.recipe import load_recipe
+from draftset.core import reasons
 from draftset.output.base import arrow_schema
 from draftset.output.vocab import draft_vocab
 from draftset.pipeline.build import run_build
@@ -2088,6 +2089,22 @@ def test_a_run_re_encoded_where_build_keeps_the_servers_ids_fails(tmp_path: Path
     assert "server" in results["mask_fidelity"].summary
 
 
+def _lax_build(monkeypatch: pytest.MonkeyPatch, reason: str) -> None:
+    """Make build's planners skip the rule that makes an answer context for ``reason``, as a
+    build that ignores it would, by patching the one function they call for it. Verify bound
+    `turn_context_reason` at import, so its own derivation keeps every rule even while the
+    patch is on (patching `other_stop` itself would reach verify's rule too)."""
+    import draftset.mask.render as render_mod
+
+    strict = render_mod.turn_context_reason
+
+    def lax(*args: Any, **kwargs: Any) -> str | None:
+        why = strict(*args, **kwargs)
+        return None if why == reason else why
+
+    monkeypatch.setattr(render_mod, "turn_context_reason", lax)
+
+
 @pytest.mark.parametrize("turns", ["all", "each"])
 def test_an_answer_ended_on_the_eos_where_the_template_writes_another_stop_is_context(
     tmp_path, monkeypatch, turns
@@ -2097,7 +2114,6 @@ def test_an_answer_ended_on_the_eos_where_the_template_writes_another_stop_is_co
     template writes `<|eot_id|>` after an answer: the row trained `<|eot_id|>`, never generated
     there. Context now (`other_stop_token`) in build and verify alike; under Qwen3, whose EOS is
     the template's `<|im_end|>`, the same record changes nothing."""
-    import draftset.mask.render as render_mod
 
     def at_eos(rid: str) -> dict:
         row = chat(rid, f"Name a colour ({rid}).", f"Blue, like a clear summer sky ({rid}).")
@@ -2117,7 +2133,7 @@ def test_an_answer_ended_on_the_eos_where_the_template_writes_another_stop_is_co
     assert manifest(out)["counts"]["total"]["context_turns_by_reason"] == {"other_stop_token": 1}
     assert sorted(r["id"].split("#")[0] for r in read_rows(out)) == ["eot", "none"]
     assert failed(verify(out)) <= {"drafter_fitness"}  # rows this short: advice
-    monkeypatch.setattr(render_mod, "other_stop", lambda *args: False)
+    _lax_build(monkeypatch, reasons.TURN_OTHER_STOP)
     lax = build("lax")
     monkeypatch.undo()
     assert len(read_rows(lax)) == 3
@@ -2144,8 +2160,6 @@ def test_an_answer_ended_on_another_stop_token_is_context_in_build_and_verify(
     writes `<|im_end|>`: the row trained `<|im_end|>`, a token the model never generated there.
     That answer is context now (`other_stop_token`); one that ended on `<|im_end|>` (151645) or
     recorded no stop stays supervised; verify holds a set to the rule on its own."""
-    import draftset.mask.render as render_mod
-
     rows = [
         _stopped("other", 151643),
         _stopped("same", 151645),
@@ -2158,7 +2172,7 @@ def test_an_answer_ended_on_another_stop_token_is_context_in_build_and_verify(
     assert sorted(r["id"].split("#")[0] for r in read_rows(out)) == ["none", "same"]
     assert not failed(verify(out))
     # a build that ignores the rule: verify, deriving on its own, fails the set
-    monkeypatch.setattr(render_mod, "other_stop", lambda *args: False)
+    _lax_build(monkeypatch, reasons.TURN_OTHER_STOP)
     lax = build_rows(tmp_path, rows, name="lax", turns=turns)
     monkeypatch.undo()
     assert len(read_rows(lax)) == 4
@@ -2207,8 +2221,6 @@ def test_an_answer_whose_server_ids_spell_other_text_is_context_in_build_and_ver
     engine parsers) renders as generated and stays supervised on the server's ids."""
     from transformers import AutoTokenizer
 
-    import draftset.mask.render as render_mod
-
     tok = AutoTokenizer.from_pretrained(str(qwen3_tokenizer_dir()))
     said = (
         '<think>\nLook it up.\n</think>\n\nChecking.\n<tool_call>\n{"name": "get_weather",'
@@ -2230,7 +2242,7 @@ def test_an_answer_whose_server_ids_spell_other_text_is_context_in_build_and_ver
     assert any(s.startswith(said) for s in sup.values()), sup  # "same"'s call: as generated
     assert not failed(verify(out))
     # a build that ignores the rule: verify, deriving on its own, fails the set
-    monkeypatch.setattr(render_mod, "server_text_differs", lambda *args: False)
+    _lax_build(monkeypatch, reasons.TURN_SERVER_TEXT_DIFFERS)
     lax = build_rows(tmp_path, rows, name="lax", turns=turns)
     monkeypatch.undo()
     assert any("Checking.\n\n<tool_call>" in tok.decode(r["input_ids"]) for r in read_rows(lax))

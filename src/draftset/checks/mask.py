@@ -30,11 +30,12 @@ from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.reads import served_reads
 from draftset.mask.render import (
     in_vocabulary,
-    other_stop,
     server_completion_ids,
     server_prompt_ids,
     server_stop_tokens,
-    server_text_differs,
+    # bound at import: a test that patches `render.turn_context_reason` for a lax build leaves
+    # verify's derivation its rules (tests/checks/test_verify.py, `_lax_build`)
+    turn_context_reason,
 )
 from draftset.mask.serving import SERVING_ENGINES
 from draftset.mask.template import (
@@ -413,14 +414,18 @@ def expected_rows(
             if rules.drops_content(originals[j], gen, rules.answer_parts(conv.meta, j)):
                 error = error or DROPS_CONTENT
                 continue
-            if rules.placeholder_as_rendered(originals[j], gen, placeholders):
-                context[reasons.TURN_PLACEHOLDER] += 1
-                continue
-            if other_stop(tmpl, stops, j, gen):
-                context[reasons.TURN_OTHER_STOP] += 1
-                continue
-            if server_text_differs(tmpl, server, j, prompt, gen):
-                context[reasons.TURN_SERVER_TEXT_DIFFERS] += 1
+            why = turn_context_reason(
+                tmpl,
+                originals[j],
+                j,
+                prompt,
+                gen,
+                placeholders=placeholders,
+                stops=stops,
+                server=server,
+            )
+            if why is not None:
+                context[why] += 1
                 continue
             rows.append((f"{conv.id}#{k}", Expected(full, [(len(prompt), gen, j)])))
         return rows, context, error
@@ -451,12 +456,18 @@ def expected_rows(
             elif whole.startswith(prompt) and whole.startswith(gen, len(prompt)):
                 if rules.drops_content(originals[j], gen, rules.answer_parts(conv.meta, j)):
                     return [], context, DROPS_CONTENT
-                if rules.placeholder_as_rendered(originals[j], gen, placeholders):
-                    context[reasons.TURN_PLACEHOLDER] += 1
-                elif other_stop(tmpl, stops, j, gen):
-                    context[reasons.TURN_OTHER_STOP] += 1
-                elif server_text_differs(tmpl, server, j, prompt, gen):
-                    context[reasons.TURN_SERVER_TEXT_DIFFERS] += 1
+                why = turn_context_reason(
+                    tmpl,
+                    originals[j],
+                    j,
+                    prompt,
+                    gen,
+                    placeholders=placeholders,
+                    stops=stops,
+                    server=server,
+                )
+                if why is not None:
+                    context[why] += 1
                 elif gens and gens[-1][0] + len(gens[-1][1]) == len(prompt):
                     context[reasons.TURN_FOLLOWS_ANSWER] += 1  # build's rule: runs never touch
                 else:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -319,6 +319,22 @@ def _turn_of_run(
     return same_length or fallback
 
 
+@dataclass
+class _RowCheck:
+    """What one row's checks share (its renders, tokens and request) and the problems they find,
+    so each check takes the row and only what is its own."""
+
+    server: _RowRenders
+    tmpl: ChatTemplate
+    msgs: list[dict[str, Any]]
+    tools: Any
+    kwargs: dict[str, Any]
+    ids: list[int]
+    truncated_row: bool  # cut by `--truncation truncate`: see `check_row`
+    stops: tuple[str, ...]  # the template's stop texts (`template_stops`)
+    problems: list[str] = field(default_factory=list)
+
+
 def check_row(
     server: Renders,
     tmpl: ChatTemplate,
@@ -334,19 +350,25 @@ def check_row(
     cut by `--truncation truncate` (it holds exactly `max_length` tokens): its last run may be
     a prefix of the server's generation and the row a prefix of its render (docs/verify.md,
     rule 5)."""
-    server = _RowRenders(server)
-    msgs = _messages(tmpl, conv)
-    tools = conv.tools
+    row = _RowCheck(
+        server=_RowRenders(server),
+        tmpl=tmpl,
+        msgs=_messages(tmpl, conv),
+        tools=conv.tools,
+        kwargs=kwargs,
+        ids=ids,
+        truncated_row=truncated_row,
+        stops=template_stops(tmpl),
+    )
+    msgs, problems = row.msgs, row.problems
     runs = _runs(mask)
     candidates = _turns_of_row(rid, conv, mode)
-    problems: list[str] = []
-    stops = template_stops(tmpl)
     last_turn = candidates[-1] if mode == "each" and candidates else len(msgs) - 1
     try:
         pointer = 0
         for start, end in runs:
             turn, prompt, pointer = _turn_of_run(
-                server, msgs, tools, kwargs, candidates, pointer, start, ids[:start]
+                row.server, msgs, row.tools, kwargs, candidates, pointer, start, ids[:start]
             )
             if turn is None or prompt is None:
                 problems.append(
@@ -361,55 +383,19 @@ def check_row(
                     f" row {_window(tmpl, ids, at)} vs server {_window(tmpl, prompt, at)}"
                 )
                 continue
-            _check_run(
-                problems,
-                server,
-                tmpl,
-                msgs,
-                tools,
-                kwargs,
-                turn,
-                prompt,
-                ids,
-                (start, end),
-                truncated_row,
-                stops,
-            )
-        _check_row_end(
-            problems,
-            server,
-            tmpl,
-            msgs,
-            tools,
-            kwargs,
-            ids,
-            runs,
-            candidates[pointer:],
-            last_turn,
-            truncated_row,
-            stops,
-        )
+            _check_run(row, turn, prompt, (start, end))
+        _check_row_end(row, runs, candidates[pointer:], last_turn)
     except RenderRefused as exc:
         problems.append(f"the server refused the row: {exc}")
     return problems
 
 
-def _check_run(
-    problems: list[str],
-    server: _RowRenders,
-    tmpl: ChatTemplate,
-    msgs: list[dict[str, Any]],
-    tools: Any,
-    kwargs: dict[str, Any],
-    turn: int,
-    prompt: list[int],
-    ids: list[int],
-    span: tuple[int, int],
-    truncated_row: bool,
-    stops: tuple[str, ...],
-) -> None:
-    """One supervised run, whose context is the server's prompt for ``turn``, against the
-    server's generation of that turn (a run the cut ends inside: a prefix of it)."""
+def _check_run(row: _RowCheck, turn: int, prompt: list[int], span: tuple[int, int]) -> None:
+    """One supervised run (tokens ``span`` of the row), whose context is the server's prompt
+    for ``turn``, against the server's generation of that turn (a run the cut ends inside: a
+    prefix of it)."""
+    problems, server, tmpl, msgs, ids = row.problems, row.server, row.tmpl, row.msgs, row.ids
+    tools, kwargs, truncated_row, stops = row.tools, row.kwargs, row.truncated_row, row.stops
     start, end = span
     cut_run = truncated_row and end == len(ids)  # the run the cut ends inside
     if tmpl.harmony is not None:
@@ -449,22 +435,13 @@ def _check_run(
 
 
 def _check_row_end(
-    problems: list[str],
-    server: _RowRenders,
-    tmpl: ChatTemplate,
-    msgs: list[dict[str, Any]],
-    tools: Any,
-    kwargs: dict[str, Any],
-    ids: list[int],
-    runs: list[tuple[int, int]],
-    later_turns: list[int],
-    last_turn: int,
-    truncated_row: bool,
-    stops: tuple[str, ...],
+    row: _RowCheck, runs: list[tuple[int, int]], later_turns: list[int], last_turn: int
 ) -> None:
-    """The row after its runs against the server's render of its conversation up to
+    """The row after its ``runs`` against the server's render of its conversation up to
     ``last_turn`` (under harmony: nothing after its last generation but a prefix of one of
     ``later_turns``' prompts, when cut by truncation)."""
+    problems, server, tmpl, msgs, ids = row.problems, row.server, row.tmpl, row.msgs, row.ids
+    tools, kwargs, truncated_row, stops = row.tools, row.kwargs, row.truncated_row, row.stops
     if tmpl.harmony is not None:
         # the server renders history, not generations: the row must end with its last
         # generation, whose context was compared above; a row cut by truncation after it

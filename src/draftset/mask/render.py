@@ -263,6 +263,32 @@ def server_text_differs(
     return True
 
 
+def turn_context_reason(
+    tmpl: Renderer,
+    original: Message,
+    j: int,
+    prompt: str,
+    generation: str,
+    *,
+    placeholders: tuple[str, ...],
+    stops: dict[int, int | str],
+    server: tuple[dict[int, list[int]], dict[int, list[int]]],
+) -> str | None:
+    """The reason answer j is context once its prompt P and generation G are known (None: none
+    of these rules holds): a placeholder as rendered, another stop token, server text that
+    differs, checked in that order. The one place a rule of this kind is added, so build's
+    planners and verify's own derivation apply the same list. ``original``: the normalized
+    message j; ``stops``: `server_stop_tokens`; ``server``: the row's `server_completion_ids`
+    and `server_prompt_ids`."""
+    if rules.placeholder_as_rendered(original, generation, placeholders):
+        return reasons.TURN_PLACEHOLDER
+    if other_stop(tmpl, stops, j, generation):
+        return reasons.TURN_OTHER_STOP
+    if server_text_differs(tmpl, server, j, prompt, generation):
+        return reasons.TURN_SERVER_TEXT_DIFFERS
+    return None
+
+
 def in_vocabulary(ids: list[int], backend: Any) -> bool:
     """Whether every id is one of the tokenizer's (``backend``: a `tokenizers.Tokenizer`).
     A server's ids outside it spell nothing: decode skips an unknown id (so ``[vocab + 5,
@@ -515,14 +541,18 @@ def _plan_whole(
                     if what is not None:
                         plan.rejects.append(_drops_reject(conv, j, what))
                         return
-                    if rules.placeholder_as_rendered(originals[j], turn.generation, placeholders):
-                        plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
-                        continue
-                    if other_stop(tmpl, stops, j, turn.generation):
-                        plan.context_turns[reasons.TURN_OTHER_STOP] += 1
-                        continue
-                    if server_text_differs(tmpl, server, j, turn.prompt, turn.generation):
-                        plan.context_turns[reasons.TURN_SERVER_TEXT_DIFFERS] += 1
+                    why = turn_context_reason(
+                        tmpl,
+                        originals[j],
+                        j,
+                        turn.prompt,
+                        turn.generation,
+                        placeholders=placeholders,
+                        stops=stops,
+                        server=server,
+                    )
+                    if why is not None:
+                        plan.context_turns[why] += 1
                         continue
                     if spans and spans[-1][1] == start:  # one run would hold two answers
                         plan.context_turns[reasons.TURN_FOLLOWS_ANSWER] += 1
@@ -610,14 +640,18 @@ def _plan_each(
         if what is not None:
             plan.rejects.append(_drops_reject(conv, j, what, row_id))
             continue
-        if rules.placeholder_as_rendered(originals[j], turn.generation, placeholders):
-            plan.context_turns[reasons.TURN_PLACEHOLDER] += 1
-            continue
-        if other_stop(tmpl, stops, j, turn.generation):
-            plan.context_turns[reasons.TURN_OTHER_STOP] += 1
-            continue
-        if server_text_differs(tmpl, server, j, turn.prompt, turn.generation):
-            plan.context_turns[reasons.TURN_SERVER_TEXT_DIFFERS] += 1
+        why = turn_context_reason(
+            tmpl,
+            originals[j],
+            j,
+            turn.prompt,
+            turn.generation,
+            placeholders=placeholders,
+            stops=stops,
+            server=server,
+        )
+        if why is not None:
+            plan.context_turns[why] += 1
             continue
         if rules.reasoning_not_rendered(originals[j], turn.generation):
             plan.reasoning_not_rendered += 1
