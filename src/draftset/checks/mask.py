@@ -29,10 +29,10 @@ from draftset.mask.ambient import clock_kwargs, valid_now
 from draftset.mask.limits import RenderLimit, bounded_row
 from draftset.mask.reads import served_reads
 from draftset.mask.render import (
+    TurnEvidence,
     in_vocabulary,
     server_completion_ids,
     server_prompt_ids,
-    server_stop_tokens,
     # bound at import: a test that patches `render.turn_context_reason` for a lax build leaves
     # verify's derivation its rules (tests/checks/test_verify.py, `_lax_build`)
     turn_context_reason,
@@ -383,8 +383,7 @@ def expected_rows(
         originals, conv.meta, template_shape(tmpl), tmpl.template_text, engine, harmony
     )
     marks = rules.row_marks(originals, conv.meta)
-    stops = server_stop_tokens(conv)
-    server = (server_completion_ids(conv), server_prompt_ids(conv))
+    evidence = TurnEvidence.of(conv, placeholders)
     context: Counter[str] = Counter()
     rows: list[tuple[str, Expected]] = []
     if mode == "each":
@@ -414,16 +413,7 @@ def expected_rows(
             if rules.drops_content(originals[j], gen, rules.answer_parts(conv.meta, j)):
                 error = error or DROPS_CONTENT
                 continue
-            why = turn_context_reason(
-                tmpl,
-                originals[j],
-                j,
-                prompt,
-                gen,
-                placeholders=placeholders,
-                stops=stops,
-                server=server,
-            )
+            why = turn_context_reason(tmpl, evidence, originals[j], j, prompt, gen)
             if why is not None:
                 context[why] += 1
                 continue
@@ -456,16 +446,7 @@ def expected_rows(
             elif whole.startswith(prompt) and whole.startswith(gen, len(prompt)):
                 if rules.drops_content(originals[j], gen, rules.answer_parts(conv.meta, j)):
                     return [], context, DROPS_CONTENT
-                why = turn_context_reason(
-                    tmpl,
-                    originals[j],
-                    j,
-                    prompt,
-                    gen,
-                    placeholders=placeholders,
-                    stops=stops,
-                    server=server,
-                )
+                why = turn_context_reason(tmpl, evidence, originals[j], j, prompt, gen)
                 if why is not None:
                     context[why] += 1
                 elif gens and gens[-1][0] + len(gens[-1][1]) == len(prompt):

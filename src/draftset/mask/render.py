@@ -263,28 +263,35 @@ def server_text_differs(
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class TurnEvidence:
+    """What a row holds beside its messages that can make a derived answer context: the
+    placeholder answers, the stop tokens `generate` recorded (`server_stop_tokens`), and the
+    server's completion and prompt ids (`server_completion_ids`, `server_prompt_ids`)."""
+
+    placeholders: tuple[str, ...]
+    stops: dict[int, int | str]
+    server: tuple[dict[int, list[int]], dict[int, list[int]]]
+
+    @classmethod
+    def of(cls, conv: Conversation, placeholders: tuple[str, ...]) -> TurnEvidence:
+        server = (server_completion_ids(conv), server_prompt_ids(conv))
+        return cls(placeholders, server_stop_tokens(conv), server)
+
+
 def turn_context_reason(
-    tmpl: Renderer,
-    original: Message,
-    j: int,
-    prompt: str,
-    generation: str,
-    *,
-    placeholders: tuple[str, ...],
-    stops: dict[int, int | str],
-    server: tuple[dict[int, list[int]], dict[int, list[int]]],
+    tmpl: Renderer, evidence: TurnEvidence, original: Message, j: int, prompt: str, generation: str
 ) -> str | None:
     """The reason answer j is context once its prompt P and generation G are known (None: none
     of these rules holds): a placeholder as rendered, another stop token, server text that
     differs, checked in that order. The one place a rule of this kind is added, so build's
     planners and verify's own derivation apply the same list. ``original``: the normalized
-    message j; ``stops``: `server_stop_tokens`; ``server``: the row's `server_completion_ids`
-    and `server_prompt_ids`."""
-    if rules.placeholder_as_rendered(original, generation, placeholders):
+    message j."""
+    if rules.placeholder_as_rendered(original, generation, evidence.placeholders):
         return reasons.TURN_PLACEHOLDER
-    if other_stop(tmpl, stops, j, generation):
+    if other_stop(tmpl, evidence.stops, j, generation):
         return reasons.TURN_OTHER_STOP
-    if server_text_differs(tmpl, server, j, prompt, generation):
+    if server_text_differs(tmpl, evidence.server, j, prompt, generation):
         return reasons.TURN_SERVER_TEXT_DIFFERS
     return None
 
@@ -512,8 +519,7 @@ def _plan_whole(
     """
     row_kwargs = row_template_kwargs(conv)
     marks = rules.row_marks(originals, conv.meta)
-    stops = server_stop_tokens(conv)
-    server = (server_completion_ids(conv), server_prompt_ids(conv))
+    evidence = TurnEvidence.of(conv, placeholders)
     try:
         full = tmpl.render(messages, conv.tools, row_kwargs=row_kwargs)
         spans: list[tuple[int, int, int]] = []
@@ -542,14 +548,7 @@ def _plan_whole(
                         plan.rejects.append(_drops_reject(conv, j, what))
                         return
                     why = turn_context_reason(
-                        tmpl,
-                        originals[j],
-                        j,
-                        turn.prompt,
-                        turn.generation,
-                        placeholders=placeholders,
-                        stops=stops,
-                        server=server,
+                        tmpl, evidence, originals[j], j, turn.prompt, turn.generation
                     )
                     if why is not None:
                         plan.context_turns[why] += 1
@@ -614,8 +613,7 @@ def _plan_each(
     """`each`: one row per assistant turn j, rendered as the server sees it at that step."""
     row_kwargs = row_template_kwargs(conv)
     marks = rules.row_marks(originals, conv.meta)
-    stops = server_stop_tokens(conv)
-    server = (server_completion_ids(conv), server_prompt_ids(conv))
+    evidence = TurnEvidence.of(conv, placeholders)
     for k, j in enumerate(assistant_idx):
         row_id = f"{conv.id}#{k}"
         if j == 0:
@@ -640,16 +638,7 @@ def _plan_each(
         if what is not None:
             plan.rejects.append(_drops_reject(conv, j, what, row_id))
             continue
-        why = turn_context_reason(
-            tmpl,
-            originals[j],
-            j,
-            turn.prompt,
-            turn.generation,
-            placeholders=placeholders,
-            stops=stops,
-            server=server,
-        )
+        why = turn_context_reason(tmpl, evidence, originals[j], j, turn.prompt, turn.generation)
         if why is not None:
             plan.context_turns[why] += 1
             continue
