@@ -38,6 +38,7 @@ serialization format version ``torch.load`` requires, and the others as torch wr
 
 
 EPOCH = (1980, 1, 1, 0, 0, 0)
+"""Every record's time stamp: zip's earliest (zipfile would write the clock's time)."""
 
 
 class ForeignPickle(pickle.UnpicklingError):
@@ -55,8 +56,8 @@ def write_pt(path: Path, obj: dict[int, int]) -> None:
 
 
 def _record(name: str) -> zipfile.ZipInfo:
-    """A record with a fixed time stamp (zip's earliest, as torch writes none): the same
-    counts give the same bytes whenever they are written (a set is byte-identical)."""
+    """A stored record with a fixed time stamp (`EPOCH`): the same counts give the same bytes
+    whenever they are written, so a set stays byte-identical."""
     info = zipfile.ZipInfo(f"{ARCHIVE}/{name}", date_time=EPOCH)
     info.compress_type = zipfile.ZIP_STORED
     return info
