@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, TypeVar
+from typing import Any
 
 from draftset.engine import ENGINES, engine_name
 from draftset.engine.base import Batch, Engine, EnginePlan, WorkerTask, tokenizer_threads
@@ -36,8 +36,6 @@ from draftset.mask.template import (
     describe_template,
     load_template_info,
 )
-
-T = TypeVar("T")
 
 
 def engine_class(name: str) -> type[Engine]:

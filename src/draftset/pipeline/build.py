@@ -285,7 +285,7 @@ def _run(
             raise OutputWriteError(f"cannot write {opts.out}: {_disk_error(exc)}") from exc
         raise
     seconds = time.monotonic() - t0
-    checks = _checks_of_the_set(opts, stage, writer, acct, facts, digests)
+    checks = _checks_of_the_set(opts, writer, acct, facts, digests)
     return BuildResult(opts.out, acct, manifest, notes, seconds, checks)
 
 
@@ -462,7 +462,6 @@ def _write_and_finalize(
 
 def _checks_of_the_set(
     opts: BuildOptions,
-    stage: RowStage,
     writer: Writer,
     acct: Accounting,
     facts: SetFacts | None,
