@@ -3,6 +3,7 @@ that carry the CLI's exit codes, and the CLI built on it (byte-identical sets)."
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -540,6 +541,41 @@ def test_workers_and_cli_start_import_only_what_they_need():
         "print(worker, api, cli, build)\n"
     )
     assert fresh_python(code, PYTHONPATH=str(REPO / "src")) == "[] [] [] False"
+
+
+@pytest.mark.parametrize("caller", ["api", "main"])
+def test_a_callers_one_worker_build_leaves_torch_to_transformers(src, tmp_path, caller):
+    """The command line keeps torch out of its own process (`cli.TORCH_KEPT_OUT`), which ends
+    with its command; a caller's process never: transformers caches its torch verdict, and a
+    notebook may load a model next. A one-worker build loads the template in the caller's
+    process, through `draftset.build` or `main(argv)` called from a script alike."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed here")
+    tok, out = str(qwen3_tokenizer_dir()), str(tmp_path / "o")
+    if caller == "api":
+        job = (
+            f"draftset.build(sources=[{str(src)!r}], tokenizer={tok!r}, out={out!r}, workers=1,"
+            " progress=False)"
+        )
+    else:
+        argv = ["build", str(src), "--tokenizer", tok, "--out", out, "--workers", "1"]
+        job = f"assert main({[*argv, '--no-progress']!r}) == 0"
+    code = (
+        "import sys, draftset\n"
+        "from draftset.cli import main\n"
+        f"{job}\n"
+        "from transformers.utils import is_torch_available\n"
+        "print(is_torch_available(), sys.modules.get('torch') is not None, file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "True True", done.stderr
 
 
 def test_a_list_of_sources_in_the_recipe_slot_is_a_usage_error(src, tmp_path):

@@ -25,6 +25,7 @@ from draftset.core.errors import (
     UsageError,
     set_written,
 )
+from draftset.core.optional_torch import torch_hidden
 
 # The commands load in the functions below, not here: every worker and helper process is
 # spawn-started and re-imports the console script's module, so whatever this module imports at
@@ -121,6 +122,21 @@ work (the row shown as far as wanted, the page written): they end quietly, exit 
 (verify, build, generate, run) exits 1 then: its verdict, printed last, went unread."""
 
 
+TORCH_KEPT_OUT = frozenset({"build", "generate", "report", "show"})
+"""Commands whose process keeps torch out (`torch_hidden`) when `main` runs as the program.
+
+They need a tokenizer at most, never torch, but transformers imports an installed torch with
+`AutoTokenizer` (~1.3 CPU-s and ~210 MB: a ``--workers 1`` build loads the template in this
+process; with workers the helper loads it, torch kept out). transformers then caches "no
+torch" for the process, harmless in a program that ends with its command; a caller of
+``main(argv)`` or of `draftset.api` keeps its torch (a notebook may load a model next). Hence
+decided here, around the whole command, not by an option the API passes down: only the program
+knows its process ends with the command, and the API and stages stay as they are. report's
+fast checks then read token_freq.pt with draftset's own reader, as build's do. verify and run
+keep torch: verify reads token_freq.pt with ``torch.load`` as speculators does and runs
+speculators' loader, which needs torch (run ends in that verify)."""
+
+
 _NOT_A_COMMAND = {
     "train": "draftset writes the set a drafter is trained on, it does not train one"
     " (speculators train --data-path OUT reads the set: README, 'Training the result with"
@@ -183,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
                 or f"unrecognized arguments: {' '.join(extra)}{_out_hint(given)}"
             )
         args.helper = helper
-        code = int(args.handler(args))
+        # the program's own process only (argv None: the console script, python -m draftset)
+        keep_torch_out = argv is None and args.command in TORCH_KEPT_OUT
+        with torch_hidden() if keep_torch_out else contextlib.nullcontext():
+            code = int(args.handler(args))
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code
     except BrokenPipeError:

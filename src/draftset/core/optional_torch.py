@@ -1,4 +1,5 @@
-"""torch is optional (only ``token_freq.pt`` needs it): whether it imports here, and why not.
+"""torch is optional (only verify's referees use it: ``torch.load`` of ``token_freq.pt``,
+speculators' loader): whether it imports here, and why not.
 
 An installed torch whose import raises (a missing or mismatched shared library: an ImportError
 or an OSError from ``torch/__init__.py``) is not "not installed": the reason says which, with
@@ -59,7 +60,9 @@ def torch_installed() -> bool:
 def torch_hidden() -> Iterator[None]:
     """Inside, torch is unimportable the way Python's own ``sys.modules["torch"] = None`` makes
     it (``importlib.util.find_spec``, transformers' ``is_torch_available``, reports it absent);
-    restored on leaving. A torch imported already is left as it is."""
+    restored on leaving. A torch imported already is left as it is. Only where the process is
+    draftset's own (the helper, the command line: `cli.TORCH_KEPT_OUT`): transformers caches
+    its verdict."""
     if "torch" in sys.modules:
         yield
         return

@@ -195,10 +195,12 @@ def uses_helper(workers: int | None, engine: str) -> bool:
 def torch_kept_out() -> Iterator[None]:
     """transformers sees no torch inside: ``sys.modules["torch"] = None`` is Python's own way to
     make a module unimportable, and ``importlib.util.find_spec`` (transformers'
-    ``is_torch_available``) then reports it absent. For the helper's template load only: once
+    ``is_torch_available``) then reports it absent. For the helper's template load: once
     transformers has decided, it stays torch-less in that process (it caches the answer), which
     is right for a process that only loads tokenizers — never for the caller's own process,
-    where a notebook may load a model next. A torch imported already is left as it is.
+    where a notebook may load a model next (the command line's process, which ends with its
+    command, keeps it out too: `cli.TORCH_KEPT_OUT`). A torch imported already is left as it
+    is.
     """
     with torch_hidden():
         yield
