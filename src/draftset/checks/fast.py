@@ -16,7 +16,6 @@ import numpy as np
 import pyarrow as pa
 
 from draftset.core import reasons
-from draftset.core.optional_torch import NOT_INSTALLED, torch_installed
 from draftset.core.words import ascii_digits, plural
 from draftset.output.arrow import state_fingerprint
 from draftset.output.base import arrow_schema, rel_name, safe_name
@@ -740,8 +739,8 @@ def check_token_freq(
         )
     elif written is False:
         notes.append(f"token_freq.pt not written by build: {reason}")
-        if reason == NOT_INSTALLED and torch_installed():  # found, not imported: no cost
-            notes.append("torch is installed here: a rebuild writes token_freq.pt")
+        # an older build's record: builds now write the file without torch
+        notes.append("a rebuild writes token_freq.pt (draftset no longer needs torch for it)")
     else:  # a set from before build recorded it
         notes.append("token_freq.pt absent (written only when torch was installed at build time)")
     total = int(recount.sum())
