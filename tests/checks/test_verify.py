@@ -406,6 +406,28 @@ def test_out_of_range_ids_and_mask_values_fail_structure_by_row(built, tmp_path)
     assert set(structure.examples) == {"sys", "think", "tool"}
 
 
+@pytest.mark.parametrize("collide", [False, True])
+def test_ids_twice_or_missing_fail_structure_and_colliding_digests_do_not(
+    built, tmp_path, monkeypatch, collide
+):
+    """Unique ids are decided on 64-bit digests first; equal digests send the check to the ids
+    themselves, so a collision (every digest made equal here) reports nothing that is not there,
+    and a real duplicate or a missing id is named either way."""
+    import draftset.output.readback as readback
+
+    if collide:
+        monkeypatch.setattr(readback, "digest64", lambda text: 7)
+    folder = copy_set(built["all"], tmp_path)
+    assert by_name(fast_checks(folder))["structure"].status == "pass"
+    rows = read_rows(folder)
+    find_row(rows, "think")["id"] = "sys"
+    find_row(rows, "tool")["id"] = ""
+    write_rows(folder, rows)
+    reseal(folder)
+    structure = by_name(fast_checks(folder))["structure"]
+    assert structure.details["problems_by_kind"] == {"duplicate id": 1, "row without id": 1}
+
+
 def test_supervised_user_text_is_named(built, tmp_path, tok):
     folder = copy_set(built["all"], tmp_path)
     rows = read_rows(folder)

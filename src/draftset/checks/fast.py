@@ -74,7 +74,7 @@ def check_structure(out: OutputSet, facts: SetFacts | None = None) -> CheckResul
     min_sup = int(out.options.get("min_supervised_tokens") or 0)
     facts = facts or SetFacts.read(out)
     # ids one by one (a set of every id) only when the vectorized pass finds one missing or twice
-    seen: set[str] | None = None if facts.id_column().distinct() else set()
+    seen: set[str] | None = None if facts.ids_distinct() else set()
     for b in facts.batches:
         if seen is not None:
             for r, rid in enumerate(b.ids):
