@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 from draftset.checks.output_file import VERIFY_JSON_FORMAT, is_verify_json, output_file_check
 from draftset.config.fields import (
     Model,
-    flag_of,
     given,
     json_value_problem,
+    option_name,
     quoted,
     strings,
     unknown_keys,
@@ -182,11 +182,9 @@ def _given(
     values = {
         k: list(v) if isinstance(v, tuple) else v for k, v in options.items() if v is not None
     }
-    checked = validated(
-        model, values, strict=True, name_of=lambda name: flag_of(model, name), error=error
-    )
+    checked = validated(model, values, strict=True, error=error)
     for name, value in values.items():  # `~nobody/x`: a traceback from expanduser before
-        flag = "source" if name == "sources" else flag_of(model, name)
+        flag = "source" if name == "sources" else option_name(model, name)
         for item in value if isinstance(value, list) else [value]:
             path = item.get("path") if isinstance(item, Mapping) else item
             if name == "chat_template" and isinstance(path, str | os.PathLike):
@@ -415,7 +413,7 @@ def _source(
         check_source(spec)  # caller's object (a later call would see `b-2`); checked as a
         return replace(spec, seen={})  # recipe's entry, its values before any work
     if not isinstance(spec, str | os.PathLike | Mapping):  # `5` is no path: not "not found"
-        raise error(f"--sources: expected a path, a Source or a mapping, got {quoted(spec)}")
+        raise error(f"sources: expected a path, a Source or a mapping, got {quoted(spec)}")
     if isinstance(spec, Mapping):  # checked as a recipe's `sources:` entry is: strictly
         bad = sorted(set(spec) - SOURCE_KEYS)
         if bad:

@@ -183,7 +183,10 @@ def main(argv: list[str] | None = None) -> int:
                 or f"unrecognized arguments: {' '.join(extra)}{_out_hint(given)}"
             )
         args.helper = helper
-        code = int(args.handler(args))
+        from draftset.config.fields import named_by_flags  # lazy: the parser loaded it
+
+        with named_by_flags():  # the API's messages name the flags typed, not the keywords
+            code = int(args.handler(args))
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code
     except BrokenPipeError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import built_set
 
 from draftset import api
+from draftset.cli import main
 from draftset.core.errors import UsageError
 from draftset.generation.options import GenerateUsageError
 from draftset.sources.read import Source
@@ -130,3 +132,98 @@ def test_one_source_object_or_mapping_is_one_source(tmp_path):
         assert [(s.name, s.path) for s in gen.sources] == [("s", src)]
         opts = api.build_options(sources=one, tokenizer="tok", out=tmp_path / "o")
         assert [(s.name, s.path) for s in opts.sources] == [("s", src)]
+
+
+ENDPOINT = ["http://127.0.0.1:9/v1"]
+
+
+def _wrong_types(folder: Path) -> list[tuple[Any, str]]:
+    """(a call with an argument of the wrong type, the message naming its Python parameter)."""
+    src = _source_file(folder)
+    base = {"sources": [src], "tokenizer": "tok", "out": folder / "o"}
+    gen = {"endpoints": ENDPOINT, "out": folder / "a.jsonl"}
+    return [
+        (lambda: api.verify(5), "dir: expected a string or a path, got 5"),
+        (lambda: api.verify([folder]), f"dir: expected a string or a path, got {[folder]!r}"),
+        (lambda: api.report({"a": 1}), "dir: expected a string or a path, got {'a': 1}"),
+        (lambda: api.show(b"x", row=0), "dir: expected a string or a path, got b'x'"),
+        (lambda: api.run(2.0), "recipe: expected a string or a path, got 2.0"),
+        (lambda: api.verify(folder, json=5), "json: expected a string or a path, got 5"),
+        (lambda: api.report(folder, output=True), "output: expected a string or a path, got True"),
+        (lambda: api.run(folder / "r.yaml", work=5), "work: expected a string or a path, got 5"),
+        (lambda: api.verify(folder, block_size=1), "block_size must be >= 2, not 1"),
+        (lambda: api.show(folder, row="3"), "row: expected an integer, got '3'"),
+        (
+            lambda: api.build_options(**{**base, "out": 5}),
+            "out: expected a string or a path, got 5",
+        ),
+        (
+            lambda: api.build_options(**{**base, "tokenizer": None, "out": None}, max_length=-1),
+            "max_length must be >= 1, not -1",
+        ),
+        (
+            lambda: api.build_options(**base, workers="2"),
+            "workers: expected an integer, got '2'",
+        ),
+        (
+            lambda: api.build_options(**base, eot_tokens=5),
+            "eot_tokens: expected a string or a list of strings, got 5",
+        ),
+        (
+            lambda: api.build_options(**{**base, "sources": [src, 5]}),
+            "sources: expected a path, a Source or a mapping, got 5",
+        ),
+        (
+            lambda: api.generate_options([src], **{**gen, "endpoints": 5}),
+            "endpoints: expected a string or a list of strings, got 5",
+        ),
+        (
+            lambda: api.generate_options([src], **{**gen, "out": 5}),
+            "out: expected a string or a path, got 5",
+        ),
+        (
+            lambda: api.generate_options([src], **gen, concurrency=0),
+            "concurrency must be >= 1, not 0",
+        ),
+    ]
+
+
+def test_a_wrong_type_names_the_python_parameter_not_the_flag(tmp_path):
+    """`verify(5)` said "DIR: expected a string or a path", `build(out=5)` "--out: ...",
+    `build(max_length=-1)` "--max-length must be >= 1": names a notebook never wrote. The API
+    names its keyword; the command line keeps its flags (below)."""
+    for call, said in _wrong_types(tmp_path):
+        with pytest.raises(UsageError) as info:
+            call()
+        assert str(info.value) == said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["verify", "{d}", "--block-size", "1"], "--block-size must be >= 2, not 1"),
+        (
+            [
+                "generate",
+                "{src}",
+                "--endpoint",
+                ENDPOINT[0],
+                "--out",
+                "a.jsonl",
+                "--concurrency",
+                "0",
+            ],
+            "--concurrency must be >= 1, not 0",
+        ),
+        (
+            ["build", "{src}", "--tokenizer", "t", "--out", " "],
+            "--out: is only whitespace, got ' '",
+        ),
+    ],
+)
+def test_the_command_line_names_its_flags(tmp_path, capsys, argv, said):
+    src = _source_file(tmp_path)
+    argv = [a.format(d=tmp_path, src=src) for a in argv]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"draftset: error: {said}\n"

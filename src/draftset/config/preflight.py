@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftset.config.fields import boolean_text_problem, flag_of, json_value_problem, validated
+from draftset.config.fields import boolean_text_problem, json_value_problem, validated
 from draftset.config.recipe import check_source, template_text_problem
 from draftset.config.schema import BuildArgs
 from draftset.core.errors import UsageError
@@ -115,7 +115,7 @@ def check_values(opts: BuildOptions) -> None:
             raise UsageError(problem)
         check_benchmark_file(bench)  # a file with no prompt would decontaminate nothing
     values = {name: getattr(opts, name) for name in _SCHEMA_CHECKED}
-    validated(BuildArgs, values, name_of=lambda name: flag_of(BuildArgs, name))
+    validated(BuildArgs, values)
     for s in opts.sources:
         check_source(s)  # every field as a recipe entry's (a `Source` made by hand too)
         unknown = sorted(set(s.fields or {}) - MAPPABLE_FIELDS)
