@@ -391,7 +391,7 @@ def test_every_generate_option_has_an_api_argument(src):
     cli = set(vars(args)) - {"handler", "command", "no_progress"}
     assert cli == set(GenerateArgs.model_fields)
     with pytest.raises(errors.UsageError, match="no_such_option"):
-        api.generate_options(src, endpoints="http://e", out="o", no_such_option=1)
+        api.generate_options(src, endpoints="http://e", out="o.jsonl", no_such_option=1)
 
 
 def test_cli_build_calls_the_api(src, tmp_path, monkeypatch):
@@ -894,7 +894,9 @@ def test_a_source_of_another_type_is_refused_as_other_wrong_types_are(src, tmp_p
     want = f"sources: expected a path, a Source or a mapping, got {bad!r}"
     assert str(info.value) == want
     with pytest.raises(GenerateUsageError):
-        api.generate_options([src, bad], endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a")
+        api.generate_options(
+            [src, bad], endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a.jsonl"
+        )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -905,7 +907,9 @@ def test_one_source_as_a_string_is_one_source_to_build_and_generate(src, tmp_pat
     assert [s.path for s in opts.sources] == [src]
     opts = api.build_options(sources=src, tokenizer=qwen3_tokenizer_dir(), out=tmp_path / "o")
     assert [s.path for s in opts.sources] == [src]
-    gen = api.generate_options(str(src), endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a")
+    gen = api.generate_options(
+        str(src), endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a.jsonl"
+    )
     assert [s.path for s in gen.sources] == [src]
 
 
@@ -1227,7 +1231,7 @@ def test_an_empty_list_for_a_mapping_option_is_a_wrong_type(
 
 def test_an_empty_list_for_a_required_option_offers_no_none(src, tmp_path):
     with pytest.raises(GenerateUsageError) as info:
-        api.generate_options([], endpoints=["http://127.0.0.1:9/v1"], out=str(tmp_path / "a"))
+        api.generate_options([], endpoints=["http://127.0.0.1:9/v1"], out=str(tmp_path / "a.jsonl"))
     assert str(info.value) == "sources: an empty list; give at least one value"
 
 

@@ -100,7 +100,7 @@ def test_a_source_made_by_hand_is_checked_as_a_recipe_entry(tmp_path, made, said
         api.build_options(sources=[spec], tokenizer="t", out=tmp_path / "o")
     assert str(info.value) == said.format(src=src)
     with pytest.raises(UsageError) as info:
-        api.generate_options([spec], endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a")
+        api.generate_options([spec], endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a.jsonl")
     assert str(info.value) == said.format(src=src)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
 
@@ -128,7 +128,9 @@ def test_one_source_object_or_mapping_is_one_source(tmp_path):
     takes is that list of one, for build and generate alike."""
     src = _source_file(tmp_path)
     for one in (Source("s", src), {"path": src, "name": "s"}):
-        gen = api.generate_options(one, endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a")
+        gen = api.generate_options(
+            one, endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a.jsonl"
+        )
         assert [(s.name, s.path) for s in gen.sources] == [("s", src)]
         opts = api.build_options(sources=one, tokenizer="tok", out=tmp_path / "o")
         assert [(s.name, s.path) for s in opts.sources] == [("s", src)]
@@ -227,3 +229,36 @@ def test_the_command_line_names_its_flags(tmp_path, capsys, argv, said):
     argv = [a.format(d=tmp_path, src=src) for a in argv]
     assert main(argv) == 2
     assert capsys.readouterr().err == f"draftset: error: {said}\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [("answers", "answers.jsonl"), ("answers.txt", "answers.jsonl"), ("run.log", "run.jsonl")],
+)
+def test_an_answers_name_build_cannot_read_is_refused_before_any_work(
+    tmp_path, capsys, name, meant
+):
+    """`generate(..., out="answers")` (or ``answers.txt``) wrote the answers, exit 0, and
+    `build` then refused the file: "unsupported file type (expected .jsonl, .json, ...)", with
+    its .errors.jsonl, .run.json and .lock to rename by hand for a rerun to resume."""
+    src = _source_file(tmp_path)
+    out = tmp_path / name
+    with pytest.raises(GenerateUsageError) as info:
+        api.generate_options([src], endpoints=ENDPOINT, out=out)
+    assert str(info.value) == (
+        f"--out {out}: generate writes JSON Lines, which build reads only from a .jsonl file"
+        f" (a {name} source is an unsupported file type): name it {meant}"
+    )
+    argv = ["generate", str(src), "--endpoint", ENDPOINT[0], "--out", str(out)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"draftset: error: {info.value}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+@pytest.mark.parametrize("name", ["a.jsonl", "a.ndjson", "a.JSONL", "answers.json"])
+def test_an_answers_name_build_reads_is_taken(tmp_path, name):
+    """``.json`` too: build reads a .json file of more than one line, or of one whole row, as
+    JSON Lines (`sources.read._json_is_lines`), so generate's answers round-trip."""
+    src = _source_file(tmp_path)
+    gen = api.generate_options([src], endpoints=ENDPOINT, out=tmp_path / name)
+    assert gen.out == tmp_path / name
