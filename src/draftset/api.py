@@ -229,8 +229,8 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     from draftset.config.recipe import BUILD_KEYS, RECIPE_PATH_KEYS, parse_json_object
     from draftset.core.rules import DEFAULT_PLACEHOLDERS  # lazy: a stage, loaded on first use
 
-    if (one := _one_source(options.get("sources"))) is not None:  # as `generate` takes it
-        options = {**options, "sources": one}
+    if "sources" in options:  # one source, as `generate` takes it; no glob, no set
+        options = {**options, "sources": _source_list(options["sources"], UsageError)}
     explicit = given(_given(BuildArgs, options))
     if explicit.get("template_kwargs") == "":  # the command line's empty JSON text: not given
         del explicit["template_kwargs"]
@@ -351,12 +351,32 @@ def _recipe_and_sources(
     return conf, srcs
 
 
-def _one_source(sources: Any) -> list[Any] | None:
-    """``sources`` as a list when it is one source (a path, a `Source`, a mapping), else None:
-    one source is the list of it, for `build` and `generate` alike."""
+_SOURCES_ARE = "sources: expected a path, a Source or a mapping, or a list of them, got"
+
+
+def _source_list(sources: Any, error: type[UsageError]) -> Any:
+    """``sources`` as `build` and `generate` take them: one source (a path, a `Source`, a
+    mapping) is the list of it; a list or a tuple as given (its items checked by `_source`);
+    None is "not given". Anything else is one ``error`` line saying what a source list is:
+    `sources=Path("data").glob("*.jsonl")` said "expected a list of values, got <generator
+    object Path.glob at 0x7f...>", and a set of paths would have built in its hash order."""
     from draftset.sources.read import Source  # lazy: a stage, loaded on first use
 
-    return [sources] if isinstance(sources, str | os.PathLike | Source | Mapping) else None
+    if isinstance(sources, str | os.PathLike | Source | Mapping):
+        return [sources]
+    if sources is None or isinstance(sources, list | tuple):
+        return sources
+    if isinstance(sources, set | frozenset):
+        raise error(
+            f"{_SOURCES_ARE} a set, which has no order (the sources' order names them and"
+            " orders the set's rows): give a sorted list"
+        )
+    if isinstance(sources, Iterator):
+        raise error(
+            f"{_SOURCES_ARE} a {type(sources).__name__}: make it a list (sorted(...) for a"
+            " glob, whose order is the file system's)"
+        )
+    raise error(f"{_SOURCES_ARE} {quoted(sources)}")
 
 
 def _sources_given(
@@ -850,7 +870,7 @@ def generate_options(
     # lazy: a stage, loaded on first use
     from draftset.sources.read import HUB_PREFIX, SourceError, refuse_several_splits
 
-    sources = _one_source(sources) or sources
+    sources = _source_list(sources, GenerateUsageError)
     o = _home(_given(GenerateArgs, {**options, "sources": sources}, GenerateUsageError), "out")
     given = list(o.sources)
     fields = _fields(o.fields)  # RecipeError (exit 2) for a bad --field

@@ -262,3 +262,46 @@ def test_an_answers_name_build_reads_is_taken(tmp_path, name):
     src = _source_file(tmp_path)
     gen = api.generate_options([src], endpoints=ENDPOINT, out=tmp_path / name)
     assert gen.out == tmp_path / name
+
+
+def _glob_of(folder: Path) -> Any:
+    return folder.glob("*.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (
+            _glob_of,
+            "sources: expected a path, a Source or a mapping, or a list of them, got a generator:"
+            " make it a list (sorted(...) for a glob, whose order is the file system's)",
+        ),
+        (
+            lambda folder: {str(folder / "in.jsonl")},
+            "sources: expected a path, a Source or a mapping, or a list of them, got a set, which"
+            " has no order (the sources' order names them and orders the set's rows): give a"
+            " sorted list",
+        ),
+        (
+            lambda folder: 5,
+            "sources: expected a path, a Source or a mapping, or a list of them, got 5",
+        ),
+        (
+            lambda folder: b"in.jsonl",
+            "sources: expected a path, a Source or a mapping, or a list of them, got b'in.jsonl'",
+        ),
+    ],
+)
+def test_sources_of_another_kind_say_what_a_source_list_is(tmp_path, given, said):
+    """`build(sources=Path("data").glob("*.jsonl"))` said "--sources: expected a list of
+    values, got <generator object Path.glob at 0x7f...>" and `generate` "SOURCE: expected a
+    string or a path or a list of values": neither says that one source is taken too, nor
+    how to make the list."""
+    _source_file(tmp_path)
+    with pytest.raises(UsageError) as info:
+        api.build_options(sources=given(tmp_path), tokenizer="tok", out=tmp_path / "o")
+    assert str(info.value) == said
+    with pytest.raises(GenerateUsageError) as info:
+        api.generate_options(given(tmp_path), endpoints=ENDPOINT, out=tmp_path / "a.jsonl")
+    assert str(info.value) == said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
