@@ -27,6 +27,7 @@ from draftset.config.fields import (
     Model,
     given,
     json_value_problem,
+    on_command_line,
     option_name,
     quoted,
     strings,
@@ -253,7 +254,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
         raise UsageError(f"{problem} (paths in a recipe are relative to its folder)")
     kwargs = o.template_kwargs or {}
     if isinstance(kwargs, str):  # the command line's JSON text
-        kwargs = parse_json_object(kwargs, "--template-kwargs")
+        kwargs = parse_json_object(kwargs, option_name(BuildArgs, "template_kwargs"))
     elif "template_kwargs" not in explicit and (  # the recipe's: named by its key
         problem := template_kwargs_problem(kwargs, "recipe key template_kwargs")
     ):
@@ -903,24 +904,25 @@ def generate_options(
             raise GenerateUsageError(str(exc)) from None
     for preset in dict.fromkeys(s.preset for s in srcs if s.preset):  # --preset's, a Source's
         apply_preset(preset)  # raises UnknownPresetError (exit 2) for an unknown name
-    extra = _json_object(o.extra_body, "--extra-body")
+    kwargs_name = option_name(GenerateArgs, "chat_template_kwargs")
+    extra = _json_object(o.extra_body, option_name(GenerateArgs, "extra_body"))
     kwargs, thinking = split_thinking(
-        _json_object(o.chat_template_kwargs, "--chat-template-kwargs"),
+        _json_object(o.chat_template_kwargs, kwargs_name),
         o.thinking,
-        "--thinking",
-        "--chat-template-kwargs",
+        option_name(GenerateArgs, "thinking"),
+        kwargs_name,
     )
     if problem := answers_out_problem(o.out):
         raise GenerateUsageError(problem)
     out = Path(o.out)
     endpoints = list(strings(o.endpoints))
-    check_servers(endpoints, o.concurrency, extra)
+    check_servers(endpoints, o.concurrency, extra, "--" if on_command_line() else "")
     if problem := extra_body_clash(extra, o, kwargs):
         raise GenerateUsageError(problem)
     api_key = o.api_key or api_key_from_env()
     if problem := api_key_problem(api_key, "given" if o.api_key else "from the environment"):
         raise GenerateUsageError(problem)
-    if problem := json_value_problem(kwargs, "--chat-template-kwargs"):
+    if problem := json_value_problem(kwargs, kwargs_name):
         raise GenerateUsageError(problem)
     return GenerateOptions(
         sources=srcs,

@@ -305,3 +305,81 @@ def test_sources_of_another_kind_say_what_a_source_list_is(tmp_path, given, said
         api.generate_options(given(tmp_path), endpoints=ENDPOINT, out=tmp_path / "a.jsonl")
     assert str(info.value) == said
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def _json_mistakes(folder: Path) -> list[tuple[Any, str, list[str], str]]:
+    """(an API call, its line, the command line's arguments, its line) of a JSON-object option,
+    ``thinking`` or an endpoint given a value of the wrong kind."""
+    src = _source_file(folder)
+    out = folder / "a.jsonl"
+    gen = ["generate", str(src), "--endpoint", ENDPOINT[0], "--out", str(out)]
+    build = ["build", str(src), "--tokenizer", "tok", "--out", str(folder / "o")]
+
+    def generate(**options: Any) -> Any:
+        return lambda: api.generate_options([src], endpoints=ENDPOINT, out=out, **options)
+
+    not_json = "is not valid JSON: Expecting property name enclosed in double quotes:"
+    return [
+        (
+            lambda: api.build_options(
+                sources=[src], tokenizer="tok", out=folder / "o", template_kwargs="{bad"
+            ),
+            f"template_kwargs {not_json}",
+            [*build, "--template-kwargs", "{bad"],
+            f"--template-kwargs {not_json}",
+        ),
+        (
+            generate(extra_body="{bad"),
+            f"extra_body {not_json}",
+            [*gen, "--extra-body", "{bad"],
+            f"--extra-body {not_json}",
+        ),
+        (
+            generate(chat_template_kwargs="[1]"),
+            "chat_template_kwargs must be a JSON object",
+            [*gen, "--chat-template-kwargs", "[1]"],
+            "--chat-template-kwargs must be a JSON object",
+        ),
+        (
+            generate(thinking="yes"),
+            "thinking must be on, off or mix:F with 0 <= F <= 1, not 'yes'",
+            [*gen, "--thinking", "yes"],
+            "--thinking must be on, off or mix:F with 0 <= F <= 1, not 'yes'",
+        ),
+        (
+            generate(chat_template_kwargs={"enable_thinking": "no"}),
+            "chat_template_kwargs: enable_thinking is the string 'no', which a template reads as"
+            " true; give the JSON boolean (enable_thinking: true or false)",
+            [*gen, "--chat-template-kwargs", '{"enable_thinking": "no"}'],
+            "--chat-template-kwargs: enable_thinking is the string 'no', which a template reads"
+            " as true; give the JSON boolean (enable_thinking: true or false)",
+        ),
+        (
+            generate(chat_template_kwargs={"a": {1}}),
+            "chat_template_kwargs: a is of type set, not a JSON value",
+            [],
+            "",
+        ),
+        (generate(extra_body={"a": {1}}), "extra_body: a is of type set, not a JSON value", [], ""),
+        (
+            lambda: api.generate_options([src], endpoints="ftp://x", out=out),
+            "endpoints: 'ftp://x' is not an http(s) URL",
+            ["generate", str(src), "--endpoint", "ftp://x", "--out", str(out)],
+            "--endpoint 'ftp://x' is not an http(s) URL",
+        ),
+    ]
+
+
+def test_a_json_option_is_named_as_the_call_wrote_it(tmp_path, capsys):
+    """`generate(..., extra_body="{bad")` said "--extra-body is not valid JSON", `thinking="yes"`
+    "--thinking must be on, off or mix:F", `endpoints="ftp://x"` "--endpoint 'ftp://x' ...":
+    the API names its keyword, the command its flag."""
+    for call, said, argv, cli_said in _json_mistakes(tmp_path):
+        with pytest.raises(UsageError) as info:
+            call()
+        assert str(info.value).startswith(said), said
+        if argv:
+            assert main(argv) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(f"draftset: error: {cli_said}"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]

@@ -172,11 +172,16 @@ def named_by_flags() -> Iterator[None]:
         _ON_COMMAND_LINE.reset(token)
 
 
+def on_command_line() -> bool:
+    """Whether a command called the API (`named_by_flags`): its messages name the flags."""
+    return _ON_COMMAND_LINE.get()
+
+
 def option_name(model: type[BaseModel], name: str) -> str:
     """How a message names the option ``name``: its flag on the command line (``--max-length``,
     ``DIR``), its keyword in the API (``max_length``, ``dir``): a notebook was told to fix
     ``DIR:`` or ``SOURCE:``, names that appear nowhere in its call."""
-    return flag_of(model, name) if _ON_COMMAND_LINE.get() else name
+    return flag_of(model, name) if on_command_line() else name
 
 
 def help_of(model: type[BaseModel], name: str) -> str | None:

@@ -17,7 +17,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftset.config.fields import boolean_text_problem, json_value_problem, validated
+from draftset.config.fields import (
+    boolean_text_problem,
+    json_value_problem,
+    option_name,
+    validated,
+)
 from draftset.config.recipe import check_source, template_text_problem
 from draftset.config.schema import BuildArgs
 from draftset.core.errors import UsageError
@@ -132,7 +137,9 @@ def check_values(opts: BuildOptions) -> None:
             apply_preset(s.preset)  # raises UnknownPresetError (exit 2) for an unknown name
     check_sampling(opts)
     check_mix(opts.mix, [s.name for s in opts.sources])
-    if problem := template_kwargs_problem(opts.template_kwargs, "--template-kwargs"):
+    if problem := template_kwargs_problem(
+        opts.template_kwargs, option_name(BuildArgs, "template_kwargs")
+    ):
         raise PreflightError(problem)
     check_workers(opts.workers, opts.engine, opts.ray_address)
 
