@@ -895,7 +895,7 @@ def generate_options(
         if problem := not_a_file(s.path, GENERATE_READS):  # build's lines, generate's reason
             raise GenerateUsageError(problem)
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
-            raise GenerateUsageError(f"source not found: {s.path}")
+            raise GenerateUsageError(not_found(s.path, in_recipe=bool(recipes)))  # as build
         if problem := set_as_prompts(s.path):  # `generate out/set`: its prompts.jsonl meant
             raise GenerateUsageError(problem)
         try:

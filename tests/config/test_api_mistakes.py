@@ -383,3 +383,44 @@ def test_a_json_option_is_named_as_the_call_wrote_it(tmp_path, capsys):
             err = capsys.readouterr().err
             assert err.startswith(f"draftset: error: {cli_said}"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+@pytest.mark.parametrize("joined", ["a.jsonl,b.jsonl", "a.jsonl, b.jsonl", "a.jsonl b.jsonl"])
+def test_sources_joined_in_one_string_say_how_to_give_several(
+    tmp_path, monkeypatch, capsys, joined
+):
+    """`build(sources="a.jsonl,b.jsonl")` said only "source not found: a.jsonl,b.jsonl", of two
+    files that are there; the command line's `build a.jsonl,b.jsonl` (or quoted with a space)
+    likewise."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_text(json.dumps(ROW) + "\n")
+    with pytest.raises(UsageError) as info:
+        api.build_options(sources=joined, tokenizer="tok", out="o")
+    assert str(info.value) == (
+        f"source not found: {joined} (one path per source: give a list,"
+        " sources=['a.jsonl', 'b.jsonl'])"
+    )
+    with pytest.raises(GenerateUsageError) as info:
+        api.generate_options(joined, endpoints=ENDPOINT, out="x.jsonl")
+    assert str(info.value).endswith("give a list, sources=['a.jsonl', 'b.jsonl'])")
+    assert main(["build", joined, "--tokenizer", "tok", "--out", "o"]) == 2
+    assert capsys.readouterr().err == (
+        f"draftset: error: source not found: {joined} (one path per source: give each as its"
+        " own argument, a.jsonl b.jsonl)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "b.jsonl"]
+
+
+def test_generate_says_what_build_says_of_a_source_not_found(tmp_path, monkeypatch):
+    """generate said only "source not found: data/*.jsonl" where build says that wildcards are
+    not expanded (and of `a.jsonl@count=2@weight=3`, how options are written)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    for given in ("data/*.jsonl", "$DATA/a.jsonl"):
+        with pytest.raises(UsageError) as built:
+            api.build_options(sources=[given], tokenizer="tok", out="o")
+        with pytest.raises(GenerateUsageError) as generated:
+            api.generate_options([given], endpoints=ENDPOINT, out="x.jsonl")
+        assert str(generated.value) == str(built.value)
+        assert "(draftset does not expand" in str(built.value)
