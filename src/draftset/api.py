@@ -654,7 +654,7 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
     )
 
     # lazy: the stages load on the first call, not on import draftset.api
-    from draftset.generation.options import GenerateUsageError, split_thinking
+    from draftset.generation.options import GenerateUsageError, check_servers, split_thinking
 
     # lazy: the stages load on the first call, not on import draftset.api
     from draftset.pipeline.run_state import RunOptions, RunUsageError
@@ -696,8 +696,13 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
         ) from None
     conf = load_recipe(path)
     gen = generate_section(conf.get("generate"), str(path), RunUsageError)
-    if o.endpoints:
-        gen = gen.model_copy(update={"endpoints": list(strings(o.endpoints))})
+    if o.endpoints is not None:  # `endpoints=""` asked the recipe's servers, silently
+        endpoints = list(strings(o.endpoints))
+        try:  # named as given (`endpoints`, `--endpoint`), not as the recipe's key they replace
+            check_servers(endpoints, 1, {}, "--" if on_command_line() else "")  # the URLs
+        except GenerateUsageError as exc:
+            raise RunUsageError(str(exc)) from None
+        gen = gen.model_copy(update={"endpoints": endpoints})
     try:  # the thinking setting and the template kwargs agree (checked before any work)
         split_thinking(build.template_kwargs, gen.thinking, "generate.thinking", "template_kwargs")
     except GenerateUsageError as exc:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import built_set
+from conftest import built_set, qwen3_tokenizer_dir
 
 from draftset import api
 from draftset.cli import main
@@ -424,3 +424,32 @@ def test_generate_says_what_build_says_of_a_source_not_found(tmp_path, monkeypat
             api.generate_options([given], endpoints=ENDPOINT, out="x.jsonl")
         assert str(generated.value) == str(built.value)
         assert "(draftset does not expand" in str(built.value)
+
+
+def _run_recipe(folder: Path) -> Path:
+    _source_file(folder)
+    recipe = folder / "r.yaml"
+    recipe.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\nout: o\nsources: [in.jsonl]\n"
+        "generate: {endpoints: ['http://127.0.0.1:9/v1']}\n"
+    )
+    return recipe
+
+
+@pytest.mark.parametrize("given", ["", " ", "ftp://x", ["http://127.0.0.1:9/v1", "x:1/v1"]])
+def test_run_checks_the_endpoints_given_to_replace_the_recipes(tmp_path, capsys, given):
+    """`run(recipe, endpoints="")` asked the recipe's servers, silently; `endpoints="ftp://x"`
+    (and `draftset run r.yaml --endpoint ftp://x`) was refused as the recipe's key
+    (`generate.endpoints: 'ftp://x' ...`), a value the recipe does not hold."""
+    from draftset.pipeline.run_state import RunUsageError
+
+    recipe = _run_recipe(tmp_path)
+    bad = given[-1] if isinstance(given, list) else given
+    with pytest.raises(RunUsageError) as info:
+        api.run_options(recipe, endpoints=given)
+    assert str(info.value).startswith(f"endpoints: {bad!r} is not an http(s) URL")
+    if isinstance(given, str):
+        assert main(["run", str(recipe), "--endpoint", given]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"draftset: error: --endpoint {bad!r} is not an http(s) URL"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "r.yaml"]
