@@ -30,6 +30,7 @@ from draftset.config.fields import (
     on_command_line,
     option_name,
     quoted,
+    shown,
     strings,
     unknown_keys,
     validated,
@@ -319,6 +320,9 @@ def _recipe_and_sources(
     from draftset.sources.read import HUB_PREFIX, is_data_name  # lazy: a stage, on first use
 
     conf: dict[str, Any] = {}
+    if isinstance(recipe, str) and not recipe.strip():  # "" read the folder "." as a recipe
+        what = "is empty" if not recipe else "is only whitespace"
+        raise UsageError(f"recipe: {what}, got {recipe!r}")
     if recipe is not None and not isinstance(recipe, str | os.PathLike):
         raise UsageError(  # build(["a.jsonl"]): the first positional argument is the recipe
             f"recipe must be a path to a recipe file, not {type(recipe).__name__};"
@@ -430,6 +434,9 @@ def _source(
     )
     from draftset.sources.read import Source  # lazy: a stage, loaded on first use
 
+    if isinstance(spec, str) and not spec.strip():  # "" said "names no path before its @"
+        what = "is empty" if not spec else "is only whitespace"
+        raise RecipeError(f"source {spec!r}: path {what}, got {shown(spec)}")
     if isinstance(spec, Source):  # a copy: naming and path expansion must not change the
         check_source(spec)  # caller's object (a later call would see `b-2`); checked as a
         return replace(spec, seen={})  # recipe's entry, its values before any work

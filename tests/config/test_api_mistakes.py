@@ -453,3 +453,26 @@ def test_run_checks_the_endpoints_given_to_replace_the_recipes(tmp_path, capsys,
         err = capsys.readouterr().err
         assert err.startswith(f"draftset: error: --endpoint {bad!r} is not an http(s) URL"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "r.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("blank", "what"), [("", 'is empty, got ""'), (" ", 'is only whitespace, got " "')]
+)
+def test_a_blank_source_or_recipe_says_it_is_blank(tmp_path, monkeypatch, capsys, blank, what):
+    """`build(sources=[""])`, `generate("")` and `draftset build ""` said "source '' names no
+    path before its @ options" (there is no @); `build(recipe="")` "cannot read recipe .: Is a
+    directory"."""
+    monkeypatch.chdir(tmp_path)
+    said = f"source {blank!r}: path {what}"
+    with pytest.raises(UsageError) as info:
+        api.build_options(sources=[blank], tokenizer="tok", out="o")
+    assert str(info.value) == said
+    with pytest.raises(UsageError) as info:
+        api.generate_options(blank, endpoints=ENDPOINT, out="a.jsonl")
+    assert str(info.value) == said
+    assert main(["build", blank, "--tokenizer", "tok", "--out", "o"]) == 2
+    assert capsys.readouterr().err == f"draftset: error: {said}\n"
+    with pytest.raises(UsageError) as info:
+        api.build_options(blank, tokenizer="tok", out="o")
+    assert str(info.value) == f"recipe: {what.split(',')[0]}, got {blank!r}"  # as dir: says it
+    assert list(tmp_path.iterdir()) == []
