@@ -585,10 +585,12 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
             is_verify_json,
             VerifyUsageError,
         )
+    if o.fast and (full := _full_verify_only(o)):  # it ran the fast checks and passed
+        fast = option_name(VerifyArgs, "fast") if on_command_line() else "fast=True"
+        full = option_name(VerifyArgs, full)
+        raise VerifyUsageError(f"{full} needs the full verify (not {fast})")
     server = None
     if o.render_server:
-        if o.fast:
-            raise VerifyUsageError("--render-server needs the full verify (not --fast)")
         from draftset.checks.serving import connect  # lazy: as above
 
         server = connect(o.render_server)
@@ -621,6 +623,15 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
                 failure = VerifyUsageError(str(failure))
             raise failure from None
     return result
+
+
+def _full_verify_only(o: VerifyArgs) -> str | None:
+    """The first option given that only the full verify reads, or None: with ``fast`` it was
+    ignored, the check asked for never run (``--fast --sample 5`` passed, exit 0)."""
+    for name in ("sample", "seed", "placeholders", "speculators", "render_server"):
+        if name in o.model_fields_set and getattr(o, name) not in (None, False):
+            return name
+    return None
 
 
 # --- run, report, show, generate --------------------------------------------------------------

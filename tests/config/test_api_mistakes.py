@@ -476,3 +476,28 @@ def test_a_blank_source_or_recipe_says_it_is_blank(tmp_path, monkeypatch, capsys
         api.build_options(blank, tokenizer="tok", out="o")
     assert str(info.value) == f"recipe: {what.split(',')[0]}, got {blank!r}"  # as dir: says it
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "flag"),
+    [
+        ("sample", 5, ["--sample", "5"]),
+        ("seed", 3, ["--seed", "3"]),
+        ("placeholders", ["x"], ["--placeholder", "x"]),
+        ("speculators", True, []),
+        ("render_server", "http://127.0.0.1:9", ["--render-server", "http://127.0.0.1:9"]),
+    ],
+)
+def test_an_option_of_the_full_verify_with_fast_is_refused(tmp_path, capsys, option, value, flag):
+    """`verify(d, fast=True, sample=5)` (and `--fast --sample 5`) ran the fast checks and passed,
+    the sample, seed, placeholders or speculators check asked for never run; only
+    `--render-server` was refused so."""
+    out = built_set(tmp_path, [ROW])
+    with pytest.raises(UsageError) as info:
+        api.verify(out, fast=True, **{option: value})
+    assert str(info.value) == f"{option} needs the full verify (not fast=True)"
+    if flag:
+        assert main(["verify", str(out), "--fast", *flag]) == 2
+        assert capsys.readouterr().err == (
+            f"draftset: error: {flag[0]} needs the full verify (not --fast)\n"
+        )
