@@ -212,7 +212,12 @@ def _home(o: Model, *names: str) -> Model:
     return o.model_copy(update=update) if update else o
 
 
-_NO_OUT = "--out is required (or `out:` in the recipe)"
+def _required(name: str) -> str:
+    """A build option neither given nor in the recipe, named as the caller wrote options: the
+    flag on the command line, the keyword in the API (it said "--tokenizer is required" to a
+    script)."""
+    head = f"{option_name(BuildArgs, name)}" if on_command_line() else repr(name)
+    return f"{head} is required (or `{name}:` in the recipe)"
 
 
 def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOptions:
@@ -248,9 +253,9 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     from_recipe.pop("sources", None)
     o = _home(BuildArgs.model_validate({**from_recipe, **explicit}), "out")  # defaults for the rest
     if not o.tokenizer:
-        raise UsageError("--tokenizer is required (or `tokenizer:` in the recipe)")
+        raise UsageError(_required("tokenizer"))
     if not o.out:
-        raise UsageError(_NO_OUT)
+        raise UsageError(_required("out"))
     if "out" not in explicit and (problem := out_place_problem(Path(o.out), "recipe key out:")):
         raise UsageError(f"{problem} (paths in a recipe are relative to its folder)")
     kwargs = o.template_kwargs or {}
@@ -295,7 +300,9 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     )
     if opts.engine != "ray":  # a recipe's ray_address waits for engine: ray; an explicit one
         if "ray_address" in explicit:  # with a local engine is a mistake
-            raise UsageError("--ray-address needs --engine ray")
+            if on_command_line():
+                raise UsageError("--ray-address needs --engine ray")
+            raise UsageError("ray_address needs engine='ray'")
         opts.ray_address = None
     check_values(opts)
     if "out" not in explicit:  # the recipe's out: on a source or an input, named by its key
@@ -706,7 +713,7 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
     except UsageError as exc:  # run has no --out: the recipe's key is the only way
         # a build key written inside generate: (`tokenizer:` there only) is said as such
         refuse_unknown_generate_keys(load_recipe(path).get("generate"), str(path), RunUsageError)
-        if str(exc) != _NO_OUT:
+        if str(exc) != _required("out"):
             raise
         raise RunUsageError(
             f"recipe {path} has no out: (the folder to write the set in; draftset run reads it"

@@ -501,3 +501,41 @@ def test_an_option_of_the_full_verify_with_fast_is_refused(tmp_path, capsys, opt
         assert capsys.readouterr().err == (
             f"draftset: error: {flag[0]} needs the full verify (not --fast)\n"
         )
+
+
+@pytest.mark.parametrize(
+    ("options", "said", "argv", "cli_said"),
+    [
+        (
+            {"out": "o"},
+            "'tokenizer' is required (or `tokenizer:` in the recipe)",
+            ["--out", "o"],
+            "--tokenizer is required (or `tokenizer:` in the recipe)",
+        ),
+        (
+            {"tokenizer": "tok"},
+            "'out' is required (or `out:` in the recipe)",
+            ["--tokenizer", "tok"],
+            "--out is required (or `out:` in the recipe)",
+        ),
+        (
+            {"tokenizer": "tok", "out": "o", "ray_address": "127.0.0.1:1"},
+            "ray_address needs engine='ray'",
+            ["--tokenizer", "tok", "--out", "o", "--ray-address", "127.0.0.1:1"],
+            "--ray-address needs --engine ray",
+        ),
+    ],
+)
+def test_a_build_option_missing_or_alone_is_named_as_given(
+    tmp_path, monkeypatch, capsys, options, said, argv, cli_said
+):
+    """`build(sources=[...], out="o")` was told "--tokenizer is required", `ray_address=...`
+    "--ray-address needs --engine ray": flags, in a call that wrote keywords."""
+    monkeypatch.chdir(tmp_path)
+    _source_file(tmp_path)
+    with pytest.raises(UsageError) as info:
+        api.build_options(sources=["in.jsonl"], **options)
+    assert str(info.value) == said
+    assert main(["build", "in.jsonl", *argv, "--workers", "1"]) == 2
+    assert capsys.readouterr().err == f"draftset: error: {cli_said}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
