@@ -539,3 +539,24 @@ def test_a_build_option_missing_or_alone_is_named_as_given(
     assert main(["build", "in.jsonl", *argv, "--workers", "1"]) == 2
     assert capsys.readouterr().err == f"draftset: error: {cli_said}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_a_set_there_already_names_overwrite_as_the_call_gives_it(tmp_path, capsys):
+    """A notebook cell run twice, `build(..., out="o")`, was told "pass --overwrite to replace
+    it": a flag, where the call takes `overwrite=True`."""
+    from draftset.config.preflight import PreflightError
+
+    out = built_set(tmp_path, [ROW])
+    src, tok = tmp_path / "a.jsonl", str(qwen3_tokenizer_dir())
+    with pytest.raises(PreflightError) as info:
+        api.build(sources=[src], tokenizer=tok, out=out, workers=1)
+    assert str(info.value) == f"output folder exists: {out} (pass overwrite=True to replace it)"
+    assert main(["build", str(src), "--tokenizer", tok, "--out", str(out), "--workers", "1"]) == 2
+    assert capsys.readouterr().err == (
+        f"draftset: error: output folder exists: {out} (pass --overwrite to replace it)\n"
+    )
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"tokenizer: {tok}\nout: out\nsources: [a.jsonl]\n")
+    with pytest.raises(PreflightError) as info:
+        api.build(recipe, workers=1)
+    assert "exists (pass overwrite=True, or set overwrite: true in the recipe," in str(info.value)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from draftset.config.fields import (
     boolean_text_problem,
     json_value_problem,
+    on_command_line,
     option_name,
     validated,
 )
@@ -396,11 +397,12 @@ def check_output_path(
         return
     if not replaceable(real):  # both facts at once: --overwrite would be refused too
         raise PreflightError(not_replaceable_reason(real, str(out), flag))
-    if not overwrite:
+    if not overwrite:  # a notebook's second run of a cell: the call takes overwrite=True
+        give = "--overwrite" if on_command_line() else "overwrite=True"
         if flag == "--out":
-            raise PreflightError(f"output folder exists: {out} (pass --overwrite to replace it)")
+            raise PreflightError(f"output folder exists: {out} (pass {give} to replace it)")
         raise PreflightError(
-            f"{flag} {out} exists (pass --overwrite, or set overwrite: true in the recipe, to"
+            f"{flag} {out} exists (pass {give}, or set overwrite: true in the recipe, to"
             " replace it)"
         )
 
