@@ -220,6 +220,32 @@ def _required(name: str) -> str:
     return f"{head} is required (or `{name}:` in the recipe)"
 
 
+def _threshold_without_near(
+    o: BuildArgs, explicit: Mapping[str, Any], from_recipe: Mapping[str, Any], recipe: Any
+) -> str | None:
+    """Why ``near_dup_threshold`` would be ignored (a build with exact dedup only, the threshold
+    recorded as if it applied), or None. A recipe's threshold that goes with its ``dedup:
+    near`` is no mistake when the caller's ``dedup`` replaces that."""
+    if o.dedup == "near":
+        return None
+    if "near_dup_threshold" in explicit:
+        if on_command_line():
+            return (
+                f"--near-dup-threshold applies only to --dedup near (dedup is {o.dedup!r}): add"
+                " --dedup near, or leave --near-dup-threshold out"
+            )
+        return (
+            f"near_dup_threshold applies only to dedup='near' (dedup is {o.dedup!r}): set"
+            " dedup='near', or leave near_dup_threshold out"
+        )
+    if "near_dup_threshold" in from_recipe and "dedup" not in explicit:
+        return (
+            f"recipe {recipe}: near_dup_threshold applies only to dedup: near (dedup is"
+            f" {o.dedup!r}): set dedup: near, or remove near_dup_threshold"
+        )
+    return None
+
+
 def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOptions:
     """`build`'s arguments merged over the recipe and the defaults, and checked: the
     `BuildOptions` a build runs with (also what `draftset run` builds from)."""
@@ -256,6 +282,8 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
         raise UsageError(_required("tokenizer"))
     if not o.out:
         raise UsageError(_required("out"))
+    if problem := _threshold_without_near(o, explicit, from_recipe, recipe):
+        raise UsageError(problem)
     if "out" not in explicit and (problem := out_place_problem(Path(o.out), "recipe key out:")):
         raise UsageError(f"{problem} (paths in a recipe are relative to its folder)")
     kwargs = o.template_kwargs or {}

@@ -560,3 +560,40 @@ def test_a_set_there_already_names_overwrite_as_the_call_gives_it(tmp_path, caps
     with pytest.raises(PreflightError) as info:
         api.build(recipe, workers=1)
     assert "exists (pass overwrite=True, or set overwrite: true in the recipe," in str(info.value)
+
+
+def test_a_near_dup_threshold_without_near_dedup_is_refused(tmp_path, monkeypatch, capsys):
+    """`build(..., near_dup_threshold=0.5)` (`--near-dup-threshold 0.5`, a recipe's
+    `near_dup_threshold: 0.5`) without near dedup built with exact dedup only, the threshold
+    recorded in the manifest as if it had applied."""
+    monkeypatch.chdir(tmp_path)
+    _source_file(tmp_path)
+    base = {"sources": ["in.jsonl"], "tokenizer": "tok", "out": "o"}
+    with pytest.raises(UsageError) as info:
+        api.build_options(**base, near_dup_threshold=0.5)
+    assert str(info.value) == (
+        "near_dup_threshold applies only to dedup='near' (dedup is 'exact'): set dedup='near',"
+        " or leave near_dup_threshold out"
+    )
+    argv = ["build", "in.jsonl", "--tokenizer", "tok", "--out", "o", "--dedup", "none"]
+    assert main([*argv, "--near-dup-threshold", "0.5"]) == 2
+    assert capsys.readouterr().err == (
+        "draftset: error: --near-dup-threshold applies only to --dedup near (dedup is 'none'):"
+        " add --dedup near, or leave --near-dup-threshold out\n"
+    )
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\nout: o\nsources: [in.jsonl]\n"
+        "near_dup_threshold: 0.5\n"
+    )
+    with pytest.raises(UsageError) as info:
+        api.build_options(recipe)
+    assert str(info.value) == (
+        f"recipe {recipe}: near_dup_threshold applies only to dedup: near (dedup is 'exact'):"
+        " set dedup: near, or remove near_dup_threshold"
+    )
+    # the recipe's near dedup replaced by the caller's: its threshold goes with it, no mistake
+    recipe.write_text(recipe.read_text() + "dedup: near\n")
+    assert api.build_options(recipe, dedup="exact").dedup == "exact"
+    assert api.build_options(**base, dedup="near", near_dup_threshold=0.5).near_dup_threshold == 0.5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "r.yaml"]
