@@ -368,6 +368,11 @@ def _recipe_and_sources(
         raise UsageError(problem)
     srcs = _sources_given(sources, fmt, fields, preset) if sources is not None else []
     if recipe is not None:
+        if Path(recipe).is_dir():  # `build("data", ...)`: "cannot read recipe data: Is a directory"
+            raise UsageError(
+                f"recipe {recipe} is a folder, not a recipe (.yaml): give a folder of data files"
+                f" as sources=[{str(recipe)!r}]"
+            )
         if not is_recipe(recipe) and is_data_name(recipe):  # `build("a.jsonl", out=...)`
             raise UsageError(
                 f"recipe {recipe} is a data file, not a recipe (.yaml): give it as"

@@ -597,3 +597,18 @@ def test_a_near_dup_threshold_without_near_dedup_is_refused(tmp_path, monkeypatc
     assert api.build_options(recipe, dedup="exact").dedup == "exact"
     assert api.build_options(**base, dedup="near", near_dup_threshold=0.5).near_dup_threshold == 0.5
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "r.yaml"]
+
+
+def test_a_folder_given_as_the_recipe_says_where_a_source_folder_goes(tmp_path, monkeypatch):
+    """`build("data", tokenizer=..., out=...)` (a folder of data files, in the recipe's place)
+    said "cannot read recipe data: Is a directory"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    _source_file(tmp_path / "data")
+    for given in ("data", "data/", tmp_path / "data"):
+        with pytest.raises(UsageError) as info:
+            api.build_options(given, tokenizer="tok", out="o")
+        assert str(info.value) == (
+            f"recipe {given} is a folder, not a recipe (.yaml): give a folder of data files as"
+            f" sources=[{str(given)!r}]"
+        )
