@@ -612,3 +612,30 @@ def test_a_folder_given_as_the_recipe_says_where_a_source_folder_goes(tmp_path, 
             f"recipe {given} is a folder, not a recipe (.yaml): give a folder of data files as"
             f" sources=[{str(given)!r}]"
         )
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_answers_written_as_json_build_the_same_rows_as_jsonl(tmp_path, rows):
+    """`generate(..., out="answers.json")` is taken (not refused as `.txt` is): build reads a
+    `.json` of JSON Lines as JSON Lines (one line: one whole row), so the answers build the
+    same set rows under either name."""
+    from fault_server import FaultServer
+
+    prompts = tmp_path / "p.jsonl"
+    lines = [json.dumps({"messages": [{"role": "user", "content": f"q{i}"}]}) for i in range(rows)]
+    prompts.write_text("\n".join(lines) + "\n")
+    with FaultServer() as srv:
+        api.generate(prompts, endpoints=[srv.url], out=tmp_path / "answers.json")
+    (tmp_path / "answers.jsonl").write_bytes((tmp_path / "answers.json").read_bytes())
+    built = {}
+    for name in ("answers.json", "answers.jsonl"):
+        result = api.build(
+            sources=[tmp_path / name],
+            tokenizer=str(qwen3_tokenizer_dir()),
+            eot_tokens=["<|im_end|>"],
+            out=tmp_path / f"set-{Path(name).suffix[1:]}",
+            workers=1,
+        )
+        assert result.ok and result.counts["written"] == rows
+        built[name] = [(r["id"], list(r["input_ids"])) for r in map(result.row, range(rows))]
+    assert built["answers.json"] == built["answers.jsonl"]
