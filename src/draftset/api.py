@@ -216,7 +216,7 @@ def _required(name: str) -> str:
     """A build option neither given nor in the recipe, named as the caller wrote options: the
     flag on the command line, the keyword in the API (it said "--tokenizer is required" to a
     script)."""
-    head = f"{option_name(BuildArgs, name)}" if on_command_line() else repr(name)
+    head = option_name(BuildArgs, name) if on_command_line() else repr(name)
     return f"{head} is required (or `{name}:` in the recipe)"
 
 
