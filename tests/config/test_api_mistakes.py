@@ -245,13 +245,14 @@ def test_an_answers_name_build_cannot_read_is_refused_before_any_work(
     out = tmp_path / name
     with pytest.raises(GenerateUsageError) as info:
         api.generate_options([src], endpoints=ENDPOINT, out=out)
-    assert str(info.value) == (
-        f"--out {out}: generate writes JSON Lines, which build reads only from a .jsonl file"
+    said = (
+        f"{out}: generate writes JSON Lines, which build reads only from a .jsonl file"
         f" (a {name} source is an unsupported file type): name it {meant}"
     )
+    assert str(info.value) == f"out {said}"  # the keyword, as the call gave it
     argv = ["generate", str(src), "--endpoint", ENDPOINT[0], "--out", str(out)]
     assert main(argv) == 2
-    assert capsys.readouterr().err == f"draftset: error: {info.value}\n"
+    assert capsys.readouterr().err == f"draftset: error: --out {said}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
 
 
@@ -639,3 +640,16 @@ def test_answers_written_as_json_build_the_same_rows_as_jsonl(tmp_path, rows):
         assert result.ok and result.counts["written"] == rows
         built[name] = [(r["id"], list(r["input_ids"])) for r in map(result.row, range(rows))]
     assert built["answers.json"] == built["answers.jsonl"]
+
+
+def test_an_answers_out_that_is_no_file_names_out_as_the_call_gave_it(tmp_path):
+    """`generate(..., out=folder)` said "--out X is a folder; give a .jsonl file path" to a
+    call that wrote `out=`."""
+    src = _source_file(tmp_path)
+    for out, said in [
+        (tmp_path, f"out {tmp_path} is a folder; give a .jsonl file path"),
+        ("-", "out -: draftset does not read '-' as standard output; name the .jsonl file"),
+    ]:
+        with pytest.raises(GenerateUsageError) as info:
+            api.generate_options([src], endpoints=ENDPOINT, out=out)
+        assert str(info.value).startswith(said)
