@@ -613,14 +613,15 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
     from draftset.checks.verify import VERIFY_RECORD, VerifyUsageError, fast_checks, run_verify
 
     o = _home(_given(VerifyArgs, {**options, "dir": dir}, VerifyUsageError), "dir", "json")
-    if problem := dash_problem("--json", o.json, "name the file to write, or /dev/stdout"):
+    json_flag = option_name(VerifyArgs, "json")  # `--json`, the API's `json`
+    if problem := dash_problem(json_flag, o.json, "name the file to write, or /dev/stdout"):
         raise VerifyUsageError(problem)
     check_json = None
     if o.json:  # before any work: never over a file draftset did not write, nor into the set
         check_json = output_file_check(
             Path(o.dir),
             Path(o.json),
-            "--json",
+            json_flag,
             "a verify result",
             is_verify_json,
             VerifyUsageError,
@@ -658,7 +659,7 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
         try:
             write_output_file(Path(o.json), text, check_json)
         except OSError as exc:
-            failure = write_failure(f"--json {o.json}", exc)
+            failure = write_failure(f"{json_flag} {o.json}", exc)
             if isinstance(failure, UsageError):  # the path: verify's own usage error
                 failure = VerifyUsageError(str(failure))
             raise failure from None
@@ -733,7 +734,7 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
             f" [{recipe}], out:, tokenizer: and generate: {{endpoints: [URL]}}, as"
             " examples/run.yaml does); draftset build builds a set from the file as it is"
         )
-    if problem := dash_problem("--work", o.work, "name the work folder"):
+    if problem := dash_problem(option_name(RunArgs, "work"), o.work, "name the work folder"):
         raise RunUsageError(problem)
     try:
         build = build_options(
@@ -813,7 +814,8 @@ def report(
     )
 
     o = _home(_given(ReportArgs, {**options, "dir": dir}), "dir", "output")
-    if problem := dash_problem("-o", o.output, "name the file to write, or /dev/stdout"):
+    output_flag = option_name(ReportArgs, "output")  # `-o`, the API's `output`
+    if problem := dash_problem(output_flag, o.output, "name the file to write, or /dev/stdout"):
         raise UsageError(problem)
     default = default_report_path(o.dir)
     path = Path(o.output) if o.output else default
@@ -822,7 +824,7 @@ def report(
     check = output_file_check(
         Path(o.dir),
         path,
-        "-o" if o.output else "",
+        output_flag if o.output else "",
         "a report",
         is_report_file,
         UsageError,
@@ -833,8 +835,9 @@ def report(
     if o.output and path.suffix.lower() in _NOT_HTML:  # `-o report.pdf`: HTML, exit 0,
         # before; after the place's own checks (a file of yours, the set's, a source)
         raise UsageError(
-            f"-o {o.output}: report writes one HTML page, which a {path.suffix} name would hide"
-            f" from what opens it: name it {path.stem}.html (a browser prints it to PDF)"
+            f"{output_flag} {o.output}: report writes one HTML page, which a {path.suffix} name"
+            f" would hide from what opens it: name it {path.stem}.html (a browser prints it to"
+            " PDF)"
         )
     if o.tokenizer:  # its page said "Cannot decode rows: ...", exit 0
         _check_set_tokenizer(o.dir, o.tokenizer, UsageError)

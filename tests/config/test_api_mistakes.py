@@ -653,3 +653,21 @@ def test_an_answers_out_that_is_no_file_names_out_as_the_call_gave_it(tmp_path):
         with pytest.raises(GenerateUsageError) as info:
             api.generate_options([src], endpoints=ENDPOINT, out=out)
         assert str(info.value).startswith(said)
+
+
+def test_a_file_a_job_writes_is_named_as_the_call_gave_it(tmp_path):
+    """`report(d, output="r.pdf")` said "-o r.pdf: report writes one HTML page",
+    `verify(d, json="-")` "--json -: ...", `run(r, work="-")` "--work -: ...": the command's
+    flags, to a call that wrote `output=`, `json=`, `work=`."""
+    out = built_set(tmp_path, [ROW])
+    cases = [
+        (lambda: api.report(out, output=tmp_path / "r.pdf"), f"output {tmp_path / 'r.pdf'}: "),
+        (lambda: api.report(out, output="-"), "output -: draftset does not read '-'"),
+        (lambda: api.verify(out, json="-"), "json -: draftset does not read '-'"),
+        (lambda: api.verify(out, fast=True, json=out), f"json {out} is the set folder"),
+        (lambda: api.run(_run_recipe(tmp_path), work="-"), "work -: draftset does not read '-'"),
+    ]
+    for call, said in cases:
+        with pytest.raises(UsageError) as info:
+            call()
+        assert str(info.value).startswith(said), str(info.value)
