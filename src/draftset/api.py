@@ -859,7 +859,8 @@ def _check_set_tokenizer(
     resolve_tokenizer_path(str(tokenizer))
     out = open_output(folder)
     if out.manifest and (why := tokenizer_folder_problem(out, tokenizer)):
-        raise error(f"--tokenizer {tokenizer} is not the tokenizer this set was built with: {why}")
+        flag = "--tokenizer" if on_command_line() else "tokenizer"  # as the caller gave it
+        raise error(f"{flag} {tokenizer} is not the tokenizer this set was built with: {why}")
 
 
 def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> None:

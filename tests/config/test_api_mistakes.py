@@ -671,3 +671,21 @@ def test_a_file_a_job_writes_is_named_as_the_call_gave_it(tmp_path):
         with pytest.raises(UsageError) as info:
             call()
         assert str(info.value).startswith(said), str(info.value)
+
+
+def test_another_models_tokenizer_is_named_as_the_call_gave_it(tmp_path):
+    """`verify(d, tokenizer=other)` (report's, show's) said "--tokenizer X is not the tokenizer
+    this set was built with" to a call that wrote `tokenizer=`."""
+    from conftest import llama32_tokenizer_dir
+
+    out = built_set(tmp_path, [ROW])
+    llama = llama32_tokenizer_dir()
+    said = f"tokenizer {llama} is not the tokenizer this set was built with: "
+    for call in (
+        lambda: api.verify(out, fast=True, tokenizer=llama),
+        lambda: api.report(out, output=tmp_path / "r.html", tokenizer=llama),
+        lambda: api.show(out, row=0, tokenizer=llama),
+    ):
+        with pytest.raises(UsageError) as info:
+            call()
+        assert str(info.value).startswith(said), str(info.value)
