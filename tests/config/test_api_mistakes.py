@@ -689,3 +689,23 @@ def test_another_models_tokenizer_is_named_as_the_call_gave_it(tmp_path):
         with pytest.raises(UsageError) as info:
             call()
         assert str(info.value).startswith(said), str(info.value)
+
+
+def test_a_decontaminate_file_not_there_is_named_as_the_call_gave_it(tmp_path, capsys):
+    """`build(..., decontaminate="bench.jsonl")` said "--decontaminate file not found"."""
+    src = _source_file(tmp_path)
+    bench = tmp_path / "bench.jsonl"
+    with pytest.raises(UsageError) as info:
+        api.build_options(sources=[src], tokenizer="tok", out=tmp_path / "o", decontaminate=bench)
+    assert str(info.value) == f"decontaminate file not found: {bench}"
+    with pytest.raises(UsageError) as info:
+        api.build_options(
+            sources=[src], tokenizer="tok", out=tmp_path / "o", decontaminate=tmp_path
+        )
+    assert str(info.value) == (
+        f"decontaminate {tmp_path} is a folder: give its benchmark files (a list of them:"
+        " decontaminate=[...])"
+    )
+    argv = ["build", str(src), "--tokenizer", "tok", "--out", str(tmp_path / "o")]
+    assert main([*argv, "--decontaminate", str(bench)]) == 2
+    assert capsys.readouterr().err == f"draftset: error: --decontaminate file not found: {bench}\n"
