@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any
 from draftset.checks.output_file import VERIFY_JSON_FORMAT, is_verify_json, output_file_check
 from draftset.config.fields import (
     Model,
-    flag_of,
     given,
     json_value_problem,
+    on_command_line,
+    option_name,
     quoted,
+    shown,
     strings,
     unknown_keys,
     validated,
@@ -182,11 +184,9 @@ def _given(
     values = {
         k: list(v) if isinstance(v, tuple) else v for k, v in options.items() if v is not None
     }
-    checked = validated(
-        model, values, strict=True, name_of=lambda name: flag_of(model, name), error=error
-    )
+    checked = validated(model, values, strict=True, error=error)
     for name, value in values.items():  # `~nobody/x`: a traceback from expanduser before
-        flag = "source" if name == "sources" else flag_of(model, name)
+        flag = "source" if name == "sources" else option_name(model, name)
         for item in value if isinstance(value, list) else [value]:
             path = item.get("path") if isinstance(item, Mapping) else item
             if name == "chat_template" and isinstance(path, str | os.PathLike):
@@ -212,7 +212,38 @@ def _home(o: Model, *names: str) -> Model:
     return o.model_copy(update=update) if update else o
 
 
-_NO_OUT = "--out is required (or `out:` in the recipe)"
+def _required(name: str) -> str:
+    """A build option neither given nor in the recipe, named as the caller wrote options: the
+    flag on the command line, the keyword in the API (it said "--tokenizer is required" to a
+    script)."""
+    head = option_name(BuildArgs, name) if on_command_line() else repr(name)
+    return f"{head} is required (or `{name}:` in the recipe)"
+
+
+def _threshold_without_near(
+    o: BuildArgs, explicit: Mapping[str, Any], from_recipe: Mapping[str, Any], recipe: Any
+) -> str | None:
+    """Why ``near_dup_threshold`` would be ignored (a build with exact dedup only, the threshold
+    recorded as if it applied), or None. A recipe's threshold that goes with its ``dedup:
+    near`` is no mistake when the caller's ``dedup`` replaces that."""
+    if o.dedup == "near":
+        return None
+    if "near_dup_threshold" in explicit:
+        if on_command_line():
+            return (
+                f"--near-dup-threshold applies only to --dedup near (dedup is {o.dedup!r}): add"
+                " --dedup near, or leave --near-dup-threshold out"
+            )
+        return (
+            f"near_dup_threshold applies only to dedup='near' (dedup is {o.dedup!r}): set"
+            " dedup='near', or leave near_dup_threshold out"
+        )
+    if "near_dup_threshold" in from_recipe and "dedup" not in explicit:
+        return (
+            f"recipe {recipe}: near_dup_threshold applies only to dedup: near (dedup is"
+            f" {o.dedup!r}): set dedup: near, or remove near_dup_threshold"
+        )
+    return None
 
 
 def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOptions:
@@ -231,8 +262,8 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     from draftset.config.recipe import BUILD_KEYS, RECIPE_PATH_KEYS, parse_json_object
     from draftset.core.rules import DEFAULT_PLACEHOLDERS  # lazy: a stage, loaded on first use
 
-    if (one := _one_source(options.get("sources"))) is not None:  # as `generate` takes it
-        options = {**options, "sources": one}
+    if "sources" in options:  # one source, as `generate` takes it; no glob, no set
+        options = {**options, "sources": _source_list(options["sources"], UsageError)}
     explicit = given(_given(BuildArgs, options))
     if explicit.get("template_kwargs") == "":  # the command line's empty JSON text: not given
         del explicit["template_kwargs"]
@@ -248,14 +279,16 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     from_recipe.pop("sources", None)
     o = _home(BuildArgs.model_validate({**from_recipe, **explicit}), "out")  # defaults for the rest
     if not o.tokenizer:
-        raise UsageError("--tokenizer is required (or `tokenizer:` in the recipe)")
+        raise UsageError(_required("tokenizer"))
     if not o.out:
-        raise UsageError(_NO_OUT)
+        raise UsageError(_required("out"))
+    if problem := _threshold_without_near(o, explicit, from_recipe, recipe):
+        raise UsageError(problem)
     if "out" not in explicit and (problem := out_place_problem(Path(o.out), "recipe key out:")):
         raise UsageError(f"{problem} (paths in a recipe are relative to its folder)")
     kwargs = o.template_kwargs or {}
     if isinstance(kwargs, str):  # the command line's JSON text
-        kwargs = parse_json_object(kwargs, "--template-kwargs")
+        kwargs = parse_json_object(kwargs, option_name(BuildArgs, "template_kwargs"))
     elif "template_kwargs" not in explicit and (  # the recipe's: named by its key
         problem := template_kwargs_problem(kwargs, "recipe key template_kwargs")
     ):
@@ -295,7 +328,9 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     )
     if opts.engine != "ray":  # a recipe's ray_address waits for engine: ray; an explicit one
         if "ray_address" in explicit:  # with a local engine is a mistake
-            raise UsageError("--ray-address needs --engine ray")
+            if on_command_line():
+                raise UsageError("--ray-address needs --engine ray")
+            raise UsageError("ray_address needs engine='ray'")
         opts.ray_address = None
     check_values(opts)
     if "out" not in explicit:  # the recipe's out: on a source or an input, named by its key
@@ -320,6 +355,9 @@ def _recipe_and_sources(
     from draftset.sources.read import HUB_PREFIX, is_data_name  # lazy: a stage, on first use
 
     conf: dict[str, Any] = {}
+    if isinstance(recipe, str) and not recipe.strip():  # "" read the folder "." as a recipe
+        what = "is empty" if not recipe else "is only whitespace"
+        raise UsageError(f"recipe: {what}, got {recipe!r}")
     if recipe is not None and not isinstance(recipe, str | os.PathLike):
         raise UsageError(  # build(["a.jsonl"]): the first positional argument is the recipe
             f"recipe must be a path to a recipe file, not {type(recipe).__name__};"
@@ -330,6 +368,11 @@ def _recipe_and_sources(
         raise UsageError(problem)
     srcs = _sources_given(sources, fmt, fields, preset) if sources is not None else []
     if recipe is not None:
+        if Path(recipe).is_dir():  # `build("data", ...)`: "cannot read recipe data: Is a directory"
+            raise UsageError(
+                f"recipe {recipe} is a folder, not a recipe (.yaml): give a folder of data files"
+                f" as sources=[{str(recipe)!r}]"
+            )
         if not is_recipe(recipe) and is_data_name(recipe):  # `build("a.jsonl", out=...)`
             raise UsageError(
                 f"recipe {recipe} is a data file, not a recipe (.yaml): give it as"
@@ -353,12 +396,32 @@ def _recipe_and_sources(
     return conf, srcs
 
 
-def _one_source(sources: Any) -> list[Any] | None:
-    """``sources`` as a list when it is one source (a path, a `Source`, a mapping), else None:
-    one source is the list of it, for `build` and `generate` alike."""
+_SOURCES_ARE = "sources: expected a path, a Source or a mapping, or a list of them, got"
+
+
+def _source_list(sources: Any, error: type[UsageError]) -> Any:
+    """``sources`` as `build` and `generate` take them: one source (a path, a `Source`, a
+    mapping) is the list of it; a list or a tuple as given (its items checked by `_source`);
+    None is "not given". Anything else is one ``error`` line saying what a source list is:
+    `sources=Path("data").glob("*.jsonl")` said "expected a list of values, got <generator
+    object Path.glob at 0x7f...>", and a set of paths would have built in its hash order."""
     from draftset.sources.read import Source  # lazy: a stage, loaded on first use
 
-    return [sources] if isinstance(sources, str | os.PathLike | Source | Mapping) else None
+    if isinstance(sources, str | os.PathLike | Source | Mapping):
+        return [sources]
+    if sources is None or isinstance(sources, list | tuple):
+        return sources
+    if isinstance(sources, set | frozenset):
+        raise error(
+            f"{_SOURCES_ARE} a set, which has no order (the sources' order names them and"
+            " orders the set's rows): give a sorted list"
+        )
+    if isinstance(sources, Iterator):
+        raise error(
+            f"{_SOURCES_ARE} a {type(sources).__name__}: make it a list (sorted(...) for a"
+            " glob, whose order is the file system's)"
+        )
+    raise error(f"{_SOURCES_ARE} {quoted(sources)}")
 
 
 def _sources_given(
@@ -411,11 +474,14 @@ def _source(
     )
     from draftset.sources.read import Source  # lazy: a stage, loaded on first use
 
+    if isinstance(spec, str) and not spec.strip():  # "" said "names no path before its @"
+        what = "is empty" if not spec else "is only whitespace"
+        raise RecipeError(f"source {spec!r}: path {what}, got {shown(spec)}")
     if isinstance(spec, Source):  # a copy: naming and path expansion must not change the
         check_source(spec)  # caller's object (a later call would see `b-2`); checked as a
         return replace(spec, seen={})  # recipe's entry, its values before any work
     if not isinstance(spec, str | os.PathLike | Mapping):  # `5` is no path: not "not found"
-        raise error(f"--sources: expected a path, a Source or a mapping, got {quoted(spec)}")
+        raise error(f"sources: expected a path, a Source or a mapping, got {quoted(spec)}")
     if isinstance(spec, Mapping):  # checked as a recipe's `sources:` entry is: strictly
         bad = sorted(set(spec) - SOURCE_KEYS)
         if bad:
@@ -547,22 +613,25 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
     from draftset.checks.verify import VERIFY_RECORD, VerifyUsageError, fast_checks, run_verify
 
     o = _home(_given(VerifyArgs, {**options, "dir": dir}, VerifyUsageError), "dir", "json")
-    if problem := dash_problem("--json", o.json, "name the file to write, or /dev/stdout"):
+    json_flag = option_name(VerifyArgs, "json")  # `--json`, the API's `json`
+    if problem := dash_problem(json_flag, o.json, "name the file to write, or /dev/stdout"):
         raise VerifyUsageError(problem)
     check_json = None
     if o.json:  # before any work: never over a file draftset did not write, nor into the set
         check_json = output_file_check(
             Path(o.dir),
             Path(o.json),
-            "--json",
+            json_flag,
             "a verify result",
             is_verify_json,
             VerifyUsageError,
         )
+    if o.fast and (full := _full_verify_only(o)):  # it ran the fast checks and passed
+        fast = option_name(VerifyArgs, "fast") if on_command_line() else "fast=True"
+        full = option_name(VerifyArgs, full)
+        raise VerifyUsageError(f"{full} needs the full verify (not {fast})")
     server = None
     if o.render_server:
-        if o.fast:
-            raise VerifyUsageError("--render-server needs the full verify (not --fast)")
         from draftset.checks.serving import connect  # lazy: as above
 
         server = connect(o.render_server)
@@ -590,11 +659,20 @@ def verify(dir: str | Path, **options: Any) -> VerifyResult:
         try:
             write_output_file(Path(o.json), text, check_json)
         except OSError as exc:
-            failure = write_failure(f"--json {o.json}", exc)
+            failure = write_failure(f"{json_flag} {o.json}", exc)
             if isinstance(failure, UsageError):  # the path: verify's own usage error
                 failure = VerifyUsageError(str(failure))
             raise failure from None
     return result
+
+
+def _full_verify_only(o: VerifyArgs) -> str | None:
+    """The first option given that only the full verify reads, or None: with ``fast`` it was
+    ignored, the check asked for never run (``--fast --sample 5`` passed, exit 0)."""
+    for name in ("sample", "seed", "placeholders", "speculators", "render_server"):
+        if name in o.model_fields_set and getattr(o, name) not in (None, False):
+            return name
+    return None
 
 
 # --- run, report, show, generate --------------------------------------------------------------
@@ -635,7 +713,7 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
     )
 
     # lazy: the stages load on the first call, not on import draftset.api
-    from draftset.generation.options import GenerateUsageError, split_thinking
+    from draftset.generation.options import GenerateUsageError, check_servers, split_thinking
 
     # lazy: the stages load on the first call, not on import draftset.api
     from draftset.pipeline.run_state import RunOptions, RunUsageError
@@ -656,7 +734,7 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
             f" [{recipe}], out:, tokenizer: and generate: {{endpoints: [URL]}}, as"
             " examples/run.yaml does); draftset build builds a set from the file as it is"
         )
-    if problem := dash_problem("--work", o.work, "name the work folder"):
+    if problem := dash_problem(option_name(RunArgs, "work"), o.work, "name the work folder"):
         raise RunUsageError(problem)
     try:
         build = build_options(
@@ -669,7 +747,7 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
     except UsageError as exc:  # run has no --out: the recipe's key is the only way
         # a build key written inside generate: (`tokenizer:` there only) is said as such
         refuse_unknown_generate_keys(load_recipe(path).get("generate"), str(path), RunUsageError)
-        if str(exc) != _NO_OUT:
+        if str(exc) != _required("out"):
             raise
         raise RunUsageError(
             f"recipe {path} has no out: (the folder to write the set in; draftset run reads it"
@@ -677,8 +755,13 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
         ) from None
     conf = load_recipe(path)
     gen = generate_section(conf.get("generate"), str(path), RunUsageError)
-    if o.endpoints:
-        gen = gen.model_copy(update={"endpoints": list(strings(o.endpoints))})
+    if o.endpoints is not None:  # `endpoints=""` asked the recipe's servers, silently
+        endpoints = list(strings(o.endpoints))
+        try:  # named as given (`endpoints`, `--endpoint`), not as the recipe's key they replace
+            check_servers(endpoints, 1, {}, "--" if on_command_line() else "")  # the URLs
+        except GenerateUsageError as exc:
+            raise RunUsageError(str(exc)) from None
+        gen = gen.model_copy(update={"endpoints": endpoints})
     try:  # the thinking setting and the template kwargs agree (checked before any work)
         split_thinking(build.template_kwargs, gen.thinking, "generate.thinking", "template_kwargs")
     except GenerateUsageError as exc:
@@ -731,7 +814,8 @@ def report(
     )
 
     o = _home(_given(ReportArgs, {**options, "dir": dir}), "dir", "output")
-    if problem := dash_problem("-o", o.output, "name the file to write, or /dev/stdout"):
+    output_flag = option_name(ReportArgs, "output")  # `-o`, the API's `output`
+    if problem := dash_problem(output_flag, o.output, "name the file to write, or /dev/stdout"):
         raise UsageError(problem)
     default = default_report_path(o.dir)
     path = Path(o.output) if o.output else default
@@ -740,7 +824,7 @@ def report(
     check = output_file_check(
         Path(o.dir),
         path,
-        "-o" if o.output else "",
+        output_flag if o.output else "",
         "a report",
         is_report_file,
         UsageError,
@@ -751,8 +835,9 @@ def report(
     if o.output and path.suffix.lower() in _NOT_HTML:  # `-o report.pdf`: HTML, exit 0,
         # before; after the place's own checks (a file of yours, the set's, a source)
         raise UsageError(
-            f"-o {o.output}: report writes one HTML page, which a {path.suffix} name would hide"
-            f" from what opens it: name it {path.stem}.html (a browser prints it to PDF)"
+            f"{output_flag} {o.output}: report writes one HTML page, which a {path.suffix} name"
+            f" would hide from what opens it: name it {path.stem}.html (a browser prints it to"
+            " PDF)"
         )
     if o.tokenizer:  # its page said "Cannot decode rows: ...", exit 0
         _check_set_tokenizer(o.dir, o.tokenizer, UsageError)
@@ -774,7 +859,8 @@ def _check_set_tokenizer(
     resolve_tokenizer_path(str(tokenizer))
     out = open_output(folder)
     if out.manifest and (why := tokenizer_folder_problem(out, tokenizer)):
-        raise error(f"--tokenizer {tokenizer} is not the tokenizer this set was built with: {why}")
+        flag = "--tokenizer" if on_command_line() else "tokenizer"  # as the caller gave it
+        raise error(f"{flag} {tokenizer} is not the tokenizer this set was built with: {why}")
 
 
 def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> None:
@@ -852,7 +938,7 @@ def generate_options(
     # lazy: a stage, loaded on first use
     from draftset.sources.read import HUB_PREFIX, SourceError, refuse_several_splits
 
-    sources = _one_source(sources) or sources
+    sources = _source_list(sources, GenerateUsageError)
     o = _home(_given(GenerateArgs, {**options, "sources": sources}, GenerateUsageError), "out")
     given = list(o.sources)
     fields = _fields(o.fields)  # RecipeError (exit 2) for a bad --field
@@ -876,7 +962,7 @@ def generate_options(
         if problem := not_a_file(s.path, GENERATE_READS):  # build's lines, generate's reason
             raise GenerateUsageError(problem)
         if not s.path.exists() and not str(s.path).startswith(HUB_PREFIX):
-            raise GenerateUsageError(f"source not found: {s.path}")
+            raise GenerateUsageError(not_found(s.path, in_recipe=bool(recipes)))  # as build
         if problem := set_as_prompts(s.path):  # `generate out/set`: its prompts.jsonl meant
             raise GenerateUsageError(problem)
         try:
@@ -885,24 +971,25 @@ def generate_options(
             raise GenerateUsageError(str(exc)) from None
     for preset in dict.fromkeys(s.preset for s in srcs if s.preset):  # --preset's, a Source's
         apply_preset(preset)  # raises UnknownPresetError (exit 2) for an unknown name
-    extra = _json_object(o.extra_body, "--extra-body")
+    kwargs_name = option_name(GenerateArgs, "chat_template_kwargs")
+    extra = _json_object(o.extra_body, option_name(GenerateArgs, "extra_body"))
     kwargs, thinking = split_thinking(
-        _json_object(o.chat_template_kwargs, "--chat-template-kwargs"),
+        _json_object(o.chat_template_kwargs, kwargs_name),
         o.thinking,
-        "--thinking",
-        "--chat-template-kwargs",
+        option_name(GenerateArgs, "thinking"),
+        kwargs_name,
     )
     if problem := answers_out_problem(o.out):
         raise GenerateUsageError(problem)
     out = Path(o.out)
     endpoints = list(strings(o.endpoints))
-    check_servers(endpoints, o.concurrency, extra)
+    check_servers(endpoints, o.concurrency, extra, "--" if on_command_line() else "")
     if problem := extra_body_clash(extra, o, kwargs):
         raise GenerateUsageError(problem)
     api_key = o.api_key or api_key_from_env()
     if problem := api_key_problem(api_key, "given" if o.api_key else "from the environment"):
         raise GenerateUsageError(problem)
-    if problem := json_value_problem(kwargs, "--chat-template-kwargs"):
+    if problem := json_value_problem(kwargs, kwargs_name):
         raise GenerateUsageError(problem)
     return GenerateOptions(
         sources=srcs,

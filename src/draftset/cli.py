@@ -199,9 +199,14 @@ def main(argv: list[str] | None = None) -> int:
                 or f"unrecognized arguments: {' '.join(extra)}{_out_hint(given)}"
             )
         args.helper = helper
+        from draftset.config.fields import named_by_flags  # lazy: the parser loaded it
+
         # the program's own process only (argv None: the console script, python -m draftset)
         keep_torch_out = argv is None and args.command in TORCH_KEPT_OUT
-        with torch_hidden() if keep_torch_out else contextlib.nullcontext():
+        with (
+            torch_hidden() if keep_torch_out else contextlib.nullcontext(),
+            named_by_flags(),  # the API's messages name the flags typed, not the keywords
+        ):
             code = int(args.handler(args))
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code

@@ -223,7 +223,8 @@ def test_report_api_refuses_as_the_command_does(work, no_work):
     with pytest.raises(UsageError) as exc:
         api.report("set", output="notes.txt")
     assert exc.value.exit_code == 2
-    assert str(exc.value).startswith("-o notes.txt: the file exists and is not a report")
+    # as the command does, named as the call gave it: output=, not -o
+    assert str(exc.value).startswith("output notes.txt: the file exists and is not a report")
     with pytest.raises(UsageError, match=r"manifest\.json is inside the set /"):
         api.report(work / "set", output=work / "set" / "manifest.json")
     assert (work / "notes.txt").read_bytes() == NOTES
@@ -292,7 +293,7 @@ def test_verify_json_api_refuses_as_the_command_does(work, no_work):
     with pytest.raises(VerifyUsageError) as exc:
         api.verify("set", fast=True, json="notes.txt")
     assert exc.value.exit_code == 2
-    assert str(exc.value).startswith("--json notes.txt: the file exists")
+    assert str(exc.value).startswith("json notes.txt: the file exists")  # json=, not --json
     with pytest.raises(VerifyUsageError, match="is inside the set set"):
         api.verify("set", fast=True, json=os.path.join("set", "manifest.json"))
     assert (work / "notes.txt").read_bytes() == NOTES

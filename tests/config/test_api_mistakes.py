@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import built_set
+from conftest import built_set, qwen3_tokenizer_dir
 
 from draftset import api
+from draftset.cli import main
 from draftset.core.errors import UsageError
 from draftset.generation.options import GenerateUsageError
 from draftset.sources.read import Source
@@ -98,7 +100,7 @@ def test_a_source_made_by_hand_is_checked_as_a_recipe_entry(tmp_path, made, said
         api.build_options(sources=[spec], tokenizer="t", out=tmp_path / "o")
     assert str(info.value) == said.format(src=src)
     with pytest.raises(UsageError) as info:
-        api.generate_options([spec], endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a")
+        api.generate_options([spec], endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a.jsonl")
     assert str(info.value) == said.format(src=src)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
 
@@ -126,7 +128,584 @@ def test_one_source_object_or_mapping_is_one_source(tmp_path):
     takes is that list of one, for build and generate alike."""
     src = _source_file(tmp_path)
     for one in (Source("s", src), {"path": src, "name": "s"}):
-        gen = api.generate_options(one, endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a")
+        gen = api.generate_options(
+            one, endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a.jsonl"
+        )
         assert [(s.name, s.path) for s in gen.sources] == [("s", src)]
         opts = api.build_options(sources=one, tokenizer="tok", out=tmp_path / "o")
         assert [(s.name, s.path) for s in opts.sources] == [("s", src)]
+
+
+ENDPOINT = ["http://127.0.0.1:9/v1"]
+
+
+def _wrong_types(folder: Path) -> list[tuple[Any, str]]:
+    """(a call with an argument of the wrong type, the message naming its Python parameter)."""
+    src = _source_file(folder)
+    base = {"sources": [src], "tokenizer": "tok", "out": folder / "o"}
+    gen = {"endpoints": ENDPOINT, "out": folder / "a.jsonl"}
+    return [
+        (lambda: api.verify(5), "dir: expected a string or a path, got 5"),
+        (lambda: api.verify([folder]), f"dir: expected a string or a path, got {[folder]!r}"),
+        (lambda: api.report({"a": 1}), "dir: expected a string or a path, got {'a': 1}"),
+        (lambda: api.show(b"x", row=0), "dir: expected a string or a path, got b'x'"),
+        (lambda: api.run(2.0), "recipe: expected a string or a path, got 2.0"),
+        (lambda: api.verify(folder, json=5), "json: expected a string or a path, got 5"),
+        (lambda: api.report(folder, output=True), "output: expected a string or a path, got True"),
+        (lambda: api.run(folder / "r.yaml", work=5), "work: expected a string or a path, got 5"),
+        (lambda: api.verify(folder, block_size=1), "block_size must be >= 2, not 1"),
+        (lambda: api.show(folder, row="3"), "row: expected an integer, got '3'"),
+        (
+            lambda: api.build_options(**{**base, "out": 5}),
+            "out: expected a string or a path, got 5",
+        ),
+        (
+            lambda: api.build_options(**{**base, "tokenizer": None, "out": None}, max_length=-1),
+            "max_length must be >= 1, not -1",
+        ),
+        (
+            lambda: api.build_options(**base, workers="2"),
+            "workers: expected an integer, got '2'",
+        ),
+        (
+            lambda: api.build_options(**base, eot_tokens=5),
+            "eot_tokens: expected a string or a list of strings, got 5",
+        ),
+        (
+            lambda: api.build_options(**{**base, "sources": [src, 5]}),
+            "sources: expected a path, a Source or a mapping, got 5",
+        ),
+        (
+            lambda: api.generate_options([src], **{**gen, "endpoints": 5}),
+            "endpoints: expected a string or a list of strings, got 5",
+        ),
+        (
+            lambda: api.generate_options([src], **{**gen, "out": 5}),
+            "out: expected a string or a path, got 5",
+        ),
+        (
+            lambda: api.generate_options([src], **gen, concurrency=0),
+            "concurrency must be >= 1, not 0",
+        ),
+    ]
+
+
+def test_a_wrong_type_names_the_python_parameter_not_the_flag(tmp_path):
+    """`verify(5)` said "DIR: expected a string or a path", `build(out=5)` "--out: ...",
+    `build(max_length=-1)` "--max-length must be >= 1": names a notebook never wrote. The API
+    names its keyword; the command line keeps its flags (below)."""
+    for call, said in _wrong_types(tmp_path):
+        with pytest.raises(UsageError) as info:
+            call()
+        assert str(info.value) == said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["verify", "{d}", "--block-size", "1"], "--block-size must be >= 2, not 1"),
+        (
+            [
+                "generate",
+                "{src}",
+                "--endpoint",
+                ENDPOINT[0],
+                "--out",
+                "a.jsonl",
+                "--concurrency",
+                "0",
+            ],
+            "--concurrency must be >= 1, not 0",
+        ),
+        (
+            ["build", "{src}", "--tokenizer", "t", "--out", " "],
+            "--out: is only whitespace, got ' '",
+        ),
+    ],
+)
+def test_the_command_line_names_its_flags(tmp_path, capsys, argv, said):
+    src = _source_file(tmp_path)
+    argv = [a.format(d=tmp_path, src=src) for a in argv]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"draftset: error: {said}\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [("answers", "answers.jsonl"), ("answers.txt", "answers.jsonl"), ("run.log", "run.jsonl")],
+)
+def test_an_answers_name_build_cannot_read_is_refused_before_any_work(
+    tmp_path, capsys, name, meant
+):
+    """`generate(..., out="answers")` (or ``answers.txt``) wrote the answers, exit 0, and
+    `build` then refused the file: "unsupported file type (expected .jsonl, .json, ...)", with
+    its .errors.jsonl, .run.json and .lock to rename by hand for a rerun to resume."""
+    src = _source_file(tmp_path)
+    out = tmp_path / name
+    with pytest.raises(GenerateUsageError) as info:
+        api.generate_options([src], endpoints=ENDPOINT, out=out)
+    said = (
+        f"{out}: generate writes JSON Lines, which build reads only from a .jsonl file"
+        f" (a {name} source is an unsupported file type): name it {meant}"
+    )
+    assert str(info.value) == f"out {said}"  # the keyword, as the call gave it
+    argv = ["generate", str(src), "--endpoint", ENDPOINT[0], "--out", str(out)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"draftset: error: --out {said}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+@pytest.mark.parametrize("name", ["a.jsonl", "a.ndjson", "a.JSONL", "answers.json"])
+def test_an_answers_name_build_reads_is_taken(tmp_path, name):
+    """``.json`` too: build reads a .json file of more than one line, or of one whole row, as
+    JSON Lines (`sources.read._json_is_lines`), so generate's answers round-trip."""
+    src = _source_file(tmp_path)
+    gen = api.generate_options([src], endpoints=ENDPOINT, out=tmp_path / name)
+    assert gen.out == tmp_path / name
+
+
+def _glob_of(folder: Path) -> Any:
+    return folder.glob("*.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (
+            _glob_of,
+            "sources: expected a path, a Source or a mapping, or a list of them, got a generator:"
+            " make it a list (sorted(...) for a glob, whose order is the file system's)",
+        ),
+        (
+            lambda folder: {str(folder / "in.jsonl")},
+            "sources: expected a path, a Source or a mapping, or a list of them, got a set, which"
+            " has no order (the sources' order names them and orders the set's rows): give a"
+            " sorted list",
+        ),
+        (
+            lambda folder: 5,
+            "sources: expected a path, a Source or a mapping, or a list of them, got 5",
+        ),
+        (
+            lambda folder: b"in.jsonl",
+            "sources: expected a path, a Source or a mapping, or a list of them, got b'in.jsonl'",
+        ),
+    ],
+)
+def test_sources_of_another_kind_say_what_a_source_list_is(tmp_path, given, said):
+    """`build(sources=Path("data").glob("*.jsonl"))` said "--sources: expected a list of
+    values, got <generator object Path.glob at 0x7f...>" and `generate` "SOURCE: expected a
+    string or a path or a list of values": neither says that one source is taken too, nor
+    how to make the list."""
+    _source_file(tmp_path)
+    with pytest.raises(UsageError) as info:
+        api.build_options(sources=given(tmp_path), tokenizer="tok", out=tmp_path / "o")
+    assert str(info.value) == said
+    with pytest.raises(GenerateUsageError) as info:
+        api.generate_options(given(tmp_path), endpoints=ENDPOINT, out=tmp_path / "a.jsonl")
+    assert str(info.value) == said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def _json_mistakes(folder: Path) -> list[tuple[Any, str, list[str], str]]:
+    """(an API call, its line, the command line's arguments, its line) of a JSON-object option,
+    ``thinking`` or an endpoint given a value of the wrong kind."""
+    src = _source_file(folder)
+    out = folder / "a.jsonl"
+    gen = ["generate", str(src), "--endpoint", ENDPOINT[0], "--out", str(out)]
+    build = ["build", str(src), "--tokenizer", "tok", "--out", str(folder / "o")]
+
+    def generate(**options: Any) -> Any:
+        return lambda: api.generate_options([src], endpoints=ENDPOINT, out=out, **options)
+
+    not_json = "is not valid JSON: Expecting property name enclosed in double quotes:"
+    return [
+        (
+            lambda: api.build_options(
+                sources=[src], tokenizer="tok", out=folder / "o", template_kwargs="{bad"
+            ),
+            f"template_kwargs {not_json}",
+            [*build, "--template-kwargs", "{bad"],
+            f"--template-kwargs {not_json}",
+        ),
+        (
+            generate(extra_body="{bad"),
+            f"extra_body {not_json}",
+            [*gen, "--extra-body", "{bad"],
+            f"--extra-body {not_json}",
+        ),
+        (
+            generate(chat_template_kwargs="[1]"),
+            "chat_template_kwargs must be a JSON object",
+            [*gen, "--chat-template-kwargs", "[1]"],
+            "--chat-template-kwargs must be a JSON object",
+        ),
+        (
+            generate(thinking="yes"),
+            "thinking must be on, off or mix:F with 0 <= F <= 1, not 'yes'",
+            [*gen, "--thinking", "yes"],
+            "--thinking must be on, off or mix:F with 0 <= F <= 1, not 'yes'",
+        ),
+        (
+            generate(chat_template_kwargs={"enable_thinking": "no"}),
+            "chat_template_kwargs: enable_thinking is the string 'no', which a template reads as"
+            " true; give the JSON boolean (enable_thinking: true or false)",
+            [*gen, "--chat-template-kwargs", '{"enable_thinking": "no"}'],
+            "--chat-template-kwargs: enable_thinking is the string 'no', which a template reads"
+            " as true; give the JSON boolean (enable_thinking: true or false)",
+        ),
+        (
+            generate(chat_template_kwargs={"a": {1}}),
+            "chat_template_kwargs: a is of type set, not a JSON value",
+            [],
+            "",
+        ),
+        (generate(extra_body={"a": {1}}), "extra_body: a is of type set, not a JSON value", [], ""),
+        (
+            lambda: api.generate_options([src], endpoints="ftp://x", out=out),
+            "endpoints: 'ftp://x' is not an http(s) URL",
+            ["generate", str(src), "--endpoint", "ftp://x", "--out", str(out)],
+            "--endpoint 'ftp://x' is not an http(s) URL",
+        ),
+    ]
+
+
+def test_a_json_option_is_named_as_the_call_wrote_it(tmp_path, capsys):
+    """`generate(..., extra_body="{bad")` said "--extra-body is not valid JSON", `thinking="yes"`
+    "--thinking must be on, off or mix:F", `endpoints="ftp://x"` "--endpoint 'ftp://x' ...":
+    the API names its keyword, the command its flag."""
+    for call, said, argv, cli_said in _json_mistakes(tmp_path):
+        with pytest.raises(UsageError) as info:
+            call()
+        assert str(info.value).startswith(said), said
+        if argv:
+            assert main(argv) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(f"draftset: error: {cli_said}"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+@pytest.mark.parametrize("joined", ["a.jsonl,b.jsonl", "a.jsonl, b.jsonl", "a.jsonl b.jsonl"])
+def test_sources_joined_in_one_string_say_how_to_give_several(
+    tmp_path, monkeypatch, capsys, joined
+):
+    """`build(sources="a.jsonl,b.jsonl")` said only "source not found: a.jsonl,b.jsonl", of two
+    files that are there; the command line's `build a.jsonl,b.jsonl` (or quoted with a space)
+    likewise."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_text(json.dumps(ROW) + "\n")
+    with pytest.raises(UsageError) as info:
+        api.build_options(sources=joined, tokenizer="tok", out="o")
+    assert str(info.value) == (
+        f"source not found: {joined} (one path per source: give a list,"
+        " sources=['a.jsonl', 'b.jsonl'])"
+    )
+    with pytest.raises(GenerateUsageError) as info:
+        api.generate_options(joined, endpoints=ENDPOINT, out="x.jsonl")
+    assert str(info.value).endswith("give a list, sources=['a.jsonl', 'b.jsonl'])")
+    assert main(["build", joined, "--tokenizer", "tok", "--out", "o"]) == 2
+    assert capsys.readouterr().err == (
+        f"draftset: error: source not found: {joined} (one path per source: give each as its"
+        " own argument, a.jsonl b.jsonl)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl", "b.jsonl"]
+
+
+def test_generate_says_what_build_says_of_a_source_not_found(tmp_path, monkeypatch):
+    """generate said only "source not found: data/*.jsonl" where build says that wildcards are
+    not expanded (and of `a.jsonl@count=2@weight=3`, how options are written)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    for given in ("data/*.jsonl", "$DATA/a.jsonl"):
+        with pytest.raises(UsageError) as built:
+            api.build_options(sources=[given], tokenizer="tok", out="o")
+        with pytest.raises(GenerateUsageError) as generated:
+            api.generate_options([given], endpoints=ENDPOINT, out="x.jsonl")
+        assert str(generated.value) == str(built.value)
+        assert "(draftset does not expand" in str(built.value)
+
+
+def _run_recipe(folder: Path) -> Path:
+    _source_file(folder)
+    recipe = folder / "r.yaml"
+    recipe.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\nout: o\nsources: [in.jsonl]\n"
+        "generate: {endpoints: ['http://127.0.0.1:9/v1']}\n"
+    )
+    return recipe
+
+
+@pytest.mark.parametrize("given", ["", " ", "ftp://x", ["http://127.0.0.1:9/v1", "x:1/v1"]])
+def test_run_checks_the_endpoints_given_to_replace_the_recipes(tmp_path, capsys, given):
+    """`run(recipe, endpoints="")` asked the recipe's servers, silently; `endpoints="ftp://x"`
+    (and `draftset run r.yaml --endpoint ftp://x`) was refused as the recipe's key
+    (`generate.endpoints: 'ftp://x' ...`), a value the recipe does not hold."""
+    from draftset.pipeline.run_state import RunUsageError
+
+    recipe = _run_recipe(tmp_path)
+    bad = given[-1] if isinstance(given, list) else given
+    with pytest.raises(RunUsageError) as info:
+        api.run_options(recipe, endpoints=given)
+    assert str(info.value).startswith(f"endpoints: {bad!r} is not an http(s) URL")
+    if isinstance(given, str):
+        assert main(["run", str(recipe), "--endpoint", given]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"draftset: error: --endpoint {bad!r} is not an http(s) URL"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "r.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("blank", "what"), [("", 'is empty, got ""'), (" ", 'is only whitespace, got " "')]
+)
+def test_a_blank_source_or_recipe_says_it_is_blank(tmp_path, monkeypatch, capsys, blank, what):
+    """`build(sources=[""])`, `generate("")` and `draftset build ""` said "source '' names no
+    path before its @ options" (there is no @); `build(recipe="")` "cannot read recipe .: Is a
+    directory"."""
+    monkeypatch.chdir(tmp_path)
+    said = f"source {blank!r}: path {what}"
+    with pytest.raises(UsageError) as info:
+        api.build_options(sources=[blank], tokenizer="tok", out="o")
+    assert str(info.value) == said
+    with pytest.raises(UsageError) as info:
+        api.generate_options(blank, endpoints=ENDPOINT, out="a.jsonl")
+    assert str(info.value) == said
+    assert main(["build", blank, "--tokenizer", "tok", "--out", "o"]) == 2
+    assert capsys.readouterr().err == f"draftset: error: {said}\n"
+    with pytest.raises(UsageError) as info:
+        api.build_options(blank, tokenizer="tok", out="o")
+    assert str(info.value) == f"recipe: {what.split(',')[0]}, got {blank!r}"  # as dir: says it
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "flag"),
+    [
+        ("sample", 5, ["--sample", "5"]),
+        ("seed", 3, ["--seed", "3"]),
+        ("placeholders", ["x"], ["--placeholder", "x"]),
+        ("speculators", True, []),
+        ("render_server", "http://127.0.0.1:9", ["--render-server", "http://127.0.0.1:9"]),
+    ],
+)
+def test_an_option_of_the_full_verify_with_fast_is_refused(tmp_path, capsys, option, value, flag):
+    """`verify(d, fast=True, sample=5)` (and `--fast --sample 5`) ran the fast checks and passed,
+    the sample, seed, placeholders or speculators check asked for never run; only
+    `--render-server` was refused so."""
+    out = built_set(tmp_path, [ROW])
+    with pytest.raises(UsageError) as info:
+        api.verify(out, fast=True, **{option: value})
+    assert str(info.value) == f"{option} needs the full verify (not fast=True)"
+    if flag:
+        assert main(["verify", str(out), "--fast", *flag]) == 2
+        assert capsys.readouterr().err == (
+            f"draftset: error: {flag[0]} needs the full verify (not --fast)\n"
+        )
+
+
+@pytest.mark.parametrize(
+    ("options", "said", "argv", "cli_said"),
+    [
+        (
+            {"out": "o"},
+            "'tokenizer' is required (or `tokenizer:` in the recipe)",
+            ["--out", "o"],
+            "--tokenizer is required (or `tokenizer:` in the recipe)",
+        ),
+        (
+            {"tokenizer": "tok"},
+            "'out' is required (or `out:` in the recipe)",
+            ["--tokenizer", "tok"],
+            "--out is required (or `out:` in the recipe)",
+        ),
+        (
+            {"tokenizer": "tok", "out": "o", "ray_address": "127.0.0.1:1"},
+            "ray_address needs engine='ray'",
+            ["--tokenizer", "tok", "--out", "o", "--ray-address", "127.0.0.1:1"],
+            "--ray-address needs --engine ray",
+        ),
+    ],
+)
+def test_a_build_option_missing_or_alone_is_named_as_given(
+    tmp_path, monkeypatch, capsys, options, said, argv, cli_said
+):
+    """`build(sources=[...], out="o")` was told "--tokenizer is required", `ray_address=...`
+    "--ray-address needs --engine ray": flags, in a call that wrote keywords."""
+    monkeypatch.chdir(tmp_path)
+    _source_file(tmp_path)
+    with pytest.raises(UsageError) as info:
+        api.build_options(sources=["in.jsonl"], **options)
+    assert str(info.value) == said
+    assert main(["build", "in.jsonl", *argv, "--workers", "1"]) == 2
+    assert capsys.readouterr().err == f"draftset: error: {cli_said}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_a_set_there_already_names_overwrite_as_the_call_gives_it(tmp_path, capsys):
+    """A notebook cell run twice, `build(..., out="o")`, was told "pass --overwrite to replace
+    it": a flag, where the call takes `overwrite=True`."""
+    from draftset.config.preflight import PreflightError
+
+    out = built_set(tmp_path, [ROW])
+    src, tok = tmp_path / "a.jsonl", str(qwen3_tokenizer_dir())
+    with pytest.raises(PreflightError) as info:
+        api.build(sources=[src], tokenizer=tok, out=out, workers=1)
+    assert str(info.value) == f"output folder exists: {out} (pass overwrite=True to replace it)"
+    assert main(["build", str(src), "--tokenizer", tok, "--out", str(out), "--workers", "1"]) == 2
+    assert capsys.readouterr().err == (
+        f"draftset: error: output folder exists: {out} (pass --overwrite to replace it)\n"
+    )
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"tokenizer: {tok}\nout: out\nsources: [a.jsonl]\n")
+    with pytest.raises(PreflightError) as info:
+        api.build(recipe, workers=1)
+    assert "exists (pass overwrite=True, or set overwrite: true in the recipe," in str(info.value)
+
+
+def test_a_near_dup_threshold_without_near_dedup_is_refused(tmp_path, monkeypatch, capsys):
+    """`build(..., near_dup_threshold=0.5)` (`--near-dup-threshold 0.5`, a recipe's
+    `near_dup_threshold: 0.5`) without near dedup built with exact dedup only, the threshold
+    recorded in the manifest as if it had applied."""
+    monkeypatch.chdir(tmp_path)
+    _source_file(tmp_path)
+    base = {"sources": ["in.jsonl"], "tokenizer": "tok", "out": "o"}
+    with pytest.raises(UsageError) as info:
+        api.build_options(**base, near_dup_threshold=0.5)
+    assert str(info.value) == (
+        "near_dup_threshold applies only to dedup='near' (dedup is 'exact'): set dedup='near',"
+        " or leave near_dup_threshold out"
+    )
+    argv = ["build", "in.jsonl", "--tokenizer", "tok", "--out", "o", "--dedup", "none"]
+    assert main([*argv, "--near-dup-threshold", "0.5"]) == 2
+    assert capsys.readouterr().err == (
+        "draftset: error: --near-dup-threshold applies only to --dedup near (dedup is 'none'):"
+        " add --dedup near, or leave --near-dup-threshold out\n"
+    )
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        f"tokenizer: {qwen3_tokenizer_dir()}\nout: o\nsources: [in.jsonl]\n"
+        "near_dup_threshold: 0.5\n"
+    )
+    with pytest.raises(UsageError) as info:
+        api.build_options(recipe)
+    assert str(info.value) == (
+        f"recipe {recipe}: near_dup_threshold applies only to dedup: near (dedup is 'exact'):"
+        " set dedup: near, or remove near_dup_threshold"
+    )
+    # the recipe's near dedup replaced by the caller's: its threshold goes with it, no mistake
+    recipe.write_text(recipe.read_text() + "dedup: near\n")
+    assert api.build_options(recipe, dedup="exact").dedup == "exact"
+    assert api.build_options(**base, dedup="near", near_dup_threshold=0.5).near_dup_threshold == 0.5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "r.yaml"]
+
+
+def test_a_folder_given_as_the_recipe_says_where_a_source_folder_goes(tmp_path, monkeypatch):
+    """`build("data", tokenizer=..., out=...)` (a folder of data files, in the recipe's place)
+    said "cannot read recipe data: Is a directory"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    _source_file(tmp_path / "data")
+    for given in ("data", "data/", tmp_path / "data"):
+        with pytest.raises(UsageError) as info:
+            api.build_options(given, tokenizer="tok", out="o")
+        assert str(info.value) == (
+            f"recipe {given} is a folder, not a recipe (.yaml): give a folder of data files as"
+            f" sources=[{str(given)!r}]"
+        )
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_answers_written_as_json_build_the_same_rows_as_jsonl(tmp_path, rows):
+    """`generate(..., out="answers.json")` is taken (not refused as `.txt` is): build reads a
+    `.json` of JSON Lines as JSON Lines (one line: one whole row), so the answers build the
+    same set rows under either name."""
+    from fault_server import FaultServer
+
+    prompts = tmp_path / "p.jsonl"
+    lines = [json.dumps({"messages": [{"role": "user", "content": f"q{i}"}]}) for i in range(rows)]
+    prompts.write_text("\n".join(lines) + "\n")
+    with FaultServer() as srv:
+        api.generate(prompts, endpoints=[srv.url], out=tmp_path / "answers.json")
+    (tmp_path / "answers.jsonl").write_bytes((tmp_path / "answers.json").read_bytes())
+    built = {}
+    for name in ("answers.json", "answers.jsonl"):
+        result = api.build(
+            sources=[tmp_path / name],
+            tokenizer=str(qwen3_tokenizer_dir()),
+            eot_tokens=["<|im_end|>"],
+            out=tmp_path / f"set-{Path(name).suffix[1:]}",
+            workers=1,
+        )
+        assert result.ok and result.counts["written"] == rows
+        built[name] = [(r["id"], list(r["input_ids"])) for r in map(result.row, range(rows))]
+    assert built["answers.json"] == built["answers.jsonl"]
+
+
+def test_an_answers_out_that_is_no_file_names_out_as_the_call_gave_it(tmp_path):
+    """`generate(..., out=folder)` said "--out X is a folder; give a .jsonl file path" to a
+    call that wrote `out=`."""
+    src = _source_file(tmp_path)
+    for out, said in [
+        (tmp_path, f"out {tmp_path} is a folder; give a .jsonl file path"),
+        ("-", "out -: draftset does not read '-' as standard output; name the .jsonl file"),
+    ]:
+        with pytest.raises(GenerateUsageError) as info:
+            api.generate_options([src], endpoints=ENDPOINT, out=out)
+        assert str(info.value).startswith(said)
+
+
+def test_a_file_a_job_writes_is_named_as_the_call_gave_it(tmp_path):
+    """`report(d, output="r.pdf")` said "-o r.pdf: report writes one HTML page",
+    `verify(d, json="-")` "--json -: ...", `run(r, work="-")` "--work -: ...": the command's
+    flags, to a call that wrote `output=`, `json=`, `work=`."""
+    out = built_set(tmp_path, [ROW])
+    cases = [
+        (lambda: api.report(out, output=tmp_path / "r.pdf"), f"output {tmp_path / 'r.pdf'}: "),
+        (lambda: api.report(out, output="-"), "output -: draftset does not read '-'"),
+        (lambda: api.verify(out, json="-"), "json -: draftset does not read '-'"),
+        (lambda: api.verify(out, fast=True, json=out), f"json {out} is the set folder"),
+        (lambda: api.run(_run_recipe(tmp_path), work="-"), "work -: draftset does not read '-'"),
+    ]
+    for call, said in cases:
+        with pytest.raises(UsageError) as info:
+            call()
+        assert str(info.value).startswith(said), str(info.value)
+
+
+def test_another_models_tokenizer_is_named_as_the_call_gave_it(tmp_path):
+    """`verify(d, tokenizer=other)` (report's, show's) said "--tokenizer X is not the tokenizer
+    this set was built with" to a call that wrote `tokenizer=`."""
+    from conftest import llama32_tokenizer_dir
+
+    out = built_set(tmp_path, [ROW])
+    llama = llama32_tokenizer_dir()
+    said = f"tokenizer {llama} is not the tokenizer this set was built with: "
+    for call in (
+        lambda: api.verify(out, fast=True, tokenizer=llama),
+        lambda: api.report(out, output=tmp_path / "r.html", tokenizer=llama),
+        lambda: api.show(out, row=0, tokenizer=llama),
+    ):
+        with pytest.raises(UsageError) as info:
+            call()
+        assert str(info.value).startswith(said), str(info.value)
+
+
+def test_a_decontaminate_file_not_there_is_named_as_the_call_gave_it(tmp_path, capsys):
+    """`build(..., decontaminate="bench.jsonl")` said "--decontaminate file not found"."""
+    src = _source_file(tmp_path)
+    bench = tmp_path / "bench.jsonl"
+    with pytest.raises(UsageError) as info:
+        api.build_options(sources=[src], tokenizer="tok", out=tmp_path / "o", decontaminate=bench)
+    assert str(info.value) == f"decontaminate file not found: {bench}"
+    with pytest.raises(UsageError) as info:
+        api.build_options(
+            sources=[src], tokenizer="tok", out=tmp_path / "o", decontaminate=tmp_path
+        )
+    assert str(info.value) == (
+        f"decontaminate {tmp_path} is a folder: give its benchmark files (a list of them:"
+        " decontaminate=[...])"
+    )
+    argv = ["build", str(src), "--tokenizer", "tok", "--out", str(tmp_path / "o")]
+    assert main([*argv, "--decontaminate", str(bench)]) == 2
+    assert capsys.readouterr().err == f"draftset: error: --decontaminate file not found: {bench}\n"

@@ -369,7 +369,7 @@ def test_skipped_files_are_listed_in_manifest_and_summary(tmp_path, monkeypatch,
         ("truncation", "chop", "truncation must be drop or truncate"),
         ("turns", "some", "turns must be all, last or each"),
         ("dedup", "fuzzy", "dedup must be exact, near or none"),
-        ("max_length", 0, "--max-length must be >= 1"),
+        ("max_length", 0, "max_length must be >= 1"),
     ],
 )
 def test_options_made_by_hand_are_refused_like_the_apis(tmp_path, no_work, field, value, words):
@@ -512,7 +512,7 @@ def test_template_text_given_as_the_chat_template_path_is_named(tmp_path, no_wor
     with pytest.raises(UsageError) as info:
         api.build(sources=[src], tokenizer="t", out=tmp_path / "out", chat_template=text)
     assert str(info.value) == (
-        "--chat-template takes a template file, and this is template text ('{% for m in"
+        "chat_template takes a template file, and this is template text ('{% for m in"
         " messages %}{{ m.content }...'): save it as a .jinja file and give its path"
     )
     assert not (tmp_path / "out").exists()

@@ -246,8 +246,8 @@ def test_a_wrong_value_inside_a_mapping_is_named_by_its_key(tmp_path, capsys):
     from draftset.core.errors import UsageError
 
     cases = {
-        "fields": ({"output": 3}, "--field: expected a string for 'output', got 3"),
-        "template_kwargs": ({1: 2}, "--template-kwargs: expected string keys, got 1"),
+        "fields": ({"output": 3}, "fields: expected a string for 'output', got 3"),
+        "template_kwargs": ({1: 2}, "template_kwargs: expected string keys, got 1"),
     }
     for option, (value, want) in cases.items():
         with pytest.raises(UsageError) as info:

@@ -88,10 +88,10 @@ def test_the_api_checks_the_same_values(tmp_path, no_work):
     with pytest.raises(UsageError, match=r"mix\.modes must be a mapping"):
         api.build(sources=[str(src)], mix={"modes": "x"}, **base)
     with pytest.raises(
-        UsageError, match=r"--template-kwargs: a is of type object, not a JSON value"
+        UsageError, match=r"^template_kwargs: a is of type object, not a JSON value"
     ):
         api.build(sources=[str(src)], template_kwargs={"a": object()}, **base)
-    with pytest.raises(UsageError, match=r"--extra-body: a is of type set, not a JSON value"):
+    with pytest.raises(UsageError, match=r"^extra_body: a is of type set, not a JSON value"):
         api.generate(
             sources=[str(src)],
             endpoints=["http://127.0.0.1:9/v1"],

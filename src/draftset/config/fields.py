@@ -23,6 +23,8 @@ import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
@@ -152,6 +154,34 @@ def flag_of(model: type[BaseModel], name: str) -> str:
     if cli.positional:
         return cli.metavar or name.upper()
     return cli.flags[0] if cli.flags else "--" + name.replace("_", "-")
+
+
+_ON_COMMAND_LINE: ContextVar[bool] = ContextVar("draftset_on_command_line", default=False)
+"""True while a command runs (`cli.main`): the API functions it calls name an option by its
+flag. False in a script or a notebook, where the flag is no name the caller wrote."""
+
+
+@contextmanager
+def named_by_flags() -> Iterator[None]:
+    """The command line's calls of the API: an option's messages name its flag (``--out``,
+    ``DIR``), as the user typed it, not its keyword."""
+    token = _ON_COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        _ON_COMMAND_LINE.reset(token)
+
+
+def on_command_line() -> bool:
+    """Whether a command called the API (`named_by_flags`): its messages name the flags."""
+    return _ON_COMMAND_LINE.get()
+
+
+def option_name(model: type[BaseModel], name: str) -> str:
+    """How a message names the option ``name``: its flag on the command line (``--max-length``,
+    ``DIR``), its keyword in the API (``max_length``, ``dir``): a notebook was told to fix
+    ``DIR:`` or ``SOURCE:``, names that appear nowhere in its call."""
+    return flag_of(model, name) if on_command_line() else name
 
 
 def help_of(model: type[BaseModel], name: str) -> str | None:
@@ -345,7 +375,6 @@ def validated(
     recipe: str | None = None,
     subject: str | None = None,
     strict: bool = False,
-    name_of: Callable[[str], str] | None = None,
     error: type[UsageError] = UsageError,
 ) -> Model:
     """``data`` validated by ``model``; a bad value is one `UsageError` line naming its key.
@@ -353,10 +382,11 @@ def validated(
     ``recipe``: the key's dotted prefix in a recipe (``""`` top level, ``"generate."``): YAML's
     types are exact, so validate with ``strict=True`` there (``"64"`` is no integer).
     ``subject``: what the values belong to, named first (``source a.jsonl@count=-1: count must
-    be >= 0, got -1``): a source given on the command line or to the API. Otherwise
-    a value out of bounds is named as ``name_of`` spells it (the command-line flag: the command
-    line reaches these checks), a name not among the choices by its key (argparse refuses those
-    on the command line: only the API and recipes reach this).
+    be >= 0, got -1``): a source given on the command line or to the API. Otherwise a value
+    of the wrong type or out of bounds is named as `option_name` spells it (``--max-length``
+    when the command line called, ``max_length`` in a script), a name not among the choices
+    by its key (argparse refuses those on the command line: only the API and recipes reach
+    this).
     """
     for name, value in data.items():  # `[]` is no "not given" (`_empty_list`)
         field = model.model_fields.get(name)
@@ -411,9 +441,10 @@ def validated(
                 meant = f": did you mean {spelled_so!r} (the command line's {flag})?"
             raise error(f"{name!r} is not an option of this job{meant}") from None
         choice = err_type(exc) == "choice"
-        spelled = name_of(name) if name_of and not choice else name
+        spelled = name if choice else option_name(model, name)
         if what == "is required":  # the API's (argparse says the command line's): no "got None"
-            flag = f" ({spelled} on the command line)" if spelled != name else ""
+            cli_flag = flag_of(model, name)
+            flag = f" ({cli_flag} on the command line)" if cli_flag != name else ""
             raise error(f"{name!r} is required{flag}") from None
         if what.startswith("must be"):
             raise error(f"{spelled} {what}, not {quoted(value)}") from None

@@ -11,6 +11,8 @@ import os
 import re
 from pathlib import Path
 
+from draftset.config.fields import option_name
+from draftset.config.schema import GenerateArgs
 from draftset.core.files import dash_problem
 from draftset.sources.read import Source, built_set_manifest
 
@@ -19,38 +21,64 @@ _OTHER_DATA_SUFFIXES = (".parquet", ".arrow", ".feather", ".csv", ".tsv", ".gz",
 
 def answers_out_problem(out: str | os.PathLike[str]) -> str | None:
     """Why ``--out`` names no answers file generate can write: ``-`` (standard output), a
-    folder, or another data format's name (`answers_name_problem`)."""
+    folder, or another data format's name (`answers_name_problem`). Each line names the
+    option as the caller gave it (`--out`, the API's `out`)."""
+    flag = option_name(GenerateArgs, "out")
     if problem := dash_problem(
-        "--out", out, "name the .jsonl file to write the answers in (a rerun resumes from it)"
+        flag, out, "name the .jsonl file to write the answers in (a rerun resumes from it)"
     ):
         return problem
     if problem := answers_name_problem(str(out)):
         return problem
     if Path(out).is_dir():
-        return f"--out {Path(out)} is a folder; give a .jsonl file path"
+        return f"{flag} {Path(out)} is a folder; give a .jsonl file path"
     return None
 
 
 def answers_name_problem(text: str) -> str | None:
     """Why generate's ``--out`` names no JSON Lines file, or None: ``ans.parquet`` held JSON
     Lines under a Parquet name (build: "Parquet magic bytes not found"), ``answers/`` was
-    written as a file ``answers`` with ``answers.lock`` beside it."""
+    written as a file ``answers`` with ``answers.lock`` beside it, ``answers.txt`` as a file
+    build does not read (`_unread_name_problem`)."""
+    flag = option_name(GenerateArgs, "out")
     if text.endswith(("/", os.sep)) and not Path(text).expanduser().is_dir():
         folder = text.rstrip("/" + os.sep)
         return (
-            f"--out {text} names a folder: generate writes one .jsonl file (and its"
+            f"{flag} {text} names a folder: generate writes one .jsonl file (and its"
             " .errors.jsonl, .run.json and .lock beside it): give its path, e.g."
             f" {folder}/answers.jsonl"
         )
     name = Path(text).name
     suffix = next((x for x in _OTHER_DATA_SUFFIXES if name.lower().endswith(x)), None)
     if suffix is None:
-        return None
+        return _unread_name_problem(text, flag)
     stem = name[: -len(suffix)]
     stem = re.sub(r"\.(jsonl|ndjson|json)$", "", stem, flags=re.IGNORECASE)
     return (
-        f"--out {text}: generate writes JSON Lines (appended, and resumed from), which a"
+        f"{flag} {text}: generate writes JSON Lines (appended, and resumed from), which a"
         f" {suffix} name would hide from build: name it {stem}.jsonl"
+    )
+
+
+_READ_AS_LINES = (".jsonl", ".ndjson", ".json")
+"""The names build reads generate's answers from: JSON Lines, and ``.json``, which it reads as
+JSON Lines when the file is (`sources.read._json_is_lines`)."""
+
+
+def _unread_name_problem(text: str, flag: str) -> str | None:
+    """Why generate's ``--out`` is a name build reads no rows from, or None: ``answers`` or
+    ``answers.txt`` was written, exit 0, then build said "unsupported file type", and a rerun
+    resumes only from the same name (its .errors.jsonl, .run.json and .lock beside it)."""
+    path = Path(text)
+    if path.name.lower().endswith(_READ_AS_LINES):
+        return None
+    if path.exists() and not path.is_file():  # a folder, /dev/stdout: said next, as such
+        return None
+    word = path.suffix[1:].isalpha()  # answers.txt -> answers.jsonl; answers.v2 keeps its .v2
+    meant = path.with_suffix(".jsonl").name if word else f"{path.name}.jsonl"
+    return (
+        f"{flag} {text}: generate writes JSON Lines, which build reads only from a .jsonl file"
+        f" (a {path.name} source is an unsupported file type): name it {meant}"
     )
 
 

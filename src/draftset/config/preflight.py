@@ -17,7 +17,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from draftset.config.fields import boolean_text_problem, flag_of, json_value_problem, validated
+from draftset.config.fields import (
+    boolean_text_problem,
+    json_value_problem,
+    on_command_line,
+    option_name,
+    validated,
+)
 from draftset.config.recipe import check_source, template_text_problem
 from draftset.config.schema import BuildArgs
 from draftset.core.errors import UsageError
@@ -98,24 +104,29 @@ def check_values(opts: BuildOptions) -> None:
     Run when the API builds its options (so a bad value fails before anything else) and again
     by `check_build` (so `BuildOptions` made by hand are checked the same way).
     """
+    flag = option_name(BuildArgs, "decontaminate")  # `--decontaminate`, the API's keyword
     for bench in opts.decontaminate:
         if not Path(bench).exists():
-            raise UsageError(f"--decontaminate file not found: {bench}")
+            raise UsageError(f"{flag} file not found: {bench}")
         if Path(bench).is_dir():  # read as one, then the manifest could not hash it: exit 2
+            each = (
+                "--decontaminate once per file, or a list in a recipe's decontaminate:"
+                if on_command_line()
+                else "a list of them: decontaminate=[...]"
+            )
             raise UsageError(  # after the whole build
-                f"--decontaminate {bench} is a folder: give its benchmark files"
-                " (--decontaminate once per file, or a list in a recipe's decontaminate:)"
+                f"{flag} {bench} is a folder: give its benchmark files ({each})"
             )
         if not Path(bench).is_file():  # checked, loaded and hashed: three reads of it
             raise UsageError(
-                f"--decontaminate {bench} is not a regular file (a device, FIFO or socket):"
+                f"{flag} {bench} is not a regular file (a device, FIFO or socket):"
                 " give a benchmark file"
             )
         if problem := _bench_is_a_source(Path(bench), opts.sources):
             raise UsageError(problem)
         check_benchmark_file(bench)  # a file with no prompt would decontaminate nothing
     values = {name: getattr(opts, name) for name in _SCHEMA_CHECKED}
-    validated(BuildArgs, values, name_of=lambda name: flag_of(BuildArgs, name))
+    validated(BuildArgs, values)
     for s in opts.sources:
         check_source(s)  # every field as a recipe entry's (a `Source` made by hand too)
         unknown = sorted(set(s.fields or {}) - MAPPABLE_FIELDS)
@@ -132,7 +143,9 @@ def check_values(opts: BuildOptions) -> None:
             apply_preset(s.preset)  # raises UnknownPresetError (exit 2) for an unknown name
     check_sampling(opts)
     check_mix(opts.mix, [s.name for s in opts.sources])
-    if problem := template_kwargs_problem(opts.template_kwargs, "--template-kwargs"):
+    if problem := template_kwargs_problem(
+        opts.template_kwargs, option_name(BuildArgs, "template_kwargs")
+    ):
         raise PreflightError(problem)
     check_workers(opts.workers, opts.engine, opts.ray_address)
 
@@ -202,10 +215,11 @@ def check_sampling(opts: BuildOptions) -> None:
     to more than ``--max-samples`` take more rows than it says. All refused before any work."""
     if not opts.sources:
         return
+    flag = option_name(BuildArgs, "max_samples")  # `--max-samples`, the API's keyword
     if opts.max_samples == 0:  # a mix's total too
         raise UsageError(
-            "--max-samples 0: no row would be taken (give a number above 0, or leave"
-            " --max-samples out to take every row)"
+            f"{flag} 0: no row would be taken (give a number above 0, or leave {flag} out to"
+            " take every row)"
         )
     if all(s.count == 0 for s in opts.sources):  # a mix's per-source counts too
         names = [s.name for s in opts.sources]
@@ -222,19 +236,19 @@ def check_sampling(opts: BuildOptions) -> None:
         return  # no split by weight (a mix chooses rows by its shares, not by weight)
     if all(s.count is None and s.weight == 0 for s in opts.sources):
         raise UsageError(
-            f"--max-samples {opts.max_samples}: every source has weight 0, so no row would be"
+            f"{flag} {opts.max_samples}: every source has weight 0, so no row would be"
             " taken (give a source a weight above 0, or a count)"
         )
     if all(s.count == 0 or (s.count is None and s.weight == 0) for s in opts.sources):
         raise UsageError(
-            f"--max-samples {opts.max_samples}: every source has count 0 or weight 0, so no row"
+            f"{flag} {opts.max_samples}: every source has count 0 or weight 0, so no row"
             " would be taken (give a source a count or a weight above 0)"
         )
     counted = sum(s.count for s in opts.sources if s.count is not None)
     if counted > opts.max_samples:  # took them all: 9 rows for --max-samples 4, no word said
         raise UsageError(
-            f"--max-samples {opts.max_samples}: the sources' counts add up to {counted:,},"
-            " more than that (lower a count, or raise --max-samples)"
+            f"{flag} {opts.max_samples}: the sources' counts add up to {counted:,}, more than"
+            f" that (lower a count, or raise {flag})"
         )
 
 
@@ -259,8 +273,9 @@ def _bench_is_a_source(bench: Path, sources: list[Source]) -> str | None:
         else:
             continue
         return (
-            f"--decontaminate {bench} is {what} too: its rows would be trained on and each"
-            " removed as contaminated; give the benchmark apart from the sources"
+            f"{option_name(BuildArgs, 'decontaminate')} {bench} is {what} too: its rows would be"
+            " trained on and each removed as contaminated; give the benchmark apart from the"
+            " sources"
         )
     return None
 
@@ -389,11 +404,12 @@ def check_output_path(
         return
     if not replaceable(real):  # both facts at once: --overwrite would be refused too
         raise PreflightError(not_replaceable_reason(real, str(out), flag))
-    if not overwrite:
+    if not overwrite:  # a notebook's second run of a cell: the call takes overwrite=True
+        give = "--overwrite" if on_command_line() else "overwrite=True"
         if flag == "--out":
-            raise PreflightError(f"output folder exists: {out} (pass --overwrite to replace it)")
+            raise PreflightError(f"output folder exists: {out} (pass {give} to replace it)")
         raise PreflightError(
-            f"{flag} {out} exists (pass --overwrite, or set overwrite: true in the recipe, to"
+            f"{flag} {out} exists (pass {give}, or set overwrite: true in the recipe, to"
             " replace it)"
         )
 

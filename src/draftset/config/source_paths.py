@@ -1,6 +1,6 @@
 """Why a source path given to `build` or `generate` cannot be read, in one line for the user
 (exit 2, before any work): standard input or a pipe, a path not found (with how source options
-are written, or that wildcards and variables are not expanded).
+are written, that wildcards and variables are not expanded, or that each source is one path).
 """
 
 from __future__ import annotations
@@ -8,9 +8,11 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shlex
 import stat
 from pathlib import Path
 
+from draftset.config.fields import on_command_line
 from draftset.core.files import env_variable
 
 BUILD_READS = "the workers read ranges of each file and a rerun reads it again"
@@ -49,6 +51,13 @@ def not_found(path: Path, in_recipe: bool = False) -> str:
             f"source not found: {text} (source options follow one @, comma-separated:"
             " PATH@count=2,weight=3)"
         )
+    if not in_recipe and (parts := _joined_paths(text)):  # `sources="a.jsonl,b.jsonl"`
+        how = (
+            f"give each as its own argument, {' '.join(shlex.quote(p) for p in parts)}"
+            if on_command_line()
+            else f"give a list, sources={parts!r}"
+        )
+        return f"source not found: {text} (one path per source: {how})"
     if glob.has_magic(text):  # quoted, the shell left it: `source not found` read as no match
         parts = path.parts
         wild = next(i for i, part in enumerate(parts) if glob.has_magic(part))
@@ -66,3 +75,12 @@ def not_found(path: Path, in_recipe: bool = False) -> str:
             f" {var}: leave it unquoted, or in double quotes, for the shell to expand)"
         )
     return f"source not found: {text}"
+
+
+def _joined_paths(text: str) -> list[str] | None:
+    """The paths of a source that is several joined by commas or spaces, each of them there
+    (``a.jsonl,b.jsonl``; quoted on the command line, ``"a.jsonl b.jsonl"``), or None."""
+    parts = [part for part in re.split(r"[,\s]+", text) if part]
+    if len(parts) > 1 and all(os.path.exists(part) for part in parts):
+        return parts
+    return None
