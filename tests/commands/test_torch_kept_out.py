@@ -11,15 +11,14 @@ keeps torch visible: tests/test_api.py.)
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import REPO, qwen3_tokenizer_dir
+from rows import chats, write_jsonl
 
 from draftset.cli import COMMANDS, TORCH_KEPT_OUT
 
@@ -47,23 +46,13 @@ def _imports_torch(*args: str) -> bool:
     return TORCH_IMPORTED.search(done.stderr) is not None
 
 
-def _one_chat(tmp_path: Path) -> Path:
-    src = tmp_path / "a.jsonl"
-    row = {
-        "id": "a",
-        "messages": [
-            {"role": "user", "content": "Why is the sky blue?"},
-            {"role": "assistant", "content": "Air scatters blue sunlight more than red light."},
-        ],
-    }
-    src.write_text(json.dumps(row) + "\n", encoding="utf-8")
-    return src
-
-
 def test_build_with_one_worker_report_and_show_never_import_torch_verify_does(tmp_path):
     out = tmp_path / "out"
     tok = str(qwen3_tokenizer_dir())
-    build = ["build", str(_one_chat(tmp_path)), "--tokenizer", tok, "--out", str(out)]
+    src = write_jsonl(
+        tmp_path / "a.jsonl", chats(1, answer="Air scatters blue light more than red.")
+    )
+    build = ["build", str(src), "--tokenizer", tok, "--out", str(out)]
     assert not _imports_torch(*build, "--workers", "1", "--no-progress")
     assert (out / "token_freq.pt").is_file()  # written all the same (output.pt_file)
     assert not _imports_torch("report", str(out))
