@@ -25,7 +25,6 @@ from draftset.core.errors import (
     UsageError,
     set_written,
 )
-from draftset.core.optional_torch import torch_hidden
 
 # The commands load in the functions below, not here: every worker and helper process is
 # spawn-started and re-imports the console script's module, so whatever this module imports at
@@ -200,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         args.helper = helper
         from draftset.config.fields import named_by_flags  # lazy: the parser loaded it
+        from draftset.core.optional_torch import torch_hidden  # lazy: workers re-import cli
 
         # the program's own process only (argv None: the console script, python -m draftset)
         keep_torch_out = argv is None and args.command in TORCH_KEPT_OUT
