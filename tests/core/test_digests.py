@@ -85,3 +85,20 @@ def test_a_table_never_fills_up():
             table.put(i, i)
             assert len(table) < table._keys.size
         assert table.get(10_000) is None
+
+
+def test_values_are_int32_until_one_does_not_fit():
+    """Issue 27: a table of kept-row indexes is 12 bytes a slot (int32 values), not 16; the
+    first value past int32 widens the array once, keeping every value put before it."""
+    table = DigestTable(capacity=2)
+    for i in range(1, 3000):
+        table.put(i, i)
+    assert table._values is not None and table._values.dtype.itemsize == 4
+    table.put(10**6, 2**40)
+    table.put(10**6 + 1, -(2**31) - 1)
+    assert table._values.dtype.itemsize == 8
+    for i in range(3000, 6000):  # grows wide
+        table.put(i, 2**35 + i)
+    assert all(table.get(i) == i for i in range(1, 3000))
+    assert all(table.get(i) == 2**35 + i for i in range(3000, 6000))
+    assert table.get(10**6) == 2**40 and table.get(10**6 + 1) == -(2**31) - 1

@@ -337,3 +337,21 @@ def test_near_a_copy_that_cannot_train_never_drops_one_that_can() -> None:
     pads = [d.check(conv("a", 0, BASE, "OK."), trains=False)]
     pads.append(d.check(conv("a", 1, above, "OK."), trains=False))
     assert pads[0] is None and pads[1] is not None and "'a-0'" in pads[1].message
+
+
+def test_exact_keeps_four_bytes_a_number_a_kept_row_and_widens_past_2_to_32() -> None:
+    """Issue 27 (the driver's memory a row): a kept row's source, row number and id offset are
+    4 bytes each and its table value (the kept index) 4, not 8; a row number past 2**32 still
+    names the kept row in the duplicate's message (the array is copied wider once)."""
+    d = ExactDeduper()
+    for i in range(1000):
+        assert d.check_key("s", i, f"s-{i}", 10**6 + i) is None
+    kept = d._kept
+    assert [a.itemsize for a in (kept.source_of, kept.row_of, kept._id_end, kept.copies)] == [4] * 4
+    assert d._seen._values is not None and d._seen._values.itemsize == 4
+    far = 2**33 + 5
+    assert d.check_key("t", far, "t-far", 7) is None
+    out = d.check_key("t", far + 1, "t-next", 7)
+    assert out is not None
+    assert out.message == f"exact duplicate of id 't-far' (source t, row {far})"
+    assert kept.row_of.itemsize == 8 and kept.describe(3) == ("s-3", "s", 3)

@@ -4,7 +4,8 @@ Unique ids and exact dedup remember one digest per row. As Python ``set``/``dict
 that costs ~100-150 bytes a row (0.5 GB at a million rows for both), which breaks the flat-
 memory promise; here it is 16 bytes a slot (8 for a set) at most two thirds full: open
 addressing with linear probing over numpy arrays, doubled past two thirds (12-24 bytes a key
-for a set, against 16-32 when it was doubled at half full; a lookup probes ~2-5 slots).
+for a set, against 16-32 when it was doubled at half full; a lookup probes ~2-5 slots). Values
+are int32 until one does not fit (a table of kept-row indexes: 12 bytes a slot, not 16).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import hashlib
 import numpy as np
 
 _EMPTY = np.uint64(0)
+_INT32 = np.iinfo(np.int32)
 
 
 def digest64(text: str) -> int:
@@ -60,7 +62,9 @@ class DigestTable:
     def put(self, key: int, value: int) -> None:
         """Insert or overwrite."""
         if self._values is None:
-            self._values = np.zeros(self._keys.size, dtype=np.int64)
+            self._values = np.zeros(self._keys.size, dtype=np.int32)
+        if not _INT32.min <= value <= _INT32.max and self._values.dtype != np.int64:
+            self._values = self._values.astype(np.int64)  # once: the first value past int32
         i = self._slot(key)
         if self._keys[i] == _EMPTY:
             self._count += 1
@@ -85,7 +89,7 @@ class DigestTable:
         keys, values = self._keys, self._values
         where = np.flatnonzero(keys != _EMPTY)
         self._keys = np.zeros(keys.size * 2, dtype=np.uint64)
-        self._values = None if values is None else np.zeros(keys.size * 2, dtype=np.int64)
+        self._values = None if values is None else np.zeros(keys.size * 2, dtype=values.dtype)
         self._count = 0
         for start in range(0, where.size, _GROW_CHUNK):
             chunk = where[start : start + _GROW_CHUNK]

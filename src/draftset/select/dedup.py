@@ -120,15 +120,17 @@ def content_key(item: Conversation | PromptOnly) -> str:
 
 class _Kept:
     """Compact record of kept rows: source index, row number, id, whether it can train and how
-    many copies of it were dropped, by kept index."""
+    many copies of it were dropped, by kept index. Held to the end of a build, one entry a
+    kept row: 4-byte numbers (widened to 8 bytes past 2**32, `_widening_append`), the id's
+    UTF-8 bytes, one byte for ``trains``: ~17 bytes a row and the id."""
 
     def __init__(self) -> None:
         self.sources: list[str] = []
         self._source_index: dict[str, int] = {}
         self.source_of = array("I")
-        self.row_of = array("q")
+        self.row_of = array("I")
         self._ids = bytearray()
-        self._id_end = array("Q")
+        self._id_end = array("I")
         self.trains = bytearray()
         self.copies = array("I")
 
@@ -138,9 +140,9 @@ class _Kept:
             s = self._source_index[source] = len(self.sources)
             self.sources.append(source)
         self.source_of.append(s)
-        self.row_of.append(row)
+        self.row_of = _widening_append(self.row_of, row)
         self._ids += row_id.encode("utf-8", "surrogatepass")
-        self._id_end.append(len(self._ids))
+        self._id_end = _widening_append(self._id_end, len(self._ids))
         self.trains.append(trains)
         self.copies.append(0)
         return len(self.row_of) - 1
@@ -164,6 +166,17 @@ class _Kept:
             if n and self.trains[k]:
                 rid, source, row = self.describe(k)
                 yield source, row, rid, n
+
+
+def _widening_append(values: array[int], value: int) -> array[int]:
+    """``values`` with ``value`` appended, as 8-byte numbers once one does not fit in 4 (a
+    row number or an id offset past 2**32: the array is copied wider once)."""
+    try:
+        values.append(value)
+    except OverflowError:
+        values = array("Q", values)
+        values.append(value)
+    return values
 
 
 class _Counters:
