@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import REPO, llama32_tokenizer_dir, qwen3_tokenizer_dir, trl_template
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer
 from unicode_torture import PIECES, torture_rows
 
@@ -1108,6 +1110,61 @@ def test_source_claiming_a_rejected_conversation_written_fails_accounting(built,
             del c["rejected_by_reason"][reason]
     save_manifest(folder, m)
     assert "accounting" in failed(fast_checks(folder))
+
+
+def test_each_counts_conversations_without_a_list_of_the_sets_ids(built, tmp_path, monkeypatch):
+    """Issue 27: the `each` accounting counts distinct conversations per source on digests,
+    batch by batch: the set's ids as one Python list and a set of their strings were ~125 bytes
+    a row at the end of a build's driver. A sound set passes; a moved count still fails."""
+    from draftset.output.readback import SetFacts
+
+    def listed(self):
+        raise AssertionError("the whole set's ids listed")
+
+    monkeypatch.setattr(SetFacts, "ids", listed)
+    monkeypatch.setattr(SetFacts, "sources", listed)
+    folder = copy_set(built["each"], tmp_path)
+    assert failed(fast_checks(folder)) == set()
+    m = manifest(folder)
+    n = m["counts"]["per_source"]["chats"]["written"]
+    for c in (m["counts"]["per_source"]["chats"], m["counts"]["total"]):
+        c["written"] += 1
+        c["rejected"] -= 1
+    save_manifest(folder, m)
+    accounting = by_name(fast_checks(folder))["accounting"]
+    assert accounting.status == "fail"
+    assert (
+        f"chats: written {n + 1} != {n} distinct conversations among the rows"
+        in (accounting.details["messages"])
+    )
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.text(alphabet="ab#1", max_size=6)),
+            st.one_of(st.none(), st.sampled_from(["s", "t", ""])),
+        ),
+        max_size=40,
+    ),
+    st.integers(1, 7),
+)
+def test_conversations_per_source_equals_a_set_of_the_ids(rows, size):
+    """The digest count equals the plain definition (a set of each row's id before its last
+    `#`, per source) whatever the batches' cut."""
+    from draftset.checks.fast import conversation_of, conversations_per_source
+
+    plain: dict[str, set[str]] = {}
+    for rid, src in rows:
+        plain.setdefault(str(src), set()).add(str(rid).rsplit("#", 1)[0] if rid else "")
+    batches = [
+        ([r for r, _ in rows[i : i + size]], [s for _, s in rows[i : i + size]])
+        for i in range(0, len(rows), size)
+    ]
+    got = conversations_per_source(batches)
+    assert dict(got) == {k: len(v) for k, v in plain.items()}
+    assert conversation_of("a#b#3") == "a#b" and conversation_of(None) == ""
 
 
 @pytest.mark.parametrize(
