@@ -233,7 +233,11 @@ def test_errors_carry_the_cli_exit_code_and_line(src, tmp_path, capsys):
         assert main(argv) == info.value.exit_code == 2
         # the same line, but that the API names an option by its keyword, the command by its flag
         line = info.value.cli_line()
-        for keyword, flag in (("sample must", "--sample must"), ("endpoints:", "--endpoint")):
+        for keyword, flag in (
+            ("sample must", "--sample must"),
+            ("endpoints:", "--endpoint"),
+            ("out ", "--out "),
+        ):
             line = line.replace(f"error: {keyword}", f"error: {flag}")
         assert capsys.readouterr().err.strip() == line, cls
     assert not (tmp_path / "o").exists()

@@ -184,6 +184,12 @@ def option_name(model: type[BaseModel], name: str) -> str:
     return flag_of(model, name) if on_command_line() else name
 
 
+def switch_name(model: type[BaseModel], name: str) -> str:
+    """How a message says to turn the switch ``name`` on: its flag on the command line
+    (``--restart``), the keyword with its value in the API (``restart=True``)."""
+    return flag_of(model, name) if on_command_line() else f"{name}=True"
+
+
 def help_of(model: type[BaseModel], name: str) -> str | None:
     field = model.model_fields[name]
     text = field.description

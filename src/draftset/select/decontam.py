@@ -110,14 +110,23 @@ def check_benchmark_file(path: str | Path) -> None:
         raise NoBenchmarkPrompts(_no_prompts(Path(path)))
 
 
+def _flag() -> str:
+    """``--decontaminate`` on the command line, the API's ``decontaminate``: as the caller gave
+    it (the driver's checks; a worker's scan of the file loads no option schema)."""
+    from draftset.config.fields import option_name  # lazy: as above
+    from draftset.config.schema import BuildArgs  # lazy: as above
+
+    return option_name(BuildArgs, "decontaminate")
+
+
 def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
     """A ``.txt`` benchmark file that is not UTF-8 (a traceback before)."""
-    return f"--decontaminate {path} {not_utf8(exc)}: save it as UTF-8"
+    return f"{_flag()} {path} {not_utf8(exc)}: save it as UTF-8"
 
 
 def _no_prompts(path: Path) -> str:
     return (
-        f"--decontaminate {path}: no benchmark prompts in it (a .txt file gives one per"
+        f"{_flag()} {path}: no benchmark prompts in it (a .txt file gives one per"
         " non-blank line, other files the user turns of their rows)"
     )
 
