@@ -3,6 +3,7 @@ work (they were a traceback, or a bare "not an option")."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -1119,3 +1120,106 @@ def test_a_command_that_generates_in_a_running_event_loop_names_its_flags(tmp_pa
         with pytest.raises(GenerateUsageError) as info:
             asyncio.run(in_a_loop(srv.url))
         assert str(info.value) == f"{srv.url} serves ['fault-model'], not --model 'nope'"
+
+
+def test_a_source_layout_option_that_would_do_nothing_is_named_as_given(tmp_path, capsys):
+    """`build(recipe, format="alpaca")` said "--format alpaca applies to command-line sources
+    only": a flag, and sources the call has none of."""
+    recipe = _run_recipe(tmp_path)
+    with pytest.raises(UsageError) as info:
+        api.build_options(recipe, format="alpaca", fields={"instruction": "text"})
+    assert str(info.value) == (
+        "format='alpaca' fields={'instruction': 'text'} apply to sources given as paths only,"
+        f" not to the sources of recipe {recipe}: set it per source there (sources: [{{path:"
+        " ..., format: alpaca, fields: {instruction: text}}])"
+    )
+    argv = ["build", str(recipe), "--format", "alpaca", "--field", "instruction=text"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "draftset: error: --format alpaca --field instruction=text apply to command-line"
+        f" sources only, not to the sources of recipe {recipe}: set it per source there"
+        " (sources: [{path: ..., format: alpaca, fields: {instruction: text}}])\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "said", "cli_said"),
+    [
+        (
+            ["instruction"],
+            "bad fields entry 'instruction' (use CANONICAL=COLUMN, e.g. instruction=text)",
+            "bad --field 'instruction' (use CANONICAL=COLUMN, e.g. instruction=text)",
+        ),
+        (
+            ["instruction=text,output=code"],
+            "bad fields entry 'instruction=text,output=code': one mapping an entry: give each"
+            " its own (fields=['instruction=text', 'output=code'])",
+            "bad --field 'instruction=text,output=code': one mapping a flag: give --field once"
+            " for each (--field instruction=text --field output=code)",
+        ),
+        (
+            ["instruction=text", "instruction=q"],
+            "fields maps instruction twice (instruction=text, instruction=q)",
+            "--field instruction given twice (instruction=text, instruction=q)",
+        ),
+        (
+            ["code=output"],
+            "source in: fields {'code': 'output'}: no row shape reads a field 'code';"
+            " CANONICAL=COLUMN puts draftset's field first: did you mean output=code?",
+            "source in: --field code=output: no row shape reads a field 'code';"
+            " CANONICAL=COLUMN puts draftset's field first: did you mean output=code?",
+        ),
+    ],
+)
+def test_a_field_mapping_refused_is_named_as_given(tmp_path, capsys, fields, said, cli_said):
+    """`build(sources=[...], fields=["instruction"])` said "bad --field 'instruction'"."""
+    src = _source_file(tmp_path)
+    with pytest.raises(UsageError) as info:
+        api.build_options(sources=[src], tokenizer="tok", out=tmp_path / "o", fields=fields)
+    assert str(info.value) == said
+    argv = ["build", str(src), "--tokenizer", "tok", "--out", str(tmp_path / "o")]
+    for f in fields:
+        argv += ["--field", f]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"draftset: error: {cli_said}\n"
+
+
+def test_a_builds_late_refusals_name_its_options_as_the_call_gave_them(tmp_path):
+    """What a build finds only at its end (another build's set at `out`, a benchmark file
+    edited meanwhile) said "rerun with --overwrite ..., or choose another --out",
+    "--decontaminate X: the file changed ...": flags, to a call that wrote keywords."""
+    from draftset.config.fields import named_by_flags
+    from draftset.output.folder import OutputExistsError, finalize_output, prepare_output
+    from draftset.pipeline.build import _benchmarks_changed
+
+    out = tmp_path / "o"
+    (out / "theirs").mkdir(parents=True)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    bench = tmp_path / "bench.txt"
+    bench.write_text("a prompt\n")
+    said = [
+        "output folder exists: {out} (pass {overwrite} to replace it)",
+        "{out} appeared during the build (another build writing there?) and was left as it is;"
+        " rerun with {overwrite} to replace it, or choose another {flag}",
+        "{flag_bench} {bench}: the file changed during the build (1 bytes, now 9), after its"
+        " prompts were read (the manifest would describe other bytes than the ones the rows were"
+        " checked against); is something writing it? Copy it, or wait for the writer to finish",
+    ]
+    for names in (
+        {"overwrite": "overwrite=True", "flag": "out", "flag_bench": "decontaminate"},
+        {"overwrite": "--overwrite", "flag": "--out", "flag_bench": "--decontaminate"},
+    ):
+        with contextlib.ExitStack() as stack:
+            if names["flag"] == "--out":
+                stack.enter_context(named_by_flags())
+            found = []
+            for call in (
+                lambda: prepare_output(out, overwrite=False),
+                lambda: finalize_output(tmp, out, overwrite=False),
+            ):
+                with pytest.raises(OutputExistsError) as info:
+                    call()
+                found.append(str(info.value))
+            found.append(str(_benchmarks_changed({bench: (1, 0)})))
+        assert found == [s.format(out=out, bench=bench, **names) for s in said]

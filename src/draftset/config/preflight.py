@@ -140,7 +140,13 @@ def check_values(opts: BuildOptions) -> None:
         unknown = sorted(set(s.fields or {}) - MAPPABLE_FIELDS)
         if unknown:  # `ouptut=code` mapped a column nothing reads: every answer was lost
             key, column = unknown[0], s.fields[unknown[0]]
-            head = f"source {s.name}: --field {key}={column}: no row shape reads a field {key!r}"
+            # `--field code=output`, the API's `fields={'code': 'output'}`
+            given = (
+                f"--field {key}={column}"
+                if on_command_line()
+                else f"fields {{{key!r}: {column!r}}}"
+            )
+            head = f"source {s.name}: {given}: no row shape reads a field {key!r}"
             if column in MAPPABLE_FIELDS:  # `code=output`: the two sides swapped
                 raise PreflightError(
                     f"{head}; CANONICAL=COLUMN puts draftset's field first: did you mean"

@@ -199,6 +199,15 @@ class OutputExistsError(UsageError):
     """The output folder exists and --overwrite was not given (exit code 2)."""
 
 
+def _overwrite_and_out() -> tuple[str, str]:
+    """build's ``--overwrite`` and ``--out`` as the caller gave them: the API's
+    ``overwrite=True`` and ``out``."""
+    from draftset.config.fields import option_name, switch_name  # lazy: the driver's lines
+    from draftset.config.schema import BuildArgs  # lazy: as above
+
+    return switch_name(BuildArgs, "overwrite"), option_name(BuildArgs, "out")
+
+
 def prepare_output(out: Path, overwrite: bool) -> Path:
     """Create and return the temporary build folder beside ``out``.
 
@@ -208,7 +217,8 @@ def prepare_output(out: Path, overwrite: bool) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_tmp(out)
     if out.exists() and not overwrite:
-        raise OutputExistsError(f"output folder exists: {out} (pass --overwrite to replace it)")
+        overwrite, _ = _overwrite_and_out()
+        raise OutputExistsError(f"output folder exists: {out} (pass {overwrite} to replace it)")
     tmp = out.parent / f".{out.name}.draftset-tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -366,9 +376,10 @@ def finalize_output(tmp: Path, out: Path, overwrite: bool = True) -> str | None:
     _flush_tree(tmp)  # on disk before the rename: a power cut leaves no DIR of cut files
     if out.exists():
         if not overwrite and _empty(out) is not True:
+            overwrite, flag = _overwrite_and_out()
             raise OutputExistsError(
                 f"{out} appeared during the build (another build writing there?) and was left"
-                " as it is; rerun with --overwrite to replace it, or choose another --out"
+                f" as it is; rerun with {overwrite} to replace it, or choose another {flag}"
             )
         if not replaceable(out):
             theirs = foreign_entries(out)[:5]
