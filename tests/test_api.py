@@ -1051,8 +1051,9 @@ def test_a_build_result_prints_as_one_short_line(src, tmp_path):
 
 
 def test_a_check_not_in_a_verify_result_names_the_ones_it_has(src, tmp_path):
-    """`result["mask"]` (or a `--fast` result's `["mask_fidelity"]`) raised a bare
-    `KeyError: 'mask'`: which names does it hold?"""
+    """`result["mask"]` (or a `fast=True` result's `["mask_fidelity"]`) raised a bare
+    `KeyError: 'mask'`: which names does it hold? (The fast run is named as the call gave it:
+    it said "a --fast verify".)"""
     out = tmp_path / "o"
     api.build(sources=[src], tokenizer=qwen3_tokenizer_dir(), out=out, workers=1)
     fast = api.verify(out, fast=True)
@@ -1061,8 +1062,8 @@ def test_a_check_not_in_a_verify_result_names_the_ones_it_has(src, tmp_path):
         with pytest.raises(KeyError) as info:
             fast[key]  # type: ignore[index]
         assert info.value.args[0] == (
-            f"no check {key!r} in this result (a --fast verify: {names}; the full verify runs"
-            " the others)"
+            f"no check {key!r} in this result (a fast=True verify: {names}; the full verify"
+            " runs the others)"
         )
     assert fast["structure"].ok
 

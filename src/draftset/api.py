@@ -588,7 +588,10 @@ class VerifyResult:
             if c.name == name:
                 return c
         names = ", ".join(c.name for c in self.checks)  # a bare KeyError: 'mask' named none
-        which = f"a --fast verify: {names}; the full verify runs the others" if self.fast else names
+        # a result is the API's alone: `fast=True`, as the call gave it (not `--fast`)
+        which = (
+            f"a fast=True verify: {names}; the full verify runs the others" if self.fast else names
+        )
         raise KeyError(f"no check {name!r} in this result ({which})")
 
     def to_json(self) -> dict[str, Any]:

@@ -1223,3 +1223,37 @@ def test_a_builds_late_refusals_name_its_options_as_the_call_gave_them(tmp_path)
                 found.append(str(info.value))
             found.append(str(_benchmarks_changed({bench: (1, 0)})))
         assert found == [s.format(out=out, bench=bench, **names) for s in said]
+
+
+def test_generates_tokenizer_and_field_mapping_are_named_as_the_call_gave_them(tmp_path, capsys):
+    """`generate(..., tokenizer=folder)` of a folder without tokenizer.json said "--tokenizer:
+    cannot read ...", `fields={"instruction": "questoin"}` "--field instruction=questoin: no
+    row among its first ... has a column": flags, to a call that wrote keywords."""
+    src = tmp_path / "qa.jsonl"
+    src.write_text(json.dumps({"question": "hi", "answer": "yo"}) + "\n")
+    out = tmp_path / "a.jsonl"
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    cases = [
+        (
+            {"tokenizer": folder},
+            ["--tokenizer", str(folder)],
+            f"{{}}: cannot read {folder / 'tokenizer.json'}: [Errno 2] No such file or"
+            f" directory: '{folder / 'tokenizer.json'}'",
+            ("tokenizer", "--tokenizer"),
+        ),
+        (
+            {"format": "alpaca", "fields": {"instruction": "questoin"}},
+            ["--format", "alpaca", "--field", "instruction=questoin"],
+            f"{src}: {{}}: no row among its first 1 has a column 'questoin' (keys [question,"
+            " answer]); did you mean 'question'?",
+            ("fields {'instruction': 'questoin'}", "--field instruction=questoin"),
+        ),
+    ]
+    for options, flags, said, (keyword, flag) in cases:
+        with pytest.raises(UsageError) as info:
+            api.generate(src, endpoints=ENDPOINT, out=out, **options)
+        assert str(info.value) == said.format(keyword)
+        assert main([*_generate_cli(src, out, ENDPOINT[0]), *flags]) == 2
+        assert capsys.readouterr().err == f"draftset: error: {said.format(flag)}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["qa.jsonl", "tok"]

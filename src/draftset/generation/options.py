@@ -391,7 +391,8 @@ def _special_tokens(folder: str | None, strict: bool) -> dict[int, str]:
     except Exception as exc:
         if not strict:
             return {}
-        raise GenerateUsageError(f"--tokenizer: cannot read {path}: {exc}") from exc
+        flag = option_name(GenerateArgs, "tokenizer")  # `--tokenizer`, the API's `tokenizer`
+        raise GenerateUsageError(f"{flag}: cannot read {path}: {exc}") from exc
 
 
 @functools.lru_cache(maxsize=4)

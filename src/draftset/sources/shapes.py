@@ -119,8 +119,15 @@ def _unmapped_columns(source: Source, rows: list[RawRow]) -> str | None:
             keys = [str(k) for k in objects[0]]
             close = difflib.get_close_matches(str(column), keys, n=1)
             fix = f"did you mean {close[0]!r}?" if close else "check the name"
+            from draftset.config.fields import on_command_line  # lazy: the driver's check only
+
+            # `--field output=code`, the API's `fields={'output': 'code'}`
+            cli = on_command_line()
+            given = (
+                f"--field {canonical}={column}" if cli else f"fields {{{canonical!r}: {column!r}}}"
+            )
             return (
-                f"{source.path}: --field {canonical}={column}: no row among its first"
+                f"{source.path}: {given}: no row among its first"
                 f" {len(objects):,} has a column {column!r} (keys [{', '.join(keys)}]); {fix}"
             )
     return None
