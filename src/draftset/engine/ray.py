@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from draftset.core.errors import RunError, UsageError
+from draftset.core.naming import as_given
 from draftset.core.words import ascii_digits
 from draftset.engine.base import (
     Batch,
@@ -66,18 +67,13 @@ class RayUnavailable(UsageError):
 
 def _named(name: str) -> str:
     """A build option as the caller gave it: ``--ray-address``, the API's ``ray_address``."""
-    from draftset.config.fields import option_name  # lazy: the driver's messages only
-    from draftset.config.schema import BuildArgs  # lazy: as above
-
-    return option_name(BuildArgs, name)
+    return as_given("--" + name.replace("_", "-"), name)
 
 
 def check_ray(address: str | None) -> None:
     """Preflight: Ray is importable and ``address`` (if any) answers, within seconds."""
     if importlib.util.find_spec("ray") is None:
-        from draftset.config.fields import on_command_line  # lazy: as `_named`
-
-        engine = "--engine ray" if on_command_line() else "engine='ray'"
+        engine = as_given("--engine ray", "engine='ray'")
         raise RayUnavailable(f"{engine} needs Ray: pip install '{RAY_EXTRA}'")
     target = _host_port(address)
     if target is None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from draftset.core.errors import UsageError
 from draftset.core.files import inside_set_problem, places_of
+from draftset.core.naming import as_given
 
 MANIFEST_FORMAT = "draftset/1"
 """The ``format`` key of every manifest.json draftset writes: the marker that lets
@@ -202,10 +203,7 @@ class OutputExistsError(UsageError):
 def _overwrite_and_out() -> tuple[str, str]:
     """build's ``--overwrite`` and ``--out`` as the caller gave them: the API's
     ``overwrite=True`` and ``out``."""
-    from draftset.config.fields import option_name, switch_name  # lazy: the driver's lines
-    from draftset.config.schema import BuildArgs  # lazy: as above
-
-    return switch_name(BuildArgs, "overwrite"), option_name(BuildArgs, "out")
+    return as_given("--overwrite", "overwrite=True"), as_given("--out", "out")
 
 
 def prepare_output(out: Path, overwrite: bool) -> Path:

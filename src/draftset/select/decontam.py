@@ -32,6 +32,7 @@ from typing import Any, Literal
 from draftset.core import reasons
 from draftset.core.errors import UsageError
 from draftset.core.files import not_utf8
+from draftset.core.naming import as_given
 from draftset.core.records import Conversation, Normalized, PromptOnly, RawRow, Reject
 from draftset.sources.normalize import ID_KEYS, normalize
 from draftset.sources.read import Source, iter_raw_rows
@@ -112,11 +113,8 @@ def check_benchmark_file(path: str | Path) -> None:
 
 def _flag() -> str:
     """``--decontaminate`` on the command line, the API's ``decontaminate``: as the caller gave
-    it (the driver's checks; a worker's scan of the file loads no option schema)."""
-    from draftset.config.fields import option_name  # lazy: as above
-    from draftset.config.schema import BuildArgs  # lazy: as above
-
-    return option_name(BuildArgs, "decontaminate")
+    it."""
+    return as_given("--decontaminate", "decontaminate")
 
 
 def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 
 from draftset.core import reasons
 from draftset.core.files import json_recipe_message, recipe_keys_of
+from draftset.core.naming import as_given
 from draftset.core.records import RawRow, Reject
 from draftset.core.words import plural
 from draftset.sources.normalize import field_mapping, mapping_options
@@ -119,12 +120,9 @@ def _unmapped_columns(source: Source, rows: list[RawRow]) -> str | None:
             keys = [str(k) for k in objects[0]]
             close = difflib.get_close_matches(str(column), keys, n=1)
             fix = f"did you mean {close[0]!r}?" if close else "check the name"
-            from draftset.config.fields import on_command_line  # lazy: the driver's check only
-
             # `--field output=code`, the API's `fields={'output': 'code'}`
-            cli = on_command_line()
-            given = (
-                f"--field {canonical}={column}" if cli else f"fields {{{canonical!r}: {column!r}}}"
+            given = as_given(
+                f"--field {canonical}={column}", f"fields {{{canonical!r}: {column!r}}}"
             )
             return (
                 f"{source.path}: {given}: no row among its first"
