@@ -237,6 +237,7 @@ def test_errors_carry_the_cli_exit_code_and_line(src, tmp_path, capsys):
             ("sample must", "--sample must"),
             ("endpoints:", "--endpoint"),
             ("out ", "--out "),
+            ("bad fields entry", "bad --field"),
         ):
             line = line.replace(f"error: {keyword}", f"error: {flag}")
         assert capsys.readouterr().err.strip() == line, cls
@@ -976,7 +977,10 @@ def test_generate_takes_the_sources_build_takes(src, tmp_path):
         api.generate_options(
             [mine], endpoints=["http://127.0.0.1:9/v1"], out=tmp_path / "a.jsonl", preset="x"
         )
-    assert "--preset x" in str(info.value) and "\n" not in str(info.value)
+    assert str(info.value) == (  # the keyword, as the call gave it (it said "--preset x")
+        "preset='x' applies to sources given as paths only, and every source is a mapping or a"
+        " Source: set it in each one ({path: ..., preset: x})"
+    )
     assert list(tmp_path.iterdir()) == []
 
 
