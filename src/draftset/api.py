@@ -13,6 +13,7 @@ arguments or inputs, found before any work; 1: the job failed).
 
 from __future__ import annotations
 
+import functools
 import json as _json
 import os
 import sys
@@ -20,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from draftset.checks.output_file import VERIFY_JSON_FORMAT, is_verify_json, output_file_check
 from draftset.config.fields import (
@@ -91,6 +92,7 @@ __all__ = [
 ]
 
 ProgressArg = bool | Callable[[int, int], None] | None  # None: not given, as False
+F = TypeVar("F", bound=Callable[..., Any])
 
 _RESULTS = {  # the result types, importable from here; their stage modules load on first use
     "BuildResult": "draftset.pipeline.build",
@@ -252,6 +254,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     # lazy: stage modules load on the first call, not on import draftset.api
     from draftset.config.options import BuildOptions
     from draftset.config.preflight import (  # lazy: a stage, loaded on first use
+        RECIPE_OUT,
         check_recipe_out_apart,
         check_values,
         out_place_problem,
@@ -284,7 +287,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
         raise UsageError(_required("out"))
     if problem := _threshold_without_near(o, explicit, from_recipe, recipe):
         raise UsageError(problem)
-    if "out" not in explicit and (problem := out_place_problem(Path(o.out), "recipe key out:")):
+    if "out" not in explicit and (problem := out_place_problem(Path(o.out), RECIPE_OUT)):
         raise UsageError(f"{problem} (paths in a recipe are relative to its folder)")
     kwargs = o.template_kwargs or {}
     if isinstance(kwargs, str):  # the command line's JSON text
@@ -335,7 +338,7 @@ def build_options(recipe: str | Path | None = None, **options: Any) -> BuildOpti
     check_values(opts)
     if "out" not in explicit:  # the recipe's out: on a source or an input, named by its key
         check_recipe_out_apart(opts)
-        opts.out_named = "recipe key out:"  # and so in build's later checks of the folder
+        opts.out_named = RECIPE_OUT  # and so in build's later checks of the folder
     return opts
 
 
@@ -585,7 +588,10 @@ class VerifyResult:
             if c.name == name:
                 return c
         names = ", ".join(c.name for c in self.checks)  # a bare KeyError: 'mask' named none
-        which = f"a --fast verify: {names}; the full verify runs the others" if self.fast else names
+        # a result is the API's alone: `fast=True`, as the call gave it (not `--fast`)
+        which = (
+            f"a fast=True verify: {names}; the full verify runs the others" if self.fast else names
+        )
         raise KeyError(f"no check {name!r} in this result ({which})")
 
     def to_json(self) -> dict[str, Any]:
@@ -758,7 +764,7 @@ def run_options(recipe: str | Path, *, progress: bool | None = False, **options:
     if o.endpoints is not None:  # `endpoints=""` asked the recipe's servers, silently
         endpoints = list(strings(o.endpoints))
         try:  # named as given (`endpoints`, `--endpoint`), not as the recipe's key they replace
-            check_servers(endpoints, 1, {}, "--" if on_command_line() else "")  # the URLs
+            check_servers(endpoints, 1, {})  # the URLs
         except GenerateUsageError as exc:
             raise RunUsageError(str(exc)) from None
         gen = gen.model_copy(update={"endpoints": endpoints})
@@ -883,6 +889,28 @@ def show(dir: str | Path, *, console: Console | None = None, **options: Any) -> 
     show_row(o.dir, o.row, o.row_id, o.tokens, tokenizer, console, o.block_size)
 
 
+def _sources_then_keywords(f: F) -> F:
+    """``f(sources, **options)`` called with more than the sources by position: one line
+    naming the keywords (`GenerateCallError`, a TypeError), where Python said only
+    "generate() takes 1 positional argument but 3 were given" to ``generate(src, url, out)``,
+    the command line's order."""
+
+    @functools.wraps(f)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > 1:
+            from draftset.generation.options import GenerateCallError  # lazy: a stage
+
+            raise GenerateCallError(
+                f"{f.__name__}() takes only its sources by position ({len(args)} arguments"
+                f" were given): give the other options by keyword, as {f.__name__}(sources,"
+                " endpoints=[URL], out='answers.jsonl')"
+            )
+        return f(*args, **kwargs)
+
+    return cast(F, call)
+
+
+@_sources_then_keywords
 def generate(
     sources: Sequence[str | Path | Source | Mapping[str, Any]] | str | Path,
     *,
@@ -891,6 +919,9 @@ def generate(
 ) -> GenerateResult:
     """`draftset generate`: the target model answers the prompts (docs/generate.md).
 
+    ``sources`` alone is given by position; every other option by keyword, as the command
+    line gives them by flag: ``generate("prompts.jsonl", endpoints=["http://localhost:8000/v1"],
+    out="answers.jsonl")`` (``generate(src, url, out)`` is a `GenerateCallError`, a TypeError).
     ``options``: the fields of `config.schema.GenerateArgs` (``endpoints`` and ``out`` are
     required). Returns the `GenerateResult` (``.ok``: every row ended as an answer or an error
     line). Runs its own event loop, in a thread of its own where one already runs (Jupyter;
@@ -909,6 +940,7 @@ def generate(
         return run_sync(run_generate(opts, update))
 
 
+@_sources_then_keywords
 def generate_options(
     sources: Sequence[str | Path | Source | Mapping[str, Any]] | str | Path, **options: Any
 ) -> GenerateOptions:
@@ -983,7 +1015,7 @@ def generate_options(
         raise GenerateUsageError(problem)
     out = Path(o.out)
     endpoints = list(strings(o.endpoints))
-    check_servers(endpoints, o.concurrency, extra, "--" if on_command_line() else "")
+    check_servers(endpoints, o.concurrency, extra)
     if problem := extra_body_clash(extra, o, kwargs):
         raise GenerateUsageError(problem)
     api_key = o.api_key or api_key_from_env()

@@ -3,6 +3,7 @@ work (they were a traceback, or a bare "not an option")."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -15,6 +16,8 @@ from conftest import built_set, qwen3_tokenizer_dir
 
 from draftset import api
 from draftset.cli import main
+from draftset.config.fields import flag_of
+from draftset.config.schema import GenerateArgs
 from draftset.core.errors import UsageError
 from draftset.generation.options import GenerateUsageError
 from draftset.sources.read import Source
@@ -709,3 +712,548 @@ def test_a_decontaminate_file_not_there_is_named_as_the_call_gave_it(tmp_path, c
     argv = ["build", str(src), "--tokenizer", "tok", "--out", str(tmp_path / "o")]
     assert main([*argv, "--decontaminate", str(bench)]) == 2
     assert capsys.readouterr().err == f"draftset: error: --decontaminate file not found: {bench}\n"
+
+
+def _prompt_only_set(folder: Path) -> Path:
+    """A set of 0 rows: its one input row, a prompt without an answer, queued in prompts.jsonl."""
+    src = folder / "p.jsonl"
+    src.write_text(json.dumps({"id": "q", "prompt": "Name a colour."}) + "\n")
+    result = api.build(
+        sources=[src],
+        tokenizer=str(qwen3_tokenizer_dir()),
+        eot_tokens=["<|im_end|>"],
+        out=folder / "empty",
+        workers=1,
+    )
+    return result.out
+
+
+@pytest.mark.parametrize("case", range(2))
+def test_a_row_out_of_range_is_named_as_the_call_gave_it(tmp_path, capsys, case):
+    """`show(d, row=5)` said "--row 5 out of range: ... (--row 0..0, ...); --id ID finds a row
+    by its id", and of a set without rows "--row 0: ...; --id ID says ...": flags, to a call
+    that wrote `row=` (and whose way to a row by id is `row_id`)."""
+    from draftset.review.show import ShowError
+
+    cases = [
+        (
+            lambda: built_set(tmp_path, [ROW]),
+            5,
+            "{row} 5 out of range: the set has 1 row ({row} 0..0, or -1..-1 from the end);"
+            " {by_id} finds a row by its id",
+        ),
+        (
+            lambda: _prompt_only_set(tmp_path),
+            0,
+            "{row} 0: the set has no rows (1 prompt-only row in prompts.jsonl); {by_id} says"
+            " what became of a row",
+        ),
+    ]
+    made, row, said = cases[case]
+    folder = made()
+    with pytest.raises(ShowError) as info:
+        api.show(folder, row=row)
+    assert str(info.value) == said.format(row="row", by_id="row_id")
+    assert main(["show", str(folder), "--row", str(row)]) == 2
+    assert capsys.readouterr().err == (
+        f"draftset: error: {said.format(row='--row', by_id='--id ID')}\n"
+    )
+
+
+def test_generate_takes_its_sources_alone_by_position(tmp_path):
+    """`generate(src, url, out)`, the command line's order, was Python's "generate() takes 1
+    positional argument but 3 were given": nothing of which keywords the call takes. A
+    TypeError still (as Python's), and a usage error (exit code 2), before any work."""
+    src = _source_file(tmp_path)
+    for job in (api.generate, api.generate_options):
+        with pytest.raises(GenerateUsageError) as info:
+            job(src, ENDPOINT[0], tmp_path / "a.jsonl")
+        assert isinstance(info.value, TypeError) and info.value.exit_code == 2
+        assert str(info.value) == (
+            f"{job.__name__}() takes only its sources by position (3 arguments were given):"
+            f" give the other options by keyword, as {job.__name__}(sources,"
+            " endpoints=[URL], out='answers.jsonl')"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+    gen = api.generate_options(src, endpoints=ENDPOINT, out=tmp_path / "a.jsonl")
+    assert gen.out == tmp_path / "a.jsonl"
+
+
+def _generate_cli(src: Path, out: Path, url: str, *extra: str) -> list[str]:
+    return ["generate", str(src), "--endpoint", url, "--out", str(out), "--no-progress", *extra]
+
+
+def test_a_resume_refused_names_restart_as_the_call_gives_it(tmp_path, capsys):
+    """`generate(...)` rerun with other settings, or after a row was edited, was told to "add
+    --restart" / "--restart answers every row again", and `restart=True` was announced as
+    "draftset: --restart: removed ...": the command's flag, where the call takes
+    `restart=True`."""
+    from fault_server import FaultServer
+
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"id": "a", "prompt": "p"}) + "\n")
+    out = tmp_path / "a.jsonl"
+    with FaultServer() as srv:
+        assert api.generate(src, endpoints=[srv.url], out=out).ok
+        capsys.readouterr()
+        settings = (
+            f"{out} holds answers generated with other settings: temperature None -> 0.7."
+            " Rerun with the same settings to resume, or add {restart} to discard them"
+        )
+        with pytest.raises(GenerateUsageError) as info:
+            api.generate(src, endpoints=[srv.url], out=out, temperature=0.7)
+        assert str(info.value) == settings.format(restart="restart=True")
+        assert main(_generate_cli(src, out, srv.url, "--temperature", "0.7")) == 2
+        assert capsys.readouterr().err == (
+            f"draftset: error: {settings.format(restart='--restart')}\n"
+        )
+        src.write_text(json.dumps({"id": "a", "prompt": "another question"}) + "\n")
+        edited = (
+            f"row 'a' changed since its answer was written to {out} (its messages or tools"
+            " differ): {restart} answers every row again, or give changed rows new ids"
+        )
+        with pytest.raises(GenerateUsageError) as info:
+            api.generate(src, endpoints=[srv.url], out=out)
+        assert str(info.value) == edited.format(restart="restart=True")
+        assert main(_generate_cli(src, out, srv.url)) == 2
+        assert capsys.readouterr().err == (
+            f"draftset: error: {edited.format(restart='--restart')}\n"
+        )
+        src.write_text(json.dumps({"id": "a", "messages": [{"role": "wizard"}]}) + "\n")
+        with pytest.raises(GenerateUsageError) as info:
+            api.generate(src, endpoints=[srv.url], out=out)
+        said = str(info.value)
+        assert said.startswith("row 'a' was answered but no longer reads (") and said.endswith(
+            "): fix the row, or restart=True to answer every row again"
+        ), said
+        assert main(_generate_cli(src, out, srv.url)) == 2
+        err = capsys.readouterr().err
+        assert err == f"draftset: error: {said.replace('restart=True', '--restart')}\n", err
+        src.write_text(json.dumps({"id": "a", "prompt": "p"}) + "\n")
+        api.generate(src, endpoints=[srv.url], out=out, temperature=0.7, restart=True)
+        removed = f"{out}, {tmp_path / 'a.errors.jsonl'}, {tmp_path / 'a.run.json'}"
+        assert capsys.readouterr().err == (
+            f"draftset: restart=True: removed the previous run's {removed}\n"
+        )
+        assert main(_generate_cli(src, out, srv.url, "--temperature", "0.6", "--restart")) == 0
+        assert capsys.readouterr().err.startswith(
+            f"draftset: --restart: removed the previous run's {removed}\n"
+        )
+
+
+def test_a_model_not_served_names_model_as_the_call_gave_it(tmp_path, capsys):
+    """`generate(..., model="x")` against servers of another model was told "not --model 'x'",
+    and servers of two models "pass --model": the command's flag."""
+    from fault_server import FaultServer
+
+    src = _source_file(tmp_path)
+    out = tmp_path / "a.jsonl"
+    with FaultServer() as one, FaultServer(model="another-model") as two:
+        with pytest.raises(GenerateUsageError) as info:
+            api.generate(src, endpoints=[one.url], out=out, model="nope")
+        said = f"{one.url} serves ['fault-model'], not {{model}} 'nope'"
+        assert str(info.value) == said.format(model="model")
+        assert main(_generate_cli(src, out, one.url, "--model", "nope")) == 2
+        assert capsys.readouterr().err == f"draftset: error: {said.format(model='--model')}\n"
+        with pytest.raises(GenerateUsageError) as info:
+            api.generate(src, endpoints=[one.url, two.url], out=out)
+        said = (
+            "endpoints do not serve exactly one common model ({one}: ['fault-model'], {two}:"
+            " ['another-model']); {give}"
+        )
+        urls = {"one": one.url, "two": two.url}
+        assert str(info.value) == said.format(**urls, give="pass model=...")
+        assert main([*_generate_cli(src, out, one.url), "--endpoint", two.url]) == 2
+        assert capsys.readouterr().err == (
+            f"draftset: error: {said.format(**urls, give='pass --model')}\n"
+        )
+        assert not one.requests and not two.requests  # no completion asked for
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.lock", "in.jsonl"]  # the lock stays
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_an_answers_file_refused_names_out_as_the_call_gave_it(tmp_path, capsys, case):
+    """`generate(src, ..., out=src)` said "--out X is the source X", a file of the user's "...;
+    choose another --out", a lock file of theirs "--out X: X.lock exists ...": the command's
+    flag, to a call that wrote `out=`."""
+    src = _source_file(tmp_path)
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text(json.dumps({"id": "a", "text": "my own data"}) + "\n")
+    taken = tmp_path / "k.jsonl"
+    (tmp_path / "k.lock").write_text("my notes\n")
+    cases = [
+        (src, "{out} {src} is the source {src}"),
+        (
+            mine,
+            "{mine} exists and was not written by draftset generate (no mine.run.json); choose"
+            " another {out}",
+        ),
+        (
+            taken,
+            "{out} {taken}: {lock} exists and is not a lock draftset wrote (a process id); move"
+            " it away or choose another {out}",
+        ),
+    ]
+    paths = {"src": src, "mine": mine, "taken": taken, "lock": tmp_path / "k.lock"}
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    out, said = cases[case]
+    with pytest.raises(UsageError) as info:
+        api.generate(src, endpoints=ENDPOINT, out=out)
+    assert str(info.value) == said.format(out="out", **paths)
+    assert main(_generate_cli(src, out, ENDPOINT[0])) == 2
+    assert capsys.readouterr().err == f"draftset: error: {said.format(out='--out', **paths)}\n"
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (
+            {"temperature": 0.6, "extra_body": {"temperature": 1.5}},
+            "{extra_body} sets temperature 1.5, and {temperature} 0.6: one request field, two"
+            " values; set it in one place",
+        ),
+        (
+            {"max_tokens": 32, "extra_body": {"max_completion_tokens": 9999}},
+            "{extra_body} sets max_completion_tokens 9999, and {max_tokens} 32: the server reads"
+            " both as the answer's token limit (the first wins); set it in one place",
+        ),
+        (
+            {"return_token_ids": True, "extra_body": {"return_token_ids": False}},
+            "{extra_body} sets return_token_ids false, and {return_token_ids} true: one request"
+            " field, two values; set it in one place",
+        ),
+        (
+            {"extra_body": {"reasoning_effort": "high"}},
+            '{extra_body} sets reasoning_effort "high", which the server renders into the'
+            " prompt, and {chat_template_kwargs} does not: build would render the rows without"
+            " it; give it in {chat_template_kwargs} instead (it is sent as the request's field"
+            " too)",
+        ),
+        (
+            {
+                "chat_template_kwargs": {"reasoning_effort": "low"},
+                "extra_body": {"reasoning_effort": "high"},
+            },
+            '{extra_body} sets reasoning_effort "high", and {chat_template_kwargs}'
+            ' reasoning_effort "low": one request field, two values; set it in one place',
+        ),
+    ],
+)
+def test_a_request_field_set_twice_names_both_as_the_call_gave_them(
+    tmp_path, capsys, options, said
+):
+    """`generate(..., temperature=0.6, extra_body={"temperature": 1.5})` said "--extra-body
+    sets temperature 1.5, and --temperature 0.6": both the command's flags."""
+    src = _source_file(tmp_path)
+    with pytest.raises(GenerateUsageError) as info:
+        api.generate_options(src, endpoints=ENDPOINT, out=tmp_path / "a.jsonl", **options)
+    names = {k: k for k in GenerateArgs.model_fields}
+    assert str(info.value) == said.format(**names)
+    argv = _generate_cli(src, tmp_path / "a.jsonl", ENDPOINT[0])
+    for name, value in options.items():
+        flag = flag_of(GenerateArgs, name)
+        if value is True:
+            argv.append(flag)
+        else:
+            argv += [flag, json.dumps(value) if isinstance(value, dict) else str(value)]
+    assert main(argv) == 2
+    flags = {k: flag_of(GenerateArgs, k) for k in GenerateArgs.model_fields}
+    assert capsys.readouterr().err == f"draftset: error: {said.format(**flags)}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def _preflight_mistakes(folder: Path) -> list[tuple[dict[str, Any], str, dict[str, str]]]:
+    """(build's options, its line with {names} to fill, the names as the API gives them; the
+    command line's are their flags) of a build refused before any work."""
+    from draftset.config.preflight import MANIFEST_FORMAT
+    from draftset.engine.base import available_cpus
+
+    data = folder / "data"
+    data.mkdir()
+    _source_file(data)
+    mine = folder / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    empty = folder / "empty.jinja"
+    empty.write_text("")
+    cpus = available_cpus()
+    return [
+        (
+            {"sources": [data], "out": data / "o"},
+            f"{{out}} {data / 'o'} is inside the source folder {data} (a rerun would read it as"
+            " input)",
+            {},
+        ),
+        (
+            {"out": mine},
+            f"{{out}} {mine} exists, is not empty and is not a draftset output (no manifest.json"
+            f' with "format": "{MANIFEST_FORMAT}"): {{overwrite}} would not replace it either'
+            " (it replaces only draftset outputs and empty folders); name a new folder",
+            {"overwrite": "overwrite=True"},
+        ),
+        ({"chat_template": empty}, f"{{chat_template}} {empty} is empty", {}),
+        (
+            {"chat_template": folder},
+            f"{{chat_template}} {folder} is a folder, not a template file (give the .jinja"
+            " file; without {chat_template} the tokenizer folder's own template is used)",
+            {},
+        ),
+        (
+            {"chat_template": "Qwen/Qwen3-8B"},
+            "chat template file not found: Qwen/Qwen3-8B ({chat_template} takes a .jinja file,"
+            " never a hub id: a model's own template comes with its tokenizer, so {tokenizer}"
+            " reads it)",
+            {"tokenizer": "tokenizer='Qwen/Qwen3-8B'"},
+        ),
+        (
+            {"workers": cpus + 1},
+            f"{{workers}} {cpus + 1}: this machine has {cpus} CPUs (the row step uses at most"
+            " that many; leave {workers} out to use them all)",
+            {},
+        ),
+        (
+            {"draft_vocab_size": 200, "target_vocab_size": 100},
+            "{draft_vocab_size} 200 exceeds the target vocabulary size 100",
+            {},
+        ),
+        (
+            {"engine": "ray", "ray_address": "http://127.0.0.1:8265"},
+            "{ray_address} http://127.0.0.1:8265: that is a web URL (the Ray dashboard's, port"
+            " 8265), not the cluster's address: give HOST:PORT (the head's GCS, 6379 by"
+            " default) or ray://HOST:PORT (Ray Client, 10001 by default)",
+            {},
+        ),
+    ]
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_a_build_refused_before_any_work_names_its_options_as_given(tmp_path, capsys, case):
+    """`build(..., out=X)` of an output inside a source folder said "--out X is inside the
+    source folder", `chat_template=` "--chat-template X is empty" ("... without
+    --chat-template ..."), `workers=` "--workers N: ... leave --workers out",
+    `draft_vocab_size=` "--draft-vocab-size 200 exceeds ...": the command's flags, to a call
+    that wrote keywords."""
+    from draftset.config.schema import BuildArgs
+
+    src = _source_file(tmp_path)
+    tok = str(qwen3_tokenizer_dir())
+    options, said, api_names = _preflight_mistakes(tmp_path)[case]
+    given = {"sources": [src], "tokenizer": tok, "out": tmp_path / "o", "workers": 1}
+    given.update(options)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(UsageError) as info:
+        api.build(**given)
+    names = {k: k for k in BuildArgs.model_fields} | api_names
+    assert str(info.value) == said.format(**names)
+    argv = ["build", *map(str, given.pop("sources"))]
+    for name, value in given.items():
+        argv += [flag_of(BuildArgs, name), str(value)]
+    assert main(argv) == 2
+    flags = {k: flag_of(BuildArgs, k) for k in BuildArgs.model_fields}
+    flags["tokenizer"] = "--tokenizer Qwen/Qwen3-8B"
+    assert capsys.readouterr().err == f"draftset: error: {said.format(**flags)}\n"
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_work_folder_that_is_a_file_names_work_as_the_call_gave_it(tmp_path, capsys):
+    """`run(recipe, work="notes.txt")` said "--work notes.txt is a file, not a folder"."""
+    from draftset.pipeline.run_state import RunUsageError
+
+    recipe = _run_recipe(tmp_path)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    with pytest.raises(RunUsageError) as info:
+        api.run(recipe, work=notes)
+    assert str(info.value) == f"work {notes} is a file, not a folder"
+    assert main(["run", str(recipe), "--work", str(notes)]) == 2
+    assert capsys.readouterr().err == f"draftset: error: --work {notes} is a file, not a folder\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "notes.txt", "r.yaml"]
+
+
+def test_a_benchmark_or_render_server_refused_is_named_as_the_call_gave_it(tmp_path, capsys):
+    """`build(..., decontaminate="empty.txt")` said "--decontaminate empty.txt: no benchmark
+    prompts in it", `verify(d, render_server="localhost:8000")` "--render-server must be an
+    http(s) URL": the command's flags, to calls that wrote keywords."""
+    from draftset.config.fields import scheme_hint
+
+    out = built_set(tmp_path, [ROW])
+    src = tmp_path / "a.jsonl"
+    bench = tmp_path / "empty.txt"
+    bench.write_text("\n")
+    no_prompts = (
+        f"{{}} {bench}: no benchmark prompts in it (a .txt file gives one per non-blank line,"
+        " other files the user turns of their rows)"
+    )
+    with pytest.raises(UsageError) as info:
+        api.build_options(sources=[src], tokenizer="tok", out=tmp_path / "o", decontaminate=bench)
+    assert str(info.value) == no_prompts.format("decontaminate")
+    argv = ["build", str(src), "--tokenizer", "tok", "--out", str(tmp_path / "o")]
+    assert main([*argv, "--decontaminate", str(bench)]) == 2
+    assert capsys.readouterr().err == f"draftset: error: {no_prompts.format('--decontaminate')}\n"
+    url = "localhost:8000"
+    not_http = f"{{}} must be an http(s) URL, got {url!r}{scheme_hint(url)}"
+    with pytest.raises(UsageError) as info:
+        api.verify(out, render_server=url)
+    assert str(info.value) == not_http.format("render_server")
+    assert main(["verify", str(out), "--render-server", url]) == 2
+    assert capsys.readouterr().err == f"draftset: error: {not_http.format('--render-server')}\n"
+
+
+def test_a_command_that_generates_in_a_running_event_loop_names_its_flags(tmp_path):
+    """`run_sync` runs generate in a thread of its own where an event loop already runs; a
+    thread starts in an empty context, so a command's messages from there (`named_by_flags`)
+    named the API's keywords: "not model 'nope'" to a command line that gave `--model`."""
+    import asyncio
+
+    from fault_server import FaultServer
+
+    from draftset.config.fields import named_by_flags
+
+    src = _source_file(tmp_path)
+
+    async def in_a_loop(url: str) -> None:
+        with named_by_flags():
+            api.generate(src, endpoints=[url], out=tmp_path / "a.jsonl", model="nope")
+
+    with FaultServer() as srv:
+        with pytest.raises(GenerateUsageError) as info:
+            asyncio.run(in_a_loop(srv.url))
+        assert str(info.value) == f"{srv.url} serves ['fault-model'], not --model 'nope'"
+
+
+def test_a_source_layout_option_that_would_do_nothing_is_named_as_given(tmp_path, capsys):
+    """`build(recipe, format="alpaca")` said "--format alpaca applies to command-line sources
+    only": a flag, and sources the call has none of."""
+    recipe = _run_recipe(tmp_path)
+    with pytest.raises(UsageError) as info:
+        api.build_options(recipe, format="alpaca", fields={"instruction": "text"})
+    assert str(info.value) == (
+        "format='alpaca' fields={'instruction': 'text'} apply to sources given as paths only,"
+        f" not to the sources of recipe {recipe}: set it per source there (sources: [{{path:"
+        " ..., format: alpaca, fields: {instruction: text}}])"
+    )
+    argv = ["build", str(recipe), "--format", "alpaca", "--field", "instruction=text"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "draftset: error: --format alpaca --field instruction=text apply to command-line"
+        f" sources only, not to the sources of recipe {recipe}: set it per source there"
+        " (sources: [{path: ..., format: alpaca, fields: {instruction: text}}])\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "said", "cli_said"),
+    [
+        (
+            ["instruction"],
+            "bad fields entry 'instruction' (use CANONICAL=COLUMN, e.g. instruction=text)",
+            "bad --field 'instruction' (use CANONICAL=COLUMN, e.g. instruction=text)",
+        ),
+        (
+            ["instruction=text,output=code"],
+            "bad fields entry 'instruction=text,output=code': one mapping an entry: give each"
+            " its own (fields=['instruction=text', 'output=code'])",
+            "bad --field 'instruction=text,output=code': one mapping a flag: give --field once"
+            " for each (--field instruction=text --field output=code)",
+        ),
+        (
+            ["instruction=text", "instruction=q"],
+            "fields maps instruction twice (instruction=text, instruction=q)",
+            "--field instruction given twice (instruction=text, instruction=q)",
+        ),
+        (
+            ["code=output"],
+            "source in: fields {'code': 'output'}: no row shape reads a field 'code';"
+            " CANONICAL=COLUMN puts draftset's field first: did you mean output=code?",
+            "source in: --field code=output: no row shape reads a field 'code';"
+            " CANONICAL=COLUMN puts draftset's field first: did you mean output=code?",
+        ),
+    ],
+)
+def test_a_field_mapping_refused_is_named_as_given(tmp_path, capsys, fields, said, cli_said):
+    """`build(sources=[...], fields=["instruction"])` said "bad --field 'instruction'"."""
+    src = _source_file(tmp_path)
+    with pytest.raises(UsageError) as info:
+        api.build_options(sources=[src], tokenizer="tok", out=tmp_path / "o", fields=fields)
+    assert str(info.value) == said
+    argv = ["build", str(src), "--tokenizer", "tok", "--out", str(tmp_path / "o")]
+    for f in fields:
+        argv += ["--field", f]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"draftset: error: {cli_said}\n"
+
+
+def test_a_builds_late_refusals_name_its_options_as_the_call_gave_them(tmp_path):
+    """What a build finds only at its end (another build's set at `out`, a benchmark file
+    edited meanwhile) said "rerun with --overwrite ..., or choose another --out",
+    "--decontaminate X: the file changed ...": flags, to a call that wrote keywords."""
+    from draftset.config.fields import named_by_flags
+    from draftset.output.folder import OutputExistsError, finalize_output, prepare_output
+    from draftset.pipeline.build import _benchmarks_changed
+
+    out = tmp_path / "o"
+    (out / "theirs").mkdir(parents=True)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    bench = tmp_path / "bench.txt"
+    bench.write_text("a prompt\n")
+    said = [
+        "output folder exists: {out} (pass {overwrite} to replace it)",
+        "{out} appeared during the build (another build writing there?) and was left as it is;"
+        " rerun with {overwrite} to replace it, or choose another {flag}",
+        "{flag_bench} {bench}: the file changed during the build (1 bytes, now 9), after its"
+        " prompts were read (the manifest would describe other bytes than the ones the rows were"
+        " checked against); is something writing it? Copy it, or wait for the writer to finish",
+    ]
+    for names in (
+        {"overwrite": "overwrite=True", "flag": "out", "flag_bench": "decontaminate"},
+        {"overwrite": "--overwrite", "flag": "--out", "flag_bench": "--decontaminate"},
+    ):
+        with contextlib.ExitStack() as stack:
+            if names["flag"] == "--out":
+                stack.enter_context(named_by_flags())
+            found = []
+            for call in (
+                lambda: prepare_output(out, overwrite=False),
+                lambda: finalize_output(tmp, out, overwrite=False),
+            ):
+                with pytest.raises(OutputExistsError) as info:
+                    call()
+                found.append(str(info.value))
+            found.append(str(_benchmarks_changed({bench: (1, 0)})))
+        assert found == [s.format(out=out, bench=bench, **names) for s in said]
+
+
+def test_generates_tokenizer_and_field_mapping_are_named_as_the_call_gave_them(tmp_path, capsys):
+    """`generate(..., tokenizer=folder)` of a folder without tokenizer.json said "--tokenizer:
+    cannot read ...", `fields={"instruction": "questoin"}` "--field instruction=questoin: no
+    row among its first ... has a column": flags, to a call that wrote keywords."""
+    src = tmp_path / "qa.jsonl"
+    src.write_text(json.dumps({"question": "hi", "answer": "yo"}) + "\n")
+    out = tmp_path / "a.jsonl"
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    cases = [
+        (
+            {"tokenizer": folder},
+            ["--tokenizer", str(folder)],
+            f"{{}}: cannot read {folder / 'tokenizer.json'}: [Errno 2] No such file or"
+            f" directory: '{folder / 'tokenizer.json'}'",
+            ("tokenizer", "--tokenizer"),
+        ),
+        (
+            {"format": "alpaca", "fields": {"instruction": "questoin"}},
+            ["--format", "alpaca", "--field", "instruction=questoin"],
+            f"{src}: {{}}: no row among its first 1 has a column 'questoin' (keys [question,"
+            " answer]); did you mean 'question'?",
+            ("fields {'instruction': 'questoin'}", "--field instruction=questoin"),
+        ),
+    ]
+    for options, flags, said, (keyword, flag) in cases:
+        with pytest.raises(UsageError) as info:
+            api.generate(src, endpoints=ENDPOINT, out=out, **options)
+        assert str(info.value) == said.format(keyword)
+        assert main([*_generate_cli(src, out, ENDPOINT[0]), *flags]) == 2
+        assert capsys.readouterr().err == f"draftset: error: {said.format(flag)}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["qa.jsonl", "tok"]

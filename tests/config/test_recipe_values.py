@@ -181,13 +181,16 @@ def test_the_api_refuses_a_source_layout_that_applies_to_no_source(tmp_path, no_
     """The API's ``format`` / ``fields`` / ``preset`` apply to sources given as paths: with a
     recipe's sources, or only `Source` objects and mappings, they did nothing."""
     path = recipe(tmp_path, "")
-    with pytest.raises(UsageError, match=r"--format alpaca applies to command-line sources"):
+    # named as the call gave them (it said "--format alpaca applies to command-line sources")
+    with pytest.raises(UsageError, match=r"^format='alpaca' applies to sources given as paths"):
         api.build(path, format="alpaca")
-    with pytest.raises(UsageError, match=r"--field prompt=text applies to command-line sources"):
+    with pytest.raises(
+        UsageError, match=r"^fields=\{'prompt': 'text'\} applies to sources given as paths"
+    ):
         api.build(path, fields={"prompt": "text"})
     src = str(path.parent / "c.jsonl")
     base = {"tokenizer": str(qwen3_tokenizer_dir()), "out": str(tmp_path / "o")}
-    with pytest.raises(UsageError, match=r"--preset openorca applies to sources given as paths"):
+    with pytest.raises(UsageError, match=r"^preset='openorca' applies to sources given as paths"):
         api.build(sources=[{"path": src}], preset="openorca", **base)
 
 

@@ -1023,8 +1023,8 @@ def test_a_decontamination_file_changed_during_the_build_is_refused(
         if change == "changed"
         else "was removed during the build"
     )
-    assert said == (
-        f"--decontaminate {bench}: the file {what}, after its prompts were read (the manifest"
+    assert said == (  # the keyword, as a Python call gives it (a command's --decontaminate)
+        f"decontaminate {bench}: the file {what}, after its prompts were read (the manifest"
         " would describe other bytes than the ones the rows were checked against); is"
         " something writing it? Copy it, or wait for the writer to finish"
     )

@@ -691,7 +691,8 @@ def test_out_or_work_overlapping_a_source_is_refused_before_anything(
     before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
     with pytest.raises(PreflightError) as exc:
         _run(recipe, work=work)
-    flag = "recipe key out:" if where == "out-inside" else "--work"  # out: is the recipe's
+    # out: is the recipe's; work the call's keyword (the command line's --work)
+    flag = "recipe key out:" if where == "out-inside" else "work"
     needle = "contains the source" if where == "work-holds" else "inside the source folder"
     assert str(exc.value).startswith(f"{flag} ") and needle in str(exc.value)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before

@@ -14,6 +14,7 @@ import pytest
 from conftest import qwen3_tokenizer_dir
 
 from draftset.cli import main
+from draftset.core.naming import named_by_flags
 from draftset.sources.read import Source, SourceError
 from draftset.sources.shapes import check_row_shapes
 
@@ -196,7 +197,11 @@ def test_a_mapped_column_no_row_has_is_exit_2(tmp_path):
     with pytest.raises(SourceError) as exc:
         check_row_shapes([typo])
     msg = str(exc.value)
-    assert "\n" not in msg and "output=cod" in msg and "keys [text, code]" in msg
+    # named as a Python call gives it (`fields={...}`); a command's `--field output=cod`
+    assert "\n" not in msg and "fields {'output': 'cod'}" in msg and "keys [text, code]" in msg
+    with named_by_flags(), pytest.raises(SourceError) as exc:
+        check_row_shapes([typo])
+    assert f"{src}: --field output=cod: no row among its first 3 has" in str(exc.value)
     right = Source("m", src, format="alpaca", fields={"instruction": "text", "output": "code"})
     assert check_row_shapes([right]) == []
     # a column some rows have (optional: an alpaca input) is not an error
@@ -217,7 +222,8 @@ def test_a_mapped_column_typo_that_leaves_no_row_readable_names_the_column(tmp_p
         check_row_shapes([typo])
     msg = str(exc.value)
     assert "\n" not in msg and "no known row shape" not in msg
-    assert "instruction=txt" in msg and "column 'txt'" in msg and "did you mean 'text'?" in msg
+    assert "fields {'instruction': 'txt'}" in msg and "column 'txt'" in msg
+    assert "did you mean 'text'?" in msg
 
 
 @pytest.mark.parametrize("text", ["", "\n\n  \n", "[]"])

@@ -29,7 +29,8 @@ import numpy as np
 
 from draftset.checks.mask import served_template, template_shape, template_stops
 from draftset.checks.records import iter_source_items, pick_rows
-from draftset.config.fields import scheme_hint
+from draftset.config.fields import option_name, scheme_hint
+from draftset.config.schema import VerifyArgs
 from draftset.core.errors import UsageError
 from draftset.core.records import NO_CONTENT, Conversation
 from draftset.core.words import ascii_digits
@@ -165,7 +166,8 @@ def connect(url: str, timeout: float = 10.0) -> RenderServer:
     base = url.rstrip("/")
     if not base.startswith(("http://", "https://")):
         raise RenderServerError(
-            f"--render-server must be an http(s) URL, got {url!r}{scheme_hint(url)}"
+            f"{option_name(VerifyArgs, 'render_server')} must be an http(s) URL, got"
+            f" {url!r}{scheme_hint(url)}"
         )
     try:
         with urllib.request.urlopen(base + "/v1/models", timeout=timeout) as resp:

@@ -23,8 +23,6 @@ import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
@@ -35,6 +33,10 @@ from pydantic import AfterValidator, BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
 from draftset.core.errors import UsageError
+
+# re-exported: where the command line and the API's modules have read them
+from draftset.core.naming import named_by_flags as named_by_flags
+from draftset.core.naming import on_command_line as on_command_line
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -156,32 +158,17 @@ def flag_of(model: type[BaseModel], name: str) -> str:
     return cli.flags[0] if cli.flags else "--" + name.replace("_", "-")
 
 
-_ON_COMMAND_LINE: ContextVar[bool] = ContextVar("draftset_on_command_line", default=False)
-"""True while a command runs (`cli.main`): the API functions it calls name an option by its
-flag. False in a script or a notebook, where the flag is no name the caller wrote."""
-
-
-@contextmanager
-def named_by_flags() -> Iterator[None]:
-    """The command line's calls of the API: an option's messages name its flag (``--out``,
-    ``DIR``), as the user typed it, not its keyword."""
-    token = _ON_COMMAND_LINE.set(True)
-    try:
-        yield
-    finally:
-        _ON_COMMAND_LINE.reset(token)
-
-
-def on_command_line() -> bool:
-    """Whether a command called the API (`named_by_flags`): its messages name the flags."""
-    return _ON_COMMAND_LINE.get()
-
-
 def option_name(model: type[BaseModel], name: str) -> str:
     """How a message names the option ``name``: its flag on the command line (``--max-length``,
     ``DIR``), its keyword in the API (``max_length``, ``dir``): a notebook was told to fix
     ``DIR:`` or ``SOURCE:``, names that appear nowhere in its call."""
     return flag_of(model, name) if on_command_line() else name
+
+
+def switch_name(model: type[BaseModel], name: str) -> str:
+    """How a message says to turn the switch ``name`` on: its flag on the command line
+    (``--restart``), the keyword with its value in the API (``restart=True``)."""
+    return flag_of(model, name) if on_command_line() else f"{name}=True"
 
 
 def help_of(model: type[BaseModel], name: str) -> str | None:

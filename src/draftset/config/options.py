@@ -47,9 +47,10 @@ class BuildOptions:
     decontaminate: list[str] = field(default_factory=list)
     mix: dict[str, Any] | None = None
     given_paths: dict[str, Any] | None = None  # paths as the user gave them (set by preflight)
-    # how messages name ``out``: the flag, or the recipe's key when the recipe gave it (set by
-    # `api.build_options`); never recorded in the manifest
-    out_named: str = "--out"
+    # how messages name ``out``: the recipe's key when the recipe gave it (set by
+    # `api.build_options`), None: as the caller gave it (``--out``, the API's ``out``); never
+    # recorded in the manifest
+    out_named: str | None = None
     # `draftset run`: answer / error files that replace selected rows by id (overlay.py), and
     # what the run did, recorded in the manifest's `run` section
     overlay: list[str] = field(default_factory=list)

@@ -22,6 +22,7 @@ from draftset.config.fields import (
     json_value_problem,
     on_command_line,
     option_name,
+    switch_name,
     validated,
 )
 from draftset.config.recipe import check_source, template_text_problem
@@ -58,19 +59,26 @@ class PreflightError(UsageError):
     """Unusable options or output path, found before any work (exit code 2)."""
 
 
-def not_replaceable_reason(folder: Path, shown: str, flag: str = "--out") -> str:
-    """Why ``--overwrite`` refuses ``folder`` (named ``shown``; ``flag``: ``--out``, or
-    ``recipe key out:`` when the recipe gave it), as the one-line message."""
+RECIPE_OUT = "recipe key out:"
+"""How messages name the output folder a recipe's ``out:`` gave (`BuildOptions.out_named`)."""
+
+
+def not_replaceable_reason(folder: Path, shown: str, flag: str | None = None) -> str:
+    """Why ``--overwrite`` refuses ``folder`` (named ``shown``; ``flag``: `RECIPE_OUT` when
+    the recipe gave it, else ``out`` as the caller named it: ``--out``, the API's ``out``),
+    as the one-line message."""
+    flag = flag or option_name(BuildArgs, "out")
+    overwrite = switch_name(BuildArgs, "overwrite")  # `--overwrite`, the API's `overwrite=True`
     if is_draftset_output(folder):
-        other = "--out" if flag == "--out" else "out:"
+        other = "out:" if flag == RECIPE_OUT else flag
         return (
             f"{flag} {shown} is a draftset output holding files draftset did not write:"
-            f" {foreign_listing(folder)}; --overwrite replaces only what draftset wrote"
+            f" {foreign_listing(folder)}; {overwrite} replaces only what draftset wrote"
             f" (move them out first, or choose another {other})"
         )
     return (
         f"{flag} {shown} exists, is not empty and is not a draftset output (no manifest.json"
-        f' with "format": "{MANIFEST_FORMAT}"): --overwrite would not replace it either'
+        f' with "format": "{MANIFEST_FORMAT}"): {overwrite} would not replace it either'
         " (it replaces only draftset outputs and empty folders); name a new folder"
     )
 
@@ -132,7 +140,13 @@ def check_values(opts: BuildOptions) -> None:
         unknown = sorted(set(s.fields or {}) - MAPPABLE_FIELDS)
         if unknown:  # `ouptut=code` mapped a column nothing reads: every answer was lost
             key, column = unknown[0], s.fields[unknown[0]]
-            head = f"source {s.name}: --field {key}={column}: no row shape reads a field {key!r}"
+            # `--field code=output`, the API's `fields={'code': 'output'}`
+            given = (
+                f"--field {key}={column}"
+                if on_command_line()
+                else f"fields {{{key!r}: {column!r}}}"
+            )
+            head = f"source {s.name}: {given}: no row shape reads a field {key!r}"
             if column in MAPPABLE_FIELDS:  # `code=output`: the two sides swapped
                 raise PreflightError(
                     f"{head}; CANONICAL=COLUMN puts draftset's field first: did you mean"
@@ -313,9 +327,10 @@ def check_workers(workers: int, engine: str, ray_address: str | None) -> None:
     cpus = available_cpus()
     if workers > cpus and not at_address:
         where = "a private Ray cluster gets" if engine == "ray" else "the row step uses"
+        flag = option_name(BuildArgs, "workers")  # `--workers`, the API's `workers`
         raise UsageError(
-            f"--workers {workers}: this machine has {cpus} CPUs ({where} at most that many;"
-            " leave --workers out to use them all)"
+            f"{flag} {workers}: this machine has {cpus} CPUs ({where} at most that many;"
+            f" leave {flag} out to use them all)"
         )
 
 
@@ -376,8 +391,8 @@ def check_recipe_out_apart(opts: BuildOptions) -> None:
     resolved = resolve_paths(opts)
     sources = [s.path for s in resolved.sources if not str(s.path).startswith(HUB_PREFIX)]
     try:
-        check_out_apart("recipe key out:", opts.out, sources, input_paths(resolved))
-        if problem := out_folder_problem(opts.out, "recipe key out:"):  # a file, can't create
+        check_out_apart(RECIPE_OUT, opts.out, sources, input_paths(resolved))
+        if problem := out_folder_problem(opts.out, RECIPE_OUT):  # a file, can't create
             raise PreflightError(problem)
     except PreflightError as exc:
         line, where = str(exc), "paths in a recipe are relative to its folder"
@@ -386,14 +401,20 @@ def check_recipe_out_apart(opts: BuildOptions) -> None:
 
 
 def check_output_path(
-    out: Path, overwrite: bool, sources: list[Path], inputs: list[Path], flag: str = "--out"
+    out: Path,
+    overwrite: bool,
+    sources: list[Path],
+    inputs: list[Path],
+    flag: str | None = None,
 ) -> None:
     """``--out`` must be a new folder, an empty one, or (with ``--overwrite``) a draftset output;
     never a file, under a file, ``/``, the home or current folder, or overlapping a source.
 
     ``sources`` and ``inputs`` are resolved paths; a source may not hold the output either (the
-    next run would read the output back as input).
+    next run would read the output back as input). ``flag``: `RECIPE_OUT` when the recipe gave
+    ``out``, else it is named as the caller gave it (``--out``, the API's ``out``).
     """
+    flag = flag or option_name(BuildArgs, "out")
     if problem := out_place_problem(out, flag):
         raise PreflightError(problem)
     check_out_apart(flag, out, sources, inputs)
@@ -405,8 +426,8 @@ def check_output_path(
     if not replaceable(real):  # both facts at once: --overwrite would be refused too
         raise PreflightError(not_replaceable_reason(real, str(out), flag))
     if not overwrite:  # a notebook's second run of a cell: the call takes overwrite=True
-        give = "--overwrite" if on_command_line() else "overwrite=True"
-        if flag == "--out":
+        give = switch_name(BuildArgs, "overwrite")
+        if flag != RECIPE_OUT:
             raise PreflightError(f"output folder exists: {out} (pass {give} to replace it)")
         raise PreflightError(
             f"{flag} {out} exists (pass {give}, or set overwrite: true in the recipe, to"
@@ -504,21 +525,33 @@ def local_sources(sources: list[Any]) -> list[Path]:
     ]
 
 
+def _template_flag() -> str:
+    """``--chat-template`` on the command line, the API's ``chat_template``."""
+    return option_name(BuildArgs, "chat_template")
+
+
+def _without_template() -> str:
+    return f"without {_template_flag()} the tokenizer folder's own template is used"
+
+
 def missing_chat_template(path: str | Path) -> str:
     """Why ``--chat-template PATH`` is not a file, in one line."""
+    flag = _template_flag()
     if Path(path).is_dir():
         return (
-            f"--chat-template {path} is a folder, not a template file (give the .jinja file;"
-            " without --chat-template the tokenizer folder's own template is used)"
+            f"{flag} {path} is a folder, not a template file (give the .jinja file;"
+            f" {_without_template()})"
         )
-    if problem := template_text_problem(path, "--chat-template"):
+    if problem := template_text_problem(path, flag):
         return problem
     text = str(path)
     if text.count("/") == 1 and could_be_hub_id(text) and "." not in text.rsplit("/", 1)[1]:
+        # `--tokenizer Qwen/Qwen3-8B`, the API's `tokenizer='Qwen/Qwen3-8B'`
+        tokenizer = f"--tokenizer {path}" if on_command_line() else f"tokenizer={text!r}"
         return (  # `--chat-template Qwen/Qwen3-8B`: a model's template by its hub id
-            f"chat template file not found: {path} (--chat-template takes a .jinja file, never"
-            " a hub id: a model's own template comes with its tokenizer, so --tokenizer"
-            f" {path} reads it)"
+            f"chat template file not found: {path} ({flag} takes a .jinja file, never"
+            " a hub id: a model's own template comes with its tokenizer, so"
+            f" {tokenizer} reads it)"
         )
     return f"chat template file not found: {path}"
 
@@ -530,27 +563,26 @@ def check_chat_template(path: str | None) -> None:
     p = Path(path)
     if not p.is_file():
         raise PreflightError(missing_chat_template(path))
+    flag = _template_flag()
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise PreflightError(f"--chat-template {path} is not UTF-8 (byte {exc.start})") from None
+        raise PreflightError(f"{flag} {path} is not UTF-8 (byte {exc.start})") from None
     except OSError as exc:
-        raise PreflightError(f"--chat-template {path}: cannot read: {exc.strerror}") from None
+        raise PreflightError(f"{flag} {path}: cannot read: {exc.strerror}") from None
     if not text.strip():
-        raise PreflightError(f"--chat-template {path} is empty")
+        raise PreflightError(f"{flag} {path} is empty")
     json_file = _json_not_jinja(text)
     if json_file:
-        raise PreflightError(
-            f"--chat-template {path} is JSON, not a Jinja template file{json_file}"
-        )
+        raise PreflightError(f"{flag} {path} is JSON, not a Jinja template file{json_file}")
     if "{{" not in text and "{%" not in text:  # a data file, a system prompt: no template
         raise PreflightError(
-            f"--chat-template {path} holds no Jinja ({{{{ ... }}}} or {{% ... %}}): it renders"
+            f"{flag} {path} holds no Jinja ({{{{ ... }}}} or {{% ... %}}): it renders"
             " the same text for every conversation (give the .jinja file)"
         )
     error = template_syntax_error(text)
     if error:
-        raise PreflightError(f"--chat-template {path}: {error}")
+        raise PreflightError(f"{flag} {path}: {error}")
 
 
 def _json_not_jinja(text: str) -> str | None:
@@ -566,7 +598,7 @@ def _json_not_jinja(text: str) -> str | None:
     if "chat_template" in data:
         return (
             " (its chat_template value is one: save that value as a .jinja file and give it;"
-            " without --chat-template the tokenizer folder's own template is used)"
+            f" {_without_template()})"
         )
     return " (give the .jinja file)"
 
@@ -607,29 +639,36 @@ def check_options(opts: BuildOptions) -> None:
         from draftset.engine.ray import check_ray  # lazy: only --engine ray loads the engine
 
         check_ray(opts.ray_address)
+    cli = on_command_line()  # the options named as the caller gave them: flags, or keywords
     if opts.dedup == "near" and importlib.util.find_spec("datasketch") is None:
+        near, exact = (
+            ("--dedup near", "--dedup exact") if cli else ("dedup='near'", "dedup='exact'")
+        )
         raise PreflightError(
-            "--dedup near needs datasketch: pip install 'draftset[near-dedup]'"
-            " (or use --dedup exact)"
+            f"{near} needs datasketch: pip install 'draftset[near-dedup]' (or use {exact})"
         )
     n = opts.draft_vocab_size
     if n is None:
         return
+    draft = option_name(BuildArgs, "draft_vocab_size")
     if n < 1:
-        raise PreflightError(f"--draft-vocab-size must be >= 1, not {n}")
+        raise PreflightError(f"{draft} must be >= 1, not {n}")
     target = opts.target_vocab_size
     if target is not None and target < 1:
-        raise PreflightError(f"--target-vocab-size must be >= 1, not {target}")
+        raise PreflightError(
+            f"{option_name(BuildArgs, 'target_vocab_size')} must be >= 1, not {target}"
+        )
     if target is None:
         target = config_vocab_size(opts.tokenizer)
     if target is None:
+        give = "--target-vocab-size N" if cli else "target_vocab_size=N"
         raise PreflightError(
-            f"--draft-vocab-size needs the target model's vocabulary size, and {opts.tokenizer}"
-            " has no config.json with vocab_size: pass --target-vocab-size N"
+            f"{draft} needs the target model's vocabulary size, and {opts.tokenizer}"
+            f" has no config.json with vocab_size: pass {give}"
             " (the model's config.json vocab_size, e.g. 151936 for Qwen3)"
         )
     if n > target:
-        raise PreflightError(f"--draft-vocab-size {n} exceeds the target vocabulary size {target}")
+        raise PreflightError(f"{draft} {n} exceeds the target vocabulary size {target}")
 
 
 def _built_set_of(path: Path) -> tuple[Path, dict[str, Any]] | None:

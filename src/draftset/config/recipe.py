@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from draftset.config.fields import recipe_keys, shown, unknown_keys, validated
+from draftset.config.fields import on_command_line, recipe_keys, shown, unknown_keys, validated
 from draftset.config.schema import (
     BuildArgs,
     GenerateSection,
@@ -186,26 +186,33 @@ def parse_source_arg(
 
 def parse_fields(pairs: list[str] | None) -> dict[str, str] | None:
     """``CANONICAL=COLUMN`` pairs as a mapping; one field mapped twice is refused, as a repeated
-    ``@`` option is (the last mapping won silently: the first column was never read)."""
+    ``@`` option is (the last mapping won silently: the first column was never read). Named as
+    the caller gave them: ``--field`` flags, the API's ``fields`` list."""
     if not pairs:
         return None
+    cli = on_command_line()
+    bad = "bad --field" if cli else "bad fields entry"
     out: dict[str, str] = {}
     for p in pairs:
         key, sep, value = p.partition("=")
         if not sep or not key or not value:
-            raise RecipeError(f"bad --field {p!r} (use CANONICAL=COLUMN, e.g. instruction=text)")
+            raise RecipeError(f"{bad} {p!r} (use CANONICAL=COLUMN, e.g. instruction=text)")
         if "=" in value and "," in value:  # `instruction=text,output=code`: one flag each
-            each = " ".join(f"--field {q.strip()}" for q in p.split(",") if q.strip())
+            each = [q.strip() for q in p.split(",") if q.strip()]
             raise RecipeError(
-                f"bad --field {p!r}: one mapping a flag: give --field once for each ({each})"
+                f"{bad} {p!r}: one mapping a flag: give --field once for each"
+                f" ({' '.join(f'--field {q}' for q in each)})"
+                if cli
+                else f"{bad} {p!r}: one mapping an entry: give each its own (fields={each!r})"
             )
         if key != key.strip() or value != value.strip():  # `instruction = text`
             raise RecipeError(
-                f"bad --field {p!r}: the spaces around = would be part of the names: write"
+                f"{bad} {p!r}: the spaces around = would be part of the names: write"
                 f" {key.strip()}={value.strip()}"
             )
         if key in out:
-            raise RecipeError(f"--field {key} given twice ({key}={out[key]}, {p})")
+            twice = f"--field {key} given twice" if cli else f"fields maps {key} twice"
+            raise RecipeError(f"{twice} ({key}={out[key]}, {p})")
         out[key] = value
     return out
 
@@ -222,17 +229,20 @@ def unused_layout(
     API's `Source` objects and mappings, carry their own (``format:``, ``fields:``, ``preset:``
     per source). Given with a recipe they were ignored silently, exit 0 (``recipe``: its path;
     None: the API's sources, none of them a path)."""
+    cli = on_command_line()  # as the caller gave them: flags, or the API's keywords
     given = []
     keys = []
     if fmt:
-        given.append(f"--format {fmt}")
+        given.append(f"--format {fmt}" if cli else f"format={fmt!r}")
         keys.append(f"format: {fmt}")
-    for canonical, column in (fields or {}).items():
-        given.append(f"--field {canonical}={column}")
+    if cli:
+        given += [f"--field {canonical}={column}" for canonical, column in (fields or {}).items()]
+    elif fields:
+        given.append(f"fields={fields!r}")
     if fields:
         keys.append("fields: {" + ", ".join(f"{k}: {v}" for k, v in fields.items()) + "}")
     if preset:
-        given.append(f"--preset {preset}")
+        given.append(f"--preset {preset}" if cli else f"preset={preset!r}")
         keys.append(f"preset: {preset}")
     if not given:
         return None
@@ -240,8 +250,9 @@ def unused_layout(
     verb = "applies" if len(given) == 1 else "apply"
     entry = "{path: ..., " + ", ".join(keys) + "}"
     if recipe is not None:
+        where = "command-line sources" if cli else "sources given as paths"
         return (
-            f"{flags} {verb} to command-line sources only, not to the sources of recipe"
+            f"{flags} {verb} to {where} only, not to the sources of recipe"
             f" {recipe}: set it per source there (sources: [{entry}])"
         )
     return (

@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from draftset.core.errors import RunError, UsageError
+from draftset.core.naming import as_given
 from draftset.core.words import ascii_digits
 from draftset.engine.base import (
     Batch,
@@ -64,10 +65,16 @@ class RayUnavailable(UsageError):
     """`--engine ray` without Ray installed, or an address that cannot be reached (exit 2)."""
 
 
+def _named(name: str) -> str:
+    """A build option as the caller gave it: ``--ray-address``, the API's ``ray_address``."""
+    return as_given("--" + name.replace("_", "-"), name)
+
+
 def check_ray(address: str | None) -> None:
     """Preflight: Ray is importable and ``address`` (if any) answers, within seconds."""
     if importlib.util.find_spec("ray") is None:
-        raise RayUnavailable(f"--engine ray needs Ray: pip install '{RAY_EXTRA}'")
+        engine = as_given("--engine ray", "engine='ray'")
+        raise RayUnavailable(f"{engine} needs Ray: pip install '{RAY_EXTRA}'")
     target = _host_port(address)
     if target is None:
         return
@@ -112,14 +119,14 @@ def _host_port(address: str | None) -> tuple[str, int] | None:
     if address.lower().startswith(("http://", "https://")):  # the dashboard's URL: Ray's own
         # lookup failed as "Name or service not known" on the whole URL
         raise RayUnavailable(
-            f"--ray-address {address}: that is a web URL (the Ray dashboard's, port 8265), not"
-            " the cluster's address: give HOST:PORT (the head's GCS, 6379 by default) or"
+            f"{_named('ray_address')} {address}: that is a web URL (the Ray dashboard's, port"
+            " 8265), not the cluster's address: give HOST:PORT (the head's GCS, 6379 by default) or"
             " ray://HOST:PORT (Ray Client, 10001 by default)"
         )
     if address.startswith("ray://"):
         parts = urlsplit(address)
         if not parts.hostname or not parts.port:
-            raise RayUnavailable(f"--ray-address {address}: expected ray://HOST:PORT")
+            raise RayUnavailable(f"{_named('ray_address')} {address}: expected ray://HOST:PORT")
         return parts.hostname, parts.port
     if address == "auto":
         # lazy: Ray is optional (draftset[ray]); Ray's own lookup of `ray start`'s address
@@ -128,14 +135,16 @@ def _host_port(address: str | None) -> tuple[str, int] | None:
         try:
             found = canonicalize_bootstrap_address("auto")
         except (ConnectionError, ValueError) as exc:
-            raise RayUnavailable(f"--ray-address auto: {exc}") from None
+            raise RayUnavailable(f"{_named('ray_address')} auto: {exc}") from None
         if found is None:
-            raise RayUnavailable("--ray-address auto: no running Ray cluster found on this machine")
+            raise RayUnavailable(
+                f"{_named('ray_address')} auto: no running Ray cluster found on this machine"
+            )
         address = found
     host, sep, port = address.rpartition(":")
     if not sep or not ascii_digits(port):
         raise RayUnavailable(
-            f"--ray-address {address}: expected HOST:PORT, ray://HOST:PORT or auto"
+            f"{_named('ray_address')} {address}: expected HOST:PORT, ray://HOST:PORT or auto"
         )
     return host.strip("[]"), int(port)
 
@@ -184,7 +193,7 @@ class RayEngine(Engine):
             self.workers = workers or max(1, int(self.cpus))
             if self.workers > self.cpus:
                 raise RayUnavailable(
-                    f"--workers {self.workers}: the Ray cluster has {self.cpus:g} CPUs"
+                    f"{_named('workers')} {self.workers}: the Ray cluster has {self.cpus:g} CPUs"
                 )
             actor = ray.remote(_Worker).options(
                 num_cpus=ACTOR_CPUS,

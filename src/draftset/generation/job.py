@@ -14,12 +14,15 @@ same command skips the row ids already present in either file (a torn last line 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import random
 import threading
 import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from draftset.config.fields import on_command_line, option_name
+from draftset.config.schema import GenerateArgs
 from draftset.core.errors import RunError
 from draftset.core.ids import IdRegistry
 from draftset.generation.dialog import Job
@@ -146,7 +149,12 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
             started.set()
             ended.set()
 
-    threading.Thread(target=target, name="draftset-generate", daemon=True).start()
+    # in the caller's context (a thread starts in an empty one): `named_by_flags` of a command
+    # holds there too, so its messages name flags, not keywords
+    context = contextvars.copy_context()
+    threading.Thread(
+        target=context.run, args=(target,), name="draftset-generate", daemon=True
+    ).start()
     # waited on with an Event: a `Thread.join` that Ctrl-C interrupts takes the thread for
     # ended (CPython 3.11), and a second join returns at once while it runs on
     try:
@@ -170,11 +178,11 @@ async def _close_clients(eps: list[Endpoint]) -> None:
 
 class ModelNotServed(GenerateUsageError):
     """An endpoint does not serve the model asked for; ``wording(option)`` names the option
-    in the caller's terms (``--model``, a recipe's ``generate.model``)."""
+    in the caller's terms (``--model``, the API's ``model``, a recipe's ``generate.model``)."""
 
     def __init__(self, url: str, served: list[str], wanted: str) -> None:
         self.url, self.served, self.wanted = url, served, wanted
-        super().__init__(self.wording("--model"))
+        super().__init__(self.wording(option_name(GenerateArgs, "model")))
 
     def wording(self, option: str) -> str:
         return f"{self.url} serves {self.served}, not {option} {self.wanted!r}"
@@ -185,7 +193,8 @@ class NoCommonModel(GenerateUsageError):
 
     def __init__(self, listing: str) -> None:
         self.listing = listing
-        super().__init__(self.wording("pass --model"))
+        # `--model NAME` on the command line, the API's `model="NAME"`
+        super().__init__(self.wording("pass --model" if on_command_line() else "pass model=..."))
 
     def wording(self, advice: str) -> str:
         return f"endpoints do not serve exactly one common model ({self.listing}); {advice}"
@@ -287,7 +296,7 @@ def _check_out_apart(opts: GenerateOptions) -> None:
 
     sources = local_sources(opts.sources)
     for path in (opts.out, errors_path(opts.out), run_path(opts.out), lock_path(opts.out)):
-        check_apart_from_sources("--out", path, sources)
+        check_apart_from_sources(option_name(GenerateArgs, "out"), path, sources)
 
 
 async def _drive(runner: Runner, opts: GenerateOptions, done: IdRegistry) -> None:

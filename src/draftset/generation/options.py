@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from draftset.config.fields import boolean_text_problem, json_value_problem, scheme_hint
+from draftset.config.fields import (
+    boolean_text_problem,
+    json_value_problem,
+    on_command_line,
+    option_name,
+    scheme_hint,
+)
+from draftset.config.schema import GenerateArgs
 from draftset.core import defaults
 from draftset.core.errors import UsageError
 from draftset.generation.http import concurrency_problem
@@ -105,11 +112,25 @@ class GenerateUsageError(UsageError):
     """Unusable arguments: one line on stderr, exit code 2."""
 
 
+class GenerateCallError(GenerateUsageError, TypeError):
+    """A call of `api.generate` its signature does not take (``generate(src, url, out)``):
+    the TypeError Python raises for it, in one line that names the keywords (exit code 2)."""
+
+
+def _named(section: str | None) -> Any:
+    """How messages name generate's options: as the caller gave them (``section`` None: the
+    command line's flags, the API's keywords, `option_name`), or as a recipe's keys under
+    ``section`` (``generate.``)."""
+    if section is None:
+        return lambda name: option_name(GenerateArgs, name)
+    return lambda name: f"{section}{name}"
+
+
 def extra_body_clash(
     extra_body: dict[str, Any],
     settings: Any,
     kwargs: dict[str, Any],
-    prefix: str = "--",
+    section: str | None = None,
 ) -> str | None:
     """Why ``extra_body`` may not go with the options, or None: a request field that a
     dedicated option also sets, to another value (``settings``: the parsed options, whose
@@ -117,16 +138,18 @@ def extra_body_clash(
     or a recipe's `generate:` section; ``kwargs``: the template kwargs, whose
     ``reasoning_effort`` is sent as that field too). The body builder lets the extra body win,
     so ``--temperature 0.6`` went out as 1.5, and the run file recorded that while the user
-    believed 0.6; a contradiction is refused, as ``enable_thinking``'s is."""
+    believed 0.6; a contradiction is refused, as ``enable_thinking``'s is. ``section``: the
+    recipe's section the options come from (`_named`), None for `generate`'s own."""
     options = {k: getattr(settings, k) for k in (*SAMPLING_FLAGS, "return_token_ids")}
-    cli = prefix == "--"
-    body_name = "--extra-body" if cli else f"{prefix}extra_body"
+    named = _named(section)
+    body_name = named("extra_body")
     given = {
-        key: (f"--{key.replace('_', '-')}" if cli else f"{prefix}{key}", value)
+        key: (named(key), value)
         for key, value in options.items()
         if value is not None and value is not False
     }
-    kwargs_name = "--chat-template-kwargs" if cli else "template_kwargs"
+    # a recipe's template kwargs are its top-level key, build's (run renders with them)
+    kwargs_name = "template_kwargs" if section else named("chat_template_kwargs")
     if "reasoning_effort" in kwargs:
         given["reasoning_effort"] = (f"{kwargs_name} reasoning_effort", kwargs["reasoning_effort"])
     elif "reasoning_effort" in extra_body:
@@ -207,13 +230,16 @@ def split_thinking(
 
 
 def check_servers(
-    endpoints: list[str], concurrency: int, extra_body: dict[str, Any], prefix: str = "--"
+    endpoints: list[str], concurrency: int, extra_body: dict[str, Any], section: str | None = None
 ) -> None:
     """What the option schema cannot say alone: http(s) URLs, a concurrency the endpoints'
-    connections can take, no request field set twice. ``prefix``: ``--`` for the command
-    line's flags, ``generate.`` for a recipe's keys."""
+    connections can take, no request field set twice. ``section``: None names the options
+    as the caller gave them (``--endpoint``, the API's ``endpoints``), ``generate.`` as a
+    recipe's keys."""
+    named = _named(section)
+    # `--endpoint URL`; a keyword or a key is followed by a colon: `endpoints: 'ftp://x' ...`
+    name = named("endpoints") if section is None and on_command_line() else f"{named('endpoints')}:"
     for url in endpoints:
-        name = "--endpoint" if prefix == "--" else f"{prefix}endpoints:"
         if not str(url).startswith(("http://", "https://")):
             raise GenerateUsageError(
                 f"{name} {redact_url(str(url))!r} is not an http(s) URL"
@@ -223,9 +249,9 @@ def check_servers(
             parse_target(str(url))
         except ValueError as exc:
             raise GenerateUsageError(f"{name} {exc}") from None
-    if problem := concurrency_problem(concurrency, len(endpoints), f"{prefix}concurrency"):
+    if problem := concurrency_problem(concurrency, len(endpoints), named("concurrency")):
         raise GenerateUsageError(problem)
-    body_name = f"{prefix}{'extra-body' if prefix == '--' else 'extra_body'}"
+    body_name = named("extra_body")
     if problem := json_value_problem(extra_body, body_name):
         raise GenerateUsageError(problem)
     clash = sorted(RESERVED_BODY_KEYS & extra_body.keys())
@@ -365,7 +391,8 @@ def _special_tokens(folder: str | None, strict: bool) -> dict[int, str]:
     except Exception as exc:
         if not strict:
             return {}
-        raise GenerateUsageError(f"--tokenizer: cannot read {path}: {exc}") from exc
+        flag = option_name(GenerateArgs, "tokenizer")  # `--tokenizer`, the API's `tokenizer`
+        raise GenerateUsageError(f"{flag}: cannot read {path}: {exc}") from exc
 
 
 @functools.lru_cache(maxsize=4)

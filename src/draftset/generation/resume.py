@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from draftset.config.fields import option_name, switch_name
+from draftset.config.schema import GenerateArgs
 from draftset.core.ids import IdRegistry
 from draftset.generation.dialog import Job
 from draftset.generation.http import EndpointPool
@@ -72,18 +74,24 @@ def check_inputs(
             if not isinstance(item, Job):
                 raise GenerateUsageError(
                     f"row {key!r} was answered but no longer reads ({item.get('reason')}:"
-                    f" {item.get('message')}): fix the row, or --restart to answer every row"
+                    f" {item.get('message')}): fix the row, or {_restart()} to answer every row"
                     " again"
                 )
             if item.input_digest() != answered[key]:
                 raise GenerateUsageError(
                     f"row {key!r} changed since its answer was written to {opts.out} (its"
-                    " messages or tools differ): --restart answers every row again, or give"
+                    f" messages or tools differ): {_restart()} answers every row again, or give"
                     " changed rows new ids"
                 )
         elif isinstance(item, Job) and _error_is_stale(item, errored, unread):
             retry.add(key)
     return retry
+
+
+def _restart() -> str:
+    """``--restart`` on the command line (`draftset generate`'s and `draftset run`'s), the
+    API's ``restart=True`` (`api.generate`'s and `api.run`'s keyword)."""
+    return switch_name(GenerateArgs, "restart")
 
 
 def _error_is_stale(job: Job, errored: dict[str, str], unread: set[str]) -> bool:
@@ -125,7 +133,7 @@ def remove_previous(out: Path) -> None:
         p.unlink()
     if removed:
         names = ", ".join(str(p) for p in removed)
-        print(f"draftset: --restart: removed the previous run's {names}", file=sys.stderr)
+        print(f"draftset: {_restart()}: removed the previous run's {names}", file=sys.stderr)
 
 
 def _legacy_run(out: Path, errs: Path) -> dict[str, Any]:
@@ -146,7 +154,7 @@ def _legacy_run(out: Path, errs: Path) -> dict[str, Any]:
         theirs = out if out.exists() and (not ours_out or first_error is None) else errs
         raise GenerateUsageError(
             f"{theirs} exists and was not written by draftset generate "
-            f"(no {run_path(out).name}); choose another --out"
+            f"(no {run_path(out).name}); choose another {option_name(GenerateArgs, 'out')}"
         )
     if not isinstance(meta, dict):
         return {"legacy": True, "settings": None, "model": None}
@@ -188,7 +196,7 @@ def check_and_record(
         if changes:
             raise GenerateUsageError(
                 f"{opts.out} holds answers generated with other settings: {'; '.join(changes)}. "
-                "Rerun with the same settings to resume, or add --restart to discard them"
+                f"Rerun with the same settings to resume, or add {_restart()} to discard them"
             )
         reported = list(previous.get("reported_models") or [])
     run = {

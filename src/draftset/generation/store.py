@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from draftset.config.fields import option_name
+from draftset.config.schema import GenerateArgs, RunArgs
 from draftset.core.errors import RunError, UsageError
 from draftset.core.files import cannot_create, write_json_atomic
 from draftset.core.reasons import READING_REASONS
@@ -226,11 +228,13 @@ def lock_path(out: Path) -> Path:
     return out.with_name(f"{_stem(out)}.lock")
 
 
-def foreign_lock(out: Path, path: Path, flag: str = "--out") -> str | None:
+def foreign_lock(out: Path, path: Path, flag: str | None = None) -> str | None:
     """Why the lock file ``path`` of ``out`` is not to be taken (one line), or None: it exists
     and holds something other than what a lock holds (a process id, or nothing). Taking the
     lock truncates the file: a ``k.lock`` of the user's beside ``--out k.jsonl`` was replaced
-    by a pid."""
+    by a pid. ``flag``: how the message names ``out`` (default: generate's ``--out``, the
+    API's ``out``)."""
+    flag = flag or _out_flag()
     try:
         if not path.is_file() or path.stat().st_size == 0:
             return None
@@ -251,13 +255,19 @@ def run_path(out: Path) -> Path:
     return out.with_name(f"{_stem(out)}.run.json")
 
 
+def _out_flag() -> str:
+    """Generate's ``--out`` on the command line, ``out`` in the API: as the caller named it."""
+    return option_name(GenerateArgs, "out")
+
+
 def check_output_path(out: Path) -> None:
     """``--out`` and the files beside it (errors, run file, lock) are outside any built set,
     regular files, or can be created, in a writable folder: one line (`StoreError`, exit 2)
     before any request, not a traceback from the first write (a path inside a set,
     ``/dev/null``, a folder, a FIFO, an unwritable path)."""
+    flag = _out_flag()
     for path in (out, errors_path(out), run_path(out), lock_path(out)):
-        which = "--out" if path == out else f"--out {out}: {path.name}"
+        which = flag if path == out else f"{flag} {out}: {path.name}"
         if problem := inside_a_set(path, f"{which} {path}"):  # as report -o's
             raise StoreError(problem)
         if path.is_dir():
@@ -271,7 +281,7 @@ def check_output_path(out: Path) -> None:
         raise StoreError(problem)
     problem = cannot_create(out, "files")
     if problem is not None:
-        raise StoreError(f"--out {out}{problem}")
+        raise StoreError(f"{flag} {out}{problem}")
 
 
 class Locked(StoreError):
@@ -295,7 +305,7 @@ class RunLock:
         import fcntl
 
         path = path or lock_path(out)
-        flag = "--work" if command == "run" else "--out"
+        flag = option_name(RunArgs, "work") if command == "run" else _out_flag()
         if problem := foreign_lock(out, path, flag):  # never truncate a file of the user's
             raise StoreError(problem)
         try:  # root passes os.access on /proc; a read-only mount fails only here
@@ -303,7 +313,7 @@ class RunLock:
             self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise StoreError(
-                f"--out {out}: cannot create files in {path.parent}: {exc.strerror}"
+                f"{flag} {out}: cannot create files in {path.parent}: {exc.strerror}"
             ) from None
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

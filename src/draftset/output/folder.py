@@ -20,6 +20,7 @@ from typing import Any
 
 from draftset.core.errors import UsageError
 from draftset.core.files import inside_set_problem, places_of
+from draftset.core.naming import as_given
 
 MANIFEST_FORMAT = "draftset/1"
 """The ``format`` key of every manifest.json draftset writes: the marker that lets
@@ -199,6 +200,12 @@ class OutputExistsError(UsageError):
     """The output folder exists and --overwrite was not given (exit code 2)."""
 
 
+def _overwrite_and_out() -> tuple[str, str]:
+    """build's ``--overwrite`` and ``--out`` as the caller gave them: the API's
+    ``overwrite=True`` and ``out``."""
+    return as_given("--overwrite", "overwrite=True"), as_given("--out", "out")
+
+
 def prepare_output(out: Path, overwrite: bool) -> Path:
     """Create and return the temporary build folder beside ``out``.
 
@@ -208,7 +215,8 @@ def prepare_output(out: Path, overwrite: bool) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_tmp(out)
     if out.exists() and not overwrite:
-        raise OutputExistsError(f"output folder exists: {out} (pass --overwrite to replace it)")
+        overwrite, _ = _overwrite_and_out()
+        raise OutputExistsError(f"output folder exists: {out} (pass {overwrite} to replace it)")
     tmp = out.parent / f".{out.name}.draftset-tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -366,9 +374,10 @@ def finalize_output(tmp: Path, out: Path, overwrite: bool = True) -> str | None:
     _flush_tree(tmp)  # on disk before the rename: a power cut leaves no DIR of cut files
     if out.exists():
         if not overwrite and _empty(out) is not True:
+            overwrite, flag = _overwrite_and_out()
             raise OutputExistsError(
                 f"{out} appeared during the build (another build writing there?) and was left"
-                " as it is; rerun with --overwrite to replace it, or choose another --out"
+                f" as it is; rerun with {overwrite} to replace it, or choose another {flag}"
             )
         if not replaceable(out):
             theirs = foreign_entries(out)[:5]

@@ -26,8 +26,10 @@ from typing import Any
 
 from draftset.checks.fast import ADVISORY_CHECKS
 from draftset.checks.verify import fast_checks
+from draftset.config.fields import option_name
 from draftset.config.options import BuildOptions
 from draftset.config.preflight import PreflightError, check_build, set_tokenizer_problem
+from draftset.config.schema import BuildArgs
 from draftset.core import reasons
 from draftset.core.counters import Accounting, sampled_rejects_notes
 from draftset.core.errors import RunError, mark_set_written
@@ -825,7 +827,8 @@ def _benchmarks_changed(before: dict[Path, tuple[int, int] | None]) -> str | Non
         sizes = f" ({was[0]:,} bytes, now {now[0]:,})" if was and now and not gone else ""
         what = "was removed during the build" if gone else f"changed during the build{sizes}"
         return (
-            f"--decontaminate {path}: the file {what}, after its prompts were read (the"
+            f"{option_name(BuildArgs, 'decontaminate')} {path}: the file {what}, after its"
+            " prompts were read (the"
             " manifest would describe other bytes than the ones the rows were checked"
             " against); is something writing it? Copy it, or wait for the writer to finish"
         )

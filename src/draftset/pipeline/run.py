@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from draftset.checks.verify import run_verify
-from draftset.config.schema import GenerateSection
+from draftset.config.fields import option_name
+from draftset.config.schema import GenerateSection, RunArgs
 from draftset.console import progress_bar
 from draftset.core import defaults
 from draftset.core.reasons import SERVER_PROMPT_DIFFERS
@@ -313,14 +314,15 @@ def _check_apart(opts: RunOptions) -> None:
 
     sources = local_sources(opts.build.sources)
     check_apart_from_sources("--out", opts.build.out, sources)
-    check_apart_from_sources("--work", opts.work_dir, sources)
+    flag = option_name(RunArgs, "work")  # `--work`, the API's `work`
+    check_apart_from_sources(flag, opts.work_dir, sources)
     work, out = opts.work_dir, opts.build.out
     if (work.exists() or work.is_symlink()) and not work.is_dir():
-        raise RunUsageError(f"--work {work} is a file, not a folder")
+        raise RunUsageError(f"{flag} {work} is a file, not a folder")
     real_work, real_out = work.resolve(), out.resolve()
     if real_work.is_relative_to(real_out) or real_out.is_relative_to(real_work):
         raise RunUsageError(
-            f"--work {work} and the output folder {out} overlap: the build replaces its"
+            f"{flag} {work} and the output folder {out} overlap: the build replaces its"
             " output folder; give each its own place"
         )
     _check_out(opts)
@@ -397,10 +399,10 @@ def _check_servers(g: GenerateSection, template_kwargs: dict[str, Any]) -> None:
         raise RunUsageError("generate.endpoints lists no server URL")
     extra = dict(g.extra_body or {})
     try:
-        check_servers(list(g.endpoints), g.concurrency, extra, prefix="generate.")
+        check_servers(list(g.endpoints), g.concurrency, extra, section="generate.")
     except GenerateUsageError as exc:
         raise RunUsageError(str(exc)) from None
-    if problem := extra_body_clash(extra, g, template_kwargs, prefix="generate."):
+    if problem := extra_body_clash(extra, g, template_kwargs, section="generate."):
         raise RunUsageError(problem)
     named = g.api_key_env != defaults.API_KEY_ENV  # the recipe names its own variable
     if named and not os.environ.get(g.api_key_env):  # empty counts as unset, as generate's

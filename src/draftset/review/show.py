@@ -20,6 +20,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from draftset.config.fields import on_command_line, option_name
+from draftset.config.schema import ShowArgs
 from draftset.console import StdoutConsole
 from draftset.core import defaults
 from draftset.core.digests import vocabulary_sample_sha256
@@ -64,14 +66,15 @@ def not_the_sets_tokenizer(out: OutputSet, backend: Any) -> str | None:
     # only a size off by more than 1% is surely another tokenizer, whose decoding is garbage
     if isinstance(built_with, int) and abs(size - built_with) > built_with // 100:
         return (
-            f"it has {size:,} tokens, the set's had {built_with:,} (give that one with --tokenizer)"
+            f"it has {size:,} tokens, the set's had {built_with:,} (give that one with"
+            f" {option_name(ShowArgs, 'tokenizer')})"
         )
     # one of the same size can still spell its ids otherwise (older sets lack the digest)
     sample = recorded.get("vocabulary_sample_sha256")
     if isinstance(sample, str) and vocabulary_sample_sha256(backend) != sample:
         return (
             "its vocabulary differs from the one the manifest records (give that one with"
-            " --tokenizer)"
+            f" {option_name(ShowArgs, 'tokenizer')})"
         )
     return None
 
@@ -92,6 +95,11 @@ def tokenizer_folder_problem(out: OutputSet, folder: str | Path) -> str | None:
     return not_the_sets_tokenizer(out, backend)
 
 
+def _tokenizer_folder() -> str:
+    """``--tokenizer FOLDER`` on the command line, the API's ``tokenizer=FOLDER``."""
+    return "--tokenizer FOLDER" if on_command_line() else "tokenizer=FOLDER"
+
+
 def _hub_tokenizer_file(tok: str) -> Path | None:
     """The ``tokenizer.json`` of hub repo ``tok`` (a set built from a hub id records the id, as
     `verify` reads it), read through huggingface_hub's cache; None for a name that is no hub id
@@ -104,7 +112,7 @@ def _hub_tokenizer_file(tok: str) -> Path | None:
     if var:
         raise ShowError(
             f"cannot decode: the set's tokenizer is the hub id {tok!r}, and {var} is set (pass"
-            " --tokenizer FOLDER, or unset it to read the hub)"
+            f" {_tokenizer_folder()}, or unset it to read the hub)"
         )
     try:
         # lazy: only hub ids need it
@@ -114,7 +122,7 @@ def _hub_tokenizer_file(tok: str) -> Path | None:
     except Exception as exc:
         raise ShowError(
             f"cannot decode: cannot read tokenizer.json of the hub id {tok!r}"
-            f" ({type(exc).__name__}; pass --tokenizer FOLDER)"
+            f" ({type(exc).__name__}; pass {_tokenizer_folder()})"
         ) from None
 
 
@@ -128,7 +136,7 @@ def load_decoder(out: OutputSet, tokenizer: str | None = None) -> tuple[Decoder,
     if not path.is_file():
         path = _hub_tokenizer_file(tok) or path
     if not path.is_file():
-        raise ShowError(f"cannot decode: no tokenizer.json in {tok!r} (pass --tokenizer FOLDER)")
+        raise ShowError(f"cannot decode: no tokenizer.json in {tok!r} (pass {_tokenizer_folder()})")
     try:
         backend = Tokenizer.from_file(str(path))
     except Exception as exc:
@@ -153,14 +161,20 @@ def find_row(out: OutputSet, row: int | None, row_id: str | None) -> int:
         except ValueError:
             raise ShowError(_not_in_set(out, row_id)) from None
     assert row is not None
+    flag = option_name(ShowArgs, "row")  # `--row`, the API's `row`: as the caller gave it
     if n == 0:
-        raise ShowError(f"--row {row}: the set has no rows{_where_rows_went(out)}")
+        raise ShowError(f"{flag} {row}: the set has no rows{_where_rows_went(out)}")
     if not -n <= row < n:
         raise ShowError(
-            f"--row {row} out of range: the set has {plural(n, 'row')} (--row 0..{n - 1},"
-            f" or -1..-{n} from the end); --id ID finds a row by its id"
+            f"{flag} {row} out of range: the set has {plural(n, 'row')} ({flag} 0..{n - 1},"
+            f" or -1..-{n} from the end); {_by_id()} finds a row by its id"
         )
     return row % n  # -1 is the last row, as in Python
+
+
+def _by_id() -> str:
+    """How a message names showing a row by its id: ``--id ID``, the API's ``row_id``."""
+    return f"{option_name(ShowArgs, 'row_id')} ID" if on_command_line() else "row_id"
 
 
 def _where_rows_went(out: OutputSet) -> str:
@@ -172,7 +186,7 @@ def _where_rows_went(out: OutputSet) -> str:
     if isinstance(rejected := total.get("rejected"), int) and rejected:
         parts.append(f"{plural(rejected, 'rejected row')} in rejects.jsonl")
     went = f" ({', '.join(parts)})" if parts else ""
-    return f"{went}; --id ID says what became of a row"
+    return f"{went}; {_by_id()} says what became of a row"
 
 
 def _line_with_id(path: Path, row_id: str) -> tuple[int, dict[str, Any]] | None:
@@ -197,10 +211,12 @@ def _split_per_turn(out: OutputSet, row_id: str) -> str | None:
     if not turns:
         return None
     shown = ", ".join(turns[:10]) + (f", ... ({len(turns)} rows)" if len(turns) > 10 else "")
+    # as the caller names it: `--id chat#0`, the API's `row_id='chat#0'`
+    first = f"--id {turns[0]}" if on_command_line() else f"row_id={turns[0]!r}"
     return (
         f"no row with id {row_id!r} in the set: it was built with --turns each, which gives"
         f" each assistant turn of input row {base!r} a row of its own: {shown}"
-        f" (--id {turns[0]})"
+        f" ({first})"
     )
 
 
@@ -214,8 +230,8 @@ def _not_in_set(out: OutputSet, row_id: str) -> str:
         return (
             f"id {row_id!r} is not in the set: it was rejected ({rec.get('reason')}:"
             f" {rec.get('message')}) — rejects.jsonl line {i}: source {rec.get('source')!r},"
-            f" row {rec.get('row')} of that source{file} (its input row, not a --row of the"
-            " set)"
+            f" row {rec.get('row')} of that source{file} (its input row, not a"
+            f" {option_name(ShowArgs, 'row')} of the set)"
         )
     if found := _line_with_id(out.folder / "prompts.jsonl", row_id):
         return (

@@ -32,6 +32,7 @@ from typing import Any, Literal
 from draftset.core import reasons
 from draftset.core.errors import UsageError
 from draftset.core.files import not_utf8
+from draftset.core.naming import as_given
 from draftset.core.records import Conversation, Normalized, PromptOnly, RawRow, Reject
 from draftset.sources.normalize import ID_KEYS, normalize
 from draftset.sources.read import Source, iter_raw_rows
@@ -110,14 +111,20 @@ def check_benchmark_file(path: str | Path) -> None:
         raise NoBenchmarkPrompts(_no_prompts(Path(path)))
 
 
+def _flag() -> str:
+    """``--decontaminate`` on the command line, the API's ``decontaminate``: as the caller gave
+    it."""
+    return as_given("--decontaminate", "decontaminate")
+
+
 def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
     """A ``.txt`` benchmark file that is not UTF-8 (a traceback before)."""
-    return f"--decontaminate {path} {not_utf8(exc)}: save it as UTF-8"
+    return f"{_flag()} {path} {not_utf8(exc)}: save it as UTF-8"
 
 
 def _no_prompts(path: Path) -> str:
     return (
-        f"--decontaminate {path}: no benchmark prompts in it (a .txt file gives one per"
+        f"{_flag()} {path}: no benchmark prompts in it (a .txt file gives one per"
         " non-blank line, other files the user turns of their rows)"
     )
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from draftset.core import reasons
 from draftset.core.files import json_recipe_message, recipe_keys_of
+from draftset.core.naming import as_given
 from draftset.core.records import RawRow, Reject
 from draftset.core.words import plural
 from draftset.sources.normalize import field_mapping, mapping_options
@@ -119,8 +120,12 @@ def _unmapped_columns(source: Source, rows: list[RawRow]) -> str | None:
             keys = [str(k) for k in objects[0]]
             close = difflib.get_close_matches(str(column), keys, n=1)
             fix = f"did you mean {close[0]!r}?" if close else "check the name"
+            # `--field output=code`, the API's `fields={'output': 'code'}`
+            given = as_given(
+                f"--field {canonical}={column}", f"fields {{{canonical!r}: {column!r}}}"
+            )
             return (
-                f"{source.path}: --field {canonical}={column}: no row among its first"
+                f"{source.path}: {given}: no row among its first"
                 f" {len(objects):,} has a column {column!r} (keys [{', '.join(keys)}]); {fix}"
             )
     return None
