@@ -12,7 +12,8 @@ reordered keys, tool loops with empty reasoning, multi-turn reasoning, CJK and e
 prompts, calls without ids and results without ``tool_call_id``, null and empty answer content),
 every template setup is built in every ``--turns`` mode and verified with ``--render-server``:
 every row's context tokens, supervised text and row text equal vLLM's (Qwen3, Qwen3.6 thinking
-on and off, Llama-3.2, gpt-oss, GLM-4.7-Flash, DeepSeek-V3.1, and two templates vLLM hands
+on and off, Llama-3.2, gpt-oss, GLM-4.7-Flash (thinking off; on with ``clear_thinking: null``,
+an option vLLM leaves out), DeepSeek-V3.1, and two templates vLLM hands
 every content as a list of parts: Qwen3-VL and Gemma-4; LFM2.5's, which reads reasoning as
 ``thinking``, a name vLLM does not give).
 gpt-oss is rendered by vLLM with harmony (no template; mask/harmony.py), Mistral-NeMo with
@@ -135,6 +136,10 @@ SETUPS = {
     "llama3_2": Setup("llama3_2"),
     "gpt_oss": Setup("gpt_oss"),
     "glm4_7_nothink": Setup("glm4_7", {"enable_thinking": False}),
+    # a null option is no option to vLLM (`merge_kwargs`' unset values None and "auto"): GLM's
+    # `clear_thinking is defined and not clear_thinking` kept history reasoning in the set
+    # while vLLM clears it (referee round 12; tests/mask/test_unset_kwargs.py)
+    "glm4_7_think_clear_null": Setup("glm4_7", {"enable_thinking": True, "clear_thinking": None}),
     "deepseek_v3_1": Setup("deepseek_v3_1"),
     "qwen3_vl": Setup("qwen3_vl"),
     "gemma4": Setup("gemma4"),

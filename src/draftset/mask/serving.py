@@ -294,6 +294,27 @@ def prepare_tools(tools: list[Any] | None, engine: str) -> list[Any] | None:
     raise ValueError(f"unknown serving engine {engine!r} (one of {', '.join(SERVING_ENGINES)})")
 
 
+VLLM_UNSET_VALUES: tuple[Any, ...] = (None, "auto")
+"""Template option values vLLM 0.33 does not give the template: every chat request's
+``chat_template_kwargs`` are merged over the server's defaults (``ChatParams.with_defaults``,
+always run: the defaults hold ``tools`` and ``tokenize``) by ``renderers/params.py``
+``merge_kwargs``, which drops a request key whose value is one of its ``unset_values``."""
+
+
+def served_template_kwargs(kwargs: dict[str, Any], engine: str) -> dict[str, Any]:
+    """The template options ``engine`` gives a chat template for these request options: under
+    vLLM without the keys whose value is ``None`` or ``"auto"`` (`VLLM_UNSET_VALUES`: the
+    template sees such a name undefined, `{% if x is defined %}` false); as given otherwise
+    (transformers' ``apply_chat_template`` passes ``None`` as a value; SGLang not read here)."""
+    if engine != "vllm" or not any(_unset(v) for v in kwargs.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if not _unset(v)}
+
+
+def _unset(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value in VLLM_UNSET_VALUES)
+
+
 CLAUDE_CODE_BILLING_HEADER = "x-anthropic-billing-header"
 """vLLM 0.33 drops a system text part's first line when it starts with this (Claude Code's
 per-request attribution header, `_strip_claude_code_billing_header` in

@@ -43,7 +43,12 @@ from draftset.mask.limits import (
     too_large,
 )
 from draftset.mask.sandbox import MemoSandbox, compile_template, constant_too_large
-from draftset.mask.serving import DEFAULT_SERVING_ENGINE, prepare_tools, require_engine
+from draftset.mask.serving import (
+    DEFAULT_SERVING_ENGINE,
+    prepare_tools,
+    require_engine,
+    served_template_kwargs,
+)
 
 _PROBE = "DRAFTSET_PROBE_ANSWER_7f3a"
 _PROBE_REASONING = "DRAFTSET_PROBE_REASONING_7f3a"
@@ -321,8 +326,12 @@ class Renderer:
 
     @property
     def base_kwargs(self) -> dict[str, Any]:
-        """What every render is given: the special tokens map plus the run's template options."""
-        return dict(self._base_kwargs)
+        """What every render is given: the special tokens map plus the run's template options
+        (the template path's as the engine passes them, `served_template_kwargs`; harmony reads
+        the effort alone)."""
+        if self.harmony is not None:
+            return dict(self._base_kwargs)
+        return dict(served_template_kwargs(self._base_kwargs, self.serving_engine))
 
     def render(
         self,
@@ -388,7 +397,7 @@ class Renderer:
         """
         tools = self.served_tools(tools)
         chat = self.served_messages(messages)
-        kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
+        kwargs = self._kwargs(row_kwargs)
         env = self._compiled.environment
         if type(env) is MemoSandbox:  # no value a render builds may outgrow what it may write
             env.value_cap = self.max_chars or RENDER_CAP_FLOOR
@@ -409,6 +418,13 @@ class Renderer:
             add_generation_prompt=add_generation_prompt,
             **kwargs,
         )
+
+    def _kwargs(self, row_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+        """What a render's template is given: the base (special tokens, the run's options, the
+        clock) under the row's own options, as the serving engine passes them
+        (`served_template_kwargs`: vLLM leaves out a ``None`` or ``"auto"`` value)."""
+        kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
+        return served_template_kwargs(kwargs, self.serving_engine)
 
     def served_messages(self, messages: list[Message]) -> list[Message]:
         """The reasoning fields the serving engine gives the template. vLLM 0.33 gives an
@@ -482,8 +498,7 @@ class Renderer:
         # lazy: transformers (~0.7 s) loads in the processes that render, when they render
         from transformers.utils.chat_template_utils import render_jinja_template
 
-        kwargs = self._base_kwargs if not row_kwargs else {**self._base_kwargs, **row_kwargs}
-        kwargs, clock = split_clock(kwargs)
+        kwargs, clock = split_clock(self._kwargs(row_kwargs))
         unaliased = self._unaliased(messages)
         # render_jinja_template cannot pass a function to the template, and aliases reasoning
         if clock is not None or unaliased:
@@ -756,7 +771,11 @@ class ChatTemplate(Renderer):
         """The plain path: `transformers`' public ``apply_chat_template(tokenize=False)``."""
         if self.harmony is not None:
             return self._render_harmony(messages, tools, add_generation_prompt, row_kwargs)
-        kwargs, clock = split_clock({**self.template_kwargs, **self._clock, **(row_kwargs or {})})
+        kwargs, clock = split_clock(
+            served_template_kwargs(
+                {**self.template_kwargs, **self._clock, **(row_kwargs or {})}, self.serving_engine
+            )
+        )
         unaliased = self._unaliased(messages)
         # apply_chat_template cannot pass a function to the template, aliases reasoning, and
         # holds all a template writes (bounded: stopped at the row's cap, as build stops)
