@@ -136,3 +136,25 @@ def test_verify_fails_a_set_rendered_with_the_null_option(
     result = api.verify(out, speculators=False)
     assert not result.ok
     assert [c.name for c in result.checks if c.failed] == ["mask_fidelity"]
+
+
+def test_the_empty_think_probe_leaves_a_null_option_out_as_vllm_does() -> None:
+    """The probe that says whether a row's template trains an empty think block (build's
+    notes, `run`'s `missing_reasoning`) merges the row's recorded options as the engine gives
+    them: ``{"think": null}`` is no option under vLLM (the template thinks), a None under
+    transformers (it does not)."""
+    from draftset.mask.hygiene import EmptyThinkProbe
+
+    template = (
+        "{%- for m in messages %}<|im_start|>{{ m.role }}\n"
+        "{% if m.role == 'assistant' and think is not defined %}<think>\n"
+        "{{ m.reasoning_content or '' }}\n</think>\n\n{% endif %}"
+        "{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    row = json.dumps({"think": None})
+    vllm = EmptyThinkProbe(template, {}, serving_engine="vllm")
+    plain = EmptyThinkProbe(template, {}, serving_engine="transformers")
+    assert vllm.wrapper() == plain.wrapper() == "<think>\n\n</think>\n\n"
+    assert vllm.wrapper(row) == "<think>\n\n</think>\n\n"
+    assert plain.wrapper(row) == ""

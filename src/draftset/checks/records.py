@@ -1110,7 +1110,12 @@ class RowStepCounts:
         self.each = str((manifest.get("options") or {}).get("turns", "all")) == "each"
         self.placeholders = placeholders
         self.template_kwargs = dict((manifest.get("template") or {}).get("kwargs") or {})
-        self.probe = EmptyThinkProbe(tmpl.template_text, tmpl.base_kwargs, timeout=timeout)
+        self.probe = EmptyThinkProbe(
+            tmpl.template_text,
+            tmpl.base_kwargs,
+            serving_engine=tmpl.serving_engine,
+            timeout=timeout,
+        )
         self.probes: dict[str, EmptyThinkProbe] = {}  # other templates' (`_probe`)
         self.timeout = timeout
         self.counts: dict[str, Counter[str]] = {}
@@ -1200,7 +1205,10 @@ class RowStepCounts:
         probe = self.probes.get(tmpl.template_text)
         if probe is None:
             probe = self.probes[tmpl.template_text] = EmptyThinkProbe(
-                tmpl.template_text, tmpl.base_kwargs, timeout=self.timeout
+                tmpl.template_text,
+                tmpl.base_kwargs,
+                serving_engine=tmpl.serving_engine,
+                timeout=self.timeout,
             )
         return probe
 

@@ -22,6 +22,7 @@ from draftset.core.modes import NO_REASONING, row_mode
 from draftset.core.records import NOT_TRAINED, Conversation, Normalized, PromptOnly
 from draftset.mask.limits import RENDER_CAP_FLOOR, RenderLimit, time_limit
 from draftset.mask.sandbox import compile_template
+from draftset.mask.serving import served_template_kwargs
 from draftset.mask.template import TokenizerError, render_within
 
 _ANSWER, _REASONING = "ANSWER-7f3a", "REASONING-7f3a"
@@ -104,11 +105,13 @@ class EmptyThinkProbe:
         base_kwargs: Mapping[str, Any],
         call: Callable[..., bool] | None = None,
         *,
+        serving_engine: str,
         timeout: float | None = defaults.RENDER_TIMEOUT,
         name: str = "(given as text)",
     ) -> None:
         self.template_text = template_text
         self.base_kwargs = dict(base_kwargs)
+        self.serving_engine = serving_engine  # a row's options as it passes them
         self.call = call or partial(trains_empty_think, timeout=timeout, name=name)
         self._cache: dict[str, str] = {}
 
@@ -119,7 +122,9 @@ class EmptyThinkProbe:
         """The text the template writes before an answer without reasoning (Qwen3's
         ``<think>\n\n</think>\n\n``), or "" when it trains no empty think block."""
         if row_kwargs_json not in self._cache:
-            kwargs = {**self.base_kwargs, **json.loads(row_kwargs_json)}
+            kwargs = served_template_kwargs(
+                {**self.base_kwargs, **json.loads(row_kwargs_json)}, self.serving_engine
+            )
             found = self.call(self.template_text, kwargs)
             self._cache[row_kwargs_json] = found if isinstance(found, str) else ""
         return self._cache[row_kwargs_json]

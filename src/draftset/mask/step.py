@@ -106,6 +106,7 @@ class MaskStep:
         self.probe = EmptyThinkProbe(
             self.template.template_text,
             self.template.base_kwargs,
+            serving_engine=self.template.serving_engine,
             timeout=config.render_timeout,
             name=config.spec.template_name(),
         )
@@ -114,6 +115,7 @@ class MaskStep:
         self.tool_use_probe = tool_use and EmptyThinkProbe(
             tool_use.template_text,
             tool_use.base_kwargs,
+            serving_engine=tool_use.serving_engine,
             timeout=config.render_timeout,
             name=f"'tool_use' of {config.spec.template_name()}",
         )

@@ -48,6 +48,7 @@ def select_rows(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dic
     probe = EmptyThinkProbe(  # no kit: no tokenizer dump
         tmpl.template_text,
         tmpl.base_kwargs,
+        serving_engine=tmpl.serving_engine,
         timeout=b.render_timeout,
         name=tmpl.spec.template_name(),
     )
@@ -56,6 +57,7 @@ def select_rows(opts: RunOptions, work: Path, say: Callable[[str], None]) -> dic
     tool_use_probe = tool_use and EmptyThinkProbe(
         tool_use.template_text,
         tool_use.base_kwargs,
+        serving_engine=tool_use.serving_engine,
         timeout=b.render_timeout,
         name=f"'tool_use' of {tmpl.spec.template_name()}",
     )
