@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import qwen3_tokenizer_dir
 from real_families import REAL_FAMILIES
+from rows import write_jsonl
 
 from draftset import api
 
@@ -36,11 +37,9 @@ REASONING = [
 
 
 def _build(tmp: Path, rows: list[dict], tokenizer: Path, kwargs: dict, **options) -> list[dict]:
-    src = tmp / "rows.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp / "out"
     built = api.build(
-        sources=[str(src)],
+        sources=[str(write_jsonl(tmp / "rows.jsonl", rows))],
         tokenizer=str(tokenizer),
         template_kwargs=kwargs,
         out=str(out),
