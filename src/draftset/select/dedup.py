@@ -335,17 +335,18 @@ class _BandIndex:
         seeds = np.random.default_rng(0x5EED).integers(1, 2**63, size=rows, dtype=np.uint64)
         self._mix = seeds * np.uint64(2) + np.uint64(1)  # odd multipliers
 
-    def _keys(self, sig: np.ndarray) -> list[int]:
-        """One 64-bit hash per band."""
+    def keys(self, sig: np.ndarray) -> list[int]:
+        """One 64-bit hash per band (computed once a prompt: `candidates`, then `insert`)."""
         b = sig[: self.bands * self.rows].reshape(self.bands, self.rows).astype(np.uint64)
         keys = (b * self._mix).sum(axis=1, dtype=np.uint64)
         keys ^= keys >> np.uint64(29)
         return keys.tolist()  # type: ignore[no-any-return]
 
-    def candidates(self, sig: np.ndarray) -> set[int]:
-        """The kept prompts sharing at least one band's values with ``sig``."""
+    def candidates(self, sig: np.ndarray, keys: list[int]) -> set[int]:
+        """The kept prompts sharing at least one band's values with ``sig`` (``keys``: its
+        `keys`)."""
         found: set[int] = set()
-        for band, key in enumerate(self._keys(sig)):
+        for band, key in enumerate(keys):
             k = self._heads[band].get(key)
             if k is None:
                 continue
@@ -358,9 +359,9 @@ class _BandIndex:
                 k = before[k]
         return found
 
-    def insert(self, k: int, sig: np.ndarray) -> None:
-        """Kept prompt ``k`` (the next index: inserted in order) with signature ``sig``."""
-        for band, key in enumerate(self._keys(sig)):
+    def insert(self, k: int, keys: list[int]) -> None:
+        """Kept prompt ``k`` (the next index: inserted in order) with its signature's `keys`."""
+        for band, key in enumerate(keys):
             heads = self._heads[band]
             self._before[band].append(heads.get(key, -1))
             heads[key] = k
@@ -426,8 +427,9 @@ class NearDeduper:
             return None
         self.counters.checked[source] += 1
         sig = np.asarray(hashes, dtype=np.uint32)
+        keys = self._bands.keys(sig)
         best, best_k = 0.0, -1
-        for k in self._bands.candidates(sig):
+        for k in self._bands.candidates(sig, keys):
             if trains and not self._kept.trains[k]:
                 continue  # a kept copy that cannot train never drops one that can
             sim = float(np.count_nonzero(self._signatures[k] == sig)) / self.num_perm
@@ -444,7 +446,7 @@ class NearDeduper:
             return Reject(source, row, row_id, reasons.NEAR_DUPLICATE, msg)
         k = self._kept.add(source, row, row_id, trains)
         self._signatures.append(sig)
-        self._bands.insert(k, sig)
+        self._bands.insert(k, keys)
         return None
 
     def stats(self) -> dict[str, Any]:
