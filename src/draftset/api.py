@@ -28,7 +28,6 @@ from draftset.config.fields import (
     Model,
     given,
     json_value_problem,
-    on_command_line,
     option_name,
     quoted,
     shown,
@@ -58,6 +57,7 @@ from draftset.core.files import (
     write_failure,
     write_output_file,
 )
+from draftset.core.naming import on_command_line
 
 if TYPE_CHECKING:  # the stage modules load on the first call, not on `import draftset.api`
     from rich.console import Console

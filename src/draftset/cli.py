@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 or f"unrecognized arguments: {' '.join(extra)}{_out_hint(given)}"
             )
         args.helper = helper
-        from draftset.config.fields import named_by_flags  # lazy: the parser loaded it
+        from draftset.core.naming import named_by_flags  # lazy: only when a command runs
         from draftset.core.optional_torch import torch_hidden  # lazy: workers re-import cli
 
         # the program's own process only (argv None: the console script, python -m draftset)

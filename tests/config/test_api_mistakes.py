@@ -1108,7 +1108,7 @@ def test_a_command_that_generates_in_a_running_event_loop_names_its_flags(tmp_pa
 
     from fault_server import FaultServer
 
-    from draftset.config.fields import named_by_flags
+    from draftset.core.naming import named_by_flags
 
     src = _source_file(tmp_path)
 
@@ -1188,7 +1188,7 @@ def test_a_builds_late_refusals_name_its_options_as_the_call_gave_them(tmp_path)
     """What a build finds only at its end (another build's set at `out`, a benchmark file
     edited meanwhile) said "rerun with --overwrite ..., or choose another --out",
     "--decontaminate X: the file changed ...": flags, to a call that wrote keywords."""
-    from draftset.config.fields import named_by_flags
+    from draftset.core.naming import named_by_flags
     from draftset.output.folder import OutputExistsError, finalize_output, prepare_output
     from draftset.pipeline.build import _benchmarks_changed
 

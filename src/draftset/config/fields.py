@@ -33,10 +33,7 @@ from pydantic import AfterValidator, BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
 from draftset.core.errors import UsageError
-
-# re-exported: where the command line and the API's modules have read them
-from draftset.core.naming import named_by_flags as named_by_flags
-from draftset.core.naming import on_command_line as on_command_line
+from draftset.core.naming import on_command_line
 
 Model = TypeVar("Model", bound=BaseModel)
 

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from draftset.config.fields import (
     boolean_text_problem,
     json_value_problem,
-    on_command_line,
     option_name,
     switch_name,
     validated,
@@ -30,6 +29,7 @@ from draftset.config.schema import BuildArgs
 from draftset.core.errors import UsageError
 from draftset.core.files import cannot_create, dash_problem
 from draftset.core.modes import MODES
+from draftset.core.naming import on_command_line
 from draftset.engine.base import available_cpus
 from draftset.mask.ambient import now_iso, valid_now
 from draftset.mask.template import (

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from draftset.config.fields import on_command_line, recipe_keys, shown, unknown_keys, validated
+from draftset.config.fields import recipe_keys, shown, unknown_keys, validated
 from draftset.config.schema import (
     BuildArgs,
     GenerateSection,
@@ -29,6 +29,7 @@ from draftset.core.errors import UsageError
 from draftset.core.files import env_variable, home_problem, not_utf8
 from draftset.core.hub import cached_model_folder, hub_offline
 from draftset.core.modes import MODES
+from draftset.core.naming import on_command_line
 from draftset.mask.template import could_be_hub_id
 from draftset.sources.normalize import detect_format
 from draftset.sources.presets import apply_preset

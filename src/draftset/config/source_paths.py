@@ -12,8 +12,8 @@ import shlex
 import stat
 from pathlib import Path
 
-from draftset.config.fields import on_command_line
 from draftset.core.files import env_variable
+from draftset.core.naming import on_command_line
 
 BUILD_READS = "the workers read ranges of each file and a rerun reads it again"
 GENERATE_READS = "generate reads each source more than once, and a rerun reads it again to resume"

@@ -21,10 +21,11 @@ import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from draftset.config.fields import on_command_line, option_name
+from draftset.config.fields import option_name
 from draftset.config.schema import GenerateArgs
 from draftset.core.errors import RunError
 from draftset.core.ids import IdRegistry
+from draftset.core.naming import on_command_line
 from draftset.generation.dialog import Job
 from draftset.generation.http import (
     START_THROTTLE_BOUND,

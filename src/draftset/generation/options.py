@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,13 +16,13 @@ from typing import Any
 from draftset.config.fields import (
     boolean_text_problem,
     json_value_problem,
-    on_command_line,
     option_name,
     scheme_hint,
 )
 from draftset.config.schema import GenerateArgs
 from draftset.core import defaults
 from draftset.core.errors import UsageError
+from draftset.core.naming import on_command_line
 from draftset.generation.http import concurrency_problem
 from draftset.generation.wire import not_visible_ascii, parse_target, redact_url
 from draftset.sources.read import Source
@@ -117,7 +118,7 @@ class GenerateCallError(GenerateUsageError, TypeError):
     the TypeError Python raises for it, in one line that names the keywords (exit code 2)."""
 
 
-def _named(section: str | None) -> Any:
+def _named(section: str | None) -> Callable[[str], str]:
     """How messages name generate's options: as the caller gave them (``section`` None: the
     command line's flags, the API's keywords, `option_name`), or as a recipe's keys under
     ``section`` (``generate.``)."""

@@ -20,13 +20,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from draftset.config.fields import on_command_line, option_name
+from draftset.config.fields import option_name
 from draftset.config.schema import ShowArgs
 from draftset.console import StdoutConsole
 from draftset.core import defaults
 from draftset.core.digests import vocabulary_sample_sha256
 from draftset.core.errors import UsageError
 from draftset.core.hub import cached_model_folder, hub_offline
+from draftset.core.naming import on_command_line
 from draftset.core.terminal import visible, visible_parts
 from draftset.core.words import plural
 from draftset.output.readback import (
